@@ -1,0 +1,33 @@
+# Mooncake in Go. `make test` is the whole test suite (what CI runs);
+# `make run` is the main job with embedded defaults.
+GO ?= go
+BIN := bin/mooncake
+
+.PHONY: all build test test-go test-python deps run python fuzz-smoke clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/mooncake
+
+# Installs what the tests need when it is missing (Debian packages), then runs
+# vet, the Go tests with the race detector, and the Python binding tests.
+test: deps
+	$(GO) vet ./...
+	$(MAKE) test-go
+	$(MAKE) test-python
+
+test-go:
+	$(GO) test -race -timeout 30m ./...
+
+test-python:
+	@if [ -x scripts/test-python.sh ]; then scripts/test-python.sh; else echo "no python tests yet"; fi
+
+deps:
+	@scripts/deps.sh
+
+run: build
+	$(BIN) bench transfer --transport tcp --duration 3s
+
+clean:
+	rm -rf bin

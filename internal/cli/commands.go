@@ -1,0 +1,10 @@
+package cli
+
+import "github.com/spf13/cobra"
+
+// extraCommands lists the top-level subcommands besides bench, in help order.
+// Each entry's constructor lives in its own file (serve.go, proxy.go, ...).
+var extraCommands = []func() *cobra.Command{}
+
+// benchCommands lists the `mooncake bench ...` subcommands.
+var benchCommands = []func() *cobra.Command{}
