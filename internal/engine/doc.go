@@ -1,0 +1,91 @@
+// Package engine is the reference inference engine's core: a
+// continuous-batching scheduler with chunked prefill, prefix caching,
+// preemption by recompute and abort, driving a model over a paged KV cache,
+// and calling a KV connector at the points where vLLM's v1 engine calls its
+// KVConnectorBase_V1.
+//
+// # Using it
+//
+// Build a Config (Model is required; everything else has a default), call
+// New, run Engine.Run(ctx) in one goroutine, and Submit requests from any
+// goroutine; each Submit returns a Stream of Outputs. Abort(id) (or
+// cancelling the ctx passed to Stream.Next) ends a request and frees its
+// blocks. Engine.Step runs one step synchronously for tests (never together
+// with Run). KVStats reports blocks used/free for leak checks.
+//
+// # Determinism
+//
+// The model computes every output element in one goroutine with a fixed
+// loop order, parallelising only over rows, heads and output columns, never
+// inside a reduction. A sequence's logits and KV are therefore bit-identical
+// whatever else is in the batch and however its prompt is chunked; greedy
+// generation is a pure function of the prompt. Sampling with temperature > 0
+// uses a per-request generator seeded from SamplingParams.Seed (or the
+// request id), so it is reproducible too.
+//
+// # KV memory (what a connector moves)
+//
+// One contiguous region per layer, allocated with Config.Allocator
+// (func(size int) ([]byte, error); default: Go heap). Hand in memory that a
+// transfer engine has registered to move blocks without copies. Region l
+// holds Layout.NumBlocks blocks; block b starts at b*Layout.BlockBytes().
+// Inside a block, K is at offset 0 and V at Layout.HalfBytes(); each half
+// is float32[BlockSize][NumKVHeads][HeadDim], little endian, K after RoPE.
+// Token position p of a request lives in block BlockIDs()[p/BlockSize],
+// slot p%BlockSize. Engine.KVCaches() returns the regions, the Layout and a
+// kvcache.Compat (model name, dtype, layers, kv heads, head dim, block size):
+// two engines may exchange blocks only if their Compat.Hash() are equal.
+//
+// # Connector contract
+//
+// Config.Connector (default NoopConnector) is called only from the step
+// goroutine, in this order:
+//
+//	New:       RegisterKVCaches(kv)                       once
+//	each step, schedule phase:
+//	  running requests get their next chunk (decode: 1 token); when blocks
+//	  run out the newest running request is preempted (blocks freed, it
+//	  recomputes later, its generated tokens are kept).
+//	  for each waiting request, in arrival order, while budget remains:
+//	    local prefix-cache lookup -> numLocal (full blocks, at most prompt-1 tokens)
+//	    GetNumNewMatchedTokens(req, numLocal) -> (n, async, err)
+//	      n == MatchPending: leave it waiting, ask next step
+//	      err != nil:         the request fails (finish reason "error")
+//	    allocate blocks for numLocal+n tokens (+ this step's chunk if !async)
+//	    UpdateStateAfterAlloc(req, blockIDs, n)
+//	    async: status WAITING_FOR_REMOTE_KVS, nothing computed for it
+//	    !async: computed = numLocal+n (capped at prompt-1), chunk scheduled
+//	  BuildConnectorMeta(schedulerOutput)                 every step, even empty
+//	each step, execute phase:
+//	  BindConnectorMeta(meta); StartLoadKV(ctx)
+//	  forward, per layer l: write this step's K/V into the cache,
+//	    WaitForLayerLoad(ctx, l), attention, SaveKVLayer(ctx, l)
+//	  (a step with no tokens runs no forward but still calls the rest)
+//	  WaitForSave(ctx)
+//	  GetFinished(finishedIDs) -> (doneSending, doneRecving)
+//	  GetBlockIDsWithLoadErrors() -> invalid
+//	  ClearConnectorMeta()
+//	  UpdateConnectorOutput({doneSending, doneRecving, invalid})
+//	update phase:
+//	  doneRecving: WAITING_FOR_REMOTE_KVS -> WAITING with computed =
+//	    numLocal+n; if that covers the whole prompt, prompt-1 (the last token
+//	    is recomputed to get logits). Blocks of loaded tokens get hashed into
+//	    the prefix cache.
+//	  invalid blocks: with KVLoadFailurePolicy "recompute" (default) the
+//	    request's computed tokens drop to the start of its first invalid block
+//	    and it recomputes from there; with "fail" it finishes with an error.
+//	  doneSending: the delay-freed blocks of that request are freed.
+//	  sampled tokens are appended; finished requests (stop, length, abort,
+//	  error) get RequestFinished(req, blockIDs) -> (delayFree, params) exactly
+//	  once; params go into the final Output (the HTTP response's
+//	  kv_transfer_params); blocks are freed now unless delayFree.
+//
+// While any request waits for remote KV or has delay-freed blocks, Run keeps
+// stepping every Config.PollInterval so transfers keep moving. A connector
+// must report every async load and every delayed free eventually (with its
+// own timeouts): the engine holds those blocks until it does.
+//
+// Request.KVTransferParams (the HTTP request's kv_transfer_params) is
+// visible to the connector through ReqState.KVTransferParams, together with
+// the prompt tokens, the request id and the block table.
+package engine

@@ -1,0 +1,30 @@
+// Package kvcache is the paged KV cache of the reference engine: the memory
+// layout (Layout, Regions), the block pool (Pool: reference counts, a free
+// queue, LRU reuse of cached blocks) and the block identity (BlockHash,
+// RootHash, HashBlock).
+//
+// # Memory
+//
+// The cache is one contiguous region per layer, allocated through an
+// injectable Allocator so that a transfer engine can register it (or hand in
+// memfd-backed memory) and move blocks without copies. Block b of layer l is
+// the BlockBytes() bytes at offset b*BlockBytes() of region l; the K half is
+// first (KOffset()==0) and the V half second (VOffset()==HalfBytes()). Each
+// half is float32[BlockSize][NumKVHeads][HeadDim], little endian, K after RoPE.
+//
+// # Pool
+//
+// Pool is a pure data structure owned by the scheduler. Blocks in use have a
+// reference count > 0; a block shared by several requests through the prefix
+// cache has one reference per request. Free blocks wait in a queue in the
+// order they were freed; Allocate takes the oldest first. A full block whose
+// contents are computed gets a hash (SetHash); while it stays free and is not
+// reallocated, Lookup finds it and Touch takes it back: that is prefix
+// caching with LRU eviction.
+//
+// # Identity
+//
+// A full block is named by a SHA-256 chain over token ids, specified with
+// test vectors in docs/kv-block-identity.md. The store and the router use the
+// same identity.
+package kvcache
