@@ -1,0 +1,162 @@
+// Package alloc is the offset allocator behind one store segment: it hands
+// out aligned byte ranges of a fixed-size region and takes them back,
+// coalescing neighbours, so that the master can pack objects into a segment
+// at high utilisation (objects of one size fill a segment completely).
+//
+// Policy: best fit. The free extents are indexed by start, by end (for O(1)
+// coalescing on Free) and by length (a sorted list of distinct lengths, each
+// with a bucket of offsets), so Alloc finds the smallest extent that fits in
+// O(log distinct-lengths) and an exact fit, the common case for KV cache
+// blocks of one size, costs O(1). The allocator is deterministic and not safe
+// for concurrent use; the master serialises calls.
+package alloc
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// DefaultAlign is the allocation granularity (one cache line).
+const DefaultAlign = 64
+
+// Allocator manages the offsets [0, Size) of one region.
+type Allocator struct {
+	size  uint64
+	align uint64
+	used  uint64
+
+	byStart map[uint64]uint64   // start -> length
+	byEnd   map[uint64]uint64   // end -> start
+	buckets map[uint64][]uint64 // length -> starts
+	pos     map[uint64]int      // start -> index in its bucket
+	lengths []uint64            // sorted distinct lengths with a non-empty bucket
+}
+
+// New returns an allocator for size bytes with the given alignment (a power
+// of two; 0 means DefaultAlign). The usable size is size rounded down to the
+// alignment.
+func New(size, align uint64) *Allocator {
+	if align == 0 {
+		align = DefaultAlign
+	}
+	if align&(align-1) != 0 {
+		panic(fmt.Sprintf("alloc: alignment %d is not a power of two", align))
+	}
+	a := &Allocator{
+		size:    size &^ (align - 1),
+		align:   align,
+		byStart: map[uint64]uint64{},
+		byEnd:   map[uint64]uint64{},
+		buckets: map[uint64][]uint64{},
+		pos:     map[uint64]int{},
+	}
+	if a.size > 0 {
+		a.insert(0, a.size)
+	}
+	return a
+}
+
+// Rounded is the number of bytes an allocation of n bytes occupies.
+func (a *Allocator) Rounded(n uint64) uint64 { return (n + a.align - 1) &^ (a.align - 1) }
+
+// Size is the usable size of the region.
+func (a *Allocator) Size() uint64 { return a.size }
+
+// Used is the number of bytes currently allocated (after rounding).
+func (a *Allocator) Used() uint64 { return a.used }
+
+// Free is the number of bytes not allocated.
+func (a *Allocator) FreeBytes() uint64 { return a.size - a.used }
+
+// LargestFree is the length of the largest free extent.
+func (a *Allocator) LargestFree() uint64 {
+	if len(a.lengths) == 0 {
+		return 0
+	}
+	return a.lengths[len(a.lengths)-1]
+}
+
+// Extents is the number of free extents (a fragmentation measure).
+func (a *Allocator) Extents() int { return len(a.byStart) }
+
+// Alloc reserves n bytes (n > 0) and returns their offset; ok is false when no
+// free extent is large enough.
+func (a *Allocator) Alloc(n uint64) (off uint64, ok bool) {
+	if n == 0 {
+		return 0, false
+	}
+	need := a.Rounded(n)
+	if need < n { // overflow
+		return 0, false
+	}
+	i := sort.Search(len(a.lengths), func(i int) bool { return a.lengths[i] >= need })
+	if i == len(a.lengths) {
+		return 0, false
+	}
+	length := a.lengths[i]
+	b := a.buckets[length]
+	start := b[len(b)-1]
+	a.remove(start, length)
+	if length > need {
+		a.insert(start+need, length-need)
+	}
+	a.used += need
+	return start, true
+}
+
+// Free returns the range [off, off+n) obtained from Alloc(n). Freeing a range
+// that is not allocated panics: it is a bug in the caller.
+func (a *Allocator) Free(off, n uint64) {
+	size := a.Rounded(n)
+	end := off + size
+	if n == 0 || end > a.size || off%a.align != 0 {
+		panic(fmt.Sprintf("alloc: free of invalid range [%d,+%d)", off, n))
+	}
+	if _, dup := a.byStart[off]; dup {
+		panic(fmt.Sprintf("alloc: double free at %d", off))
+	}
+	a.used -= size
+	start := off
+	if prev, ok := a.byEnd[off]; ok { // a free extent ends where we start
+		plen := a.byStart[prev]
+		a.remove(prev, plen)
+		start = prev
+	}
+	if nlen, ok := a.byStart[end]; ok { // a free extent starts where we end
+		a.remove(end, nlen)
+		end += nlen
+	}
+	a.insert(start, end-start)
+}
+
+func (a *Allocator) insert(start, length uint64) {
+	a.byStart[start] = length
+	a.byEnd[start+length] = start
+	b := a.buckets[length]
+	if len(b) == 0 {
+		i, _ := slices.BinarySearch(a.lengths, length)
+		a.lengths = slices.Insert(a.lengths, i, length)
+	}
+	a.pos[start] = len(b)
+	a.buckets[length] = append(b, start)
+}
+
+func (a *Allocator) remove(start, length uint64) {
+	delete(a.byStart, start)
+	delete(a.byEnd, start+length)
+	b := a.buckets[length]
+	i := a.pos[start]
+	last := b[len(b)-1]
+	b[i] = last
+	a.pos[last] = i
+	b = b[:len(b)-1]
+	delete(a.pos, start)
+	if len(b) == 0 {
+		delete(a.buckets, length)
+		j, _ := slices.BinarySearch(a.lengths, length)
+		a.lengths = slices.Delete(a.lengths, j, j+1)
+		return
+	}
+	a.buckets[length] = b
+}

@@ -1,0 +1,121 @@
+package master
+
+import (
+	"fmt"
+	"time"
+)
+
+// Strategy chooses the order in which segments are tried for a put's replicas.
+type Strategy string
+
+// Allocation strategies.
+const (
+	StrategyRandom         Strategy = "random"           // default: preferred segments, then random order
+	StrategyFreeRatioFirst Strategy = "free_ratio_first" // the emptiest segments first
+	StrategyLocalFirst     Strategy = "local_first"      // the caller's own segments first, then random
+)
+
+// Config of the master core. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	LeaseTTL          time.Duration // read lease granted by GetReplicaList (10s)
+	ClientTTL         time.Duration // a client silent this long is dropped (10s)
+	PutTimeout        time.Duration // an unfinished put older than this may be preempted (30s)
+	PutReleaseTimeout time.Duration // the space of an unfinished put is released after this (10m)
+	SoftPinTTL        time.Duration // default soft pin TTL (30m)
+	MaxSoftPinTTL     time.Duration // largest soft pin TTL accepted (24h)
+	HighWatermark     float64       // eviction fires when used/capacity passes this (0.90)
+	EvictionRatio     float64       // fraction of capacity one eviction frees (0.05)
+	MaxKeyLen         int           // longest key in bytes (4096)
+	MaxReplicas       int           // largest replica count accepted (16)
+	Strategy          Strategy      // allocation strategy (random)
+	Seed              uint64        // seed of the random strategy
+	Align             uint64        // allocation granularity in bytes (64)
+}
+
+// DefaultConfig returns the defaults (Mooncake's, see shared/reference/mooncake.md).
+func DefaultConfig() Config {
+	return Config{
+		LeaseTTL:          10 * time.Second,
+		ClientTTL:         10 * time.Second,
+		PutTimeout:        30 * time.Second,
+		PutReleaseTimeout: 10 * time.Minute,
+		SoftPinTTL:        30 * time.Minute,
+		MaxSoftPinTTL:     24 * time.Hour,
+		HighWatermark:     0.90,
+		EvictionRatio:     0.05,
+		MaxKeyLen:         4096,
+		MaxReplicas:       16,
+		Strategy:          StrategyRandom,
+		Seed:              1,
+		Align:             64,
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = d.LeaseTTL
+	}
+	if c.ClientTTL == 0 {
+		c.ClientTTL = d.ClientTTL
+	}
+	if c.PutTimeout == 0 {
+		c.PutTimeout = d.PutTimeout
+	}
+	if c.PutReleaseTimeout == 0 {
+		c.PutReleaseTimeout = d.PutReleaseTimeout
+	}
+	if c.SoftPinTTL == 0 {
+		c.SoftPinTTL = d.SoftPinTTL
+	}
+	if c.MaxSoftPinTTL == 0 {
+		c.MaxSoftPinTTL = d.MaxSoftPinTTL
+	}
+	if c.HighWatermark == 0 {
+		c.HighWatermark = d.HighWatermark
+	}
+	if c.EvictionRatio == 0 {
+		c.EvictionRatio = d.EvictionRatio
+	}
+	if c.MaxKeyLen == 0 {
+		c.MaxKeyLen = d.MaxKeyLen
+	}
+	if c.MaxReplicas == 0 {
+		c.MaxReplicas = d.MaxReplicas
+	}
+	if c.Strategy == "" {
+		c.Strategy = d.Strategy
+	}
+	if c.Align == 0 {
+		c.Align = d.Align
+	}
+	return c
+}
+
+// Validate reports the first invalid field (after defaults are applied).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.LeaseTTL < 0, c.ClientTTL < 0, c.PutTimeout < 0, c.PutReleaseTimeout < 0, c.SoftPinTTL < 0:
+		return fmt.Errorf("master: negative duration in config")
+	case c.PutReleaseTimeout < c.PutTimeout:
+		return fmt.Errorf("master: put release timeout %v shorter than put timeout %v", c.PutReleaseTimeout, c.PutTimeout)
+	case c.SoftPinTTL > c.MaxSoftPinTTL:
+		return fmt.Errorf("master: soft pin TTL %v above max %v", c.SoftPinTTL, c.MaxSoftPinTTL)
+	case c.HighWatermark <= 0 || c.HighWatermark > 1:
+		return fmt.Errorf("master: high watermark %v not in (0,1]", c.HighWatermark)
+	case c.EvictionRatio <= 0 || c.EvictionRatio > 1:
+		return fmt.Errorf("master: eviction ratio %v not in (0,1]", c.EvictionRatio)
+	case c.MaxKeyLen < 1 || c.MaxReplicas < 1:
+		return fmt.Errorf("master: max key length and max replicas must be positive")
+	case c.Align&(c.Align-1) != 0:
+		return fmt.Errorf("master: alignment %d is not a power of two", c.Align)
+	}
+	switch c.Strategy {
+	case StrategyRandom, StrategyFreeRatioFirst, StrategyLocalFirst:
+	default:
+		return fmt.Errorf("master: unknown allocation strategy %q", c.Strategy)
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+// Package master is the Mooncake Store master: it holds object metadata
+// (key -> replicas on segments), allocates segment space, grants read
+// leases, evicts, and tracks client liveness. It never carries object data;
+// clients move bytes to and from segment memory with the transfer engine.
+//
+// # Core and shell
+//
+// Master (master.go) is the deterministic core. It does no I/O: time comes
+// from an injected Clock and periodic work (client TTL, put timeouts,
+// graceful unmounts, watermark eviction) runs when the shell calls Tick. It
+// is tested with a fake clock and no sockets. Server (server.go) is the
+// gRPC shell (service MasterService in internal/storepb) and Admin
+// (admin.go) the HTTP admin/metrics shell; Run drives Tick from a ticker.
+//
+// # Semantics (Mooncake Store's, with the deviations noted)
+//
+//   - Segments: a client mounts segments it contributes (name, transfer
+//     engine endpoint, base address, size). Each has its own best-fit offset
+//     allocator (package alloc) with 64-byte granularity, so objects of one
+//     size fill a segment completely.
+//   - Put: PutStart allocates the replicas on distinct segments (preferred
+//     segments first, then by strategy: random, free_ratio_first,
+//     local_first); the replica count is best effort (at least one). The
+//     object is invisible until PutEnd, which records the value's CRC32C.
+//     PutRevoke abandons a put. A put of an existing key fails with
+//     ErrObjectExists; Upsert replaces the value (in place when the size is
+//     unchanged). A put unfinished after PutTimeout (30s) may be preempted by
+//     a new put of the key; its space is held until PutReleaseTimeout (10m)
+//     since its writer may still be writing, or freed at once when its owner
+//     has been dropped.
+//   - Get: GetReplicaList returns the replicas and the CRC and grants a read
+//     lease (10s). Remove, RemoveByRegex and RemoveAll skip or refuse leased
+//     objects (ErrObjectHasLease) unless forced; eviction never takes a
+//     leased object. Exist grants no lease (Mooncake's does), so that a stat
+//     followed by rm works.
+//   - Eviction: when used/capacity passes HighWatermark (0.90) at a Tick, or
+//     a PutStart finds no space (synchronously, then retried once), about
+//     EvictionRatio (5%) of the capacity is freed in LRU order, skipping
+//     leased, unfinished and hard-pinned objects; soft-pinned objects (pin TTL
+//     30m by default, 24h max) go only after all others.
+//   - Liveness: clients Ping; one silent past ClientTTL (10s) is dropped, its
+//     segments unmounted and the replicas on them removed (objects left
+//     without replicas disappear). A client the master does not know, after
+//     a master restart, gets PingNeedRemount and remounts its segments with
+//     RemountSegments. The restarted master has no objects, so no stale
+//     replica can be served.
+//   - List (not in Mooncake): keys by prefix in key order with a cursor.
+//
+// Errors are sentinels (ErrObjectNotFound, ...) wrapped with context; Code
+// maps them to Mooncake's numeric codes at the gRPC edge.
+package master
