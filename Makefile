@@ -29,5 +29,10 @@ deps:
 run: build
 	$(BIN) bench transfer --transport tcp --duration 3s
 
+# Builds the Python binding: the C ABI (./binding) as python/mooncake/_lib/libmooncake.so.
+# Then `PYTHONPATH=python /usr/bin/python3 -c "from mooncake.engine import TransferEngine"` works.
+python:
+	$(GO) build -buildmode=c-shared -o python/mooncake/_lib/libmooncake.so ./binding
+
 clean:
 	rm -rf bin

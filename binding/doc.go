@@ -1,0 +1,70 @@
+// Command binding is the C ABI of Mooncake in Go: built with
+//
+//	go build -buildmode=c-shared -o python/mooncake/_lib/libmooncake.so ./binding
+//
+// it exports plain C functions (prefix mc_) over the transfer engine
+// (package transfer) and the store client (package store). The Python package
+// in python/mooncake loads the library with ctypes; any other language with a
+// C FFI can use it the same way.
+//
+// # Conventions
+//
+//   - Go values never cross the boundary. Engines, stores and async batches are
+//     int64 handles (1, 2, ...; never reused; 0 and negatives are invalid).
+//   - Every function returns an int64: >= 0 is success (or a value: a size,
+//     a count, a handle), negative is one of Mooncake's error codes
+//     (-1 internal, -101 segment not found, -600 invalid parameters,
+//     -704 object not found, -705 exists, -706 has lease, -800 transfer
+//     failed, -900 RPC failed, -901 RPC timeout). Address-returning functions
+//     return 0 on failure.
+//   - The reason of a failure is logged on stderr (log/slog text, level from
+//     MC_LOG_LEVEL: debug, info, warn (default), error) and kept for
+//     mc_last_error.
+//   - Nothing panics across the boundary: every export runs under a recover
+//     that turns a panic into -1.
+//   - Byte results (a stored value, notifications as JSON) are returned through
+//     a void** out parameter as a malloc'd buffer the caller frees with mc_free.
+//   - Local addresses handed to a transfer must lie inside memory registered
+//     with this engine (or allocated by it); others are refused with -600
+//     before anything touches them, so a wrong pointer is an error, not a crash.
+//
+// # Transfer engine
+//
+//	int64 mc_engine_open(host, metadata, protocol, device)  -> handle
+//	int64 mc_engine_close(h)
+//	int64 mc_engine_rpc_port(h)
+//	int64 mc_engine_name(h, char *buf, int64 cap)           -> length of "host:port"
+//	int64 mc_engine_register(h, addr, len, location) / mc_engine_unregister(h, addr)
+//	uint64 mc_engine_alloc_managed(h, len) / int64 mc_engine_free_managed(h, addr)
+//	int64 mc_engine_transfer(h, target, op, n, locals, remotes, lengths) -> 0 | -1 (sync)
+//	int64 mc_engine_submit(h, target, op, n, locals, remotes, lengths)   -> batch id
+//	int64 mc_batch_wait(h, n, ids)   -> 0 | -1 (waits, frees)
+//	int64 mc_batch_check(h, id)      -> 1 done | 0 running | -1 failed | -2 timeout
+//	int64 mc_engine_probe(h, peer); uint64 mc_engine_first_buffer(h, segment)
+//	int64 mc_engine_notify(h, peer, name, msg, len); mc_engine_notifies(h, void **out)
+//
+// The protocol argument takes tcp, shm, auto and inproc; Mooncake's RDMA-family
+// names (rdma, efa, nvlink, ...) fall back to tcp with a warning, so that
+// existing configurations run unchanged. device is accepted and ignored.
+// Transfers time out after MC_TRANSFER_TIMEOUT seconds (default 30, min 5)
+// plus one nanosecond per byte, as in Mooncake.
+//
+// # Store client
+//
+//	int64 mc_store_open(host, metadata, global_segment_size, local_buffer_size,
+//	                    protocol, device, master)            -> handle
+//	int64 mc_store_put(h, key, ptr, size, config_json); mc_store_get(h, key, void **out)
+//	int64 mc_store_get_into(h, key, ptr, size) -> bytes read
+//	mc_store_batch_put, mc_store_batch_get_into, mc_store_exist, mc_store_batch_exist,
+//	mc_store_get_size, mc_store_remove, mc_store_remove_regex, mc_store_remove_all,
+//	mc_store_list (JSON array of keys), mc_store_health, mc_store_close
+//
+// The Python package (python/mooncake, docs/python.md) maps these onto
+// Mooncake's TransferEngine and MooncakeDistributedStore methods.
+//
+// # Testing
+//
+// The Go tests cover the pure parts (handles, address ranges, error codes,
+// argument translation, the engine and store layer below the cgo wrappers);
+// python/tests drive the built library end to end from real Python processes.
+package main
