@@ -146,6 +146,7 @@ type Master struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
 	objects  map[string]*object
+	pending  map[string]*object // unfinished puts
 	segments map[string]*segment
 	segOrder []*segment // sorted by name
 	clients  map[string]*client
@@ -169,6 +170,7 @@ func New(cfg Config, clock Clock) (*Master, error) {
 		clock:    clock,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		objects:  map[string]*object{},
+		pending:  map[string]*object{},
 		segments: map[string]*segment{},
 		clients:  map[string]*client{},
 	}
@@ -308,6 +310,7 @@ func (m *Master) unmountLocked(s *segment) {
 		o.replicas = slices.DeleteFunc(o.replicas, func(r replica) bool { return r.seg == s })
 		if len(o.replicas) == 0 {
 			delete(m.objects, key)
+			delete(m.pending, key)
 		}
 	}
 	delete(m.segments, s.spec.Name)
@@ -405,6 +408,7 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 		o.softPinUntil = now.Add(ttl)
 	}
 	m.objects[key] = o
+	m.pending[key] = o
 	for _, r := range reps {
 		r.seg.keys[key] = struct{}{}
 	}
@@ -480,6 +484,7 @@ func (m *Master) freeLocked(o *object) {
 		delete(r.seg.keys, o.key)
 	}
 	delete(m.objects, o.key)
+	delete(m.pending, o.key)
 }
 
 // preemptLocked forgets a zombie put but keeps its space reserved until the
@@ -491,6 +496,7 @@ func (m *Master) preemptLocked(o *object, now time.Time) {
 		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.size, releaseAt: release})
 	}
 	delete(m.objects, o.key)
+	delete(m.pending, o.key)
 	m.stats.PutsTimedOut++
 }
 
@@ -509,6 +515,7 @@ func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 		return fmt.Errorf("%w: %q", ErrNotOwner, key)
 	}
 	o.complete = true
+	delete(m.pending, key)
 	o.crc = crc
 	o.lastAccess = m.clock.Now()
 	m.stats.Puts++
@@ -554,6 +561,7 @@ func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) (
 			return nil, fmt.Errorf("%w: %q", ErrObjectHasLease, key)
 		case o.size == size && len(o.replicas) >= max(rc.Replicas, 1):
 			o.complete, o.owner, o.created, o.crc = false, clientID, now, 0
+			m.pending[key] = o
 			o.lastAccess, o.hardPin, o.softPinUntil = now, rc.HardPin, time.Time{}
 			if rc.SoftPin {
 				o.softPinUntil = now.Add(cmp.Or(rc.SoftPinTTL, m.cfg.SoftPinTTL))
@@ -736,8 +744,8 @@ func (m *Master) Tick() {
 		delete(m.clients, id)
 		m.stats.ClientsDropped++
 	}
-	for _, o := range m.objects {
-		if o.complete || now.Sub(o.created) < m.cfg.PutTimeout {
+	for _, o := range m.pending {
+		if now.Sub(o.created) < m.cfg.PutTimeout {
 			continue
 		}
 		if _, alive := m.clients[o.owner]; !alive || now.Sub(o.created) >= m.cfg.PutReleaseTimeout {
@@ -851,13 +859,8 @@ func (m *Master) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.stats
-	for _, o := range m.objects {
-		if o.complete {
-			st.Objects++
-		} else {
-			st.IncompleteObjects++
-		}
-	}
+	st.IncompleteObjects = len(m.pending)
+	st.Objects = len(m.objects) - len(m.pending)
 	for _, s := range m.segOrder {
 		st.Capacity += s.alloc.Size()
 		st.Used += s.alloc.Used()

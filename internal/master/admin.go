@@ -1,0 +1,165 @@
+package master
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// AdminHandler serves the master's admin HTTP API:
+//
+//	GET /health                       "OK"
+//	GET /metrics                      Prometheus text format
+//	GET /query_key?key=K              one object (JSON; 404 when missing)
+//	GET /get_all_keys?prefix=&after=&limit=   a page of keys {keys, next}
+//	GET /get_all_segments             all segments (JSON)
+//	GET /query_segment?segment=S      one segment (JSON; 404 when missing)
+func AdminHandler(m *Master) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "OK")
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		writeMetrics(w, m)
+	})
+	mux.HandleFunc("GET /query_key", func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			httpError(w, http.StatusBadRequest, "missing key parameter")
+			return
+		}
+		info, err := m.Query(key)
+		if err != nil {
+			httpError(w, httpCode(err), err.Error())
+			return
+		}
+		writeJSON(w, objectJSON(info))
+	})
+	mux.HandleFunc("GET /get_all_keys", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		limit := 1000
+		if s := q.Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > 100000 {
+				httpError(w, http.StatusBadRequest, "limit must be an integer in [1,100000]")
+				return
+			}
+			limit = n
+		}
+		keys, next := m.List(q.Get("prefix"), q.Get("after"), limit)
+		type row struct {
+			Key      string `json:"key"`
+			Size     uint64 `json:"size"`
+			Replicas int    `json:"replicas"`
+		}
+		rows := make([]row, len(keys))
+		for i, k := range keys {
+			rows[i] = row{k.Key, k.Size, k.Replicas}
+		}
+		writeJSON(w, map[string]any{"keys": rows, "next": next})
+	})
+	mux.HandleFunc("GET /get_all_segments", func(w http.ResponseWriter, _ *http.Request) {
+		segs := m.Segments()
+		out := make([]map[string]any, len(segs))
+		for i, s := range segs {
+			out[i] = segmentJSON(s)
+		}
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET /query_segment", func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Query().Get("segment")
+		if name == "" {
+			httpError(w, http.StatusBadRequest, "missing segment parameter")
+			return
+		}
+		s, err := m.Segment(name)
+		if err != nil {
+			httpError(w, httpCode(err), err.Error())
+			return
+		}
+		writeJSON(w, segmentJSON(s))
+	})
+	return mux
+}
+
+func httpCode(err error) int {
+	switch {
+	case errors.Is(err, ErrObjectNotFound), errors.Is(err, ErrSegmentNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrInvalidParams):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+func httpError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func objectJSON(o ObjectInfo) map[string]any {
+	reps := make([]map[string]any, len(o.Replicas))
+	for i, r := range o.Replicas {
+		reps[i] = map[string]any{"segment": r.Segment, "endpoint": r.Endpoint, "addr": r.Addr, "size": r.Size}
+	}
+	return map[string]any{"key": o.Key, "size": o.Size, "crc32c": o.CRC, "complete": o.Complete, "replicas": reps,
+		"created_unix_ms": unixMs(o.Created), "last_access_unix_ms": unixMs(o.LastAccess),
+		"lease_until_unix_ms": unixMs(o.LeaseUntil), "soft_pin_until_unix_ms": unixMs(o.SoftPinUntil), "hard_pin": o.HardPin}
+}
+
+func segmentJSON(s SegmentInfo) map[string]any {
+	return map[string]any{"name": s.Name, "endpoint": s.Endpoint, "client": s.Client, "base": s.Base, "size": s.Size,
+		"capacity": s.Capacity, "used": s.Used, "objects": s.Objects, "draining": s.Draining}
+}
+
+// writeMetrics renders the core's state in the Prometheus text format.
+func writeMetrics(w http.ResponseWriter, m *Master) {
+	st := m.Stats()
+	var b strings.Builder
+	metric := func(name, typ, help string, v float64) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", name, help, name, typ, name, v)
+	}
+	metric("mooncake_master_objects", "gauge", "Complete objects.", float64(st.Objects))
+	metric("mooncake_master_pending_puts", "gauge", "Puts started and not finished.", float64(st.IncompleteObjects))
+	metric("mooncake_master_capacity_bytes", "gauge", "Total capacity of mounted segments.", float64(st.Capacity))
+	metric("mooncake_master_used_bytes", "gauge", "Allocated bytes in mounted segments.", float64(st.Used))
+	metric("mooncake_master_segments", "gauge", "Mounted segments.", float64(st.Segments))
+	metric("mooncake_master_clients", "gauge", "Live clients.", float64(st.Clients))
+	metric("mooncake_master_put_starts_total", "counter", "PutStart calls that allocated space.", float64(st.PutStarts))
+	metric("mooncake_master_puts_total", "counter", "Puts completed (PutEnd).", float64(st.Puts))
+	metric("mooncake_master_put_revokes_total", "counter", "Puts revoked.", float64(st.PutRevokes))
+	metric("mooncake_master_puts_timed_out_total", "counter", "Unfinished puts cleaned up or preempted.", float64(st.PutsTimedOut))
+	metric("mooncake_master_gets_total", "counter", "GetReplicaList hits.", float64(st.Gets))
+	metric("mooncake_master_get_misses_total", "counter", "GetReplicaList misses.", float64(st.GetMisses))
+	metric("mooncake_master_removes_total", "counter", "Objects removed by request.", float64(st.Removes))
+	metric("mooncake_master_evictions_total", "counter", "Objects evicted.", float64(st.Evictions))
+	metric("mooncake_master_evicted_bytes_total", "counter", "Bytes evicted (all replicas).", float64(st.EvictedBytes))
+	metric("mooncake_master_eviction_runs_total", "counter", "Eviction passes.", float64(st.EvictionRuns))
+	metric("mooncake_master_lease_rejections_total", "counter", "Removes/upserts refused or skipped for a lease.", float64(st.LeaseRejections))
+	metric("mooncake_master_clients_dropped_total", "counter", "Clients dropped after their TTL.", float64(st.ClientsDropped))
+	metric("mooncake_master_utilisation_at_first_eviction", "gauge", "used/capacity when the first eviction ran.", st.UtilisationAtFirstEviction)
+	b.WriteString("# HELP mooncake_master_segment_capacity_bytes Capacity per segment.\n# TYPE mooncake_master_segment_capacity_bytes gauge\n")
+	segs := m.Segments()
+	for _, s := range segs {
+		fmt.Fprintf(&b, "mooncake_master_segment_capacity_bytes{segment=%q} %d\n", s.Name, s.Capacity)
+	}
+	b.WriteString("# HELP mooncake_master_segment_used_bytes Allocated bytes per segment.\n# TYPE mooncake_master_segment_used_bytes gauge\n")
+	for _, s := range segs {
+		fmt.Fprintf(&b, "mooncake_master_segment_used_bytes{segment=%q} %d\n", s.Name, s.Used)
+	}
+	b.WriteString("# HELP mooncake_master_segment_objects Replicas per segment.\n# TYPE mooncake_master_segment_objects gauge\n")
+	for _, s := range segs {
+		fmt.Fprintf(&b, "mooncake_master_segment_objects{segment=%q} %d\n", s.Name, s.Objects)
+	}
+	_, _ = w.Write([]byte(b.String()))
+}

@@ -1,0 +1,213 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+)
+
+// Service adapts the core to the gRPC MasterService. Application errors go
+// into the (code, message) status of each response; gRPC errors are left to
+// transport failures.
+type Service struct {
+	pb.UnimplementedMasterServiceServer
+	m *Master
+}
+
+// NewService wraps a core.
+func NewService(m *Master) *Service { return &Service{m: m} }
+
+var _ pb.MasterServiceServer = (*Service)(nil)
+
+func status(err error) *pb.Status {
+	if err == nil {
+		return &pb.Status{}
+	}
+	return &pb.Status{Code: Code(err), Message: err.Error()}
+}
+
+func specFromPB(s *pb.Segment) SegmentSpec {
+	if s == nil {
+		return SegmentSpec{}
+	}
+	return SegmentSpec{Name: s.Name, Endpoint: s.Endpoint, Base: s.Base, Size: s.Size}
+}
+
+func rcFromPB(c *pb.ReplicateConfig) ReplicateConfig {
+	if c == nil {
+		return ReplicateConfig{}
+	}
+	return ReplicateConfig{Replicas: int(c.Replicas), PreferredSegments: c.PreferredSegments, SoftPin: c.SoftPin,
+		SoftPinTTL: time.Duration(c.SoftPinTtlMs) * time.Millisecond, HardPin: c.HardPin}
+}
+
+func replicasToPB(rs []Replica) []*pb.Replica {
+	out := make([]*pb.Replica, len(rs))
+	for i, r := range rs {
+		out[i] = &pb.Replica{Segment: r.Segment, Endpoint: r.Endpoint, Addr: r.Addr, Size: r.Size}
+	}
+	return out
+}
+
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func infoToPB(info ObjectInfo, err error) *pb.ObjectInfo {
+	if err != nil {
+		return &pb.ObjectInfo{Status: status(err)}
+	}
+	return &pb.ObjectInfo{Status: status(nil), Key: info.Key, Size: info.Size, Crc32C: info.CRC, Replicas: replicasToPB(info.Replicas),
+		LeaseTtlMs: info.LeaseTTL.Milliseconds(), Complete: info.Complete, CreatedUnixMs: unixMs(info.Created),
+		LastAccessUnixMs: unixMs(info.LastAccess), LeaseUntilUnixMs: unixMs(info.LeaseUntil),
+		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin}
+}
+
+// Ping implements MasterService.
+func (s *Service) Ping(_ context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
+	v, st := s.m.Ping(r.ClientId)
+	return &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == PingNeedRemount}, nil
+}
+
+// MountSegment implements MasterService.
+func (s *Service) MountSegment(_ context.Context, r *pb.MountSegmentRequest) (*pb.Status, error) {
+	return status(s.m.MountSegment(r.ClientId, specFromPB(r.Segment))), nil
+}
+
+// RemountSegments implements MasterService.
+func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsRequest) (*pb.Status, error) {
+	specs := make([]SegmentSpec, len(r.Segments))
+	for i, sg := range r.Segments {
+		specs[i] = specFromPB(sg)
+	}
+	return status(s.m.RemountSegments(r.ClientId, specs)), nil
+}
+
+// UnmountSegment implements MasterService.
+func (s *Service) UnmountSegment(_ context.Context, r *pb.UnmountSegmentRequest) (*pb.Status, error) {
+	if r.GraceMs > 0 {
+		return status(s.m.GracefulUnmount(r.ClientId, r.Name, time.Duration(r.GraceMs)*time.Millisecond)), nil
+	}
+	return status(s.m.UnmountSegment(r.ClientId, r.Name)), nil
+}
+
+func (s *Service) putStart(r *pb.PutStartRequest) *pb.PutStartResponse {
+	var reps []Replica
+	var err error
+	if r.Upsert {
+		reps, err = s.m.Upsert(r.ClientId, r.Key, r.Size, rcFromPB(r.Config))
+	} else {
+		reps, err = s.m.PutStart(r.ClientId, r.Key, r.Size, rcFromPB(r.Config))
+	}
+	return &pb.PutStartResponse{Status: status(err), Replicas: replicasToPB(reps)}
+}
+
+// PutStart implements MasterService.
+func (s *Service) PutStart(_ context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
+	return s.putStart(r), nil
+}
+
+// BatchPutStart implements MasterService.
+func (s *Service) BatchPutStart(_ context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
+	out := &pb.BatchPutStartResponse{Results: make([]*pb.PutStartResponse, len(r.Puts))}
+	for i, p := range r.Puts {
+		out.Results[i] = s.putStart(p)
+	}
+	return out, nil
+}
+
+// PutEnd implements MasterService.
+func (s *Service) PutEnd(_ context.Context, r *pb.PutEndRequest) (*pb.Status, error) {
+	return status(s.m.PutEnd(r.ClientId, r.Key, r.Crc32C)), nil
+}
+
+// BatchPutEnd implements MasterService.
+func (s *Service) BatchPutEnd(_ context.Context, r *pb.BatchPutEndRequest) (*pb.BatchStatus, error) {
+	out := &pb.BatchStatus{Results: make([]*pb.Status, len(r.Ends))}
+	for i, e := range r.Ends {
+		out.Results[i] = status(s.m.PutEnd(e.ClientId, e.Key, e.Crc32C))
+	}
+	return out, nil
+}
+
+// PutRevoke implements MasterService.
+func (s *Service) PutRevoke(_ context.Context, r *pb.PutRevokeRequest) (*pb.Status, error) {
+	return status(s.m.PutRevoke(r.ClientId, r.Key)), nil
+}
+
+// GetReplicaList implements MasterService.
+func (s *Service) GetReplicaList(_ context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
+	return infoToPB(s.m.GetReplicaList(r.Key)), nil
+}
+
+// BatchGetReplicaList implements MasterService.
+func (s *Service) BatchGetReplicaList(_ context.Context, r *pb.BatchKeysRequest) (*pb.BatchObjectInfo, error) {
+	out := &pb.BatchObjectInfo{Results: make([]*pb.ObjectInfo, len(r.Keys))}
+	for i, k := range r.Keys {
+		out.Results[i] = infoToPB(s.m.GetReplicaList(k))
+	}
+	return out, nil
+}
+
+// Query implements MasterService.
+func (s *Service) Query(_ context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
+	return infoToPB(s.m.Query(r.Key)), nil
+}
+
+// Exist implements MasterService.
+func (s *Service) Exist(_ context.Context, r *pb.KeyRequest) (*pb.ExistResponse, error) {
+	ok, err := s.m.Exist(r.Key)
+	return &pb.ExistResponse{Status: status(err), Exists: ok}, nil
+}
+
+// BatchExist implements MasterService.
+func (s *Service) BatchExist(_ context.Context, r *pb.BatchKeysRequest) (*pb.BatchExistResponse, error) {
+	out := &pb.BatchExistResponse{Results: make([]*pb.ExistResponse, len(r.Keys))}
+	for i, k := range r.Keys {
+		ok, err := s.m.Exist(k)
+		out.Results[i] = &pb.ExistResponse{Status: status(err), Exists: ok}
+	}
+	return out, nil
+}
+
+// Remove implements MasterService.
+func (s *Service) Remove(_ context.Context, r *pb.RemoveRequest) (*pb.Status, error) {
+	return status(s.m.Remove(r.Key, r.Force)), nil
+}
+
+// BatchRemove implements MasterService.
+func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.BatchStatus, error) {
+	out := &pb.BatchStatus{Results: make([]*pb.Status, len(r.Removes))}
+	for i, rm := range r.Removes {
+		out.Results[i] = status(s.m.Remove(rm.Key, rm.Force))
+	}
+	return out, nil
+}
+
+// RemoveByRegex implements MasterService.
+func (s *Service) RemoveByRegex(_ context.Context, r *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
+	n, err := s.m.RemoveByRegex(r.Pattern, r.Force)
+	return &pb.CountResponse{Status: status(err), Count: int64(n)}, nil
+}
+
+// RemoveAll implements MasterService.
+func (s *Service) RemoveAll(_ context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
+	return &pb.CountResponse{Status: status(nil), Count: int64(s.m.RemoveAll(r.Force))}, nil
+}
+
+// List implements MasterService.
+func (s *Service) List(_ context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
+	if r.Limit < 0 || r.Limit > 100000 {
+		return &pb.ListResponse{Status: &pb.Status{Code: CodeInvalidParams, Message: "limit not in [0,100000]"}}, nil
+	}
+	keys, next := s.m.List(r.Prefix, r.After, int(r.Limit))
+	out := &pb.ListResponse{Status: status(nil), Next: next, Keys: make([]*pb.KeyInfo, len(keys))}
+	for i, k := range keys {
+		out.Keys[i] = &pb.KeyInfo{Key: k.Key, Size: k.Size, Replicas: int32(k.Replicas)}
+	}
+	return out, nil
+}
