@@ -36,8 +36,9 @@ type SchedulerConnector interface {
 	// UpdateStateAfterAlloc is called once the request's blocks are
 	// allocated. blockIDs is the request's whole block table (locally cached
 	// blocks first); the external tokens occupy token positions
-	// [numLocalComputed, numLocalComputed+numExternalTokens). Called with
-	// numExternalTokens == 0 too.
+	// [req.NumComputedTokens(), req.NumComputedTokens()+numExternalTokens)
+	// (during this call NumComputedTokens is the local prefix-cache hit).
+	// Called with numExternalTokens == 0 too.
 	UpdateStateAfterAlloc(req *ReqState, blockIDs []int, numExternalTokens int)
 
 	// BuildConnectorMeta is called once at the end of every schedule step
@@ -138,16 +139,16 @@ type NoopConnector struct{}
 var _ Connector = NoopConnector{}
 
 func (NoopConnector) GetNumNewMatchedTokens(*ReqState, int) (int, bool, error) { return 0, false, nil }
-func (NoopConnector) UpdateStateAfterAlloc(*ReqState, []int, int)             {}
-func (NoopConnector) BuildConnectorMeta(*SchedulerOutput) any                 { return nil }
-func (NoopConnector) UpdateConnectorOutput(ConnectorOutput)                   {}
-func (NoopConnector) RequestFinished(*ReqState, []int) (bool, map[string]any) { return false, nil }
-func (NoopConnector) RegisterKVCaches(KVCaches) error                         { return nil }
-func (NoopConnector) BindConnectorMeta(any)                                   {}
-func (NoopConnector) StartLoadKV(context.Context) error                       { return nil }
-func (NoopConnector) WaitForLayerLoad(context.Context, int) error             { return nil }
-func (NoopConnector) SaveKVLayer(context.Context, int) error                  { return nil }
-func (NoopConnector) WaitForSave(context.Context) error                       { return nil }
-func (NoopConnector) GetFinished([]string) ([]string, []string)               { return nil, nil }
-func (NoopConnector) GetBlockIDsWithLoadErrors() []int                        { return nil }
-func (NoopConnector) ClearConnectorMeta()                                     {}
+func (NoopConnector) UpdateStateAfterAlloc(*ReqState, []int, int)              {}
+func (NoopConnector) BuildConnectorMeta(*SchedulerOutput) any                  { return nil }
+func (NoopConnector) UpdateConnectorOutput(ConnectorOutput)                    {}
+func (NoopConnector) RequestFinished(*ReqState, []int) (bool, map[string]any)  { return false, nil }
+func (NoopConnector) RegisterKVCaches(KVCaches) error                          { return nil }
+func (NoopConnector) BindConnectorMeta(any)                                    {}
+func (NoopConnector) StartLoadKV(context.Context) error                        { return nil }
+func (NoopConnector) WaitForLayerLoad(context.Context, int) error              { return nil }
+func (NoopConnector) SaveKVLayer(context.Context, int) error                   { return nil }
+func (NoopConnector) WaitForSave(context.Context) error                        { return nil }
+func (NoopConnector) GetFinished([]string) ([]string, []string)                { return nil, nil }
+func (NoopConnector) GetBlockIDsWithLoadErrors() []int                         { return nil }
+func (NoopConnector) ClearConnectorMeta()                                      {}

@@ -58,8 +58,8 @@
 //	  BuildConnectorMeta(schedulerOutput)                 every step, even empty
 //	each step, execute phase:
 //	  BindConnectorMeta(meta); StartLoadKV(ctx)
-//	  forward, per layer l: write this step's K/V into the cache,
-//	    WaitForLayerLoad(ctx, l), attention, SaveKVLayer(ctx, l)
+//	  forward, per layer l: Q/K/V projections, WaitForLayerLoad(ctx, l),
+//	    write this step's K/V into the cache, attention, SaveKVLayer(ctx, l)
 //	  (a step with no tokens runs no forward but still calls the rest)
 //	  WaitForSave(ctx)
 //	  GetFinished(finishedIDs) -> (doneSending, doneRecving)

@@ -92,13 +92,12 @@ type ReqState struct {
 	rng       *rand.Rand
 	stream    *Stream
 
-	numExternal   int  // tokens promised by the connector for the current admission
-	loadFailed    bool // some external block failed to load
+	numLocal      int  // tokens found in the local prefix cache at admission
+	numExternal   int  // tokens promised by the connector at admission
+	numHashed     int  // leading blocks registered in the prefix cache
+	invalidFrom   int  // first token position whose external KV failed to load, -1 if none
+	admitted      bool // blocks were allocated at least once
 	finishReason  string
-	err           error
-	firstTokenAt  int64
-	arrivedAt     int64
-	lastTokenAt   int64
 	numPreemption int
 }
 

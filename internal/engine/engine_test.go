@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func workload() []Request {
+	var reqs []Request
+	for i, n := range []int{5, 16, 33, 47, 64, 90} {
+		reqs = append(reqs, greedy(fmt.Sprintf("r%d", i), prompt(n, i), 12+i))
+	}
+	return reqs
+}
+
+func reference(t *testing.T) [][]int {
+	t.Helper()
+	var want [][]int
+	for _, r := range workload() {
+		e := newEngine(t, func(c *Config) { c.DisablePrefixCaching = true })
+		res := runToEnd(t, e, submit(t, e, r))
+		if res[0].final.FinishReason != FinishLength || len(res[0].tokens) != r.Params.MaxTokens {
+			t.Fatalf("%s: %+v", r.ID, res[0].final)
+		}
+		want = append(want, res[0].tokens)
+	}
+	return want
+}
+
+// TestBatchAndChunkInvariance: greedy tokens of every request are the same
+// alone, batched together under several token budgets (chunked prefill),
+// under preemption pressure, and across repeated runs.
+func TestBatchAndChunkInvariance(t *testing.T) {
+	want := reference(t)
+	tests := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"batched-budget512", nil},
+		{"chunk7", func(c *Config) { c.MaxNumBatchedTokens = 7 }},
+		{"chunk16", func(c *Config) { c.MaxNumBatchedTokens = 16 }},
+		{"chunk33-blocksize8", func(c *Config) { c.MaxNumBatchedTokens = 33; c.BlockSize = 8 }},
+		{"two-seqs", func(c *Config) { c.MaxNumSeqs = 2 }},
+		{"preempt", func(c *Config) { c.NumBlocks = 9; c.MaxNumBatchedTokens = 64 }},
+		{"no-prefix-cache", func(c *Config) { c.DisablePrefixCaching = true; c.MaxNumBatchedTokens = 40 }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, tc.mod)
+			res := runToEnd(t, e, submit(t, e, workload()...))
+			for i := range res {
+				if !slices.Equal(res[i].tokens, want[i]) {
+					t.Fatalf("request %d: got %v want %v (%+v)", i, res[i].tokens, want[i], res[i].final)
+				}
+			}
+			s := e.Stats()
+			if s.BlocksUsed != 0 {
+				t.Fatalf("%d blocks leaked", s.BlocksUsed)
+			}
+			if tc.name == "preempt" && s.Preemptions == 0 {
+				t.Fatal("expected preemptions")
+			}
+		})
+	}
+}
+
+func TestPrefixCacheHit(t *testing.T) {
+	e := newEngine(t, nil)
+	p := prompt(70, 3)
+	first := runToEnd(t, e, submit(t, e, greedy("a", p, 5)))
+	second := runToEnd(t, e, submit(t, e, greedy("b", p, 5)))
+	if !slices.Equal(first[0].tokens, second[0].tokens) {
+		t.Fatalf("tokens differ: %v vs %v", first[0].tokens, second[0].tokens)
+	}
+	if first[0].final.NumCachedTokens != 0 || second[0].final.NumCachedTokens != 64 {
+		t.Fatalf("cached tokens %d, %d; want 0, 64", first[0].final.NumCachedTokens, second[0].final.NumCachedTokens)
+	}
+	// A different salt must not hit.
+	r := greedy("c", p, 5)
+	r.CacheSalt = "tenant-2"
+	third := runToEnd(t, e, submit(t, e, r))
+	if third[0].final.NumCachedTokens != 0 {
+		t.Fatalf("salted request hit the cache: %d", third[0].final.NumCachedTokens)
+	}
+	if s := e.Stats(); s.PrefixHitTokens != 64 || s.PrefixQueriedTokens != 210 || s.BlocksUsed != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestSamplingSeeded(t *testing.T) {
+	seed := uint64(42)
+	mk := func(id string) Request {
+		return Request{ID: id, Prompt: prompt(20, 9), Params: SamplingParams{MaxTokens: 16, Temperature: 1.0, Seed: &seed, IgnoreEOS: true}}
+	}
+	e := newEngine(t, nil)
+	a := runToEnd(t, e, submit(t, e, mk("a")))
+	e2 := newEngine(t, func(c *Config) { c.MaxNumBatchedTokens = 5 })
+	b := runToEnd(t, e2, submit(t, e2, greedy("x", prompt(30, 1), 20), mk("b")))
+	if !slices.Equal(a[0].tokens, b[1].tokens) {
+		t.Fatalf("seeded sampling differs: %v vs %v", a[0].tokens, b[1].tokens)
+	}
+	g := runToEnd(t, e, submit(t, e, greedy("g", prompt(20, 9), 16)))
+	if slices.Equal(a[0].tokens, g[0].tokens) {
+		t.Fatal("temperature 1 gave exactly the greedy tokens; sampling is not happening")
+	}
+}
+
+func TestStopConditions(t *testing.T) {
+	e := newEngine(t, nil)
+	ref := runToEnd(t, e, submit(t, e, greedy("ref", prompt(10, 2), 10)))[0].tokens
+	// Stop on a token id that greedy produces at position 3.
+	r := greedy("stop-id", prompt(10, 2), 10)
+	r.Params.StopTokenIDs = []int{ref[3]}
+	got := runToEnd(t, e, submit(t, e, r))[0]
+	idx := slices.Index(ref, ref[3])
+	if got.final.FinishReason != FinishStop || len(got.tokens) != idx+1 {
+		t.Fatalf("stop id: %+v tokens %v ref %v", got.final, got.tokens, ref)
+	}
+	r = greedy("stop-seq", prompt(10, 2), 10)
+	r.Params.StopSequences = [][]int{ref[4:6]}
+	got = runToEnd(t, e, submit(t, e, r))[0]
+	if got.final.FinishReason != FinishStop || !slices.Equal(got.tokens[len(got.tokens)-2:], ref[4:6]) {
+		t.Fatalf("stop seq: %+v tokens %v ref %v", got.final, got.tokens, ref)
+	}
+}
+
+func TestAbort(t *testing.T) {
+	e := newEngine(t, func(c *Config) { c.MaxNumBatchedTokens = 16 })
+	ss := submit(t, e, greedy("keep", prompt(40, 1), 8), greedy("gone", prompt(200, 2), 50))
+	ctx := context.Background()
+	e.Step(ctx)
+	e.Step(ctx)
+	e.Abort("gone")
+	e.Abort("unknown-id")
+	res := runToEnd(t, e, ss)
+	if res[1].final.FinishReason != FinishAbort || res[0].final.FinishReason != FinishLength {
+		t.Fatalf("finish reasons %q %q", res[0].final.FinishReason, res[1].final.FinishReason)
+	}
+	if s := e.Stats(); s.BlocksUsed != 0 {
+		t.Fatalf("%d blocks leaked after abort", s.BlocksUsed)
+	}
+}
+
+func TestSubmitErrors(t *testing.T) {
+	e := newEngine(t, func(c *Config) { c.MaxModelLen = 100; c.MaxWaiting = 2 })
+	tests := []struct {
+		name string
+		req  Request
+		want error
+	}{
+		{"empty prompt", Request{ID: "a", Params: SamplingParams{MaxTokens: 1}}, ErrInvalidRequest},
+		{"no id", Request{Prompt: []int{1}, Params: SamplingParams{MaxTokens: 1}}, ErrInvalidRequest},
+		{"max tokens 0", Request{ID: "a", Prompt: []int{1}}, ErrInvalidRequest},
+		{"too long", greedy("a", prompt(100, 1), 1), ErrInvalidRequest},
+		{"prompt+max too long", greedy("a", prompt(90, 1), 11), ErrInvalidRequest},
+		{"bad token", greedy("a", []int{1, 9999}, 1), ErrInvalidRequest},
+		{"negative temperature", Request{ID: "a", Prompt: []int{1}, Params: SamplingParams{MaxTokens: 1, Temperature: -1}}, ErrInvalidRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := e.Submit(tc.req); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	submit(t, e, greedy("q1", []int{1}, 1), greedy("q2", []int{1}, 1))
+	if _, err := e.Submit(greedy("q1", []int{1}, 1)); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("duplicate id: %v", err)
+	}
+	if _, err := e.Submit(greedy("q3", []int{1}, 1)); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("queue full: %v", err)
+	}
+}
+
+func TestRunServesAndShutsDown(t *testing.T) {
+	e := newEngine(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	s, err := e.Submit(greedy("a", prompt(30, 1), 6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	toks, final, err := s.Collect(rctx)
+	if err != nil || len(toks) != 6 || final.FinishReason != FinishLength {
+		t.Fatalf("collect: %v %v %+v", err, toks, final)
+	}
+	// A reader that goes away aborts its request.
+	s2, err := e.Submit(greedy("b", prompt(30, 2), 500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	if _, _, err := s2.Next(cctx); err != nil {
+		t.Fatal(err)
+	}
+	ccancel()
+	if _, _, err := s2.Next(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("next after cancel: %v", err)
+	}
+	waitFor(t, func() bool { s := e.Stats(); return s.Running == 0 && s.BlocksUsed == 0 })
+	// A long request in flight at shutdown gets an abort.
+	s3, err := e.Submit(greedy("c", prompt(30, 3), 900))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_, final, err = s3.Collect(rctx)
+	if err != nil || final.FinishReason != FinishAbort {
+		t.Fatalf("after shutdown: %v %+v", err, final)
+	}
+	if _, err := e.Submit(greedy("d", []int{1}, 1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("submit after close: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met before the deadline")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,420 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/kvcache-go/mooncake/internal/kvcache"
+	"github.com/kvcache-go/mooncake/internal/model"
+)
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// blocksFor is the number of blocks needed to hold n tokens.
+func (e *Engine) blocksFor(n int) int { return ceilDiv(n, e.cfg.BlockSize) }
+
+// schedule decides this step's work (pure bookkeeping, no model work).
+func (e *Engine) schedule() *SchedulerOutput {
+	out := &SchedulerOutput{Step: e.step}
+	budget := e.cfg.MaxNumBatchedTokens
+	preempted := false
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		r := e.running[i]
+		n := min(len(r.tokens)-r.computed, budget)
+		need := e.blocksFor(r.computed+n) - len(r.blocks)
+		for need > e.pool.NumFree() {
+			victim := e.running[len(e.running)-1]
+			e.preempt(victim)
+			out.PreemptedReqIDs = append(out.PreemptedReqIDs, victim.id)
+			preempted = true
+			if victim == r {
+				break
+			}
+		}
+		if r.status != StatusRunning {
+			break // r itself was preempted
+		}
+		newIDs, _ := e.pool.Allocate(max(need, 0))
+		r.blocks = append(r.blocks, newIDs...)
+		out.Scheduled = append(out.Scheduled, ScheduledRequest{Req: r, NumComputedTokens: r.computed,
+			NumScheduledTokens: n, NewBlockIDs: newIDs, BlockIDs: slices.Clone(r.blocks)})
+		budget -= n
+	}
+	if preempted {
+		return out
+	}
+	for i := 0; i < len(e.waiting) && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs; {
+		r := e.waiting[i]
+		sched, remote, stop, fail := e.admit(r, budget)
+		if fail != nil {
+			e.finish(r, FinishError, fail) // removes r from waiting
+			continue
+		}
+		if stop {
+			break
+		}
+		switch {
+		case remote != nil:
+			e.waiting = slices.Delete(e.waiting, i, i+1)
+			e.remote = append(e.remote, r)
+			out.NewRemoteLoads = append(out.NewRemoteLoads, *remote)
+		case sched != nil:
+			e.waiting = slices.Delete(e.waiting, i, i+1)
+			e.running = append(e.running, r)
+			out.Scheduled = append(out.Scheduled, *sched)
+			budget -= sched.NumScheduledTokens
+		default:
+			i++ // not ready (connector asks to retry)
+		}
+	}
+	e.mu.Lock()
+	e.queued = len(e.waiting) + len(e.inbox)
+	e.mu.Unlock()
+	return out
+}
+
+// admit tries to start waiting request r. It returns the scheduled work, or
+// a remote-load record, or stop (no blocks: stop admitting this step), or a
+// failure; all nil means "ask again next step".
+func (e *Engine) admit(r *ReqState, budget int) (sched, remote *ScheduledRequest, stop bool, fail error) {
+	bs := e.cfg.BlockSize
+	if r.admitted && len(r.blocks) > 0 {
+		// Back from an async load: blocks are in place, computed is set.
+		n := min(len(r.tokens)-r.computed, budget)
+		need := e.blocksFor(r.computed+n) - len(r.blocks)
+		if need > e.pool.NumFree() {
+			return nil, nil, true, nil
+		}
+		newIDs, _ := e.pool.Allocate(max(need, 0))
+		r.blocks = append(r.blocks, newIDs...)
+		r.status = StatusRunning
+		return &ScheduledRequest{Req: r, NumComputedTokens: r.computed, NumScheduledTokens: n,
+			NewBlockIDs: newIDs, BlockIDs: slices.Clone(r.blocks)}, nil, false, nil
+	}
+	// Fresh (or preempted) request: local prefix lookup, then the connector.
+	var hit []int
+	if !e.cfg.DisablePrefixCaching {
+		r.hashes = kvcache.AppendBlockHashes(r.hashes, r.salt, bs, r.tokens)
+		maxBlocks := (len(r.tokens) - 1) / bs
+		hit = e.pool.Lookup(r.hashes[:min(maxBlocks, len(r.hashes))])
+	}
+	numLocal := len(hit) * bs
+	n, async, err := e.conn.GetNumNewMatchedTokens(r, numLocal)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("%w: get matched tokens: %w", ErrConnector, err)
+	}
+	if n == MatchPending {
+		return nil, nil, false, nil
+	}
+	if n < 0 || (n > 0 && numLocal+n > len(r.prompt)) {
+		return nil, nil, false, fmt.Errorf("%w: connector matched %d tokens beyond %d local of a %d-token prompt", ErrConnector, n, numLocal, len(r.prompt))
+	}
+	start := numLocal + n
+	nNew := 0
+	if !async {
+		start = min(start, len(r.tokens)-1)
+		nNew = min(len(r.tokens)-start, budget)
+	}
+	freeHit := 0
+	for _, id := range hit {
+		if e.pool.RefCount(id) == 0 {
+			freeHit++
+		}
+	}
+	need := e.blocksFor(max(start+nNew, numLocal+n)) - len(hit)
+	if need > e.pool.NumFree()-freeHit {
+		return nil, nil, true, nil
+	}
+	e.pool.Touch(hit)
+	newIDs, _ := e.pool.Allocate(need)
+	r.blocks = append(slices.Clone(hit), newIDs...)
+	r.numHashed = len(hit)
+	r.numLocal, r.numExternal, r.invalidFrom, r.admitted = numLocal, n, -1, true
+	r.computed = numLocal
+	if r.numPreemption == 0 {
+		e.counters.PrefixQueriedTokens += uint64(len(r.prompt))
+		e.counters.PrefixHitTokens += uint64(min(numLocal, len(r.prompt)))
+		e.counters.ExternalTokens += uint64(n)
+	}
+	e.conn.UpdateStateAfterAlloc(r, slices.Clone(r.blocks), n)
+	rec := &ScheduledRequest{Req: r, NumComputedTokens: numLocal, NumScheduledTokens: nNew, NewBlockIDs: newIDs, BlockIDs: slices.Clone(r.blocks)}
+	if async {
+		r.computed = numLocal
+		r.status = StatusWaitingForRemoteKVs
+		return nil, rec, false, nil
+	}
+	r.computed = start
+	if r.cachedHit == 0 && r.numPreemption == 0 {
+		r.cachedHit = start
+	}
+	rec.NumComputedTokens = start
+	r.status = StatusRunning
+	return rec, nil, false, nil
+}
+
+// preempt frees r's blocks; it will recompute (its generated tokens are kept).
+func (e *Engine) preempt(r *ReqState) {
+	e.running = slices.DeleteFunc(e.running, func(x *ReqState) bool { return x == r })
+	e.pool.Free(r.blocks)
+	r.blocks, r.computed, r.numHashed, r.status = nil, 0, 0, StatusWaiting
+	r.admitted = false
+	r.numPreemption++
+	e.counters.Preemptions++
+	e.waiting = append([]*ReqState{r}, e.waiting...)
+}
+
+// execute runs the worker side of a step: connector hooks and the forward.
+func (e *Engine) execute(ctx context.Context, out *SchedulerOutput, meta any) ([][]float32, error) {
+	e.conn.BindConnectorMeta(meta)
+	var err error
+	if err = e.conn.StartLoadKV(ctx); err != nil {
+		err = fmt.Errorf("%w: start load: %w", ErrConnector, err)
+	}
+	var logits [][]float32
+	if err == nil && len(out.Scheduled) > 0 {
+		seqs := make([]model.Seq, len(out.Scheduled))
+		for i, s := range out.Scheduled {
+			r := s.Req
+			seqs[i] = model.Seq{Tokens: r.tokens[s.NumComputedTokens : s.NumComputedTokens+s.NumScheduledTokens],
+				Start: s.NumComputedTokens, BlockTable: s.BlockIDs, Logits: s.NumComputedTokens+s.NumScheduledTokens == len(r.tokens)}
+		}
+		logits, err = e.model.Forward(seqs, e.regions, e.cfg.BlockSize, model.Hooks{
+			BeforeAttention: func(l int) error {
+				if err := e.conn.WaitForLayerLoad(ctx, l); err != nil {
+					return fmt.Errorf("%w: wait for layer %d load: %w", ErrConnector, l, err)
+				}
+				return nil
+			},
+			AfterAttention: func(l int) error {
+				if err := e.conn.SaveKVLayer(ctx, l); err != nil {
+					return fmt.Errorf("%w: save layer %d: %w", ErrConnector, l, err)
+				}
+				return nil
+			},
+		})
+	}
+	if werr := e.conn.WaitForSave(ctx); werr != nil && err == nil {
+		err = fmt.Errorf("%w: wait for save: %w", ErrConnector, werr)
+	}
+	return logits, err
+}
+
+// update applies the step's results: connector reports, sampled tokens,
+// finished requests. It reports whether a request moved back to waiting.
+func (e *Engine) update(out *SchedulerOutput, logits [][]float32, execErr error) (moved bool) {
+	finishedIDs := e.finished
+	e.finished = nil
+	doneSending, doneRecving := e.conn.GetFinished(finishedIDs)
+	invalid := e.conn.GetBlockIDsWithLoadErrors()
+	e.conn.ClearConnectorMeta()
+	e.conn.UpdateConnectorOutput(ConnectorOutput{FinishedSending: doneSending, FinishedRecving: doneRecving, InvalidBlockIDs: invalid})
+
+	if execErr != nil {
+		for _, s := range out.Scheduled {
+			if s.Req.status == StatusRunning {
+				e.finish(s.Req, FinishError, execErr)
+			}
+		}
+	}
+	// Load errors: find the owners of invalid blocks.
+	if len(invalid) > 0 {
+		bad := map[int]bool{}
+		for _, id := range invalid {
+			bad[id] = true
+			e.pool.DropHash(id)
+		}
+		for _, list := range [][]*ReqState{slices.Clone(e.running), slices.Clone(e.remote)} {
+			for _, r := range list {
+				first := -1
+				lo := r.numLocal / e.cfg.BlockSize
+				hi := min(e.blocksFor(r.numLocal+r.numExternal), len(r.blocks))
+				for bi := lo; bi < hi; bi++ {
+					if bad[r.blocks[bi]] {
+						first = bi
+						break
+					}
+				}
+				if first < 0 {
+					continue
+				}
+				if e.cfg.KVLoadFailurePolicy == PolicyFail {
+					e.finish(r, FinishError, fmt.Errorf("%w: block %d of request %s", ErrKVLoad, r.blocks[first], r.id))
+					continue
+				}
+				pos := first * e.cfg.BlockSize
+				if r.invalidFrom < 0 || pos < r.invalidFrom {
+					r.invalidFrom = pos
+				}
+			}
+		}
+	}
+	for _, id := range doneSending {
+		if blocks, ok := e.delayed[id]; ok {
+			e.pool.Free(blocks)
+			delete(e.delayed, id)
+		}
+	}
+	for _, id := range doneRecving {
+		i := slices.IndexFunc(e.remote, func(r *ReqState) bool { return r.id == id })
+		if i < 0 {
+			continue
+		}
+		r := e.remote[i]
+		e.remote = slices.Delete(e.remote, i, i+1)
+		c := r.numLocal + r.numExternal
+		if r.invalidFrom >= 0 {
+			c = min(c, r.invalidFrom)
+			r.invalidFrom = -1
+		}
+		c = min(c, len(r.tokens)-1)
+		r.computed = c
+		r.cachedHit = c
+		r.status = StatusWaiting
+		e.cacheBlocks(r)
+		// Keep arrival order among waiting requests.
+		e.waiting = append(e.waiting, r)
+		moved = true
+	}
+	// Sampled tokens.
+	for i, s := range out.Scheduled {
+		r := s.Req
+		if r.status != StatusRunning {
+			continue
+		}
+		if r.invalidFrom >= 0 {
+			// Recompute from the first bad block; drop this step's work.
+			r.computed = min(r.computed, r.invalidFrom)
+			r.numHashed = min(r.numHashed, r.invalidFrom/e.cfg.BlockSize)
+			r.invalidFrom = -1
+			continue
+		}
+		r.computed += s.NumScheduledTokens
+		if r.computed <= len(r.prompt) {
+			e.counters.PromptTokens += uint64(s.NumScheduledTokens)
+		}
+		e.cacheBlocks(r)
+		if r.computed < len(r.tokens) {
+			continue // mid-prefill chunk
+		}
+		tok := e.sample(r, logits[i])
+		r.tokens = append(r.tokens, tok)
+		e.counters.GeneratedTokens++
+		r.stream.push([]int{tok}, nil)
+		if reason := e.stopReason(r); reason != "" {
+			e.finish(r, reason, nil)
+		}
+	}
+	return moved
+}
+
+// cacheBlocks registers r's newly full, computed blocks in the prefix cache.
+func (e *Engine) cacheBlocks(r *ReqState) {
+	if e.cfg.DisablePrefixCaching {
+		return
+	}
+	full := min(r.computed/e.cfg.BlockSize, len(r.blocks))
+	if full <= r.numHashed {
+		return
+	}
+	r.hashes = kvcache.AppendBlockHashes(r.hashes, r.salt, e.cfg.BlockSize, r.tokens[:full*e.cfg.BlockSize])
+	for i := r.numHashed; i < full; i++ {
+		e.pool.SetHash(r.blocks[i], r.hashes[i])
+	}
+	r.numHashed = full
+}
+
+func (e *Engine) sample(r *ReqState, logits []float32) int {
+	if r.params.Temperature == 0 {
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	probs := make([]float64, len(logits))
+	var sum float64
+	for i, v := range logits {
+		p := math.Exp((float64(v) - mx) / r.params.Temperature)
+		probs[i] = p
+		sum += p
+	}
+	x := r.rng.Float64() * sum
+	for i, p := range probs {
+		x -= p
+		if x < 0 {
+			return i
+		}
+	}
+	return len(probs) - 1
+}
+
+func (e *Engine) stopReason(r *ReqState) string {
+	out := r.tokens[len(r.prompt):]
+	last := out[len(out)-1]
+	if !r.params.IgnoreEOS && slices.Contains(e.cfg.EOSTokenIDs, last) {
+		return FinishStop
+	}
+	if slices.Contains(r.params.StopTokenIDs, last) {
+		return FinishStop
+	}
+	for _, s := range r.params.StopSequences {
+		if len(out) >= len(s) && slices.Equal(out[len(out)-len(s):], s) {
+			return FinishStop
+		}
+	}
+	if len(out) >= r.params.MaxTokens || len(r.tokens) >= e.cfg.MaxModelLen {
+		return FinishLength
+	}
+	return ""
+}
+
+// finish ends r: connector RequestFinished, blocks freed or delayed, final output.
+func (e *Engine) finish(r *ReqState, reason string, err error) {
+	if r.status == StatusFinished {
+		return
+	}
+	e.running = slices.DeleteFunc(e.running, func(x *ReqState) bool { return x == r })
+	e.waiting = slices.DeleteFunc(e.waiting, func(x *ReqState) bool { return x == r })
+	e.remote = slices.DeleteFunc(e.remote, func(x *ReqState) bool { return x == r })
+	r.status = StatusFinished
+	r.finishReason = reason
+	blocks := r.blocks
+	delay, params := e.conn.RequestFinished(r, slices.Clone(blocks))
+	if len(blocks) > 0 {
+		if delay {
+			e.delayed[r.id] = blocks
+		} else {
+			e.pool.Free(blocks)
+		}
+	}
+	r.blocks = nil
+	e.finished = append(e.finished, r.id)
+	e.mu.Lock()
+	delete(e.ids, r.id)
+	e.mu.Unlock()
+	if err == nil && reason == FinishError {
+		err = errors.New("engine: request failed")
+	}
+	r.stream.push(nil, &Output{RequestID: r.id, Finished: true, FinishReason: reason, Err: err,
+		KVTransferParams: params, NumPromptTokens: len(r.prompt), NumOutputTokens: len(r.tokens) - len(r.prompt),
+		NumCachedTokens: r.cachedHit})
+}
+
+func (e *Engine) publishStats() {
+	s := e.counters
+	s.Running, s.Waiting, s.WaitingForRemote, s.DelayedFree = len(e.running), len(e.waiting), len(e.remote), len(e.delayed)
+	s.BlocksTotal, s.BlocksUsed, s.BlocksFree, s.BlocksCached = e.pool.NumBlocks(), e.pool.NumUsed(), e.pool.NumFree(), e.pool.NumCached()
+	s.Steps = e.step
+	e.statsMu.Lock()
+	e.stats = s
+	e.statsMu.Unlock()
+}

@@ -1,0 +1,115 @@
+package model
+
+import (
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// dot is the only reduction kernel of the model: every matmul output element
+// and every attention score is one call, with one fixed summation order (four
+// interleaved partial sums combined as (s0+s1)+(s2+s3), then the tail). This
+// is what makes results independent of batch composition and chunking.
+func dot(a, b []float32) float32 {
+	n := len(a)
+	b = b[:n]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	s := (s0 + s1) + (s2 + s3)
+	for ; i < n; i++ {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+// parFor runs fn(worker, i) for i in [0,n) on up to workers goroutines,
+// handing out indexes dynamically. Which goroutine runs an index never
+// changes the result: each index writes disjoint outputs.
+func parFor(workers, n int, fn func(worker, i int)) {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	if workers > n {
+		workers = n
+	}
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(0, i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(w, i)
+			}
+		}(w)
+	}
+	wg.Wait()
+}
+
+const (
+	rowTile = 8
+	colTile = 32
+)
+
+// matmul computes out[r][c] = dot(x[r], w[c]) for x [rows][in], w [cols][in].
+func matmul(workers int, out, x, w []float32, rows, in, cols int) {
+	rt := (rows + rowTile - 1) / rowTile
+	ct := (cols + colTile - 1) / colTile
+	parFor(workers, rt*ct, func(_, t int) {
+		r0, c0 := (t/ct)*rowTile, (t%ct)*colTile
+		r1, c1 := min(r0+rowTile, rows), min(c0+colTile, cols)
+		for c := c0; c < c1; c++ {
+			wc := w[c*in : (c+1)*in]
+			for r := r0; r < r1; r++ {
+				out[r*cols+c] = dot(x[r*in:(r+1)*in], wc)
+			}
+		}
+	})
+}
+
+// rmsnorm writes w * x / sqrt(mean(x^2)+eps) for every row.
+func rmsnorm(workers int, out, x, w []float32, rows, n int, eps float64) {
+	parFor(workers, rows, func(_, r int) {
+		xr := x[r*n : (r+1)*n]
+		or := out[r*n : (r+1)*n]
+		ss := dot(xr, xr)
+		inv := float32(1 / math.Sqrt(float64(ss)/float64(n)+eps))
+		for i, v := range xr {
+			or[i] = (v * inv) * w[i]
+		}
+	})
+}
+
+// rope rotates each head of v (heads*dim floats) in place by position pos,
+// pairing element i with i+dim/2 (the Hugging Face Llama convention).
+func rope(v []float32, heads, dim int, cos, sin []float32) {
+	half := dim / 2
+	for h := 0; h < heads; h++ {
+		x := v[h*dim : (h+1)*dim]
+		for i := 0; i < half; i++ {
+			x1, x2 := x[i], x[i+half]
+			c, s := cos[i], sin[i]
+			x[i] = x1*c - x2*s
+			x[i+half] = x2*c + x1*s
+		}
+	}
+}
+
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
