@@ -231,7 +231,7 @@ func (c *mapConnector) RequestFinished(req *ReqState, blockIDs []int) (bool, map
 }
 
 func (c *mapConnector) RegisterKVCaches(kv KVCaches) error { c.kv = kv; c.log("register"); return nil }
-func (c *mapConnector) BindConnectorMeta(meta any)        { c.meta = meta.(*mapMeta); c.log("bind") }
+func (c *mapConnector) BindConnectorMeta(meta any)         { c.meta = meta.(*mapMeta); c.log("bind") }
 
 func (c *mapConnector) copyIn(j *loadJob, layer int) {
 	c.store.mu.Lock()

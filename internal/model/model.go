@@ -170,4 +170,6 @@ func NewBuiltin(name string, seed uint64) (*Model, error) {
 }
 
 // KVBytesPerToken is the KV cache size of one token over all layers (float32 K and V).
-func (c *Config) KVBytesPerToken() int { return 2 * c.NumHiddenLayers * c.NumKeyValueHeads * c.Dim() * 4 }
+func (c *Config) KVBytesPerToken() int {
+	return 2 * c.NumHiddenLayers * c.NumKeyValueHeads * c.Dim() * 4
+}

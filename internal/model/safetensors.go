@@ -22,8 +22,8 @@ const maxHeader = 100 << 20
 
 // STEntry is one tensor in a safetensors header.
 type STEntry struct {
-	DType       string  `json:"dtype"`
-	Shape       []int   `json:"shape"`
+	DType       string   `json:"dtype"`
+	Shape       []int    `json:"shape"`
 	DataOffsets [2]int64 `json:"data_offsets"`
 }
 
