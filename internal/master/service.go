@@ -211,3 +211,13 @@ func (s *Service) List(_ context.Context, r *pb.ListRequest) (*pb.ListResponse, 
 	}
 	return out, nil
 }
+
+// QuerySegment implements MasterService.
+func (s *Service) QuerySegment(_ context.Context, r *pb.SegmentRequest) (*pb.SegmentInfo, error) {
+	si, err := s.m.Segment(r.Name)
+	if err != nil {
+		return &pb.SegmentInfo{Status: status(err)}, nil
+	}
+	return &pb.SegmentInfo{Status: status(nil), Segment: &pb.Segment{Name: si.Name, Endpoint: si.Endpoint, Base: si.Base, Size: si.Size},
+		ClientId: si.Client, Used: si.Used, Capacity: si.Capacity, Objects: int64(si.Objects), Draining: si.Draining}, nil
+}

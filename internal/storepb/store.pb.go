@@ -1759,6 +1759,142 @@ func (x *ListResponse) GetNext() string {
 	return ""
 }
 
+type SegmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SegmentRequest) Reset() {
+	*x = SegmentRequest{}
+	mi := &file_store_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegmentRequest) ProtoMessage() {}
+
+func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegmentRequest.ProtoReflect.Descriptor instead.
+func (*SegmentRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SegmentRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SegmentInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Segment       *Segment               `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	ClientId      string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Used          uint64                 `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	Capacity      uint64                 `protobuf:"varint,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Objects       int64                  `protobuf:"varint,6,opt,name=objects,proto3" json:"objects,omitempty"`
+	Draining      bool                   `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SegmentInfo) Reset() {
+	*x = SegmentInfo{}
+	mi := &file_store_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegmentInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegmentInfo) ProtoMessage() {}
+
+func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
+func (*SegmentInfo) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SegmentInfo) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *SegmentInfo) GetSegment() *Segment {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
+func (x *SegmentInfo) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *SegmentInfo) GetUsed() uint64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *SegmentInfo) GetCapacity() uint64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *SegmentInfo) GetObjects() int64 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+func (x *SegmentInfo) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 var File_store_proto protoreflect.FileDescriptor
 
 const file_store_proto_rawDesc = "" +
@@ -1875,12 +2011,23 @@ const file_store_proto_rawDesc = "" +
 	"\fListResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12.\n" +
 	"\x04keys\x18\x02 \x03(\v2\x1a.mooncake.store.v1.KeyInfoR\x04keys\x12\x12\n" +
-	"\x04next\x18\x03 \x01(\tR\x04next2\xaf\f\n" +
+	"\x04next\x18\x03 \x01(\tR\x04next\"$\n" +
+	"\x0eSegmentRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xf9\x01\n" +
+	"\vSegmentInfo\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x124\n" +
+	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12\x12\n" +
+	"\x04used\x18\x04 \x01(\x04R\x04used\x12\x1a\n" +
+	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x12\x18\n" +
+	"\aobjects\x18\x06 \x01(\x03R\aobjects\x12\x1a\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining2\x82\r\n" +
 	"\rMasterService\x12G\n" +
 	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponse\x12Q\n" +
 	"\fMountSegment\x12&.mooncake.store.v1.MountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12W\n" +
 	"\x0fRemountSegments\x12).mooncake.store.v1.RemountSegmentsRequest\x1a\x19.mooncake.store.v1.Status\x12U\n" +
-	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12S\n" +
+	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12Q\n" +
+	"\fQuerySegment\x12!.mooncake.store.v1.SegmentRequest\x1a\x1e.mooncake.store.v1.SegmentInfo\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12b\n" +
 	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12E\n" +
 	"\x06PutEnd\x12 .mooncake.store.v1.PutEndRequest\x1a\x19.mooncake.store.v1.Status\x12T\n" +
@@ -1910,7 +2057,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_store_proto_goTypes = []any{
 	(*Status)(nil),                 // 0: mooncake.store.v1.Status
 	(*Segment)(nil),                // 1: mooncake.store.v1.Segment
@@ -1943,6 +2090,8 @@ var file_store_proto_goTypes = []any{
 	(*ListRequest)(nil),            // 28: mooncake.store.v1.ListRequest
 	(*KeyInfo)(nil),                // 29: mooncake.store.v1.KeyInfo
 	(*ListResponse)(nil),           // 30: mooncake.store.v1.ListResponse
+	(*SegmentRequest)(nil),         // 31: mooncake.store.v1.SegmentRequest
+	(*SegmentInfo)(nil),            // 32: mooncake.store.v1.SegmentInfo
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
@@ -1964,49 +2113,53 @@ var file_store_proto_depIdxs = []int32{
 	0,  // 16: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
 	0,  // 17: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
 	29, // 18: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
-	4,  // 19: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
-	6,  // 20: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	7,  // 21: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
-	8,  // 22: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	9,  // 23: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	11, // 24: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	13, // 25: mooncake.store.v1.MasterService.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	14, // 26: mooncake.store.v1.MasterService.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	15, // 27: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	17, // 28: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	18, // 29: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
-	17, // 30: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
-	17, // 31: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
-	18, // 32: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
-	23, // 33: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	24, // 34: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	25, // 35: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	26, // 36: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	28, // 37: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
-	5,  // 38: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
-	0,  // 39: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
-	0,  // 40: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.Status
-	0,  // 41: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
-	10, // 42: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	12, // 43: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	0,  // 44: mooncake.store.v1.MasterService.PutEnd:output_type -> mooncake.store.v1.Status
-	16, // 45: mooncake.store.v1.MasterService.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatus
-	0,  // 46: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
-	19, // 47: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
-	20, // 48: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
-	19, // 49: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
-	21, // 50: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
-	22, // 51: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
-	0,  // 52: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.Status
-	16, // 53: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchStatus
-	27, // 54: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	27, // 55: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	30, // 56: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
-	38, // [38:57] is the sub-list for method output_type
-	19, // [19:38] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	0,  // 19: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
+	1,  // 20: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
+	4,  // 21: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
+	6,  // 22: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	7,  // 23: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
+	8,  // 24: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	31, // 25: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
+	9,  // 26: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	11, // 27: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	13, // 28: mooncake.store.v1.MasterService.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
+	14, // 29: mooncake.store.v1.MasterService.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
+	15, // 30: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	17, // 31: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	18, // 32: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
+	17, // 33: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
+	17, // 34: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
+	18, // 35: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
+	23, // 36: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	24, // 37: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	25, // 38: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	26, // 39: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	28, // 40: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
+	5,  // 41: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
+	0,  // 42: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
+	0,  // 43: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.Status
+	0,  // 44: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
+	32, // 45: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
+	10, // 46: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	12, // 47: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	0,  // 48: mooncake.store.v1.MasterService.PutEnd:output_type -> mooncake.store.v1.Status
+	16, // 49: mooncake.store.v1.MasterService.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatus
+	0,  // 50: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
+	19, // 51: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
+	20, // 52: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
+	19, // 53: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
+	21, // 54: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
+	22, // 55: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
+	0,  // 56: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.Status
+	16, // 57: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchStatus
+	27, // 58: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	27, // 59: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	30, // 60: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
+	41, // [41:61] is the sub-list for method output_type
+	21, // [21:41] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -2020,7 +2173,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

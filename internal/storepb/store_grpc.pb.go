@@ -27,6 +27,7 @@ const (
 	MasterService_MountSegment_FullMethodName        = "/mooncake.store.v1.MasterService/MountSegment"
 	MasterService_RemountSegments_FullMethodName     = "/mooncake.store.v1.MasterService/RemountSegments"
 	MasterService_UnmountSegment_FullMethodName      = "/mooncake.store.v1.MasterService/UnmountSegment"
+	MasterService_QuerySegment_FullMethodName        = "/mooncake.store.v1.MasterService/QuerySegment"
 	MasterService_PutStart_FullMethodName            = "/mooncake.store.v1.MasterService/PutStart"
 	MasterService_BatchPutStart_FullMethodName       = "/mooncake.store.v1.MasterService/BatchPutStart"
 	MasterService_PutEnd_FullMethodName              = "/mooncake.store.v1.MasterService/PutEnd"
@@ -52,6 +53,7 @@ type MasterServiceClient interface {
 	MountSegment(ctx context.Context, in *MountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
 	RemountSegments(ctx context.Context, in *RemountSegmentsRequest, opts ...grpc.CallOption) (*Status, error)
 	UnmountSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
+	QuerySegment(ctx context.Context, in *SegmentRequest, opts ...grpc.CallOption) (*SegmentInfo, error)
 	PutStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResponse, error)
 	BatchPutStart(ctx context.Context, in *BatchPutStartRequest, opts ...grpc.CallOption) (*BatchPutStartResponse, error)
 	PutEnd(ctx context.Context, in *PutEndRequest, opts ...grpc.CallOption) (*Status, error)
@@ -113,6 +115,16 @@ func (c *masterServiceClient) UnmountSegment(ctx context.Context, in *UnmountSeg
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Status)
 	err := c.cc.Invoke(ctx, MasterService_UnmountSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterServiceClient) QuerySegment(ctx context.Context, in *SegmentRequest, opts ...grpc.CallOption) (*SegmentInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SegmentInfo)
+	err := c.cc.Invoke(ctx, MasterService_QuerySegment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +289,7 @@ type MasterServiceServer interface {
 	MountSegment(context.Context, *MountSegmentRequest) (*Status, error)
 	RemountSegments(context.Context, *RemountSegmentsRequest) (*Status, error)
 	UnmountSegment(context.Context, *UnmountSegmentRequest) (*Status, error)
+	QuerySegment(context.Context, *SegmentRequest) (*SegmentInfo, error)
 	PutStart(context.Context, *PutStartRequest) (*PutStartResponse, error)
 	BatchPutStart(context.Context, *BatchPutStartRequest) (*BatchPutStartResponse, error)
 	PutEnd(context.Context, *PutEndRequest) (*Status, error)
@@ -315,6 +328,9 @@ func (UnimplementedMasterServiceServer) RemountSegments(context.Context, *Remoun
 }
 func (UnimplementedMasterServiceServer) UnmountSegment(context.Context, *UnmountSegmentRequest) (*Status, error) {
 	return nil, status.Error(codes.Unimplemented, "method UnmountSegment not implemented")
+}
+func (UnimplementedMasterServiceServer) QuerySegment(context.Context, *SegmentRequest) (*SegmentInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method QuerySegment not implemented")
 }
 func (UnimplementedMasterServiceServer) PutStart(context.Context, *PutStartRequest) (*PutStartResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutStart not implemented")
@@ -450,6 +466,24 @@ func _MasterService_UnmountSegment_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MasterServiceServer).UnmountSegment(ctx, req.(*UnmountSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MasterService_QuerySegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServiceServer).QuerySegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MasterService_QuerySegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServiceServer).QuerySegment(ctx, req.(*SegmentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -746,6 +780,10 @@ var MasterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UnmountSegment",
 			Handler:    _MasterService_UnmountSegment_Handler,
+		},
+		{
+			MethodName: "QuerySegment",
+			Handler:    _MasterService_QuerySegment_Handler,
 		},
 		{
 			MethodName: "PutStart",
