@@ -1,0 +1,34 @@
+// Package server is the OpenAI-compatible HTTP API of the reference engine.
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions (JSON or SSE
+// streaming with "data: [DONE]"), GET /v1/models, GET /health (200 while
+// serving, 503 before and during shutdown), GET /metrics (Prometheus text:
+// time to first token and time per output token histograms, running and
+// waiting requests, KV blocks used/free/cached, prefix-cache hit rate,
+// token and request counters).
+//
+// Requests: prompt as a string (encoded with the byte-level tokenizer after
+// <|bos|>) or as token ids; messages for chat (string content or text parts,
+// rendered with the tokenizer's chat template); max_tokens (or
+// max_completion_tokens), temperature (default 1; 0 = greedy), seed, stop
+// (string or up to 4 strings; the matched stop string is not returned),
+// stream and stream_options.include_usage, ignore_eos, cache_salt (prefix
+// cache namespace), kv_transfer_params (handed to the engine's KV connector;
+// what the connector returns from RequestFinished comes back as the
+// response's top-level kv_transfer_params, as in vLLM), and the extension
+// return_token_ids (the response carries prompt_token_ids and per-choice
+// token_ids). An X-Request-Id header becomes the engine request id (the
+// id a connector sees). Unknown fields, wrong types, n != 1, logprobs,
+// penalties, top_p != 1, echo, suffix and best_of are rejected.
+//
+// Errors are OpenAI-style JSON {"error": {"message", "type", "param",
+// "code"}}: 400 for bad input (malformed JSON, wrong types, empty prompt,
+// prompt longer than the context, max_tokens <= 0 or too large), 404 for an
+// unknown model, 429 when the engine's waiting queue is full, 503 while
+// shutting down. A client that disconnects aborts its request, which frees
+// its KV blocks.
+//
+// New(cfg) builds a Server around an engine; Serve(ctx, ln) runs the
+// engine and the HTTP server on ln (listen on 127.0.0.1:0 in tests) until
+// ctx ends.
+package server
