@@ -4,7 +4,12 @@ import "github.com/spf13/cobra"
 
 // extraCommands lists the top-level subcommands besides bench, in help order.
 // Each entry's constructor lives in its own file (serve.go, proxy.go, ...).
-var extraCommands = []func() *cobra.Command{}
+var extraCommands = []func() *cobra.Command{
+	newServeCmd, // reference inference engine (issue 3)
+	newModelCmd, // model init (issue 3)
+}
 
 // benchCommands lists the `mooncake bench ...` subcommands.
-var benchCommands = []func() *cobra.Command{}
+var benchCommands = []func() *cobra.Command{
+	newBenchServeCmd, // reference engine (issue 3)
+}

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // dot is the only reduction kernel of the model: every matmul output element
@@ -113,3 +114,38 @@ func rope(v []float32, heads, dim int, cos, sin []float32) {
 }
 
 func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+// KernelFLOPS measures the float32 multiply-add rate of the model's matmul
+// kernel on workers goroutines for about d: the compute limit the forward
+// pass is judged against (2 FLOPs per multiply-add).
+func KernelFLOPS(workers int, d time.Duration) float64 {
+	const rows, in, cols = 64, 256, 640
+	x := make([]float32, rows*in)
+	w := make([]float32, cols*in)
+	out := make([]float32, rows*cols)
+	for i := range x {
+		x[i] = float32(i%7) * 0.1
+	}
+	for i := range w {
+		w[i] = float32(i%5) * 0.1
+	}
+	start := time.Now()
+	n := 0
+	for time.Since(start) < d {
+		matmul(workers, out, x, w, rows, in, cols)
+		n++
+	}
+	return float64(n) * 2 * rows * in * cols / time.Since(start).Seconds()
+}
+
+// FLOPsPerToken estimates the forward FLOPs of one token at position pos
+// (0-based): 2 per weight of the layers and the output head, plus attention
+// scores and the weighted sum over pos+1 keys.
+func (m *Model) FLOPsPerToken(pos int) float64 {
+	c := m.Config
+	h, d := c.HiddenSize, c.Dim()
+	perLayer := h*c.NumAttentionHeads*d*2 + h*c.NumKeyValueHeads*d*2 + 3*h*c.IntermediateSize
+	weights := c.NumHiddenLayers*perLayer + c.VocabSize*h
+	attn := 4 * c.NumHiddenLayers * c.NumAttentionHeads * d * (pos + 1)
+	return float64(2*weights + attn)
+}
