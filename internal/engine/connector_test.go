@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConnectorHookOrder(t *testing.T) {
@@ -160,5 +162,46 @@ func TestConnectorDelayFree(t *testing.T) {
 	}
 	if res[0].final.KVTransferParams["saved_blocks"] != 3 {
 		t.Fatalf("kv_transfer_params %v", res[0].final.KVTransferParams)
+	}
+}
+
+// TestRunPollsConnector: under Run, an idle engine keeps stepping while a
+// connector holds delay-freed blocks, so they are released without new work.
+func TestRunPollsConnector(t *testing.T) {
+	store := newStore()
+	c := &mapConnector{store: store, delayFree: 5, save: true}
+	e := newEngine(t, func(cfg *Config) { cfg.Connector = c; cfg.PollInterval = time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	s, err := e.Submit(greedy("a", prompt(40, 1), 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	if _, out, err := s.Collect(rctx); err != nil || out.KVTransferParams["saved_blocks"] != 3 {
+		t.Fatalf("collect: %v %+v", err, out)
+	}
+	waitFor(t, func() bool { st := e.Stats(); return st.BlocksUsed == 0 && st.DelayedFree == 0 })
+	// An async load also completes under Run.
+	b := newEngine(t, func(cfg *Config) { cfg.Connector = &mapConnector{store: store, load: true, async: true} })
+	bctx, bcancel := context.WithCancel(context.Background())
+	bdone := make(chan error, 1)
+	go func() { bdone <- b.Run(bctx) }()
+	defer func() {
+		bcancel()
+		<-bdone
+	}()
+	s2, err := b.Submit(greedy("b", prompt(40, 1), 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, out, err := s2.Collect(rctx); err != nil || out.NumCachedTokens != 32 {
+		t.Fatalf("async load under Run: %v %+v", err, out)
 	}
 }
