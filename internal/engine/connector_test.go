@@ -205,3 +205,48 @@ func TestRunPollsConnector(t *testing.T) {
 		t.Fatalf("async load under Run: %v %+v", err, out)
 	}
 }
+
+// pendingConnector answers MatchPending a few times, or fails.
+type pendingConnector struct {
+	NoopConnector
+	pending int
+	err     error
+	calls   int
+}
+
+func (c *pendingConnector) GetNumNewMatchedTokens(*ReqState, int) (int, bool, error) {
+	c.calls++
+	if c.err != nil {
+		return 0, false, c.err
+	}
+	if c.calls <= c.pending {
+		return MatchPending, false, nil
+	}
+	return 0, false, nil
+}
+
+func TestConnectorMatchPendingAndError(t *testing.T) {
+	pc := &pendingConnector{pending: 3}
+	e := newEngine(t, func(c *Config) { c.Connector = pc })
+	ss := submit(t, e, greedy("a", prompt(20, 1), 3))
+	for range 3 {
+		if _, poll := e.Step(t.Context()); !poll {
+			t.Fatal("a pending match should make the engine poll")
+		}
+		if s := e.Stats(); s.Waiting != 1 || s.BlocksUsed != 0 {
+			t.Fatalf("pending request was admitted: %+v", s)
+		}
+	}
+	if res := runToEnd(t, e, ss); res[0].final.FinishReason != FinishLength || pc.calls != 4 {
+		t.Fatalf("after pending: %+v, %d calls", res[0].final, pc.calls)
+	}
+	fc := &pendingConnector{err: errors.New("boom")}
+	e2 := newEngine(t, func(c *Config) { c.Connector = fc })
+	res := runToEnd(t, e2, submit(t, e2, greedy("b", prompt(20, 1), 3)))
+	if res[0].final.FinishReason != FinishError || !errors.Is(res[0].final.Err, ErrConnector) {
+		t.Fatalf("connector error: %+v", res[0].final)
+	}
+	if e2.Stats().BlocksUsed != 0 {
+		t.Fatal("blocks leaked")
+	}
+}

@@ -85,6 +85,12 @@
 // must report every async load and every delayed free eventually (with its
 // own timeouts): the engine holds those blocks until it does.
 //
+// Abort and failure: RequestFinished is also called for aborted requests,
+// including ones waiting for remote KV. A connector that may still write
+// into (or read from) a finished request's blocks must return delayFree and
+// report the id in doneSending once its transfer has stopped; otherwise the
+// blocks are reused at once.
+//
 // Request.KVTransferParams (the HTTP request's kv_transfer_params) is
 // visible to the connector through ReqState.KVTransferParams, together with
 // the prompt tokens, the request id and the block table.

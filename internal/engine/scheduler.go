@@ -102,7 +102,12 @@ func (e *Engine) admit(r *ReqState, budget int) (sched, remote *ScheduledRequest
 		hit = e.pool.Lookup(r.hashes[:min(maxBlocks, len(r.hashes))])
 	}
 	numLocal := len(hit) * bs
-	n, async, err := e.conn.GetNumNewMatchedTokens(r, numLocal)
+	n, async, err := 0, false, error(nil)
+	if numLocal < len(r.prompt) {
+		// A preempted request may hit beyond its prompt; then there is
+		// nothing for the connector to add.
+		n, async, err = e.conn.GetNumNewMatchedTokens(r, numLocal)
+	}
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("%w: get matched tokens: %w", ErrConnector, err)
 	}
