@@ -7,6 +7,7 @@ import "github.com/spf13/cobra"
 var extraCommands = []func() *cobra.Command{
 	newServeCmd, // reference inference engine (issue 3)
 	newModelCmd, // model init (issue 3)
+	newProxyCmd, // P/D proxy (issue 4)
 }
 
 // benchCommands lists the `mooncake bench ...` subcommands.

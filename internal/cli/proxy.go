@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcache-go/mooncake/internal/proxy"
+)
+
+func newProxyCmd() *cobra.Command {
+	var (
+		cfg     proxy.Config
+		host    string
+		port    int
+		verbose bool
+	)
+	cmd := &cobra.Command{
+		Use:   "proxy",
+		Short: "OpenAI-compatible front door of a prefill/decode disaggregated cluster",
+		Long: `Dispatch each completion request to one prefill and one decode instance at the same time
+(the decode instance pulls the KV cache from the prefill instance) and stream decode's answer back.
+--prefill URL[,bootstrap=HOST:PORT] and --decode URL are repeatable. The bootstrap registry of a
+prefill instance defaults to the URL's host at port 8998. The first line on stdout reports the
+address bound. Endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level := slog.LevelInfo
+			if verbose {
+				level = slog.LevelDebug
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			p, err := proxy.New(cfg)
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			defer p.Close()
+			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				return err
+			}
+			p.Start()
+			fmt.Fprintf(cmd.OutOrStdout(), "proxy listening on http://%s (%d prefill, %d decode)\n",
+				ln.Addr(), len(cfg.Prefill), len(cfg.Decode))
+			return p.Serve(cmd.Context(), ln)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
+	f.IntVar(&port, "port", 8000, "HTTP port (0 picks a free port)")
+	f.StringArrayVar(&cfg.Prefill, "prefill", nil, "prefill instance URL[,bootstrap=HOST:PORT] (repeatable)")
+	f.StringArrayVar(&cfg.Decode, "decode", nil, "decode instance URL (repeatable)")
+	f.StringVar(&cfg.PrefillPolicy, "prefill-policy", proxy.PolicyKVAware, "round-robin, least-loaded or kvcache-aware")
+	f.StringVar(&cfg.DecodePolicy, "decode-policy", proxy.PolicyLeastLoaded, "round-robin, least-loaded or kvcache-aware")
+	f.DurationVar(&cfg.HealthInterval, "health-interval", 2*time.Second, "period of the instance health checks")
+	f.IntVar(&cfg.FailAfter, "fail-after", 2, "failed health checks before an instance leaves rotation")
+	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Minute, "bound on each upstream request")
+	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
+	return cmd
+}

@@ -1,0 +1,59 @@
+// Package proxy is the OpenAI-compatible front door of a prefill/decode
+// (P/D) disaggregated cluster: `mooncake proxy` and the proxy inside
+// `mooncake up`.
+//
+// # Request flow
+//
+// For each POST /v1/completions or /v1/chat/completions the proxy:
+//
+//  1. parses the body as a JSON object (400 otherwise; 413 over MaxBodyBytes);
+//  2. picks a healthy prefill instance (default policy kvcache-aware) and a
+//     healthy decode instance (default least-loaded); 503 with an OpenAI-style
+//     error object naming the role when none is healthy;
+//  3. mints transfer_id "xfer-<uuid>" and sends both halves at the same time:
+//     to prefill the request with max_tokens=1, stream=false and
+//     kv_transfer_params {do_remote_decode:true, do_remote_prefill:false,
+//     transfer_id}; to decode the original request plus kv_transfer_params
+//     {do_remote_prefill:true, do_remote_decode:false, remote_bootstrap_addr,
+//     remote_engine_id, transfer_id};
+//  4. relays decode's status, headers and bytes unchanged, flushing after
+//     every read (SSE passthrough), adding the header X-Transfer-Id.
+//
+// The prefill answer is only status-checked. If prefill refuses the request
+// as malformed (4xx) before decode has answered, decode is cancelled and the
+// client gets prefill's answer. Other prefill failures are left to decode's
+// connector, which never waits for ever (it fails the request or recomputes,
+// by its policy). If the decode instance cannot be reached the client gets
+// 502, the instance leaves rotation and the prefill half is cancelled and
+// released. If the client disconnects, both upstream requests are cancelled
+// and the prefill instance's bootstrap registry is told to release the
+// transfer (POST /release {"transfer_id"}), so no KV block is stranded.
+//
+// # Instances and health
+//
+// A decode instance is a base URL. A prefill instance is a base URL,
+// optionally followed by ",bootstrap=HOST:PORT" (default: the URL's host at
+// port 8998). Every HealthInterval each instance is probed: GET /health must
+// answer 200, and for prefill GET http://BOOTSTRAP/query must return its
+// engine_id and at least one registered worker. An instance leaves rotation
+// after FailAfter consecutive failed probes, or at once when a request cannot
+// connect to it; one successful probe puts it back (no permanent blacklist).
+// Instances start out of rotation until their first good probe.
+//
+// # Policies
+//
+// Policy is a pure interface (no I/O, no clock): round-robin, least-loaded
+// (fewest in-flight requests, ties shared) and kvcache-aware, Mooncake's
+// conductor reduced to what a proxy can know: prompts are cut into 64-byte
+// text blocks hashed in a chain, the proxy remembers (LRU) which blocks it
+// sent to which instance, and picks the lowest
+// InFlight*QueueCostBlocks + unmatched blocks.
+//
+// # Endpoints
+//
+// /v1/completions, /v1/chat/completions, /v1/models (from a decode instance),
+// /health (200 when each role has a healthy instance, JSON per instance),
+// /metrics (Prometheus text: requests by endpoint and code, upstream errors,
+// 503s by role, client disconnects, decode first-byte latency, per-instance
+// health and in-flight gauges).
+package proxy

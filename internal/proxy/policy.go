@@ -1,0 +1,229 @@
+package proxy
+
+import (
+	"container/list"
+	"fmt"
+	"hash/fnv"
+	"sync"
+)
+
+// Load is what a Policy sees of one candidate instance: its stable ID (the
+// instance URL) and the number of requests the proxy has in flight on it.
+type Load struct {
+	ID       string
+	InFlight int
+}
+
+// Policy chooses one instance among healthy candidates. It is pure (no I/O,
+// no clock): Pick sees the prompt's prefix-block hashes and the candidates'
+// loads and returns an index into cands; Routed tells it where the request
+// went so cache-aware policies can learn. cands is never empty.
+type Policy interface {
+	Pick(blocks []uint64, cands []Load) int
+	Routed(id string, blocks []uint64)
+}
+
+// Policy names accepted by Config.PrefillPolicy / Config.DecodePolicy.
+const (
+	PolicyRoundRobin  = "round-robin"
+	PolicyLeastLoaded = "least-loaded"
+	PolicyKVAware     = "kvcache-aware"
+)
+
+// NewPolicy returns the policy called name.
+func NewPolicy(name string) (Policy, error) {
+	switch name {
+	case PolicyRoundRobin, "":
+		return &RoundRobin{}, nil
+	case PolicyLeastLoaded:
+		return &LeastLoaded{}, nil
+	case PolicyKVAware:
+		return NewKVAware(KVAwareConfig{}), nil
+	}
+	return nil, fmt.Errorf("proxy: unknown policy %q (want %s, %s or %s)", name,
+		PolicyRoundRobin, PolicyLeastLoaded, PolicyKVAware)
+}
+
+// RoundRobin cycles through the candidates in order.
+type RoundRobin struct {
+	mu   sync.Mutex
+	next uint64
+}
+
+// Pick implements Policy.
+func (p *RoundRobin) Pick(_ []uint64, cands []Load) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := int(p.next % uint64(len(cands)))
+	p.next++
+	return i
+}
+
+// Routed implements Policy (no-op).
+func (p *RoundRobin) Routed(string, []uint64) {}
+
+// LeastLoaded picks the candidate with the fewest requests in flight; ties
+// are broken round-robin so equal instances share the work.
+type LeastLoaded struct {
+	mu   sync.Mutex
+	next uint64
+}
+
+// Pick implements Policy.
+func (p *LeastLoaded) Pick(_ []uint64, cands []Load) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := int(p.next % uint64(len(cands)))
+	p.next++
+	best := start
+	for k := 1; k < len(cands); k++ {
+		i := (start + k) % len(cands)
+		if cands[i].InFlight < cands[best].InFlight {
+			best = i
+		}
+	}
+	return best
+}
+
+// Routed implements Policy (no-op).
+func (p *LeastLoaded) Routed(string, []uint64) {}
+
+// KVAwareConfig tunes KVAware. Zero fields take defaults.
+type KVAwareConfig struct {
+	// QueueCostBlocks is the estimated prefill cost of one request already in
+	// flight on an instance, in blocks (default 16).
+	QueueCostBlocks int
+	// MaxBlocksPerInstance bounds the remembered block hashes per instance
+	// (LRU; default 65536).
+	MaxBlocksPerInstance int
+}
+
+// KVAware is the conductor-style cache-aware policy: it remembers which
+// prefix blocks it sent to each instance and picks the instance with the
+// lowest estimated time to first token, in block units:
+//
+//	score = InFlight*QueueCostBlocks + (len(blocks) - matchedPrefix)
+//
+// where matchedPrefix is the longest run of leading blocks the instance has
+// seen. Ties go to the lowest index after a round-robin rotation.
+type KVAware struct {
+	cfg  KVAwareConfig
+	mu   sync.Mutex
+	next uint64
+	inst map[string]*blockLRU
+}
+
+// NewKVAware returns a KVAware policy.
+func NewKVAware(cfg KVAwareConfig) *KVAware {
+	if cfg.QueueCostBlocks <= 0 {
+		cfg.QueueCostBlocks = 16
+	}
+	if cfg.MaxBlocksPerInstance <= 0 {
+		cfg.MaxBlocksPerInstance = 65536
+	}
+	return &KVAware{cfg: cfg, inst: make(map[string]*blockLRU)}
+}
+
+// Matched returns how many leading blocks instance id is believed to hold.
+func (p *KVAware) Matched(id string, blocks []uint64) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.matchedLocked(id, blocks)
+}
+
+func (p *KVAware) matchedLocked(id string, blocks []uint64) int {
+	c := p.inst[id]
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for _, h := range blocks {
+		if !c.has(h) {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// Pick implements Policy.
+func (p *KVAware) Pick(blocks []uint64, cands []Load) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := int(p.next % uint64(len(cands)))
+	p.next++
+	best, bestScore := -1, 0
+	for k := 0; k < len(cands); k++ {
+		i := (start + k) % len(cands)
+		score := cands[i].InFlight*p.cfg.QueueCostBlocks + len(blocks) - p.matchedLocked(cands[i].ID, blocks)
+		if best < 0 || score < bestScore {
+			best, bestScore = i, score
+		}
+	}
+	return best
+}
+
+// Routed implements Policy: instance id now holds blocks.
+func (p *KVAware) Routed(id string, blocks []uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.inst[id]
+	if c == nil {
+		c = newBlockLRU(p.cfg.MaxBlocksPerInstance)
+		p.inst[id] = c
+	}
+	for _, h := range blocks {
+		c.touch(h)
+	}
+}
+
+// blockLRU is a bounded set of block hashes with least-recently-used eviction.
+type blockLRU struct {
+	max   int
+	order *list.List
+	items map[uint64]*list.Element
+}
+
+func newBlockLRU(max int) *blockLRU {
+	return &blockLRU{max: max, order: list.New(), items: make(map[uint64]*list.Element)}
+}
+
+func (c *blockLRU) has(h uint64) bool { _, ok := c.items[h]; return ok }
+
+func (c *blockLRU) touch(h uint64) {
+	if e, ok := c.items[h]; ok {
+		c.order.MoveToFront(e)
+		return
+	}
+	c.items[h] = c.order.PushFront(h)
+	for c.order.Len() > c.max {
+		e := c.order.Back()
+		c.order.Remove(e)
+		delete(c.items, e.Value.(uint64))
+	}
+}
+
+// PromptBlocks cuts text into blockBytes-sized blocks and returns their
+// chained hashes (each hash covers its block and every block before it), so
+// equal hashes mean equal prefixes. The proxy works on text, not tokens: a
+// block of 64 bytes is roughly 16 tokens. A trailing partial block is not
+// hashed (as an engine does not cache partial blocks).
+func PromptBlocks(text string, blockBytes int) []uint64 {
+	if blockBytes <= 0 {
+		blockBytes = 64
+	}
+	n := len(text) / blockBytes
+	out := make([]uint64, 0, n)
+	var prev [8]byte
+	for i := 0; i < n; i++ {
+		h := fnv.New64a()
+		h.Write(prev[:])
+		h.Write([]byte(text[i*blockBytes : (i+1)*blockBytes]))
+		v := h.Sum64()
+		for k := 0; k < 8; k++ {
+			prev[k] = byte(v >> (8 * k))
+		}
+		out = append(out, v)
+	}
+	return out
+}

@@ -1,0 +1,700 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Role names used in metrics and errors.
+const (
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// ErrNoInstance is returned (as HTTP 503) when no healthy instance of a role
+// is available.
+var ErrNoInstance = errors.New("proxy: no healthy instance")
+
+// errPrefillRejected cancels the decode half when prefill refused the request
+// as malformed (4xx): the client gets prefill's answer.
+var errPrefillRejected = errors.New("proxy: prefill rejected the request")
+
+type instance struct {
+	role      string
+	url       string
+	bootstrap string // prefill only
+
+	inflight atomic.Int64
+
+	mu       sync.Mutex
+	healthy  bool
+	fails    int
+	engineID string
+	lastErr  string
+}
+
+func (in *instance) snapshot() (healthy bool, engineID, lastErr string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.healthy, in.engineID, in.lastErr
+}
+
+// Proxy is the OpenAI-compatible front door of a P/D cluster. Build it with
+// New, call Start to begin health checks, serve Handler, and Close it.
+type Proxy struct {
+	cfg     Config
+	log     *slog.Logger
+	prefill []*instance
+	decode  []*instance
+	pPol    Policy
+	dPol    Policy
+
+	reg         *prometheus.Registry
+	mRequests   *prometheus.CounterVec
+	mUpErrors   *prometheus.CounterVec
+	mNoInst     *prometheus.CounterVec
+	mDisconnect prometheus.Counter
+	mTTFB       prometheus.Histogram
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	start  sync.Once
+	closed sync.Once
+}
+
+// New validates cfg and returns a Proxy. No goroutine runs until Start.
+// Instances are out of rotation until their first successful health check
+// (CheckNow or Start).
+func New(cfg Config) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	for _, s := range cfg.Prefill {
+		sp, _ := ParsePrefillSpec(s)
+		p.prefill = append(p.prefill, &instance{role: RolePrefill, url: sp.URL, bootstrap: sp.Bootstrap})
+	}
+	for _, s := range cfg.Decode {
+		u, _ := parseBaseURL(s)
+		p.decode = append(p.decode, &instance{role: RoleDecode, url: u})
+	}
+	p.pPol, _ = NewPolicy(cfg.PrefillPolicy)
+	p.dPol, _ = NewPolicy(cfg.DecodePolicy)
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.initMetrics()
+	return p, nil
+}
+
+func (p *Proxy) initMetrics() {
+	p.reg = prometheus.NewRegistry()
+	p.mRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mooncake_proxy_requests_total", Help: "Client requests by endpoint and HTTP status code.",
+	}, []string{"endpoint", "code"})
+	p.mUpErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mooncake_proxy_upstream_errors_total", Help: "Failed upstream requests (network error or 5xx) by role and instance.",
+	}, []string{"role", "instance"})
+	p.mNoInst = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mooncake_proxy_no_instance_total", Help: "Requests refused with 503 because no instance of a role was healthy.",
+	}, []string{"role"})
+	p.mDisconnect = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "mooncake_proxy_client_disconnects_total", Help: "Requests whose client went away before the answer ended; both upstream halves were cancelled.",
+	})
+	p.mTTFB = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "mooncake_proxy_decode_first_byte_seconds", Help: "Time from request arrival to decode's response headers.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
+	gauge := func(name, help string, f func(*instance) float64) {
+		for _, in := range append(append([]*instance{}, p.prefill...), p.decode...) {
+			in := in
+			p.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: name, Help: help, ConstLabels: prometheus.Labels{"role": in.role, "instance": in.url},
+			}, func() float64 { return f(in) }))
+		}
+	}
+	gauge("mooncake_proxy_instance_healthy", "1 if the instance is in rotation.", func(in *instance) float64 {
+		if h, _, _ := in.snapshot(); h {
+			return 1
+		}
+		return 0
+	})
+	gauge("mooncake_proxy_instance_inflight", "Requests in flight on the instance.", func(in *instance) float64 {
+		return float64(in.inflight.Load())
+	})
+	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mDisconnect, p.mTTFB)
+}
+
+// Start begins the periodic health checks. It returns at once.
+func (p *Proxy) Start() {
+	p.start.Do(func() {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			t := time.NewTicker(p.cfg.HealthInterval)
+			defer t.Stop()
+			for {
+				p.CheckNow(p.ctx)
+				select {
+				case <-p.ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	})
+}
+
+// Close stops health checks, cancels background upstream requests and waits
+// for every goroutine the proxy started.
+func (p *Proxy) Close() error {
+	p.closed.Do(func() { p.cancel() })
+	p.wg.Wait()
+	return nil
+}
+
+// Ready reports whether every configured instance is healthy.
+func (p *Proxy) Ready() bool {
+	for _, in := range append(append([]*instance{}, p.prefill...), p.decode...) {
+		if h, _, _ := in.snapshot(); !h {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckNow runs one round of health checks on every instance concurrently
+// and returns when all are done.
+func (p *Proxy) CheckNow(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, in := range append(append([]*instance{}, p.prefill...), p.decode...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, p.cfg.HealthTimeout)
+			defer cancel()
+			engineID, err := p.check(cctx, in)
+			p.record(in, engineID, err)
+		}()
+	}
+	wg.Wait()
+}
+
+func (p *Proxy) check(ctx context.Context, in *instance) (string, error) {
+	if err := p.getOK(ctx, in.url+"/health", nil); err != nil {
+		return "", err
+	}
+	if in.role != RolePrefill {
+		return "", nil
+	}
+	var q struct {
+		EngineID string            `json:"engine_id"`
+		Workers  []json.RawMessage `json:"workers"`
+	}
+	if err := p.getOK(ctx, "http://"+in.bootstrap+"/query", &q); err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	if q.EngineID == "" || len(q.Workers) == 0 {
+		return "", fmt.Errorf("bootstrap %s: no engine id or no registered worker yet", in.bootstrap)
+	}
+	return q.EngineID, nil
+}
+
+func (p *Proxy) getOK(ctx context.Context, u string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.cfg.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
+	}
+	if into != nil {
+		if err := json.Unmarshal(b, into); err != nil {
+			return fmt.Errorf("GET %s: %w", u, err)
+		}
+	}
+	return nil
+}
+
+func (p *Proxy) record(in *instance, engineID string, err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err == nil {
+		if !in.healthy {
+			p.log.Info("instance in rotation", "role", in.role, "instance", in.url)
+		}
+		in.healthy, in.fails, in.lastErr = true, 0, ""
+		if engineID != "" {
+			in.engineID = engineID
+		}
+		return
+	}
+	in.fails++
+	in.lastErr = err.Error()
+	if in.healthy && in.fails >= p.cfg.FailAfter {
+		in.healthy = false
+		p.log.Warn("instance out of rotation", "role", in.role, "instance", in.url, "err", err)
+	}
+}
+
+// markDown takes an instance out of rotation at once after a failed upstream
+// connection; the next successful health check puts it back.
+func (p *Proxy) markDown(in *instance, err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.healthy {
+		p.log.Warn("instance out of rotation", "role", in.role, "instance", in.url, "err", err)
+	}
+	in.healthy = false
+	in.fails = p.cfg.FailAfter
+	in.lastErr = err.Error()
+}
+
+func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint64) (*instance, error) {
+	var cands []*instance
+	var loads []Load
+	for _, in := range pool {
+		if h, eid, _ := in.snapshot(); h && (role != RolePrefill || eid != "") {
+			cands = append(cands, in)
+			loads = append(loads, Load{ID: in.url, InFlight: int(in.inflight.Load())})
+		}
+	}
+	if len(cands) == 0 {
+		p.mNoInst.WithLabelValues(role).Inc()
+		return nil, fmt.Errorf("%w: no healthy %s instance available (0 of %d healthy)", ErrNoInstance, role, len(pool))
+	}
+	in := cands[pol.Pick(blocks, loads)]
+	pol.Routed(in.url, blocks)
+	return in, nil
+}
+
+// Handler returns the proxy's HTTP handler: /v1/completions,
+// /v1/chat/completions, /v1/models, /health, /metrics.
+func (p *Proxy) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/completions", p.serveGenerate)
+	mux.HandleFunc("/v1/chat/completions", p.serveGenerate)
+	mux.HandleFunc("/v1/models", p.serveModels)
+	mux.HandleFunc("/health", p.serveHealth)
+	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// Serve serves Handler on ln until ctx is cancelled, then shuts the server
+// down (bounded) and returns.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	<-errc
+	return nil
+}
+
+type instanceStatus struct {
+	Role     string `json:"role"`
+	URL      string `json:"url"`
+	Healthy  bool   `json:"healthy"`
+	InFlight int64  `json:"inflight"`
+	EngineID string `json:"engine_id,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
+	var st []instanceStatus
+	okP, okD := false, false
+	for _, in := range append(append([]*instance{}, p.prefill...), p.decode...) {
+		h, eid, le := in.snapshot()
+		st = append(st, instanceStatus{Role: in.role, URL: in.url, Healthy: h, InFlight: in.inflight.Load(), EngineID: eid, Error: le})
+		if h && in.role == RolePrefill {
+			okP = true
+		}
+		if h && in.role == RoleDecode {
+			okD = true
+		}
+	}
+	code, status := http.StatusOK, "ok"
+	if !p.Ready() {
+		status = "degraded"
+	}
+	if !okP || !okD {
+		code, status = http.StatusServiceUnavailable, "unavailable"
+	}
+	writeJSON(w, code, map[string]any{"status": status, "instances": st})
+}
+
+func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
+	in, err := p.choose(&RoundRobin{}, RoleDecode, p.decode, nil)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
+		return
+	}
+	req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, in.url+"/v1/models", nil)
+	resp, err := p.cfg.Client.Do(req)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("decode instance %s: %v", in.url, err))
+		return
+	}
+	defer resp.Body.Close()
+	copyHeaders(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+type prefillResult struct {
+	status int
+	body   []byte
+	err    error
+}
+
+// serveGenerate is the P/D dispatch: both halves are sent at once; decode's
+// bytes are relayed to the client unchanged.
+func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
+	endpoint := r.URL.Path
+	code := p.generate(w, r, endpoint)
+	p.mRequests.WithLabelValues(endpoint, fmt.Sprint(code)).Inc()
+}
+
+func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string) int {
+	if r.Method != http.MethodPost {
+		return writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "use POST")
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", fmt.Sprintf("request body over %d bytes", mbe.Limit))
+		}
+		return writeError(w, http.StatusBadRequest, "invalid_request_error", "reading body: "+err.Error())
+	}
+	req, err := decodeObject(raw)
+	if err != nil {
+		return writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+	}
+	blocks := PromptBlocks(PromptText(endpoint, req), p.cfg.BlockBytes)
+	pre, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks)
+	if err != nil {
+		return writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
+	}
+	dec, err := p.choose(p.dPol, RoleDecode, p.decode, blocks)
+	if err != nil {
+		return writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
+	}
+	_, engineID, _ := pre.snapshot()
+	tid := "xfer-" + uuid.NewString()
+	preBody, decBody := BuildBodies(req, tid, pre.bootstrap, engineID)
+	t0 := time.Now()
+
+	// The decode half dies with the client (r.Context()). The prefill half
+	// outlives this handler (its blocks must be computed for the pull), but is
+	// cancelled if the client goes away or the proxy closes.
+	decCtx, decCancel := context.WithCancelCause(r.Context())
+	defer decCancel(nil)
+	preCtx, preCancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.cfg.RequestTimeout)
+	stopOnClose := context.AfterFunc(p.ctx, preCancel)
+	stopOnClient := context.AfterFunc(r.Context(), preCancel)
+
+	var (
+		mu        sync.Mutex
+		committed bool // decode's answer is being relayed
+		rejected  bool // prefill's 4xx cancelled decode
+	)
+	preDone := make(chan prefillResult, 1)
+	pre.inflight.Add(1)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer preCancel()
+		defer stopOnClose()
+		defer pre.inflight.Add(-1)
+		res := p.post(preCtx, pre, endpoint, preBody, r.Header, true)
+		if res.err == nil && res.status >= 400 && res.status < 500 {
+			mu.Lock()
+			if !committed {
+				rejected = true
+				decCancel(errPrefillRejected)
+			}
+			mu.Unlock()
+		}
+		if res.err != nil && preCtx.Err() == nil {
+			p.log.Warn("prefill half failed", "instance", pre.url, "transfer_id", tid, "err", res.err)
+		}
+		preDone <- res
+	}()
+
+	dec.inflight.Add(1)
+	defer dec.inflight.Add(-1)
+	resp, err := p.send(decCtx, dec, endpoint, decBody, r.Header)
+	mu.Lock()
+	if err == nil && !rejected {
+		committed = true
+	}
+	wasRejected := rejected
+	mu.Unlock()
+	if wasRejected {
+		if resp != nil {
+			resp.Body.Close()
+		}
+		res := <-preDone
+		stopOnClient()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(res.status)
+		w.Write(res.body)
+		return res.status
+	}
+	if err != nil {
+		if r.Context().Err() != nil {
+			p.mDisconnect.Inc()
+			p.release(pre, tid)
+			return 499
+		}
+		p.mUpErrors.WithLabelValues(RoleDecode, dec.url).Inc()
+		p.markDown(dec, err)
+		stopOnClient()
+		preCancel()
+		p.release(pre, tid)
+		return writeError(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("decode instance %s failed: %v", dec.url, err))
+	}
+	defer resp.Body.Close()
+	p.mTTFB.Observe(time.Since(t0).Seconds())
+	if resp.StatusCode >= 500 {
+		p.mUpErrors.WithLabelValues(RoleDecode, dec.url).Inc()
+	}
+	copyHeaders(w.Header(), resp.Header)
+	w.Header().Set("X-Transfer-Id", tid)
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				break
+			}
+			rc.Flush()
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	if r.Context().Err() != nil {
+		// The client went away mid-answer: decode's request is cancelled with
+		// r.Context(), the prefill half by stopOnClient; tell prefill's
+		// registry to drop the transfer too.
+		p.mDisconnect.Inc()
+		p.release(pre, tid)
+		return 499
+	}
+	stopOnClient()
+	return resp.StatusCode
+}
+
+// release asks pre's bootstrap registry to free the blocks of transfer tid
+// (best effort, bounded, in the background).
+func (p *Proxy) release(pre *instance, tid string) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.HealthTimeout)
+		defer cancel()
+		body, _ := json.Marshal(map[string]string{"transfer_id": tid})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+pre.bootstrap+"/release", bytes.NewReader(body))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := p.cfg.Client.Do(req)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+	}()
+}
+
+func (p *Proxy) send(ctx context.Context, in *instance, endpoint string, body []byte, hdr http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, in.url+endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for _, h := range []string{"Authorization", "X-Request-Id", "Accept"} {
+		if v := hdr.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	return p.cfg.Client.Do(req)
+}
+
+// post sends the prefill half and reads its whole (small) answer.
+func (p *Proxy) post(ctx context.Context, in *instance, endpoint string, body []byte, hdr http.Header, markDown bool) prefillResult {
+	resp, err := p.send(ctx, in, endpoint, body, hdr)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.mUpErrors.WithLabelValues(in.role, in.url).Inc()
+			if markDown {
+				p.markDown(in, err)
+			}
+		}
+		return prefillResult{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 500 {
+		p.mUpErrors.WithLabelValues(in.role, in.url).Inc()
+	}
+	return prefillResult{status: resp.StatusCode, body: b, err: err}
+}
+
+// decodeObject parses a JSON object, keeping numbers exact.
+func decodeObject(raw []byte) (map[string]any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		return nil, fmt.Errorf("request body is not a JSON object: %v", err)
+	}
+	if m == nil {
+		return nil, errors.New("request body is not a JSON object")
+	}
+	if d.More() {
+		return nil, errors.New("request body has trailing data after the JSON object")
+	}
+	return m, nil
+}
+
+// BuildBodies returns the two halves of a P/D request: the prefill body
+// (max_tokens 1, no streaming, do_remote_decode) and the decode body (the
+// original request plus do_remote_prefill and where to pull from).
+func BuildBodies(req map[string]any, transferID, bootstrapAddr, engineID string) (prefill, decode []byte) {
+	pb := make(map[string]any, len(req)+2)
+	db := make(map[string]any, len(req)+1)
+	for k, v := range req {
+		pb[k], db[k] = v, v
+	}
+	pb["max_tokens"] = 1
+	if _, ok := pb["max_completion_tokens"]; ok {
+		pb["max_completion_tokens"] = 1
+	}
+	pb["stream"] = false
+	delete(pb, "stream_options")
+	pb["kv_transfer_params"] = map[string]any{
+		"do_remote_decode": true, "do_remote_prefill": false, "transfer_id": transferID,
+	}
+	db["kv_transfer_params"] = map[string]any{
+		"do_remote_decode": false, "do_remote_prefill": true, "transfer_id": transferID,
+		"remote_bootstrap_addr": bootstrapAddr, "remote_engine_id": engineID,
+	}
+	prefill, _ = json.Marshal(pb)
+	decode, _ = json.Marshal(db)
+	return prefill, decode
+}
+
+// PromptText extracts the prompt text of a completions or chat request, for
+// prefix hashing. Unknown shapes give "".
+func PromptText(endpoint string, req map[string]any) string {
+	var sb strings.Builder
+	if strings.HasSuffix(endpoint, "/chat/completions") {
+		msgs, _ := req["messages"].([]any)
+		for _, m := range msgs {
+			mm, _ := m.(map[string]any)
+			role, _ := mm["role"].(string)
+			sb.WriteString(role)
+			sb.WriteByte(0)
+			switch c := mm["content"].(type) {
+			case string:
+				sb.WriteString(c)
+			case []any:
+				for _, part := range c {
+					pm, _ := part.(map[string]any)
+					if t, ok := pm["text"].(string); ok {
+						sb.WriteString(t)
+					}
+				}
+			}
+			sb.WriteByte(0)
+		}
+		return sb.String()
+	}
+	switch pr := req["prompt"].(type) {
+	case string:
+		return pr
+	case []any:
+		for _, e := range pr {
+			switch v := e.(type) {
+			case string:
+				sb.WriteString(v)
+			case json.Number:
+				sb.WriteString(v.String())
+				sb.WriteByte(' ')
+			case []any:
+				for _, t := range v {
+					fmt.Fprint(&sb, t, " ")
+				}
+			}
+		}
+	}
+	return sb.String()
+}
+
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Transfer-Encoding": true,
+	"Te": true, "Trailer": true, "Upgrade": true, "Content-Length": true,
+}
+
+func copyHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		if hopHeaders[k] {
+			continue
+		}
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+	return code
+}
+
+// writeError writes an OpenAI-style error object.
+func writeError(w http.ResponseWriter, code int, typ, msg string) int {
+	return writeJSON(w, code, map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code}})
+}
