@@ -1,0 +1,71 @@
+// Package inproc is the in-process transport: a process-wide directory of
+// engines by segment name, so that an engine can copy straight to and from
+// another engine's registered memory in the same process (tests and the
+// all-in-one mode). Every access is still bounds-checked by the target's
+// registry.
+package inproc
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/kvcache-go/mooncake/internal/transport/registry"
+)
+
+// Memory is what a peer engine exposes in process.
+type Memory interface {
+	Acquire(addr, n uint64) (registry.Span, error)
+}
+
+// Hub maps segment names to in-process engines' memory.
+type Hub struct {
+	mu   sync.RWMutex
+	mems map[string]Memory
+}
+
+// Default is the process-wide hub.
+var Default = &Hub{}
+
+// Add publishes mem under name.
+func (h *Hub) Add(name string, mem Memory) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mems == nil {
+		h.mems = map[string]Memory{}
+	}
+	if _, ok := h.mems[name]; ok {
+		return fmt.Errorf("inproc: segment %q already in this process", name)
+	}
+	h.mems[name] = mem
+	return nil
+}
+
+// Remove withdraws name.
+func (h *Hub) Remove(name string) {
+	h.mu.Lock()
+	delete(h.mems, name)
+	h.mu.Unlock()
+}
+
+// Lookup finds an in-process engine's memory.
+func (h *Hub) Lookup(name string) (Memory, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	m, ok := h.mems[name]
+	return m, ok
+}
+
+// Copy moves len(local) bytes between local and the peer's [remote, remote+len).
+func Copy(mem Memory, write bool, local []byte, remote uint64) error {
+	s, err := mem.Acquire(remote, uint64(len(local)))
+	if err != nil {
+		return err
+	}
+	if write {
+		copy(s.B, local)
+	} else {
+		copy(local, s.B)
+	}
+	s.Release()
+	return nil
+}

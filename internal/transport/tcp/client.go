@@ -1,0 +1,376 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvcache-go/mooncake/internal/wire"
+)
+
+// Defaults for PeerConfig and ServerConfig.
+const (
+	DefaultLanes     = 4 // bulk lanes, plus one express lane
+	DefaultSliceSize = 256 << 10
+	DefaultSmallMax  = 64 << 10
+	DefaultMaxSlice  = 16 << 20
+)
+
+// PeerConfig shapes the lanes to one peer.
+type PeerConfig struct {
+	Lanes    int    // bulk lanes (>= 1); one express lane is added
+	SmallMax int    // slices up to this size may use the express lane
+	Checksum bool   // send/verify CRC32C per slice
+	MaxSlice uint64 // largest slice the peer accepts (bounds responses too)
+	MaxBatch int    // slices gathered into one writev
+}
+
+func (c *PeerConfig) defaults() {
+	if c.Lanes <= 0 {
+		c.Lanes = DefaultLanes
+	}
+	if c.SmallMax <= 0 {
+		c.SmallMax = DefaultSmallMax
+	}
+	if c.MaxSlice == 0 {
+		c.MaxSlice = DefaultMaxSlice
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 512
+	}
+}
+
+// Completer is told when a slice ends. It runs on a lane goroutine and must
+// not block.
+type Completer interface {
+	OpDone(op *Op, err error)
+}
+
+// Op is one slice: Buf is the local registered memory (source of a WRITE,
+// destination of a READ), Remote the peer's address.
+type Op struct {
+	Write  bool
+	Remote uint64
+	Buf    []byte
+	Done   Completer
+	Tag    int // free for the Completer
+
+	id   uint64
+	lane *lane
+}
+
+// Dialer opens lane i to the peer, handshake done, ready for data.
+type Dialer func(ctx context.Context, lane int) (net.Conn, error)
+
+// Peer is a set of lanes to one peer engine.
+type Peer struct {
+	cfg   PeerConfig
+	lanes []*lane // [0] express
+	dead  atomic.Bool
+	rr    atomic.Uint64
+}
+
+// DialPeer opens all lanes. On error nothing is left open.
+func DialPeer(ctx context.Context, cfg PeerConfig, dial Dialer) (*Peer, error) {
+	cfg.defaults()
+	p := &Peer{cfg: cfg}
+	for i := 0; i <= cfg.Lanes; i++ {
+		c, err := dial(ctx, i)
+		if err != nil {
+			p.Fail(err)
+			p.Wait()
+			return nil, err
+		}
+		l := newLane(p, c)
+		p.lanes = append(p.lanes, l)
+	}
+	return p, nil
+}
+
+// Alive reports whether every lane is still up.
+func (p *Peer) Alive() bool { return !p.dead.Load() }
+
+// Enqueue sends one slice (len(op.Buf) <= MaxSlice). It fails at once if the
+// peer is down; otherwise op.Done is called exactly once later.
+func (p *Peer) Enqueue(op *Op) error {
+	if len(op.Buf) == 0 || uint64(len(op.Buf)) > p.cfg.MaxSlice {
+		return fmt.Errorf("tcp: slice of %d bytes: %w", len(op.Buf), ErrProtocol)
+	}
+	l := p.pick(len(op.Buf))
+	return l.enqueue(op)
+}
+
+func (p *Peer) pick(n int) *lane {
+	start := 1
+	if n <= p.cfg.SmallMax {
+		start = 0
+	}
+	cands := p.lanes[start:]
+	// least queued bytes; ties broken round-robin
+	off := int(p.rr.Add(1) % uint64(len(cands)))
+	best := cands[off]
+	bq := best.queued.Load()
+	for i := 1; i < len(cands) && bq > 0; i++ {
+		c := cands[(off+i)%len(cands)]
+		if q := c.queued.Load(); q < bq {
+			best, bq = c, q
+		}
+	}
+	return best
+}
+
+// Fail closes every lane; their slices complete with err.
+func (p *Peer) Fail(err error) {
+	p.dead.Store(true)
+	for _, l := range p.lanes {
+		l.fail(err)
+	}
+}
+
+// Close is Fail(ErrPeerDown) + Wait.
+func (p *Peer) Close() { p.Fail(fmt.Errorf("tcp: peer closed: %w", ErrPeerDown)); p.Wait() }
+
+// Wait returns when every lane goroutine has exited.
+func (p *Peer) Wait() {
+	for _, l := range p.lanes {
+		l.wg.Wait()
+	}
+}
+
+type lane struct {
+	p      *Peer
+	conn   net.Conn
+	queued atomic.Int64
+	wake   chan struct{}
+	done   chan struct{}
+	wg     sync.WaitGroup
+	exits  atomic.Int32
+
+	mu       sync.Mutex
+	queue    []*Op
+	inflight []*Op
+	head     int
+	nextID   uint64
+	err      error
+}
+
+func newLane(p *Peer, c net.Conn) *lane {
+	l := &lane{p: p, conn: c, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	l.wg.Add(2)
+	go l.writer()
+	go l.reader()
+	return l
+}
+
+func (l *lane) enqueue(op *Op) error {
+	op.lane = l
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.queue = append(l.queue, op)
+	l.mu.Unlock()
+	l.queued.Add(int64(len(op.Buf)))
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Fail closes the lane that op went to.
+func (op *Op) FailLane(err error) {
+	if op.lane != nil {
+		op.lane.p.dead.Store(true)
+		op.lane.fail(err)
+	}
+}
+
+func (l *lane) fail(err error) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.err = err
+	l.mu.Unlock()
+	l.p.dead.Store(true)
+	close(l.done)
+	_ = l.conn.Close()
+}
+
+// exit runs as each goroutine ends; the last one completes what is left.
+func (l *lane) exit() {
+	if l.exits.Add(1) < 2 {
+		return
+	}
+	l.mu.Lock()
+	err := l.err
+	left := append(l.inflight[l.head:], l.queue...)
+	l.inflight, l.queue, l.head = nil, nil, 0
+	l.mu.Unlock()
+	for _, op := range left {
+		l.queued.Add(-int64(len(op.Buf)))
+		op.Done.OpDone(op, err)
+	}
+}
+
+func (l *lane) writer() {
+	defer l.wg.Done()
+	defer l.exit()
+	var (
+		hdrs []byte
+		bufs net.Buffers
+		take []*Op
+	)
+	for {
+		l.mu.Lock()
+		for len(l.queue) == 0 && l.err == nil {
+			l.mu.Unlock()
+			select {
+			case <-l.wake:
+			case <-l.done:
+			}
+			l.mu.Lock()
+		}
+		if l.err != nil {
+			l.mu.Unlock()
+			return
+		}
+		n := min(len(l.queue), l.p.cfg.MaxBatch)
+		take = append(take[:0], l.queue[:n]...)
+		clear(l.queue[:n])
+		l.queue = l.queue[n:]
+		if len(l.queue) == 0 {
+			l.queue = l.queue[:0:0]
+		}
+		for _, op := range take {
+			l.nextID++
+			op.id = l.nextID
+			l.inflight = append(l.inflight, op)
+		}
+		l.mu.Unlock()
+
+		hdrs = hdrs[:0]
+		for _, op := range take {
+			h := wire.ReqHeader{Op: wire.OpRead, ID: op.id, Addr: op.Remote, Length: uint64(len(op.Buf))}
+			if op.Write {
+				h.Op = wire.OpWrite
+			}
+			if l.p.cfg.Checksum {
+				h.Flags = wire.FlagCRC
+				if op.Write {
+					h.CRC = wire.CRC32C(op.Buf)
+				}
+			}
+			var b [wire.ReqHeaderSize]byte
+			h.Put(b[:])
+			hdrs = append(hdrs, b[:]...)
+		}
+		bufs = bufs[:0]
+		start := 0
+		for i, op := range take {
+			if !op.Write {
+				continue
+			}
+			end := (i + 1) * wire.ReqHeaderSize
+			bufs = append(bufs, hdrs[start:end], op.Buf)
+			start = end
+		}
+		if start < len(hdrs) {
+			bufs = append(bufs, hdrs[start:])
+		}
+		clear(take)
+		if _, err := bufs.WriteTo(l.conn); err != nil {
+			l.fail(fmt.Errorf("tcp: write: %w: %w", ErrPeerDown, err))
+			return
+		}
+	}
+}
+
+func (l *lane) reader() {
+	defer l.wg.Done()
+	defer l.exit()
+	r := bufio.NewReaderSize(l.conn, 64<<10)
+	var hb [wire.RespHeaderSize]byte
+	for {
+		if _, err := io.ReadFull(r, hb[:]); err != nil {
+			l.fail(fmt.Errorf("tcp: read: %w: %w", ErrPeerDown, err))
+			return
+		}
+		h, err := wire.DecodeRespHeader(hb[:], l.p.cfg.MaxSlice)
+		if err != nil {
+			l.fail(fmt.Errorf("tcp: %w: %w", ErrProtocol, err))
+			return
+		}
+		l.mu.Lock()
+		if l.head == len(l.inflight) {
+			l.mu.Unlock()
+			l.fail(fmt.Errorf("tcp: %w: unsolicited response %d", ErrProtocol, h.ID))
+			return
+		}
+		op := l.inflight[l.head]
+		if op.id != h.ID {
+			l.mu.Unlock()
+			l.fail(fmt.Errorf("tcp: %w: response id %d, want %d", ErrProtocol, h.ID, op.id))
+			return
+		}
+		l.inflight[l.head] = nil
+		l.head++
+		if l.head == len(l.inflight) {
+			l.inflight, l.head = l.inflight[:0], 0
+		}
+		l.mu.Unlock()
+
+		opErr := statusErr(h.Status)
+		if opErr == nil && !op.Write {
+			if h.Length != uint64(len(op.Buf)) {
+				err := fmt.Errorf("tcp: %w: read returned %d bytes, want %d", ErrProtocol, h.Length, len(op.Buf))
+				l.fail(err)
+				l.finish(op, err)
+				return
+			}
+			if _, err := io.ReadFull(r, op.Buf); err != nil {
+				err = fmt.Errorf("tcp: read payload: %w: %w", ErrPeerDown, err)
+				l.fail(err)
+				l.finish(op, err)
+				return
+			}
+			if h.Flags&wire.FlagCRC != 0 && wire.CRC32C(op.Buf) != h.CRC {
+				opErr = ErrChecksum
+			} else if l.p.cfg.Checksum && h.Flags&wire.FlagCRC == 0 {
+				opErr = fmt.Errorf("%w: peer sent no checksum", ErrChecksum)
+			}
+		} else if h.Length != 0 {
+			l.fail(fmt.Errorf("tcp: %w: unexpected payload", ErrProtocol))
+			l.finish(op, ErrProtocol)
+			return
+		}
+		if opErr != nil {
+			opErr = fmt.Errorf("tcp: %s %#x+%d: %w", opName(op.Write), op.Remote, len(op.Buf), opErr)
+		}
+		l.finish(op, opErr)
+	}
+}
+
+func (l *lane) finish(op *Op, err error) {
+	l.queued.Add(-int64(len(op.Buf)))
+	op.Done.OpDone(op, err)
+}
+
+func opName(w bool) string {
+	if w {
+		return "write"
+	}
+	return "read"
+}
+
+// IsPeerDown reports whether err means the connection broke.
+func IsPeerDown(err error) bool { return errors.Is(err, ErrPeerDown) }

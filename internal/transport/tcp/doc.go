@@ -1,0 +1,30 @@
+// Package tcp is the transfer engine's TCP data path: the lane server that
+// applies peers' READ/WRITE slices to registered memory, and the client Peer
+// that spreads slices over several lanes (TCP connections) to one peer.
+//
+// Wire format: package wire (32-byte request header, 24-byte response
+// header, payload after a WRITE request or an OK READ response).
+//
+// Server (ServeLane): one goroutine per lane reads request headers in order.
+// Every request is bounds-checked by the Memory it is given (one registered
+// buffer, non-zero length); a WRITE payload is read straight from the socket
+// into the registered destination, a READ payload is written straight from the
+// registered source (net.Buffers, i.e. writev, together with any pending
+// response headers). Rejected WRITE payloads are drained so the lane stays in
+// sync. A header that does not decode, or a slice longer than MaxSlice, ends
+// the lane: the caller closes the connection and keeps serving others.
+// Response headers are batched and flushed when the lane has no more input.
+//
+// Client (Peer): lane 0 is the express lane, used only by small slices
+// (<= SmallMax) so that a small transfer never queues behind a large stream;
+// small slices go to whichever lane has the fewest bytes queued, large ones to
+// the least-loaded bulk lane. Each lane has a writer goroutine (gathers queued
+// slices into one writev) and a reader goroutine (matches responses, which
+// come back in order, and reads READ payloads straight into the local
+// destination). Any number of slices may be in flight per lane.
+//
+// Failure: when a lane breaks (peer died, protocol error, Fail called on a
+// deadline) the connection is closed, both goroutines exit, and only then are
+// the queued and in-flight slices completed with the error, so once an Op is
+// completed the lane never touches its buffer again.
+package tcp

@@ -1,0 +1,226 @@
+package wire
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// Frame types on the RPC port.
+const (
+	FrameConnection byte = 0
+	FrameMetadata   byte = 1
+	FrameNotify     byte = 2
+	FrameProbe      byte = 3
+	FrameLane       byte = 4
+)
+
+// MaxControlFrame is the default bound on a control frame (type byte + body).
+const MaxControlFrame = 1 << 20
+
+// Errors returned by the decoders.
+var (
+	ErrFrameTooLarge = errors.New("frame too large")
+	ErrBadFrame      = errors.New("malformed frame")
+)
+
+// WriteFrame writes one control frame.
+func WriteFrame(w io.Writer, typ byte, body []byte) error {
+	buf := make([]byte, 9+len(body))
+	binary.LittleEndian.PutUint64(buf, uint64(len(body))+1)
+	buf[8] = typ
+	copy(buf[9:], body)
+	_, err := w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one control frame of at most max bytes (type + body).
+func ReadFrame(r io.Reader, max int) (typ byte, body []byte, err error) {
+	var hdr [9]byte
+	if _, err := io.ReadFull(r, hdr[:8]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.LittleEndian.Uint64(hdr[:8])
+	if n == 0 {
+		return 0, nil, fmt.Errorf("%w: zero length", ErrBadFrame)
+	}
+	if n > uint64(max) {
+		return 0, nil, fmt.Errorf("%w: %d > %d", ErrFrameTooLarge, n, max)
+	}
+	if _, err := io.ReadFull(r, hdr[8:9]); err != nil {
+		return 0, nil, err
+	}
+	typ = hdr[8]
+	if typ > FrameLane {
+		return 0, nil, fmt.Errorf("%w: unknown type %d", ErrBadFrame, typ)
+	}
+	body = make([]byte, n-1)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, nil, err
+	}
+	return typ, body, nil
+}
+
+// Auth proves knowledge of the shared secret: MAC = HMAC-SHA256(secret, nonce).
+type Auth struct {
+	Nonce []byte `json:"nonce"`
+	MAC   []byte `json:"mac"`
+}
+
+// Notify is a small message for the peer's application.
+type Notify struct {
+	From string `json:"from"`
+	Name string `json:"name"`
+	Msg  []byte `json:"msg"`
+}
+
+// Lane asks to turn the connection into a data lane.
+type Lane struct {
+	Index    int  `json:"index"`
+	Checksum bool `json:"checksum"`
+}
+
+// Control is the JSON body of every control request and reply.
+type Control struct {
+	Auth    *Auth    `json:"auth,omitempty"`
+	Segment *Segment `json:"segment,omitempty"`
+	Notify  *Notify  `json:"notify,omitempty"`
+	Lane    *Lane    `json:"lane,omitempty"`
+	// Replies.
+	OK       bool   `json:"ok,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Code     string `json:"code,omitempty"` // "auth", "bad_request", ...
+	MaxSlice uint64 `json:"max_slice,omitempty"`
+}
+
+// DecodeControl parses a control body and validates what it carries.
+func DecodeControl(body []byte) (Control, error) {
+	var c Control
+	if err := json.Unmarshal(body, &c); err != nil {
+		return Control{}, fmt.Errorf("%w: %v", ErrBadFrame, err)
+	}
+	if c.Segment != nil {
+		if err := c.Segment.Validate(); err != nil {
+			return Control{}, err
+		}
+	}
+	if c.Auth != nil && (len(c.Auth.Nonce) > 64 || len(c.Auth.MAC) > 64) {
+		return Control{}, fmt.Errorf("%w: auth fields too long", ErrBadFrame)
+	}
+	if c.Notify != nil && len(c.Notify.Name) > 4096 {
+		return Control{}, fmt.Errorf("%w: notify name too long", ErrBadFrame)
+	}
+	if c.Lane != nil && (c.Lane.Index < 0 || c.Lane.Index > 1024) {
+		return Control{}, fmt.Errorf("%w: lane index %d", ErrBadFrame, c.Lane.Index)
+	}
+	return c, nil
+}
+
+// Data lane header sizes and codes.
+const (
+	ReqHeaderSize  = 32
+	RespHeaderSize = 24
+
+	OpRead  byte = 0
+	OpWrite byte = 1
+
+	FlagCRC byte = 1
+
+	StatusOK         byte = 0
+	StatusRejected   byte = 1 // bounds check failed or not registered
+	StatusChecksum   byte = 2 // payload CRC mismatch
+	StatusBadRequest byte = 3
+)
+
+// ReqHeader is a data request.
+type ReqHeader struct {
+	Op     byte
+	Flags  byte
+	CRC    uint32
+	ID     uint64
+	Addr   uint64
+	Length uint64
+}
+
+// Put encodes h into b[:ReqHeaderSize].
+func (h *ReqHeader) Put(b []byte) {
+	_ = b[ReqHeaderSize-1]
+	b[0], b[1], b[2], b[3] = h.Op, h.Flags, 0, 0
+	binary.LittleEndian.PutUint32(b[4:], h.CRC)
+	binary.LittleEndian.PutUint64(b[8:], h.ID)
+	binary.LittleEndian.PutUint64(b[16:], h.Addr)
+	binary.LittleEndian.PutUint64(b[24:], h.Length)
+}
+
+// DecodeReqHeader parses and validates a request header; maxLen bounds Length.
+func DecodeReqHeader(b []byte, maxLen uint64) (ReqHeader, error) {
+	if len(b) < ReqHeaderSize {
+		return ReqHeader{}, fmt.Errorf("%w: short request header", ErrBadFrame)
+	}
+	h := ReqHeader{
+		Op: b[0], Flags: b[1],
+		CRC:    binary.LittleEndian.Uint32(b[4:]),
+		ID:     binary.LittleEndian.Uint64(b[8:]),
+		Addr:   binary.LittleEndian.Uint64(b[16:]),
+		Length: binary.LittleEndian.Uint64(b[24:]),
+	}
+	if h.Op != OpRead && h.Op != OpWrite {
+		return ReqHeader{}, fmt.Errorf("%w: opcode %d", ErrBadFrame, h.Op)
+	}
+	if h.Flags&^FlagCRC != 0 || b[2] != 0 || b[3] != 0 {
+		return ReqHeader{}, fmt.Errorf("%w: reserved bits set", ErrBadFrame)
+	}
+	if h.Length > maxLen {
+		return ReqHeader{}, fmt.Errorf("%w: slice %d > %d", ErrFrameTooLarge, h.Length, maxLen)
+	}
+	return h, nil
+}
+
+// RespHeader is a data response.
+type RespHeader struct {
+	Status byte
+	Flags  byte
+	CRC    uint32
+	ID     uint64
+	Length uint64
+}
+
+// Put encodes h into b[:RespHeaderSize].
+func (h *RespHeader) Put(b []byte) {
+	_ = b[RespHeaderSize-1]
+	b[0], b[1], b[2], b[3] = h.Status, h.Flags, 0, 0
+	binary.LittleEndian.PutUint32(b[4:], h.CRC)
+	binary.LittleEndian.PutUint64(b[8:], h.ID)
+	binary.LittleEndian.PutUint64(b[16:], h.Length)
+}
+
+// DecodeRespHeader parses and validates a response header.
+func DecodeRespHeader(b []byte, maxLen uint64) (RespHeader, error) {
+	if len(b) < RespHeaderSize {
+		return RespHeader{}, fmt.Errorf("%w: short response header", ErrBadFrame)
+	}
+	h := RespHeader{
+		Status: b[0], Flags: b[1],
+		CRC:    binary.LittleEndian.Uint32(b[4:]),
+		ID:     binary.LittleEndian.Uint64(b[8:]),
+		Length: binary.LittleEndian.Uint64(b[16:]),
+	}
+	if h.Status > StatusBadRequest {
+		return RespHeader{}, fmt.Errorf("%w: status %d", ErrBadFrame, h.Status)
+	}
+	if h.Flags&^FlagCRC != 0 || b[2] != 0 || b[3] != 0 {
+		return RespHeader{}, fmt.Errorf("%w: reserved bits set", ErrBadFrame)
+	}
+	if h.Length > maxLen {
+		return RespHeader{}, fmt.Errorf("%w: length %d > %d", ErrFrameTooLarge, h.Length, maxLen)
+	}
+	return h, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC32C returns the Castagnoli CRC of b.
+func CRC32C(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

@@ -1,0 +1,126 @@
+package transfer
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+)
+
+// Metadata modes.
+const (
+	MetadataP2P = "P2PHANDSHAKE"
+)
+
+// Transport names, as Config.Transport and as Batch.Transport reports them.
+const (
+	TransportAuto   = "auto"
+	TransportTCP    = "tcp"
+	TransportShm    = "shm"
+	TransportInproc = "inproc"
+)
+
+// Config configures an Engine. The zero value (after defaults) is a P2P
+// engine on 127.0.0.1 with a random RPC port and automatic transports.
+type Config struct {
+	LocalHostname string        // "127.0.0.1" default; the segment name is "host:rpcport"
+	RPCPort       int           // 0 = pick a free port
+	Metadata      string        // "" or "P2PHANDSHAKE" (default), "http://h:p/metadata", "etcd://h:p"
+	Transport     string        // "auto" (default), "tcp", "shm", "inproc"
+	Secret        string        // optional shared secret presented at handshake
+	Checksum      bool          // CRC32C per slice, end to end (TCP)
+	Timeout       time.Duration // per-transfer deadline when ctx has none (30s)
+	Logger        *slog.Logger  // nil = discard
+
+	Lanes     int // TCP bulk lanes per peer (4); one express lane is added
+	SliceSize int // TCP requests are cut into slices of this size (256 KiB)
+	SmallMax  int // slices up to this size may use the express lane (64 KiB)
+	MaxSlice  int // largest slice this engine accepts from a peer (16 MiB)
+	MaxFrame  int // largest control frame accepted (1 MiB)
+	// HandshakeTimeout bounds dialing a peer and each control exchange (5s).
+	HandshakeTimeout time.Duration
+	// MaxNotifies bounds the queue of received notifications (4096).
+	MaxNotifies int
+}
+
+func (c Config) withDefaults() Config {
+	if c.LocalHostname == "" {
+		c.LocalHostname = "127.0.0.1"
+	}
+	if c.Metadata == "" {
+		c.Metadata = MetadataP2P
+	}
+	if c.Transport == "" {
+		c.Transport = TransportAuto
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Lanes == 0 {
+		c.Lanes = 4
+	}
+	if c.SliceSize == 0 {
+		c.SliceSize = 256 << 10
+	}
+	if c.SmallMax == 0 {
+		c.SmallMax = 64 << 10
+	}
+	if c.MaxSlice == 0 {
+		c.MaxSlice = 16 << 20
+	}
+	if c.MaxFrame == 0 {
+		c.MaxFrame = 1 << 20
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 5 * time.Second
+	}
+	if c.MaxNotifies == 0 {
+		c.MaxNotifies = 4096
+	}
+	return c
+}
+
+// Validate checks the configuration (after defaults are applied).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if strings.ContainsAny(c.LocalHostname, " /") {
+		return fmt.Errorf("transfer: config: bad local hostname %q", c.LocalHostname)
+	}
+	if c.RPCPort < 0 || c.RPCPort > 65535 {
+		return fmt.Errorf("transfer: config: rpc port %d out of range", c.RPCPort)
+	}
+	switch {
+	case c.Metadata == MetadataP2P:
+	case strings.HasPrefix(c.Metadata, "http://"):
+	case strings.HasPrefix(c.Metadata, "etcd://"):
+	default:
+		return fmt.Errorf("transfer: config: metadata %q: want P2PHANDSHAKE, http://h:p/metadata or etcd://h:p", c.Metadata)
+	}
+	switch c.Transport {
+	case TransportAuto, TransportTCP, TransportShm, TransportInproc:
+	default:
+		return fmt.Errorf("transfer: config: transport %q: want auto, tcp, shm or inproc", c.Transport)
+	}
+	if c.Timeout < 0 || c.HandshakeTimeout < 0 {
+		return fmt.Errorf("transfer: config: negative timeout")
+	}
+	if c.Lanes < 1 || c.Lanes > 64 {
+		return fmt.Errorf("transfer: config: lanes %d: want 1..64", c.Lanes)
+	}
+	if c.SliceSize < 4096 || c.SliceSize > c.MaxSlice {
+		return fmt.Errorf("transfer: config: slice size %d: want 4096..MaxSlice(%d)", c.SliceSize, c.MaxSlice)
+	}
+	if c.SmallMax < 0 || c.MaxFrame < 4096 || c.MaxNotifies < 1 {
+		return fmt.Errorf("transfer: config: bad limits")
+	}
+	return nil
+}
+
+// hostPort joins the local hostname with a port.
+func (c Config) hostPort(port int) string {
+	return net.JoinHostPort(c.LocalHostname, fmt.Sprint(port))
+}

@@ -1,0 +1,70 @@
+// Package transfer is the Mooncake transfer engine in Go: it moves bytes
+// between registered memory of processes with batched READ/WRITE requests.
+//
+// # Model
+//
+// One Engine per process (more are fine in tests). Its segment is named
+// "host:rpcport" (Name). Memory is registered with RegisterBytes (a Go
+// slice) or Register (raw address + length, for bindings), or allocated with
+// AllocateManaged (memfd-backed, so same-host peers can map it). A Request
+// names a local address inside a locally registered buffer, a remote segment
+// (SegmentID from OpenSegment), a remote address inside ONE buffer that the
+// peer registered, and a length. Submit starts a batch and returns at once;
+// Status polls each task (Mooncake's states), Wait blocks until every task
+// ended and returns the first failure, Free releases the batch. Transfer is
+// all three. When Wait returns, the engine no longer touches the batch's
+// memory, even after a timeout.
+//
+// # Transports
+//
+// Config.Transport chooses: "tcp" always TCP; "inproc" copies directly
+// between engines in this process; "auto" (default) and "shm" use shared
+// memory for a peer on the same host when the remote buffer is a managed
+// (memfd) buffer, and TCP otherwise. Batch.Transport(i) says which served.
+//
+// TCP (internal/transport/tcp): the RPC port also accepts data lanes. Each
+// peer gets Config.Lanes bulk lanes plus one express lane for small slices,
+// so a small transfer never waits behind a large stream. Requests are cut
+// into Config.SliceSize slices spread over the lanes; any number of slices
+// are in flight per lane (pipelined, with request ids); WRITE payloads are
+// sent straight from the registered source with writev and READ payloads are
+// read straight into the registered destination. Config.Checksum adds a
+// CRC32C per slice, end to end.
+//
+// # Discovery
+//
+// Config.Metadata "P2PHANDSHAKE" (default): OpenSegment("host:port") asks
+// the peer's RPC port for its descriptor (Mooncake's handshake framing: u64
+// length + type byte + JSON). "http://h:p/metadata" and "etcd://h:p": the
+// engine publishes its descriptor under mooncake/ram/<segment> and peers read
+// it there.
+//
+// # Integrity and security
+//
+// Every incoming request is checked against the registry (package
+// internal/transport/registry): [addr, addr+len) must lie inside ONE
+// registered buffer, with non-zero length and no overflow; otherwise the
+// initiator's task fails with ErrOutOfBounds and the lane keeps serving.
+// Unregister waits for transfers using the buffer; later ones are rejected.
+// Frames are bounded (MaxFrame for control, MaxSlice for data); a peer that
+// sends garbage loses its connection, nothing else. With Config.Secret set,
+// every connection must open with HMAC-SHA256(secret, nonce) (ErrAuth
+// otherwise). The secret is never sent; a recorded handshake could be
+// replayed by someone who can reach the port, so on untrusted networks use
+// it together with network isolation.
+//
+// # Failure
+//
+// Every batch has a deadline: the ctx deadline given to Submit, or
+// Config.Timeout. When it passes, lanes still carrying the batch are closed
+// and its unfinished tasks end with StatusTimeout/ErrTimeout. A peer that
+// dies fails the slices in flight to it with ErrPeerDown; the next Submit to
+// it dials again. Close fails everything in flight with ErrClosed and waits
+// for every goroutine.
+//
+// # Status of this package
+//
+// Done: the API of helpers/transfer-api.md, in-process and TCP transports,
+// P2P handshake discovery, bounds checking, secrets, checksums, managed
+// memfd buffers. See docs/transfer.md for the rest.
+package transfer
