@@ -125,3 +125,68 @@ func TestRandomWeightsDeterministic(t *testing.T) {
 		t.Fatal("embedding is zero")
 	}
 }
+
+func greedyGen(t *testing.T, m *Model, kv *testKV, p []int, n int, corrupt func()) []int {
+	t.Helper()
+	toks := append([]int(nil), p...)
+	start := 0
+	var out []int
+	for i := 0; i < n; i++ {
+		lg, err := m.Forward([]Seq{{Tokens: toks[start:], Start: start, BlockTable: seqTable(0, 8), Logits: true}}, kv, 16, Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 && corrupt != nil {
+			corrupt()
+		}
+		best := 0
+		for j, v := range lg[0] {
+			if v > lg[0][best] {
+				best = j
+			}
+		}
+		start = len(toks)
+		toks = append(toks, best)
+		out = append(out, best)
+	}
+	return out
+}
+
+// TestOutputDependsOnKV: the random weights are chaotic enough that a wrong
+// KV block changes the greedy tokens, so token equality tests have teeth.
+func TestOutputDependsOnKV(t *testing.T) {
+	for _, name := range BuiltinNames() {
+		m, err := NewBuiltin(name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := prompt(40, 2)
+		kv := newTestKV(t, m, 8)
+		want := greedyGen(t, m, kv, p, 12, nil)
+		kv2 := newTestKV(t, m, 8)
+		got := greedyGen(t, m, kv2, p, 12, func() {
+			_, v := kv2.r.Block(m.Config.NumHiddenLayers-1, 1) // one V block of the last layer
+			for i := range v {
+				v[i] = -v[i]
+			}
+		})
+		if bitsEqual(intsToF(want), intsToF(got)) {
+			t.Fatalf("%s: corrupting one KV block did not change the output %v", name, want)
+		}
+		distinct := map[int]bool{}
+		for _, x := range want {
+			distinct[x] = true
+		}
+		if len(distinct) < 4 {
+			t.Fatalf("%s: degenerate output %v", name, want)
+		}
+	}
+}
+
+func intsToF(a []int) []float32 {
+	f := make([]float32, len(a))
+	for i, v := range a {
+		f[i] = float32(v)
+	}
+	return f
+}
