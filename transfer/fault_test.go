@@ -155,7 +155,11 @@ func TestGarbageAndOversizedFrames(t *testing.T) {
 	lane := map[string][]byte{
 		"oversized slice": hdr(wire.ReqHeader{Op: wire.OpWrite, ID: 1, Addr: uint64(AddrOf(remote)), Length: 2 << 20}),
 		"bad opcode":      hdr(wire.ReqHeader{Op: 9, ID: 1, Addr: uint64(AddrOf(remote)), Length: 8}),
-		"reserved bits":   func() []byte { b := hdr(wire.ReqHeader{Op: wire.OpRead, ID: 1, Addr: 1, Length: 8}); b[2] = 1; return b }(),
+		"reserved bits": func() []byte {
+			b := hdr(wire.ReqHeader{Op: wire.OpRead, ID: 1, Addr: 1, Length: 8})
+			b[2] = 1
+			return b
+		}(),
 	}
 	for name, in := range lane {
 		t.Run("lane/"+name, func(t *testing.T) {
