@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/transfer"
+	"github.com/spf13/cobra"
+)
+
+func newStoreNodeCmd() *cobra.Command {
+	var (
+		masterAddr, segSize, host, transport string
+		rpcPort                              int
+		grace, ping                          time.Duration
+		verbose                              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "store",
+		Short: "Run a store storage node contributing a memory segment to the pool",
+		Long: `Run a storage node: it allocates --segment-size bytes of engine-managed memory,
+serves it through its transfer engine, mounts it at the master, remounts after a
+master restart, and unmounts gracefully on SIGINT/SIGTERM. The first line on stdout
+reports the mounted segment.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			size, err := parseSize(segSize)
+			if err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--segment-size: %w", err)}
+			}
+			level := slog.LevelInfo
+			if verbose {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			cfg := storenode.Config{Master: masterAddrOr(masterAddr), SegmentSize: size, PingInterval: ping, UnmountGrace: grace, Logger: log,
+				Engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}}
+			if err := cfg.Validate(); err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			return storenode.Run(cmd.Context(), cfg, func(n *storenode.Node) {
+				fmt.Fprintf(cmd.OutOrStdout(), "store node mounted segment=%s size=%s master=%s\n", n.Name(), formatSize(size), cfg.Master)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&masterAddr, "master", "", "master address HOST:PORT (default $MOONCAKE_MASTER or 127.0.0.1:50051)")
+	f.StringVar(&segSize, "segment-size", "1GiB", "memory contributed to the pool (e.g. 512MiB, 4GiB, 4gb)")
+	f.StringVar(&host, "host", "127.0.0.1", "hostname peers use to reach this node's transfer engine")
+	f.IntVar(&rpcPort, "rpc-port", 0, "transfer engine RPC port (0 = pick a free port)")
+	f.StringVar(&transport, "transport", "auto", "transfer transport: auto, tcp, shm")
+	f.DurationVar(&grace, "unmount-grace", 2*time.Second, "on shutdown, wait this long for readers holding leases")
+	f.DurationVar(&ping, "ping-interval", time.Second, "liveness ping period")
+	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
+	return cmd
+}

@@ -1,0 +1,81 @@
+package storenode
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	"go.uber.org/goleak"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"ok", Config{Master: "127.0.0.1:1", SegmentSize: 1 << 20}, true},
+		{"no master", Config{SegmentSize: 1 << 20}, false},
+		{"tiny segment", Config{Master: "127.0.0.1:1", SegmentSize: 100}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.cfg.Validate(); (err == nil) != tc.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
+// TestMountRemountUnmount: the node mounts, remounts on a fresh master
+// core after a restart, and unmounts on Close; no goroutine outlives it.
+func TestMountRemountUnmount(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Start(ctx, Config{Master: srv.Addr(), SegmentSize: 1 << 20, PingInterval: 10 * time.Millisecond, UnmountGrace: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := srv.Core().Segment(n.Name())
+	if err != nil || si.Capacity != 1<<20 || si.Endpoint != n.Name() {
+		t.Fatalf("segment after start: %+v %v", si, err)
+	}
+	addr := srv.Addr()
+	srv.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		srv, err = master.Start(master.ServerConfig{Addr: addr, TickInterval: 5 * time.Millisecond})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // port release; bounded by the deadline
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, err := srv.Core().Segment(n.Name()); err != nil; _, err = srv.Core().Segment(n.Name()) {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatal("node did not remount on the restarted master")
+		}
+		time.Sleep(5 * time.Millisecond) // poll
+	}
+	if n.Client().Remounts() != 1 {
+		t.Fatalf("remounts = %d", n.Client().Remounts())
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Core().Segment(n.Name()); !errors.Is(err, master.ErrSegmentNotFound) {
+		t.Fatalf("segment after close: %v", err)
+	}
+	srv.Close()
+	goleak.VerifyNone(t, ignore)
+}

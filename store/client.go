@@ -1,0 +1,646 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"sync"
+	"time"
+
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/transfer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// serviceConfig makes master calls wait for a connection (bounded by the
+// call's deadline) and retry when the master was unreachable, as after a
+// master restart.
+const serviceConfig = `{"methodConfig":[{"name":[{"service":"mooncake.store.v1.MasterService"}],
+ "waitForReady":true,
+ "retryPolicy":{"maxAttempts":4,"initialBackoff":"0.02s","maxBackoff":"0.5s","backoffMultiplier":2,
+  "retryableStatusCodes":["UNAVAILABLE"]}}]}`
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum is the CRC32C the store records for a value.
+func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// PutOptions is the replication policy of one put.
+type PutOptions struct {
+	Replicas          int           // replicas on distinct segments (0 = Config.Replicas); best effort
+	PreferredSegments []string      // segments tried first
+	SoftPin           bool          // evicted only after unpinned objects
+	SoftPinTTL        time.Duration // 0 = the master's default (30m)
+	HardPin           bool          // never evicted
+	Upsert            bool          // overwrite an existing value instead of failing with ErrExists
+}
+
+// Replica is where one copy of an object lives.
+type Replica struct {
+	Segment  string
+	Endpoint string
+	Addr     uint64
+	Size     uint64
+}
+
+// ObjectInfo describes a stored object.
+type ObjectInfo struct {
+	Key          string
+	Size         uint64
+	CRC32C       uint32
+	Replicas     []Replica
+	Created      time.Time
+	LastAccess   time.Time
+	LeaseUntil   time.Time
+	SoftPinUntil time.Time
+	HardPin      bool
+}
+
+// KeyInfo is one row of List.
+type KeyInfo struct {
+	Key      string
+	Size     uint64
+	Replicas int
+}
+
+// Client talks to the master and moves values with the transfer engine. It
+// may contribute a segment of its own memory (Config.SegmentSize), which it
+// keeps mounted (remounting after a master restart) until Close. All
+// methods are safe for concurrent use.
+type Client struct {
+	cfg   Config
+	log   *slog.Logger
+	conn  *grpc.ClientConn
+	rpc   pb.MasterServiceClient
+	mover Mover
+	stage *staging
+
+	segment     []byte // contributed memory (nil for a pure client)
+	segmentSpec *pb.Segment
+
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.Once
+	closed  chan struct{}
+
+	mu       sync.Mutex
+	remounts int
+}
+
+// New connects to the master, registers the staging buffer, contributes and
+// mounts a segment when Config.SegmentSize > 0, and starts the ping loop.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.ClientID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cfg.ClientID = cfg.Mover.Name() + "/" + hex.EncodeToString(b[:])
+	}
+	conn, err := grpc.NewClient(cfg.Master, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
+			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))
+	if err != nil {
+		return nil, fmt.Errorf("store: dial master %s: %w", cfg.Master, err)
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, conn: conn, rpc: pb.NewMasterServiceClient(conn), mover: cfg.Mover,
+		stop: make(chan struct{}), closed: make(chan struct{})}
+	fail := func(err error) (*Client, error) {
+		c.release()
+		return nil, err
+	}
+	buf := make([]byte, cfg.LocalBufferSize)
+	if err := c.mover.RegisterBytes(buf, "cpu:0"); err != nil {
+		return fail(fmt.Errorf("store: register staging buffer: %w", err))
+	}
+	c.stage = newStaging(buf)
+	if cfg.SegmentSize > 0 {
+		seg, err := c.mover.AllocateManaged(int(cfg.SegmentSize))
+		if err != nil {
+			return fail(fmt.Errorf("store: allocate segment of %d bytes: %w", cfg.SegmentSize, err))
+		}
+		c.segment = seg
+		c.segmentSpec = &pb.Segment{Name: c.mover.Name(), Endpoint: c.mover.Name(), Base: uint64(transfer.AddrOf(seg)), Size: uint64(len(seg))}
+		err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+			return c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: cfg.ClientID, Segment: c.segmentSpec})
+		})
+		if err != nil {
+			return fail(fmt.Errorf("store: mount segment: %w", err))
+		}
+	} else if err := c.ping(ctx); err != nil { // register as a live client
+		return fail(err)
+	}
+	c.wg.Add(1)
+	go c.pingLoop()
+	return c, nil
+}
+
+// ID is this client's id at the master.
+func (c *Client) ID() string { return c.cfg.ClientID }
+
+// SegmentName is the name of the segment this client contributes ("" if none).
+func (c *Client) SegmentName() string {
+	if c.segmentSpec == nil {
+		return ""
+	}
+	return c.segmentSpec.Name
+}
+
+// Segment exposes the contributed memory (tests and diagnostics only).
+func (c *Client) Segment() []byte { return c.segment }
+
+// Remounts counts how often the client remounted after NEED_REMOUNT.
+func (c *Client) Remounts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.remounts
+}
+
+func (c *Client) release() {
+	if c.stage != nil {
+		_ = c.mover.Unregister(transfer.AddrOf(c.stage.buf))
+	}
+	if c.segment != nil {
+		_ = c.mover.FreeManaged(c.segment)
+	}
+	_ = c.conn.Close()
+}
+
+// Close stops pinging, unmounts the contributed segment gracefully (waiting
+// up to UnmountGrace for readers holding leases), frees it and closes the
+// master connection. Close does not close the transfer engine.
+func (c *Client) Close() error {
+	c.closeMu.Do(func() {
+		close(c.stop)
+		c.wg.Wait()
+		if c.segmentSpec != nil {
+			c.unmountGracefully()
+		}
+		c.release()
+		close(c.closed)
+	})
+	return nil
+}
+
+// Abort stops the client as a crash would: no more pings, no unmount (the
+// master drops the segment after its client TTL). For fault tests.
+func (c *Client) Abort() {
+	c.closeMu.Do(func() {
+		close(c.stop)
+		c.wg.Wait()
+		_ = c.conn.Close()
+		close(c.closed)
+	})
+}
+
+func (c *Client) unmountGracefully() {
+	grace := c.cfg.UnmountGrace
+	ctx, cancel := context.WithTimeout(context.Background(), grace+c.cfg.RPCTimeout)
+	defer cancel()
+	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+		return c.rpc.UnmountSegment(ctx, &pb.UnmountSegmentRequest{ClientId: c.cfg.ClientID, Name: c.segmentSpec.Name, GraceMs: grace.Milliseconds()})
+	})
+	if err != nil {
+		c.log.Warn("store: graceful unmount", "segment", c.segmentSpec.Name, "err", err)
+		return
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		si, err := c.rpc.QuerySegment(ctx, &pb.SegmentRequest{Name: c.segmentSpec.Name})
+		if err != nil || si.Status.GetCode() != 0 {
+			return // gone (or master unreachable: nothing more to wait for)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// rpcCtx bounds a master call by RPCTimeout when ctx has no deadline.
+func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
+}
+
+func (c *Client) call(ctx context.Context, f func(context.Context) (*pb.Status, error)) error {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	st, err := f(ctx)
+	if err != nil {
+		return fmt.Errorf("store: master rpc: %w", err)
+	}
+	return statusErr(st)
+}
+
+func (c *Client) ping(ctx context.Context) error {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.cfg.ClientID})
+	if err != nil {
+		return fmt.Errorf("store: ping master: %w", err)
+	}
+	if !resp.NeedRemount {
+		return nil
+	}
+	var segs []*pb.Segment
+	if c.segmentSpec != nil {
+		segs = append(segs, c.segmentSpec)
+	}
+	rst, err := c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs})
+	if err != nil {
+		return fmt.Errorf("store: remount: %w", err)
+	}
+	if err := statusErr(rst); err != nil {
+		return fmt.Errorf("store: remount: %w", err)
+	}
+	c.mu.Lock()
+	c.remounts++
+	c.mu.Unlock()
+	c.log.Info("store: remounted after NEED_REMOUNT", "client", c.cfg.ClientID, "segments", len(segs))
+	return nil
+}
+
+func (c *Client) pingLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PingInterval+c.cfg.RPCTimeout)
+		go func() { // let Close interrupt a ping stuck on a dead master
+			select {
+			case <-c.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := c.ping(ctx); err != nil {
+			c.log.Debug("store: ping", "err", err)
+		}
+		cancel()
+	}
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	case <-c.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func rcToPB(o PutOptions, def int) *pb.ReplicateConfig {
+	n := o.Replicas
+	if n == 0 {
+		n = def
+	}
+	return &pb.ReplicateConfig{Replicas: int32(n), PreferredSegments: o.PreferredSegments, SoftPin: o.SoftPin,
+		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin}
+}
+
+// Put stores value under key with the default options. A put of an
+// existing key fails with ErrExists.
+func (c *Client) Put(ctx context.Context, key string, value []byte) error {
+	return c.PutWith(ctx, key, value, PutOptions{})
+}
+
+// PutWith stores value under key with the given options and returns after
+// every replica is written and the object is visible.
+func (c *Client) PutWith(ctx context.Context, key string, value []byte, o PutOptions) error {
+	_, err := c.put(ctx, key, value, o, false)
+	return err
+}
+
+// PutFrom stores src, which must lie inside memory registered with
+// RegisterBuffer, without copying it into the staging buffer.
+func (c *Client) PutFrom(ctx context.Context, key string, src []byte, o PutOptions) error {
+	_, err := c.put(ctx, key, src, o, true)
+	return err
+}
+
+// Upsert stores value under key, replacing any current value.
+func (c *Client) Upsert(ctx context.Context, key string, value []byte) error {
+	return c.PutWith(ctx, key, value, PutOptions{Upsert: true})
+}
+
+// put returns the number of replicas written.
+func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions, registered bool) (int, error) {
+	if c.isClosed() {
+		return 0, ErrClosed
+	}
+	if len(value) == 0 {
+		return 0, fmt.Errorf("store: %w: empty value", ErrInvalid)
+	}
+	crc := Checksum(value)
+	src := value
+	if !registered && len(value) >= directMin && c.mover.RegisterBytes(value, "cpu:0") == nil {
+		defer func() { _ = c.mover.Unregister(transfer.AddrOf(value)) }()
+		registered = true
+	}
+	if !registered {
+		st, err := c.stage.take(ctx, len(value))
+		if errors.Is(err, ErrBufferTooSmall) {
+			return 0, fmt.Errorf("store: value of %d bytes exceeds the staging buffer (%d): %w", len(value), len(c.stage.buf), err)
+		} else if err != nil {
+			return 0, err
+		}
+		defer c.stage.put(st)
+		copy(st, value)
+		src = st
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.rpc.PutStart(rctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: key, Size: uint64(len(value)),
+		Config: rcToPB(o, c.cfg.Replicas), Upsert: o.Upsert})
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("store: put %q: master rpc: %w", key, err)
+	}
+	if err := statusErr(resp.Status); err != nil {
+		return 0, fmt.Errorf("store: put %q: %w", key, err)
+	}
+	if err := c.writeReplicas(ctx, src, resp.Replicas); err != nil {
+		rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
+		_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: key})
+		cancel()
+		return 0, fmt.Errorf("store: put %q: %w", key, err)
+	}
+	err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+		return c.rpc.PutEnd(ctx, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: key, Crc32C: crc})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: put %q: %w", key, err)
+	}
+	return len(resp.Replicas), nil
+}
+
+func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Replica) error {
+	reqs := make([]transfer.Request, 0, len(reps))
+	for _, r := range reps {
+		seg, err := c.mover.OpenSegment(ctx, r.Endpoint)
+		if err != nil {
+			return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
+		}
+		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src)})
+	}
+	if err := c.mover.Transfer(ctx, reqs); err != nil {
+		return fmt.Errorf("%w: write: %w", ErrTransfer, err)
+	}
+	return nil
+}
+
+// directMin is the value size from which Put and Get register the caller's
+// memory (or the result slice) for the transfer instead of copying through
+// the staging buffer.
+const directMin = 64 << 10
+
+// Get returns the value of key. Replicas are tried local first; a replica
+// that cannot be read or fails the CRC32C check is skipped for the next.
+// A missing key fails with ErrNotFound, corrupt data with ErrCorrupt.
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	var out []byte
+	_, err := c.get(ctx, key, func(n uint64) ([]byte, func(), error) {
+		if n >= directMin {
+			b := make([]byte, n)
+			if c.mover.RegisterBytes(b, "cpu:0") == nil {
+				out = b
+				return b, func() { _ = c.mover.Unregister(transfer.AddrOf(b)) }, nil
+			}
+		}
+		st, err := c.stage.take(ctx, int(n))
+		if err != nil {
+			return nil, nil, fmt.Errorf("store: get %q of %d bytes: %w", key, n, err)
+		}
+		return st, func() { c.stage.put(st) }, nil
+	}, func(b []byte) {
+		if out == nil {
+			out = append([]byte(nil), b...)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetInto reads key's value into dst, which must lie inside memory
+// registered with RegisterBuffer, and returns its length. A dst shorter
+// than the value fails with ErrBufferTooSmall. dst may hold partial data
+// when an error is returned.
+func (c *Client) GetInto(ctx context.Context, key string, dst []byte) (int, error) {
+	return c.get(ctx, key, func(n uint64) ([]byte, func(), error) {
+		if uint64(len(dst)) < n {
+			return nil, nil, fmt.Errorf("store: get %q: value of %d bytes, buffer of %d: %w", key, n, len(dst), ErrBufferTooSmall)
+		}
+		return dst[:n], func() {}, nil
+	}, nil)
+}
+
+// get fetches the replica list (taking a lease), reads replicas in order
+// into the buffer from dest, verifies the CRC and calls done with the data.
+func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte, func(), error), done func([]byte)) (int, error) {
+	if c.isClosed() {
+		return 0, ErrClosed
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	info, err := c.rpc.GetReplicaList(rctx, &pb.KeyRequest{Key: key})
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("store: get %q: master rpc: %w", key, err)
+	}
+	if err := statusErr(info.Status); err != nil {
+		return 0, fmt.Errorf("store: get %q: %w", key, err)
+	}
+	leaseEnd := time.Now().Add(time.Duration(info.LeaseTtlMs) * time.Millisecond)
+	buf, release, err := dest(info.Size)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	// The read must end within the lease: afterwards the space may be reused.
+	lctx, lcancel := context.WithDeadline(ctx, leaseEnd)
+	defer lcancel()
+	var errs []error
+	for _, r := range c.order(info.Replicas) {
+		err := c.readReplica(lctx, r, buf)
+		if err == nil && time.Now().After(leaseEnd) {
+			err = ErrLeaseExpired
+		}
+		if err != nil && lctx.Err() != nil && ctx.Err() == nil {
+			return 0, fmt.Errorf("store: get %q: read from %s outlived the %dms lease: %w", key, r.Segment, info.LeaseTtlMs, ErrLeaseExpired)
+		}
+		if err == nil && Checksum(buf) != info.Crc32C {
+			err = fmt.Errorf("%w on replica %s", ErrCorrupt, r.Segment)
+		}
+		if err == nil {
+			if done != nil {
+				done(buf)
+			}
+			return len(buf), nil
+		}
+		errs = append(errs, fmt.Errorf("replica %s: %w", r.Segment, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	all := errors.Join(errs...)
+	for _, e := range errs {
+		if !errors.Is(e, ErrCorrupt) {
+			return 0, fmt.Errorf("store: get %q: %w: %w", key, ErrNoReplica, all)
+		}
+	}
+	return 0, fmt.Errorf("store: get %q: every replica is corrupt: %w", key, all)
+}
+
+// order puts replicas held by this process's engine first.
+func (c *Client) order(reps []*pb.Replica) []*pb.Replica {
+	out := make([]*pb.Replica, 0, len(reps))
+	me := c.mover.Name()
+	for _, r := range reps {
+		if r.Endpoint == me {
+			out = append(out, r)
+		}
+	}
+	for _, r := range reps {
+		if r.Endpoint != me {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (c *Client) readReplica(ctx context.Context, r *pb.Replica, buf []byte) error {
+	seg, err := c.mover.OpenSegment(ctx, r.Endpoint)
+	if err != nil {
+		return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
+	}
+	err = c.mover.Transfer(ctx, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf), Segment: seg, Remote: r.Addr, Length: len(buf)}})
+	if err != nil {
+		return fmt.Errorf("%w: read: %w", ErrTransfer, err)
+	}
+	return nil
+}
+
+// RegisterBuffer registers memory for PutFrom and GetInto.
+func (c *Client) RegisterBuffer(b []byte) error { return c.mover.RegisterBytes(b, "cpu:0") }
+
+// UnregisterBuffer undoes RegisterBuffer.
+func (c *Client) UnregisterBuffer(b []byte) error { return c.mover.Unregister(transfer.AddrOf(b)) }
+
+// Exist reports whether a complete object is stored under key.
+func (c *Client) Exist(ctx context.Context, key string) (bool, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	r, err := c.rpc.Exist(rctx, &pb.KeyRequest{Key: key})
+	if err != nil {
+		return false, fmt.Errorf("store: exist %q: master rpc: %w", key, err)
+	}
+	return r.Exists, statusErr(r.Status)
+}
+
+// Stat returns an object's metadata without taking a lease.
+func (c *Client) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	r, err := c.rpc.Query(rctx, &pb.KeyRequest{Key: key})
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("store: stat %q: master rpc: %w", key, err)
+	}
+	if err := statusErr(r.Status); err != nil {
+		return ObjectInfo{}, fmt.Errorf("store: stat %q: %w", key, err)
+	}
+	if !r.Complete {
+		return ObjectInfo{}, fmt.Errorf("store: stat %q: put in progress: %w", key, ErrNotFound)
+	}
+	return infoFromPB(r), nil
+}
+
+func msTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+func infoFromPB(r *pb.ObjectInfo) ObjectInfo {
+	o := ObjectInfo{Key: r.Key, Size: r.Size, CRC32C: r.Crc32C, Created: msTime(r.CreatedUnixMs), LastAccess: msTime(r.LastAccessUnixMs),
+		LeaseUntil: msTime(r.LeaseUntilUnixMs), SoftPinUntil: msTime(r.SoftPinUntilUnixMs), HardPin: r.HardPin}
+	for _, rp := range r.Replicas {
+		o.Replicas = append(o.Replicas, Replica{Segment: rp.Segment, Endpoint: rp.Endpoint, Addr: rp.Addr, Size: rp.Size})
+	}
+	return o
+}
+
+// Remove deletes key. A leased object fails with ErrHasLease unless force.
+func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+		return c.rpc.Remove(ctx, &pb.RemoveRequest{Key: key, Force: force})
+	})
+	if err != nil {
+		return fmt.Errorf("store: remove %q: %w", key, err)
+	}
+	return nil
+}
+
+// RemoveByRegex removes the objects whose key matches the RE2 pattern
+// (leased ones only if force) and returns how many were removed.
+func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	r, err := c.rpc.RemoveByRegex(rctx, &pb.RemoveByRegexRequest{Pattern: pattern, Force: force})
+	if err != nil {
+		return 0, fmt.Errorf("store: remove by regex: master rpc: %w", err)
+	}
+	return int(r.Count), statusErr(r.Status)
+}
+
+// RemoveAll removes every object (leased ones only if force) and returns
+// how many were removed.
+func (c *Client) RemoveAll(ctx context.Context, force bool) (int, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	r, err := c.rpc.RemoveAll(rctx, &pb.RemoveAllRequest{Force: force})
+	if err != nil {
+		return 0, fmt.Errorf("store: remove all: master rpc: %w", err)
+	}
+	return int(r.Count), statusErr(r.Status)
+}
+
+// List returns up to limit keys with the prefix after the cursor, in key
+// order, and the cursor of the next page ("" on the last page).
+func (c *Client) List(ctx context.Context, prefix, after string, limit int) ([]KeyInfo, string, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	r, err := c.rpc.List(rctx, &pb.ListRequest{Prefix: prefix, After: after, Limit: int32(limit)})
+	if err != nil {
+		return nil, "", fmt.Errorf("store: list: master rpc: %w", err)
+	}
+	if err := statusErr(r.Status); err != nil {
+		return nil, "", fmt.Errorf("store: list: %w", err)
+	}
+	out := make([]KeyInfo, len(r.Keys))
+	for i, k := range r.Keys {
+		out[i] = KeyInfo{Key: k.Key, Size: k.Size, Replicas: int(k.Replicas)}
+	}
+	return out, r.Next, nil
+}

@@ -1,0 +1,150 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// cluster is an in-process store: a master on loopback, storage nodes with
+// real transfer engines (TCP on 127.0.0.1) and clients.
+type cluster struct {
+	t      *testing.T
+	master *master.Server
+	mcfg   master.ServerConfig
+	nodes  []*storenode.Node
+}
+
+func newCluster(t *testing.T, core master.Config, nodes int, segSize uint64) *cluster {
+	t.Helper()
+	c := &cluster{t: t, mcfg: master.ServerConfig{Core: core, Addr: "127.0.0.1:0", HTTPAddr: "", TickInterval: 5 * time.Millisecond}}
+	var err error
+	c.master, err = master.Start(c.mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.master.Close() })
+	for range nodes {
+		c.addNode(segSize)
+	}
+	return c
+}
+
+func (c *cluster) addNode(segSize uint64) *storenode.Node {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := storenode.Start(ctx, storenode.Config{Master: c.master.Addr(), SegmentSize: segSize,
+		PingInterval: 20 * time.Millisecond, UnmountGrace: 200 * time.Millisecond})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.nodes = append(c.nodes, n)
+	c.t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// restartMaster stops the master and starts a new, empty one on the same address.
+func (c *cluster) restartMaster() {
+	c.t.Helper()
+	addr := c.master.Addr()
+	c.master.Close()
+	cfg := c.mcfg
+	cfg.Addr = addr
+	var err error
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.master, err = master.Start(cfg)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the port is being released; retry with a deadline
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	// newCluster's cleanup closes c.master after the nodes and clients.
+}
+
+func (c *cluster) client(opt func(*store.Config)) *store.Client {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	eng, err := transfer.Open(ctx, transfer.Config{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cfg := store.Config{Master: c.master.Addr(), Mover: eng, LocalBufferSize: 8 << 20, PingInterval: 20 * time.Millisecond}
+	if opt != nil {
+		opt(&cfg)
+	}
+	cl, err := store.New(ctx, cfg)
+	if err != nil {
+		eng.Close()
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		cl.Close()
+		eng.Close()
+	})
+	return cl
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func value(key string, n int) []byte {
+	b := make([]byte, n)
+	seed := byte(len(key))
+	for i := range key {
+		seed = seed*31 + key[i]
+	}
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+	return b
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// replicaOffset returns the offset of a replica inside node n's segment.
+func replicaOffset(t *testing.T, n *storenode.Node, r store.Replica) int {
+	seg := n.Client().Segment()
+	off := int(r.Addr - uint64(transfer.AddrOf(seg)))
+	if off < 0 || off+int(r.Size) > len(seg) {
+		t.Fatalf("replica %+v outside node segment", r)
+	}
+	return off
+}
+
+func nodeOf(c *cluster, r store.Replica) *storenode.Node {
+	for _, n := range c.nodes {
+		if n.Name() == r.Segment {
+			return n
+		}
+	}
+	return nil
+}
+
+var _ = fmt.Sprintf
+var _ = bytes.Equal

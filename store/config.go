@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// Mover is the part of the transfer engine the client uses to move bytes;
+// *transfer.Engine implements it. Tests wrap it to inject faults.
+type Mover interface {
+	Name() string
+	RegisterBytes(b []byte, location string) error
+	Unregister(addr uintptr) error
+	AllocateManaged(length int) ([]byte, error)
+	FreeManaged(b []byte) error
+	OpenSegment(ctx context.Context, name string) (transfer.SegmentID, error)
+	Transfer(ctx context.Context, reqs []transfer.Request) error
+}
+
+var _ Mover = (*transfer.Engine)(nil)
+
+// Config configures a Client.
+type Config struct {
+	Master          string        // master gRPC address "host:port" (required)
+	Mover           Mover         // the transfer engine (required)
+	ClientID        string        // unique client id (default: random)
+	SegmentSize     uint64        // memory this client contributes to the pool (0 = pure client)
+	LocalBufferSize uint64        // registered staging buffer for Put/Get (default 64 MiB)
+	Replicas        int           // default replica count of Put (1)
+	PingInterval    time.Duration // liveness ping period (1s)
+	RPCTimeout      time.Duration // deadline of one master RPC when ctx has none (5s)
+	UnmountGrace    time.Duration // Close waits this long for readers of our segment (2s)
+	Logger          *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.LocalBufferSize == 0 {
+		c.LocalBufferSize = 64 << 20
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = time.Second
+	}
+	if c.RPCTimeout == 0 {
+		c.RPCTimeout = 5 * time.Second
+	}
+	if c.UnmountGrace == 0 {
+		c.UnmountGrace = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Master == "":
+		return fmt.Errorf("store: %w: no master address", ErrInvalid)
+	case c.Mover == nil:
+		return fmt.Errorf("store: %w: no transfer engine", ErrInvalid)
+	case c.Replicas < 0, c.PingInterval < 0, c.RPCTimeout < 0, c.UnmountGrace < 0:
+		return fmt.Errorf("store: %w: negative replicas or duration", ErrInvalid)
+	}
+	return nil
+}

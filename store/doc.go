@@ -1,0 +1,49 @@
+// Package store is the client library of the Mooncake Store in Go: a
+// distributed key-value pool of memory contributed by storage nodes (and,
+// optionally, by clients), with a master that holds only metadata.
+//
+// # Data path
+//
+// The master never carries values. A put asks the master for space
+// (PutStart: one replica per distinct segment, best effort), writes the value
+// to every replica's segment memory with the transfer engine (one batched
+// WRITE), then commits it with its CRC32C (PutEnd); a failed write revokes
+// the put. A get asks for the replica list (GetReplicaList, which grants a
+// read lease, 10s by default), READs the first replica (one held by this
+// process's engine first), verifies the CRC32C and, when the read fails or
+// the checksum does not match, tries the next replica. Corrupt data is never
+// returned: if every replica is corrupt the error wraps ErrCorrupt. A read
+// that outlives its lease fails with ErrLeaseExpired (the space may have been
+// reused); retry it.
+//
+// Values are staged through a registered buffer (Config.LocalBufferSize);
+// from 64 KiB the caller's slice (Put) or the result slice (Get) is
+// registered for the transfer instead, so no extra copy is made. PutFrom and
+// GetInto move bytes straight from/to memory the caller registered with
+// RegisterBuffer (zero copy, as Mooncake's put_from/get_into).
+//
+// # Liveness
+//
+// The client pings the master every PingInterval. When the master answers
+// NEED_REMOUNT (it restarted, or dropped the client after its TTL), the
+// client remounts its segment. A restarted master has no objects, so gets of
+// earlier keys fail with ErrNotFound: a stale value is never served. Master
+// calls wait for the connection and retry while the master is unreachable,
+// within RPCTimeout.
+//
+// # Example
+//
+//	eng, _ := transfer.Open(ctx, transfer.Config{})
+//	defer eng.Close()
+//	c, err := store.New(ctx, store.Config{Master: "127.0.0.1:50051", Mover: eng})
+//	if err != nil { ... }
+//	defer c.Close()
+//	err = c.PutWith(ctx, "prefix/abc", value, store.PutOptions{Replicas: 2})
+//	v, err := c.Get(ctx, "prefix/abc")
+//	if errors.Is(err, store.ErrNotFound) { ... }
+//
+// Errors from the master are *RemoteError values carrying Mooncake's numeric
+// code (OBJECT_NOT_FOUND -704, OBJECT_HAS_LEASE -706, ...) and unwrapping to
+// the sentinels ErrNotFound, ErrExists, ErrHasLease, ErrNoSpace, ErrTooLarge
+// and ErrInvalid.
+package store

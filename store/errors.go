@@ -1,0 +1,44 @@
+package store
+
+import (
+	"errors"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+)
+
+// Errors callers branch on (errors.Is). The master's conditions keep
+// Mooncake's numeric codes (Code).
+var (
+	ErrNotFound       = master.ErrObjectNotFound // no such (complete) object
+	ErrExists         = master.ErrObjectExists   // Put of an existing key (use Upsert)
+	ErrHasLease       = master.ErrObjectHasLease // Remove of a leased object without force
+	ErrNoSpace        = master.ErrNoSpace        // no segment has room, even after eviction
+	ErrTooLarge       = master.ErrObjectTooLarge // value larger than any segment
+	ErrInvalid        = master.ErrInvalidParams  // bad key, size, option
+	ErrLeaseExpired   = master.ErrLeaseExpired   // a read outlived its lease; retry
+	ErrCorrupt        = errors.New("store: checksum mismatch")
+	ErrNoReplica      = errors.New("store: no replica could be read")
+	ErrTransfer       = errors.New("store: transfer failed")
+	ErrBufferTooSmall = errors.New("store: destination buffer too small")
+	ErrClosed         = errors.New("store: client closed")
+)
+
+// RemoteError is an error reported by the master: Mooncake's numeric code
+// and the master's message. It unwraps to the matching sentinel.
+type RemoteError struct {
+	Code    int32
+	Message string
+}
+
+func (e *RemoteError) Error() string { return "store: master: " + e.Message }
+
+// Unwrap returns the sentinel for the code.
+func (e *RemoteError) Unwrap() error { return master.ErrorOf(e.Code) }
+
+func statusErr(st *pb.Status) error {
+	if st == nil || st.Code == 0 {
+		return nil
+	}
+	return &RemoteError{Code: st.Code, Message: st.Message}
+}
