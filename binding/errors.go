@@ -58,6 +58,10 @@ var codeTable = []codeMapping{
 // coder is implemented by errors that carry their own Mooncake code.
 type coder interface{ MooncakeCode() int }
 
+// codeHooks map errors the table cannot match by identity (an error type
+// carrying a code, a gRPC status); the first that reports ok wins.
+var codeHooks []func(error) (int64, bool)
+
 // codeOf returns the Mooncake code of err (0 for nil, -1 when unknown).
 func codeOf(err error) int64 {
 	if err == nil {
@@ -70,6 +74,11 @@ func codeOf(err error) int64 {
 	for _, m := range codeTable {
 		if errors.Is(err, m.err) {
 			return m.code
+		}
+	}
+	for _, h := range codeHooks {
+		if c, ok := h(err); ok {
+			return c
 		}
 	}
 	return codeInternal

@@ -48,13 +48,13 @@ _PROTOTYPES = {
     "mc_store_open": (_c_i64, [_c_str, _c_str, _c_u64, _c_u64, _c_str, _c_str, _c_str]),
     "mc_store_close": (_c_i64, [_c_i64]),
     "mc_store_health": (_c_i64, [_c_i64]),
-    "mc_store_put": (_c_i64, [_c_i64, _c_str, _c_u64, _c_u64, _c_str]),
-    "mc_store_batch_put": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), _p_u64, _p_u64, _c_str, _p_i64]),
+    "mc_store_put": (_c_i64, [_c_i64, _c_str, _c_ptr, _c_u64, _c_str]),
+    "mc_store_batch_put": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), ctypes.POINTER(_c_ptr), _p_u64, _c_str, _p_i64]),
     "mc_store_get": (_c_i64, [_c_i64, _c_str, ctypes.POINTER(_c_ptr)]),
-    "mc_store_get_into": (_c_i64, [_c_i64, _c_str, _c_u64, _c_u64]),
-    "mc_store_batch_get_into": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), _p_u64, _p_u64, _p_i64]),
-    "mc_store_register_buffer": (_c_i64, [_c_i64, _c_u64, _c_u64]),
-    "mc_store_unregister_buffer": (_c_i64, [_c_i64, _c_u64]),
+    "mc_store_get_into": (_c_i64, [_c_i64, _c_str, _c_ptr, _c_u64]),
+    "mc_store_batch_get_into": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), ctypes.POINTER(_c_ptr), _p_u64, _p_i64]),
+    "mc_store_register_buffer": (_c_i64, [_c_i64, _c_ptr, _c_u64]),
+    "mc_store_unregister_buffer": (_c_i64, [_c_i64, _c_ptr]),
     "mc_store_exist": (_c_i64, [_c_i64, _c_str]),
     "mc_store_batch_exist": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), _p_i64]),
     "mc_store_get_size": (_c_i64, [_c_i64, _c_str]),
@@ -134,6 +134,15 @@ def u64_array(values):
     arr = (ctypes.c_uint64 * n)()
     for i, v in enumerate(values):
         arr[i] = int(v)
+    return arr
+
+
+def ptr_array(values):
+    """Builds a C void* array from a sequence of ints (addresses)."""
+    n = len(values)
+    arr = (ctypes.c_void_p * n)()
+    for i, v in enumerate(values):
+        arr[i] = int(v) or None
     return arr
 
 

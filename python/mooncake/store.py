@@ -226,7 +226,7 @@ class MooncakeDistributedStore(object):
         if not self._ready("put"):
             return ErrorCode.INTERNAL_ERROR
         keep, ptr, n = _buffer_ptr(value)
-        rc = self._lib.mc_store_put(self._h, _key(key), ptr, n, _cfg(config))
+        rc = self._lib.mc_store_put(self._h, _key(key), ptr or None, n, _cfg(config))
         del keep
         return self._rc("put", rc)
 
@@ -234,7 +234,7 @@ class MooncakeDistributedStore(object):
         """Stores [buffer_ptr, +size) of process memory under key. 0 or negative."""
         if not self._ready("put_from"):
             return ErrorCode.INTERNAL_ERROR
-        return self._rc("put_from", self._lib.mc_store_put(self._h, _key(key), int(buffer_ptr), int(size),
+        return self._rc("put_from", self._lib.mc_store_put(self._h, _key(key), int(buffer_ptr) or None, int(size),
                                                            _cfg(config)))
 
     def put_parts(self, key, *parts, **kw):
@@ -272,7 +272,7 @@ class MooncakeDistributedStore(object):
     def _batch_put(self, keys, ptrs, sizes, config):
         n = len(keys)
         out = (ctypes.c_int64 * n)()
-        rc = self._lib.mc_store_batch_put(self._h, n, _keys(keys), _native.u64_array(ptrs),
+        rc = self._lib.mc_store_batch_put(self._h, n, _keys(keys), _native.ptr_array(ptrs),
                                           _native.u64_array(sizes), _cfg(config), out)
         if rc < 0:
             self._rc("batch_put", rc)
@@ -302,7 +302,7 @@ class MooncakeDistributedStore(object):
         (-704 missing, -600 when the buffer is too small)."""
         if not self._ready("get_into"):
             return ErrorCode.INTERNAL_ERROR
-        return self._rc("get_into", self._lib.mc_store_get_into(self._h, _key(key), int(buffer_ptr), int(size)),
+        return self._rc("get_into", self._lib.mc_store_get_into(self._h, _key(key), int(buffer_ptr) or None, int(size)),
                         quiet=(ErrorCode.OBJECT_NOT_FOUND,))
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):
@@ -316,7 +316,7 @@ class MooncakeDistributedStore(object):
         if n == 0:
             return []
         out = (ctypes.c_int64 * n)()
-        rc = self._lib.mc_store_batch_get_into(self._h, n, _keys(keys), _native.u64_array(buffer_ptrs),
+        rc = self._lib.mc_store_batch_get_into(self._h, n, _keys(keys), _native.ptr_array(buffer_ptrs),
                                                _native.u64_array(sizes), out)
         if rc < 0:
             self._rc("batch_get_into", rc)
@@ -327,13 +327,13 @@ class MooncakeDistributedStore(object):
         """Registers memory used by put_from/get_into. 0 or negative."""
         if not self._ready("register_buffer"):
             return ErrorCode.INTERNAL_ERROR
-        return self._rc("register_buffer", self._lib.mc_store_register_buffer(self._h, int(buffer_ptr), int(size)))
+        return self._rc("register_buffer", self._lib.mc_store_register_buffer(self._h, int(buffer_ptr) or None, int(size)))
 
     def unregister_buffer(self, buffer_ptr):
         """Unregisters memory from register_buffer. 0 or negative."""
         if not self._ready("unregister_buffer"):
             return ErrorCode.INTERNAL_ERROR
-        return self._rc("unregister_buffer", self._lib.mc_store_unregister_buffer(self._h, int(buffer_ptr)))
+        return self._rc("unregister_buffer", self._lib.mc_store_unregister_buffer(self._h, int(buffer_ptr) or None))
 
     # --- queries and removal --------------------------------------------
 
