@@ -19,6 +19,7 @@ var extraCommands = []func() *cobra.Command{
 
 // benchCommands lists the `mooncake bench ...` subcommands.
 var benchCommands = []func() *cobra.Command{
-	newBenchServeCmd, // reference engine (issue 3)
-	newBenchStoreCmd, // store vs redis (issue 5)
+	newBenchServeCmd,    // reference engine (issue 3)
+	newBenchStoreCmd,    // store vs redis (issue 5)
+	newBenchTransferCmd, // transfer engine (issue 2)
 }

@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcache-go/mooncake/internal/transport/bench"
+)
+
+// newBenchTransferCmd is `mooncake bench transfer`: the transfer engine
+// benchmark (target + initiator), reported as a ratio to raw loopback TCP
+// (tcp) or single-thread memcpy (shm, inproc) measured in the same run.
+func newBenchTransferCmd() *cobra.Command {
+	var (
+		c                        bench.Config
+		block, bufSize, mode, tg string
+		asJSON                   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "transfer",
+		Short: "Transfer engine throughput and latency (tcp, shm, inproc) vs. this machine's limit",
+		Long: `Runs a target engine and an initiator. Without --target the bench starts its own
+target (a second process for tcp and shm, re-executing this binary with --mode target).
+--mode target prints "TARGET <segment> <addr> <len> <sink>" and serves until stdin closes
+or the process is signalled; --mode initiator --target <segment> runs against it.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if c.BlockSize, err = bench.ParseSize(block); err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--block-size: %w", err)}
+			}
+			if bufSize != "" {
+				if c.BufferSize, err = bench.ParseSize(bufSize); err != nil {
+					return &ExitError{Code: 2, Err: fmt.Errorf("--buffer-size: %w", err)}
+				}
+			}
+			if err := c.Validate(); err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			switch mode {
+			case "target":
+				t, err := bench.StartTarget(ctx, c)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(out, t.Line())
+				// Serve until stdin closes (the parent initiator ended) or a signal.
+				eof := make(chan struct{})
+				go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(eof) }()
+				select {
+				case <-ctx.Done():
+				case <-eof:
+				}
+				return t.Close()
+			case "initiator", "":
+			default:
+				return &ExitError{Code: 2, Err: fmt.Errorf("--mode %q: want target or initiator", mode)}
+			}
+			var info bench.TargetInfo
+			switch {
+			case tg != "":
+				// Separate target: find its buffer through the handshake.
+				info, err = bench.Discover(ctx, c, tg)
+				if err != nil {
+					return err
+				}
+			case c.Transport == "inproc":
+				t, err := bench.StartTarget(ctx, c)
+				if err != nil {
+					return err
+				}
+				defer t.Close()
+				info, _ = bench.ParseLine(t.Line())
+			default:
+				exe, err := os.Executable()
+				if err != nil {
+					exe = os.Args[0]
+				}
+				args := []string{"bench", "transfer", "--mode", "target", "--transport", c.Transport,
+					"--op", c.Op, "--block-size", strconv.Itoa(c.BlockSize), "--batch-size", strconv.Itoa(c.BatchSize),
+					"--threads", strconv.Itoa(c.Threads), "--buffer-size", strconv.Itoa(max(c.BufferSize, c.Threads*c.BatchSize*c.BlockSize, 1<<20)),
+					"--lanes", strconv.Itoa(c.Lanes)}
+				if c.Checksum {
+					args = append(args, "--checksum")
+				}
+				if c.Secret != "" {
+					args = append(args, "--secret", c.Secret)
+				}
+				var stop func()
+				info, stop, err = bench.SpawnTarget(ctx, exe, args)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			if !asJSON {
+				c.Progress = cmd.ErrOrStderr()
+				fmt.Fprintf(out, "bench transfer: %s %s, block %d, batch %d, threads %d, %s against %s\n",
+					c.Transport, c.Op, c.BlockSize, c.BatchSize, c.Threads, c.Duration, info.Segment)
+			}
+			r, err := bench.RunInitiator(ctx, c, info)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				b, _ := json.Marshal(r)
+				fmt.Fprintln(out, string(b))
+				return nil
+			}
+			fmt.Fprintln(out, r.String())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.Transport, "transport", "tcp", "tcp, shm or inproc")
+	f.StringVar(&c.Op, "op", "write", "read or write")
+	f.StringVar(&block, "block-size", "1MiB", "bytes per request (4KiB, 1MiB, 65536)")
+	f.IntVar(&c.BatchSize, "batch-size", 4, "requests per batch")
+	f.IntVar(&c.Threads, "threads", 2, "concurrent submitters")
+	f.DurationVar(&c.Duration, "duration", 5e9, "measured time")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.StringVar(&mode, "mode", "", "target or initiator (default: both, target in a second process)")
+	f.StringVar(&tg, "target", "", "target segment host:port (with --mode initiator)")
+	f.StringVar(&bufSize, "buffer-size", "", "bytes registered per side (default threads*batch*block)")
+	f.BoolVar(&c.Checksum, "checksum", false, "CRC32C per slice")
+	f.StringVar(&c.Secret, "secret", "", "shared secret for the handshake")
+	f.IntVar(&c.Lanes, "lanes", 0, "TCP bulk lanes per peer (0: engine default)")
+	return cmd
+}

@@ -1,0 +1,487 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// Config is one benchmark run.
+type Config struct {
+	Transport  string        // tcp | shm | inproc
+	Op         string        // read | write
+	BlockSize  int           // bytes per request
+	BatchSize  int           // requests per batch
+	Threads    int           // concurrent submitters
+	Duration   time.Duration // measured time
+	BufferSize int           // bytes registered on each side (0: threads*batch*block, at least 1 MiB)
+	Checksum   bool
+	Secret     string
+	Lanes      int
+	Progress   io.Writer // progress lines (nil: none)
+}
+
+// Validate checks the run.
+func (c *Config) Validate() error {
+	switch c.Transport {
+	case "tcp", "shm", "inproc":
+	default:
+		return fmt.Errorf("bench: transport %q: want tcp, shm or inproc", c.Transport)
+	}
+	switch c.Op {
+	case "read", "write":
+	default:
+		return fmt.Errorf("bench: op %q: want read or write", c.Op)
+	}
+	if c.BlockSize <= 0 || c.BatchSize <= 0 || c.Threads <= 0 || c.Duration <= 0 {
+		return errors.New("bench: block size, batch size, threads and duration must be positive")
+	}
+	if c.bufferSize() < c.BlockSize*c.BatchSize {
+		return errors.New("bench: buffer smaller than one batch")
+	}
+	return nil
+}
+
+func (c *Config) bufferSize() int {
+	if c.BufferSize > 0 {
+		return c.BufferSize
+	}
+	return max(c.Threads*c.BatchSize*c.BlockSize, 1<<20)
+}
+
+// Result is one run's figures (the --json object).
+type Result struct {
+	Transport       string  `json:"transport"`
+	Op              string  `json:"op"`
+	BlockSize       int     `json:"block_size"`
+	BatchSize       int     `json:"batch_size"`
+	Threads         int     `json:"threads"`
+	Seconds         float64 `json:"seconds"`
+	Bytes           int64   `json:"bytes"`
+	GBPerS          float64 `json:"gb_per_s"`
+	OpsPerS         float64 `json:"ops_per_s"`
+	P50us           float64 `json:"p50_us"`
+	P99us           float64 `json:"p99_us"`
+	BaselineGBPerS  float64 `json:"baseline_gb_per_s"`
+	Ratio           float64 `json:"ratio"`
+	Baseline        string  `json:"baseline"`
+	ServedTransport string  `json:"served_transport"`
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("%s %s block=%d batch=%d threads=%d: %.3f GB/s, %.0f ops/s, batch latency p50 %.0f us p99 %.0f us; baseline (%s) %.3f GB/s; ratio %.2f",
+		r.Transport, r.Op, r.BlockSize, r.BatchSize, r.Threads, r.GBPerS, r.OpsPerS, r.P50us, r.P99us, r.Baseline, r.BaselineGBPerS, r.Ratio)
+}
+
+func engineConfig(c Config) transfer.Config {
+	tr := c.Transport
+	if tr == "shm" {
+		tr = transfer.TransportShm
+	}
+	return transfer.Config{Transport: tr, Checksum: c.Checksum, Secret: c.Secret, Lanes: c.Lanes}
+}
+
+// Target is a running benchmark target.
+type Target struct {
+	Engine *transfer.Engine
+	Buf    []byte
+	Sink   net.Listener // raw TCP sink for the baseline
+	wg     sync.WaitGroup
+}
+
+// StartTarget opens the target engine, registers its buffer (managed memory
+// for shm) and starts the raw-TCP baseline sink.
+func StartTarget(ctx context.Context, c Config) (*Target, error) {
+	e, err := transfer.Open(ctx, engineConfig(c))
+	if err != nil {
+		return nil, err
+	}
+	t := &Target{Engine: e}
+	if t.Buf, err = allocate(e, c.Transport, c.bufferSize()); err != nil {
+		_ = e.Close()
+		return nil, err
+	}
+	t.Sink, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = e.Close()
+		return nil, err
+	}
+	t.wg.Add(1)
+	go t.serveSink(c.BlockSize)
+	return t, nil
+}
+
+// Line is what a target process prints for its initiator.
+func (t *Target) Line() string {
+	return fmt.Sprintf("TARGET %s %d %d %s", t.Engine.Name(), transfer.AddrOf(t.Buf), len(t.Buf), t.Sink.Addr())
+}
+
+// Close stops the target.
+func (t *Target) Close() error {
+	_ = t.Sink.Close()
+	t.wg.Wait()
+	return t.Engine.Close()
+}
+
+func (t *Target) serveSink(block int) {
+	defer t.wg.Done()
+	var cw sync.WaitGroup
+	defer cw.Wait()
+	for {
+		c, err := t.Sink.Accept()
+		if err != nil {
+			return
+		}
+		cw.Add(1)
+		go func() {
+			defer cw.Done()
+			defer c.Close()
+			buf := make([]byte, block)
+			for {
+				if _, err := io.ReadFull(c, buf); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func allocate(e *transfer.Engine, transport string, n int) ([]byte, error) {
+	if transport == "shm" {
+		return e.AllocateManaged(n)
+	}
+	b := make([]byte, n)
+	return b, e.RegisterBytes(b, "cpu:0")
+}
+
+// TargetInfo is where the initiator finds the target.
+type TargetInfo struct {
+	Segment string
+	Addr    uint64
+	Len     int
+	Sink    string // raw TCP sink ("" = run one locally)
+}
+
+// ParseLine parses Target.Line output.
+func ParseLine(line string) (TargetInfo, error) {
+	f := strings.Fields(line)
+	if len(f) != 5 || f[0] != "TARGET" {
+		return TargetInfo{}, fmt.Errorf("bench: target said %q", line)
+	}
+	addr, err1 := strconv.ParseUint(f[2], 10, 64)
+	n, err2 := strconv.Atoi(f[3])
+	if err1 != nil || err2 != nil {
+		return TargetInfo{}, fmt.Errorf("bench: target said %q", line)
+	}
+	return TargetInfo{Segment: f[1], Addr: addr, Len: n, Sink: f[4]}, nil
+}
+
+// SpawnTarget re-executes exe with args (which must run a target that prints
+// Line on stdout) and returns where it is. stop ends it.
+func SpawnTarget(ctx context.Context, exe string, args []string) (TargetInfo, func(), error) {
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return TargetInfo{}, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return TargetInfo{}, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return TargetInfo{}, nil, fmt.Errorf("bench: start target: %w", err)
+	}
+	stop := func() {
+		_ = stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	lines := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(stdout)
+		for {
+			l, err := r.ReadString('\n')
+			if strings.HasPrefix(l, "TARGET ") {
+				lines <- l
+				_, _ = io.Copy(io.Discard, r)
+				return
+			}
+			if err != nil {
+				lines <- ""
+				return
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	select {
+	case l := <-lines:
+		info, err := ParseLine(l)
+		if err != nil {
+			stop()
+			return TargetInfo{}, nil, err
+		}
+		return info, stop, nil
+	case <-ctx.Done():
+		stop()
+		return TargetInfo{}, nil, fmt.Errorf("bench: target did not report its address: %w", ctx.Err())
+	}
+}
+
+// RunInitiator runs the benchmark against target and measures the baseline.
+func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, error) {
+	if err := c.Validate(); err != nil {
+		return Result{}, err
+	}
+	e, err := transfer.Open(ctx, engineConfig(c))
+	if err != nil {
+		return Result{}, err
+	}
+	defer e.Close()
+	per := c.BatchSize * c.BlockSize
+	localBuf, err := allocate(e, c.Transport, max(per*c.Threads, 1<<20))
+	if err != nil {
+		return Result{}, err
+	}
+	seg, err := e.OpenSegment(ctx, target.Segment)
+	if err != nil {
+		return Result{}, err
+	}
+	remoteSlots := max(target.Len/per, 1)
+	if target.Len < per {
+		return Result{}, fmt.Errorf("bench: target buffer %d bytes < one batch %d", target.Len, per)
+	}
+	op := transfer.OpWrite
+	if c.Op == "read" {
+		op = transfer.OpRead
+	}
+	var (
+		total   atomic.Int64
+		served  atomic.Value
+		wg      sync.WaitGroup
+		lats    = make([][]time.Duration, c.Threads)
+		errs    = make([]error, c.Threads)
+		runCtx  context.Context
+		cancel  context.CancelFunc
+		started = time.Now()
+	)
+	runCtx, cancel = context.WithTimeout(ctx, c.Duration)
+	defer cancel()
+	for th := range c.Threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reqs := make([]transfer.Request, c.BatchSize)
+			rbase := target.Addr + uint64((th%remoteSlots)*per)
+			for i := range reqs {
+				reqs[i] = transfer.Request{Op: op, Local: transfer.AddrOf(localBuf[th*per+i*c.BlockSize:]), Segment: seg,
+					Remote: rbase + uint64(i*c.BlockSize), Length: c.BlockSize}
+			}
+			for runCtx.Err() == nil {
+				t0 := time.Now()
+				b, err := e.Submit(ctx, reqs)
+				if err == nil {
+					err = b.Wait(ctx)
+					if served.Load() == nil {
+						served.Store(b.Transport(0))
+					}
+					b.Free()
+				}
+				if err != nil {
+					errs[th] = err
+					cancel()
+					return
+				}
+				lats[th] = append(lats[th], time.Since(t0))
+				total.Add(int64(per))
+			}
+		}()
+	}
+	if c.Progress != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tk := time.NewTicker(time.Second)
+			defer tk.Stop()
+			last, lastT := int64(0), started
+			for {
+				select {
+				case <-runCtx.Done():
+					return
+				case now := <-tk.C:
+					n := total.Load()
+					fmt.Fprintf(c.Progress, "  %5.1fs  %.3f GB/s\n", now.Sub(started).Seconds(), float64(n-last)/now.Sub(lastT).Seconds()/1e9)
+					last, lastT = n, now
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(started).Seconds()
+	if err := errors.Join(errs...); err != nil {
+		return Result{}, err
+	}
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	r := Result{Transport: c.Transport, Op: c.Op, BlockSize: c.BlockSize, BatchSize: c.BatchSize, Threads: c.Threads,
+		Seconds: elapsed, Bytes: total.Load()}
+	r.GBPerS = float64(r.Bytes) / elapsed / 1e9
+	r.OpsPerS = float64(r.Bytes/int64(c.BlockSize)) / elapsed
+	r.P50us = pct(all, 0.50)
+	r.P99us = pct(all, 0.99)
+	if s, ok := served.Load().(string); ok {
+		r.ServedTransport = s
+	}
+	bd := min(max(c.Duration/2, 500*time.Millisecond), 2*time.Second)
+	if c.Transport == "tcp" {
+		r.Baseline = "raw Go loopback TCP, 1 connection"
+		r.BaselineGBPerS, err = RawTCP(ctx, target.Sink, c.BlockSize, bd)
+		if err != nil {
+			return r, err
+		}
+	} else {
+		r.Baseline = "single-thread memcpy"
+		r.BaselineGBPerS = Memcpy(c.BlockSize, max(per, 64<<20), bd)
+	}
+	if r.BaselineGBPerS > 0 {
+		r.Ratio = r.GBPerS / r.BaselineGBPerS
+	}
+	return r, nil
+}
+
+func pct(d []time.Duration, p float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	i := min(int(float64(len(d))*p), len(d)-1)
+	return float64(d[i].Nanoseconds()) / 1e3
+}
+
+// RawTCP measures one loopback TCP stream writing block-size buffers to sink
+// (a local sink is started when sink is "").
+func RawTCP(ctx context.Context, sink string, block int, d time.Duration) (float64, error) {
+	if sink == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer ln.Close()
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			buf := make([]byte, block)
+			for {
+				if _, err := io.ReadFull(c, buf); err != nil {
+					return
+				}
+			}
+		}()
+		sink = ln.Addr().String()
+	}
+	var dl net.Dialer
+	c, err := dl.DialContext(ctx, "tcp", sink)
+	if err != nil {
+		return 0, fmt.Errorf("bench: baseline dial: %w", err)
+	}
+	defer c.Close()
+	buf := make([]byte, block)
+	var n int64
+	start := time.Now()
+	for time.Since(start) < d {
+		m, err := c.Write(buf)
+		n += int64(m)
+		if err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds() / 1e9, nil
+}
+
+// Memcpy measures single-thread copy speed of block-size chunks over a
+// working set of span bytes.
+func Memcpy(block, span int, d time.Duration) float64 {
+	span = max(span/block, 1) * block
+	src := make([]byte, span)
+	dst := make([]byte, span)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	var n int64
+	start := time.Now()
+	for time.Since(start) < d {
+		for off := 0; off+block <= span; off += block {
+			copy(dst[off:off+block], src[off:off+block])
+			n += int64(block)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds() / 1e9
+}
+
+// ParseSize accepts 4KiB, 1MiB, 2GiB, 4K, 1M, 65536.
+func ParseSize(s string) (int, error) {
+	t := strings.TrimSpace(s)
+	mult := 1
+	for _, u := range []struct {
+		suf string
+		m   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000000}, {"GB", 1000000000},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suf) {
+			t, mult = strings.TrimSuffix(t, u.suf), u.m
+			break
+		}
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(t))
+	if err != nil || n <= 0 || n > (1<<40)/mult {
+		return 0, fmt.Errorf("bad size %q: want e.g. 4KiB, 1MiB, 65536", s)
+	}
+	return n * mult, nil
+}
+
+// Discover finds a separately started target's buffer through the handshake
+// (its first registered buffer, like Mooncake's get_first_buffer_address).
+// The baseline then runs against a local sink.
+func Discover(ctx context.Context, c Config, segment string) (TargetInfo, error) {
+	e, err := transfer.Open(ctx, engineConfig(c))
+	if err != nil {
+		return TargetInfo{}, err
+	}
+	defer e.Close()
+	d, err := e.Segment(ctx, segment)
+	if err != nil {
+		return TargetInfo{}, err
+	}
+	if len(d.Buffers) == 0 {
+		return TargetInfo{}, fmt.Errorf("bench: target %s has no registered buffer", segment)
+	}
+	return TargetInfo{Segment: segment, Addr: d.Buffers[0].Addr, Len: int(d.Buffers[0].Length)}, nil
+}
