@@ -129,13 +129,16 @@ func (m *Model) Forward(seqs []Seq, kv KV, blockSize int, hooks Hooks) ([][]floa
 			sc := scratch[wk][:ri.pos+1]
 			qv := q[r*qd+h*D : r*qd+(h+1)*D]
 			mx := float32(math.Inf(-1))
-			for j := 0; j <= ri.pos; j++ {
-				kb, _ := kv.Block(l, table[j/blockSize])
-				off := (j%blockSize)*kvd + kh*D
-				s := dot(qv, kb[off:off+D]) * scale
-				sc[j] = s
-				if s > mx {
-					mx = s
+			// Keys in ascending position order, one block at a time.
+			for j0 := 0; j0 <= ri.pos; j0 += blockSize {
+				kb, _ := kv.Block(l, table[j0/blockSize])
+				for j := j0; j <= ri.pos && j < j0+blockSize; j++ {
+					off := (j-j0)*kvd + kh*D
+					s := dot(qv, kb[off:off+D]) * scale
+					sc[j] = s
+					if s > mx {
+						mx = s
+					}
 				}
 			}
 			var sum float32
@@ -148,13 +151,15 @@ func (m *Model) Forward(seqs []Seq, kv KV, blockSize int, hooks Hooks) ([][]floa
 			for d := range out {
 				out[d] = 0
 			}
-			for j := 0; j <= ri.pos; j++ {
-				_, vb := kv.Block(l, table[j/blockSize])
-				off := (j%blockSize)*kvd + kh*D
-				e := sc[j]
-				vv := vb[off : off+D]
-				for d := range out {
-					out[d] += e * vv[d]
+			for j0 := 0; j0 <= ri.pos; j0 += blockSize {
+				_, vb := kv.Block(l, table[j0/blockSize])
+				for j := j0; j <= ri.pos && j < j0+blockSize; j++ {
+					off := (j-j0)*kvd + kh*D
+					e := sc[j]
+					vv := vb[off : off+D]
+					for d := range out {
+						out[d] += e * vv[d]
+					}
 				}
 			}
 			inv := 1 / sum
