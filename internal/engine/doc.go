@@ -91,6 +91,15 @@
 // report the id in doneSending once its transfer has stopped; otherwise the
 // blocks are reused at once.
 //
+// Preemption: a preempted request loses its blocks and goes back to
+// waiting; when it is admitted again GetNumNewMatchedTokens is called again
+// (its local prefix cache lookup usually finds the blocks it had). A
+// connector should answer 0 for a request whose remote KV it already
+// delivered once (vLLM's connectors clear do_remote_prefill for this).
+//
+// ReqState values are owned by the step goroutine: read them only inside a
+// hook call and copy what is needed later (block ids, tokens, params).
+//
 // Request.KVTransferParams (the HTTP request's kv_transfer_params) is
 // visible to the connector through ReqState.KVTransferParams, together with
 // the prompt tokens, the request id and the block table.
