@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/cluster"
+	"github.com/kvcache-go/mooncake/internal/model"
+)
+
+func tinyModel(t testing.TB) *model.Model {
+	t.Helper()
+	m, err := model.NewBuiltin("tiny", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+type completion struct {
+	Code     int
+	Text     string
+	TokenIDs []int
+	Finish   string
+	KV       map[string]any
+	Raw      string
+}
+
+// complete sends a greedy completion and parses the answer (JSON or SSE).
+func complete(t testing.TB, ctx context.Context, base, prompt string, maxTokens int, stream bool) completion {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens, "temperature": 0,
+		"stream": stream, "return_token_ids": true, "ignore_eos": true})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", base, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	c := completion{Code: resp.StatusCode, Raw: string(raw)}
+	type choice struct {
+		Text         string  `json:"text"`
+		TokenIDs     []int   `json:"token_ids"`
+		FinishReason *string `json:"finish_reason"`
+	}
+	type obj struct {
+		Choices []choice       `json:"choices"`
+		KV      map[string]any `json:"kv_transfer_params"`
+	}
+	add := func(o obj) {
+		for _, ch := range o.Choices {
+			c.Text += ch.Text
+			c.TokenIDs = append(c.TokenIDs, ch.TokenIDs...)
+			if ch.FinishReason != nil {
+				c.Finish = *ch.FinishReason
+			}
+		}
+		if o.KV != nil {
+			c.KV = o.KV
+		}
+	}
+	if resp.StatusCode != 200 {
+		return c
+	}
+	if !stream {
+		var o obj
+		if err := json.Unmarshal(raw, &o); err != nil {
+			t.Fatalf("bad JSON %q: %v", raw, err)
+		}
+		add(o)
+		return c
+	}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") || line == "data: [DONE]" {
+			continue
+		}
+		var o obj
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &o); err != nil {
+			t.Fatalf("bad SSE line %q: %v", line, err)
+		}
+		add(o)
+	}
+	return c
+}
+
+// metricValue reads one sample (name with labels, exactly as exposed) from base/metrics.
+func metricValue(t testing.TB, base, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, sample+" ") {
+			var v float64
+			fmt.Sscan(strings.TrimPrefix(line, sample+" "), &v)
+			return v
+		}
+	}
+	t.Fatalf("metric %s not found at %s", sample, base)
+	return 0
+}
+
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// assertNoLeaks waits until no instance holds blocks for a request or a
+// transfer: blocks used 0, no delayed frees, nothing held by the connector.
+func assertNoLeaks(t testing.TB, insts ...*cluster.Instance) {
+	t.Helper()
+	for _, in := range insts {
+		waitFor(t, "no leaked blocks on "+in.Role+" "+in.URL, 15*time.Second, func() bool {
+			s := in.Engine.Stats()
+			ok := s.BlocksUsed == 0 && s.DelayedFree == 0 && s.Running == 0 && s.WaitingForRemote == 0
+			if in.Conn != nil {
+				cs := in.Conn.Stats()
+				ok = ok && cs.Held == 0 && cs.PullsInFlight == 0
+			}
+			return ok
+		})
+		if v := metricValue(t, in.URL, "mooncake_engine_kv_blocks_used"); v != 0 {
+			t.Fatalf("%s: metric kv blocks used = %v", in.URL, v)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kvcache-go/mooncake/internal/cluster"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// prompts of several lengths (the byte tokenizer: one token per byte), some
+// not a multiple of the block size, one shorter than a block.
+var prompts = []string{
+	"Hi",
+	"The quick brown fox jumps over the lazy dog.",
+	strings.Repeat("Mooncake moves KV caches between prefill and decode. ", 4),
+	strings.Repeat("abcdefghijklmnop", 8), // exactly 8 blocks of 16 (plus BOS)
+}
+
+func startColocated(t *testing.T) *cluster.Instance {
+	t.Helper()
+	in, err := cluster.StartInstance(context.Background(), cluster.InstanceConfig{Model: tinyModel(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	return in
+}
+
+func startCluster(t *testing.T, cfg cluster.Config) *cluster.Cluster {
+	t.Helper()
+	cfg.Model = tinyModel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cluster.Up(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestDisaggregatedEqualsColocated(t *testing.T) {
+	col := startColocated(t)
+	c := startCluster(t, cluster.Config{})
+	ctx := context.Background()
+	for i, p := range prompts {
+		stream := i%2 == 1
+		want := complete(t, ctx, col.URL, p, 12, false)
+		got := complete(t, ctx, c.URL, p, 12, stream)
+		if want.Code != 200 || got.Code != 200 {
+			t.Fatalf("prompt %d: colocated %d %s, proxy %d %s", i, want.Code, want.Raw, got.Code, got.Raw)
+		}
+		if len(want.TokenIDs) != 12 || !equalInts(want.TokenIDs, got.TokenIDs) || want.Text != got.Text {
+			t.Fatalf("prompt %d (stream %v): disaggregated %v %q != colocated %v %q", i, stream, got.TokenIDs, got.Text, want.TokenIDs, want.Text)
+		}
+		if !stream && got.KV["kv_load"] != "remote" {
+			t.Fatalf("prompt %d: kv_load %v, want remote (params %v)", i, got.KV["kv_load"], got.KV)
+		}
+	}
+	dec, pre := c.Decode[0], c.Prefill[0]
+	if n := dec.Conn.Stats().PullsOK; n != uint64(len(prompts)) {
+		t.Fatalf("decode pulls ok = %d, want %d", n, len(prompts))
+	}
+	if v := metricValue(t, dec.URL, "mooncake_engine_external_tokens_total"); v == 0 {
+		t.Fatal("decode computed every prompt itself: no external tokens")
+	}
+	assertNoLeaks(t, pre, dec)
+	if s := pre.Conn.Stats(); s.FreedDone != uint64(len(prompts)) {
+		t.Fatalf("prefill freed %+v, want %d done", s, len(prompts))
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

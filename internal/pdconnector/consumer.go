@@ -1,0 +1,245 @@
+package pdconnector
+
+// KV load outcomes reported in the response's kv_transfer_params.kv_load.
+const (
+	LoadRemote     = "remote"     // pulled from prefill
+	LoadLocal      = "local"      // full local prefix hit: nothing pulled
+	LoadRecomputed = "recomputed" // pull failed, prefilled locally (policy recompute)
+	LoadFailed     = "failed"     // pull failed, request failed (policy fail)
+	LoadAborted    = "aborted"    // request ended while pulling
+)
+
+// PullSpec is one pull the consumer must run.
+type PullSpec struct {
+	ReqID      string
+	TransferID string
+	Bootstrap  string // prefill's bootstrap host:port
+	EngineID   string // expected remote engine id ("" = any)
+	NumTokens  int    // prompt length
+	FirstBlock int    // first block index pulled
+	BlockIDs   []int  // destination blocks for FirstBlock, FirstBlock+1, ...
+}
+
+// ReleaseSpec is a will-not-pull message for prefill.
+type ReleaseSpec struct {
+	Bootstrap  string
+	TransferID string
+}
+
+type pullState int
+
+const (
+	pullQueued pullState = iota
+	pullRunning
+)
+
+type consPull struct {
+	spec    PullSpec
+	state   pullState
+	aborted bool
+}
+
+type outcome struct {
+	load  string
+	err   string
+	bytes int64
+	nanos int64
+}
+
+// ConsumerCore is the decode side's pure state machine: which requests pull
+// which blocks, what finished, which blocks failed, and what to tell
+// prefill. No I/O, no clock, not safe for concurrent use.
+type ConsumerCore struct {
+	blockSize int
+	recompute bool
+	pulls     map[string]*consPull
+	queued    []PullSpec
+	releases  []ReleaseSpec
+	outcomes  map[string]outcome
+	doneRecv  []string
+	doneSend  []string
+	invalid   []int
+	counts    map[string]uint64
+}
+
+// NewConsumerCore returns a core for an engine with blockSize-token blocks;
+// recompute tells it the engine's load failure policy (for reporting).
+func NewConsumerCore(blockSize int, recompute bool) *ConsumerCore {
+	return &ConsumerCore{blockSize: blockSize, recompute: recompute, pulls: map[string]*consPull{},
+		outcomes: map[string]outcome{}, counts: map[string]uint64{}}
+}
+
+// RemoteParams are the decode half's kv_transfer_params.
+type RemoteParams struct {
+	TransferID string
+	Bootstrap  string
+	EngineID   string
+}
+
+// ParseRemote reads do_remote_prefill params; ok is false when the request
+// is not a remote-prefill request; err reports malformed params.
+func ParseRemote(params map[string]any) (rp RemoteParams, ok bool, err error) {
+	if v, _ := params["do_remote_prefill"].(bool); !v {
+		return rp, false, nil
+	}
+	rp.TransferID, _ = params["transfer_id"].(string)
+	rp.Bootstrap, _ = params["remote_bootstrap_addr"].(string)
+	rp.EngineID, _ = params["remote_engine_id"].(string)
+	if rp.TransferID == "" || rp.Bootstrap == "" {
+		return rp, true, errBadParams
+	}
+	return rp, true, nil
+}
+
+// Match answers GetNumNewMatchedTokens for a request with prompt length
+// promptLen and numLocal tokens found in the local prefix cache.
+func (c *ConsumerCore) Match(reqID string, params map[string]any, promptLen, numLocal int) (int, bool, error) {
+	rp, ok, err := ParseRemote(params)
+	if !ok {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if _, done := c.outcomes[reqID]; done {
+		return 0, false, nil // pulled (or failed) once already: recompute after preemption
+	}
+	_ = rp
+	remaining := promptLen - numLocal
+	if remaining <= 1 {
+		return 0, false, nil // full hit: the last token is recomputed anyway
+	}
+	return remaining, true, nil
+}
+
+// AfterAlloc records the pull of a request whose blocks are allocated.
+// numLocal is its local hit (whole blocks); n the tokens promised by Match.
+// With n == 0 and remote params (full hit) a release is queued instead.
+func (c *ConsumerCore) AfterAlloc(reqID string, params map[string]any, promptLen, numLocal int, blockIDs []int, n int) {
+	rp, ok, err := ParseRemote(params)
+	if !ok || err != nil {
+		return
+	}
+	if _, done := c.outcomes[reqID]; done {
+		return
+	}
+	if n == 0 {
+		c.outcomes[reqID] = outcome{load: LoadLocal}
+		c.releases = append(c.releases, ReleaseSpec{Bootstrap: rp.Bootstrap, TransferID: rp.TransferID})
+		c.counts["full_hit"]++
+		return
+	}
+	first := numLocal / c.blockSize
+	last := (promptLen + c.blockSize - 1) / c.blockSize
+	if last > len(blockIDs) {
+		last = len(blockIDs)
+	}
+	spec := PullSpec{ReqID: reqID, TransferID: rp.TransferID, Bootstrap: rp.Bootstrap, EngineID: rp.EngineID,
+		NumTokens: promptLen, FirstBlock: first, BlockIDs: append([]int(nil), blockIDs[first:last]...)}
+	c.pulls[reqID] = &consPull{spec: spec}
+	c.queued = append(c.queued, spec)
+}
+
+// TakeWork returns the pulls to start and releases to send, marking the
+// pulls running.
+func (c *ConsumerCore) TakeWork() ([]PullSpec, []ReleaseSpec) {
+	q, r := c.queued, c.releases
+	c.queued, c.releases = nil, nil
+	for _, s := range q {
+		if p := c.pulls[s.ReqID]; p != nil {
+			p.state = pullRunning
+		}
+	}
+	return q, r
+}
+
+// PullDone records the end of a pull. errMsg == "" means success.
+func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos int64) {
+	p := c.pulls[reqID]
+	if p == nil {
+		return
+	}
+	delete(c.pulls, reqID)
+	if p.aborted {
+		// The engine already finished the request and kept its blocks for
+		// us: now that prefill stopped writing they may be freed.
+		c.doneSend = append(c.doneSend, reqID)
+		c.counts["aborted"]++
+		return
+	}
+	c.doneRecv = append(c.doneRecv, reqID)
+	if errMsg == "" {
+		c.outcomes[reqID] = outcome{load: LoadRemote, bytes: bytes, nanos: nanos}
+		c.counts["ok"]++
+		return
+	}
+	c.invalid = append(c.invalid, p.spec.BlockIDs...)
+	load := LoadFailed
+	if c.recompute {
+		load = LoadRecomputed
+	}
+	c.outcomes[reqID] = outcome{load: load, err: errMsg}
+	c.counts["failed"]++
+}
+
+// Finished handles RequestFinished on the decode side. It returns whether
+// the engine must keep the blocks (a pull is still writing into them), a
+// release to send to prefill (or nil), and the params for the response.
+func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree bool, rel *ReleaseSpec, out map[string]any) {
+	rp, ok, _ := ParseRemote(params)
+	if !ok {
+		return false, nil, nil
+	}
+	out = map[string]any{"transfer_id": rp.TransferID}
+	if p := c.pulls[reqID]; p != nil {
+		rel = &ReleaseSpec{Bootstrap: rp.Bootstrap, TransferID: rp.TransferID}
+		out["kv_load"] = LoadAborted
+		if p.state == pullQueued {
+			delete(c.pulls, reqID)
+			c.dropQueued(reqID)
+			c.counts["aborted"]++
+			return false, rel, out
+		}
+		p.aborted = true
+		return true, rel, out
+	}
+	o, had := c.outcomes[reqID]
+	delete(c.outcomes, reqID)
+	if !had {
+		// Finished before any match (rejected, aborted while waiting).
+		out["kv_load"] = LoadAborted
+		return false, &ReleaseSpec{Bootstrap: rp.Bootstrap, TransferID: rp.TransferID}, out
+	}
+	out["kv_load"] = o.load
+	if o.err != "" {
+		out["kv_load_error"] = o.err
+	}
+	if o.load == LoadRemote {
+		out["kv_pull_bytes"] = o.bytes
+		out["kv_pull_ms"] = float64(o.nanos) / 1e6
+	}
+	return false, nil, out
+}
+
+func (c *ConsumerCore) dropQueued(reqID string) {
+	for i, s := range c.queued {
+		if s.ReqID == reqID {
+			c.queued = append(c.queued[:i], c.queued[i+1:]...)
+			return
+		}
+	}
+}
+
+// Drain returns and clears what the worker half reports for a step.
+func (c *ConsumerCore) Drain() (doneSending, doneRecving []string, invalid []int) {
+	a, b, i := c.doneSend, c.doneRecv, c.invalid
+	c.doneSend, c.doneRecv, c.invalid = nil, nil, nil
+	return a, b, i
+}
+
+// InFlight is the number of pulls queued or running.
+func (c *ConsumerCore) InFlight() int { return len(c.pulls) }
+
+// Count returns how many pulls ended with result (ok, failed, aborted,
+// full_hit).
+func (c *ConsumerCore) Count(result string) uint64 { return c.counts[result] }

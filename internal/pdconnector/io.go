@@ -1,0 +1,245 @@
+package pdconnector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/bootstrap"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// ---- decode side: pull ----
+
+func (c *Connector) peer(ctx context.Context, addr string) (bootstrap.QueryResponse, error) {
+	c.mu.Lock()
+	q, ok := c.peers[addr]
+	c.mu.Unlock()
+	if ok {
+		return q, nil
+	}
+	q, err := c.boot.Query(ctx, addr)
+	if err != nil {
+		return q, err
+	}
+	c.mu.Lock()
+	c.peers[addr] = q
+	c.mu.Unlock()
+	return q, nil
+}
+
+func (c *Connector) forgetPeer(addr string) {
+	c.mu.Lock()
+	delete(c.peers, addr)
+	c.mu.Unlock()
+}
+
+// runPull asks prefill to push p's blocks and records the outcome. It
+// returns only when prefill answered (so it stopped writing) or PullTimeout
+// passed (prefill stops writing before that).
+func (c *Connector) runPull(p PullSpec) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.PullTimeout)
+	defer cancel()
+	resp, err := c.pull(ctx, p)
+	nanos := time.Since(start).Nanoseconds()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+		c.forgetPeer(p.Bootstrap)
+		c.log.Warn("kv pull failed", "transfer_id", p.TransferID, "request", p.ReqID, "err", err)
+	}
+	c.mu.Lock()
+	c.cons.PullDone(p.ReqID, msg, resp.Bytes, nanos)
+	c.mu.Unlock()
+	switch {
+	case err == nil:
+		c.m.pulls.WithLabelValues("ok").Inc()
+		c.m.pullBytes.Add(float64(resp.Bytes))
+		c.m.pullSecs.Observe(float64(nanos) / 1e9)
+	default:
+		c.m.pulls.WithLabelValues("failed").Inc()
+	}
+}
+
+func (c *Connector) pull(ctx context.Context, p PullSpec) (bootstrap.PullResponse, error) {
+	q, err := c.peer(ctx, p.Bootstrap)
+	if err != nil {
+		return bootstrap.PullResponse{}, fmt.Errorf("pdconnector: prefill bootstrap %s unreachable: %w", p.Bootstrap, err)
+	}
+	if q.CompatHash != c.compat || q.ProtocolVersion != bootstrap.ProtocolVersion {
+		return bootstrap.PullResponse{}, fmt.Errorf("%w: prefill engine %s has compatibility %s (protocol %d), this decode engine %s (protocol %d): model, dtype, layers, KV heads, head size or block size differ",
+			ErrIncompatible, q.EngineID, q.CompatHash, q.ProtocolVersion, c.compat, bootstrap.ProtocolVersion)
+	}
+	if p.EngineID != "" && q.EngineID != p.EngineID {
+		return bootstrap.PullResponse{}, fmt.Errorf("pdconnector: bootstrap %s serves engine %s, the request names %s", p.Bootstrap, q.EngineID, p.EngineID)
+	}
+	dl, _ := ctx.Deadline()
+	req := bootstrap.PullRequest{TransferID: p.TransferID, ProtocolVersion: bootstrap.ProtocolVersion, CompatHash: c.compat,
+		TPSize: 1, TPRank: 0, Segment: c.te.Name(), LayerAddrs: c.bases, BlockBytes: c.layout.BlockBytes(),
+		NumTokens: p.NumTokens, FirstBlock: p.FirstBlock, BlockIDs: p.BlockIDs,
+		TimeoutMS: max(1, time.Until(dl).Milliseconds())}
+	resp, err := c.boot.Pull(ctx, p.Bootstrap, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return resp, fmt.Errorf("pdconnector: pull of %s from %s timed out after %v: %w", p.TransferID, p.Bootstrap, c.cfg.PullTimeout, ctx.Err())
+		}
+		return resp, fmt.Errorf("pdconnector: pull of %s from %s: %w", p.TransferID, p.Bootstrap, err)
+	}
+	if resp.Status != bootstrap.StatusDone {
+		return resp, fmt.Errorf("pdconnector: prefill %s refused pull of %s: %s: %s", p.Bootstrap, p.TransferID, resp.Code, resp.Error)
+	}
+	return resp, nil
+}
+
+func (c *Connector) sendRelease(r ReleaseSpec) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+		defer cancel()
+		if err := c.boot.Release(ctx, r.Bootstrap, r.TransferID); err != nil {
+			c.m.releases.WithLabelValues("error").Inc()
+			c.log.Warn("release not delivered (prefill frees after its abort timeout)", "transfer_id", r.TransferID, "err", err)
+			return
+		}
+		c.m.releases.WithLabelValues("ok").Inc()
+	}()
+}
+
+// ---- prefill side: bootstrap.Handler ----
+
+func failed(code, format string, a ...any) bootstrap.PullResponse {
+	return bootstrap.PullResponse{Status: bootstrap.StatusFailed, Code: code, Error: fmt.Sprintf(format, a...)}
+}
+
+// Pull implements bootstrap.Handler: wait (bounded) for the transfer's
+// prefill, write the blocks decode lacks into decode's memory, free ours.
+func (c *Connector) Pull(ctx context.Context, req bootstrap.PullRequest) bootstrap.PullResponse {
+	resp := c.servePull(ctx, req)
+	result := resp.Status
+	if result != bootstrap.StatusDone {
+		result = resp.Code
+	}
+	c.m.pushes.WithLabelValues(result).Inc()
+	return resp
+}
+
+func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bootstrap.PullResponse {
+	if c.compat == "" {
+		return failed(bootstrap.CodeUnknown, "prefill engine not started yet")
+	}
+	if req.ProtocolVersion != bootstrap.ProtocolVersion || req.CompatHash != c.compat {
+		return failed(bootstrap.CodeIncompatible, "incompatible peer: decode has compatibility %s (protocol %d), prefill engine %s has %s (protocol %d)",
+			req.CompatHash, req.ProtocolVersion, c.cfg.EngineID, c.compat, bootstrap.ProtocolVersion)
+	}
+	if req.TPSize != 1 || req.TPRank != 0 {
+		return failed(bootstrap.CodeIncompatible, "decode tp %d/%d: this prefill engine has tp_size 1 (different TP sizes are not supported yet)", req.TPRank, req.TPSize)
+	}
+	if len(req.BlockIDs) > 0 && (req.BlockBytes != c.layout.BlockBytes() || len(req.LayerAddrs) != len(c.localBases)) {
+		return failed(bootstrap.CodeIncompatible, "decode block %d bytes x %d layers, prefill %d x %d",
+			req.BlockBytes, len(req.LayerAddrs), c.layout.BlockBytes(), len(c.localBases))
+	}
+	// Answer (and stop writing) before decode gives up.
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(c.cfg.PullTimeout)
+	}
+	margin := min(time.Until(dl)/10, time.Second)
+	ctx, cancel := context.WithDeadline(ctx, dl.Add(-margin))
+	defer cancel()
+	var blocks []int
+	var numTokens int
+	for {
+		c.mu.Lock()
+		st, b, n, ch := c.prod.StartPull(req.TransferID, c.cfg.Now())
+		c.mu.Unlock()
+		switch st {
+		case PullFailed:
+			return failed(bootstrap.CodePrefillError, "prefill of %s failed or was aborted", req.TransferID)
+		case PullBusy:
+			return failed(bootstrap.CodeBadRequest, "transfer %s is already being pulled", req.TransferID)
+		case PullGone:
+			return failed(bootstrap.CodeUnknown, "transfer %s was released or timed out", req.TransferID)
+		case PullWait:
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return failed(bootstrap.CodeTimeout, "prefill of %s did not finish in time", req.TransferID)
+			}
+		}
+		blocks, numTokens = b, n
+		break
+	}
+	pushCtx, pushCancel := context.WithCancel(ctx)
+	defer pushCancel()
+	c.mu.Lock()
+	c.pushCancel[req.TransferID] = pushCancel
+	c.mu.Unlock()
+	resp := c.push(pushCtx, req, blocks, numTokens)
+	c.mu.Lock()
+	delete(c.pushCancel, req.TransferID)
+	c.prod.PushDone(req.TransferID, c.cfg.Now())
+	c.mu.Unlock()
+	return resp
+}
+
+func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks []int, numTokens int) bootstrap.PullResponse {
+	if numTokens != req.NumTokens {
+		return failed(bootstrap.CodeBadRequest, "decode expects %d prompt tokens, prefill computed %d", req.NumTokens, numTokens)
+	}
+	bs := c.layout.BlockSize
+	need := (numTokens + bs - 1) / bs
+	if len(req.BlockIDs) == 0 {
+		return bootstrap.PullResponse{Status: bootstrap.StatusDone} // full hit: nothing to send
+	}
+	if req.FirstBlock+len(req.BlockIDs) != need || need > len(blocks) {
+		return failed(bootstrap.CodeBadRequest, "decode asks blocks [%d,%d), the prompt has %d blocks", req.FirstBlock, req.FirstBlock+len(req.BlockIDs), need)
+	}
+	start := time.Now()
+	seg, err := c.te.OpenSegment(ctx, req.Segment)
+	if err != nil {
+		return failed(bootstrap.CodeTransfer, "open decode segment %s: %v", req.Segment, err)
+	}
+	reqs, err := PlanWrites(seg, c.localBases, req.LayerAddrs, c.layout.BlockBytes(), blocks[req.FirstBlock:need], req.BlockIDs)
+	if err != nil {
+		return failed(bootstrap.CodeBadRequest, "%v", err)
+	}
+	err = c.te.Transfer(ctx, reqs)
+	if err != nil && (errors.Is(err, transfer.ErrOutOfBounds) || errors.Is(err, transfer.ErrUnknownSegment)) && ctx.Err() == nil {
+		// A restarted decode may reuse the segment name: refresh its
+		// descriptor once and retry.
+		if _, rerr := c.te.Segment(ctx, req.Segment); rerr == nil {
+			err = c.te.Transfer(ctx, reqs)
+		}
+	}
+	if err != nil {
+		code := bootstrap.CodeTransfer
+		if errors.Is(ctx.Err(), context.Canceled) {
+			code = bootstrap.CodeAborted
+		} else if ctx.Err() != nil {
+			code = bootstrap.CodeTimeout
+		}
+		return failed(code, "write %d blocks to %s: %v", len(req.BlockIDs), req.Segment, err)
+	}
+	n := int64(len(req.BlockIDs) * c.layout.BlockBytes() * len(c.localBases))
+	el := time.Since(start)
+	c.m.pushBytes.Add(float64(n))
+	c.m.pushSecs.Observe(el.Seconds())
+	return bootstrap.PullResponse{Status: bootstrap.StatusDone, Blocks: len(req.BlockIDs), Bytes: n, Nanos: el.Nanoseconds()}
+}
+
+// Release implements bootstrap.Handler.
+func (c *Connector) Release(transferID string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	known, pushing := c.prod.Release(transferID, c.cfg.Now())
+	if pushing {
+		if cancel := c.pushCancel[transferID]; cancel != nil {
+			cancel()
+		}
+	}
+	return known
+}

@@ -1,0 +1,55 @@
+package pdconnector
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	all       []prometheus.Collector
+	reg       *prometheus.Registry
+	pulls     *prometheus.CounterVec
+	loads     *prometheus.CounterVec
+	pullBytes prometheus.Counter
+	pullSecs  prometheus.Histogram
+	pushes    *prometheus.CounterVec
+	pushBytes prometheus.Counter
+	pushSecs  prometheus.Histogram
+	releases  *prometheus.CounterVec
+}
+
+func (m *metrics) add(cs ...prometheus.Collector) {
+	m.reg.MustRegister(cs...)
+	m.all = append(m.all, cs...)
+}
+
+func newMetrics(c *Connector) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.pulls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_pulls_total",
+		Help: "Decode side: pulls ended, by result (ok, failed, aborted)."}, []string{"result"})
+	m.loads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_kv_loads_total",
+		Help: "Decode side: finished remote-prefill requests by how their KV arrived (remote, local, recomputed, failed, aborted)."}, []string{"load"})
+	m.pullBytes = prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_pd_pull_bytes_total", Help: "Decode side: KV bytes received."})
+	m.pullSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mooncake_pd_pull_seconds",
+		Help: "Decode side: time from asking prefill to the last byte.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)})
+	m.pushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_pushes_total",
+		Help: "Prefill side: pull requests answered, by result (done, or the failure code)."}, []string{"result"})
+	m.pushBytes = prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_pd_push_bytes_total", Help: "Prefill side: KV bytes written to decode."})
+	m.pushSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mooncake_pd_push_seconds",
+		Help: "Prefill side: time spent writing one transfer's blocks.", Buckets: prometheus.ExponentialBuckets(0.0002, 2, 18)})
+	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_releases_sent_total",
+		Help: "Decode side: will-not-pull messages sent to prefill, by result (ok, error)."}, []string{"result"})
+	m.add(m.pulls, m.loads, m.pullBytes, m.pullSecs, m.pushes, m.pushBytes, m.pushSecs, m.releases)
+	for _, r := range []string{FreeDone, FreeReleased, FreeTimeout} {
+		r := r
+		m.add(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mooncake_pd_freed_total",
+			Help: "Prefill side: transfers whose held blocks were freed, by reason.", ConstLabels: prometheus.Labels{"reason": r}},
+			func() float64 {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				return float64(c.prod.Freed(r))
+			}))
+	}
+	m.add(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mooncake_pd_held_requests",
+		Help: "Prefill side: finished prefills whose blocks wait for a pull."}, func() float64 { return float64(c.Stats().Held) }))
+	m.add(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mooncake_pd_pulls_in_flight",
+		Help: "Decode side: pulls queued or running."}, func() float64 { return float64(c.Stats().PullsInFlight) }))
+	return m
+}
