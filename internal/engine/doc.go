@@ -11,7 +11,8 @@
 // goroutine; each Submit returns a Stream of Outputs. Abort(id) (or
 // cancelling the ctx passed to Stream.Next) ends a request and frees its
 // blocks. Engine.Step runs one step synchronously for tests (never together
-// with Run). KVStats reports blocks used/free for leak checks.
+// with Run). Stats reports blocks used/free/cached (and request counts)
+// for leak checks and metrics.
 //
 // # Determinism
 //
@@ -42,6 +43,8 @@
 // goroutine, in this order:
 //
 //	New:       RegisterKVCaches(kv)                       once
+//	each step, first: new submissions join the waiting queue, aborts finish
+//	  their requests (RequestFinished, see below)
 //	each step, schedule phase:
 //	  running requests get their next chunk (decode: 1 token); when blocks
 //	  run out the newest running request is preempted (blocks freed, it
@@ -49,10 +52,11 @@
 //	  for each waiting request, in arrival order, while budget remains:
 //	    local prefix-cache lookup -> numLocal (full blocks, at most prompt-1 tokens)
 //	    GetNumNewMatchedTokens(req, numLocal) -> (n, async, err)
+//	      (not called, n = 0, when numLocal already covers the prompt)
 //	      n == MatchPending: leave it waiting, ask next step
 //	      err != nil:         the request fails (finish reason "error")
 //	    allocate blocks for numLocal+n tokens (+ this step's chunk if !async)
-//	    UpdateStateAfterAlloc(req, blockIDs, n)
+//	    UpdateStateAfterAlloc(req, blockIDs, n)   req.NumComputedTokens() == numLocal here
 //	    async: status WAITING_FOR_REMOTE_KVS, nothing computed for it
 //	    !async: computed = numLocal+n (capped at prompt-1), chunk scheduled
 //	  BuildConnectorMeta(schedulerOutput)                 every step, even empty
@@ -73,7 +77,8 @@
 //	    the prefix cache.
 //	  invalid blocks: with KVLoadFailurePolicy "recompute" (default) the
 //	    request's computed tokens drop to the start of its first invalid block
-//	    and it recomputes from there; with "fail" it finishes with an error.
+//	    and it recomputes from there (a token sampled in the same step is
+//	    dropped); with "fail" it finishes with an error (ErrKVLoad).
 //	  doneSending: the delay-freed blocks of that request are freed.
 //	  sampled tokens are appended; finished requests (stop, length, abort,
 //	  error) get RequestFinished(req, blockIDs) -> (delayFree, params) exactly
