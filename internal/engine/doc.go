@@ -34,7 +34,8 @@
 // is float32[BlockSize][NumKVHeads][HeadDim], little endian, K after RoPE.
 // Token position p of a request lives in block BlockIDs()[p/BlockSize],
 // slot p%BlockSize. Engine.KVCaches() returns the regions, the Layout and a
-// kvcache.Compat (model name, dtype, layers, kv heads, head dim, block size):
+// kvcache.Compat (model name, dtype, layers, kv heads, head dim, block size,
+// weights fingerprint):
 // two engines may exchange blocks only if their Compat.Hash() are equal.
 //
 // # Connector contract

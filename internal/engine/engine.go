@@ -83,7 +83,8 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, model: cfg.Model, regions: regions, pool: kvcache.NewPool(cfg.NumBlocks), conn: cfg.Connector,
 		compat: kvcache.Compat{Model: cfg.ModelName, DType: "float32", NumLayers: layout.NumLayers,
-			NumKVHeads: layout.NumKVHeads, HeadDim: layout.HeadDim, BlockSize: layout.BlockSize},
+			NumKVHeads: layout.NumKVHeads, HeadDim: layout.HeadDim, BlockSize: layout.BlockSize,
+			Weights: cfg.Model.Fingerprint()},
 		ids: map[string]bool{}, wake: make(chan struct{}, 1), delayed: map[string][]int{},
 	}
 	if err := e.conn.RegisterKVCaches(e.KVCaches()); err != nil {

@@ -73,12 +73,15 @@ type Compat struct {
 	NumKVHeads int    `json:"num_kv_heads"`
 	HeadDim    int    `json:"head_dim"`
 	BlockSize  int    `json:"block_size"`
+	// Weights fingerprints the model's weights (model.Fingerprint): two
+	// engines serving different weights under one name are incompatible.
+	Weights string `json:"weights,omitempty"`
 }
 
 // Hash is a hex SHA-256 over a canonical text form of c.
 func (c Compat) Hash() string {
-	s := fmt.Sprintf("mooncake-kv-compat-v1|model=%s|dtype=%s|layers=%d|kv_heads=%d|head_dim=%d|block_size=%d",
-		c.Model, c.DType, c.NumLayers, c.NumKVHeads, c.HeadDim, c.BlockSize)
+	s := fmt.Sprintf("mooncake-kv-compat-v1|model=%s|dtype=%s|layers=%d|kv_heads=%d|head_dim=%d|block_size=%d|weights=%s",
+		c.Model, c.DType, c.NumLayers, c.NumKVHeads, c.HeadDim, c.BlockSize, c.Weights)
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:16])
 }

@@ -3,6 +3,7 @@ package model
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"strings"
@@ -177,4 +178,24 @@ func NewBuiltin(name string, seed uint64) (*Model, error) {
 // KVBytesPerToken is the KV cache size of one token over all layers (float32 K and V).
 func (c *Config) KVBytesPerToken() int {
 	return 2 * c.NumHiddenLayers * c.NumKeyValueHeads * c.Dim() * 4
+}
+
+// Fingerprint is a hex SHA-256 prefix over the architecture and every
+// weight's name, shape and float32 bits: equal fingerprints mean the same
+// model, bit for bit.
+func (m *Model) Fingerprint() string {
+	h := sha256.New()
+	cfg := m.Config
+	fmt.Fprintf(h, "%d|%d|%d|%d|%d|%d|%d|%g|%g|", cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers,
+		cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.Dim(), cfg.VocabSize, cfg.RMSNormEps, cfg.RopeTheta)
+	var buf []byte
+	for _, t := range m.Tensors() {
+		fmt.Fprintf(h, "%s%v|", t.Name, t.Shape)
+		buf = buf[:0]
+		for _, v := range t.Data {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		}
+		h.Write(buf)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }

@@ -190,3 +190,20 @@ func intsToF(a []int) []float32 {
 	}
 	return f
 }
+
+func TestFingerprint(t *testing.T) {
+	a, _ := NewBuiltin("tiny", 1)
+	b, _ := NewBuiltin("tiny", 1)
+	c, _ := NewBuiltin("tiny", 2)
+	if a.Fingerprint() != b.Fingerprint() || a.Fingerprint() == c.Fingerprint() || len(a.Fingerprint()) != 32 {
+		t.Fatalf("fingerprints %s %s %s", a.Fingerprint(), b.Fingerprint(), c.Fingerprint())
+	}
+	dir := t.TempDir()
+	if err := a.Save(dir, "F32"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Load(dir)
+	if err != nil || l.Fingerprint() != a.Fingerprint() {
+		t.Fatalf("fingerprint changed by save/load: %v", err)
+	}
+}
