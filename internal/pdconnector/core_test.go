@@ -1,0 +1,325 @@
+package pdconnector
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func TestProducerPullAfterFinish(t *testing.T) {
+	p := NewProducerCore(480 * time.Second)
+	if !p.Finished("x1", "r1", []int{4, 5, 6}, 40, true, t0) {
+		t.Fatal("finished prefill not delay-freed")
+	}
+	if p.Held() != 1 {
+		t.Fatalf("held %d", p.Held())
+	}
+	st, blocks, n, _ := p.StartPull("x1", t0)
+	if st != PullReady || !reflect.DeepEqual(blocks, []int{4, 5, 6}) || n != 40 {
+		t.Fatalf("StartPull = %v %v %d", st, blocks, n)
+	}
+	if st, _, _, _ := p.StartPull("x1", t0); st != PullBusy {
+		t.Fatalf("second pull = %v, want busy", st)
+	}
+	if d := p.DrainDoneSending(); len(d) != 0 {
+		t.Fatalf("freed while pushing: %v", d)
+	}
+	p.PushDone("x1", t0)
+	if d := p.DrainDoneSending(); !reflect.DeepEqual(d, []string{"r1"}) {
+		t.Fatalf("done sending %v", d)
+	}
+	if p.Held() != 0 || p.Freed(FreeDone) != 1 {
+		t.Fatalf("held %d freed %d", p.Held(), p.Freed(FreeDone))
+	}
+	if st, _, _, _ := p.StartPull("x1", t0); st != PullGone {
+		t.Fatalf("pull after free = %v, want gone", st)
+	}
+}
+
+func TestProducerPullBeforeFinish(t *testing.T) {
+	p := NewProducerCore(time.Minute)
+	st, _, _, ch := p.StartPull("x1", t0)
+	if st != PullWait || ch == nil {
+		t.Fatalf("StartPull = %v", st)
+	}
+	select {
+	case <-ch:
+		t.Fatal("channel closed before finish")
+	default:
+	}
+	p.Finished("x1", "r1", []int{1}, 3, true, t0)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("channel not closed by Finished")
+	}
+	if st, _, _, _ := p.StartPull("x1", t0); st != PullReady {
+		t.Fatalf("after finish = %v", st)
+	}
+}
+
+func TestProducerRelease(t *testing.T) {
+	tests := []struct {
+		name        string
+		run         func(p *ProducerCore) (known, pushing bool)
+		wantDone    []string
+		wantDelay   bool
+		wantRelease uint64
+	}{
+		{"ready", func(p *ProducerCore) (bool, bool) {
+			p.Finished("x", "r", []int{1}, 2, true, t0)
+			return p.Release("x", t0)
+		}, []string{"r"}, true, 1},
+		{"before finish", func(p *ProducerCore) (bool, bool) {
+			k, pu := p.Release("x", t0)
+			if p.Finished("x", "r", []int{1}, 2, true, t0) {
+				t.Error("released transfer delay-freed")
+			}
+			return k, pu
+		}, nil, false, 1},
+		{"while pushing", func(p *ProducerCore) (bool, bool) {
+			p.Finished("x", "r", []int{1}, 2, true, t0)
+			p.StartPull("x", t0)
+			k, pu := p.Release("x", t0)
+			if d := p.DrainDoneSending(); len(d) != 0 {
+				t.Error("freed under a running push")
+			}
+			p.PushDone("x", t0)
+			return k, pu
+		}, []string{"r"}, true, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewProducerCore(time.Minute)
+			known, pushing := tc.run(p)
+			if tc.name == "before finish" && known {
+				t.Error("unknown transfer reported known")
+			}
+			if tc.name == "while pushing" && !pushing {
+				t.Error("pushing not reported")
+			}
+			if d := p.DrainDoneSending(); !reflect.DeepEqual(d, tc.wantDone) {
+				t.Fatalf("done %v, want %v", d, tc.wantDone)
+			}
+			if p.Freed(FreeReleased) != tc.wantRelease || p.Held() != 0 {
+				t.Fatalf("released %d held %d", p.Freed(FreeReleased), p.Held())
+			}
+			if st, _, _, _ := p.StartPull("x", t0); st != PullGone {
+				t.Fatalf("pull after release = %v", st)
+			}
+		})
+	}
+}
+
+func TestProducerReleaseWakesWaitingPull(t *testing.T) {
+	p := NewProducerCore(time.Minute)
+	_, _, _, ch := p.StartPull("x", t0)
+	p.Release("x", t0)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("waiting pull not woken")
+	}
+	if st, _, _, _ := p.StartPull("x", t0); st != PullGone {
+		t.Fatalf("= %v", st)
+	}
+	if p.Finished("x", "r", []int{1}, 2, true, t0) {
+		t.Fatal("released transfer held")
+	}
+}
+
+func TestProducerTimeout(t *testing.T) {
+	p := NewProducerCore(480 * time.Second)
+	p.Finished("x", "r", []int{1, 2}, 20, true, t0)
+	if n := p.Tick(t0.Add(479 * time.Second)); n != 0 {
+		t.Fatalf("freed early: %d", n)
+	}
+	if n := p.Tick(t0.Add(480 * time.Second)); n != 1 {
+		t.Fatalf("timeout freed %d", n)
+	}
+	if d := p.DrainDoneSending(); !reflect.DeepEqual(d, []string{"r"}) || p.Freed(FreeTimeout) != 1 {
+		t.Fatalf("done %v timeout %d", d, p.Freed(FreeTimeout))
+	}
+	// A pushing transfer is never freed by the timeout.
+	p.Finished("y", "r2", []int{3}, 5, true, t0)
+	p.StartPull("y", t0)
+	if n := p.Tick(t0.Add(time.Hour)); n != 0 {
+		t.Fatal("freed under a running push")
+	}
+	// Records of gone transfers expire.
+	p.PushDone("y", t0.Add(time.Hour))
+	p.Tick(t0.Add(3 * time.Hour))
+	if len(p.gone) != 0 || len(p.entries) != 0 || len(p.tombstones) != 0 {
+		t.Fatalf("records kept: %d %d %d", len(p.gone), len(p.entries), len(p.tombstones))
+	}
+}
+
+func TestProducerFailedPrefill(t *testing.T) {
+	p := NewProducerCore(time.Minute)
+	_, _, _, ch := p.StartPull("x", t0)
+	if p.Finished("x", "r", []int{1}, 2, false, t0) {
+		t.Fatal("failed prefill held")
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("waiting pull not woken by failure")
+	}
+	if st, _, _, _ := p.StartPull("x", t0); st != PullFailed {
+		t.Fatalf("= %v", st)
+	}
+	if d := p.DrainDoneSending(); len(d) != 0 {
+		t.Fatalf("done sending for a non-held request: %v", d)
+	}
+	// Waiting pull for a prefill that never comes: forgotten at the deadline.
+	_, _, _, ch = p.StartPull("never", t0)
+	p.Tick(t0.Add(time.Minute))
+	select {
+	case <-ch:
+	default:
+		t.Fatal("pull waiting for a prefill that never came was not woken")
+	}
+}
+
+func TestConsumerPull(t *testing.T) {
+	params := map[string]any{"do_remote_prefill": true, "transfer_id": "x", "remote_bootstrap_addr": "h:1", "remote_engine_id": "e"}
+	c := NewConsumerCore(16, true)
+	n, async, err := c.Match("r", params, 40, 16)
+	if err != nil || n != 24 || !async {
+		t.Fatalf("Match = %d %v %v", n, async, err)
+	}
+	c.AfterAlloc("r", params, 40, 16, []int{7, 8, 9}, n)
+	pulls, rels := c.TakeWork()
+	want := PullSpec{ReqID: "r", TransferID: "x", Bootstrap: "h:1", EngineID: "e", NumTokens: 40, FirstBlock: 1, BlockIDs: []int{8, 9}}
+	if len(pulls) != 1 || !reflect.DeepEqual(pulls[0], want) || len(rels) != 0 {
+		t.Fatalf("work %+v %+v", pulls, rels)
+	}
+	if c.InFlight() != 1 {
+		t.Fatal("not in flight")
+	}
+	c.PullDone("r", "", 1000, 5e6)
+	ds, dr, inv := c.Drain()
+	if len(ds) != 0 || !reflect.DeepEqual(dr, []string{"r"}) || len(inv) != 0 {
+		t.Fatalf("drain %v %v %v", ds, dr, inv)
+	}
+	// Preempted later: recompute locally, never pull twice.
+	if n, async, _ := c.Match("r", params, 40, 0); n != 0 || async {
+		t.Fatalf("second match %d %v", n, async)
+	}
+	delay, rel, out := c.Finished("r", params)
+	if delay || rel != nil || out["kv_load"] != LoadRemote || out["kv_pull_bytes"] != int64(1000) {
+		t.Fatalf("finished %v %v %v", delay, rel, out)
+	}
+}
+
+func TestConsumerFailurePolicies(t *testing.T) {
+	params := map[string]any{"do_remote_prefill": true, "transfer_id": "x", "remote_bootstrap_addr": "h:1"}
+	for _, recompute := range []bool{true, false} {
+		c := NewConsumerCore(16, recompute)
+		c.Match("r", params, 20, 0)
+		c.AfterAlloc("r", params, 20, 0, []int{3, 4}, 20)
+		c.TakeWork()
+		c.PullDone("r", "boom", 0, 0)
+		_, dr, inv := c.Drain()
+		if !reflect.DeepEqual(dr, []string{"r"}) || !reflect.DeepEqual(inv, []int{3, 4}) {
+			t.Fatalf("drain %v %v", dr, inv)
+		}
+		_, _, out := c.Finished("r", params)
+		want := LoadFailed
+		if recompute {
+			want = LoadRecomputed
+		}
+		if out["kv_load"] != want || out["kv_load_error"] != "boom" {
+			t.Fatalf("recompute=%v: %v", recompute, out)
+		}
+		if c.Count("failed") != 1 {
+			t.Fatal("failure not counted")
+		}
+	}
+}
+
+func TestConsumerFullHitAndAbort(t *testing.T) {
+	params := map[string]any{"do_remote_prefill": true, "transfer_id": "x", "remote_bootstrap_addr": "h:1"}
+	c := NewConsumerCore(16, true)
+	// Full hit: 33 tokens, 32 local: only the last token is missing.
+	if n, async, _ := c.Match("r", params, 33, 32); n != 0 || async {
+		t.Fatalf("full hit match %d %v", n, async)
+	}
+	c.AfterAlloc("r", params, 33, 32, []int{1, 2, 3}, 0)
+	pulls, rels := c.TakeWork()
+	if len(pulls) != 0 || len(rels) != 1 || rels[0].TransferID != "x" {
+		t.Fatalf("full hit work %v %v", pulls, rels)
+	}
+	if _, _, out := c.Finished("r", params); out["kv_load"] != LoadLocal {
+		t.Fatalf("full hit params %v", out)
+	}
+	// Abort while running: blocks kept until the pull ends.
+	c.Match("a", params, 20, 0)
+	c.AfterAlloc("a", params, 20, 0, []int{5, 6}, 20)
+	c.TakeWork()
+	delay, rel, out := c.Finished("a", params)
+	if !delay || rel == nil || out["kv_load"] != LoadAborted {
+		t.Fatalf("abort %v %v %v", delay, rel, out)
+	}
+	c.PullDone("a", "cancelled", 0, 0)
+	ds, dr, inv := c.Drain()
+	if !reflect.DeepEqual(ds, []string{"a"}) || len(dr) != 0 || len(inv) != 0 {
+		t.Fatalf("abort drain %v %v %v", ds, dr, inv)
+	}
+	// Abort while queued: freed at once, never started.
+	c.Match("q", params, 20, 0)
+	c.AfterAlloc("q", params, 20, 0, []int{5, 6}, 20)
+	if delay, rel, _ := c.Finished("q", params); delay || rel == nil {
+		t.Fatal("queued abort")
+	}
+	if pulls, _ := c.TakeWork(); len(pulls) != 0 {
+		t.Fatalf("aborted pull started: %v", pulls)
+	}
+	if c.InFlight() != 0 {
+		t.Fatal("in flight after aborts")
+	}
+}
+
+func TestConsumerParams(t *testing.T) {
+	c := NewConsumerCore(16, true)
+	if n, a, err := c.Match("r", nil, 10, 0); n != 0 || a || err != nil {
+		t.Fatal("plain request matched")
+	}
+	if _, _, err := c.Match("r", map[string]any{"do_remote_prefill": true}, 10, 0); err == nil {
+		t.Fatal("missing transfer id accepted")
+	}
+	if _, _, err := c.Match("r", map[string]any{"do_remote_prefill": "yes", "transfer_id": "x"}, 10, 0); err != nil {
+		t.Fatal("non-bool flag treated as remote")
+	}
+}
+
+func TestPlanWritesGroupsRuns(t *testing.T) {
+	reqs, err := PlanWrites(7, []uintptr{1000, 5000}, []uint64{90000, 70000}, 10, []int{3, 4, 5, 9}, []int{10, 11, 12, 13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []transfer.Request{
+		{Op: transfer.OpWrite, Local: 1030, Segment: 7, Remote: 90100, Length: 30},
+		{Op: transfer.OpWrite, Local: 1090, Segment: 7, Remote: 90130, Length: 10},
+		{Op: transfer.OpWrite, Local: 5030, Segment: 7, Remote: 70100, Length: 30},
+		{Op: transfer.OpWrite, Local: 5090, Segment: 7, Remote: 70130, Length: 10},
+	}
+	if !reflect.DeepEqual(reqs, want) {
+		t.Fatalf("plan\n%+v\nwant\n%+v", reqs, want)
+	}
+	// A break on the destination side splits too.
+	reqs, _ = PlanWrites(1, []uintptr{0}, []uint64{0}, 1, []int{1, 2}, []int{5, 7})
+	if len(reqs) != 2 {
+		t.Fatalf("dst break not split: %v", reqs)
+	}
+	if _, err := PlanWrites(1, []uintptr{0}, []uint64{0}, 1, []int{1}, nil); err == nil {
+		t.Fatal("length mismatch accepted")
+	}
+	if _, err := PlanWrites(1, []uintptr{0}, []uint64{0, 1}, 1, nil, nil); err == nil {
+		t.Fatal("layer mismatch accepted")
+	}
+}
