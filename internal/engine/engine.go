@@ -166,6 +166,8 @@ func (e *Engine) check(req Request) error {
 		return fmt.Errorf("%w: prompt (%d tokens) + max_tokens (%d) exceeds the context of %d tokens", ErrInvalidRequest, len(req.Prompt), p.MaxTokens, e.cfg.MaxModelLen)
 	case p.Temperature < 0 || math.IsNaN(p.Temperature) || p.Temperature > 100:
 		return fmt.Errorf("%w: temperature %v must be in [0, 100]", ErrInvalidRequest, p.Temperature)
+	case p.TopP < 0 || p.TopP > 1 || math.IsNaN(p.TopP):
+		return fmt.Errorf("%w: top_p %v must be in (0, 1]", ErrInvalidRequest, p.TopP)
 	}
 	if need := (len(req.Prompt) + p.MaxTokens + e.cfg.BlockSize - 1) / e.cfg.BlockSize; need > e.cfg.NumBlocks {
 		return fmt.Errorf("%w: needs %d KV blocks, the cache has %d", ErrInvalidRequest, need, e.cfg.NumBlocks)

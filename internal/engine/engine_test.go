@@ -237,3 +237,24 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestTopP(t *testing.T) {
+	seed := uint64(7)
+	mk := func(id string, topP float64) Request {
+		return Request{ID: id, Prompt: prompt(20, 4), Params: SamplingParams{MaxTokens: 12, Temperature: 2, TopP: topP, Seed: &seed, IgnoreEOS: true}}
+	}
+	e := newEngine(t, nil)
+	g := runToEnd(t, e, submit(t, e, greedy("g", prompt(20, 4), 12)))[0].tokens
+	// A tiny top_p keeps only the most likely token: greedy, whatever the temperature.
+	if got := runToEnd(t, e, submit(t, e, mk("p0", 1e-9)))[0].tokens; !slices.Equal(got, g) {
+		t.Fatalf("top_p≈0 gave %v, greedy %v", got, g)
+	}
+	a := runToEnd(t, e, submit(t, e, mk("a", 0.5)))[0].tokens
+	b := runToEnd(t, e, submit(t, e, mk("b", 0.5)))[0].tokens
+	if !slices.Equal(a, b) {
+		t.Fatal("seeded top_p sampling not reproducible")
+	}
+	if _, err := e.Submit(mk("bad", 1.5)); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("top_p 1.5: %v", err)
+	}
+}

@@ -12,6 +12,9 @@ type SamplingParams struct {
 	MaxTokens int
 	// Temperature 0 means greedy (argmax, lowest id on ties).
 	Temperature float64
+	// TopP in (0, 1] keeps the smallest set of most likely tokens whose
+	// probabilities sum to at least TopP (0 means 1: no cut).
+	TopP float64
 	// Seed seeds sampling when Temperature > 0. Without a seed the engine
 	// derives one from the request id, so a request is still reproducible.
 	Seed *uint64

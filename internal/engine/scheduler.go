@@ -352,14 +352,39 @@ func (e *Engine) sample(r *ReqState, logits []float32) int {
 		probs[i] = p
 		sum += p
 	}
+	idx := make([]int, len(probs))
+	for i := range idx {
+		idx[i] = i
+	}
+	if tp := r.params.TopP; tp > 0 && tp < 1 {
+		// Most likely first, lowest id first on ties: a total order.
+		slices.SortFunc(idx, func(a, b int) int {
+			switch {
+			case probs[a] > probs[b]:
+				return -1
+			case probs[a] < probs[b]:
+				return 1
+			}
+			return a - b
+		})
+		var acc float64
+		for k, i := range idx {
+			acc += probs[i]
+			if acc >= tp*sum {
+				idx = idx[:k+1]
+				sum = acc
+				break
+			}
+		}
+	}
 	x := r.rng.Float64() * sum
-	for i, p := range probs {
-		x -= p
+	for _, i := range idx {
+		x -= probs[i]
 		if x < 0 {
 			return i
 		}
 	}
-	return len(probs) - 1
+	return idx[len(idx)-1]
 }
 
 func (e *Engine) stopReason(r *ReqState) string {

@@ -10,7 +10,7 @@
 // Requests: prompt as a string (encoded with the byte-level tokenizer after
 // <|bos|>) or as token ids; messages for chat (string content or text parts,
 // rendered with the tokenizer's chat template); max_tokens (or
-// max_completion_tokens), temperature (default 1; 0 = greedy), seed, stop
+// max_completion_tokens), temperature (default 1; 0 = greedy), top_p, seed, stop
 // (string or up to 4 strings; the matched stop string is not returned),
 // stream and stream_options.include_usage, ignore_eos, cache_salt (prefix
 // cache namespace), kv_transfer_params (handed to the engine's KV connector;
@@ -19,7 +19,7 @@
 // return_token_ids (the response carries prompt_token_ids and per-choice
 // token_ids). An X-Request-Id header becomes the engine request id (the
 // id a connector sees). Unknown fields, wrong types, n != 1, logprobs,
-// penalties, top_p != 1, echo, suffix and best_of are rejected.
+// penalties, echo, suffix and best_of are rejected.
 //
 // Errors are OpenAI-style JSON {"error": {"message", "type", "param",
 // "code"}}: 400 for bad input (malformed JSON, wrong types, empty prompt,

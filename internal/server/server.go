@@ -267,8 +267,6 @@ func (s *Server) buildParams(c *commonParams, promptLen, defMax int) (engine.Sam
 		return p, fmt.Errorf("%w: n must be 1", ErrBadRequest)
 	case c.TopP != nil && (*c.TopP <= 0 || *c.TopP > 1):
 		return p, fmt.Errorf("%w: top_p must be in (0, 1]", ErrBadRequest)
-	case c.TopP != nil && *c.TopP != 1:
-		return p, fmt.Errorf("%w: top_p other than 1 is not supported", ErrBadRequest)
 	case len(c.Logprobs) > 0 && string(c.Logprobs) != "null" && string(c.Logprobs) != "false":
 		return p, fmt.Errorf("%w: logprobs are not supported", ErrBadRequest)
 	case (c.PresencePenalty != nil && *c.PresencePenalty != 0) || (c.FrequencyPenalty != nil && *c.FrequencyPenalty != 0):
@@ -297,6 +295,9 @@ func (s *Server) buildParams(c *commonParams, promptLen, defMax int) (engine.Sam
 			return p, fmt.Errorf("%w: temperature must be in [0, 2]", ErrBadRequest)
 		}
 		p.Temperature = *c.Temperature
+	}
+	if c.TopP != nil {
+		p.TopP = *c.TopP
 	}
 	if c.Seed != nil {
 		v := uint64(*c.Seed)
