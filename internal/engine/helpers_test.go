@@ -220,6 +220,9 @@ func (c *mapConnector) UpdateConnectorOutput(ConnectorOutput) { c.log("output") 
 
 func (c *mapConnector) RequestFinished(req *ReqState, blockIDs []int) (bool, map[string]any) {
 	c.log("finished")
+	if req.FinishReason() == "" || req.Status() != StatusFinished {
+		panic("RequestFinished before the finish reason is set")
+	}
 	if c.delayFree > 0 && len(blockIDs) > 0 {
 		if c.sending == nil {
 			c.sending = map[string]int{}

@@ -137,3 +137,8 @@ func (r *ReqState) Status() Status { return r.status }
 
 // MaxTokens is the request's generation limit.
 func (r *ReqState) MaxTokens() int { return r.params.MaxTokens }
+
+// FinishReason is why the request finished (FinishStop, FinishLength,
+// FinishAbort, FinishError); empty while it runs. RequestFinished sees it
+// set.
+func (r *ReqState) FinishReason() string { return r.finishReason }
