@@ -481,8 +481,14 @@ func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte,
 	lctx, lcancel := context.WithDeadline(ctx, leaseEnd)
 	defer lcancel()
 	var errs []error
-	for _, r := range c.order(info.Replicas) {
-		err := c.readReplica(lctx, r, buf)
+	reps := c.order(info.Replicas)
+	for i, r := range reps {
+		// Each replica gets an equal share of the lease left, so a hung
+		// node leaves time to read the next replica.
+		share := time.Until(leaseEnd) / time.Duration(len(reps)-i)
+		rctx, rcancel := context.WithTimeout(lctx, share)
+		err := c.readReplica(rctx, r, buf)
+		rcancel()
 		if err == nil && time.Now().After(leaseEnd) {
 			err = ErrLeaseExpired
 		}

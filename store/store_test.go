@@ -415,3 +415,46 @@ func TestClientContributesSegment(t *testing.T) {
 		t.Fatalf("local read: %v", err)
 	}
 }
+
+// hangMover never completes reads from one endpoint (a hung node).
+type hangMover struct {
+	store.Mover
+	hung string
+	ids  sync.Map // SegmentID -> endpoint
+}
+
+func (m *hangMover) OpenSegment(ctx context.Context, name string) (transfer.SegmentID, error) {
+	id, err := m.Mover.OpenSegment(ctx, name)
+	m.ids.Store(id, name)
+	return id, err
+}
+
+func (m *hangMover) Transfer(ctx context.Context, reqs []transfer.Request) error {
+	if ep, _ := m.ids.Load(reqs[0].Segment); ep == m.hung && reqs[0].Op == transfer.OpRead {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return m.Mover.Transfer(ctx, reqs)
+}
+
+// TestHungReplicaFallsBack: a replica whose node never answers costs part
+// of the lease, and the read completes from the next replica.
+func TestHungReplicaFallsBack(t *testing.T) {
+	c := newCluster(t, master.Config{LeaseTTL: 2 * time.Second}, 2, 1<<20)
+	hm := &hangMover{}
+	cl := c.client(func(cfg *store.Config) {
+		hm.Mover = cfg.Mover
+		cfg.Mover = hm
+	})
+	ctx := ctxT(t)
+	v := value("h", 3000)
+	if err := cl.PutWith(ctx, "h", v, store.PutOptions{Replicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := cl.Stat(ctx, "h")
+	hm.hung = info.Replicas[0].Endpoint // the replica tried first
+	got, err := cl.Get(ctx, "h")
+	if err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("get with a hung replica: %v", err)
+	}
+}
