@@ -181,7 +181,7 @@ func TestSubmitErrors(t *testing.T) {
 }
 
 func TestRunServesAndShutsDown(t *testing.T) {
-	e := newEngine(t, nil)
+	e := newEngine(t, func(c *Config) { c.Connector = holdConnector{} })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
@@ -195,34 +195,42 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if err != nil || len(toks) != 6 || final.FinishReason != FinishLength {
 		t.Fatalf("collect: %v %v %+v", err, toks, final)
 	}
-	// A reader that goes away aborts its request.
-	s2, err := e.Submit(greedy("b", prompt(30, 2), 500))
+	// A reader that goes away aborts its request and frees its blocks
+	// (the request is parked in WAITING_FOR_REMOTE_KVS holding 3 blocks).
+	s2, err := e.Submit(held("b", "remote"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, func() bool { s := e.Stats(); return s.WaitingForRemote == 1 && s.BlocksUsed == 3 })
 	cctx, ccancel := context.WithCancel(context.Background())
-	if _, _, err := s2.Next(cctx); err != nil {
-		t.Fatal(err)
-	}
 	ccancel()
 	if _, _, err := s2.Next(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("next after cancel: %v", err)
 	}
-	waitFor(t, func() bool { s := e.Stats(); return s.Running == 0 && s.BlocksUsed == 0 })
-	// A long request in flight at shutdown gets an abort.
-	s3, err := e.Submit(greedy("c", prompt(30, 3), 900))
+	waitFor(t, func() bool { s := e.Stats(); return s.WaitingForRemote == 0 && s.BlocksUsed == 0 })
+	// Requests still waiting at shutdown get an abort.
+	s3, err := e.Submit(held("c", "pending"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	s4, err := e.Submit(held("d", "remote"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { s := e.Stats(); return s.Waiting == 1 && s.WaitingForRemote == 1 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	_, final, err = s3.Collect(rctx)
-	if err != nil || final.FinishReason != FinishAbort {
-		t.Fatalf("after shutdown: %v %+v", err, final)
+	for _, st := range []*Stream{s3, s4} {
+		if _, final, err := st.Collect(rctx); err != nil || final.FinishReason != FinishAbort {
+			t.Fatalf("after shutdown: %v %+v", err, final)
+		}
 	}
-	if _, err := e.Submit(greedy("d", []int{1}, 1)); !errors.Is(err, ErrClosed) {
+	if s := e.Stats(); s.BlocksUsed != 0 {
+		t.Fatalf("%d blocks leaked at shutdown", s.BlocksUsed)
+	}
+	if _, err := e.Submit(greedy("e", []int{1}, 1)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("submit after close: %v", err)
 	}
 }

@@ -337,3 +337,24 @@ func (c *mapConnector) GetBlockIDsWithLoadErrors() []int {
 func (c *mapConnector) ClearConnectorMeta() { c.meta = nil; c.log("clear") }
 
 var _ Connector = (*mapConnector)(nil)
+
+// holdConnector parks requests whose kv_transfer_params say "hold":
+// "pending" keeps them waiting (MatchPending), "remote" admits them as an
+// async load that never completes. Nothing else happens.
+type holdConnector struct{ NoopConnector }
+
+func (holdConnector) GetNumNewMatchedTokens(req *ReqState, numLocal int) (int, bool, error) {
+	switch req.KVTransferParams()["hold"] {
+	case "pending":
+		return MatchPending, false, nil
+	case "remote":
+		return len(req.PromptTokens()) - numLocal, true, nil
+	}
+	return 0, false, nil
+}
+
+func held(id, how string) Request {
+	r := greedy(id, prompt(40, 7), 4)
+	r.KVTransferParams = map[string]any{"hold": how}
+	return r
+}

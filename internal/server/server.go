@@ -575,6 +575,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("Connection", "keep-alive")
 	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush() // the client sees 200 before the first token
+	}
 	send := func(v any) bool {
 		b, _ := json.Marshal(v)
 		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {

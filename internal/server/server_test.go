@@ -331,52 +331,69 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func TestQueueFullAndDisconnect(t *testing.T) {
-	ts := start(t, func(c *engine.Config) { c.MaxNumSeqs = 1; c.MaxWaiting = 1 })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// A: a long streaming request that occupies the only running slot.
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.url+"/v1/completions",
-		strings.NewReader(`{"prompt":"long one","max_tokens":1000,"stream":true,"ignore_eos":true}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+// holdConnector parks requests by their kv_transfer_params: "pending"
+// keeps them waiting, "remote" admits them (blocks allocated) as an async
+// load that never completes. This makes queue and disconnect tests
+// independent of timing.
+type holdConnector struct{ engine.NoopConnector }
+
+func (holdConnector) GetNumNewMatchedTokens(req *engine.ReqState, numLocal int) (int, bool, error) {
+	switch req.KVTransferParams()["hold"] {
+	case "pending":
+		return engine.MatchPending, false, nil
+	case "remote":
+		return len(req.PromptTokens()) - numLocal, true, nil
 	}
-	br := bufio.NewReader(resp.Body)
-	if _, err := br.ReadString('\n'); err != nil { // first event arrived: A is running
-		t.Fatal(err)
-	}
-	// B waits in the queue (fills it); C is rejected with 429.
-	bctx, bcancel := context.WithCancel(context.Background())
-	defer bcancel()
-	bdone := make(chan int, 1)
+	return 0, false, nil
+}
+
+// background posts body with a cancellable context and reports the status
+// (0 if the client gave up).
+func background(url, body string) (cancel func(), status <-chan int) {
+	ctx, cancelFn := context.WithCancel(context.Background())
+	ch := make(chan int, 1)
 	go func() {
-		req, _ := http.NewRequestWithContext(bctx, "POST", ts.url+"/v1/completions", strings.NewReader(`{"prompt":"b","max_tokens":3}`))
+		req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
 		r, err := http.DefaultClient.Do(req)
 		if err != nil {
-			bdone <- 0
+			ch <- 0
 			return
 		}
 		io.Copy(io.Discard, r.Body)
 		r.Body.Close()
-		bdone <- r.StatusCode
+		ch <- r.StatusCode
 	}()
+	return cancelFn, ch
+}
+
+func TestQueueFullAndDisconnect(t *testing.T) {
+	ts := start(t, func(c *engine.Config) { c.MaxWaiting = 1; c.Connector = holdConnector{} })
+	// A holds KV blocks while it waits for a remote load that never comes.
+	cancelA, doneA := background(ts.url+"/v1/completions", `{"prompt":"`+strings.Repeat("a", 40)+`","max_tokens":3,"kv_transfer_params":{"hold":"remote"}}`)
+	defer cancelA()
+	waitUntil(t, func() bool { s := ts.eng.Stats(); return s.WaitingForRemote == 1 && s.BlocksUsed == 3 })
+	// B fills the one-slot waiting queue; C is rejected with 429.
+	cancelB, doneB := background(ts.url+"/v1/completions", `{"prompt":"b","max_tokens":3,"stream":true,"kv_transfer_params":{"hold":"pending"}}`)
+	defer cancelB()
 	waitUntil(t, func() bool { return ts.eng.Stats().Waiting == 1 })
 	code, v := post(t, ts.url+"/v1/completions", `{"prompt":"c","max_tokens":3}`)
 	if code != 429 || v["error"] == nil {
 		t.Fatalf("want 429, got %d %v", code, v)
 	}
-	if ts.eng.Stats().BlocksUsed == 0 {
-		t.Fatal("A holds no blocks?")
+	// Clients that disconnect abort their requests; A's blocks are freed.
+	cancelA()
+	cancelB()
+	if a, b := <-doneA, <-doneB; a != 0 || b != 200 { // B's SSE headers were already sent
+		t.Fatalf("statuses after disconnect: %d %d", a, b)
 	}
-	// Client A disconnects: its request is aborted and its blocks freed; B then runs.
-	cancel()
-	resp.Body.Close()
-	if got := <-bdone; got != 200 {
-		t.Fatalf("B finished with %d", got)
+	waitUntil(t, func() bool {
+		s := ts.eng.Stats()
+		return s.Waiting+s.WaitingForRemote+s.Running == 0 && s.BlocksUsed == 0
+	})
+	// Still serving.
+	if code, v := post(t, ts.url+"/v1/completions", `{"prompt":"ok","max_tokens":3}`); code != 200 {
+		t.Fatalf("after disconnects: %d %v", code, v)
 	}
-	waitUntil(t, func() bool { s := ts.eng.Stats(); return s.Running == 0 && s.BlocksUsed == 0 })
-	// Metrics reflect it.
 	mresp, err := http.Get(ts.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -384,11 +401,11 @@ func TestQueueFullAndDisconnect(t *testing.T) {
 	body, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
 	for _, want := range []string{
-		`mooncake_engine_requests_total{finish_reason="abort"} 1`,
+		`mooncake_engine_requests_total{finish_reason="abort"} 2`,
 		`mooncake_engine_requests_total{finish_reason="rejected"} 1`,
 		`mooncake_engine_kv_blocks_used 0`,
 		`mooncake_engine_kv_blocks_free 128`,
-		"mooncake_engine_time_to_first_token_seconds_count 2",
+		"mooncake_engine_time_to_first_token_seconds_count 1",
 		"mooncake_engine_time_per_output_token_seconds_bucket",
 		"mooncake_engine_prefix_cache_hit_rate",
 		"mooncake_engine_requests_running 0",
