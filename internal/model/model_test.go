@@ -162,9 +162,9 @@ func TestOutputDependsOnKV(t *testing.T) {
 		}
 		p := prompt(40, 2)
 		kv := newTestKV(t, m, 8)
-		want := greedyGen(t, m, kv, p, 12, nil)
+		want := greedyGen(t, m, kv, p, 8, nil)
 		kv2 := newTestKV(t, m, 8)
-		got := greedyGen(t, m, kv2, p, 12, func() {
+		got := greedyGen(t, m, kv2, p, 8, func() {
 			_, v := kv2.r.Block(m.Config.NumHiddenLayers-1, 1) // one V block of the last layer
 			for i := range v {
 				v[i] = -v[i]
