@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+func init() {
+	codeTable = append(codeTable,
+		codeMapping{store.ErrNotFound, codeObjectNotFound},
+		codeMapping{store.ErrExists, codeObjectExists},
+		codeMapping{store.ErrHasLease, codeObjectHasLease},
+		codeMapping{store.ErrLeaseExpired, codeLeaseExpired},
+		codeMapping{store.ErrNoSpace, codeNoHandle},
+		codeMapping{store.ErrTooLarge, codeInvalidParams},
+		codeMapping{store.ErrInvalid, codeInvalidParams},
+		codeMapping{store.ErrBufferTooSmall, codeInvalidParams},
+		codeMapping{store.ErrCorrupt, codeTransferFail},
+		codeMapping{store.ErrNoReplica, codeTransferFail},
+		codeMapping{store.ErrTransfer, codeTransferFail},
+		codeMapping{store.ErrClosed, codeInternal},
+	)
+	codeHooks = append(codeHooks, storeRemoteCode, grpcCode)
+}
+
+// storeRemoteCode keeps the master's own numeric code.
+func storeRemoteCode(err error) (int64, bool) {
+	var re *store.RemoteError
+	if errors.As(err, &re) && re.Code < 0 {
+		return int64(re.Code), true
+	}
+	return 0, false
+}
+
+// grpcCode maps a failed master RPC to RPC_FAIL / RPC_TIMEOUT.
+func grpcCode(err error) (int64, bool) {
+	var gs interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &gs) {
+		return 0, false
+	}
+	switch gs.GRPCStatus().Code() {
+	case codes.DeadlineExceeded:
+		return codeRPCTimeout, true
+	case codes.OK:
+		return 0, false
+	default:
+		return codeRPCFail, true
+	}
+}
+
+// stores holds every open store client by handle.
+var stores = newHandles[*storeState]()
+
+// storeState is one store client and the transfer engine it owns.
+type storeState struct {
+	eng  *transfer.Engine
+	c    *store.Client
+	regs regions
+
+	mu   sync.Mutex
+	bufs map[uint64][]byte // registered with register_buffer
+}
+
+// storeArgs is what setup() passes.
+type storeArgs struct {
+	host, metadata, protocol, device, master string
+	segmentSize, bufferSize                  uint64
+}
+
+func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
+	if a.master == "" {
+		return nil, errInvalid("no master address")
+	}
+	cfg, warns, err := engineArgs(a.host, a.metadata, a.protocol, a.device)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range warns {
+		logger.Warn("store setup", "note", w)
+	}
+	if cfg.Transport == transfer.TransportTCP && a.protocol == "" {
+		cfg.Transport = transfer.TransportAuto
+	}
+	cfg.Logger = logger.With("store", a.host)
+	eng, err := transfer.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := store.New(ctx, store.Config{Master: a.master, Mover: eng, SegmentSize: a.segmentSize,
+		LocalBufferSize: a.bufferSize, Logger: logger.With("store", eng.Name())})
+	if err != nil {
+		_ = eng.Close()
+		return nil, err
+	}
+	return &storeState{eng: eng, c: c, bufs: map[uint64][]byte{}}, nil
+}
+
+func (s *storeState) close() error {
+	err := s.c.Close()
+	return errors.Join(err, s.eng.Close())
+}
+
+// ctx is the context of one store call. It carries no deadline of its own:
+// the store client bounds each master RPC by its RPCTimeout (5s) and a read
+// by its lease, and the transfer engine bounds each transfer by its Timeout
+// (MC_TRANSFER_TIMEOUT), so a dead master fails a call in seconds.
+func (s *storeState) ctx(int) (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
+}
+
+// replicateJSON is the ReplicateConfig the Python layer sends.
+type replicateJSON struct {
+	ReplicaNum        int      `json:"replica_num"`
+	WithSoftPin       bool     `json:"with_soft_pin"`
+	WithHardPin       bool     `json:"with_hard_pin"`
+	PreferredSegments []string `json:"preferred_segments"`
+	SameNode          bool     `json:"prefer_alloc_in_same_node"`
+}
+
+// putOptions parses a ReplicateConfig ("" = defaults).
+func (s *storeState) putOptions(cfg string) (store.PutOptions, error) {
+	var o store.PutOptions
+	if cfg == "" {
+		return o, nil
+	}
+	var r replicateJSON
+	if err := json.Unmarshal([]byte(cfg), &r); err != nil {
+		return o, errInvalid("replicate config: " + err.Error())
+	}
+	if r.ReplicaNum < 0 || r.ReplicaNum > 64 {
+		return o, errInvalid(fmt.Sprintf("replica_num %d", r.ReplicaNum))
+	}
+	o.Replicas = r.ReplicaNum
+	o.SoftPin = r.WithSoftPin
+	o.HardPin = r.WithHardPin
+	o.PreferredSegments = r.PreferredSegments
+	if r.SameNode && s != nil && s.c.Segment() != nil {
+		o.PreferredSegments = append([]string{s.c.SegmentName()}, o.PreferredSegments...)
+	}
+	return o, nil
+}
+
+// put stores value under key. Memory inside a registered buffer is sent
+// from where it is; other memory goes through the staging buffer. As in
+// Mooncake, a put of a key that exists succeeds and keeps the old value.
+func (s *storeState) put(key string, value []byte, cfg string) error {
+	if key == "" {
+		return errInvalid("empty key")
+	}
+	o, err := s.putOptions(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(len(value))
+	defer cancel()
+	if len(value) > 0 && s.regs.contains(uint64(transfer.AddrOf(value)), uint64(len(value))) {
+		err = s.c.PutFrom(ctx, key, value, o)
+	} else {
+		err = s.c.PutWith(ctx, key, value, o)
+	}
+	if errors.Is(err, store.ErrExists) {
+		return nil
+	}
+	return err
+}
+
+func (s *storeState) get(key string) ([]byte, error) {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	return s.c.Get(ctx, key)
+}
+
+// getInto reads key into dst and returns the length. dst inside a
+// registered buffer is filled by the transfer engine directly; other memory
+// is filled by a copy.
+func (s *storeState) getInto(key string, dst []byte) (int, error) {
+	ctx, cancel := s.ctx(len(dst))
+	defer cancel()
+	if len(dst) > 0 && s.regs.contains(uint64(transfer.AddrOf(dst)), uint64(len(dst))) {
+		return s.c.GetInto(ctx, key, dst)
+	}
+	v, err := s.c.Get(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) > len(dst) {
+		return 0, fmt.Errorf("get %q: value of %d bytes, buffer of %d: %w", key, len(v), len(dst), store.ErrBufferTooSmall)
+	}
+	return copy(dst, v), nil
+}
+
+// batch runs f for i in [0, n) with bounded parallelism.
+func batch(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
+}
+
+func (s *storeState) registerBuffer(b []byte) error {
+	if len(b) == 0 {
+		return errInvalid("empty buffer")
+	}
+	a := uint64(transfer.AddrOf(b))
+	if err := s.regs.add(a, uint64(len(b))); err != nil {
+		return err
+	}
+	if err := s.c.RegisterBuffer(b); err != nil {
+		s.regs.remove(a)
+		return err
+	}
+	s.mu.Lock()
+	s.bufs[a] = b
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *storeState) unregisterBuffer(a uint64) error {
+	s.mu.Lock()
+	b, ok := s.bufs[a]
+	delete(s.bufs, a)
+	s.mu.Unlock()
+	if !ok {
+		return errInvalid(fmt.Sprintf("0x%x is not a registered buffer", a))
+	}
+	s.regs.remove(a)
+	return s.c.UnregisterBuffer(b)
+}
+
+func (s *storeState) exist(key string) (bool, error) {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	return s.c.Exist(ctx, key)
+}
+
+func (s *storeState) batchExist(keys []string) ([]bool, error) {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	return s.c.BatchExist(ctx, keys)
+}
+
+func (s *storeState) size(key string) (int64, error) {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	info, err := s.c.Stat(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	return int64(info.Size), nil
+}
+
+func (s *storeState) remove(key string, force bool) error {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	return s.c.Remove(ctx, key, force)
+}
+
+func (s *storeState) removeRegex(pattern string, force bool) (int, error) {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	return s.c.RemoveByRegex(ctx, pattern, force)
+}
+
+func (s *storeState) removeAll(force bool) (int, error) {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	return s.c.RemoveAll(ctx, force)
+}
+
+// list returns every key with the prefix, in key order, as a JSON array.
+func (s *storeState) list(prefix string) ([]byte, error) {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	keys := []string{}
+	after := ""
+	for {
+		page, next, err := s.c.List(ctx, prefix, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range page {
+			keys = append(keys, k.Key)
+		}
+		if next == "" || len(page) == 0 {
+			break
+		}
+		after = next
+	}
+	return json.Marshal(keys)
+}
+
+// health is one master round trip.
+func (s *storeState) health() error {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	_, err := s.c.Exist(ctx, "__mooncake_health_check__")
+	return err
+}
+
+func storeByHandle(h int64) (*storeState, error) {
+	s, ok := stores.get(h)
+	if !ok {
+		return nil, fmt.Errorf("store %d: %w", h, errBadHandle)
+	}
+	return s, nil
+}

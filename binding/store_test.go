@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+func TestStoreCodes(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want int64
+	}{
+		{"not found", fmt.Errorf("store: get: %w", store.ErrNotFound), codeObjectNotFound},
+		{"exists", store.ErrExists, codeObjectExists},
+		{"has lease", store.ErrHasLease, codeObjectHasLease},
+		{"lease expired", store.ErrLeaseExpired, codeLeaseExpired},
+		{"no space", store.ErrNoSpace, codeNoHandle},
+		{"buffer too small", store.ErrBufferTooSmall, codeInvalidParams},
+		{"transfer", fmt.Errorf("x: %w", store.ErrTransfer), codeTransferFail},
+		{"corrupt", store.ErrCorrupt, codeTransferFail},
+		{"remote code kept", fmt.Errorf("put: %w", &store.RemoteError{Code: -601, Message: "too large"}), codeInvalidParams},
+		{"remote unknown code", &store.RemoteError{Code: -602, Message: "not owner"}, -602},
+		{"rpc unavailable", fmt.Errorf("rpc: %w", status.Error(codes.Unavailable, "down")), codeRPCFail},
+		{"rpc deadline", fmt.Errorf("rpc: %w", status.Error(codes.DeadlineExceeded, "slow")), codeRPCTimeout},
+		{"segment", transfer.ErrUnknownSegment, codeSegmentNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := codeOf(tc.err); got != tc.want {
+				t.Fatalf("codeOf(%v) = %d, want %d", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPutOptions(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    store.PutOptions
+		wantErr bool
+	}{
+		{"", store.PutOptions{}, false},
+		{`{"replica_num":2,"with_soft_pin":true,"preferred_segments":["a","b"]}`,
+			store.PutOptions{Replicas: 2, SoftPin: true, PreferredSegments: []string{"a", "b"}}, false},
+		{`{"replica_num":1,"with_hard_pin":true}`, store.PutOptions{Replicas: 1, HardPin: true}, false},
+		{`{"replica_num":-1}`, store.PutOptions{}, true},
+		{`{"replica_num":1000}`, store.PutOptions{}, true},
+		{`{"replica_num":"x"}`, store.PutOptions{}, true},
+		{`not json`, store.PutOptions{}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			var s *storeState
+			got, err := s.putOptions(tc.in)
+			if tc.wantErr {
+				if codeOf(err) != codeInvalidParams {
+					t.Fatalf("want invalid params, got %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStoreInProcess runs a master, a storage node and the binding's store
+// layer in this process over the in-process transport (TCP is covered by
+// python/tests with real processes).
+func TestStoreInProcess(t *testing.T) {
+	mcfg := master.DefaultServerConfig()
+	mcfg.Addr = "127.0.0.1:0"
+	mcfg.HTTPAddr = ""
+	m, err := master.Start(mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("master close: %v", err)
+		}
+	}()
+	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
+		Engine: transfer.Config{Transport: transfer.TransportInproc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := node.Close(); err != nil {
+			t.Errorf("node close: %v", err)
+		}
+	}()
+	s, err := openStore(t.Context(), storeArgs{host: "127.0.0.1", protocol: "inproc", master: m.Addr(), bufferSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := s.close(); err != nil {
+			t.Errorf("store close: %v", err)
+		}
+	}()
+
+	v := bytes.Repeat([]byte("mooncake"), 1000)
+	if err := s.put("k1", v, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.put("k1", []byte("other"), ""); err != nil {
+		t.Fatalf("put of an existing key must succeed (Mooncake semantics): %v", err)
+	}
+	got, err := s.get("k1")
+	if err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("get = %d bytes, %v", len(got), err)
+	}
+	if n, err := s.size("k1"); err != nil || n != int64(len(v)) {
+		t.Fatalf("size = %d %v", n, err)
+	}
+	// get into unregistered memory (copy) and registered memory (direct).
+	dst := make([]byte, 10000)
+	if n, err := s.getInto("k1", dst); err != nil || n != len(v) || !bytes.Equal(dst[:n], v) {
+		t.Fatalf("getInto unregistered = %d %v", n, err)
+	}
+	reg := make([]byte, 1<<16)
+	if err := s.registerBuffer(reg); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.getInto("k1", reg); err != nil || n != len(v) || !bytes.Equal(reg[:n], v) {
+		t.Fatalf("getInto registered = %d %v", n, err)
+	}
+	copy(reg[32768:], "from registered memory")
+	if err := s.put("k2", reg[32768:32768+22], ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.unregisterBuffer(uint64(transfer.AddrOf(reg))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.unregisterBuffer(uint64(transfer.AddrOf(reg))); codeOf(err) != codeInvalidParams {
+		t.Fatalf("second unregister: %v", err)
+	}
+	if _, err := s.getInto("k1", make([]byte, 10)); codeOf(err) != codeInvalidParams {
+		t.Fatalf("small buffer: %v", err)
+	}
+	if _, err := s.get("missing"); codeOf(err) != codeObjectNotFound {
+		t.Fatalf("missing: %v", err)
+	}
+	if ok, err := s.exist("k2"); !ok || err != nil {
+		t.Fatalf("exist k2 = %v %v", ok, err)
+	}
+	oks, err := s.batchExist([]string{"k1", "nope", "k2"})
+	if err != nil || fmt.Sprint(oks) != "[true false true]" {
+		t.Fatalf("batchExist = %v %v", oks, err)
+	}
+	list, err := s.list("k")
+	if err != nil || string(list) != `["k1","k2"]` {
+		t.Fatalf("list = %s %v", list, err)
+	}
+	if err := s.remove("k1", false); codeOf(err) != codeObjectHasLease {
+		t.Fatalf("remove of a leased key: %v", err)
+	}
+	if err := s.remove("k1", true); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.removeAll(true); err != nil || n != 1 {
+		t.Fatalf("removeAll = %d %v", n, err)
+	}
+	if err := s.health(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.put("", v, ""); codeOf(err) != codeInvalidParams {
+		t.Fatalf("empty key: %v", err)
+	}
+	if _, err := storeByHandle(12345); !errors.Is(err, errBadHandle) {
+		t.Fatalf("bad handle: %v", err)
+	}
+}
