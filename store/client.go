@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"sync"
 	"time"
@@ -26,10 +25,6 @@ const serviceConfig = `{"methodConfig":[{"name":[{"service":"mooncake.store.v1.M
  "retryPolicy":{"maxAttempts":4,"initialBackoff":"0.02s","maxBackoff":"0.5s","backoffMultiplier":2,
   "retryableStatusCodes":["UNAVAILABLE"]}}]}`
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Checksum is the CRC32C the store records for a value.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // PutOptions is the replication policy of one put.
 type PutOptions struct {
