@@ -121,7 +121,7 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	}
 	r := &ReqState{
 		id: req.ID, params: req.Params, kvParams: req.KVTransferParams, salt: req.CacheSalt,
-		prompt: slices.Clone(req.Prompt), status: StatusWaiting,
+		prompt: slices.Clone(req.Prompt), status: StatusWaiting, blockSize: e.cfg.BlockSize,
 	}
 	r.tokens = slices.Clip(slices.Clone(r.prompt))
 	seed := uint64(0)

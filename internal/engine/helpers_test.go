@@ -178,7 +178,10 @@ func (c *mapConnector) UpdateStateAfterAlloc(req *ReqState, blockIDs []int, n in
 		return
 	}
 	bs := c.kv.Layout.BlockSize
-	hashes := kvcache.HashBlocks(req.CacheSalt(), bs, req.PromptTokens())
+	hashes := req.BlockHashes()
+	if want := kvcache.HashBlocks(req.CacheSalt(), bs, req.AllTokens()); len(hashes) != len(want) || (len(want) > 0 && hashes[len(want)-1] != want[len(want)-1]) {
+		panic("BlockHashes does not match the spec")
+	}
 	first, cnt := req.NumComputedTokens()/bs, n/bs
 	if c.pending == nil {
 		c.pending = map[string]*loadJob{}

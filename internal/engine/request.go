@@ -102,6 +102,7 @@ type ReqState struct {
 	admitted      bool // blocks were allocated at least once
 	finishReason  string
 	numPreemption int
+	blockSize     int
 }
 
 // ID is the request id.
@@ -126,8 +127,12 @@ func (r *ReqState) CacheSalt() string { return r.salt }
 // [i*BlockSize, (i+1)*BlockSize).
 func (r *ReqState) BlockIDs() []int { return r.blocks }
 
-// BlockHashes are the hashes of the request's full blocks (of AllTokens).
-func (r *ReqState) BlockHashes() []kvcache.BlockHash { return r.hashes }
+// BlockHashes are the identities (docs/kv-block-identity.md) of every full
+// block of AllTokens, salted with CacheSalt.
+func (r *ReqState) BlockHashes() []kvcache.BlockHash {
+	r.hashes = kvcache.AppendBlockHashes(r.hashes, r.salt, r.blockSize, r.tokens)
+	return r.hashes
+}
 
 // NumComputedTokens is the number of leading tokens whose KV is in the cache.
 func (r *ReqState) NumComputedTokens() int { return r.computed }
