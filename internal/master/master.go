@@ -153,7 +153,17 @@ type Master struct {
 	zombies  []zombie
 	stats    Stats
 	evictReq bool // a put ran out of space: evict on the next Tick too
+
+	fruitlessUntil time.Time // no watermark eviction before this (last one freed nothing)
+
+	listKeys  []string  // sorted snapshot of the keys for List pagination
+	listBuilt time.Time // when listKeys was taken
 }
+
+// listSnapshotTTL bounds how stale List's key snapshot may be: pages are
+// served from a sorted snapshot (checked against the live map), so keys
+// added after it was taken appear within this delay.
+const listSnapshotTTL = 2 * time.Second
 
 // New returns a master core. cfg zero fields take defaults; clock nil means
 // the system clock.
@@ -699,30 +709,47 @@ type KeyInfo struct {
 
 // List returns up to limit complete objects whose key has the prefix and
 // sorts after the cursor `after`, in key order, and the cursor of the next
-// page ("" when this is the last page). limit <= 0 means 1000.
+// page ("" when this is the last page). limit <= 0 means 1000. Pages come
+// from a sorted snapshot of the keys refreshed every listSnapshotTTL (or
+// when a listing starts), each key checked against the live objects, so a
+// page costs O(log n + limit) and never shows a removed key.
 func (m *Master) List(prefix, after string, limit int) ([]KeyInfo, string) {
 	if limit <= 0 {
 		limit = 1000
 	}
 	m.mu.Lock()
-	var keys []string
-	for k, o := range m.objects {
-		if o.complete && strings.HasPrefix(k, prefix) && k > after {
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	if m.listKeys == nil || after == "" || now.Sub(m.listBuilt) > listSnapshotTTL {
+		keys := make([]string, 0, len(m.objects))
+		for k := range m.objects {
 			keys = append(keys, k)
 		}
+		slices.Sort(keys)
+		m.listKeys, m.listBuilt = keys, now
 	}
-	slices.Sort(keys)
+	start := max(prefix, after)
+	i, _ := slices.BinarySearch(m.listKeys, start)
+	var out []KeyInfo
 	next := ""
-	if len(keys) > limit {
-		keys = keys[:limit]
-		next = keys[limit-1]
-	}
-	out := make([]KeyInfo, len(keys))
-	for i, k := range keys {
+	for ; i < len(m.listKeys); i++ {
+		k := m.listKeys[i]
+		if k <= after {
+			continue
+		}
+		if !strings.HasPrefix(k, prefix) {
+			break
+		}
 		o := m.objects[k]
-		out[i] = KeyInfo{Key: k, Size: o.size, Replicas: len(o.replicas)}
+		if o == nil || !o.complete {
+			continue
+		}
+		if len(out) == limit {
+			next = out[len(out)-1].Key
+			break
+		}
+		out = append(out, KeyInfo{Key: k, Size: o.size, Replicas: len(o.replicas)})
 	}
-	m.mu.Unlock()
 	return out, next
 }
 
@@ -766,9 +793,14 @@ func (m *Master) Tick() {
 		capacity += s.alloc.Size()
 		used += s.alloc.Used()
 	}
-	if m.evictReq || (capacity > 0 && float64(used) > m.cfg.HighWatermark*float64(capacity)) {
+	over := capacity > 0 && float64(used) > m.cfg.HighWatermark*float64(capacity)
+	if m.evictReq || (over && !now.Before(m.fruitlessUntil)) {
 		m.evictReq = false
-		m.evictLocked(now, 0)
+		if m.evictLocked(now, 0) == 0 {
+			// Everything left is leased, pinned or unfinished: do not sort
+			// all objects again on every tick.
+			m.fruitlessUntil = now.Add(time.Second)
+		}
 	}
 }
 

@@ -758,3 +758,42 @@ func TestConcurrentOps(t *testing.T) {
 		t.Fatalf("leak: %+v", st)
 	}
 }
+
+func TestListSnapshotConsistency(t *testing.T) {
+	m, clk := newTestMaster(t, Config{ClientTTL: time.Hour}, map[string]uint64{"a": 1 << 20})
+	for i := range 10 {
+		mustPut(t, m, fmt.Sprintf("k%d", i), 64, ReplicateConfig{})
+	}
+	page, next := m.List("k", "", 3) // k0 k1 k2, snapshot taken
+	if len(page) != 3 || next != "k2" {
+		t.Fatalf("page 1: %v %q", page, next)
+	}
+	m.Remove("k3", false)                       // removed mid-listing: never shown
+	mustPut(t, m, "k35", 64, ReplicateConfig{}) // added mid-listing: may be missed until refresh
+	page, next = m.List("k", next, 3)
+	if len(page) != 3 || page[0].Key != "k4" || next != "k6" {
+		t.Fatalf("page 2 after a remove: %v %q", page, next)
+	}
+	clk.Advance(listSnapshotTTL + time.Millisecond)
+	page, _ = m.List("k", "k3", 1) // refreshed snapshot: the new key is there
+	if len(page) != 1 || page[0].Key != "k35" {
+		t.Fatalf("after refresh: %v", page)
+	}
+}
+
+func TestFruitlessEvictionBacksOff(t *testing.T) {
+	m, clk := newTestMaster(t, Config{ClientTTL: time.Hour}, map[string]uint64{"a": 4 * 4096})
+	for i := range 4 {
+		mustPut(t, m, fmt.Sprint(i), 4096, ReplicateConfig{HardPin: true})
+	}
+	m.Tick()
+	m.Tick()
+	if runs := m.Stats().EvictionRuns; runs != 1 {
+		t.Fatalf("eviction runs %d: a fruitless eviction was retried at once", runs)
+	}
+	clk.Advance(2 * time.Second)
+	m.Tick()
+	if runs := m.Stats().EvictionRuns; runs != 2 {
+		t.Fatalf("eviction runs %d after the back-off", runs)
+	}
+}
