@@ -131,8 +131,13 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		if err != nil {
 			return fail(fmt.Errorf("store: mount segment: %w", err))
 		}
-	} else if err := c.ping(ctx); err != nil { // register as a live client
-		return fail(err)
+	} else {
+		err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) { // register as a live client
+			return c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: cfg.ClientID})
+		})
+		if err != nil {
+			return fail(fmt.Errorf("store: register with master %s: %w", cfg.Master, err))
+		}
 	}
 	c.wg.Add(1)
 	go c.pingLoop()

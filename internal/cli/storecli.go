@@ -77,7 +77,7 @@ func openStore(ctx context.Context, masterFlag string) (*storeSession, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open transfer engine: %w", err)
 	}
-	cl, err := store.New(ctx, store.Config{Master: masterAddrOr(masterFlag), Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: 10 * time.Second})
+	cl, err := store.New(ctx, store.Config{Master: masterAddrOr(masterFlag), Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: 5 * time.Second})
 	if err != nil {
 		eng.Close()
 		return nil, err
