@@ -8,6 +8,7 @@ var extraCommands = []func() *cobra.Command{
 	newServeCmd,     // reference inference engine (issue 3)
 	newModelCmd,     // model init (issue 3)
 	newProxyCmd,     // P/D proxy (issue 4)
+	newUpCmd,        // whole P/D cluster in one process (issue 4)
 	newMasterCmd,    // store master (issue 5)
 	newStoreNodeCmd, // store storage node (issue 5)
 	newPutCmd,       // store client: put (issue 5)

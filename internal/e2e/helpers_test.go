@@ -37,8 +37,18 @@ type completion struct {
 // complete sends a greedy completion and parses the answer (JSON or SSE).
 func complete(t testing.TB, ctx context.Context, base, prompt string, maxTokens int, stream bool) completion {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens, "temperature": 0,
-		"stream": stream, "return_token_ids": true, "ignore_eos": true})
+	return completeKV(t, ctx, base, prompt, maxTokens, stream, nil)
+}
+
+// completeKV is complete with kv_transfer_params (sent straight to an engine).
+func completeKV(t testing.TB, ctx context.Context, base, prompt string, maxTokens int, stream bool, kv map[string]any) completion {
+	t.Helper()
+	m := map[string]any{"prompt": prompt, "max_tokens": maxTokens, "temperature": 0,
+		"stream": stream, "return_token_ids": true, "ignore_eos": true}
+	if kv != nil {
+		m["kv_transfer_params"] = kv
+	}
+	body, _ := json.Marshal(m)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)

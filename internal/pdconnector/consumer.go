@@ -40,10 +40,11 @@ type consPull struct {
 }
 
 type outcome struct {
-	load  string
-	err   string
-	bytes int64
-	nanos int64
+	load       string
+	err        string
+	bytes      int64
+	nanos      int64 // ask to answer, decode's clock
+	writeNanos int64 // prefill's write time
 }
 
 // ConsumerCore is the decode side's pure state machine: which requests pull
@@ -153,8 +154,9 @@ func (c *ConsumerCore) TakeWork() ([]PullSpec, []ReleaseSpec) {
 	return q, r
 }
 
-// PullDone records the end of a pull. errMsg == "" means success.
-func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos int64) {
+// PullDone records the end of a pull. errMsg == "" means success; nanos is
+// the whole pull (asking to answer), writeNanos prefill's write time.
+func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, writeNanos int64) {
 	p := c.pulls[reqID]
 	if p == nil {
 		return
@@ -169,7 +171,7 @@ func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos int64)
 	}
 	c.doneRecv = append(c.doneRecv, reqID)
 	if errMsg == "" {
-		c.outcomes[reqID] = outcome{load: LoadRemote, bytes: bytes, nanos: nanos}
+		c.outcomes[reqID] = outcome{load: LoadRemote, bytes: bytes, nanos: nanos, writeNanos: writeNanos}
 		c.counts["ok"]++
 		return
 	}
@@ -217,6 +219,7 @@ func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree 
 	if o.load == LoadRemote {
 		out["kv_pull_bytes"] = o.bytes
 		out["kv_pull_ms"] = float64(o.nanos) / 1e6
+		out["kv_write_ms"] = float64(o.writeNanos) / 1e6
 	}
 	return false, nil, out
 }

@@ -51,7 +51,7 @@ func (c *Connector) runPull(p PullSpec) {
 		c.log.Warn("kv pull failed", "transfer_id", p.TransferID, "request", p.ReqID, "err", err)
 	}
 	c.mu.Lock()
-	c.cons.PullDone(p.ReqID, msg, resp.Bytes, nanos)
+	c.cons.PullDone(p.ReqID, msg, resp.Bytes, nanos, resp.Nanos)
 	c.mu.Unlock()
 	switch {
 	case err == nil:
