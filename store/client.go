@@ -80,6 +80,8 @@ type Client struct {
 	segmentSpec *pb.Segment
 
 	stop    chan struct{}
+	stopCtx context.Context // cancelled when stop is closed
+	stopFn  context.CancelFunc
 	wg      sync.WaitGroup
 	closeMu sync.Once
 	closed  chan struct{}
@@ -109,7 +111,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, conn: conn, rpc: pb.NewMasterServiceClient(conn), mover: cfg.Mover,
 		stop: make(chan struct{}), closed: make(chan struct{})}
+	c.stopCtx, c.stopFn = context.WithCancel(context.Background())
 	fail := func(err error) (*Client, error) {
+		c.stopFn()
 		c.release()
 		return nil, err
 	}
@@ -181,6 +185,7 @@ func (c *Client) release() {
 func (c *Client) Close() error {
 	c.closeMu.Do(func() {
 		close(c.stop)
+		c.stopFn()
 		c.wg.Wait()
 		if c.segmentSpec != nil {
 			c.unmountGracefully()
@@ -196,6 +201,7 @@ func (c *Client) Close() error {
 func (c *Client) Abort() {
 	c.closeMu.Do(func() {
 		close(c.stop)
+		c.stopFn()
 		c.wg.Wait()
 		_ = c.conn.Close()
 		close(c.closed)
@@ -285,16 +291,11 @@ func (c *Client) pingLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PingInterval+c.cfg.RPCTimeout)
-		go func() { // let Close interrupt a ping stuck on a dead master
-			select {
-			case <-c.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		stopPing := context.AfterFunc(c.stopCtx, cancel) // Close interrupts a ping stuck on a dead master
 		if err := c.ping(ctx); err != nil {
 			c.log.Debug("store: ping", "err", err)
 		}
+		stopPing()
 		cancel()
 	}
 }
