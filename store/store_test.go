@@ -458,3 +458,30 @@ func TestHungReplicaFallsBack(t *testing.T) {
 		t.Fatalf("get with a hung replica: %v", err)
 	}
 }
+
+// TestPutsBeyondCapacityEvict: writing three times the pool's capacity
+// succeeds (the master evicts least recently used objects), the latest
+// values stay readable and intact.
+func TestPutsBeyondCapacityEvict(t *testing.T) {
+	c := newCluster(t, master.Config{}, 2, 1<<20)
+	cl := c.client(nil)
+	ctx := ctxT(t)
+	const n, size = 96, 64 << 10 // 6 MiB into 2 MiB
+	for i := range n {
+		k := fmt.Sprintf("e/%03d", i)
+		if err := cl.Put(ctx, k, value(k, size)); err != nil {
+			t.Fatalf("put %s: %v", k, err)
+		}
+	}
+	st := c.master.Core().Stats()
+	if st.Evictions == 0 || st.UtilisationAtFirstEviction < 0.9 {
+		t.Fatalf("evictions=%d utilisation at first eviction %.3f", st.Evictions, st.UtilisationAtFirstEviction)
+	}
+	k := fmt.Sprintf("e/%03d", n-1)
+	if got, err := cl.Get(ctx, k); err != nil || !bytes.Equal(got, value(k, size)) {
+		t.Fatalf("latest key after eviction: %v", err)
+	}
+	if _, err := cl.Get(ctx, "e/000"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("oldest key should have been evicted: %v", err)
+	}
+}
