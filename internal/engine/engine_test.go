@@ -107,6 +107,12 @@ func TestSamplingSeeded(t *testing.T) {
 	if !slices.Equal(a[0].tokens, b[1].tokens) {
 		t.Fatalf("seeded sampling differs: %v vs %v", a[0].tokens, b[1].tokens)
 	}
+	// Under preemption pressure (3 requests of 3 blocks each, 4 blocks).
+	e3 := newEngine(t, func(c *Config) { c.NumBlocks = 4; c.MaxNumBatchedTokens = 8 })
+	c := runToEnd(t, e3, submit(t, e3, greedy("y", prompt(30, 2), 16), mk("c"), greedy("z", prompt(25, 3), 16)))
+	if !slices.Equal(a[0].tokens, c[1].tokens) || e3.Stats().Preemptions == 0 {
+		t.Fatalf("seeded sampling under preemption differs (%d preemptions): %v vs %v", e3.Stats().Preemptions, a[0].tokens, c[1].tokens)
+	}
 	g := runToEnd(t, e, submit(t, e, greedy("g", prompt(20, 9), 16)))
 	if slices.Equal(a[0].tokens, g[0].tokens) {
 		t.Fatal("temperature 1 gave exactly the greedy tokens; sampling is not happening")
