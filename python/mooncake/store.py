@@ -323,6 +323,52 @@ class MooncakeDistributedStore(object):
             return [int(rc)] * n
         return [int(x) for x in out]
 
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Stores, for each key, the concatenation of several memory ranges; one code per key."""
+        if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
+            log.error("mooncake: batch_put_from_multi_buffers: lists of different lengths")
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
+        out = []
+        for key, ptrs, sizes in zip(keys, all_buffer_ptrs, all_sizes):
+            if len(ptrs) != len(sizes) or any(int(p) == 0 for p in ptrs) or any(int(n) < 0 for n in sizes):
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            value = b"".join(ctypes.string_at(int(p), int(n)) for p, n in zip(ptrs, sizes))
+            out.append(self.put(key, value, config))
+        return out
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes):
+        """Reads each key's value and scatters it over several memory ranges, in order.
+        One result per key: bytes read, or a negative code (-600 when the ranges are too small)."""
+        if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
+            log.error("mooncake: batch_get_into_multi_buffers: lists of different lengths")
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
+        out = []
+        for key, ptrs, sizes in zip(keys, all_buffer_ptrs, all_sizes):
+            if len(ptrs) != len(sizes) or any(int(p) == 0 for p in ptrs) or any(int(n) < 0 for n in sizes):
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            size = self.get_size(key)
+            if size < 0:
+                out.append(size)
+                continue
+            if size > sum(int(n) for n in sizes):
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            value = self.get(key)
+            if len(value) != size:
+                out.append(ErrorCode.OBJECT_NOT_FOUND if not value else ErrorCode.INTERNAL_ERROR)
+                continue
+            off = 0
+            for p, n in zip(ptrs, sizes):
+                k = min(int(n), size - off)
+                if k <= 0:
+                    break
+                ctypes.memmove(int(p), value[off:off + k], k)
+                off += k
+            out.append(size)
+        return out
+
     def register_buffer(self, buffer_ptr, size):
         """Registers memory used by put_from/get_into. 0 or negative."""
         if not self._ready("register_buffer"):

@@ -136,6 +136,21 @@ class StoreTest(unittest.TestCase):
         for i, s in enumerate(srcs):
             self.assertEqual(self.store.get("bf/%d" % i), s.tobytes())
 
+    def test_multi_buffers(self):
+        parts = [np.frombuffer(rand_bytes(n, 300 + n), dtype=np.uint8).copy() for n in (100, 4096, 7)]
+        rcs = self.store.batch_put_from_multi_buffers(["mb/a", "mb/bad"], [[p.ctypes.data for p in parts], [0]],
+                                                      [[p.nbytes for p in parts], [5]])
+        self.assertEqual(rcs, [0, ErrorCode.INVALID_PARAMS])
+        whole = b"".join(p.tobytes() for p in parts)
+        self.assertEqual(self.store.get("mb/a"), whole)
+        dsts = [np.zeros(n, dtype=np.uint8) for n in (2000, 2203, 10)]
+        tiny = np.zeros(8, dtype=np.uint8)
+        got = self.store.batch_get_into_multi_buffers(
+            ["mb/a", "mb/a", "mb/missing"], [[d.ctypes.data for d in dsts], [tiny.ctypes.data], [tiny.ctypes.data]],
+            [[d.nbytes for d in dsts], [8], [8]])
+        self.assertEqual(got, [len(whole), ErrorCode.INVALID_PARAMS, ErrorCode.OBJECT_NOT_FOUND])
+        self.assertEqual(b"".join(d.tobytes() for d in dsts)[:len(whole)], whole)
+
     def test_large_value(self):
         n = 64 * MIB
         v = rand_bytes(n, 4)
