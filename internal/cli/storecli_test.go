@@ -188,7 +188,7 @@ func TestStoreCLIProcesses(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "2 replica(s)") || !strings.Contains(out, "KiB") {
 		t.Fatalf("put: code %d out %q err %q", code, out, errOut)
 	}
-	out, _, code = run(t, bin, []byte("hello from stdin"), append([]string{"put", "small", "-"}, mc...)...)
+	out, _, code = run(t, bin, []byte("hello from stdin"), append([]string{"put", "--replicas", "2", "small", "-"}, mc...)...)
 	if code != 0 {
 		t.Fatalf("put from stdin: %d %q", code, out)
 	}
@@ -248,6 +248,9 @@ func TestStoreCLIProcesses(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // poll interval
 	}
 
+	if out, _, code = run(t, bin, nil, append([]string{"get", "small"}, mc...)...); code != 0 || out != "hello from stdin" {
+		t.Fatalf("get from the surviving replica: %d %q", code, out)
+	}
 	_, errOut, code = run(t, bin, nil, append([]string{"rm", "small"}, mc...)...)
 	if code != 1 || !strings.Contains(errOut, "leased") { // read a moment ago: the lease protects it
 		t.Fatalf("rm of leased key: %d %q", code, errOut)
