@@ -189,6 +189,9 @@ type PullResponse struct {
 	Error  string `json:"error,omitempty"`
 	Blocks int    `json:"blocks"`
 	Bytes  int64  `json:"bytes"`
+	// Requests is the number of transfer requests written (one per run of
+	// consecutive blocks per layer).
+	Requests int `json:"requests"`
 	// Nanos is the time prefill spent writing.
 	Nanos int64 `json:"nanos"`
 }

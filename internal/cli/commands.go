@@ -23,4 +23,5 @@ var benchCommands = []func() *cobra.Command{
 	newBenchServeCmd,    // reference engine (issue 3)
 	newBenchStoreCmd,    // store vs redis (issue 5)
 	newBenchTransferCmd, // transfer engine (issue 2)
+	newBenchPDCmd,       // P/D disaggregation (issue 4)
 }

@@ -219,6 +219,10 @@ func (c *Connector) Allocator() kvcache.Allocator {
 		if err != nil {
 			return nil, err
 		}
+		// Fault the pages in now rather than on the first KV write.
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 0
+		}
 		c.managedMu.Lock()
 		c.managed[transfer.AddrOf(b)] = true
 		c.managedMu.Unlock()

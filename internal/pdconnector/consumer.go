@@ -45,6 +45,7 @@ type outcome struct {
 	bytes      int64
 	nanos      int64 // ask to answer, decode's clock
 	writeNanos int64 // prefill's write time
+	writeReqs  int   // transfer requests prefill wrote
 }
 
 // ConsumerCore is the decode side's pure state machine: which requests pull
@@ -156,7 +157,7 @@ func (c *ConsumerCore) TakeWork() ([]PullSpec, []ReleaseSpec) {
 
 // PullDone records the end of a pull. errMsg == "" means success; nanos is
 // the whole pull (asking to answer), writeNanos prefill's write time.
-func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, writeNanos int64) {
+func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, writeNanos int64, writeReqs int) {
 	p := c.pulls[reqID]
 	if p == nil {
 		return
@@ -171,7 +172,7 @@ func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, write
 	}
 	c.doneRecv = append(c.doneRecv, reqID)
 	if errMsg == "" {
-		c.outcomes[reqID] = outcome{load: LoadRemote, bytes: bytes, nanos: nanos, writeNanos: writeNanos}
+		c.outcomes[reqID] = outcome{load: LoadRemote, bytes: bytes, nanos: nanos, writeNanos: writeNanos, writeReqs: writeReqs}
 		c.counts["ok"]++
 		return
 	}
@@ -220,6 +221,7 @@ func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree 
 		out["kv_pull_bytes"] = o.bytes
 		out["kv_pull_ms"] = float64(o.nanos) / 1e6
 		out["kv_write_ms"] = float64(o.writeNanos) / 1e6
+		out["kv_write_requests"] = o.writeReqs
 	}
 	return false, nil, out
 }

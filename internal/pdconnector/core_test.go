@@ -201,7 +201,7 @@ func TestConsumerPull(t *testing.T) {
 	if c.InFlight() != 1 {
 		t.Fatal("not in flight")
 	}
-	c.PullDone("r", "", 1000, 5e6, 1e6)
+	c.PullDone("r", "", 1000, 5e6, 1e6, 2)
 	ds, dr, inv := c.Drain()
 	if len(ds) != 0 || !reflect.DeepEqual(dr, []string{"r"}) || len(inv) != 0 {
 		t.Fatalf("drain %v %v %v", ds, dr, inv)
@@ -211,7 +211,7 @@ func TestConsumerPull(t *testing.T) {
 		t.Fatalf("second match %d %v", n, async)
 	}
 	delay, rel, out := c.Finished("r", params)
-	if delay || rel != nil || out["kv_load"] != LoadRemote || out["kv_pull_bytes"] != int64(1000) || out["kv_write_ms"] != 1.0 {
+	if delay || rel != nil || out["kv_load"] != LoadRemote || out["kv_pull_bytes"] != int64(1000) || out["kv_write_ms"] != 1.0 || out["kv_write_requests"] != 2 {
 		t.Fatalf("finished %v %v %v", delay, rel, out)
 	}
 }
@@ -223,7 +223,7 @@ func TestConsumerFailurePolicies(t *testing.T) {
 		c.Match("r", params, 20, 0)
 		c.AfterAlloc("r", params, 20, 0, []int{3, 4}, 20)
 		c.TakeWork()
-		c.PullDone("r", "boom", 0, 0, 0)
+		c.PullDone("r", "boom", 0, 0, 0, 0)
 		_, dr, inv := c.Drain()
 		if !reflect.DeepEqual(dr, []string{"r"}) || !reflect.DeepEqual(inv, []int{3, 4}) {
 			t.Fatalf("drain %v %v", dr, inv)
@@ -265,7 +265,7 @@ func TestConsumerFullHitAndAbort(t *testing.T) {
 	if !delay || rel == nil || out["kv_load"] != LoadAborted {
 		t.Fatalf("abort %v %v %v", delay, rel, out)
 	}
-	c.PullDone("a", "cancelled", 0, 0, 0)
+	c.PullDone("a", "cancelled", 0, 0, 0, 0)
 	ds, dr, inv := c.Drain()
 	if !reflect.DeepEqual(ds, []string{"a"}) || len(dr) != 0 || len(inv) != 0 {
 		t.Fatalf("abort drain %v %v %v", ds, dr, inv)

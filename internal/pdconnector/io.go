@@ -51,7 +51,7 @@ func (c *Connector) runPull(p PullSpec) {
 		c.log.Warn("kv pull failed", "transfer_id", p.TransferID, "request", p.ReqID, "err", err)
 	}
 	c.mu.Lock()
-	c.cons.PullDone(p.ReqID, msg, resp.Bytes, nanos, resp.Nanos)
+	c.cons.PullDone(p.ReqID, msg, resp.Bytes, nanos, resp.Nanos, resp.Requests)
 	c.mu.Unlock()
 	switch {
 	case err == nil:
@@ -228,7 +228,7 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 	el := time.Since(start)
 	c.m.pushBytes.Add(float64(n))
 	c.m.pushSecs.Observe(el.Seconds())
-	return bootstrap.PullResponse{Status: bootstrap.StatusDone, Blocks: len(req.BlockIDs), Bytes: n, Nanos: el.Nanoseconds()}
+	return bootstrap.PullResponse{Status: bootstrap.StatusDone, Blocks: len(req.BlockIDs), Bytes: n, Nanos: el.Nanoseconds(), Requests: len(reqs)}
 }
 
 // Release implements bootstrap.Handler.
