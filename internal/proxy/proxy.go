@@ -493,6 +493,11 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 	if resp.StatusCode >= 500 {
 		p.mUpErrors.WithLabelValues(RoleDecode, dec.url).Inc()
 	}
+	if resp.StatusCode >= 400 {
+		// Decode refused the request, so it will never pull: prefill must
+		// not hold the blocks until its abort timeout.
+		p.release(pre, tid)
+	}
 	copyHeaders(w.Header(), resp.Header)
 	w.Header().Set("X-Transfer-Id", tid)
 	w.WriteHeader(resp.StatusCode)

@@ -367,6 +367,18 @@ func TestDecodeDownGives502AndReleases(t *testing.T) {
 	}
 }
 
+func TestDecodeRefusalReleasesPrefill(t *testing.T) {
+	pre := newFake(t, true, "x")
+	dec := newFake(t, false, "a")
+	dec.status.Store(429)
+	_, srv := newProxy(t, Config{Prefill: []string{pre.spec()}, Decode: []string{dec.spec()}})
+	code, body, _ := post(t, srv.URL+"/v1/completions", `{"prompt":"p"}`)
+	if code != 429 || !strings.Contains(body, "fake says 429") {
+		t.Fatalf("code %d body %s", code, body)
+	}
+	waitFor(t, "release", func() bool { return len(pre.releasedIDs()) == 1 })
+}
+
 func TestClientDisconnectCancelsBothHalves(t *testing.T) {
 	pre := newFake(t, true, "x")
 	pre.block.Store(true)
