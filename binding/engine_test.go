@@ -92,7 +92,7 @@ func fill(b []byte, seed uint64) {
 // transport: a TCP write is acknowledged over a socket, which the race detector
 // cannot see as synchronization; python/tests cover TCP); tgt registers a
 // 1 MiB buffer, ini a 1 MiB buffer.
-func enginePair(t *testing.T, transport string) (ini, tgt *engineState, ibuf, tbuf []byte) {
+func enginePair(t testing.TB, transport string) (ini, tgt *engineState, ibuf, tbuf []byte) {
 	t.Helper()
 	open := func() *engineState {
 		cfg, _, err := engineArgs("127.0.0.1", "P2PHANDSHAKE", transport, "")

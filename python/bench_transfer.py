@@ -130,7 +130,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=2.0, help="measured time of each run")
-    ap.add_argument("--rounds", type=int, default=5, help="Go/Python run pairs")
+    ap.add_argument("--rounds", type=int, default=6, help="Go/Python run pairs")
     ap.add_argument("--mooncake", default=os.path.join(os.path.dirname(HERE), "bin", "mooncake"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -139,8 +139,13 @@ def main():
         return target(args)
     gos, pys, ratios = [], [], []
     for i in range(args.rounds):
-        g = go_run(args, args.seconds)
-        p = python_run(args, args.seconds)
+        # ABBA order: Go first in even rounds, Python first in odd ones (cancels drift).
+        if i % 2 == 0:
+            g = go_run(args, args.seconds)
+            p = python_run(args, args.seconds)
+        else:
+            p = python_run(args, args.seconds)
+            g = go_run(args, args.seconds)
         gos.append(g)
         pys.append(p)
         ratios.append(p / g)
