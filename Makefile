@@ -27,7 +27,7 @@ deps:
 	@scripts/deps.sh
 
 run: build
-	$(BIN) bench transfer --transport tcp --duration 3s
+	$(BIN) up
 
 # Builds the Python binding: the C ABI (./binding) as python/mooncake/_lib/libmooncake.so.
 # Then `PYTHONPATH=python /usr/bin/python3 -c "from mooncake.engine import TransferEngine"` works.

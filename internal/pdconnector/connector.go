@@ -44,8 +44,9 @@ type Config struct {
 	// EngineID names this engine in the bootstrap registry (default: a uuid).
 	EngineID string
 	// BootstrapHost and BootstrapPort: where the producer's bootstrap
-	// registry listens (default 127.0.0.1:8998; port 0 picks a free one).
-	// A consumer listens only if BootstrapPort > 0 (for /metrics).
+	// registry listens (host default 127.0.0.1; port 0 picks a free one;
+	// `mooncake serve` defaults to bootstrap.DefaultPort, 8998). A consumer
+	// listens only if BootstrapPort > 0 (for /metrics).
 	BootstrapHost string
 	BootstrapPort int
 	// AbortTimeout: the producer frees a finished prefill's blocks when no
