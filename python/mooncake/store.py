@@ -28,7 +28,7 @@ from .config import MooncakeConfig, parse_size
 
 log = logging.getLogger("mooncake")
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "ErrorCode"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "ErrorCode", "BufferHandle"]
 
 
 class ErrorCode(object):
@@ -120,6 +120,27 @@ def _buffer_ptr(value):
         return _buffer_ptr(mv.tobytes())
     buf = (ctypes.c_char * mv.nbytes).from_buffer(value)
     return buf, ctypes.addressof(buf), mv.nbytes
+
+
+class BufferHandle(object):
+    """A value held in memory owned by this process (Mooncake's ``get_buffer`` result)."""
+
+    def __init__(self, data):
+        self._buf = ctypes.create_string_buffer(data, len(data)) if data else None
+        self._n = len(data)
+
+    def ptr(self):
+        """Address of the first byte (0 for an empty value)."""
+        return ctypes.addressof(self._buf) if self._buf is not None else 0
+
+    def size(self):
+        return self._n
+
+    def __len__(self):
+        return self._n
+
+    def tobytes(self):
+        return self._buf.raw[:self._n] if self._buf is not None else b""
 
 
 class MooncakeDistributedStore(object):
@@ -292,6 +313,11 @@ class MooncakeDistributedStore(object):
             self._rc("get", n, quiet=(ErrorCode.OBJECT_NOT_FOUND,))
             return b""
         return _native.take_bytes(out.value, n)
+
+    def get_buffer(self, key):
+        """The value of key in a BufferHandle (``ptr()``/``size()``), or None when missing."""
+        data = self.get(key)
+        return BufferHandle(data) if data else None
 
     def get_batch(self, keys):
         """Returns a list of values (b"" for the missing ones)."""

@@ -232,6 +232,35 @@ class TransferEngineTest(unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assertEqual(sha(self.local[3 << 20:(3 << 20) + 4096]), self.remote_sha(0, 4096))
 
+    def test_concurrent_threads(self):
+        # Four Python threads share the engine, each writing its own region (ctypes drops the GIL).
+        import threading
+        n, rounds = 64 * KIB, 20
+        base = 4 << 20  # remote offset of the region used here
+        self.local[:4 * n] = rand(4 * n, 10)
+        errors = []
+
+        def worker(i):
+            for r in range(rounds):
+                rc = self.eng.batch_transfer_sync_write(self.session, [self.laddr + i * n], [self.raddr + base + i * n],
+                                                        [n])
+                if rc != 0:
+                    errors.append((i, r, rc))
+                bid = self.eng.batch_transfer_async_read(self.session, [self.laddr + (2 << 20) + i * n],
+                                                         [self.raddr + base + i * n], [n])
+                if bid == 0 or self.eng.get_batch_transfer_status([bid]) != 0:
+                    errors.append((i, r, "read"))
+
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        self.assertFalse(any(t.is_alive() for t in ts), "a worker hung")
+        self.assertEqual(errors, [])
+        self.assertEqual(self.remote_sha(base, 4 * n), sha(self.local[:4 * n]))
+        np.testing.assert_array_equal(self.local[2 << 20:(2 << 20) + 4 * n], self.local[:4 * n])
+
     def test_notify(self):
         self.assertEqual(self.eng.send_notify(self.session, "kv_done", "req-1"), 0)
         got = wait_for(lambda: self.peer.call({"op": "notifies"})["notifies"], timeout=30)

@@ -1,5 +1,6 @@
 """MooncakeDistributedStore against a real master and storage node (processes of bin/mooncake)."""
 
+import ctypes
 import hashlib
 import logging
 import os
@@ -74,6 +75,10 @@ class StoreTest(unittest.TestCase):
         self.assertEqual(self.store.put("pg/np", np.arange(10, dtype=np.int16)), 0)
         self.assertEqual(self.store.get("pg/ba"), b"xyz")
         self.assertEqual(self.store.get("pg/np"), np.arange(10, dtype=np.int16).tobytes())
+        h = self.store.get_buffer("pg/a")
+        self.assertEqual(h.size(), len(v))
+        self.assertEqual(ctypes.string_at(h.ptr(), h.size()), v)
+        self.assertIsNone(self.store.get_buffer("pg/missing"))
 
     def test_missing(self):
         self.assertEqual(self.store.get("missing/x"), b"")
