@@ -16,13 +16,18 @@ import (
 // cluster is an in-process store: a master on loopback, storage nodes with
 // real transfer engines (TCP on 127.0.0.1) and clients.
 type cluster struct {
-	t      *testing.T
+	t      testing.TB
 	master *master.Server
 	mcfg   master.ServerConfig
 	nodes  []*storenode.Node
 }
 
 func newCluster(t *testing.T, core master.Config, nodes int, segSize uint64) *cluster {
+	t.Helper()
+	return newClusterTB(t, core, nodes, segSize)
+}
+
+func newClusterTB(t testing.TB, core master.Config, nodes int, segSize uint64) *cluster {
 	t.Helper()
 	c := &cluster{t: t, mcfg: master.ServerConfig{Core: core, Addr: "127.0.0.1:0", HTTPAddr: "", TickInterval: 5 * time.Millisecond}}
 	var err error

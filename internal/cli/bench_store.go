@@ -153,7 +153,11 @@ func runBenchStore(ctx context.Context, out io.Writer, cfg benchStoreConfig) err
 			return err
 		}
 		closers = append(closers, func() { cl.Close(); eng.Close() })
-		mc = append(mc, &mooncakeKV{cl})
+		buf := make([]byte, maxSize)
+		if err := cl.RegisterBuffer(buf); err != nil {
+			return err
+		}
+		mc = append(mc, &mooncakeKV{cl: cl, buf: buf})
 	}
 
 	var rc []kvClient
@@ -195,6 +199,9 @@ func runBenchStore(ctx context.Context, out io.Writer, cfg benchStoreConfig) err
 				get.system = sys.name
 				results = append(results, put, get)
 				if sys.name == "mooncake" {
+					into := runPhase(ctx, sys.cl[:n], "get-into", size, perClient, prefix, cfg.duration)
+					into.system = sys.name
+					results = append(results, into)
 					_, _ = mc[0].(*mooncakeKV).cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
 				}
 			}
@@ -239,7 +246,11 @@ func printBenchStore(out io.Writer, results []benchResult, memcpy float64) {
 		if r.system != "mooncake" {
 			continue
 		}
-		if p := find("redis", r.op, r.size, r.clients); p != nil && p.ops > 0 && r.ops > 0 {
+		op := r.op
+		if op == "get-into" {
+			op = "get"
+		}
+		if p := find("redis", op, r.size, r.clients); p != nil && p.ops > 0 && r.ops > 0 {
 			fmt.Fprintf(out, "  %s %s x%d: GB/s %.2fx, p50 %.2fx\n", r.op, formatSize(uint64(r.size)), r.clients,
 				r.gbps()/p.gbps(), float64(r.p50)/float64(p.p50))
 		}
@@ -280,15 +291,22 @@ func runPhase(ctx context.Context, cls []kvClient, op string, size, perClient in
 					break
 				}
 				k := i % perClient
-				if op == "get" {
+				if op != "put" {
 					k = r.IntN(perClient)
 				}
 				key := fmt.Sprintf("%s/%d/%d", prefix, ci, k)
 				t0 := time.Now()
 				var err error
-				if op == "put" {
+				switch op {
+				case "put":
 					err = cl.put(ctx, key, v)
-				} else {
+				case "get-into":
+					var n int
+					n, err = cl.(*mooncakeKV).getInto(ctx, key)
+					if err == nil && n != size {
+						err = fmt.Errorf("got %d bytes, want %d", n, size)
+					}
+				default:
 					var got []byte
 					got, err = cl.get(ctx, key)
 					if err == nil && len(got) != size {
@@ -324,7 +342,16 @@ func runPhase(ctx context.Context, cls []kvClient, op string, size, perClient in
 	return res
 }
 
-type mooncakeKV struct{ cl *store.Client }
+// mooncakeKV is one store client; buf is registered memory for GetInto.
+type mooncakeKV struct {
+	cl  *store.Client
+	buf []byte
+}
+
+// getInto reads into the client's registered buffer (zero copy, no allocation).
+func (m *mooncakeKV) getInto(ctx context.Context, key string) (int, error) {
+	return m.cl.GetInto(ctx, key, m.buf)
+}
 
 func (m *mooncakeKV) put(ctx context.Context, key string, v []byte) error {
 	return m.cl.PutWith(ctx, key, v, store.PutOptions{Upsert: true})

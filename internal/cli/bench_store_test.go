@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReadRESP(t *testing.T) {
@@ -79,4 +81,41 @@ func FuzzReadRESP(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestBenchStoreSmoke runs the bench with the smallest configuration and
+// checks that every phase produced figures without errors.
+func TestBenchStoreSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster")
+	}
+	var out bytes.Buffer
+	err := runBenchStore(t.Context(), &out, benchStoreConfig{sizes: []int{4096}, clients: []int{1, 2},
+		segSize: 8 << 20, nodes: 2, duration: 30 * time.Millisecond, redis: "auto", transport: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	rows := map[string]bool{}
+	for _, line := range strings.Split(text, "\n") {
+		if f := strings.Fields(line); len(f) >= 10 {
+			rows[f[0]+" "+f[1]] = true
+		}
+	}
+	for _, want := range []string{"mooncake put", "mooncake get", "mooncake get-into"} {
+		if !rows[want] {
+			t.Fatalf("bench output lacks a %q row:\n%s", want, text)
+		}
+	}
+	for _, want := range []string{"memcpy", "segment utilisation before first eviction"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("bench output lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "first error") {
+		t.Fatalf("bench reported errors:\n%s", text)
+	}
+	if _, err := exec.LookPath("redis-server"); err == nil && !rows["redis get"] {
+		t.Fatalf("redis installed but not benchmarked:\n%s", text)
+	}
 }
