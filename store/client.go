@@ -25,7 +25,6 @@ const serviceConfig = `{"methodConfig":[{"name":[{"service":"mooncake.store.v1.M
  "retryPolicy":{"maxAttempts":4,"initialBackoff":"0.02s","maxBackoff":"0.5s","backoffMultiplier":2,
   "retryableStatusCodes":["UNAVAILABLE"]}}]}`
 
-
 // PutOptions is the replication policy of one put.
 type PutOptions struct {
 	Replicas          int           // replicas on distinct segments (0 = Config.Replicas); best effort
