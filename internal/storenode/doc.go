@@ -1,0 +1,18 @@
+// Package storenode is a store storage node: a process that contributes a
+// memory segment to the store pool and serves it through its transfer
+// engine. It opens a transfer engine, allocates the segment as
+// engine-managed (memfd) memory so same-host clients can map it, mounts it
+// at the master, keeps pinging (remounting after a master restart, when the
+// master answers NEED_REMOUNT), and on shutdown unmounts gracefully (the
+// master stops allocating on the segment and waits for read leases on it to
+// end, up to UnmountGrace) before freeing the memory.
+//
+// Clients never ask the node for data: they read and write the segment's
+// memory directly with their own transfer engines, at the addresses the
+// master hands out. The node's CPU only serves the transfer engine.
+//
+// Use: Start(ctx, Config{Master, SegmentSize}) returns a mounted Node; Close
+// unmounts gracefully; Run wraps both around a context (the `mooncake store`
+// command). Kill simulates a crash in tests (no unmount, no more pings: the
+// master drops the node after its client TTL).
+package storenode
