@@ -60,3 +60,56 @@ class ErrorsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+TIMEOUT_CHILD = textwrap.dedent(r'''
+    import json, sys, time
+    import numpy as np
+    from mooncake.engine import TransferEngine
+    peer = json.loads(sys.argv[1])
+    e = TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    a = np.ones(8 << 20, dtype=np.uint8)
+    assert e.register_memory(a.ctypes.data, a.nbytes) == 0
+    assert e.transfer_sync_write(peer["session"], a.ctypes.data, peer["addr"], 4096) == 0
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t0 = time.monotonic()
+    bid = e.transfer_submit_write(peer["session"], a.ctypes.data, peer["addr"], 8 << 20)
+    assert bid > 0, bid
+    rc = 0
+    while rc == 0 and time.monotonic() - t0 < 60:
+        rc = e.transfer_check_status(bid)
+        time.sleep(0.01)
+    print(json.dumps({"rc": rc, "seconds": time.monotonic() - t0}), flush=True)
+    e.close()
+''')
+
+
+class TimeoutTest(unittest.TestCase):
+    def test_stalled_peer_reports_timeout(self):
+        # The peer stops (SIGSTOP) after the handshake; an 8 MiB write cannot finish and
+        # transfer_check_status must report -2 once MC_TRANSFER_TIMEOUT (5 s, the minimum) passes.
+        import json
+        import signal
+        from _support import Child, python_child
+        peer = python_child("engine_peer.py", 8 << 20)
+        child = None
+        try:
+            info = json.loads(peer.readline(60))
+            child = Child([sys.executable, "-c", TIMEOUT_CHILD, json.dumps(info)],
+                          env={"PYTHONPATH": os.path.join(ROOT, "python"), "MC_TRANSFER_TIMEOUT": "5"})
+            self.assertEqual(child.readline(60), "ready")
+            os.kill(peer.p.pid, signal.SIGSTOP)
+            try:
+                child.p.stdin.write(b"go\n")
+                child.p.stdin.flush()
+                res = json.loads(child.readline(60))
+            finally:
+                os.kill(peer.p.pid, signal.SIGCONT)
+            self.assertEqual(res["rc"], -2, res)
+            self.assertGreaterEqual(res["seconds"], 4.5)
+        finally:
+            if child is not None:
+                self.assertEqual(child.stop(), 0)
+            peer.stop()
