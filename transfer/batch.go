@@ -95,6 +95,9 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 	release := func(n int) {
 		for i := range n {
 			b.tasks[i].local.Release()
+			if b.tasks[i].shm != nil {
+				b.tasks[i].shm.release()
+			}
 		}
 	}
 	for i, r := range reqs {
@@ -219,6 +222,9 @@ func (b *Batch) runLocal(idx []int) {
 			b.mu.Lock()
 			err := b.abortErr
 			b.mu.Unlock()
+			if t.shm != nil {
+				t.shm.release()
+			}
 			b.sliceDone(t, err)
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
+	"github.com/kvcache-go/mooncake/internal/transport/shm"
 	"github.com/kvcache-go/mooncake/internal/transport/tcp"
 	"github.com/kvcache-go/mooncake/internal/wire"
 )
@@ -105,7 +106,9 @@ type segment struct {
 	desc wire.Segment
 	peer *tcp.Peer
 	mem  inproc.Memory // in-process target (Transport inproc)
-	shm  *shmPeer
+	shm  *shm.Client   // mapped shareable buffers of a same-host peer
+	// shmFailed: the peer's shm socket could not be used; stick to TCP.
+	shmFailed bool
 }
 
 // Open starts an engine: it listens on the RPC port (which also carries TCP
@@ -203,7 +206,8 @@ func (e *Engine) Close() error {
 			s.peer.Wait()
 		}
 		if s.shm != nil {
-			s.shm.close()
+			s.shm.Close()
+			s.shm = nil
 		}
 		s.mu.Unlock()
 	}

@@ -3,7 +3,7 @@ package transfer
 import (
 	"fmt"
 
-	"golang.org/x/sys/unix"
+	"github.com/kvcache-go/mooncake/internal/transport/shm"
 )
 
 // managedBuf is an engine-allocated memfd mapping.
@@ -22,23 +22,13 @@ func (e *Engine) AllocateManaged(length int) ([]byte, error) {
 	if length <= 0 {
 		return nil, fmt.Errorf("transfer: allocate %d bytes: %w", length, ErrInvalid)
 	}
-	fd, err := unix.MemfdCreate("mooncake-go", unix.MFD_CLOEXEC)
+	fd, data, err := shm.Alloc(length)
 	if err != nil {
-		return nil, fmt.Errorf("transfer: memfd_create: %w", err)
-	}
-	if err := unix.Ftruncate(fd, int64(length)); err != nil {
-		_ = unix.Close(fd)
-		return nil, fmt.Errorf("transfer: ftruncate memfd: %w", err)
-	}
-	data, err := unix.Mmap(fd, 0, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		_ = unix.Close(fd)
-		return nil, fmt.Errorf("transfer: mmap memfd: %w", err)
+		return nil, fmt.Errorf("transfer: %w", err)
 	}
 	buf, err := e.reg.Register(data, "cpu:managed", true)
 	if err != nil {
-		_ = unix.Munmap(data)
-		_ = unix.Close(fd)
+		shm.Free(fd, data)
 		return nil, fmt.Errorf("transfer: %w", err)
 	}
 	e.managedMu.Lock()
@@ -64,20 +54,8 @@ func (e *Engine) FreeManaged(b []byte) error {
 		e.revokeShared(buf.ID)
 	}
 	e.republish()
-	_ = unix.Munmap(m.data)
-	_ = unix.Close(m.fd)
+	shm.Free(m.fd, m.data)
 	return err
-}
-
-// managedFD returns the memfd and length of the managed buffer with registry id.
-func (e *Engine) managedFD(addr uint64) (int, int, bool) {
-	e.managedMu.Lock()
-	defer e.managedMu.Unlock()
-	m, ok := e.managed[addr]
-	if !ok {
-		return -1, 0, false
-	}
-	return m.fd, len(m.data), true
 }
 
 func (e *Engine) freeAllManaged() {
@@ -87,7 +65,6 @@ func (e *Engine) freeAllManaged() {
 	e.managedMu.Unlock()
 	for addr, m := range all {
 		_, _ = e.reg.Unregister(addr)
-		_ = unix.Munmap(m.data)
-		_ = unix.Close(m.fd)
+		shm.Free(m.fd, m.data)
 	}
 }

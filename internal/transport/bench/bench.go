@@ -364,7 +364,7 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 		}
 	} else {
 		r.Baseline = "single-thread memcpy"
-		r.BaselineGBPerS = Memcpy(c.BlockSize, max(per, 64<<20), bd)
+		r.BaselineGBPerS = Memcpy(c.BlockSize, per*c.Threads, bd) // same working set as the run
 	}
 	if r.BaselineGBPerS > 0 {
 		r.Ratio = r.GBPerS / r.BaselineGBPerS

@@ -1,0 +1,500 @@
+package shm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvcache-go/mooncake/internal/wire"
+)
+
+// MaxMsg bounds one protocol message.
+const MaxMsg = 4096
+
+// Errors.
+var (
+	ErrNotShareable = errors.New("buffer not shareable")
+	ErrOutOfBounds  = errors.New("range outside the shared buffer")
+	ErrAuth         = errors.New("shm: authentication failed")
+	ErrClosed       = errors.New("shm: closed")
+)
+
+// Msg is one protocol message, in either direction.
+type Msg struct {
+	Auth   *wire.Auth `json:"auth,omitempty"`
+	Map    uint64     `json:"map,omitempty"`    // request: the buffer containing this address
+	Buf    *BufInfo   `json:"buf,omitempty"`    // reply to Map; the memfd rides along
+	Revoke uint64     `json:"revoke,omitempty"` // push: buffer id no longer shared
+	OK     bool       `json:"ok,omitempty"`
+	Err    string     `json:"err,omitempty"`
+}
+
+// BufInfo describes a shared buffer.
+type BufInfo struct {
+	Addr   uint64 `json:"addr"`
+	Length uint64 `json:"length"`
+	ID     uint64 `json:"id"`
+}
+
+// DecodeMsg parses and validates a message.
+func DecodeMsg(b []byte) (Msg, error) {
+	if len(b) > MaxMsg {
+		return Msg{}, fmt.Errorf("shm: message of %d bytes: %w", len(b), wire.ErrFrameTooLarge)
+	}
+	var m Msg
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Msg{}, fmt.Errorf("shm: %w: %v", wire.ErrBadFrame, err)
+	}
+	if m.Buf != nil && (m.Buf.Length == 0 || m.Buf.Addr == 0 || m.Buf.Addr+m.Buf.Length < m.Buf.Addr || m.Buf.Length > 1<<46) {
+		return Msg{}, fmt.Errorf("shm: %w: buffer %+v", wire.ErrBadFrame, *m.Buf)
+	}
+	if m.Auth != nil && (len(m.Auth.Nonce) > 64 || len(m.Auth.MAC) > 64) {
+		return Msg{}, fmt.Errorf("shm: %w: auth", wire.ErrBadFrame)
+	}
+	return m, nil
+}
+
+// Alloc creates a memfd of n bytes and maps it shared.
+func Alloc(n int) (fd int, data []byte, err error) {
+	fd, err = unix.MemfdCreate("mooncake-go", unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		_ = unix.Close(fd)
+		return -1, nil, fmt.Errorf("ftruncate memfd: %w", err)
+	}
+	data, err = unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		_ = unix.Close(fd)
+		return -1, nil, fmt.Errorf("mmap memfd: %w", err)
+	}
+	return fd, data, nil
+}
+
+// Free unmaps and closes what Alloc returned.
+func Free(fd int, data []byte) {
+	_ = unix.Munmap(data)
+	_ = unix.Close(fd)
+}
+
+// Lookup finds the shareable buffer containing addr and returns a dup of its
+// memfd (the server closes it after sending).
+type Lookup func(addr uint64) (BufInfo, int, error)
+
+// Server hands out memfds of shareable buffers to same-host peers.
+type Server struct {
+	ln     *net.UnixListener
+	lookup Lookup
+	auth   func(*wire.Auth) bool
+	log    *slog.Logger
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[*net.UnixConn]*sync.Mutex // conn -> write lock
+	closed bool
+}
+
+// Listen starts a server on a fresh abstract unix socket.
+func Listen(name string, lookup Lookup, auth func(*wire.Auth) bool, log *slog.Logger) (*Server, error) {
+	addr := &net.UnixAddr{Name: "@" + name, Net: "unixpacket"}
+	ln, err := net.ListenUnix("unixpacket", addr)
+	if err != nil {
+		return nil, fmt.Errorf("shm: listen: %w", err)
+	}
+	s := &Server{ln: ln, lookup: lookup, auth: auth, log: log, conns: map[*net.UnixConn]*sync.Mutex{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Path is the socket address peers dial.
+func (s *Server) Path() string { return s.ln.Addr().String() }
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		wmu := &sync.Mutex{}
+		s.conns[c] = wmu
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c, wmu)
+	}
+}
+
+func (s *Server) serve(c *net.UnixConn, wmu *sync.Mutex) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		_ = c.Close()
+	}()
+	buf := make([]byte, MaxMsg+1)
+	send := func(m Msg, fd int) error {
+		b, _ := json.Marshal(m)
+		var oob []byte
+		if fd >= 0 {
+			oob = unix.UnixRights(fd)
+		}
+		wmu.Lock()
+		defer wmu.Unlock()
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, _, err := c.WriteMsgUnix(b, oob, nil)
+		return err
+	}
+	authed := false
+	for {
+		n, _, _, _, err := c.ReadMsgUnix(buf, nil)
+		if err != nil {
+			return
+		}
+		m, err := DecodeMsg(buf[:n])
+		if err != nil {
+			s.log.Debug("shm: bad message", "err", err)
+			_ = send(Msg{Err: err.Error()}, -1)
+			return
+		}
+		if !authed {
+			if !s.auth(m.Auth) {
+				_ = send(Msg{Err: ErrAuth.Error()}, -1)
+				return
+			}
+			authed = true
+		}
+		if m.Map == 0 {
+			if err := send(Msg{OK: true}, -1); err != nil {
+				return
+			}
+			continue
+		}
+		info, fd, err := s.lookup(m.Map)
+		if err != nil {
+			if err := send(Msg{Err: err.Error()}, -1); err != nil {
+				return
+			}
+			continue
+		}
+		err = send(Msg{OK: true, Buf: &info}, fd)
+		_ = unix.Close(fd)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Revoke tells every client that buffer id is no longer shared.
+func (s *Server) Revoke(id uint64) {
+	b, _ := json.Marshal(Msg{Revoke: id})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c, wmu := range s.conns {
+		wmu.Lock()
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _, _ = c.WriteMsgUnix(b, nil, nil)
+		wmu.Unlock()
+	}
+}
+
+// Close stops the server and waits for its goroutines.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	_ = s.ln.Close()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// Mapping is a peer's buffer mapped into this process.
+type Mapping struct {
+	Info   BufInfo
+	data   []byte
+	refs   atomic.Int64
+	gone   atomic.Bool
+	unmapO sync.Once
+}
+
+func (m *Mapping) release() {
+	if m.refs.Add(-1) == 0 && m.gone.Load() {
+		m.unmap()
+	}
+}
+
+func (m *Mapping) unmap() { m.unmapO.Do(func() { _ = unix.Munmap(m.data) }) }
+
+// Span is a checked view into a mapping; Release it after copying.
+type Span struct {
+	B []byte
+	m *Mapping
+}
+
+// Release ends the use of the span.
+func (s Span) Release() {
+	if s.m != nil {
+		s.m.release()
+	}
+}
+
+// Client is one connection to a same-host peer's Server.
+type Client struct {
+	c       *net.UnixConn
+	replies chan reply
+	reqMu   sync.Mutex // one Map request at a time
+	wg      sync.WaitGroup
+
+	mu     sync.Mutex
+	maps   map[uint64]*Mapping // by base address
+	byID   map[uint64]*Mapping
+	closed bool
+	err    error
+}
+
+type reply struct {
+	m  Msg
+	fd int
+}
+
+// Dial connects to a peer's server and authenticates.
+func Dial(ctx context.Context, path string, auth *wire.Auth) (*Client, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", path)
+	if err != nil {
+		return nil, fmt.Errorf("shm: dial %s: %w", path, err)
+	}
+	cl := &Client{c: nc.(*net.UnixConn), replies: make(chan reply, 1), maps: map[uint64]*Mapping{}, byID: map[uint64]*Mapping{}}
+	cl.wg.Add(1)
+	go cl.reader()
+	r, err := cl.roundTrip(ctx, Msg{Auth: auth})
+	if err == nil && !r.m.OK {
+		err = errors.New(r.m.Err)
+		if r.m.Err == ErrAuth.Error() {
+			err = ErrAuth
+		}
+	}
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return cl, nil
+}
+
+func (cl *Client) reader() {
+	defer cl.wg.Done()
+	buf := make([]byte, MaxMsg+1)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	defer close(cl.replies)
+	for {
+		n, oobn, _, _, err := cl.c.ReadMsgUnix(buf, oob)
+		if err != nil {
+			cl.fail(fmt.Errorf("shm: connection lost: %w", err))
+			return
+		}
+		fd := -1
+		if oobn > 0 {
+			if scms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, scm := range scms {
+					if fds, err := unix.ParseUnixRights(&scm); err == nil {
+						for _, f := range fds {
+							if fd < 0 {
+								fd = f
+							} else {
+								_ = unix.Close(f)
+							}
+						}
+					}
+				}
+			}
+		}
+		m, err := DecodeMsg(buf[:n])
+		if err != nil {
+			if fd >= 0 {
+				_ = unix.Close(fd)
+			}
+			cl.fail(err)
+			return
+		}
+		if m.Revoke != 0 {
+			if fd >= 0 {
+				_ = unix.Close(fd)
+			}
+			cl.revoke(m.Revoke)
+			continue
+		}
+		select {
+		case cl.replies <- reply{m: m, fd: fd}:
+		default: // nobody asked: protocol error
+			if fd >= 0 {
+				_ = unix.Close(fd)
+			}
+			cl.fail(fmt.Errorf("shm: %w: unsolicited reply", wire.ErrBadFrame))
+			return
+		}
+	}
+}
+
+func (cl *Client) fail(err error) {
+	cl.mu.Lock()
+	if cl.err == nil {
+		cl.err = err
+	}
+	cl.mu.Unlock()
+	_ = cl.c.Close()
+}
+
+func (cl *Client) roundTrip(ctx context.Context, m Msg) (reply, error) {
+	b, _ := json.Marshal(m)
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(5 * time.Second)
+	}
+	_ = cl.c.SetWriteDeadline(dl)
+	if _, _, err := cl.c.WriteMsgUnix(b, nil, nil); err != nil {
+		return reply{}, fmt.Errorf("shm: send: %w", err)
+	}
+	t := time.NewTimer(time.Until(dl))
+	defer t.Stop()
+	select {
+	case r, ok := <-cl.replies:
+		if !ok {
+			return reply{}, cl.Err()
+		}
+		return r, nil
+	case <-t.C:
+		cl.fail(errors.New("shm: reply timed out"))
+		return reply{}, context.DeadlineExceeded
+	}
+}
+
+// Err is why the client stopped working (nil while healthy).
+func (cl *Client) Err() error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.err == nil && cl.closed {
+		return ErrClosed
+	}
+	return cl.err
+}
+
+func (cl *Client) revoke(id uint64) {
+	cl.mu.Lock()
+	m := cl.byID[id]
+	if m != nil {
+		delete(cl.byID, id)
+		delete(cl.maps, m.Info.Addr)
+	}
+	cl.mu.Unlock()
+	if m != nil {
+		m.gone.Store(true)
+		if m.refs.Load() == 0 {
+			m.unmap()
+		}
+	}
+}
+
+// Acquire returns the peer's [addr, addr+n) through a mapping of the buffer
+// whose base is base (mapping it first if needed).
+func (cl *Client) Acquire(ctx context.Context, base, addr, n uint64) (Span, error) {
+	cl.mu.Lock()
+	if cl.closed || cl.err != nil {
+		cl.mu.Unlock()
+		return Span{}, errors.Join(ErrClosed, cl.err)
+	}
+	m := cl.maps[base]
+	if m != nil {
+		m.refs.Add(1)
+	}
+	cl.mu.Unlock()
+	if m == nil {
+		var err error
+		if m, err = cl.mapBuf(ctx, base); err != nil {
+			return Span{}, err
+		}
+	}
+	if n == 0 || addr < m.Info.Addr || addr+n < addr || addr+n > m.Info.Addr+m.Info.Length {
+		m.release()
+		return Span{}, fmt.Errorf("shm: %#x+%d: %w", addr, n, ErrOutOfBounds)
+	}
+	off := addr - m.Info.Addr
+	return Span{B: m.data[off : off+n : off+n], m: m}, nil
+}
+
+func (cl *Client) mapBuf(ctx context.Context, base uint64) (*Mapping, error) {
+	cl.reqMu.Lock()
+	defer cl.reqMu.Unlock()
+	cl.mu.Lock()
+	if m := cl.maps[base]; m != nil {
+		m.refs.Add(1)
+		cl.mu.Unlock()
+		return m, nil
+	}
+	cl.mu.Unlock()
+	r, err := cl.roundTrip(ctx, Msg{Map: base})
+	if err != nil {
+		return nil, err
+	}
+	if !r.m.OK || r.m.Buf == nil || r.fd < 0 {
+		if r.fd >= 0 {
+			_ = unix.Close(r.fd)
+		}
+		return nil, fmt.Errorf("shm: map %#x: %w: %s", base, ErrNotShareable, r.m.Err)
+	}
+	defer unix.Close(r.fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(r.fd, &st); err != nil || uint64(st.Size) < r.m.Buf.Length {
+		return nil, fmt.Errorf("shm: map %#x: memfd smaller than announced", base)
+	}
+	data, err := unix.Mmap(r.fd, 0, int(r.m.Buf.Length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: mmap: %w", err)
+	}
+	m := &Mapping{Info: *r.m.Buf, data: data}
+	m.refs.Store(1)
+	cl.mu.Lock()
+	if cl.closed {
+		cl.mu.Unlock()
+		m.unmap()
+		return nil, ErrClosed
+	}
+	cl.maps[m.Info.Addr] = m
+	cl.byID[m.Info.ID] = m
+	cl.mu.Unlock()
+	return m, nil
+}
+
+// Close drops the connection and every mapping (after their copies end).
+func (cl *Client) Close() {
+	cl.mu.Lock()
+	cl.closed = true
+	maps := cl.maps
+	cl.maps, cl.byID = map[uint64]*Mapping{}, map[uint64]*Mapping{}
+	cl.mu.Unlock()
+	_ = cl.c.Close()
+	cl.wg.Wait()
+	for _, m := range maps {
+		m.gone.Store(true)
+		if m.refs.Load() == 0 {
+			m.unmap()
+		}
+	}
+}
