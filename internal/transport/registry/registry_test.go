@@ -3,8 +3,10 @@ package registry
 import (
 	"errors"
 	"math"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestAcquireBounds(t *testing.T) {
@@ -110,19 +112,20 @@ func TestUnregisterWaitsForSpans(t *testing.T) {
 	}()
 	// New acquires fail as soon as the buffer is gone from the table; poll
 	// until the unregister has removed it.
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := g.Acquire(AddrOf(buf), 8); errors.Is(err, ErrNotRegistered) {
+		s2, err := g.Acquire(AddrOf(buf), 8)
+		if errors.Is(err, ErrNotRegistered) {
 			break
-		} else if err == nil {
-			// still registered: release and retry
-			// (the goroutine has not run yet)
-			g.mu.RLock()
-			r := g.find(AddrOf(buf))
-			g.mu.RUnlock()
-			if r != nil {
-				r.release()
-			}
 		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2.Release() // still registered: the goroutine has not run yet
+		if time.Now().After(deadline) {
+			t.Fatal("Unregister never removed the buffer")
+		}
+		runtime.Gosched()
 	}
 	select {
 	case <-done:
