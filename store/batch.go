@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/transfer"
 )
 
 // batchParallel bounds the goroutines a batch call uses.
@@ -26,7 +28,10 @@ func parallel(n int, f func(i int)) {
 }
 
 // BatchPut stores values[i] under keys[i] and returns one error per key
-// (nil on success).
+// (nil on success). The values are copied into one registered slab, space
+// is allocated with one BatchPutStart, every replica is written in one
+// transfer batch and the puts are committed with one BatchPutEnd. If the
+// batched write fails, the puts are revoked and retried one by one.
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o PutOptions) []error {
 	errs := make([]error, len(keys))
 	if len(keys) != len(values) {
@@ -35,24 +40,299 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 		}
 		return errs
 	}
-	parallel(len(keys), func(i int) { errs[i] = c.PutWith(ctx, keys[i], values[i], o) })
+	if c.isClosed() {
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return errs
+	}
+	total := 0
+	for i, v := range values {
+		if len(v) == 0 {
+			errs[i] = fmt.Errorf("store: put %q: %w: empty value", keys[i], ErrInvalid)
+			continue
+		}
+		total += len(v)
+	}
+	if total == 0 {
+		return errs
+	}
+	slab := make([]byte, total)
+	if err := c.mover.RegisterBytes(slab, "cpu:0"); err != nil {
+		parallel(len(keys), func(i int) {
+			if errs[i] == nil {
+				errs[i] = c.PutWith(ctx, keys[i], values[i], o)
+			}
+		})
+		return errs
+	}
+	defer func() { _ = c.mover.Unregister(transfer.AddrOf(slab)) }()
+	srcs := make([][]byte, len(keys))
+	crcs := make([]uint32, len(keys))
+	req := &pb.BatchPutStartRequest{}
+	var idx []int
+	off := 0
+	for i, v := range values {
+		if errs[i] != nil {
+			continue
+		}
+		srcs[i] = slab[off : off+len(v) : off+len(v)]
+		off += copy(srcs[i], v)
+		crcs[i] = Checksum(v)
+		req.Puts = append(req.Puts, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: keys[i], Size: uint64(len(v)),
+			Config: rcToPB(o, c.cfg.Replicas), Upsert: o.Upsert})
+		idx = append(idx, i)
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.rpc.BatchPutStart(rctx, req)
+	cancel()
+	if err == nil && len(resp.Results) != len(idx) {
+		err = fmt.Errorf("master answered %d of %d puts", len(resp.Results), len(idx))
+	}
+	if err != nil {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("store: put %q: master rpc: %w", keys[i], err)
+		}
+		return errs
+	}
+	var reqs []transfer.Request
+	var started []int
+	for j, r := range resp.Results {
+		i := idx[j]
+		if err := statusErr(r.Status); err != nil {
+			errs[i] = fmt.Errorf("store: put %q: %w", keys[i], err)
+			continue
+		}
+		started = append(started, i)
+		for _, rep := range r.Replicas {
+			seg, err := c.mover.OpenSegment(ctx, rep.Endpoint)
+			if err != nil {
+				errs[i] = fmt.Errorf("store: put %q: %w: open segment %s: %w", keys[i], ErrTransfer, rep.Endpoint, err)
+				break
+			}
+			reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(srcs[i]), Segment: seg, Remote: rep.Addr, Length: len(srcs[i])})
+		}
+	}
+	failed := false
+	for _, i := range started {
+		failed = failed || errs[i] != nil
+	}
+	if !failed && len(reqs) > 0 {
+		failed = c.mover.Transfer(ctx, reqs) != nil
+	}
+	if failed {
+		// Revoke every started put and retry them one by one, so each key
+		// gets its own outcome.
+		rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
+		for _, i := range started {
+			_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: keys[i]})
+		}
+		cancel()
+		parallel(len(started), func(j int) {
+			i := started[j]
+			errs[i] = c.putRegistered(ctx, keys[i], srcs[i], o)
+		})
+		return errs
+	}
+	ends := &pb.BatchPutEndRequest{}
+	for _, i := range started {
+		ends.Ends = append(ends.Ends, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: keys[i], Crc32C: crcs[i]})
+	}
+	rctx, cancel = c.rpcCtx(ctx)
+	eresp, err := c.rpc.BatchPutEnd(rctx, ends)
+	cancel()
+	for j, i := range started {
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("store: put %q: master rpc: %w", keys[i], err)
+		case j < len(eresp.Results):
+			if e := statusErr(eresp.Results[j]); e != nil {
+				errs[i] = fmt.Errorf("store: put %q: %w", keys[i], e)
+			}
+		}
+	}
 	return errs
 }
 
-// BatchGet returns the value and error of each key.
+// putRegistered is PutFrom without the isClosed check, for batch fallbacks.
+func (c *Client) putRegistered(ctx context.Context, key string, src []byte, o PutOptions) error {
+	_, err := c.put(ctx, key, src, o, true)
+	return err
+}
+
+// BatchGet returns the value and error of each key. The values are read
+// into one registered slab (one master call for all replica lists, one
+// transfer batch); keys whose first replica fails are retried one by one
+// through every replica.
 func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error) {
 	vals := make([][]byte, len(keys))
-	errs := make([]error, len(keys))
-	parallel(len(keys), func(i int) { vals[i], errs[i] = c.Get(ctx, keys[i]) })
+	var slab []byte
+	ns, errs := c.batchRead(ctx, keys, func(infos []*pb.ObjectInfo) ([][]byte, func(), error) {
+		total := 0
+		for _, in := range infos {
+			if in != nil {
+				total += int(in.Size)
+			}
+		}
+		slab = make([]byte, total)
+		if total > 0 {
+			if err := c.mover.RegisterBytes(slab, "cpu:0"); err != nil {
+				return nil, nil, err
+			}
+		}
+		bufs := make([][]byte, len(infos))
+		off := 0
+		for i, in := range infos {
+			if in != nil {
+				bufs[i] = slab[off : off+int(in.Size) : off+int(in.Size)]
+				off += int(in.Size)
+			}
+		}
+		return bufs, func() {
+			if total > 0 {
+				_ = c.mover.Unregister(transfer.AddrOf(slab))
+			}
+		}, nil
+	}, func(i int, b []byte) { vals[i] = b })
+	for i := range vals {
+		if errs[i] != nil || ns[i] == 0 {
+			vals[i] = nil
+		}
+	}
 	return vals, errs
 }
 
 // BatchGetInto reads each key into the matching registered buffer and
-// returns the lengths and errors.
+// returns the lengths and errors (batched as BatchGet).
 func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte) ([]int, []error) {
+	if len(dsts) != len(keys) {
+		errs := make([]error, len(keys))
+		for i := range errs {
+			errs[i] = fmt.Errorf("store: %w: %d keys, %d buffers", ErrInvalid, len(keys), len(dsts))
+		}
+		return make([]int, len(keys)), errs
+	}
+	return c.batchRead(ctx, keys, func(infos []*pb.ObjectInfo) ([][]byte, func(), error) {
+		bufs := make([][]byte, len(infos))
+		for i, in := range infos {
+			if in != nil {
+				bufs[i] = dsts[i]
+			}
+		}
+		return bufs, func() {}, nil
+	}, nil)
+}
+
+// batchRead fetches every replica list in one call, reads the first-choice
+// replica of every found key in one transfer batch within the shortest
+// lease, verifies each CRC32C, and falls back to a full single-key read
+// (every replica in turn) for the keys that failed. bufs returns, per key,
+// a registered buffer for the found ones (nil info = not found).
+func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.ObjectInfo) ([][]byte, func(), error), done func(int, []byte)) ([]int, []error) {
 	ns := make([]int, len(keys))
 	errs := make([]error, len(keys))
-	parallel(len(keys), func(i int) { ns[i], errs[i] = c.GetInto(ctx, keys[i], dsts[i]) })
+	if c.isClosed() {
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return ns, errs
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.BatchKeysRequest{Keys: keys})
+	cancel()
+	if err == nil && len(resp.Results) != len(keys) {
+		err = fmt.Errorf("master answered %d of %d keys", len(resp.Results), len(keys))
+	}
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("store: get %q: master rpc: %w", keys[i], err)
+		}
+		return ns, errs
+	}
+	start := time.Now()
+	infos := make([]*pb.ObjectInfo, len(keys))
+	var lease time.Duration = -1
+	for i, r := range resp.Results {
+		if e := statusErr(r.Status); e != nil {
+			errs[i] = fmt.Errorf("store: get %q: %w", keys[i], e)
+			continue
+		}
+		infos[i] = r
+		if l := time.Duration(r.LeaseTtlMs) * time.Millisecond; lease < 0 || l < lease {
+			lease = l
+		}
+	}
+	if lease < 0 {
+		return ns, errs
+	}
+	bs, release, err := bufs(infos)
+	if err != nil {
+		for i := range infos {
+			if infos[i] != nil {
+				errs[i] = fmt.Errorf("store: get %q: %w", keys[i], err)
+			}
+		}
+		return ns, errs
+	}
+	defer release()
+	var reqs []transfer.Request
+	var reqKey []int
+	retry := make([]bool, len(keys))
+	for i, in := range infos {
+		if in == nil {
+			continue
+		}
+		if uint64(len(bs[i])) < in.Size {
+			errs[i] = fmt.Errorf("store: get %q: value of %d bytes, buffer of %d: %w", keys[i], in.Size, len(bs[i]), ErrBufferTooSmall)
+			infos[i] = nil
+			continue
+		}
+		reps := c.order(in.Replicas)
+		if len(reps) == 0 {
+			retry[i] = true
+			continue
+		}
+		seg, err := c.mover.OpenSegment(ctx, reps[0].Endpoint)
+		if err != nil {
+			retry[i] = true
+			continue
+		}
+		reqs = append(reqs, transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(bs[i]), Segment: seg, Remote: reps[0].Addr, Length: int(in.Size)})
+		reqKey = append(reqKey, i)
+	}
+	if len(reqs) > 0 {
+		// Half the lease for the batch: the rest is left for the fallbacks.
+		lctx, lcancel := context.WithDeadline(ctx, start.Add(lease/2))
+		err := c.mover.Transfer(lctx, reqs)
+		lcancel()
+		for _, i := range reqKey {
+			if err != nil || Checksum(bs[i][:infos[i].Size]) != infos[i].Crc32C {
+				retry[i] = true
+			}
+		}
+	}
+	for i, in := range infos {
+		if in == nil || retry[i] {
+			continue
+		}
+		ns[i] = int(in.Size)
+		if done != nil {
+			done(i, bs[i][:in.Size])
+		}
+	}
+	var again []int
+	for i, r := range retry {
+		if r {
+			again = append(again, i)
+		}
+	}
+	parallel(len(again), func(j int) {
+		i := again[j]
+		ns[i], errs[i] = c.GetInto(ctx, keys[i], bs[i])
+		if errs[i] == nil && done != nil {
+			done(i, bs[i][:ns[i]])
+		}
+	})
 	return ns, errs
 }
 

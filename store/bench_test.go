@@ -72,3 +72,35 @@ func BenchmarkGetInto(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBatch measures BatchPut (upsert) and BatchGet of 32 keys of 4 KiB.
+func BenchmarkBatch(b *testing.B) {
+	const n, size = 32, 4 << 10
+	c := newBenchCluster(b)
+	cl := c.client(nil)
+	ctx := context.Background()
+	keys := make([]string, n)
+	vals := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("batch/%d", i)
+		vals[i] = value(keys[i], size)
+	}
+	b.Run("put", func(b *testing.B) {
+		b.SetBytes(n * size)
+		for b.Loop() {
+			for i, err := range cl.BatchPut(ctx, keys, vals, store.PutOptions{Upsert: true}) {
+				if err != nil {
+					b.Fatal(i, err)
+				}
+			}
+		}
+	})
+	b.Run("get", func(b *testing.B) {
+		b.SetBytes(n * size)
+		for b.Loop() {
+			if _, errs := cl.BatchGet(ctx, keys); errs[0] != nil {
+				b.Fatal(errs[0])
+			}
+		}
+	})
+}

@@ -153,10 +153,17 @@ func TestGetIntoPutFromAndBatches(t *testing.T) {
 
 	keys := []string{"b/0", "b/1", "b/2", "b/3"}
 	vals := [][]byte{value("b/0", 10), value("b/1", 5000), value("b/2", 70000), value("b/3", 1)}
-	for i, err := range cl.BatchPut(ctx, keys, vals, store.PutOptions{}) {
+	for i, err := range cl.BatchPut(ctx, keys, vals, store.PutOptions{Replicas: 2}) {
 		if err != nil {
 			t.Fatalf("batch put %d: %v", i, err)
 		}
+	}
+	berrs := cl.BatchPut(ctx, []string{"b/0", "b/new", ""}, [][]byte{[]byte("x"), []byte("y"), []byte("z")}, store.PutOptions{})
+	if !errors.Is(berrs[0], store.ErrExists) || berrs[1] != nil || !errors.Is(berrs[2], store.ErrInvalid) {
+		t.Fatalf("batch put per-key outcomes: %v", berrs)
+	}
+	if info, _ := cl.Stat(ctx, "b/2"); len(info.Replicas) != 2 {
+		t.Fatalf("batch put replicas: %+v", info.Replicas)
 	}
 	got, errs := cl.BatchGet(ctx, append(keys, "b/missing"))
 	for i := range keys {
@@ -205,6 +212,12 @@ func TestNodeKilled(t *testing.T) {
 			t.Fatalf("get %s after node death: %v", k, err)
 		}
 	}
+	vals, errs := cl.BatchGet(ctx, keys)
+	for i, k := range keys {
+		if errs[i] != nil || !bytes.Equal(vals[i], value(k, 10000)) {
+			t.Fatalf("batch get %s after node death: %v", k, errs[i])
+		}
+	}
 	eventually(t, 10*time.Second, "master to drop the dead node", func() bool {
 		info, err := cl.Stat(ctx, keys[0])
 		return err == nil && len(info.Replicas) == 1 && info.Replicas[0].Segment == c.nodes[1].Name()
@@ -243,6 +256,12 @@ func TestCorruptReplica(t *testing.T) {
 		if i == 0 {
 			if err != nil || !bytes.Equal(got, v) {
 				t.Fatalf("one corrupt replica: %v", err)
+			}
+			vals, errs := cl.BatchGet(ctx, []string{"c", "c"})
+			for j := range vals {
+				if errs[j] != nil || !bytes.Equal(vals[j], v) {
+					t.Fatalf("batch get with one corrupt replica: %v", errs[j])
+				}
 			}
 			continue
 		}
@@ -483,5 +502,49 @@ func TestPutsBeyondCapacityEvict(t *testing.T) {
 	}
 	if _, err := cl.Get(ctx, "e/000"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("oldest key should have been evicted: %v", err)
+	}
+}
+
+// failBatchMover fails every transfer of more than one request, so batch
+// calls must fall back to per-key operations.
+type failBatchMover struct {
+	store.Mover
+	failed atomic.Int64
+}
+
+func (m *failBatchMover) Transfer(ctx context.Context, reqs []transfer.Request) error {
+	if len(reqs) > 1 {
+		m.failed.Add(1)
+		return errors.New("injected batch failure")
+	}
+	return m.Mover.Transfer(ctx, reqs)
+}
+
+func TestBatchFallbacks(t *testing.T) {
+	c := newCluster(t, master.Config{}, 2, 1<<20)
+	fm := &failBatchMover{}
+	cl := c.client(func(cfg *store.Config) {
+		fm.Mover = cfg.Mover
+		cfg.Mover = fm
+	})
+	ctx := ctxT(t)
+	keys := []string{"f/0", "f/1", "f/2"}
+	vals := [][]byte{value("f/0", 100), value("f/1", 3000), value("f/2", 100000)}
+	for i, err := range cl.BatchPut(ctx, keys, vals, store.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("batch put %d after fallback: %v", i, err)
+		}
+	}
+	got, errs := cl.BatchGet(ctx, keys)
+	for i := range keys {
+		if errs[i] != nil || !bytes.Equal(got[i], vals[i]) {
+			t.Fatalf("batch get %d after fallback: %v", i, errs[i])
+		}
+	}
+	if fm.failed.Load() != 2 {
+		t.Fatalf("injected failures %d: the batched paths were not taken", fm.failed.Load())
+	}
+	if st := c.master.Core().Stats(); st.IncompleteObjects != 0 || st.Objects != 3 {
+		t.Fatalf("after fallback: %+v", st)
 	}
 }
