@@ -179,6 +179,10 @@ func (s *storeState) get(key string) ([]byte, error) {
 	return s.c.Get(ctx, key)
 }
 
+// directGetMin is the destination size from which getInto registers
+// unregistered memory for the read instead of copying into it.
+const directGetMin = 64 << 10
+
 // getInto reads key into dst and returns the length. dst inside a
 // registered buffer is filled by the transfer engine directly; other memory
 // is filled by a copy.
@@ -187,6 +191,16 @@ func (s *storeState) getInto(key string, dst []byte) (int, error) {
 	defer cancel()
 	if len(dst) > 0 && s.regs.contains(uint64(transfer.AddrOf(dst)), uint64(len(dst))) {
 		return s.c.GetInto(ctx, key, dst)
+	}
+	// Large unregistered memory is registered for the duration of the read
+	// (no copy); when that is refused (it overlaps a registration) it is
+	// filled by a copy.
+	if len(dst) >= directGetMin && s.c.RegisterBuffer(dst) == nil {
+		n, err := s.c.GetInto(ctx, key, dst)
+		if uerr := s.c.UnregisterBuffer(dst); uerr != nil && err == nil {
+			err = uerr
+		}
+		return n, err
 	}
 	v, err := s.c.Get(ctx, key)
 	if err != nil {

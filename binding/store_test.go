@@ -134,6 +134,24 @@ func TestStoreInProcess(t *testing.T) {
 	if n, err := s.getInto("k1", dst); err != nil || n != len(v) || !bytes.Equal(dst[:n], v) {
 		t.Fatalf("getInto unregistered = %d %v", n, err)
 	}
+	// A large unregistered destination is registered for the read (and released after).
+	big := bytes.Repeat([]byte{7, 1, 3}, 40000)
+	if err := s.put("big", big, ""); err != nil {
+		t.Fatal(err)
+	}
+	bdst := make([]byte, 128<<10)
+	if n, err := s.getInto("big", bdst); err != nil || n != len(big) || !bytes.Equal(bdst[:n], big) {
+		t.Fatalf("getInto large unregistered = %d %v", n, err)
+	}
+	if err := s.registerBuffer(bdst); err != nil {
+		t.Fatalf("destination still registered after getInto: %v", err)
+	}
+	if err := s.unregisterBuffer(uint64(transfer.AddrOf(bdst))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.remove("big", true); err != nil {
+		t.Fatal(err)
+	}
 	reg := make([]byte, 1<<16)
 	if err := s.registerBuffer(reg); err != nil {
 		t.Fatal(err)

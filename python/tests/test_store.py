@@ -221,6 +221,22 @@ class StoreTest(unittest.TestCase):
         conn.close()  # does not close a store it did not open
         self.assertEqual(self.store.health_check(), 0)
 
+    def test_value_larger_than_staging(self):
+        # Values larger than a 1 MiB staging buffer: sent from where they are (the store client
+        # registers large values itself), and from memory registered with register_buffer.
+        small = self.cluster.client(local_buffer_size=MIB)
+        try:
+            v = np.frombuffer(rand_bytes(2 * MIB, 7), dtype=np.uint8).copy()
+            self.assertEqual(small.put("stage/bytes", v.tobytes()), 0)
+            self.assertEqual(self.store.get("stage/bytes"), v.tobytes())
+            self.assertEqual(small.register_buffer(v.ctypes.data, v.nbytes), 0)
+            self.assertEqual(small.put_from("stage/big", v.ctypes.data, v.nbytes), 0)
+            self.assertEqual(small.get_into("stage/big", v.ctypes.data, v.nbytes), v.nbytes)
+            self.assertEqual(small.unregister_buffer(v.ctypes.data), 0)
+            self.assertEqual(self.store.get("stage/big"), v.tobytes())
+        finally:
+            self.assertEqual(small.close(), 0)
+
     def test_second_client_sees_data(self):
         other = self.cluster.client()
         try:
