@@ -71,6 +71,14 @@ func NewRegistry(engineID, compatHash string, tpSize int) *Registry {
 	return &Registry{engineID: engineID, compat: compatHash, tpSize: tpSize, workers: map[[3]int]Worker{}}
 }
 
+// SetCompatHash sets the compatibility hash /query reports (known once the
+// engine's KV layout is).
+func (r *Registry) SetCompatHash(h string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.compat = h
+}
+
 // Register adds a worker. Registering another engine id, a rank twice with
 // a different address, or a rank outside the TP size fails with ErrConflict
 // or ErrBadRequest; the same registration twice is idempotent.

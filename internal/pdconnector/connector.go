@@ -272,11 +272,8 @@ func (c *Connector) Stats() Stats {
 // RegisterKVCaches registers the KV regions with the transfer engine and
 // the worker with the bootstrap registry.
 func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
-	c.layout = kv.Layout
-	c.compat = CompatHash(kv.Compat)
-	c.mu.Lock()
-	c.cons = NewConsumerCore(kv.Layout.BlockSize, c.cfg.FailurePolicy == engine.PolicyRecompute)
-	c.mu.Unlock()
+	var local []uintptr
+	var bases []uint64
 	for _, l := range kv.Layers {
 		addr := transfer.AddrOf(l)
 		c.managedMu.Lock()
@@ -287,11 +284,16 @@ func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
 				return fmt.Errorf("pdconnector: register kv layer: %w", err)
 			}
 		}
-		c.localBases = append(c.localBases, addr)
-		c.bases = append(c.bases, uint64(addr))
+		local = append(local, addr)
+		bases = append(bases, uint64(addr))
 	}
+	// The bootstrap server may already serve pulls: publish under the lock.
+	c.mu.Lock()
+	c.layout, c.compat, c.localBases, c.bases = kv.Layout, CompatHash(kv.Compat), local, bases
+	c.cons = NewConsumerCore(kv.Layout.BlockSize, c.cfg.FailurePolicy == engine.PolicyRecompute)
+	c.mu.Unlock()
 	if c.registry != nil {
-		*c.registry = *bootstrap.NewRegistry(c.cfg.EngineID, c.compat, 1)
+		c.registry.SetCompatHash(c.compat)
 		return c.registry.Register(bootstrap.RegisterRequest{EngineID: c.cfg.EngineID,
 			Worker: bootstrap.Worker{Addr: c.te.Name()}})
 	}

@@ -65,6 +65,12 @@ func (c *Connector) runPull(p PullSpec) {
 
 func (c *Connector) pull(ctx context.Context, p PullSpec) (bootstrap.PullResponse, error) {
 	q, err := c.peer(ctx, p.Bootstrap)
+	if err == nil && p.EngineID != "" && q.EngineID != p.EngineID {
+		// A restarted prefill on the same address has a new engine id: the
+		// cached registry is stale, ask again once.
+		c.forgetPeer(p.Bootstrap)
+		q, err = c.peer(ctx, p.Bootstrap)
+	}
 	if err != nil {
 		return bootstrap.PullResponse{}, fmt.Errorf("pdconnector: prefill bootstrap %s unreachable: %w", p.Bootstrap, err)
 	}
@@ -127,7 +133,10 @@ func (c *Connector) Pull(ctx context.Context, req bootstrap.PullRequest) bootstr
 }
 
 func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bootstrap.PullResponse {
-	if c.compat == "" {
+	c.mu.Lock()
+	registered := c.compat != ""
+	c.mu.Unlock()
+	if !registered {
 		return failed(bootstrap.CodeUnknown, "prefill engine not started yet")
 	}
 	if req.ProtocolVersion != bootstrap.ProtocolVersion || req.CompatHash != c.compat {

@@ -31,6 +31,8 @@ type fakeEngine struct {
 	silent    atomic.Bool  // with block: send no headers before waiting
 	chunks    []string     // SSE payloads streamed by generate
 	cancelled chan struct{}
+	arrived   chan struct{} // a generate request arrived (buffered)
+	after     chan struct{} // if set, generate waits for it before answering
 
 	mu       sync.Mutex
 	bodies   []map[string]any
@@ -38,7 +40,7 @@ type fakeEngine struct {
 }
 
 func newFake(t *testing.T, prefill bool, chunks ...string) *fakeEngine {
-	f := &fakeEngine{t: t, chunks: chunks, cancelled: make(chan struct{}, 16)}
+	f := &fakeEngine{t: t, chunks: chunks, cancelled: make(chan struct{}, 16), arrived: make(chan struct{}, 16)}
 	f.healthy.Store(true)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
@@ -56,6 +58,17 @@ func newFake(t *testing.T, prefill bool, chunks ...string) *fakeEngine {
 		f.mu.Lock()
 		f.bodies = append(f.bodies, m)
 		f.mu.Unlock()
+		select {
+		case f.arrived <- struct{}{}:
+		default:
+		}
+		if f.after != nil {
+			select {
+			case <-f.after:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if s := f.status.Load(); s != 0 {
 			w.WriteHeader(int(s))
 			fmt.Fprintf(w, `{"error":{"message":"fake says %d"}}`, s)
@@ -336,7 +349,8 @@ func TestPrefillRejectionReturnedAndDecodeCancelled(t *testing.T) {
 	pre.status.Store(400)
 	dec := newFake(t, false, "a")
 	dec.block.Store(true)
-	dec.silent.Store(true) // decode waits for its KV: no headers yet
+	dec.silent.Store(true)  // decode waits for its KV: no headers yet
+	pre.after = dec.arrived // prefill refuses once decode has the request
 	_, srv := newProxy(t, Config{Prefill: []string{pre.spec()}, Decode: []string{dec.spec()}})
 	code, body, _ := post(t, srv.URL+"/v1/completions", `{"prompt":"p"}`)
 	if code != 400 || !strings.Contains(body, "fake says 400") {
@@ -394,6 +408,11 @@ func TestClientDisconnectCancelsBothHalves(t *testing.T) {
 	line, err := bufio.NewReader(resp.Body).ReadString('\n')
 	if err != nil || !strings.Contains(line, "first") {
 		t.Fatalf("first line %q %v", line, err)
+	}
+	select { // both halves are upstream
+	case <-pre.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("prefill half never arrived")
 	}
 	cancel()
 	resp.Body.Close()
