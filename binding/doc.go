@@ -42,6 +42,7 @@
 //	int64 mc_batch_check(h, id)      -> 1 done | 0 running | -1 failed | -2 timeout
 //	int64 mc_engine_probe(h, peer); uint64 mc_engine_first_buffer(h, segment)
 //	int64 mc_engine_notify(h, peer, name, msg, len); mc_engine_notifies(h, void **out)
+//	int64 mc_engine_topology(h, void **out)  -> JSON: name, rpc_port, buffers
 //
 // The protocol argument takes tcp, shm, auto and inproc; Mooncake's RDMA-family
 // names (rdma, efa, nvlink, ...) fall back to tcp with a warning, so that
@@ -58,6 +59,14 @@
 //	mc_store_batch_put, mc_store_batch_get_into, mc_store_exist, mc_store_batch_exist,
 //	mc_store_get_size, mc_store_remove, mc_store_remove_regex, mc_store_remove_all,
 //	mc_store_list (JSON array of keys), mc_store_health, mc_store_close
+//	mc_store_register_buffer(h, ptr, size), mc_store_unregister_buffer(h, ptr)
+//
+// Each store client owns a transfer engine (protocol as above). A put of a
+// key that exists returns 0 and keeps the stored value (Mooncake's put; the
+// Go client reports ErrExists). Memory registered with
+// mc_store_register_buffer is sent and received in place; other memory of
+// 64 KiB or more is registered for the duration of one call, smaller values
+// go through the client's staging buffer.
 //
 // The Python package (python/mooncake, docs/python.md) maps these onto
 // Mooncake's TransferEngine and MooncakeDistributedStore methods.
