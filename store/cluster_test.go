@@ -20,6 +20,9 @@ type cluster struct {
 	master *master.Server
 	mcfg   master.ServerConfig
 	nodes  []*storenode.Node
+	// transport of every engine: "" (auto: shared memory for same-host
+	// segments) or "tcp". Set before adding nodes and clients.
+	transport string
 }
 
 func newCluster(t *testing.T, core master.Config, nodes int, segSize uint64) *cluster {
@@ -29,7 +32,12 @@ func newCluster(t *testing.T, core master.Config, nodes int, segSize uint64) *cl
 
 func newClusterTB(t testing.TB, core master.Config, nodes int, segSize uint64) *cluster {
 	t.Helper()
-	c := &cluster{t: t, mcfg: master.ServerConfig{Core: core, Addr: "127.0.0.1:0", HTTPAddr: "", TickInterval: 5 * time.Millisecond}}
+	return newClusterTransport(t, core, nodes, segSize, "")
+}
+
+func newClusterTransport(t testing.TB, core master.Config, nodes int, segSize uint64, transport string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, transport: transport, mcfg: master.ServerConfig{Core: core, Addr: "127.0.0.1:0", HTTPAddr: "", TickInterval: 5 * time.Millisecond}}
 	var err error
 	c.master, err = master.Start(c.mcfg)
 	if err != nil {
@@ -46,7 +54,7 @@ func (c *cluster) addNode(segSize uint64) *storenode.Node {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	n, err := storenode.Start(ctx, storenode.Config{Master: c.master.Addr(), SegmentSize: segSize,
+	n, err := storenode.Start(ctx, storenode.Config{Master: c.master.Addr(), SegmentSize: segSize, Engine: transfer.Config{Transport: c.transport},
 		PingInterval: 20 * time.Millisecond, UnmountGrace: 200 * time.Millisecond})
 	if err != nil {
 		c.t.Fatal(err)
@@ -82,7 +90,7 @@ func (c *cluster) client(opt func(*store.Config)) *store.Client {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	eng, err := transfer.Open(ctx, transfer.Config{})
+	eng, err := transfer.Open(ctx, transfer.Config{Transport: c.transport})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -548,3 +548,28 @@ func TestBatchFallbacks(t *testing.T) {
 		t.Fatalf("after fallback: %+v", st)
 	}
 }
+
+// TestTransports runs a replicated round trip and a node failure over each
+// data transport: shared memory (auto, same host) and TCP.
+func TestTransports(t *testing.T) {
+	for _, tr := range []string{"auto", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			c := newClusterTransport(t, master.Config{}, 2, 4<<20, tr)
+			cl := c.client(nil)
+			ctx := ctxT(t)
+			for _, n := range []int{100, 64 << 10, 1 << 20} {
+				k := fmt.Sprintf("t/%d", n)
+				if err := cl.PutWith(ctx, k, value(k, n), store.PutOptions{Replicas: 2}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.nodes[0].Kill()
+			for _, n := range []int{100, 64 << 10, 1 << 20} {
+				k := fmt.Sprintf("t/%d", n)
+				if got, err := cl.Get(ctx, k); err != nil || !bytes.Equal(got, value(k, n)) {
+					t.Fatalf("get %s over %s after a node died: %v", k, tr, err)
+				}
+			}
+		})
+	}
+}
