@@ -3,8 +3,14 @@ package transfer
 import (
 	"context"
 	"fmt"
+
+	"github.com/kvcache-go/mooncake/internal/metadata"
 )
 
 func openMetaStore(ctx context.Context, uri string) (metaStore, error) {
-	return nil, fmt.Errorf("transfer: metadata %q: not supported yet", uri)
+	s, err := metadata.Open(ctx, uri)
+	if err != nil {
+		return nil, fmt.Errorf("transfer: %w", err)
+	}
+	return s, nil
 }

@@ -5,17 +5,18 @@ import "github.com/spf13/cobra"
 // extraCommands lists the top-level subcommands besides bench, in help order.
 // Each entry's constructor lives in its own file (serve.go, proxy.go, ...).
 var extraCommands = []func() *cobra.Command{
-	newServeCmd,     // reference inference engine (issue 3)
-	newModelCmd,     // model init (issue 3)
-	newProxyCmd,     // P/D proxy (issue 4)
-	newUpCmd,        // whole P/D cluster in one process (issue 4)
-	newMasterCmd,    // store master (issue 5)
-	newStoreNodeCmd, // store storage node (issue 5)
-	newPutCmd,       // store client: put (issue 5)
-	newGetCmd,       // store client: get (issue 5)
-	newLsCmd,        // store client: ls (issue 5)
-	newRmCmd,        // store client: rm (issue 5)
-	newStatCmd,      // store client: stat (issue 5)
+	newMetadataServerCmd, // transfer engine metadata (issue 2)
+	newServeCmd,          // reference inference engine (issue 3)
+	newModelCmd,          // model init (issue 3)
+	newProxyCmd,          // P/D proxy (issue 4)
+	newUpCmd,             // whole P/D cluster in one process (issue 4)
+	newMasterCmd,         // store master (issue 5)
+	newStoreNodeCmd,      // store storage node (issue 5)
+	newPutCmd,            // store client: put (issue 5)
+	newGetCmd,            // store client: get (issue 5)
+	newLsCmd,             // store client: ls (issue 5)
+	newRmCmd,             // store client: rm (issue 5)
+	newStatCmd,           // store client: stat (issue 5)
 }
 
 // benchCommands lists the `mooncake bench ...` subcommands.
