@@ -241,3 +241,51 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// A prefill instance that is shut down while decode waits for its KV: the
+// pull fails within the deadline and decode recomputes; decode leaks nothing.
+func TestPrefillKilledMidRequest(t *testing.T) {
+	col := startColocated(t)
+	ctx := context.Background()
+	pre, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: pdconnector.RoleProducer,
+		MaxNumBatchedTokens: 16}) // a slow prefill: one block per step
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pre.Close()
+	dec, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: pdconnector.RoleConsumer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	prompt := strings.Repeat("a long prompt that takes a while to prefill. ", 6)
+	want := complete(t, ctx, col.URL, prompt, 4, false)
+	preDone := make(chan completion, 1)
+	go func() {
+		preDone <- completeKV(t, ctx, pre.URL, prompt, 1, false, map[string]any{"do_remote_decode": true, "transfer_id": "xfer-killed"})
+	}()
+	decDone := make(chan completion, 1)
+	go func() {
+		decDone <- completeKV(t, ctx, dec.URL, prompt, 4, false, map[string]any{"do_remote_prefill": true,
+			"transfer_id": "xfer-killed", "remote_bootstrap_addr": pre.BootstrapAddr(), "remote_engine_id": pre.Conn.EngineID()})
+	}()
+	waitFor(t, "decode pulling while prefill computes", 20*time.Second, func() bool {
+		return dec.Conn.Stats().PullsInFlight == 1 && pre.Engine.Stats().Running == 1
+	})
+	start := time.Now()
+	pre.Close()
+	var got completion
+	select {
+	case got = <-decDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("decode request hangs after the prefill died")
+	}
+	<-preDone
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("decode took %v to notice: %s", el, got.Raw)
+	}
+	if got.Code != 200 || got.KV["kv_load"] != "recomputed" || !equalInts(got.TokenIDs, want.TokenIDs) {
+		t.Fatalf("after prefill death: %d %s", got.Code, got.Raw)
+	}
+	assertNoLeaks(t, dec)
+}

@@ -150,6 +150,10 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 		return failed(bootstrap.CodeIncompatible, "decode block %d bytes x %d layers, prefill %d x %d",
 			req.BlockBytes, len(req.LayerAddrs), c.layout.BlockBytes(), len(c.localBases))
 	}
+	// A closing connector answers its pulls at once.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(c.ctx, stop)()
 	// Answer (and stop writing) before decode gives up.
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -176,6 +180,9 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 			case <-ch:
 				continue
 			case <-ctx.Done():
+				if c.ctx.Err() != nil {
+					return failed(bootstrap.CodeAborted, "prefill engine %s is shutting down", c.cfg.EngineID)
+				}
 				return failed(bootstrap.CodeTimeout, "prefill of %s did not finish in time", req.TransferID)
 			}
 		}

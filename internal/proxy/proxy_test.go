@@ -574,3 +574,21 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestKVAwareRoutesSharedPrefixToSameInstance(t *testing.T) {
+	p1, p2 := newFake(t, true, "x"), newFake(t, true, "x")
+	dec := newFake(t, false, "a")
+	px, srv := newProxy(t, Config{Prefill: []string{p1.spec(), p2.spec()}, Decode: []string{dec.spec()}, PrefillPolicy: PolicyKVAware})
+	doc := strings.Repeat("a shared system prompt that many requests start with. ", 10)
+	for i := 0; i < 4; i++ {
+		// Equal loads: only the cache decides.
+		waitFor(t, "idle prefill", func() bool { return px.prefill[0].inflight.Load()+px.prefill[1].inflight.Load() == 0 })
+		if code, body, _ := post(t, srv.URL+"/v1/completions", `{"prompt":"`+doc+` question `+strings.Repeat("?", i)+`"}`); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	waitFor(t, "prefill halves", func() bool { return len(p1.got())+len(p2.got()) == 4 })
+	if n1, n2 := len(p1.got()), len(p2.got()); n1 != 4 && n2 != 4 {
+		t.Fatalf("shared prefix split over instances: %d/%d", n1, n2)
+	}
+}
