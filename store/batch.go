@@ -46,42 +46,55 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 		}
 		return errs
 	}
+	// Values from directMin up are registered in place (no copy); the rest,
+	// and any value whose registration fails (e.g. the same slice twice),
+	// are copied into one registered slab.
+	srcs := make([][]byte, len(keys))
 	total := 0
 	for i, v := range values {
-		if len(v) == 0 {
+		switch {
+		case len(v) == 0:
 			errs[i] = fmt.Errorf("store: put %q: %w: empty value", keys[i], ErrInvalid)
-			continue
+		case len(v) >= directMin && c.mover.RegisterBytes(v, "cpu:0") == nil:
+			srcs[i] = v
+			defer func() { _ = c.mover.Unregister(transfer.AddrOf(v)) }()
+		default:
+			total += len(v)
 		}
-		total += len(v)
 	}
-	if total == 0 {
-		return errs
-	}
-	slab := make([]byte, total)
-	if err := c.mover.RegisterBytes(slab, "cpu:0"); err != nil {
-		parallel(len(keys), func(i int) {
-			if errs[i] == nil {
-				errs[i] = c.PutWith(ctx, keys[i], values[i], o)
+	if total > 0 {
+		slab := make([]byte, total)
+		if err := c.mover.RegisterBytes(slab, "cpu:0"); err != nil {
+			for i := range errs {
+				if errs[i] == nil && srcs[i] == nil {
+					errs[i] = fmt.Errorf("store: put %q: register staging slab: %w", keys[i], err)
+				}
 			}
-		})
-		return errs
+		} else {
+			defer func() { _ = c.mover.Unregister(transfer.AddrOf(slab)) }()
+			off := 0
+			for i, v := range values {
+				if errs[i] == nil && srcs[i] == nil {
+					srcs[i] = slab[off : off+len(v) : off+len(v)]
+					off += copy(srcs[i], v)
+				}
+			}
+		}
 	}
-	defer func() { _ = c.mover.Unregister(transfer.AddrOf(slab)) }()
-	srcs := make([][]byte, len(keys))
 	crcs := make([]uint32, len(keys))
 	req := &pb.BatchPutStartRequest{}
 	var idx []int
-	off := 0
 	for i, v := range values {
 		if errs[i] != nil {
 			continue
 		}
-		srcs[i] = slab[off : off+len(v) : off+len(v)]
-		off += copy(srcs[i], v)
 		crcs[i] = Checksum(v)
 		req.Puts = append(req.Puts, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: keys[i], Size: uint64(len(v)),
 			Config: rcToPB(o, c.cfg.Replicas), Upsert: o.Upsert})
 		idx = append(idx, i)
+	}
+	if len(idx) == 0 {
+		return errs
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.rpc.BatchPutStart(rctx, req)
