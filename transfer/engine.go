@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -96,6 +97,11 @@ type Engine struct {
 
 	managedMu sync.Mutex
 	managed   map[uint64]*managedBuf
+
+	// bulk bounds how many lanes stream large payloads at once (see tcp.ServerConfig).
+	bulk chan struct{}
+	// clientBulk is the same for this engine's outgoing lanes.
+	clientBulk chan struct{}
 }
 
 type segment struct {
@@ -125,19 +131,21 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	e := &Engine{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		reg:       registry.New(),
-		ln:        ln,
-		port:      port,
-		name:      cfg.hostPort(port),
-		hostID:    hostID(),
-		hub:       inproc.Default,
-		done:      make(chan struct{}),
-		conns:     map[net.Conn]struct{}{},
-		segByName: map[string]SegmentID{},
-		segs:      map[SegmentID]*segment{},
-		managed:   map[uint64]*managedBuf{},
+		cfg:        cfg,
+		log:        cfg.Logger,
+		reg:        registry.New(),
+		ln:         ln,
+		port:       port,
+		name:       cfg.hostPort(port),
+		hostID:     hostID(),
+		hub:        inproc.Default,
+		done:       make(chan struct{}),
+		conns:      map[net.Conn]struct{}{},
+		segByName:  map[string]SegmentID{},
+		segs:       map[SegmentID]*segment{},
+		managed:    map[uint64]*managedBuf{},
+		bulk:       make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
+		clientBulk: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
 	}
 	if cfg.Transport == TransportInproc {
 		if err := e.hub.Add(e.name, e.reg); err != nil {
@@ -423,7 +431,7 @@ func (e *Engine) tcpPeer(ctx context.Context, seg *segment) (*tcp.Peer, error) {
 	if seg.desc.IP == "" || seg.desc.TCPDataPort == 0 {
 		addr = seg.name
 	}
-	cfg := tcp.PeerConfig{Lanes: e.cfg.Lanes, SmallMax: e.cfg.SmallMax, Checksum: e.cfg.Checksum, MaxSlice: uint64(e.cfg.MaxSlice)}
+	cfg := tcp.PeerConfig{Lanes: e.cfg.Lanes, SmallMax: e.cfg.SmallMax, Checksum: e.cfg.Checksum, MaxSlice: uint64(e.cfg.MaxSlice), Bulk: e.clientBulk}
 	p, err := tcp.DialPeer(ctx, cfg, func(ctx context.Context, lane int) (net.Conn, error) {
 		return e.dialLane(ctx, addr, lane)
 	})

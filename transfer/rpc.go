@@ -91,11 +91,16 @@ func (e *Engine) serveConn(c net.Conn) {
 	case wire.FrameProbe:
 		e.reply(c, typ, wire.Control{OK: true})
 	case wire.FrameLane:
+		if req.Lane == nil {
+			e.reply(c, typ, wire.Control{Error: "lane frame without lane", Code: "bad_request"})
+			return
+		}
 		if err := e.reply(c, typ, wire.Control{OK: true, MaxSlice: uint64(e.cfg.MaxSlice)}); err != nil {
 			return
 		}
 		_ = c.SetDeadline(time.Time{})
-		if err := tcp.ServeLane(c, br, e.reg, tcp.ServerConfig{MaxSlice: uint64(e.cfg.MaxSlice)}); err != nil && !e.closed.Load() {
+		if err := tcp.ServeLane(c, br, e.reg, tcp.ServerConfig{MaxSlice: uint64(e.cfg.MaxSlice),
+			Bulk: e.bulk, BulkMin: uint64(e.cfg.SmallMax), Express: req.Lane.Index == 0}); err != nil && !e.closed.Load() {
 			e.log.Debug("transfer: lane ended", "remote", c.RemoteAddr(), "err", err)
 		}
 	}

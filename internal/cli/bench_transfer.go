@@ -19,7 +19,7 @@ func newBenchTransferCmd() *cobra.Command {
 	var (
 		c                        bench.Config
 		block, bufSize, mode, tg string
-		asJSON                   bool
+		asJSON, underLoad        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "transfer",
@@ -32,6 +32,9 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 			var err error
 			if c.BlockSize, err = bench.ParseSize(block); err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--block-size: %w", err)}
+			}
+			if underLoad && c.BufferSize < bench.LargeSize+c.BlockSize {
+				c.BufferSize = bench.LargeSize + c.BlockSize
 			}
 			if bufSize != "" {
 				if c.BufferSize, err = bench.ParseSize(bufSize); err != nil {
@@ -99,6 +102,19 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 				}
 				defer stop()
 			}
+			if underLoad {
+				r, err := bench.SmallDuringLarge(ctx, c, info, c.BlockSize, c.Duration)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					b, _ := json.Marshal(r)
+					fmt.Fprintln(out, string(b))
+				} else {
+					fmt.Fprintln(out, r.String())
+				}
+				return nil
+			}
 			if !asJSON {
 				c.Progress = cmd.ErrOrStderr()
 				fmt.Fprintf(out, "bench transfer: %s %s, block %d, batch %d, threads %d, %s against %s\n",
@@ -130,6 +146,7 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 	f.StringVar(&bufSize, "buffer-size", "", "bytes registered per side (default threads*batch*block)")
 	f.BoolVar(&c.Checksum, "checksum", false, "CRC32C per slice")
 	f.StringVar(&c.Secret, "secret", "", "shared secret for the handshake")
+	f.BoolVar(&underLoad, "small-during-large", false, "measure --block-size sync writes while a 64 MiB stream runs (latency under load)")
 	f.IntVar(&c.Lanes, "lanes", 0, "TCP bulk lanes per peer (0: engine default)")
 	return cmd
 }

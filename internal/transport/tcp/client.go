@@ -28,6 +28,12 @@ type PeerConfig struct {
 	Checksum bool   // send/verify CRC32C per slice
 	MaxSlice uint64 // largest slice the peer accepts (bounds responses too)
 	MaxBatch int    // slices gathered into one writev
+	// MaxBatchBytes bounds the payload bytes gathered into one writev (1 MiB).
+	MaxBatchBytes int
+	// Bulk, when set, is a semaphore shared by all peers of an engine: a
+	// bulk lane holds a token while it writes or reads payloads larger than
+	// SmallMax, so a P stays free to poll the network for the express lane.
+	Bulk chan struct{}
 }
 
 func (c *PeerConfig) defaults() {
@@ -42,6 +48,9 @@ func (c *PeerConfig) defaults() {
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 512
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 1 << 20
 	}
 }
 
@@ -86,7 +95,7 @@ func DialPeer(ctx context.Context, cfg PeerConfig, dial Dialer) (*Peer, error) {
 			p.Wait()
 			return nil, err
 		}
-		l := newLane(p, c)
+		l := newLane(p, c, i == 0)
 		p.lanes = append(p.lanes, l)
 	}
 	return p, nil
@@ -143,13 +152,14 @@ func (p *Peer) Wait() {
 }
 
 type lane struct {
-	p      *Peer
-	conn   net.Conn
-	queued atomic.Int64
-	wake   chan struct{}
-	done   chan struct{}
-	wg     sync.WaitGroup
-	exits  atomic.Int32
+	p       *Peer
+	express bool
+	conn    net.Conn
+	queued  atomic.Int64
+	wake    chan struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
+	exits   atomic.Int32
 
 	mu       sync.Mutex
 	queue    []*Op
@@ -159,8 +169,8 @@ type lane struct {
 	err      error
 }
 
-func newLane(p *Peer, c net.Conn) *lane {
-	l := &lane{p: p, conn: c, wake: make(chan struct{}, 1), done: make(chan struct{})}
+func newLane(p *Peer, c net.Conn, express bool) *lane {
+	l := &lane{p: p, conn: c, express: express, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	l.wg.Add(2)
 	go l.writer()
 	go l.reader()
@@ -244,7 +254,14 @@ func (l *lane) writer() {
 			l.mu.Unlock()
 			return
 		}
-		n := min(len(l.queue), l.p.cfg.MaxBatch)
+		n, bytes, big := 0, 0, false
+		for n < len(l.queue) && n < l.p.cfg.MaxBatch && bytes < l.p.cfg.MaxBatchBytes {
+			if op := l.queue[n]; op.Write {
+				bytes += len(op.Buf)
+				big = big || len(op.Buf) > l.p.cfg.SmallMax
+			}
+			n++
+		}
 		take = append(take[:0], l.queue[:n]...)
 		clear(l.queue[:n])
 		l.queue = l.queue[n:]
@@ -288,7 +305,15 @@ func (l *lane) writer() {
 			bufs = append(bufs, hdrs[start:])
 		}
 		clear(take)
-		if _, err := bufs.WriteTo(l.conn); err != nil {
+		bulk := big && !l.express && l.p.cfg.Bulk != nil
+		if bulk {
+			l.p.cfg.Bulk <- struct{}{}
+		}
+		_, err := bufs.WriteTo(l.conn)
+		if bulk {
+			<-l.p.cfg.Bulk
+		}
+		if err != nil {
 			l.fail(fmt.Errorf("tcp: write: %w: %w", ErrPeerDown, err))
 			return
 		}
@@ -337,7 +362,15 @@ func (l *lane) reader() {
 				l.finish(op, err)
 				return
 			}
-			if _, err := io.ReadFull(r, op.Buf); err != nil {
+			bulk := !l.express && l.p.cfg.Bulk != nil && len(op.Buf) > l.p.cfg.SmallMax
+			if bulk {
+				l.p.cfg.Bulk <- struct{}{}
+			}
+			_, err := io.ReadFull(r, op.Buf)
+			if bulk {
+				<-l.p.cfg.Bulk
+			}
+			if err != nil {
 				err = fmt.Errorf("tcp: read payload: %w: %w", ErrPeerDown, err)
 				l.fail(err)
 				l.finish(op, err)

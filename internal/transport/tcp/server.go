@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
 	"github.com/kvcache-go/mooncake/internal/wire"
@@ -21,7 +22,18 @@ var _ Memory = (*registry.Registry)(nil)
 // ServerConfig bounds what a lane accepts.
 type ServerConfig struct {
 	MaxSlice uint64 // largest slice accepted; longer requests end the lane
+	// Bulk, when set, is a semaphore shared by all lanes of the engine: a
+	// lane holds a token while it moves a payload larger than BulkMin, so
+	// that at most cap(Bulk) goroutines stream at once and the remaining Ps
+	// stay free to notice small requests (the Go scheduler only polls the
+	// network when a P runs out of work). Express lanes never take it.
+	Bulk    chan struct{}
+	BulkMin uint64
+	Express bool
 }
+
+// BulkStall bounds how long a lane may hold a bulk token while moving one payload.
+const BulkStall = 10 * time.Second
 
 // inlineMax: READ payloads up to this size are copied into the batched
 // response buffer instead of being sent as their own iovec.
@@ -65,6 +77,27 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			return err
 		}
 		resp := wire.RespHeader{ID: h.ID}
+		bulk := cfg.Bulk != nil && !cfg.Express && h.Length > cfg.BulkMin
+		if bulk {
+			cfg.Bulk <- struct{}{}
+			// A peer that stalls mid-payload must not keep the token.
+			_ = conn.SetDeadline(time.Now().Add(BulkStall))
+		}
+		err = serveOne(conn, r, mem, h, &resp, &out, rb[:])
+		if bulk {
+			_ = conn.SetDeadline(time.Time{})
+			<-cfg.Bulk
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// serveOne applies one request; it appends the response to *out, or writes
+// it together with a READ payload.
+func serveOne(conn net.Conn, r *bufio.Reader, mem Memory, h wire.ReqHeader, resp *wire.RespHeader, out *[]byte, rb []byte) error {
+	{
 		span, aerr := mem.Acquire(h.Addr, h.Length)
 		if h.Op == wire.OpWrite {
 			if aerr != nil {
@@ -82,36 +115,34 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 					return err
 				}
 			}
-			resp.Put(rb[:])
-			out = append(out, rb[:]...)
-			continue
+			resp.Put(rb)
+			*out = append(*out, rb...)
+			return nil
 		}
 		// READ
 		if aerr != nil {
 			resp.Status = wire.StatusRejected
-			resp.Put(rb[:])
-			out = append(out, rb[:]...)
-			continue
+			resp.Put(rb)
+			*out = append(*out, rb...)
+			return nil
 		}
 		resp.Length = h.Length
 		if h.Flags&wire.FlagCRC != 0 {
 			resp.Flags = wire.FlagCRC
 			resp.CRC = wire.CRC32C(span.B)
 		}
-		resp.Put(rb[:])
-		out = append(out, rb[:]...)
+		resp.Put(rb)
+		*out = append(*out, rb...)
 		if len(span.B) <= inlineMax {
-			out = append(out, span.B...)
+			*out = append(*out, span.B...)
 			span.Release()
-			continue
+			return nil
 		}
-		bufs := net.Buffers{out, span.B}
-		_, err = bufs.WriteTo(conn)
+		bufs := net.Buffers{*out, span.B}
+		_, err := bufs.WriteTo(conn)
 		span.Release()
-		out = out[:0]
-		if err != nil {
-			return err
-		}
+		*out = (*out)[:0]
+		return err
 	}
 }
 
