@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,7 @@ import (
 func newBenchStoreCmd() *cobra.Command {
 	var (
 		sizesFlag, clientsFlag, segSizeFlag, redisFlag, transport string
-		nodes                                                     int
+		nodes, rounds                                             int
 		duration                                                  time.Duration
 	)
 	cmd := &cobra.Command{
@@ -62,11 +63,11 @@ the first eviction and reports the segment utilisation reached.`,
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
-			if nodes < 1 || duration <= 0 {
-				return &ExitError{Code: 2, Err: errors.New("--nodes and --duration must be positive")}
+			if nodes < 1 || duration <= 0 || rounds < 1 {
+				return &ExitError{Code: 2, Err: errors.New("--nodes, --rounds and --duration must be positive")}
 			}
 			return runBenchStore(cmd.Context(), cmd.OutOrStdout(), benchStoreConfig{sizes: sizes, clients: clients, segSize: seg,
-				nodes: nodes, duration: duration, redis: redisFlag, transport: transport})
+				nodes: nodes, duration: duration, rounds: rounds, redis: redisFlag, transport: transport})
 		},
 	}
 	f := cmd.Flags()
@@ -74,7 +75,8 @@ the first eviction and reports the segment utilisation reached.`,
 	f.StringVar(&clientsFlag, "clients", "1,8", "concurrent client counts")
 	f.StringVar(&segSizeFlag, "segment-size", "512MiB", "segment size of each storage node")
 	f.IntVar(&nodes, "nodes", 2, "storage nodes")
-	f.DurationVar(&duration, "duration", time.Second, "duration of each put or get phase")
+	f.DurationVar(&duration, "duration", 500*time.Millisecond, "duration of each phase")
+	f.IntVar(&rounds, "rounds", 3, "rounds per configuration, alternating the systems; the median is reported")
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis`)
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
 	return cmd
@@ -85,6 +87,7 @@ type benchStoreConfig struct {
 	segSize        uint64
 	nodes          int
 	duration       time.Duration
+	rounds         int
 	redis          string
 	transport      string
 }
@@ -186,34 +189,55 @@ func runBenchStore(ctx context.Context, out io.Writer, cfg benchStoreConfig) err
 	}
 
 	capacity := uint64(cfg.nodes) * cfg.segSize
-	var results []benchResult
+	type phaseKey struct {
+		system, op    string
+		size, clients int
+	}
+	rounds := map[phaseKey][]benchResult{}
+	var order []phaseKey
 	for _, size := range cfg.sizes {
 		for _, n := range cfg.clients {
 			// Each client owns a key set; together they take a quarter of the pool.
 			perClient := max(2, min(256, int(capacity/4/uint64(size))/n))
-			for _, sys := range []struct {
-				name string
-				cl   []kvClient
-			}{{"mooncake", mc}, {"redis", rc}} {
-				if len(sys.cl) == 0 {
-					continue
-				}
-				prefix := fmt.Sprintf("bench/%s/%d/%d", sys.name, size, n)
-				// Every put phase runs before the get phases: a get leases its
-				// key (10s), and a leased key cannot be overwritten.
-				for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into"} {
-					if strings.HasPrefix(op, "batch") && size > 1<<20 || op == "get-into" && sys.name != "mooncake" {
+			// Rounds alternate the systems so that a burst of load on this
+			// shared machine hits both; the median round is reported.
+			for round := range cfg.rounds {
+				for _, sys := range []struct {
+					name string
+					cl   []kvClient
+				}{{"mooncake", mc}, {"redis", rc}} {
+					if len(sys.cl) == 0 {
 						continue
 					}
-					r := runPhase(ctx, sys.cl[:n], op, size, perClient, prefix, cfg.duration)
-					r.system = sys.name
-					results = append(results, r)
-				}
-				if sys.name == "mooncake" {
-					_, _ = mc[0].(*mooncakeKV).cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
+					prefix := fmt.Sprintf("bench/%s/%d/%d/r%d", sys.name, size, n, round)
+					// Every put phase runs before the get phases: a get leases its
+					// key (10s), and a leased key cannot be overwritten.
+					for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into"} {
+						if strings.HasPrefix(op, "batch") && size > 1<<20 || op == "get-into" && sys.name != "mooncake" {
+							continue
+						}
+						r := runPhase(ctx, sys.cl[:n], op, size, perClient, prefix, cfg.duration)
+						r.system = sys.name
+						k := phaseKey{sys.name, op, size, n}
+						if len(rounds[k]) == 0 {
+							order = append(order, k)
+						}
+						rounds[k] = append(rounds[k], r)
+					}
+					if sys.name == "mooncake" {
+						_, _ = mc[0].(*mooncakeKV).cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
+					} else {
+						_ = sys.cl[0].(*respClient).flushAll()
+					}
 				}
 			}
 		}
+	}
+	var results []benchResult
+	for _, k := range order {
+		rs := rounds[k]
+		slices.SortFunc(rs, func(a, b benchResult) int { return cmp.Compare(a.gbps(), b.gbps()) })
+		results = append(results, rs[len(rs)/2])
 	}
 	printBenchStore(out, results, memcpy)
 
@@ -237,7 +261,7 @@ func printBenchStore(out io.Writer, results []benchResult, memcpy float64) {
 	w.Flush()
 	for _, r := range results {
 		if r.firstErr != nil {
-			fmt.Fprintf(out, "first error of %s %s %s x%d: %v\n", r.system, r.op, formatSize(uint64(r.size)), r.clients, r.firstErr)
+			fmt.Fprintf(out, "first error (median round) of %s %s %s x%d: %v\n", r.system, r.op, formatSize(uint64(r.size)), r.clients, r.firstErr)
 		}
 	}
 	find := func(sys, op string, size, n int) *benchResult {
@@ -563,6 +587,15 @@ func (r *respClient) queue(args ...[]byte) error {
 		}
 	}
 	return nil
+}
+
+// flushAll empties the bench's Redis between rounds.
+func (r *respClient) flushAll() error {
+	if err := r.command([]byte("FLUSHALL")); err != nil {
+		return err
+	}
+	_, err := readRESP(r.r, 1<<20)
+	return err
 }
 
 func (r *respClient) ping() error {

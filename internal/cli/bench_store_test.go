@@ -91,7 +91,7 @@ func TestBenchStoreSmoke(t *testing.T) {
 	}
 	var out bytes.Buffer
 	err := runBenchStore(t.Context(), &out, benchStoreConfig{sizes: []int{4096}, clients: []int{1, 2},
-		segSize: 8 << 20, nodes: 2, duration: 30 * time.Millisecond, redis: "auto", transport: "auto"})
+		segSize: 8 << 20, nodes: 2, duration: 30 * time.Millisecond, rounds: 1, redis: "auto", transport: "auto"})
 	if err != nil {
 		t.Fatal(err)
 	}
