@@ -226,7 +226,9 @@ func (m *Master) Ping(clientID string) (viewVersion uint64, st PingStatus) {
 }
 
 // MountSegment adds a client's segment to the pool. Mounting the same spec
-// again is a no-op; a different segment under a taken name is refused.
+// again is a no-op. A segment under a taken name is refused, unless it comes
+// from the same transfer engine endpoint (a restarted node reusing its
+// port): then the old, stale segment and its replicas are dropped first.
 func (m *Master) MountSegment(clientID string, spec SegmentSpec) error {
 	if clientID == "" || spec.Name == "" || spec.Endpoint == "" || spec.Size == 0 {
 		return fmt.Errorf("%w: segment needs a client, a name, an endpoint and a size", ErrInvalidParams)
@@ -239,11 +241,17 @@ func (m *Master) MountSegment(clientID string, spec SegmentSpec) error {
 func (m *Master) mountLocked(clientID string, spec SegmentSpec) error {
 	now := m.clock.Now()
 	if s := m.segments[spec.Name]; s != nil {
-		if s.client == clientID && s.spec == spec {
+		switch {
+		case s.client == clientID && s.spec == spec:
 			m.touchClient(clientID, now)
 			return nil
+		case s.client != clientID && s.spec.Endpoint == spec.Endpoint:
+			// A new process serves this transfer engine endpoint: the old
+			// owner is gone (its memory with it), so its segment is stale.
+			m.unmountLocked(s)
+		default:
+			return fmt.Errorf("%w: %q", ErrSegmentExists, spec.Name)
 		}
-		return fmt.Errorf("%w: %q", ErrSegmentExists, spec.Name)
 	}
 	if spec.Size < m.cfg.Align {
 		return fmt.Errorf("%w: segment of %d bytes is too small", ErrInvalidParams, spec.Size)

@@ -671,7 +671,7 @@ func TestMountUnmount(t *testing.T) {
 		{"too small", "c", SegmentSpec{Name: "y", Endpoint: "e", Size: 8}, ErrInvalidParams},
 		{"ok", "c", spec, nil},
 		{"idempotent", "c", spec, nil},
-		{"name taken", "other", spec, ErrSegmentExists},
+		{"name taken", "other", SegmentSpec{Name: "x", Endpoint: "other-endpoint", Base: 4096, Size: 1 << 20}, ErrSegmentExists},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -795,5 +795,27 @@ func TestFruitlessEvictionBacksOff(t *testing.T) {
 	m.Tick()
 	if runs := m.Stats().EvictionRuns; runs != 2 {
 		t.Fatalf("eviction runs %d after the back-off", runs)
+	}
+}
+
+// TestRestartedNodeReplacesStaleSegment: a node restarted on the same
+// endpoint before its TTL ran out mounts at once; the stale replicas go.
+func TestRestartedNodeReplacesStaleSegment(t *testing.T) {
+	m, _ := newTestMaster(t, Config{}, map[string]uint64{})
+	spec := SegmentSpec{Name: "127.0.0.1:7000", Endpoint: "127.0.0.1:7000", Base: 1 << 20, Size: 1 << 20}
+	if err := m.MountSegment("old-process", spec); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, m, "k", 100, ReplicateConfig{})
+	spec.Base = 8 << 20 // new process, new memory
+	if err := m.MountSegment("new-process", spec); err != nil {
+		t.Fatalf("restarted node refused: %v", err)
+	}
+	if ok, _ := m.Exist("k"); ok {
+		t.Fatal("replica in the old process's memory still listed")
+	}
+	si, _ := m.Segment(spec.Name)
+	if si.Client != "new-process" || si.Base != 8<<20 || si.Used != 0 {
+		t.Fatalf("segment after remount: %+v", si)
 	}
 }
