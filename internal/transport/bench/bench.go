@@ -275,6 +275,19 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 	if c.Op == "read" {
 		op = transfer.OpRead
 	}
+	// The machine's limit is measured before and after the run (half each)
+	// and averaged, so that load changes during the run cancel out.
+	bd := min(max(c.Duration/2, 500*time.Millisecond), 2*time.Second) / 2
+	limit := func() (float64, error) {
+		if c.Transport == "tcp" {
+			return RawTCP(ctx, target.Sink, c.BlockSize, bd)
+		}
+		return Memcpy(c.BlockSize, per*c.Threads, bd), nil // same working set as the run
+	}
+	before, err := limit()
+	if err != nil {
+		return Result{}, err
+	}
 	var (
 		total   atomic.Int64
 		served  atomic.Value
@@ -355,16 +368,14 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 	if s, ok := served.Load().(string); ok {
 		r.ServedTransport = s
 	}
-	bd := min(max(c.Duration/2, 500*time.Millisecond), 2*time.Second)
+	after, err := limit()
+	if err != nil {
+		return r, err
+	}
+	r.BaselineGBPerS = (before + after) / 2
+	r.Baseline = "single-thread memcpy"
 	if c.Transport == "tcp" {
 		r.Baseline = "raw Go loopback TCP, 1 connection"
-		r.BaselineGBPerS, err = RawTCP(ctx, target.Sink, c.BlockSize, bd)
-		if err != nil {
-			return r, err
-		}
-	} else {
-		r.Baseline = "single-thread memcpy"
-		r.BaselineGBPerS = Memcpy(c.BlockSize, per*c.Threads, bd) // same working set as the run
 	}
 	if r.BaselineGBPerS > 0 {
 		r.Ratio = r.GBPerS / r.BaselineGBPerS

@@ -326,7 +326,20 @@ func (l *lane) reader() {
 	r := bufio.NewReaderSize(l.conn, 64<<10)
 	var hb [wire.RespHeaderSize]byte
 	for {
-		if _, err := io.ReadFull(r, hb[:]); err != nil {
+		// When the next response carries a large READ payload and nothing is
+		// buffered, read its header straight from the socket so the payload
+		// lands directly in the destination instead of via the buffer.
+		var src io.Reader = r
+		if r.Buffered() == 0 {
+			l.mu.Lock()
+			if l.head < len(l.inflight) {
+				if op := l.inflight[l.head]; !op.Write && len(op.Buf) > l.p.cfg.SmallMax {
+					src = l.conn
+				}
+			}
+			l.mu.Unlock()
+		}
+		if _, err := io.ReadFull(src, hb[:]); err != nil {
 			l.fail(fmt.Errorf("tcp: read: %w: %w", ErrPeerDown, err))
 			return
 		}

@@ -50,6 +50,8 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 		hb  [wire.ReqHeaderSize]byte
 		out = make([]byte, 0, 64<<10)
 		rb  [wire.RespHeaderSize]byte
+
+		lastLarge bool
 	)
 	flush := func() error {
 		if len(out) == 0 {
@@ -65,7 +67,14 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 				return err
 			}
 		}
-		if _, err := io.ReadFull(r, hb[:]); err != nil {
+		// After a large WRITE the next one is likely large too: read its
+		// header straight from the socket (when nothing is buffered) so the
+		// payload goes directly into registered memory, not via the buffer.
+		var src io.Reader = r
+		if lastLarge && r.Buffered() == 0 {
+			src = conn
+		}
+		if _, err := io.ReadFull(src, hb[:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -76,6 +85,7 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			_ = flush()
 			return err
 		}
+		lastLarge = h.Op == wire.OpWrite && h.Length > inlineMax
 		resp := wire.RespHeader{ID: h.ID}
 		bulk := cfg.Bulk != nil && !cfg.Express && h.Length > cfg.BulkMin
 		if bulk {
