@@ -131,6 +131,10 @@ def cstr(s):
 def u64_array(values):
     """Builds a C uint64 array from a sequence of ints."""
     n = len(values)
+    try:
+        return (ctypes.c_uint64 * n)(*values)  # one C-level call on the hot path
+    except TypeError:
+        pass
     arr = (ctypes.c_uint64 * n)()
     for i, v in enumerate(values):
         arr[i] = int(v)
