@@ -87,3 +87,52 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// Role "both": each engine can prefill for others and decode from others.
+func TestRoleBoth(t *testing.T) {
+	col := startColocated(t)
+	ctx := context.Background()
+	var insts []*cluster.Instance
+	for i := 0; i < 2; i++ {
+		in, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: "both"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		insts = append(insts, in)
+	}
+	p := "both roles in one engine"
+	want := complete(t, ctx, col.URL, p, 6, false)
+	for i, pre := range insts {
+		dec := insts[1-i]
+		tid := "xfer-both-" + string(rune('a'+i))
+		if pc := completeKV(t, ctx, pre.URL, p, 1, false, map[string]any{"do_remote_decode": true, "transfer_id": tid}); pc.Code != 200 {
+			t.Fatal(pc.Raw)
+		}
+		got := completeKV(t, ctx, dec.URL, p, 6, false, map[string]any{"do_remote_prefill": true, "transfer_id": tid,
+			"remote_bootstrap_addr": pre.BootstrapAddr(), "remote_engine_id": pre.Conn.EngineID()})
+		if got.KV["kv_load"] != "remote" || !equalInts(got.TokenIDs, want.TokenIDs) {
+			t.Fatalf("%d: %s", i, got.Raw)
+		}
+	}
+	assertNoLeaks(t, insts...)
+}
+
+// Malformed remote-prefill params fail the request with a clear error and
+// the engine keeps serving.
+func TestMalformedRemoteParams(t *testing.T) {
+	ctx := context.Background()
+	dec, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: "consumer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	got := completeKV(t, ctx, dec.URL, "hello there", 3, false, map[string]any{"do_remote_prefill": true})
+	if (got.Code == 200 && got.Finish != "error") || !strings.Contains(got.Raw, "transfer_id") {
+		t.Fatalf("%d %s", got.Code, got.Raw)
+	}
+	if ok := complete(t, ctx, dec.URL, "hello there", 3, false); ok.Code != 200 || len(ok.TokenIDs) != 3 {
+		t.Fatalf("engine stopped serving: %s", ok.Raw)
+	}
+	assertNoLeaks(t, dec)
+}
