@@ -289,3 +289,47 @@ func TestPrefillKilledMidRequest(t *testing.T) {
 	}
 	assertNoLeaks(t, dec)
 }
+
+// The client of decode goes away while decode waits for the KV: decode
+// keeps its blocks until prefill stopped (the pull's answer), tells prefill
+// to release, and both sides end with nothing held.
+func TestClientDisconnectDuringPull(t *testing.T) {
+	ctx := context.Background()
+	pre, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: pdconnector.RoleProducer,
+		MaxNumBatchedTokens: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pre.Close()
+	dec, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: pdconnector.RoleConsumer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	prompt := strings.Repeat("the client will not wait for this one. ", 8)
+	preDone := make(chan completion, 1)
+	go func() {
+		preDone <- completeKV(t, ctx, pre.URL, prompt, 1, false, map[string]any{"do_remote_decode": true, "transfer_id": "xfer-gone"})
+	}()
+	cctx, cancel := context.WithCancel(ctx)
+	decDone := make(chan struct{})
+	go func() {
+		defer close(decDone)
+		completeKV(t, cctx, dec.URL, prompt, 4, false, map[string]any{"do_remote_prefill": true,
+			"transfer_id": "xfer-gone", "remote_bootstrap_addr": pre.BootstrapAddr(), "remote_engine_id": pre.Conn.EngineID()})
+	}()
+	waitFor(t, "decode pulling", 20*time.Second, func() bool { return dec.Conn.Stats().PullsInFlight == 1 })
+	cancel()
+	<-decDone
+	if pc := <-preDone; pc.Code != 200 {
+		t.Fatalf("prefill half: %s", pc.Raw)
+	}
+	assertNoLeaks(t, pre, dec)
+	t.Logf("decode %+v prefill %+v", dec.Conn.Stats(), pre.Conn.Stats())
+	if s := dec.Conn.Stats(); s.PullsAborted+s.PullsOK != 1 {
+		t.Fatalf("decode pull neither aborted nor done: %+v", s)
+	}
+	if s := pre.Conn.Stats(); s.FreedReleased+s.FreedDone != 1 || s.FreedTimeout != 0 {
+		t.Fatalf("prefill freed %+v", s)
+	}
+}
