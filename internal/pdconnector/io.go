@@ -219,6 +219,7 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 	if err != nil {
 		return failed(bootstrap.CodeTransfer, "open decode segment %s: %v", req.Segment, err)
 	}
+	c.warmPeer(seg, req.Segment, req.LayerAddrs)
 	reqs, err := PlanWrites(seg, c.localBases, req.LayerAddrs, c.layout.BlockBytes(), blocks[req.FirstBlock:need], req.BlockIDs)
 	if err != nil {
 		return failed(bootstrap.CodeBadRequest, "%v", err)
@@ -258,4 +259,51 @@ func (c *Connector) Release(transferID string) bool {
 		}
 	}
 	return known
+}
+
+// warmPeer reads a new decode peer's KV regions once, in the background,
+// into a small scratch buffer. On the same host the transfer engine maps
+// the peer's memory lazily; without this, the first write to each page
+// takes a page fault (a fresh 1.5 MB push costs ~8x a warm one).
+func (c *Connector) warmPeer(seg transfer.SegmentID, name string, bases []uint64) {
+	c.mu.Lock()
+	if c.warmed[name] {
+		c.mu.Unlock()
+		return
+	}
+	c.warmed[name] = true
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+		defer cancel()
+		desc, err := c.te.Segment(ctx, name)
+		if err != nil || desc.HostID == "" {
+			return
+		}
+		const chunk = 4 << 20
+		scratch, err := c.te.AllocateManaged(chunk)
+		if err != nil {
+			return
+		}
+		defer c.te.FreeManaged(scratch)
+		want := map[uint64]bool{}
+		for _, b := range bases {
+			want[b] = true
+		}
+		for _, b := range desc.Buffers {
+			if !want[b.Addr] || !b.Shareable {
+				continue
+			}
+			for off := uint64(0); off < b.Length; off += chunk {
+				n := min(uint64(chunk), b.Length-off)
+				err := c.te.Transfer(ctx, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(scratch),
+					Segment: seg, Remote: b.Addr + off, Length: int(n)}})
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
 }
