@@ -88,7 +88,7 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 				args := []string{"bench", "transfer", "--mode", "target", "--transport", c.Transport,
 					"--op", c.Op, "--block-size", strconv.Itoa(c.BlockSize), "--batch-size", strconv.Itoa(c.BatchSize),
 					"--threads", strconv.Itoa(c.Threads), "--buffer-size", strconv.Itoa(max(c.BufferSize, c.Threads*c.BatchSize*c.BlockSize, 1<<20)),
-					"--lanes", strconv.Itoa(c.Lanes)}
+					"--lanes", strconv.Itoa(c.Lanes), "--slice-size", strconv.Itoa(c.SliceSize)}
 				if c.Checksum {
 					args = append(args, "--checksum")
 				}
@@ -147,6 +147,7 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 	f.BoolVar(&c.Checksum, "checksum", false, "CRC32C per slice")
 	f.StringVar(&c.Secret, "secret", "", "shared secret for the handshake")
 	f.BoolVar(&underLoad, "small-during-large", false, "measure --block-size sync writes while a 64 MiB stream runs (latency under load)")
+	f.IntVar(&c.SliceSize, "slice-size", 0, "TCP slice size in bytes (0: engine default)")
 	f.IntVar(&c.Lanes, "lanes", 0, "TCP bulk lanes per peer (0: engine default)")
 	return cmd
 }

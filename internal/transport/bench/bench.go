@@ -31,6 +31,7 @@ type Config struct {
 	Checksum   bool
 	Secret     string
 	Lanes      int
+	SliceSize  int       // TCP slice size (0: engine default)
 	Progress   io.Writer // progress lines (nil: none)
 }
 
@@ -91,7 +92,7 @@ func engineConfig(c Config) transfer.Config {
 	if tr == "shm" {
 		tr = transfer.TransportShm
 	}
-	return transfer.Config{Transport: tr, Checksum: c.Checksum, Secret: c.Secret, Lanes: c.Lanes}
+	return transfer.Config{Transport: tr, Checksum: c.Checksum, Secret: c.Secret, Lanes: c.Lanes, SliceSize: c.SliceSize}
 }
 
 // Target is a running benchmark target.
