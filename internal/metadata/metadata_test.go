@@ -130,7 +130,10 @@ func freePort(t *testing.T) int {
 
 // StartEtcd runs an embedded single-node etcd on free loopback ports and
 // returns its client endpoint.
-func startEtcd(t *testing.T) string {
+func startEtcd(t *testing.T) string { return StartEtcdForTest(t) }
+
+// StartEtcdForTest starts an embedded etcd (exported to the external test package).
+func StartEtcdForTest(t *testing.T) string {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Dir = t.TempDir()
