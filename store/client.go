@@ -233,11 +233,10 @@ func (c *Client) unmountGracefully() {
 	}
 }
 
-// rpcCtx bounds a master call by RPCTimeout when ctx has no deadline.
+// rpcCtx bounds one master call by RPCTimeout (or ctx's deadline if sooner):
+// metadata calls are short, and an unreachable master must fail fast even
+// under a long transfer deadline.
 func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
-	}
 	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
 }
 

@@ -72,12 +72,12 @@ type storeSession struct {
 	cl  *store.Client
 }
 
-func openStore(ctx context.Context, masterFlag string) (*storeSession, error) {
+func openStore(ctx context.Context, masterFlag string, rpcTimeout time.Duration) (*storeSession, error) {
 	eng, err := transfer.Open(ctx, transfer.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("open transfer engine: %w", err)
 	}
-	cl, err := store.New(ctx, store.Config{Master: masterAddrOr(masterFlag), Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: 5 * time.Second})
+	cl, err := store.New(ctx, store.Config{Master: masterAddrOr(masterFlag), Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: rpcTimeout})
 	if err != nil {
 		eng.Close()
 		return nil, err
@@ -93,6 +93,7 @@ func (s *storeSession) close() {
 // storeCmd builds a client subcommand that gets a connected session.
 func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, s *storeSession, args []string) error) (*cobra.Command, *string) {
 	var masterFlag string
+	var rpcTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -101,7 +102,7 @@ func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
 			cmd.SetContext(ctx)
-			s, err := openStore(ctx, masterFlag)
+			s, err := openStore(ctx, masterFlag, rpcTimeout)
 			if err != nil {
 				return err
 			}
@@ -110,6 +111,7 @@ func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.
 		},
 	}
 	cmd.Flags().StringVar(&masterFlag, "master", "", "master address HOST:PORT (default $MOONCAKE_MASTER or "+defaultMaster+")")
+	cmd.Flags().DurationVar(&rpcTimeout, "timeout", 5*time.Second, "deadline of each master call (an unreachable master fails after this)")
 	return cmd, &masterFlag
 }
 

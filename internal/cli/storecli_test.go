@@ -275,4 +275,9 @@ func TestStoreCLIProcesses(t *testing.T) {
 	if _, _, code := run(t, bin, nil, append([]string{"rm"}, mc...)...); code != 2 {
 		t.Fatalf("rm without target: exit %d, want 2", code)
 	}
+	// An unreachable master fails fast with the reason.
+	_, errOut, code = run(t, bin, nil, "get", "x", "--master", "127.0.0.1:1", "--timeout", "300ms")
+	if code == 0 || !strings.Contains(errOut, "register with master 127.0.0.1:1") {
+		t.Fatalf("unreachable master: %d %q", code, errOut)
+	}
 }
