@@ -219,17 +219,16 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 	if err != nil {
 		return failed(bootstrap.CodeTransfer, "open decode segment %s: %v", req.Segment, err)
 	}
-	c.warmPeer(seg, req.Segment, req.LayerAddrs)
 	reqs, err := PlanWrites(seg, c.localBases, req.LayerAddrs, c.layout.BlockBytes(), blocks[req.FirstBlock:need], req.BlockIDs)
 	if err != nil {
 		return failed(bootstrap.CodeBadRequest, "%v", err)
 	}
-	err = c.te.Transfer(ctx, reqs)
+	err = c.write(ctx, seg, req, reqs)
 	if err != nil && (errors.Is(err, transfer.ErrOutOfBounds) || errors.Is(err, transfer.ErrUnknownSegment)) && ctx.Err() == nil {
 		// A restarted decode may reuse the segment name: refresh its
 		// descriptor once and retry.
 		if _, rerr := c.te.Segment(ctx, req.Segment); rerr == nil {
-			err = c.te.Transfer(ctx, reqs)
+			err = c.write(ctx, seg, req, reqs)
 		}
 	}
 	if err != nil {
@@ -259,6 +258,23 @@ func (c *Connector) Release(transferID string) bool {
 		}
 	}
 	return known
+}
+
+// write runs one push's requests; a push served by shared memory starts
+// the warm-up of that peer's mapping.
+func (c *Connector) write(ctx context.Context, seg transfer.SegmentID, req bootstrap.PullRequest, reqs []transfer.Request) error {
+	b, err := c.te.Submit(ctx, reqs)
+	if err != nil {
+		return err
+	}
+	defer b.Free()
+	if err := b.Wait(ctx); err != nil {
+		return err
+	}
+	if b.Transport(0) == transfer.TransportShm {
+		c.warmPeer(seg, req.Segment, req.LayerAddrs)
+	}
+	return nil
 }
 
 // warmPeer reads a new decode peer's KV regions once, in the background,
