@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -33,7 +34,7 @@ type Config struct {
 	Timeout       time.Duration // per-transfer deadline when ctx has none (30s)
 	Logger        *slog.Logger  // nil = discard
 
-	Lanes     int // TCP bulk lanes per peer (4); one express lane is added
+	Lanes     int // TCP bulk lanes per peer (GOMAXPROCS-1, 1..4); one express lane is added
 	SliceSize int // TCP requests are cut into slices of this size (256 KiB)
 	SmallMax  int // slices up to this size may use the express lane (64 KiB)
 	MaxSlice  int // largest slice this engine accepts from a peer (16 MiB)
@@ -61,7 +62,9 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Lanes == 0 {
-		c.Lanes = 4
+		// As many bulk lanes as streams may run at once (see the bulk
+		// tokens in internal/transport/tcp): GOMAXPROCS-1, 1..4.
+		c.Lanes = min(max(runtime.GOMAXPROCS(0)-1, 1), 4)
 	}
 	if c.SliceSize == 0 {
 		c.SliceSize = 256 << 10

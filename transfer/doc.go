@@ -64,7 +64,11 @@
 //
 // # Status of this package
 //
-// Done: the API of helpers/transfer-api.md, in-process and TCP transports,
-// P2P handshake discovery, bounds checking, secrets, checksums, managed
-// memfd buffers. See docs/transfer.md for the rest.
+// Done: the API of helpers/transfer-api.md; in-process, TCP (lanes,
+// pipelining, slicing, express lane, writev, checksums, secrets) and shared
+// memory (memfd + SCM_RIGHTS, TCP fallback) transports; P2P handshake, HTTP
+// metadata and etcd discovery; bounds checking; deadlines. Not done: RDMA,
+// Mooncake's buddy allocator for managed buffers (each AllocateManaged is
+// its own memfd), retries of failed slices on other lanes. docs/transfer.md
+// has the design and the figures.
 package transfer
