@@ -58,6 +58,7 @@ address bound. Endpoints: /v1/completions, /v1/chat/completions, /v1/models, /he
 	f.StringVar(&cfg.DecodePolicy, "decode-policy", proxy.PolicyLeastLoaded, "round-robin, least-loaded or kvcache-aware")
 	f.DurationVar(&cfg.HealthInterval, "health-interval", 2*time.Second, "period of the instance health checks")
 	f.IntVar(&cfg.FailAfter, "fail-after", 2, "failed health checks before an instance leaves rotation")
+	f.IntVar(&cfg.MaxInFlight, "max-inflight", 0, "reject with 429 when every instance of a role has this many requests in flight (0 = no limit)")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Minute, "bound on each upstream request")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	return cmd

@@ -40,6 +40,10 @@ type Config struct {
 	// it out at once. One successful check puts it back: nothing is
 	// blacklisted for ever.
 	FailAfter int
+	// MaxInFlight, if > 0, rejects a request early with 429 when every
+	// healthy instance of a role already has MaxInFlight requests in flight
+	// (the conductor's early rejection, by load rather than a TTFT model).
+	MaxInFlight int
 	// RequestTimeout bounds each upstream request, streaming included
 	// (default 10m).
 	RequestTimeout time.Duration
@@ -126,7 +130,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}
-	if c.HealthInterval < 0 || c.HealthTimeout < 0 || c.RequestTimeout < 0 || c.FailAfter < 0 || c.MaxBodyBytes < 0 {
+	if c.HealthInterval < 0 || c.HealthTimeout < 0 || c.RequestTimeout < 0 || c.FailAfter < 0 || c.MaxBodyBytes < 0 || c.MaxInFlight < 0 {
 		return fmt.Errorf("%w: negative duration or count", ErrConfig)
 	}
 	return nil

@@ -27,8 +27,12 @@ const (
 )
 
 // ErrNoInstance is returned (as HTTP 503) when no healthy instance of a role
-// is available.
-var ErrNoInstance = errors.New("proxy: no healthy instance")
+// is available; ErrOverloaded (as HTTP 429) when every healthy one is at
+// Config.MaxInFlight.
+var (
+	ErrNoInstance = errors.New("proxy: no healthy instance")
+	ErrOverloaded = errors.New("proxy: overloaded")
+)
 
 // errPrefillRejected cancels the decode half when prefill refused the request
 // as malformed (4xx): the client gets prefill's answer.
@@ -68,6 +72,7 @@ type Proxy struct {
 	mRequests   *prometheus.CounterVec
 	mUpErrors   *prometheus.CounterVec
 	mNoInst     *prometheus.CounterVec
+	mRejected   *prometheus.CounterVec
 	mDisconnect prometheus.Counter
 	mTTFB       prometheus.Histogram
 
@@ -113,6 +118,9 @@ func (p *Proxy) initMetrics() {
 	p.mNoInst = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mooncake_proxy_no_instance_total", Help: "Requests refused with 503 because no instance of a role was healthy.",
 	}, []string{"role"})
+	p.mRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mooncake_proxy_rejected_total", Help: "Requests rejected early with 429 because every instance of a role was at its in-flight limit.",
+	}, []string{"role"})
 	p.mDisconnect = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "mooncake_proxy_client_disconnects_total", Help: "Requests whose client went away before the answer ended; both upstream halves were cancelled.",
 	})
@@ -137,7 +145,7 @@ func (p *Proxy) initMetrics() {
 	gauge("mooncake_proxy_instance_inflight", "Requests in flight on the instance.", func(in *instance) float64 {
 		return float64(in.inflight.Load())
 	})
-	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mDisconnect, p.mTTFB)
+	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mRejected, p.mDisconnect, p.mTTFB)
 }
 
 // Start begins the periodic health checks. It returns at once.
@@ -287,6 +295,20 @@ func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint6
 		p.mNoInst.WithLabelValues(role).Inc()
 		return nil, fmt.Errorf("%w: no healthy %s instance available (0 of %d healthy)", ErrNoInstance, role, len(pool))
 	}
+	if max := p.cfg.MaxInFlight; max > 0 {
+		var c2 []*instance
+		var l2 []Load
+		for i, l := range loads {
+			if l.InFlight < max {
+				c2, l2 = append(c2, cands[i]), append(l2, l)
+			}
+		}
+		if len(c2) == 0 {
+			p.mRejected.WithLabelValues(role).Inc()
+			return nil, fmt.Errorf("%w: every healthy %s instance (%d) has %d requests in flight; retry later", ErrOverloaded, role, len(cands), max)
+		}
+		cands, loads = c2, l2
+	}
 	in := cands[pol.Pick(blocks, loads)]
 	pol.Routed(in.url, blocks)
 	return in, nil
@@ -407,11 +429,11 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 	blocks := PromptBlocks(PromptText(endpoint, req), p.cfg.BlockBytes)
 	pre, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks)
 	if err != nil {
-		return writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
+		return writeChooseError(w, err)
 	}
 	dec, err := p.choose(p.dPol, RoleDecode, p.decode, blocks)
 	if err != nil {
-		return writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
+		return writeChooseError(w, err)
 	}
 	_, engineID, _ := pre.snapshot()
 	tid := "xfer-" + uuid.NewString()
@@ -697,6 +719,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) int {
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
 	return code
+}
+
+func writeChooseError(w http.ResponseWriter, err error) int {
+	if errors.Is(err, ErrOverloaded) {
+		w.Header().Set("Retry-After", "1")
+		return writeError(w, http.StatusTooManyRequests, "rate_limit_error", err.Error())
+	}
+	return writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
 }
 
 // writeError writes an OpenAI-style error object.

@@ -592,3 +592,35 @@ func TestKVAwareRoutesSharedPrefixToSameInstance(t *testing.T) {
 		t.Fatalf("shared prefix split over instances: %d/%d", n1, n2)
 	}
 }
+
+func TestEarlyRejectionAtInFlightLimit(t *testing.T) {
+	pre := newFake(t, true, "x")
+	dec := newFake(t, false, "a")
+	dec.block.Store(true)
+	dec.silent.Store(true)
+	px, srv := newProxy(t, Config{Prefill: []string{pre.spec()}, Decode: []string{dec.spec()}, MaxInFlight: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(`{"prompt":"p"}`))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitFor(t, "first request in flight", func() bool { return px.decode[0].inflight.Load() == 1 })
+	code, body, hdr := post(t, srv.URL+"/v1/completions", `{"prompt":"q"}`)
+	if code != 429 || !strings.Contains(body, "requests in flight") || hdr.Get("Retry-After") == "" {
+		t.Fatalf("code %d body %s", code, body)
+	}
+	cancel()
+	<-done
+	waitFor(t, "drained", func() bool { return px.decode[0].inflight.Load() == 0 && px.prefill[0].inflight.Load() == 0 })
+	dec.block.Store(false)
+	if code, _, _ := post(t, srv.URL+"/v1/completions", `{"prompt":"r"}`); code != 200 {
+		t.Fatalf("after drain: %d", code)
+	}
+	if m := metrics(t, srv.URL); !strings.Contains(m, `mooncake_proxy_rejected_total{role=`) {
+		t.Fatalf("metrics:\n%s", m)
+	}
+}
