@@ -87,6 +87,8 @@ type task struct {
 // length, unknown segment, local memory not registered) fail the whole
 // Submit. The batch's deadline is ctx's deadline, or Config.Timeout from now.
 func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
+	e.life.RLock()
+	defer e.life.RUnlock()
 	if e.closed.Load() {
 		return nil, fmt.Errorf("transfer: submit: %w", ErrClosed)
 	}

@@ -81,6 +81,9 @@ type Engine struct {
 	closed atomic.Bool
 	done   chan struct{}
 	wg     sync.WaitGroup
+	// life is held (read) by Submit so that Close does not start waiting
+	// for goroutines while a Submit may still add one.
+	life sync.RWMutex
 
 	connMu sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -194,6 +197,8 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	e.life.Lock()
+	e.life.Unlock() //nolint:staticcheck // a barrier: every Submit in progress has finished
 	close(e.done)
 	_ = e.ln.Close()
 	e.connMu.Lock()

@@ -31,8 +31,9 @@ type PeerConfig struct {
 	// MaxBatchBytes bounds the payload bytes gathered into one writev (1 MiB).
 	MaxBatchBytes int
 	// Bulk, when set, is a semaphore shared by all peers of an engine: a
-	// bulk lane holds a token while it writes or reads payloads larger than
+	// bulk lane's writer holds a token while it writes payloads larger than
 	// SmallMax, so a P stays free to poll the network for the express lane.
+	// Readers never take it (see reader).
 	Bulk chan struct{}
 }
 
@@ -375,15 +376,11 @@ func (l *lane) reader() {
 				l.finish(op, err)
 				return
 			}
-			bulk := !l.express && l.p.cfg.Bulk != nil && len(op.Buf) > l.p.cfg.SmallMax
-			if bulk {
-				l.p.cfg.Bulk <- struct{}{}
-			}
-			_, err := io.ReadFull(r, op.Buf)
-			if bulk {
-				<-l.p.cfg.Bulk
-			}
-			if err != nil {
+			// No bulk token here: a reader must never wait for anything but
+			// data, or a writer holding the token while its peer's lane waits
+			// for the peer's token (held by a lane sending to this reader)
+			// would deadlock.
+			if _, err := io.ReadFull(r, op.Buf); err != nil {
 				err = fmt.Errorf("tcp: read payload: %w: %w", ErrPeerDown, err)
 				l.fail(err)
 				l.finish(op, err)
