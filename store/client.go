@@ -85,8 +85,24 @@ type Client struct {
 	closeMu sync.Once
 	closed  chan struct{}
 
-	mu       sync.Mutex
-	remounts int
+	mu           sync.Mutex
+	remounts     int
+	pingFailures int       // consecutive failed pings
+	lastPingOK   time.Time // last successful ping (or mount)
+}
+
+// Health is the client's view of its link to the master.
+type Health struct {
+	Remounts     int       // remounts after NEED_REMOUNT
+	PingFailures int       // consecutive failed pings (0 when the master answers)
+	LastPingOK   time.Time // last time the master answered
+}
+
+// Health reports the state of the client's link to the master.
+func (c *Client) Health() Health {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Health{Remounts: c.remounts, PingFailures: c.pingFailures, LastPingOK: c.lastPingOK}
 }
 
 // New connects to the master, registers the staging buffer, contributes and
@@ -142,6 +158,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return fail(fmt.Errorf("store: register with master %s: %w", cfg.Master, err))
 		}
 	}
+	c.lastPingOK = time.Now()
 	c.wg.Add(1)
 	go c.pingLoop()
 	return c, nil
@@ -290,7 +307,15 @@ func (c *Client) pingLoop() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PingInterval+c.cfg.RPCTimeout)
 		stopPing := context.AfterFunc(c.stopCtx, cancel) // Close interrupts a ping stuck on a dead master
-		if err := c.ping(ctx); err != nil {
+		err := c.ping(ctx)
+		c.mu.Lock()
+		if err != nil {
+			c.pingFailures++
+		} else {
+			c.pingFailures, c.lastPingOK = 0, time.Now()
+		}
+		c.mu.Unlock()
+		if err != nil {
 			c.log.Debug("store: ping", "err", err)
 		}
 		stopPing()

@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/storenode"
@@ -13,7 +15,7 @@ import (
 func newStoreNodeCmd() *cobra.Command {
 	var (
 		masterAddr, segSize, host, transport string
-		rpcPort                              int
+		rpcPort, httpPort                    int
 		grace, ping                          time.Duration
 		verbose                              bool
 	)
@@ -22,8 +24,9 @@ func newStoreNodeCmd() *cobra.Command {
 		Short: "Run a store storage node contributing a memory segment to the pool",
 		Long: `Run a storage node: it allocates --segment-size bytes of engine-managed memory,
 serves it through its transfer engine, mounts it at the master, remounts after a
-master restart, and unmounts gracefully on SIGINT/SIGTERM. The first line on stdout
-reports the mounted segment.`,
+master restart, and unmounts gracefully on SIGINT/SIGTERM. It serves /health (503
+when the master stopped answering) and /metrics on --http-port. The first line on
+stdout reports the mounted segment and the HTTP address.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			size, err := parseSize(segSize)
@@ -37,11 +40,14 @@ reports the mounted segment.`,
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			cfg := storenode.Config{Master: masterAddrOr(masterAddr), SegmentSize: size, PingInterval: ping, UnmountGrace: grace, Logger: log,
 				Engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}}
+			if httpPort >= 0 {
+				cfg.HTTPAddr = net.JoinHostPort(host, strconv.Itoa(httpPort))
+			}
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
 			return storenode.Run(cmd.Context(), cfg, func(n *storenode.Node) {
-				fmt.Fprintf(cmd.OutOrStdout(), "store node mounted segment=%s size=%s master=%s\n", n.Name(), formatSize(size), cfg.Master)
+				fmt.Fprintf(cmd.OutOrStdout(), "store node mounted segment=%s size=%s master=%s http=%s\n", n.Name(), formatSize(size), cfg.Master, n.HTTPAddr())
 			})
 		},
 	}
@@ -50,6 +56,7 @@ reports the mounted segment.`,
 	f.StringVar(&segSize, "segment-size", "1GiB", "memory contributed to the pool (e.g. 512MiB, 4GiB, 4gb)")
 	f.StringVar(&host, "host", "127.0.0.1", "hostname peers use to reach this node's transfer engine")
 	f.IntVar(&rpcPort, "rpc-port", 0, "transfer engine RPC port (0 = pick a free port)")
+	f.IntVar(&httpPort, "http-port", 0, "/health and /metrics port (0 = pick a free port, -1 = disabled)")
 	f.StringVar(&transport, "transport", "auto", "transfer transport: auto, tcp, shm")
 	f.DurationVar(&grace, "unmount-grace", 2*time.Second, "on shutdown, wait this long for readers holding leases")
 	f.DurationVar(&ping, "ping-interval", time.Second, "liveness ping period")

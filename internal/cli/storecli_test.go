@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,7 +180,15 @@ func TestStoreCLIProcesses(t *testing.T) {
 	var nodes []*proc
 	for range 2 {
 		n := startProc(t, bin, "store", "--master", grpcAddr, "--segment-size", "8MiB", "--ping-interval", "100ms", "--unmount-grace", "100ms")
-		n.waitLine(t, regexp.MustCompile(`store node mounted segment=(\S+)`), 30*time.Second)
+		m := n.waitLine(t, regexp.MustCompile(`store node mounted segment=(\S+) .* http=(\S+)`), 30*time.Second)
+		resp, err := http.Get("http://" + m[2] + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("node /health: %d", resp.StatusCode)
+		}
 		nodes = append(nodes, n)
 	}
 	mc := []string{"--master", grpcAddr}

@@ -2,8 +2,12 @@ package storenode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"sync"
 	"time"
 
 	"github.com/kvcache-go/mooncake/store"
@@ -16,7 +20,9 @@ type Config struct {
 	SegmentSize  uint64          // bytes contributed to the pool
 	Engine       transfer.Config // the node's transfer engine
 	PingInterval time.Duration   // liveness ping period (1s)
+	RPCTimeout   time.Duration   // deadline of one master call (5s)
 	UnmountGrace time.Duration   // graceful unmount wait on shutdown (2s)
+	HTTPAddr     string          // /health and /metrics listen address ("" = none; port 0 picks one)
 	Logger       *slog.Logger
 }
 
@@ -35,6 +41,10 @@ func (c Config) Validate() error {
 type Node struct {
 	eng    *transfer.Engine
 	client *store.Client
+	size   uint64
+	http   *http.Server
+	hl     net.Listener
+	wg     sync.WaitGroup
 }
 
 // Start opens the engine, allocates and mounts the segment.
@@ -53,13 +63,63 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("storenode: open transfer engine: %w", err)
 	}
 	cl, err := store.New(ctx, store.Config{Master: cfg.Master, Mover: eng, SegmentSize: cfg.SegmentSize,
-		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger})
+		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, RPCTimeout: cfg.RPCTimeout, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger})
 	if err != nil {
 		eng.Close()
 		return nil, fmt.Errorf("storenode: %w", err)
 	}
-	cfg.Logger.Info("storage node mounted", "segment", cl.SegmentName(), "size", cfg.SegmentSize, "master", cfg.Master)
-	return &Node{eng: eng, client: cl}, nil
+	n := &Node{eng: eng, client: cl, size: cfg.SegmentSize}
+	if cfg.HTTPAddr != "" {
+		n.hl, err = net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			cl.Close()
+			eng.Close()
+			return nil, fmt.Errorf("storenode: listen %s: %w", cfg.HTTPAddr, err)
+		}
+		n.http = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 5 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.http.Serve(n.hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				cfg.Logger.Error("storenode http", "err", err)
+			}
+		}()
+	}
+	cfg.Logger.Info("storage node mounted", "segment", cl.SegmentName(), "size", cfg.SegmentSize, "master", cfg.Master, "http", n.HTTPAddr())
+	return n, nil
+}
+
+// HTTPAddr is the /health and /metrics address ("" when disabled).
+func (n *Node) HTTPAddr() string {
+	if n.hl == nil {
+		return ""
+	}
+	return n.hl.Addr().String()
+}
+
+// unhealthyPings is the number of consecutive failed pings after which
+// /health reports the node unhealthy (the master will drop it soon).
+const unhealthyPings = 3
+
+func (n *Node) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		if h := n.client.Health(); h.PingFailures >= unhealthyPings {
+			http.Error(w, fmt.Sprintf("master unreachable: %d failed pings", h.PingFailures), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "OK")
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		h := n.client.Health()
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		seg := n.Name()
+		fmt.Fprintf(w, "# HELP mooncake_storenode_segment_bytes Memory contributed to the pool.\n# TYPE mooncake_storenode_segment_bytes gauge\nmooncake_storenode_segment_bytes{segment=%q} %d\n", seg, n.size)
+		fmt.Fprintf(w, "# HELP mooncake_storenode_remounts_total Remounts after a master restart.\n# TYPE mooncake_storenode_remounts_total counter\nmooncake_storenode_remounts_total{segment=%q} %d\n", seg, h.Remounts)
+		fmt.Fprintf(w, "# HELP mooncake_storenode_ping_failures Consecutive failed pings to the master.\n# TYPE mooncake_storenode_ping_failures gauge\nmooncake_storenode_ping_failures{segment=%q} %d\n", seg, h.PingFailures)
+		fmt.Fprintf(w, "# HELP mooncake_storenode_seconds_since_ping Seconds since the master last answered.\n# TYPE mooncake_storenode_seconds_since_ping gauge\nmooncake_storenode_seconds_since_ping{segment=%q} %.3f\n", seg, time.Since(h.LastPingOK).Seconds())
+	})
+	return mux
 }
 
 // Name is the node's segment (and transfer engine) name.
@@ -70,13 +130,24 @@ func (n *Node) Client() *store.Client { return n.client }
 
 // Close unmounts gracefully, frees the segment and closes the engine.
 func (n *Node) Close() error {
+	n.closeHTTP()
 	n.client.Close()
 	return n.eng.Close()
+}
+
+func (n *Node) closeHTTP() {
+	if n.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = n.http.Shutdown(ctx)
+		cancel()
+		n.wg.Wait()
+	}
 }
 
 // Kill stops the node as a crash would: the engine stops serving and the
 // node stops pinging without unmounting (tests).
 func (n *Node) Kill() error {
+	n.closeHTTP()
 	n.client.Abort()
 	return n.eng.Close()
 }

@@ -3,6 +3,10 @@ package storenode
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,9 +43,36 @@ func TestMountRemountUnmount(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	n, err := Start(ctx, Config{Master: srv.Addr(), SegmentSize: 1 << 20, PingInterval: 10 * time.Millisecond, UnmountGrace: 50 * time.Millisecond})
+	n, err := Start(ctx, Config{Master: srv.Addr(), SegmentSize: 1 << 20, PingInterval: 10 * time.Millisecond,
+		RPCTimeout: 100 * time.Millisecond, UnmountGrace: 50 * time.Millisecond, HTTPAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) (int, string) {
+		resp, err := hc.Get("http://" + n.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitHealth := func(want int) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if code, _ := get("/health"); code == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/health never answered %d", want)
+			}
+			time.Sleep(10 * time.Millisecond) // poll
+		}
+	}
+	waitHealth(200)
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, fmt.Sprintf("mooncake_storenode_segment_bytes{segment=%q} 1048576", n.Name())) {
+		t.Fatalf("/metrics: %d %s", code, body)
 	}
 	si, err := srv.Core().Segment(n.Name())
 	if err != nil || si.Capacity != 1<<20 || si.Endpoint != n.Name() {
@@ -49,6 +80,7 @@ func TestMountRemountUnmount(t *testing.T) {
 	}
 	addr := srv.Addr()
 	srv.Close()
+	waitHealth(503) // the master is gone: pings fail
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		srv, err = master.Start(master.ServerConfig{Addr: addr, TickInterval: 5 * time.Millisecond})
@@ -70,6 +102,10 @@ func TestMountRemountUnmount(t *testing.T) {
 			t.Fatal("node did not remount on the restarted master")
 		}
 		time.Sleep(5 * time.Millisecond) // poll
+	}
+	waitHealth(200)
+	if _, body := get("/metrics"); !strings.Contains(body, "mooncake_storenode_remounts_total") || !strings.Contains(body, "} 1\n") {
+		t.Fatalf("/metrics after remount: %s", body)
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
