@@ -93,6 +93,9 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.LocalHostname, " /") {
 		return fmt.Errorf("transfer: config: bad local hostname %q", c.LocalHostname)
 	}
+	if _, _, err := net.SplitHostPort(c.LocalHostname); err == nil {
+		return fmt.Errorf("transfer: config: local hostname %q contains a port: put the port in RPCPort", c.LocalHostname)
+	}
 	if c.RPCPort < 0 || c.RPCPort > 65535 {
 		return fmt.Errorf("transfer: config: rpc port %d out of range", c.RPCPort)
 	}

@@ -301,6 +301,7 @@ func TestConfigValidate(t *testing.T) {
 		"port":      {RPCPort: 70000},
 		"slice":     {SliceSize: 100},
 		"lanes":     {Lanes: -1},
+		"host:port": {LocalHostname: "127.0.0.1:1234"},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
