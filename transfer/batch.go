@@ -85,7 +85,8 @@ type task struct {
 
 // Submit starts the requests and returns at once. Malformed requests (zero
 // length, unknown segment, local memory not registered) fail the whole
-// Submit. The batch's deadline is ctx's deadline, or Config.Timeout from now.
+// Submit. The batch's deadline is ctx's deadline, or Config.Timeout plus
+// 1 ns per byte from now.
 func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 	e.life.RLock()
 	defer e.life.RUnlock()
@@ -139,7 +140,12 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 		close(b.done)
 		return b, nil
 	}
-	deadline := time.Now().Add(e.cfg.Timeout)
+	// Like Mooncake: the default deadline grows by ~1 ns per byte.
+	var total int64
+	for _, r := range reqs {
+		total += int64(r.Length)
+	}
+	deadline := time.Now().Add(e.cfg.Timeout + time.Duration(total))
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d
 	}
