@@ -214,7 +214,17 @@ func (e *Engine) pickTransport(t *task) string {
 	case TransportTCP:
 		return TransportTCP
 	}
-	if st := e.shmTargetFor(t.seg, t.req.Remote, uint64(t.req.Length)); st != nil {
+	st, unknown := e.shmTargetFor(t.seg, t.req.Remote, uint64(t.req.Length))
+	if st == nil && unknown && t.seg.descStale() {
+		// The range is in no buffer we know of: the peer may have
+		// allocated managed memory since we fetched its descriptor.
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.HandshakeTimeout)
+		if e.refresh(ctx, t.seg) == nil {
+			st, _ = e.shmTargetFor(t.seg, t.req.Remote, uint64(t.req.Length))
+		}
+		cancel()
+	}
+	if st != nil {
 		t.shm = st
 		return TransportShm
 	}

@@ -111,11 +111,12 @@ type segment struct {
 	id   SegmentID
 	name string
 
-	mu   sync.Mutex
-	desc wire.Segment
-	peer *tcp.Peer
-	mem  inproc.Memory // in-process target (Transport inproc)
-	shm  *shm.Client   // mapped shareable buffers of a same-host peer
+	mu     sync.Mutex
+	desc   wire.Segment
+	descAt time.Time // when desc was fetched
+	peer   *tcp.Peer
+	mem    inproc.Memory // in-process target (Transport inproc)
+	shm    *shm.Client   // mapped shareable buffers of a same-host peer
 	// shmFailed: the peer's shm socket could not be used; stick to TCP.
 	shmFailed bool
 }
@@ -324,6 +325,14 @@ func descFromWire(s wire.Segment) SegmentDesc {
 	return d
 }
 
+// descStale reports whether the cached descriptor is old enough to refetch
+// when a request names memory it does not list (at most twice a second).
+func (s *segment) descStale() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Since(s.descAt) > 500*time.Millisecond
+}
+
 // OpenSegment opens (and caches) a peer's segment by name and returns its handle.
 func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error) {
 	if e.closed.Load() {
@@ -414,6 +423,7 @@ func (e *Engine) refresh(ctx context.Context, seg *segment) error {
 	}
 	seg.mu.Lock()
 	seg.desc = desc
+	seg.descAt = time.Now()
 	seg.mu.Unlock()
 	return nil
 }

@@ -81,26 +81,30 @@ func (e *Engine) shmLookup(addr uint64) (shm.BufInfo, int, error) {
 
 // shmTargetFor returns a mapped view of the peer's [remote, remote+n) when
 // the peer is on this host and the buffer is shareable; nil means use TCP.
-func (e *Engine) shmTargetFor(seg *segment, remote, n uint64) *shmTarget {
+// unknown says the range lies in no buffer of the cached descriptor.
+func (e *Engine) shmTargetFor(seg *segment, remote, n uint64) (_ *shmTarget, unknown bool) {
 	if e.shm == nil {
-		return nil
+		return nil, false
 	}
 	seg.mu.Lock()
 	defer seg.mu.Unlock()
 	d := &seg.desc
 	if seg.shmFailed || d.ShmSocket == "" || d.HostID != e.hostID {
-		return nil
+		return nil, false
 	}
 	var base uint64
-	found := false
+	found, known := false, false
 	for _, b := range d.Buffers {
-		if b.Shareable && remote >= b.Addr && remote+n >= remote && remote+n <= b.Addr+b.Length {
-			base, found = b.Addr, true
+		if remote >= b.Addr && remote+n >= remote && remote+n <= b.Addr+b.Length {
+			known = true
+			if b.Shareable {
+				base, found = b.Addr, true
+			}
 			break
 		}
 	}
 	if !found {
-		return nil
+		return nil, !known
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.HandshakeTimeout)
 	defer cancel()
@@ -109,7 +113,7 @@ func (e *Engine) shmTargetFor(seg *segment, remote, n uint64) *shmTarget {
 		if err != nil {
 			e.log.Warn("transfer: shared memory to peer unavailable, using tcp", "peer", seg.name, "err", err)
 			seg.shmFailed = true
-			return nil
+			return nil, false
 		}
 		seg.shm = cl
 	}
@@ -119,7 +123,7 @@ func (e *Engine) shmTargetFor(seg *segment, remote, n uint64) *shmTarget {
 			seg.shm.Close()
 			seg.shm = nil
 		}
-		return nil
+		return nil, false
 	}
-	return &shmTarget{span: sp}
+	return &shmTarget{span: sp}, false
 }

@@ -18,9 +18,26 @@ func TestShmSameProcessAndFallback(t *testing.T) {
 	local := make([]byte, 2<<20)
 	_ = ini.RegisterBytes(local, "")
 	fill(local, 21)
-	// Refresh the descriptor so the initiator knows the managed buffer.
-	if _, err := ini.Segment(ctxT(t), tgt.Name()); err != nil {
-		t.Fatal(err)
+	// The initiator opened the segment before the buffer existed; the first
+	// request naming it refetches the descriptor (once it is stale).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := ini.Submit(ctxT(t), []Request{{Op: OpWrite, Local: AddrOf(local), Segment: seg, Remote: uint64(AddrOf(managed)), Length: 8}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Wait(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		tr := b.Transport(0)
+		b.Free()
+		if tr == "shm" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never switched to shm for a newly allocated buffer")
+		}
+		time.Sleep(50 * time.Millisecond) // poll until the cached descriptor is stale
 	}
 	b, err := ini.Submit(ctxT(t), []Request{
 		{Op: OpWrite, Local: AddrOf(local), Segment: seg, Remote: uint64(AddrOf(managed)), Length: 1 << 20},
@@ -61,7 +78,7 @@ func TestShmSameProcessAndFallback(t *testing.T) {
 	if err := tgt.FreeManaged(managed); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		b, err := ini.Submit(ctxT(t), []Request{{Op: OpWrite, Local: AddrOf(local), Segment: seg, Remote: addr, Length: 64}})
 		if err != nil {
