@@ -1,0 +1,134 @@
+package master
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// checkInvariants verifies the core's bookkeeping: every segment's used
+// bytes equal its replicas plus zombie space, key sets match replicas,
+// replicas of one object sit on distinct segments, and the pending set is
+// exactly the unfinished puts.
+func checkInvariants(t *testing.T, m *Master) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	used := map[*segment]uint64{}
+	keys := map[*segment]map[string]bool{}
+	for k, o := range m.objects {
+		if o.key != k {
+			t.Fatalf("object %q filed under %q", o.key, k)
+		}
+		if len(o.replicas) == 0 {
+			t.Fatalf("object %q without replicas", k)
+		}
+		seen := map[*segment]bool{}
+		for _, r := range o.replicas {
+			if seen[r.seg] {
+				t.Fatalf("object %q has two replicas on %s", k, r.seg.spec.Name)
+			}
+			seen[r.seg] = true
+			if m.segments[r.seg.spec.Name] != r.seg {
+				t.Fatalf("object %q has a replica on unmounted segment %s", k, r.seg.spec.Name)
+			}
+			used[r.seg] += r.seg.alloc.Rounded(o.size)
+			if keys[r.seg] == nil {
+				keys[r.seg] = map[string]bool{}
+			}
+			keys[r.seg][k] = true
+		}
+		if _, p := m.pending[k]; p == o.complete {
+			t.Fatalf("object %q complete=%v but pending=%v", k, o.complete, p)
+		}
+	}
+	for k := range m.pending {
+		if m.objects[k] == nil {
+			t.Fatalf("pending %q is not an object", k)
+		}
+	}
+	for _, z := range m.zombies {
+		used[z.seg] += z.seg.alloc.Rounded(z.size)
+	}
+	for _, s := range m.segOrder {
+		if used[s] != s.alloc.Used() {
+			t.Fatalf("segment %s: allocator says %d used, objects+zombies %d", s.spec.Name, s.alloc.Used(), used[s])
+		}
+		if len(s.keys) != len(keys[s]) {
+			t.Fatalf("segment %s: %d keys filed, %d replicas", s.spec.Name, len(s.keys), len(keys[s]))
+		}
+	}
+	if len(m.segOrder) != len(m.segments) {
+		t.Fatalf("%d ordered segments, %d mounted", len(m.segOrder), len(m.segments))
+	}
+}
+
+// FuzzMasterOps drives the core with arbitrary operation sequences and
+// checks its invariants after every step.
+func FuzzMasterOps(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
+	f.Add([]byte{0, 0x10, 0, 0x21, 1, 0x10, 3, 0x10, 5, 0, 8, 9, 0, 0x35, 1, 0x35, 11, 1, 7, 0xff, 7, 0xff})
+	f.Add([]byte{0, 0x42, 0, 0x43, 0, 0x44, 9, 0, 9, 1, 7, 0x80, 7, 0x80, 10, 2, 0, 0x45})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		clk := newFakeClock()
+		m, err := New(Config{ClientTTL: 5 * time.Second, PutTimeout: 2 * time.Second, PutReleaseTimeout: 4 * time.Second,
+			LeaseTTL: time.Second, HighWatermark: 0.8, EvictionRatio: 0.2}, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg := func(i byte) SegmentSpec {
+			return SegmentSpec{Name: fmt.Sprintf("s%d", i%4), Endpoint: fmt.Sprintf("e%d", i%4), Base: uint64(i%4+1) << 30, Size: 16 << 10}
+		}
+		for _, i := range []byte{0, 1} {
+			if err := m.MountSegment(fmt.Sprintf("c%d", i), seg(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for len(ops) >= 2 {
+			op, arg := ops[0], ops[1]
+			ops = ops[2:]
+			key := fmt.Sprintf("k%d", arg%8)
+			client := fmt.Sprintf("c%d", arg%3)
+			size := uint64(arg)*37 + 1
+			switch op % 14 {
+			case 0:
+				m.PutStart(client, key, size, ReplicateConfig{Replicas: int(arg%3) + 1, SoftPin: arg&0x40 != 0, HardPin: arg&0x80 != 0})
+			case 1:
+				m.PutEnd(client, key, uint32(arg))
+			case 2:
+				m.PutRevoke(client, key)
+			case 3:
+				m.GetReplicaList(key)
+			case 4:
+				m.Remove(key, arg&1 == 1)
+			case 5:
+				m.RemoveAll(arg&1 == 1)
+			case 6:
+				m.RemoveByRegex(fmt.Sprintf("^k[%d-7]", arg%8), arg&1 == 1)
+			case 7:
+				clk.Advance(time.Duration(arg) * 20 * time.Millisecond)
+				m.Tick()
+			case 8:
+				m.Ping(client)
+			case 9:
+				m.MountSegment(fmt.Sprintf("c%d", arg%4), seg(arg))
+			case 10:
+				m.UnmountSegment(fmt.Sprintf("c%d", arg%4), seg(arg).Name)
+			case 11:
+				m.Upsert(client, key, size, ReplicateConfig{Replicas: int(arg%2) + 1})
+			case 12:
+				m.GracefulUnmount(fmt.Sprintf("c%d", arg%4), seg(arg).Name, time.Duration(arg)*10*time.Millisecond)
+			case 13:
+				m.Evict()
+			}
+			checkInvariants(t, m)
+		}
+		m.RemoveAll(true)
+		clk.Advance(time.Hour)
+		m.Tick()
+		checkInvariants(t, m)
+		if st := m.Stats(); st.Used != 0 {
+			t.Fatalf("space leaked after everything expired: %+v", st)
+		}
+	})
+}
