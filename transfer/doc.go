@@ -49,9 +49,9 @@
 // Frames are bounded (MaxFrame for control, MaxSlice for data); a peer that
 // sends garbage loses its connection, nothing else. With Config.Secret set,
 // every connection must open with HMAC-SHA256(secret, nonce) (ErrAuth
-// otherwise). The secret is never sent; a recorded handshake could be
-// replayed by someone who can reach the port, so on untrusted networks use
-// it together with network isolation.
+// otherwise), where the nonce carries a timestamp: a proof older than two
+// minutes, or one already seen, is refused, so a recorded handshake cannot
+// be replayed. The secret is never sent; the data itself is not encrypted.
 //
 // # Failure
 //

@@ -96,7 +96,8 @@ type Engine struct {
 	notifyMu sync.Mutex
 	notifies []Notification
 
-	pubMu sync.Mutex // serializes metadata publication
+	pubMu  sync.Mutex // serializes metadata publication
+	replay *replayGuard
 
 	managedMu sync.Mutex
 	managed   map[uint64]*managedBuf
@@ -148,6 +149,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		segByName:  map[string]SegmentID{},
 		segs:       map[SegmentID]*segment{},
 		managed:    map[uint64]*managedBuf{},
+		replay:     newReplayGuard(2*time.Minute, time.Now),
 		bulk:       make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
 		clientBulk: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
 	}

@@ -490,3 +490,76 @@ func TestMixedTrafficBothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestReplayGuard(t *testing.T) {
+	now := time.Unix(1000, 0)
+	g := newReplayGuard(time.Minute, func() time.Time { return now })
+	nonce := func(ts time.Time, r byte) []byte {
+		b := make([]byte, 16)
+		binary.BigEndian.PutUint64(b, uint64(ts.UnixNano()))
+		b[15] = r
+		return b
+	}
+	cases := []struct {
+		name  string
+		nonce []byte
+		want  bool
+	}{
+		{"fresh", nonce(now, 1), true},
+		{"replayed", nonce(now, 1), false},
+		{"another fresh", nonce(now.Add(-30*time.Second), 2), true},
+		{"too old", nonce(now.Add(-2*time.Minute), 3), false},
+		{"from the future", nonce(now.Add(2*time.Minute), 4), false},
+		{"short", []byte{1, 2, 3}, false},
+	}
+	for _, c := range cases {
+		if got := g.fresh(c.nonce); got != c.want {
+			t.Errorf("%s: fresh = %v, want %v", c.name, got, c.want)
+		}
+	}
+	// Old entries are pruned once the window has passed (and the set is big).
+	for i := range 1100 {
+		g.fresh(nonce(now, byte(i%200)+10))
+	}
+	now = now.Add(5 * time.Minute)
+	for i := range 1100 {
+		n := nonce(now, 0)
+		binary.BigEndian.PutUint32(n[8:], uint32(i))
+		if !g.fresh(n) {
+			t.Fatalf("fresh nonce %d rejected", i)
+		}
+	}
+	g.mu.Lock()
+	size := len(g.seen)
+	g.mu.Unlock()
+	if size > 1200 {
+		t.Fatalf("replay set not pruned: %d entries", size)
+	}
+}
+
+func TestReplayedHandshakeRejected(t *testing.T) {
+	tgt := openEngine(t, Config{Secret: "s3cret"})
+	ini := openEngine(t, Config{Secret: "s3cret"})
+	// Record one valid proof and present it twice.
+	proof := ini.auth()
+	for i, want := range []bool{true, false} {
+		c, err := net.DialTimeout("tcp", tgt.Name(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(wire.Control{Auth: proof})
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := wire.WriteFrame(c, wire.FrameProbe, b); err != nil {
+			t.Fatal(err)
+		}
+		_, body, err := wire.ReadFrame(c, 1<<20)
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, _ := wire.DecodeControl(body)
+		if rep.OK != want {
+			t.Fatalf("attempt %d: ok = %v (%s), want %v", i, rep.OK, rep.Error, want)
+		}
+	}
+}

@@ -6,10 +6,12 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/transport/tcp"
@@ -123,18 +125,66 @@ func (e *Engine) checkAuth(a *wire.Auth) bool {
 	}
 	m := hmac.New(sha256.New, []byte(e.cfg.Secret))
 	m.Write(a.Nonce)
-	return hmac.Equal(m.Sum(nil), a.MAC)
+	if !hmac.Equal(m.Sum(nil), a.MAC) {
+		return false
+	}
+	// Only a proof we have not seen, made recently, is accepted: a recorded
+	// handshake cannot be replayed.
+	return e.replay.fresh(a.Nonce)
 }
 
+// auth proves the secret: nonce = 8-byte big-endian unix nanoseconds + 8
+// random bytes, MAC = HMAC-SHA256(secret, nonce).
 func (e *Engine) auth() *wire.Auth {
 	if e.cfg.Secret == "" {
 		return nil
 	}
 	nonce := make([]byte, 16)
-	_, _ = rand.Read(nonce)
+	binary.BigEndian.PutUint64(nonce, uint64(time.Now().UnixNano()))
+	_, _ = rand.Read(nonce[8:])
 	m := hmac.New(sha256.New, []byte(e.cfg.Secret))
 	m.Write(nonce)
 	return &wire.Auth{Nonce: nonce, MAC: m.Sum(nil)}
+}
+
+// replayGuard remembers the nonces accepted within the last window and
+// rejects repeats and nonces whose timestamp is outside the window.
+type replayGuard struct {
+	window time.Duration
+	now    func() time.Time
+
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func newReplayGuard(window time.Duration, now func() time.Time) *replayGuard {
+	return &replayGuard{window: window, now: now, seen: map[string]time.Time{}}
+}
+
+func (g *replayGuard) fresh(nonce []byte) bool {
+	if len(nonce) < 16 {
+		return false
+	}
+	ts := time.Unix(0, int64(binary.BigEndian.Uint64(nonce[:8])))
+	now := g.now()
+	if d := now.Sub(ts); d > g.window || d < -g.window {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	key := string(nonce)
+	if _, ok := g.seen[key]; ok {
+		return false
+	}
+	if len(g.seen) >= 1024 {
+		for k, t := range g.seen {
+			if now.Sub(t) > g.window {
+				delete(g.seen, k)
+			}
+		}
+	}
+	g.seen[key] = ts
+	return true
 }
 
 // exchange dials addr, sends one control frame and reads the reply. On
