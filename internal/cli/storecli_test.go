@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -288,5 +289,46 @@ func TestStoreCLIProcesses(t *testing.T) {
 	_, errOut, code = run(t, bin, nil, "get", "x", "--master", "127.0.0.1:1", "--timeout", "300ms")
 	if code == 0 || !strings.Contains(errOut, "register with master 127.0.0.1:1") {
 		t.Fatalf("unreachable master: %d %q", code, errOut)
+	}
+
+	// Master restart on the same port: the surviving node remounts, the old
+	// key reads as missing (never stale), and new puts work.
+	if out, _, code = run(t, bin, nil, append([]string{"put", "before-restart", file}, mc...)...); code != 0 {
+		t.Fatalf("put before restart: %d %q", code, out)
+	}
+	if err := m.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-m.done
+	_, port, _ := net.SplitHostPort(grpcAddr)
+	m2 := startProc(t, bin, "master", "--host", "127.0.0.1", "--port", port, "--http-port", "0")
+	admin := m2.waitLine(t, regexp.MustCompile(`grpc=(\S+) http=(\S+)`), 30*time.Second)[2]
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + admin + "/get_all_segments")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Count(string(body), `"name"`) == 1 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the surviving node did not remount on the restarted master")
+		}
+		time.Sleep(50 * time.Millisecond) // poll
+	}
+	_, errOut, code = run(t, bin, nil, append([]string{"get", "before-restart"}, mc...)...)
+	if code != 1 || !strings.Contains(errOut, "no such key") {
+		t.Fatalf("get after master restart: %d %q (a stale read must never be served)", code, errOut)
+	}
+	if out, _, code = run(t, bin, nil, append([]string{"put", "after-restart", file}, mc...)...); code != 0 {
+		t.Fatalf("put after restart: %d %q", code, out)
+	}
+	if _, e, code := run(t, bin, nil, append([]string{"get", "after-restart", outFile}, mc...)...); code != 0 {
+		t.Fatalf("get after restart: %d %s", code, e)
+	}
+	if got, _ := os.ReadFile(outFile); !bytes.Equal(got, data) {
+		t.Fatal("get after master restart returned different bytes")
 	}
 }
