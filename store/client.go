@@ -382,6 +382,16 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 		defer func() { _ = c.mover.Unregister(transfer.AddrOf(value)) }()
 		registered = true
 	}
+	if !registered && len(value) > len(c.stage.buf) {
+		// Too big for the staging buffer and not registrable in place (the
+		// same slice is being put concurrently): write from a private copy.
+		cp := append([]byte(nil), value...)
+		if err := c.mover.RegisterBytes(cp, "cpu:0"); err != nil {
+			return 0, fmt.Errorf("store: put %q: register a copy of the value: %w", key, err)
+		}
+		defer func() { _ = c.mover.Unregister(transfer.AddrOf(cp)) }()
+		src, registered = cp, true
+	}
 	if !registered {
 		st, err := c.stage.take(ctx, len(value))
 		if errors.Is(err, ErrBufferTooSmall) {

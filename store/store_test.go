@@ -573,3 +573,30 @@ func TestTransports(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentPutsOfOneSlice: the same large slice put under several
+// keys at once (it can be registered only once) is stored intact each time.
+func TestConcurrentPutsOfOneSlice(t *testing.T) {
+	c := newCluster(t, master.Config{}, 2, 8<<20)
+	cl := c.client(func(cfg *store.Config) { cfg.LocalBufferSize = 256 << 10 })
+	ctx := ctxT(t)
+	v := value("shared", 512<<10) // larger than the staging buffer
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = cl.Put(ctx, fmt.Sprintf("same/%d", i), v)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		if got, err := cl.Get(ctx, fmt.Sprintf("same/%d", i)); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("get %d: %v", i, err)
+		}
+	}
+}
