@@ -65,9 +65,19 @@ func TestServerRPCAndAdmin(t *testing.T) {
 	if miss.Status.Code != CodeObjectNotFound {
 		t.Fatalf("missing key: %v", miss)
 	}
-	bad, _ := c.PutStart(ctx, &pb.PutStartRequest{ClientId: "w", Key: "", Size: 1})
-	if bad.Status.Code != CodeInvalidParams {
-		t.Fatalf("empty key: %v", bad)
+	for _, req := range []*pb.PutStartRequest{
+		{ClientId: "w", Key: "", Size: 1},
+		{ClientId: "w", Key: "k", Size: 0},
+		{ClientId: "w", Key: "k", Size: 1, Config: &pb.ReplicateConfig{Replicas: -5}},
+		{ClientId: "w", Key: "k", Size: 1, Config: &pb.ReplicateConfig{SoftPin: true, SoftPinTtlMs: 1 << 62}},
+		{ClientId: "w", Key: "k", Size: 1, Config: &pb.ReplicateConfig{SoftPin: true, SoftPinTtlMs: -1}},
+	} {
+		if bad, _ := c.PutStart(ctx, req); bad.Status.Code != CodeInvalidParams {
+			t.Fatalf("bad put %v: %v", req, bad)
+		}
+	}
+	if st, _ := c.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: "n2"}); st.Code != CodeInvalidParams {
+		t.Fatalf("mount without a segment: %v", st)
 	}
 	be, _ := c.BatchExist(ctx, &pb.BatchKeysRequest{Keys: []string{"nope", "a/1"}})
 	if be.Results[0].Exists || !be.Results[1].Exists {

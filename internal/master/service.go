@@ -39,7 +39,18 @@ func rcFromPB(c *pb.ReplicateConfig) ReplicateConfig {
 		return ReplicateConfig{}
 	}
 	return ReplicateConfig{Replicas: int(c.Replicas), PreferredSegments: c.PreferredSegments, SoftPin: c.SoftPin,
-		SoftPinTTL: time.Duration(c.SoftPinTtlMs) * time.Millisecond, HardPin: c.HardPin}
+		SoftPinTTL: msDuration(c.SoftPinTtlMs), HardPin: c.HardPin}
+}
+
+// maxWireMs bounds durations from the wire (about 34 years) so the
+// conversion cannot overflow; larger values become -1 and fail validation.
+const maxWireMs = 1 << 40
+
+func msDuration(ms int64) time.Duration {
+	if ms < 0 || ms > maxWireMs {
+		return -1
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 func replicasToPB(rs []Replica) []*pb.Replica {
@@ -90,7 +101,8 @@ func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsReques
 // UnmountSegment implements MasterService.
 func (s *Service) UnmountSegment(_ context.Context, r *pb.UnmountSegmentRequest) (*pb.Status, error) {
 	if r.GraceMs > 0 {
-		return status(s.m.GracefulUnmount(r.ClientId, r.Name, time.Duration(r.GraceMs)*time.Millisecond)), nil
+		grace := min(time.Duration(min(r.GraceMs, maxWireMs))*time.Millisecond, time.Hour)
+		return status(s.m.GracefulUnmount(r.ClientId, r.Name, grace)), nil
 	}
 	return status(s.m.UnmountSegment(r.ClientId, r.Name)), nil
 }
