@@ -23,6 +23,16 @@
 // come back in order, and reads READ payloads straight into the local
 // destination). Any number of slices may be in flight per lane.
 //
+// Bulk tokens: ServerConfig.Bulk and PeerConfig.Bulk are semaphores an engine
+// shares across its lanes. A server lane holds one while it moves a payload
+// larger than BulkMin, a client lane's writer while it writes large payloads;
+// client readers never wait for one (that could deadlock two engines sending
+// READs and WRITEs to each other). With GOMAXPROCS-1 tokens a P stays free to
+// poll the network, so the express lane is served within microseconds even
+// while bulk lanes stream (the Go scheduler otherwise notices network
+// readiness only when a P runs out of work, or every 10 ms). A lane must move
+// its payload within BulkStall while holding a token, or it is dropped.
+//
 // Failure: when a lane breaks (peer died, protocol error, Fail called on a
 // deadline) the connection is closed, both goroutines exit, and only then are
 // the queued and in-flight slices completed with the error, so once an Op is
