@@ -90,7 +90,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 		}
 		crcs[i] = Checksum(v)
 		req.Puts = append(req.Puts, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: keys[i], Size: uint64(len(v)),
-			Config: rcToPB(o, c.cfg.Replicas), Upsert: o.Upsert})
+			Config: c.rcToPB(o), Upsert: o.Upsert})
 		idx = append(idx, i)
 	}
 	if len(idx) == 0 {

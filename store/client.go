@@ -33,6 +33,7 @@ type PutOptions struct {
 	SoftPinTTL        time.Duration // 0 = the master's default (30m)
 	HardPin           bool          // never evicted
 	Upsert            bool          // overwrite an existing value instead of failing with ErrExists
+	PreferLocal       bool          // first replica on this client's own segment (Mooncake's prefer_alloc_in_same_node)
 }
 
 // Replica is where one copy of an object lives.
@@ -334,12 +335,16 @@ func (c *Client) isClosed() bool {
 	}
 }
 
-func rcToPB(o PutOptions, def int) *pb.ReplicateConfig {
+func (c *Client) rcToPB(o PutOptions) *pb.ReplicateConfig {
 	n := o.Replicas
 	if n == 0 {
-		n = def
+		n = c.cfg.Replicas
 	}
-	return &pb.ReplicateConfig{Replicas: int32(n), PreferredSegments: o.PreferredSegments, SoftPin: o.SoftPin,
+	pref := o.PreferredSegments
+	if o.PreferLocal && c.segmentSpec != nil {
+		pref = append([]string{c.segmentSpec.Name}, pref...)
+	}
+	return &pb.ReplicateConfig{Replicas: int32(n), PreferredSegments: pref, SoftPin: o.SoftPin,
 		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin}
 }
 
@@ -405,7 +410,7 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.rpc.PutStart(rctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: key, Size: uint64(len(value)),
-		Config: rcToPB(o, c.cfg.Replicas), Upsert: o.Upsert})
+		Config: c.rcToPB(o), Upsert: o.Upsert})
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("store: put %q: master rpc: %w", key, err)

@@ -433,6 +433,7 @@ func TestClientContributesSegment(t *testing.T) {
 	if got, err := cl.Get(ctx, "local"); err != nil || !bytes.Equal(got, value("local", 3000)) {
 		t.Fatalf("local read: %v", err)
 	}
+
 }
 
 // hangMover never completes reads from one endpoint (a hung node).
@@ -597,6 +598,23 @@ func TestConcurrentPutsOfOneSlice(t *testing.T) {
 		}
 		if got, err := cl.Get(ctx, fmt.Sprintf("same/%d", i)); err != nil || !bytes.Equal(got, v) {
 			t.Fatalf("get %d: %v", i, err)
+		}
+	}
+}
+
+// TestPreferLocal: under the random strategy, PreferLocal puts land on the
+// client's own segment.
+func TestPreferLocal(t *testing.T) {
+	c := newCluster(t, master.Config{}, 2, 1<<20)
+	cl := c.client(func(cfg *store.Config) { cfg.SegmentSize = 1 << 20; cfg.UnmountGrace = 100 * time.Millisecond })
+	ctx := ctxT(t)
+	for i := range 12 {
+		k := fmt.Sprintf("pl/%d", i)
+		if err := cl.PutWith(ctx, k, []byte("v"), store.PutOptions{PreferLocal: true}); err != nil {
+			t.Fatal(err)
+		}
+		if info, _ := cl.Stat(ctx, k); info.Replicas[0].Segment != cl.SegmentName() {
+			t.Fatalf("PreferLocal put landed on %s, not %s", info.Replicas[0].Segment, cl.SegmentName())
 		}
 	}
 }
