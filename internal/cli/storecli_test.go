@@ -175,7 +175,7 @@ func TestStoreCLIProcesses(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	m := startProc(t, bin, "master", "--host", "127.0.0.1", "--port", "0", "--http-port", "0", "--client-ttl", "2s")
+	m := startProc(t, bin, "master", "--host", "127.0.0.1", "--port", "0", "--http-port", "0", "--client-ttl", "3s")
 	addr := m.waitLine(t, regexp.MustCompile(`grpc=(\S+) http=(\S+)`), 30*time.Second)
 	grpcAddr := addr[1]
 	var nodes []*proc
@@ -250,7 +250,7 @@ func TestStoreCLIProcesses(t *testing.T) {
 	if got, _ := os.ReadFile(outFile); !bytes.Equal(got, data) {
 		t.Fatal("get after node kill returned different bytes")
 	}
-	// The master drops the dead node (client TTL 2s).
+	// The master drops the dead node (client TTL 3s).
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		out, _, _ = run(t, bin, nil, append([]string{"stat", "blob/1"}, mc...)...)
