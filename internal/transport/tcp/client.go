@@ -380,7 +380,7 @@ func (l *lane) reader() {
 			// data, or a writer holding the token while its peer's lane waits
 			// for the peer's token (held by a lane sending to this reader)
 			// would deadlock.
-			if _, err := io.ReadFull(r, op.Buf); err != nil {
+			if err := readPayload(r, l.conn, op.Buf); err != nil {
 				err = fmt.Errorf("tcp: read payload: %w: %w", ErrPeerDown, err)
 				l.fail(err)
 				l.finish(op, err)

@@ -116,7 +116,7 @@ func serveOne(conn net.Conn, r *bufio.Reader, mem Memory, h wire.ReqHeader, resp
 				}
 				resp.Status = wire.StatusRejected
 			} else {
-				_, err := io.ReadFull(r, span.B)
+				err := readPayload(r, conn, span.B)
 				if err == nil && h.Flags&wire.FlagCRC != 0 && wire.CRC32C(span.B) != h.CRC {
 					resp.Status = wire.StatusChecksum
 				}
@@ -154,6 +154,24 @@ func serveOne(conn net.Conn, r *bufio.Reader, mem Memory, h wire.ReqHeader, resp
 		*out = (*out)[:0]
 		return err
 	}
+}
+
+// readPayload fills p: first from what r has buffered, then straight from
+// conn, so that a large payload is copied once (socket -> destination) and
+// r does not read ahead into its own buffer.
+func readPayload(r *bufio.Reader, conn net.Conn, p []byte) error {
+	if len(p) <= r.Size() {
+		_, err := io.ReadFull(r, p)
+		return err
+	}
+	n := min(r.Buffered(), len(p))
+	if n > 0 {
+		if _, err := io.ReadFull(r, p[:n]); err != nil {
+			return err
+		}
+	}
+	_, err := io.ReadFull(conn, p[n:])
+	return err
 }
 
 // Errors a lane reports for a slice.
