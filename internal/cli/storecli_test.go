@@ -70,6 +70,7 @@ func (p *proc) stderrText() string {
 func startProc(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
