@@ -70,6 +70,7 @@ type Batch struct {
 	mu       sync.Mutex // guards abort vs. enqueue
 	aborted  atomic.Bool
 	abortErr error
+	deadline time.Time
 }
 
 type task struct {
@@ -149,6 +150,7 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d
 	}
+	b.deadline = deadline
 	b.ops = make([]tcp.Op, nslices)
 
 	b.mu.Lock()
@@ -261,7 +263,61 @@ func (b *Batch) runLocal(idx []int) {
 }
 
 // OpDone implements tcp.Completer.
-func (b *Batch) OpDone(op *tcp.Op, err error) { b.sliceDone(&b.tasks[op.Tag], err) }
+func (b *Batch) OpDone(op *tcp.Op, err error) {
+	if err != nil && b.aborted.Load() {
+		// Whatever broke the lane, this batch had already been aborted
+		// (deadline, cancel, Free): report that.
+		err = b.abortErr
+	}
+	if err != nil && !op.Write && op.Tries == 0 && b.retryable(err) && b.e.retry(b, op) {
+		return
+	}
+	b.sliceDone(&b.tasks[op.Tag], err)
+}
+
+// retryable: the lane broke under a READ slice of a batch that is itself
+// still live (another batch's deadline closed the lane, or the connection
+// dropped). A READ has no effect at the peer, so it is sent once more on
+// fresh lanes; a peer that really died then fails fast at the dial. WRITEs
+// are not retried: the peer may still be applying the old lane's buffered
+// bytes, which could land after a retried (and acknowledged) write.
+func (b *Batch) retryable(err error) bool {
+	if b.aborted.Load() || errors.Is(err, ErrClosed) {
+		return false
+	}
+	return errors.Is(err, tcp.ErrPeerDown) || errors.Is(err, ErrTimeout)
+}
+
+// retry re-sends op on a (re)dialed peer from a goroutine of its own (the
+// caller is a lane goroutine). It returns false when it will not retry.
+func (e *Engine) retry(b *Batch, op *tcp.Op) bool {
+	e.life.RLock()
+	defer e.life.RUnlock()
+	if e.closed.Load() {
+		return false
+	}
+	op.Tries++
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		t := &b.tasks[op.Tag]
+		ctx, cancel := context.WithDeadline(context.Background(), b.deadline)
+		p, err := e.tcpPeer(ctx, t.seg)
+		cancel()
+		b.mu.Lock()
+		if err == nil && b.aborted.Load() {
+			err = b.abortErr
+		}
+		if err == nil {
+			err = p.Enqueue(op)
+		}
+		b.mu.Unlock()
+		if err != nil {
+			b.sliceDone(t, err)
+		}
+	}()
+	return true
+}
 
 func (b *Batch) sliceDone(t *task, err error) {
 	if err != nil {

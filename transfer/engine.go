@@ -115,9 +115,12 @@ type segment struct {
 	mu     sync.Mutex
 	desc   wire.Segment
 	descAt time.Time // when desc was fetched
-	peer   *tcp.Peer
-	mem    inproc.Memory // in-process target (Transport inproc)
-	shm    *shm.Client   // mapped shareable buffers of a same-host peer
+	// dialErr is the last failed dial of lanes (at dialAt).
+	dialErr error
+	dialAt  time.Time
+	peer    *tcp.Peer
+	mem     inproc.Memory // in-process target (Transport inproc)
+	shm     *shm.Client   // mapped shareable buffers of a same-host peer
 	// shmFailed: the peer's shm socket could not be used; stick to TCP.
 	shmFailed bool
 }
@@ -444,6 +447,11 @@ func (e *Engine) tcpPeer(ctx context.Context, seg *segment) (*tcp.Peer, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
+	// Many slices may come back to redial at once after a lane broke: a
+	// dial that just failed answers them all for a moment.
+	if seg.dialErr != nil && time.Since(seg.dialAt) < 500*time.Millisecond {
+		return nil, seg.dialErr
+	}
 	addr := net.JoinHostPort(seg.desc.IP, strconv.Itoa(seg.desc.TCPDataPort))
 	if seg.desc.IP == "" || seg.desc.TCPDataPort == 0 {
 		addr = seg.name
@@ -453,8 +461,10 @@ func (e *Engine) tcpPeer(ctx context.Context, seg *segment) (*tcp.Peer, error) {
 		return e.dialLane(ctx, addr, lane)
 	})
 	if err != nil {
+		seg.dialErr, seg.dialAt = err, time.Now()
 		return nil, err
 	}
+	seg.dialErr = nil
 	seg.peer = p
 	return p, nil
 }

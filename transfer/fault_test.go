@@ -563,3 +563,45 @@ func TestReplayedHandshakeRejected(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineOfOneBatchSparesAnother: a batch whose deadline passes closes
+// the lanes it used; another live READ batch on the same lanes is re-sent
+// and completes.
+func TestDeadlineOfOneBatchSparesAnother(t *testing.T) {
+	ini, tgt, seg := pair(t, TransportTCP, func(c *Config) { c.SliceSize = 64 << 10 })
+	const big = 16 << 20
+	// Each round's timed-out WRITE gets its own remote region: the peer may
+	// still be applying its bytes after the initiator gave up on it.
+	remote := make([]byte, 3*big)
+	local := make([]byte, 2*big)
+	_ = tgt.RegisterBytes(remote, "")
+	_ = ini.RegisterBytes(local, "")
+	fill(remote[:big], 41)
+	fill(local[big:], 42)
+	for round := 0; round < 2; round++ {
+		y, err := ini.Submit(ctxT(t), []Request{{Op: OpRead, Local: AddrOf(local), Segment: seg, Remote: uint64(AddrOf(remote)), Length: big}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		xctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		x, err := ini.Submit(xctx, []Request{{Op: OpWrite, Local: AddrOf(local[big:]), Segment: seg, Remote: uint64(AddrOf(remote[(1+round)*big:])), Length: big}})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		xerr := x.Wait(context.Background())
+		cancel()
+		x.Free()
+		if xerr != nil && !errors.Is(xerr, ErrTimeout) {
+			t.Fatalf("x: %v", xerr)
+		}
+		if err := y.Wait(ctxT(t)); err != nil {
+			t.Fatalf("round %d: live batch failed because another timed out: %v", round, err)
+		}
+		y.Free()
+		if !bytes.Equal(remote[:big], local[:big]) {
+			t.Fatal("live batch data differs")
+		}
+		clear(local[:big])
+	}
+}

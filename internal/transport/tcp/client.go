@@ -69,6 +69,7 @@ type Op struct {
 	Buf    []byte
 	Done   Completer
 	Tag    int // free for the Completer
+	Tries  int // free for the Completer (retry bookkeeping)
 
 	id   uint64
 	lane *lane
@@ -179,7 +180,7 @@ func newLane(p *Peer, c net.Conn, express bool) *lane {
 }
 
 func (l *lane) enqueue(op *Op) error {
-	op.lane = l
+	op.lane, op.id = l, 0
 	l.mu.Lock()
 	if l.err != nil {
 		err := l.err
