@@ -251,6 +251,7 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		return ns, errs
 	}
 	rctx, cancel := c.rpcCtx(ctx)
+	start := time.Now() // the leases start no earlier than this on the master's side
 	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.BatchKeysRequest{Keys: keys})
 	cancel()
 	if err == nil && len(resp.Results) != len(keys) {
@@ -262,7 +263,6 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		}
 		return ns, errs
 	}
-	start := time.Now()
 	infos := make([]*pb.ObjectInfo, len(keys))
 	var lease time.Duration = -1
 	for i, r := range resp.Results {

@@ -502,6 +502,7 @@ func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte,
 		return 0, ErrClosed
 	}
 	rctx, cancel := c.rpcCtx(ctx)
+	asked := time.Now() // the lease starts no earlier than this on the master's side
 	info, err := c.rpc.GetReplicaList(rctx, &pb.KeyRequest{Key: key})
 	cancel()
 	if err != nil {
@@ -510,7 +511,7 @@ func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte,
 	if err := statusErr(info.Status); err != nil {
 		return 0, fmt.Errorf("store: get %q: %w", key, err)
 	}
-	leaseEnd := time.Now().Add(time.Duration(info.LeaseTtlMs) * time.Millisecond)
+	leaseEnd := asked.Add(time.Duration(info.LeaseTtlMs) * time.Millisecond)
 	buf, release, err := dest(info.Size)
 	if err != nil {
 		return 0, err
