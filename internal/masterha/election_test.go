@@ -1,0 +1,178 @@
+package masterha_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterha"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+func candidate(t *testing.T, ep, cluster string) *masterha.Server {
+	t.Helper()
+	s, err := masterha.Start(masterha.Config{Endpoints: []string{ep}, Cluster: cluster, LeaseTTL: time.Second,
+		Master: master.ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func waitRole(t *testing.T, s *masterha.Server, r masterha.Role) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := s.WaitRole(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func etcdClient(t *testing.T, ep string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func readLeader(t *testing.T, cli *clientv3.Client, cluster string) masterha.View {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, _, err := masterha.ReadLeader(ctx, cli, masterha.Key(cluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestElection: one leader serves, the standby does not; closing the
+// leader hands over at once, killing it hands over when its lease ends, and
+// a leader whose lease is revoked under it steps down and stops serving.
+func TestElection(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	ep, stopEtcd := startEtcd(t)
+	cli := etcdClient(t, ep)
+	const cluster = "c1"
+
+	a := candidate(t, ep, cluster)
+	waitRole(t, a, masterha.RoleLeader)
+	b := candidate(t, ep, cluster)
+	va := a.View()
+	if got := readLeader(t, cli, cluster); got != va || va.Addr != a.Master().Addr() {
+		t.Fatalf("etcd says %+v, leader view %+v, master at %s", got, va, a.Master().Addr())
+	}
+	// The standby campaigns but does not serve.
+	if b.Role() != masterha.RoleFollower || b.Master() != nil {
+		t.Fatalf("standby role %s, master %v", b.Role(), b.Master())
+	}
+	code, body := httpGet(t, "http://"+b.HTTPAddr()+"/role")
+	var role struct{ Role string }
+	if err := json.Unmarshal([]byte(body), &role); code != 200 || err != nil || role.Role != "follower" {
+		t.Fatalf("standby /role: %d %q", code, body)
+	}
+	if code, body := httpGet(t, "http://"+b.HTTPAddr()+"/metrics"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not leader") {
+		t.Fatalf("standby /metrics: %d %q", code, body)
+	}
+	if code, body := httpGet(t, "http://"+b.HTTPAddr()+"/leader"); code != 200 || !strings.Contains(body, va.Addr) {
+		t.Fatalf("standby /leader: %d %q", code, body)
+	}
+	if code, body := httpGet(t, "http://"+a.HTTPAddr()+"/metrics"); code != 200 || !strings.Contains(body, "mooncake") {
+		t.Fatalf("leader /metrics: %d %q", code, body)
+	}
+	if code, body := httpGet(t, "http://"+a.HTTPAddr()+"/role"); code != 200 || !strings.Contains(body, `"leader"`) {
+		t.Fatalf("leader /role: %d %q", code, body)
+	}
+
+	// Graceful hand-over.
+	a.Close()
+	waitRole(t, b, masterha.RoleLeader)
+	vb := b.View()
+	if vb.Version <= va.Version || vb.Addr == va.Addr {
+		t.Fatalf("new view %+v after %+v", vb, va)
+	}
+	if got := readLeader(t, cli, cluster); got != vb {
+		t.Fatalf("etcd says %+v, want %+v", got, vb)
+	}
+
+	// A leader whose lease is revoked steps down, stops serving, campaigns again.
+	c := candidate(t, ep, cluster)
+	waitRole(t, c, masterha.RoleFollower)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, masterha.Key(cluster)+"/", clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("leader key: %v", err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	waitRole(t, c, masterha.RoleLeader)
+	waitRole(t, b, masterha.RoleFollower)
+	if b.Master() != nil {
+		t.Fatal("deposed leader still serves")
+	}
+	vc := c.View()
+	if vc.Version <= vb.Version {
+		t.Fatalf("view %+v after %+v", vc, vb)
+	}
+
+	// Crash: the lease runs out (1 s), then the standby b takes over.
+	c.Kill()
+	waitRole(t, b, masterha.RoleLeader)
+	if got := readLeader(t, cli, cluster); got != b.View() || got.Version <= vc.Version {
+		t.Fatalf("etcd says %+v, b's view %+v", got, b.View())
+	}
+
+	// Another cluster on the same etcd is independent.
+	d := candidate(t, ep, "c2")
+	waitRole(t, d, masterha.RoleLeader)
+	if b.Role() != masterha.RoleLeader {
+		t.Fatal("cluster c2 deposed c1's leader")
+	}
+
+	for _, s := range []*masterha.Server{a, b, c, d} {
+		s.Close()
+	}
+	cli.Close()
+	stopEtcd()
+	goleak.VerifyNone(t, ignore)
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := masterha.Config{Endpoints: []string{"127.0.0.1:2379"}, Master: master.ServerConfig{Addr: "127.0.0.1:0"}}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]masterha.Config{
+		"no endpoints": {Master: ok.Master},
+		"short lease":  {Endpoints: ok.Endpoints, LeaseTTL: 100 * time.Millisecond, Master: ok.Master},
+		"no addr":      {Endpoints: ok.Endpoints},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
