@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/masterha"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/transfer"
 	"google.golang.org/grpc"
@@ -118,10 +119,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		_, _ = rand.Read(b[:])
 		cfg.ClientID = cfg.Mover.Name() + "/" + hex.EncodeToString(b[:])
 	}
-	conn, err := grpc.NewClient(cfg.Master, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	// An HA address (etcd://h1:2379;h2:2379) resolves to the elected leader
+	// and follows it; a plain host:port is dialled as is.
+	target, opts, err := masterha.DialTarget(cfg.Master, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w: %w", ErrInvalid, err)
+	}
+	conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
-			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))
+			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))...)
 	if err != nil {
 		return nil, fmt.Errorf("store: dial master %s: %w", cfg.Master, err)
 	}

@@ -25,7 +25,7 @@ var _ Mover = (*transfer.Engine)(nil)
 
 // Config configures a Client.
 type Config struct {
-	Master          string        // master gRPC address "host:port" (required)
+	Master          string        // master gRPC address "host:port", or an HA cluster "etcd://h1:2379;h2:2379[/CLUSTER]" (required)
 	Mover           Mover         // the transfer engine (required)
 	ClientID        string        // unique client id (default: random)
 	SegmentSize     uint64        // memory this client contributes to the pool (0 = pure client)

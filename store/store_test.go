@@ -327,14 +327,16 @@ func TestMasterRestart(t *testing.T) {
 	if _, err := cl.Get(ctx, "old"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("stale read after master restart: %v", err)
 	}
+	// The node counts a remount when the master's answer arrives, just
+	// after the master has the segment: wait for both.
 	eventually(t, 10*time.Second, "nodes to remount", func() bool {
+		for _, n := range c.nodes {
+			if n.Client().Remounts() < 1 {
+				return false
+			}
+		}
 		return len(c.master.Core().Segments()) == 2
 	})
-	for _, n := range c.nodes {
-		if n.Client().Remounts() < 1 {
-			t.Fatalf("node %s did not remount", n.Name())
-		}
-	}
 	if err := cl.PutWith(ctx, "old", value("new", 1000), store.PutOptions{Replicas: 2}); err != nil {
 		t.Fatal(err)
 	}

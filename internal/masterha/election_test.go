@@ -170,6 +170,7 @@ func TestConfigValidate(t *testing.T) {
 		"no endpoints": {Master: ok.Master},
 		"short lease":  {Endpoints: ok.Endpoints, LeaseTTL: 100 * time.Millisecond, Master: ok.Master},
 		"no addr":      {Endpoints: ok.Endpoints},
+		"bad cluster":  {Endpoints: ok.Endpoints, Cluster: "a/b", Master: ok.Master},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("masterha: no etcd endpoint")
 	case c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < time.Second):
 		return fmt.Errorf("masterha: lease TTL %v below 1s", c.LeaseTTL)
+	case strings.ContainsAny(c.Cluster, "/ \t\n"):
+		return fmt.Errorf("masterha: bad cluster id %q", c.Cluster)
 	}
 	mc := c.Master
 	mc.HTTPAddr = ""

@@ -16,7 +16,7 @@ import (
 
 // Config configures a storage node.
 type Config struct {
-	Master       string          // master gRPC address "host:port"
+	Master       string          // master gRPC address "host:port", or "etcd://h1:2379;h2:2379[/CLUSTER]" for an HA cluster
 	SegmentSize  uint64          // bytes contributed to the pool
 	Engine       transfer.Config // the node's transfer engine
 	PingInterval time.Duration   // liveness ping period (1s)
