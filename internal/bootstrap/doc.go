@@ -1,0 +1,29 @@
+// Package bootstrap is the bootstrap registry of a prefill instance and the
+// pull side channel of the Mooncake P/D connector, on one HTTP port
+// (DefaultPort 8998).
+//
+// The registry (Registry, pure) holds one engine id, the engine's KV
+// compatibility hash, its TP size, and its workers by (dp, tp, pp) rank with
+// their transfer engine segment names. Routes:
+//
+//	GET  /query     -> QueryResponse; 503 until a worker registered
+//	POST /register  RegisterRequest; 400 on another engine id, a rank
+//	                registered at another address, a rank outside tp_size
+//	POST /pull      PullRequest -> PullResponse (decode asks prefill to push
+//	                a transfer's blocks; unknown fields and bad shapes -> 400)
+//	POST /release   {"transfer_id"} -> {"known"} (decode will not pull)
+//	GET  /health, GET /metrics (when Server.Metrics is set)
+//
+// A PullRequest carries the transfer id, the protocol version
+// (ProtocolVersion), the decode engine's compatibility hash, its TP size and
+// rank (so different TP shapes can be added without a protocol change), its
+// segment name, the base address of each KV layer region, the block stride,
+// the prompt length, the first block index decode lacks and its destination
+// block ids, and how long decode waits (timeout_ms). The Server bounds the
+// Handler's context by timeout_ms; the handler answers done or failed with a
+// code (CodeIncompatible, CodeUnknown, CodeTimeout, CodeTransfer,
+// CodeAborted, CodePrefillError, CodeBadRequest).
+//
+// Client is the matching HTTP client. DecodePull is the one decoder of
+// network bytes with logic of its own; it is fuzzed.
+package bootstrap

@@ -1,0 +1,53 @@
+// Package pdconnector is the Mooncake prefill/decode connector: it
+// implements engine.Connector (vLLM's KVConnectorBase_V1 hooks) for the
+// roles producer (prefill), consumer (decode) and both, and moves KV blocks
+// with the transfer engine. docs/pd.md is the user manual.
+//
+// # Protocol
+//
+// The proxy sends the prefill half with kv_transfer_params
+// {do_remote_decode, transfer_id} and the decode half with
+// {do_remote_prefill, transfer_id, remote_bootstrap_addr, remote_engine_id}.
+//
+//   - Prefill (RequestFinished): a finished prefill's blocks are held
+//     (delay free) under its transfer id.
+//   - Decode (GetNumNewMatchedTokens / UpdateStateAfterAlloc): the prompt
+//     beyond the local prefix-cache hit arrives asynchronously; the blocks
+//     are allocated, the request waits for remote KV, and StartLoadKV starts
+//     a pull: GET /query on prefill's bootstrap registry (cached; compat hash
+//     and protocol checked), then POST /pull with decode's segment, layer
+//     addresses and destination blocks.
+//   - Prefill (Pull, on the bootstrap port): checks compatibility, waits
+//     (bounded by decode's deadline minus a margin) for the prefill, writes
+//     the blocks decode lacks with one WRITE per run of consecutive blocks per
+//     layer (PlanWrites), answers, frees.
+//   - Decode (GetFinished): the pull's end is reported as done receiving;
+//     on failure its blocks are reported invalid and the engine's
+//     kv_load_failure_policy (recompute or fail) applies. RequestFinished
+//     returns kv_transfer_params saying what happened (kv_load, bytes, times).
+//
+// Full prefix hit on decode: nothing is pulled, decode sends POST /release.
+//
+// # Cores and shell
+//
+// ProducerCore and ConsumerCore are pure state machines (no I/O, no clock:
+// time is an argument) tested without sockets. ProducerCore frees a
+// transfer's blocks on push done, on release (at once, or when the running
+// push ends), or after AbortTimeout (480 s) if nobody asks; a release that
+// arrives before the prefill finished frees it as soon as it does.
+// ConsumerCore tracks pulls, outcomes and invalid blocks; a request that ends
+// while its pull runs keeps its blocks (delay free) until prefill has
+// answered, so no write can land in reused blocks. Connector is the shell:
+// it owns the bootstrap server, the pull, push, release and warm-up
+// goroutines (all waited for by Close, each bounded by a timeout), the
+// metrics (Collectors, also on the bootstrap port's /metrics) and a mutex
+// around the cores; the engine calls its hooks from one goroutine.
+//
+// # Memory
+//
+// Allocator returns transfer-engine managed (memfd) memory for the engine's
+// KV regions, so a same-host peer writes them with one memcpy; regions from
+// another allocator are registered with RegisterBytes in RegisterKVCaches.
+// Layout and compatibility come from engine.KVCaches; CompatHash adds the
+// protocol version to kvcache.Compat.Hash.
+package pdconnector
