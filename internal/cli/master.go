@@ -18,6 +18,7 @@ func newMasterCmd() *cobra.Command {
 		port, httpPort int
 		strategy       string
 		verbose        bool
+		ha             haFlags
 	)
 	cfg := d
 	cmd := &cobra.Command{
@@ -26,7 +27,13 @@ func newMasterCmd() *cobra.Command {
 		Long: `Run the Mooncake Store master. It serves the master RPC (gRPC) on --port and
 the admin HTTP API (/health, /metrics, /query_key, /get_all_keys, /get_all_segments,
 /query_segment) on --http-port (0 picks a free port, -1 disables). The first line
-on stdout reports the addresses actually bound.`,
+on stdout reports the addresses actually bound.
+
+With --ha --etcd HOST:PORT[;HOST:PORT] several masters elect a leader in etcd
+(key mooncake-store/<cluster>/master_view, --ha-lease TTL): only the leader
+listens on --port, each new leader starts empty, and clients and storage nodes
+given --master etcd://HOST:PORT[;HOST:PORT][/CLUSTER] follow it. The admin port
+also answers /role and /leader.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Addr = net.JoinHostPort(host, strconv.Itoa(port))
@@ -42,6 +49,9 @@ on stdout reports the addresses actually bound.`,
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
+			}
+			if ha.enabled {
+				return runHAMaster(cmd, cfg, ha)
 			}
 			s, err := master.Start(cfg)
 			if err != nil {
@@ -65,5 +75,6 @@ on stdout reports the addresses actually bound.`,
 	f.Float64Var(&cfg.Core.EvictionRatio, "eviction-ratio", d.Core.EvictionRatio, "fraction of capacity one eviction frees")
 	f.DurationVar(&cfg.TickInterval, "tick", 10*time.Millisecond, "period of liveness, timeout and eviction checks")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
+	ha.register(f)
 	return cmd
 }

@@ -52,7 +52,7 @@ stdout reports the mounted segment and the HTTP address.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&masterAddr, "master", "", "master address HOST:PORT (default $MOONCAKE_MASTER or 127.0.0.1:50051)")
+	f.StringVar(&masterAddr, "master", "", "master address HOST:PORT or HA cluster etcd://HOST:PORT[;HOST:PORT][/CLUSTER] (default $MOONCAKE_MASTER or 127.0.0.1:50051)")
 	f.StringVar(&segSize, "segment-size", "1GiB", "memory contributed to the pool (e.g. 512MiB, 4GiB, 4gb)")
 	f.StringVar(&host, "host", "127.0.0.1", "hostname peers use to reach this node's transfer engine")
 	f.IntVar(&rpcPort, "rpc-port", 0, "transfer engine RPC port (0 = pick a free port)")

@@ -110,7 +110,7 @@ func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.
 			return run(cmd, s, a)
 		},
 	}
-	cmd.Flags().StringVar(&masterFlag, "master", "", "master address HOST:PORT (default $MOONCAKE_MASTER or "+defaultMaster+")")
+	cmd.Flags().StringVar(&masterFlag, "master", "", "master address HOST:PORT or HA cluster etcd://HOST:PORT[;HOST:PORT][/CLUSTER] (default $MOONCAKE_MASTER or "+defaultMaster+")")
 	cmd.Flags().DurationVar(&rpcTimeout, "timeout", 5*time.Second, "deadline of each master call (an unreachable master fails after this)")
 	return cmd, &masterFlag
 }
