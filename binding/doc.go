@@ -44,6 +44,14 @@
 //	int64 mc_engine_notify(h, peer, name, msg, len); mc_engine_notifies(h, void **out)
 //	int64 mc_engine_topology(h, void **out)  -> JSON: name, rpc_port, buffers
 //
+// The metadata argument takes P2PHANDSHAKE (or empty), http://h:p/path (the
+// HTTP metadata service, e.g. `mooncake metadata-server`), etcd://h:p[,h:p...]
+// and a bare h:p[,h:p...] (etcd, Mooncake's default scheme; ';' also
+// separates endpoints). The scheme is case-insensitive; redis://, https://
+// and other schemes are refused with -600. With a metadata service the engine
+// publishes its segment there at open (an unreachable service fails the open)
+// and peers find it by name ("host:rpcport").
+//
 // The protocol argument takes tcp, shm, auto and inproc; Mooncake's RDMA-family
 // names (rdma, efa, nvlink, ...) fall back to tcp with a warning, so that
 // existing configurations run unchanged. device is accepted and ignored.

@@ -72,16 +72,11 @@ func engineArgs(host, metadata, protocol, device string) (transfer.Config, []str
 		host, cfg.RPCPort = h, port
 	}
 	cfg.LocalHostname = host
-	switch m := strings.TrimSpace(metadata); {
-	case m == "" || strings.EqualFold(m, transfer.MetadataP2P):
-		cfg.Metadata = transfer.MetadataP2P
-	case strings.HasPrefix(m, "http://"), strings.HasPrefix(m, "etcd://"):
-		cfg.Metadata = m
-	case strings.Contains(m, "://"):
-		return cfg, nil, errInvalid(fmt.Sprintf("metadata server %q: want P2PHANDSHAKE, http://h:p/metadata or etcd://h:p", m))
-	default: // bare host:port means etcd, as in Mooncake
-		cfg.Metadata = "etcd://" + m
+	meta, err := metadataURI(metadata)
+	if err != nil {
+		return cfg, nil, err
 	}
+	cfg.Metadata = meta
 	switch p := strings.ToLower(strings.TrimSpace(protocol)); p {
 	case "", transfer.TransportTCP:
 		cfg.Transport = transfer.TransportTCP
@@ -98,6 +93,45 @@ func engineArgs(host, metadata, protocol, device string) (transfer.Config, []str
 	}
 	cfg.Timeout = transferTimeout(os.Getenv("MC_TRANSFER_TIMEOUT"))
 	return cfg, warns, cfg.Validate()
+}
+
+// metadataURI turns Mooncake's metadata_server argument into the transfer
+// engine's form: "" or P2PHANDSHAKE (any case) is the P2P handshake;
+// http://h:p/path is the HTTP metadata service; etcd://h:p[,h:p...] and a
+// bare h:p[,h:p...] are etcd (Mooncake's default scheme), with ';' accepted
+// as a separator as in Mooncake's etcd lists. The scheme is case-insensitive.
+// redis://, https:// and other schemes are refused with the reason.
+func metadataURI(metadata string) (string, error) {
+	m := strings.TrimSpace(metadata)
+	if m == "" || strings.EqualFold(m, transfer.MetadataP2P) {
+		return transfer.MetadataP2P, nil
+	}
+	scheme, rest, ok := strings.Cut(m, "://")
+	if !ok {
+		scheme, rest = "etcd", m // bare host:port means etcd, as in Mooncake
+	}
+	scheme = strings.ToLower(scheme)
+	switch scheme {
+	case "http":
+		host, _, _ := strings.Cut(rest, "/")
+		if host == "" {
+			return "", errInvalid(fmt.Sprintf("metadata server %q: no host", m))
+		}
+		return "http://" + rest, nil
+	case "etcd":
+		var eps []string
+		for _, ep := range strings.FieldsFunc(rest, func(r rune) bool { return r == ',' || r == ';' }) {
+			if ep = strings.TrimSpace(ep); ep != "" {
+				eps = append(eps, ep)
+			}
+		}
+		if len(eps) == 0 || strings.Contains(rest, "/") {
+			return "", errInvalid(fmt.Sprintf("metadata server %q: want etcd://host:port[,host:port...]", m))
+		}
+		return "etcd://" + strings.Join(eps, ","), nil
+	default:
+		return "", errInvalid(fmt.Sprintf("metadata server %q: scheme %q is not supported; want P2PHANDSHAKE, http://h:p/metadata, etcd://h:p or h:p", m, scheme))
+	}
 }
 
 // transferTimeout parses MC_TRANSFER_TIMEOUT (seconds; default 30, min 5).

@@ -66,6 +66,41 @@ func TestEngineArgs(t *testing.T) {
 	}
 }
 
+func TestMetadataURI(t *testing.T) {
+	tests := []struct {
+		in, want string
+		wantErr  bool
+	}{
+		{"", "P2PHANDSHAKE", false},
+		{" p2phandshake ", "P2PHANDSHAKE", false},
+		{"http://127.0.0.1:8080/metadata", "http://127.0.0.1:8080/metadata", false},
+		{"HTTP://127.0.0.1:8080/metadata", "http://127.0.0.1:8080/metadata", false},
+		{"http://127.0.0.1:8080", "http://127.0.0.1:8080", false},
+		{"etcd://127.0.0.1:2379", "etcd://127.0.0.1:2379", false},
+		{"127.0.0.1:2379", "etcd://127.0.0.1:2379", false},
+		{"etcd://127.0.0.1:2379;127.0.0.2:2379", "etcd://127.0.0.1:2379,127.0.0.2:2379", false},
+		{"127.0.0.1:2379, 127.0.0.2:2379,", "etcd://127.0.0.1:2379,127.0.0.2:2379", false},
+		{"redis://127.0.0.1:6379", "", true},
+		{"https://127.0.0.1/metadata", "", true},
+		{"http:///metadata", "", true},
+		{"etcd://", "", true},
+		{"etcd://;,", "", true},
+		{"etcd://127.0.0.1:2379/x", "", true},
+	}
+	for _, tc := range tests {
+		got, err := metadataURI(tc.in)
+		if tc.wantErr {
+			if err == nil || codeOf(err) != codeInvalidParams {
+				t.Errorf("metadataURI(%q) = %q, %v; want an invalid-parameters error", tc.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("metadataURI(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
 func TestTransferTimeout(t *testing.T) {
 	for in, want := range map[string]time.Duration{"": 30 * time.Second, "x": 30 * time.Second, "-3": 30 * time.Second,
 		"2": 5 * time.Second, "5": 5 * time.Second, "60": time.Minute} {

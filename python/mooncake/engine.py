@@ -75,7 +75,10 @@ class TransferEngine(object):
         """Starts the engine. Returns 0, or -1 when it cannot start.
 
         ``local_hostname`` may carry a port (``"127.0.0.1:17000"``) to pin the RPC port.
-        ``metadata_server``: ``P2PHANDSHAKE``, ``http://h:p/metadata``, ``etcd://h:p``.
+        ``metadata_server``: ``P2PHANDSHAKE``, ``http://h:p/metadata`` (e.g. ``mooncake
+        metadata-server``), ``etcd://h:p[,h:p...]`` or a bare ``h:p`` (etcd, as in Mooncake).
+        With a metadata server the segment is published there and peers find it by
+        its name, ``get_session_id()`` (``"host:rpc_port"``).
         """
         if self._h:
             log.error("mooncake: initialize: engine already initialized")
@@ -92,8 +95,12 @@ class TransferEngine(object):
         return 0
 
     def initialize_ext(self, local_hostname, metadata_server, protocol, device_name, metadata_type=""):
-        """Mooncake's extended initialize; ``metadata_type`` is implied by the server URL here."""
-        return self.initialize(local_hostname, metadata_server, protocol, device_name)
+        """Mooncake's extended initialize: a ``metadata_server`` without a scheme gets
+        ``metadata_type + "://"`` in front (``"http"``, ``"etcd"``); otherwise as ``initialize``."""
+        server = str(metadata_server or "")
+        if metadata_type and "://" not in server and server.strip().upper() not in ("", "P2PHANDSHAKE"):
+            server = "%s://%s" % (metadata_type, server)
+        return self.initialize(local_hostname, server, protocol, device_name)
 
     def close(self):
         """Stops the engine and releases its memory registrations. Returns 0 or -1."""

@@ -128,3 +128,14 @@ def start_storage_node(master, segment_size="256MiB"):
         c.stop()
         raise
     return c
+
+
+def start_metadata_server():
+    """Starts `mooncake metadata-server` on a free loopback port; returns (child, URL)."""
+    c = Child([mooncake_bin(), "metadata-server", "--host", "127.0.0.1", "--port", "0"])
+    try:
+        line = c.read_until(lambda l: "http://" in l, timeout=60)
+    except Exception:
+        c.stop()
+        raise
+    return c, line[line.index("http://"):].split()[0]

@@ -7,7 +7,10 @@ on stdin, one JSON object per line:
   {"op": "fill", "off": o, "len": n, "seed": s} -> {"ok": true}  (random bytes)
   {"op": "notifies"}                          -> {"notifies": [[from, name, msg], ...]}
   {"op": "write", "target": session, "addr": a, "off": o, "len": n} -> {"rc": rc}
-It exits when stdin closes.
+  {"op": "read", "target": session, "addr": a, "off": o, "len": n}  -> {"rc": rc}
+  {"op": "first", "segment": name}            -> {"addr": get_first_buffer_address(name)}
+  {"op": "probe", "target": session}          -> {"rc": send_probe(target)}
+It exits when stdin closes. Arguments: buffer size, protocol, metadata server.
 """
 
 import hashlib
@@ -22,8 +25,9 @@ from mooncake.engine import TransferEngine
 def main():
     size = int(sys.argv[1]) if len(sys.argv) > 1 else 8 << 20
     protocol = sys.argv[2] if len(sys.argv) > 2 else "tcp"
+    metadata = sys.argv[3] if len(sys.argv) > 3 else "P2PHANDSHAKE"
     eng = TransferEngine()
-    if eng.initialize("127.0.0.1", "P2PHANDSHAKE", protocol, "") != 0:
+    if eng.initialize("127.0.0.1", metadata, protocol, "") != 0:
         print(json.dumps({"error": "initialize failed"}), flush=True)
         return 1
     buf = np.zeros(size, dtype=np.uint8)
@@ -48,6 +52,13 @@ def main():
         elif op == "write":
             o, n = cmd["off"], cmd["len"]
             out = {"rc": eng.transfer_sync_write(cmd["target"], addr + o, cmd["addr"], n)}
+        elif op == "read":
+            o, n = cmd["off"], cmd["len"]
+            out = {"rc": eng.transfer_sync_read(cmd["target"], addr + o, cmd["addr"], n)}
+        elif op == "first":
+            out = {"addr": eng.get_first_buffer_address(cmd["segment"])}
+        elif op == "probe":
+            out = {"rc": eng.send_probe(cmd["target"])}
         else:
             out = {"error": "unknown op %r" % op}
         print(json.dumps(out), flush=True)
