@@ -68,10 +68,35 @@ func (i *Instance) ProxySpec() string {
 	return i.URL
 }
 
+// Validate reports the first problem with c.
+func (c InstanceConfig) Validate() error {
+	switch {
+	case c.Model == nil:
+		return errors.New("cluster: InstanceConfig.Model is required")
+	case c.Role != "" && c.Role != "none" && c.Role != pdconnector.RoleProducer && c.Role != pdconnector.RoleConsumer && c.Role != pdconnector.RoleBoth:
+		return fmt.Errorf("cluster: role %q (want none, producer, consumer or both)", c.Role)
+	case c.Port < 0 || c.BootstrapPort < 0 || c.BlockSize < 0 || c.NumBlocks < 0 || c.MaxNumBatchedTokens < 0 ||
+		c.AbortTimeout < 0 || c.PullTimeout < 0:
+		return errors.New("cluster: negative port, size or timeout")
+	}
+	return nil
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	if c.Model == nil {
+		return errors.New("cluster: Config.Model is required")
+	}
+	if c.Prefill < 0 || c.Decode < 0 || c.ProxyPort < 0 {
+		return errors.New("cluster: negative instance count or port")
+	}
+	return nil
+}
+
 // StartInstance builds and starts an instance; it serves until Close.
 func StartInstance(ctx context.Context, cfg InstanceConfig) (inst *Instance, err error) {
-	if cfg.Model == nil {
-		return nil, errors.New("cluster: InstanceConfig.Model is required")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
@@ -181,6 +206,9 @@ type Cluster struct {
 // Up starts every instance and the proxy, and returns once the proxy sees
 // every instance healthy (or ctx ends).
 func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Prefill <= 0 {
 		cfg.Prefill = 1
 	}
