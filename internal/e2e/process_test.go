@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -118,7 +117,6 @@ func TestSeparateProcesses(t *testing.T) {
 	}
 	bin := filepath.Join(t.TempDir(), "mooncake")
 	build := exec.Command("go", "build", "-o", bin, "github.com/kvcache-go/mooncake/cmd/mooncake")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
