@@ -57,6 +57,24 @@ func readLeader(t *testing.T, cli *clientv3.Client, cluster string) masterha.Vie
 	return v
 }
 
+// waitCandidates waits until n candidates have an election key.
+func waitCandidates(t *testing.T, cli *clientv3.Client, cluster string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		resp, err := cli.Get(ctx, masterha.Key(cluster)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err == nil && resp.Count == int64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %d candidates: %v", n, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+}
+
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -119,7 +137,7 @@ func TestElection(t *testing.T) {
 
 	// A leader whose lease is revoked steps down, stops serving, campaigns again.
 	c := candidate(t, ep, cluster)
-	waitRole(t, c, masterha.RoleFollower)
+	waitCandidates(t, cli, cluster, 2) // c campaigns (so it is next in line)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := cli.Get(ctx, masterha.Key(cluster)+"/", clientv3.WithFirstCreate()...)

@@ -68,7 +68,7 @@ func TestFailover(t *testing.T) {
 	b := candidate(t, ep, "fo")
 
 	node, err := storenode.Start(ctx, storenode.Config{Master: addr, SegmentSize: 4 << 20, Engine: transfer.Config{Transport: transfer.TransportTCP},
-		PingInterval: 20 * time.Millisecond, RPCTimeout: 2 * time.Second, UnmountGrace: 100 * time.Millisecond})
+		PingInterval: 20 * time.Millisecond, RPCTimeout: 5 * time.Second, UnmountGrace: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := store.New(ctx, store.Config{Master: addr, Mover: eng, LocalBufferSize: 1 << 20, PingInterval: 20 * time.Millisecond, RPCTimeout: 2 * time.Second})
+	cl, err := store.New(ctx, store.Config{Master: addr, Mover: eng, LocalBufferSize: 1 << 20, PingInterval: 20 * time.Millisecond, RPCTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
