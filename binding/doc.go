@@ -69,7 +69,11 @@
 //	mc_store_list (JSON array of keys), mc_store_health, mc_store_close
 //	mc_store_register_buffer(h, ptr, size), mc_store_unregister_buffer(h, ptr)
 //
-// Each store client owns a transfer engine (protocol as above). A put of a
+// Each store client owns a transfer engine (protocol as above) that always
+// uses the P2P handshake: storage nodes and clients are reached directly by
+// their "host:port" segment names, so the metadata argument of
+// mc_store_open is ignored with a warning (Mooncake configurations often name
+// an HTTP or etcd metadata server). A put of a
 // key that exists returns 0 and keeps the stored value (Mooncake's put; the
 // Go client reports ErrExists). Memory registered with
 // mc_store_register_buffer is sent and received in place; other memory of

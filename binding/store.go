@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -76,19 +77,38 @@ type storeArgs struct {
 	segmentSize, bufferSize                  uint64
 }
 
+// storeEngineArgs is the configuration of a store client's transfer engine.
+// It always uses the P2P handshake: storage nodes (`mooncake store`) and
+// other clients are reached directly by their "host:port" segment names and
+// publish nowhere, so a metadata_server from a Mooncake configuration
+// (http://, etcd://, redis://, ...) is not needed and is ignored with a
+// warning instead of making every transfer fail to find its segment.
+// An empty protocol means auto (shared memory with same-host nodes).
+func storeEngineArgs(a storeArgs) (transfer.Config, []string, error) {
+	var note []string
+	if m := strings.TrimSpace(a.metadata); m != "" && !strings.EqualFold(m, transfer.MetadataP2P) {
+		note = append(note, fmt.Sprintf("metadata server %q ignored: store segments are found by P2P handshake", m))
+	}
+	cfg, warns, err := engineArgs(a.host, transfer.MetadataP2P, a.protocol, a.device)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if cfg.Transport == transfer.TransportTCP && a.protocol == "" {
+		cfg.Transport = transfer.TransportAuto
+	}
+	return cfg, append(note, warns...), nil
+}
+
 func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	if a.master == "" {
 		return nil, errInvalid("no master address")
 	}
-	cfg, warns, err := engineArgs(a.host, a.metadata, a.protocol, a.device)
+	cfg, warns, err := storeEngineArgs(a)
 	if err != nil {
 		return nil, err
 	}
 	for _, w := range warns {
 		logger.Warn("store setup", "note", w)
-	}
-	if cfg.Transport == transfer.TransportTCP && a.protocol == "" {
-		cfg.Transport = transfer.TransportAuto
 	}
 	cfg.Logger = logger.With("store", a.host)
 	eng, err := transfer.Open(ctx, cfg)

@@ -205,3 +205,37 @@ func TestStoreInProcess(t *testing.T) {
 		t.Fatalf("bad handle: %v", err)
 	}
 }
+
+func TestStoreEngineArgs(t *testing.T) {
+	tests := []struct {
+		name          string
+		a             storeArgs
+		wantTransport string
+		wantWarns     int
+		wantErr       bool
+	}{
+		{"p2p default protocol is auto", storeArgs{host: "127.0.0.1", metadata: "P2PHANDSHAKE"}, transfer.TransportAuto, 0, false},
+		{"empty metadata", storeArgs{host: "127.0.0.1", protocol: "tcp"}, transfer.TransportTCP, 0, false},
+		{"http metadata ignored", storeArgs{host: "127.0.0.1", metadata: "http://127.0.0.1:8080/metadata", protocol: "tcp"}, transfer.TransportTCP, 1, false},
+		{"etcd metadata ignored", storeArgs{host: "127.0.0.1", metadata: "127.0.0.1:2379"}, transfer.TransportAuto, 1, false},
+		{"redis metadata ignored", storeArgs{host: "127.0.0.1", metadata: "redis://127.0.0.1:6379", protocol: "rdma"}, transfer.TransportTCP, 2, false},
+		{"bad protocol", storeArgs{host: "127.0.0.1", protocol: "pigeon"}, "", 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, warns, err := storeEngineArgs(tc.a)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("want error, got %+v", cfg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Metadata != transfer.MetadataP2P || cfg.Transport != tc.wantTransport || len(warns) != tc.wantWarns {
+				t.Fatalf("metadata %q transport %q warnings %q", cfg.Metadata, cfg.Transport, warns)
+			}
+		})
+	}
+}

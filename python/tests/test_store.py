@@ -245,6 +245,21 @@ class StoreTest(unittest.TestCase):
         finally:
             self.assertEqual(other.close(), 0)
 
+    def test_metadata_server_setting_is_ignored(self):
+        # Mooncake configurations often name an HTTP or etcd metadata server; the
+        # store finds segments by P2P handshake, so one that is not even running
+        # changes nothing.
+        for meta in ("http://127.0.0.1:1/metadata", "127.0.0.1:1", "redis://127.0.0.1:1"):
+            other = self.cluster.client(metadata_server=meta, global_segment_size=16 * MIB)
+            try:
+                v = rand_bytes(200 * 1024, len(meta))
+                key = "meta/" + meta.split(":")[0]
+                self.assertEqual(other.put(key, v), 0)
+                self.assertEqual(other.get(key), v)
+                self.assertEqual(self.store.get(key), v)
+            finally:
+                self.assertEqual(other.close(), 0)
+
 
 class StoreLifecycleTest(unittest.TestCase):
     @classmethod
@@ -264,7 +279,8 @@ class StoreLifecycleTest(unittest.TestCase):
         s = MooncakeDistributedStore()
         self.assertEqual(s.setup("127.0.0.1", "P2PHANDSHAKE", "lots", 16 * MIB, "tcp", "", "127.0.0.1:1"),
                          ErrorCode.INVALID_PARAMS)
-        self.assertLess(s.setup("127.0.0.1", "redis://127.0.0.1:1", 0, 16 * MIB, "tcp", "", "127.0.0.1:1"), 0)
+        self.assertEqual(s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 * MIB, "pigeon", "", "127.0.0.1:1"),
+                         ErrorCode.INVALID_PARAMS)
 
     def test_env_setup_remove_all_and_master_loss(self):
         cluster = Cluster(segment_size="64MiB")
