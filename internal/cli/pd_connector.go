@@ -15,7 +15,7 @@ func init() { kvConnectors["mooncake"] = newMooncakeConnector }
 
 // mooncakeConnectorConfig is --kv-connector-config for the mooncake connector.
 type mooncakeConnectorConfig struct {
-	BootstrapPort int     // bootstrap_port (8998 for a producer; 0 picks a free port)
+	BootstrapPort int     // bootstrap_port (8998 for a producer, none for a consumer; 0 picks a free port)
 	EngineID      string  // engine_id
 	AbortTimeoutS float64 // abort_timeout_s (480)
 	PullTimeoutS  float64 // pull_timeout_s (30)
@@ -24,8 +24,11 @@ type mooncakeConnectorConfig struct {
 	RPCPort       int     // rpc_port of the transfer engine (0)
 }
 
-func parseMooncakeConnectorConfig(m map[string]any) (mooncakeConnectorConfig, error) {
+func parseMooncakeConnectorConfig(role string, m map[string]any) (mooncakeConnectorConfig, error) {
 	c := mooncakeConnectorConfig{BootstrapPort: bootstrap.DefaultPort}
+	if role == pdconnector.RoleConsumer {
+		c.BootstrapPort = 0 // a consumer serves no pulls; its metrics are on the engine's /metrics
+	}
 	for k, v := range m {
 		var err error
 		switch k {
@@ -77,9 +80,15 @@ func floatValue(k string, v any) (float64, error) {
 }
 
 func newMooncakeConnector(ctx context.Context, opts KVConnectorOptions) (*KVConnectorSetup, error) {
-	cc, err := parseMooncakeConnectorConfig(opts.Config)
+	cc, err := parseMooncakeConnectorConfig(opts.Role, opts.Config)
 	if err != nil {
 		return nil, &ExitError{Code: 2, Err: err}
+	}
+	if opts.BootstrapPort != nil {
+		cc.BootstrapPort = *opts.BootstrapPort
+		if cc.BootstrapPort < 0 || cc.BootstrapPort > 65535 {
+			return nil, &ExitError{Code: 2, Err: fmt.Errorf("--bootstrap-port %d: want 0..65535", cc.BootstrapPort)}
+		}
 	}
 	host := opts.Host
 	if host == "" || host == "0.0.0.0" {
@@ -102,7 +111,7 @@ func newMooncakeConnector(ctx context.Context, opts KVConnectorOptions) (*KVConn
 		opts.Logger.Info("mooncake connector ready", "role", opts.Role, "engine_id", conn.EngineID(),
 			"bootstrap", conn.BootstrapAddr(), "transfer_segment", te.Name())
 	}
-	return &KVConnectorSetup{Connector: conn, Allocator: conn.Allocator(),
+	return &KVConnectorSetup{Connector: conn, Allocator: conn.Allocator(), Collectors: conn.Collectors(),
 		Close: func() error {
 			conn.Close()
 			return te.Close()

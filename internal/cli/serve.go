@@ -8,8 +8,10 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/kvcache-go/mooncake/internal/bootstrap"
 	"github.com/kvcache-go/mooncake/internal/engine"
 	"github.com/kvcache-go/mooncake/internal/kvcache"
 	"github.com/kvcache-go/mooncake/internal/server"
@@ -20,7 +22,10 @@ type KVConnectorOptions struct {
 	Role   string         // both, producer or consumer (--role)
 	Config map[string]any // --kv-connector-config (JSON object)
 	Host   string         // --host
-	Logger *slog.Logger
+	// BootstrapPort is --bootstrap-port when given (nil otherwise); it
+	// overrides the config's bootstrap_port.
+	BootstrapPort *int
+	Logger        *slog.Logger
 }
 
 // KVConnectorSetup is what a factory returns: the connector, optionally
@@ -33,6 +38,9 @@ type KVConnectorSetup struct {
 	// AfterStart, if set, runs once the engine exists (its KVCaches are
 	// registered with the connector by then) and before serving.
 	AfterStart func(e *engine.Engine) error
+	// Collectors are registered with the server's Prometheus registry, so
+	// the engine's /metrics shows the connector's metrics.
+	Collectors []prometheus.Collector
 }
 
 // KVConnectorFactory builds a connector for `mooncake serve --kv-connector NAME`.
@@ -44,10 +52,11 @@ var kvConnectors = map[string]KVConnectorFactory{}
 
 type serveFlags struct {
 	model, host, role, connector, connectorCfg, policy string
-	port, blockSize, numBlocks, batchTokens, maxSeqs     int
-	maxModelLen, maxWaiting                              int
-	seed                                                 uint64
-	noPrefixCache, verbose                               bool
+	port, blockSize, numBlocks, batchTokens, maxSeqs   int
+	bootstrapPort                                      int
+	maxModelLen, maxWaiting                            int
+	seed                                               uint64
+	noPrefixCache, verbose                             bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -69,8 +78,9 @@ model.safetensors). The first line on stdout reports the address bound.`,
 	f.StringVar(&sf.host, "host", "127.0.0.1", "address to listen on")
 	f.IntVar(&sf.port, "port", 8000, "HTTP port (0 picks a free port)")
 	f.StringVar(&sf.role, "role", engine.RoleBoth, "KV role: both, producer (prefill) or consumer (decode)")
-	f.StringVar(&sf.connector, "kv-connector", "", "KV connector name (none by default)")
+	f.StringVar(&sf.connector, "kv-connector", "", "KV connector name: mooncake or none (default: mooncake with --role producer|consumer, none with both)")
 	f.StringVar(&sf.connectorCfg, "kv-connector-config", "", "KV connector configuration (JSON object)")
+	f.IntVar(&sf.bootstrapPort, "bootstrap-port", bootstrap.DefaultPort, "bootstrap registry port of the mooncake connector (a producer's default; a consumer listens only when given; 0 picks a free port)")
 	f.StringVar(&sf.policy, "kv-load-failure-policy", engine.PolicyRecompute, "recompute or fail")
 	f.IntVar(&sf.blockSize, "block-size", 16, "tokens per KV block")
 	f.IntVar(&sf.numBlocks, "num-blocks", 1024, "KV cache size in blocks")
@@ -101,12 +111,22 @@ func runServe(cmd *cobra.Command, sf serveFlags) error {
 		return &ExitError{Code: 2, Err: err}
 	}
 	var setup *KVConnectorSetup
-	if sf.connector != "" {
-		factory, ok := kvConnectors[sf.connector]
+	connector := sf.connector
+	if connector == "" && sf.role != engine.RoleBoth {
+		connector = "mooncake" // --role producer|consumer alone is a P/D instance
+	}
+	if cmd.Flags().Changed("bootstrap-port") && (connector == "" || connector == "none") {
+		return &ExitError{Code: 2, Err: fmt.Errorf("--bootstrap-port needs a KV connector (--role producer|consumer or --kv-connector mooncake)")}
+	}
+	if connector != "" && connector != "none" {
+		factory, ok := kvConnectors[connector]
 		if !ok {
-			return &ExitError{Code: 2, Err: fmt.Errorf("unknown --kv-connector %q", sf.connector)}
+			return &ExitError{Code: 2, Err: fmt.Errorf("unknown --kv-connector %q (mooncake or none)", connector)}
 		}
 		opts := KVConnectorOptions{Role: sf.role, Host: sf.host, Logger: log}
+		if cmd.Flags().Changed("bootstrap-port") {
+			opts.BootstrapPort = &sf.bootstrapPort
+		}
 		if sf.connectorCfg != "" {
 			if err := json.Unmarshal([]byte(sf.connectorCfg), &opts.Config); err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--kv-connector-config: %w", err)}
@@ -133,6 +153,11 @@ func runServe(cmd *cobra.Command, sf serveFlags) error {
 	if err != nil {
 		return err
 	}
+	if setup != nil && len(setup.Collectors) > 0 {
+		if err := registerAll(srv.Registry(), setup.Collectors); err != nil {
+			return fmt.Errorf("KV connector metrics: %w", err)
+		}
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(sf.host, strconv.Itoa(sf.port)))
 	if err != nil {
 		return err
@@ -140,4 +165,13 @@ func runServe(cmd *cobra.Command, sf serveFlags) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "serving %s on http://%s (role %s, KV %d bytes/token)\n",
 		m.Name, ln.Addr(), cfg.Role, eng.KVCaches().Layout.BytesPerToken())
 	return srv.Serve(ctx, ln)
+}
+
+func registerAll(reg *prometheus.Registry, cs []prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

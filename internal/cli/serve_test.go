@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,7 +98,7 @@ func TestModelInitAndServe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fromDir := complete(t, startServe(t, "--model", dir, "--role", "producer"))
+	fromDir := complete(t, startServe(t, "--model", dir, "--role", "producer", "--bootstrap-port", "0"))
 	builtin := complete(t, startServe(t, "--model", "tiny", "--seed", "1"))
 	if fromDir != builtin {
 		t.Fatalf("directory model gave %s, built-in gave %s", fromDir, builtin)
@@ -111,6 +113,8 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--model", dir},
 		{"serve", "--role", "observer"},
 		{"serve", "--kv-connector", "nope"},
+		{"serve", "--bootstrap-port", "9000"}, // role both: no connector
+		{"serve", "--role", "producer", "--bootstrap-port", "70000"},
 		{"model", "init", "--config", "medium", "--out", t.TempDir()},
 	} {
 		code, err := Run(context.Background(), args, io.Discard, io.Discard)
@@ -132,5 +136,42 @@ func TestBenchServeRuns(t *testing.T) {
 	}
 	if r.KVBytesPerToken != 2*2*2*16*4 || r.TTFTColdSeconds <= 0 || len(r.Decode) != 2 || r.Decode[1].OutputTokensPerSec <= 0 {
 		t.Fatalf("result %+v", r)
+	}
+}
+
+// TestServeRoleFlags: --role producer alone starts the mooncake connector,
+// --bootstrap-port puts its registry there, and the engine's /metrics
+// shows the connector's metrics.
+func TestServeRoleFlags(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	url := startServe(t, "--model", "tiny", "--role", "producer", "--bootstrap-port", strconv.Itoa(port))
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/query", port))
+	if err != nil {
+		t.Fatalf("bootstrap registry not on --bootstrap-port: %v", err)
+	}
+	var q map[string]any
+	json.NewDecoder(resp.Body).Decode(&q)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || q["engine_id"] == nil {
+		t.Fatalf("/query %d %v", resp.StatusCode, q)
+	}
+	complete(t, url)
+	for _, u := range []string{url, startServe(t, "--model", "tiny", "--role", "consumer")} {
+		resp, err := http.Get(u + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, name := range []string{"mooncake_engine_kv_blocks_used", "mooncake_pd_"} {
+			if !strings.Contains(string(b), name) {
+				t.Errorf("%s/metrics lacks %s", u, name)
+			}
+		}
 	}
 }

@@ -70,12 +70,19 @@ func TestUpServesStreamedAnswer(t *testing.T) {
 }
 
 func TestMooncakeConnectorConfig(t *testing.T) {
-	c, err := parseMooncakeConnectorConfig(map[string]any{"bootstrap_port": 9000.0, "abort_timeout_s": 1.5, "engine_id": "e"})
+	c, err := parseMooncakeConnectorConfig("producer", map[string]any{"bootstrap_port": 9000.0, "abort_timeout_s": 1.5, "engine_id": "e"})
 	if err != nil || c.BootstrapPort != 9000 || c.AbortTimeoutS != 1.5 || c.EngineID != "e" {
 		t.Fatalf("%+v %v", c, err)
 	}
+	// Defaults: a producer's registry on 8998, none for a consumer.
+	if c, _ := parseMooncakeConnectorConfig("producer", nil); c.BootstrapPort != 8998 {
+		t.Fatalf("producer default port %d", c.BootstrapPort)
+	}
+	if c, _ := parseMooncakeConnectorConfig("consumer", nil); c.BootstrapPort != 0 {
+		t.Fatalf("consumer default port %d", c.BootstrapPort)
+	}
 	for _, bad := range []map[string]any{{"bootstrap_port": 1.5}, {"nope": 1.0}, {"engine_id": 3.0}, {"pull_timeout_s": -1.0}} {
-		if _, err := parseMooncakeConnectorConfig(bad); err == nil {
+		if _, err := parseMooncakeConnectorConfig("producer", bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
 	}
