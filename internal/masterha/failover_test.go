@@ -135,8 +135,10 @@ func TestFailover(t *testing.T) {
 	}()
 
 	remounts := node.Client().Remounts()
+	t0 := time.Now()
 	a.Close() // graceful: the standby takes over at once
 	waitRole(t, b, masterha.RoleLeader)
+	tLead := time.Since(t0)
 	eventually(t, 15*time.Second, "node remount on the new leader", func() bool { return node.Client().Remounts() > remounts })
 	eventually(t, 15*time.Second, "segment on the new leader", func() bool {
 		m := b.Master()
@@ -144,13 +146,16 @@ func TestFailover(t *testing.T) {
 	})
 	checkNoStale(t, ctx, cl, latest, 2) // the new leader started empty
 	putAll(2)
+	t.Logf("graceful hand-over: new leader after %v, node remounted and 8 puts done after %v", tLead, time.Since(t0))
 	checkNoStale(t, ctx, cl, latest, 2)
 
 	c := candidate(t, ep, "fo")
 	waitRole(t, c, masterha.RoleFollower)
 	remounts = node.Client().Remounts()
+	t0 = time.Now()
 	b.Kill() // crash: c takes over when b's lease (1 s) ends
 	waitRole(t, c, masterha.RoleLeader)
+	tLead = time.Since(t0)
 	eventually(t, 15*time.Second, "node remount after the crash", func() bool { return node.Client().Remounts() > remounts })
 	eventually(t, 15*time.Second, "segment on the third leader", func() bool {
 		m := c.Master()
@@ -158,6 +163,7 @@ func TestFailover(t *testing.T) {
 	})
 	checkNoStale(t, ctx, cl, latest, 3)
 	putAll(3)
+	t.Logf("crash (1 s lease): new leader after %v, node remounted and 8 puts done after %v", tLead, time.Since(t0))
 	checkNoStale(t, ctx, cl, latest, 3)
 	if ok, err := cl.Exist(ctx, "k7"); err != nil || !ok {
 		t.Fatalf("exist k7: %v %v", ok, err)
