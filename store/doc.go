@@ -31,6 +31,11 @@
 // calls wait for the connection and retry while the master is unreachable,
 // within RPCTimeout.
 //
+// With several masters (`mooncake master --ha`), Config.Master may name the
+// cluster as "etcd://h1:2379;h2:2379[/CLUSTER]": the client then follows the
+// leader elected in etcd (package internal/masterha), and a failover looks
+// like a master restart: the new leader starts empty and the client remounts.
+//
 // # Example
 //
 //	eng, _ := transfer.Open(ctx, transfer.Config{})

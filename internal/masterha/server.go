@@ -343,7 +343,7 @@ func (s *Server) handler() http.Handler {
 		h := s.admin
 		s.mu.Unlock()
 		if h == nil {
-			http.Error(w, "not leader (see /leader)", http.StatusServiceUnavailable)
+			http.Error(w, ErrNotLeader.Error()+" (see /leader)", http.StatusServiceUnavailable)
 			return
 		}
 		h.ServeHTTP(w, r)
