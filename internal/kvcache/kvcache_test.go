@@ -3,6 +3,7 @@ package kvcache
 import (
 	"bufio"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -107,9 +108,10 @@ func TestPoolRefCountsAndLRU(t *testing.T) {
 		t.Fatalf("lookup %v", got)
 	}
 	p.Free([]int{0})
-	// Free queue: 2, 3, 1, 0 -> allocating three takes 2, 3 then 1 (dropping h1).
+	// Plain free 2, 3; cached queue 1, 0 -> allocating three takes 2, 3,
+	// then evicts 1 (dropping h1), returned sorted.
 	b, _ := p.Allocate(3)
-	if !slices.Equal(b, []int{2, 3, 1}) {
+	if !slices.Equal(b, []int{1, 2, 3}) {
 		t.Fatalf("LRU order: %v", b)
 	}
 	if got := p.Lookup([]BlockHash{h0, h1}); !slices.Equal(got, []int{0}) {
@@ -152,5 +154,126 @@ func TestLayoutAndRegions(t *testing.T) {
 	c2.BlockSize = 8
 	if c.Hash() == c2.Hash() || c.Hash() != (Compat{Model: "tiny", DType: "float32", NumLayers: 2, NumKVHeads: 2, HeadDim: 8, BlockSize: 16}).Hash() {
 		t.Fatal("compat hash does not separate block sizes or is not stable")
+	}
+}
+
+// TestPoolContiguity: a fresh pool hands out one run of ids; plain free
+// blocks go out lowest first, before any cached block is evicted; evicted
+// cached blocks go least recently freed first; every allocation is sorted.
+func TestPoolContiguity(t *testing.T) {
+	runs := func(ids []int) int {
+		n := 0
+		for i := range ids {
+			if i == 0 || ids[i] != ids[i-1]+1 {
+				n++
+			}
+		}
+		return n
+	}
+	p := NewPool(256)
+	a, _ := p.Allocate(100)
+	if runs(a) != 1 || a[0] != 0 {
+		t.Fatalf("fresh allocation %v", a)
+	}
+	b, _ := p.Allocate(50) // 100..149
+	// Free a with hashes on its first half, b without: the plain set gets
+	// 50..99 and 100..149 back; 0..49 are cached.
+	for i := range 50 {
+		p.SetHash(a[i], HashBlock(RootHash(""), []int{i}))
+	}
+	p.Free(a)
+	p.Free(b)
+	c, _ := p.Allocate(120)
+	if runs(c) != 1 || c[0] != 50 || p.NumCached() != 50 {
+		t.Fatalf("plain blocks should go first and contiguous: %d runs from %d, cached %d", runs(c), c[0], p.NumCached())
+	}
+	p.Free(c)
+	// All 206 plain free blocks go before the 50 cached ones.
+	d, _ := p.Allocate(206)
+	if p.NumCached() != 50 || runs(d) != 1 || d[0] != 50 {
+		t.Fatalf("cached evicted early: cached %d runs %d", p.NumCached(), runs(d))
+	}
+	// Then the cached ones, oldest first (freed in reverse: 49, 48, ...).
+	e, _ := p.Allocate(10)
+	if !slices.Equal(e, []int{40, 41, 42, 43, 44, 45, 46, 47, 48, 49}) || p.NumCached() != 40 {
+		t.Fatalf("evicted %v, cached %d", e, p.NumCached())
+	}
+	// DropHash of a cached free block makes it plain: it goes out next.
+	p.DropHash(0)
+	if f, _ := p.Allocate(1); f[0] != 0 || p.NumCached() != 39 {
+		t.Fatalf("dropped block not reused first: %v", f)
+	}
+	if p.NumFree()+p.NumUsed() != 256 {
+		t.Fatalf("free %d + used %d", p.NumFree(), p.NumUsed())
+	}
+}
+
+// TestPoolRandomOps: random allocate/free/hash/touch/drop sequences keep
+// the pool consistent: no id handed out twice, allocations sorted, counts
+// add up, cached hashes found.
+func TestPoolRandomOps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n = 200
+	p := NewPool(n)
+	var held [][]int
+	owned := make([]int, n) // references held by the test
+	for step := range 5000 {
+		switch rng.IntN(5) {
+		case 0, 1:
+			k := rng.IntN(20)
+			ids, err := p.Allocate(k)
+			if err != nil {
+				if !errors.Is(err, ErrNoBlocks) || k <= p.NumFree() {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				continue
+			}
+			if !slices.IsSorted(ids) || len(ids) != k {
+				t.Fatalf("step %d: allocation %v", step, ids)
+			}
+			for _, id := range ids {
+				if owned[id] != 0 {
+					t.Fatalf("step %d: block %d handed out while held", step, id)
+				}
+				owned[id]++
+				if rng.IntN(2) == 0 {
+					p.SetHash(id, HashBlock(RootHash(""), []int{step, id}))
+				}
+			}
+			held = append(held, ids)
+		case 2:
+			if len(held) > 0 {
+				i := rng.IntN(len(held))
+				p.Free(held[i])
+				for _, id := range held[i] {
+					owned[id]--
+				}
+				held = slices.Delete(held, i, i+1)
+			}
+		case 3: // take a cached block back (prefix hit)
+			id := rng.IntN(n)
+			if h, ok := p.Hash(id); ok {
+				if got := p.Lookup([]BlockHash{h}); !slices.Equal(got, []int{id}) {
+					t.Fatalf("step %d: lookup %v, want %d", step, got, id)
+				}
+				p.Touch([]int{id})
+				owned[id]++
+				held = append(held, []int{id})
+			}
+		case 4:
+			p.DropHash(rng.IntN(n))
+		}
+		used := 0
+		for id, o := range owned {
+			if o != p.RefCount(id) {
+				t.Fatalf("step %d: block %d refcount %d, held %d", step, id, p.RefCount(id), o)
+			}
+			if o > 0 {
+				used++
+			}
+		}
+		if used != p.NumUsed() || p.NumFree()+p.NumUsed() != n {
+			t.Fatalf("step %d: used %d, pool used %d free %d", step, used, p.NumUsed(), p.NumFree())
+		}
 	}
 }

@@ -3,6 +3,8 @@ package kvcache
 import (
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 )
 
 // ErrNoBlocks is returned by Allocate when fewer free blocks remain than asked for.
@@ -12,50 +14,80 @@ type blockMeta struct {
 	ref        int
 	hash       BlockHash
 	hashed     bool
-	prev, next int // free-list links; -1 = none
-	inFree     bool
+	prev, next int  // cached-free queue links; -1 = none
+	inFree     bool // free (in the cached queue if hashed, in the plain set otherwise)
 }
 
 // Pool hands out block ids of a paged KV cache. It is a pure data structure,
 // not safe for concurrent use: the engine's scheduler owns it.
 //
-// Every block is either in use (reference count > 0) or free. Free blocks sit
-// in one queue ordered by the time they became free; Allocate takes from the
-// front (least recently freed first). A free block may still hold a cached
-// prefix (it has a hash): a later request with the same prefix can take it
-// back out of the queue with Touch, which is the LRU reuse of cached blocks.
-// A block's hash is dropped when Allocate hands it out for new contents.
+// Every block is either in use (reference count > 0) or free. A free block
+// is either plain (it holds nothing reusable) or cached (it still holds a
+// hashed prefix block). Plain free blocks form a set ordered by id; cached
+// free blocks sit in a queue ordered by the time they became free.
+//
+// Allocate takes the lowest plain ids first, then evicts cached blocks from
+// the front of the queue (least recently freed first), and returns the ids
+// sorted ascending. So a request's block table is made of runs of
+// consecutive ids (a fresh pool gives one run), which lets a KV transfer
+// move a run with one request; and a cached prefix is evicted only when no
+// plain block is left. A later request with the same prefix can take a
+// cached free block back out of the queue with Touch: the LRU reuse of
+// cached blocks. A block's hash is dropped when Allocate hands it out for
+// new contents.
 type Pool struct {
 	blocks     []blockMeta
-	head, tail int
+	head, tail int // cached-free queue
 	numFree    int
 	cached     map[BlockHash]int
+
+	plain    []uint64 // bit id set: plain free block
+	plainLow int      // no bit is set in plain[:plainLow]
+	numPlain int
 }
 
 // NewPool returns a pool of n free blocks numbered 0..n-1.
 func NewPool(n int) *Pool {
-	p := &Pool{blocks: make([]blockMeta, n), head: -1, tail: -1, cached: make(map[BlockHash]int)}
+	p := &Pool{blocks: make([]blockMeta, n), head: -1, tail: -1, cached: make(map[BlockHash]int),
+		plain: make([]uint64, (n+63)/64)}
 	for i := range p.blocks {
 		p.blocks[i].prev, p.blocks[i].next = -1, -1
-		p.pushBack(i)
+		p.addFree(i)
 	}
 	return p
 }
 
-func (p *Pool) pushBack(id int) {
+// addFree makes block id free: into the cached queue's back if it holds a
+// hash, into the plain set otherwise.
+func (p *Pool) addFree(id int) {
 	b := &p.blocks[id]
-	b.inFree, b.prev, b.next = true, p.tail, -1
+	b.inFree = true
+	p.numFree++
+	if !b.hashed {
+		p.plain[id/64] |= 1 << (id % 64)
+		p.plainLow = min(p.plainLow, id/64)
+		p.numPlain++
+		return
+	}
+	b.prev, b.next = p.tail, -1
 	if p.tail >= 0 {
 		p.blocks[p.tail].next = id
 	} else {
 		p.head = id
 	}
 	p.tail = id
-	p.numFree++
 }
 
-func (p *Pool) remove(id int) {
+// removeFree takes free block id out of its set or queue.
+func (p *Pool) removeFree(id int) {
 	b := &p.blocks[id]
+	b.inFree = false
+	p.numFree--
+	if !b.hashed {
+		p.plain[id/64] &^= 1 << (id % 64)
+		p.numPlain--
+		return
+	}
 	if b.prev >= 0 {
 		p.blocks[b.prev].next = b.next
 	} else {
@@ -66,8 +98,34 @@ func (p *Pool) remove(id int) {
 	} else {
 		p.tail = b.prev
 	}
-	b.inFree, b.prev, b.next = false, -1, -1
-	p.numFree--
+	b.prev, b.next = -1, -1
+}
+
+// lowestPlain returns the lowest plain free id (the set must not be empty).
+func (p *Pool) lowestPlain() int {
+	for p.plain[p.plainLow] == 0 {
+		p.plainLow++
+	}
+	return p.plainLow*64 + bits.TrailingZeros64(p.plain[p.plainLow])
+}
+
+// unhash drops block id's hash, moving it to the plain set if it is free.
+func (p *Pool) unhash(id int) {
+	b := &p.blocks[id]
+	if !b.hashed {
+		return
+	}
+	free := b.inFree
+	if free {
+		p.removeFree(id)
+	}
+	if p.cached[b.hash] == id {
+		delete(p.cached, b.hash)
+	}
+	b.hashed = false
+	if free {
+		p.addFree(id)
+	}
 }
 
 // NumBlocks is the pool size.
@@ -104,22 +162,28 @@ func (p *Pool) Touch(ids []int) {
 	for _, id := range ids {
 		b := &p.blocks[id]
 		if b.ref == 0 && b.inFree {
-			p.remove(id)
+			p.removeFree(id)
 		}
 		b.ref++
 	}
 }
 
-// Allocate takes n blocks from the front of the free queue, dropping any
-// cached hash they held, each with reference count 1.
+// Allocate takes n free blocks, each with reference count 1: the lowest
+// plain ids first, then cached blocks from the front of the queue (their
+// hashes dropped). The ids are returned sorted ascending.
 func (p *Pool) Allocate(n int) ([]int, error) {
 	if n > p.numFree {
 		return nil, fmt.Errorf("%w: need %d, have %d", ErrNoBlocks, n, p.numFree)
 	}
 	ids := make([]int, 0, n)
 	for range n {
-		id := p.head
-		p.remove(id)
+		var id int
+		if p.numPlain > 0 {
+			id = p.lowestPlain()
+		} else {
+			id = p.head
+		}
+		p.removeFree(id)
 		b := &p.blocks[id]
 		if b.hashed {
 			if p.cached[b.hash] == id {
@@ -130,6 +194,7 @@ func (p *Pool) Allocate(n int) ([]int, error) {
 		b.ref = 1
 		ids = append(ids, id)
 	}
+	slices.Sort(ids)
 	return ids, nil
 }
 
@@ -145,7 +210,7 @@ func (p *Pool) Free(ids []int) {
 		}
 		b.ref--
 		if b.ref == 0 {
-			p.pushBack(id)
+			p.addFree(id)
 		}
 	}
 }
@@ -160,21 +225,20 @@ func (p *Pool) SetHash(id int, h BlockHash) {
 	if _, dup := p.cached[h]; dup {
 		return
 	}
+	free := b.inFree
+	if free {
+		p.removeFree(id)
+	}
 	b.hash, b.hashed = h, true
 	p.cached[h] = id
+	if free {
+		p.addFree(id)
+	}
 }
 
 // DropHash forgets the cached contents of block id (for example after a
 // failed external load wrote garbage into it).
-func (p *Pool) DropHash(id int) {
-	b := &p.blocks[id]
-	if b.hashed {
-		if p.cached[b.hash] == id {
-			delete(p.cached, b.hash)
-		}
-		b.hashed = false
-	}
-}
+func (p *Pool) DropHash(id int) { p.unhash(id) }
 
 // Hash returns the hash held by block id, if any.
 func (p *Pool) Hash(id int) (BlockHash, bool) {
