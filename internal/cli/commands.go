@@ -25,4 +25,5 @@ var benchCommands = []func() *cobra.Command{
 	newBenchStoreCmd,    // store vs redis (issue 5)
 	newBenchTransferCmd, // transfer engine (issue 2)
 	newBenchPDCmd,       // P/D disaggregation (issue 4)
+	newBenchTraceCmd,    // trace-driven cache policies and KV-aware routing
 }

@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcache-go/mooncake/internal/tracesim"
+)
+
+// defaultTraceRel is the default trace, relative to the repository root.
+var defaultTraceRel = filepath.Join("..", "shared", "traces", "conversation_trace.jsonl")
+
+type benchTraceFlags struct {
+	trace      string
+	limit      int
+	capacities string
+	asJSON     bool
+	slo        time.Duration
+	bandwidth  float64 // GB/s
+	cfg        tracesim.RouteConfig
+}
+
+// newBenchTraceCmd is `mooncake bench trace`: replays a Mooncake trace
+// through cache eviction policies (one global pool) and prefill routers
+// (per-instance caches), next to the paper's Table 1.
+func newBenchTraceCmd() *cobra.Command {
+	f := benchTraceFlags{cfg: tracesim.DefaultRouteConfig()}
+	cmd := &cobra.Command{
+		Use:   "trace",
+		Short: "Trace-driven KV cache policy hit rates and KV-aware routing TTFT (simulation)",
+		Long: `Replays a Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids).
+
+Cache policies: one global pool of --capacities blocks (512 tokens each); LRU, LFU and
+LengthAware hit rates, as ratios to the ideal (unlimited) hit ratio computed directly from
+the trace, next to the paper's Table 1 (measured on the arXiv trace).
+
+Routing: --instances prefill instances with an LRU cache of --capacity blocks each;
+round-robin, least-loaded, cache-aware and Mooncake's conductor; TTFT from the prefill cost
+model, share of requests within --slo, and early rejections with --reject.
+See internal/tracesim's package doc for every definition.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBenchTrace(cmd.OutOrStdout(), f)
+		},
+	}
+	d := tracesim.DefaultRouteConfig()
+	fl := cmd.Flags()
+	fl.StringVar(&f.trace, "trace", "", "trace file (default: "+defaultTraceRel+" relative to the repository root)")
+	fl.IntVar(&f.limit, "limit", 0, "replay only the first N requests of the file (0: all)")
+	fl.StringVar(&f.capacities, "capacities", "inf,100000,50000,30000,10000,1000", "global pool sizes in blocks for the cache policy table")
+	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object per result row")
+	fl.IntVar(&f.cfg.Instances, "instances", d.Instances, "prefill instances for the routing simulation")
+	fl.IntVar(&f.cfg.CapacityBlocks, "capacity", d.CapacityBlocks, "LRU cache per prefill instance in blocks (0: unlimited)")
+	fl.DurationVar(&f.slo, "slo", time.Duration(d.SLOSeconds*float64(time.Second)), "TTFT SLO")
+	fl.BoolVar(&f.cfg.Reject, "reject", false, "reject a request early when its TTFT estimate exceeds --slo")
+	fl.Float64Var(&f.bandwidth, "bandwidth", d.BandwidthBytesPerSec/1e9, "KV transfer bandwidth between prefill instances, GB/s")
+	fl.Float64Var(&f.cfg.KVBytesPerToken, "kv-bytes-per-token", d.KVBytesPerToken, "KV cache bytes per token (default: LLaMA-70B-sized, 80 layers x 8 KV heads x 128 x K,V x fp16)")
+	fl.IntVar(&f.cfg.BalanceThresholdBlocks, "balance-threshold", d.BalanceThresholdBlocks, "conductor pulls the best prefix when it beats the local one by more than this many blocks")
+	fl.Float64Var(&f.cfg.Cost.Fixed, "prefill-fixed", d.Cost.Fixed, "prefill cost model: seconds per request")
+	fl.Float64Var(&f.cfg.Cost.PerToken, "prefill-per-token", d.Cost.PerToken, "prefill cost model: seconds per uncached token")
+	fl.Float64Var(&f.cfg.Cost.PerTokenPair, "prefill-per-token-pair", d.Cost.PerTokenPair, "prefill cost model: seconds per (new token, attended position) pair")
+	return cmd
+}
+
+// findTrace resolves the trace path: the flag, else defaultTraceRel from
+// the repository root found by walking up from dir to a go.mod.
+func findTrace(flagPath, dir string) (string, error) {
+	if flagPath != "" {
+		return flagPath, nil
+	}
+	for d := dir; ; {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			p := filepath.Join(d, defaultTraceRel)
+			if _, err := os.Stat(p); err != nil {
+				return "", fmt.Errorf("no trace at %s: pass --trace PATH", p)
+			}
+			return p, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("no repository root (go.mod) above %s to find %s: pass --trace PATH", dir, defaultTraceRel)
+		}
+		d = parent
+	}
+}
+
+// parseCapacities parses "inf,100000,..." into capacities (Unlimited for inf).
+func parseCapacities(s string) ([]int, error) {
+	var caps []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if strings.EqualFold(part, "inf") {
+			caps = append(caps, tracesim.Unlimited)
+			continue
+		}
+		n, err := strconv.Atoi(part)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--capacities: %q is not inf or a positive number of blocks", part)
+		}
+		caps = append(caps, n)
+	}
+	return caps, nil
+}
+
+func capLabel(c int) string {
+	if c == tracesim.Unlimited {
+		return "Inf"
+	}
+	return strconv.Itoa(c)
+}
+
+func runBenchTrace(out io.Writer, f benchTraceFlags) error {
+	usage := func(err error) error { return &ExitError{Code: 2, Err: err} }
+	if f.limit < 0 {
+		return usage(fmt.Errorf("--limit %d < 0", f.limit))
+	}
+	caps, err := parseCapacities(f.capacities)
+	if err != nil {
+		return usage(err)
+	}
+	cfg := f.cfg
+	cfg.SLOSeconds = f.slo.Seconds()
+	cfg.BandwidthBytesPerSec = f.bandwidth * 1e9
+	if err := cfg.Validate(); err != nil {
+		return usage(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	path, err := findTrace(f.trace, wd)
+	if err != nil {
+		return usage(err)
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		return usage(fmt.Errorf("--trace: %w", err))
+	}
+	defer file.Close()
+	tr, err := tracesim.ReadAll(file, f.limit)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(tr.Requests) == 0 {
+		return fmt.Errorf("%s: no requests", path)
+	}
+	reqs := tr.Requests
+
+	idealHits, blocks := tracesim.IdealHits(reqs)
+	ideal := 0.0
+	if blocks > 0 {
+		ideal = float64(idealHits) / float64(blocks)
+	}
+	distinct := make(map[int64]struct{})
+	for _, r := range reqs {
+		for _, id := range r.HashIDs {
+			distinct[id] = struct{}{}
+		}
+	}
+	var rows []map[string]any
+	rows = append(rows, map[string]any{
+		"kind": "trace", "path": path, "requests": len(reqs), "blocks": blocks, "distinct_blocks": len(distinct),
+		"length_mismatch": tr.Stats.LengthMismatch, "out_of_order": tr.Stats.OutOfOrder,
+		"ideal_hits": idealHits, "ideal_hit_rate": ideal,
+	})
+	var cacheRes []tracesim.CacheResult
+	for _, p := range tracesim.Policies {
+		for _, c := range caps {
+			r := tracesim.SimulateCache(reqs, p, c)
+			cacheRes = append(cacheRes, r)
+			row := map[string]any{
+				"kind": "cache", "policy": p.String(), "capacity": c, "unlimited": c == tracesim.Unlimited,
+				"hits": r.Hits, "blocks": r.Blocks, "evictions": r.Evictions,
+				"hit_rate": r.HitRate(), "ratio_to_ideal": ratio(r.HitRate(), ideal),
+			}
+			if v, ok := tracesim.PaperHitRate(p, c); ok {
+				row["paper_arxiv_hit_rate"] = v
+			}
+			rows = append(rows, row)
+		}
+	}
+	var routeRes []tracesim.RouteResult
+	for _, rt := range tracesim.Routers {
+		r, err := tracesim.SimulateRouting(reqs, rt, cfg)
+		if err != nil {
+			return usage(err)
+		}
+		routeRes = append(routeRes, r)
+		rows = append(rows, map[string]any{
+			"kind": "route", "router": rt.String(), "instances": cfg.Instances, "capacity": cfg.CapacityBlocks,
+			"requests": r.Requests, "served": r.Served, "rejected": r.Rejected,
+			"hit_rate": r.HitRate(), "pulled_rate": ratio(float64(r.Pulled), float64(r.Blocks)),
+			"mean_ttft_s": r.MeanTTFT, "p90_ttft_s": r.P90TTFT, "mean_isolated_prefill_s": r.MeanIsolated,
+			"mean_ttft_vs_isolated": ratio(r.MeanTTFT, r.MeanIsolated), "slo_s": cfg.SLOSeconds, "slo_fraction": r.SLOFraction(),
+		})
+	}
+
+	if f.asJSON {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		for _, row := range rows {
+			if err := enc.Encode(row); err != nil {
+				return err
+			}
+		}
+		_, err := out.Write(buf.Bytes())
+		return err
+	}
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "trace %s: %d requests, %d blocks (%d distinct); warnings: %d length mismatch, %d out of order\n",
+		path, len(reqs), blocks, len(distinct), tr.Stats.LengthMismatch, tr.Stats.OutOfOrder)
+	fmt.Fprintf(&buf, "ideal hit ratio (unlimited pool, computed directly): %.4f (%d/%d); paper: 0.366 conversation, 0.51 arXiv trace\n\n",
+		ideal, idealHits, blocks)
+	fmt.Fprintln(&buf, "Cache policies, one global pool (capacity in 512-token blocks; paper = Table 1 on the arXiv trace):")
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "policy\tcapacity\thit rate\tvs ideal\tpaper (arXiv)\tevictions")
+	for _, r := range cacheRes {
+		paper := "-"
+		if v, ok := tracesim.PaperHitRate(r.Policy, r.Capacity); ok {
+			paper = fmt.Sprintf("%.2f", v)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.3f\t%s\t%d\n", r.Policy, capLabel(r.Capacity), r.HitRate(), ratio(r.HitRate(), ideal), paper, r.Evictions)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	rej := "off"
+	if cfg.Reject {
+		rej = "on"
+	}
+	fmt.Fprintf(&buf, "\nRouting: %d prefill instances, LRU %s blocks each, SLO %s, early rejection %s, %.3g GB/s, threshold %d blocks:\n",
+		cfg.Instances, capLabel(cfg.CapacityBlocks), f.slo, rej, f.bandwidth, cfg.BalanceThresholdBlocks)
+	tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "router\thit rate\tpulled\tmean TTFT s\tp90 TTFT s\tmean TTFT / isolated prefill\twithin SLO\trejected")
+	for _, r := range routeRes {
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f\t%.3f\t%.2f\t%.4f\t%d\n", r.Router, r.HitRate(), ratio(float64(r.Pulled), float64(r.Blocks)),
+			r.MeanTTFT, r.P90TTFT, ratio(r.MeanTTFT, r.MeanIsolated), r.SLOFraction(), r.Rejected)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = out.Write(buf.Bytes())
+	return err
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sixLineTrace: the same six requests as tracesim's hand-worked test
+// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8).
+const sixLineTrace = `{"timestamp": 0, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]}
+{"timestamp": 10, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 4]}
+{"timestamp": 20, "input_length": 512, "output_length": 1, "hash_ids": [5]}
+{"timestamp": 30, "input_length": 2048, "output_length": 1, "hash_ids": [1, 2, 3, 6]}
+{"timestamp": 40, "input_length": 1000, "output_length": 1, "hash_ids": [1, 7]}
+{"timestamp": 50, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]}
+`
+
+func writeTrace(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "trace.jsonl")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestBenchTraceJSON(t *testing.T) {
+	p := writeTrace(t, sixLineTrace)
+	var out bytes.Buffer
+	code, err := Run(context.Background(), []string{"bench", "trace", "--trace", p, "--capacities", "inf,4,1000",
+		"--instances", "2", "--capacity", "3", "--json"}, &out, io.Discard)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d: %v", code, err)
+	}
+	var rows []map[string]any
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var r map[string]any
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 1+3*3+4 {
+		t.Fatalf("%d rows: %v", len(rows), rows)
+	}
+	tr := rows[0]
+	if tr["kind"] != "trace" || tr["requests"].(float64) != 6 || tr["ideal_hits"].(float64) != 9 || tr["ideal_hit_rate"].(float64) != 9.0/16 ||
+		tr["length_mismatch"].(float64) != 0 || tr["distinct_blocks"].(float64) != 7 {
+		t.Fatalf("trace row %v", tr)
+	}
+	wantHits := map[string]float64{"LRU/0": 9, "LFU/0": 9, "LengthAware/0": 9, "LRU/4": 6, "LFU/4": 7, "LengthAware/4": 8}
+	for _, r := range rows[1:10] {
+		if r["kind"] != "cache" {
+			t.Fatalf("row %v", r)
+		}
+		key := fmt.Sprintf("%s/%v", r["policy"], r["capacity"])
+		if want, ok := wantHits[key]; ok && r["hits"].(float64) != want {
+			t.Errorf("%s: hits %v, want %v", key, r["hits"], want)
+		}
+		if r["capacity"].(float64) == 0 {
+			if r["unlimited"] != true || r["ratio_to_ideal"].(float64) != 1 || r["paper_arxiv_hit_rate"].(float64) != 0.51 {
+				t.Errorf("unlimited row %v", r)
+			}
+		}
+		if r["capacity"].(float64) == 4 {
+			if _, ok := r["paper_arxiv_hit_rate"]; ok {
+				t.Errorf("paper figure for a capacity the paper lacks: %v", r)
+			}
+		}
+	}
+	routers := map[string]bool{}
+	for _, r := range rows[10:] {
+		if r["kind"] != "route" || r["requests"].(float64) != 6 || r["slo_fraction"].(float64) != 1 || r["instances"].(float64) != 2 {
+			t.Errorf("route row %v", r)
+		}
+		routers[r["router"].(string)] = true
+	}
+	if len(routers) != 4 || !routers["conductor"] || !routers["round-robin"] {
+		t.Fatalf("routers %v", routers)
+	}
+}
+
+func TestBenchTraceText(t *testing.T) {
+	p := writeTrace(t, sixLineTrace)
+	var out bytes.Buffer
+	code, err := Run(context.Background(), []string{"bench", "trace", "--trace", p, "--limit", "3", "--reject", "--slo", "1ms"}, &out, io.Discard)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d: %v", code, err)
+	}
+	s := out.String()
+	for _, want := range []string{"3 requests, 7 blocks", "ideal hit ratio (unlimited pool, computed directly): 0.2857",
+		"LengthAware  Inf", "conductor", "early rejection on"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestBenchTraceErrors(t *testing.T) {
+	good := writeTrace(t, sixLineTrace)
+	bad := writeTrace(t, sixLineTrace[:100]+"\n{oops}\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--trace", filepath.Join(t.TempDir(), "none.jsonl")}, "--trace"},
+		{[]string{"--trace", bad}, "line 2"},
+		{[]string{"--trace", good, "--capacities", "inf,0"}, "--capacities"},
+		{[]string{"--trace", good, "--instances", "0"}, "instances"},
+		{[]string{"--trace", good, "--bandwidth", "0"}, "bandwidth"},
+		{[]string{"--trace", good, "--limit", "-1"}, "--limit"},
+		{[]string{"--trace", writeTrace(t, "\n")}, "no requests"},
+	} {
+		code, err := Run(context.Background(), append([]string{"bench", "trace"}, tc.args...), io.Discard, io.Discard)
+		if code == 0 || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: exit %d, err %v, want %q", tc.args, code, err, tc.want)
+		}
+	}
+}
+
+func TestFindTrace(t *testing.T) {
+	root := t.TempDir()
+	repo := filepath.Join(root, "main")
+	sub := filepath.Join(repo, "internal", "x")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := findTrace("given.jsonl", sub); err != nil || p != "given.jsonl" {
+		t.Fatalf("flag: %q %v", p, err)
+	}
+	if _, err := findTrace("", sub); err == nil || !strings.Contains(err.Error(), "--trace") {
+		t.Fatalf("no go.mod: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "go.mod"), []byte("module x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := findTrace("", sub); err == nil || !strings.Contains(err.Error(), "--trace") {
+		t.Fatalf("no trace: %v", err)
+	}
+	want := filepath.Join(root, "shared", "traces", "conversation_trace.jsonl")
+	if err := os.MkdirAll(filepath.Dir(want), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(want, []byte(sixLineTrace), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := findTrace("", sub); err != nil || p != want {
+		t.Fatalf("found %q %v, want %q", p, err, want)
+	}
+}
