@@ -74,6 +74,11 @@
 //   - round-robin: request k (in timestamp order) goes to instance k mod N.
 //   - least-loaded: the smallest T_queue.
 //   - cache-aware: the longest local prefix, ties to the smallest T_queue.
+//     It ignores load, so when every request shares a first block (every
+//     request of the conversation trace starts with id 0) the first
+//     instance to cache that block wins every later comparison: all
+//     traffic lands on one instance, whose hits equal one LRU pool of the
+//     same size. That hot spot is what the conductor's queue term is for.
 //   - conductor (Mooncake's rule): best = the longest prefix on any
 //     instance (its holder is the lowest-index instance with it). For each
 //     instance, if best - local > BalanceThresholdBlocks it would pull the

@@ -207,3 +207,63 @@ func TestNearestRank(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheAwareHotSpot cross-checks the two simulations: when every
+// request starts with the same block (as in the conversation trace), the
+// first instance to cache it wins every later longest-prefix comparison,
+// so cache-aware routing degenerates to one instance whose hits are those
+// of a single LRU pool of the same size.
+func TestCacheAwareHotSpot(t *testing.T) {
+	tr := synthTrace(2000, 11)
+	for i := range tr {
+		tr[i].HashIDs = append([]int64{-1}, tr[i].HashIDs...)
+	}
+	c := simpleConfig(4)
+	c.CapacityBlocks = 300
+	got, err := SimulateRouting(tr, CacheAware, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SimulateCache(tr, LRU, 300)
+	if got.Hits != want.Hits || got.Blocks != want.Blocks {
+		t.Fatalf("cache-aware %d/%d, one LRU pool %d/%d", got.Hits, got.Blocks, want.Hits, want.Blocks)
+	}
+	cd, err := SimulateRouting(tr, Conductor, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cd.MeanTTFT >= got.MeanTTFT {
+		t.Fatalf("conductor mean TTFT %.3f not below cache-aware's %.3f", cd.MeanTTFT, got.MeanTTFT)
+	}
+}
+
+func BenchmarkSimulateCache(b *testing.B) {
+	tr := synthTrace(5000, 3)
+	_, blocks := IdealHits(tr)
+	for _, p := range Policies {
+		b.Run(p.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				SimulateCache(tr, p, 500)
+			}
+			b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
+}
+
+func BenchmarkSimulateRouting(b *testing.B) {
+	tr := synthTrace(5000, 3)
+	c := DefaultRouteConfig()
+	c.CapacityBlocks = 500
+	for _, r := range Routers {
+		b.Run(r.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := SimulateRouting(tr, r, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(tr))*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
+		})
+	}
+}
