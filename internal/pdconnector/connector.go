@@ -147,7 +147,7 @@ type Connector struct {
 	meta           []PullSpec
 	pendingInvalid []int
 	peers          map[string]bootstrap.QueryResponse // bootstrap addr -> registry
-	warmed         map[string]bool                    // decode segments whose mapping was warmed
+	mapped         map[string]bool                    // decode segments pre-mapped (mapPeer)
 
 	managedMu sync.Mutex
 	managed   map[uintptr]bool
@@ -173,7 +173,7 @@ func New(cfg Config) (*Connector, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Connector{cfg: cfg, te: cfg.Transfer, log: cfg.Logger, pushCancel: map[string]context.CancelFunc{},
-		peers: map[string]bootstrap.QueryResponse{}, managed: map[uintptr]bool{}, warmed: map[string]bool{},
+		peers: map[string]bootstrap.QueryResponse{}, managed: map[uintptr]bool{}, mapped: map[string]bool{},
 		prod: NewProducerCore(cfg.AbortTimeout)}
 	c.boot.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())

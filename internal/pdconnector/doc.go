@@ -38,7 +38,7 @@
 // ConsumerCore tracks pulls, outcomes and invalid blocks; a request that ends
 // while its pull runs keeps its blocks (delay free) until prefill has
 // answered, so no write can land in reused blocks. Connector is the shell:
-// it owns the bootstrap server, the pull, push, release and warm-up
+// it owns the bootstrap server, the pull, push and release
 // goroutines (all waited for by Close, each bounded by a timeout), the
 // metrics (Collectors, also on the bootstrap port's /metrics) and a mutex
 // around the cores; the engine calls its hooks from one goroutine.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bootstrap"
@@ -162,6 +163,7 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	margin := min(time.Until(dl)/10, time.Second)
 	ctx, cancel := context.WithDeadline(ctx, dl.Add(-margin))
 	defer cancel()
+	c.mapPeer(ctx, req)
 	var blocks []int
 	var numTokens int
 	for {
@@ -223,12 +225,12 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 	if err != nil {
 		return failed(bootstrap.CodeBadRequest, "%v", err)
 	}
-	err = c.write(ctx, seg, req, reqs)
+	err = c.write(ctx, reqs)
 	if err != nil && (errors.Is(err, transfer.ErrOutOfBounds) || errors.Is(err, transfer.ErrUnknownSegment)) && ctx.Err() == nil {
 		// A restarted decode may reuse the segment name: refresh its
 		// descriptor once and retry.
 		if _, rerr := c.te.Segment(ctx, req.Segment); rerr == nil {
-			err = c.write(ctx, seg, req, reqs)
+			err = c.write(ctx, reqs)
 		}
 	}
 	if err != nil {
@@ -260,66 +262,51 @@ func (c *Connector) Release(transferID string) bool {
 	return known
 }
 
-// write runs one push's requests; a push served by shared memory starts
-// the warm-up of that peer's mapping.
-func (c *Connector) write(ctx context.Context, seg transfer.SegmentID, req bootstrap.PullRequest, reqs []transfer.Request) error {
+// write runs one push's requests.
+func (c *Connector) write(ctx context.Context, reqs []transfer.Request) error {
 	b, err := c.te.Submit(ctx, reqs)
 	if err != nil {
 		return err
 	}
 	defer b.Free()
-	if err := b.Wait(ctx); err != nil {
-		return err
-	}
-	if b.Transport(0) == transfer.TransportShm {
-		c.warmPeer(seg, req.Segment, req.LayerAddrs)
-	}
-	return nil
+	return b.Wait(ctx)
 }
 
-// warmPeer reads a new decode peer's KV regions once, in the background,
-// into a small scratch buffer. On the same host the transfer engine maps
-// the peer's memory lazily; without this, the first write to each page
-// takes a page fault (a fresh 1.5 MB push costs ~8x a warm one).
-func (c *Connector) warmPeer(seg transfer.SegmentID, name string, bases []uint64) {
-	c.mu.Lock()
-	if c.warmed[name] {
-		c.mu.Unlock()
+// mapPeer makes the transfer engine map a new same-host decode peer's KV
+// regions before the first push, while the prefill still computes: one
+// 1-byte read per layer region. The shared-memory transport maps a peer's
+// buffer whole and populated (MAP_POPULATE), so the push's writes take no
+// page faults. Peers on other hosts, and peers already seen, are skipped;
+// a failure only means the first push maps instead.
+func (c *Connector) mapPeer(ctx context.Context, req bootstrap.PullRequest) {
+	if len(req.LayerAddrs) == 0 {
 		return
 	}
-	c.warmed[name] = true
+	c.mu.Lock()
+	seen := c.mapped[req.Segment]
+	c.mapped[req.Segment] = true
 	c.mu.Unlock()
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
-		defer cancel()
-		desc, err := c.te.Segment(ctx, name)
-		if err != nil || desc.HostID == "" {
-			return
-		}
-		const chunk = 4 << 20
-		scratch, err := c.te.AllocateManaged(chunk)
-		if err != nil {
-			return
-		}
-		defer c.te.FreeManaged(scratch)
-		want := map[uint64]bool{}
-		for _, b := range bases {
-			want[b] = true
-		}
-		for _, b := range desc.Buffers {
-			if !want[b.Addr] || !b.Shareable {
-				continue
-			}
-			for off := uint64(0); off < b.Length; off += chunk {
-				n := min(uint64(chunk), b.Length-off)
-				err := c.te.Transfer(ctx, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(scratch),
-					Segment: seg, Remote: b.Addr + off, Length: int(n)}})
-				if err != nil {
-					return
-				}
-			}
-		}
-	}()
+	if seen {
+		return
+	}
+	desc, err := c.te.Segment(ctx, req.Segment)
+	if err != nil || desc.HostID == "" || !slices.ContainsFunc(desc.Buffers, func(b transfer.BufferDesc) bool { return b.Shareable }) {
+		return // no shared memory possible: nothing to map
+	}
+	seg, err := c.te.OpenSegment(ctx, req.Segment)
+	if err != nil {
+		return
+	}
+	scratch, err := c.te.AllocateManaged(len(req.LayerAddrs))
+	if err != nil {
+		return
+	}
+	defer c.te.FreeManaged(scratch)
+	reqs := make([]transfer.Request, len(req.LayerAddrs))
+	for i, a := range req.LayerAddrs {
+		reqs[i] = transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(scratch) + uintptr(i), Segment: seg, Remote: a, Length: 1}
+	}
+	if err := c.te.Transfer(ctx, reqs); err != nil {
+		c.cfg.Logger.Debug("pre-mapping decode KV regions failed", "segment", req.Segment, "err", err)
+	}
 }

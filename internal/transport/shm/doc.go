@@ -9,6 +9,13 @@
 // a transfer is then one memcpy between the local buffer and the mapping,
 // bounds-checked against the mapped buffer.
 //
+// The mapping is made with MAP_POPULATE: its page tables are filled when it
+// is made (the whole buffer, once per peer buffer) rather than by a fault on
+// the first touch of each page. BenchmarkFirstWrite: mapping a fresh 1.5 MB
+// buffer and writing it took 0.21-0.30 ms populated against 0.68-0.78 ms
+// lazy (the write alone 35-41 us against 594-708 us; 25-35 us already
+// mapped), on the 2-core development machine at load average 2.4-3.2.
+//
 // When the owner frees a managed buffer it pushes a revoke for its id to
 // every connected client; the client drops the mapping from its cache and
 // unmaps it when the last copy using it ends. A copy racing with the revoke
