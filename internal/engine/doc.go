@@ -33,7 +33,10 @@
 // Inside a block, K is at offset 0 and V at Layout.HalfBytes(); each half
 // is float32[BlockSize][NumKVHeads][HeadDim], little endian, K after RoPE.
 // Token position p of a request lives in block BlockIDs()[p/BlockSize],
-// slot p%BlockSize. Engine.KVCaches() returns the regions, the Layout and a
+// slot p%BlockSize. Block tables are kept in runs of consecutive ids where
+// the pool allows (a table grows in place when the next ids are free, a new
+// one takes a run large enough for its prompt: kvcache.Pool.AllocateFor),
+// so a connector moves a run with one request. Engine.KVCaches() returns the regions, the Layout and a
 // kvcache.Compat (model name, dtype, layers, kv heads, head dim, block size,
 // weights fingerprint):
 // two engines may exchange blocks only if their Compat.Hash() are equal.

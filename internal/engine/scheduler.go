@@ -17,6 +17,19 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 func (e *Engine) blocksFor(n int) int { return ceilDiv(n, e.cfg.BlockSize) }
 
 // schedule decides this step's work (pure bookkeeping, no model work).
+// allocate takes n blocks for r, whose block table so far is table: right
+// after its last block when free, else in one run large enough for the
+// rest of its prompt when there is one (kvcache.Pool.AllocateFor), so that
+// block tables stay runs of consecutive ids and a KV transfer moves each
+// run with one request.
+func (e *Engine) allocate(r *ReqState, table []int, n int) ([]int, error) {
+	after := -1
+	if len(table) > 0 {
+		after = table[len(table)-1]
+	}
+	return e.pool.AllocateFor(n, after, max(n, e.blocksFor(len(r.tokens))-len(table)))
+}
+
 func (e *Engine) schedule() *SchedulerOutput {
 	out := &SchedulerOutput{Step: e.step}
 	budget := e.cfg.MaxNumBatchedTokens
@@ -37,7 +50,7 @@ func (e *Engine) schedule() *SchedulerOutput {
 		if r.status != StatusRunning {
 			break // r itself was preempted
 		}
-		newIDs, _ := e.pool.Allocate(max(need, 0))
+		newIDs, _ := e.allocate(r, r.blocks, max(need, 0))
 		r.blocks = append(r.blocks, newIDs...)
 		out.Scheduled = append(out.Scheduled, ScheduledRequest{Req: r, NumComputedTokens: r.computed,
 			NumScheduledTokens: n, NewBlockIDs: newIDs, BlockIDs: slices.Clone(r.blocks)})
@@ -88,7 +101,7 @@ func (e *Engine) admit(r *ReqState, budget int) (sched, remote *ScheduledRequest
 		if need > e.pool.NumFree() {
 			return nil, nil, true, nil
 		}
-		newIDs, _ := e.pool.Allocate(max(need, 0))
+		newIDs, _ := e.allocate(r, r.blocks, max(need, 0))
 		r.blocks = append(r.blocks, newIDs...)
 		r.status = StatusRunning
 		return &ScheduledRequest{Req: r, NumComputedTokens: r.computed, NumScheduledTokens: n,
@@ -134,7 +147,7 @@ func (e *Engine) admit(r *ReqState, budget int) (sched, remote *ScheduledRequest
 		return nil, nil, true, nil
 	}
 	e.pool.Touch(hit)
-	newIDs, _ := e.pool.Allocate(need)
+	newIDs, _ := e.allocate(r, hit, need)
 	r.blocks = append(slices.Clone(hit), newIDs...)
 	r.numHashed = len(hit)
 	r.numLocal, r.numExternal, r.invalidFrom, r.admitted = numLocal, n, -1, true

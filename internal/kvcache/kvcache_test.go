@@ -277,3 +277,33 @@ func TestPoolRandomOps(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolAllocateFor: a table grows in place when the next ids are free;
+// a new table skips holes too small for it.
+func TestPoolAllocateFor(t *testing.T) {
+	p := NewPool(128)
+	a, _ := p.Allocate(10) // 0..9
+	b, _ := p.Allocate(1)  // 10
+	c, _ := p.Allocate(5)  // 11..15
+	p.Free(b)              // hole of 1 at 10
+	// Growing a (last block 9) by 1 takes 10; growing c takes 16, 17.
+	if g, _ := p.AllocateFor(1, a[len(a)-1], 1); !slices.Equal(g, []int{10}) {
+		t.Fatalf("grow a: %v", g)
+	}
+	if g, _ := p.AllocateFor(2, c[len(c)-1], 2); !slices.Equal(g, []int{16, 17}) {
+		t.Fatalf("grow c: %v", g)
+	}
+	p.Free([]int{3, 4, 5}) // hole of 3 at 3..5
+	// A 2-block table of an 8-block prompt skips the 3-block hole.
+	if g, _ := p.AllocateFor(2, -1, 8); !slices.Equal(g, []int{18, 19}) {
+		t.Fatalf("room 8: %v", g)
+	}
+	// Without room it fills the hole (lowest run of 2).
+	if g, _ := p.Allocate(2); !slices.Equal(g, []int{3, 4}) {
+		t.Fatalf("first fit: %v", g)
+	}
+	// Growing past a used block falls back to the lowest run.
+	if g, _ := p.AllocateFor(1, 17, 1); !slices.Equal(g, []int{5}) {
+		t.Fatalf("blocked growth: %v", g)
+	}
+}

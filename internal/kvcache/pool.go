@@ -168,21 +168,23 @@ func (p *Pool) Touch(ids []int) {
 	}
 }
 
-// Allocate takes n free blocks, each with reference count 1: the lowest
-// plain ids first, then cached blocks from the front of the queue (their
-// hashes dropped). The ids are returned sorted ascending.
-func (p *Pool) Allocate(n int) ([]int, error) {
+// Allocate takes n free blocks for a new block table: AllocateFor(n, -1, n).
+func (p *Pool) Allocate(n int) ([]int, error) { return p.AllocateFor(n, -1, n) }
+
+// AllocateFor takes n free blocks, each with reference count 1, for a block
+// table whose last block is after (-1 for none) and that will need about
+// room blocks more (room >= n; the rest of a prompt still to be prefilled).
+// It prefers, in order: the plain ids right after after (the table grows
+// in place); the lowest run of at least room consecutive plain ids, else of
+// at least n; the lowest plain ids; and only then cached blocks from the
+// front of the queue (their hashes dropped). The ids are returned sorted
+// ascending.
+func (p *Pool) AllocateFor(n, after, room int) ([]int, error) {
 	if n > p.numFree {
 		return nil, fmt.Errorf("%w: need %d, have %d", ErrNoBlocks, n, p.numFree)
 	}
 	ids := make([]int, 0, n)
-	for range n {
-		var id int
-		if p.numPlain > 0 {
-			id = p.lowestPlain()
-		} else {
-			id = p.head
-		}
+	take := func(id int) {
 		p.removeFree(id)
 		b := &p.blocks[id]
 		if b.hashed {
@@ -194,8 +196,65 @@ func (p *Pool) Allocate(n int) ([]int, error) {
 		b.ref = 1
 		ids = append(ids, id)
 	}
+	for id := after + 1; after >= 0 && len(ids) < n && id < len(p.blocks) && p.isPlain(id); id++ {
+		take(id)
+	}
+	if k := n - len(ids); k > 0 && p.numPlain >= k {
+		start := p.findRun(max(room-len(ids), k))
+		if start < 0 {
+			start = p.findRun(k)
+		}
+		for id := start; start >= 0 && len(ids) < n; id++ {
+			take(id)
+		}
+	}
+	for len(ids) < n {
+		if p.numPlain > 0 {
+			take(p.lowestPlain())
+		} else {
+			take(p.head)
+		}
+	}
 	slices.Sort(ids)
 	return ids, nil
+}
+
+func (p *Pool) isPlain(id int) bool { return p.plain[id/64]&(1<<(id%64)) != 0 }
+
+// findRun returns the start of the lowest run of at least n consecutive
+// plain free ids, or -1.
+func (p *Pool) findRun(n int) int {
+	run, start := 0, 0
+	for w := p.plainLow; w < len(p.plain); w++ {
+		x := p.plain[w]
+		switch x {
+		case 0:
+			run = 0
+			continue
+		case ^uint64(0):
+			if run == 0 {
+				start = w * 64
+			}
+			run += 64
+			if run >= n {
+				return start
+			}
+			continue
+		}
+		for b := range 64 {
+			if x&(1<<b) == 0 {
+				run = 0
+				continue
+			}
+			if run == 0 {
+				start = w*64 + b
+			}
+			if run++; run >= n {
+				return start
+			}
+		}
+	}
+	return -1
 }
 
 // Free drops one reference from each block. Blocks are released in reverse
