@@ -13,6 +13,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/httpserve"
 )
 
 // DefaultPort is the bootstrap port of a prefill instance.
@@ -326,21 +328,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // Serve serves s on ln until ctx ends, then shuts down (bounded).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-	}
-	<-errc
-	return nil
+	return httpserve.Serve(ctx, ln, s, 2*time.Second)
 }
 
 // Client talks to bootstrap servers.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvcache-go/mooncake/internal/httpserve"
 )
 
 // ErrNotFound: the key is absent.
@@ -112,19 +114,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Serve runs the server on ln until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-		<-errc
-		return nil
-	}
+	return httpserve.Serve(ctx, ln, s, 5*time.Second)
 }
 
 // HTTPClient talks to an HTTP metadata server.

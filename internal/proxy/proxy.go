@@ -18,6 +18,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvcache-go/mooncake/internal/httpserve"
 )
 
 // Role names used in metrics and errors.
@@ -329,21 +331,7 @@ func (p *Proxy) Handler() http.Handler {
 // Serve serves Handler on ln until ctx is cancelled, then shuts the server
 // down (bounded) and returns.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-	}
-	<-errc
-	return nil
+	return httpserve.Serve(ctx, ln, p.Handler(), 5*time.Second)
 }
 
 type instanceStatus struct {
