@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/storeconnector"
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// The KV-pool connector for `mooncake serve --kv-connector store`.
+func init() { kvConnectors["store"] = newStoreConnector }
+
+// storeConnectorConfig is --kv-connector-config for the store connector.
+type storeConnectorConfig struct {
+	Master          string  // master (required): "host:port" or "etcd://..."
+	KeyPrefix       string  // key_prefix ("mooncake/kv/")
+	Save, Load      bool    // save, load (true)
+	Replicas        int     // replicas (the client's default, 1)
+	LookupTimeoutMS float64 // lookup_timeout_ms (200)
+	LoadTimeoutS    float64 // load_timeout_s (10)
+	SaveTimeoutS    float64 // save_timeout_s (10)
+	SaveQueue       int     // save_queue (64)
+	LocalBufferMB   int     // local_buffer_mb: the store client's staging buffer (64)
+	Transport       string  // transport of the transfer engine (auto)
+}
+
+const storeConnectorKeys = "master, key_prefix, save, load, replicas, lookup_timeout_ms, load_timeout_s, save_timeout_s, save_queue, local_buffer_mb, transport"
+
+func parseStoreConnectorConfig(m map[string]any) (storeConnectorConfig, error) {
+	c := storeConnectorConfig{Save: true, Load: true}
+	for k, v := range m {
+		var err error
+		switch k {
+		case "master", "key_prefix", "transport":
+			s, ok := v.(string)
+			if !ok {
+				err = fmt.Errorf("--kv-connector-config: %s must be a string", k)
+			}
+			switch k {
+			case "master":
+				c.Master = s
+			case "key_prefix":
+				c.KeyPrefix = s
+			default:
+				c.Transport = s
+			}
+		case "save", "load":
+			b, ok := v.(bool)
+			if !ok {
+				err = fmt.Errorf("--kv-connector-config: %s must be true or false", k)
+			}
+			if k == "save" {
+				c.Save = b
+			} else {
+				c.Load = b
+			}
+		case "replicas":
+			c.Replicas, err = intValue(k, v)
+		case "save_queue":
+			c.SaveQueue, err = intValue(k, v)
+		case "local_buffer_mb":
+			c.LocalBufferMB, err = intValue(k, v)
+		case "lookup_timeout_ms":
+			c.LookupTimeoutMS, err = floatValue(k, v)
+		case "load_timeout_s":
+			c.LoadTimeoutS, err = floatValue(k, v)
+		case "save_timeout_s":
+			c.SaveTimeoutS, err = floatValue(k, v)
+		default:
+			err = fmt.Errorf("--kv-connector-config: unknown key %q (%s)", k, storeConnectorKeys)
+		}
+		if err != nil {
+			return c, err
+		}
+	}
+	switch {
+	case c.Master == "":
+		return c, fmt.Errorf("--kv-connector-config: the store connector needs \"master\": \"host:port\"")
+	case c.Replicas < 0 || c.SaveQueue < 0 || c.LocalBufferMB < 0:
+		return c, fmt.Errorf("--kv-connector-config: replicas, save_queue and local_buffer_mb must be >= 0")
+	}
+	return c, nil
+}
+
+func newStoreConnector(ctx context.Context, opts KVConnectorOptions) (*KVConnectorSetup, error) {
+	cc, err := parseStoreConnectorConfig(opts.Config)
+	if err != nil {
+		return nil, &ExitError{Code: 2, Err: err}
+	}
+	if opts.BootstrapPort != nil {
+		return nil, &ExitError{Code: 2, Err: fmt.Errorf("--bootstrap-port is for the mooncake P/D connector, not the store connector")}
+	}
+	host := opts.Host
+	if host == "" || host == "0.0.0.0" {
+		host = "127.0.0.1"
+	}
+	te, err := transfer.Open(ctx, transfer.Config{LocalHostname: host, Transport: cc.Transport, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	cl, err := store.New(ctx, store.Config{Master: cc.Master, Mover: te, LocalBufferSize: uint64(cc.LocalBufferMB) << 20,
+		Replicas: cc.Replicas, Logger: opts.Logger})
+	if err != nil {
+		te.Close()
+		return nil, fmt.Errorf("store connector: %w", err)
+	}
+	ms := func(f float64, unit time.Duration) time.Duration { return time.Duration(f * float64(unit)) }
+	conn, err := storeconnector.New(storeconnector.Config{Store: cl, KeyPrefix: cc.KeyPrefix, NoSave: !cc.Save, NoLoad: !cc.Load,
+		Replicas: cc.Replicas, LookupTimeout: ms(cc.LookupTimeoutMS, time.Millisecond),
+		LoadTimeout: ms(cc.LoadTimeoutS, time.Second), SaveTimeout: ms(cc.SaveTimeoutS, time.Second),
+		SaveQueue: cc.SaveQueue, Logger: opts.Logger})
+	if err != nil {
+		cl.Close()
+		te.Close()
+		return nil, &ExitError{Code: 2, Err: err}
+	}
+	if opts.Logger != nil {
+		opts.Logger.Info("store connector ready", "master", cc.Master, "save", cc.Save, "load", cc.Load)
+	}
+	return &KVConnectorSetup{Connector: conn, Close: func() error {
+		conn.Close()
+		cl.Close()
+		return te.Close()
+	}}, nil
+}
