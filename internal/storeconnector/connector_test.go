@@ -50,7 +50,7 @@ type cluster struct {
 	node   *storenode.Node
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	m, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
 	if err != nil {
@@ -80,7 +80,7 @@ func (c *cluster) stop() {
 }
 
 // storeClient opens a transfer engine and a store client; closed at cleanup.
-func storeClient(t *testing.T, c *cluster) *store.Client {
+func storeClient(t testing.TB, c *cluster) *store.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -107,7 +107,7 @@ type node struct {
 	conn *Connector
 }
 
-func startEngine(t *testing.T, st Store, mod func(*Config)) *node {
+func startEngine(t testing.TB, st Store, mod func(*Config), emod ...func(*engine.Config)) *node {
 	t.Helper()
 	n := &node{}
 	cfg := engine.Config{Model: tiny(t), NumBlocks: 256, MaxNumBatchedTokens: 256}
@@ -122,6 +122,9 @@ func startEngine(t *testing.T, st Store, mod func(*Config)) *node {
 		}
 		n.conn = conn
 		cfg.Connector = conn
+	}
+	for _, f := range emod {
+		f(&cfg)
 	}
 	e, err := engine.New(cfg)
 	if err != nil {
@@ -152,7 +155,7 @@ func prompt(n, salt int) []int {
 	return p
 }
 
-func (n *node) generate(t *testing.T, id string, p []int, max int) ([]int, engine.Output) {
+func (n *node) generate(t testing.TB, id string, p []int, max int) ([]int, engine.Output) {
 	t.Helper()
 	s, err := n.eng.Submit(engine.Request{ID: id, Prompt: p, Params: engine.SamplingParams{MaxTokens: max, IgnoreEOS: true}})
 	if err != nil {
@@ -172,7 +175,7 @@ func (n *node) generate(t *testing.T, id string, p []int, max int) ([]int, engin
 
 // idle waits until the engine holds no blocks for requests (no leak) and
 // the connector has nothing in flight.
-func (n *node) idle(t *testing.T) {
+func (n *node) idle(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -192,7 +195,7 @@ func (n *node) idle(t *testing.T) {
 	}
 }
 
-func (n *node) flush(t *testing.T) {
+func (n *node) flush(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
