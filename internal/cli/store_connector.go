@@ -120,7 +120,7 @@ func newStoreConnector(ctx context.Context, opts KVConnectorOptions) (*KVConnect
 	if opts.Logger != nil {
 		opts.Logger.Info("store connector ready", "master", cc.Master, "save", cc.Save, "load", cc.Load)
 	}
-	return &KVConnectorSetup{Connector: conn, Close: func() error {
+	return &KVConnectorSetup{Connector: conn, Collectors: conn.Collectors(), Close: func() error {
 		conn.Close()
 		cl.Close()
 		return te.Close()

@@ -130,6 +130,15 @@ func TestServeStoreConnector(t *testing.T) {
 	if gotB != want || cachedB != ptoks/16*16 && cachedB != ptoks-1 {
 		t.Fatalf("B: %s (cached %d of %d), want %s with the store's blocks", gotB, cachedB, ptoks, want)
 	}
+	resp, err := http.Get(b + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("mooncake_store_kv_loaded_tokens_total %d\n", ptoks/16*16); !strings.Contains(string(metrics), want) {
+		t.Fatalf("B /metrics lacks %q", want)
+	}
 
 	code, err := Run(context.Background(), []string{"serve", "--kv-connector", "store", "--kv-connector-config", `{"bogus":1}`}, io.Discard, io.Discard)
 	if code != 2 || err == nil {
