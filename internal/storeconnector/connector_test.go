@@ -3,6 +3,7 @@ package storeconnector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -394,4 +395,61 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConcurrentRequestsAndSalt: several requests sharing a stored prefix
+// load it at once; a request with another cache_salt loads nothing.
+func TestConcurrentRequestsAndSalt(t *testing.T) {
+	checkLeaks(t)
+	c := newCluster(t)
+	base := startEngine(t, nil, nil)
+	a := startEngine(t, storeClient(t, c), nil)
+	shared := prompt(96, 7)
+	a.generate(t, "a", shared, 2)
+	a.flush(t)
+
+	b := startEngine(t, storeClient(t, c), nil)
+	var prompts [][]int
+	for i := range 4 {
+		prompts = append(prompts, append(slices.Clone(shared), prompt(20+i*9, 20+i)...))
+	}
+	var streams []*engine.Stream
+	for i, p := range prompts {
+		s, err := b.eng.Submit(engine.Request{ID: fmt.Sprint("b", i), Prompt: p, Params: engine.SamplingParams{MaxTokens: 5, IgnoreEOS: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, s := range streams {
+		got, _, err := s.Collect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := base.generate(t, fmt.Sprint("ref", i), prompts[i], 5)
+		if !slices.Equal(got, want) {
+			t.Fatalf("request %d: %v vs %v", i, got, want)
+		}
+	}
+	// Every request admitted in the first step loads the 6 shared blocks
+	// (later ones may find them in B's local prefix cache instead).
+	if s := b.conn.Stats(); s.LoadedTokens == 0 || s.LoadedTokens%96 != 0 || s.LoadsFailed != 0 {
+		t.Fatalf("B stats %+v", s)
+	}
+	before := b.conn.Stats().LoadedTokens
+	s, err := b.eng.Submit(engine.Request{ID: "salted", Prompt: shared, CacheSalt: "tenant-b", Params: engine.SamplingParams{MaxTokens: 2, IgnoreEOS: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, final, err := s.Collect(ctx); err != nil || final.NumCachedTokens != 0 {
+		t.Fatalf("salted request: cached %d err %v", final.NumCachedTokens, err)
+	}
+	if got := b.conn.Stats().LoadedTokens; got != before {
+		t.Fatalf("a salted request loaded %d tokens", got-before)
+	}
+	a.idle(t)
+	b.idle(t)
+	base.idle(t)
 }
