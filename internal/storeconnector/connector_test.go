@@ -453,3 +453,53 @@ func TestConcurrentRequestsAndSalt(t *testing.T) {
 	b.idle(t)
 	base.idle(t)
 }
+
+// gateStore blocks BatchExist until gate is closed.
+type gateStore struct {
+	Store
+	gate    chan struct{}
+	entered chan struct{} // one signal per call, dropped when full
+}
+
+func (g *gateStore) BatchExist(ctx context.Context, keys []string) ([]bool, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Store.BatchExist(ctx, keys)
+}
+
+// TestSaveQueueBounded: with the save worker stuck, one batch waits in the
+// queue and later ones are dropped; the engine keeps serving, and once the
+// store answers again the queued batch is saved.
+func TestSaveQueueBounded(t *testing.T) {
+	checkLeaks(t)
+	c := newCluster(t)
+	g := &gateStore{Store: storeClient(t, c), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	a := startEngine(t, g, func(cc *Config) { cc.SaveQueue = 1; cc.NoLoad = true })
+	for i := range 4 {
+		a.generate(t, fmt.Sprint("a", i), prompt(40, 30+i), 2) // 2 full blocks each, one step each
+		if i == 0 {                                            // the worker holds the first batch: the queue is empty again
+			select {
+			case <-g.entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("save worker never called the store")
+			}
+		}
+	}
+	s := a.conn.Stats()
+	if s.DroppedSaves != 2 || s.SavesQueued != 2 {
+		t.Fatalf("stats with a stuck store: %+v", s)
+	}
+	close(g.gate)
+	a.flush(t)
+	if s := a.conn.Stats(); s.SavedBlocks != 4 || s.SavesQueued != 0 {
+		t.Fatalf("after the store came back: %+v", s)
+	}
+	a.idle(t)
+}
