@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -78,7 +80,7 @@ model.safetensors). The first line on stdout reports the address bound.`,
 	f.StringVar(&sf.host, "host", "127.0.0.1", "address to listen on")
 	f.IntVar(&sf.port, "port", 8000, "HTTP port (0 picks a free port)")
 	f.StringVar(&sf.role, "role", engine.RoleBoth, "KV role: both, producer (prefill) or consumer (decode)")
-	f.StringVar(&sf.connector, "kv-connector", "", "KV connector name: mooncake or none (default: mooncake with --role producer|consumer, none with both)")
+	f.StringVar(&sf.connector, "kv-connector", "", "KV connector name: mooncake (P/D), store (KV pool in the store) or none (default: mooncake with --role producer|consumer, none with both)")
 	f.StringVar(&sf.connectorCfg, "kv-connector-config", "", "KV connector configuration (JSON object)")
 	f.IntVar(&sf.bootstrapPort, "bootstrap-port", bootstrap.DefaultPort, "bootstrap registry port of the mooncake connector (a producer's default; a consumer listens only when given; 0 picks a free port)")
 	f.StringVar(&sf.policy, "kv-load-failure-policy", engine.PolicyRecompute, "recompute or fail")
@@ -121,7 +123,7 @@ func runServe(cmd *cobra.Command, sf serveFlags) error {
 	if connector != "" && connector != "none" {
 		factory, ok := kvConnectors[connector]
 		if !ok {
-			return &ExitError{Code: 2, Err: fmt.Errorf("unknown --kv-connector %q (mooncake or none)", connector)}
+			return &ExitError{Code: 2, Err: fmt.Errorf("unknown --kv-connector %q (known: %s, none)", connector, connectorNames())}
 		}
 		opts := KVConnectorOptions{Role: sf.role, Host: sf.host, Logger: log}
 		if cmd.Flags().Changed("bootstrap-port") {
@@ -174,4 +176,14 @@ func registerAll(reg *prometheus.Registry, cs []prometheus.Collector) error {
 		}
 	}
 	return nil
+}
+
+// connectorNames lists the registered KV connectors, sorted, for messages.
+func connectorNames() string {
+	names := make([]string, 0, len(kvConnectors))
+	for n := range kvConnectors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
