@@ -243,30 +243,35 @@ func TestCorruptReplica(t *testing.T) {
 	c := newCluster(t, master.Config{}, 2, 4<<20)
 	cl := c.client(nil)
 	ctx := ctxT(t)
-	v := value("c", 5000)
-	if err := cl.PutWith(ctx, "c", v, store.PutOptions{Replicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	info, _ := cl.Stat(ctx, "c")
-	for i, r := range info.Replicas {
-		n := nodeOf(c, r)
-		seg := n.Client().Segment()
-		seg[replicaOffset(t, n, r)+1234] ^= 0xff
-		got, err := cl.Get(ctx, "c")
-		if i == 0 {
-			if err != nil || !bytes.Equal(got, v) {
-				t.Fatalf("one corrupt replica: %v", err)
-			}
-			vals, errs := cl.BatchGet(ctx, []string{"c", "c"})
-			for j := range vals {
-				if errs[j] != nil || !bytes.Equal(vals[j], v) {
-					t.Fatalf("batch get with one corrupt replica: %v", errs[j])
-				}
-			}
-			continue
+	// 5000 bytes: one request; 1 MiB+13: read in parts (pipelined CRC),
+	// with the flipped byte in the last, shorter part.
+	for _, tc := range []struct{ size, flip int }{{5000, 1234}, {1<<20 + 13, 1<<20 + 5}} {
+		key := fmt.Sprintf("c/%d", tc.size)
+		v := value(key, tc.size)
+		if err := cl.PutWith(ctx, key, v, store.PutOptions{Replicas: 2}); err != nil {
+			t.Fatal(err)
 		}
-		if !errors.Is(err, store.ErrCorrupt) || got != nil {
-			t.Fatalf("all replicas corrupt: got %d bytes, err %v", len(got), err)
+		info, _ := cl.Stat(ctx, key)
+		for i, r := range info.Replicas {
+			n := nodeOf(c, r)
+			seg := n.Client().Segment()
+			seg[replicaOffset(t, n, r)+tc.flip] ^= 0xff
+			got, err := cl.Get(ctx, key)
+			if i == 0 {
+				if err != nil || !bytes.Equal(got, v) {
+					t.Fatalf("%s: one corrupt replica: %v", key, err)
+				}
+				vals, errs := cl.BatchGet(ctx, []string{key, key})
+				for j := range vals {
+					if errs[j] != nil || !bytes.Equal(vals[j], v) {
+						t.Fatalf("%s: batch get with one corrupt replica: %v", key, errs[j])
+					}
+				}
+				continue
+			}
+			if !errors.Is(err, store.ErrCorrupt) || got != nil {
+				t.Fatalf("%s: all replicas corrupt: got %d bytes, err %v", key, len(got), err)
+			}
 		}
 	}
 }
