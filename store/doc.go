@@ -10,7 +10,8 @@
 // WRITE), then commits it with its CRC32C (PutEnd); a failed write revokes
 // the put. A get asks for the replica list (GetReplicaList, which grants a
 // read lease, 10s by default), READs the first replica (one held by this
-// process's engine first), verifies the CRC32C and, when the read fails or
+// process's engine first; from 1 MiB as 4 parts in flight together, each
+// part checksummed as it arrives), verifies the CRC32C and, when the read fails or
 // the checksum does not match, tries the next replica. Corrupt data is never
 // returned: if every replica is corrupt the error wraps ErrCorrupt. A read
 // that outlives its lease fails with ErrLeaseExpired (the space may have been
