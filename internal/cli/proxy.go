@@ -26,7 +26,12 @@ func newProxyCmd() *cobra.Command {
 (the decode instance pulls the KV cache from the prefill instance) and stream decode's answer back.
 --prefill URL[,bootstrap=HOST:PORT] and --decode URL are repeatable. The bootstrap registry of a
 prefill instance defaults to the URL's host at port 8998. The first line on stdout reports the
-address bound. Endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics.`,
+address bound. Endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics.
+
+--policy conductor (alias of --prefill-policy) picks the prefill instance with the lowest predicted
+time to first token: queued predicted prefill seconds + T_prefill(uncached tokens, cached prefix)
+with T_prefill = cost-fixed + cost-per-token*n + cost-per-token-pair*(n*p + n*n/2), a prompt byte
+counted as a token. --ttft-slo 30s then answers 429 when even the best prediction exceeds 30s.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			level := slog.LevelInfo
@@ -54,7 +59,13 @@ address bound. Endpoints: /v1/completions, /v1/chat/completions, /v1/models, /he
 	f.IntVar(&port, "port", 8000, "HTTP port (0 picks a free port)")
 	f.StringArrayVar(&cfg.Prefill, "prefill", nil, "prefill instance URL[,bootstrap=HOST:PORT] (repeatable)")
 	f.StringArrayVar(&cfg.Decode, "decode", nil, "decode instance URL (repeatable)")
-	f.StringVar(&cfg.PrefillPolicy, "prefill-policy", proxy.PolicyKVAware, "round-robin, least-loaded or kvcache-aware")
+	f.StringVar(&cfg.PrefillPolicy, "prefill-policy", proxy.PolicyKVAware, "round-robin, least-loaded, kvcache-aware or conductor")
+	f.StringVar(&cfg.PrefillPolicy, "policy", proxy.PolicyKVAware, "alias of --prefill-policy")
+	def := proxy.DefaultCostModel()
+	f.DurationVar(&cfg.TTFTSLO, "ttft-slo", 0, "conductor: reject with 429 when the predicted time to first token exceeds this (0 = off)")
+	f.Float64Var(&cfg.Cost.Fixed, "cost-fixed", def.Fixed, "conductor cost model: assumed prefill seconds per request")
+	f.Float64Var(&cfg.Cost.PerToken, "cost-per-token", def.PerToken, "conductor cost model: assumed prefill seconds per uncached prompt token (a byte)")
+	f.Float64Var(&cfg.Cost.PerTokenPair, "cost-per-token-pair", def.PerTokenPair, "conductor cost model: assumed seconds per (new token, attended position) pair")
 	f.StringVar(&cfg.DecodePolicy, "decode-policy", proxy.PolicyLeastLoaded, "round-robin, least-loaded or kvcache-aware")
 	f.DurationVar(&cfg.HealthInterval, "health-interval", 2*time.Second, "period of the instance health checks")
 	f.IntVar(&cfg.FailAfter, "fail-after", 2, "failed health checks before an instance leaves rotation")

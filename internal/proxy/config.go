@@ -28,9 +28,17 @@ type Config struct {
 	Prefill []string
 	Decode  []string
 	// PrefillPolicy and DecodePolicy name a Policy (round-robin, least-loaded,
-	// kvcache-aware). Defaults: kvcache-aware for prefill, least-loaded for decode.
+	// kvcache-aware; conductor for prefill only). Defaults: kvcache-aware for
+	// prefill, least-loaded for decode.
 	PrefillPolicy string
 	DecodePolicy  string
+	// Cost is the prefill cost model of the conductor policy (zero value:
+	// DefaultCostModel).
+	Cost CostModel
+	// TTFTSLO, if > 0 (conductor policy only), rejects a request early with
+	// 429 when its predicted time to first token on the best prefill
+	// instance exceeds it (Mooncake's early rejection on predicted load).
+	TTFTSLO time.Duration
 	// HealthInterval is the period of the active health checks (default 2s);
 	// HealthTimeout bounds each check (default 1s).
 	HealthInterval time.Duration
@@ -129,6 +137,18 @@ func (c Config) Validate() error {
 		if _, err := NewPolicy(p); err != nil {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
+	}
+	if c.DecodePolicy == PolicyConductor {
+		return fmt.Errorf("%w: the conductor policy applies to prefill only", ErrConfig)
+	}
+	if c.TTFTSLO < 0 {
+		return fmt.Errorf("%w: negative TTFT SLO", ErrConfig)
+	}
+	if c.TTFTSLO > 0 && c.PrefillPolicy != PolicyConductor {
+		return fmt.Errorf("%w: a TTFT SLO needs the conductor prefill policy (got %q)", ErrConfig, c.PrefillPolicy)
+	}
+	if !c.Cost.valid() {
+		return fmt.Errorf("%w: cost model coefficients must be finite and >= 0", ErrConfig)
 	}
 	if c.HealthInterval < 0 || c.HealthTimeout < 0 || c.RequestTimeout < 0 || c.FailAfter < 0 || c.MaxBodyBytes < 0 || c.MaxInFlight < 0 {
 		return fmt.Errorf("%w: negative duration or count", ErrConfig)

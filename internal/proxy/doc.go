@@ -49,6 +49,19 @@
 // sent to which instance, and picks the lowest
 // InFlight*QueueCostBlocks + unmatched blocks.
 //
+// Conductor (--policy conductor, prefill only) is the paper's rule with a
+// time model: TTFT_est = T_queue + T_prefill(n, p), where p is the cached
+// prefix in tokens (matched blocks x BlockBytes: a byte is a token for our
+// byte-level tokenizer), n the rest of the prompt, T_prefill the CostModel
+// Fixed + PerToken*n + PerTokenPair*(n*p + n*n/2) (assumed coefficients,
+// Config.Cost), and T_queue the sum of the predicted T_prefill of requests
+// dispatched to the instance whose prefill half has not ended. choose hands
+// the caller a done func that removes the request's share when the prefill
+// half ends, however it ends, so the queue cannot leak. With Config.TTFTSLO
+// > 0 a request whose best TTFT_est exceeds it gets 429 (rate_limit_error)
+// before any upstream is contacted, counted in
+// mooncake_proxy_ttft_slo_rejected_total.
+//
 // # Endpoints
 //
 // /v1/completions, /v1/chat/completions, /v1/models (from a decode instance),

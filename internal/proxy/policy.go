@@ -28,6 +28,7 @@ const (
 	PolicyRoundRobin  = "round-robin"
 	PolicyLeastLoaded = "least-loaded"
 	PolicyKVAware     = "kvcache-aware"
+	PolicyConductor   = "conductor"
 )
 
 // NewPolicy returns the policy called name.
@@ -39,9 +40,11 @@ func NewPolicy(name string) (Policy, error) {
 		return &LeastLoaded{}, nil
 	case PolicyKVAware:
 		return NewKVAware(KVAwareConfig{}), nil
+	case PolicyConductor:
+		return NewConductor(ConductorConfig{}), nil
 	}
-	return nil, fmt.Errorf("proxy: unknown policy %q (want %s, %s or %s)", name,
-		PolicyRoundRobin, PolicyLeastLoaded, PolicyKVAware)
+	return nil, fmt.Errorf("proxy: unknown policy %q (want %s, %s, %s or %s)", name,
+		PolicyRoundRobin, PolicyLeastLoaded, PolicyKVAware, PolicyConductor)
 }
 
 // RoundRobin cycles through the candidates in order.

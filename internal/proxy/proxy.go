@@ -34,6 +34,9 @@ const (
 var (
 	ErrNoInstance = errors.New("proxy: no healthy instance")
 	ErrOverloaded = errors.New("proxy: overloaded")
+	// ErrTTFTSLO (as HTTP 429) when the conductor predicts a time to first
+	// token above Config.TTFTSLO on every prefill instance.
+	ErrTTFTSLO = errors.New("proxy: predicted TTFT over the SLO")
 )
 
 // errPrefillRejected cancels the decode half when prefill refused the request
@@ -75,6 +78,7 @@ type Proxy struct {
 	mUpErrors   *prometheus.CounterVec
 	mNoInst     *prometheus.CounterVec
 	mRejected   *prometheus.CounterVec
+	mSLO        prometheus.Counter
 	mDisconnect prometheus.Counter
 	mTTFB       prometheus.Histogram
 
@@ -103,6 +107,9 @@ func New(cfg Config) (*Proxy, error) {
 		p.decode = append(p.decode, &instance{role: RoleDecode, url: u})
 	}
 	p.pPol, _ = NewPolicy(cfg.PrefillPolicy)
+	if cfg.PrefillPolicy == PolicyConductor {
+		p.pPol = NewConductor(ConductorConfig{Cost: cfg.Cost, BlockBytes: cfg.BlockBytes})
+	}
 	p.dPol, _ = NewPolicy(cfg.DecodePolicy)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.initMetrics()
@@ -123,6 +130,9 @@ func (p *Proxy) initMetrics() {
 	p.mRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mooncake_proxy_rejected_total", Help: "Requests rejected early with 429 because every instance of a role was at its in-flight limit.",
 	}, []string{"role"})
+	p.mSLO = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "mooncake_proxy_ttft_slo_rejected_total", Help: "Requests rejected early with 429 because the conductor's predicted time to first token exceeded the TTFT SLO on every prefill instance.",
+	})
 	p.mDisconnect = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "mooncake_proxy_client_disconnects_total", Help: "Requests whose client went away before the answer ended; both upstream halves were cancelled.",
 	})
@@ -147,7 +157,16 @@ func (p *Proxy) initMetrics() {
 	gauge("mooncake_proxy_instance_inflight", "Requests in flight on the instance.", func(in *instance) float64 {
 		return float64(in.inflight.Load())
 	})
-	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mRejected, p.mDisconnect, p.mTTFB)
+	if c, ok := p.pPol.(*Conductor); ok {
+		for _, in := range p.prefill {
+			in := in
+			p.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "mooncake_proxy_instance_queued_prefill_seconds", Help: "Conductor: predicted prefill seconds of the requests dispatched to the instance and not yet answered.",
+				ConstLabels: prometheus.Labels{"role": in.role, "instance": in.url},
+			}, func() float64 { s, _ := c.Queue(in.url); return s }))
+		}
+	}
+	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mRejected, p.mSLO, p.mDisconnect, p.mTTFB)
 }
 
 // Start begins the periodic health checks. It returns at once.
@@ -284,7 +303,11 @@ func (p *Proxy) markDown(in *instance, err error) {
 	in.lastErr = err.Error()
 }
 
-func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint64) (*instance, error) {
+// choose picks an instance of role for a prompt of promptTokens tokens with
+// prefix hashes blocks. done must be called when the request to the chosen
+// instance has ended, however it ended (it releases the conductor's queue
+// estimate; a no-op for other policies).
+func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint64, promptTokens int) (_ *instance, done func(), _ error) {
 	var cands []*instance
 	var loads []Load
 	for _, in := range pool {
@@ -295,7 +318,7 @@ func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint6
 	}
 	if len(cands) == 0 {
 		p.mNoInst.WithLabelValues(role).Inc()
-		return nil, fmt.Errorf("%w: no healthy %s instance available (0 of %d healthy)", ErrNoInstance, role, len(pool))
+		return nil, nil, fmt.Errorf("%w: no healthy %s instance available (0 of %d healthy)", ErrNoInstance, role, len(pool))
 	}
 	if max := p.cfg.MaxInFlight; max > 0 {
 		var c2 []*instance
@@ -307,13 +330,24 @@ func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint6
 		}
 		if len(c2) == 0 {
 			p.mRejected.WithLabelValues(role).Inc()
-			return nil, fmt.Errorf("%w: every healthy %s instance (%d) has %d requests in flight; retry later", ErrOverloaded, role, len(cands), max)
+			return nil, nil, fmt.Errorf("%w: every healthy %s instance (%d) has %d requests in flight; retry later", ErrOverloaded, role, len(cands), max)
 		}
 		cands, loads = c2, l2
 	}
+	if c, ok := pol.(*Conductor); ok {
+		plan := c.Plan(blocks, promptTokens, loads)
+		in := cands[plan.Index]
+		if slo := p.cfg.TTFTSLO; slo > 0 && plan.TTFT > slo.Seconds() {
+			p.mSLO.Inc()
+			return nil, nil, fmt.Errorf("%w: predicted time to first token %.3fs exceeds the TTFT SLO %v on every healthy %s instance (best %s: %.3fs queued + %.3fs prefill of %d tokens, %d cached); retry later",
+				ErrTTFTSLO, plan.TTFT, slo, role, in.url, plan.Queue, plan.Prefill, promptTokens, plan.PrefixTokens)
+		}
+		c.Routed(in.url, blocks)
+		return in, c.Enqueue(in.url, plan.Prefill), nil
+	}
 	in := cands[pol.Pick(blocks, loads)]
 	pol.Routed(in.url, blocks)
-	return in, nil
+	return in, func() {}, nil
 }
 
 // Handler returns the proxy's HTTP handler: /v1/completions,
@@ -367,7 +401,7 @@ func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
-	in, err := p.choose(&RoundRobin{}, RoleDecode, p.decode, nil)
+	in, _, err := p.choose(&RoundRobin{}, RoleDecode, p.decode, nil, 0)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
 		return
@@ -414,15 +448,19 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 	if err != nil {
 		return writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 	}
-	blocks := PromptBlocks(PromptText(endpoint, req), p.cfg.BlockBytes)
-	pre, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks)
+	// Prompt length in tokens ~ bytes (the byte-level tokenizer; see Conductor).
+	prompt := PromptText(endpoint, req)
+	blocks := PromptBlocks(prompt, p.cfg.BlockBytes)
+	pre, preDoneQueue, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks, len(prompt))
 	if err != nil {
 		return writeChooseError(w, err)
 	}
-	dec, err := p.choose(p.dPol, RoleDecode, p.decode, blocks)
+	dec, decDoneQueue, err := p.choose(p.dPol, RoleDecode, p.decode, blocks, len(prompt))
 	if err != nil {
+		preDoneQueue()
 		return writeChooseError(w, err)
 	}
+	defer decDoneQueue()
 	_, engineID, _ := pre.snapshot()
 	tid := "xfer-" + uuid.NewString()
 	preBody, decBody := BuildBodies(req, tid, pre.bootstrap, engineID)
@@ -450,6 +488,7 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 		defer preCancel()
 		defer stopOnClose()
 		defer pre.inflight.Add(-1)
+		defer preDoneQueue()
 		res := p.post(preCtx, pre, endpoint, preBody, r.Header, true)
 		if res.err == nil && res.status >= 400 && res.status < 500 {
 			mu.Lock()
@@ -710,7 +749,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) int {
 }
 
 func writeChooseError(w http.ResponseWriter, err error) int {
-	if errors.Is(err, ErrOverloaded) {
+	if errors.Is(err, ErrOverloaded) || errors.Is(err, ErrTTFTSLO) {
 		w.Header().Set("Retry-After", "1")
 		return writeError(w, http.StatusTooManyRequests, "rate_limit_error", err.Error())
 	}

@@ -488,6 +488,11 @@ func TestConfigValidate(t *testing.T) {
 		{"bad opt", Config{Prefill: []string{good + ",foo=1"}, Decode: []string{good}}, false},
 		{"bad port", Config{Prefill: []string{good + ",bootstrap=h:99999"}, Decode: []string{good}}, false},
 		{"policy", Config{Prefill: []string{good}, Decode: []string{good}, DecodePolicy: "x"}, false},
+		{"conductor", Config{Prefill: []string{good}, Decode: []string{good}, PrefillPolicy: PolicyConductor, TTFTSLO: time.Second}, true},
+		{"conductor decode", Config{Prefill: []string{good}, Decode: []string{good}, DecodePolicy: PolicyConductor}, false},
+		{"slo without conductor", Config{Prefill: []string{good}, Decode: []string{good}, TTFTSLO: time.Second}, false},
+		{"negative slo", Config{Prefill: []string{good}, Decode: []string{good}, PrefillPolicy: PolicyConductor, TTFTSLO: -1}, false},
+		{"negative cost", Config{Prefill: []string{good}, Decode: []string{good}, PrefillPolicy: PolicyConductor, Cost: CostModel{PerToken: -1}}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
