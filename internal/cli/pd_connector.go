@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -15,13 +17,13 @@ func init() { kvConnectors["mooncake"] = newMooncakeConnector }
 
 // mooncakeConnectorConfig is --kv-connector-config for the mooncake connector.
 type mooncakeConnectorConfig struct {
-	BootstrapPort int     // bootstrap_port (8998 for a producer, none for a consumer; 0 picks a free port)
-	EngineID      string  // engine_id
-	AbortTimeoutS float64 // abort_timeout_s (480)
-	PullTimeoutS  float64 // pull_timeout_s (30)
-	FailurePolicy string  // failure_policy: what --kv-load-failure-policy is (recompute)
-	Transport     string  // transport of the transfer engine (auto)
-	RPCPort       int     // rpc_port of the transfer engine (0)
+	BootstrapPort int     `json:"bootstrap_port"`  // 8998 for a producer, none for a consumer; 0 picks a free port
+	EngineID      string  `json:"engine_id"`       //
+	AbortTimeoutS float64 `json:"abort_timeout_s"` // 480
+	PullTimeoutS  float64 `json:"pull_timeout_s"`  // 30
+	FailurePolicy string  `json:"failure_policy"`  // what --kv-load-failure-policy is (recompute)
+	Transport     string  `json:"transport"`       // transport of the transfer engine (auto)
+	RPCPort       int     `json:"rpc_port"`        // rpc_port of the transfer engine (0)
 }
 
 func parseMooncakeConnectorConfig(role string, m map[string]any) (mooncakeConnectorConfig, error) {
@@ -29,54 +31,32 @@ func parseMooncakeConnectorConfig(role string, m map[string]any) (mooncakeConnec
 	if role == pdconnector.RoleConsumer {
 		c.BootstrapPort = 0 // a consumer serves no pulls; its metrics are on the engine's /metrics
 	}
-	for k, v := range m {
-		var err error
-		switch k {
-		case "bootstrap_port":
-			c.BootstrapPort, err = intValue(k, v)
-		case "rpc_port":
-			c.RPCPort, err = intValue(k, v)
-		case "abort_timeout_s":
-			c.AbortTimeoutS, err = floatValue(k, v)
-		case "pull_timeout_s":
-			c.PullTimeoutS, err = floatValue(k, v)
-		case "engine_id", "failure_policy", "transport":
-			s, ok := v.(string)
-			if !ok {
-				err = fmt.Errorf("--kv-connector-config: %s must be a string", k)
-			}
-			switch k {
-			case "engine_id":
-				c.EngineID = s
-			case "failure_policy":
-				c.FailurePolicy = s
-			default:
-				c.Transport = s
-			}
-		default:
-			err = fmt.Errorf("--kv-connector-config: unknown key %q (bootstrap_port, engine_id, abort_timeout_s, pull_timeout_s, failure_policy, transport, rpc_port)", k)
-		}
-		if err != nil {
-			return c, err
-		}
+	if err := decodeConnectorConfig(m, &c); err != nil {
+		return c, err
+	}
+	if c.AbortTimeoutS < 0 || c.PullTimeoutS < 0 {
+		return c, fmt.Errorf("--kv-connector-config: abort_timeout_s and pull_timeout_s must be >= 0")
 	}
 	return c, nil
 }
 
-func intValue(k string, v any) (int, error) {
-	f, ok := v.(float64)
-	if !ok || f != float64(int(f)) {
-		return 0, fmt.Errorf("--kv-connector-config: %s must be an integer", k)
+// decodeConnectorConfig fills dst (a struct with json tags, defaults already
+// set) from the parsed --kv-connector-config object: unknown keys and values
+// of the wrong type (a string for a number, 1.5 for an integer) are errors.
+func decodeConnectorConfig(m map[string]any, dst any) error {
+	if len(m) == 0 {
+		return nil
 	}
-	return int(f), nil
-}
-
-func floatValue(k string, v any) (float64, error) {
-	f, ok := v.(float64)
-	if !ok || f < 0 {
-		return 0, fmt.Errorf("--kv-connector-config: %s must be a non-negative number", k)
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("--kv-connector-config: %w", err)
 	}
-	return f, nil
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return fmt.Errorf("--kv-connector-config: %w", err)
+	}
+	return nil
 }
 
 func newMooncakeConnector(ctx context.Context, opts KVConnectorOptions) (*KVConnectorSetup, error) {

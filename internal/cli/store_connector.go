@@ -15,72 +15,31 @@ func init() { kvConnectors["store"] = newStoreConnector }
 
 // storeConnectorConfig is --kv-connector-config for the store connector.
 type storeConnectorConfig struct {
-	Master          string  // master (required): "host:port" or "etcd://..."
-	KeyPrefix       string  // key_prefix ("mooncake/kv/")
-	Save, Load      bool    // save, load (true)
-	Replicas        int     // replicas (the client's default, 1)
-	LookupTimeoutMS float64 // lookup_timeout_ms (200)
-	LoadTimeoutS    float64 // load_timeout_s (10)
-	SaveTimeoutS    float64 // save_timeout_s (10)
-	SaveQueue       int     // save_queue (64)
-	LocalBufferMB   int     // local_buffer_mb: the store client's staging buffer (64)
-	Transport       string  // transport of the transfer engine (auto)
+	Master          string  `json:"master"`            // required: "host:port" or "etcd://..."
+	KeyPrefix       string  `json:"key_prefix"`        // "mooncake/kv/"
+	Save            bool    `json:"save"`              // true
+	Load            bool    `json:"load"`              // true
+	Replicas        int     `json:"replicas"`          // the client's default, 1
+	LookupTimeoutMS float64 `json:"lookup_timeout_ms"` // 200
+	LoadTimeoutS    float64 `json:"load_timeout_s"`    // 10
+	SaveTimeoutS    float64 `json:"save_timeout_s"`    // 10
+	SaveQueue       int     `json:"save_queue"`        // 64
+	LocalBufferMB   int     `json:"local_buffer_mb"`   // the store client's staging buffer (64)
+	Transport       string  `json:"transport"`         // transport of the transfer engine (auto)
 }
-
-const storeConnectorKeys = "master, key_prefix, save, load, replicas, lookup_timeout_ms, load_timeout_s, save_timeout_s, save_queue, local_buffer_mb, transport"
 
 func parseStoreConnectorConfig(m map[string]any) (storeConnectorConfig, error) {
 	c := storeConnectorConfig{Save: true, Load: true}
-	for k, v := range m {
-		var err error
-		switch k {
-		case "master", "key_prefix", "transport":
-			s, ok := v.(string)
-			if !ok {
-				err = fmt.Errorf("--kv-connector-config: %s must be a string", k)
-			}
-			switch k {
-			case "master":
-				c.Master = s
-			case "key_prefix":
-				c.KeyPrefix = s
-			default:
-				c.Transport = s
-			}
-		case "save", "load":
-			b, ok := v.(bool)
-			if !ok {
-				err = fmt.Errorf("--kv-connector-config: %s must be true or false", k)
-			}
-			if k == "save" {
-				c.Save = b
-			} else {
-				c.Load = b
-			}
-		case "replicas":
-			c.Replicas, err = intValue(k, v)
-		case "save_queue":
-			c.SaveQueue, err = intValue(k, v)
-		case "local_buffer_mb":
-			c.LocalBufferMB, err = intValue(k, v)
-		case "lookup_timeout_ms":
-			c.LookupTimeoutMS, err = floatValue(k, v)
-		case "load_timeout_s":
-			c.LoadTimeoutS, err = floatValue(k, v)
-		case "save_timeout_s":
-			c.SaveTimeoutS, err = floatValue(k, v)
-		default:
-			err = fmt.Errorf("--kv-connector-config: unknown key %q (%s)", k, storeConnectorKeys)
-		}
-		if err != nil {
-			return c, err
-		}
+	if err := decodeConnectorConfig(m, &c); err != nil {
+		return c, err
 	}
 	switch {
 	case c.Master == "":
 		return c, fmt.Errorf("--kv-connector-config: the store connector needs \"master\": \"host:port\"")
 	case c.Replicas < 0 || c.SaveQueue < 0 || c.LocalBufferMB < 0:
 		return c, fmt.Errorf("--kv-connector-config: replicas, save_queue and local_buffer_mb must be >= 0")
+	case c.LookupTimeoutMS < 0 || c.LoadTimeoutS < 0 || c.SaveTimeoutS < 0:
+		return c, fmt.Errorf("--kv-connector-config: lookup_timeout_ms, load_timeout_s and save_timeout_s must be >= 0")
 	}
 	return c, nil
 }
