@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
 	"github.com/kvcache-go/mooncake/internal/transport/tcp"
 )
@@ -62,7 +61,6 @@ type Request struct {
 type Batch struct {
 	e     *Engine
 	tasks []task
-	ops   []tcp.Op
 	left  atomic.Int64
 	done  chan struct{}
 	timer atomic.Pointer[time.Timer]
@@ -74,130 +72,136 @@ type Batch struct {
 }
 
 type task struct {
+	index     int
 	req       Request
 	local     registry.Span
 	seg       *segment
-	transport string
+	transport string // the name of the transport that serves it
+	job       job    // how its bytes move (made by the transport's peer handle)
 	slices    atomic.Int32
 	state     atomic.Int32
 	err       atomic.Pointer[error]
-	shm       *shmTarget
 }
 
 // Submit starts the requests and returns at once. Malformed requests (zero
 // length, unknown segment, local memory not registered) fail the whole
 // Submit. The batch's deadline is ctx's deadline, or Config.Timeout plus
 // 1 ns per byte from now.
+//
+// It runs in phases: check the requests and pin their local memory
+// (newBatch), give each task to a transport (route), fix the deadline,
+// start the transports' jobs (start), and arm the deadline's timer (arm).
 func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 	e.life.RLock()
 	defer e.life.RUnlock()
 	if e.closed.Load() {
 		return nil, fmt.Errorf("transfer: submit: %w", ErrClosed)
 	}
-	b := &Batch{e: e, tasks: make([]task, len(reqs)), done: make(chan struct{})}
-	nslices := 0
-	release := func(n int) {
-		for i := range n {
-			b.tasks[i].local.Release()
-			if b.tasks[i].shm != nil {
-				b.tasks[i].shm.release()
-			}
-		}
+	b, err := e.newBatch(reqs)
+	if err != nil {
+		return nil, err
 	}
-	for i, r := range reqs {
-		t := &b.tasks[i]
-		t.req = r
-		if r.Op != OpRead && r.Op != OpWrite {
-			release(i)
-			return nil, fmt.Errorf("transfer: request %d: %w: opcode %d", i, ErrInvalid, r.Op)
-		}
-		if r.Length <= 0 {
-			release(i)
-			return nil, fmt.Errorf("transfer: request %d: %w: length %d", i, ErrInvalid, r.Length)
-		}
-		t.seg = e.segment(r.Segment)
-		if t.seg == nil {
-			release(i)
-			return nil, fmt.Errorf("transfer: request %d: %w: segment id %d not opened", i, ErrUnknownSegment, r.Segment)
-		}
-		sp, err := e.reg.Acquire(uint64(r.Local), uint64(r.Length))
-		if err != nil {
-			release(i)
-			return nil, fmt.Errorf("transfer: request %d: local %#x+%d: %w: %w", i, r.Local, r.Length, ErrNotRegistered, err)
-		}
-		t.local = sp
-		t.transport = e.pickTransport(t)
-		t.state.Store(int32(StatusPending))
-		if t.transport == TransportTCP {
-			n := (r.Length + e.cfg.SliceSize - 1) / e.cfg.SliceSize
-			t.slices.Store(int32(n))
-			nslices += n
-		} else {
-			t.slices.Store(1)
-		}
-	}
-	b.left.Store(int64(len(reqs)))
 	if len(reqs) == 0 {
 		close(b.done)
 		return b, nil
 	}
-	// Like Mooncake: the default deadline grows by ~1 ns per byte.
+	e.route(ctx, b)
+	b.deadline = e.deadline(ctx, reqs)
+	b.start(ctx)
+	b.arm()
+	return b, nil
+}
+
+// newBatch checks every request and pins its local memory; on error
+// nothing stays pinned.
+func (e *Engine) newBatch(reqs []Request) (*Batch, error) {
+	b := &Batch{e: e, tasks: make([]task, len(reqs)), done: make(chan struct{})}
+	for i, r := range reqs {
+		t := &b.tasks[i]
+		t.index, t.req = i, r
+		err := e.checkRequest(t)
+		if err != nil {
+			for k := range i {
+				b.tasks[k].local.Release()
+			}
+			return nil, fmt.Errorf("transfer: request %d: %w", i, err)
+		}
+	}
+	b.left.Store(int64(len(reqs)))
+	return b, nil
+}
+
+// checkRequest validates t's request and pins its local memory.
+func (e *Engine) checkRequest(t *task) error {
+	r := t.req
+	if r.Op != OpRead && r.Op != OpWrite {
+		return fmt.Errorf("%w: opcode %d", ErrInvalid, r.Op)
+	}
+	if r.Length <= 0 {
+		return fmt.Errorf("%w: length %d", ErrInvalid, r.Length)
+	}
+	t.seg = e.segment(r.Segment)
+	if t.seg == nil {
+		return fmt.Errorf("%w: segment id %d not opened", ErrUnknownSegment, r.Segment)
+	}
+	sp, err := e.reg.Acquire(uint64(r.Local), uint64(r.Length))
+	if err != nil {
+		return fmt.Errorf("local %#x+%d: %w: %w", r.Local, r.Length, ErrNotRegistered, err)
+	}
+	t.local = sp
+	return nil
+}
+
+// route gives every task to a transport (pickTransport).
+func (e *Engine) route(ctx context.Context, b *Batch) {
+	for i := range b.tasks {
+		t := &b.tasks[i]
+		e.pickTransport(ctx, t)
+		t.slices.Store(int32(t.job.slices()))
+		t.state.Store(int32(StatusPending))
+	}
+}
+
+// deadline is ctx's deadline, or Config.Timeout plus (like Mooncake) about
+// 1 ns per byte from now.
+func (e *Engine) deadline(ctx context.Context, reqs []Request) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
 	var total int64
 	for _, r := range reqs {
 		total += int64(r.Length)
 	}
-	deadline := time.Now().Add(e.cfg.Timeout + time.Duration(total))
-	if d, ok := ctx.Deadline(); ok {
-		deadline = d
-	}
-	b.deadline = deadline
-	b.ops = make([]tcp.Op, nslices)
+	return time.Now().Add(e.cfg.Timeout + time.Duration(total))
+}
 
-	b.mu.Lock()
-	oi := 0
+// start starts the asynchronous jobs (TCP lanes) here, under b.mu so that
+// an abort sees every slice enqueued, and hands the synchronous ones
+// (memcpy) to one goroutine of the batch.
+func (b *Batch) start(ctx context.Context) {
+	dctx, cancel := context.WithDeadline(ctx, b.deadline)
+	defer cancel()
 	var local []int
-	peers := map[*segment]*tcp.Peer{}
-	peerErr := map[*segment]error{}
+	b.mu.Lock()
 	for i := range b.tasks {
 		t := &b.tasks[i]
-		if t.transport != TransportTCP {
+		if !t.job.async() {
 			local = append(local, i)
 			continue
 		}
-		p, ok := peers[t.seg]
-		err := peerErr[t.seg]
-		if !ok && err == nil {
-			dctx, cancel := context.WithDeadline(ctx, deadline)
-			p, err = e.tcpPeer(dctx, t.seg)
-			cancel()
-			if err != nil {
-				peerErr[t.seg] = err
-			} else {
-				peers[t.seg] = p
-			}
-		}
-		n := int(t.slices.Load())
-		for s := range n {
-			op := &b.ops[oi]
-			oi++
-			off := s * e.cfg.SliceSize
-			end := min(off+e.cfg.SliceSize, t.req.Length)
-			*op = tcp.Op{Write: t.req.Op == OpWrite, Remote: t.req.Remote + uint64(off), Buf: t.local.B[off:end], Done: b, Tag: i}
-			if err == nil {
-				err = p.Enqueue(op)
-			}
-			if err != nil {
-				b.sliceDone(t, err)
-			}
-		}
+		t.job.run(dctx, b, t)
 	}
 	b.mu.Unlock()
 	if len(local) > 0 {
-		e.wg.Add(1)
+		b.e.wg.Add(1)
 		go b.runLocal(local)
 	}
-	tm := time.AfterFunc(time.Until(deadline), func() {
-		b.abort(fmt.Errorf("transfer: deadline %s passed: %w", deadline.Format(time.RFC3339Nano), ErrTimeout))
+}
+
+// arm starts the deadline's timer (unless everything already ended).
+func (b *Batch) arm() {
+	tm := time.AfterFunc(time.Until(b.deadline), func() {
+		b.abort(fmt.Errorf("transfer: deadline %s passed: %w", b.deadline.Format(time.RFC3339Nano), ErrTimeout))
 	})
 	b.timer.Store(tm)
 	select {
@@ -205,118 +209,26 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 		tm.Stop()
 	default:
 	}
-	return b, nil
 }
 
-// pickTransport chooses how to serve a task.
-func (e *Engine) pickTransport(t *task) string {
-	switch e.cfg.Transport {
-	case TransportInproc:
-		return TransportInproc
-	case TransportTCP:
-		return TransportTCP
-	}
-	st, unknown := e.shmTargetFor(t.seg, t.req.Remote, uint64(t.req.Length))
-	if st == nil && unknown && t.seg.descStale() {
-		// The range is in no buffer we know of: the peer may have
-		// allocated managed memory since we fetched its descriptor.
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.HandshakeTimeout)
-		if e.refresh(ctx, t.seg) == nil {
-			st, _ = e.shmTargetFor(t.seg, t.req.Remote, uint64(t.req.Length))
-		}
-		cancel()
-	}
-	if st != nil {
-		t.shm = st
-		return TransportShm
-	}
-	return TransportTCP
-}
-
-// runLocal serves the in-process and shared-memory tasks: one copy each.
+// runLocal runs the synchronous jobs (in-process and shared-memory copies)
+// one after the other, skipping those not started when the batch aborts.
 func (b *Batch) runLocal(idx []int) {
 	defer b.e.wg.Done()
+	ctx, cancel := context.WithDeadline(context.Background(), b.deadline)
+	defer cancel()
 	for _, i := range idx {
 		t := &b.tasks[i]
 		if b.aborted.Load() {
 			b.mu.Lock()
 			err := b.abortErr
 			b.mu.Unlock()
-			if t.shm != nil {
-				t.shm.release()
-			}
+			t.job.drop()
 			b.sliceDone(t, err)
 			continue
 		}
-		var err error
-		switch t.transport {
-		case TransportInproc:
-			t.seg.mu.Lock()
-			mem := t.seg.mem
-			t.seg.mu.Unlock()
-			err = inproc.Copy(mem, t.req.Op == OpWrite, t.local.B, t.req.Remote)
-		case TransportShm:
-			err = t.shm.copy(t.req.Op == OpWrite, t.local.B, t.req.Remote)
-		}
-		b.sliceDone(t, err)
+		t.job.run(ctx, b, t)
 	}
-}
-
-// OpDone implements tcp.Completer.
-func (b *Batch) OpDone(op *tcp.Op, err error) {
-	if err != nil && b.aborted.Load() {
-		// Whatever broke the lane, this batch had already been aborted
-		// (deadline, cancel, Free): report that.
-		err = b.abortErr
-	}
-	if err != nil && !op.Write && op.Tries == 0 && b.retryable(err) && b.e.retry(b, op) {
-		return
-	}
-	b.sliceDone(&b.tasks[op.Tag], err)
-}
-
-// retryable: the lane broke under a READ slice of a batch that is itself
-// still live (another batch's deadline closed the lane, or the connection
-// dropped). A READ has no effect at the peer, so it is sent once more on
-// fresh lanes; a peer that really died then fails fast at the dial. WRITEs
-// are not retried: the peer may still be applying the old lane's buffered
-// bytes, which could land after a retried (and acknowledged) write.
-func (b *Batch) retryable(err error) bool {
-	if b.aborted.Load() || errors.Is(err, ErrClosed) {
-		return false
-	}
-	return errors.Is(err, tcp.ErrPeerDown) || errors.Is(err, ErrTimeout)
-}
-
-// retry re-sends op on a (re)dialed peer from a goroutine of its own (the
-// caller is a lane goroutine). It returns false when it will not retry.
-func (e *Engine) retry(b *Batch, op *tcp.Op) bool {
-	e.life.RLock()
-	defer e.life.RUnlock()
-	if e.closed.Load() {
-		return false
-	}
-	op.Tries++
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		t := &b.tasks[op.Tag]
-		ctx, cancel := context.WithDeadline(context.Background(), b.deadline)
-		p, err := e.tcpPeer(ctx, t.seg)
-		cancel()
-		b.mu.Lock()
-		if err == nil && b.aborted.Load() {
-			err = b.abortErr
-		}
-		if err == nil {
-			err = p.Enqueue(op)
-		}
-		b.mu.Unlock()
-		if err != nil {
-			b.sliceDone(t, err)
-		}
-	}()
-	return true
 }
 
 func (b *Batch) sliceDone(t *task, err error) {
@@ -378,10 +290,10 @@ func (b *Batch) abort(err error) {
 	}
 	b.abortErr = err
 	b.aborted.Store(true)
-	for i := range b.ops {
-		op := &b.ops[i]
-		if b.tasks[op.Tag].slices.Load() > 0 {
-			op.FailLane(err)
+	for i := range b.tasks {
+		t := &b.tasks[i]
+		if t.job != nil && t.slices.Load() > 0 {
+			t.job.abort(err)
 		}
 	}
 }

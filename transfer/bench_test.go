@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 )
 
 // BenchmarkTransfer: one b.Run per transport, op and block size; batches of
@@ -27,12 +29,13 @@ func BenchmarkTransfer(b *testing.B) {
 
 func benchTransfer(b *testing.B, tr string, op Opcode, bs, batch int) {
 	ctx := context.Background()
-	tgt, err := Open(ctx, Config{Transport: tr})
+	hub := inproc.NewHub()
+	tgt, err := Open(ctx, Config{Transport: tr, InprocHub: hub})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer tgt.Close()
-	ini, err := Open(ctx, Config{Transport: tr})
+	ini, err := Open(ctx, Config{Transport: tr, InprocHub: hub})
 	if err != nil {
 		b.Fatal(err)
 	}

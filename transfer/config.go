@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 )
 
 // Metadata modes.
@@ -33,6 +35,11 @@ type Config struct {
 	Checksum      bool          // CRC32C per slice, end to end (TCP)
 	Timeout       time.Duration // per-transfer deadline when ctx has none (30s)
 	Logger        *slog.Logger  // nil = discard
+	// InprocHub is the directory through which engines of this process
+	// reach each other with Transport "inproc" (required then: engines that
+	// share a hub see each other, there is no process-wide default). Other
+	// transports ignore it.
+	InprocHub *inproc.Hub
 
 	Lanes     int // TCP bulk lanes per peer (GOMAXPROCS-1, 1..4); one express lane is added
 	SliceSize int // TCP requests are cut into slices of this size (256 KiB)
@@ -107,7 +114,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("transfer: config: metadata %q: want P2PHANDSHAKE, http://h:p/metadata or etcd://h:p", c.Metadata)
 	}
 	switch c.Transport {
-	case TransportAuto, TransportTCP, TransportShm, TransportInproc:
+	case TransportAuto, TransportTCP, TransportShm:
+	case TransportInproc:
+		if c.InprocHub == nil {
+			return fmt.Errorf("transfer: config: transport inproc needs an InprocHub (inproc.NewHub) shared by the engines that reach each other")
+		}
 	default:
 		return fmt.Errorf("transfer: config: transport %q: want auto, tcp, shm or inproc", c.Transport)
 	}

@@ -14,10 +14,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
-	"github.com/kvcache-go/mooncake/internal/transport/shm"
-	"github.com/kvcache-go/mooncake/internal/transport/tcp"
 	"github.com/kvcache-go/mooncake/internal/wire"
 )
 
@@ -75,8 +72,9 @@ type Engine struct {
 	port   int
 	hostID string
 	meta   metaStore
-	hub    *inproc.Hub
 	shm    *shmState
+	// transports, most preferred first (newTransports).
+	transports []transport
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -112,17 +110,12 @@ type segment struct {
 	id   SegmentID
 	name string
 
+	// peers holds one handle per engine transport (Engine.transports).
+	peers []peer
+
 	mu     sync.Mutex
 	desc   wire.Segment
 	descAt time.Time // when desc was fetched
-	// dialErr is the last failed dial of lanes (at dialAt).
-	dialErr error
-	dialAt  time.Time
-	peer    *tcp.Peer
-	mem     inproc.Memory // in-process target (Transport inproc)
-	shm     *shm.Client   // mapped shareable buffers of a same-host peer
-	// shmFailed: the peer's shm socket could not be used; stick to TCP.
-	shmFailed bool
 }
 
 // Open starts an engine: it listens on the RPC port (which also carries TCP
@@ -146,7 +139,6 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		port:       port,
 		name:       cfg.hostPort(port),
 		hostID:     hostID(),
-		hub:        inproc.Default,
 		done:       make(chan struct{}),
 		conns:      map[net.Conn]struct{}{},
 		segByName:  map[string]SegmentID{},
@@ -156,14 +148,15 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		bulk:       make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
 		clientBulk: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
 	}
+	e.transports = e.newTransports()
 	if cfg.Transport == TransportInproc {
-		if err := e.hub.Add(e.name, e.reg); err != nil {
+		if err := cfg.InprocHub.Add(e.name, e.reg); err != nil {
 			_ = ln.Close()
 			return nil, fmt.Errorf("transfer: %w", err)
 		}
 	}
 	if err := e.startShm(); err != nil {
-		e.hub.Remove(e.name)
+		e.leaveHub()
 		_ = ln.Close()
 		return nil, err
 	}
@@ -171,7 +164,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		m, err := openMetaStore(ctx, cfg.Metadata)
 		if err != nil {
 			e.stopShm()
-			e.hub.Remove(e.name)
+			e.leaveHub()
 			_ = ln.Close()
 			return nil, err
 		}
@@ -179,7 +172,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		if err := e.publish(ctx); err != nil {
 			_ = m.Close()
 			e.stopShm()
-			e.hub.Remove(e.name)
+			e.leaveHub()
 			_ = ln.Close()
 			return nil, err
 		}
@@ -188,6 +181,13 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	go e.acceptLoop()
 	e.log.Info("transfer engine open", "segment", e.name, "transport", cfg.Transport, "metadata", cfg.Metadata)
 	return e, nil
+}
+
+// leaveHub withdraws the engine from the in-process hub.
+func (e *Engine) leaveHub() {
+	if e.cfg.Transport == TransportInproc {
+		e.cfg.InprocHub.Remove(e.name)
+	}
 }
 
 // Name is this engine's segment name ("host:rpcport"), the session id peers open.
@@ -219,19 +219,12 @@ func (e *Engine) Close() error {
 	}
 	e.segMu.Unlock()
 	for _, s := range segs {
-		s.mu.Lock()
-		if s.peer != nil {
-			s.peer.Fail(fmt.Errorf("transfer: %w", ErrClosed))
-			s.peer.Wait()
+		for _, p := range s.peers {
+			p.close(fmt.Errorf("transfer: %w", ErrClosed))
 		}
-		if s.shm != nil {
-			s.shm.Close()
-			s.shm = nil
-		}
-		s.mu.Unlock()
 	}
 	e.wg.Wait()
-	e.hub.Remove(e.name)
+	e.leaveHub()
 	var err error
 	if e.meta != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.HandshakeTimeout)
@@ -349,7 +342,7 @@ func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error
 		return id, nil
 	}
 	e.segMu.Unlock()
-	seg := &segment{name: name}
+	seg := e.newSegment(name)
 	if err := e.refresh(ctx, seg); err != nil {
 		return 0, err
 	}
@@ -393,13 +386,12 @@ func (e *Engine) segment(id SegmentID) *segment {
 // the metadata service.
 func (e *Engine) refresh(ctx context.Context, seg *segment) error {
 	if e.cfg.Transport == TransportInproc {
-		mem, ok := e.hub.Lookup(seg.name)
-		if !ok {
+		if _, ok := e.cfg.InprocHub.Lookup(seg.name); !ok {
 			return fmt.Errorf("transfer: open %q: %w: no in-process engine of that name", seg.name, ErrUnknownSegment)
 		}
 		seg.mu.Lock()
-		seg.mem = mem
 		seg.desc = wire.Segment{Name: seg.name, Protocol: TransportInproc}
+		seg.descAt = time.Now()
 		seg.mu.Unlock()
 		return nil
 	}
@@ -431,42 +423,6 @@ func (e *Engine) refresh(ctx context.Context, seg *segment) error {
 	seg.descAt = time.Now()
 	seg.mu.Unlock()
 	return nil
-}
-
-// tcpPeer returns live lanes to seg, dialing them if needed.
-func (e *Engine) tcpPeer(ctx context.Context, seg *segment) (*tcp.Peer, error) {
-	seg.mu.Lock()
-	defer seg.mu.Unlock()
-	if seg.peer != nil && seg.peer.Alive() {
-		return seg.peer, nil
-	}
-	if seg.peer != nil {
-		seg.peer.Close()
-		seg.peer = nil
-	}
-	if e.closed.Load() {
-		return nil, ErrClosed
-	}
-	// Many slices may come back to redial at once after a lane broke: a
-	// dial that just failed answers them all for a moment.
-	if seg.dialErr != nil && time.Since(seg.dialAt) < 500*time.Millisecond {
-		return nil, seg.dialErr
-	}
-	addr := net.JoinHostPort(seg.desc.IP, strconv.Itoa(seg.desc.TCPDataPort))
-	if seg.desc.IP == "" || seg.desc.TCPDataPort == 0 {
-		addr = seg.name
-	}
-	cfg := tcp.PeerConfig{Lanes: e.cfg.Lanes, SmallMax: e.cfg.SmallMax, Checksum: e.cfg.Checksum, MaxSlice: uint64(e.cfg.MaxSlice), Bulk: e.clientBulk}
-	p, err := tcp.DialPeer(ctx, cfg, func(ctx context.Context, lane int) (net.Conn, error) {
-		return e.dialLane(ctx, addr, lane)
-	})
-	if err != nil {
-		seg.dialErr, seg.dialAt = err, time.Now()
-		return nil, err
-	}
-	seg.dialErr = nil
-	seg.peer = p
-	return p, nil
 }
 
 // Notify sends a small message to a peer (by segment name); the peer's

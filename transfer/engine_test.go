@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 )
 
 func openEngine(t *testing.T, cfg Config) *Engine {
@@ -40,7 +42,7 @@ func fill(b []byte, seed uint64) {
 
 // pair opens an initiator and a target with the given transport.
 func pair(t *testing.T, transport string, mod func(*Config)) (ini, tgt *Engine, seg SegmentID) {
-	cfg := Config{Transport: transport}
+	cfg := Config{Transport: transport, InprocHub: inproc.NewHub()}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -239,7 +241,7 @@ func TestUnknownSegment(t *testing.T) {
 	if _, err := e.OpenSegment(ctxT(t), name); !errors.Is(err, ErrUnknownSegment) {
 		t.Fatalf("err = %v, want ErrUnknownSegment", err)
 	}
-	ie := openEngine(t, Config{Transport: TransportInproc})
+	ie := openEngine(t, Config{Transport: TransportInproc, InprocHub: inproc.NewHub()})
 	if _, err := ie.OpenSegment(ctxT(t), "127.0.0.1:1"); !errors.Is(err, ErrUnknownSegment) {
 		t.Fatalf("inproc err = %v", err)
 	}
@@ -302,6 +304,7 @@ func TestConfigValidate(t *testing.T) {
 		"slice":     {SliceSize: 100},
 		"lanes":     {Lanes: -1},
 		"host:port": {LocalHostname: "127.0.0.1:1234"},
+		"no hub":    {Transport: TransportInproc},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -1,8 +1,11 @@
-// Package inproc is the in-process transport: a process-wide directory of
-// engines by segment name, so that an engine can copy straight to and from
-// another engine's registered memory in the same process (tests and the
-// all-in-one mode). Every access is still bounds-checked by the target's
-// registry.
+// Package inproc is the in-process transport: a directory (Hub) of engines
+// by segment name, so that an engine can copy straight to and from another
+// engine's registered memory in the same process (tests and the all-in-one
+// mode). Every access is still bounds-checked by the target's registry.
+//
+// There is no process-wide hub: whoever builds the engines makes one with
+// NewHub and gives it to every engine that should reach the others
+// (transfer.Config.InprocHub).
 package inproc
 
 import (
@@ -17,14 +20,15 @@ type Memory interface {
 	Acquire(addr, n uint64) (registry.Span, error)
 }
 
-// Hub maps segment names to in-process engines' memory.
+// Hub maps segment names to in-process engines' memory. The zero value is
+// an empty hub ready to use.
 type Hub struct {
 	mu   sync.RWMutex
 	mems map[string]Memory
 }
 
-// Default is the process-wide hub.
-var Default = &Hub{}
+// NewHub returns an empty hub.
+func NewHub() *Hub { return &Hub{} }
 
 // Add publishes mem under name.
 func (h *Hub) Add(name string, mem Memory) error {

@@ -1,0 +1,59 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvcache-go/mooncake/internal/transport/inproc"
+)
+
+// inprocTransport copies straight between engines of this process that
+// share Config.InprocHub. It claims every task.
+type inprocTransport struct{ hub *inproc.Hub }
+
+func (*inprocTransport) name() string { return TransportInproc }
+
+func (tr *inprocTransport) newPeer(seg *segment) peer {
+	return &inprocPeer{hub: tr.hub, name: seg.name}
+}
+
+// inprocPeer finds the peer's memory in the hub at every transfer, so a
+// peer engine that was closed fails the transfer (ErrPeerDown) and one
+// reopened under the same name is found again.
+type inprocPeer struct {
+	hub  *inproc.Hub
+	name string
+}
+
+func (p *inprocPeer) memory() (inproc.Memory, error) {
+	mem, ok := p.hub.Lookup(p.name)
+	if !ok {
+		return nil, fmt.Errorf("transfer: %w: no in-process engine %q", ErrPeerDown, p.name)
+	}
+	return mem, nil
+}
+
+func (p *inprocPeer) prepare(context.Context) (bool, error) {
+	_, err := p.memory()
+	return true, err
+}
+
+func (p *inprocPeer) claim(context.Context, *task) job { return inprocJob{p} }
+
+func (p *inprocPeer) close(error) {}
+
+// inprocJob is one bounds-checked copy.
+type inprocJob struct{ p *inprocPeer }
+
+func (j inprocJob) slices() int { return 1 }
+func (j inprocJob) async() bool { return false }
+func (j inprocJob) abort(error) {}
+func (j inprocJob) drop()       {}
+
+func (j inprocJob) run(_ context.Context, b *Batch, t *task) {
+	mem, err := j.p.memory()
+	if err == nil {
+		err = inproc.Copy(mem, t.req.Op == OpWrite, t.local.B, t.req.Remote)
+	}
+	b.sliceDone(t, err)
+}

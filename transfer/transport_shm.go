@@ -1,0 +1,247 @@
+package transfer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvcache-go/mooncake/internal/transport/shm"
+	"github.com/kvcache-go/mooncake/internal/wire"
+)
+
+// shmState is this engine's shared-memory server.
+type shmState struct {
+	srv  *shm.Server
+	path string
+}
+
+func (e *Engine) startShm() error {
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	name := fmt.Sprintf("mooncake-go-%d-%d-%s", os.Getpid(), e.port, hex.EncodeToString(r[:]))
+	srv, err := shm.Listen(name, e.shmLookup, e.checkAuth, e.log)
+	if err != nil {
+		// No unix sockets here: same-host peers will use TCP.
+		e.log.Warn("transfer: shared memory unavailable", "err", err)
+		return nil
+	}
+	e.shm = &shmState{srv: srv, path: srv.Path()}
+	return nil
+}
+
+func (e *Engine) stopShm() {
+	if e.shm != nil {
+		e.shm.srv.Close()
+	}
+}
+
+func (e *Engine) revokeShared(id uint64) {
+	if e.shm != nil {
+		e.shm.srv.Revoke(id)
+	}
+}
+
+// shmLookup answers a peer's map request: the managed buffer containing addr.
+func (e *Engine) shmLookup(addr uint64) (shm.BufInfo, int, error) {
+	b, ok := e.reg.Lookup(addr)
+	if !ok || !b.Shareable {
+		return shm.BufInfo{}, -1, fmt.Errorf("%#x: %w", addr, shm.ErrNotShareable)
+	}
+	e.managedMu.Lock()
+	defer e.managedMu.Unlock()
+	m, ok := e.managed[b.Addr]
+	if !ok {
+		return shm.BufInfo{}, -1, fmt.Errorf("%#x: %w", addr, shm.ErrNotShareable)
+	}
+	fd, err := unix.FcntlInt(uintptr(m.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return shm.BufInfo{}, -1, fmt.Errorf("dup memfd: %w", err)
+	}
+	return shm.BufInfo{Addr: b.Addr, Length: b.Length, ID: b.ID}, fd, nil
+}
+
+// shmTransport copies with one memcpy through a mapping of a same-host
+// peer's managed (memfd) buffer (internal/transport/shm). It claims a task
+// only when the peer is on this host and the remote range lies in one of
+// its shareable buffers; the rest goes to TCP.
+type shmTransport struct{ e *Engine }
+
+func (*shmTransport) name() string { return TransportShm }
+
+func (tr *shmTransport) newPeer(seg *segment) peer { return &shmPeer{e: tr.e, seg: seg} }
+
+// shmPeer is the connection to one same-host peer's shm server and the
+// mappings of its buffers.
+type shmPeer struct {
+	e   *Engine
+	seg *segment
+
+	mu sync.Mutex
+	cl *shm.Client // nil until first used
+	// failed: the peer's shm socket could not be used; stick to TCP.
+	failed bool
+}
+
+// reachable returns the peer's descriptor when shared memory can reach it.
+func (p *shmPeer) reachable() (wire.Segment, bool) {
+	if p.e.shm == nil {
+		return wire.Segment{}, false
+	}
+	p.seg.mu.Lock()
+	d := p.seg.desc
+	p.seg.mu.Unlock()
+	if d.ShmSocket == "" || d.HostID != p.e.hostID {
+		return d, false
+	}
+	return d, true
+}
+
+// client returns the connection to the peer's shm server, dialing it if
+// needed; nil means use TCP. p.mu is held.
+func (p *shmPeer) client(ctx context.Context, d wire.Segment) *shm.Client {
+	if p.failed {
+		return nil
+	}
+	if p.cl == nil {
+		cl, err := shm.Dial(ctx, d.ShmSocket, p.e.auth())
+		if err != nil {
+			p.e.log.Warn("transfer: shared memory to peer unavailable, using tcp", "peer", p.seg.name, "err", err)
+			p.failed = true
+			return nil
+		}
+		p.cl = cl
+	}
+	return p.cl
+}
+
+// prepare maps every shareable buffer the peer lists (populated, see
+// package shm), so the first transfers take no mapping or page faults.
+func (p *shmPeer) prepare(ctx context.Context) (bool, error) {
+	d, ok := p.reachable()
+	if !ok {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.e.cfg.HandshakeTimeout)
+	defer cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	all := true
+	for _, b := range d.Buffers {
+		if !b.Shareable || b.Length == 0 {
+			all = false
+			continue
+		}
+		cl := p.client(ctx, d)
+		if cl == nil {
+			return false, nil
+		}
+		sp, err := cl.Acquire(ctx, b.Addr, b.Addr, 1)
+		if err != nil {
+			p.dropClient(err)
+			all = false
+			continue
+		}
+		sp.Release()
+	}
+	return all, nil
+}
+
+// dropClient forgets a broken connection (not a mere refusal to share).
+// p.mu is held.
+func (p *shmPeer) dropClient(err error) {
+	if p.cl != nil && !errors.Is(err, shm.ErrNotShareable) && !errors.Is(err, shm.ErrOutOfBounds) {
+		p.cl.Close()
+		p.cl = nil
+	}
+}
+
+func (p *shmPeer) claim(ctx context.Context, t *task) job {
+	remote, n := t.req.Remote, uint64(t.req.Length)
+	j, retry := p.target(ctx, remote, n)
+	if j == nil && retry && p.seg.descStale() {
+		// The range is in no buffer we know of, or past the end of the one
+		// we mapped: the peer may have allocated (or reallocated) managed
+		// memory since we fetched its descriptor. Refetch it once.
+		rctx, cancel := context.WithTimeout(ctx, p.e.cfg.HandshakeTimeout)
+		if p.e.refresh(rctx, p.seg) == nil {
+			j, _ = p.target(rctx, remote, n)
+		}
+		cancel()
+	}
+	if j == nil {
+		return nil // TCP serves it
+	}
+	return j
+}
+
+// target returns a job copying through a mapped view of the peer's
+// [remote, remote+n), or nil (use TCP). retry says the cached descriptor
+// may be out of date: the range lies in no buffer it lists, or outside the
+// mapped buffer.
+func (p *shmPeer) target(ctx context.Context, remote, n uint64) (_ *shmJob, retry bool) {
+	d, ok := p.reachable()
+	if !ok {
+		return nil, false
+	}
+	var base uint64
+	found, known := false, false
+	for _, b := range d.Buffers {
+		if remote >= b.Addr && remote+n >= remote && remote+n <= b.Addr+b.Length {
+			known = true
+			if b.Shareable {
+				base, found = b.Addr, true
+			}
+			break
+		}
+	}
+	if !found {
+		return nil, !known
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.e.cfg.HandshakeTimeout)
+	defer cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cl := p.client(ctx, d)
+	if cl == nil {
+		return nil, false
+	}
+	sp, err := cl.Acquire(ctx, base, remote, n)
+	if err != nil {
+		p.dropClient(err)
+		return nil, errors.Is(err, shm.ErrOutOfBounds)
+	}
+	return &shmJob{span: sp}, false
+}
+
+func (p *shmPeer) close(error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cl != nil {
+		p.cl.Close()
+		p.cl = nil
+	}
+}
+
+// shmJob is one task's view into a peer's mapped buffer.
+type shmJob struct{ span shm.Span }
+
+func (j *shmJob) slices() int { return 1 }
+func (j *shmJob) async() bool { return false }
+func (j *shmJob) abort(error) {}
+func (j *shmJob) drop()       { j.span.Release() }
+
+func (j *shmJob) run(_ context.Context, b *Batch, t *task) {
+	if t.req.Op == OpWrite {
+		copy(j.span.B, t.local.B)
+	} else {
+		copy(t.local.B, j.span.B)
+	}
+	j.span.Release()
+	b.sliceDone(t, nil)
+}
