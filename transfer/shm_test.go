@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestShmSameProcessAndFallback(t *testing.T) {
@@ -20,8 +22,7 @@ func TestShmSameProcessAndFallback(t *testing.T) {
 	fill(local, 21)
 	// The initiator opened the segment before the buffer existed; the first
 	// request naming it refetches the descriptor (once it is stale).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitfor.Cond(t, 10*time.Second, "shm for a newly allocated buffer", func() bool {
 		b, err := ini.Submit(ctxT(t), []Request{{Op: OpWrite, Local: AddrOf(local), Segment: seg, Remote: uint64(AddrOf(managed)), Length: 8}})
 		if err != nil {
 			t.Fatal(err)
@@ -31,14 +32,8 @@ func TestShmSameProcessAndFallback(t *testing.T) {
 		}
 		tr := b.Transport(0)
 		b.Free()
-		if tr == "shm" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never switched to shm for a newly allocated buffer")
-		}
-		time.Sleep(50 * time.Millisecond) // poll until the cached descriptor is stale
-	}
+		return tr == "shm"
+	})
 	b, err := ini.Submit(ctxT(t), []Request{
 		{Op: OpWrite, Local: AddrOf(local), Segment: seg, Remote: uint64(AddrOf(managed)), Length: 1 << 20},
 		{Op: OpWrite, Local: AddrOf(local[1<<20:]), Segment: seg, Remote: uint64(AddrOf(plain)), Length: 1 << 20},
@@ -78,8 +73,7 @@ func TestShmSameProcessAndFallback(t *testing.T) {
 	if err := tgt.FreeManaged(managed); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	waitfor.Cond(t, 10*time.Second, "the mapping to be revoked", func() bool {
 		b, err := ini.Submit(ctxT(t), []Request{{Op: OpWrite, Local: AddrOf(local), Segment: seg, Remote: addr, Length: 64}})
 		if err != nil {
 			t.Fatal(err)
@@ -87,17 +81,11 @@ func TestShmSameProcessAndFallback(t *testing.T) {
 		err = b.Wait(ctxT(t))
 		tr := b.Transport(0)
 		b.Free()
-		if tr == "tcp" {
-			if !errors.Is(err, ErrOutOfBounds) {
-				t.Fatalf("after free: %v", err)
-			}
-			break
+		if tr == "tcp" && !errors.Is(err, ErrOutOfBounds) {
+			t.Fatalf("after free: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("mapping never revoked")
-		}
-		time.Sleep(5 * time.Millisecond) // poll for the asynchronous revoke
-	}
+		return tr == "tcp"
+	})
 }
 
 func TestShmAcrossProcesses(t *testing.T) {

@@ -3,10 +3,11 @@ package registry
 import (
 	"errors"
 	"math"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestAcquireBounds(t *testing.T) {
@@ -112,21 +113,17 @@ func TestUnregisterWaitsForSpans(t *testing.T) {
 	}()
 	// New acquires fail as soon as the buffer is gone from the table; poll
 	// until the unregister has removed it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitfor.Cond(t, 10*time.Second, "Unregister to remove the buffer", func() bool {
 		s2, err := g.Acquire(AddrOf(buf), 8)
 		if errors.Is(err, ErrNotRegistered) {
-			break
+			return true
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		s2.Release() // still registered: the goroutine has not run yet
-		if time.Now().After(deadline) {
-			t.Fatal("Unregister never removed the buffer")
-		}
-		runtime.Gosched()
-	}
+		return false
+	})
 	select {
 	case <-done:
 		t.Fatal("Unregister returned while a span was held")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
 	"github.com/kvcache-go/mooncake/internal/wire"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -82,19 +83,11 @@ func TestMapCopyRevoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Revoke(7)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitfor.Cond(t, 5*time.Second, "the revoke to be applied", func() bool {
 		cl.mu.Lock()
-		n := len(cl.maps)
-		cl.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("revoke not applied")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer cl.mu.Unlock()
+		return len(cl.maps) == 0
+	})
 	held.B[0] = 1 // still mapped while held
 	held.Release()
 }
