@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
-	"github.com/kvcache-go/mooncake/internal/wire"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
+	"github.com/kvcache-go/mooncake/internal/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
