@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/httpjson"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 )
 
@@ -241,52 +242,52 @@ type Server struct {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/health":
-		writeJSON(w, 200, map[string]string{"status": "ok"})
+		httpjson.Write(w, 200, map[string]string{"status": "ok"})
 	case "/metrics":
 		if s.Metrics == nil {
-			writeJSON(w, 404, map[string]string{"error": "no metrics here"})
+			httpjson.Write(w, 404, map[string]string{"error": "no metrics here"})
 			return
 		}
 		s.Metrics.ServeHTTP(w, r)
 	case "/query":
 		q := s.Registry.Query()
 		if len(q.Workers) == 0 {
-			writeJSON(w, 503, map[string]string{"error": "no worker registered yet"})
+			httpjson.Write(w, 503, map[string]string{"error": "no worker registered yet"})
 			return
 		}
-		writeJSON(w, 200, q)
+		httpjson.Write(w, 200, q)
 	case "/register":
 		var req RegisterRequest
 		if !readJSON(w, r, &req) {
 			return
 		}
 		if err := s.Registry.Register(req); err != nil {
-			writeJSON(w, 400, map[string]string{"error": err.Error()})
+			httpjson.Write(w, 400, map[string]string{"error": err.Error()})
 			return
 		}
-		writeJSON(w, 200, map[string]string{"status": "ok"})
+		httpjson.Write(w, 200, map[string]string{"status": "ok"})
 	case "/pull":
 		if r.Method != http.MethodPost {
-			writeJSON(w, 405, map[string]string{"error": "use POST"})
+			httpjson.Write(w, 405, map[string]string{"error": "use POST"})
 			return
 		}
 		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 		if err != nil {
-			writeJSON(w, 400, PullResponse{Status: StatusFailed, Code: CodeBadRequest, Error: err.Error()})
+			httpjson.Write(w, 400, PullResponse{Status: StatusFailed, Code: CodeBadRequest, Error: err.Error()})
 			return
 		}
 		req, err := DecodePull(b)
 		if err != nil {
-			writeJSON(w, 400, PullResponse{Status: StatusFailed, Code: CodeBadRequest, Error: err.Error()})
+			httpjson.Write(w, 400, PullResponse{Status: StatusFailed, Code: CodeBadRequest, Error: err.Error()})
 			return
 		}
 		if s.Handler == nil {
-			writeJSON(w, 503, PullResponse{Status: StatusFailed, Code: CodeUnknown, Error: "no producer on this bootstrap server"})
+			httpjson.Write(w, 503, PullResponse{Status: StatusFailed, Code: CodeUnknown, Error: "no producer on this bootstrap server"})
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), time.Duration(req.TimeoutMS)*time.Millisecond)
 		defer cancel()
-		writeJSON(w, 200, s.Handler.Pull(ctx, req))
+		httpjson.Write(w, 200, s.Handler.Pull(ctx, req))
 	case "/release":
 		var req struct {
 			TransferID string `json:"transfer_id"`
@@ -295,35 +296,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if req.TransferID == "" {
-			writeJSON(w, 400, map[string]string{"error": "transfer_id is required"})
+			httpjson.Write(w, 400, map[string]string{"error": "transfer_id is required"})
 			return
 		}
 		known := false
 		if s.Handler != nil {
 			known = s.Handler.Release(req.TransferID)
 		}
-		writeJSON(w, 200, map[string]bool{"known": known})
+		httpjson.Write(w, 200, map[string]bool{"known": known})
 	default:
-		writeJSON(w, 404, map[string]string{"error": "unknown path " + r.URL.Path})
+		httpjson.Write(w, 404, map[string]string{"error": "unknown path " + r.URL.Path})
 	}
 }
 
 func readJSON(w http.ResponseWriter, r *http.Request, into any) bool {
 	if r.Method != http.MethodPost {
-		writeJSON(w, 405, map[string]string{"error": "use POST"})
+		httpjson.Write(w, 405, map[string]string{"error": "use POST"})
 		return false
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBody)).Decode(into); err != nil {
-		writeJSON(w, 400, map[string]string{"error": "bad JSON: " + err.Error()})
+		httpjson.Write(w, 400, map[string]string{"error": "bad JSON: " + err.Error()})
 		return false
 	}
 	return true
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
 }
 
 // Serve serves s on ln until ctx ends, then shuts down (bounded).
