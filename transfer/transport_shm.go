@@ -82,10 +82,12 @@ type shmPeer struct {
 	e   *Engine
 	seg *segment
 
-	mu sync.Mutex
-	cl *shm.Client // nil until first used
-	// failed: the peer's shm socket could not be used; stick to TCP.
-	failed bool
+	mu       sync.Mutex
+	cl       *shm.Client // nil until first used
+	clSocket string      // the socket cl is connected to
+	// failedSocket could not be used: stick to TCP until the peer's
+	// descriptor names another socket (a restarted peer).
+	failedSocket string
 }
 
 // reachable returns the peer's descriptor when shared memory can reach it.
@@ -105,17 +107,21 @@ func (p *shmPeer) reachable() (wire.Segment, bool) {
 // client returns the connection to the peer's shm server, dialing it if
 // needed; nil means use TCP. p.mu is held.
 func (p *shmPeer) client(ctx context.Context, d wire.Segment) *shm.Client {
-	if p.failed {
+	if d.ShmSocket == p.failedSocket {
 		return nil
+	}
+	if p.cl != nil && p.clSocket != d.ShmSocket {
+		p.cl.Close() // the peer restarted: its old server is gone
+		p.cl = nil
 	}
 	if p.cl == nil {
 		cl, err := shm.Dial(ctx, d.ShmSocket, p.e.auth())
 		if err != nil {
 			p.e.log.Warn("transfer: shared memory to peer unavailable, using tcp", "peer", p.seg.name, "err", err)
-			p.failed = true
+			p.failedSocket = d.ShmSocket
 			return nil
 		}
-		p.cl = cl
+		p.cl, p.clSocket = cl, d.ShmSocket
 	}
 	return p.cl
 }

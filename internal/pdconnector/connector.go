@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvcache-go/mooncake/internal/bootstrap"
+	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/engine"
 	"github.com/kvcache-go/mooncake/internal/kvcache"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -32,23 +34,44 @@ const (
 var (
 	ErrConfig       = errors.New("pdconnector: invalid config")
 	ErrIncompatible = errors.New("pdconnector: incompatible peer")
+	errStopped      = errors.New("pdconnector: connector stopped")
 	errBadParams    = errors.New("pdconnector: kv_transfer_params with do_remote_prefill need transfer_id and remote_bootstrap_addr")
 )
+
+// Mover is what the connector needs of the transfer engine
+// (*transfer.Engine is one).
+type Mover interface {
+	// Name is the engine's segment name, which decode sends to prefill.
+	Name() string
+	// RegisterBytes registers KV regions not allocated by AllocateManaged.
+	RegisterBytes(b []byte, location string) error
+	// AllocateManaged allocates shareable (memfd) KV regions.
+	AllocateManaged(length int) ([]byte, error)
+	// PreparePeer readies the engine for a decode peer before its push.
+	PreparePeer(ctx context.Context, segment string) error
+	// OpenSegment resolves a decode peer's segment for the push.
+	OpenSegment(ctx context.Context, name string) (transfer.SegmentID, error)
+	// Transfer runs one push's writes.
+	Transfer(ctx context.Context, reqs []transfer.Request) error
+}
+
+var _ Mover = (*transfer.Engine)(nil)
 
 // Config configures a Connector. Zero fields take the defaults listed.
 type Config struct {
 	// Role is producer (prefill), consumer (decode) or both (default both).
 	Role string
 	// Transfer moves the blocks; required. The connector does not close it.
-	Transfer *transfer.Engine
+	Transfer Mover
 	// EngineID names this engine in the bootstrap registry (default: a uuid).
 	EngineID string
-	// BootstrapHost and BootstrapPort: where the producer's bootstrap
-	// registry listens (host default 127.0.0.1; port 0 picks a free one;
-	// `mooncake serve` defaults to bootstrap.DefaultPort, 8998). A consumer
-	// listens only if BootstrapPort > 0 (for /metrics).
-	BootstrapHost string
-	BootstrapPort int
+	// BootstrapAddr is the host:port decode engines reach this producer's
+	// bootstrap registry at: it goes into kv_transfer_params
+	// (remote_bootstrap_addr). Default: the address of the listener given
+	// to Run. The connector binds nothing itself: the caller listens
+	// (`mooncake serve` on bootstrap.DefaultPort, 8998) and passes the
+	// listener to Run.
+	BootstrapAddr string
 	// AbortTimeout: the producer frees a finished prefill's blocks when no
 	// pull came within it (default 480s).
 	AbortTimeout time.Duration
@@ -58,8 +81,8 @@ type Config struct {
 	// FailurePolicy is the engine's kv load failure policy (recompute or
 	// fail, default recompute), only used to report what happened.
 	FailurePolicy string
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Clock is the cores' clock (default the real one).
+	Clock clock.Clock
 	// Logger (default discard).
 	Logger *slog.Logger
 }
@@ -71,9 +94,6 @@ func (c Config) withDefaults() Config {
 	if c.EngineID == "" {
 		c.EngineID = "engine-" + uuid.NewString()[:8]
 	}
-	if c.BootstrapHost == "" {
-		c.BootstrapHost = "127.0.0.1"
-	}
 	if c.AbortTimeout == 0 {
 		c.AbortTimeout = 480 * time.Second
 	}
@@ -83,9 +103,7 @@ func (c Config) withDefaults() Config {
 	if c.FailurePolicy == "" {
 		c.FailurePolicy = engine.PolicyRecompute
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -103,8 +121,10 @@ func (c Config) Validate() error {
 	if c.Transfer == nil {
 		return fmt.Errorf("%w: a transfer engine is required", ErrConfig)
 	}
-	if c.BootstrapPort < 0 || c.BootstrapPort > 65535 {
-		return fmt.Errorf("%w: bootstrap port %d", ErrConfig, c.BootstrapPort)
+	if c.BootstrapAddr != "" {
+		if _, _, err := net.SplitHostPort(c.BootstrapAddr); err != nil {
+			return fmt.Errorf("%w: bootstrap address %q: %v", ErrConfig, c.BootstrapAddr, err)
+		}
 	}
 	if c.AbortTimeout < 0 || c.PullTimeout < 0 {
 		return fmt.Errorf("%w: negative timeout", ErrConfig)
@@ -125,14 +145,15 @@ func CompatHash(c kvcache.Compat) string {
 // Connector is the Mooncake P/D connector: it implements engine.Connector
 // and, on a producer, bootstrap.Handler.
 type Connector struct {
-	cfg  Config
-	te   *transfer.Engine
-	log  *slog.Logger
-	boot bootstrap.Client
+	cfg   Config
+	te    Mover
+	log   *slog.Logger
+	clock clock.Clock
+	boot  bootstrap.Client
 
-	ln       net.Listener
 	registry *bootstrap.Registry
-	bootAddr string
+	bootAddr atomic.Pointer[string] // advertised bootstrap address
+	running  atomic.Bool            // Run was called
 
 	// set by RegisterKVCaches
 	layout     kvcache.Layout
@@ -147,16 +168,20 @@ type Connector struct {
 	meta           []PullSpec
 	pendingInvalid []int
 	peers          map[string]bootstrap.QueryResponse // bootstrap addr -> registry
-	mapped         map[string]bool                    // decode segments pre-mapped (mapPeer)
+	prepared       map[string]bool                    // decode segments handed to PreparePeer
 
 	managedMu sync.Mutex
 	managed   map[uintptr]bool
 
 	m *metrics
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// The goroutines of pulls, pushes and releases (each bounded by a
+	// timeout): Run cancels them when its ctx ends and waits for them.
+	lifeMu  sync.Mutex
+	stopped bool // Run's ctx ended: no new work
+	cancels map[uint64]context.CancelFunc
+	nextID  uint64
+	wg      sync.WaitGroup
 }
 
 var (
@@ -164,47 +189,141 @@ var (
 	_ bootstrap.Handler = (*Connector)(nil)
 )
 
-// New builds a connector. A producer (or both) starts its bootstrap
-// registry at once; /query answers 503 until the engine registers its KV
-// caches (engine.New does). Close it after the engine stopped.
+// New checks cfg and builds a connector. It binds no port and starts no
+// goroutine: Run serves the bootstrap registry and owns the connector's
+// goroutines. Hooks called before Run work (pulls start at once); /query
+// answers 503 until the engine registers its KV caches (engine.New does).
 func New(cfg Config) (*Connector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Connector{cfg: cfg, te: cfg.Transfer, log: cfg.Logger, pushCancel: map[string]context.CancelFunc{},
-		peers: map[string]bootstrap.QueryResponse{}, managed: map[uintptr]bool{}, mapped: map[string]bool{},
-		prod: NewProducerCore(cfg.AbortTimeout)}
+	c := &Connector{cfg: cfg, te: cfg.Transfer, log: cfg.Logger, clock: cfg.Clock, pushCancel: map[string]context.CancelFunc{},
+		peers: map[string]bootstrap.QueryResponse{}, managed: map[uintptr]bool{}, prepared: map[string]bool{},
+		prod: NewProducerCore(cfg.AbortTimeout), cancels: map[uint64]context.CancelFunc{},
+		registry: bootstrap.NewRegistry(cfg.EngineID, "", 1)}
 	c.boot.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.m = newMetrics(c)
-	if cfg.Role != RoleConsumer || cfg.BootstrapPort > 0 {
-		ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BootstrapHost, strconv.Itoa(cfg.BootstrapPort)))
-		if err != nil {
-			c.cancel()
-			return nil, fmt.Errorf("pdconnector: bootstrap listen: %w", err)
-		}
-		c.ln = ln
-		c.bootAddr = ln.Addr().String()
-		srv := &bootstrap.Server{Metrics: promhttp.HandlerFor(c.m.reg, promhttp.HandlerOpts{}), Logger: c.log}
-		if cfg.Role != RoleConsumer {
-			srv.Handler = c
-		}
-		c.registry = bootstrap.NewRegistry(cfg.EngineID, "", 1)
-		srv.Registry = c.registry
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			if err := srv.Serve(c.ctx, ln); err != nil && c.ctx.Err() == nil {
-				c.log.Error("bootstrap server stopped", "err", err)
-			}
-		}()
+	if cfg.BootstrapAddr != "" {
+		c.bootAddr.Store(&cfg.BootstrapAddr)
 	}
+	c.m = newMetrics(c)
 	return c, nil
 }
 
-// BootstrapAddr is the host:port of the bootstrap registry ("" if none).
-func (c *Connector) BootstrapAddr() string { return c.bootAddr }
+// Run serves the bootstrap registry, the pull side channel (POST /pull and
+// /release, producer and both) and /metrics on ln until ctx ends; then it
+// cancels the pulls, pushes and releases in flight (a pull being served is
+// answered "aborted" at once) and returns once every goroutine of the
+// connector has ended. ln may be nil for a consumer that serves nothing (its
+// metrics are on the engine's /metrics); a producer needs one. Run closes
+// ln. Call it once; stop the engine that calls the hooks before ctx ends
+// (hooks after that fail their pulls at once).
+func (c *Connector) Run(ctx context.Context, ln net.Listener) error {
+	if !c.running.CompareAndSwap(false, true) {
+		if ln != nil {
+			_ = ln.Close()
+		}
+		return fmt.Errorf("pdconnector: Run called twice")
+	}
+	var err error
+	switch {
+	case ln != nil:
+		if c.bootAddr.Load() == nil {
+			a := ln.Addr().String()
+			c.bootAddr.Store(&a)
+		}
+		srv := &bootstrap.Server{Registry: c.registry, Metrics: promhttp.HandlerFor(c.m.reg, promhttp.HandlerOpts{}), Logger: c.log}
+		if c.cfg.Role != RoleConsumer {
+			srv.Handler = c
+		}
+		if err = srv.Serve(ctx, ln); err != nil {
+			err = fmt.Errorf("pdconnector: bootstrap server: %w", err)
+		}
+	case c.cfg.Role != RoleConsumer:
+		err = fmt.Errorf("%w: a %s needs a bootstrap listener", ErrConfig, c.cfg.Role)
+	default:
+		<-ctx.Done()
+	}
+	c.stop()
+	return err
+}
+
+// stop refuses new work, cancels what is in flight and waits for it.
+func (c *Connector) stop() {
+	c.lifeMu.Lock()
+	c.stopped = true
+	for _, cancel := range c.cancels {
+		cancel()
+	}
+	c.lifeMu.Unlock()
+	c.wg.Wait()
+}
+
+// track makes ctx end when the connector stops, too. ok is false (and ctx
+// already cancelled) once the connector stopped; done must be called when
+// the work ends.
+func (c *Connector) track(ctx context.Context) (_ context.Context, done func(), ok bool) {
+	return c.trackWG(ctx, false)
+}
+
+// trackWG is track; with wg it also counts the work in c.wg (under the same
+// lock as the stopped check, so Run's Wait never races an Add).
+func (c *Connector) trackWG(ctx context.Context, wg bool) (_ context.Context, done func(), ok bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.stopped {
+		cancel()
+		return ctx, func() {}, false
+	}
+	id := c.nextID
+	c.nextID++
+	c.cancels[id] = cancel
+	if wg {
+		c.wg.Add(1)
+	}
+	return ctx, func() {
+		c.lifeMu.Lock()
+		delete(c.cancels, id)
+		c.lifeMu.Unlock()
+		cancel()
+		if wg {
+			c.wg.Done()
+		}
+	}, true
+}
+
+// goTracked runs f in a goroutine that Run waits for, with ctx also
+// cancelled when the connector stops. It returns false (running nothing)
+// once the connector stopped.
+func (c *Connector) goTracked(ctx context.Context, f func(context.Context)) bool {
+	ctx, done, ok := c.trackWG(ctx, true)
+	if !ok {
+		return false
+	}
+	go func() {
+		defer done()
+		f(ctx)
+	}()
+	return true
+}
+
+// isStopped reports whether Run's ctx ended.
+func (c *Connector) isStopped() bool {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	return c.stopped
+}
+
+// BootstrapAddr is the advertised host:port of the bootstrap registry:
+// Config.BootstrapAddr, else the listener's address once Run started, else
+// "".
+func (c *Connector) BootstrapAddr() string {
+	if a := c.bootAddr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
 
 // EngineID is this engine's id in the registry.
 func (c *Connector) EngineID() string { return c.cfg.EngineID }
@@ -230,15 +349,6 @@ func (c *Connector) Allocator() kvcache.Allocator {
 		c.managedMu.Unlock()
 		return b, nil
 	}
-}
-
-// Close stops the bootstrap server and waits for every pull, push and
-// release in flight (each bounded by its timeout; in-flight transfers are
-// cancelled).
-func (c *Connector) Close() error {
-	c.cancel()
-	c.wg.Wait()
-	return nil
 }
 
 // Stats is a snapshot of the connector's state, for tests and leak checks.
@@ -293,12 +403,9 @@ func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
 	c.layout, c.compat, c.localBases, c.bases = kv.Layout, CompatHash(kv.Compat), local, bases
 	c.cons = NewConsumerCore(kv.Layout.BlockSize, c.cfg.FailurePolicy == engine.PolicyRecompute)
 	c.mu.Unlock()
-	if c.registry != nil {
-		c.registry.SetCompatHash(c.compat)
-		return c.registry.Register(bootstrap.RegisterRequest{EngineID: c.cfg.EngineID,
-			Worker: bootstrap.Worker{Addr: c.te.Name()}})
-	}
-	return nil
+	c.registry.SetCompatHash(c.compat)
+	return c.registry.Register(bootstrap.RegisterRequest{EngineID: c.cfg.EngineID,
+		Worker: bootstrap.Worker{Addr: c.te.Name()}})
 }
 
 // BindConnectorMeta implements engine.WorkerConnector.
@@ -306,14 +413,19 @@ func (c *Connector) BindConnectorMeta(meta any) {
 	c.meta, _ = meta.([]PullSpec)
 }
 
-// StartLoadKV starts this step's pulls, each in its own goroutine.
+// StartLoadKV starts this step's pulls, each in its own goroutine (owned
+// by Run). A pull ends when ctx ends, when Run's ctx ends, or after
+// PullTimeout. With ctx already done nothing starts and ctx's error is
+// returned; after Run ended the pulls fail at once (the failure policy
+// applies).
 func (c *Connector) StartLoadKV(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	for _, p := range c.meta {
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			c.runPull(p)
-		}()
+		if !c.goTracked(ctx, func(ctx context.Context) { c.runPull(ctx, p) }) {
+			c.pullDone(p, errStopped, bootstrap.PullResponse{}, 0)
+		}
 	}
 	return nil
 }
@@ -334,7 +446,7 @@ func (c *Connector) WaitForSave(context.Context) error { return nil }
 func (c *Connector) GetFinished([]string) (doneSending, doneRecving []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := c.prod.Tick(c.cfg.Now()); n > 0 {
+	if n := c.prod.Tick(c.clock.Now()); n > 0 {
 		c.log.Warn("freed prefill blocks nobody pulled", "count", n, "after", c.cfg.AbortTimeout)
 	}
 	doneSending = c.prod.DrainDoneSending()
@@ -412,10 +524,10 @@ func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool,
 			}
 			ok := req.NumComputedTokens() >= len(req.PromptTokens())
 			c.mu.Lock()
-			delay := c.prod.Finished(tid, req.ID(), blockIDs, len(req.PromptTokens()), ok, c.cfg.Now())
+			delay := c.prod.Finished(tid, req.ID(), blockIDs, len(req.PromptTokens()), ok, c.clock.Now())
 			c.mu.Unlock()
 			return delay, map[string]any{"transfer_id": tid, "remote_engine_id": c.cfg.EngineID,
-				"remote_bootstrap_addr": c.bootAddr, "do_remote_prefill": true}
+				"remote_bootstrap_addr": c.BootstrapAddr(), "do_remote_prefill": true}
 		}
 	}
 	if c.cfg.Role == RoleProducer {

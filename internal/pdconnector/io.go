@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bootstrap"
-	"github.com/kvcache-go/mooncake/transfer"
 )
 
 // ---- decode side: pull ----
@@ -39,16 +37,22 @@ func (c *Connector) forgetPeer(addr string) {
 // runPull asks prefill to push p's blocks and records the outcome. It
 // returns only when prefill answered (so it stopped writing) or PullTimeout
 // passed (prefill stops writing before that).
-func (c *Connector) runPull(p PullSpec) {
+func (c *Connector) runPull(ctx context.Context, p PullSpec) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.PullTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.PullTimeout)
 	defer cancel()
 	resp, err := c.pull(ctx, p)
-	nanos := time.Since(start).Nanoseconds()
+	if err != nil {
+		c.forgetPeer(p.Bootstrap)
+	}
+	c.pullDone(p, err, resp, time.Since(start).Nanoseconds())
+}
+
+// pullDone records a pull's outcome.
+func (c *Connector) pullDone(p PullSpec, err error, resp bootstrap.PullResponse, nanos int64) {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
-		c.forgetPeer(p.Bootstrap)
 		c.log.Warn("kv pull failed", "transfer_id", p.TransferID, "request", p.ReqID, "err", err)
 	}
 	c.mu.Lock()
@@ -101,10 +105,8 @@ func (c *Connector) pull(ctx context.Context, p PullSpec) (bootstrap.PullRespons
 }
 
 func (c *Connector) sendRelease(r ReleaseSpec) {
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	sent := c.goTracked(context.Background(), func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := c.boot.Release(ctx, r.Bootstrap, r.TransferID); err != nil {
 			c.m.releases.WithLabelValues("error").Inc()
@@ -112,7 +114,11 @@ func (c *Connector) sendRelease(r ReleaseSpec) {
 			return
 		}
 		c.m.releases.WithLabelValues("ok").Inc()
-	}()
+	})
+	if !sent {
+		c.m.releases.WithLabelValues("error").Inc()
+		c.log.Warn("release not sent, connector stopped (prefill frees after its abort timeout)", "transfer_id", r.TransferID)
+	}
 }
 
 // ---- prefill side: bootstrap.Handler ----
@@ -151,10 +157,12 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 		return failed(bootstrap.CodeIncompatible, "decode block %d bytes x %d layers, prefill %d x %d",
 			req.BlockBytes, len(req.LayerAddrs), c.layout.BlockBytes(), len(c.localBases))
 	}
-	// A closing connector answers its pulls at once.
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	defer context.AfterFunc(c.ctx, stop)()
+	// A stopping connector answers its pulls at once.
+	ctx, done, running := c.track(ctx)
+	defer done()
+	if !running {
+		return failed(bootstrap.CodeAborted, "prefill engine %s is shutting down", c.cfg.EngineID)
+	}
 	// Answer (and stop writing) before decode gives up.
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -163,12 +171,12 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	margin := min(time.Until(dl)/10, time.Second)
 	ctx, cancel := context.WithDeadline(ctx, dl.Add(-margin))
 	defer cancel()
-	c.mapPeer(ctx, req)
+	c.preparePeer(ctx, req)
 	var blocks []int
 	var numTokens int
 	for {
 		c.mu.Lock()
-		st, b, n, ch := c.prod.StartPull(req.TransferID, c.cfg.Now())
+		st, b, n, ch := c.prod.StartPull(req.TransferID, c.clock.Now())
 		c.mu.Unlock()
 		switch st {
 		case PullFailed:
@@ -182,7 +190,7 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				if c.ctx.Err() != nil {
+				if c.isStopped() {
 					return failed(bootstrap.CodeAborted, "prefill engine %s is shutting down", c.cfg.EngineID)
 				}
 				return failed(bootstrap.CodeTimeout, "prefill of %s did not finish in time", req.TransferID)
@@ -199,7 +207,7 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	resp := c.push(pushCtx, req, blocks, numTokens)
 	c.mu.Lock()
 	delete(c.pushCancel, req.TransferID)
-	c.prod.PushDone(req.TransferID, c.cfg.Now())
+	c.prod.PushDone(req.TransferID, c.clock.Now())
 	c.mu.Unlock()
 	return resp
 }
@@ -225,15 +233,10 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 	if err != nil {
 		return failed(bootstrap.CodeBadRequest, "%v", err)
 	}
-	err = c.write(ctx, reqs)
-	if err != nil && (errors.Is(err, transfer.ErrOutOfBounds) || errors.Is(err, transfer.ErrUnknownSegment)) && ctx.Err() == nil {
-		// A restarted decode may reuse the segment name: refresh its
-		// descriptor once and retry.
-		if _, rerr := c.te.Segment(ctx, req.Segment); rerr == nil {
-			err = c.write(ctx, reqs)
-		}
-	}
-	if err != nil {
+	// A decode restarted under the same segment name, or one that
+	// registered memory since the engine looked, is the transfer engine's
+	// business: it refetches the peer's descriptor itself.
+	if err := c.te.Transfer(ctx, reqs); err != nil {
 		code := bootstrap.CodeTransfer
 		if errors.Is(ctx.Err(), context.Canceled) {
 			code = bootstrap.CodeAborted
@@ -253,7 +256,7 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 func (c *Connector) Release(transferID string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	known, pushing := c.prod.Release(transferID, c.cfg.Now())
+	known, pushing := c.prod.Release(transferID, c.clock.Now())
 	if pushing {
 		if cancel := c.pushCancel[transferID]; cancel != nil {
 			cancel()
@@ -262,51 +265,23 @@ func (c *Connector) Release(transferID string) bool {
 	return known
 }
 
-// write runs one push's requests.
-func (c *Connector) write(ctx context.Context, reqs []transfer.Request) error {
-	b, err := c.te.Submit(ctx, reqs)
-	if err != nil {
-		return err
-	}
-	defer b.Free()
-	return b.Wait(ctx)
-}
-
-// mapPeer makes the transfer engine map a new same-host decode peer's KV
-// regions before the first push, while the prefill still computes: one
-// 1-byte read per layer region. The shared-memory transport maps a peer's
-// buffer whole and populated (MAP_POPULATE), so the push's writes take no
-// page faults. Peers on other hosts, and peers already seen, are skipped;
-// a failure only means the first push maps instead.
-func (c *Connector) mapPeer(ctx context.Context, req bootstrap.PullRequest) {
+// preparePeer has the transfer engine get ready for a decode peer (open
+// its segment, map its shared KV regions, dial lanes) when its first pull
+// arrives, while the prefill still computes, so the push does not pay for
+// it. Peers already seen are skipped; a failure only means the first push
+// does that work instead.
+func (c *Connector) preparePeer(ctx context.Context, req bootstrap.PullRequest) {
 	if len(req.LayerAddrs) == 0 {
 		return
 	}
 	c.mu.Lock()
-	seen := c.mapped[req.Segment]
-	c.mapped[req.Segment] = true
+	seen := c.prepared[req.Segment]
+	c.prepared[req.Segment] = true
 	c.mu.Unlock()
 	if seen {
 		return
 	}
-	desc, err := c.te.Segment(ctx, req.Segment)
-	if err != nil || desc.HostID == "" || !slices.ContainsFunc(desc.Buffers, func(b transfer.BufferDesc) bool { return b.Shareable }) {
-		return // no shared memory possible: nothing to map
-	}
-	seg, err := c.te.OpenSegment(ctx, req.Segment)
-	if err != nil {
-		return
-	}
-	scratch, err := c.te.AllocateManaged(len(req.LayerAddrs))
-	if err != nil {
-		return
-	}
-	defer c.te.FreeManaged(scratch)
-	reqs := make([]transfer.Request, len(req.LayerAddrs))
-	for i, a := range req.LayerAddrs {
-		reqs[i] = transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(scratch) + uintptr(i), Segment: seg, Remote: a, Length: 1}
-	}
-	if err := c.te.Transfer(ctx, reqs); err != nil {
-		c.cfg.Logger.Debug("pre-mapping decode KV regions failed", "segment", req.Segment, "err", err)
+	if err := c.te.PreparePeer(ctx, req.Segment); err != nil {
+		c.log.Debug("preparing the transfer engine for a decode peer failed", "segment", req.Segment, "err", err)
 	}
 }
