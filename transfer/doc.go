@@ -18,9 +18,25 @@
 // # Transports
 //
 // Config.Transport chooses: "tcp" always TCP; "inproc" copies directly
-// between engines in this process; "auto" (default) and "shm" use shared
+// between engines in this process that share Config.InprocHub (required
+// then; there is no process-wide hub); "auto" (default) and "shm" use shared
 // memory for a peer on the same host when the remote buffer is a managed
 // (memfd) buffer, and TCP otherwise. Batch.Transport(i) says which served.
+//
+// Inside, every transport sits behind one small interface (transport.go):
+// each opened segment holds one handle per transport, tried in order of
+// preference, and the first that claims a request moves it (TCP, last,
+// claims everything). Submit runs in phases: check the requests and pin
+// local memory, route each to a transport, fix the deadline, start the
+// transports' jobs, arm the deadline's timer. One behaviour suite
+// (TestTransportBehaviour) runs against tcp, shm and inproc.
+//
+// PreparePeer readies the engine for a peer ahead of its first transfer:
+// it (re)fetches the peer's descriptor, maps its shareable buffers over
+// shared memory and dials TCP lanes for the rest. Without it, transfers do
+// the same on first use; a request naming memory the cached descriptor does
+// not list (the peer registered it later) refetches the descriptor (at most
+// twice a second) before choosing shared memory or TCP.
 //
 // TCP (internal/transport/tcp): the RPC port also accepts data lanes. Each
 // peer gets Config.Lanes bulk lanes plus one express lane for small slices,

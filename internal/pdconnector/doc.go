@@ -17,7 +17,9 @@
 //     a pull: GET /query on prefill's bootstrap registry (cached; compat hash
 //     and protocol checked), then POST /pull with decode's segment, layer
 //     addresses and destination blocks.
-//   - Prefill (Pull, on the bootstrap port): checks compatibility, waits
+//   - Prefill (Pull, on the bootstrap port): checks compatibility, has the
+//     transfer engine prepare for a decode peer it has not seen
+//     (Mover.PreparePeer: open, map, dial, while the prefill computes), waits
 //     (bounded by decode's deadline minus a margin) for the prefill, writes
 //     the blocks decode lacks with one WRITE per run of consecutive blocks per
 //     layer (PlanWrites), answers, frees.
@@ -37,11 +39,38 @@
 // arrives before the prefill finished frees it as soon as it does.
 // ConsumerCore tracks pulls, outcomes and invalid blocks; a request that ends
 // while its pull runs keeps its blocks (delay free) until prefill has
-// answered, so no write can land in reused blocks. Connector is the shell:
-// it owns the bootstrap server, the pull, push and release
-// goroutines (all waited for by Close, each bounded by a timeout), the
+// answered, so no write can land in reused blocks. Both take time from
+// Config.Clock. Connector is the shell: it serves the bootstrap server, owns
+// the pull, push and release goroutines (each bounded by a timeout), the
 // metrics (Collectors, also on the bootstrap port's /metrics) and a mutex
-// around the cores; the engine calls its hooks from one goroutine.
+// around the cores; the engine calls its hooks from one goroutine. The
+// transfer engine is seen through Mover, the few methods the connector uses.
+//
+// # Lifecycle
+//
+// New checks the config and builds the connector; it binds no port and
+// starts no goroutine. Run(ctx, ln) serves the bootstrap registry, the pull
+// side channel and /metrics on ln until ctx ends, then cancels the pulls,
+// pushes and releases in flight and returns when every goroutine of the
+// connector has ended. A consumer that serves nothing passes ln == nil; a
+// producer (or both) needs a listener. Config.BootstrapAddr is the address
+// decode reaches the registry at (it goes into kv_transfer_params); it
+// defaults to ln's address. Stop the engine (the hooks' caller) before
+// Run's ctx ends. How to start one:
+//
+//	te, _ := transfer.Open(ctx, transfer.Config{LocalHostname: host})
+//	ln, _ := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(bootstrap.DefaultPort)))
+//	conn, err := pdconnector.New(pdconnector.Config{Role: pdconnector.RoleProducer,
+//		Transfer: te, BootstrapAddr: ln.Addr().String()})
+//	if err != nil { ... }
+//	runCtx, stop := context.WithCancel(ctx)
+//	runErr := make(chan error, 1)
+//	go func() { runErr <- conn.Run(runCtx, ln) }() // consumer: conn.Run(runCtx, nil)
+//	eng, _ := engine.New(engine.Config{..., Connector: conn}) // calls RegisterKVCaches
+//	... serve until done; stop the engine ...
+//	stop()
+//	err = <-runErr // every pull, push and release has ended
+//	te.Close()
 //
 // # Memory
 //
