@@ -66,7 +66,8 @@
 //	runCtx, stop := context.WithCancel(ctx)
 //	runErr := make(chan error, 1)
 //	go func() { runErr <- conn.Run(runCtx, ln) }() // consumer: conn.Run(runCtx, nil)
-//	eng, _ := engine.New(engine.Config{..., Connector: conn}) // calls RegisterKVCaches
+//	eng, _ := engine.New(engine.Config{..., Role: pdconnector.RoleProducer,
+//		Connector: conn, Allocator: conn.Allocator()}) // calls RegisterKVCaches
 //	... serve until done; stop the engine ...
 //	stop()
 //	err = <-runErr // every pull, push and release has ended
