@@ -67,10 +67,10 @@ type Config struct {
 	EngineID string
 	// BootstrapAddr is the host:port decode engines reach this producer's
 	// bootstrap registry at: it goes into kv_transfer_params
-	// (remote_bootstrap_addr). Default: the address of the listener given
-	// to Run. The connector binds nothing itself: the caller listens
-	// (`mooncake serve` on bootstrap.DefaultPort, 8998) and passes the
-	// listener to Run.
+	// (remote_bootstrap_addr). Required for a producer (or both), unused by
+	// a consumer. The connector binds nothing itself: the caller listens
+	// (`mooncake serve` on bootstrap.DefaultPort, 8998), puts the address
+	// here and passes the listener to Run.
 	BootstrapAddr string
 	// AbortTimeout: the producer frees a finished prefill's blocks when no
 	// pull came within it (default 480s).
@@ -121,6 +121,9 @@ func (c Config) Validate() error {
 	if c.Transfer == nil {
 		return fmt.Errorf("%w: a transfer engine is required", ErrConfig)
 	}
+	if c.BootstrapAddr == "" && c.Role != RoleConsumer {
+		return fmt.Errorf("%w: a %s needs BootstrapAddr (the host:port decode reaches its bootstrap listener at)", ErrConfig, c.Role)
+	}
 	if c.BootstrapAddr != "" {
 		if _, _, err := net.SplitHostPort(c.BootstrapAddr); err != nil {
 			return fmt.Errorf("%w: bootstrap address %q: %v", ErrConfig, c.BootstrapAddr, err)
@@ -152,8 +155,7 @@ type Connector struct {
 	boot  bootstrap.Client
 
 	registry *bootstrap.Registry
-	bootAddr atomic.Pointer[string] // advertised bootstrap address
-	running  atomic.Bool            // Run was called
+	running  atomic.Bool // Run was called
 
 	// set by RegisterKVCaches
 	layout     kvcache.Layout
@@ -203,9 +205,6 @@ func New(cfg Config) (*Connector, error) {
 		prod: NewProducerCore(cfg.AbortTimeout), cancels: map[uint64]context.CancelFunc{},
 		registry: bootstrap.NewRegistry(cfg.EngineID, "", 1)}
 	c.boot.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
-	if cfg.BootstrapAddr != "" {
-		c.bootAddr.Store(&cfg.BootstrapAddr)
-	}
 	c.m = newMetrics(c)
 	return c, nil
 }
@@ -228,10 +227,6 @@ func (c *Connector) Run(ctx context.Context, ln net.Listener) error {
 	var err error
 	switch {
 	case ln != nil:
-		if c.bootAddr.Load() == nil {
-			a := ln.Addr().String()
-			c.bootAddr.Store(&a)
-		}
 		srv := &bootstrap.Server{Registry: c.registry, Metrics: promhttp.HandlerFor(c.m.reg, promhttp.HandlerOpts{}), Logger: c.log}
 		if c.cfg.Role != RoleConsumer {
 			srv.Handler = c
@@ -315,15 +310,9 @@ func (c *Connector) isStopped() bool {
 	return c.stopped
 }
 
-// BootstrapAddr is the advertised host:port of the bootstrap registry:
-// Config.BootstrapAddr, else the listener's address once Run started, else
-// "".
-func (c *Connector) BootstrapAddr() string {
-	if a := c.bootAddr.Load(); a != nil {
-		return *a
-	}
-	return ""
-}
+// BootstrapAddr is the advertised host:port of the bootstrap registry
+// (Config.BootstrapAddr; "" for a consumer without one).
+func (c *Connector) BootstrapAddr() string { return c.cfg.BootstrapAddr }
 
 // EngineID is this engine's id in the registry.
 func (c *Connector) EngineID() string { return c.cfg.EngineID }
@@ -527,7 +516,7 @@ func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool,
 			delay := c.prod.Finished(tid, req.ID(), blockIDs, len(req.PromptTokens()), ok, c.clock.Now())
 			c.mu.Unlock()
 			return delay, map[string]any{"transfer_id": tid, "remote_engine_id": c.cfg.EngineID,
-				"remote_bootstrap_addr": c.BootstrapAddr(), "do_remote_prefill": true}
+				"remote_bootstrap_addr": c.cfg.BootstrapAddr, "do_remote_prefill": true}
 		}
 	}
 	if c.cfg.Role == RoleProducer {

@@ -74,6 +74,9 @@ func TestNewBindsNothingAndStartsNothing(t *testing.T) {
 	if _, err := New(Config{Transfer: te, BootstrapAddr: "no-port"}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("bad bootstrap address: err = %v, want ErrConfig", err)
 	}
+	if _, err := New(Config{Role: RoleProducer, Transfer: te}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("producer without bootstrap address: err = %v, want ErrConfig", err)
+	}
 	if _, err := New(Config{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("no transfer engine: err = %v, want ErrConfig", err)
 	}
@@ -82,15 +85,12 @@ func TestNewBindsNothingAndStartsNothing(t *testing.T) {
 func TestRunLifecycle(t *testing.T) {
 	te := openTransfer(t)
 	t.Run("producer serves on ln until ctx ends", func(t *testing.T) {
-		c, err := New(Config{Role: RoleProducer, Transfer: te})
+		ln := listen(t)
+		c, err := New(Config{Role: RoleProducer, Transfer: te, BootstrapAddr: ln.Addr().String()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln := listen(t)
 		stop := running(t, c, ln)
-		if c.BootstrapAddr() != ln.Addr().String() {
-			t.Fatalf("BootstrapAddr = %q, want the listener's %q", c.BootstrapAddr(), ln.Addr())
-		}
 		var cl bootstrap.Client
 		// No worker registered yet: /query answers 503 (an error).
 		if _, err := cl.Query(t.Context(), c.BootstrapAddr()); err == nil {
@@ -107,7 +107,7 @@ func TestRunLifecycle(t *testing.T) {
 		}
 	})
 	t.Run("producer needs a listener", func(t *testing.T) {
-		c, err := New(Config{Role: RoleProducer, Transfer: te})
+		c, err := New(Config{Role: RoleProducer, Transfer: te, BootstrapAddr: "127.0.0.1:1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,11 +176,12 @@ func kvFor(t *testing.T, c *Connector, seed byte) [][]byte {
 // blocks from a producer connector through its Run-served bootstrap port;
 // the producer prepares the transfer engine for the decode peer first.
 func TestPullBetweenConnectors(t *testing.T) {
-	pre, err := New(Config{Role: RoleProducer, Transfer: openTransfer(t)})
+	ln := listen(t)
+	pre, err := New(Config{Role: RoleProducer, Transfer: openTransfer(t), BootstrapAddr: ln.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopPre := running(t, pre, listen(t))
+	stopPre := running(t, pre, ln)
 	dec, err := New(Config{Role: RoleConsumer, Transfer: openTransfer(t)})
 	if err != nil {
 		t.Fatal(err)

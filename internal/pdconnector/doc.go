@@ -53,9 +53,9 @@
 // side channel and /metrics on ln until ctx ends, then cancels the pulls,
 // pushes and releases in flight and returns when every goroutine of the
 // connector has ended. A consumer that serves nothing passes ln == nil; a
-// producer (or both) needs a listener. Config.BootstrapAddr is the address
-// decode reaches the registry at (it goes into kv_transfer_params); it
-// defaults to ln's address. Stop the engine (the hooks' caller) before
+// producer (or both) needs a listener, and Config.BootstrapAddr: the
+// address decode reaches the registry at (it goes into kv_transfer_params),
+// usually ln.Addr().String(). Stop the engine (the hooks' caller) before
 // Run's ctx ends. How to start one:
 //
 //	te, _ := transfer.Open(ctx, transfer.Config{LocalHostname: host})
