@@ -220,62 +220,98 @@ func (e *Engine) execute(ctx context.Context, out *SchedulerOutput, meta any) ([
 	return logits, err
 }
 
-// update applies the step's results: connector reports, sampled tokens,
-// finished requests. It reports whether a request moved back to waiting.
+// update applies one step's results in five phases: collect the
+// connector's output, fail the step's requests on an execution error, mark
+// requests with blocks that failed to load, act on finished sends and
+// receives, and append the sampled tokens. It reports whether a remote
+// request moved to waiting.
 func (e *Engine) update(out *SchedulerOutput, logits [][]float32, execErr error) (moved bool) {
+	co := e.collectConnectorOutput()
+	if execErr != nil {
+		e.failScheduled(out, execErr)
+	}
+	if len(co.InvalidBlockIDs) > 0 {
+		e.markLoadErrors(co.InvalidBlockIDs)
+	}
+	e.freeSent(co.FinishedSending)
+	moved = e.admitReceived(co.FinishedRecving)
+	e.appendSampled(out, logits)
+	return moved
+}
+
+// collectConnectorOutput asks the connector which transfers finished and
+// which blocks failed to load, and hands it back its output (vLLM's
+// update_connector_output).
+func (e *Engine) collectConnectorOutput() ConnectorOutput {
 	finishedIDs := e.finished
 	e.finished = nil
 	doneSending, doneRecving := e.conn.GetFinished(finishedIDs)
 	invalid := e.conn.GetBlockIDsWithLoadErrors()
 	e.conn.ClearConnectorMeta()
-	e.conn.UpdateConnectorOutput(ConnectorOutput{FinishedSending: doneSending, FinishedRecving: doneRecving, InvalidBlockIDs: invalid})
+	co := ConnectorOutput{FinishedSending: doneSending, FinishedRecving: doneRecving, InvalidBlockIDs: invalid}
+	e.conn.UpdateConnectorOutput(co)
+	return co
+}
 
-	if execErr != nil {
-		for _, s := range out.Scheduled {
-			if s.Req.status == StatusRunning {
-				e.finish(s.Req, FinishError, execErr)
+// failScheduled ends every request of the step still running with err.
+func (e *Engine) failScheduled(out *SchedulerOutput, err error) {
+	for _, s := range out.Scheduled {
+		if s.Req.status == StatusRunning {
+			e.finish(s.Req, FinishError, err)
+		}
+	}
+}
+
+// markLoadErrors finds the owners of blocks that failed to load: under
+// PolicyFail they end with ErrKVLoad, otherwise they recompute from the
+// first bad block.
+func (e *Engine) markLoadErrors(invalid []int) {
+	bad := map[int]bool{}
+	for _, id := range invalid {
+		bad[id] = true
+		e.pool.DropHash(id)
+	}
+	for _, list := range [][]*ReqState{slices.Clone(e.running), slices.Clone(e.remote)} {
+		for _, r := range list {
+			first := -1
+			lo := r.numLocal / e.cfg.BlockSize
+			hi := min(e.blocksFor(r.numLocal+r.numExternal), len(r.blocks))
+			for bi := lo; bi < hi; bi++ {
+				if bad[r.blocks[bi]] {
+					first = bi
+					break
+				}
+			}
+			if first < 0 {
+				continue
+			}
+			if e.cfg.KVLoadFailurePolicy == PolicyFail {
+				e.finish(r, FinishError, fmt.Errorf("%w: block %d of request %s", ErrKVLoad, r.blocks[first], r.id))
+				continue
+			}
+			pos := first * e.cfg.BlockSize
+			if r.invalidFrom < 0 || pos < r.invalidFrom {
+				r.invalidFrom = pos
 			}
 		}
 	}
-	// Load errors: find the owners of invalid blocks.
-	if len(invalid) > 0 {
-		bad := map[int]bool{}
-		for _, id := range invalid {
-			bad[id] = true
-			e.pool.DropHash(id)
-		}
-		for _, list := range [][]*ReqState{slices.Clone(e.running), slices.Clone(e.remote)} {
-			for _, r := range list {
-				first := -1
-				lo := r.numLocal / e.cfg.BlockSize
-				hi := min(e.blocksFor(r.numLocal+r.numExternal), len(r.blocks))
-				for bi := lo; bi < hi; bi++ {
-					if bad[r.blocks[bi]] {
-						first = bi
-						break
-					}
-				}
-				if first < 0 {
-					continue
-				}
-				if e.cfg.KVLoadFailurePolicy == PolicyFail {
-					e.finish(r, FinishError, fmt.Errorf("%w: block %d of request %s", ErrKVLoad, r.blocks[first], r.id))
-					continue
-				}
-				pos := first * e.cfg.BlockSize
-				if r.invalidFrom < 0 || pos < r.invalidFrom {
-					r.invalidFrom = pos
-				}
-			}
-		}
-	}
-	for _, id := range doneSending {
+}
+
+// freeSent frees the delayed blocks of requests whose KV was sent.
+func (e *Engine) freeSent(ids []string) {
+	for _, id := range ids {
 		if blocks, ok := e.delayed[id]; ok {
 			e.pool.Free(blocks)
 			delete(e.delayed, id)
 		}
 	}
-	for _, id := range doneRecving {
+}
+
+// admitReceived moves requests whose KV arrived from remote to waiting,
+// computed up to what was loaded (or the first bad block). It reports
+// whether any moved.
+func (e *Engine) admitReceived(ids []string) (moved bool) {
+	for _, id := range ids {
 		i := slices.IndexFunc(e.remote, func(r *ReqState) bool { return r.id == id })
 		if i < 0 {
 			continue
@@ -296,7 +332,13 @@ func (e *Engine) update(out *SchedulerOutput, logits [][]float32, execErr error)
 		e.waiting = append(e.waiting, r)
 		moved = true
 	}
-	// Sampled tokens.
+	return moved
+}
+
+// appendSampled advances the step's running requests: a prefill chunk
+// moves computed on; a finished prompt or a decode step samples a token and
+// may finish the request. A request with a bad block recomputes instead.
+func (e *Engine) appendSampled(out *SchedulerOutput, logits [][]float32) {
 	for i, s := range out.Scheduled {
 		r := s.Req
 		if r.status != StatusRunning {
@@ -325,7 +367,6 @@ func (e *Engine) update(out *SchedulerOutput, logits [][]float32, execErr error)
 			e.finish(r, reason, nil)
 		}
 	}
-	return moved
 }
 
 // cacheBlocks registers r's newly full, computed blocks in the prefix cache.
