@@ -124,7 +124,19 @@ func (c InstanceConfig) Validate() error {
 		c.AbortTimeout < 0 || c.PullTimeout < 0:
 		return errors.New("cluster: negative size or timeout")
 	}
-	return nil
+	return c.engineConfig(nil).Validate()
+}
+
+// engineConfig is the engine's config on kv (nil: no connector).
+func (c InstanceConfig) engineConfig(kv *KVConnector) engine.Config {
+	ecfg := engine.Config{Model: c.Model, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
+		MaxNumBatchedTokens: c.MaxNumBatchedTokens, MaxNumSeqs: c.MaxNumSeqs, MaxModelLen: c.MaxModelLen,
+		MaxWaiting: c.MaxWaiting, DisablePrefixCaching: c.DisablePrefixCaching,
+		KVLoadFailurePolicy: c.FailurePolicy, Role: c.engineRole(), Logger: c.Logger}
+	if kv != nil {
+		ecfg.Connector, ecfg.Allocator = kv.Connector, kv.Allocator
+	}
+	return ecfg
 }
 
 func (c InstanceConfig) withDefaults() InstanceConfig {
@@ -262,14 +274,7 @@ func newPDConnector(cfg pdconnector.Config, bootstrapAddr string) (*pdconnector.
 // buildEngine builds the engine on the connector and its server, with the
 // connector's metrics on the server's registry.
 func buildEngine(cfg InstanceConfig, kv *KVConnector) (*engine.Engine, *server.Server, error) {
-	ecfg := engine.Config{Model: cfg.Model, BlockSize: cfg.BlockSize, NumBlocks: cfg.NumBlocks,
-		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs, MaxModelLen: cfg.MaxModelLen,
-		MaxWaiting: cfg.MaxWaiting, DisablePrefixCaching: cfg.DisablePrefixCaching,
-		KVLoadFailurePolicy: cfg.FailurePolicy, Role: cfg.engineRole(), Logger: cfg.Logger}
-	if kv != nil {
-		ecfg.Connector, ecfg.Allocator = kv.Connector, kv.Allocator
-	}
-	eng, err := engine.New(ecfg)
+	eng, err := engine.New(cfg.engineConfig(kv))
 	if err != nil {
 		return nil, nil, err
 	}
