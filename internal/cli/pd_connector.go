@@ -2,18 +2,15 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bootstrap"
+	"github.com/kvcache-go/mooncake/internal/cluster"
+	"github.com/kvcache-go/mooncake/internal/engine"
 	"github.com/kvcache-go/mooncake/internal/pdconnector"
-	"github.com/kvcache-go/mooncake/transfer"
 )
-
-// The Mooncake P/D connector for `mooncake serve --kv-connector mooncake`.
-func init() { kvConnectors["mooncake"] = newMooncakeConnector }
 
 // mooncakeConnectorConfig is --kv-connector-config for the mooncake connector.
 type mooncakeConnectorConfig struct {
@@ -59,41 +56,30 @@ func decodeConnectorConfig(m map[string]any, dst any) error {
 	return nil
 }
 
-func newMooncakeConnector(ctx context.Context, opts KVConnectorOptions) (*KVConnectorSetup, error) {
-	cc, err := parseMooncakeConnectorConfig(opts.Role, opts.Config)
+// setMooncakeConnector makes ic a Mooncake P/D instance (cluster builds
+// the connector) configured by --kv-connector-config; bootstrapPort
+// (--bootstrap-port, if given) overrides its bootstrap_port.
+func setMooncakeConnector(ic *cluster.InstanceConfig, m map[string]any, bootstrapPort *int) error {
+	cc, err := parseMooncakeConnectorConfig(ic.Role, m)
 	if err != nil {
-		return nil, &ExitError{Code: 2, Err: err}
+		return err
 	}
-	if opts.BootstrapPort != nil {
-		cc.BootstrapPort = *opts.BootstrapPort
+	if bootstrapPort != nil {
+		cc.BootstrapPort = *bootstrapPort
 		if cc.BootstrapPort < 0 || cc.BootstrapPort > 65535 {
-			return nil, &ExitError{Code: 2, Err: fmt.Errorf("--bootstrap-port %d: want 0..65535", cc.BootstrapPort)}
+			return fmt.Errorf("--bootstrap-port %d: want 0..65535", cc.BootstrapPort)
 		}
 	}
-	host := opts.Host
-	if host == "" || host == "0.0.0.0" {
-		host = "127.0.0.1"
+	if cc.BootstrapPort < 0 || cc.BootstrapPort > 65535 {
+		return fmt.Errorf("--kv-connector-config: bootstrap_port %d: want 0..65535", cc.BootstrapPort)
 	}
-	te, err := transfer.Open(ctx, transfer.Config{LocalHostname: host, RPCPort: cc.RPCPort, Transport: cc.Transport, Logger: opts.Logger})
-	if err != nil {
-		return nil, err
+	if cc.FailurePolicy != "" && cc.FailurePolicy != engine.PolicyRecompute && cc.FailurePolicy != engine.PolicyFail {
+		return fmt.Errorf("--kv-connector-config: failure_policy %q (want recompute or fail)", cc.FailurePolicy)
 	}
-	conn, err := pdconnector.New(pdconnector.Config{Role: opts.Role, Transfer: te, EngineID: cc.EngineID,
-		BootstrapHost: host, BootstrapPort: cc.BootstrapPort,
-		AbortTimeout:  time.Duration(cc.AbortTimeoutS * float64(time.Second)),
-		PullTimeout:   time.Duration(cc.PullTimeoutS * float64(time.Second)),
-		FailurePolicy: cc.FailurePolicy, Logger: opts.Logger})
-	if err != nil {
-		te.Close()
-		return nil, &ExitError{Code: 2, Err: err}
-	}
-	if opts.Logger != nil {
-		opts.Logger.Info("mooncake connector ready", "role", opts.Role, "engine_id", conn.EngineID(),
-			"bootstrap", conn.BootstrapAddr(), "transfer_segment", te.Name())
-	}
-	return &KVConnectorSetup{Connector: conn, Allocator: conn.Allocator(), Collectors: conn.Collectors(),
-		Close: func() error {
-			conn.Close()
-			return te.Close()
-		}}, nil
+	ic.KVConnector = nil // the role's: the P/D connector
+	ic.BootstrapPort, ic.EngineID, ic.RPCPort, ic.Transport = cc.BootstrapPort, cc.EngineID, cc.RPCPort, cc.Transport
+	ic.AbortTimeout = time.Duration(cc.AbortTimeoutS * float64(time.Second))
+	ic.PullTimeout = time.Duration(cc.PullTimeoutS * float64(time.Second))
+	ic.PDFailurePolicy = cc.FailurePolicy
+	return nil
 }

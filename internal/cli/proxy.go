@@ -43,15 +43,13 @@ counted as a token. --ttft-slo 30s then answers 429 when even the best predictio
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
-			defer p.Close()
 			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 			if err != nil {
 				return err
 			}
-			p.Start()
 			fmt.Fprintf(cmd.OutOrStdout(), "proxy listening on http://%s (%d prefill, %d decode)\n",
 				ln.Addr(), len(cfg.Prefill), len(cfg.Decode))
-			return p.Serve(cmd.Context(), ln)
+			return p.Run(cmd.Context(), ln)
 		},
 	}
 	f := cmd.Flags()

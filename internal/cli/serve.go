@@ -5,52 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
-	"sort"
-	"strconv"
-	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/kvcache-go/mooncake/internal/bootstrap"
+	"github.com/kvcache-go/mooncake/internal/cluster"
 	"github.com/kvcache-go/mooncake/internal/engine"
-	"github.com/kvcache-go/mooncake/internal/kvcache"
-	"github.com/kvcache-go/mooncake/internal/server"
 )
-
-// KVConnectorOptions is what `mooncake serve` hands a KV connector factory.
-type KVConnectorOptions struct {
-	Role   string         // both, producer or consumer (--role)
-	Config map[string]any // --kv-connector-config (JSON object)
-	Host   string         // --host
-	// BootstrapPort is --bootstrap-port when given (nil otherwise); it
-	// overrides the config's bootstrap_port.
-	BootstrapPort *int
-	Logger        *slog.Logger
-}
-
-// KVConnectorSetup is what a factory returns: the connector, optionally
-// the allocator of the engine's KV memory (for example transfer-engine
-// registered buffers), and a Close run after the server stops.
-type KVConnectorSetup struct {
-	Connector engine.Connector
-	Allocator kvcache.Allocator
-	Close     func() error
-	// AfterStart, if set, runs once the engine exists (its KVCaches are
-	// registered with the connector by then) and before serving.
-	AfterStart func(e *engine.Engine) error
-	// Collectors are registered with the server's Prometheus registry, so
-	// the engine's /metrics shows the connector's metrics.
-	Collectors []prometheus.Collector
-}
-
-// KVConnectorFactory builds a connector for `mooncake serve --kv-connector NAME`.
-type KVConnectorFactory func(ctx context.Context, opts KVConnectorOptions) (*KVConnectorSetup, error)
-
-// kvConnectors is the seam for KV connectors: add one entry per connector
-// (the P/D connector registers itself here).
-var kvConnectors = map[string]KVConnectorFactory{}
 
 type serveFlags struct {
 	model, host, role, connector, connectorCfg, policy string
@@ -106,84 +67,75 @@ func runServe(cmd *cobra.Command, sf serveFlags) error {
 	if err != nil {
 		return &ExitError{Code: 2, Err: err}
 	}
-	cfg := engine.Config{Model: m, BlockSize: sf.blockSize, NumBlocks: sf.numBlocks, MaxNumBatchedTokens: sf.batchTokens,
-		MaxNumSeqs: sf.maxSeqs, MaxModelLen: sf.maxModelLen, MaxWaiting: sf.maxWaiting, DisablePrefixCaching: sf.noPrefixCache,
-		KVLoadFailurePolicy: sf.policy, Role: sf.role, Logger: log}
-	if err := cfg.Validate(); err != nil {
+	ic := cluster.InstanceConfig{Model: m, Tokenizer: tk, Host: sf.host, Port: sf.port, Role: sf.role,
+		BlockSize: sf.blockSize, NumBlocks: sf.numBlocks, MaxNumBatchedTokens: sf.batchTokens, MaxNumSeqs: sf.maxSeqs,
+		MaxModelLen: sf.maxModelLen, MaxWaiting: sf.maxWaiting, DisablePrefixCaching: sf.noPrefixCache,
+		FailurePolicy: sf.policy, Logger: log}
+	if err := ic.Validate(); err != nil {
 		return &ExitError{Code: 2, Err: err}
 	}
-	var setup *KVConnectorSetup
-	connector := sf.connector
-	if connector == "" && sf.role != engine.RoleBoth {
-		connector = "mooncake" // --role producer|consumer alone is a P/D instance
+	var bootstrapPort *int
+	if cmd.Flags().Changed("bootstrap-port") {
+		bootstrapPort = &sf.bootstrapPort
 	}
-	if cmd.Flags().Changed("bootstrap-port") && (connector == "" || connector == "none") {
-		return &ExitError{Code: 2, Err: fmt.Errorf("--bootstrap-port needs a KV connector (--role producer|consumer or --kv-connector mooncake)")}
+	if err := setKVConnector(&ic, sf.connector, sf.connectorCfg, bootstrapPort); err != nil {
+		return &ExitError{Code: 2, Err: err}
 	}
-	if connector != "" && connector != "none" {
-		factory, ok := kvConnectors[connector]
-		if !ok {
-			return &ExitError{Code: 2, Err: fmt.Errorf("unknown --kv-connector %q (known: %s, none)", connector, connectorNames())}
-		}
-		opts := KVConnectorOptions{Role: sf.role, Host: sf.host, Logger: log}
-		if cmd.Flags().Changed("bootstrap-port") {
-			opts.BootstrapPort = &sf.bootstrapPort
-		}
-		if sf.connectorCfg != "" {
-			if err := json.Unmarshal([]byte(sf.connectorCfg), &opts.Config); err != nil {
-				return &ExitError{Code: 2, Err: fmt.Errorf("--kv-connector-config: %w", err)}
-			}
-		}
-		if setup, err = factory(ctx, opts); err != nil {
-			return err
-		}
-		if setup.Close != nil {
-			defer setup.Close()
-		}
-		cfg.Connector, cfg.Allocator = setup.Connector, setup.Allocator
-	}
-	eng, err := engine.New(cfg)
+	inst, err := cluster.StartInstance(ctx, ic)
 	if err != nil {
 		return err
 	}
-	if setup != nil && setup.AfterStart != nil {
-		if err := setup.AfterStart(eng); err != nil {
-			return err
-		}
+	fmt.Fprintf(cmd.OutOrStdout(), "serving %s on %s (role %s, KV %d bytes/token)\n",
+		m.Name, inst.URL, inst.Engine.Config().Role, inst.Engine.KVCaches().Layout.BytesPerToken())
+	select {
+	case <-ctx.Done():
+	case <-inst.Done():
 	}
-	srv, err := server.New(server.Config{Engine: eng, Tokenizer: tk, Logger: log})
-	if err != nil {
-		return err
-	}
-	if setup != nil && len(setup.Collectors) > 0 {
-		if err := registerAll(srv.Registry(), setup.Collectors); err != nil {
-			return fmt.Errorf("KV connector metrics: %w", err)
-		}
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(sf.host, strconv.Itoa(sf.port)))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "serving %s on http://%s (role %s, KV %d bytes/token)\n",
-		m.Name, ln.Addr(), cfg.Role, eng.KVCaches().Layout.BytesPerToken())
-	return srv.Serve(ctx, ln)
+	return inst.Close()
 }
 
-func registerAll(reg *prometheus.Registry, cs []prometheus.Collector) error {
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return err
+// kvConnectorNames are the values of --kv-connector besides none.
+const kvConnectorNames = "mooncake, store"
+
+// setKVConnector sets ic's KV connector from --kv-connector NAME and
+// --kv-connector-config: the one list of connectors `mooncake serve` knows.
+// Without a name, --role producer|consumer alone is a P/D instance
+// (mooncake) and --role both has none.
+func setKVConnector(ic *cluster.InstanceConfig, name, rawCfg string, bootstrapPort *int) error {
+	if name == "" && ic.Role != engine.RoleBoth {
+		name = "mooncake"
+	}
+	var cfg map[string]any
+	if rawCfg != "" {
+		if err := json.Unmarshal([]byte(rawCfg), &cfg); err != nil {
+			return fmt.Errorf("--kv-connector-config: %w", err)
 		}
 	}
-	return nil
+	switch name {
+	case "", "none":
+		if bootstrapPort != nil {
+			return fmt.Errorf("--bootstrap-port needs a KV connector (--role producer|consumer or --kv-connector mooncake)")
+		}
+		ic.KVConnector = noKVConnector
+		return nil
+	case "mooncake":
+		return setMooncakeConnector(ic, cfg, bootstrapPort)
+	case "store":
+		if bootstrapPort != nil {
+			return fmt.Errorf("--bootstrap-port is for the mooncake P/D connector, not the store connector")
+		}
+		cc, err := parseStoreConnectorConfig(cfg)
+		if err != nil {
+			return err
+		}
+		ic.KVConnector = storeConnector(cc)
+		return nil
+	default:
+		return fmt.Errorf("unknown --kv-connector %q (known: %s, none)", name, kvConnectorNames)
+	}
 }
 
-// connectorNames lists the registered KV connectors, sorted, for messages.
-func connectorNames() string {
-	names := make([]string, 0, len(kvConnectors))
-	for n := range kvConnectors {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+// noKVConnector runs the engine without a KV connector, whatever its role.
+func noKVConnector(context.Context, string, *slog.Logger) (*cluster.KVConnector, error) {
+	return nil, nil
 }

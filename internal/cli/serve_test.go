@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 // startServe runs `mooncake serve` in process and returns its base URL.
@@ -54,20 +56,15 @@ func startServe(t *testing.T, args ...string) string {
 	if m == "" {
 		t.Fatalf("no address in %q", line)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.Cond(t, 30*time.Second, "/health to answer 200", func() bool {
 		resp, err := http.Get(m + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return m
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("/health never answered 200")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return m
 }
 
 func complete(t *testing.T, url string) string {

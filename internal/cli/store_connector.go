@@ -3,15 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/cluster"
 	"github.com/kvcache-go/mooncake/internal/storeconnector"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
-
-// The KV-pool connector for `mooncake serve --kv-connector store`.
-func init() { kvConnectors["store"] = newStoreConnector }
 
 // storeConnectorConfig is --kv-connector-config for the store connector.
 type storeConnectorConfig struct {
@@ -44,44 +43,38 @@ func parseStoreConnectorConfig(m map[string]any) (storeConnectorConfig, error) {
 	return c, nil
 }
 
-func newStoreConnector(ctx context.Context, opts KVConnectorOptions) (*KVConnectorSetup, error) {
-	cc, err := parseStoreConnectorConfig(opts.Config)
-	if err != nil {
-		return nil, &ExitError{Code: 2, Err: err}
+// storeConnector builds the KV-pool connector of `mooncake serve
+// --kv-connector store`: a transfer engine, a store client and the
+// connector on them.
+func storeConnector(cc storeConnectorConfig) cluster.KVConnectorFunc {
+	return func(ctx context.Context, host string, log *slog.Logger) (*cluster.KVConnector, error) {
+		if host == "" || host == "0.0.0.0" {
+			host = "127.0.0.1"
+		}
+		te, err := transfer.Open(ctx, transfer.Config{LocalHostname: host, Transport: cc.Transport, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		cl, err := store.New(ctx, store.Config{Master: cc.Master, Mover: te, LocalBufferSize: uint64(cc.LocalBufferMB) << 20,
+			Replicas: cc.Replicas, Logger: log})
+		if err != nil {
+			te.Close()
+			return nil, fmt.Errorf("store connector: %w", err)
+		}
+		ms := func(f float64, unit time.Duration) time.Duration { return time.Duration(f * float64(unit)) }
+		conn, err := storeconnector.New(storeconnector.Config{Store: cl, KeyPrefix: cc.KeyPrefix, NoSave: !cc.Save, NoLoad: !cc.Load,
+			Replicas: cc.Replicas, LookupTimeout: ms(cc.LookupTimeoutMS, time.Millisecond),
+			LoadTimeout: ms(cc.LoadTimeoutS, time.Second), SaveTimeout: ms(cc.SaveTimeoutS, time.Second),
+			SaveQueue: cc.SaveQueue, Logger: log})
+		if err != nil {
+			cl.Close()
+			te.Close()
+			return nil, fmt.Errorf("store connector: %w", err)
+		}
+		log.Info("store connector ready", "master", cc.Master, "save", cc.Save, "load", cc.Load)
+		return &cluster.KVConnector{Connector: conn, Collectors: conn.Collectors(), Run: conn.Run, Close: func() error {
+			cl.Close()
+			return te.Close()
+		}}, nil
 	}
-	if opts.BootstrapPort != nil {
-		return nil, &ExitError{Code: 2, Err: fmt.Errorf("--bootstrap-port is for the mooncake P/D connector, not the store connector")}
-	}
-	host := opts.Host
-	if host == "" || host == "0.0.0.0" {
-		host = "127.0.0.1"
-	}
-	te, err := transfer.Open(ctx, transfer.Config{LocalHostname: host, Transport: cc.Transport, Logger: opts.Logger})
-	if err != nil {
-		return nil, err
-	}
-	cl, err := store.New(ctx, store.Config{Master: cc.Master, Mover: te, LocalBufferSize: uint64(cc.LocalBufferMB) << 20,
-		Replicas: cc.Replicas, Logger: opts.Logger})
-	if err != nil {
-		te.Close()
-		return nil, fmt.Errorf("store connector: %w", err)
-	}
-	ms := func(f float64, unit time.Duration) time.Duration { return time.Duration(f * float64(unit)) }
-	conn, err := storeconnector.New(storeconnector.Config{Store: cl, KeyPrefix: cc.KeyPrefix, NoSave: !cc.Save, NoLoad: !cc.Load,
-		Replicas: cc.Replicas, LookupTimeout: ms(cc.LookupTimeoutMS, time.Millisecond),
-		LoadTimeout: ms(cc.LoadTimeoutS, time.Second), SaveTimeout: ms(cc.SaveTimeoutS, time.Second),
-		SaveQueue: cc.SaveQueue, Logger: opts.Logger})
-	if err != nil {
-		cl.Close()
-		te.Close()
-		return nil, &ExitError{Code: 2, Err: err}
-	}
-	if opts.Logger != nil {
-		opts.Logger.Info("store connector ready", "master", cc.Master, "save", cc.Save, "load", cc.Load)
-	}
-	return &KVConnectorSetup{Connector: conn, Collectors: conn.Collectors(), Close: func() error {
-		conn.Close()
-		cl.Close()
-		return te.Close()
-	}}, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -116,15 +117,13 @@ func TestServeStoreConnector(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		keys, _, err := cl.List(ctx, "mooncake/kv/", "", 1000)
-		if err == nil && len(keys) == ptoks/16 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("store holds %d blocks (err %v), want %d", len(keys), err, ptoks/16)
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	var keys []store.KeyInfo
+	var lerr error
+	if !waitfor.Within(10*time.Second, func() bool {
+		keys, _, lerr = cl.List(ctx, "mooncake/kv/", "", 1000)
+		return lerr == nil && len(keys) == ptoks/16
+	}) {
+		t.Fatalf("store holds %d blocks (err %v), want %d", len(keys), lerr, ptoks/16)
 	}
 	gotB, _, cachedB := completeUsage(t, b, prompt)
 	if gotB != want || cachedB != ptoks/16*16 && cachedB != ptoks-1 {

@@ -11,6 +11,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/cluster"
 	"github.com/kvcache-go/mooncake/internal/engine"
 	"github.com/kvcache-go/mooncake/internal/pdconnector"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestPartialAndFullPrefixHitOnDecode(t *testing.T) {
@@ -46,7 +47,7 @@ func TestPartialAndFullPrefixHitOnDecode(t *testing.T) {
 	if !equalInts(got.TokenIDs, want.TokenIDs) || got.KV["kv_load"] != "local" {
 		t.Fatalf("full hit: %v %v != %v", got.KV, got.TokenIDs, want.TokenIDs)
 	}
-	waitFor(t, "prefill freed on release", 10*time.Second, func() bool { return pre.Conn.Stats().FreedReleased == before+1 })
+	waitfor.Cond(t, 10*time.Second, "prefill freed on release", func() bool { return pre.Conn.Stats().FreedReleased == before+1 })
 	assertNoLeaks(t, pre, c.Decode[0])
 }
 
@@ -117,7 +118,7 @@ func TestPrefillFreesAfterAbortTimeout(t *testing.T) {
 	if s := pre.Engine.Stats(); s.DelayedFree != 1 || s.BlocksUsed == 0 {
 		t.Fatalf("blocks not held for the pull: %+v", s)
 	}
-	waitFor(t, "abort timeout", 10*time.Second, func() bool { return pre.Conn.Stats().FreedTimeout == 1 })
+	waitfor.Cond(t, 10*time.Second, "abort timeout", func() bool { return pre.Conn.Stats().FreedTimeout == 1 })
 	assertNoLeaks(t, pre)
 	if v := metricValue(t, pre.URL, `mooncake_pd_freed_total{reason="timeout"}`); v != 1 {
 		t.Fatalf("timeout metric %v", v)
@@ -152,7 +153,7 @@ func TestIncompatiblePeerRefused(t *testing.T) {
 	// Decode's failed pull released nothing: prefill frees by its timeout or
 	// a release; the decode request's end sends none, so release explicitly
 	// as the proxy does on failure paths and check nothing leaks.
-	waitFor(t, "prefill holds", 5*time.Second, func() bool { return pre.Conn.Stats().Held == 1 })
+	waitfor.Cond(t, 5*time.Second, "prefill holds", func() bool { return pre.Conn.Stats().Held == 1 })
 	if !pre.Conn.Release("xfer-incompat") {
 		t.Fatal("transfer unknown to prefill")
 	}
@@ -183,7 +184,7 @@ func TestClientDisconnectFreesBothSides(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	assertNoLeaks(t, c.Prefill[0], c.Decode[0])
-	waitFor(t, "proxy disconnect metric", 5*time.Second, func() bool {
+	waitfor.Cond(t, 5*time.Second, "proxy disconnect metric", func() bool {
 		return metricValue(t, c.URL, "mooncake_proxy_client_disconnects_total") == 1
 	})
 }
@@ -206,7 +207,7 @@ func TestPrefillDiesPeersUnaffectedNoBlacklist(t *testing.T) {
 			t.Fatalf("after crash: %d %s", got.Code, got.Raw)
 		}
 	}
-	waitFor(t, "dead instance out of rotation", 10*time.Second, func() bool { return !c.Proxy.Ready() })
+	waitfor.Cond(t, 10*time.Second, "dead instance out of rotation", func() bool { return !c.Proxy.Ready() })
 	// Now every request goes to the survivor and is pulled.
 	got := complete(t, ctx, c.URL, "after detection", 4, false)
 	if got.KV["kv_load"] != "remote" {
@@ -221,7 +222,7 @@ func TestPrefillDiesPeersUnaffectedNoBlacklist(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer re.Close()
-	waitFor(t, "restarted instance back in rotation", 20*time.Second, c.Proxy.Ready)
+	waitfor.Cond(t, 20*time.Second, "restarted instance back in rotation", c.Proxy.Ready)
 	for i := 0; i < 4; i++ {
 		if got := complete(t, ctx, c.URL, "back again "+strings.Repeat("x", i), 3, false); got.Code != 200 || got.KV["kv_load"] != "remote" {
 			t.Fatalf("after restart: %s", got.Raw)
@@ -269,7 +270,7 @@ func TestPrefillKilledMidRequest(t *testing.T) {
 		decDone <- completeKV(t, ctx, dec.URL, prompt, 4, false, map[string]any{"do_remote_prefill": true,
 			"transfer_id": "xfer-killed", "remote_bootstrap_addr": pre.BootstrapAddr(), "remote_engine_id": pre.Conn.EngineID()})
 	}()
-	waitFor(t, "decode pulling while prefill computes", 20*time.Second, func() bool {
+	waitfor.Cond(t, 20*time.Second, "decode pulling while prefill computes", func() bool {
 		return dec.Conn.Stats().PullsInFlight == 1 && pre.Engine.Stats().Running == 1
 	})
 	start := time.Now()
@@ -318,7 +319,7 @@ func TestClientDisconnectDuringPull(t *testing.T) {
 		completeKV(t, cctx, dec.URL, prompt, 4, false, map[string]any{"do_remote_prefill": true,
 			"transfer_id": "xfer-gone", "remote_bootstrap_addr": pre.BootstrapAddr(), "remote_engine_id": pre.Conn.EngineID()})
 	}()
-	waitFor(t, "decode pulling", 20*time.Second, func() bool { return dec.Conn.Stats().PullsInFlight == 1 })
+	waitfor.Cond(t, 20*time.Second, "decode pulling", func() bool { return dec.Conn.Stats().PullsInFlight == 1 })
 	cancel()
 	<-decDone
 	if pc := <-preDone; pc.Code != 200 {

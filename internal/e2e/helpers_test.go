@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/cluster"
 	"github.com/kvcache-go/mooncake/internal/model"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func tinyModel(t testing.TB) *model.Model {
@@ -132,23 +133,12 @@ func metricValue(t testing.TB, base, sample string) float64 {
 	return 0
 }
 
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // assertNoLeaks waits until no instance holds blocks for a request or a
 // transfer: blocks used 0, no delayed frees, nothing held by the connector.
 func assertNoLeaks(t testing.TB, insts ...*cluster.Instance) {
 	t.Helper()
 	for _, in := range insts {
-		waitFor(t, "no leaked blocks on "+in.Role+" "+in.URL, 15*time.Second, func() bool {
+		waitfor.Cond(t, 15*time.Second, "no leaked blocks on "+in.Role+" "+in.URL, func() bool {
 			s := in.Engine.Stats()
 			ok := s.BlocksUsed == 0 && s.DelayedFree == 0 && s.Running == 0 && s.WaitingForRemote == 0
 			if in.Conn != nil {

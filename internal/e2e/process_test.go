@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 type proc struct {
@@ -100,7 +102,7 @@ func (p *proc) stderrMatch(t *testing.T, re string) string {
 
 func waitHealthy(t *testing.T, url string) {
 	t.Helper()
-	waitFor(t, url+" healthy", 60*time.Second, func() bool {
+	waitfor.Cond(t, 60*time.Second, url+" healthy", func() bool {
 		resp, err := http.Get(url + "/health")
 		if err != nil {
 			return false
@@ -140,7 +142,7 @@ func TestSeparateProcesses(t *testing.T) {
 		}
 	}
 	for _, u := range []string{pre.url, dec.url} {
-		waitFor(t, "no blocks used on "+u, 15*time.Second, func() bool { return metricValue(t, u, "mooncake_engine_kv_blocks_used") == 0 })
+		waitfor.Cond(t, 15*time.Second, "no blocks used on "+u, func() bool { return metricValue(t, u, "mooncake_engine_kv_blocks_used") == 0 })
 	}
 	if v := metricValue(t, dec.url, "mooncake_engine_external_tokens_total"); v == 0 {
 		t.Fatal("decode received no external tokens")
@@ -152,7 +154,7 @@ func TestSeparateProcesses(t *testing.T) {
 	p := "after the prefill process died"
 	want := complete(t, ctx, col.url, p, 6, false)
 	saw503 := false
-	waitFor(t, "proxy answers 503 for the dead prefill", 30*time.Second, func() bool {
+	waitfor.Cond(t, 30*time.Second, "proxy answers 503 for the dead prefill", func() bool {
 		got := complete(t, ctx, px.url, p, 6, false)
 		switch {
 		case got.Code == 200:
@@ -166,5 +168,5 @@ func TestSeparateProcesses(t *testing.T) {
 		}
 		return saw503
 	})
-	waitFor(t, "decode frees everything", 15*time.Second, func() bool { return metricValue(t, dec.url, "mooncake_engine_kv_blocks_used") == 0 })
+	waitfor.Cond(t, 15*time.Second, "decode frees everything", func() bool { return metricValue(t, dec.url, "mooncake_engine_kv_blocks_used") == 0 })
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestConnectorHookOrder(t *testing.T) {
@@ -187,7 +189,7 @@ func TestRunPollsConnector(t *testing.T) {
 	if _, out, err := s.Collect(rctx); err != nil || out.KVTransferParams["saved_blocks"] != 3 {
 		t.Fatalf("collect: %v %+v", err, out)
 	}
-	waitFor(t, func() bool { st := e.Stats(); return st.BlocksUsed == 0 && st.DelayedFree == 0 })
+	waitfor.Cond(t, 30*time.Second, "condition", func() bool { st := e.Stats(); return st.BlocksUsed == 0 && st.DelayedFree == 0 })
 	// An async load also completes under Run.
 	b := newEngine(t, func(cfg *Config) { cfg.Connector = &mapConnector{store: store, load: true, async: true} })
 	bctx, bcancel := context.WithCancel(context.Background())

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -207,13 +209,13 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { s := e.Stats(); return s.WaitingForRemote == 1 && s.BlocksUsed == 3 })
+	waitfor.Cond(t, 30*time.Second, "condition", func() bool { s := e.Stats(); return s.WaitingForRemote == 1 && s.BlocksUsed == 3 })
 	cctx, ccancel := context.WithCancel(context.Background())
 	ccancel()
 	if _, _, err := s2.Next(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("next after cancel: %v", err)
 	}
-	waitFor(t, func() bool { s := e.Stats(); return s.WaitingForRemote == 0 && s.BlocksUsed == 0 })
+	waitfor.Cond(t, 30*time.Second, "condition", func() bool { s := e.Stats(); return s.WaitingForRemote == 0 && s.BlocksUsed == 0 })
 	// Requests still waiting at shutdown get an abort.
 	s3, err := e.Submit(held("c", "pending"))
 	if err != nil {
@@ -223,7 +225,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { s := e.Stats(); return s.Waiting == 1 && s.WaitingForRemote == 1 })
+	waitfor.Cond(t, 30*time.Second, "condition", func() bool { s := e.Stats(); return s.Waiting == 1 && s.WaitingForRemote == 1 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -238,17 +240,6 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	}
 	if _, err := e.Submit(greedy("e", []int{1}, 1)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("submit after close: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met before the deadline")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

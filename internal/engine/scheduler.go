@@ -93,42 +93,16 @@ func (e *Engine) schedule() *SchedulerOutput {
 // a remote-load record, or stop (no blocks: stop admitting this step), or a
 // failure; all nil means "ask again next step".
 func (e *Engine) admit(r *ReqState, budget int) (sched, remote *ScheduledRequest, stop bool, fail error) {
-	bs := e.cfg.BlockSize
 	if r.admitted && len(r.blocks) > 0 {
-		// Back from an async load: blocks are in place, computed is set.
-		n := min(len(r.tokens)-r.computed, budget)
-		need := e.blocksFor(r.computed+n) - len(r.blocks)
-		if need > e.pool.NumFree() {
-			return nil, nil, true, nil
-		}
-		newIDs, _ := e.allocate(r, r.blocks, max(need, 0))
-		r.blocks = append(r.blocks, newIDs...)
-		r.status = StatusRunning
-		return &ScheduledRequest{Req: r, NumComputedTokens: r.computed, NumScheduledTokens: n,
-			NewBlockIDs: newIDs, BlockIDs: slices.Clone(r.blocks)}, nil, false, nil
+		sched, stop = e.resumeLoaded(r, budget)
+		return sched, nil, stop, nil
 	}
 	// Fresh (or preempted) request: local prefix lookup, then the connector.
-	var hit []int
-	if !e.cfg.DisablePrefixCaching {
-		r.hashes = kvcache.AppendBlockHashes(r.hashes, r.salt, bs, r.tokens)
-		maxBlocks := (len(r.tokens) - 1) / bs
-		hit = e.pool.Lookup(r.hashes[:min(maxBlocks, len(r.hashes))])
-	}
-	numLocal := len(hit) * bs
-	n, async, err := 0, false, error(nil)
-	if numLocal < len(r.prompt) {
-		// A preempted request may hit beyond its prompt; then there is
-		// nothing for the connector to add.
-		n, async, err = e.conn.GetNumNewMatchedTokens(r, numLocal)
-	}
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("%w: get matched tokens: %w", ErrConnector, err)
-	}
-	if n == MatchPending {
-		return nil, nil, false, nil
-	}
-	if n < 0 || (n > 0 && numLocal+n > len(r.prompt)) {
-		return nil, nil, false, fmt.Errorf("%w: connector matched %d tokens beyond %d local of a %d-token prompt", ErrConnector, n, numLocal, len(r.prompt))
+	hit := e.localPrefix(r)
+	numLocal := len(hit) * e.cfg.BlockSize
+	n, async, pending, err := e.externalMatch(r, numLocal)
+	if err != nil || pending {
+		return nil, nil, false, err
 	}
 	start := numLocal + n
 	nNew := 0
@@ -136,20 +110,10 @@ func (e *Engine) admit(r *ReqState, budget int) (sched, remote *ScheduledRequest
 		start = min(start, len(r.tokens)-1)
 		nNew = min(len(r.tokens)-start, budget)
 	}
-	freeHit := 0
-	for _, id := range hit {
-		if e.pool.RefCount(id) == 0 {
-			freeHit++
-		}
-	}
-	need := e.blocksFor(max(start+nNew, numLocal+n)) - len(hit)
-	if need > e.pool.NumFree()-freeHit {
+	newIDs, ok := e.allocateAdmitted(r, hit, max(start+nNew, numLocal+n))
+	if !ok {
 		return nil, nil, true, nil
 	}
-	e.pool.Touch(hit)
-	newIDs, _ := e.allocate(r, hit, need)
-	r.blocks = append(slices.Clone(hit), newIDs...)
-	r.numHashed = len(hit)
 	r.numLocal, r.numExternal, r.invalidFrom, r.admitted = numLocal, n, -1, true
 	r.computed = numLocal
 	if r.numPreemption == 0 {
@@ -171,6 +135,75 @@ func (e *Engine) admit(r *ReqState, budget int) (sched, remote *ScheduledRequest
 	rec.NumComputedTokens = start
 	r.status = StatusRunning
 	return rec, nil, false, nil
+}
+
+// resumeLoaded schedules a request back from an async load (its blocks are
+// in place, computed is set); stop if the blocks for this step are lacking.
+func (e *Engine) resumeLoaded(r *ReqState, budget int) (sched *ScheduledRequest, stop bool) {
+	n := min(len(r.tokens)-r.computed, budget)
+	need := e.blocksFor(r.computed+n) - len(r.blocks)
+	if need > e.pool.NumFree() {
+		return nil, true
+	}
+	newIDs, _ := e.allocate(r, r.blocks, max(need, 0))
+	r.blocks = append(r.blocks, newIDs...)
+	r.status = StatusRunning
+	return &ScheduledRequest{Req: r, NumComputedTokens: r.computed, NumScheduledTokens: n,
+		NewBlockIDs: newIDs, BlockIDs: slices.Clone(r.blocks)}, false
+}
+
+// localPrefix returns the blocks of r's prompt found in the local prefix
+// cache (never the block of the last token).
+func (e *Engine) localPrefix(r *ReqState) []int {
+	if e.cfg.DisablePrefixCaching {
+		return nil
+	}
+	bs := e.cfg.BlockSize
+	r.hashes = kvcache.AppendBlockHashes(r.hashes, r.salt, bs, r.tokens)
+	maxBlocks := (len(r.tokens) - 1) / bs
+	return e.pool.Lookup(r.hashes[:min(maxBlocks, len(r.hashes))])
+}
+
+// externalMatch asks the connector how many tokens beyond numLocal it
+// supplies (async: loaded in the background); pending means ask again next
+// step.
+func (e *Engine) externalMatch(r *ReqState, numLocal int) (n int, async, pending bool, err error) {
+	if numLocal < len(r.prompt) {
+		// A preempted request may hit beyond its prompt; then there is
+		// nothing for the connector to add.
+		n, async, err = e.conn.GetNumNewMatchedTokens(r, numLocal)
+	}
+	if err != nil {
+		return 0, false, false, fmt.Errorf("%w: get matched tokens: %w", ErrConnector, err)
+	}
+	if n == MatchPending {
+		return 0, false, true, nil
+	}
+	if n < 0 || (n > 0 && numLocal+n > len(r.prompt)) {
+		return 0, false, false, fmt.Errorf("%w: connector matched %d tokens beyond %d local of a %d-token prompt", ErrConnector, n, numLocal, len(r.prompt))
+	}
+	return n, async, false, nil
+}
+
+// allocateAdmitted gives r the hit blocks plus new ones up to tokens
+// positions; false (nothing taken) if the free blocks do not suffice, not
+// counting hit blocks that are free (cached) themselves.
+func (e *Engine) allocateAdmitted(r *ReqState, hit []int, tokens int) (newIDs []int, ok bool) {
+	freeHit := 0
+	for _, id := range hit {
+		if e.pool.RefCount(id) == 0 {
+			freeHit++
+		}
+	}
+	need := e.blocksFor(tokens) - len(hit)
+	if need > e.pool.NumFree()-freeHit {
+		return nil, false
+	}
+	e.pool.Touch(hit)
+	newIDs, _ = e.allocate(r, hit, need)
+	r.blocks = append(slices.Clone(hit), newIDs...)
+	r.numHashed = len(hit)
+	return newIDs, true
 }
 
 // preempt frees r's blocks; it will recompute (its generated tokens are kept).
@@ -220,62 +253,98 @@ func (e *Engine) execute(ctx context.Context, out *SchedulerOutput, meta any) ([
 	return logits, err
 }
 
-// update applies the step's results: connector reports, sampled tokens,
-// finished requests. It reports whether a request moved back to waiting.
+// update applies one step's results in five phases: collect the
+// connector's output, fail the step's requests on an execution error, mark
+// requests with blocks that failed to load, act on finished sends and
+// receives, and append the sampled tokens. It reports whether a remote
+// request moved to waiting.
 func (e *Engine) update(out *SchedulerOutput, logits [][]float32, execErr error) (moved bool) {
+	co := e.collectConnectorOutput()
+	if execErr != nil {
+		e.failScheduled(out, execErr)
+	}
+	if len(co.InvalidBlockIDs) > 0 {
+		e.markLoadErrors(co.InvalidBlockIDs)
+	}
+	e.freeSent(co.FinishedSending)
+	moved = e.admitReceived(co.FinishedRecving)
+	e.appendSampled(out, logits)
+	return moved
+}
+
+// collectConnectorOutput asks the connector which transfers finished and
+// which blocks failed to load, and hands it back its output (vLLM's
+// update_connector_output).
+func (e *Engine) collectConnectorOutput() ConnectorOutput {
 	finishedIDs := e.finished
 	e.finished = nil
 	doneSending, doneRecving := e.conn.GetFinished(finishedIDs)
 	invalid := e.conn.GetBlockIDsWithLoadErrors()
 	e.conn.ClearConnectorMeta()
-	e.conn.UpdateConnectorOutput(ConnectorOutput{FinishedSending: doneSending, FinishedRecving: doneRecving, InvalidBlockIDs: invalid})
+	co := ConnectorOutput{FinishedSending: doneSending, FinishedRecving: doneRecving, InvalidBlockIDs: invalid}
+	e.conn.UpdateConnectorOutput(co)
+	return co
+}
 
-	if execErr != nil {
-		for _, s := range out.Scheduled {
-			if s.Req.status == StatusRunning {
-				e.finish(s.Req, FinishError, execErr)
+// failScheduled ends every request of the step still running with err.
+func (e *Engine) failScheduled(out *SchedulerOutput, err error) {
+	for _, s := range out.Scheduled {
+		if s.Req.status == StatusRunning {
+			e.finish(s.Req, FinishError, err)
+		}
+	}
+}
+
+// markLoadErrors finds the owners of blocks that failed to load: under
+// PolicyFail they end with ErrKVLoad, otherwise they recompute from the
+// first bad block.
+func (e *Engine) markLoadErrors(invalid []int) {
+	bad := map[int]bool{}
+	for _, id := range invalid {
+		bad[id] = true
+		e.pool.DropHash(id)
+	}
+	for _, list := range [][]*ReqState{slices.Clone(e.running), slices.Clone(e.remote)} {
+		for _, r := range list {
+			first := -1
+			lo := r.numLocal / e.cfg.BlockSize
+			hi := min(e.blocksFor(r.numLocal+r.numExternal), len(r.blocks))
+			for bi := lo; bi < hi; bi++ {
+				if bad[r.blocks[bi]] {
+					first = bi
+					break
+				}
+			}
+			if first < 0 {
+				continue
+			}
+			if e.cfg.KVLoadFailurePolicy == PolicyFail {
+				e.finish(r, FinishError, fmt.Errorf("%w: block %d of request %s", ErrKVLoad, r.blocks[first], r.id))
+				continue
+			}
+			pos := first * e.cfg.BlockSize
+			if r.invalidFrom < 0 || pos < r.invalidFrom {
+				r.invalidFrom = pos
 			}
 		}
 	}
-	// Load errors: find the owners of invalid blocks.
-	if len(invalid) > 0 {
-		bad := map[int]bool{}
-		for _, id := range invalid {
-			bad[id] = true
-			e.pool.DropHash(id)
-		}
-		for _, list := range [][]*ReqState{slices.Clone(e.running), slices.Clone(e.remote)} {
-			for _, r := range list {
-				first := -1
-				lo := r.numLocal / e.cfg.BlockSize
-				hi := min(e.blocksFor(r.numLocal+r.numExternal), len(r.blocks))
-				for bi := lo; bi < hi; bi++ {
-					if bad[r.blocks[bi]] {
-						first = bi
-						break
-					}
-				}
-				if first < 0 {
-					continue
-				}
-				if e.cfg.KVLoadFailurePolicy == PolicyFail {
-					e.finish(r, FinishError, fmt.Errorf("%w: block %d of request %s", ErrKVLoad, r.blocks[first], r.id))
-					continue
-				}
-				pos := first * e.cfg.BlockSize
-				if r.invalidFrom < 0 || pos < r.invalidFrom {
-					r.invalidFrom = pos
-				}
-			}
-		}
-	}
-	for _, id := range doneSending {
+}
+
+// freeSent frees the delayed blocks of requests whose KV was sent.
+func (e *Engine) freeSent(ids []string) {
+	for _, id := range ids {
 		if blocks, ok := e.delayed[id]; ok {
 			e.pool.Free(blocks)
 			delete(e.delayed, id)
 		}
 	}
-	for _, id := range doneRecving {
+}
+
+// admitReceived moves requests whose KV arrived from remote to waiting,
+// computed up to what was loaded (or the first bad block). It reports
+// whether any moved.
+func (e *Engine) admitReceived(ids []string) (moved bool) {
+	for _, id := range ids {
 		i := slices.IndexFunc(e.remote, func(r *ReqState) bool { return r.id == id })
 		if i < 0 {
 			continue
@@ -296,7 +365,13 @@ func (e *Engine) update(out *SchedulerOutput, logits [][]float32, execErr error)
 		e.waiting = append(e.waiting, r)
 		moved = true
 	}
-	// Sampled tokens.
+	return moved
+}
+
+// appendSampled advances the step's running requests: a prefill chunk
+// moves computed on; a finished prompt or a decode step samples a token and
+// may finish the request. A request with a bad block recomputes instead.
+func (e *Engine) appendSampled(out *SchedulerOutput, logits [][]float32) {
 	for i, s := range out.Scheduled {
 		r := s.Req
 		if r.status != StatusRunning {
@@ -325,7 +400,6 @@ func (e *Engine) update(out *SchedulerOutput, logits [][]float32, execErr error)
 			e.finish(r, reason, nil)
 		}
 	}
-	return moved
 }
 
 // cacheBlocks registers r's newly full, computed blocks in the prefix cache.

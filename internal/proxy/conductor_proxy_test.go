@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func conductorQueue(t *testing.T, px *Proxy) (float64, int) {
@@ -64,11 +66,11 @@ func TestConductorSLORejectsOnPredictedLoad(t *testing.T) {
 		t.Fatalf("queued behind: %d %s", code, body)
 	}
 	close(pre.after)
-	waitFor(t, "queue drained after prefill answered", queueEmpty(t, px))
+	waitfor.Cond(t, 10*time.Second, "queue drained after prefill answered", queueEmpty(t, px))
 	if code, body, _ := post(t, srv.URL+"/v1/completions", `{"prompt":"`+short2+`"}`); code != 200 {
 		t.Fatalf("after drain: %d %s", code, body)
 	}
-	waitFor(t, "queue drained", queueEmpty(t, px))
+	waitfor.Cond(t, 10*time.Second, "queue drained", queueEmpty(t, px))
 	m := metrics(t, srv.URL)
 	for _, want := range []string{"mooncake_proxy_ttft_slo_rejected_total 2", "mooncake_proxy_instance_queued_prefill_seconds{"} {
 		if !strings.Contains(m, want) {
@@ -84,8 +86,8 @@ func TestConductorQueueReleasedOnPrefillError(t *testing.T) {
 	px, srv := newProxy(t, Config{Prefill: []string{pre.spec()}, Decode: []string{dec.spec()},
 		PrefillPolicy: PolicyConductor, Cost: testCost})
 	post(t, srv.URL+"/v1/completions", `{"prompt":"`+strings.Repeat("a", 50)+`"}`)
-	waitFor(t, "prefill half answered", func() bool { return len(pre.got()) == 1 })
-	waitFor(t, "queue released after a prefill 500", queueEmpty(t, px))
+	waitfor.Cond(t, 10*time.Second, "prefill half answered", func() bool { return len(pre.got()) == 1 })
+	waitfor.Cond(t, 10*time.Second, "queue released after a prefill 500", queueEmpty(t, px))
 }
 
 func TestConductorQueueReleasedOnClientCancel(t *testing.T) {
@@ -113,7 +115,7 @@ func TestConductorQueueReleasedOnClientCancel(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	waitFor(t, "queue released after client cancel", queueEmpty(t, px))
+	waitfor.Cond(t, 10*time.Second, "queue released after client cancel", queueEmpty(t, px))
 }
 
 func TestConductorQueueReleasedWhenNoDecode(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/clock"
 )
 
 // DefaultBootstrapPort is the port of a prefill instance's bootstrap registry
@@ -64,6 +66,8 @@ type Config struct {
 	Client *http.Client
 	// Logger receives operational logs (default: discard).
 	Logger *slog.Logger
+	// Clock times requests for the metrics (default: the real clock).
+	Clock clock.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -101,6 +105,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 

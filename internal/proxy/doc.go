@@ -68,5 +68,15 @@
 // /health (200 when each role has a healthy instance, JSON per instance),
 // /metrics (Prometheus text: requests by endpoint and code, upstream errors,
 // 503s by role, client disconnects, decode first-byte latency, per-instance
-// health and in-flight gauges).
+// health and in-flight gauges). Errors are OpenAI error objects
+// (internal/httpjson), the same shape as the engine's.
+//
+// # Lifecycle
+//
+// New(cfg) binds nothing and starts nothing. Run(ctx, ln) runs the health
+// checks and serves on ln until ctx ends, then cancels the background
+// upstream requests (a prefill half outlives its client until its answer
+// or RequestTimeout; releases) and returns once every goroutine the proxy
+// started has exited. Tests may serve Handler themselves (CheckNow for
+// health) and call Close, which does Run's last step.
 package proxy

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kvcache-go/mooncake/internal/httpjson"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 )
 
@@ -82,16 +83,15 @@ type Proxy struct {
 	mDisconnect prometheus.Counter
 	mTTFB       prometheus.Histogram
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	start  sync.Once
-	closed sync.Once
+	// life cancels the background upstream requests (prefill halves that
+	// outlive their client, releases) when the proxy stops.
+	life lifetime
+	wg   sync.WaitGroup
 }
 
-// New validates cfg and returns a Proxy. No goroutine runs until Start.
-// Instances are out of rotation until their first successful health check
-// (CheckNow or Start).
+// New validates cfg and returns a Proxy. It binds nothing and starts no
+// goroutine: Run does. Instances are out of rotation until their first
+// successful health check (CheckNow or Run).
 func New(cfg Config) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -111,7 +111,6 @@ func New(cfg Config) (*Proxy, error) {
 		p.pPol = NewConductor(ConductorConfig{Cost: cfg.Cost, BlockBytes: cfg.BlockBytes})
 	}
 	p.dPol, _ = NewPolicy(cfg.DecodePolicy)
-	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.initMetrics()
 	return p, nil
 }
@@ -169,30 +168,43 @@ func (p *Proxy) initMetrics() {
 	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mRejected, p.mSLO, p.mDisconnect, p.mTTFB)
 }
 
-// Start begins the periodic health checks. It returns at once.
-func (p *Proxy) Start() {
-	p.start.Do(func() {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			t := time.NewTicker(p.cfg.HealthInterval)
-			defer t.Stop()
-			for {
-				p.CheckNow(p.ctx)
-				select {
-				case <-p.ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
-		}()
-	})
+// Run checks the instances' health every HealthInterval and serves Handler
+// on ln until ctx ends; then it shuts the server down (bounded), cancels the
+// background upstream requests and returns once every goroutine the proxy
+// started has exited. It returns the listener's error if serving failed.
+func (p *Proxy) Run(ctx context.Context, ln net.Listener) error {
+	defer p.Close()
+	hctx, stopHealth := context.WithCancel(ctx)
+	healthDone := make(chan struct{})
+	go func() {
+		defer close(healthDone)
+		p.healthLoop(hctx)
+	}()
+	err := httpserve.Serve(ctx, ln, p.Handler(), 5*time.Second)
+	stopHealth()
+	<-healthDone
+	return err
 }
 
-// Close stops health checks, cancels background upstream requests and waits
-// for every goroutine the proxy started.
+// healthLoop runs CheckNow every HealthInterval until ctx ends.
+func (p *Proxy) healthLoop(ctx context.Context) {
+	t := time.NewTicker(p.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		p.CheckNow(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close cancels the background upstream requests and waits for every
+// goroutine the proxy started. Run does it on return; call it only when
+// serving Handler some other way (tests with httptest).
 func (p *Proxy) Close() error {
-	p.closed.Do(func() { p.cancel() })
+	p.life.end()
 	p.wg.Wait()
 	return nil
 }
@@ -362,12 +374,6 @@ func (p *Proxy) Handler() http.Handler {
 	return mux
 }
 
-// Serve serves Handler on ln until ctx is cancelled, then shuts the server
-// down (bounded) and returns.
-func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	return httpserve.Serve(ctx, ln, p.Handler(), 5*time.Second)
-}
-
 type instanceStatus struct {
 	Role     string `json:"role"`
 	URL      string `json:"url"`
@@ -397,19 +403,19 @@ func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if !okP || !okD {
 		code, status = http.StatusServiceUnavailable, "unavailable"
 	}
-	writeJSON(w, code, map[string]any{"status": status, "instances": st})
+	httpjson.Write(w, code, map[string]any{"status": status, "instances": st})
 }
 
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
 	in, _, err := p.choose(&RoundRobin{}, RoleDecode, p.decode, nil, 0)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
+		httpjson.Error(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
 		return
 	}
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, in.url+"/v1/models", nil)
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("decode instance %s: %v", in.url, err))
+		httpjson.Error(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("decode instance %s: %v", in.url, err))
 		return
 	}
 	defer resp.Body.Close()
@@ -433,20 +439,9 @@ func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string) int {
-	if r.Method != http.MethodPost {
-		return writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "use POST")
-	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", fmt.Sprintf("request body over %d bytes", mbe.Limit))
-		}
-		return writeError(w, http.StatusBadRequest, "invalid_request_error", "reading body: "+err.Error())
-	}
-	req, err := decodeObject(raw)
-	if err != nil {
-		return writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+	req, code := p.readRequest(w, r)
+	if req == nil {
+		return code
 	}
 	// Prompt length in tokens ~ bytes (the byte-level tokenizer; see Conductor).
 	prompt := PromptText(endpoint, req)
@@ -461,120 +456,186 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 		return writeChooseError(w, err)
 	}
 	defer decDoneQueue()
-	_, engineID, _ := pre.snapshot()
-	tid := "xfer-" + uuid.NewString()
-	preBody, decBody := BuildBodies(req, tid, pre.bootstrap, engineID)
-	t0 := time.Now()
+	x := p.newExchange(r, endpoint, req, pre, dec)
+	defer x.decCancel(nil)
+	p.startPrefill(x, preDoneQueue)
+	return p.relayDecode(w, x)
+}
+
+// readRequest reads and parses the client's JSON object; on failure it
+// writes the error and returns nil and the status.
+func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request) (map[string]any, int) {
+	if r.Method != http.MethodPost {
+		return nil, httpjson.Error(w, http.StatusMethodNotAllowed, "invalid_request_error", "use POST")
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, httpjson.Error(w, http.StatusRequestEntityTooLarge, "invalid_request_error", fmt.Sprintf("request body over %d bytes", mbe.Limit))
+		}
+		return nil, httpjson.Error(w, http.StatusBadRequest, "invalid_request_error", "reading body: "+err.Error())
+	}
+	req, err := decodeObject(raw)
+	if err != nil {
+		return nil, httpjson.Error(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+	}
+	return req, 0
+}
+
+// exchange is one P/D request in flight: its two halves and who answers
+// the client.
+type exchange struct {
+	r                *http.Request
+	endpoint         string
+	pre, dec         *instance
+	tid              string
+	preBody, decBody []byte
+	t0               time.Time
 
 	// The decode half dies with the client (r.Context()). The prefill half
-	// outlives this handler (its blocks must be computed for the pull), but is
-	// cancelled if the client goes away or the proxy closes.
-	decCtx, decCancel := context.WithCancelCause(r.Context())
-	defer decCancel(nil)
-	preCtx, preCancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.cfg.RequestTimeout)
-	stopOnClose := context.AfterFunc(p.ctx, preCancel)
-	stopOnClient := context.AfterFunc(r.Context(), preCancel)
+	// outlives this handler (its blocks must be computed for the pull), but
+	// is cancelled if the client goes away or the proxy stops.
+	decCtx       context.Context
+	decCancel    context.CancelCauseFunc
+	preCtx       context.Context
+	preCancel    context.CancelFunc
+	stopOnClient func() bool
+	preDone      chan prefillResult
 
-	var (
-		mu        sync.Mutex
-		committed bool // decode's answer is being relayed
-		rejected  bool // prefill's 4xx cancelled decode
-	)
-	preDone := make(chan prefillResult, 1)
-	pre.inflight.Add(1)
+	mu        sync.Mutex
+	committed bool // decode's answer is being relayed
+	rejected  bool // prefill's 4xx cancelled decode
+}
+
+func (p *Proxy) newExchange(r *http.Request, endpoint string, req map[string]any, pre, dec *instance) *exchange {
+	_, engineID, _ := pre.snapshot()
+	x := &exchange{r: r, endpoint: endpoint, pre: pre, dec: dec, tid: "xfer-" + uuid.NewString(),
+		t0: p.cfg.Clock.Now(), preDone: make(chan prefillResult, 1)}
+	x.preBody, x.decBody = BuildBodies(req, x.tid, pre.bootstrap, engineID)
+	x.decCtx, x.decCancel = context.WithCancelCause(r.Context())
+	x.preCtx, x.preCancel = p.life.detach(r.Context(), p.cfg.RequestTimeout)
+	x.stopOnClient = context.AfterFunc(r.Context(), x.preCancel)
+	return x
+}
+
+// startPrefill sends the prefill half in the background; a 4xx answer
+// cancels the decode half unless decode's answer is already being relayed.
+func (p *Proxy) startPrefill(x *exchange, doneQueue func()) {
+	x.pre.inflight.Add(1)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		defer preCancel()
-		defer stopOnClose()
-		defer pre.inflight.Add(-1)
-		defer preDoneQueue()
-		res := p.post(preCtx, pre, endpoint, preBody, r.Header, true)
+		defer x.preCancel()
+		defer x.pre.inflight.Add(-1)
+		defer doneQueue()
+		res := p.post(x.preCtx, x.pre, x.endpoint, x.preBody, x.r.Header, true)
 		if res.err == nil && res.status >= 400 && res.status < 500 {
-			mu.Lock()
-			if !committed {
-				rejected = true
-				decCancel(errPrefillRejected)
+			x.mu.Lock()
+			if !x.committed {
+				x.rejected = true
+				x.decCancel(errPrefillRejected)
 			}
-			mu.Unlock()
+			x.mu.Unlock()
 		}
-		if res.err != nil && preCtx.Err() == nil {
-			p.log.Warn("prefill half failed", "instance", pre.url, "transfer_id", tid, "err", res.err)
+		if res.err != nil && x.preCtx.Err() == nil {
+			p.log.Warn("prefill half failed", "instance", x.pre.url, "transfer_id", x.tid, "err", res.err)
 		}
-		preDone <- res
+		x.preDone <- res
 	}()
+}
 
-	dec.inflight.Add(1)
-	defer dec.inflight.Add(-1)
-	resp, err := p.send(decCtx, dec, endpoint, decBody, r.Header)
-	mu.Lock()
-	if err == nil && !rejected {
-		committed = true
+// relayDecode sends the decode half and answers the client: prefill's
+// refusal, a 502 for a failed decode, or decode's bytes unchanged.
+func (p *Proxy) relayDecode(w http.ResponseWriter, x *exchange) int {
+	x.dec.inflight.Add(1)
+	defer x.dec.inflight.Add(-1)
+	resp, err := p.send(x.decCtx, x.dec, x.endpoint, x.decBody, x.r.Header)
+	x.mu.Lock()
+	if err == nil && !x.rejected {
+		x.committed = true
 	}
-	wasRejected := rejected
-	mu.Unlock()
-	if wasRejected {
+	wasRejected := x.rejected
+	x.mu.Unlock()
+	switch {
+	case wasRejected:
 		if resp != nil {
 			resp.Body.Close()
 		}
-		res := <-preDone
-		stopOnClient()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(res.status)
-		w.Write(res.body)
-		return res.status
-	}
-	if err != nil {
-		if r.Context().Err() != nil {
-			p.mDisconnect.Inc()
-			p.release(pre, tid)
-			return 499
-		}
-		p.mUpErrors.WithLabelValues(RoleDecode, dec.url).Inc()
-		p.markDown(dec, err)
-		stopOnClient()
-		preCancel()
-		p.release(pre, tid)
-		return writeError(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("decode instance %s failed: %v", dec.url, err))
+		return p.answerRejected(w, x)
+	case err != nil:
+		return p.decodeFailed(w, x, err)
 	}
 	defer resp.Body.Close()
-	p.mTTFB.Observe(time.Since(t0).Seconds())
+	p.mTTFB.Observe(p.cfg.Clock.Now().Sub(x.t0).Seconds())
 	if resp.StatusCode >= 500 {
-		p.mUpErrors.WithLabelValues(RoleDecode, dec.url).Inc()
+		p.mUpErrors.WithLabelValues(RoleDecode, x.dec.url).Inc()
 	}
 	if resp.StatusCode >= 400 {
 		// Decode refused the request, so it will never pull: prefill must
 		// not hold the blocks until its abort timeout.
-		p.release(pre, tid)
+		p.release(x.pre, x.tid)
 	}
 	copyHeaders(w.Header(), resp.Header)
-	w.Header().Set("X-Transfer-Id", tid)
+	w.Header().Set("X-Transfer-Id", x.tid)
 	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
-	rc.Flush()
-	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				break
-			}
-			rc.Flush()
-		}
-		if rerr != nil {
-			break
-		}
-	}
-	if r.Context().Err() != nil {
+	stream(w, resp.Body)
+	if x.r.Context().Err() != nil {
 		// The client went away mid-answer: decode's request is cancelled with
 		// r.Context(), the prefill half by stopOnClient; tell prefill's
 		// registry to drop the transfer too.
 		p.mDisconnect.Inc()
-		p.release(pre, tid)
+		p.release(x.pre, x.tid)
 		return 499
 	}
-	stopOnClient()
+	x.stopOnClient()
 	return resp.StatusCode
+}
+
+// answerRejected relays prefill's refusal (a 4xx) to the client.
+func (p *Proxy) answerRejected(w http.ResponseWriter, x *exchange) int {
+	res := <-x.preDone
+	x.stopOnClient()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(res.status)
+	w.Write(res.body)
+	return res.status
+}
+
+// decodeFailed handles a decode half that got no answer: the client went
+// away (499) or the instance failed (502, out of rotation); either way
+// prefill's blocks are released.
+func (p *Proxy) decodeFailed(w http.ResponseWriter, x *exchange, err error) int {
+	if x.r.Context().Err() != nil {
+		p.mDisconnect.Inc()
+		p.release(x.pre, x.tid)
+		return 499
+	}
+	p.mUpErrors.WithLabelValues(RoleDecode, x.dec.url).Inc()
+	p.markDown(x.dec, err)
+	x.stopOnClient()
+	x.preCancel()
+	p.release(x.pre, x.tid)
+	return httpjson.Error(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("decode instance %s failed: %v", x.dec.url, err))
+}
+
+// stream copies body to w, flushing after every read, until either ends.
+func stream(w http.ResponseWriter, body io.Reader) {
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			rc.Flush()
+		}
+		if rerr != nil {
+			return
+		}
+	}
 }
 
 // release asks pre's bootstrap registry to free the blocks of transfer tid
@@ -583,7 +644,7 @@ func (p *Proxy) release(pre *instance, tid string) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.HealthTimeout)
+		ctx, cancel := p.life.detach(context.Background(), p.cfg.HealthTimeout)
 		defer cancel()
 		body, _ := json.Marshal(map[string]string{"transfer_id": tid})
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+pre.bootstrap+"/release", bytes.NewReader(body))
@@ -741,22 +802,10 @@ func copyHeaders(dst, src http.Header) {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) int {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
-	return code
-}
-
 func writeChooseError(w http.ResponseWriter, err error) int {
 	if errors.Is(err, ErrOverloaded) || errors.Is(err, ErrTTFTSLO) {
 		w.Header().Set("Retry-After", "1")
-		return writeError(w, http.StatusTooManyRequests, "rate_limit_error", err.Error())
+		return httpjson.Error(w, http.StatusTooManyRequests, "rate_limit_error", err.Error())
 	}
-	return writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
-}
-
-// writeError writes an OpenAI-style error object.
-func writeError(w http.ResponseWriter, code int, typ, msg string) int {
-	return writeJSON(w, code, map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code}})
+	return httpjson.Error(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
 }

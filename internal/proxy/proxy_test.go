@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -175,17 +178,6 @@ func post(t *testing.T, url, body string) (int, string, http.Header) {
 	return resp.StatusCode, string(b), resp.Header
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestDispatchBothHalvesAndStreamPassthrough(t *testing.T) {
 	pre := newFake(t, true, "P")
 	dec := newFake(t, false, `{"choices":[{"text":"Hel"}]}`, `{"choices":[{"text":"lo"}]}`)
@@ -202,7 +194,7 @@ func TestDispatchBothHalvesAndStreamPassthrough(t *testing.T) {
 	if ct := hdr.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("content-type %q", ct)
 	}
-	waitFor(t, "prefill half", func() bool { return len(pre.got()) == 1 })
+	waitfor.Cond(t, 10*time.Second, "prefill half", func() bool { return len(pre.got()) == 1 })
 	pb, db := pre.got(), dec.got()
 	if len(pb) != 1 || len(db) != 1 {
 		t.Fatalf("prefill got %d, decode got %d requests", len(pb), len(db))
@@ -237,7 +229,7 @@ func TestChatNonStreaming(t *testing.T) {
 	if code != 200 || body != `{"choices":[{"text":"answer"}]}` {
 		t.Fatalf("code %d body %q", code, body)
 	}
-	waitFor(t, "prefill half", func() bool { return len(pre.got()) == 1 })
+	waitfor.Cond(t, 10*time.Second, "prefill half", func() bool { return len(pre.got()) == 1 })
 	if v := pre.got()[0]["max_completion_tokens"].(float64); v != 1 {
 		t.Fatalf("prefill max_completion_tokens %v", v)
 	}
@@ -334,14 +326,25 @@ func TestBackgroundHealthLoopRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
-	p.Start()
-	waitFor(t, "prefill healthy", func() bool { h, _, _ := p.prefill[0].snapshot(); return h })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitfor.Cond(t, 10*time.Second, "prefill healthy", func() bool { h, _, _ := p.prefill[0].snapshot(); return h })
 	if p.Ready() {
 		t.Fatal("ready with an unhealthy decode")
 	}
 	dec.healthy.Store(true)
-	waitFor(t, "ready", p.Ready)
+	waitfor.Cond(t, 10*time.Second, "ready", p.Ready)
 }
 
 func TestPrefillRejectionReturnedAndDecodeCancelled(t *testing.T) {
@@ -375,7 +378,7 @@ func TestDecodeDownGives502AndReleases(t *testing.T) {
 	if p.Ready() {
 		t.Fatal("a refused connection did not take decode out of rotation")
 	}
-	waitFor(t, "release sent to prefill", func() bool { return len(pre.releasedIDs()) == 1 })
+	waitfor.Cond(t, 10*time.Second, "release sent to prefill", func() bool { return len(pre.releasedIDs()) == 1 })
 	if !strings.HasPrefix(pre.releasedIDs()[0], "xfer-") {
 		t.Fatalf("released %v", pre.releasedIDs())
 	}
@@ -390,7 +393,7 @@ func TestDecodeRefusalReleasesPrefill(t *testing.T) {
 	if code != 429 || !strings.Contains(body, "fake says 429") {
 		t.Fatalf("code %d body %s", code, body)
 	}
-	waitFor(t, "release", func() bool { return len(pre.releasedIDs()) == 1 })
+	waitfor.Cond(t, 10*time.Second, "release", func() bool { return len(pre.releasedIDs()) == 1 })
 }
 
 func TestClientDisconnectCancelsBothHalves(t *testing.T) {
@@ -423,8 +426,8 @@ func TestClientDisconnectCancelsBothHalves(t *testing.T) {
 			t.Fatal("upstream half not cancelled after client disconnect")
 		}
 	}
-	waitFor(t, "release", func() bool { return len(pre.releasedIDs()) == 1 })
-	waitFor(t, "inflight back to 0", func() bool {
+	waitfor.Cond(t, 10*time.Second, "release", func() bool { return len(pre.releasedIDs()) == 1 })
+	waitfor.Cond(t, 10*time.Second, "inflight back to 0", func() bool {
 		return p.prefill[0].inflight.Load() == 0 && p.decode[0].inflight.Load() == 0
 	})
 	if m := metrics(t, srv.URL); !strings.Contains(m, "mooncake_proxy_client_disconnects_total 1") {
@@ -587,12 +590,12 @@ func TestKVAwareRoutesSharedPrefixToSameInstance(t *testing.T) {
 	doc := strings.Repeat("a shared system prompt that many requests start with. ", 10)
 	for i := 0; i < 4; i++ {
 		// Equal loads: only the cache decides.
-		waitFor(t, "idle prefill", func() bool { return px.prefill[0].inflight.Load()+px.prefill[1].inflight.Load() == 0 })
+		waitfor.Cond(t, 10*time.Second, "idle prefill", func() bool { return px.prefill[0].inflight.Load()+px.prefill[1].inflight.Load() == 0 })
 		if code, body, _ := post(t, srv.URL+"/v1/completions", `{"prompt":"`+doc+` question `+strings.Repeat("?", i)+`"}`); code != 200 {
 			t.Fatalf("%d %s", code, body)
 		}
 	}
-	waitFor(t, "prefill halves", func() bool { return len(p1.got())+len(p2.got()) == 4 })
+	waitfor.Cond(t, 10*time.Second, "prefill halves", func() bool { return len(p1.got())+len(p2.got()) == 4 })
 	if n1, n2 := len(p1.got()), len(p2.got()); n1 != 4 && n2 != 4 {
 		t.Fatalf("shared prefix split over instances: %d/%d", n1, n2)
 	}
@@ -613,14 +616,14 @@ func TestEarlyRejectionAtInFlightLimit(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, "first request in flight", func() bool { return px.decode[0].inflight.Load() == 1 })
+	waitfor.Cond(t, 10*time.Second, "first request in flight", func() bool { return px.decode[0].inflight.Load() == 1 })
 	code, body, hdr := post(t, srv.URL+"/v1/completions", `{"prompt":"q"}`)
 	if code != 429 || !strings.Contains(body, "requests in flight") || hdr.Get("Retry-After") == "" {
 		t.Fatalf("code %d body %s", code, body)
 	}
 	cancel()
 	<-done
-	waitFor(t, "drained", func() bool { return px.decode[0].inflight.Load() == 0 && px.prefill[0].inflight.Load() == 0 })
+	waitfor.Cond(t, 10*time.Second, "drained", func() bool { return px.decode[0].inflight.Load() == 0 && px.prefill[0].inflight.Load() == 0 })
 	dec.block.Store(false)
 	if code, _, _ := post(t, srv.URL+"/v1/completions", `{"prompt":"r"}`); code != 200 {
 		t.Fatalf("after drain: %d", code)

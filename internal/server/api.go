@@ -219,14 +219,3 @@ type response struct {
 	PromptTokenIDs   []int          `json:"prompt_token_ids,omitempty"`
 	KVTransferParams map[string]any `json:"kv_transfer_params,omitempty"`
 }
-
-type apiError struct {
-	Error errorBody `json:"error"`
-}
-
-type errorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    any     `json:"code"`
-}

@@ -19,7 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/engine"
+	"github.com/kvcache-go/mooncake/internal/httpjson"
 	"github.com/kvcache-go/mooncake/internal/tokenizer"
 )
 
@@ -39,8 +41,8 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Logger (slog.Default()).
 	Logger *slog.Logger
-	// Now is the clock (time.Now).
-	Now func() time.Time
+	// Clock is the clock (the real one).
+	Clock clock.Clock
 }
 
 // Validate checks c after defaults.
@@ -67,9 +69,7 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 }
 
 // Server is the OpenAI-compatible HTTP front of one engine.
@@ -92,7 +92,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, eng: cfg.Engine, mux: http.NewServeMux(), reg: prometheus.NewRegistry(), created: cfg.Now().Unix()}
+	s := &Server{cfg: cfg, eng: cfg.Engine, mux: http.NewServeMux(), reg: prometheus.NewRegistry(), created: cfg.Clock.Now().Unix()}
 	s.initMetrics()
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
@@ -100,7 +100,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /health", s.handleHealth)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+		httpjson.Error(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
 	return s, nil
 }
@@ -193,7 +193,7 @@ func (s *Server) initMetrics() {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if !s.ready.Load() {
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "not ready")
+		httpjson.Error(w, http.StatusServiceUnavailable, "unavailable", "not ready")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -201,20 +201,10 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
+	httpjson.Write(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
 		"id": s.cfg.ModelName, "object": "model", "created": s.created, "owned_by": "mooncake",
 		"max_model_len": s.eng.Config().MaxModelLen,
 	}}})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, code int, typ, msg string) {
-	writeJSON(w, code, apiError{Error: errorBody{Message: msg, Type: typ, Code: code}})
 }
 
 // errorStatus is the one table from errors to HTTP statuses.
@@ -237,7 +227,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	if code == http.StatusTooManyRequests {
 		s.reqs.WithLabelValues("rejected").Inc()
 	}
-	writeError(w, code, typ, err.Error())
+	httpjson.Error(w, code, typ, err.Error())
 }
 
 func newID(prefix string) string {
@@ -317,7 +307,7 @@ func (s *Server) buildParams(c *commonParams, promptLen, defMax int) (engine.Sam
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	arrived := s.cfg.Now()
+	arrived := s.cfg.Clock.Now()
 	j, err := s.parseCompletion(http.MaxBytesReader(w, r.Body, maxBody+1), requestID(r, "cmpl-"))
 	if err != nil {
 		s.fail(w, err)
@@ -328,7 +318,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	arrived := s.cfg.Now()
+	arrived := s.cfg.Clock.Now()
 	j, err := s.parseChat(http.MaxBytesReader(w, r.Body, maxBody+1), requestID(r, "chatcmpl-"))
 	if err != nil {
 		s.fail(w, err)
@@ -502,109 +492,159 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 		s.fail(w, err)
 		return
 	}
-	ctx := r.Context()
-	ts := newTextState(s.cfg.Tokenizer, j.stops)
-	var first, last time.Time
-	n := 0
-	observe := func(out engine.Output) {
-		if len(out.NewTokens) > 0 {
-			now := s.cfg.Now()
-			if first.IsZero() {
-				first = now
-				s.ttft.Observe(now.Sub(j.arrived).Seconds())
-			}
-			last = now
-			n += len(out.NewTokens)
-		}
-	}
-	finishMetrics := func(out engine.Output) {
-		s.reqs.WithLabelValues(out.FinishReason).Inc()
-		if n > 1 {
-			s.tpot.Observe(last.Sub(first).Seconds() / float64(n-1))
-		}
-		if !last.IsZero() {
-			s.e2e.Observe(last.Sub(j.arrived).Seconds())
-		}
-	}
-	created := s.cfg.Now().Unix()
-	if !j.stream {
-		var final engine.Output
-		var sb strings.Builder
-		for {
-			out, ok, err := st.Next(ctx)
-			if err != nil {
-				s.reqs.WithLabelValues(engine.FinishAbort).Inc()
-				return // client went away; the request was aborted
-			}
-			if !ok {
-				break
-			}
-			observe(out)
-			sb.WriteString(ts.add(out.NewTokens))
-			if out.Finished {
-				final = out
-				break
-			}
-		}
-		finishMetrics(final)
-		if final.FinishReason == engine.FinishError {
-			writeError(w, http.StatusInternalServerError, "internal_error", fmt.Sprintf("generation failed: %v", final.Err))
-			return
-		}
-		sb.WriteString(ts.finish())
-		full := validText(sb.String())
-		reason := final.FinishReason
-		resp := response{ID: j.req.ID, Object: j.kind, Created: created, Model: s.cfg.ModelName,
-			Usage: usageOf(final), KVTransferParams: final.KVTransferParams}
-		var toks []int
-		if j.returnToks {
-			toks = ts.tokens
-			resp.PromptTokenIDs = j.req.Prompt
-		}
-		if j.kind == "text_completion" {
-			resp.Choices = []completionChoice{{Text: full, FinishReason: &reason, TokenIDs: toks}}
-		} else {
-			resp.Choices = []chatChoice{{Message: &chatDelta{Role: "assistant", Content: &full}, FinishReason: &reason, TokenIDs: toks}}
-		}
-		writeJSON(w, http.StatusOK, resp)
+	rm := &reqMetrics{s: s, arrived: j.arrived}
+	created := s.cfg.Clock.Now().Unix()
+	if j.stream {
+		s.runSSE(r.Context(), w, j, st, rm, created)
 		return
 	}
-	// Server-sent events.
-	flusher, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("Connection", "keep-alive")
-	w.WriteHeader(http.StatusOK)
-	if flusher != nil {
-		flusher.Flush() // the client sees 200 before the first token
+	s.runJSON(r.Context(), w, j, st, rm, created)
+}
+
+// reqMetrics times one request's tokens for the TTFT, TPOT and end-to-end
+// histograms.
+type reqMetrics struct {
+	s           *Server
+	arrived     time.Time
+	first, last time.Time
+	n           int
+}
+
+// observe records the tokens of out.
+func (m *reqMetrics) observe(out engine.Output) {
+	if len(out.NewTokens) == 0 {
+		return
 	}
-	send := func(v any) bool {
-		b, _ := json.Marshal(v)
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return true
+	now := m.s.cfg.Clock.Now()
+	if m.first.IsZero() {
+		m.first = now
+		m.s.ttft.Observe(now.Sub(m.arrived).Seconds())
 	}
-	chunk := func(text string, toks []int, reason *string) response {
-		if j.kind == "text_completion" {
-			return response{ID: j.req.ID, Object: "text_completion", Created: created, Model: s.cfg.ModelName,
-				Choices: []completionChoice{{Text: text, FinishReason: reason, TokenIDs: toks}}}
-		}
-		d := &chatDelta{Content: &text}
-		return response{ID: j.req.ID, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelName,
-			Choices: []chatChoice{{Delta: d, FinishReason: reason, TokenIDs: toks}}}
+	m.last = now
+	m.n += len(out.NewTokens)
+}
+
+// finish records the end of the request (out is its last output).
+func (m *reqMetrics) finish(out engine.Output) {
+	m.s.reqs.WithLabelValues(out.FinishReason).Inc()
+	if m.n > 1 {
+		m.s.tpot.Observe(m.last.Sub(m.first).Seconds() / float64(m.n-1))
 	}
+	if !m.last.IsZero() {
+		m.s.e2e.Observe(m.last.Sub(m.arrived).Seconds())
+	}
+}
+
+// runJSON collects the whole answer and writes it as one JSON object.
+func (s *Server) runJSON(ctx context.Context, w http.ResponseWriter, j *job, st *engine.Stream, rm *reqMetrics, created int64) {
+	ts := newTextState(s.cfg.Tokenizer, j.stops)
+	var final engine.Output
+	var sb strings.Builder
+	for {
+		out, ok, err := st.Next(ctx)
+		if err != nil {
+			s.reqs.WithLabelValues(engine.FinishAbort).Inc()
+			return // client went away; the request was aborted
+		}
+		if !ok {
+			break
+		}
+		rm.observe(out)
+		sb.WriteString(ts.add(out.NewTokens))
+		if out.Finished {
+			final = out
+			break
+		}
+	}
+	rm.finish(final)
+	if final.FinishReason == engine.FinishError {
+		httpjson.Error(w, http.StatusInternalServerError, "internal_error", fmt.Sprintf("generation failed: %v", final.Err))
+		return
+	}
+	sb.WriteString(ts.finish())
+	full := validText(sb.String())
+	reason := final.FinishReason
+	resp := response{ID: j.req.ID, Object: j.kind, Created: created, Model: s.cfg.ModelName,
+		Usage: usageOf(final), KVTransferParams: final.KVTransferParams}
+	var toks []int
+	if j.returnToks {
+		toks = ts.tokens
+		resp.PromptTokenIDs = j.req.Prompt
+	}
+	if j.kind == "text_completion" {
+		resp.Choices = []completionChoice{{Text: full, FinishReason: &reason, TokenIDs: toks}}
+	} else {
+		resp.Choices = []chatChoice{{Message: &chatDelta{Role: "assistant", Content: &full}, FinishReason: &reason, TokenIDs: toks}}
+	}
+	httpjson.Write(w, http.StatusOK, resp)
+}
+
+// sseWriter writes server-sent events of one request.
+type sseWriter struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+	j       *job
+	model   string
+	created int64
+}
+
+// start writes the 200 and the event-stream headers, flushed so that the
+// client sees them before the first token.
+func (e *sseWriter) start() {
+	e.flusher, _ = e.w.(http.Flusher)
+	e.w.Header().Set("Content-Type", "text/event-stream")
+	e.w.Header().Set("Cache-Control", "no-cache")
+	e.w.Header().Set("Connection", "keep-alive")
+	e.w.WriteHeader(http.StatusOK)
+	e.flush()
+}
+
+func (e *sseWriter) flush() {
+	if e.flusher != nil {
+		e.flusher.Flush()
+	}
+}
+
+// send writes one event; false if the client is gone.
+func (e *sseWriter) send(v any) bool {
+	b, _ := json.Marshal(v)
+	if _, err := fmt.Fprintf(e.w, "data: %s\n\n", b); err != nil {
+		return false
+	}
+	e.flush()
+	return true
+}
+
+// done writes the final [DONE] event.
+func (e *sseWriter) done() {
+	fmt.Fprint(e.w, "data: [DONE]\n\n")
+	e.flush()
+}
+
+// chunk is one streamed piece of the answer.
+func (e *sseWriter) chunk(text string, toks []int, reason *string) response {
+	if e.j.kind == "text_completion" {
+		return response{ID: e.j.req.ID, Object: "text_completion", Created: e.created, Model: e.model,
+			Choices: []completionChoice{{Text: text, FinishReason: reason, TokenIDs: toks}}}
+	}
+	d := &chatDelta{Content: &text}
+	return response{ID: e.j.req.ID, Object: "chat.completion.chunk", Created: e.created, Model: e.model,
+		Choices: []chatChoice{{Delta: d, FinishReason: reason, TokenIDs: toks}}}
+}
+
+// runSSE streams the answer as server-sent events.
+func (s *Server) runSSE(ctx context.Context, w http.ResponseWriter, j *job, st *engine.Stream, rm *reqMetrics, created int64) {
+	e := &sseWriter{w: w, j: j, model: s.cfg.ModelName, created: created}
+	e.start()
 	if j.kind == "chat.completion" {
 		empty := ""
-		if !send(response{ID: j.req.ID, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelName,
+		if !e.send(response{ID: j.req.ID, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelName,
 			Choices: []chatChoice{{Delta: &chatDelta{Role: "assistant", Content: &empty}}}}) {
 			s.eng.Abort(j.req.ID)
 			return
 		}
 	}
+	ts := newTextState(s.cfg.Tokenizer, j.stops)
 	for {
 		out, ok, err := st.Next(ctx)
 		if err != nil {
@@ -614,40 +654,43 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 		if !ok {
 			return
 		}
-		observe(out)
+		rm.observe(out)
 		text := ts.add(out.NewTokens)
 		var toks []int
 		if j.returnToks {
 			toks = out.NewTokens
 		}
 		if out.Finished {
-			finishMetrics(out)
-			if out.FinishReason == engine.FinishError {
-				send(apiError{Error: errorBody{Message: fmt.Sprintf("generation failed: %v", out.Err), Type: "internal_error", Code: 500}})
-				fmt.Fprint(w, "data: [DONE]\n\n")
-				return
-			}
-			reason := out.FinishReason
-			c := chunk(text+ts.finish(), toks, &reason)
-			c.KVTransferParams = out.KVTransferParams
-			send(c)
-			if j.usageInSSE {
-				send(response{ID: j.req.ID, Object: c.Object, Created: created, Model: s.cfg.ModelName, Choices: []any{}, Usage: usageOf(out)})
-			}
-			fmt.Fprint(w, "data: [DONE]\n\n")
-			if flusher != nil {
-				flusher.Flush()
-			}
+			rm.finish(out)
+			s.sseFinish(e, out, text+ts.finish(), toks)
 			return
 		}
 		if text == "" && len(toks) == 0 {
 			continue
 		}
-		if !send(chunk(text, toks, nil)) {
+		if !e.send(e.chunk(text, toks, nil)) {
 			s.eng.Abort(j.req.ID)
 			return
 		}
 	}
+}
+
+// sseFinish writes the last chunk (or the error), the usage if asked, and
+// [DONE].
+func (s *Server) sseFinish(e *sseWriter, out engine.Output, text string, toks []int) {
+	if out.FinishReason == engine.FinishError {
+		e.send(httpjson.ErrorResponse{Error: httpjson.ErrorBody{Message: fmt.Sprintf("generation failed: %v", out.Err), Type: "internal_error", Code: 500}})
+		fmt.Fprint(e.w, "data: [DONE]\n\n")
+		return
+	}
+	reason := out.FinishReason
+	c := e.chunk(text, toks, &reason)
+	c.KVTransferParams = out.KVTransferParams
+	e.send(c)
+	if e.j.usageInSSE {
+		e.send(response{ID: e.j.req.ID, Object: c.Object, Created: e.created, Model: s.cfg.ModelName, Choices: []any{}, Usage: usageOf(out)})
+	}
+	e.done()
 }
 
 func usageOf(o engine.Output) *usage {

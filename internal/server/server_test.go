@@ -20,6 +20,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/engine"
 	"github.com/kvcache-go/mooncake/internal/model"
 	"github.com/kvcache-go/mooncake/internal/tokenizer"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -80,7 +81,7 @@ func start(t *testing.T, mod func(*engine.Config)) *testServer {
 		ts.stop()
 		http.DefaultClient.CloseIdleConnections()
 	})
-	waitUntil(t, func() bool {
+	waitfor.Cond(t, 30*time.Second, "condition", func() bool {
 		resp, err := http.Get(ts.url + "/health")
 		if err != nil {
 			return false
@@ -89,17 +90,6 @@ func start(t *testing.T, mod func(*engine.Config)) *testServer {
 		return resp.StatusCode == 200
 	})
 	return ts
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met before the deadline")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func post(t *testing.T, url, body string) (int, map[string]any) {
@@ -371,11 +361,11 @@ func TestQueueFullAndDisconnect(t *testing.T) {
 	// A holds KV blocks while it waits for a remote load that never comes.
 	cancelA, doneA := background(ts.url+"/v1/completions", `{"prompt":"`+strings.Repeat("a", 40)+`","max_tokens":3,"kv_transfer_params":{"hold":"remote"}}`)
 	defer cancelA()
-	waitUntil(t, func() bool { s := ts.eng.Stats(); return s.WaitingForRemote == 1 && s.BlocksUsed == 3 })
+	waitfor.Cond(t, 30*time.Second, "condition", func() bool { s := ts.eng.Stats(); return s.WaitingForRemote == 1 && s.BlocksUsed == 3 })
 	// B fills the one-slot waiting queue; C is rejected with 429.
 	cancelB, doneB := background(ts.url+"/v1/completions", `{"prompt":"b","max_tokens":3,"stream":true,"kv_transfer_params":{"hold":"pending"}}`)
 	defer cancelB()
-	waitUntil(t, func() bool { return ts.eng.Stats().Waiting == 1 })
+	waitfor.Cond(t, 30*time.Second, "condition", func() bool { return ts.eng.Stats().Waiting == 1 })
 	code, v := post(t, ts.url+"/v1/completions", `{"prompt":"c","max_tokens":3}`)
 	if code != 429 || v["error"] == nil {
 		t.Fatalf("want 429, got %d %v", code, v)
@@ -386,7 +376,7 @@ func TestQueueFullAndDisconnect(t *testing.T) {
 	if a, b := <-doneA, <-doneB; a != 0 || b != 200 { // B's SSE headers were already sent
 		t.Fatalf("statuses after disconnect: %d %d", a, b)
 	}
-	waitUntil(t, func() bool {
+	waitfor.Cond(t, 30*time.Second, "condition", func() bool {
 		s := ts.eng.Stats()
 		return s.Waiting+s.WaitingForRemote+s.Running == 0 && s.BlocksUsed == 0
 	})

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/engine"
 	"github.com/kvcache-go/mooncake/internal/kvcache"
 	"github.com/kvcache-go/mooncake/store"
@@ -50,7 +51,7 @@ type Config struct {
 	// Replicas of each saved object (0 = the client's default).
 	Replicas int
 	Logger   *slog.Logger
-	Now      func() time.Time // clock (time.Now)
+	Clock    clock.Clock // the real clock by default
 }
 
 func (c Config) withDefaults() Config {
@@ -75,9 +76,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -111,14 +110,13 @@ type Stats struct {
 	DelayFreedHeld int    // finished requests whose blocks wait for a load to stop
 }
 
-// Connector is an engine.Connector backed by the store. Create it with New,
-// close it with Close after the engine has stopped.
+// Connector is an engine.Connector backed by the store. Create it with New
+// and run Run for as long as the engine runs; end Run after the engine has
+// stopped.
 type Connector struct {
-	cfg    Config
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	saveq  chan saveBatch
+	cfg   Config
+	wg    sync.WaitGroup // loads in flight
+	saveq chan saveBatch
 
 	// step-goroutine state
 	kv        engine.KVCaches
@@ -136,6 +134,7 @@ type Connector struct {
 	queued     int
 	st         Stats
 	flushWaitQ []chan struct{}
+	stopped    bool // Run ended: no more saves, loads cancelled
 }
 
 type load struct {
@@ -164,24 +163,22 @@ type saveBatch struct {
 
 var _ engine.Connector = (*Connector)(nil)
 
-// New validates cfg and starts the save worker.
+// New validates cfg and builds the connector; it starts nothing (Run does).
 func New(cfg Config) (*Connector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &Connector{cfg: cfg, ctx: ctx, cancel: cancel, saveq: make(chan saveBatch, cfg.SaveQueue),
+	c := &Connector{cfg: cfg, saveq: make(chan saveBatch, cfg.SaveQueue),
 		loads: map[string]*load{}, known: map[kvcache.BlockHash]bool{}}
-	c.wg.Add(1)
-	go c.saveLoop()
 	return c, nil
 }
 
-// Close stops the save worker and every load in flight and waits for them.
-// Queued saves that have not started are dropped.
-func (c *Connector) Close() error {
-	c.cancel()
+// Run writes queued saves to the store until ctx ends; then it stops every
+// load in flight, waits for them and returns. Queued saves that have not
+// started are dropped. End it only after the engine has stopped.
+func (c *Connector) Run(ctx context.Context) error {
+	c.saveLoop(ctx)
 	c.wg.Wait()
 	return nil
 }
@@ -207,7 +204,7 @@ func (c *Connector) Stats() Stats {
 // Flush waits until every save queued so far has been written (or failed).
 func (c *Connector) Flush(ctx context.Context) error {
 	c.mu.Lock()
-	if c.queued == 0 {
+	if c.queued == 0 || c.stopped {
 		c.mu.Unlock()
 		return nil
 	}
@@ -238,7 +235,7 @@ func (c *Connector) GetNumNewMatchedTokens(req *engine.ReqState, numLocal int) (
 	if c.cfg.NoLoad || c.prefix == "" {
 		return 0, false, nil
 	}
-	now := c.cfg.Now()
+	now := c.cfg.Clock.Now()
 	if now.Before(c.backUntil) {
 		return 0, false, nil
 	}
@@ -260,7 +257,8 @@ func (c *Connector) GetNumNewMatchedTokens(req *engine.ReqState, numLocal int) (
 		for i, h := range hashes[n:] {
 			keys[i] = c.key(h)
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.LookupTimeout)
+		// Synchronous within the engine's step, which ends before Run.
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 		ok, err := c.cfg.Store.BatchExist(ctx, keys)
 		cancel()
 		if err != nil {
@@ -386,10 +384,13 @@ func (c *Connector) StartLoadKV(ctx context.Context) error {
 		return nil
 	}
 	for _, l := range c.meta.loads {
-		lctx, cancel := context.WithTimeout(c.ctx, c.cfg.LoadTimeout)
+		lctx, cancel := context.WithTimeout(context.Background(), c.cfg.LoadTimeout)
 		l.cancel = cancel
 		c.mu.Lock()
 		c.loads[l.id] = l
+		if c.stopped {
+			cancel()
+		}
 		c.mu.Unlock()
 		c.wg.Add(1)
 		go c.runLoad(lctx, l)
@@ -509,12 +510,19 @@ func (c *Connector) ClearConnectorMeta() { c.meta = nil }
 
 const maxKnown = 1 << 16
 
-func (c *Connector) saveLoop() {
-	defer c.wg.Done()
+// saveLoop writes save batches until ctx ends, then drops the rest and
+// cancels the loads in flight.
+func (c *Connector) saveLoop(ctx context.Context) {
 	for {
 		select {
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			c.mu.Lock()
+			c.stopped = true
+			for _, l := range c.loads {
+				if !l.done && l.cancel != nil {
+					l.cancel()
+				}
+			}
 		drain:
 			for {
 				select {
@@ -528,7 +536,7 @@ func (c *Connector) saveLoop() {
 			c.mu.Unlock()
 			return
 		case b := <-c.saveq:
-			c.save(b)
+			c.save(ctx, b)
 			c.mu.Lock()
 			c.queued--
 			c.wakeFlushers()
@@ -538,7 +546,7 @@ func (c *Connector) saveLoop() {
 }
 
 func (c *Connector) wakeFlushers() {
-	if c.queued > 0 && c.ctx.Err() == nil {
+	if c.queued > 0 && !c.stopped {
 		return
 	}
 	for _, ch := range c.flushWaitQ {
@@ -548,8 +556,8 @@ func (c *Connector) wakeFlushers() {
 }
 
 // save writes the blocks of b that the store does not hold yet.
-func (c *Connector) save(b saveBatch) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.SaveTimeout)
+func (c *Connector) save(ctx context.Context, b saveBatch) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.SaveTimeout)
 	defer cancel()
 	keys := make([]string, len(b.hashes))
 	for i, h := range b.hashes {

@@ -16,6 +16,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/model"
 	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -132,6 +133,14 @@ func startEngine(t testing.TB, st Store, mod func(*Config), emod ...func(*engine
 		t.Fatal(err)
 	}
 	n.eng = e
+	connCtx, stopConn := context.WithCancel(context.Background())
+	connDone := make(chan struct{})
+	go func() {
+		defer close(connDone)
+		if n.conn != nil {
+			_ = n.conn.Run(connCtx)
+		}
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -141,9 +150,8 @@ func startEngine(t testing.TB, st Store, mod func(*Config), emod ...func(*engine
 	t.Cleanup(func() {
 		cancel()
 		<-done
-		if n.conn != nil {
-			n.conn.Close()
-		}
+		stopConn()
+		<-connDone
 	})
 	return n
 }
@@ -178,21 +186,17 @@ func (n *node) generate(t testing.TB, id string, p []int, max int) ([]int, engin
 // the connector has nothing in flight.
 func (n *node) idle(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s := n.eng.Stats()
+	var s engine.Stats
+	if !waitfor.Within(10*time.Second, func() bool {
+		s = n.eng.Stats()
 		ok := s.BlocksUsed == 0 && s.Running+s.Waiting+s.WaitingForRemote+s.DelayedFree == 0
 		if n.conn != nil {
 			cs := n.conn.Stats()
 			ok = ok && cs.LoadsInFlight == 0 && cs.DelayFreedHeld == 0
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("engine not idle (leak?): %+v", s)
-		}
-		time.Sleep(2 * time.Millisecond) // polling with a deadline
+		return ok
+	}) {
+		t.Fatalf("engine not idle (leak?): %+v", s)
 	}
 }
 

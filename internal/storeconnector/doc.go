@@ -31,7 +31,7 @@
 // not fit is dropped and counted). Because of the copy the engine may free
 // and reuse the blocks at once: a block can never be overwritten while it is
 // being written to the store, and RequestFinished never delays a free for a
-// save. One worker goroutine writes each batch: one BatchExist, then one
+// save. The save worker (Run) writes each batch: one BatchExist, then one
 // BatchPut of the missing blocks (ErrExists counts as saved).
 //
 // The KV regions are not registered with the store client's transfer
@@ -62,8 +62,10 @@
 //
 // # Concurrency
 //
-// Hooks run on the engine's step goroutine. Load goroutines and the save
-// worker share state with it under one mutex; Close cancels both and waits
-// for them (call it after the engine's Run has returned). Stats is a
+// New starts nothing; Run(ctx) is the save worker, for as long as the
+// engine runs. Hooks run on the engine's step goroutine. Load goroutines and
+// the save worker share state with it under one mutex; when Run's ctx ends
+// (end it after the engine's Run has returned) it cancels the loads in
+// flight, drops the saves not started, and returns once the loads stopped. Stats is a
 // snapshot for tests and leak checks; Flush waits for the queued saves.
 package storeconnector
