@@ -241,9 +241,9 @@ func (i *Instance) startPD(ctx context.Context, cfg InstanceConfig) (*KVConnecto
 		}
 		i.bootstrap = ln.Addr().String()
 	}
-	conn, err := newPDConnector(pdconnector.Config{Role: cfg.Role, Transfer: te, EngineID: cfg.EngineID,
-		AbortTimeout: cfg.AbortTimeout, PullTimeout: cfg.PullTimeout, FailurePolicy: cfg.PDFailurePolicy,
-		Logger: cfg.Logger}, i.bootstrap)
+	conn, err := pdconnector.New(pdconnector.Config{Role: cfg.Role, Transfer: te, EngineID: cfg.EngineID,
+		BootstrapAddr: i.bootstrap, AbortTimeout: cfg.AbortTimeout, PullTimeout: cfg.PullTimeout,
+		FailurePolicy: cfg.PDFailurePolicy, Logger: cfg.Logger})
 	if err != nil {
 		if ln != nil {
 			ln.Close()
@@ -256,19 +256,7 @@ func (i *Instance) startPD(ctx context.Context, cfg InstanceConfig) (*KVConnecto
 	i.Conn, i.TE = conn, te
 	return &KVConnector{Connector: conn, Allocator: conn.Allocator(), Collectors: conn.Collectors(),
 		Run: func(ctx context.Context) error { return conn.Run(ctx, ln) },
-		Close: func() error {
-			conn.Close()
-			return te.Close()
-		}}, nil
-}
-
-// newPDConnector builds the P/D connector advertising bootstrapAddr. With
-// the new pdconnector API (H3) this is:
-//
-//	cfg.BootstrapAddr = bootstrapAddr
-//	return pdconnector.New(cfg)
-func newPDConnector(cfg pdconnector.Config, bootstrapAddr string) (*pdconnector.Connector, error) {
-	return pdconnector.NewShimH4(cfg, bootstrapAddr)
+		Close: te.Close}, nil
 }
 
 // buildEngine builds the engine on the connector and its server, with the
