@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/masterha"
+	"github.com/kvcache-go/mooncake/internal/leader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/transfer"
 	"google.golang.org/grpc"
@@ -122,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	// An HA address (etcd://h1:2379;h2:2379) resolves to the elected leader
 	// and follows it; a plain host:port is dialled as is.
-	target, opts, err := masterha.DialTarget(cfg.Master, cfg.Logger)
+	target, opts, err := leader.DialTarget(cfg.Master, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w: %w", ErrInvalid, err)
 	}

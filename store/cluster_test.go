@@ -110,18 +110,6 @@ func (c *cluster) client(opt func(*store.Config)) *store.Client {
 	return cl
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func value(key string, n int) []byte {
 	b := make([]byte, n)
 	seed := byte(len(key))

@@ -1,12 +1,13 @@
 package master
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/kvcache-go/mooncake/internal/httpjson"
 )
 
 // AdminHandler serves the master's admin HTTP API:
@@ -96,16 +97,12 @@ func httpCode(err error) int {
 	return http.StatusInternalServerError
 }
 
+// httpError writes the admin API's error body, {"error": msg}.
 func httpError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	httpjson.Write(w, code, map[string]string{"error": msg})
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, v any) { httpjson.Write(w, http.StatusOK, v) }
 
 func objectJSON(o ObjectInfo) map[string]any {
 	reps := make([]map[string]any, len(o.Replicas))
