@@ -34,22 +34,53 @@ func parallel(n int, f func(i int)) {
 // batched write fails, the puts are revoked and retried one by one.
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o PutOptions) []error {
 	errs := make([]error, len(keys))
-	if len(keys) != len(values) {
+	if err := c.checkBatch(len(keys), len(values)); err != nil {
 		for i := range errs {
-			errs[i] = fmt.Errorf("store: %w: %d keys, %d values", ErrInvalid, len(keys), len(values))
+			errs[i] = err
 		}
 		return errs
+	}
+	srcs, release := c.stageBatch(keys, values, errs)
+	defer release()
+	idx, results := c.batchPutStart(ctx, keys, values, o, errs)
+	if len(idx) == 0 {
+		return errs
+	}
+	started, failed := c.batchWrite(ctx, keys, srcs, idx, results, errs)
+	if failed {
+		c.revokeAndRetry(ctx, keys, srcs, started, o, errs)
+		return errs
+	}
+	c.batchPutEnd(ctx, keys, values, started, errs)
+	return errs
+}
+
+// checkBatch refuses a batch whose keys and values do not pair up, or on a
+// closed client.
+func (c *Client) checkBatch(nkeys, nvalues int) error {
+	if nkeys != nvalues {
+		return fmt.Errorf("store: %w: %d keys, %d values", ErrInvalid, nkeys, nvalues)
 	}
 	if c.isClosed() {
-		for i := range errs {
-			errs[i] = ErrClosed
-		}
-		return errs
+		return ErrClosed
 	}
-	// Values from directMin up are registered in place (no copy); the rest,
-	// and any value whose registration fails (e.g. the same slice twice),
-	// are copied into one registered slab.
+	return nil
+}
+
+// stageBatch makes every value transferable and returns where to write
+// each from, and a release that undoes the registrations. Values from
+// directMin up are registered in place (no copy); the rest, and any value
+// whose registration fails (e.g. the same slice twice), are copied into one
+// registered slab. Empty values and a failed slab registration are recorded
+// in errs.
+func (c *Client) stageBatch(keys []string, values [][]byte, errs []error) ([][]byte, func()) {
 	srcs := make([][]byte, len(keys))
+	var registered [][]byte
+	release := func() {
+		for _, b := range registered {
+			_ = c.mover.Unregister(transfer.AddrOf(b))
+		}
+	}
 	total := 0
 	for i, v := range values {
 		switch {
@@ -57,44 +88,51 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 			errs[i] = fmt.Errorf("store: put %q: %w: empty value", keys[i], ErrInvalid)
 		case len(v) >= directMin && c.mover.RegisterBytes(v, "cpu:0") == nil:
 			srcs[i] = v
-			defer func() { _ = c.mover.Unregister(transfer.AddrOf(v)) }()
+			registered = append(registered, v)
 		default:
 			total += len(v)
 		}
 	}
-	if total > 0 {
-		slab := make([]byte, total)
-		if err := c.mover.RegisterBytes(slab, "cpu:0"); err != nil {
-			for i := range errs {
-				if errs[i] == nil && srcs[i] == nil {
-					errs[i] = fmt.Errorf("store: put %q: register staging slab: %w", keys[i], err)
-				}
-			}
-		} else {
-			defer func() { _ = c.mover.Unregister(transfer.AddrOf(slab)) }()
-			off := 0
-			for i, v := range values {
-				if errs[i] == nil && srcs[i] == nil {
-					srcs[i] = slab[off : off+len(v) : off+len(v)]
-					off += copy(srcs[i], v)
-				}
+	if total == 0 {
+		return srcs, release
+	}
+	slab := make([]byte, total)
+	if err := c.mover.RegisterBytes(slab, "cpu:0"); err != nil {
+		for i := range errs {
+			if errs[i] == nil && srcs[i] == nil {
+				errs[i] = fmt.Errorf("store: put %q: register staging slab: %w", keys[i], err)
 			}
 		}
+		return srcs, release
 	}
-	crcs := make([]uint32, len(keys))
+	registered = append(registered, slab)
+	off := 0
+	for i, v := range values {
+		if errs[i] == nil && srcs[i] == nil {
+			srcs[i] = slab[off : off+len(v) : off+len(v)]
+			off += copy(srcs[i], v)
+		}
+	}
+	return srcs, release
+}
+
+// batchPutStart allocates space for every key not failed yet with one
+// BatchPutStart. It returns the indexes of the keys asked for and the
+// master's answer for each, in the same order; a failed call is recorded
+// in errs of every key asked for (and no index is returned).
+func (c *Client) batchPutStart(ctx context.Context, keys []string, values [][]byte, o PutOptions, errs []error) ([]int, []*pb.PutStartResponse) {
 	req := &pb.BatchPutStartRequest{}
 	var idx []int
 	for i, v := range values {
 		if errs[i] != nil {
 			continue
 		}
-		crcs[i] = Checksum(v)
 		req.Puts = append(req.Puts, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: keys[i], Size: uint64(len(v)),
 			Config: c.rcToPB(o), Upsert: o.Upsert})
 		idx = append(idx, i)
 	}
 	if len(idx) == 0 {
-		return errs
+		return nil, nil
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.rpc.BatchPutStart(rctx, req)
@@ -106,11 +144,18 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 		for _, i := range idx {
 			errs[i] = fmt.Errorf("store: put %q: master rpc: %w", keys[i], err)
 		}
-		return errs
+		return nil, nil
 	}
+	return idx, resp.Results
+}
+
+// batchWrite writes every replica of the started puts in one transfer
+// batch. It returns the keys whose put started (refusals are recorded in
+// errs) and whether the batch failed: a segment could not be opened or the
+// transfer failed.
+func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, idx []int, results []*pb.PutStartResponse, errs []error) (started []int, failed bool) {
 	var reqs []transfer.Request
-	var started []int
-	for j, r := range resp.Results {
+	for j, r := range results {
 		i := idx[j]
 		if err := statusErr(r.Status); err != nil {
 			errs[i] = fmt.Errorf("store: put %q: %w", keys[i], err)
@@ -126,32 +171,37 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 			reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(srcs[i]), Segment: seg, Remote: rep.Addr, Length: len(srcs[i])})
 		}
 	}
-	failed := false
 	for _, i := range started {
 		failed = failed || errs[i] != nil
 	}
 	if !failed && len(reqs) > 0 {
 		failed = c.mover.Transfer(ctx, reqs) != nil
 	}
-	if failed {
-		// Revoke every started put and retry them one by one, so each key
-		// gets its own outcome.
-		rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
-		for _, i := range started {
-			_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: keys[i]})
-		}
-		cancel()
-		parallel(len(started), func(j int) {
-			i := started[j]
-			errs[i] = c.putRegistered(ctx, keys[i], srcs[i], o)
-		})
-		return errs
+	return started, failed
+}
+
+// revokeAndRetry revokes every started put and retries them one by one, so
+// each key gets its own outcome.
+func (c *Client) revokeAndRetry(ctx context.Context, keys []string, srcs [][]byte, started []int, o PutOptions, errs []error) {
+	rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
+	for _, i := range started {
+		_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: keys[i]})
 	}
+	cancel()
+	parallel(len(started), func(j int) {
+		i := started[j]
+		errs[i] = c.putRegistered(ctx, keys[i], srcs[i], o)
+	})
+}
+
+// batchPutEnd commits the written puts with their CRC32C in one
+// BatchPutEnd and records each outcome in errs.
+func (c *Client) batchPutEnd(ctx context.Context, keys []string, values [][]byte, started []int, errs []error) {
 	ends := &pb.BatchPutEndRequest{}
 	for _, i := range started {
-		ends.Ends = append(ends.Ends, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: keys[i], Crc32C: crcs[i]})
+		ends.Ends = append(ends.Ends, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: keys[i], Crc32C: Checksum(values[i])})
 	}
-	rctx, cancel = c.rpcCtx(ctx)
+	rctx, cancel := c.rpcCtx(ctx)
 	eresp, err := c.rpc.BatchPutEnd(rctx, ends)
 	cancel()
 	for j, i := range started {
@@ -164,7 +214,6 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 			}
 		}
 	}
-	return errs
 }
 
 // putRegistered is PutFrom without the isClosed check, for batch fallbacks.
