@@ -85,14 +85,11 @@ func TestMountRemountUnmount(t *testing.T) {
 	srv.Close()
 	waitHealth(503) // the master is gone: pings fail
 	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The port is being released: retry with a deadline.
+	if !waitfor.Within(time.Until(deadline), func() bool {
 		srv, err = master.Start(master.ServerConfig{Addr: addr, TickInterval: 5 * time.Millisecond})
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // port release; bounded by the deadline
-	}
-	if err != nil {
+		return err == nil
+	}) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
