@@ -299,32 +299,8 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		}
 		return ns, errs
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	start := time.Now() // the leases start no earlier than this on the master's side
-	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.BatchKeysRequest{Keys: keys})
-	cancel()
-	if err == nil && len(resp.Results) != len(keys) {
-		err = fmt.Errorf("master answered %d of %d keys", len(resp.Results), len(keys))
-	}
-	if err != nil {
-		for i := range errs {
-			errs[i] = fmt.Errorf("store: get %q: master rpc: %w", keys[i], err)
-		}
-		return ns, errs
-	}
-	infos := make([]*pb.ObjectInfo, len(keys))
-	var lease time.Duration = -1
-	for i, r := range resp.Results {
-		if e := statusErr(r.Status); e != nil {
-			errs[i] = fmt.Errorf("store: get %q: %w", keys[i], e)
-			continue
-		}
-		infos[i] = r
-		if l := time.Duration(r.LeaseTtlMs) * time.Millisecond; lease < 0 || l < lease {
-			lease = l
-		}
-	}
-	if lease < 0 {
+	infos, deadline, ok := c.batchReplicaLists(ctx, keys, errs)
+	if !ok {
 		return ns, errs
 	}
 	bs, release, err := bufs(infos)
@@ -337,6 +313,71 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		return ns, errs
 	}
 	defer release()
+	retry := c.batchFirstReads(ctx, keys, infos, bs, deadline, errs)
+	var again []int
+	for i, in := range infos {
+		switch {
+		case in == nil:
+		case retry[i]:
+			again = append(again, i)
+		default:
+			ns[i] = int(in.Size)
+			if done != nil {
+				done(i, bs[i][:in.Size])
+			}
+		}
+	}
+	parallel(len(again), func(j int) {
+		i := again[j]
+		ns[i], errs[i] = c.GetInto(ctx, keys[i], bs[i])
+		if errs[i] == nil && done != nil {
+			done(i, bs[i][:ns[i]])
+		}
+	})
+	return ns, errs
+}
+
+// batchReplicaLists fetches every key's replica list (taking leases) in
+// one call. infos[i] is nil for a key that failed (its error is in errs);
+// deadline, half the shortest lease, bounds the batched read (the rest of
+// the lease is left for the fallbacks); ok is false when no key can be read.
+func (c *Client) batchReplicaLists(ctx context.Context, keys []string, errs []error) (infos []*pb.ObjectInfo, deadline time.Time, ok bool) {
+	rctx, cancel := c.rpcCtx(ctx)
+	start := time.Now() // the leases start no earlier than this on the master's side
+	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.BatchKeysRequest{Keys: keys})
+	cancel()
+	if err == nil && len(resp.Results) != len(keys) {
+		err = fmt.Errorf("master answered %d of %d keys", len(resp.Results), len(keys))
+	}
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("store: get %q: master rpc: %w", keys[i], err)
+		}
+		return nil, time.Time{}, false
+	}
+	infos = make([]*pb.ObjectInfo, len(keys))
+	var lease time.Duration = -1
+	for i, r := range resp.Results {
+		if e := statusErr(r.Status); e != nil {
+			errs[i] = fmt.Errorf("store: get %q: %w", keys[i], e)
+			continue
+		}
+		infos[i] = r
+		if l := time.Duration(r.LeaseTtlMs) * time.Millisecond; lease < 0 || l < lease {
+			lease = l
+		}
+	}
+	if lease < 0 {
+		return nil, time.Time{}, false
+	}
+	return infos, start.Add(lease / 2), true
+}
+
+// batchFirstReads reads every key's first-choice replica into bs[i] in one
+// transfer batch before deadline and checks the CRC32Cs. It returns which keys need a retry
+// through every replica; a buffer too small fails its key (infos[i] is set
+// to nil and the error recorded in errs).
+func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb.ObjectInfo, bs [][]byte, deadline time.Time, errs []error) []bool {
 	var reqs []transfer.Request
 	var reqKey []int
 	retry := make([]bool, len(keys))
@@ -362,40 +403,18 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		reqs = append(reqs, transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(bs[i]), Segment: seg, Remote: reps[0].Addr, Length: int(in.Size)})
 		reqKey = append(reqKey, i)
 	}
-	if len(reqs) > 0 {
-		// Half the lease for the batch: the rest is left for the fallbacks.
-		lctx, lcancel := context.WithDeadline(ctx, start.Add(lease/2))
-		err := c.mover.Transfer(lctx, reqs)
-		lcancel()
-		for _, i := range reqKey {
-			if err != nil || Checksum(bs[i][:infos[i].Size]) != infos[i].Crc32C {
-				retry[i] = true
-			}
+	if len(reqs) == 0 {
+		return retry
+	}
+	lctx, lcancel := context.WithDeadline(ctx, deadline)
+	err := c.mover.Transfer(lctx, reqs)
+	lcancel()
+	for _, i := range reqKey {
+		if err != nil || Checksum(bs[i][:infos[i].Size]) != infos[i].Crc32C {
+			retry[i] = true
 		}
 	}
-	for i, in := range infos {
-		if in == nil || retry[i] {
-			continue
-		}
-		ns[i] = int(in.Size)
-		if done != nil {
-			done(i, bs[i][:in.Size])
-		}
-	}
-	var again []int
-	for i, r := range retry {
-		if r {
-			again = append(again, i)
-		}
-	}
-	parallel(len(again), func(j int) {
-		i := again[j]
-		ns[i], errs[i] = c.GetInto(ctx, keys[i], bs[i])
-		if errs[i] == nil && done != nil {
-			done(i, bs[i][:ns[i]])
-		}
-	})
-	return ns, errs
+	return retry
 }
 
 // BatchExist reports, in order, whether each key exists (one master call).
