@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -189,5 +190,51 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestRun: New does no I/O; Run serves the admin API on the caller's
+// listener, leads, and on cancel steps down and returns nil with the
+// listener closed.
+func TestRun(t *testing.T) {
+	ep, _ := startEtcd(t)
+	cli := etcdClient(t, ep)
+	s, err := election.New(election.Config{Endpoints: []string{ep}, Cluster: "run", LeaseTTL: time.Second,
+		Master: master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.HTTPAddr() != "" || s.Role() != election.RoleFollower {
+		t.Fatalf("New: http %q role %s", s.HTTPAddr(), s.Role())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx, ln) }()
+	waitRole(t, s, election.RoleLeader)
+	if got := readLeader(t, cli, "run"); got != s.View() {
+		t.Fatalf("etcd says %+v, leader view %+v", got, s.View())
+	}
+	if code, body := httpGet(t, "http://"+ln.Addr().String()+"/role"); code != 200 || !strings.Contains(body, `"leader"`) {
+		t.Fatalf("/role: %d %q", code, body)
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if s.Role() != election.RoleStopped {
+		t.Fatalf("role after Run: %s", s.Role())
+	}
+	if _, err := http.Get("http://" + ln.Addr().String() + "/role"); err == nil {
+		t.Fatal("admin listener open after Run returned")
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	resp, err := cli.Get(ctx2, leader.Key("run")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("election keys after Run returned: %v %v", resp, err)
 	}
 }
