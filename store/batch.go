@@ -34,22 +34,53 @@ func parallel(n int, f func(i int)) {
 // batched write fails, the puts are revoked and retried one by one.
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o PutOptions) []error {
 	errs := make([]error, len(keys))
-	if len(keys) != len(values) {
+	if err := c.checkBatch(len(keys), len(values)); err != nil {
 		for i := range errs {
-			errs[i] = fmt.Errorf("store: %w: %d keys, %d values", ErrInvalid, len(keys), len(values))
+			errs[i] = err
 		}
 		return errs
+	}
+	srcs, release := c.stageBatch(keys, values, errs)
+	defer release()
+	idx, results := c.batchPutStart(ctx, keys, values, o, errs)
+	if len(idx) == 0 {
+		return errs
+	}
+	started, failed := c.batchWrite(ctx, keys, srcs, idx, results, errs)
+	if failed {
+		c.revokeAndRetry(ctx, keys, srcs, started, o, errs)
+		return errs
+	}
+	c.batchPutEnd(ctx, keys, values, started, errs)
+	return errs
+}
+
+// checkBatch refuses a batch whose keys and values do not pair up, or on a
+// closed client.
+func (c *Client) checkBatch(nkeys, nvalues int) error {
+	if nkeys != nvalues {
+		return fmt.Errorf("store: %w: %d keys, %d values", ErrInvalid, nkeys, nvalues)
 	}
 	if c.isClosed() {
-		for i := range errs {
-			errs[i] = ErrClosed
-		}
-		return errs
+		return ErrClosed
 	}
-	// Values from directMin up are registered in place (no copy); the rest,
-	// and any value whose registration fails (e.g. the same slice twice),
-	// are copied into one registered slab.
+	return nil
+}
+
+// stageBatch makes every value transferable and returns where to write
+// each from, and a release that undoes the registrations. Values from
+// directMin up are registered in place (no copy); the rest, and any value
+// whose registration fails (e.g. the same slice twice), are copied into one
+// registered slab. Empty values and a failed slab registration are recorded
+// in errs.
+func (c *Client) stageBatch(keys []string, values [][]byte, errs []error) ([][]byte, func()) {
 	srcs := make([][]byte, len(keys))
+	var registered [][]byte
+	release := func() {
+		for _, b := range registered {
+			_ = c.mover.Unregister(transfer.AddrOf(b))
+		}
+	}
 	total := 0
 	for i, v := range values {
 		switch {
@@ -57,44 +88,51 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 			errs[i] = fmt.Errorf("store: put %q: %w: empty value", keys[i], ErrInvalid)
 		case len(v) >= directMin && c.mover.RegisterBytes(v, "cpu:0") == nil:
 			srcs[i] = v
-			defer func() { _ = c.mover.Unregister(transfer.AddrOf(v)) }()
+			registered = append(registered, v)
 		default:
 			total += len(v)
 		}
 	}
-	if total > 0 {
-		slab := make([]byte, total)
-		if err := c.mover.RegisterBytes(slab, "cpu:0"); err != nil {
-			for i := range errs {
-				if errs[i] == nil && srcs[i] == nil {
-					errs[i] = fmt.Errorf("store: put %q: register staging slab: %w", keys[i], err)
-				}
-			}
-		} else {
-			defer func() { _ = c.mover.Unregister(transfer.AddrOf(slab)) }()
-			off := 0
-			for i, v := range values {
-				if errs[i] == nil && srcs[i] == nil {
-					srcs[i] = slab[off : off+len(v) : off+len(v)]
-					off += copy(srcs[i], v)
-				}
+	if total == 0 {
+		return srcs, release
+	}
+	slab := make([]byte, total)
+	if err := c.mover.RegisterBytes(slab, "cpu:0"); err != nil {
+		for i := range errs {
+			if errs[i] == nil && srcs[i] == nil {
+				errs[i] = fmt.Errorf("store: put %q: register staging slab: %w", keys[i], err)
 			}
 		}
+		return srcs, release
 	}
-	crcs := make([]uint32, len(keys))
+	registered = append(registered, slab)
+	off := 0
+	for i, v := range values {
+		if errs[i] == nil && srcs[i] == nil {
+			srcs[i] = slab[off : off+len(v) : off+len(v)]
+			off += copy(srcs[i], v)
+		}
+	}
+	return srcs, release
+}
+
+// batchPutStart allocates space for every key not failed yet with one
+// BatchPutStart. It returns the indexes of the keys asked for and the
+// master's answer for each, in the same order; a failed call is recorded
+// in errs of every key asked for (and no index is returned).
+func (c *Client) batchPutStart(ctx context.Context, keys []string, values [][]byte, o PutOptions, errs []error) ([]int, []*pb.PutStartResponse) {
 	req := &pb.BatchPutStartRequest{}
 	var idx []int
 	for i, v := range values {
 		if errs[i] != nil {
 			continue
 		}
-		crcs[i] = Checksum(v)
 		req.Puts = append(req.Puts, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: keys[i], Size: uint64(len(v)),
 			Config: c.rcToPB(o), Upsert: o.Upsert})
 		idx = append(idx, i)
 	}
 	if len(idx) == 0 {
-		return errs
+		return nil, nil
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.rpc.BatchPutStart(rctx, req)
@@ -106,11 +144,18 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 		for _, i := range idx {
 			errs[i] = fmt.Errorf("store: put %q: master rpc: %w", keys[i], err)
 		}
-		return errs
+		return nil, nil
 	}
+	return idx, resp.Results
+}
+
+// batchWrite writes every replica of the started puts in one transfer
+// batch. It returns the keys whose put started (refusals are recorded in
+// errs) and whether the batch failed: a segment could not be opened or the
+// transfer failed.
+func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, idx []int, results []*pb.PutStartResponse, errs []error) (started []int, failed bool) {
 	var reqs []transfer.Request
-	var started []int
-	for j, r := range resp.Results {
+	for j, r := range results {
 		i := idx[j]
 		if err := statusErr(r.Status); err != nil {
 			errs[i] = fmt.Errorf("store: put %q: %w", keys[i], err)
@@ -126,32 +171,37 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 			reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(srcs[i]), Segment: seg, Remote: rep.Addr, Length: len(srcs[i])})
 		}
 	}
-	failed := false
 	for _, i := range started {
 		failed = failed || errs[i] != nil
 	}
 	if !failed && len(reqs) > 0 {
 		failed = c.mover.Transfer(ctx, reqs) != nil
 	}
-	if failed {
-		// Revoke every started put and retry them one by one, so each key
-		// gets its own outcome.
-		rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
-		for _, i := range started {
-			_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: keys[i]})
-		}
-		cancel()
-		parallel(len(started), func(j int) {
-			i := started[j]
-			errs[i] = c.putRegistered(ctx, keys[i], srcs[i], o)
-		})
-		return errs
+	return started, failed
+}
+
+// revokeAndRetry revokes every started put and retries them one by one, so
+// each key gets its own outcome.
+func (c *Client) revokeAndRetry(ctx context.Context, keys []string, srcs [][]byte, started []int, o PutOptions, errs []error) {
+	rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
+	for _, i := range started {
+		_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: keys[i]})
 	}
+	cancel()
+	parallel(len(started), func(j int) {
+		i := started[j]
+		errs[i] = c.putRegistered(ctx, keys[i], srcs[i], o)
+	})
+}
+
+// batchPutEnd commits the written puts with their CRC32C in one
+// BatchPutEnd and records each outcome in errs.
+func (c *Client) batchPutEnd(ctx context.Context, keys []string, values [][]byte, started []int, errs []error) {
 	ends := &pb.BatchPutEndRequest{}
 	for _, i := range started {
-		ends.Ends = append(ends.Ends, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: keys[i], Crc32C: crcs[i]})
+		ends.Ends = append(ends.Ends, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: keys[i], Crc32C: Checksum(values[i])})
 	}
-	rctx, cancel = c.rpcCtx(ctx)
+	rctx, cancel := c.rpcCtx(ctx)
 	eresp, err := c.rpc.BatchPutEnd(rctx, ends)
 	cancel()
 	for j, i := range started {
@@ -164,7 +214,6 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 			}
 		}
 	}
-	return errs
 }
 
 // putRegistered is PutFrom without the isClosed check, for batch fallbacks.
@@ -250,32 +299,8 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		}
 		return ns, errs
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	start := time.Now() // the leases start no earlier than this on the master's side
-	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.BatchKeysRequest{Keys: keys})
-	cancel()
-	if err == nil && len(resp.Results) != len(keys) {
-		err = fmt.Errorf("master answered %d of %d keys", len(resp.Results), len(keys))
-	}
-	if err != nil {
-		for i := range errs {
-			errs[i] = fmt.Errorf("store: get %q: master rpc: %w", keys[i], err)
-		}
-		return ns, errs
-	}
-	infos := make([]*pb.ObjectInfo, len(keys))
-	var lease time.Duration = -1
-	for i, r := range resp.Results {
-		if e := statusErr(r.Status); e != nil {
-			errs[i] = fmt.Errorf("store: get %q: %w", keys[i], e)
-			continue
-		}
-		infos[i] = r
-		if l := time.Duration(r.LeaseTtlMs) * time.Millisecond; lease < 0 || l < lease {
-			lease = l
-		}
-	}
-	if lease < 0 {
+	infos, deadline, ok := c.batchReplicaLists(ctx, keys, errs)
+	if !ok {
 		return ns, errs
 	}
 	bs, release, err := bufs(infos)
@@ -288,6 +313,71 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		return ns, errs
 	}
 	defer release()
+	retry := c.batchFirstReads(ctx, keys, infos, bs, deadline, errs)
+	var again []int
+	for i, in := range infos {
+		switch {
+		case in == nil:
+		case retry[i]:
+			again = append(again, i)
+		default:
+			ns[i] = int(in.Size)
+			if done != nil {
+				done(i, bs[i][:in.Size])
+			}
+		}
+	}
+	parallel(len(again), func(j int) {
+		i := again[j]
+		ns[i], errs[i] = c.GetInto(ctx, keys[i], bs[i])
+		if errs[i] == nil && done != nil {
+			done(i, bs[i][:ns[i]])
+		}
+	})
+	return ns, errs
+}
+
+// batchReplicaLists fetches every key's replica list (taking leases) in
+// one call. infos[i] is nil for a key that failed (its error is in errs);
+// deadline, half the shortest lease, bounds the batched read (the rest of
+// the lease is left for the fallbacks); ok is false when no key can be read.
+func (c *Client) batchReplicaLists(ctx context.Context, keys []string, errs []error) (infos []*pb.ObjectInfo, deadline time.Time, ok bool) {
+	rctx, cancel := c.rpcCtx(ctx)
+	start := time.Now() // the leases start no earlier than this on the master's side
+	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.BatchKeysRequest{Keys: keys})
+	cancel()
+	if err == nil && len(resp.Results) != len(keys) {
+		err = fmt.Errorf("master answered %d of %d keys", len(resp.Results), len(keys))
+	}
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("store: get %q: master rpc: %w", keys[i], err)
+		}
+		return nil, time.Time{}, false
+	}
+	infos = make([]*pb.ObjectInfo, len(keys))
+	var lease time.Duration = -1
+	for i, r := range resp.Results {
+		if e := statusErr(r.Status); e != nil {
+			errs[i] = fmt.Errorf("store: get %q: %w", keys[i], e)
+			continue
+		}
+		infos[i] = r
+		if l := time.Duration(r.LeaseTtlMs) * time.Millisecond; lease < 0 || l < lease {
+			lease = l
+		}
+	}
+	if lease < 0 {
+		return nil, time.Time{}, false
+	}
+	return infos, start.Add(lease / 2), true
+}
+
+// batchFirstReads reads every key's first-choice replica into bs[i] in one
+// transfer batch before deadline and checks the CRC32Cs. It returns which keys need a retry
+// through every replica; a buffer too small fails its key (infos[i] is set
+// to nil and the error recorded in errs).
+func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb.ObjectInfo, bs [][]byte, deadline time.Time, errs []error) []bool {
 	var reqs []transfer.Request
 	var reqKey []int
 	retry := make([]bool, len(keys))
@@ -313,40 +403,18 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		reqs = append(reqs, transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(bs[i]), Segment: seg, Remote: reps[0].Addr, Length: int(in.Size)})
 		reqKey = append(reqKey, i)
 	}
-	if len(reqs) > 0 {
-		// Half the lease for the batch: the rest is left for the fallbacks.
-		lctx, lcancel := context.WithDeadline(ctx, start.Add(lease/2))
-		err := c.mover.Transfer(lctx, reqs)
-		lcancel()
-		for _, i := range reqKey {
-			if err != nil || Checksum(bs[i][:infos[i].Size]) != infos[i].Crc32C {
-				retry[i] = true
-			}
+	if len(reqs) == 0 {
+		return retry
+	}
+	lctx, lcancel := context.WithDeadline(ctx, deadline)
+	err := c.mover.Transfer(lctx, reqs)
+	lcancel()
+	for _, i := range reqKey {
+		if err != nil || Checksum(bs[i][:infos[i].Size]) != infos[i].Crc32C {
+			retry[i] = true
 		}
 	}
-	for i, in := range infos {
-		if in == nil || retry[i] {
-			continue
-		}
-		ns[i] = int(in.Size)
-		if done != nil {
-			done(i, bs[i][:in.Size])
-		}
-	}
-	var again []int
-	for i, r := range retry {
-		if r {
-			again = append(again, i)
-		}
-	}
-	parallel(len(again), func(j int) {
-		i := again[j]
-		ns[i], errs[i] = c.GetInto(ctx, keys[i], bs[i])
-		if errs[i] == nil && done != nil {
-			done(i, bs[i][:ns[i]])
-		}
-	})
-	return ns, errs
+	return retry
 }
 
 // BatchExist reports, in order, whether each key exists (one master call).

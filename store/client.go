@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/masterha"
+	"github.com/kvcache-go/mooncake/internal/leader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/transfer"
 	"google.golang.org/grpc"
@@ -120,18 +120,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		_, _ = rand.Read(b[:])
 		cfg.ClientID = cfg.Mover.Name() + "/" + hex.EncodeToString(b[:])
 	}
-	// An HA address (etcd://h1:2379;h2:2379) resolves to the elected leader
-	// and follows it; a plain host:port is dialled as is.
-	target, opts, err := masterha.DialTarget(cfg.Master, cfg.Logger)
+	conn, err := dialMaster(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("store: %w: %w", ErrInvalid, err)
-	}
-	conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(serviceConfig),
-		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
-			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))...)
-	if err != nil {
-		return nil, fmt.Errorf("store: dial master %s: %w", cfg.Master, err)
+		return nil, err
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, conn: conn, rpc: pb.NewMasterServiceClient(conn), mover: cfg.Mover,
 		stop: make(chan struct{}), closed: make(chan struct{})}
@@ -146,31 +137,59 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(fmt.Errorf("store: register staging buffer: %w", err))
 	}
 	c.stage = newStaging(buf)
-	if cfg.SegmentSize > 0 {
-		seg, err := c.mover.AllocateManaged(int(cfg.SegmentSize))
-		if err != nil {
-			return fail(fmt.Errorf("store: allocate segment of %d bytes: %w", cfg.SegmentSize, err))
-		}
-		c.segment = seg
-		c.segmentSpec = &pb.Segment{Name: c.mover.Name(), Endpoint: c.mover.Name(), Base: uint64(transfer.AddrOf(seg)), Size: uint64(len(seg))}
-		err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-			return c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: cfg.ClientID, Segment: c.segmentSpec})
-		})
-		if err != nil {
-			return fail(fmt.Errorf("store: mount segment: %w", err))
-		}
-	} else {
-		err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) { // register as a live client
-			return c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: cfg.ClientID})
-		})
-		if err != nil {
-			return fail(fmt.Errorf("store: register with master %s: %w", cfg.Master, err))
-		}
+	if err := c.join(ctx); err != nil {
+		return fail(err)
 	}
 	c.lastPingOK = time.Now()
 	c.wg.Add(1)
 	go c.pingLoop()
 	return c, nil
+}
+
+// dialMaster opens the connection to the master. An HA address
+// (etcd://h1:2379;h2:2379) resolves to the elected leader and follows it;
+// a plain host:port is dialled as is.
+func dialMaster(cfg Config) (*grpc.ClientConn, error) {
+	target, opts, err := leader.DialTarget(cfg.Master, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w: %w", ErrInvalid, err)
+	}
+	conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
+			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))...)
+	if err != nil {
+		return nil, fmt.Errorf("store: dial master %s: %w", cfg.Master, err)
+	}
+	return conn, nil
+}
+
+// join makes the client known to the master: it allocates and mounts the
+// contributed segment when Config.SegmentSize > 0, and otherwise registers
+// as a live client without segments.
+func (c *Client) join(ctx context.Context) error {
+	if c.cfg.SegmentSize == 0 {
+		err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+			return c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID})
+		})
+		if err != nil {
+			return fmt.Errorf("store: register with master %s: %w", c.cfg.Master, err)
+		}
+		return nil
+	}
+	seg, err := c.mover.AllocateManaged(int(c.cfg.SegmentSize))
+	if err != nil {
+		return fmt.Errorf("store: allocate segment of %d bytes: %w", c.cfg.SegmentSize, err)
+	}
+	c.segment = seg
+	c.segmentSpec = &pb.Segment{Name: c.mover.Name(), Endpoint: c.mover.Name(), Base: uint64(transfer.AddrOf(seg)), Size: uint64(len(seg))}
+	err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+		return c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: c.segmentSpec})
+	})
+	if err != nil {
+		return fmt.Errorf("store: mount segment: %w", err)
+	}
+	return nil
 }
 
 // ID is this client's id at the master.
@@ -381,7 +400,10 @@ func (c *Client) Upsert(ctx context.Context, key string, value []byte) error {
 	return c.PutWith(ctx, key, value, PutOptions{Upsert: true})
 }
 
-// put returns the number of replicas written.
+// put returns the number of replicas written. Its phases: make the value
+// transferable (source), allocate the replicas (putStart), write them
+// (writeReplicas, revoking the put when that fails), commit with the
+// value's CRC32C (PutEnd).
 func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions, registered bool) (int, error) {
 	if c.isClosed() {
 		return 0, ErrClosed
@@ -390,46 +412,17 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 		return 0, fmt.Errorf("store: %w: empty value", ErrInvalid)
 	}
 	crc := Checksum(value)
-	src := value
-	if !registered && len(value) >= directMin && c.mover.RegisterBytes(value, "cpu:0") == nil {
-		defer func() { _ = c.mover.Unregister(transfer.AddrOf(value)) }()
-		registered = true
-	}
-	if !registered && len(value) > len(c.stage.buf) {
-		// Too big for the staging buffer and not registrable in place (the
-		// same slice is being put concurrently): write from a private copy.
-		cp := append([]byte(nil), value...)
-		if err := c.mover.RegisterBytes(cp, "cpu:0"); err != nil {
-			return 0, fmt.Errorf("store: put %q: register a copy of the value: %w", key, err)
-		}
-		defer func() { _ = c.mover.Unregister(transfer.AddrOf(cp)) }()
-		src, registered = cp, true
-	}
-	if !registered {
-		st, err := c.stage.take(ctx, len(value))
-		if errors.Is(err, ErrBufferTooSmall) {
-			return 0, fmt.Errorf("store: value of %d bytes exceeds the staging buffer (%d): %w", len(value), len(c.stage.buf), err)
-		} else if err != nil {
-			return 0, err
-		}
-		defer c.stage.put(st)
-		copy(st, value)
-		src = st
-	}
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.PutStart(rctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: key, Size: uint64(len(value)),
-		Config: c.rcToPB(o), Upsert: o.Upsert})
-	cancel()
+	src, release, err := c.source(ctx, key, value, registered)
 	if err != nil {
-		return 0, fmt.Errorf("store: put %q: master rpc: %w", key, err)
+		return 0, err
 	}
-	if err := statusErr(resp.Status); err != nil {
-		return 0, fmt.Errorf("store: put %q: %w", key, err)
+	defer release()
+	reps, err := c.putStart(ctx, key, uint64(len(value)), o)
+	if err != nil {
+		return 0, err
 	}
-	if err := c.writeReplicas(ctx, src, resp.Replicas); err != nil {
-		rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
-		_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: key})
-		cancel()
+	if err := c.writeReplicas(ctx, src, reps); err != nil {
+		c.revoke(ctx, key)
 		return 0, fmt.Errorf("store: put %q: %w", key, err)
 	}
 	err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
@@ -438,7 +431,59 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 	if err != nil {
 		return 0, fmt.Errorf("store: put %q: %w", key, err)
 	}
-	return len(resp.Replicas), nil
+	return len(reps), nil
+}
+
+// source returns registered memory holding value, and what to undo when
+// the put is over: value itself when registered (by the caller, or here in
+// place from directMin up), a registered private copy when it is too big
+// for the staging buffer, or a piece of the staging buffer.
+func (c *Client) source(ctx context.Context, key string, value []byte, registered bool) ([]byte, func(), error) {
+	if registered {
+		return value, func() {}, nil
+	}
+	if len(value) >= directMin && c.mover.RegisterBytes(value, "cpu:0") == nil {
+		return value, func() { _ = c.mover.Unregister(transfer.AddrOf(value)) }, nil
+	}
+	if len(value) > len(c.stage.buf) {
+		// Too big for the staging buffer and not registrable in place (the
+		// same slice is being put concurrently): write from a private copy.
+		cp := append([]byte(nil), value...)
+		if err := c.mover.RegisterBytes(cp, "cpu:0"); err != nil {
+			return nil, nil, fmt.Errorf("store: put %q: register a copy of the value: %w", key, err)
+		}
+		return cp, func() { _ = c.mover.Unregister(transfer.AddrOf(cp)) }, nil
+	}
+	st, err := c.stage.take(ctx, len(value))
+	if errors.Is(err, ErrBufferTooSmall) {
+		return nil, nil, fmt.Errorf("store: value of %d bytes exceeds the staging buffer (%d): %w", len(value), len(c.stage.buf), err)
+	} else if err != nil {
+		return nil, nil, err
+	}
+	copy(st, value)
+	return st, func() { c.stage.put(st) }, nil
+}
+
+// putStart asks the master for the replicas of a new value of key.
+func (c *Client) putStart(ctx context.Context, key string, size uint64, o PutOptions) ([]*pb.Replica, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.rpc.PutStart(rctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: key, Size: size,
+		Config: c.rcToPB(o), Upsert: o.Upsert})
+	if err != nil {
+		return nil, fmt.Errorf("store: put %q: master rpc: %w", key, err)
+	}
+	if err := statusErr(resp.Status); err != nil {
+		return nil, fmt.Errorf("store: put %q: %w", key, err)
+	}
+	return resp.Replicas, nil
+}
+
+// revoke abandons a started put, even when ctx has ended (best effort).
+func (c *Client) revoke(ctx context.Context, key string) {
+	rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
+	defer cancel()
+	_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: key})
 }
 
 func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Replica) error {
@@ -509,22 +554,43 @@ func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte,
 	if c.isClosed() {
 		return 0, ErrClosed
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	asked := time.Now() // the lease starts no earlier than this on the master's side
-	info, err := c.rpc.GetReplicaList(rctx, &pb.KeyRequest{Key: key})
-	cancel()
+	info, leaseEnd, err := c.replicaList(ctx, key)
 	if err != nil {
-		return 0, fmt.Errorf("store: get %q: master rpc: %w", key, err)
+		return 0, err
 	}
-	if err := statusErr(info.Status); err != nil {
-		return 0, fmt.Errorf("store: get %q: %w", key, err)
-	}
-	leaseEnd := asked.Add(time.Duration(info.LeaseTtlMs) * time.Millisecond)
 	buf, release, err := dest(info.Size)
 	if err != nil {
 		return 0, err
 	}
 	defer release()
+	if err := c.readAny(ctx, key, info, leaseEnd, buf); err != nil {
+		return 0, err
+	}
+	if done != nil {
+		done(buf)
+	}
+	return len(buf), nil
+}
+
+// replicaList asks the master for key's replicas, which grants a read
+// lease, and returns when the lease ends at the latest on this side.
+func (c *Client) replicaList(ctx context.Context, key string) (*pb.ObjectInfo, time.Time, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	asked := time.Now() // the lease starts no earlier than this on the master's side
+	info, err := c.rpc.GetReplicaList(rctx, &pb.KeyRequest{Key: key})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("store: get %q: master rpc: %w", key, err)
+	}
+	if err := statusErr(info.Status); err != nil {
+		return nil, time.Time{}, fmt.Errorf("store: get %q: %w", key, err)
+	}
+	return info, asked.Add(time.Duration(info.LeaseTtlMs) * time.Millisecond), nil
+}
+
+// readAny reads the replicas into buf in order (local first) until one is
+// read whole, within the lease, with the right CRC32C.
+func (c *Client) readAny(ctx context.Context, key string, info *pb.ObjectInfo, leaseEnd time.Time, buf []byte) error {
 	// The read must end within the lease: afterwards the space may be reused.
 	lctx, lcancel := context.WithDeadline(ctx, leaseEnd)
 	defer lcancel()
@@ -541,29 +607,33 @@ func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte,
 			err = ErrLeaseExpired
 		}
 		if err != nil && lctx.Err() != nil && ctx.Err() == nil {
-			return 0, fmt.Errorf("store: get %q: read from %s outlived the %dms lease: %w", key, r.Segment, info.LeaseTtlMs, ErrLeaseExpired)
+			return fmt.Errorf("store: get %q: read from %s outlived the %dms lease: %w", key, r.Segment, info.LeaseTtlMs, ErrLeaseExpired)
 		}
 		if err == nil && crc != info.Crc32C {
 			err = fmt.Errorf("%w on replica %s", ErrCorrupt, r.Segment)
 		}
 		if err == nil {
-			if done != nil {
-				done(buf)
-			}
-			return len(buf), nil
+			return nil
 		}
 		errs = append(errs, fmt.Errorf("replica %s: %w", r.Segment, err))
 		if ctx.Err() != nil {
 			break
 		}
 	}
+	return readFailed(key, errs)
+}
+
+// readFailed is the error of a get whose every replica failed: ErrCorrupt
+// when they all were corrupt, ErrNoReplica otherwise, wrapping each
+// replica's error.
+func readFailed(key string, errs []error) error {
 	all := errors.Join(errs...)
 	for _, e := range errs {
 		if !errors.Is(e, ErrCorrupt) {
-			return 0, fmt.Errorf("store: get %q: %w: %w", key, ErrNoReplica, all)
+			return fmt.Errorf("store: get %q: %w: %w", key, ErrNoReplica, all)
 		}
 	}
-	return 0, fmt.Errorf("store: get %q: every replica is corrupt: %w", key, all)
+	return fmt.Errorf("store: get %q: every replica is corrupt: %w", key, all)
 }
 
 // order puts replicas held by this process's engine first.

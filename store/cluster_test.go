@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -72,15 +73,8 @@ func (c *cluster) restartMaster() {
 	cfg := c.mcfg
 	cfg.Addr = addr
 	var err error
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c.master, err = master.Start(cfg)
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // the port is being released; retry with a deadline
-	}
-	if err != nil {
+	// The port is being released: retry with a deadline.
+	if !waitfor.Within(5*time.Second, func() bool { c.master, err = master.Start(cfg); return err == nil }) {
 		c.t.Fatal(err)
 	}
 	// newCluster's cleanup closes c.master after the nodes and clients.
@@ -108,18 +102,6 @@ func (c *cluster) client(opt func(*store.Config)) *store.Client {
 		eng.Close()
 	})
 	return cl
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func value(key string, n int) []byte {

@@ -34,8 +34,19 @@
 //
 // With several masters (`mooncake master --ha`), Config.Master may name the
 // cluster as "etcd://h1:2379;h2:2379[/CLUSTER]": the client then follows the
-// leader elected in etcd (package internal/masterha), and a failover looks
-// like a master restart: the new leader starts empty and the client remounts.
+// leader elected in etcd (its resolver is package internal/leader), and a
+// failover looks like a master restart: the new leader starts empty and the
+// client remounts.
+//
+// # Dependencies
+//
+// The client links no server code: it speaks to the master through the wire
+// and leaf packages only (internal/storepb for the RPC, internal/storeerr for
+// the error sentinels and Mooncake's code table, internal/leader for HA
+// addresses, which uses the etcd client but not the etcd server, and
+// internal/offsetalloc for its staging buffer), plus the transfer engine.
+// It never imports internal/master, internal/election or
+// go.etcd.io/etcd/server; TestDeps checks this with `go list -deps`.
 //
 // # Example
 //
@@ -50,6 +61,7 @@
 //
 // Errors from the master are *RemoteError values carrying Mooncake's numeric
 // code (OBJECT_NOT_FOUND -704, OBJECT_HAS_LEASE -706, ...) and unwrapping to
-// the sentinels ErrNotFound, ErrExists, ErrHasLease, ErrNoSpace, ErrTooLarge
-// and ErrInvalid.
+// the sentinels ErrNotFound, ErrExists, ErrHasLease, ErrNoSpace, ErrTooLarge,
+// ErrInvalid and ErrLeaseExpired (the sentinels of internal/storeerr, so the
+// master's errors.Is checks and the client's agree).
 package store

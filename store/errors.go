@@ -3,20 +3,20 @@ package store
 import (
 	"errors"
 
-	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/storeerr"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
 
-// Errors callers branch on (errors.Is). The master's conditions keep
-// Mooncake's numeric codes (Code).
+// Errors callers branch on (errors.Is). The master's conditions are the
+// sentinels of internal/storeerr and keep Mooncake's numeric codes (Code).
 var (
-	ErrNotFound       = master.ErrObjectNotFound // no such (complete) object
-	ErrExists         = master.ErrObjectExists   // Put of an existing key (use Upsert)
-	ErrHasLease       = master.ErrObjectHasLease // Remove of a leased object without force
-	ErrNoSpace        = master.ErrNoSpace        // no segment has room, even after eviction
-	ErrTooLarge       = master.ErrObjectTooLarge // value larger than any segment
-	ErrInvalid        = master.ErrInvalidParams  // bad key, size, option
-	ErrLeaseExpired   = master.ErrLeaseExpired   // a read outlived its lease; retry
+	ErrNotFound       = storeerr.ErrObjectNotFound // no such (complete) object
+	ErrExists         = storeerr.ErrObjectExists   // Put of an existing key (use Upsert)
+	ErrHasLease       = storeerr.ErrObjectHasLease // Remove of a leased object without force
+	ErrNoSpace        = storeerr.ErrNoSpace        // no segment has room, even after eviction
+	ErrTooLarge       = storeerr.ErrObjectTooLarge // value larger than any segment
+	ErrInvalid        = storeerr.ErrInvalidParams  // bad key, size, option
+	ErrLeaseExpired   = storeerr.ErrLeaseExpired   // a read outlived its lease; retry
 	ErrCorrupt        = errors.New("store: checksum mismatch")
 	ErrNoReplica      = errors.New("store: no replica could be read")
 	ErrTransfer       = errors.New("store: transfer failed")
@@ -34,7 +34,7 @@ type RemoteError struct {
 func (e *RemoteError) Error() string { return "store: master: " + e.Message }
 
 // Unwrap returns the sentinel for the code.
-func (e *RemoteError) Unwrap() error { return master.ErrorOf(e.Code) }
+func (e *RemoteError) Unwrap() error { return storeerr.ErrorOf(e.Code) }
 
 func statusErr(st *pb.Status) error {
 	if st == nil || st.Code == 0 {

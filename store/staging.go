@@ -5,7 +5,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/kvcache-go/mooncake/internal/master/alloc"
+	"github.com/kvcache-go/mooncake/internal/offsetalloc"
 )
 
 // staging hands out pieces of the client's registered staging buffer. When
@@ -14,12 +14,12 @@ type staging struct {
 	buf []byte
 
 	mu      sync.Mutex
-	a       *alloc.Allocator
+	a       *offsetalloc.Allocator
 	changed chan struct{} // closed and replaced on every put back
 }
 
 func newStaging(buf []byte) *staging {
-	return &staging{buf: buf, a: alloc.New(uint64(len(buf)), alloc.DefaultAlign), changed: make(chan struct{})}
+	return &staging{buf: buf, a: offsetalloc.New(uint64(len(buf)), offsetalloc.DefaultAlign), changed: make(chan struct{})}
 }
 
 // take returns n bytes of staging memory; ok is false when n can never fit.

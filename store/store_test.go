@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 	"go.uber.org/goleak"
@@ -218,7 +219,7 @@ func TestNodeKilled(t *testing.T) {
 			t.Fatalf("batch get %s after node death: %v", k, errs[i])
 		}
 	}
-	eventually(t, 10*time.Second, "master to drop the dead node", func() bool {
+	waitfor.Cond(t, 10*time.Second, "master to drop the dead node", func() bool {
 		info, err := cl.Stat(ctx, keys[0])
 		return err == nil && len(info.Replicas) == 1 && info.Replicas[0].Segment == c.nodes[1].Name()
 	})
@@ -334,7 +335,7 @@ func TestMasterRestart(t *testing.T) {
 	}
 	// The node counts a remount when the master's answer arrives, just
 	// after the master has the segment: wait for both.
-	eventually(t, 10*time.Second, "nodes to remount", func() bool {
+	waitfor.Cond(t, 10*time.Second, "nodes to remount", func() bool {
 		for _, n := range c.nodes {
 			if n.Client().Remounts() < 1 {
 				return false

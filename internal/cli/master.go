@@ -53,13 +53,20 @@ also answers /role and /leader.`,
 			if ha.enabled {
 				return runHAMaster(cmd, cfg, ha)
 			}
-			s, err := master.Start(cfg)
+			s, err := master.NewServer(cfg)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "master listening grpc=%s http=%s\n", s.Addr(), s.HTTPAddr())
-			<-cmd.Context().Done()
-			return s.Close()
+			gl, hl, err := cfg.Listen()
+			if err != nil {
+				return err
+			}
+			httpAddr := ""
+			if hl != nil {
+				httpAddr = hl.Addr().String()
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "master listening grpc=%s http=%s\n", gl.Addr(), httpAddr)
+			return s.Run(cmd.Context(), gl, hl)
 		},
 	}
 	f := cmd.Flags()

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/masterha/etcdtest"
+	"github.com/kvcache-go/mooncake/internal/etcdtest"
 )
 
 // startCmd runs a long-lived command in process and returns the first line

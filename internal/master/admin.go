@@ -1,12 +1,13 @@
 package master
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/kvcache-go/mooncake/internal/httpjson"
 )
 
 // AdminHandler serves the master's admin HTTP API:
@@ -18,6 +19,7 @@ import (
 //	GET /get_all_segments             all segments (JSON)
 //	GET /query_segment?segment=S      one segment (JSON; 404 when missing)
 func AdminHandler(m *Master) http.Handler {
+	a := admin{m}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "OK")
@@ -26,64 +28,75 @@ func AdminHandler(m *Master) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		writeMetrics(w, m)
 	})
-	mux.HandleFunc("GET /query_key", func(w http.ResponseWriter, r *http.Request) {
-		key := r.URL.Query().Get("key")
-		if key == "" {
-			httpError(w, http.StatusBadRequest, "missing key parameter")
-			return
-		}
-		info, err := m.Query(key)
-		if err != nil {
-			httpError(w, httpCode(err), err.Error())
-			return
-		}
-		writeJSON(w, objectJSON(info))
-	})
-	mux.HandleFunc("GET /get_all_keys", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		limit := 1000
-		if s := q.Get("limit"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 || n > 100000 {
-				httpError(w, http.StatusBadRequest, "limit must be an integer in [1,100000]")
-				return
-			}
-			limit = n
-		}
-		keys, next := m.List(q.Get("prefix"), q.Get("after"), limit)
-		type row struct {
-			Key      string `json:"key"`
-			Size     uint64 `json:"size"`
-			Replicas int    `json:"replicas"`
-		}
-		rows := make([]row, len(keys))
-		for i, k := range keys {
-			rows[i] = row{k.Key, k.Size, k.Replicas}
-		}
-		writeJSON(w, map[string]any{"keys": rows, "next": next})
-	})
-	mux.HandleFunc("GET /get_all_segments", func(w http.ResponseWriter, _ *http.Request) {
-		segs := m.Segments()
-		out := make([]map[string]any, len(segs))
-		for i, s := range segs {
-			out[i] = segmentJSON(s)
-		}
-		writeJSON(w, out)
-	})
-	mux.HandleFunc("GET /query_segment", func(w http.ResponseWriter, r *http.Request) {
-		name := r.URL.Query().Get("segment")
-		if name == "" {
-			httpError(w, http.StatusBadRequest, "missing segment parameter")
-			return
-		}
-		s, err := m.Segment(name)
-		if err != nil {
-			httpError(w, httpCode(err), err.Error())
-			return
-		}
-		writeJSON(w, segmentJSON(s))
-	})
+	mux.HandleFunc("GET /query_key", a.queryKey)
+	mux.HandleFunc("GET /get_all_keys", a.allKeys)
+	mux.HandleFunc("GET /get_all_segments", a.allSegments)
+	mux.HandleFunc("GET /query_segment", a.querySegment)
 	return mux
+}
+
+// admin holds the handlers of the admin API.
+type admin struct{ m *Master }
+
+func (a admin) queryKey(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		httpError(w, http.StatusBadRequest, "missing key parameter")
+		return
+	}
+	info, err := a.m.Query(key)
+	if err != nil {
+		httpError(w, httpCode(err), err.Error())
+		return
+	}
+	writeJSON(w, objectJSON(info))
+}
+
+func (a admin) allKeys(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 1000
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100000 {
+			httpError(w, http.StatusBadRequest, "limit must be an integer in [1,100000]")
+			return
+		}
+		limit = n
+	}
+	keys, next := a.m.List(q.Get("prefix"), q.Get("after"), limit)
+	type row struct {
+		Key      string `json:"key"`
+		Size     uint64 `json:"size"`
+		Replicas int    `json:"replicas"`
+	}
+	rows := make([]row, len(keys))
+	for i, k := range keys {
+		rows[i] = row{k.Key, k.Size, k.Replicas}
+	}
+	writeJSON(w, map[string]any{"keys": rows, "next": next})
+}
+
+func (a admin) allSegments(w http.ResponseWriter, _ *http.Request) {
+	segs := a.m.Segments()
+	out := make([]map[string]any, len(segs))
+	for i, s := range segs {
+		out[i] = segmentJSON(s)
+	}
+	writeJSON(w, out)
+}
+
+func (a admin) querySegment(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("segment")
+	if name == "" {
+		httpError(w, http.StatusBadRequest, "missing segment parameter")
+		return
+	}
+	s, err := a.m.Segment(name)
+	if err != nil {
+		httpError(w, httpCode(err), err.Error())
+		return
+	}
+	writeJSON(w, segmentJSON(s))
 }
 
 func httpCode(err error) int {
@@ -96,16 +109,12 @@ func httpCode(err error) int {
 	return http.StatusInternalServerError
 }
 
+// httpError writes the admin API's error body, {"error": msg}.
 func httpError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	httpjson.Write(w, code, map[string]string{"error": msg})
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, v any) { httpjson.Write(w, http.StatusOK, v) }
 
 func objectJSON(o ObjectInfo) map[string]any {
 	reps := make([]map[string]any, len(o.Replicas))

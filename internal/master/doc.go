@@ -5,19 +5,30 @@
 //
 // # Core and shell
 //
-// Master (master.go) is the deterministic core. It does no I/O: time comes
-// from an injected Clock and periodic work (client TTL, put timeouts,
-// graceful unmounts, watermark eviction) runs when the shell calls Tick. It
-// is tested with a fake clock and no sockets. Server (server.go) is the
-// gRPC shell (service MasterService in internal/storepb) and Admin
-// (admin.go) the HTTP admin/metrics shell; Run drives Tick from a ticker.
+// Master is the deterministic core. It does no I/O: time comes from an
+// injected clock.Clock (internal/clock) and periodic work (client TTL, put
+// timeouts, graceful unmounts, watermark eviction) runs when the shell calls
+// Tick. It is tested with a fake clock and no sockets. Its files follow its
+// concerns: master.go (types, constructor), segments.go (mount, unmount,
+// drain), liveness.go (ping, Tick and its phases), placement.go (where
+// replicas go), put.go (PutStart/PutEnd/PutRevoke/Upsert, put timeouts),
+// lease.go (reads: GetReplicaList grants leases, Query and Exist do not),
+// remove.go, evict.go, list.go and stats.go.
+//
+// Server (server.go) is the process shell: the gRPC service (service.go,
+// MasterService in internal/storepb), the HTTP admin/metrics API
+// (admin.go, written with internal/httpjson) and the ticker that drives
+// Tick. NewServer builds it without binding or starting anything;
+// Run(ctx, grpcLn, httpLn) serves on listeners the caller owns until ctx
+// ends (ServerConfig.Listen binds the configured addresses); Start and
+// Close run it in the background for tests and embedders.
 //
 // # Semantics (Mooncake Store's, with the deviations noted)
 //
 //   - Segments: a client mounts segments it contributes (name, transfer
 //     engine endpoint, base address, size). Each has its own best-fit offset
-//     allocator (package alloc) with 64-byte granularity, so objects of one
-//     size fill a segment completely.
+//     allocator (package internal/offsetalloc) with 64-byte granularity, so
+//     objects of one size fill a segment completely.
 //   - Put: PutStart allocates the replicas on distinct segments (preferred
 //     segments first, then by strategy: random, free_ratio_first,
 //     local_first); the replica count is best effort (at least one). The
@@ -46,6 +57,7 @@
 //     replica can be served.
 //   - List (not in Mooncake): keys by prefix in key order with a cursor.
 //
-// Errors are sentinels (ErrObjectNotFound, ...) wrapped with context; Code
+// Errors are sentinels (ErrObjectNotFound, ...) wrapped with context; they
+// are defined in internal/storeerr, shared with the store client, and Code
 // maps them to Mooncake's numeric codes at the gRPC edge.
 package master

@@ -1,79 +1,41 @@
 package master
 
-import "errors"
+import "github.com/kvcache-go/mooncake/internal/storeerr"
 
-// Sentinel errors of the master. Callers branch on them with errors.Is; the
-// gRPC shell maps each to Mooncake's numeric error code in one table
-// (see Code).
+// Sentinel errors of the master, defined in package storeerr (shared with
+// the store client). Callers branch on them with errors.Is; the gRPC shell
+// maps each to Mooncake's numeric error code with Code.
 var (
-	ErrInvalidParams   = errors.New("invalid parameters")
-	ErrObjectNotFound  = errors.New("object not found")
-	ErrObjectExists    = errors.New("object already exists")
-	ErrObjectHasLease  = errors.New("object has a lease")
-	ErrNoSpace         = errors.New("no space available")
-	ErrObjectTooLarge  = errors.New("object larger than any segment")
-	ErrSegmentNotFound = errors.New("segment not found")
-	ErrSegmentExists   = errors.New("segment already mounted")
-	ErrLeaseExpired    = errors.New("lease expired")
-	ErrNotOwner        = errors.New("not the owner of this put")
+	ErrInvalidParams   = storeerr.ErrInvalidParams
+	ErrObjectNotFound  = storeerr.ErrObjectNotFound
+	ErrObjectExists    = storeerr.ErrObjectExists
+	ErrObjectHasLease  = storeerr.ErrObjectHasLease
+	ErrNoSpace         = storeerr.ErrNoSpace
+	ErrObjectTooLarge  = storeerr.ErrObjectTooLarge
+	ErrSegmentNotFound = storeerr.ErrSegmentNotFound
+	ErrSegmentExists   = storeerr.ErrSegmentExists
+	ErrLeaseExpired    = storeerr.ErrLeaseExpired
+	ErrNotOwner        = storeerr.ErrNotOwner
 )
 
-// Mooncake's numeric error codes (shared/reference/mooncake.md, section 2).
+// Mooncake's numeric error codes (see package storeerr).
 const (
-	CodeOK                = 0
-	CodeInternal          = -1
-	CodeSegmentNotFound   = -101
-	CodeSegmentExists     = -102
-	CodeNoAvailableHandle = -200
-	CodeInvalidParams     = -600
-	CodeObjectTooLarge    = -601
-	CodeNotOwner          = -602
-	CodeObjectNotFound    = -704
-	CodeObjectExists      = -705
-	CodeObjectHasLease    = -706
-	CodeLeaseExpired      = -707
+	CodeOK                = storeerr.CodeOK
+	CodeInternal          = storeerr.CodeInternal
+	CodeSegmentNotFound   = storeerr.CodeSegmentNotFound
+	CodeSegmentExists     = storeerr.CodeSegmentExists
+	CodeNoAvailableHandle = storeerr.CodeNoAvailableHandle
+	CodeInvalidParams     = storeerr.CodeInvalidParams
+	CodeObjectTooLarge    = storeerr.CodeObjectTooLarge
+	CodeNotOwner          = storeerr.CodeNotOwner
+	CodeObjectNotFound    = storeerr.CodeObjectNotFound
+	CodeObjectExists      = storeerr.CodeObjectExists
+	CodeObjectHasLease    = storeerr.CodeObjectHasLease
+	CodeLeaseExpired      = storeerr.CodeLeaseExpired
 )
 
-var codeTable = []struct {
-	err  error
-	code int32
-}{
-	{ErrSegmentNotFound, CodeSegmentNotFound},
-	{ErrSegmentExists, CodeSegmentExists},
-	{ErrNoSpace, CodeNoAvailableHandle},
-	{ErrInvalidParams, CodeInvalidParams},
-	{ErrObjectTooLarge, CodeObjectTooLarge},
-	{ErrNotOwner, CodeNotOwner},
-	{ErrObjectNotFound, CodeObjectNotFound},
-	{ErrObjectExists, CodeObjectExists},
-	{ErrObjectHasLease, CodeObjectHasLease},
-	{ErrLeaseExpired, CodeLeaseExpired},
-}
+// Code maps an error to Mooncake's numeric code (storeerr.Code).
+func Code(err error) int32 { return storeerr.Code(err) }
 
-// Code maps an error to Mooncake's numeric code (0 for nil, -1 for an error
-// that is not one of the sentinels).
-func Code(err error) int32 {
-	if err == nil {
-		return CodeOK
-	}
-	for _, e := range codeTable {
-		if errors.Is(err, e.err) {
-			return e.code
-		}
-	}
-	return CodeInternal
-}
-
-// ErrorOf is the inverse of Code: the sentinel for a code (nil for 0, and a
-// generic error for unknown codes).
-func ErrorOf(code int32) error {
-	if code == CodeOK {
-		return nil
-	}
-	for _, e := range codeTable {
-		if e.code == code {
-			return e.err
-		}
-	}
-	return errors.New("internal error")
-}
+// ErrorOf is the inverse of Code (storeerr.ErrorOf).
+func ErrorOf(code int32) error { return storeerr.ErrorOf(code) }

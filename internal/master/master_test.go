@@ -6,28 +6,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/clock"
 )
 
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+func newFakeClock() *clock.Fake { return clock.NewFake(time.Unix(1_700_000_000, 0)) }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func newTestMaster(t *testing.T, cfg Config, segs map[string]uint64) (*Master, *fakeClock) {
+func newTestMaster(t *testing.T, cfg Config, segs map[string]uint64) (*Master, *clock.Fake) {
 	t.Helper()
 	clk := newFakeClock()
 	m, err := New(cfg, clk)

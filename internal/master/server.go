@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/clock"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"google.golang.org/grpc"
 )
@@ -21,7 +22,7 @@ type ServerConfig struct {
 	Addr         string        // gRPC listen address (":50051"; port 0 picks one)
 	HTTPAddr     string        // admin HTTP listen address (":9003"; "" disables)
 	TickInterval time.Duration // how often Tick runs (10ms, as Mooncake's eviction check)
-	Clock        Clock         // nil = system clock
+	Clock        clock.Clock   // nil = system clock
 	Logger       *slog.Logger
 }
 
@@ -41,22 +42,45 @@ func (c ServerConfig) Validate() error {
 	return c.Core.Validate()
 }
 
-// Server is a running master: the core, its gRPC service and admin HTTP.
-type Server struct {
-	cfg   ServerConfig
-	core  *Master
-	log   *slog.Logger
-	grpc  *grpc.Server
-	http  *http.Server
-	gl    net.Listener
-	hl    net.Listener
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	close sync.Once
+// Listen binds the configuration's addresses: the gRPC listener on Addr
+// and, when HTTPAddr is set, the admin listener (nil otherwise).
+func (c ServerConfig) Listen() (grpcLn, httpLn net.Listener, err error) {
+	grpcLn, err = net.Listen("tcp", c.Addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("master: listen %s: %w", c.Addr, err)
+	}
+	if c.HTTPAddr != "" {
+		httpLn, err = net.Listen("tcp", c.HTTPAddr)
+		if err != nil {
+			grpcLn.Close()
+			return nil, nil, fmt.Errorf("master: listen %s: %w", c.HTTPAddr, err)
+		}
+	}
+	return grpcLn, httpLn, nil
 }
 
-// Start validates cfg, listens and serves until Close.
-func Start(cfg ServerConfig) (*Server, error) {
+// Server is the master process: the core, its gRPC service and its admin
+// HTTP API, and the ticker that drives the core's periodic work. NewServer
+// builds one without binding or starting anything; Run serves it on
+// listeners the caller owns. Start and Close wrap both for callers that
+// want a server running in the background.
+type Server struct {
+	cfg  ServerConfig
+	core *Master
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	gl, hl net.Listener // the listeners Run serves (nil before)
+
+	// Set by Start.
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the background Run returns
+	close  sync.Once
+}
+
+// NewServer validates cfg and builds the core. It binds no port and starts
+// no goroutine.
+func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -71,59 +95,111 @@ func Start(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, core: core, log: log, stop: make(chan struct{})}
-	s.gl, err = net.Listen("tcp", cfg.Addr)
+	return &Server{cfg: cfg, core: core, log: log}, nil
+}
+
+// Run serves the master RPC on grpcLn and, when httpLn is not nil, the
+// admin HTTP API (AdminHandler) on it, and runs the core's Tick every
+// TickInterval, until ctx ends or a listener fails. It closes both
+// listeners and returns once every goroutine it started has stopped: nil
+// when ctx ended, otherwise the serve error. A Server is run at most once.
+func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
+	s.mu.Lock()
+	s.gl, s.hl = grpcLn, httpLn
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gs := grpc.NewServer()
+	pb.RegisterMasterServiceServer(gs, NewService(s.core))
+	var hs *http.Server
+	if httpLn != nil {
+		hs = &http.Server{Handler: AdminHandler(s.core), ReadHeaderTimeout: 5 * time.Second}
+	}
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := gs.Serve(grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errc <- fmt.Errorf("master: grpc serve: %w", err)
+			cancel()
+		}
+	})
+	if hs != nil {
+		wg.Go(func() {
+			if err := hs.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("master: admin serve: %w", err)
+				cancel()
+			}
+		})
+	}
+	wg.Go(func() { s.tick(ctx) })
+	s.log.Info("master listening", "grpc", grpcLn.Addr().String(), "http", s.HTTPAddr())
+	<-ctx.Done()
+	gs.Stop()
+	if hs != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+		_ = hs.Shutdown(sctx)
+		scancel()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// tick drives the core's periodic work until ctx ends.
+func (s *Server) tick(ctx context.Context) {
+	t := time.NewTicker(s.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.core.Tick()
+		}
+	}
+}
+
+// Start listens on cfg.Addr and cfg.HTTPAddr (ServerConfig.Listen) and runs
+// a new server in the background until Close.
+func Start(cfg ServerConfig) (*Server, error) {
+	s, err := NewServer(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("master: listen %s: %w", cfg.Addr, err)
+		return nil, err
 	}
-	if cfg.HTTPAddr != "" {
-		s.hl, err = net.Listen("tcp", cfg.HTTPAddr)
-		if err != nil {
-			s.gl.Close()
-			return nil, fmt.Errorf("master: listen %s: %w", cfg.HTTPAddr, err)
-		}
+	gl, hl, err := cfg.Listen()
+	if err != nil {
+		return nil, err
 	}
-	s.grpc = grpc.NewServer()
-	pb.RegisterMasterServiceServer(s.grpc, NewService(core))
-	s.wg.Add(2)
+	s.gl, s.hl = gl, hl
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
 	go func() {
-		defer s.wg.Done()
-		if err := s.grpc.Serve(s.gl); err != nil {
-			log.Error("master grpc serve", "err", err)
+		defer close(s.done)
+		if err := s.Run(ctx, gl, hl); err != nil {
+			s.log.Error("master stopped", "err", err)
 		}
 	}()
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTicker(cfg.TickInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-				core.Tick()
-			}
-		}
-	}()
-	if s.hl != nil {
-		s.http = &http.Server{Handler: AdminHandler(core), ReadHeaderTimeout: 5 * time.Second}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.http.Serve(s.hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("master admin serve", "err", err)
-			}
-		}()
-	}
-	log.Info("master listening", "grpc", s.gl.Addr().String(), "http", s.HTTPAddr())
 	return s, nil
 }
 
-// Addr is the gRPC listen address.
-func (s *Server) Addr() string { return s.gl.Addr().String() }
+// Addr is the gRPC listen address ("" before the server runs).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gl == nil {
+		return ""
+	}
+	return s.gl.Addr().String()
+}
 
 // HTTPAddr is the admin listen address ("" when disabled).
 func (s *Server) HTTPAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.hl == nil {
 		return ""
 	}
@@ -133,27 +209,14 @@ func (s *Server) HTTPAddr() string {
 // Core is the server's master core.
 func (s *Server) Core() *Master { return s.core }
 
-// Close stops serving and waits for the server's goroutines.
+// Close stops a server started with Start and waits for its goroutines
+// (a no-op for a server driven by Run: cancel Run's context instead).
 func (s *Server) Close() error {
 	s.close.Do(func() {
-		close(s.stop)
-		s.grpc.Stop()
-		if s.http != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = s.http.Shutdown(ctx)
-			cancel()
+		if s.cancel != nil {
+			s.cancel()
+			<-s.done
 		}
-		s.wg.Wait()
 	})
 	return nil
-}
-
-// Run starts a master and serves until ctx ends.
-func Run(ctx context.Context, cfg ServerConfig) error {
-	s, err := Start(cfg)
-	if err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return s.Close()
 }

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/clock"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -142,4 +144,48 @@ func TestServerConfigValidate(t *testing.T) {
 	if _, err := Start(ServerConfig{Addr: "127.0.0.1:0", Core: Config{HighWatermark: 2}}); err == nil {
 		t.Fatal("bad core config accepted")
 	}
+}
+
+// TestServerRun: NewServer binds nothing; Run serves on the caller's
+// listeners, drives Tick with the injected clock, and returns nil once its
+// context ends, with the listeners closed and no goroutine left.
+func TestServerRun(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	s, err := NewServer(ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TickInterval: time.Millisecond,
+		Core: Config{ClientTTL: time.Second}, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Addr() != "" || s.HTTPAddr() != "" {
+		t.Fatalf("NewServer bound %q %q", s.Addr(), s.HTTPAddr())
+	}
+	gl, hl, err := s.cfg.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx, gl, hl) }()
+
+	resp, err := http.Get("http://" + hl.Addr().String() + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/health: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if err := s.Core().MountSegment("n1", SegmentSpec{Name: "seg1", Endpoint: "127.0.0.1:1", Size: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second) // n1 is silent past its TTL: a Tick drops it
+	waitfor.Cond(t, 10*time.Second, "a tick to drop the silent client", func() bool { return s.Core().Stats().Clients == 0 })
+
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run = %v, want nil after cancel", err)
+	}
+	if _, err := http.Get("http://" + hl.Addr().String() + "/health"); err == nil {
+		t.Fatal("admin listener still open after Run returned")
+	}
+	http.DefaultClient.CloseIdleConnections()
+	goleak.VerifyNone(t, ignore)
 }

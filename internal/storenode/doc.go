@@ -11,8 +11,12 @@
 // memory directly with their own transfer engines, at the addresses the
 // master hands out. The node's CPU only serves the transfer engine.
 //
-// Use: Start(ctx, Config{Master, SegmentSize}) returns a mounted Node; Close
-// unmounts gracefully; Run wraps both around a context (the `mooncake store`
-// command). Kill simulates a crash in tests (no unmount, no more pings: the
-// master drops the node after its client TTL).
+// Use: Start(ctx, Config{Master, SegmentSize}) returns a mounted Node (it
+// binds no port: the transfer engine listens, the node's HTTP API does not
+// yet); Serve(ctx, ln) serves /health (503 after 3 failed pings) and
+// /metrics on a listener the caller owns until ctx ends; Close unmounts
+// gracefully. Run(ctx, cfg, ready) does all three around a context,
+// listening on Config.HTTPAddr (the `mooncake store` command). Kill
+// simulates a crash in tests (no unmount, no more pings: the master drops
+// the node after its client TTL).
 package storenode

@@ -22,7 +22,7 @@ type Config struct {
 	PingInterval time.Duration   // liveness ping period (1s)
 	RPCTimeout   time.Duration   // deadline of one master call (5s)
 	UnmountGrace time.Duration   // graceful unmount wait on shutdown (2s)
-	HTTPAddr     string          // /health and /metrics listen address ("" = none; port 0 picks one)
+	HTTPAddr     string          // /health and /metrics listen address for Run ("" = none; port 0 picks one)
 	Logger       *slog.Logger
 }
 
@@ -42,12 +42,15 @@ type Node struct {
 	eng    *transfer.Engine
 	client *store.Client
 	size   uint64
-	http   *http.Server
-	hl     net.Listener
-	wg     sync.WaitGroup
+
+	mu sync.Mutex
+	hl net.Listener // the listener Serve serves (nil = none)
 }
 
-// Start opens the engine, allocates and mounts the segment.
+// Start opens the engine, allocates the segment and mounts it; the node
+// keeps pinging the master (remounting when asked) until Close or Kill. It
+// serves no HTTP: Serve does, on a listener the caller owns, and Run does
+// both around a context.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -68,29 +71,37 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		eng.Close()
 		return nil, fmt.Errorf("storenode: %w", err)
 	}
-	n := &Node{eng: eng, client: cl, size: cfg.SegmentSize}
-	if cfg.HTTPAddr != "" {
-		n.hl, err = net.Listen("tcp", cfg.HTTPAddr)
-		if err != nil {
-			cl.Close()
-			eng.Close()
-			return nil, fmt.Errorf("storenode: listen %s: %w", cfg.HTTPAddr, err)
-		}
-		n.http = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 5 * time.Second}
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			if err := n.http.Serve(n.hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				cfg.Logger.Error("storenode http", "err", err)
-			}
-		}()
-	}
-	cfg.Logger.Info("storage node mounted", "segment", cl.SegmentName(), "size", cfg.SegmentSize, "master", cfg.Master, "http", n.HTTPAddr())
-	return n, nil
+	cfg.Logger.Info("storage node mounted", "segment", cl.SegmentName(), "size", cfg.SegmentSize, "master", cfg.Master)
+	return &Node{eng: eng, client: cl, size: cfg.SegmentSize}, nil
 }
 
-// HTTPAddr is the /health and /metrics address ("" when disabled).
+// Serve serves /health and /metrics (Handler) on ln until ctx ends, then
+// closes ln and returns nil (or the serve error that stopped it first).
+func (n *Node) Serve(ctx context.Context, ln net.Listener) error {
+	n.mu.Lock()
+	n.hl = ln
+	n.mu.Unlock()
+	hs := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("storenode: http: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = hs.Shutdown(sctx)
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("storenode: http: %w", err)
+	}
+	return nil
+}
+
+// HTTPAddr is the address Serve listens on ("" when not serving HTTP).
 func (n *Node) HTTPAddr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if n.hl == nil {
 		return ""
 	}
@@ -101,7 +112,9 @@ func (n *Node) HTTPAddr() string {
 // /health reports the node unhealthy (the master will drop it soon).
 const unhealthyPings = 3
 
-func (n *Node) handler() http.Handler {
+// Handler serves GET /health (503 once the master stopped answering
+// pings) and GET /metrics (Prometheus text format).
+func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		if h := n.client.Health(); h.PingFailures >= unhealthyPings {
@@ -130,38 +143,51 @@ func (n *Node) Client() *store.Client { return n.client }
 
 // Close unmounts gracefully, frees the segment and closes the engine.
 func (n *Node) Close() error {
-	n.closeHTTP()
 	n.client.Close()
 	return n.eng.Close()
-}
-
-func (n *Node) closeHTTP() {
-	if n.http != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = n.http.Shutdown(ctx)
-		cancel()
-		n.wg.Wait()
-	}
 }
 
 // Kill stops the node as a crash would: the engine stops serving and the
 // node stops pinging without unmounting (tests).
 func (n *Node) Kill() error {
-	n.closeHTTP()
 	n.client.Abort()
 	return n.eng.Close()
 }
 
-// Run starts a node and serves until ctx ends; ready, if not nil, is
-// called with the node once it is mounted.
+// Run listens on cfg.HTTPAddr (unless empty), starts a node, serves its
+// HTTP API and keeps it mounted until ctx ends, then stops the HTTP server
+// and closes the node. ready, if not nil, is called with the node once it is
+// mounted and its HTTP listener bound.
 func Run(ctx context.Context, cfg Config, ready func(*Node)) error {
+	var ln net.Listener
+	if cfg.HTTPAddr != "" {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("storenode: listen %s: %w", cfg.HTTPAddr, err)
+		}
+	}
 	n, err := Start(ctx, cfg)
 	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
 		return err
 	}
+	if ln == nil {
+		if ready != nil {
+			ready(n)
+		}
+		<-ctx.Done()
+		return n.Close()
+	}
+	n.mu.Lock()
+	n.hl = ln // HTTPAddr is known before ready runs
+	n.mu.Unlock()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- n.Serve(ctx, ln) }()
 	if ready != nil {
 		ready(n)
 	}
-	<-ctx.Done()
-	return n.Close()
+	err = <-serveErr // ctx ended, or the HTTP server failed
+	return errors.Join(err, n.Close())
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"go.uber.org/goleak"
 )
 
@@ -44,13 +46,20 @@ func TestMountRemountUnmount(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	n, err := Start(ctx, Config{Master: srv.Addr(), SegmentSize: 1 << 20, PingInterval: 10 * time.Millisecond,
-		RPCTimeout: 300 * time.Millisecond, UnmountGrace: 50 * time.Millisecond, HTTPAddr: "127.0.0.1:0"})
+		RPCTimeout: 300 * time.Millisecond, UnmountGrace: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpCtx, stopHTTP := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(httpCtx, ln) }()
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(path string) (int, string) {
-		resp, err := hc.Get("http://" + n.HTTPAddr() + path)
+		resp, err := hc.Get("http://" + ln.Addr().String() + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,16 +68,10 @@ func TestMountRemountUnmount(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	waitHealth := func(want int) {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if code, _ := get("/health"); code == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/health never answered %d", want)
-			}
-			time.Sleep(10 * time.Millisecond) // poll
-		}
+		waitfor.Cond(t, 10*time.Second, fmt.Sprintf("/health to answer %d", want), func() bool {
+			code, _ := get("/health")
+			return code == want
+		})
 	}
 	waitHealth(200)
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, fmt.Sprintf("mooncake_storenode_segment_bytes{segment=%q} 1048576", n.Name())) {
@@ -82,14 +85,11 @@ func TestMountRemountUnmount(t *testing.T) {
 	srv.Close()
 	waitHealth(503) // the master is gone: pings fail
 	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The port is being released: retry with a deadline.
+	if !waitfor.Within(time.Until(deadline), func() bool {
 		srv, err = master.Start(master.ServerConfig{Addr: addr, TickInterval: 5 * time.Millisecond})
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // port release; bounded by the deadline
-	}
-	if err != nil {
+		return err == nil
+	}) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
@@ -97,15 +97,14 @@ func TestMountRemountUnmount(t *testing.T) {
 		_, err := srv.Core().Segment(n.Name())
 		return err == nil
 	}
-	for !remounted() {
-		if time.Now().After(deadline.Add(5 * time.Second)) {
-			t.Fatal("node did not remount on the restarted master")
-		}
-		time.Sleep(5 * time.Millisecond) // poll
-	}
+	waitfor.Cond(t, time.Until(deadline.Add(5*time.Second)), "node to remount on the restarted master", remounted)
 	waitHealth(200)
 	if _, body := get("/metrics"); !strings.Contains(body, "mooncake_storenode_remounts_total") {
 		t.Fatalf("/metrics after remount: %s", body)
+	}
+	stopHTTP()
+	if err := <-served; err != nil {
+		t.Fatal(err)
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,7 @@
 // Package etcdtest starts an embedded single-node etcd for tests, on free
 // loopback ports, with short raft ticks so that 1 s election leases work.
+// It links the etcd server (go.etcd.io/etcd/server/v3): only tests import
+// it.
 package etcdtest
 
 import (

@@ -1,4 +1,4 @@
-package masterha
+package leader
 
 import (
 	"errors"
@@ -22,7 +22,6 @@ var (
 	ErrNoLeader  = errors.New("no master leader elected")
 	ErrBadView   = errors.New("malformed master view")
 	ErrBadTarget = errors.New("malformed etcd master address")
-	ErrNotLeader = errors.New("not leader")
 )
 
 // Key is the etcd key prefix of a cluster's master election (Mooncake's

@@ -1,24 +1,28 @@
-package masterha_test
+package election_test
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/election"
+	"github.com/kvcache-go/mooncake/internal/leader"
 	"github.com/kvcache-go/mooncake/internal/master"
-	"github.com/kvcache-go/mooncake/internal/masterha"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 )
 
-func candidate(t *testing.T, ep, cluster string) *masterha.Server {
+func candidate(t *testing.T, ep, cluster string) *election.Server {
 	t.Helper()
-	s, err := masterha.Start(masterha.Config{Endpoints: []string{ep}, Cluster: cluster, LeaseTTL: time.Second,
+	s, err := election.Start(election.Config{Endpoints: []string{ep}, Cluster: cluster, LeaseTTL: time.Second,
 		Master: master.ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +31,7 @@ func candidate(t *testing.T, ep, cluster string) *masterha.Server {
 	return s
 }
 
-func waitRole(t *testing.T, s *masterha.Server, r masterha.Role) {
+func waitRole(t *testing.T, s *election.Server, r election.Role) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -46,11 +50,11 @@ func etcdClient(t *testing.T, ep string) *clientv3.Client {
 	return cli
 }
 
-func readLeader(t *testing.T, cli *clientv3.Client, cluster string) masterha.View {
+func readLeader(t *testing.T, cli *clientv3.Client, cluster string) leader.View {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	v, _, err := masterha.ReadLeader(ctx, cli, masterha.Key(cluster))
+	v, _, err := leader.ReadLeader(ctx, cli, leader.Key(cluster))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,19 +64,12 @@ func readLeader(t *testing.T, cli *clientv3.Client, cluster string) masterha.Vie
 // waitCandidates waits until n candidates have an election key.
 func waitCandidates(t *testing.T, cli *clientv3.Client, cluster string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	waitfor.Cond(t, 15*time.Second, fmt.Sprintf("%d candidates", n), func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		resp, err := cli.Get(ctx, masterha.Key(cluster)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		cancel()
-		if err == nil && resp.Count == int64(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %d candidates: %v", n, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+		defer cancel()
+		resp, err := cli.Get(ctx, leader.Key(cluster)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == int64(n)
+	})
 }
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -96,14 +93,14 @@ func TestElection(t *testing.T) {
 	const cluster = "c1"
 
 	a := candidate(t, ep, cluster)
-	waitRole(t, a, masterha.RoleLeader)
+	waitRole(t, a, election.RoleLeader)
 	b := candidate(t, ep, cluster)
 	va := a.View()
 	if got := readLeader(t, cli, cluster); got != va || va.Addr != a.Master().Addr() {
 		t.Fatalf("etcd says %+v, leader view %+v, master at %s", got, va, a.Master().Addr())
 	}
 	// The standby campaigns but does not serve.
-	if b.Role() != masterha.RoleFollower || b.Master() != nil {
+	if b.Role() != election.RoleFollower || b.Master() != nil {
 		t.Fatalf("standby role %s, master %v", b.Role(), b.Master())
 	}
 	code, body := httpGet(t, "http://"+b.HTTPAddr()+"/role")
@@ -126,7 +123,7 @@ func TestElection(t *testing.T) {
 
 	// Graceful hand-over.
 	a.Close()
-	waitRole(t, b, masterha.RoleLeader)
+	waitRole(t, b, election.RoleLeader)
 	vb := b.View()
 	if vb.Version <= va.Version || vb.Addr == va.Addr {
 		t.Fatalf("new view %+v after %+v", vb, va)
@@ -140,15 +137,15 @@ func TestElection(t *testing.T) {
 	waitCandidates(t, cli, cluster, 2) // c campaigns (so it is next in line)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, masterha.Key(cluster)+"/", clientv3.WithFirstCreate()...)
+	resp, err := cli.Get(ctx, leader.Key(cluster)+"/", clientv3.WithFirstCreate()...)
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatalf("leader key: %v", err)
 	}
 	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 		t.Fatal(err)
 	}
-	waitRole(t, c, masterha.RoleLeader)
-	waitRole(t, b, masterha.RoleFollower)
+	waitRole(t, c, election.RoleLeader)
+	waitRole(t, b, election.RoleFollower)
 	if b.Master() != nil {
 		t.Fatal("deposed leader still serves")
 	}
@@ -159,19 +156,19 @@ func TestElection(t *testing.T) {
 
 	// Crash: the lease runs out (1 s), then the standby b takes over.
 	c.Kill()
-	waitRole(t, b, masterha.RoleLeader)
+	waitRole(t, b, election.RoleLeader)
 	if got := readLeader(t, cli, cluster); got != b.View() || got.Version <= vc.Version {
 		t.Fatalf("etcd says %+v, b's view %+v", got, b.View())
 	}
 
 	// Another cluster on the same etcd is independent.
 	d := candidate(t, ep, "c2")
-	waitRole(t, d, masterha.RoleLeader)
-	if b.Role() != masterha.RoleLeader {
+	waitRole(t, d, election.RoleLeader)
+	if b.Role() != election.RoleLeader {
 		t.Fatal("cluster c2 deposed c1's leader")
 	}
 
-	for _, s := range []*masterha.Server{a, b, c, d} {
+	for _, s := range []*election.Server{a, b, c, d} {
 		s.Close()
 	}
 	cli.Close()
@@ -180,11 +177,11 @@ func TestElection(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	ok := masterha.Config{Endpoints: []string{"127.0.0.1:2379"}, Master: master.ServerConfig{Addr: "127.0.0.1:0"}}
+	ok := election.Config{Endpoints: []string{"127.0.0.1:2379"}, Master: master.ServerConfig{Addr: "127.0.0.1:0"}}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]masterha.Config{
+	for name, c := range map[string]election.Config{
 		"no endpoints": {Master: ok.Master},
 		"short lease":  {Endpoints: ok.Endpoints, LeaseTTL: 100 * time.Millisecond, Master: ok.Master},
 		"no addr":      {Endpoints: ok.Endpoints},
@@ -193,5 +190,51 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestRun: New does no I/O; Run serves the admin API on the caller's
+// listener, leads, and on cancel steps down and returns nil with the
+// listener closed.
+func TestRun(t *testing.T) {
+	ep, _ := startEtcd(t)
+	cli := etcdClient(t, ep)
+	s, err := election.New(election.Config{Endpoints: []string{ep}, Cluster: "run", LeaseTTL: time.Second,
+		Master: master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.HTTPAddr() != "" || s.Role() != election.RoleFollower {
+		t.Fatalf("New: http %q role %s", s.HTTPAddr(), s.Role())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx, ln) }()
+	waitRole(t, s, election.RoleLeader)
+	if got := readLeader(t, cli, "run"); got != s.View() {
+		t.Fatalf("etcd says %+v, leader view %+v", got, s.View())
+	}
+	if code, body := httpGet(t, "http://"+ln.Addr().String()+"/role"); code != 200 || !strings.Contains(body, `"leader"`) {
+		t.Fatalf("/role: %d %q", code, body)
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if s.Role() != election.RoleStopped {
+		t.Fatalf("role after Run: %s", s.Role())
+	}
+	if _, err := http.Get("http://" + ln.Addr().String() + "/role"); err == nil {
+		t.Fatal("admin listener open after Run returned")
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	resp, err := cli.Get(ctx2, leader.Key("run")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("election keys after Run returned: %v %v", resp, err)
 	}
 }

@@ -1,4 +1,4 @@
-package masterha
+package leader
 
 import (
 	"errors"
@@ -102,19 +102,6 @@ func TestParseTarget(t *testing.T) {
 	}
 	if Key("") != "mooncake-store/mooncake_cluster/master_view" || Key("c1") != "mooncake-store/c1/master_view" {
 		t.Fatalf("Key: %q %q", Key(""), Key("c1"))
-	}
-}
-
-func TestAdvertise(t *testing.T) {
-	for _, tc := range []struct{ host, addr, want string }{
-		{"", "127.0.0.1:5", "127.0.0.1:5"},
-		{"", "[::]:5", "127.0.0.1:5"},
-		{"", "0.0.0.0:5", "127.0.0.1:5"},
-		{"10.0.0.2", "[::]:5", "10.0.0.2:5"},
-	} {
-		if got := advertise(tc.host, tc.addr); got != tc.want {
-			t.Errorf("advertise(%q, %q) = %q, want %q", tc.host, tc.addr, got, tc.want)
-		}
 	}
 }
 

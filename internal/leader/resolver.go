@@ -1,4 +1,4 @@
-package masterha
+package leader
 
 import (
 	"context"
@@ -47,7 +47,7 @@ type builder struct {
 func (b *builder) Scheme() string { return grpcScheme }
 
 func (b *builder) Build(_ resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
-	cli, err := newEtcdClient(b.target.Endpoints)
+	cli, err := NewEtcdClient(b.target.Endpoints)
 	if err != nil {
 		return nil, err
 	}
@@ -58,12 +58,13 @@ func (b *builder) Build(_ resolver.Target, cc resolver.ClientConn, _ resolver.Bu
 	return r, nil
 }
 
-// newEtcdClient opens an etcd client that does not log (errors surface
-// through our own calls).
-func newEtcdClient(endpoints []string) (*clientv3.Client, error) {
+// NewEtcdClient opens an etcd client (go.etcd.io/etcd/client/v3, never the
+// server) that does not log: errors surface through our own calls. The
+// election (internal/election) uses it too.
+func NewEtcdClient(endpoints []string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return nil, fmt.Errorf("masterha: etcd %v: %w", endpoints, err)
+		return nil, fmt.Errorf("leader: etcd %v: %w", endpoints, err)
 	}
 	return cli, nil
 }
@@ -103,7 +104,7 @@ func (r *etcdResolver) run(ctx context.Context) {
 		v, rev, err := ReadLeader(ctx, r.cli, r.key)
 		switch {
 		case err == nil && v != last:
-			r.log.Info("masterha: master leader", "addr", v.Addr, "view", v.Version)
+			r.log.Info("leader: master leader", "addr", v.Addr, "view", v.Version)
 			last = v
 			_ = r.cc.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: v.Addr}}})
 		case err != nil && last == (View{}):
@@ -142,7 +143,7 @@ func ReadLeader(ctx context.Context, cli *clientv3.Client, key string) (View, in
 	defer cancel()
 	resp, err := cli.Get(ctx, key+"/", clientv3.WithPrefix())
 	if err != nil {
-		return View{}, 0, fmt.Errorf("masterha: read leader: %w", err)
+		return View{}, 0, fmt.Errorf("leader: read leader: %w", err)
 	}
 	cands := make([]Candidate, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -150,7 +151,7 @@ func ReadLeader(ctx context.Context, cli *clientv3.Client, key string) (View, in
 	}
 	v, err := Leader(cands)
 	if err != nil && !errors.Is(err, ErrNoLeader) {
-		err = fmt.Errorf("masterha: %w", err)
+		err = fmt.Errorf("leader: %w", err)
 	}
 	return v, resp.Header.Revision, err
 }

@@ -1,4 +1,4 @@
-package masterha_test
+package election_test
 
 import (
 	"bytes"
@@ -10,23 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/masterha"
+	"github.com/kvcache-go/mooncake/internal/election"
 	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 	"go.uber.org/goleak"
 )
-
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a readiness wait
-	}
-}
 
 // val is the value a put of key in generation gen writes: every generation
 // differs, so a stale read would show.
@@ -64,7 +54,7 @@ func TestFailover(t *testing.T) {
 	defer cancel()
 
 	a := candidate(t, ep, "fo")
-	waitRole(t, a, masterha.RoleLeader)
+	waitRole(t, a, election.RoleLeader)
 	b := candidate(t, ep, "fo")
 
 	node, err := storenode.Start(ctx, storenode.Config{Master: addr, SegmentSize: 4 << 20, Engine: transfer.Config{Transport: transfer.TransportTCP},
@@ -137,10 +127,10 @@ func TestFailover(t *testing.T) {
 	remounts := node.Client().Remounts()
 	t0 := time.Now()
 	a.Close() // graceful: the standby takes over at once
-	waitRole(t, b, masterha.RoleLeader)
+	waitRole(t, b, election.RoleLeader)
 	tLead := time.Since(t0)
-	eventually(t, 15*time.Second, "node remount on the new leader", func() bool { return node.Client().Remounts() > remounts })
-	eventually(t, 15*time.Second, "segment on the new leader", func() bool {
+	waitfor.Cond(t, 15*time.Second, "node remount on the new leader", func() bool { return node.Client().Remounts() > remounts })
+	waitfor.Cond(t, 15*time.Second, "segment on the new leader", func() bool {
 		m := b.Master()
 		return m != nil && len(m.Core().Segments()) == 1
 	})
@@ -150,14 +140,14 @@ func TestFailover(t *testing.T) {
 	checkNoStale(t, ctx, cl, latest, 2)
 
 	c := candidate(t, ep, "fo")
-	waitRole(t, c, masterha.RoleFollower)
+	waitRole(t, c, election.RoleFollower)
 	remounts = node.Client().Remounts()
 	t0 = time.Now()
 	b.Kill() // crash: c takes over when b's lease (1 s) ends
-	waitRole(t, c, masterha.RoleLeader)
+	waitRole(t, c, election.RoleLeader)
 	tLead = time.Since(t0)
-	eventually(t, 15*time.Second, "node remount after the crash", func() bool { return node.Client().Remounts() > remounts })
-	eventually(t, 15*time.Second, "segment on the third leader", func() bool {
+	waitfor.Cond(t, 15*time.Second, "node remount after the crash", func() bool { return node.Client().Remounts() > remounts })
+	waitfor.Cond(t, 15*time.Second, "segment on the third leader", func() bool {
 		m := c.Master()
 		return m != nil && len(m.Core().Segments()) == 1
 	})
@@ -182,7 +172,7 @@ func TestFailover(t *testing.T) {
 	cl.Close()
 	eng.Close()
 	node.Close()
-	for _, s := range []*masterha.Server{a, b, c} {
+	for _, s := range []*election.Server{a, b, c} {
 		s.Close()
 	}
 	stopEtcd()

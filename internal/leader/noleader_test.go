@@ -1,4 +1,4 @@
-package masterha_test
+package leader_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/etcdtest"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -13,7 +14,7 @@ import (
 // TestNoLeader: a client addressing a cluster nobody leads fails within
 // its RPC timeout with a clear error; a malformed address is refused.
 func TestNoLeader(t *testing.T) {
-	ep, _ := startEtcd(t)
+	ep, _ := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	eng, err := transfer.Open(ctx, transfer.Config{Transport: transfer.TransportTCP})

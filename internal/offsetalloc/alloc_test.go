@@ -1,4 +1,4 @@
-package alloc
+package offsetalloc
 
 import (
 	"math/rand/v2"

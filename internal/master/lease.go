@@ -1,0 +1,58 @@
+package master
+
+import (
+	"fmt"
+)
+
+// GetReplicaList returns the complete object's replicas and grants a read
+// lease of Config.LeaseTTL: until it ends the object is neither removed
+// (without force) nor evicted.
+func (m *Master) GetReplicaList(key string) (ObjectInfo, error) {
+	if err := m.checkKey(key); err != nil {
+		return ObjectInfo{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	o := m.objects[key]
+	if o == nil || !o.complete {
+		m.stats.GetMisses++
+		return ObjectInfo{}, fmt.Errorf("%w: %q", ErrObjectNotFound, key)
+	}
+	m.stats.Gets++
+	o.lastAccess = now
+	if until := now.Add(m.cfg.LeaseTTL); until.After(o.leaseUntil) {
+		o.leaseUntil = until
+	}
+	info := o.info()
+	info.LeaseTTL = m.cfg.LeaseTTL
+	return info, nil
+}
+
+// Query returns an object's metadata without granting a lease or touching
+// its recency (admin use). Unfinished puts are reported too.
+func (m *Master) Query(key string) (ObjectInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.objects[key]
+	if o == nil {
+		return ObjectInfo{}, fmt.Errorf("%w: %q", ErrObjectNotFound, key)
+	}
+	return o.info(), nil
+}
+
+// Exist reports whether a complete object exists. Unlike Mooncake it grants
+// no lease (so that stat-then-remove works); it refreshes recency.
+func (m *Master) Exist(key string) (bool, error) {
+	if err := m.checkKey(key); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.objects[key]
+	if o == nil || !o.complete {
+		return false, nil
+	}
+	o.lastAccess = m.clock.Now()
+	return true, nil
+}

@@ -1,0 +1,59 @@
+package master
+
+import (
+	"time"
+)
+
+// touchClient registers or refreshes a client; caller holds mu.
+func (m *Master) touchClient(id string, now time.Time) *client {
+	c := m.clients[id]
+	if c == nil {
+		c = &client{id: id, segments: map[string]*segment{}}
+		m.clients[id] = c
+	}
+	c.lastSeen = now
+	return c
+}
+
+// Ping records that a client is alive. A client the master does not know
+// (because the master restarted or dropped it) is told to remount.
+func (m *Master) Ping(clientID string) (viewVersion uint64, st PingStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.clients[clientID]
+	if c == nil {
+		return m.stats.ViewVersion, PingNeedRemount
+	}
+	c.lastSeen = m.clock.Now()
+	return m.stats.ViewVersion, PingOK
+}
+
+// Tick runs the periodic work at the clock's current time, in this order:
+// drop clients silent past ClientTTL (unmounting their segments), clean up
+// puts older than PutTimeout whose owner is gone, release zombie space,
+// finish graceful unmounts, and evict when use passes the high watermark.
+func (m *Master) Tick() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	m.dropSilentClientsLocked(now)
+	m.expirePutsLocked(now)
+	m.releaseZombiesLocked(now)
+	m.drainLocked(now)
+	m.evictAboveWatermarkLocked(now)
+}
+
+// dropSilentClientsLocked forgets the clients silent past ClientTTL and
+// unmounts their segments.
+func (m *Master) dropSilentClientsLocked(now time.Time) {
+	for id, c := range m.clients {
+		if now.Sub(c.lastSeen) <= m.cfg.ClientTTL {
+			continue
+		}
+		for _, s := range c.segments {
+			m.unmountLocked(s)
+		}
+		delete(m.clients, id)
+		m.stats.ClientsDropped++
+	}
+}

@@ -1,0 +1,92 @@
+package master
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// checkFitsLocked fails with ErrNoSpace when no segment is mounted and
+// with ErrObjectTooLarge when size exceeds the largest segment.
+func (m *Master) checkFitsLocked(size uint64) error {
+	if len(m.segOrder) == 0 {
+		return fmt.Errorf("%w: no segment mounted", ErrNoSpace)
+	}
+	var largest uint64
+	for _, s := range m.segOrder {
+		largest = max(largest, s.alloc.Size())
+	}
+	if size > largest {
+		return fmt.Errorf("%w: %d bytes, largest segment %d", ErrObjectTooLarge, size, largest)
+	}
+	return nil
+}
+
+// placeOrEvictLocked places up to want replicas; when none fits it evicts
+// synchronously and tries once more, and when that fails too it asks the
+// next Tick to evict again and fails with ErrNoSpace.
+func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, preferred []string, now time.Time) ([]replica, error) {
+	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
+		return reps, nil
+	}
+	m.evictLocked(now, 0)
+	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
+		return reps, nil
+	}
+	m.evictReq = true
+	return nil, fmt.Errorf("%w: %d bytes", ErrNoSpace, size)
+}
+
+// placeLocked allocates up to want replicas on distinct segments.
+func (m *Master) placeLocked(clientID string, size uint64, want int, preferred []string) []replica {
+	var reps []replica
+	used := map[*segment]bool{}
+	try := func(s *segment) {
+		if len(reps) >= want || s == nil || s.draining || used[s] {
+			return
+		}
+		used[s] = true
+		if off, ok := s.alloc.Alloc(size); ok {
+			reps = append(reps, replica{seg: s, off: off})
+		}
+	}
+	for _, name := range preferred {
+		try(m.segments[name])
+	}
+	for _, s := range m.orderLocked(clientID) {
+		if len(reps) >= want {
+			break
+		}
+		try(s)
+	}
+	return reps
+}
+
+// orderLocked is the order in which the strategy tries segments.
+func (m *Master) orderLocked(clientID string) []*segment {
+	order := slices.Clone(m.segOrder)
+	switch m.cfg.Strategy {
+	case StrategyFreeRatioFirst:
+		slices.SortStableFunc(order, func(a, b *segment) int {
+			fa := float64(a.alloc.FreeBytes()) / float64(a.alloc.Size())
+			fb := float64(b.alloc.FreeBytes()) / float64(b.alloc.Size())
+			return cmp.Compare(fb, fa)
+		})
+	case StrategyLocalFirst:
+		m.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		slices.SortStableFunc(order, func(a, b *segment) int {
+			la, lb := a.client == clientID, b.client == clientID
+			switch {
+			case la && !lb:
+				return -1
+			case lb && !la:
+				return 1
+			}
+			return 0
+		})
+	default:
+		m.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	return order
+}

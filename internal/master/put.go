@@ -1,0 +1,205 @@
+package master
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// validPut checks the parameters of a put.
+func (m *Master) validPut(key string, size uint64, rc ReplicateConfig) error {
+	if err := m.checkKey(key); err != nil {
+		return err
+	}
+	if size == 0 {
+		return fmt.Errorf("%w: empty value", ErrInvalidParams)
+	}
+	if rc.Replicas < 0 || rc.Replicas > m.cfg.MaxReplicas {
+		return fmt.Errorf("%w: replica count %d not in [1,%d]", ErrInvalidParams, rc.Replicas, m.cfg.MaxReplicas)
+	}
+	if rc.SoftPinTTL < 0 || rc.SoftPinTTL > m.cfg.MaxSoftPinTTL {
+		return fmt.Errorf("%w: soft pin TTL %v not in [0,%v]", ErrInvalidParams, rc.SoftPinTTL, m.cfg.MaxSoftPinTTL)
+	}
+	return nil
+}
+
+// PutStart allocates space for an object's replicas on distinct segments and
+// returns where to write them. The object stays invisible until PutEnd. The
+// replica count is best effort: fewer replicas than asked are returned when
+// there are fewer segments with room, and at least one is always placed (or
+// the call fails with ErrNoSpace). An existing key is refused with
+// ErrObjectExists (Upsert overwrites).
+func (m *Master) PutStart(clientID, key string, size uint64, rc ReplicateConfig) ([]Replica, error) {
+	if err := m.validPut(key, size, rc); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	if o := m.objects[key]; o != nil {
+		if o.complete || now.Sub(o.created) < m.cfg.PutTimeout {
+			return nil, fmt.Errorf("%w: %q", ErrObjectExists, key)
+		}
+		m.preemptLocked(o, now) // a zombie put: take the key over
+	}
+	return m.putStartLocked(clientID, key, size, rc, now)
+}
+
+// putStartLocked places a new object's replicas and records it as a put
+// in progress owned by clientID.
+func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateConfig, now time.Time) ([]Replica, error) {
+	if err := m.checkFitsLocked(size); err != nil {
+		return nil, err
+	}
+	reps, err := m.placeOrEvictLocked(clientID, size, max(rc.Replicas, 1), rc.PreferredSegments, now)
+	if err != nil {
+		return nil, err
+	}
+	o := &object{key: key, size: size, replicas: reps, owner: clientID, created: now, lastAccess: now}
+	o.pin(rc, m.cfg.SoftPinTTL, now)
+	m.objects[key] = o
+	m.pending[key] = o
+	for _, r := range reps {
+		r.seg.keys[key] = struct{}{}
+	}
+	m.stats.PutStarts++
+	return o.descriptors(), nil
+}
+
+// pin sets the object's pins from a put's policy (a soft pin of
+// defaultTTL when the policy names none).
+func (o *object) pin(rc ReplicateConfig, defaultTTL time.Duration, now time.Time) {
+	o.hardPin, o.softPinUntil = rc.HardPin, time.Time{}
+	if rc.SoftPin {
+		o.softPinUntil = now.Add(cmp.Or(rc.SoftPinTTL, defaultTTL))
+	}
+}
+
+// PutEnd makes an object visible with the CRC32C of its value.
+func (m *Master) PutEnd(clientID, key string, crc uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.objects[key]
+	if o == nil {
+		return fmt.Errorf("%w: %q (put expired or removed)", ErrObjectNotFound, key)
+	}
+	if o.complete {
+		return fmt.Errorf("%w: %q", ErrObjectExists, key)
+	}
+	if o.owner != clientID {
+		return fmt.Errorf("%w: %q", ErrNotOwner, key)
+	}
+	o.complete = true
+	delete(m.pending, key)
+	o.crc = crc
+	o.lastAccess = m.clock.Now()
+	m.stats.Puts++
+	return nil
+}
+
+// PutRevoke abandons an unfinished put and releases its space.
+func (m *Master) PutRevoke(clientID, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.objects[key]
+	if o == nil || o.complete {
+		return fmt.Errorf("%w: no put in progress for %q", ErrObjectNotFound, key)
+	}
+	if o.owner != clientID {
+		return fmt.Errorf("%w: %q", ErrNotOwner, key)
+	}
+	m.freeLocked(o)
+	m.stats.PutRevokes++
+	return nil
+}
+
+// Upsert starts a put that replaces the key's current value. An unleased
+// complete object of the same size keeps its space (the value is rewritten in
+// place and the object is invisible until PutEnd); otherwise the old object
+// is removed first. A leased object is refused with ErrObjectHasLease, a put
+// in progress with ErrObjectExists.
+func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) ([]Replica, error) {
+	if err := m.validPut(key, size, rc); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	if o := m.objects[key]; o != nil {
+		switch {
+		case !o.complete && now.Sub(o.created) < m.cfg.PutTimeout:
+			return nil, fmt.Errorf("%w: put in progress for %q", ErrObjectExists, key)
+		case !o.complete:
+			m.preemptLocked(o, now)
+		case now.Before(o.leaseUntil):
+			m.stats.LeaseRejections++
+			return nil, fmt.Errorf("%w: %q", ErrObjectHasLease, key)
+		case o.size == size && len(o.replicas) >= max(rc.Replicas, 1):
+			return m.rewriteInPlaceLocked(o, clientID, rc, now), nil
+		default:
+			m.freeLocked(o)
+		}
+	}
+	return m.putStartLocked(clientID, key, size, rc, now)
+}
+
+// rewriteInPlaceLocked turns a complete object back into a put in progress
+// owned by clientID, keeping its space and replicas.
+func (m *Master) rewriteInPlaceLocked(o *object, clientID string, rc ReplicateConfig, now time.Time) []Replica {
+	o.complete, o.owner, o.created, o.crc = false, clientID, now, 0
+	m.pending[o.key] = o
+	o.lastAccess = now
+	o.pin(rc, m.cfg.SoftPinTTL, now)
+	m.stats.PutStarts++
+	return o.descriptors()
+}
+
+// freeLocked releases an object's space and forgets it.
+func (m *Master) freeLocked(o *object) {
+	for _, r := range o.replicas {
+		r.seg.alloc.Free(r.off, o.size)
+		delete(r.seg.keys, o.key)
+	}
+	delete(m.objects, o.key)
+	delete(m.pending, o.key)
+}
+
+// preemptLocked forgets a zombie put but keeps its space reserved until the
+// release timeout, since its writer may still be writing.
+func (m *Master) preemptLocked(o *object, now time.Time) {
+	release := o.created.Add(m.cfg.PutReleaseTimeout)
+	for _, r := range o.replicas {
+		delete(r.seg.keys, o.key)
+		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.size, releaseAt: release})
+	}
+	delete(m.objects, o.key)
+	delete(m.pending, o.key)
+	m.stats.PutsTimedOut++
+}
+
+// expirePutsLocked cleans up the puts older than PutTimeout that nobody
+// will finish (their owner is gone) or that are past PutReleaseTimeout.
+func (m *Master) expirePutsLocked(now time.Time) {
+	for _, o := range m.pending {
+		if now.Sub(o.created) < m.cfg.PutTimeout {
+			continue
+		}
+		if _, alive := m.clients[o.owner]; !alive || now.Sub(o.created) >= m.cfg.PutReleaseTimeout {
+			m.freeLocked(o) // nobody will finish it, or it is far too late
+			m.stats.PutsTimedOut++
+		}
+	}
+}
+
+// releaseZombiesLocked frees the space of preempted puts whose release
+// time has come.
+func (m *Master) releaseZombiesLocked(now time.Time) {
+	m.zombies = slices.DeleteFunc(m.zombies, func(z zombie) bool {
+		if now.Before(z.releaseAt) {
+			return false
+		}
+		z.seg.alloc.Free(z.off, z.size)
+		return true
+	})
+}

@@ -1,0 +1,168 @@
+package master
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/offsetalloc"
+)
+
+// MountSegment adds a client's segment to the pool. Mounting the same spec
+// again is a no-op. A segment under a taken name is refused, unless it comes
+// from the same transfer engine endpoint (a restarted node reusing its
+// port): then the old, stale segment and its replicas are dropped first.
+func (m *Master) MountSegment(clientID string, spec SegmentSpec) error {
+	if clientID == "" || spec.Name == "" || spec.Endpoint == "" || spec.Size == 0 {
+		return fmt.Errorf("%w: segment needs a client, a name, an endpoint and a size", ErrInvalidParams)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mountLocked(clientID, spec)
+}
+
+func (m *Master) mountLocked(clientID string, spec SegmentSpec) error {
+	now := m.clock.Now()
+	if s := m.segments[spec.Name]; s != nil {
+		switch {
+		case s.client == clientID && s.spec == spec:
+			m.touchClient(clientID, now)
+			return nil
+		case s.client != clientID && s.spec.Endpoint == spec.Endpoint:
+			// A new process serves this transfer engine endpoint: the old
+			// owner is gone (its memory with it), so its segment is stale.
+			m.unmountLocked(s)
+		default:
+			return fmt.Errorf("%w: %q", ErrSegmentExists, spec.Name)
+		}
+	}
+	if spec.Size < m.cfg.Align {
+		return fmt.Errorf("%w: segment of %d bytes is too small", ErrInvalidParams, spec.Size)
+	}
+	c := m.touchClient(clientID, now)
+	s := &segment{spec: spec, client: clientID, alloc: offsetalloc.New(spec.Size, m.cfg.Align), keys: map[string]struct{}{}}
+	m.segments[spec.Name] = s
+	i, _ := slices.BinarySearchFunc(m.segOrder, spec.Name, func(a *segment, n string) int { return strings.Compare(a.spec.Name, n) })
+	m.segOrder = slices.Insert(m.segOrder, i, s)
+	c.segments[spec.Name] = s
+	return nil
+}
+
+// RemountSegments re-registers a client and all its segments, as a client
+// does after being told PingNeedRemount. It is idempotent.
+func (m *Master) RemountSegments(clientID string, specs []SegmentSpec) error {
+	if clientID == "" {
+		return fmt.Errorf("%w: empty client id", ErrInvalidParams)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.touchClient(clientID, m.clock.Now())
+	for _, s := range specs {
+		if s.Name == "" || s.Endpoint == "" || s.Size == 0 {
+			return fmt.Errorf("%w: segment needs a name, an endpoint and a size", ErrInvalidParams)
+		}
+		if err := m.mountLocked(clientID, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UnmountSegment removes a segment at once; the replicas it held are dropped
+// and objects left without a replica are removed.
+func (m *Master) UnmountSegment(clientID, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.segments[name]
+	if s == nil {
+		return fmt.Errorf("%w: %q", ErrSegmentNotFound, name)
+	}
+	if s.client != clientID {
+		return fmt.Errorf("%w: segment %q belongs to another client", ErrNotOwner, name)
+	}
+	m.unmountLocked(s)
+	return nil
+}
+
+// GracefulUnmount stops new allocations on a segment and unmounts it (in
+// Tick) once no object with a replica on it is leased, or after grace.
+func (m *Master) GracefulUnmount(clientID, name string, grace time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.segments[name]
+	if s == nil {
+		return fmt.Errorf("%w: %q", ErrSegmentNotFound, name)
+	}
+	if s.client != clientID {
+		return fmt.Errorf("%w: segment %q belongs to another client", ErrNotOwner, name)
+	}
+	s.draining = true
+	s.drainDeadline = m.clock.Now().Add(grace)
+	m.drainLocked(m.clock.Now())
+	return nil
+}
+
+func (m *Master) unmountLocked(s *segment) {
+	for key := range s.keys {
+		o := m.objects[key]
+		if o == nil {
+			continue
+		}
+		o.replicas = slices.DeleteFunc(o.replicas, func(r replica) bool { return r.seg == s })
+		if len(o.replicas) == 0 {
+			delete(m.objects, key)
+			delete(m.pending, key)
+		}
+	}
+	delete(m.segments, s.spec.Name)
+	m.segOrder = slices.DeleteFunc(m.segOrder, func(x *segment) bool { return x == s })
+	if c := m.clients[s.client]; c != nil {
+		delete(c.segments, s.spec.Name)
+	}
+	m.zombies = slices.DeleteFunc(m.zombies, func(z zombie) bool { return z.seg == s })
+}
+
+func (m *Master) drainLocked(now time.Time) {
+	for _, s := range slices.Clone(m.segOrder) {
+		if !s.draining {
+			continue
+		}
+		busy := false
+		for key := range s.keys {
+			if o := m.objects[key]; o != nil && now.Before(o.leaseUntil) {
+				busy = true
+				break
+			}
+		}
+		if !busy || !now.Before(s.drainDeadline) {
+			m.unmountLocked(s)
+		}
+	}
+}
+
+// Segments returns the mounted segments in name order.
+func (m *Master) Segments() []SegmentInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]SegmentInfo, 0, len(m.segOrder))
+	for _, s := range m.segOrder {
+		out = append(out, s.info())
+	}
+	return out
+}
+
+func (s *segment) info() SegmentInfo {
+	return SegmentInfo{SegmentSpec: s.spec, Client: s.client, Used: s.alloc.Used(), Capacity: s.alloc.Size(), Objects: len(s.keys), Draining: s.draining}
+}
+
+// Segment returns one segment's info.
+func (m *Master) Segment(name string) (SegmentInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.segments[name]
+	if s == nil {
+		return SegmentInfo{}, fmt.Errorf("%w: %q", ErrSegmentNotFound, name)
+	}
+	return s.info(), nil
+}

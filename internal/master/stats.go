@@ -1,0 +1,14 @@
+package master
+
+// Stats returns the counters and current gauges.
+func (m *Master) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.stats
+	st.IncompleteObjects = len(m.pending)
+	st.Objects = len(m.objects) - len(m.pending)
+	st.Capacity, st.Used = m.usageLocked()
+	st.Segments = len(m.segOrder)
+	st.Clients = len(m.clients)
+	return st
+}
