@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
@@ -55,6 +56,10 @@ type asyncBatch struct {
 	deadline time.Time
 }
 
+// inprocHub is this process's directory for the "inproc" protocol: the
+// binding is the process's one API, so its engines all reach each other.
+var inprocHub = inproc.NewHub()
+
 // engineArgs turns Mooncake's initialize arguments into a transfer.Config.
 // Warnings name arguments that were accepted but changed.
 func engineArgs(host, metadata, protocol, device string) (transfer.Config, []string, error) {
@@ -82,6 +87,9 @@ func engineArgs(host, metadata, protocol, device string) (transfer.Config, []str
 		cfg.Transport = transfer.TransportTCP
 	case transfer.TransportAuto, transfer.TransportShm, transfer.TransportInproc:
 		cfg.Transport = p
+		if p == transfer.TransportInproc {
+			cfg.InprocHub = inprocHub
+		}
 	case "rdma", "efa", "nvlink", "nvlink_intra", "hip", "cxl", "ascend", "barex", "nvmeof":
 		cfg.Transport = transfer.TransportTCP
 		warns = append(warns, fmt.Sprintf("protocol %q is not available here; using tcp", p))

@@ -96,7 +96,7 @@ func TestStoreInProcess(t *testing.T) {
 		}
 	}()
 	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
-		Engine: transfer.Config{Transport: transfer.TransportInproc}})
+		Engine: transfer.Config{Transport: transfer.TransportInproc, InprocHub: inprocHub}})
 	if err != nil {
 		t.Fatal(err)
 	}
