@@ -112,6 +112,8 @@ class BufferPool(object):
                 if free:
                     return BufferLease(self, c, free.pop(), size)
                 mem = self._new(c)
+                if mem is None and self._drop_free(c):
+                    mem = self._new(c)
                 if mem is not None:
                     return BufferLease(self, c, mem, size)
                 if not block:
@@ -120,6 +122,20 @@ class BufferPool(object):
                 if left is not None and left <= 0:
                     raise TimeoutError("BufferPool: no buffer of %d bytes within the timeout" % size)
                 self._cv.wait(left)
+
+    def _drop_free(self, keep):
+        """Frees the idle buffers of classes other than keep; reports whether any was freed."""
+        dropped = False
+        for c, free in list(self._free.items()):
+            if c == keep:
+                continue
+            while free:
+                mem = free.pop()
+                self._store.unregister_buffer(ctypes.addressof(mem))
+                self._all.remove(mem)
+                self._bytes -= c
+                dropped = True
+        return dropped
 
     def buffer(self, size, block=None, timeout=None):
         """Same as acquire (a lease usable as a context manager)."""
