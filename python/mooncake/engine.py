@@ -23,7 +23,7 @@ log = logging.getLogger("mooncake")
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "InnerTransferEngine", "Read", "Write",
            "SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_EFA", "SUPPORT_MNNVL", "SUPPORT_MUSA", "SUPPORT_INTRA_NVLINK",
-           "SUPPORT_CXL"]
+           "SUPPORT_CXL", "SharedSegment"]
 
 # Hardware transports this build has (Mooncake's module constants): none of
 # them; TCP and shared memory need no flag.
@@ -76,6 +76,19 @@ class TransferNotify(object):
 
     def __repr__(self):
         return "TransferNotify(name=%r, msg=%r)" % (self.name, self.msg)
+
+
+class SharedSegment(object):
+    """Mooncake's GPU-shareable memory segment: not available in this build (``supported()`` is False)."""
+
+    @staticmethod
+    def supported():
+        return False
+
+    @staticmethod
+    def create(*args, **kwargs):
+        log.error("mooncake: SharedSegment.create: shared device segments are not supported by this build")
+        return None
 
 
 class InnerTransferEngine(object):
