@@ -375,11 +375,20 @@ class StoreApiTest(unittest.TestCase):
         self.assertEqual(bytes(lease2.buffer[:5]), b"hello")
         lease2.release()
         big = pool.acquire(256 * 1024, block=False)
-        with self.assertRaises(MemoryError):
+        with self.assertRaisesRegex(RuntimeError, "exhausted"):
             pool.acquire(256 * 1024, block=False)
-        with self.assertRaises(TimeoutError):
+        with self.assertRaisesRegex(RuntimeError, "exhausted"):
             pool.acquire(256 * 1024, timeout=0.05)
+        view = big.buffer
+        with self.assertRaisesRegex(RuntimeError, "exported views"):
+            big.release()
+        with self.assertRaisesRegex(RuntimeError, "active leases"):
+            pool.close()
+        del view
         big.release()
+        with self.assertRaisesRegex(RuntimeError, "alignment"):
+            mooncake.BufferPool(s, alignment=12345)
+        self.assertEqual(len(pool.acquire(0, block=False).buffer), 0)  # released when collected
         pool.close()
         s.remove("api/bp", force=True)
 
