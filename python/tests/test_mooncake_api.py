@@ -426,5 +426,42 @@ class StoreApiTest(unittest.TestCase):
             s.close()
 
 
+class HttpMetadataServerTest(unittest.TestCase):
+    def test_engines_publish_and_find_each_other(self):
+        import urllib.error
+        import urllib.request
+        from mooncake.http_metadata_server import KVBootstrapServer, KVPoll
+        srv = KVBootstrapServer(port=0, host="127.0.0.1")
+        self.assertEqual(srv.poll(), KVPoll.Failed)
+        srv.run()
+        url = "http://127.0.0.1:%d/metadata" % srv.port
+        try:
+            self.assertEqual(srv.poll(), KVPoll.Success)
+            for method, key, code in (("GET", "", 400), ("GET", "nope", 404), ("DELETE", "nope", 404),
+                                      ("POST", "k", 405)):
+                req = urllib.request.Request(url + "?key=" + key, method=method, data=b"" if method == "POST" else None)
+                with self.assertRaises(urllib.error.HTTPError) as cm:
+                    urllib.request.urlopen(req, timeout=10)
+                self.assertEqual(cm.exception.code, code, (method, key))
+            a, b = TransferEngine(), TransferEngine()
+            self.assertEqual(a.initialize("127.0.0.1", url, "tcp", ""), 0)
+            self.assertEqual(b.initialize("127.0.0.1", url, "tcp", ""), 0)
+            try:
+                self.assertTrue(any(k.startswith("mooncake/") for k in srv.store), list(srv.store))
+                dst = b.allocate_managed_buffer(32)
+                self.assertNotEqual(a.get_first_buffer_address(b.get_session_id()), 0)
+                src = (ctypes.c_char * 32)()
+                ctypes.memmove(src, b"m" * 32, 32)
+                self.assertEqual(a.register_memory(ctypes.addressof(src), 32), 0)
+                self.assertEqual(a.transfer_sync_write(b.get_session_id(), ctypes.addressof(src), dst, 32), 0)
+                self.assertEqual(b.read_bytes_from_buffer(dst, 32), b"m" * 32)
+            finally:
+                a.close()
+                b.close()
+        finally:
+            srv.close()
+        self.assertEqual(srv.poll(), KVPoll.Failed)
+
+
 if __name__ == "__main__":
     unittest.main()
