@@ -157,37 +157,34 @@ def _bool(v):
     return bool(v)
 
 
-class BufferHandle(object):
+class BufferHandle(bytearray):
     """A value held in memory owned by this process (``get_buffer``'s result).
 
-    ``ptr()``/``size()``/``len()`` as in Mooncake; ``bytes(handle)`` copies the value
-    out (Mooncake's buffer protocol; ``memoryview(handle)`` also works on Python 3.12+).
+    ``ptr()``/``size()``/``len()`` as in Mooncake, and the buffer protocol:
+    ``memoryview(h)``, ``bytes(h)``, ``numpy.frombuffer(h, ...)`` work. The
+    memory cannot move (its size is fixed), so ``ptr()`` stays valid while the
+    handle lives.
     """
 
-    def __init__(self, data):
-        self._n = len(data)
-        self._buf = ctypes.create_string_buffer(bytes(data), self._n) if self._n else None
+    def __init__(self, data=b""):
+        super().__init__(data)
+        # An exported ctypes view pins the memory: a resize would fail instead of moving it.
+        self._pin = (ctypes.c_char * len(self)).from_buffer(self) if len(self) else None
 
     def ptr(self):
         """Address of the first byte (0 for an empty value)."""
-        return ctypes.addressof(self._buf) if self._buf is not None else 0
+        return ctypes.addressof(self._pin) if self._pin is not None else 0
 
     def size(self):
-        return self._n
-
-    def __len__(self):
-        return self._n
+        return len(self)
 
     def tobytes(self):
-        return self._buf.raw[:self._n] if self._buf is not None else b""
-
-    __bytes__ = tobytes
-
-    def __buffer__(self, flags):
-        return memoryview(self._buf if self._buf is not None else b"").cast("B")
+        return bytes(self)
 
     def __repr__(self):
-        return "<BufferHandle ptr=0x%x size=%d>" % (self.ptr(), self._n)
+        return "<BufferHandle ptr=0x%x size=%d>" % (self.ptr(), len(self))
+
+    __hash__ = object.__hash__
 
 
 class MooncakeDistributedStore(object):

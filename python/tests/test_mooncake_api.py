@@ -98,6 +98,11 @@ class StoreTypesTest(unittest.TestCase):
         self.assertEqual((h.size(), len(h), bytes(h)), (3, 3, b"abc"))
         self.assertEqual(ctypes.string_at(h.ptr(), 3), b"abc")
         self.assertEqual(BufferHandle(b"").ptr(), 0)
+        self.assertEqual(memoryview(h).tobytes(), b"abc")
+        import numpy as np
+        self.assertEqual(np.frombuffer(h, dtype=np.uint8).tolist(), [97, 98, 99])
+        with self.assertRaises(BufferError):
+            h.append(1)  # the memory is pinned: ptr() stays valid
 
     def test_host_allocator_and_helpers(self):
         a = mc_store.MooncakeHostMemAllocator()
