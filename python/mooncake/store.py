@@ -428,6 +428,7 @@ class MooncakeDistributedStore(object):
         return True
 
     def _put1(self, what, key, ptr, n, config, upsert, copy_path):
+        """One put of [ptr, +n); copy_path: the memory is the caller's value, not registered memory."""
         if not self._ready(what):
             return ErrorCode.INVALID_PARAMS
         cfg = self._cfg(what, config, upsert)
@@ -467,8 +468,9 @@ class MooncakeDistributedStore(object):
             return ErrorCode.INVALID_PARAMS
         value = ctypes.string_at(int(metadata_buffer_ptr), int(metadata_size)) if metadata_size else b""
         value += ctypes.string_at(int(buffer_ptr), int(size)) if size else b""
-        rc = self._put1("put_from_with_metadata", key, *_buffer_ptr(value)[1:], config=config, upsert=False,
-                        copy_path=False)
+        keep, ptr, n = _buffer_ptr(value)
+        rc = self._put1("put_from_with_metadata", key, ptr, n, config, False, False)
+        del keep
         return rc
 
     def _parts(self, parts):
