@@ -62,6 +62,12 @@ _PROTOTYPES = {
     "mc_store_remove_regex": (_c_i64, [_c_i64, _c_str, _c_i64]),
     "mc_store_remove_all": (_c_i64, [_c_i64, _c_i64]),
     "mc_store_list": (_c_i64, [_c_i64, _c_str, ctypes.POINTER(_c_ptr)]),
+    "mc_store_put_ex": (_c_i64, [_c_i64, _c_str, _c_ptr, _c_u64, _c_str]),
+    "mc_store_batch_put_ex": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), ctypes.POINTER(_c_ptr), _p_u64, _c_str,
+                                       _p_i64]),
+    "mc_store_batch_remove": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), _c_i64, _p_i64]),
+    "mc_store_stat": (_c_i64, [_c_i64, _c_str, ctypes.POINTER(_c_ptr)]),
+    "mc_store_hostname": (_c_i64, [_c_i64, ctypes.c_char_p, _c_i64]),
 }
 
 _lock = threading.Lock()

@@ -12,6 +12,7 @@ Addresses are plain ints (for a numpy array: ``arr.ctypes.data``). A session id
 """
 
 import ctypes
+import enum
 import json
 import logging
 import threading
@@ -20,16 +21,84 @@ from . import _native
 
 log = logging.getLogger("mooncake")
 
-__all__ = ["TransferEngine", "TransferOpcode"]
+__all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "InnerTransferEngine", "Read", "Write",
+           "SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_EFA", "SUPPORT_MNNVL", "SUPPORT_MUSA", "SUPPORT_INTRA_NVLINK",
+           "SUPPORT_CXL", "SharedSegment"]
+
+# Hardware transports this build has (Mooncake's module constants): none of
+# them; TCP and shared memory need no flag.
+SUPPORT_CUDA = False
+SUPPORT_HIP = False
+SUPPORT_EFA = False
+SUPPORT_MNNVL = False
+SUPPORT_MUSA = False
+SUPPORT_INTRA_NVLINK = False
+SUPPORT_CXL = False
 
 
-class TransferOpcode(object):
-    """Opcode values of Mooncake's ``TransferOpcode`` enum."""
+class TransferOpcode(enum.IntEnum):
+    """Mooncake's ``TransferOpcode`` (also ``TransferEngine.TransferOpcode``; ``READ``/``WRITE`` alias)."""
 
     Read = 0
     Write = 1
     READ = 0
     WRITE = 1
+
+
+# Mooncake exports the opcode values at module level too.
+Read = TransferOpcode.Read
+Write = TransferOpcode.Write
+
+
+class TransferNotify(object):
+    """A notification: ``name`` and ``msg`` (Mooncake's ``TransferNotify``).
+
+    Pass one as ``notify=`` to ``transfer_sync``/``batch_transfer_sync``: it is
+    delivered to the peer after the transfer succeeded. ``get_notifies()`` returns
+    these, with ``from_session`` (the sender) set; for this package's older
+    callers a received one also unpacks as ``(from_session, name, msg)``.
+    """
+
+    def __init__(self, name="", msg=""):
+        self.name = name
+        self.msg = msg
+        self.from_session = ""
+
+    def __iter__(self):
+        return iter((self.from_session, self.name, self.msg))
+
+    def __eq__(self, other):
+        if isinstance(other, TransferNotify):
+            return (self.name, self.msg) == (other.name, other.msg)
+        if isinstance(other, tuple):
+            return tuple(self) == other
+        return NotImplemented
+
+    def __repr__(self):
+        return "TransferNotify(name=%r, msg=%r)" % (self.name, self.msg)
+
+
+class SharedSegment(object):
+    """Mooncake's GPU-shareable memory segment: not available in this build (``supported()`` is False)."""
+
+    @staticmethod
+    def supported():
+        return False
+
+    @staticmethod
+    def create(*args, **kwargs):
+        log.error("mooncake: SharedSegment.create: shared device segments are not supported by this build")
+        return None
+
+
+class InnerTransferEngine(object):
+    """What ``get_engine()`` returns: a handle on the engine for sharing with a store."""
+
+    def __init__(self, outer):
+        self._outer = outer
+
+    def handle(self):
+        return self._outer._h
 
 
 class _Ranges(object):
@@ -281,48 +350,101 @@ class TransferEngine(object):
             return 0
         return int(bid)
 
-    def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length):
+    # transport_hint picks a transport in Mooncake (e.g. "rdma"); this engine has
+    # one transport per peer, so the hint is accepted and not needed.
+
+    def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length, transport_hint=""):
         """Writes local [buffer,+length) to the peer's address. 0 or -1."""
         return self._sync("transfer_sync_write", target_hostname, TransferOpcode.Write,
                           [buffer], [peer_buffer_address], [length])
 
-    def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length):
+    def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length, transport_hint=""):
         """Reads the peer's [peer_buffer_address,+length) into local buffer. 0 or -1."""
         return self._sync("transfer_sync_read", target_hostname, TransferOpcode.Read,
                           [buffer], [peer_buffer_address], [length])
 
-    def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode):
-        """Single transfer with an explicit TransferOpcode. 0 or -1."""
-        return self._sync("transfer_sync", target_hostname, int(opcode), [buffer], [peer_buffer_address], [length])
+    def _notify_after(self, what, rc, target_hostname, notify):
+        if rc != 0 or notify is None:
+            return rc
+        if self.send_notify(target_hostname, notify.name, notify.msg) != 0:
+            log.error("mooncake: %s: transfer done but the notify was not delivered", what)
+            return -1
+        return 0
 
-    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths):
+    def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode, notify=None,
+                      transport_hint=""):
+        """Single transfer with an explicit TransferOpcode; notify (a TransferNotify) is sent after it. 0 or -1."""
+        rc = self._sync("transfer_sync", target_hostname, int(opcode), [buffer], [peer_buffer_address], [length])
+        return self._notify_after("transfer_sync", rc, target_hostname, notify)
+
+    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""):
         """Writes several local ranges to the peer and waits. 0 or -1."""
         return self._sync("batch_transfer_sync_write", target_hostname, TransferOpcode.Write,
                           buffers, peer_buffer_addresses, lengths)
 
-    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths):
+    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""):
         """Reads several peer ranges into local buffers and waits. 0 or -1."""
         return self._sync("batch_transfer_sync_read", target_hostname, TransferOpcode.Read,
                           buffers, peer_buffer_addresses, lengths)
 
-    def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode):
-        """Batch transfer with an explicit TransferOpcode. 0 or -1."""
-        return self._sync("batch_transfer_sync", target_hostname, int(opcode), buffers, peer_buffer_addresses, lengths)
+    def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify=None,
+                            transport_hint=""):
+        """Batch transfer with an explicit TransferOpcode; notify is sent after it. 0 or -1."""
+        rc = self._sync("batch_transfer_sync", target_hostname, int(opcode), buffers, peer_buffer_addresses, lengths)
+        return self._notify_after("batch_transfer_sync", rc, target_hostname, notify)
 
-    def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses, lengths):
+    def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                                   transport_hint=""):
         """Submits writes; returns a batch id for get_batch_transfer_status, 0 on failure."""
         return self._async("batch_transfer_async_write", target_hostname, TransferOpcode.Write,
                            buffers, peer_buffer_addresses, lengths)
 
-    def batch_transfer_async_read(self, target_hostname, buffers, peer_buffer_addresses, lengths):
+    def batch_transfer_async_read(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                                  transport_hint=""):
         """Submits reads; returns a batch id for get_batch_transfer_status, 0 on failure."""
         return self._async("batch_transfer_async_read", target_hostname, TransferOpcode.Read,
                            buffers, peer_buffer_addresses, lengths)
 
-    def batch_transfer_async(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode):
+    def batch_transfer_async(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode,
+                             transport_hint=""):
         """Submits a batch with an explicit TransferOpcode; batch id or 0."""
         return self._async("batch_transfer_async", target_hostname, int(opcode), buffers, peer_buffer_addresses,
                            lengths)
+
+    # CUDA transfers (stream-ordered): this build has no CUDA (SUPPORT_CUDA is False).
+
+    def _no_cuda(self, what):
+        log.error("mooncake: %s: CUDA is not supported by this build (SUPPORT_CUDA is False)", what)
+        return -1
+
+    def transfer_write_on_cuda(self, target_hostname, buffer, peer_buffer_address, length, stream_ptr=0,
+                               transport_hint=""):
+        return self._no_cuda("transfer_write_on_cuda")
+
+    def transfer_read_on_cuda(self, target_hostname, buffer, peer_buffer_address, length, stream_ptr=0,
+                              transport_hint=""):
+        return self._no_cuda("transfer_read_on_cuda")
+
+    def batch_transfer_write_on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0,
+                                     transport_hint=""):
+        return self._no_cuda("batch_transfer_write_on_cuda")
+
+    def batch_transfer_read_on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0,
+                                    transport_hint=""):
+        return self._no_cuda("batch_transfer_read_on_cuda")
+
+    def warmup_efa_segment(self, segment_name):
+        """EFA is not supported by this build (SUPPORT_EFA is False): -1."""
+        log.error("mooncake: warmup_efa_segment: EFA is not supported by this build")
+        return -1
+
+    def get_engine(self):
+        """A handle on this engine (Mooncake's InnerTransferEngine), or None before initialize."""
+        return InnerTransferEngine(self) if self._h else None
+
+    def get_engine_ptr(self):
+        """An opaque non-zero id of this engine (0 before initialize)."""
+        return int(self._h)
 
     def get_batch_transfer_status(self, batch_ids):
         """Waits for the batches and frees them. 0 when all completed, else -1."""
@@ -340,7 +462,7 @@ class TransferEngine(object):
             return self._fail("get_batch_transfer_status")
         return 0
 
-    def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length):
+    def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length, transport_hint=""):
         """Submits one write; returns a batch id for transfer_check_status, 0 on failure."""
         return self._async("transfer_submit_write", target_hostname, TransferOpcode.Write,
                            [buffer], [peer_buffer_address], [length])
@@ -359,11 +481,11 @@ class TransferEngine(object):
 
     # --- control ---------------------------------------------------------
 
-    def send_probe(self, target_hostname):
+    def send_probe(self, peer_server_name):
         """Checks that a peer answers on its RPC port. 0 or -1."""
         if not self._ok("send_probe"):
             return -1
-        if self._lib.mc_engine_probe(self._h, _native.cstr(target_hostname)) < 0:
+        if self._lib.mc_engine_probe(self._h, _native.cstr(peer_server_name)) < 0:
             return self._fail("send_probe")
         return 0
 
@@ -378,7 +500,7 @@ class TransferEngine(object):
         return 0
 
     def get_notifies(self):
-        """Drains received notifications: a list of (from_session, name, msg str)."""
+        """Drains received notifications: a list of TransferNotify (``name``, ``msg``, ``from_session``)."""
         if not self._ok("get_notifies"):
             return []
         out = ctypes.c_void_p()
@@ -389,9 +511,14 @@ class TransferEngine(object):
         raw = _native.take_bytes(out.value, n)
         if not raw:
             return []
-        return [(x.get("from", ""), x.get("name", ""), x.get("msg", "")) for x in json.loads(raw)]
+        out = []
+        for x in json.loads(raw):
+            n = TransferNotify(x.get("name", ""), x.get("msg", ""))
+            n.from_session = x.get("from", "")
+            out.append(n)
+        return out
 
-    def get_local_topology(self, device_name=""):
+    def get_local_topology(self, device_name=None):
         """This engine's segment as JSON text (name, protocol, buffers)."""
         if not self._ok("get_local_topology"):
             return ""
@@ -401,3 +528,6 @@ class TransferEngine(object):
             self._fail("get_local_topology")
             return ""
         return _native.take_bytes(out.value, n).decode("utf-8", "replace")
+
+
+TransferEngine.TransferOpcode = TransferOpcode

@@ -1,20 +1,29 @@
-"""mooncake.store: a drop-in for Mooncake's ``MooncakeDistributedStore`` Python class.
+"""mooncake.store: a drop-in for Mooncake's ``mooncake.store`` module.
 
-Backed by the Go store client through libmooncake.so (see ``_native``).
+``MooncakeDistributedStore`` is backed by the Go store client through
+libmooncake.so (see ``_native``); the module-level types (``SoftPinAction``,
+``ReplicateConfig``, ``ReplicaStatus``, ``TaskType``, ...) are in
+``_store_types`` and re-exported here with Mooncake's names and values.
 Return conventions are Mooncake's:
 
-* ``put``/``put_from``/``put_batch``/``remove``/``register_buffer``/... return
-  ``0`` or a negative Mooncake error code (``-704`` object not found,
-  ``-706`` object has a lease, ``-800`` transfer failed, ``-900`` RPC failed, ...);
+* ``put``/``put_from``/``put_batch``/``upsert*``/``remove``/``register_buffer``/...
+  return ``0`` or a negative Mooncake error code (``-600`` invalid params,
+  ``-704`` object not found, ``-706`` object has a lease, ``-800`` transfer
+  failed, ``-900`` RPC failed, ``-1012`` not supported here, ...);
 * ``get`` returns the value, ``b""`` when it is missing or on error;
 * ``get_into`` returns the number of bytes read, or a negative code;
 * ``is_exist`` returns ``1``, ``0`` or ``-1``; ``get_size`` a size or a negative code;
-* ``remove_by_regex``/``remove_all`` return the number removed or a negative code.
+* ``remove_by_regex``/``remove_all`` return the number removed or a negative code;
+* ``health_check`` returns ``0`` healthy, ``1`` not set up, ``2`` master unreachable.
 
 A failure never raises out of the native library: the reason is logged
-(logger ``mooncake`` and the library's stderr log).
+(logger ``mooncake`` and the library's stderr log). Methods whose feature
+the Go store does not have (dummy clients, segment mounting, put/get
+sessions, replica clear, copy/move tasks, the tensor API) log why and return
+Mooncake's failure value for their return type; docs/python.md lists them.
 
-``setup()`` takes Mooncake's positional arguments; any left out (or ``None``)
+``setup()`` takes Mooncake's positional and keyword arguments, or one config
+dict / ``MooncakeConfig`` object; positional arguments left out (or ``None``)
 come from ``MOONCAKE_CONFIG_PATH`` or the ``MOONCAKE_*`` environment (see
 ``mooncake.config``).
 """
@@ -22,13 +31,32 @@ come from ``MOONCAKE_CONFIG_PATH`` or the ``MOONCAKE_*`` environment (see
 import ctypes
 import json
 import logging
+import random
+import socket
+import threading
 
 from . import _native
+from ._store_types import (UUID, Descriptor, DiskDescriptor, MemoryDescriptor, ObjectDataType, ParallelAxis,
+                           QueryTaskResponse, ReadTarget, ReplicaDescriptor, ReplicaStatus, ReplicateConfig,
+                           SoftPinAction, TaskStatus, TaskType, TensorParallelism)
 from .config import MooncakeConfig, parse_size
 
 log = logging.getLogger("mooncake")
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "ErrorCode", "BufferHandle"]
+__all__ = [
+    "MooncakeDistributedStore", "ReplicateConfig", "ErrorCode", "BufferHandle", "SoftPinAction", "ObjectDataType",
+    "ReplicaStatus", "TaskType", "TaskStatus", "QueryTaskResponse", "MemoryDescriptor", "DiskDescriptor",
+    "ReplicaDescriptor", "Descriptor", "ParallelAxis", "TensorParallelism", "ReadTarget", "UUID",
+    "MooncakeHostMemAllocator", "MooncakeDistributedNoFRegister", "BufferPool", "BufferLease",
+    "bind_to_numa_node", "get_alloc_func_addr", "get_free_func_addr",
+]
+
+# Mooncake exports the values of these enums at module level too (export_values);
+# TaskStatus comes last there, so PROCESSING and FAILED are TaskStatus values.
+for _enum in (ObjectDataType, ReplicaStatus, TaskType, TaskStatus):
+    for _m in _enum:
+        globals()[_m.name] = _m
+del _enum, _m
 
 
 class ErrorCode(object):
@@ -39,54 +67,27 @@ class ErrorCode(object):
     BUFFER_OVERFLOW = -10
     SEGMENT_NOT_FOUND = -101
     NO_AVAILABLE_HANDLE = -200
+    INVALID_KEY = -400
     INVALID_PARAMS = -600
+    INVALID_REPLICA = -702
     OBJECT_NOT_FOUND = -704
     OBJECT_ALREADY_EXISTS = -705
     OBJECT_HAS_LEASE = -706
     LEASE_EXPIRED = -707
+    REPLICA_NOT_FOUND = -710
     TRANSFER_FAIL = -800
     RPC_FAIL = -900
     RPC_TIMEOUT = -901
+    NOT_SUPPORTED = -1012
 
 
-class ReplicateConfig(object):
-    """Placement options of a put (Mooncake's ``ReplicateConfig``)."""
+# health_check results (Mooncake's HC_* values).
+HC_HEALTHY = 0
+HC_NOT_INITIALIZED = 1
+HC_MASTER_UNREACHABLE = 2
 
-    def __init__(self, replica_num=1, with_soft_pin=False, with_hard_pin=False, preferred_segment="",
-                 preferred_segments=None, prefer_alloc_in_same_node=False):
-        self.replica_num = replica_num
-        self.with_soft_pin = with_soft_pin
-        self.with_hard_pin = with_hard_pin
-        self.preferred_segment = preferred_segment
-        self.preferred_segments = list(preferred_segments or [])
-        self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
-
-    def __repr__(self):
-        return "ReplicateConfig(replica_num=%d, with_soft_pin=%s, with_hard_pin=%s, preferred_segments=%r)" % (
-            self.replica_num, self.with_soft_pin, self.with_hard_pin, self._segments())
-
-    def _segments(self):
-        segs = list(self.preferred_segments)
-        if self.preferred_segment and self.preferred_segment not in segs:
-            segs.insert(0, self.preferred_segment)
-        return segs
-
-    def to_json(self):
-        return json.dumps({
-            "replica_num": int(self.replica_num),
-            "with_soft_pin": bool(self.with_soft_pin),
-            "with_hard_pin": bool(self.with_hard_pin),
-            "preferred_segments": self._segments(),
-            "prefer_alloc_in_same_node": bool(self.prefer_alloc_in_same_node),
-        })
-
-
-def _cfg(config):
-    if config is None:
-        return b""
-    if not isinstance(config, ReplicateConfig):
-        raise TypeError("config must be a mooncake.store.ReplicateConfig")
-    return config.to_json().encode()
+# Mooncake picks a store client's RPC port in this range when local_hostname has none.
+_PORT_RANGE = (12300, 14300)
 
 
 def _key(key):
@@ -122,25 +123,68 @@ def _buffer_ptr(value):
     return buf, ctypes.addressof(buf), mv.nbytes
 
 
-class BufferHandle(object):
-    """A value held in memory owned by this process (Mooncake's ``get_buffer`` result)."""
+def _has_port(host):
+    host = host.strip()
+    if host.startswith("["):
+        return "]:" in host
+    return host.count(":") == 1 and host.rsplit(":", 1)[1].isdigit()
 
-    def __init__(self, data):
-        self._buf = ctypes.create_string_buffer(data, len(data)) if data else None
-        self._n = len(data)
+
+def _free_port(host):
+    """A port in Mooncake's range that is free on host right now (0 when none is found)."""
+    lo, hi = _PORT_RANGE
+    for _ in range(64):
+        port = random.randint(lo, hi)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((host if host not in ("localhost",) else "127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    return 0
+
+
+def _bool(v):
+    if isinstance(v, str):
+        s = v.strip().lower()
+        if s in ("1", "true", "yes", "on", "enable"):
+            return True
+        if s in ("", "0", "false", "no", "off", "disable"):
+            return False
+        raise ValueError("not a boolean: %r" % (v,))
+    return bool(v)
+
+
+class BufferHandle(bytearray):
+    """A value held in memory owned by this process (``get_buffer``'s result).
+
+    ``ptr()``/``size()``/``len()`` as in Mooncake, and the buffer protocol:
+    ``memoryview(h)``, ``bytes(h)``, ``numpy.frombuffer(h, ...)`` work. The
+    memory cannot move (its size is fixed), so ``ptr()`` stays valid while the
+    handle lives.
+    """
+
+    def __init__(self, data=b""):
+        super().__init__(data)
+        # An exported ctypes view pins the memory: a resize would fail instead of moving it.
+        self._pin = (ctypes.c_char * len(self)).from_buffer(self) if len(self) else None
 
     def ptr(self):
         """Address of the first byte (0 for an empty value)."""
-        return ctypes.addressof(self._buf) if self._buf is not None else 0
+        return ctypes.addressof(self._pin) if self._pin is not None else 0
 
     def size(self):
-        return self._n
-
-    def __len__(self):
-        return self._n
+        return len(self)
 
     def tobytes(self):
-        return self._buf.raw[:self._n] if self._buf is not None else b""
+        return bytes(self)
+
+    def __repr__(self):
+        return "<BufferHandle ptr=0x%x size=%d>" % (self.ptr(), len(self))
+
+    __hash__ = object.__hash__
 
 
 class MooncakeDistributedStore(object):
@@ -149,17 +193,31 @@ class MooncakeDistributedStore(object):
     def __init__(self):
         self._lib = _native.lib()
         self._h = 0
+        self._lock = threading.Lock()
+        self._regs = {}  # registered buffers: address -> size
         self.config = None
 
     # --- lifecycle -------------------------------------------------------
 
     def setup(self, local_hostname=None, metadata_server=None, global_segment_size=None, local_buffer_size=None,
-              protocol=None, rdma_devices=None, master_server_addr=None, engine=None):
+              protocol=None, rdma_devices=None, master_server_addr=None, engine=None, enable_ssd_offload=False,
+              ssd_offload_path="", tenant_id="default", enable_client_http_server=False, client_http_port=9300,
+              config=None):
         """Connects to the master and, when global_segment_size > 0, contributes that much memory.
 
-        Arguments left out come from MOONCAKE_CONFIG_PATH / MOONCAKE_* (mooncake.config).
-        Returns 0, or a negative code.
+        Mooncake's two forms: ``setup(local_hostname, metadata_server, global_segment_size,
+        local_buffer_size, protocol, rdma_devices, master_server_addr, engine=None,
+        enable_ssd_offload=False, ssd_offload_path="", tenant_id="default",
+        enable_client_http_server=False, client_http_port=9300)`` and ``setup(config)`` with a
+        dict (Mooncake's keys) or a MooncakeConfig object. Positional arguments left out come
+        from MOONCAKE_CONFIG_PATH / MOONCAKE_* (mooncake.config). Sizes may be strings
+        ("16MB", "4gb"). SSD offload, tenants and the client HTTP server are accepted and
+        ignored with a warning. Returns 0, or a negative code.
         """
+        if config is None and local_hostname is not None and not isinstance(local_hostname, (str, bytes)):
+            config, local_hostname = local_hostname, None
+        if config is not None:
+            return self._setup_config(config)
         if self._h:
             log.error("mooncake: setup: store already set up")
             return ErrorCode.INVALID_PARAMS
@@ -174,33 +232,96 @@ class MooncakeDistributedStore(object):
             if local_buffer_size is not None:
                 cfg.local_buffer_size = parse_size(local_buffer_size)
             if protocol is not None:
-                cfg.protocol = str(protocol)
+                cfg.protocol = str(protocol).strip().lower()
             if rdma_devices is not None:
                 cfg.device_name = str(rdma_devices)
             if master_server_addr is not None:
                 cfg.master_server_address = str(master_server_addr)
+            ssd = _bool(enable_ssd_offload)
+            http = _bool(enable_client_http_server)
         except (ValueError, OSError) as exc:
             log.error("mooncake: setup: bad configuration: %s", exc)
             return ErrorCode.INVALID_PARAMS
         if engine is not None:
             log.warning("mooncake: setup: sharing a TransferEngine is not supported; the store uses its own")
-        h = self._lib.mc_store_open(_native.cstr(cfg.local_hostname), _native.cstr(cfg.metadata_server),
-                                    cfg.global_segment_size, cfg.local_buffer_size, _native.cstr(cfg.protocol),
-                                    _native.cstr(cfg.device_name), _native.cstr(cfg.master_server_address))
-        if h <= 0:
-            log.error("mooncake: setup: %s", _native.last_error())
-            return int(h) if h < 0 else ErrorCode.INTERNAL_ERROR
-        self._h = h
-        self.config = cfg
+        if ssd or ssd_offload_path:
+            log.warning("mooncake: setup: SSD offload (enable_ssd_offload=%s, ssd_offload_path=%r) is not supported "
+                        "by this store; objects are kept in memory only", ssd, ssd_offload_path)
+        if tenant_id not in (None, "", "default"):
+            log.warning("mooncake: setup: tenants are not supported; tenant_id %r is ignored", tenant_id)
+        if http:
+            log.warning("mooncake: setup: the client HTTP server (port %s) is not supported; not started",
+                        client_http_port)
+        return self._open(cfg)
+
+    def _setup_config(self, config):
+        """setup(config): a dict with Mooncake's keys, or an object with MooncakeConfig's attributes."""
+        if not isinstance(config, dict):
+            d = {}
+            for k in ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size", "protocol",
+                      "device_name", "master_server_address", "enable_ssd_offload", "ssd_offload_path", "tenant_id",
+                      "enable_client_http_server", "client_http_port"):
+                if getattr(config, k, None) is not None:
+                    d[k] = getattr(config, k)
+            config = d
+        d = dict(config)
+        for missing in ("local_hostname", "metadata_server"):
+            if not str(d.get(missing) or "").strip():
+                log.error("mooncake: setup: config is missing %r", missing)
+                return ErrorCode.INVALID_PARAMS
+        known = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size", "protocol",
+                 "rdma_devices", "device_name", "master_server_addr", "master_server_address", "ipc_socket_path",
+                 "enable_ssd_offload", "ssd_offload_path", "tenant_id", "enable_client_http_server",
+                 "client_http_port"}
+        for k in sorted(set(d) - known):
+            log.warning("mooncake: setup: unknown config key %r ignored", k)
+        if d.get("ipc_socket_path"):
+            log.warning("mooncake: setup: ipc_socket_path is not supported (no dummy clients); ignored")
+        return self.setup(
+            str(d["local_hostname"]), str(d["metadata_server"]),
+            d.get("global_segment_size", 16 * 1024 * 1024), d.get("local_buffer_size", 16 * 1024 * 1024),
+            d.get("protocol", "tcp"), d.get("rdma_devices", d.get("device_name", "")) or "",
+            d.get("master_server_addr", d.get("master_server_address", "127.0.0.1:50051")),
+            enable_ssd_offload=d.get("enable_ssd_offload", False), ssd_offload_path=d.get("ssd_offload_path") or "",
+            tenant_id=d.get("tenant_id") or "default",
+            enable_client_http_server=d.get("enable_client_http_server", False),
+            client_http_port=d.get("client_http_port", 9300))
+
+    def _open(self, cfg):
+        host = cfg.local_hostname
+        if host and not _has_port(host) and not host.startswith("["):
+            port = _free_port(host)
+            if port:
+                host = "%s:%d" % (host, port)
+        with self._lock:
+            if self._h:
+                log.error("mooncake: setup: store already set up")
+                return ErrorCode.INVALID_PARAMS
+            h = self._lib.mc_store_open(_native.cstr(host), _native.cstr(cfg.metadata_server),
+                                        cfg.global_segment_size, cfg.local_buffer_size, _native.cstr(cfg.protocol),
+                                        _native.cstr(cfg.device_name), _native.cstr(cfg.master_server_address))
+            if h <= 0:
+                log.error("mooncake: setup: %s", _native.last_error())
+                return int(h) if h < 0 else ErrorCode.INTERNAL_ERROR
+            self._h = h
+            self._regs = {}
+            self.config = cfg
         return 0
 
     def init_all(self, protocol, device_name, mount_segment_size=16 * 1024 * 1024):
         """Mooncake's older entry point: setup from the environment with these overrides."""
         return self.setup(protocol=protocol, rdma_devices=device_name, global_segment_size=mount_segment_size)
 
+    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
+        """Not supported: dummy clients need a standalone ``mooncake client`` process (not built yet)."""
+        return self._unsupported("setup_dummy", "dummy clients (a standalone client process) are not supported",
+                                 ErrorCode.NOT_SUPPORTED)
+
     def close(self):
         """Unmounts this client's segment and disconnects. Returns 0."""
-        h, self._h = self._h, 0
+        with self._lock:
+            h, self._h = self._h, 0
+            self._regs = {}
         if not h:
             return 0
         rc = self._lib.mc_store_close(h)
@@ -234,94 +355,244 @@ class MooncakeDistributedStore(object):
             log.error("mooncake: %s: %s", what, _native.last_error())
         return rc
 
-    def health_check(self):
-        """0 when the master answers, else a negative code."""
-        if not self._ready("health_check"):
-            return ErrorCode.INTERNAL_ERROR
-        return self._rc("health_check", self._lib.mc_store_health(self._h))
+    @staticmethod
+    def _unsupported(what, why, result):
+        log.error("mooncake: %s: not supported: %s", what, why)
+        return result
 
-    # --- put / get -------------------------------------------------------
+    def health_check(self):
+        """0 when the master answers, 1 when not set up, 2 when the master is unreachable."""
+        if not self._h:
+            return HC_NOT_INITIALIZED
+        rc = self._lib.mc_store_health(self._h)
+        if rc < 0:
+            log.error("mooncake: health_check: %s", _native.last_error())
+            return HC_MASTER_UNREACHABLE
+        return HC_HEALTHY
+
+    def get_hostname(self):
+        """This client's "host:port" (its transfer endpoint), as Mooncake returns it; "" before setup."""
+        if not self._h:
+            return ""
+        buf = ctypes.create_string_buffer(512)
+        n = self._lib.mc_store_hostname(self._h, buf, len(buf))
+        if n < 0:
+            return self.config.local_hostname if self.config else ""
+        return buf.value.decode("utf-8", "replace")
+
+    # --- put family ------------------------------------------------------
+
+    def _cfg(self, what, config, upsert=False):
+        """The put_ex JSON for config, or None (logged) when config is invalid."""
+        if config is None and not upsert:
+            return b""
+        if config is None:
+            config = ReplicateConfig()
+        if not isinstance(config, ReplicateConfig):
+            raise TypeError("%s(): config must be a mooncake.store.ReplicateConfig, got %s" % (
+                what, type(config).__name__))
+        if config.replica_num == 0:
+            log.error("mooncake: %s: replica_num must be at least 1", what)
+            return None
+        if config.soft_pin_ttl_ms is not None and config.soft_pin_action != SoftPinAction.ENABLE:
+            log.error("mooncake: %s: soft_pin_ttl_ms is only valid with soft_pin_action=ENABLE", what)
+            return None
+        if config.soft_pin_action == SoftPinAction.ENABLE and config.soft_pin_ttl_ms == 0:
+            log.error("mooncake: %s: soft_pin_ttl_ms must be positive", what)
+            return None
+        ignored = config.ignored_fields()
+        if ignored:
+            log.warning("mooncake: %s: ReplicateConfig fields not supported by this store, ignored: %s",
+                        what, ", ".join(ignored))
+        return json.dumps({
+            "replica_num": int(config.replica_num),
+            "soft_pin": config.soft_pin_action == SoftPinAction.ENABLE,
+            "soft_pin_ttl_ms": int(config.soft_pin_ttl_ms or 0),
+            "with_hard_pin": bool(config.with_hard_pin),
+            "preferred_segments": config.segments(),
+            "prefer_alloc_in_same_node": bool(config.prefer_alloc_in_same_node),
+            "upsert": bool(upsert),
+        }).encode()
+
+    def _registered(self, ptr, n):
+        for base, size in list(self._regs.items()):
+            if base <= ptr and ptr + n <= base + size:
+                return True
+        return False
+
+    def _staged(self, what, ptr, n):
+        """False (logged) when a copy-path put cannot run: this client has no local buffer."""
+        if self.config is not None and self.config.local_buffer_size == 0 and n > 0 and not self._registered(ptr, n):
+            log.error("mooncake: %s: local_buffer_size is 0: only registered memory can be put", what)
+            return False
+        return True
+
+    def _put1(self, what, key, ptr, n, config, upsert, copy_path):
+        """One put of [ptr, +n); copy_path: the memory is the caller's value, not registered memory."""
+        if not self._ready(what):
+            return ErrorCode.INVALID_PARAMS
+        cfg = self._cfg(what, config, upsert)
+        if cfg is None:
+            return ErrorCode.INVALID_PARAMS
+        if copy_path and not self._staged(what, ptr, n):
+            return ErrorCode.INVALID_PARAMS
+        return self._rc(what, self._lib.mc_store_put_ex(self._h, _key(key), ptr or None, n, cfg))
 
     def put(self, key, value, config=None):
         """Stores value (bytes-like) under key. A key that exists is left as is. 0 or negative."""
-        if not self._ready("put"):
-            return ErrorCode.INTERNAL_ERROR
         keep, ptr, n = _buffer_ptr(value)
-        rc = self._lib.mc_store_put(self._h, _key(key), ptr or None, n, _cfg(config))
+        rc = self._put1("put", key, ptr, n, config, False, True)
         del keep
-        return self._rc("put", rc)
+        return rc
+
+    def upsert(self, key, value, config=None):
+        """Stores value under key, replacing the current value. 0 or negative."""
+        keep, ptr, n = _buffer_ptr(value)
+        rc = self._put1("upsert", key, ptr, n, config, True, True)
+        del keep
+        return rc
 
     def put_from(self, key, buffer_ptr, size, config=None):
         """Stores [buffer_ptr, +size) of process memory under key. 0 or negative."""
-        if not self._ready("put_from"):
-            return ErrorCode.INTERNAL_ERROR
-        return self._rc("put_from", self._lib.mc_store_put(self._h, _key(key), int(buffer_ptr) or None, int(size),
-                                                           _cfg(config)))
+        return self._put1("put_from", key, int(buffer_ptr), int(size), config, False, False)
 
-    def put_parts(self, key, *parts, **kw):
-        """Stores the concatenation of several bytes-like parts. 0 or negative."""
-        return self.put(key, b"".join(bytes(memoryview(p)) for p in parts), kw.get("config"))
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        """upsert from [buffer_ptr, +size). 0 or negative."""
+        return self._put1("upsert_from", key, int(buffer_ptr), int(size), config, True, False)
 
-    def put_batch(self, keys, values, config=None):
-        """Stores several values. 0 when all succeeded, else the first negative code."""
-        if not self._ready("put_batch"):
-            return ErrorCode.INTERNAL_ERROR
-        if len(keys) != len(values):
-            log.error("mooncake: put_batch: %d keys but %d values", len(keys), len(values))
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size, config=None):
+        """Stores the metadata bytes followed by the data bytes as one object. 0 or negative."""
+        if int(size) < 0 or int(metadata_size) < 0 or (size and not buffer_ptr) or (metadata_size and
+                                                                                     not metadata_buffer_ptr):
+            log.error("mooncake: put_from_with_metadata: bad buffer")
             return ErrorCode.INVALID_PARAMS
-        if not keys:
-            return 0
-        bufs = [_buffer_ptr(v) for v in values]
-        res = self._batch_put(keys, [b[1] for b in bufs], [b[2] for b in bufs], config)
-        del bufs
+        value = ctypes.string_at(int(metadata_buffer_ptr), int(metadata_size)) if metadata_size else b""
+        value += ctypes.string_at(int(buffer_ptr), int(size)) if size else b""
+        keep, ptr, n = _buffer_ptr(value)
+        rc = self._put1("put_from_with_metadata", key, ptr, n, config, False, False)
+        del keep
+        return rc
+
+    def _parts(self, parts):
+        for p in parts:
+            mv = memoryview(p)
+            if mv.ndim > 1 or mv.itemsize != 1:
+                raise RuntimeError("parts must be 1-D bytes-like")
+        return b"".join(bytes(memoryview(p)) for p in parts)
+
+    def put_parts(self, key, *parts, config=None):
+        """Stores the concatenation of several bytes-like parts. 0 or negative."""
+        return self.put(key, self._parts(parts), config)
+
+    def upsert_parts(self, key, *parts, config=None):
+        """Upserts the concatenation of several bytes-like parts. 0 or negative."""
+        return self.upsert(key, self._parts(parts), config)
+
+    def _batch(self, what, keys, ptrs, sizes, config, upsert, copy_path):
+        n = len(keys)
+        if not self._ready(what):
+            return [ErrorCode.INTERNAL_ERROR] * n
+        if not (n == len(ptrs) == len(sizes)):
+            log.error("mooncake: %s: lists of different lengths", what)
+            return [ErrorCode.INVALID_PARAMS] * n
+        if n == 0:
+            return []
+        cfg = self._cfg(what, config, upsert)
+        if cfg is None:
+            return [ErrorCode.INVALID_PARAMS] * n
+        if copy_path and any(not self._staged(what, int(p), int(s)) for p, s in zip(ptrs, sizes)):
+            return [ErrorCode.INVALID_PARAMS] * n
+        out = (ctypes.c_int64 * n)()
+        rc = self._lib.mc_store_batch_put_ex(self._h, n, _keys(keys), _native.ptr_array(ptrs),
+                                             _native.u64_array(sizes), cfg, out)
+        if rc < 0:
+            self._rc(what, rc)
+            return [int(rc)] * n
+        res = [int(x) for x in out]
+        if any(x < 0 for x in res):
+            log.error("mooncake: %s: %s", what, _native.last_error())
+        return res
+
+    def _first_error(self, res):
         for rc in res:
             if rc < 0:
                 return rc
         return 0
 
+    def put_batch(self, keys, values, config=None):
+        """Stores several values. 0 when all succeeded, else the first negative code."""
+        if len(keys) != len(values):
+            log.error("mooncake: put_batch: %d keys but %d values", len(keys), len(values))
+            return ErrorCode.INVALID_PARAMS
+        bufs = [_buffer_ptr(v) for v in values]
+        res = self._batch("put_batch", keys, [b[1] for b in bufs], [b[2] for b in bufs], config, False, True)
+        del bufs
+        return self._first_error(res)
+
+    def upsert_batch(self, keys, values, config=None):
+        """Upserts several values. 0 when all succeeded, else the first negative code."""
+        if len(keys) != len(values):
+            log.error("mooncake: upsert_batch: %d keys but %d values", len(keys), len(values))
+            return ErrorCode.INVALID_PARAMS
+        bufs = [_buffer_ptr(v) for v in values]
+        res = self._batch("upsert_batch", keys, [b[1] for b in bufs], [b[2] for b in bufs], config, True, True)
+        del bufs
+        return self._first_error(res)
+
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
         """Stores several memory ranges; a list with one code per key."""
-        if not self._ready("batch_put_from"):
-            return [ErrorCode.INTERNAL_ERROR] * len(keys)
-        if not (len(keys) == len(buffer_ptrs) == len(sizes)):
-            log.error("mooncake: batch_put_from: lists of different lengths")
+        return self._batch("batch_put_from", keys, buffer_ptrs, sizes, config, False, False)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        """Upserts several memory ranges; a list with one code per key."""
+        return self._batch("batch_upsert_from", keys, buffer_ptrs, sizes, config, True, False)
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Stores, for each key, the concatenation of several memory ranges; one code per key."""
+        if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
+            log.error("mooncake: batch_put_from_multi_buffers: lists of different lengths")
             return [ErrorCode.INVALID_PARAMS] * len(keys)
-        if not keys:
-            return []
-        return self._batch_put(keys, buffer_ptrs, sizes, config)
+        out = []
+        for key, ptrs, sizes in zip(keys, all_buffer_ptrs, all_sizes):
+            if len(ptrs) != len(sizes) or any(int(p) == 0 for p in ptrs) or any(int(n) < 0 for n in sizes):
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            value = b"".join(ctypes.string_at(int(p), int(n)) for p, n in zip(ptrs, sizes))
+            keep, ptr, n = _buffer_ptr(value)
+            out.append(self._put1("batch_put_from_multi_buffers", key, ptr, n, config, False, False))
+            del keep
+        return out
 
-    def _batch_put(self, keys, ptrs, sizes, config):
-        n = len(keys)
-        out = (ctypes.c_int64 * n)()
-        rc = self._lib.mc_store_batch_put(self._h, n, _keys(keys), _native.ptr_array(ptrs),
-                                          _native.u64_array(sizes), _cfg(config), out)
-        if rc < 0:
-            self._rc("batch_put", rc)
-            return [int(rc)] * n
-        res = [int(x) for x in out]
-        if any(x < 0 for x in res):
-            log.error("mooncake: batch_put: %s", _native.last_error())
-        return res
+    # --- get family ------------------------------------------------------
 
-    def get(self, key):
-        """Returns the value stored under key; b"" when missing or on error."""
-        if not self._ready("get"):
-            return b""
+    def _get_rc(self, key, quiet=True):
+        """(rc, value): rc is the length or a negative code."""
+        if not self._h:
+            log.error("mooncake: get: store not set up")
+            return ErrorCode.INTERNAL_ERROR, b""
         out = ctypes.c_void_p()
         n = self._lib.mc_store_get(self._h, _key(key), ctypes.byref(out))
         if n < 0:
-            self._rc("get", n, quiet=(ErrorCode.OBJECT_NOT_FOUND,))
-            return b""
-        return _native.take_bytes(out.value, n)
+            self._rc("get", n, quiet=(ErrorCode.OBJECT_NOT_FOUND,) if quiet else ())
+            return int(n), b""
+        return int(n), _native.take_bytes(out.value, n)
 
-    def get_buffer(self, key):
-        """The value of key in a BufferHandle (``ptr()``/``size()``), or None when missing."""
-        data = self.get(key)
-        return BufferHandle(data) if data else None
+    def get(self, key):
+        """Returns the value stored under key; b"" when missing or on error."""
+        return self._get_rc(key)[1]
 
     def get_batch(self, keys):
         """Returns a list of values (b"" for the missing ones)."""
         return [self.get(k) for k in keys]
+
+    def get_buffer(self, key):
+        """The value of key in a BufferHandle (``ptr()``/``size()``), or None when missing."""
+        rc, data = self._get_rc(key)
+        return BufferHandle(data) if rc > 0 else None
+
+    def batch_get_buffer(self, keys):
+        """A BufferHandle (or None when missing) per key."""
+        return [self.get_buffer(k) for k in keys]
 
     def get_into(self, key, buffer_ptr, size):
         """Reads the value of key into [buffer_ptr, +size). Bytes read, or negative
@@ -349,21 +620,61 @@ class MooncakeDistributedStore(object):
             return [int(rc)] * n
         return [int(x) for x in out]
 
-    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        """Stores, for each key, the concatenation of several memory ranges; one code per key."""
-        if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
-            log.error("mooncake: batch_put_from_multi_buffers: lists of different lengths")
-            return [ErrorCode.INVALID_PARAMS] * len(keys)
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+        """Copies byte ranges of several objects into registered buffers.
+
+        For buffer i and its key j, range r copies all_sizes[i][j][r] bytes from offset
+        all_src_offsets[i][j][r] of the object to offset all_dst_offsets[i][j][r] of
+        buffer_ptrs[i] (which must be registered with register_buffer). Returns, nested
+        the same way, the bytes copied per range or a negative code.
+        """
+        nb = len(buffer_ptrs)
+        if not (nb == len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes)):
+            log.error("mooncake: get_into_ranges: lists of different lengths")
+            return [[[ErrorCode.INVALID_PARAMS]] for _ in range(nb)]
+        cache = {}
         out = []
-        for key, ptrs, sizes in zip(keys, all_buffer_ptrs, all_sizes):
-            if len(ptrs) != len(sizes) or any(int(p) == 0 for p in ptrs) or any(int(n) < 0 for n in sizes):
-                out.append(ErrorCode.INVALID_PARAMS)
-                continue
-            value = b"".join(ctypes.string_at(int(p), int(n)) for p, n in zip(ptrs, sizes))
-            out.append(self.put(key, value, config))
+        for i in range(nb):
+            base = int(buffer_ptrs[i])
+            cap = self._regs.get(base)
+            keys = all_keys[i]
+            per_buf = []
+            for j, key in enumerate(keys):
+                try:
+                    dst, src, sz = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
+                except IndexError:
+                    per_buf.append([ErrorCode.INVALID_PARAMS])
+                    continue
+                if not (len(dst) == len(src) == len(sz)):
+                    log.error("mooncake: get_into_ranges: key %r: offsets and sizes of different lengths", key)
+                    per_buf.append([ErrorCode.INVALID_PARAMS])
+                    continue
+                if not dst:
+                    per_buf.append([])
+                    continue
+                if cap is None:
+                    log.error("mooncake: get_into_ranges: buffer 0x%x is not registered", base)
+                    per_buf.append([ErrorCode.INVALID_PARAMS] * len(dst))
+                    continue
+                if key not in cache:
+                    cache[key] = self._get_rc(key)
+                rc, value = cache[key]
+                res = []
+                for d, s, n in zip(dst, src, sz):
+                    d, s, n = int(d), int(s), int(n)
+                    if rc < 0:
+                        res.append(rc)
+                    elif d < 0 or s < 0 or n < 0 or s + n > len(value) or d + n > cap:
+                        res.append(ErrorCode.INVALID_PARAMS)
+                    else:
+                        if n:
+                            ctypes.memmove(base + d, value[s:s + n], n)
+                        res.append(n)
+                per_buf.append(res)
+            out.append(per_buf)
         return out
 
-    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes):
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False):
         """Reads each key's value and scatters it over several memory ranges, in order.
         One result per key: bytes read, or a negative code (-600 when the ranges are too small)."""
         if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
@@ -381,9 +692,9 @@ class MooncakeDistributedStore(object):
             if size > sum(int(n) for n in sizes):
                 out.append(ErrorCode.INVALID_PARAMS)
                 continue
-            value = self.get(key)
-            if len(value) != size:
-                out.append(ErrorCode.OBJECT_NOT_FOUND if not value else ErrorCode.INTERNAL_ERROR)
+            rc, value = self._get_rc(key)
+            if rc < 0 or len(value) != size:
+                out.append(rc if rc < 0 else ErrorCode.INTERNAL_ERROR)
                 continue
             off = 0
             for p, n in zip(ptrs, sizes):
@@ -399,13 +710,20 @@ class MooncakeDistributedStore(object):
         """Registers memory used by put_from/get_into. 0 or negative."""
         if not self._ready("register_buffer"):
             return ErrorCode.INTERNAL_ERROR
-        return self._rc("register_buffer", self._lib.mc_store_register_buffer(self._h, int(buffer_ptr) or None, int(size)))
+        rc = self._rc("register_buffer", self._lib.mc_store_register_buffer(self._h, int(buffer_ptr) or None,
+                                                                            int(size)))
+        if rc == 0:
+            self._regs[int(buffer_ptr)] = int(size)
+        return rc
 
     def unregister_buffer(self, buffer_ptr):
         """Unregisters memory from register_buffer. 0 or negative."""
         if not self._ready("unregister_buffer"):
             return ErrorCode.INTERNAL_ERROR
-        return self._rc("unregister_buffer", self._lib.mc_store_unregister_buffer(self._h, int(buffer_ptr) or None))
+        rc = self._rc("unregister_buffer", self._lib.mc_store_unregister_buffer(self._h, int(buffer_ptr) or None))
+        if rc == 0:
+            self._regs.pop(int(buffer_ptr), None)
+        return rc
 
     # --- queries and removal --------------------------------------------
 
@@ -440,6 +758,32 @@ class MooncakeDistributedStore(object):
         return self._rc("get_size", self._lib.mc_store_get_size(self._h, _key(key)),
                         quiet=(ErrorCode.OBJECT_NOT_FOUND,))
 
+    def get_replica_desc(self, key):
+        """The replicas of key (a list of ReplicaDescriptor; empty when missing or on error)."""
+        if not self._ready("get_replica_desc"):
+            return []
+        out = ctypes.c_void_p()
+        n = self._lib.mc_store_stat(self._h, _key(key), ctypes.byref(out))
+        if n < 0:
+            self._rc("get_replica_desc", n, quiet=(ErrorCode.OBJECT_NOT_FOUND,))
+            return []
+        info = json.loads(_native.take_bytes(out.value, n) or b"{}")
+        reps = []
+        for r in info.get("replicas") or []:
+            d = Descriptor(size=int(r.get("size", 0)), buffer_address=int(r.get("addr", 0)),
+                           transport_endpoint=r.get("endpoint") or r.get("segment", ""))
+            reps.append(ReplicaDescriptor(ReplicaStatus.COMPLETE, memory=MemoryDescriptor(d)))
+        return reps
+
+    def batch_get_replica_desc(self, keys):
+        """A dict key -> list of ReplicaDescriptor (keys that are missing are left out)."""
+        out = {}
+        for k in keys:
+            reps = self.get_replica_desc(k)
+            if reps:
+                out[k] = reps
+        return out
+
     def remove(self, key, force=False):
         """Removes key. 0, or negative (-704 missing, -706 leased and not forced)."""
         if not self._ready("remove"):
@@ -447,11 +791,25 @@ class MooncakeDistributedStore(object):
         return self._rc("remove", self._lib.mc_store_remove(self._h, _key(key), 1 if force else 0),
                         quiet=(ErrorCode.OBJECT_NOT_FOUND,))
 
-    def remove_by_regex(self, regex, force=False):
+    def batch_remove(self, keys, force=False):
+        """Removes several keys; one code per key (0 or negative)."""
+        n = len(keys)
+        if not self._ready("batch_remove"):
+            return [ErrorCode.INTERNAL_ERROR] * n
+        if n == 0:
+            return []
+        out = (ctypes.c_int64 * n)()
+        rc = self._lib.mc_store_batch_remove(self._h, n, _keys(keys), 1 if force else 0, out)
+        if rc < 0:
+            self._rc("batch_remove", rc)
+            return [int(rc)] * n
+        return [int(x) for x in out]
+
+    def remove_by_regex(self, regex_pattern, force=False):
         """Removes the keys matching a regular expression; the count removed or negative."""
         if not self._ready("remove_by_regex"):
             return ErrorCode.INTERNAL_ERROR
-        return self._rc("remove_by_regex", self._lib.mc_store_remove_regex(self._h, _key(regex),
+        return self._rc("remove_by_regex", self._lib.mc_store_remove_regex(self._h, _key(regex_pattern),
                                                                            1 if force else 0))
 
     def remove_all(self, force=False):
@@ -472,6 +830,176 @@ class MooncakeDistributedStore(object):
         raw = _native.take_bytes(out.value, n)
         return sorted(json.loads(raw)) if raw else []
 
-    def get_hostname(self):
-        """This client's local hostname."""
-        return self.config.local_hostname if self.config else ""
+    # --- not supported here (Mooncake's failure value, with the reason logged) ---
+
+    def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
+        return self._unsupported("mount_segment", "mounting extra segments is not supported",
+                                 {"ret": ErrorCode.NOT_SUPPORTED, "segment_ids": []})
+
+    def unmount_segment(self, segment_ids, grace_period_seconds=0):
+        return self._unsupported("unmount_segment", "mounting extra segments is not supported",
+                                 ErrorCode.NOT_SUPPORTED)
+
+    def allocate_and_mount_segment(self, size, protocol="tcp", location=""):
+        return self._unsupported("allocate_and_mount_segment", "mounting extra segments is not supported",
+                                 {"ret": ErrorCode.NOT_SUPPORTED, "segment_ids": [], "allocated_size": 0})
+
+    def unmount_and_free_segment(self, segment_ids, grace_period_seconds=0):
+        return self._unsupported("unmount_and_free_segment", "mounting extra segments is not supported",
+                                 ErrorCode.NOT_SUPPORTED)
+
+    def unmount_local_disk_segment(self, grace_period_seconds=0):
+        return self._unsupported("unmount_local_disk_segment", "there is no local disk tier",
+                                 ErrorCode.NOT_SUPPORTED)
+
+    def alloc_from_mem_pool(self, size):
+        return self._unsupported("alloc_from_mem_pool", "only dummy clients have a shared memory pool", 0)
+
+    def get_offload_rpc_read_count(self):
+        return 0
+
+    def batch_get_session_start(self, keys):
+        return self._unsupported("batch_get_session_start", "get sessions need master support not built yet",
+                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+
+    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_src_offsets):
+        return self._unsupported("batch_get_into_multi_buffer_ranges", "get sessions are not supported",
+                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+
+    def batch_get_session_end(self, keys):
+        return self._unsupported("batch_get_session_end", "get sessions are not supported", -1)
+
+    def batch_put_session_start(self, keys, sizes, config=None):
+        return self._unsupported("batch_put_session_start", "put sessions need master support not built yet",
+                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+
+    def batch_put_from_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_dst_offsets):
+        return self._unsupported("batch_put_from_multi_buffer_ranges", "put sessions are not supported",
+                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+
+    def batch_put_session_end(self, keys):
+        return self._unsupported("batch_put_session_end", "put sessions are not supported",
+                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+
+    def batch_put_session_revoke(self, keys):
+        return self._unsupported("batch_put_session_revoke", "put sessions are not supported",
+                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+
+    def batch_replica_clear(self, keys, segment_name=""):
+        return self._unsupported("batch_replica_clear", "replica clear needs master support not built yet", [])
+
+    def create_copy_task(self, key, targets):
+        return self._unsupported("create_copy_task", "copy tasks need master support not built yet",
+                                 (UUID(0, 0), ErrorCode.NOT_SUPPORTED))
+
+    def create_move_task(self, key, source, target):
+        return self._unsupported("create_move_task", "move tasks need master support not built yet",
+                                 (UUID(0, 0), ErrorCode.NOT_SUPPORTED))
+
+    def query_task(self, task_id):
+        return self._unsupported("query_task", "copy/move tasks need master support not built yet",
+                                 (None, ErrorCode.NOT_SUPPORTED))
+
+    def _get_pyclient_capsule(self):
+        return None
+
+
+# The tensor API (torch tensors) is not built yet: each method logs and returns
+# Mooncake's failure value for its return type.
+def _tensor_stub(name, kind):
+    def stub(self, *args, **kwargs):
+        if kind == "one":
+            fail = None
+        elif kind == "list":
+            keys = args[0] if args else kwargs.get("keys", kwargs.get("base_keys", []))
+            fail = [None] * len(keys)
+        elif kind == "codes":
+            keys = args[0] if args else kwargs.get("keys", kwargs.get("base_keys", []))
+            fail = [ErrorCode.NOT_SUPPORTED] * len(keys)
+        else:
+            fail = ErrorCode.NOT_SUPPORTED
+        return self._unsupported(name, "the tensor API is not built yet", fail)
+    stub.__name__ = name
+    stub.__doc__ = "Not supported yet (the tensor API): logs and returns Mooncake's failure value."
+    return stub
+
+
+_TENSOR_METHODS = {
+    "one": ("get_tensor", "get_tensor_with_tp", "get_tensor_into", "get_tensor_into_cuda", "get_tensor_with_tp_into",
+            "get_tensor_with_parallelism", "get_tensor_with_parallelism_into", "load_tensor_from_safetensor"),
+    "list": ("batch_get_tensor", "batch_get_tensor_with_tp", "batch_get_tensor_into", "batch_get_tensor_into_cuda",
+             "batch_get_tensor_with_tp_into", "batch_get_tensor_with_parallelism",
+             "batch_get_tensor_with_parallelism_into"),
+    "code": ("put_tensor", "put_tensor_with_tp", "pub_tensor", "pub_tensor_with_tp", "put_tensor_from",
+             "put_tensor_with_tp_from", "upsert_tensor", "upsert_tensor_from", "upsert_pub_tensor",
+             "put_tensor_with_parallelism", "put_tensor_with_parallelism_from", "upsert_tensor_with_parallelism",
+             "upsert_tensor_with_parallelism_from", "save_tensor_to_safetensor"),
+    "codes": ("batch_put_tensor", "batch_put_tensor_with_tp", "batch_pub_tensor", "batch_pub_tensor_with_tp",
+              "batch_put_tensor_from", "batch_put_tensor_with_tp_from", "batch_upsert_tensor_from",
+              "batch_upsert_tensor", "batch_upsert_pub_tensor", "batch_put_tensor_with_parallelism",
+              "batch_put_tensor_with_parallelism_from", "batch_upsert_tensor_with_parallelism_from",
+              "batch_upsert_tensor_with_parallelism"),
+}
+for _kind, _names in _TENSOR_METHODS.items():
+    for _name in _names:
+        setattr(MooncakeDistributedStore, _name, _tensor_stub(_name, _kind))
+del _kind, _names, _name
+
+
+class MooncakeHostMemAllocator(object):
+    """Page-aligned host memory (Mooncake's allocator for store buffers): ``alloc``/``free``."""
+
+    def __init__(self):
+        self._libc = ctypes.CDLL(None)
+        self._libc.aligned_alloc.restype = ctypes.c_void_p
+        self._libc.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+        self._libc.free.argtypes = [ctypes.c_void_p]
+
+    def alloc(self, size):
+        """The address of size bytes (0 on failure)."""
+        size = int(size)
+        if size <= 0:
+            return 0
+        return int(self._libc.aligned_alloc(4096, (size + 4095) // 4096 * 4096) or 0)
+
+    def free(self, ptr):
+        """Frees memory from alloc. 0."""
+        if ptr:
+            self._libc.free(ctypes.c_void_p(int(ptr)))
+        return 0
+
+
+class MooncakeDistributedNoFRegister(object):
+    """NVMe-over-Fabrics segment registration: not supported here (each call returns -1)."""
+
+    def real_register(self, nqn="", nsid=1, traddr="", trsvcid=4420, base=0, size=1024,
+                      master_server_addr="127.0.0.1:50051"):
+        log.error("mooncake: real_register: NVMe-oF segments are not supported")
+        return -1
+
+    def real_unregister_by_endpoint(self, nqn="", nsid=1, traddr="", trsvcid=4420,
+                                    master_server_addr="127.0.0.1:50051"):
+        log.error("mooncake: real_unregister_by_endpoint: NVMe-oF segments are not supported")
+        return -1
+
+
+def bind_to_numa_node(node):
+    """Mooncake binds the calling thread to a NUMA node; here it only warns (no libnuma)."""
+    log.warning("mooncake: bind_to_numa_node(%s): NUMA binding is not available; skipped", node)
+
+
+def get_alloc_func_addr():
+    """The address of the C allocator used for store buffers (libc malloc here)."""
+    return ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value or 0
+
+
+def get_free_func_addr():
+    """The address of the matching free function."""
+    return ctypes.cast(ctypes.CDLL(None).free, ctypes.c_void_p).value or 0
+
+
+def _get_pyclient_from_wrapper(wrapper):
+    return None
+
+
+from ._buffer_pool import BufferLease, BufferPool  # noqa: E402  (needs MooncakeDistributedStore's module)

@@ -105,9 +105,9 @@ def wait_for(predicate, timeout=30.0, interval=0.01):
         time.sleep(interval)
 
 
-def start_master():
-    """Starts `mooncake master` on free loopback ports; returns (child, grpc address)."""
-    argv = [mooncake_bin(), "master", "--host", "127.0.0.1", "--port", "0", "--http-port", "-1"]
+def start_master(*extra):
+    """Starts `mooncake master` on free loopback ports (extra: more flags); returns (child, grpc address)."""
+    argv = [mooncake_bin(), "master", "--host", "127.0.0.1", "--port", "0", "--http-port", "-1"] + list(extra)
     c = Child(argv)
     try:
         line = c.read_until(lambda l: "grpc=" in l, timeout=60)

@@ -1,0 +1,232 @@
+"""Mooncake's command names as thin entry points onto the ``mooncake`` binary.
+
+``mooncake_master``, ``mooncake_client``, ``mooncake_http_metadata_server`` and
+``transfer_engine_bench`` accept Mooncake's gflags-style arguments
+(``--port=50051``, ``--port 50051``, ``--enable_http_metadata_server``,
+``--noenable_http_metadata_server``) and run ``mooncake master``, ``mooncake
+store``, ``mooncake metadata-server`` and ``mooncake bench transfer`` with the
+equivalent flags. Flags with no counterpart are reported on stderr and
+ignored. The wrappers in ``python/bin/`` call these; put that directory on
+``PATH``. The binary is ``$MOONCAKE_BIN``, else ``mooncake`` on ``PATH``, else
+the repository's ``bin/mooncake``.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+__all__ = ["parse_gflags", "master_argv", "client_argv", "metadata_server_argv", "bench_argv", "master_main",
+           "client_main", "http_metadata_server_main", "transfer_engine_bench_main", "mooncake_binary"]
+
+
+def mooncake_binary():
+    """Path of the mooncake binary."""
+    env = os.environ.get("MOONCAKE_BIN")
+    if env:
+        return env
+    found = shutil.which("mooncake")
+    if found:
+        return found
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(os.path.dirname(os.path.dirname(here)), "bin", "mooncake")
+
+
+def parse_gflags(args):
+    """{name: value} from gflags-style arguments; a bare --flag is "true", --noflag is "false"."""
+    flags = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        i += 1
+        if not a.startswith("-") or a in ("-", "--"):
+            raise ValueError("unexpected argument %r (flags look like --name=value)" % a)
+        body = a.lstrip("-")
+        if "=" in body:
+            name, value = body.split("=", 1)
+        elif i < len(args) and not args[i].startswith("-"):
+            name, value = body, args[i]
+            i += 1
+        elif body.startswith("no") and len(body) > 2:
+            name, value = body[2:], "false"
+        else:
+            name, value = body, "true"
+        flags[name.replace("-", "_")] = value
+    return flags
+
+
+def _true(v):
+    return str(v).strip().lower() in ("1", "true", "yes", "on", "t", "y")
+
+
+def _seconds(v):
+    return "%ss" % v
+
+
+def _millis(v):
+    return "%sms" % v
+
+
+def _note(cmd, ignored):
+    for name in sorted(ignored):
+        sys.stderr.write("%s: flag --%s has no counterpart here; ignored\n" % (cmd, name))
+
+
+# gflag -> (our flag, value converter or None for a boolean switch)
+_MASTER = {
+    "port": ("--port", str),
+    "rpc_port": ("--port", str),
+    "rpc_address": ("--host", str),
+    "rpc_bind_address": ("--host", str),
+    "metrics_port": ("--http-port", str),
+    "http_port": ("--http-port", str),
+    "eviction_high_watermark_ratio": ("--eviction-high-watermark", str),
+    "eviction_ratio": ("--eviction-ratio", str),
+    "default_kv_lease_ttl": ("--lease-ttl", _millis),
+    "client_ttl": ("--client-ttl", _seconds),
+    "put_start_discard_timeout_sec": ("--put-timeout", _seconds),
+    "put_start_release_timeout_sec": ("--put-release-timeout", _seconds),
+    "enable_ha": ("--ha", None),
+    "etcd_endpoints": ("--etcd", str),
+    "cluster_id": ("--cluster", str),
+    "allocation_strategy": ("--strategy", str),
+}
+_MASTER_META = ("enable_http_metadata_server", "http_metadata_server_port", "http_metadata_server_host")
+
+
+def _translate(table, flags, cmd):
+    argv, ignored = [], []
+    for name, value in flags.items():
+        if name in ("v", "verbose"):
+            if str(value).strip().lower() not in ("0", "false", "no", "off"):
+                argv.append("-v")
+            continue
+        m = table.get(name)
+        if m is None:
+            ignored.append(name)
+            continue
+        flag, conv = m
+        if conv is None:
+            if _true(value):
+                argv.append(flag)
+        else:
+            argv += [flag, conv(value)]
+    _note(cmd, ignored)
+    return argv
+
+
+def master_argv(flags):
+    """(master argv, metadata-server argv or None) for mooncake_master's flags."""
+    rest = {k: v for k, v in flags.items() if k not in _MASTER_META}
+    argv = ["master"] + _translate(_MASTER, rest, "mooncake_master")
+    meta = None
+    if _true(flags.get("enable_http_metadata_server", "false")):
+        meta = ["metadata-server", "--port", str(flags.get("http_metadata_server_port", "8080")),
+                "--host", str(flags.get("http_metadata_server_host", "0.0.0.0"))]
+    return argv, meta
+
+
+_CLIENT = {
+    "master_server_address": ("--master", str),
+    "master_server_addr": ("--master", str),
+    "port": ("--rpc-port", str),
+    "host": ("--host", str),
+    "local_hostname": ("--host", str),
+    "global_segment_size": ("--segment-size", str),
+    "metrics_port": ("--http-port", str),
+}
+
+
+def client_argv(flags):
+    """mooncake store argv for mooncake_client's flags (a process that contributes memory to the pool)."""
+    flags = dict(flags)
+    proto = str(flags.pop("protocol", "tcp")).lower()
+    for name in ("metadata_server", "device_names", "rdma_devices", "local_buffer_size", "threads"):
+        flags.pop(name, None)  # handled by the node itself or not applicable
+    argv = ["store"] + _translate(_CLIENT, flags, "mooncake_client")
+    argv += ["--transport", proto if proto in ("tcp", "shm", "auto") else "tcp"]
+    return argv
+
+
+def metadata_server_argv(flags):
+    """mooncake metadata-server argv for mooncake_http_metadata_server's flags."""
+    argv = ["metadata-server", "--port", str(flags.pop("port", "8080")), "--host", str(flags.pop("host", "0.0.0.0"))]
+    flags.pop("log_level", None)
+    _note("mooncake_http_metadata_server", flags)
+    return argv
+
+
+_BENCH = {
+    "mode": ("--mode", str),
+    "segment_id": ("--target", str),
+    "protocol": ("--transport", lambda v: v if v in ("tcp", "shm", "inproc") else "tcp"),
+    "operation": ("--op", str),
+    "block_size": ("--block-size", str),
+    "batch_size": ("--batch-size", str),
+    "threads": ("--threads", str),
+    "duration": ("--duration", _seconds),
+    "buffer_size": ("--buffer-size", str),
+}
+
+
+def bench_argv(flags):
+    """mooncake bench transfer argv for transfer_engine_bench's flags."""
+    flags = dict(flags)
+    for name in ("metadata_server", "local_server_name", "device_name", "nic_priority_matrix", "gpu_id",
+                 "use_vram", "auto_discovery"):
+        flags.pop(name, None)
+    return ["bench", "transfer"] + _translate(_BENCH, flags, "transfer_engine_bench")
+
+
+def _run(argvs):
+    """Runs the mooncake processes, forwards SIGINT/SIGTERM, returns the first one's exit code."""
+    binary = mooncake_binary()
+    procs = [subprocess.Popen([binary] + a) for a in argvs]
+
+    def stop(signum, frame):
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, stop)
+    rc = procs[0].wait()
+    for p in procs[1:]:
+        if p.poll() is None:
+            p.terminate()
+        p.wait()
+    return rc
+
+
+def _main(build, args):
+    try:
+        flags = parse_gflags(sys.argv[1:] if args is None else args)
+        argvs = build(flags)
+    except ValueError as exc:
+        sys.stderr.write("%s\n" % exc)
+        return 2
+    return _run(argvs)
+
+
+def master_main(args=None):
+    """mooncake_master: the store master (and, with --enable_http_metadata_server, a metadata server)."""
+    def build(flags):
+        m, meta = master_argv(flags)
+        return [m] + ([meta] if meta else [])
+    return _main(build, args)
+
+
+def client_main(args=None):
+    """mooncake_client: a process that contributes memory to the store (``mooncake store``)."""
+    return _main(lambda f: [client_argv(f)], args)
+
+
+def http_metadata_server_main(args=None):
+    """mooncake_http_metadata_server: the HTTP metadata server."""
+    return _main(lambda f: [metadata_server_argv(f)], args)
+
+
+def transfer_engine_bench_main(args=None):
+    """transfer_engine_bench: the transfer engine benchmark."""
+    return _main(lambda f: [bench_argv(f)], args)

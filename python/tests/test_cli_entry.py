@@ -1,0 +1,94 @@
+"""Mooncake's command names (python/bin/*): gflags translation and real processes."""
+
+import logging
+import os
+import signal
+import socket
+import sys
+import unittest
+import urllib.error
+import urllib.request
+
+from mooncake import cli
+from mooncake.store import MooncakeDistributedStore
+
+from _support import ROOT, Child, mooncake_bin
+
+BIN = os.path.join(ROOT, "python", "bin")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def command(name, *args):
+    env = {"MOONCAKE_BIN": mooncake_bin()}
+    return Child([sys.executable, os.path.join(BIN, name)] + list(args), env=env)
+
+
+class GflagsTest(unittest.TestCase):
+    def test_parse(self):
+        self.assertEqual(cli.parse_gflags(["--port=1", "-v", "2", "--enable_ha", "--noenable_gc", "--x", "y"]),
+                         {"port": "1", "v": "2", "enable_ha": "true", "enable_gc": "false", "x": "y"})
+        with self.assertRaises(ValueError):
+            cli.parse_gflags(["stray"])
+
+    def test_master(self):
+        argv, meta = cli.master_argv(cli.parse_gflags([
+            "--port=50051", "--eviction_high_watermark_ratio=0.9", "--default_kv_lease_ttl=500", "--metrics_port=9003",
+            "--enable_ha=false", "--max_threads=4"]))
+        self.assertEqual(argv, ["master", "--port", "50051", "--eviction-high-watermark", "0.9", "--lease-ttl", "500ms",
+                                "--http-port", "9003"])
+        self.assertIsNone(meta)
+        _, meta = cli.master_argv({"enable_http_metadata_server": "true", "http_metadata_server_port": "8081"})
+        self.assertEqual(meta, ["metadata-server", "--port", "8081", "--host", "0.0.0.0"])
+
+    def test_client_and_bench(self):
+        self.assertEqual(cli.client_argv({"master_server_address": "h:1", "port": "2", "protocol": "rdma",
+                                          "global_segment_size": "4gb"}),
+                         ["store", "--master", "h:1", "--rpc-port", "2", "--segment-size", "4gb", "--transport", "tcp"])
+        self.assertEqual(cli.bench_argv({"mode": "initiator", "segment_id": "h:3", "operation": "read",
+                                         "duration": "2", "metadata_server": "P2PHANDSHAKE"}),
+                         ["bench", "transfer", "--mode", "initiator", "--target", "h:3", "--op", "read",
+                          "--duration", "2s"])
+        self.assertEqual(cli.metadata_server_argv({"port": "8090"}),
+                         ["metadata-server", "--port", "8090", "--host", "0.0.0.0"])
+
+
+class CommandsTest(unittest.TestCase):
+    def test_master_client_and_metadata_server(self):
+        meta_port = free_port()
+        master = command("mooncake_master", "--port=0", "--metrics_port=-1", "--default_kv_lease_ttl=200",
+                         "--max_threads=2", "--enable_http_metadata_server",
+                         "--http_metadata_server_port=%d" % meta_port, "--http_metadata_server_host=127.0.0.1")
+        try:
+            line = master.read_until(lambda l: "grpc=" in l, timeout=60)
+            addr = line.split("grpc=", 1)[1].split()[0]
+            node = command("mooncake_client", "--master_server_address=" + addr, "--port=0",
+                           "--global_segment_size=16mb", "--host=127.0.0.1", "--protocol=tcp")
+            try:
+                node.read_until(lambda l: "mounted" in l, timeout=60)
+                s = MooncakeDistributedStore()
+                logging.getLogger("mooncake").setLevel(logging.CRITICAL)
+                try:
+                    self.assertEqual(s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 << 20, "tcp", "", addr), 0)
+                    self.assertEqual(s.put("cli/k", b"on the node"), 0)
+                    self.assertEqual(s.get("cli/k"), b"on the node")
+                finally:
+                    s.close()
+                    logging.getLogger("mooncake").setLevel(logging.NOTSET)
+                with self.assertRaises(urllib.error.HTTPError) as cm:
+                    urllib.request.urlopen("http://127.0.0.1:%d/metadata?key=none" % meta_port, timeout=10)
+                self.assertEqual(cm.exception.code, 404)
+            finally:
+                self.assertEqual(node.stop(signal_first=True), 0)
+        finally:
+            self.assertIn(master.stop(signal_first=True), (0, -signal.SIGTERM))
+
+
+if __name__ == "__main__":
+    unittest.main()
