@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 
@@ -48,19 +47,8 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 			out := cmd.OutOrStdout()
 			switch mode {
 			case "target":
-				t, err := benchtransfer.StartTarget(ctx, c)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(out, t.Line())
 				// Serve until stdin closes (the parent initiator ended) or a signal.
-				eof := make(chan struct{})
-				go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(eof) }()
-				select {
-				case <-ctx.Done():
-				case <-eof:
-				}
-				return t.Close()
+				return benchtransfer.ServeTarget(ctx, c, out, os.Stdin)
 			case "initiator", "":
 			default:
 				return &ExitError{Code: 2, Err: fmt.Errorf("--mode %q: want target or initiator", mode)}

@@ -140,6 +140,27 @@ func allocate(e *transfer.Engine, transport string, n int) ([]byte, error) {
 	return b, e.RegisterBytes(b, "cpu:0")
 }
 
+// ServeTarget is the target mode of a child process: it starts a target,
+// prints its Line to out and serves until in reaches EOF (the initiator
+// that spawned it closed the pipe) or ctx ends.
+func ServeTarget(ctx context.Context, c Config, out io.Writer, in io.Reader) error {
+	t, err := StartTarget(ctx, c)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(out, t.Line()); err != nil {
+		_ = t.Close()
+		return err
+	}
+	eof := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, in); close(eof) }()
+	select {
+	case <-ctx.Done():
+	case <-eof:
+	}
+	return t.Close()
+}
+
 // TargetInfo is where the initiator finds the target.
 type TargetInfo struct {
 	Segment string
