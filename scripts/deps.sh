@@ -6,6 +6,7 @@ need=()
 [ -x /usr/bin/python3 ] || need+=(python3)
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3-numpy)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)  # bench store: the Redis anchor
 command -v gcc >/dev/null 2>&1 || need+=(gcc)  # cgo: the Python binding's C ABI (binding/)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""

@@ -3,22 +3,18 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	benchtrace "github.com/kvcache-go/mooncake/internal/bench/trace"
 	"github.com/kvcache-go/mooncake/internal/tracesim"
 )
-
-// defaultTraceRel is the default trace, relative to the repository root.
-var defaultTraceRel = filepath.Join("..", "shared", "traces", "conversation_trace.jsonl")
 
 type benchTraceFlags struct {
 	trace      string
@@ -55,7 +51,7 @@ See internal/tracesim's package doc for every definition.`,
 	}
 	d := tracesim.DefaultRouteConfig()
 	fl := cmd.Flags()
-	fl.StringVar(&f.trace, "trace", "", "trace file (default: "+defaultTraceRel+" relative to the repository root)")
+	fl.StringVar(&f.trace, "trace", "", "trace file (default: "+benchtrace.DefaultTraceRel+" relative to the repository root)")
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N requests of the file (0: all)")
 	fl.StringVar(&f.capacities, "capacities", "inf,100000,50000,30000,10000,1000", "global pool sizes in blocks for the cache policy table")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object per result row")
@@ -72,59 +68,12 @@ See internal/tracesim's package doc for every definition.`,
 	return cmd
 }
 
-// findTrace resolves the trace path: the flag, else defaultTraceRel from
-// the repository root found by walking up from dir to a go.mod.
-func findTrace(flagPath, dir string) (string, error) {
-	if flagPath != "" {
-		return flagPath, nil
-	}
-	for d := dir; ; {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			p := filepath.Join(d, defaultTraceRel)
-			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("no trace at %s: pass --trace PATH", p)
-			}
-			return p, nil
-		}
-		parent := filepath.Dir(d)
-		if parent == d {
-			return "", fmt.Errorf("no repository root (go.mod) above %s to find %s: pass --trace PATH", dir, defaultTraceRel)
-		}
-		d = parent
-	}
-}
-
-// parseCapacities parses "inf,100000,..." into capacities (Unlimited for inf).
-func parseCapacities(s string) ([]int, error) {
-	var caps []int
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if strings.EqualFold(part, "inf") {
-			caps = append(caps, tracesim.Unlimited)
-			continue
-		}
-		n, err := strconv.Atoi(part)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("--capacities: %q is not inf or a positive number of blocks", part)
-		}
-		caps = append(caps, n)
-	}
-	return caps, nil
-}
-
-func capLabel(c int) string {
-	if c == tracesim.Unlimited {
-		return "Inf"
-	}
-	return strconv.Itoa(c)
-}
-
 func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 	usage := func(err error) error { return &ExitError{Code: 2, Err: err} }
 	if f.limit < 0 {
 		return usage(fmt.Errorf("--limit %d < 0", f.limit))
 	}
-	caps, err := parseCapacities(f.capacities)
+	caps, err := benchtrace.ParseCapacities(f.capacities)
 	if err != nil {
 		return usage(err)
 	}
@@ -138,7 +87,7 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 	if err != nil {
 		return err
 	}
-	path, err := findTrace(f.trace, wd)
+	path, err := benchtrace.FindTrace(f.trace, wd)
 	if err != nil {
 		return usage(err)
 	}
@@ -151,59 +100,41 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if len(tr.Requests) == 0 {
-		return fmt.Errorf("%s: no requests", path)
+	res, err := benchtrace.Run(tr.Requests, caps, cfg)
+	if errors.Is(err, benchtrace.ErrNoRequests) {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	reqs := tr.Requests
-
-	idealHits, blocks := tracesim.IdealHits(reqs)
-	ideal := 0.0
-	if blocks > 0 {
-		ideal = float64(idealHits) / float64(blocks)
+	if err != nil {
+		return usage(err)
 	}
-	distinct := make(map[int64]struct{})
-	for _, r := range reqs {
-		for _, id := range r.HashIDs {
-			distinct[id] = struct{}{}
-		}
-	}
-	var rows []map[string]any
-	rows = append(rows, map[string]any{
-		"kind": "trace", "path": path, "requests": len(reqs), "blocks": blocks, "distinct_blocks": len(distinct),
+	ideal := res.IdealHitRate
+	rows := []map[string]any{{
+		"kind": "trace", "path": path, "requests": res.Requests, "blocks": res.Blocks, "distinct_blocks": res.DistinctBlocks,
 		"length_mismatch": tr.Stats.LengthMismatch, "out_of_order": tr.Stats.OutOfOrder,
-		"ideal_hits": idealHits, "ideal_hit_rate": ideal,
-	})
-	var cacheRes []tracesim.CacheResult
-	for _, p := range tracesim.Policies {
-		for _, c := range caps {
-			r := tracesim.SimulateCache(reqs, p, c)
-			cacheRes = append(cacheRes, r)
-			row := map[string]any{
-				"kind": "cache", "policy": p.String(), "capacity": c, "unlimited": c == tracesim.Unlimited,
-				"hits": r.Hits, "blocks": r.Blocks, "evictions": r.Evictions,
-				"hit_rate": r.HitRate(), "ratio_to_ideal": ratio(r.HitRate(), ideal),
-			}
-			if v, ok := tracesim.PaperHitRate(p, c); ok {
-				row["paper_arxiv_hit_rate"] = v
-			}
-			rows = append(rows, row)
+		"ideal_hits": res.IdealHits, "ideal_hit_rate": ideal,
+	}}
+	for _, r := range res.Cache {
+		row := map[string]any{
+			"kind": "cache", "policy": r.Policy.String(), "capacity": r.Capacity, "unlimited": r.Capacity == tracesim.Unlimited,
+			"hits": r.Hits, "blocks": r.Blocks, "evictions": r.Evictions,
+			"hit_rate": r.HitRate(), "ratio_to_ideal": benchtrace.Ratio(r.HitRate(), ideal),
 		}
+		if v, ok := tracesim.PaperHitRate(r.Policy, r.Capacity); ok {
+			row["paper_arxiv_hit_rate"] = v
+		}
+		rows = append(rows, row)
 	}
-	var routeRes []tracesim.RouteResult
-	for _, rt := range tracesim.Routers {
-		r, err := tracesim.SimulateRouting(reqs, rt, cfg)
-		if err != nil {
-			return usage(err)
-		}
-		routeRes = append(routeRes, r)
+	for _, r := range res.Route {
 		rows = append(rows, map[string]any{
-			"kind": "route", "router": rt.String(), "instances": cfg.Instances, "capacity": cfg.CapacityBlocks,
+			"kind": "route", "router": r.Router.String(), "instances": cfg.Instances, "capacity": cfg.CapacityBlocks,
 			"requests": r.Requests, "served": r.Served, "rejected": r.Rejected,
-			"hit_rate": r.HitRate(), "pulled_rate": ratio(float64(r.Pulled), float64(r.Blocks)),
+			"hit_rate": r.HitRate(), "pulled_rate": benchtrace.Ratio(float64(r.Pulled), float64(r.Blocks)),
 			"mean_ttft_s": r.MeanTTFT, "p90_ttft_s": r.P90TTFT, "mean_isolated_prefill_s": r.MeanIsolated,
-			"mean_ttft_vs_isolated": ratio(r.MeanTTFT, r.MeanIsolated), "slo_s": cfg.SLOSeconds, "slo_fraction": r.SLOFraction(),
+			"mean_ttft_vs_isolated": benchtrace.Ratio(r.MeanTTFT, r.MeanIsolated), "slo_s": cfg.SLOSeconds, "slo_fraction": r.SLOFraction(),
 		})
 	}
+	cacheRes, routeRes := res.Cache, res.Route
+	reqs, blocks, idealHits, distinct := res.Requests, res.Blocks, res.IdealHits, res.DistinctBlocks
 
 	if f.asJSON {
 		var buf bytes.Buffer
@@ -218,7 +149,7 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 	}
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "trace %s: %d requests, %d blocks (%d distinct); warnings: %d length mismatch, %d out of order\n",
-		path, len(reqs), blocks, len(distinct), tr.Stats.LengthMismatch, tr.Stats.OutOfOrder)
+		path, reqs, blocks, distinct, tr.Stats.LengthMismatch, tr.Stats.OutOfOrder)
 	fmt.Fprintf(&buf, "ideal hit ratio (unlimited pool, computed directly): %.4f (%d/%d); paper: 0.366 conversation, 0.51 arXiv trace\n\n",
 		ideal, idealHits, blocks)
 	fmt.Fprintln(&buf, "Cache policies, one global pool (capacity in 512-token blocks; paper = Table 1 on the arXiv trace):")
@@ -229,7 +160,7 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		if v, ok := tracesim.PaperHitRate(r.Policy, r.Capacity); ok {
 			paper = fmt.Sprintf("%.2f", v)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.3f\t%s\t%d\n", r.Policy, capLabel(r.Capacity), r.HitRate(), ratio(r.HitRate(), ideal), paper, r.Evictions)
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.3f\t%s\t%d\n", r.Policy, benchtrace.CapLabel(r.Capacity), r.HitRate(), benchtrace.Ratio(r.HitRate(), ideal), paper, r.Evictions)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -239,23 +170,16 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		rej = "on"
 	}
 	fmt.Fprintf(&buf, "\nRouting: %d prefill instances, LRU %s blocks each, SLO %s, early rejection %s, %.3g GB/s, threshold %d blocks:\n",
-		cfg.Instances, capLabel(cfg.CapacityBlocks), f.slo, rej, f.bandwidth, cfg.BalanceThresholdBlocks)
+		cfg.Instances, benchtrace.CapLabel(cfg.CapacityBlocks), f.slo, rej, f.bandwidth, cfg.BalanceThresholdBlocks)
 	tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "router\thit rate\tpulled\tmean TTFT s\tp90 TTFT s\tmean TTFT / isolated prefill\twithin SLO\trejected")
 	for _, r := range routeRes {
-		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f\t%.3f\t%.2f\t%.4f\t%d\n", r.Router, r.HitRate(), ratio(float64(r.Pulled), float64(r.Blocks)),
-			r.MeanTTFT, r.P90TTFT, ratio(r.MeanTTFT, r.MeanIsolated), r.SLOFraction(), r.Rejected)
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f\t%.3f\t%.2f\t%.4f\t%d\n", r.Router, r.HitRate(), benchtrace.Ratio(float64(r.Pulled), float64(r.Blocks)),
+			r.MeanTTFT, r.P90TTFT, benchtrace.Ratio(r.MeanTTFT, r.MeanIsolated), r.SLOFraction(), r.Rejected)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err = out.Write(buf.Bytes())
 	return err
-}
-
-func ratio(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
 }

@@ -125,34 +125,3 @@ func TestBenchTraceErrors(t *testing.T) {
 		}
 	}
 }
-
-func TestFindTrace(t *testing.T) {
-	root := t.TempDir()
-	repo := filepath.Join(root, "main")
-	sub := filepath.Join(repo, "internal", "x")
-	if err := os.MkdirAll(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if p, err := findTrace("given.jsonl", sub); err != nil || p != "given.jsonl" {
-		t.Fatalf("flag: %q %v", p, err)
-	}
-	if _, err := findTrace("", sub); err == nil || !strings.Contains(err.Error(), "--trace") {
-		t.Fatalf("no go.mod: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(repo, "go.mod"), []byte("module x\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := findTrace("", sub); err == nil || !strings.Contains(err.Error(), "--trace") {
-		t.Fatalf("no trace: %v", err)
-	}
-	want := filepath.Join(root, "shared", "traces", "conversation_trace.jsonl")
-	if err := os.MkdirAll(filepath.Dir(want), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(want, []byte(sixLineTrace), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if p, err := findTrace("", sub); err != nil || p != want {
-		t.Fatalf("found %q %v, want %q", p, err, want)
-	}
-}

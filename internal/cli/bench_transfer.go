@@ -3,13 +3,12 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvcache-go/mooncake/internal/transport/bench"
+	benchtransfer "github.com/kvcache-go/mooncake/internal/bench/transfer"
 )
 
 // newBenchTransferCmd is `mooncake bench transfer`: the transfer engine
@@ -17,7 +16,7 @@ import (
 // (tcp) or single-thread memcpy (shm, inproc) measured in the same run.
 func newBenchTransferCmd() *cobra.Command {
 	var (
-		c                        bench.Config
+		c                        benchtransfer.Config
 		block, bufSize, mode, tg string
 		asJSON, underLoad        bool
 	)
@@ -30,14 +29,14 @@ target (a second process for tcp and shm, re-executing this binary with --mode t
 or the process is signalled; --mode initiator --target <segment> runs against it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if c.BlockSize, err = bench.ParseSize(block); err != nil {
+			if c.BlockSize, err = benchtransfer.ParseSize(block); err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--block-size: %w", err)}
 			}
-			if underLoad && c.BufferSize < bench.LargeSize+c.BlockSize {
-				c.BufferSize = bench.LargeSize + c.BlockSize
+			if underLoad && c.BufferSize < benchtransfer.LargeSize+c.BlockSize {
+				c.BufferSize = benchtransfer.LargeSize + c.BlockSize
 			}
 			if bufSize != "" {
-				if c.BufferSize, err = bench.ParseSize(bufSize); err != nil {
+				if c.BufferSize, err = benchtransfer.ParseSize(bufSize); err != nil {
 					return &ExitError{Code: 2, Err: fmt.Errorf("--buffer-size: %w", err)}
 				}
 			}
@@ -48,38 +47,27 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 			out := cmd.OutOrStdout()
 			switch mode {
 			case "target":
-				t, err := bench.StartTarget(ctx, c)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(out, t.Line())
 				// Serve until stdin closes (the parent initiator ended) or a signal.
-				eof := make(chan struct{})
-				go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(eof) }()
-				select {
-				case <-ctx.Done():
-				case <-eof:
-				}
-				return t.Close()
+				return benchtransfer.ServeTarget(ctx, c, out, os.Stdin)
 			case "initiator", "":
 			default:
 				return &ExitError{Code: 2, Err: fmt.Errorf("--mode %q: want target or initiator", mode)}
 			}
-			var info bench.TargetInfo
+			var info benchtransfer.TargetInfo
 			switch {
 			case tg != "":
 				// Separate target: find its buffer through the handshake.
-				info, err = bench.Discover(ctx, c, tg)
+				info, err = benchtransfer.Discover(ctx, c, tg)
 				if err != nil {
 					return err
 				}
 			case c.Transport == "inproc":
-				t, err := bench.StartTarget(ctx, c)
+				t, err := benchtransfer.StartTarget(ctx, c)
 				if err != nil {
 					return err
 				}
 				defer t.Close()
-				info, _ = bench.ParseLine(t.Line())
+				info, _ = benchtransfer.ParseLine(t.Line())
 			default:
 				exe, err := os.Executable()
 				if err != nil {
@@ -96,14 +84,14 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 					args = append(args, "--secret", c.Secret)
 				}
 				var stop func()
-				info, stop, err = bench.SpawnTarget(ctx, exe, args)
+				info, stop, err = benchtransfer.SpawnTarget(ctx, exe, args)
 				if err != nil {
 					return err
 				}
 				defer stop()
 			}
 			if underLoad {
-				r, err := bench.SmallDuringLarge(ctx, c, info, c.BlockSize, c.Duration)
+				r, err := benchtransfer.SmallDuringLarge(ctx, c, info, c.BlockSize, c.Duration)
 				if err != nil {
 					return err
 				}
@@ -120,7 +108,7 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 				fmt.Fprintf(out, "bench transfer: %s %s, block %d, batch %d, threads %d, %s against %s\n",
 					c.Transport, c.Op, c.BlockSize, c.BatchSize, c.Threads, c.Duration, info.Segment)
 			}
-			r, err := bench.RunInitiator(ctx, c, info)
+			r, err := benchtransfer.RunInitiator(ctx, c, info)
 			if err != nil {
 				return err
 			}

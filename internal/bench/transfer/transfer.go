@@ -1,4 +1,4 @@
-package bench
+package transfer
 
 import (
 	"bufio"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/bench/limits"
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
@@ -40,18 +40,18 @@ func (c *Config) Validate() error {
 	switch c.Transport {
 	case "tcp", "shm", "inproc":
 	default:
-		return fmt.Errorf("bench: transport %q: want tcp, shm or inproc", c.Transport)
+		return fmt.Errorf("bench transfer: transport %q: want tcp, shm or inproc", c.Transport)
 	}
 	switch c.Op {
 	case "read", "write":
 	default:
-		return fmt.Errorf("bench: op %q: want read or write", c.Op)
+		return fmt.Errorf("bench transfer: op %q: want read or write", c.Op)
 	}
 	if c.BlockSize <= 0 || c.BatchSize <= 0 || c.Threads <= 0 || c.Duration <= 0 {
-		return errors.New("bench: block size, batch size, threads and duration must be positive")
+		return errors.New("bench transfer: block size, batch size, threads and duration must be positive")
 	}
 	if c.bufferSize() < c.BlockSize*c.BatchSize {
-		return errors.New("bench: buffer smaller than one batch")
+		return errors.New("bench transfer: buffer smaller than one batch")
 	}
 	return nil
 }
@@ -99,8 +99,7 @@ func engineConfig(c Config) transfer.Config {
 type Target struct {
 	Engine *transfer.Engine
 	Buf    []byte
-	Sink   net.Listener // raw TCP sink for the baseline
-	wg     sync.WaitGroup
+	Sink   *limits.Sink // raw TCP sink for the baseline
 }
 
 // StartTarget opens the target engine, registers its buffer (managed memory
@@ -115,13 +114,10 @@ func StartTarget(ctx context.Context, c Config) (*Target, error) {
 		_ = e.Close()
 		return nil, err
 	}
-	t.Sink, err = net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if t.Sink, err = limits.ListenSink(c.BlockSize); err != nil {
 		_ = e.Close()
 		return nil, err
 	}
-	t.wg.Add(1)
-	go t.serveSink(c.BlockSize)
 	return t, nil
 }
 
@@ -133,31 +129,7 @@ func (t *Target) Line() string {
 // Close stops the target.
 func (t *Target) Close() error {
 	_ = t.Sink.Close()
-	t.wg.Wait()
 	return t.Engine.Close()
-}
-
-func (t *Target) serveSink(block int) {
-	defer t.wg.Done()
-	var cw sync.WaitGroup
-	defer cw.Wait()
-	for {
-		c, err := t.Sink.Accept()
-		if err != nil {
-			return
-		}
-		cw.Add(1)
-		go func() {
-			defer cw.Done()
-			defer c.Close()
-			buf := make([]byte, block)
-			for {
-				if _, err := io.ReadFull(c, buf); err != nil {
-					return
-				}
-			}
-		}()
-	}
 }
 
 func allocate(e *transfer.Engine, transport string, n int) ([]byte, error) {
@@ -166,6 +138,27 @@ func allocate(e *transfer.Engine, transport string, n int) ([]byte, error) {
 	}
 	b := make([]byte, n)
 	return b, e.RegisterBytes(b, "cpu:0")
+}
+
+// ServeTarget is the target mode of a child process: it starts a target,
+// prints its Line to out and serves until in reaches EOF (the initiator
+// that spawned it closed the pipe) or ctx ends.
+func ServeTarget(ctx context.Context, c Config, out io.Writer, in io.Reader) error {
+	t, err := StartTarget(ctx, c)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(out, t.Line()); err != nil {
+		_ = t.Close()
+		return err
+	}
+	eof := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, in); close(eof) }()
+	select {
+	case <-ctx.Done():
+	case <-eof:
+	}
+	return t.Close()
 }
 
 // TargetInfo is where the initiator finds the target.
@@ -180,12 +173,12 @@ type TargetInfo struct {
 func ParseLine(line string) (TargetInfo, error) {
 	f := strings.Fields(line)
 	if len(f) != 5 || f[0] != "TARGET" {
-		return TargetInfo{}, fmt.Errorf("bench: target said %q", line)
+		return TargetInfo{}, fmt.Errorf("bench transfer: target said %q", line)
 	}
 	addr, err1 := strconv.ParseUint(f[2], 10, 64)
 	n, err2 := strconv.Atoi(f[3])
 	if err1 != nil || err2 != nil {
-		return TargetInfo{}, fmt.Errorf("bench: target said %q", line)
+		return TargetInfo{}, fmt.Errorf("bench transfer: target said %q", line)
 	}
 	return TargetInfo{Segment: f[1], Addr: addr, Len: n, Sink: f[4]}, nil
 }
@@ -204,7 +197,7 @@ func SpawnTarget(ctx context.Context, exe string, args []string) (TargetInfo, fu
 		return TargetInfo{}, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return TargetInfo{}, nil, fmt.Errorf("bench: start target: %w", err)
+		return TargetInfo{}, nil, fmt.Errorf("bench transfer: start target: %w", err)
 	}
 	stop := func() {
 		_ = stdin.Close()
@@ -245,7 +238,7 @@ func SpawnTarget(ctx context.Context, exe string, args []string) (TargetInfo, fu
 		return info, stop, nil
 	case <-ctx.Done():
 		stop()
-		return TargetInfo{}, nil, fmt.Errorf("bench: target did not report its address: %w", ctx.Err())
+		return TargetInfo{}, nil, fmt.Errorf("bench transfer: target did not report its address: %w", ctx.Err())
 	}
 }
 
@@ -270,7 +263,7 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 	}
 	remoteSlots := max(target.Len/per, 1)
 	if target.Len < per {
-		return Result{}, fmt.Errorf("bench: target buffer %d bytes < one batch %d", target.Len, per)
+		return Result{}, fmt.Errorf("bench transfer: target buffer %d bytes < one batch %d", target.Len, per)
 	}
 	op := transfer.OpWrite
 	if c.Op == "read" {
@@ -281,9 +274,9 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 	bd := min(max(c.Duration/2, 500*time.Millisecond), 2*time.Second) / 2
 	limit := func() (float64, error) {
 		if c.Transport == "tcp" {
-			return RawTCP(ctx, target.Sink, c.BlockSize, bd)
+			return limits.RawTCP(ctx, target.Sink, c.BlockSize, bd)
 		}
-		return Memcpy(c.BlockSize, per*c.Threads, bd), nil // same working set as the run
+		return limits.Memcpy(per*c.Threads, c.BlockSize, bd), nil // same working set as the run
 	}
 	before, err := limit()
 	if err != nil {
@@ -392,72 +385,6 @@ func pct(d []time.Duration, p float64) float64 {
 	return float64(d[i].Nanoseconds()) / 1e3
 }
 
-// RawTCP measures one loopback TCP stream writing block-size buffers to sink
-// (a local sink is started when sink is "").
-func RawTCP(ctx context.Context, sink string, block int, d time.Duration) (float64, error) {
-	if sink == "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		defer ln.Close()
-		done := make(chan struct{})
-		defer func() { <-done }()
-		go func() {
-			defer close(done)
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			buf := make([]byte, block)
-			for {
-				if _, err := io.ReadFull(c, buf); err != nil {
-					return
-				}
-			}
-		}()
-		sink = ln.Addr().String()
-	}
-	var dl net.Dialer
-	c, err := dl.DialContext(ctx, "tcp", sink)
-	if err != nil {
-		return 0, fmt.Errorf("bench: baseline dial: %w", err)
-	}
-	defer c.Close()
-	buf := make([]byte, block)
-	var n int64
-	start := time.Now()
-	for time.Since(start) < d {
-		m, err := c.Write(buf)
-		n += int64(m)
-		if err != nil {
-			return 0, err
-		}
-	}
-	return float64(n) / time.Since(start).Seconds() / 1e9, nil
-}
-
-// Memcpy measures single-thread copy speed of block-size chunks over a
-// working set of span bytes.
-func Memcpy(block, span int, d time.Duration) float64 {
-	span = max(span/block, 1) * block
-	src := make([]byte, span)
-	dst := make([]byte, span)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	var n int64
-	start := time.Now()
-	for time.Since(start) < d {
-		for off := 0; off+block <= span; off += block {
-			copy(dst[off:off+block], src[off:off+block])
-			n += int64(block)
-		}
-	}
-	return float64(n) / time.Since(start).Seconds() / 1e9
-}
-
 // ParseSize accepts 4KiB, 1MiB, 2GiB, 4K, 1M, 65536.
 func ParseSize(s string) (int, error) {
 	t := strings.TrimSpace(s)
@@ -493,7 +420,7 @@ func Discover(ctx context.Context, c Config, segment string) (TargetInfo, error)
 		return TargetInfo{}, err
 	}
 	if len(d.Buffers) == 0 {
-		return TargetInfo{}, fmt.Errorf("bench: target %s has no registered buffer", segment)
+		return TargetInfo{}, fmt.Errorf("bench transfer: target %s has no registered buffer", segment)
 	}
 	return TargetInfo{Segment: segment, Addr: d.Buffers[0].Addr, Len: int(d.Buffers[0].Length)}, nil
 }

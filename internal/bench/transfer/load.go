@@ -1,4 +1,4 @@
-package bench
+package transfer
 
 import (
 	"context"
@@ -38,7 +38,7 @@ const LargeSize = 64 << 20
 // hold LargeSize+small bytes.
 func SmallDuringLarge(ctx context.Context, c Config, target TargetInfo, small int, d time.Duration) (LoadResult, error) {
 	if target.Len < LargeSize+small {
-		return LoadResult{}, fmt.Errorf("bench: target buffer %d < %d", target.Len, LargeSize+small)
+		return LoadResult{}, fmt.Errorf("bench transfer: target buffer %d < %d", target.Len, LargeSize+small)
 	}
 	e, err := transfer.Open(ctx, engineConfig(c))
 	if err != nil {

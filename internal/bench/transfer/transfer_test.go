@@ -1,9 +1,8 @@
-package bench
+package transfer
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"testing"
 	"time"
@@ -15,14 +14,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv("BENCH_TEST_TARGET") != "" {
 		// Child: a target process like `mooncake bench transfer --mode target`.
 		c := Config{Transport: os.Getenv("BENCH_TEST_TARGET"), Op: "write", BlockSize: 64 << 10, BatchSize: 4, Threads: 1, Duration: time.Second}
-		t, err := StartTarget(context.Background(), c)
-		if err != nil {
+		if err := ServeTarget(context.Background(), c, os.Stdout, os.Stdin); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		fmt.Println(t.Line())
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		_ = t.Close()
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)

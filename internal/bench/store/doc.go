@@ -1,0 +1,31 @@
+// Package store is the engine behind `mooncake bench store`: the store's
+// put/get figures next to Redis on loopback.
+//
+// Run starts a master and Config.Nodes storage nodes in this process
+// (loopback, real transfer engines) and one store client (own transfer
+// engine, own gRPC connection) per concurrent client. Per value size and
+// client count it runs, for Config.Rounds rounds alternating the systems
+// (the median round by GB/s is reported), phases of Config.Duration each:
+// put (upsert of a key set taking a quarter of the pool), batch-put
+// (BatchKeys keys per call), get, batch-get and, store only, get-into (into
+// registered memory); batch phases are skipped above 1 MiB. Result.Rows
+// holds ops/s (keys), GB/s and p50/p99 per call.
+//
+// Redis is measured by Debian's redis-benchmark (package redis-tools)
+// against redis-server started on a free loopback port (readiness is its
+// "Ready to accept connections" log line) or a running Redis
+// (Config.Redis HOST:PORT): -t set (put) or get, -d size, -c clients,
+// -r the same number of keys as the store's key set, -P 1 or BatchKeys
+// (batch-*: pipelined), and -n sized to last about Config.Duration (from a
+// short calibration run in the first round, from the previous round after).
+// Its --csv output gives rps, p50 and p99 (per request; with a pipeline, the
+// time to the first reply of its batch). Before a get phase unmeasured
+// pipelined SETs make sure each key was written with probability > 99%.
+// Without redis-benchmark (ErrRedisBenchmarkMissing) or redis-server the
+// run goes on without Redis and Result.RedisSkipped says why.
+//
+// Single-thread memcpy (limits.Memcpy) is measured as the machine's limit.
+// Last, Run fills a fresh 2 x 64 MiB pool with random 4 KiB-1 MiB values
+// until the first eviction, at high watermarks 0.90 and 1.0, and reports the
+// utilisation reached (Result.Utilisation).
+package store

@@ -1,0 +1,275 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrRedisBenchmarkMissing is returned (as Result.RedisSkipped) when
+// redis-benchmark is not installed.
+var ErrRedisBenchmarkMissing = errors.New("redis-benchmark not installed (apt-get install redis-tools)")
+
+// errCSV marks redis-benchmark output that is not the CSV it should be.
+var errCSV = errors.New("redis-benchmark: malformed --csv output")
+
+// redisBench runs Debian's redis-benchmark against one Redis.
+type redisBench struct {
+	bin, host, port string
+	timeout         time.Duration // per invocation
+}
+
+// startRedis finds the Redis to compare with: mode "off" or "" -> none;
+// "auto" -> redis-server started on a free loopback port (stop ends it);
+// otherwise mode is HOST:PORT of a running Redis. Both need redis-benchmark.
+func startRedis(ctx context.Context, mode string) (*redisBench, func(), error) {
+	switch mode {
+	case "off", "":
+		return nil, nil, nil
+	}
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		return nil, nil, ErrRedisBenchmarkMissing
+	}
+	rb := &redisBench{bin: bin, timeout: 5 * time.Minute}
+	if mode != "auto" {
+		if rb.host, rb.port, err = net.SplitHostPort(mode); err != nil {
+			return nil, nil, fmt.Errorf("--redis %q: want auto, off or HOST:PORT", mode)
+		}
+		var d net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		c, err := d.DialContext(dctx, "tcp", mode)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis at %s: %w", mode, err)
+		}
+		c.Close()
+		return rb, nil, nil
+	}
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis-server not installed (apt-get install redis-server)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir, err := os.MkdirTemp("", "mooncake-bench-redis")
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(server, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--protected-mode", "no", "--maxmemory", "0", "--logfile", "")
+	// Redis must not outlive the bench, even when the bench is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	// Readiness is redis-server's own log line; the log is drained to the
+	// end so that the server never blocks on it.
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		seen := false
+		for sc.Scan() {
+			if !seen && strings.Contains(sc.Text(), "Ready to accept connections") {
+				seen = true
+				close(ready)
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		_ = cmd.Wait()
+		close(done)
+	}()
+	stop := func() {
+		_ = cmd.Process.Kill()
+		<-done
+		os.RemoveAll(dir)
+	}
+	select {
+	case <-ready:
+	case <-done:
+		stop()
+		return nil, nil, errors.New("redis-server exited at start")
+	case <-time.After(10 * time.Second):
+		stop()
+		return nil, nil, fmt.Errorf("redis-server did not report ready on port %d within 10s", port)
+	case <-ctx.Done():
+		stop()
+		return nil, nil, ctx.Err()
+	}
+	rb.host, rb.port = "127.0.0.1", strconv.Itoa(port)
+	return rb, stop, nil
+}
+
+// csvRow is one test's line of redis-benchmark --csv.
+type csvRow struct {
+	Test         string
+	RPS          float64 // requests per second (+Inf when too fast to time)
+	P50ms, P99ms float64
+}
+
+// parseCSV decodes redis-benchmark --csv output: a header naming at least
+// "test", "rps", "p50_latency_ms" and "p99_latency_ms", then one line per
+// test.
+func parseCSV(r io.Reader) ([]csvRow, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	recs, err := cr.ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errCSV, err)
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%w: empty", errCSV)
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	for _, h := range []string{"test", "rps", "p50_latency_ms", "p99_latency_ms"} {
+		if _, ok := col[h]; !ok {
+			return nil, fmt.Errorf("%w: no %q column (redis-benchmark older than 7?)", errCSV, h)
+		}
+	}
+	var out []csvRow
+	for _, rec := range recs[1:] {
+		if len(rec) != len(recs[0]) {
+			return nil, fmt.Errorf("%w: %d fields, header has %d", errCSV, len(rec), len(recs[0]))
+		}
+		num := func(h string) (float64, error) {
+			v, err := strconv.ParseFloat(rec[col[h]], 64)
+			if err != nil || math.IsNaN(v) || v < 0 {
+				return 0, fmt.Errorf("%w: %s %q", errCSV, h, rec[col[h]])
+			}
+			return v, nil
+		}
+		row := csvRow{Test: rec[col["test"]]}
+		var errs [3]error
+		row.RPS, errs[0] = num("rps")
+		row.P50ms, errs[1] = num("p50_latency_ms")
+		row.P99ms, errs[2] = num("p99_latency_ms")
+		if err := errors.Join(errs[:]...); err != nil {
+			return nil, err
+		}
+		if math.IsInf(row.P50ms, 0) || math.IsInf(row.P99ms, 0) {
+			return nil, fmt.Errorf("%w: infinite latency", errCSV)
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}
+
+// run runs one redis-benchmark invocation with args and returns the line
+// of test (upper case, as redis-benchmark names it).
+func (rb *redisBench) run(ctx context.Context, test string, args ...string) (csvRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, rb.timeout)
+	defer cancel()
+	args = append([]string{"-h", rb.host, "-p", rb.port, "--csv"}, args...)
+	cmd := exec.CommandContext(ctx, rb.bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return csvRow{}, fmt.Errorf("redis-benchmark %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	rows, err := parseCSV(&stdout)
+	if err != nil {
+		return csvRow{}, err
+	}
+	for _, r := range rows {
+		if r.Test == test {
+			return r, nil
+		}
+	}
+	return csvRow{}, fmt.Errorf("%w: no %s line in %q (stderr %q)", errCSV, test, stdout.String(), stderr.String())
+}
+
+// flushAll empties the Redis between rounds.
+func (rb *redisBench) flushAll(ctx context.Context) error {
+	_, err := rb.run(ctx, "FLUSHALL", "-n", "1", "-c", "1", "FLUSHALL")
+	return err
+}
+
+// redisSet is one configuration's key set in one round: keys keys of size
+// bytes (redis-benchmark -r keys), written by clients connections.
+type redisSet struct {
+	size, clients, keys int
+	sets                int // SETs issued so far this round
+}
+
+// cover is the number of random SETs after which each of k keys is
+// missing with probability e^-5 (under 1%): k(ln k + 5).
+func cover(k int) int { return int(math.Ceil(float64(k) * (math.Log(float64(k)) + 5))) }
+
+// phase measures op (put, batch-put, get, batch-get) on set for about d:
+// rate is the ops/s of this phase in an earlier round (0: none, a short
+// calibration run sizes this one). Before a get phase, unmeasured pipelined
+// SETs top the key set up to cover(keys), so that gets find their values.
+// It returns the row and the measured ops/s.
+func (rb *redisBench) phase(ctx context.Context, set *redisSet, op string, rate float64, d time.Duration) (Row, float64, error) {
+	pipeline := 1
+	if strings.HasPrefix(op, "batch") {
+		pipeline = BatchKeys
+	}
+	test := "set"
+	if strings.HasSuffix(op, "get") {
+		test = "get"
+	}
+	bench := func(test string, n, pipeline int) (csvRow, error) {
+		r, err := rb.run(ctx, strings.ToUpper(test), "-t", test, "-d", strconv.Itoa(set.size), "-c", strconv.Itoa(set.clients),
+			"-n", strconv.Itoa(n), "-r", strconv.Itoa(set.keys), "-P", strconv.Itoa(pipeline))
+		if err == nil && test == "set" {
+			set.sets += n
+		}
+		return r, err
+	}
+	if need := cover(set.keys) - set.sets; test == "get" && need > 0 {
+		if _, err := bench("set", need, BatchKeys); err != nil {
+			return Row{}, 0, err
+		}
+	}
+	least := set.clients * pipeline
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		n0 := max((16<<20)/set.size, least)
+		r, err := bench(test, n0, pipeline)
+		if err != nil {
+			return Row{}, 0, err
+		}
+		rate = r.RPS
+		if math.IsInf(rate, 0) {
+			rate = float64(n0) / 1e-3 // finished within redis-benchmark's 1 ms resolution
+		}
+	}
+	n := min(max(int(rate*d.Seconds()), least), 1<<26)
+	r, err := bench(test, n, pipeline)
+	if err != nil {
+		return Row{}, 0, err
+	}
+	rps := r.RPS
+	if math.IsInf(rps, 0) || rps == 0 {
+		rps = float64(n) / 1e-3
+	}
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	return Row{System: "redis", Op: op, Size: set.size, Clients: set.clients, Ops: n,
+		Elapsed: time.Duration(float64(n) / rps * float64(time.Second)), P50: ms(r.P50ms), P99: ms(r.P99ms)}, rps, nil
+}

@@ -1,0 +1,418 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/bench/limits"
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// BatchKeys is the number of keys per call in the batch-put and batch-get
+// phases (Redis: the pipeline depth).
+const BatchKeys = 32
+
+// Config is one run of the benchmark.
+type Config struct {
+	Sizes       []int         // value sizes in bytes
+	Clients     []int         // concurrent client counts (1..64)
+	SegmentSize uint64        // segment size of each storage node
+	Nodes       int           // storage nodes
+	Duration    time.Duration // duration of each phase
+	Rounds      int           // rounds per configuration, alternating the systems; the median is reported
+	// Redis is "auto" (start redis-server on a free loopback port when
+	// installed), "off" or "" (none), or HOST:PORT of a running Redis.
+	Redis     string
+	Transport string // transfer transport of clients and nodes: auto, tcp, shm
+}
+
+// Validate checks the run before anything starts.
+func (c Config) Validate() error {
+	if len(c.Sizes) == 0 || len(c.Clients) == 0 {
+		return errors.New("bench store: no sizes or no client counts")
+	}
+	for _, s := range c.Sizes {
+		if s <= 0 {
+			return fmt.Errorf("bench store: bad size %d", s)
+		}
+	}
+	for _, n := range c.Clients {
+		if n < 1 || n > 64 {
+			return fmt.Errorf("bench store: bad client count %d", n)
+		}
+	}
+	if c.Nodes < 1 || c.Duration <= 0 || c.Rounds < 1 || c.SegmentSize == 0 {
+		return errors.New("--nodes, --rounds and --duration must be positive")
+	}
+	return nil
+}
+
+// Row is one phase's figures (the median round of its configuration).
+type Row struct {
+	System   string // mooncake or redis
+	Op       string // put, batch-put, get, batch-get, get-into (mooncake only)
+	Size     int    // value bytes
+	Clients  int
+	Ops      int           // keys moved
+	Elapsed  time.Duration // measured time
+	P50, P99 time.Duration // per call (batch-*: per call of BatchKeys keys)
+	Errors   int
+	FirstErr error
+}
+
+// OpsPerSec is keys per second.
+func (r Row) OpsPerSec() float64 { return float64(r.Ops) / r.Elapsed.Seconds() }
+
+// GBps is value bytes per second, in GB/s.
+func (r Row) GBps() float64 {
+	return float64(r.Ops) * float64(r.Size) / r.Elapsed.Seconds() / 1e9
+}
+
+// Utilisation is the segment utilisation reached before the first eviction.
+type Utilisation struct {
+	Watermark float64 // the master's high watermark
+	Used      float64 // used/capacity when the first eviction ran
+}
+
+// Result is one run's figures.
+type Result struct {
+	MemcpyGBps float64 // single-thread memcpy, the machine's limit
+	// RedisSkipped says why Redis was not measured (nil when it was, or
+	// when Config.Redis is off).
+	RedisSkipped error
+	Rows         []Row // in the order the phases first ran
+	Utilisation  []Utilisation
+}
+
+// Find returns the row of system, op, size and clients, nil if none.
+func (r *Result) Find(system, op string, size, clients int) *Row {
+	for i := range r.Rows {
+		w := &r.Rows[i]
+		if w.System == system && w.Op == op && w.Size == size && w.Clients == clients {
+			return w
+		}
+	}
+	return nil
+}
+
+// Run starts a master and cfg.Nodes storage nodes in this process, one
+// store client per concurrent client and, per Config.Redis, a Redis, then
+// runs every phase of every size and client count for cfg.Rounds rounds,
+// alternating the systems, and last measures the utilisation reached
+// before the first eviction (watermarks 0.90 and 1.0).
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	res := &Result{MemcpyGBps: limits.Memcpy(64<<20, 0, 250*time.Millisecond)}
+
+	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	var ns []*storenode.Node
+	defer func() {
+		for _, n := range ns {
+			n.Close()
+		}
+	}()
+	for range cfg.Nodes {
+		n, err := storenode.Start(ctx, storenode.Config{Master: srv.Addr(), SegmentSize: cfg.SegmentSize,
+			Engine: transfer.Config{Transport: cfg.Transport}, UnmountGrace: 100 * time.Millisecond})
+		if err != nil {
+			return nil, err
+		}
+		ns = append(ns, n)
+	}
+	maxClients := slices.Max(cfg.Clients)
+	maxSize := slices.Max(cfg.Sizes)
+	var mc []*mooncakeKV
+	defer func() {
+		for _, c := range mc {
+			c.close()
+		}
+	}()
+	for range maxClients {
+		eng, err := transfer.Open(ctx, transfer.Config{Transport: cfg.Transport})
+		if err != nil {
+			return nil, err
+		}
+		cl, err := store.New(ctx, store.Config{Master: srv.Addr(), Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond})
+		if err != nil {
+			eng.Close()
+			return nil, err
+		}
+		kv := &mooncakeKV{cl: cl, eng: eng, buf: make([]byte, maxSize)}
+		mc = append(mc, kv)
+		if err := cl.RegisterBuffer(kv.buf); err != nil {
+			return nil, err
+		}
+	}
+
+	rb, stopRedis, err := startRedis(ctx, cfg.Redis)
+	if err != nil {
+		res.RedisSkipped = err
+	}
+	if stopRedis != nil {
+		defer stopRedis()
+	}
+
+	capacity := uint64(cfg.Nodes) * cfg.SegmentSize
+	type phaseKey struct {
+		system, op    string
+		size, clients int
+	}
+	rounds := map[phaseKey][]Row{}
+	var order []phaseKey
+	add := func(r Row) {
+		k := phaseKey{r.System, r.Op, r.Size, r.Clients}
+		if len(rounds[k]) == 0 {
+			order = append(order, k)
+		}
+		rounds[k] = append(rounds[k], r)
+	}
+	rates := map[phaseKey]float64{} // Redis ops/s of the last round, to size the next
+	for _, size := range cfg.Sizes {
+		for _, n := range cfg.Clients {
+			// Each client owns a key set; together they take a quarter of the pool.
+			perClient := max(2, min(256, int(capacity/4/uint64(size))/n))
+			// Rounds alternate the systems so that a burst of load on this
+			// shared machine hits both; the median round is reported.
+			for round := range cfg.Rounds {
+				prefix := fmt.Sprintf("bench/mooncake/%d/%d/r%d", size, n, round)
+				// Every put phase runs before the get phases: a get leases its
+				// key (10s), and a leased key cannot be overwritten.
+				for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into"} {
+					if strings.HasPrefix(op, "batch") && size > 1<<20 {
+						continue
+					}
+					add(runPhase(ctx, mc[:n], op, size, perClient, prefix, cfg.Duration))
+				}
+				_, _ = mc[0].cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
+				if rb == nil {
+					continue
+				}
+				set := redisSet{size: size, clients: n, keys: n * perClient}
+				for _, op := range []string{"put", "batch-put", "get", "batch-get"} {
+					if strings.HasPrefix(op, "batch") && size > 1<<20 {
+						continue
+					}
+					k := phaseKey{"redis", op, size, n}
+					r, rate, err := rb.phase(ctx, &set, op, rates[k], cfg.Duration)
+					if err != nil {
+						return nil, fmt.Errorf("redis: %w", err)
+					}
+					rates[k] = rate
+					add(r)
+				}
+				if err := rb.flushAll(ctx); err != nil {
+					return nil, fmt.Errorf("redis: %w", err)
+				}
+			}
+		}
+	}
+	for _, k := range order {
+		rs := rounds[k]
+		slices.SortFunc(rs, func(a, b Row) int { return cmp.Compare(a.GBps(), b.GBps()) })
+		res.Rows = append(res.Rows, rs[len(rs)/2])
+	}
+	for _, wm := range []float64{0.90, 1.0} {
+		u, err := measureUtilisation(ctx, wm, cfg.Transport)
+		if err != nil {
+			return nil, err
+		}
+		res.Utilisation = append(res.Utilisation, Utilisation{Watermark: wm, Used: u})
+	}
+	return res, nil
+}
+
+// runPhase runs op on n clients for d and gathers throughput and latency.
+func runPhase(ctx context.Context, cls []*mooncakeKV, op string, size, perClient int, prefix string, d time.Duration) Row {
+	res := Row{System: "mooncake", Op: op, Size: size, Clients: len(cls)}
+	var mu sync.Mutex
+	var lats []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for ci, cl := range cls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := make([]byte, size)
+			for i := range v {
+				v[i] = byte(i*13 + ci)
+			}
+			r := rand.New(rand.NewPCG(uint64(ci), 7))
+			var local []time.Duration
+			keys := 0
+			errs := 0
+			var firstErr error
+			for i := 0; time.Now().Before(deadline) || i < perClient && op == "put"; i++ {
+				if ctx.Err() != nil {
+					break
+				}
+				k := i % perClient
+				if op != "put" {
+					k = r.IntN(perClient)
+				}
+				key := fmt.Sprintf("%s/%d/%d", prefix, ci, k)
+				t0 := time.Now()
+				var err error
+				keysDone := 1
+				switch op {
+				case "batch-put", "batch-get":
+					nb := min(BatchKeys, perClient)
+					keys := make([]string, nb)
+					first := r.IntN(perClient)
+					for j := range keys {
+						keys[j] = fmt.Sprintf("%s/%d/%d", prefix, ci, (first+j)%perClient)
+					}
+					if op == "batch-put" {
+						err = cl.batchPut(ctx, keys, v)
+					} else {
+						err = cl.batchGet(ctx, keys, size)
+					}
+					keysDone = nb
+				case "put":
+					err = cl.put(ctx, key, v)
+				case "get-into":
+					var n int
+					n, err = cl.getInto(ctx, key)
+					if err == nil && n != size {
+						err = fmt.Errorf("got %d bytes, want %d", n, size)
+					}
+				default:
+					var got []byte
+					got, err = cl.get(ctx, key)
+					if err == nil && len(got) != size {
+						err = fmt.Errorf("got %d bytes, want %d", len(got), size)
+					}
+				}
+				if err != nil {
+					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
+					continue
+				}
+				local = append(local, time.Since(t0))
+				keys += keysDone
+			}
+			mu.Lock()
+			lats = append(lats, local...)
+			res.Ops += keys
+			res.Errors += errs
+			if res.FirstErr == nil {
+				res.FirstErr = firstErr
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	if len(lats) > 0 {
+		slices.Sort(lats)
+		res.P50 = lats[len(lats)/2]
+		res.P99 = lats[min(len(lats)-1, len(lats)*99/100)]
+	}
+	return res
+}
+
+// mooncakeKV is one store client with its own transfer engine; buf is
+// registered memory for GetInto.
+type mooncakeKV struct {
+	cl  *store.Client
+	eng *transfer.Engine
+	buf []byte
+}
+
+func (m *mooncakeKV) close() {
+	m.cl.Close()
+	m.eng.Close()
+}
+
+// getInto reads into the client's registered buffer (zero copy, no allocation).
+func (m *mooncakeKV) getInto(ctx context.Context, key string) (int, error) {
+	return m.cl.GetInto(ctx, key, m.buf)
+}
+
+func (m *mooncakeKV) put(ctx context.Context, key string, v []byte) error {
+	return m.cl.PutWith(ctx, key, v, store.PutOptions{Upsert: true})
+}
+
+func (m *mooncakeKV) get(ctx context.Context, key string) ([]byte, error) { return m.cl.Get(ctx, key) }
+
+func (m *mooncakeKV) batchPut(ctx context.Context, keys []string, v []byte) error {
+	vals := make([][]byte, len(keys))
+	for i := range vals {
+		vals[i] = v
+	}
+	for i, err := range m.cl.BatchPut(ctx, keys, vals, store.PutOptions{Upsert: true}) {
+		if err != nil {
+			return fmt.Errorf("%s: %w", keys[i], err)
+		}
+	}
+	return nil
+}
+
+func (m *mooncakeKV) batchGet(ctx context.Context, keys []string, size int) error {
+	vals, errs := m.cl.BatchGet(ctx, keys)
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("%s: %w", keys[i], err)
+		}
+		if len(vals[i]) != size {
+			return fmt.Errorf("%s: got %d bytes, want %d", keys[i], len(vals[i]), size)
+		}
+	}
+	return nil
+}
+
+// measureUtilisation fills a fresh 2 x 64 MiB pool with mixed-size values
+// until the first eviction runs and returns used/capacity at that moment.
+func measureUtilisation(ctx context.Context, watermark float64, transport string) (float64, error) {
+	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond,
+		Core: master.Config{HighWatermark: watermark}})
+	if err != nil {
+		return 0, err
+	}
+	defer srv.Close()
+	for range 2 {
+		n, err := storenode.Start(ctx, storenode.Config{Master: srv.Addr(), SegmentSize: 64 << 20,
+			Engine: transfer.Config{Transport: transport}, UnmountGrace: 10 * time.Millisecond})
+		if err != nil {
+			return 0, err
+		}
+		defer n.Close()
+	}
+	eng, err := transfer.Open(ctx, transfer.Config{Transport: transport})
+	if err != nil {
+		return 0, err
+	}
+	defer eng.Close()
+	cl, err := store.New(ctx, store.Config{Master: srv.Addr(), Mover: eng, LocalBufferSize: 4 << 20})
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	r := rand.New(rand.NewPCG(3, 4))
+	buf := make([]byte, 1<<20)
+	for i := 0; i < 100000 && srv.Core().Stats().EvictionRuns == 0; i++ {
+		size := 4096 + r.IntN(1<<20-4096)
+		if err := cl.Put(ctx, fmt.Sprintf("fill/%d", i), buf[:size]); err != nil && !errors.Is(err, store.ErrNoSpace) {
+			return 0, err
+		}
+	}
+	return srv.Core().Stats().UtilisationAtFirstEviction, nil
+}

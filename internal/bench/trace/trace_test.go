@@ -1,0 +1,95 @@
+package trace
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvcache-go/mooncake/internal/tracesim"
+)
+
+// sixLineTrace: the same six requests as tracesim's hand-worked test
+// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8).
+const sixLineTrace = `{"timestamp": 0, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]}
+{"timestamp": 10, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 4]}
+{"timestamp": 20, "input_length": 512, "output_length": 1, "hash_ids": [5]}
+{"timestamp": 30, "input_length": 2048, "output_length": 1, "hash_ids": [1, 2, 3, 6]}
+{"timestamp": 40, "input_length": 1000, "output_length": 1, "hash_ids": [1, 7]}
+{"timestamp": 50, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]}
+`
+
+func TestRun(t *testing.T) {
+	tr, err := tracesim.ReadAll(strings.NewReader(sixLineTrace), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tracesim.DefaultRouteConfig()
+	cfg.Instances = 2
+	r, err := Run(tr.Requests, []int{tracesim.Unlimited, 4}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != 6 || r.IdealHits != 9 || r.Blocks != 16 || r.IdealHitRate != 9.0/16 || r.DistinctBlocks != 7 {
+		t.Fatalf("result %+v", r)
+	}
+	if len(r.Cache) != 2*len(tracesim.Policies) || len(r.Route) != len(tracesim.Routers) {
+		t.Fatalf("%d cache rows, %d route rows", len(r.Cache), len(r.Route))
+	}
+	want := map[tracesim.Policy]int{tracesim.Policies[0]: 6, tracesim.Policies[1]: 7, tracesim.Policies[2]: 8}
+	for _, c := range r.Cache {
+		if c.Capacity == 4 && c.Hits != want[c.Policy] {
+			t.Errorf("%s at 4 blocks: %d hits, want %d", c.Policy, c.Hits, want[c.Policy])
+		}
+	}
+	if _, err := Run(nil, []int{4}, cfg); !errors.Is(err, ErrNoRequests) {
+		t.Fatalf("empty trace: %v", err)
+	}
+}
+
+func TestParseCapacities(t *testing.T) {
+	got, err := ParseCapacities("inf, 4,1000")
+	if err != nil || len(got) != 3 || got[0] != tracesim.Unlimited || got[1] != 4 || got[2] != 1000 {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, in := range []string{"inf,0", "x", "-3", ""} {
+		if _, err := ParseCapacities(in); err == nil || !strings.Contains(err.Error(), "--capacities") {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+	if CapLabel(tracesim.Unlimited) != "Inf" || CapLabel(7) != "7" {
+		t.Fatal("CapLabel")
+	}
+}
+
+func TestFindTrace(t *testing.T) {
+	root := t.TempDir()
+	repo := filepath.Join(root, "main")
+	sub := filepath.Join(repo, "internal", "x")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := FindTrace("given.jsonl", sub); err != nil || p != "given.jsonl" {
+		t.Fatalf("flag: %q %v", p, err)
+	}
+	if _, err := FindTrace("", sub); err == nil || !strings.Contains(err.Error(), "--trace") {
+		t.Fatalf("no go.mod: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "go.mod"), []byte("module x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FindTrace("", sub); err == nil || !strings.Contains(err.Error(), "--trace") {
+		t.Fatalf("no trace: %v", err)
+	}
+	want := filepath.Join(root, "shared", "traces", "conversation_trace.jsonl")
+	if err := os.MkdirAll(filepath.Dir(want), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(want, []byte(sixLineTrace), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := FindTrace("", sub); err != nil || p != want {
+		t.Fatalf("found %q %v, want %q", p, err, want)
+	}
+}
