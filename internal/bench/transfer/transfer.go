@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bench/limits"
+	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
@@ -92,8 +93,11 @@ func engineConfig(c Config) transfer.Config {
 	if tr == "shm" {
 		tr = transfer.TransportShm
 	}
-	return transfer.Config{Transport: tr, Checksum: c.Checksum, Secret: c.Secret, Lanes: c.Lanes, SliceSize: c.SliceSize}
+	return transfer.Config{Transport: tr, Checksum: c.Checksum, Secret: c.Secret, Lanes: c.Lanes, SliceSize: c.SliceSize, InprocHub: inprocHub}
 }
+
+// inprocHub lets the benchmark's in-process target and initiator reach each other.
+var inprocHub = inproc.NewHub()
 
 // Target is a running benchmark target.
 type Target struct {
