@@ -22,12 +22,21 @@ type suiteEnv struct {
 
 const suiteBuf = 2<<20 + 4096
 
-func newSuiteEnv(t *testing.T, tr string) *suiteEnv {
+// suiteTransports are the transports every behaviour test runs against.
+var suiteTransports = []string{TransportTCP, TransportShm, TransportInproc}
+
+// enginePair opens a target and an initiator that reach each other over tr
+// (with one inproc hub between them).
+func enginePair(t *testing.T, tr string) (tgt, ini *Engine) {
 	t.Helper()
 	hub := inproc.NewHub()
+	return openEngine(t, Config{Transport: tr, InprocHub: hub}), openEngine(t, Config{Transport: tr, InprocHub: hub})
+}
+
+func newSuiteEnv(t *testing.T, tr string) *suiteEnv {
+	t.Helper()
 	env := &suiteEnv{want: tr}
-	env.tgt = openEngine(t, Config{Transport: tr, InprocHub: hub})
-	env.ini = openEngine(t, Config{Transport: tr, InprocHub: hub})
+	env.tgt, env.ini = enginePair(t, tr)
 	var err error
 	// Managed (memfd) memory, so that the shm transport can serve it.
 	if env.remote, err = env.tgt.AllocateManaged(suiteBuf); err != nil {
@@ -167,7 +176,7 @@ func TestTransportBehaviour(t *testing.T) {
 			}
 		}},
 	}
-	for _, tr := range []string{TransportTCP, TransportShm, TransportInproc} {
+	for _, tr := range suiteTransports {
 		t.Run(tr, func(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) { c.test(t, newSuiteEnv(t, tr)) })
@@ -180,11 +189,9 @@ func TestTransportBehaviour(t *testing.T) {
 // by shared memory from the first request on, without waiting for the
 // cached descriptor to go stale; preparing twice is fine.
 func TestPreparePeer(t *testing.T) {
-	for _, tr := range []string{TransportTCP, TransportShm, TransportInproc} {
+	for _, tr := range suiteTransports {
 		t.Run(tr, func(t *testing.T) {
-			hub := inproc.NewHub()
-			tgt := openEngine(t, Config{Transport: tr, InprocHub: hub})
-			ini := openEngine(t, Config{Transport: tr, InprocHub: hub})
+			tgt, ini := enginePair(t, tr)
 			seg, err := ini.OpenSegment(ctxT(t), tgt.Name())
 			if err != nil {
 				t.Fatal(err)
@@ -219,11 +226,9 @@ func TestPreparePeer(t *testing.T) {
 
 // TestPreparePeerNewSegment: PreparePeer opens a segment not opened yet.
 func TestPreparePeerNewSegment(t *testing.T) {
-	for _, tr := range []string{TransportTCP, TransportShm, TransportInproc} {
+	for _, tr := range suiteTransports {
 		t.Run(tr, func(t *testing.T) {
-			hub := inproc.NewHub()
-			tgt := openEngine(t, Config{Transport: tr, InprocHub: hub})
-			ini := openEngine(t, Config{Transport: tr, InprocHub: hub})
+			tgt, ini := enginePair(t, tr)
 			if _, err := tgt.AllocateManaged(4096); err != nil {
 				t.Fatal(err)
 			}

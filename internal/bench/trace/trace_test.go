@@ -12,13 +12,13 @@ import (
 
 // sixLineTrace: the same six requests as tracesim's hand-worked test
 // (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8).
-const sixLineTrace = `{"timestamp": 0, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]}
-{"timestamp": 10, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 4]}
-{"timestamp": 20, "input_length": 512, "output_length": 1, "hash_ids": [5]}
-{"timestamp": 30, "input_length": 2048, "output_length": 1, "hash_ids": [1, 2, 3, 6]}
-{"timestamp": 40, "input_length": 1000, "output_length": 1, "hash_ids": [1, 7]}
-{"timestamp": 50, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]}
-`
+var sixLineTrace = func() string {
+	b, err := os.ReadFile("testdata/six_requests.jsonl")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 func TestRun(t *testing.T) {
 	tr, err := tracesim.ReadAll(strings.NewReader(sixLineTrace), 0)
