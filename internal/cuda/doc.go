@@ -1,0 +1,30 @@
+// Package cuda reaches NVIDIA GPUs through the CUDA driver API
+// (libcuda.so.1), loaded at run time with a pure-Go dlopen
+// (github.com/ebitengine/purego): no CUDA toolkit to build, no cgo, and a
+// binary that runs unchanged on hosts without a GPU.
+//
+// # What it offers
+//
+//   - Load opens the driver (ErrNoDriver when it is absent: the normal case
+//     on a CPU host) and initialises it; DeviceCount, PointerInfo (is an
+//     address device memory, and of which device: cuPointerGetAttribute),
+//     MemAlloc/MemFree (device memory, for tests and benchmarks),
+//     HostAlloc/HostFree (pinned host memory: cuMemHostAlloc), and
+//     synchronous copies between device and host (cuMemcpyDtoH/HtoD).
+//     Every call makes the device's primary context current on a locked OS
+//     thread first, so goroutines may call from anywhere.
+//   - Stage is the pure pipeline that moves device memory over a host-only
+//     transport: the bytes go through a few pinned host buffers in chunks,
+//     and filling chunk i+1 (a device-to-host copy, or a network receive)
+//     overlaps draining chunk i (a network send, or a host-to-device copy).
+//     It knows nothing of CUDA: callers pass the fill and drain steps.
+//
+// # Status
+//
+// The transfer engine and the store client do not route device pointers
+// through this package yet; see docs/transfer.md. The package's tests run a
+// fake driver (a small C library built by the test with gcc, exporting the
+// same symbols) so the dlopen and calling conventions are exercised on any
+// host; TestRealDriver runs against the real libcuda.so.1 and skips, saying
+// so, where there is none.
+package cuda
