@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -289,7 +290,7 @@ func Load(dir string) (*Model, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: tensor %s missing", ErrUnsupported, t.Name)
 		}
-		if !sameShape(e.Shape, t.Shape) {
+		if !slices.Equal(e.Shape, t.Shape) {
 			return nil, fmt.Errorf("%w: tensor %s has shape %v, config says %v", ErrUnsupported, t.Name, e.Shape, t.Shape)
 		}
 		raw := make([]byte, e.DataOffsets[1]-e.DataOffsets[0])
@@ -315,16 +316,4 @@ func Load(dir string) (*Model, error) {
 
 func isIgnorable(name string) bool {
 	return strings.HasSuffix(name, "rotary_emb.inv_freq")
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

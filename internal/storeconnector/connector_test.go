@@ -21,22 +21,6 @@ import (
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
-var (
-	tinyOnce  sync.Once
-	tinyModel *model.Model
-)
-
-func tiny(t testing.TB) *model.Model {
-	tinyOnce.Do(func() {
-		m, err := model.NewBuiltin("tiny", 1)
-		if err != nil {
-			panic(err)
-		}
-		tinyModel = m
-	})
-	return tinyModel
-}
-
 func checkLeaks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() {
@@ -112,7 +96,11 @@ type node struct {
 func startEngine(t testing.TB, st Store, mod func(*Config), emod ...func(*engine.Config)) *node {
 	t.Helper()
 	n := &node{}
-	cfg := engine.Config{Model: tiny(t), NumBlocks: 256, MaxNumBatchedTokens: 256}
+	m, err := model.NewBuiltin("tiny", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := engine.Config{Model: m, NumBlocks: 256, MaxNumBatchedTokens: 256}
 	if st != nil {
 		cc := Config{Store: st, LookupTimeout: 300 * time.Millisecond, LoadTimeout: 5 * time.Second}
 		if mod != nil {
