@@ -69,6 +69,9 @@ type KVConnector struct {
 	Run func(ctx context.Context) error
 	// Close, if set, runs after the engine and Run stopped.
 	Close func() error
+	// PrepareKV, if set, checks and completes each request's
+	// kv_transfer_params in the server (server.Config.PrepareKV).
+	PrepareKV func(params map[string]any) (map[string]any, bool, error)
 }
 
 // KVConnectorFunc builds the KV connector of an instance whose engine
@@ -255,8 +258,8 @@ func (i *Instance) startPD(ctx context.Context, cfg InstanceConfig) (*KVConnecto
 		"bootstrap", i.bootstrap, "transfer_segment", te.Name())
 	i.Conn, i.TE = conn, te
 	return &KVConnector{Connector: conn, Allocator: conn.Allocator(), Collectors: conn.Collectors(),
-		Run: func(ctx context.Context) error { return conn.Run(ctx, ln) },
-		Close: te.Close}, nil
+		Run:   func(ctx context.Context) error { return conn.Run(ctx, ln) },
+		Close: te.Close, PrepareKV: conn.PrepareParams}, nil
 }
 
 // buildEngine builds the engine on the connector and its server, with the
@@ -266,7 +269,11 @@ func buildEngine(cfg InstanceConfig, kv *KVConnector) (*engine.Engine, *server.S
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := server.New(server.Config{Engine: eng, Tokenizer: cfg.Tokenizer, Logger: cfg.Logger})
+	scfg := server.Config{Engine: eng, Tokenizer: cfg.Tokenizer, Logger: cfg.Logger}
+	if kv != nil {
+		scfg.PrepareKV = kv.PrepareKV
+	}
+	srv, err := server.New(scfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -35,7 +35,6 @@ var (
 	ErrConfig       = errors.New("pdconnector: invalid config")
 	ErrIncompatible = errors.New("pdconnector: incompatible peer")
 	errStopped      = errors.New("pdconnector: connector stopped")
-	errBadParams    = errors.New("pdconnector: kv_transfer_params with do_remote_prefill need transfer_id and remote_bootstrap_addr")
 )
 
 // Mover is what the connector needs of the transfer engine
@@ -500,23 +499,44 @@ func (c *Connector) BuildConnectorMeta(*engine.SchedulerOutput) any {
 // UpdateConnectorOutput implements engine.SchedulerConnector.
 func (c *Connector) UpdateConnectorOutput(engine.ConnectorOutput) {}
 
+// prefillResult is the prefill half's response kv_transfer_params: what
+// each contract's proxy forwards to decode. One map serves them all: ours
+// and vLLM's reworked connector read transfer_id, remote_bootstrap_addr and
+// remote_engine_id; vLLM's seed connector remote_host and remote_port (the
+// bootstrap port) and pairs by request id (transfer_id carries it too).
+func (c *Connector) prefillResult(tid, contract string, blockIDs []int) map[string]any {
+	host, port, _ := net.SplitHostPort(c.cfg.BootstrapAddr)
+	p, _ := strconv.Atoi(port)
+	out := map[string]any{"do_remote_prefill": true, "do_remote_decode": false, "transfer_id": tid,
+		"remote_engine_id": c.cfg.EngineID, "remote_bootstrap_addr": c.cfg.BootstrapAddr,
+		"remote_host": host, "remote_port": p, "tp_size": 1, "remote_block_ids": append([]int{}, blockIDs...)}
+	if contract == ContractSGLang {
+		out["bootstrap_host"], out["bootstrap_port"] = host, p
+	}
+	return out
+}
+
+// PrepareParams is the engine server's kv_transfer_params hook for this
+// connector (server.Config.PrepareKV): see the package function.
+func (c *Connector) PrepareParams(params map[string]any) (map[string]any, bool, error) {
+	return PrepareParams(c.cfg.Role, params)
+}
+
 // RequestFinished holds a prefill's blocks for decode's pull (producer) or
 // keeps a decode request's blocks while a pull may still write into them
 // (consumer), and returns what happened as kv_transfer_params.
 func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool, map[string]any) {
 	params := req.KVTransferParams()
 	if c.cfg.Role != RoleConsumer {
-		if v, _ := params["do_remote_decode"].(bool); v {
-			tid, _ := params["transfer_id"].(string)
-			if tid == "" {
+		if tid, contract, ok, err := prefillKey(req.ID(), params); ok {
+			if err != nil || tid == "" {
 				return false, nil
 			}
 			ok := req.NumComputedTokens() >= len(req.PromptTokens())
 			c.mu.Lock()
 			delay := c.prod.Finished(tid, req.ID(), blockIDs, len(req.PromptTokens()), ok, c.clock.Now())
 			c.mu.Unlock()
-			return delay, map[string]any{"transfer_id": tid, "remote_engine_id": c.cfg.EngineID,
-				"remote_bootstrap_addr": c.cfg.BootstrapAddr, "do_remote_prefill": true}
+			return delay, c.prefillResult(tid, contract, blockIDs)
 		}
 	}
 	if c.cfg.Role == RoleProducer {

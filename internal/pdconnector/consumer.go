@@ -71,32 +71,10 @@ func NewConsumerCore(blockSize int, recompute bool) *ConsumerCore {
 		outcomes: map[string]outcome{}, counts: map[string]uint64{}}
 }
 
-// RemoteParams are the decode half's kv_transfer_params.
-type RemoteParams struct {
-	TransferID string
-	Bootstrap  string
-	EngineID   string
-}
-
-// ParseRemote reads do_remote_prefill params; ok is false when the request
-// is not a remote-prefill request; err reports malformed params.
-func ParseRemote(params map[string]any) (rp RemoteParams, ok bool, err error) {
-	if v, _ := params["do_remote_prefill"].(bool); !v {
-		return rp, false, nil
-	}
-	rp.TransferID, _ = params["transfer_id"].(string)
-	rp.Bootstrap, _ = params["remote_bootstrap_addr"].(string)
-	rp.EngineID, _ = params["remote_engine_id"].(string)
-	if rp.TransferID == "" || rp.Bootstrap == "" {
-		return rp, true, errBadParams
-	}
-	return rp, true, nil
-}
-
 // Match answers GetNumNewMatchedTokens for a request with prompt length
 // promptLen and numLocal tokens found in the local prefix cache.
 func (c *ConsumerCore) Match(reqID string, params map[string]any, promptLen, numLocal int) (int, bool, error) {
-	rp, ok, err := ParseRemote(params)
+	rp, ok, err := ParseRemote(reqID, params)
 	if !ok {
 		return 0, false, nil
 	}
@@ -118,7 +96,7 @@ func (c *ConsumerCore) Match(reqID string, params map[string]any, promptLen, num
 // numLocal is its local hit (whole blocks); n the tokens promised by Match.
 // With n == 0 and remote params (full hit) a release is queued instead.
 func (c *ConsumerCore) AfterAlloc(reqID string, params map[string]any, promptLen, numLocal int, blockIDs []int, n int) {
-	rp, ok, err := ParseRemote(params)
+	rp, ok, err := ParseRemote(reqID, params)
 	if !ok || err != nil {
 		return
 	}
@@ -189,7 +167,7 @@ func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, write
 // the engine must keep the blocks (a pull is still writing into them), a
 // release to send to prefill (or nil), and the params for the response.
 func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree bool, rel *ReleaseSpec, out map[string]any) {
-	rp, ok, _ := ParseRemote(params)
+	rp, ok, _ := ParseRemote(reqID, params)
 	if !ok {
 		return false, nil, nil
 	}
