@@ -62,6 +62,10 @@ type Config struct {
 	// BlockBytes is the text block size used to hash prompt prefixes for the
 	// kvcache-aware policy (default 64 bytes, about 16 tokens).
 	BlockBytes int
+	// Protocol is what the proxy sends upstream (Protocols; default
+	// ProtocolMooncake): ours, a vLLM variant or SGLang's, so that it can
+	// front real vLLM or SGLang instances.
+	Protocol string
 	// Client sends upstream requests (default: a dedicated http.Client).
 	Client *http.Client
 	// Logger receives operational logs (default: discard).
@@ -71,6 +75,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Protocol == "" {
+		c.Protocol = ProtocolMooncake
+	}
 	if c.PrefillPolicy == "" {
 		c.PrefillPolicy = PolicyKVAware
 	}
@@ -145,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if c.DecodePolicy == PolicyConductor {
 		return fmt.Errorf("%w: the conductor policy applies to prefill only", ErrConfig)
+	}
+	if c.Protocol != "" && !validProtocol(c.Protocol) {
+		return fmt.Errorf("%w: unknown protocol %q (want one of %v)", ErrConfig, c.Protocol, Protocols)
 	}
 	if c.TTFTSLO < 0 {
 		return fmt.Errorf("%w: negative TTFT SLO", ErrConfig)

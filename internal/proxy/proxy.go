@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -243,17 +244,53 @@ func (p *Proxy) check(ctx context.Context, in *instance) (string, error) {
 	if in.role != RolePrefill {
 		return "", nil
 	}
-	var q struct {
-		EngineID string            `json:"engine_id"`
-		Workers  []json.RawMessage `json:"workers"`
+	switch p.cfg.Protocol {
+	case ProtocolVLLM, ProtocolVLLMSeed:
+		return "", nil // vLLM's side channel is the engine's business
+	case ProtocolSGLang:
+		if err := p.getOK(ctx, "http://"+in.bootstrap+"/health", nil); err != nil {
+			return "", fmt.Errorf("bootstrap: %w", err)
+		}
+		return "", nil
 	}
+	var q map[string]json.RawMessage
 	if err := p.getOK(ctx, "http://"+in.bootstrap+"/query", &q); err != nil {
 		return "", fmt.Errorf("bootstrap: %w", err)
 	}
-	if q.EngineID == "" || len(q.Workers) == 0 {
-		return "", fmt.Errorf("bootstrap %s: no engine id or no registered worker yet", in.bootstrap)
+	id, err := QueryEngineID(q)
+	if err != nil {
+		return "", fmt.Errorf("bootstrap %s: %w", in.bootstrap, err)
 	}
-	return q.EngineID, nil
+	return id, nil
+}
+
+// needsEngineID: the protocol names prefill's engine id in decode's half.
+func (p *Proxy) needsEngineID() bool {
+	return p.cfg.Protocol == ProtocolMooncake || p.cfg.Protocol == ProtocolVLLMTransferID
+}
+
+// QueryEngineID reads the engine id from a bootstrap registry's GET /query
+// answer: ours ({engine_id, workers: [...]}) or vLLM's reworked connector's
+// ({"<dp rank>": {engine_id, worker_addr}}, dp rank 0).
+func QueryEngineID(q map[string]json.RawMessage) (string, error) {
+	if raw, ok := q["engine_id"]; ok {
+		var id string
+		var workers []json.RawMessage
+		json.Unmarshal(raw, &id)
+		json.Unmarshal(q["workers"], &workers)
+		if id == "" || len(workers) == 0 {
+			return "", errors.New("no engine id or no registered worker yet")
+		}
+		return id, nil
+	}
+	var dp0 struct {
+		EngineID   string          `json:"engine_id"`
+		WorkerAddr json.RawMessage `json:"worker_addr"`
+	}
+	if raw, ok := q["0"]; ok && json.Unmarshal(raw, &dp0) == nil && dp0.EngineID != "" {
+		return dp0.EngineID, nil
+	}
+	return "", errors.New("no engine id or no registered worker yet")
 }
 
 func (p *Proxy) getOK(ctx context.Context, u string, into any) error {
@@ -323,7 +360,7 @@ func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint6
 	var cands []*instance
 	var loads []Load
 	for _, in := range pool {
-		if h, eid, _ := in.snapshot(); h && (role != RolePrefill || eid != "") {
+		if h, eid, _ := in.snapshot(); h && (role != RolePrefill || eid != "" || !p.needsEngineID()) {
 			cands = append(cands, in)
 			loads = append(loads, Load{ID: in.url, InFlight: int(in.inflight.Load())})
 		}
@@ -488,9 +525,11 @@ func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request) (map[string]
 type exchange struct {
 	r                *http.Request
 	endpoint         string
+	req              map[string]any
 	pre, dec         *instance
-	tid              string
-	preBody, decBody []byte
+	tid              string // the pairing key (Halves.Key)
+	hdr              http.Header
+	preBody, decBody []byte // decBody nil: built from prefill's answer (vllm-seed)
 	t0               time.Time
 
 	// The decode half dies with the client (r.Context()). The prefill half
@@ -510,9 +549,14 @@ type exchange struct {
 
 func (p *Proxy) newExchange(r *http.Request, endpoint string, req map[string]any, pre, dec *instance) *exchange {
 	_, engineID, _ := pre.snapshot()
-	x := &exchange{r: r, endpoint: endpoint, pre: pre, dec: dec, tid: "xfer-" + uuid.NewString(),
+	h, _ := BuildHalves(p.cfg.Protocol, req, Target{Bootstrap: pre.bootstrap, EngineID: engineID}, uuid.NewString(), rand.Uint64())
+	x := &exchange{r: r, endpoint: endpoint, req: req, pre: pre, dec: dec, tid: h.Key, hdr: r.Header,
 		t0: p.cfg.Clock.Now(), preDone: make(chan prefillResult, 1)}
-	x.preBody, x.decBody = BuildBodies(req, x.tid, pre.bootstrap, engineID)
+	x.preBody, x.decBody = h.Prefill, h.Decode
+	if h.RequestID != "" {
+		x.hdr = r.Header.Clone()
+		x.hdr.Set("X-Request-Id", h.RequestID)
+	}
 	x.decCtx, x.decCancel = context.WithCancelCause(r.Context())
 	x.preCtx, x.preCancel = p.life.detach(r.Context(), p.cfg.RequestTimeout)
 	x.stopOnClient = context.AfterFunc(r.Context(), x.preCancel)
@@ -529,7 +573,7 @@ func (p *Proxy) startPrefill(x *exchange, doneQueue func()) {
 		defer x.preCancel()
 		defer x.pre.inflight.Add(-1)
 		defer doneQueue()
-		res := p.post(x.preCtx, x.pre, x.endpoint, x.preBody, x.r.Header, true)
+		res := p.post(x.preCtx, x.pre, x.endpoint, x.preBody, x.hdr, true)
 		if res.err == nil && res.status >= 400 && res.status < 500 {
 			x.mu.Lock()
 			if !x.committed {
@@ -548,9 +592,14 @@ func (p *Proxy) startPrefill(x *exchange, doneQueue func()) {
 // relayDecode sends the decode half and answers the client: prefill's
 // refusal, a 502 for a failed decode, or decode's bytes unchanged.
 func (p *Proxy) relayDecode(w http.ResponseWriter, x *exchange) int {
+	if x.decBody == nil {
+		if code, done := p.seedDecode(w, x); done {
+			return code
+		}
+	}
 	x.dec.inflight.Add(1)
 	defer x.dec.inflight.Add(-1)
-	resp, err := p.send(x.decCtx, x.dec, x.endpoint, x.decBody, x.r.Header)
+	resp, err := p.send(x.decCtx, x.dec, x.endpoint, x.decBody, x.hdr)
 	x.mu.Lock()
 	if err == nil && !x.rejected {
 		x.committed = true
@@ -590,6 +639,37 @@ func (p *Proxy) relayDecode(w http.ResponseWriter, x *exchange) int {
 	}
 	x.stopOnClient()
 	return resp.StatusCode
+}
+
+// seedDecode waits for the prefill half of a vllm-seed exchange and builds
+// the decode half from its answer. done means the client was answered
+// (prefill's refusal, 502, or 499 for a client gone).
+func (p *Proxy) seedDecode(w http.ResponseWriter, x *exchange) (int, bool) {
+	var res prefillResult
+	select {
+	case res = <-x.preDone:
+	case <-x.r.Context().Done():
+		p.mDisconnect.Inc()
+		p.release(x.pre, x.tid)
+		return 499, true
+	}
+	x.stopOnClient()
+	switch {
+	case res.err != nil:
+		return httpjson.Error(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("prefill instance %s failed: %v", x.pre.url, res.err)), true
+	case res.status >= 400:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(res.status)
+		w.Write(res.body)
+		return res.status, true
+	}
+	body, err := SeedDecodeBody(x.req, res.body)
+	if err != nil {
+		p.release(x.pre, x.tid)
+		return httpjson.Error(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("prefill instance %s: %v", x.pre.url, err)), true
+	}
+	x.decBody = body
+	return 0, false
 }
 
 // answerRejected relays prefill's refusal (a 4xx) to the client.
