@@ -22,6 +22,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/cluster"
 	"github.com/kvcache-go/mooncake/internal/engine"
 	"github.com/kvcache-go/mooncake/internal/pdconnector"
+	"github.com/kvcache-go/mooncake/internal/proxy"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
@@ -480,6 +481,23 @@ func TestVLLMContractFailures(t *testing.T) {
 				t.Fatalf("got %d %s, want %d with %q", got.Code, got.Raw, tc.code, tc.msg)
 			}
 			assertNoLeaks(t, pre, dec)
+		})
+	}
+}
+
+// Our proxy speaking each protocol in front of our engines: output equals
+// colocated, and nothing leaks (the SGLang protocol is the router's
+// documented flow: the same body to both halves with a bootstrap room).
+func TestProxyProtocolsEqualColocated(t *testing.T) {
+	col := startColocated(t)
+	for _, proto := range proxy.Protocols {
+		t.Run(proto, func(t *testing.T) {
+			c := startCluster(t, cluster.Config{Proxy: proxy.Config{Protocol: proto}})
+			equalsColocated(t, col, c.URL)
+			assertNoLeaks(t, c.Prefill[0], c.Decode[0])
+			if s := c.Prefill[0].Conn.Stats(); s.FreedTimeout != 0 || s.FreedDone == 0 {
+				t.Fatalf("prefill freed %+v", s)
+			}
 		})
 	}
 }
