@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/kvevents"
+	"github.com/kvcache-go/mooncake/internal/tokenizer"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -49,6 +51,8 @@ type instance struct {
 	role      string
 	url       string
 	bootstrap string // prefill only
+	events    string // prefill only: KV event endpoints ("" none)
+	replay    string
 
 	inflight atomic.Int64
 
@@ -74,6 +78,9 @@ type Proxy struct {
 	decode  []*instance
 	pPol    Policy
 	dPol    Policy
+	events  *kvevents.Index // fed by the prefill instances' KV events (nil: none)
+	subsMu  sync.Mutex
+	subs    map[string]*kvevents.Subscriber
 
 	reg         *prometheus.Registry
 	mRequests   *prometheus.CounterVec
@@ -101,15 +108,26 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, log: cfg.Logger}
 	for _, s := range cfg.Prefill {
 		sp, _ := ParsePrefillSpec(s)
-		p.prefill = append(p.prefill, &instance{role: RolePrefill, url: sp.URL, bootstrap: sp.Bootstrap})
+		p.prefill = append(p.prefill, &instance{role: RolePrefill, url: sp.URL, bootstrap: sp.Bootstrap, events: sp.Events, replay: sp.Replay})
 	}
 	for _, s := range cfg.Decode {
 		u, _ := parseBaseURL(s)
 		p.decode = append(p.decode, &instance{role: RoleDecode, url: u})
 	}
+	for _, s := range cfg.Prefill {
+		if sp, _ := ParsePrefillSpec(s); sp.Events != "" {
+			p.events = kvevents.NewIndex()
+			break
+		}
+	}
 	p.pPol, _ = NewPolicy(cfg.PrefillPolicy)
-	if cfg.PrefillPolicy == PolicyConductor {
+	switch {
+	case cfg.PrefillPolicy == PolicyConductor && p.events != nil:
+		p.pPol = NewConductor(ConductorConfig{Cost: cfg.Cost, BlockBytes: cfg.EventBlockSize, Matched: p.events.Matched})
+	case cfg.PrefillPolicy == PolicyConductor:
 		p.pPol = NewConductor(ConductorConfig{Cost: cfg.Cost, BlockBytes: cfg.BlockBytes})
+	case cfg.PrefillPolicy == PolicyKVAware && p.events != nil:
+		p.pPol = NewKVAware(KVAwareConfig{Matched: p.events.Matched})
 	}
 	p.dPol, _ = NewPolicy(cfg.DecodePolicy)
 	p.initMetrics()
@@ -176,16 +194,65 @@ func (p *Proxy) initMetrics() {
 func (p *Proxy) Run(ctx context.Context, ln net.Listener) error {
 	defer p.Close()
 	hctx, stopHealth := context.WithCancel(ctx)
-	healthDone := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(1)
 	go func() {
-		defer close(healthDone)
+		defer bg.Done()
 		p.healthLoop(hctx)
 	}()
+	p.runSubscribers(hctx, &bg)
 	err := httpserve.Serve(ctx, ln, p.Handler(), 5*time.Second)
 	stopHealth()
-	<-healthDone
+	bg.Wait()
 	return err
 }
+
+// runSubscribers follows the KV events of every prefill instance that
+// publishes them, feeding the prefix index, until ctx ends.
+func (p *Proxy) runSubscribers(ctx context.Context, wg *sync.WaitGroup) {
+	for _, in := range p.prefill {
+		if in.events == "" {
+			continue
+		}
+		sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{Instance: in.url, Endpoint: in.events,
+			ReplayEndpoint: in.replay, Sink: p.events, Logger: p.log.With("instance", in.url)})
+		if err != nil {
+			p.log.Warn("kv events not followed", "instance", in.url, "err", err)
+			continue
+		}
+		p.subsMu.Lock()
+		if p.subs == nil {
+			p.subs = map[string]*kvevents.Subscriber{}
+		}
+		p.subs[in.url] = sub
+		p.subsMu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := sub.Run(ctx); err != nil {
+					p.log.Warn("kv events", "instance", in.url, "err", err)
+				}
+			}
+		}()
+	}
+}
+
+// EventStats reports each followed prefill instance's KV event stream
+// (applied, gaps, replayed, dropped, bad), by instance URL.
+func (p *Proxy) EventStats() map[string]kvevents.SubStats {
+	p.subsMu.Lock()
+	defer p.subsMu.Unlock()
+	out := map[string]kvevents.SubStats{}
+	for u, s := range p.subs {
+		out[u] = s.Stats()
+	}
+	return out
+}
+
+// EventIndex is the prefix index fed by the instances' KV events (nil when
+// no prefill instance publishes them).
+func (p *Proxy) EventIndex() *kvevents.Index { return p.events }
 
 // healthLoop runs CheckNow every HealthInterval until ctx ends.
 func (p *Proxy) healthLoop(ctx context.Context) {
@@ -482,12 +549,16 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 	}
 	// Prompt length in tokens ~ bytes (the byte-level tokenizer; see Conductor).
 	prompt := PromptText(endpoint, req)
-	blocks := PromptBlocks(prompt, p.cfg.BlockBytes)
-	pre, preDoneQueue, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks, len(prompt))
+	blocks, promptTokens := PromptBlocks(prompt, p.cfg.BlockBytes), len(prompt)
+	if p.events != nil {
+		toks := PromptTokens(endpoint, req)
+		blocks, promptTokens = kvevents.PromptBlocks("", p.cfg.EventBlockSize, toks), len(toks)
+	}
+	pre, preDoneQueue, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks, promptTokens)
 	if err != nil {
 		return writeChooseError(w, err)
 	}
-	dec, decDoneQueue, err := p.choose(p.dPol, RoleDecode, p.decode, blocks, len(prompt))
+	dec, decDoneQueue, err := p.choose(p.dPol, RoleDecode, p.decode, blocks, promptTokens)
 	if err != nil {
 		preDoneQueue()
 		return writeChooseError(w, err)
@@ -817,6 +888,54 @@ func BuildBodies(req map[string]any, transferID, bootstrapAddr, engineID string)
 	prefill, _ = json.Marshal(pb)
 	decode, _ = json.Marshal(db)
 	return prefill, decode
+}
+
+// PromptTokens is the prompt as our engines tokenize it (the byte-level
+// tokenizer: BOS and the text's bytes, the chat template for messages, or
+// the token ids given), for the KV-event prefix index.
+func PromptTokens(endpoint string, req map[string]any) []int {
+	var tk tokenizer.ByteLevel
+	if strings.HasSuffix(endpoint, "/chat/completions") {
+		msgs, _ := req["messages"].([]any)
+		var out []tokenizer.Message
+		for _, m := range msgs {
+			mm, _ := m.(map[string]any)
+			role, _ := mm["role"].(string)
+			var sb strings.Builder
+			switch c := mm["content"].(type) {
+			case string:
+				sb.WriteString(c)
+			case []any:
+				for _, part := range c {
+					pm, _ := part.(map[string]any)
+					if t, ok := pm["text"].(string); ok {
+						sb.WriteString(t)
+					}
+				}
+			}
+			out = append(out, tokenizer.Message{Role: role, Content: sb.String()})
+		}
+		return tk.ApplyChat(out)
+	}
+	switch pr := req["prompt"].(type) {
+	case string:
+		return tk.Encode(pr, true)
+	case []any:
+		var ids []int
+		for _, e := range pr {
+			n, ok := e.(json.Number)
+			if !ok {
+				return nil
+			}
+			v, err := n.Int64()
+			if err != nil {
+				return nil
+			}
+			ids = append(ids, int(v))
+		}
+		return ids
+	}
+	return nil
 }
 
 // PromptText extracts the prompt text of a completions or chat request, for
