@@ -21,8 +21,10 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/cluster"
 	"github.com/kvcache-go/mooncake/internal/engine"
+	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/pdconnector"
 	"github.com/kvcache-go/mooncake/internal/proxy"
+	"github.com/kvcache-go/mooncake/internal/tokenizer"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
@@ -500,4 +502,49 @@ func TestProxyProtocolsEqualColocated(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Our engines publish KV events; the proxy's kvcache-aware policy indexes
+// instances from them alone and sends a repeated prompt to the instance
+// that computed it.
+func TestKVEventsFeedProxy(t *testing.T) {
+	col := startColocated(t)
+	c := startCluster(t, cluster.Config{Prefill: 2, PrefillEvents: true})
+	ctx := context.Background()
+	idx := c.Proxy.EventIndex()
+	if idx == nil {
+		t.Fatal("the proxy follows no KV events")
+	}
+	p := strings.Repeat("Shared system prompt that the router should remember. ", 3)
+	toks := tokenizer.ByteLevel{}.Encode(p, true)
+	want := kvevents.PromptBlocks("", 16, toks)
+	first := complete(t, ctx, c.URL, p, 4, false)
+	if first.Code != 200 {
+		t.Fatal(first.Raw)
+	}
+	var holder *cluster.Instance
+	waitfor.Cond(t, 10*time.Second, "an instance announced the prompt's blocks", func() bool {
+		for _, in := range c.Prefill {
+			if idx.Matched(in.URL, want) == len(want) {
+				holder = in
+				return true
+			}
+		}
+		return false
+	})
+	before := metricValue(t, holder.URL, `mooncake_engine_requests_total{finish_reason="length"}`)
+	for i := 0; i < 3; i++ {
+		got := complete(t, ctx, c.URL, p, 4, false)
+		ref := complete(t, ctx, col.URL, p, 4, false)
+		if got.Code != 200 || !equalInts(got.TokenIDs, ref.TokenIDs) {
+			t.Fatalf("%d %s", got.Code, got.Raw)
+		}
+		waitfor.Cond(t, 5*time.Second, "prefill half done", func() bool {
+			return holder.Engine.Stats().Running == 0
+		})
+	}
+	if after := metricValue(t, holder.URL, `mooncake_engine_requests_total{finish_reason="length"}`); after-before != 3 {
+		t.Fatalf("holder served %v of 3 repeated prompts", after-before)
+	}
+	assertNoLeaks(t, append(append([]*cluster.Instance{}, c.Prefill...), c.Decode...)...)
 }
