@@ -64,6 +64,7 @@ type Registry struct {
 	compat   string
 	tpSize   int
 	workers  map[[3]int]Worker
+	routes   map[[3]int]RouteInfo // SGLang's PUT /route
 }
 
 // NewRegistry returns a registry for engine engineID.
@@ -249,6 +250,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.Metrics.ServeHTTP(w, r)
+	case "/route":
+		s.serveRoute(w, r)
 	case "/query":
 		q := s.Registry.Query()
 		if len(q.Workers) == 0 {

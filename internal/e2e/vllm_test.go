@@ -548,3 +548,75 @@ func TestKVEventsFeedProxy(t *testing.T) {
 	}
 	assertNoLeaks(t, append(append([]*cluster.Instance{}, c.Prefill...), c.Decode...)...)
 }
+
+// SGLang's contract, as its routers drive it: the same body, with
+// bootstrap_host, bootstrap_port and bootstrap_room, to prefill and decode
+// at once; decode learns the pull address from prefill's GET /route.
+func TestSGLangContract(t *testing.T) {
+	col := startColocated(t)
+	pre, dec := pdPair(t, cluster.InstanceConfig{AbortTimeout: time.Second},
+		cluster.InstanceConfig{PullTimeout: 2 * time.Second, FailurePolicy: engine.PolicyFail})
+	ctx := context.Background()
+	host, port, _ := net.SplitHostPort(pre.BootstrapAddr())
+	resp, err := http.Get("http://" + pre.BootstrapAddr() + "/route?prefill_dp_rank=0&target_tp_rank=0&target_pp_rank=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ri map[string]any
+	json.NewDecoder(resp.Body).Decode(&ri)
+	resp.Body.Close()
+	if ri["rank_ip"] != host || ri["page_size"] != 16.0 {
+		t.Fatalf("GET /route: %v", ri)
+	}
+	both := func(g genReq, room any, bhost string, bport any) (completion, completion) {
+		b := g.body()
+		b["bootstrap_host"], b["bootstrap_port"], b["bootstrap_room"] = bhost, bport, room
+		pc := make(chan completion, 1)
+		go func() { pc <- send(t, ctx, pre.URL, g.path(), b, nil) }()
+		d := send(t, ctx, dec.URL, g.path(), b, nil)
+		return <-pc, d
+	}
+	for i, chat := range []bool{false, true} {
+		for _, stream := range []bool{false, true} {
+			g := genReq{chat: chat, prompt: prompts[2], max: 9, stream: stream}
+			want := send(t, ctx, col.URL, g.path(), g.body(), nil)
+			room := json.Number(strconv.FormatUint(1<<62+uint64(i)*2+map[bool]uint64{false: 0, true: 1}[stream], 10))
+			p, d := both(g, room, host, port)
+			if p.Code != 200 || len(p.TokenIDs) != 1 {
+				t.Fatalf("prefill half: %d %s (want one token)", p.Code, p.Raw)
+			}
+			if d.Code != 200 || !equalInts(d.TokenIDs, want.TokenIDs) || d.Text != want.Text {
+				t.Fatalf("%+v: %d %s != %v", g, d.Code, d.Raw, want.TokenIDs)
+			}
+			if !stream && d.KV["kv_load"] != "remote" {
+				t.Fatalf("kv_load %v", d.KV)
+			}
+		}
+	}
+	assertNoLeaks(t, pre, dec)
+
+	g := genReq{prompt: prompts[1], max: 3}
+	t.Run("unknown bootstrap address", func(t *testing.T) {
+		_, d := both(g, 77, "127.0.0.1", freePort(t))
+		if d.Code != 500 || !strings.Contains(d.Raw, "unreachable") {
+			t.Fatalf("%d %s", d.Code, d.Raw)
+		}
+		assertNoLeaks(t, pre, dec)
+	})
+	t.Run("bad room", func(t *testing.T) {
+		p, d := both(g, "room-9", host, port)
+		if p.Code != 400 || d.Code != 400 || !strings.Contains(d.Raw, "bootstrap_room") {
+			t.Fatalf("prefill %d %s, decode %d %s", p.Code, p.Raw, d.Code, d.Raw)
+		}
+		assertNoLeaks(t, pre, dec)
+	})
+	t.Run("prefill half never arrives", func(t *testing.T) {
+		b := g.body()
+		b["bootstrap_host"], b["bootstrap_port"], b["bootstrap_room"] = host, port, 78
+		d := send(t, ctx, dec.URL, g.path(), b, nil)
+		if d.Code != 500 || !strings.Contains(d.Raw, "did not finish in time") {
+			t.Fatalf("%d %s", d.Code, d.Raw)
+		}
+		assertNoLeaks(t, pre, dec)
+	})
+}

@@ -392,6 +392,14 @@ func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
 	c.cons = NewConsumerCore(kv.Layout.BlockSize, c.cfg.FailurePolicy == engine.PolicyRecompute)
 	c.mu.Unlock()
 	c.registry.SetCompatHash(c.compat)
+	if c.cfg.Role != RoleConsumer {
+		// SGLang's decode engines find the pull address through GET /route.
+		host, port, _ := net.SplitHostPort(c.cfg.BootstrapAddr)
+		p, _ := strconv.Atoi(port)
+		if err := c.registry.PutRoute(bootstrap.RouteInfo{RankIP: host, RankPort: p, PageSize: kv.Layout.BlockSize, KVCacheDType: kvDType}); err != nil {
+			return fmt.Errorf("pdconnector: SGLang route: %w", err)
+		}
+	}
 	return c.registry.Register(bootstrap.RegisterRequest{EngineID: c.cfg.EngineID,
 		Worker: bootstrap.Worker{Addr: c.te.Name()}})
 }

@@ -18,6 +18,7 @@ type PullSpec struct {
 	NumTokens  int    // prompt length
 	FirstBlock int    // first block index pulled
 	BlockIDs   []int  // destination blocks for FirstBlock, FirstBlock+1, ...
+	Contract   string // the params' contract (SGLang's resolves Bootstrap through GET /route)
 }
 
 // ReleaseSpec is a will-not-pull message for prefill.
@@ -114,7 +115,7 @@ func (c *ConsumerCore) AfterAlloc(reqID string, params map[string]any, promptLen
 	if last > len(blockIDs) {
 		last = len(blockIDs)
 	}
-	spec := PullSpec{ReqID: reqID, TransferID: rp.TransferID, Bootstrap: rp.Bootstrap, EngineID: rp.EngineID,
+	spec := PullSpec{ReqID: reqID, TransferID: rp.TransferID, Bootstrap: rp.Bootstrap, EngineID: rp.EngineID, Contract: rp.Contract,
 		NumTokens: promptLen, FirstBlock: first, BlockIDs: append([]int(nil), blockIDs[first:last]...)}
 	c.pulls[reqID] = &consPull{spec: spec}
 	c.queued = append(c.queued, spec)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bootstrap"
@@ -27,6 +29,30 @@ func (c *Connector) peer(ctx context.Context, addr string) (bootstrap.QueryRespo
 	c.mu.Unlock()
 	return q, nil
 }
+
+// sglangRoute learns a prefill's pull address from its SGLang bootstrap
+// server: GET /route with every rank -1 (page size and KV dtype must match
+// ours), then the rank (dp 0, tp 0, pp 0): rank_ip:rank_port.
+func (c *Connector) sglangRoute(ctx context.Context, addr string) (string, error) {
+	var info bootstrap.ServerInfo
+	if err := c.boot.Route(ctx, addr, -1, -1, -1, &info); err != nil {
+		return "", fmt.Errorf("pdconnector: prefill bootstrap %s unreachable: %w", addr, err)
+	}
+	if info.PageSize != 0 && info.PageSize != c.layout.BlockSize {
+		return "", fmt.Errorf("%w: prefill at %s has page size %d, this decode engine %d", ErrIncompatible, addr, info.PageSize, c.layout.BlockSize)
+	}
+	if info.KVCacheDType != "" && info.KVCacheDType != kvDType {
+		return "", fmt.Errorf("%w: prefill at %s has KV dtype %s, this decode engine %s", ErrIncompatible, addr, info.KVCacheDType, kvDType)
+	}
+	var ri bootstrap.RouteInfo
+	if err := c.boot.Route(ctx, addr, 0, 0, 0, &ri); err != nil {
+		return "", fmt.Errorf("pdconnector: prefill bootstrap %s: %w", addr, err)
+	}
+	return net.JoinHostPort(ri.RankIP, strconv.Itoa(ri.RankPort)), nil
+}
+
+// kvDType is the engines' KV dtype, as SGLang's route reports it.
+const kvDType = "float32"
 
 func (c *Connector) forgetPeer(addr string) {
 	c.mu.Lock()
@@ -69,6 +95,13 @@ func (c *Connector) pullDone(p PullSpec, err error, resp bootstrap.PullResponse,
 }
 
 func (c *Connector) pull(ctx context.Context, p PullSpec) (bootstrap.PullResponse, error) {
+	if p.Contract == ContractSGLang {
+		addr, err := c.sglangRoute(ctx, p.Bootstrap)
+		if err != nil {
+			return bootstrap.PullResponse{}, err
+		}
+		p.Bootstrap = addr
+	}
 	q, err := c.peer(ctx, p.Bootstrap)
 	if err == nil && p.EngineID != "" && q.EngineID != p.EngineID {
 		// A restarted prefill on the same address has a new engine id: the

@@ -35,8 +35,8 @@ type commonParams struct {
 	// SGLang's P/D fields (its routers add them to the body of both
 	// halves); folded into KVTransferParams for the connector.
 	BootstrapHost    *string            `json:"bootstrap_host"`
-	BootstrapPort    *json.Number       `json:"bootstrap_port"`
-	BootstrapRoom    *json.Number       `json:"bootstrap_room"`
+	BootstrapPort    json.RawMessage    `json:"bootstrap_port"`
+	BootstrapRoom    json.RawMessage    `json:"bootstrap_room"`
 	CacheSalt        string             `json:"cache_salt"`
 	IgnoreEOS        bool               `json:"ignore_eos"`
 	ReturnTokenIDs   bool               `json:"return_token_ids"`

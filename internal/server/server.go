@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -405,6 +406,15 @@ func (s *Server) parseChat(body io.Reader, id string) (*job, error) {
 // prepareKV folds SGLang's bootstrap_host/port/room into
 // kv_transfer_params and hands them to Config.PrepareKV.
 func (s *Server) prepareKV(c *commonParams) (prefillOnly bool, err error) {
+	if string(c.BootstrapPort) == "null" {
+		c.BootstrapPort = nil
+	}
+	if string(c.BootstrapRoom) == "null" {
+		c.BootstrapRoom = nil
+	}
+	if c.BootstrapHost != nil && *c.BootstrapHost == "" && c.BootstrapRoom == nil {
+		c.BootstrapHost = nil
+	}
 	if c.BootstrapHost != nil || c.BootstrapPort != nil || c.BootstrapRoom != nil {
 		if c.BootstrapRoom == nil {
 			return false, fmt.Errorf("%w: bootstrap_host and bootstrap_port need bootstrap_room", ErrBadRequest)
@@ -416,9 +426,17 @@ func (s *Server) prepareKV(c *commonParams) (prefillOnly bool, err error) {
 			c.KVTransferParams["bootstrap_host"] = *c.BootstrapHost
 		}
 		if c.BootstrapPort != nil {
-			c.KVTransferParams["bootstrap_port"] = c.BootstrapPort.String()
+			port, err := rawInt("bootstrap_port", c.BootstrapPort)
+			if err != nil {
+				return false, err
+			}
+			c.KVTransferParams["bootstrap_port"] = port
 		}
-		c.KVTransferParams["bootstrap_room"] = c.BootstrapRoom.String()
+		room, err := rawInt("bootstrap_room", c.BootstrapRoom)
+		if err != nil {
+			return false, err
+		}
+		c.KVTransferParams["bootstrap_room"] = room
 	}
 	if s.cfg.PrepareKV == nil || c.KVTransferParams == nil {
 		return false, nil
@@ -429,6 +447,20 @@ func (s *Server) prepareKV(c *commonParams) (prefillOnly bool, err error) {
 	}
 	c.KVTransferParams = out
 	return prefillOnly, nil
+}
+
+// rawInt reads a non-negative integer given as a JSON number or a decimal
+// string, exactly (a bootstrap room is a 63-bit integer), as its decimal
+// string.
+func rawInt(field string, raw json.RawMessage) (string, error) {
+	v := strings.TrimSpace(string(raw))
+	if uq, err := strconv.Unquote(v); err == nil {
+		v = uq
+	}
+	if _, err := strconv.ParseUint(v, 10, 64); err != nil {
+		return "", fmt.Errorf("%w: %s must be a non-negative integer, got %s", ErrBadRequest, field, raw)
+	}
+	return v, nil
 }
 
 // failMessage is a failed request's error message, with the KV
