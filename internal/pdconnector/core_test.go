@@ -196,7 +196,7 @@ func TestConsumerPull(t *testing.T) {
 	}
 	c.AfterAlloc("r", params, 40, 16, []int{7, 8, 9}, n)
 	pulls, rels := c.TakeWork()
-	want := PullSpec{ReqID: "r", TransferID: "x", Bootstrap: "h:1", EngineID: "e", NumTokens: 40, FirstBlock: 1, BlockIDs: []int{8, 9}}
+	want := PullSpec{ReqID: "r", TransferID: "x", Bootstrap: "h:1", EngineID: "e", NumTokens: 40, FirstBlock: 1, BlockIDs: []int{8, 9}, Contract: ContractMooncake}
 	if len(pulls) != 1 || !reflect.DeepEqual(pulls[0], want) || len(rels) != 0 {
 		t.Fatalf("work %+v %+v", pulls, rels)
 	}
