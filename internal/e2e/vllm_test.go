@@ -594,6 +594,16 @@ func TestSGLangContract(t *testing.T) {
 		}
 	}
 	assertNoLeaks(t, pre, dec)
+	// SGLang's poll states, in metrics.
+	if v := metricValue(t, dec.URL, `mooncake_pd_kv_poll_total{code="4",role="consumer",state="success"}`); v != 4 {
+		t.Fatalf("decode success polls %v, want 4", v)
+	}
+	if v := metricValue(t, pre.URL, `mooncake_pd_kv_poll_total{code="4",role="producer",state="success"}`); v != 4 {
+		t.Fatalf("prefill success polls %v, want 4", v)
+	}
+	if v := metricValue(t, pre.URL, `mooncake_pd_kv_poll_transfers{code="2",role="producer",state="waiting_for_input"}`); v != 0 {
+		t.Fatalf("prefill still waiting for input: %v", v)
+	}
 
 	g := genReq{prompt: prompts[1], max: 3}
 	t.Run("unknown bootstrap address", func(t *testing.T) {
@@ -618,5 +628,8 @@ func TestSGLangContract(t *testing.T) {
 			t.Fatalf("%d %s", d.Code, d.Raw)
 		}
 		assertNoLeaks(t, pre, dec)
+		if v := metricValue(t, dec.URL, `mooncake_pd_kv_poll_total{code="0",role="consumer",state="failed"}`); v != 2 {
+			t.Fatalf("decode failed polls %v, want 2", v)
+		}
 	})
 }

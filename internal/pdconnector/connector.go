@@ -174,7 +174,8 @@ type Connector struct {
 	managedMu sync.Mutex
 	managed   map[uintptr]bool
 
-	m *metrics
+	m          *metrics
+	pushFailed atomic.Uint64 // pulls answered failed (SGLang's poll state Failed, prefill side)
 
 	// The goroutines of pulls, pushes and releases (each bounded by a
 	// timeout): Run cancels them when its ctx ends and waits for them.

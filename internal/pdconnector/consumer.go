@@ -227,3 +227,16 @@ func (c *ConsumerCore) InFlight() int { return len(c.pulls) }
 // Count returns how many pulls ended with result (ok, failed, aborted,
 // full_hit).
 func (c *ConsumerCore) Count(result string) uint64 { return c.counts[result] }
+
+// Poll counts pulls by SGLang's poll state: bootstrapping (queued: the
+// prefill's registry not asked yet) and transferring (asked, not answered).
+func (c *ConsumerCore) Poll() (bootstrapping, transferring int) {
+	for _, p := range c.pulls {
+		if p.state == pullQueued {
+			bootstrapping++
+		} else {
+			transferring++
+		}
+	}
+	return bootstrapping, transferring
+}

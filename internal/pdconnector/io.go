@@ -167,6 +167,7 @@ func (c *Connector) Pull(ctx context.Context, req bootstrap.PullRequest) bootstr
 	result := resp.Status
 	if result != bootstrap.StatusDone {
 		result = resp.Code
+		c.pushFailed.Add(1)
 	}
 	c.m.pushes.WithLabelValues(result).Inc()
 	return resp

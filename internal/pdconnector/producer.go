@@ -226,3 +226,20 @@ func (p *ProducerCore) Held() int {
 
 // Freed returns how many transfers were freed for reason.
 func (p *ProducerCore) Freed(reason string) uint64 { return p.freed[reason] }
+
+// Poll counts transfers by SGLang's poll state: bootstrapping (a pull waits
+// for a prefill not finished yet), waiting for input (prefill done, no pull
+// yet), transferring (pushing).
+func (p *ProducerCore) Poll() (bootstrapping, waiting, transferring int) {
+	for _, e := range p.entries {
+		switch {
+		case e.pushing:
+			transferring++
+		case e.ready:
+			waiting++
+		case !e.failed:
+			bootstrapping++
+		}
+	}
+	return bootstrapping, waiting, transferring
+}
