@@ -190,14 +190,31 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		}
 	}
 	var routeRes []tracesim.RouteResult
+	var routeNames []string
+	type routeRun struct {
+		rt     tracesim.Router
+		events bool // the router's view fed by the instances' KV events
+	}
+	runs := []routeRun{}
 	for _, rt := range tracesim.Routers {
-		r, err := tracesim.SimulateRouting(reqs, rt, cfg)
+		runs = append(runs, routeRun{rt: rt})
+	}
+	runs = append(runs, routeRun{tracesim.CacheAware, true}, routeRun{tracesim.Conductor, true})
+	for _, run := range runs {
+		rcfg := cfg
+		rcfg.EventsFed = run.events
+		r, err := tracesim.SimulateRouting(reqs, run.rt, rcfg)
 		if err != nil {
 			return usage(err)
 		}
+		name := run.rt.String()
+		if run.events {
+			name += " (kv events)"
+		}
 		routeRes = append(routeRes, r)
+		routeNames = append(routeNames, name)
 		rows = append(rows, map[string]any{
-			"kind": "route", "router": rt.String(), "instances": cfg.Instances, "capacity": cfg.CapacityBlocks,
+			"kind": "route", "router": name, "instances": cfg.Instances, "capacity": cfg.CapacityBlocks,
 			"requests": r.Requests, "served": r.Served, "rejected": r.Rejected,
 			"hit_rate": r.HitRate(), "pulled_rate": ratio(float64(r.Pulled), float64(r.Blocks)),
 			"mean_ttft_s": r.MeanTTFT, "p90_ttft_s": r.P90TTFT, "mean_isolated_prefill_s": r.MeanIsolated,
@@ -242,8 +259,8 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		cfg.Instances, capLabel(cfg.CapacityBlocks), f.slo, rej, f.bandwidth, cfg.BalanceThresholdBlocks)
 	tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "router\thit rate\tpulled\tmean TTFT s\tp90 TTFT s\tmean TTFT / isolated prefill\twithin SLO\trejected")
-	for _, r := range routeRes {
-		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f\t%.3f\t%.2f\t%.4f\t%d\n", r.Router, r.HitRate(), ratio(float64(r.Pulled), float64(r.Blocks)),
+	for i, r := range routeRes {
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f\t%.3f\t%.2f\t%.4f\t%d\n", routeNames[i], r.HitRate(), ratio(float64(r.Pulled), float64(r.Blocks)),
 			r.MeanTTFT, r.P90TTFT, ratio(r.MeanTTFT, r.MeanIsolated), r.SLOFraction(), r.Rejected)
 	}
 	if err := tw.Flush(); err != nil {
