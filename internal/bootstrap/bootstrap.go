@@ -206,6 +206,14 @@ type PullResponse struct {
 	Requests int `json:"requests"`
 	// Nanos is the time prefill spent writing.
 	Nanos int64 `json:"nanos"`
+	// Aux is the prefill's aux data (SGLang ships it with the KV): the
+	// first output token it sampled.
+	Aux *Aux `json:"aux,omitempty"`
+}
+
+// Aux is a prefill's aux data.
+type Aux struct {
+	FirstToken int `json:"first_token"`
 }
 
 // Handler serves pulls and releases; the producer connector implements it.

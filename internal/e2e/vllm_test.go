@@ -588,8 +588,8 @@ func TestSGLangContract(t *testing.T) {
 			if d.Code != 200 || !equalInts(d.TokenIDs, want.TokenIDs) || d.Text != want.Text {
 				t.Fatalf("%+v: %d %s != %v", g, d.Code, d.Raw, want.TokenIDs)
 			}
-			if !stream && d.KV["kv_load"] != "remote" {
-				t.Fatalf("kv_load %v", d.KV)
+			if !stream && (d.KV["kv_load"] != "remote" || d.KV["aux_first_token"] != float64(want.TokenIDs[0]) || d.KV["aux_first_token_match"] != true) {
+				t.Fatalf("kv_load or aux data (prefill's first token %v): %v", want.TokenIDs[0], d.KV)
 			}
 		}
 	}

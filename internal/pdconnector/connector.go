@@ -544,6 +544,9 @@ func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool,
 			ok := req.NumComputedTokens() >= len(req.PromptTokens())
 			c.mu.Lock()
 			delay := c.prod.Finished(tid, req.ID(), blockIDs, len(req.PromptTokens()), ok, c.clock.Now())
+			if all, n := req.AllTokens(), len(req.PromptTokens()); delay && len(all) > n {
+				c.prod.SetAux(tid, all[n])
+			}
 			c.mu.Unlock()
 			return delay, c.prefillResult(tid, contract, blockIDs)
 		}
@@ -554,6 +557,16 @@ func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool,
 	c.mu.Lock()
 	delay, rel, out := c.cons.Finished(req.ID(), params)
 	c.mu.Unlock()
+	if aux, ok := out["aux_first_token"].(int); ok {
+		// Prefill's sampled first token against ours: equal for greedy
+		// decoding on compatible engines (a check of the whole transfer).
+		all, n := req.AllTokens(), len(req.PromptTokens())
+		match := len(all) > n && all[n] == aux
+		out["aux_first_token_match"] = match
+		if !match && len(all) > n {
+			c.m.auxMismatch.Inc()
+		}
+	}
 	if rel != nil {
 		c.sendRelease(*rel)
 	}

@@ -47,6 +47,7 @@ type outcome struct {
 	nanos      int64 // ask to answer, decode's clock
 	writeNanos int64 // prefill's write time
 	writeReqs  int   // transfer requests prefill wrote
+	aux        *int  // prefill's first output token (aux data)
 }
 
 // ConsumerCore is the decode side's pure state machine: which requests pull
@@ -164,6 +165,15 @@ func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, write
 	c.counts["failed"]++
 }
 
+// SetAux records the aux data (prefill's first output token) of a pulled
+// request.
+func (c *ConsumerCore) SetAux(reqID string, firstToken int) {
+	if o, ok := c.outcomes[reqID]; ok {
+		o.aux = &firstToken
+		c.outcomes[reqID] = o
+	}
+}
+
 // Finished handles RequestFinished on the decode side. It returns whether
 // the engine must keep the blocks (a pull is still writing into them), a
 // release to send to prefill (or nil), and the params for the response.
@@ -201,6 +211,9 @@ func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree 
 		out["kv_pull_ms"] = float64(o.nanos) / 1e6
 		out["kv_write_ms"] = float64(o.writeNanos) / 1e6
 		out["kv_write_requests"] = o.writeReqs
+		if o.aux != nil {
+			out["aux_first_token"] = *o.aux
+		}
 	}
 	return false, nil, out
 }

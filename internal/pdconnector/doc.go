@@ -26,7 +26,11 @@
 // through server.Config.PrepareKV: HTTP 400 naming the field). SGLang's
 // decode learns the pull address from prefill's GET /route (checking page
 // size and KV dtype); transfers by SGLang poll state are in the metrics
-// mooncake_pd_kv_poll_transfers and mooncake_pd_kv_poll_total.
+// mooncake_pd_kv_poll_transfers and mooncake_pd_kv_poll_total. Prefill
+// ships aux data with every push (its sampled first token, PullResponse.Aux);
+// decode reports it and whether its own first token matches
+// (aux_first_token, aux_first_token_match) but still recomputes the last
+// prompt position.
 //
 //   - Prefill (RequestFinished): a finished prefill's blocks are held
 //     (delay free) under its transfer id.

@@ -13,6 +13,8 @@ type metrics struct {
 	pushBytes prometheus.Counter
 	pushSecs  prometheus.Histogram
 	releases  *prometheus.CounterVec
+
+	auxMismatch prometheus.Counter
 }
 
 func (m *metrics) add(cs ...prometheus.Collector) {
@@ -36,6 +38,9 @@ func newMetrics(c *Connector) *metrics {
 		Help: "Prefill side: time spent writing one transfer's blocks.", Buckets: prometheus.ExponentialBuckets(0.0002, 2, 18)})
 	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_releases_sent_total",
 		Help: "Decode side: will-not-pull messages sent to prefill, by result (ok, error)."}, []string{"result"})
+	m.auxMismatch = prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_pd_aux_first_token_mismatch_total",
+		Help: "Decode side: requests whose first output token differs from the one prefill sampled (aux data)."})
+	m.add(m.auxMismatch)
 	m.add(m.pulls, m.loads, m.pullBytes, m.pullSecs, m.pushes, m.pushBytes, m.pushSecs, m.releases)
 	for _, r := range []string{FreeDone, FreeReleased, FreeTimeout} {
 		r := r
