@@ -337,8 +337,30 @@ type recorded struct {
 	body map[string]any
 }
 
-// The stand-in sends exactly what vLLM's example proxy sends.
+// The stand-in sends exactly what vLLM's example proxy sends; with
+// MOONCAKE_VLLM_PROXY set, the real proxy is held to the same bytes.
 func TestVLLMProxyStandInSendsExactFields(t *testing.T) {
+	checkVLLMProxyFields(t, func(pre, dec string) string {
+		return startPython(t, 0, true, "testdata/vllm_flow_proxy.py", "--port", "0", "--prefill", pre, "7777", "--decode", dec)
+	})
+}
+
+func TestVLLMRealExampleProxySendsExactFields(t *testing.T) {
+	script := os.Getenv("MOONCAKE_VLLM_PROXY")
+	if script == "" {
+		t.Skip("set MOONCAKE_VLLM_PROXY to vLLM's mooncake_connector_proxy.py")
+	}
+	if err := exec.Command(python(t), "-c", "import fastapi, httpx, uvicorn").Run(); err != nil {
+		t.Skip("needs python3-fastapi python3-httpx python3-uvicorn (scripts/deps.sh)")
+	}
+	harness, _ := filepath.Abs("testdata/run_vllm_proxy.py")
+	checkVLLMProxyFields(t, func(pre, dec string) string {
+		port := freePort(t)
+		return startPython(t, port, false, harness, script, "--port", strconv.Itoa(port), "--prefill", pre, "7777", "--decode", dec)
+	})
+}
+
+func checkVLLMProxyFields(t *testing.T, start func(pre, dec string) string) {
 	var mu sync.Mutex
 	var got []recorded
 	fake := func(role string) *httptest.Server {
@@ -354,7 +376,7 @@ func TestVLLMProxyStandInSendsExactFields(t *testing.T) {
 	p, d := fake("prefill"), fake("decode")
 	defer p.Close()
 	defer d.Close()
-	base := startPython(t, 0, true, "testdata/vllm_flow_proxy.py", "--port", "0", "--prefill", p.URL, "7777", "--decode", d.URL)
+	base := start(p.URL, d.URL)
 	body := map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "hi"}},
 		"max_tokens": 9, "max_completion_tokens": 9, "stream": true, "stream_options": map[string]any{"include_usage": true}}
 	if c := send(t, context.Background(), base, "/v1/chat/completions", body, nil); c.Code != 200 {
