@@ -57,7 +57,8 @@
 // their own bookkeeping; prompts are then tokenized as our engines do
 // (PromptTokens, the byte-level tokenizer) and cut into EventBlockSize
 // (16) token blocks in our block identity. EventIndex and EventStats expose
-// it.
+// it, and /metrics: mooncake_proxy_kv_event_batches_total{instance,result}
+// (applied, gap, replayed, dropped, bad) and mooncake_proxy_kv_event_blocks.
 //
 // # Instances and health
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,11 @@ func TestKVEventsSteerRouter(t *testing.T) {
 			st := p.EventStats()[b.srv.URL]
 			if st.Gaps == 0 || st.Replayed == 0 {
 				t.Fatalf("the lost batch was not detected and replayed: %+v", st)
+			}
+			m := metrics(t, "http://"+ln.Addr().String())
+			if !strings.Contains(m, `mooncake_proxy_kv_event_batches_total{instance="`+b.srv.URL+`",result="replayed"} `) ||
+				!strings.Contains(m, `mooncake_proxy_kv_event_blocks{instance="`+b.srv.URL+`"} `+strconv.Itoa(nblocks)) {
+				t.Fatalf("event metrics missing:\n%s", m)
 			}
 			if p.EventIndex().Matched(a.srv.URL, want) != 0 {
 				t.Fatal("instance a holds blocks nobody announced")

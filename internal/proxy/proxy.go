@@ -184,6 +184,27 @@ func (p *Proxy) initMetrics() {
 			}, func() float64 { s, _ := c.Queue(in.url); return s }))
 		}
 	}
+	for _, in := range p.prefill {
+		if in.events == "" {
+			continue
+		}
+		in := in
+		stat := func(f func(kvevents.SubStats) uint64) func() float64 {
+			return func() float64 { return float64(f(p.EventStats()[in.url])) }
+		}
+		for result, f := range map[string]func(kvevents.SubStats) uint64{
+			"applied": func(s kvevents.SubStats) uint64 { return s.Applied }, "gap": func(s kvevents.SubStats) uint64 { return s.Gaps },
+			"replayed": func(s kvevents.SubStats) uint64 { return s.Replayed }, "dropped": func(s kvevents.SubStats) uint64 { return s.Dropped },
+			"bad": func(s kvevents.SubStats) uint64 { return s.Bad },
+		} {
+			p.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mooncake_proxy_kv_event_batches_total",
+				Help:        "KV event batches from a prefill instance: applied, gaps detected, replayed, dropped (duplicate or late), bad (undecodable).",
+				ConstLabels: prometheus.Labels{"instance": in.url, "result": result}}, stat(f)))
+		}
+		p.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mooncake_proxy_kv_event_blocks",
+			Help: "Blocks a prefill instance holds, as its KV events say.", ConstLabels: prometheus.Labels{"instance": in.url}},
+			func() float64 { return float64(p.events.Blocks(in.url)) }))
+	}
 	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mRejected, p.mSLO, p.mDisconnect, p.mTTFB)
 }
 
