@@ -39,8 +39,9 @@
 // and hands every batch to its Sink in sequence order. A sequence number
 // above the next expected one is a gap: the missing batches are asked from
 // the replay socket and applied first; a number at or below the last one
-// applied (a duplicate or a late batch) is dropped. Both are counted
-// (Stats). Without a replay socket a gap is counted and the sink is told
+// applied (a duplicate or a late batch) is dropped, except 0: the
+// publisher restarted, so the instance is cleared and followed anew. All
+// are counted (Stats). Without a replay socket a gap is counted and the sink is told
 // to forget the instance (Cleared), as its view may be wrong.
 //
 // # Index

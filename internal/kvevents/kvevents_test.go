@@ -211,6 +211,11 @@ func TestPublisherSubscriberGapReplay(t *testing.T) {
 	if _, ok := rec.batches[1].Events[0].(BlockRemoved); !ok {
 		t.Fatalf("replayed batch %#v, want the BlockRemoved", rec.batches[1])
 	}
+	// A restarted publisher counts from 0 again: followed anew, not dropped.
+	s2.Handle(ctx, frame(0, Batch{Events: []Event{AllBlocksCleared{}}}))
+	if st := s2.Stats(); st.Restarts != 1 || st.Applied != 4 || rec.cleared != 1 {
+		t.Fatalf("after a restart: stats %+v cleared %d", st, rec.cleared)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -40,6 +40,7 @@ type SubStats struct {
 	Replayed uint64 // batches recovered through replay
 	Dropped  uint64 // duplicates or late batches dropped
 	Bad      uint64 // messages that did not decode
+	Restarts uint64 // the publisher started over at sequence 0
 }
 
 // Subscriber follows one publisher; see the package doc.
@@ -118,6 +119,14 @@ func (s *Subscriber) Handle(ctx context.Context, frames [][]byte) {
 	next, seen := s.next, s.seen
 	s.mu.Unlock()
 	switch {
+	case seen && seq == 0 && next > 0:
+		// The publisher restarted (a new engine process counts from 0):
+		// what we knew of the instance is gone with it.
+		s.cfg.Sink.Clear(s.cfg.Instance)
+		s.mu.Lock()
+		s.seen, s.next = false, 0
+		s.stats.Restarts++
+		s.mu.Unlock()
 	case seen && seq < next:
 		s.count(func(st *SubStats) { st.Dropped++ })
 		return
