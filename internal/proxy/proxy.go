@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kvcache-go/mooncake/internal/kvevents"
-	"github.com/kvcache-go/mooncake/internal/tokenizer"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -24,6 +22,8 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/httpjson"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
+	"github.com/kvcache-go/mooncake/internal/kvevents"
+	"github.com/kvcache-go/mooncake/internal/tokenizer"
 )
 
 // Role names used in metrics and errors.
