@@ -340,6 +340,8 @@ func (i *Instance) startEvents(cfg InstanceConfig) error {
 	select {
 	case <-pub.Ready():
 		i.Events = pub
+		ep, rep := pub.Endpoints()
+		cfg.Logger.Info("publishing KV events", "endpoint", ep, "replay", rep, "topic", cfg.KVEventsTopic)
 		return nil
 	case err := <-i.evDone:
 		cancel()
