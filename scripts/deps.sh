@@ -5,6 +5,13 @@ set -euo pipefail
 need=()
 [ -x /usr/bin/python3 ] || need+=(python3)
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3-numpy)
+# P/D contract and KV event tests: vLLM's example proxy (fastapi, httpx,
+# uvicorn) and a vLLM-shaped KV event publisher (zmq, msgpack).
+/usr/bin/python3 -c 'import fastapi' 2>/dev/null || need+=(python3-fastapi)
+/usr/bin/python3 -c 'import httpx' 2>/dev/null || need+=(python3-httpx)
+/usr/bin/python3 -c 'import uvicorn' 2>/dev/null || need+=(python3-uvicorn)
+/usr/bin/python3 -c 'import zmq' 2>/dev/null || need+=(python3-zmq)
+/usr/bin/python3 -c 'import msgpack' 2>/dev/null || need+=(python3-msgpack)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)  # bench store: the Redis anchor
 command -v gcc >/dev/null 2>&1 || need+=(gcc)  # cgo: the Python binding's C ABI (binding/)

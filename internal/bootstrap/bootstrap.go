@@ -64,6 +64,7 @@ type Registry struct {
 	compat   string
 	tpSize   int
 	workers  map[[3]int]Worker
+	routes   map[[3]int]RouteInfo // SGLang's PUT /route
 }
 
 // NewRegistry returns a registry for engine engineID.
@@ -205,6 +206,14 @@ type PullResponse struct {
 	Requests int `json:"requests"`
 	// Nanos is the time prefill spent writing.
 	Nanos int64 `json:"nanos"`
+	// Aux is the prefill's aux data (SGLang ships it with the KV): the
+	// first output token it sampled.
+	Aux *Aux `json:"aux,omitempty"`
+}
+
+// Aux is a prefill's aux data.
+type Aux struct {
+	FirstToken int `json:"first_token"`
 }
 
 // Handler serves pulls and releases; the producer connector implements it.
@@ -249,6 +258,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.Metrics.ServeHTTP(w, r)
+	case "/route":
+		s.serveRoute(w, r)
 	case "/query":
 		q := s.Registry.Query()
 		if len(q.Workers) == 0 {

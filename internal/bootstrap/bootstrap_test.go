@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -192,4 +193,57 @@ func FuzzDecodePull(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSGLangRoute(t *testing.T) {
+	s := &Server{Registry: NewRegistry("e", "h", 1)}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	get := func(q string) (int, string) {
+		resp, err := http.Get(srv.URL + "/route?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("prefill_dp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"); code != 503 {
+		t.Fatalf("before registration: %d", code)
+	}
+	put := func(body string) int {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/route", strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := put(`{"attn_tp_size":1,"attn_tp_rank":0,"attn_dp_size":1,"attn_dp_rank":0,"pp_size":1,"pp_rank":0,"rank_ip":"10.0.0.1","rank_port":8998,"page_size":16,"kv_cache_dtype":"float32","system_dp_rank":0}`); code != 200 {
+		t.Fatalf("PUT %d", code)
+	}
+	if code := put(`{"rank_ip":"10.0.0.1","rank_port":1,"attn_tp_rank":3}`); code != 400 {
+		t.Fatalf("rank outside size: %d", code)
+	}
+	if code, b := get("prefill_dp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"); code != 200 || b != `{"attn_tp_size":1,"attn_dp_size":1,"pp_size":1,"page_size":16,"kv_cache_dtype":"float32"}` {
+		t.Fatalf("server info %d %s", code, b)
+	}
+	if code, b := get("prefill_dp_rank=0&target_tp_rank=0&target_pp_rank=0"); code != 200 || !strings.Contains(b, `"rank_ip":"10.0.0.1","rank_port":8998`) {
+		t.Fatalf("rank %d %s", code, b)
+	}
+	if code, _ := get("engine_rank=0&target_dp_group=0"); code != 200 {
+		t.Fatalf("older query names: %d", code)
+	}
+	if code, _ := get("prefill_dp_rank=0&target_tp_rank=1&target_pp_rank=0"); code != 404 {
+		t.Fatalf("unknown rank: %d", code)
+	}
+	if code, _ := get("target_tp_rank=0"); code != 400 {
+		t.Fatalf("missing rank: %d", code)
+	}
+	var c Client
+	var ri RouteInfo
+	if err := c.Route(context.Background(), strings.TrimPrefix(srv.URL, "http://"), 0, 0, 0, &ri); err != nil || ri.RankPort != 8998 {
+		t.Fatalf("client: %+v %v", ri, err)
+	}
 }

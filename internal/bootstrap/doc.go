@@ -13,6 +13,12 @@
 //	                a transfer's blocks; unknown fields and bad shapes -> 400)
 //	POST /release   {"transfer_id"} -> {"known"} (decode will not pull)
 //	GET  /health, GET /metrics (when Server.Metrics is set)
+//	PUT  /route     RouteInfo: SGLang's registration of a prefill rank
+//	GET  /route     ?prefill_dp_rank&target_tp_rank&target_pp_rank (older:
+//	                engine_rank, target_dp_group): every rank -1 -> ServerInfo
+//	                (sizes, page_size, kv_cache_dtype), a rank -> its
+//	                RouteInfo (rank_ip, rank_port); 400 bad ranks, 404 an
+//	                unknown rank, 503 nothing registered (SGLang's contract)
 //
 // A PullRequest carries the transfer id, the protocol version
 // (ProtocolVersion), the decode engine's compatibility hash, its TP size and

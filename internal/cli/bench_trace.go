@@ -124,9 +124,9 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		}
 		rows = append(rows, row)
 	}
-	for _, r := range res.Route {
+	for i, r := range res.Route {
 		rows = append(rows, map[string]any{
-			"kind": "route", "router": r.Router.String(), "instances": cfg.Instances, "capacity": cfg.CapacityBlocks,
+			"kind": "route", "router": res.RouteNames[i], "instances": cfg.Instances, "capacity": cfg.CapacityBlocks,
 			"requests": r.Requests, "served": r.Served, "rejected": r.Rejected,
 			"hit_rate": r.HitRate(), "pulled_rate": benchtrace.Ratio(float64(r.Pulled), float64(r.Blocks)),
 			"mean_ttft_s": r.MeanTTFT, "p90_ttft_s": r.P90TTFT, "mean_isolated_prefill_s": r.MeanIsolated,
@@ -173,8 +173,8 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		cfg.Instances, benchtrace.CapLabel(cfg.CapacityBlocks), f.slo, rej, f.bandwidth, cfg.BalanceThresholdBlocks)
 	tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "router\thit rate\tpulled\tmean TTFT s\tp90 TTFT s\tmean TTFT / isolated prefill\twithin SLO\trejected")
-	for _, r := range routeRes {
-		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f\t%.3f\t%.2f\t%.4f\t%d\n", r.Router, r.HitRate(), benchtrace.Ratio(float64(r.Pulled), float64(r.Blocks)),
+	for i, r := range routeRes {
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f\t%.3f\t%.2f\t%.4f\t%d\n", res.RouteNames[i], r.HitRate(), benchtrace.Ratio(float64(r.Pulled), float64(r.Blocks)),
 			r.MeanTTFT, r.P90TTFT, benchtrace.Ratio(r.MeanTTFT, r.MeanIsolated), r.SLOFraction(), r.Rejected)
 	}
 	if err := tw.Flush(); err != nil {

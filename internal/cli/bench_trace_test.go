@@ -48,8 +48,15 @@ func TestBenchTraceJSON(t *testing.T) {
 		}
 		rows = append(rows, r)
 	}
-	if len(rows) != 1+3*3+4 {
+	if len(rows) != 1+3*3+4+2 {
 		t.Fatalf("%d rows: %v", len(rows), rows)
+	}
+	// The events-fed routers reach their bookkeeping twins' hit rates.
+	for i, name := range []string{"cache-aware", "conductor"} {
+		own, ev := rows[10+2+i], rows[14+i]
+		if own["router"] != name || ev["router"] != name+" (kv events)" || own["hit_rate"] != ev["hit_rate"] {
+			t.Fatalf("%s: %v vs %v", name, own, ev)
+		}
 	}
 	tr := rows[0]
 	if tr["kind"] != "trace" || tr["requests"].(float64) != 6 || tr["ideal_hits"].(float64) != 9 || tr["ideal_hit_rate"].(float64) != 9.0/16 ||
@@ -83,7 +90,7 @@ func TestBenchTraceJSON(t *testing.T) {
 		}
 		routers[r["router"].(string)] = true
 	}
-	if len(routers) != 4 || !routers["conductor"] || !routers["round-robin"] {
+	if len(routers) != 6 || !routers["conductor"] || !routers["round-robin"] || !routers["conductor (kv events)"] {
 		t.Fatalf("routers %v", routers)
 	}
 }

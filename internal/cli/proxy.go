@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,7 +32,15 @@ address bound. Endpoints: /v1/completions, /v1/chat/completions, /v1/models, /he
 --policy conductor (alias of --prefill-policy) picks the prefill instance with the lowest predicted
 time to first token: queued predicted prefill seconds + T_prefill(uncached tokens, cached prefix)
 with T_prefill = cost-fixed + cost-per-token*n + cost-per-token-pair*(n*p + n*n/2), a prompt byte
-counted as a token. --ttft-slo 30s then answers 429 when even the best prediction exceeds 30s.`,
+counted as a token. --ttft-slo 30s then answers 429 when even the best prediction exceeds 30s.
+
+--protocol picks what is sent upstream, so the proxy can front real vLLM or SGLang instances:
+mooncake (ours: transfer_id, remote_bootstrap_addr, remote_engine_id), vllm (vLLM's example
+proxy: X-Request-Id pairing, bootstrap_server_host/port), vllm-transfer-id (vLLM's reworked
+connector: transfer_id, remote_bootstrap_addr as http://HOST:PORT, remote_engine_id),
+vllm-seed (prefill first; its kv_transfer_params are forwarded to decode) or sglang
+(bootstrap_host, bootstrap_port, bootstrap_room in the same body to both). docs/pd.md has
+the exact bodies.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			level := slog.LevelInfo
@@ -57,6 +66,7 @@ counted as a token. --ttft-slo 30s then answers 429 when even the best predictio
 	f.IntVar(&port, "port", 8000, "HTTP port (0 picks a free port)")
 	f.StringArrayVar(&cfg.Prefill, "prefill", nil, "prefill instance URL[,bootstrap=HOST:PORT] (repeatable)")
 	f.StringArrayVar(&cfg.Decode, "decode", nil, "decode instance URL (repeatable)")
+	f.StringVar(&cfg.Protocol, "protocol", proxy.ProtocolMooncake, "what is sent upstream: "+strings.Join(proxy.Protocols, ", "))
 	f.StringVar(&cfg.PrefillPolicy, "prefill-policy", proxy.PolicyKVAware, "round-robin, least-loaded, kvcache-aware or conductor")
 	f.StringVar(&cfg.PrefillPolicy, "policy", proxy.PolicyKVAware, "alias of --prefill-policy")
 	def := proxy.DefaultCostModel()

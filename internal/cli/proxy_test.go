@@ -19,6 +19,7 @@ func TestProxyConductorFlags(t *testing.T) {
 		{"slo needs conductor", []string{"--ttft-slo", "30s"}, "needs the conductor"},
 		{"conductor on decode", []string{"--decode-policy", "conductor"}, "prefill only"},
 		{"negative cost", []string{"--policy", "conductor", "--cost-per-token", "-1"}, "cost model"},
+		{"unknown protocol", []string{"--protocol", "nixl"}, "unknown protocol"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, err := Run(context.Background(), append(append([]string{"proxy"}, insts...), tc.args...), io.Discard, io.Discard)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +16,7 @@ import (
 
 type serveFlags struct {
 	model, host, role, connector, connectorCfg, policy string
+	kvEvents, kvEventsReplay, kvEventsTopic            string
 	port, blockSize, numBlocks, batchTokens, maxSeqs   int
 	bootstrapPort                                      int
 	maxModelLen, maxWaiting                            int
@@ -52,6 +54,9 @@ model.safetensors). The first line on stdout reports the address bound.`,
 	f.IntVar(&sf.maxModelLen, "max-model-len", 0, "context length (0 = the model's)")
 	f.IntVar(&sf.maxWaiting, "max-waiting", 256, "waiting requests beyond this get 429")
 	f.BoolVar(&sf.noPrefixCache, "no-prefix-caching", false, "disable local prefix caching")
+	f.StringVar(&sf.kvEvents, "kv-events-endpoint", "", "publish vLLM-format KV events on this ZMQ PUB address (tcp://HOST:PORT; vLLM uses tcp://*:5557)")
+	f.StringVar(&sf.kvEventsReplay, "kv-events-replay-endpoint", "", "KV event replay (ZMQ ROUTER) address, tcp://HOST:PORT")
+	f.StringVar(&sf.kvEventsTopic, "kv-events-topic", "", "topic frame of every KV event message")
 	f.BoolVarP(&sf.verbose, "verbose", "v", false, "debug logging")
 	return cmd
 }
@@ -70,7 +75,9 @@ func runServe(cmd *cobra.Command, sf serveFlags) error {
 	ic := cluster.InstanceConfig{Model: m, Tokenizer: tk, Host: sf.host, Port: sf.port, Role: sf.role,
 		BlockSize: sf.blockSize, NumBlocks: sf.numBlocks, MaxNumBatchedTokens: sf.batchTokens, MaxNumSeqs: sf.maxSeqs,
 		MaxModelLen: sf.maxModelLen, MaxWaiting: sf.maxWaiting, DisablePrefixCaching: sf.noPrefixCache,
-		FailurePolicy: sf.policy, Logger: log}
+		FailurePolicy: sf.policy, Logger: log,
+		KVEventsEndpoint: strings.Replace(sf.kvEvents, "tcp://*:", "tcp://0.0.0.0:", 1),
+		KVEventsReplay:   strings.Replace(sf.kvEventsReplay, "tcp://*:", "tcp://0.0.0.0:", 1), KVEventsTopic: sf.kvEventsTopic}
 	if err := ic.Validate(); err != nil {
 		return &ExitError{Code: 2, Err: err}
 	}

@@ -18,7 +18,7 @@ type upFlags struct {
 	blockSize, numBlocks     int
 	seed                     uint64
 	abortTimeout, pullTimout time.Duration
-	verbose                  bool
+	verbose, kvEvents        bool
 }
 
 func newUpCmd() *cobra.Command {
@@ -46,6 +46,7 @@ a model directory. Stop with Ctrl-C.`,
 	f.StringVar(&uf.policy, "kv-load-failure-policy", engine.PolicyRecompute, "decode on a failed KV pull: recompute or fail")
 	f.DurationVar(&uf.abortTimeout, "abort-timeout", 480*time.Second, "prefill frees KV nobody pulled after this")
 	f.DurationVar(&uf.pullTimout, "pull-timeout", 30*time.Second, "decode gives up a KV pull after this")
+	f.BoolVar(&uf.kvEvents, "kv-events", false, "prefill engines publish vLLM-format KV events (ZMQ, free ports) and the proxy routes by them")
 	f.BoolVarP(&uf.verbose, "verbose", "v", false, "debug logging")
 	return cmd
 }
@@ -69,7 +70,8 @@ func runUp(cmd *cobra.Command, uf upFlags) error {
 		Prefill: uf.prefill, Decode: uf.decode, Logger: log,
 		Instance: cluster.InstanceConfig{BlockSize: uf.blockSize, NumBlocks: uf.numBlocks, FailurePolicy: uf.policy,
 			AbortTimeout: uf.abortTimeout, PullTimeout: uf.pullTimout},
-		Proxy: proxy.Config{}})
+		PrefillEvents: uf.kvEvents,
+		Proxy:         proxy.Config{}})
 	if err != nil {
 		return err
 	}

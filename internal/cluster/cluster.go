@@ -27,6 +27,9 @@ type Config struct {
 	// Instance is the template of every instance (Model, Role, Host and
 	// ports are filled in).
 	Instance InstanceConfig
+	// PrefillEvents: prefill instances publish KV events (on free loopback
+	// ports, with replay) and the proxy's policies index them.
+	PrefillEvents bool
 	// Proxy is the proxy's config (Prefill/Decode are filled in).
 	Proxy  proxy.Config
 	Logger *slog.Logger
@@ -119,8 +122,16 @@ func (c *Cluster) startInstances(ctx context.Context, cfg *Config) error {
 		ic := cfg.Instance
 		ic.Model, ic.Tokenizer, ic.Host, ic.Port = cfg.Model, cfg.Tokenizer, cfg.Host, 0
 		ic.Role = pdconnector.RoleProducer
+		if cfg.PrefillEvents {
+			host := cfg.Host
+			if host == "0.0.0.0" || host == "::" {
+				host = "127.0.0.1"
+			}
+			ic.KVEventsEndpoint, ic.KVEventsReplay = "tcp://"+host+":0", "tcp://"+host+":0"
+		}
 		if i >= cfg.Prefill {
 			ic.Role = pdconnector.RoleConsumer
+			ic.KVEventsEndpoint, ic.KVEventsReplay = "", ""
 		}
 		ic.Logger = cfg.Logger.With("instance", fmt.Sprintf("%s-%d", ic.Role, i))
 		inst, err := StartInstance(ctx, ic)

@@ -15,6 +15,13 @@
 // server and engine first, then the connector's Run, then closes the
 // connector and its transfer engine, and waits for all of them.
 //
+// With InstanceConfig.KVEventsEndpoint the instance publishes its engine's
+// KV events (internal/kvevents) on that ZMQ address (port 0 picks one),
+// started before the engine and stopped after it; ProxySpec then names the
+// endpoints (",events=...,replay=..."), and Config.PrefillEvents makes Up
+// do that for every prefill instance, so the proxy's policies index them.
+// The server gets the P/D connector's PrepareParams (KVConnector.PrepareKV).
+//
 // Up starts prefill and decode instances and a proxy in front of them, and
 // returns once the proxy has seen every instance healthy. Close stops
 // everything and waits for it.

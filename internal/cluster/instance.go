@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/engine"
 	"github.com/kvcache-go/mooncake/internal/kvcache"
+	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/model"
 	"github.com/kvcache-go/mooncake/internal/pdconnector"
 	"github.com/kvcache-go/mooncake/internal/server"
@@ -53,8 +54,13 @@ type InstanceConfig struct {
 	// Engine knobs (engine defaults when zero).
 	BlockSize, NumBlocks, MaxNumBatchedTokens, MaxNumSeqs, MaxModelLen, MaxWaiting int
 	DisablePrefixCaching                                                           bool
-	FailurePolicy                                                                  string // recompute (default) or fail
-	Logger                                                                         *slog.Logger
+	// KVEventsEndpoint, if set, publishes the engine's KV events (vLLM's
+	// format, internal/kvevents) on this ZMQ PUB address (tcp://HOST:PORT,
+	// port 0 picks one), with a replay ROUTER socket on KVEventsReplay when
+	// set; KVEventsTopic is the messages' topic.
+	KVEventsEndpoint, KVEventsReplay, KVEventsTopic string
+	FailurePolicy                                   string // recompute (default) or fail
+	Logger                                          *slog.Logger
 }
 
 // KVConnector is an instance's KV connector as the assembler wires it in.
@@ -69,6 +75,9 @@ type KVConnector struct {
 	Run func(ctx context.Context) error
 	// Close, if set, runs after the engine and Run stopped.
 	Close func() error
+	// PrepareKV, if set, checks and completes each request's
+	// kv_transfer_params in the server (server.Config.PrepareKV).
+	PrepareKV func(params map[string]any) (map[string]any, bool, error)
 }
 
 // KVConnectorFunc builds the KV connector of an instance whose engine
@@ -85,7 +94,12 @@ type Instance struct {
 	Conn   *pdconnector.Connector // nil without the P/D connector
 	TE     *transfer.Engine       // nil without the P/D connector
 
+	// Events is the KV event publisher (nil unless KVEventsEndpoint).
+	Events *kvevents.Publisher
+
 	bootstrap string
+	stopEv    context.CancelFunc
+	evDone    chan error
 	kv        *KVConnector
 	stopHTTP  context.CancelFunc
 	stopKV    context.CancelFunc
@@ -99,10 +113,19 @@ type Instance struct {
 // BootstrapAddr is the instance's bootstrap registry address ("" if none).
 func (i *Instance) BootstrapAddr() string { return i.bootstrap }
 
-// ProxySpec is the instance as a proxy --prefill/--decode argument.
+// ProxySpec is the instance as a proxy --prefill/--decode argument (with
+// its KV event endpoints for a prefill instance that publishes them).
 func (i *Instance) ProxySpec() string {
 	if b := i.BootstrapAddr(); b != "" && i.Role != pdconnector.RoleConsumer {
-		return i.URL + ",bootstrap=" + b
+		s := i.URL + ",bootstrap=" + b
+		if i.Events != nil {
+			pub, replay := i.Events.Endpoints()
+			s += ",events=" + pub
+			if replay != "" {
+				s += ",replay=" + replay
+			}
+		}
+		return s
 	}
 	return i.URL
 }
@@ -184,7 +207,15 @@ func StartInstance(ctx context.Context, cfg InstanceConfig) (inst *Instance, err
 			inst.closeKV()
 		}
 	}()
-	eng, srv, err := buildEngine(cfg, kv)
+	if err := inst.startEvents(cfg); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			inst.stopEvents()
+		}
+	}()
+	eng, srv, err := buildEngine(cfg, kv, inst.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -255,18 +286,26 @@ func (i *Instance) startPD(ctx context.Context, cfg InstanceConfig) (*KVConnecto
 		"bootstrap", i.bootstrap, "transfer_segment", te.Name())
 	i.Conn, i.TE = conn, te
 	return &KVConnector{Connector: conn, Allocator: conn.Allocator(), Collectors: conn.Collectors(),
-		Run: func(ctx context.Context) error { return conn.Run(ctx, ln) },
-		Close: te.Close}, nil
+		Run:   func(ctx context.Context) error { return conn.Run(ctx, ln) },
+		Close: te.Close, PrepareKV: conn.PrepareParams}, nil
 }
 
 // buildEngine builds the engine on the connector and its server, with the
 // connector's metrics on the server's registry.
-func buildEngine(cfg InstanceConfig, kv *KVConnector) (*engine.Engine, *server.Server, error) {
-	eng, err := engine.New(cfg.engineConfig(kv))
+func buildEngine(cfg InstanceConfig, kv *KVConnector, ev *kvevents.Publisher) (*engine.Engine, *server.Server, error) {
+	ecfg := cfg.engineConfig(kv)
+	if ev != nil {
+		ecfg.KVEvents = ev
+	}
+	eng, err := engine.New(ecfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := server.New(server.Config{Engine: eng, Tokenizer: cfg.Tokenizer, Logger: cfg.Logger})
+	scfg := server.Config{Engine: eng, Tokenizer: cfg.Tokenizer, Logger: cfg.Logger}
+	if kv != nil {
+		scfg.PrepareKV = kv.PrepareKV
+	}
+	srv, err := server.New(scfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -278,6 +317,46 @@ func buildEngine(cfg InstanceConfig, kv *KVConnector) (*engine.Engine, *server.S
 		}
 	}
 	return eng, srv, nil
+}
+
+// startEvents starts the KV event publisher when cfg asks for one and waits
+// until its sockets are bound.
+func (i *Instance) startEvents(cfg InstanceConfig) error {
+	if cfg.KVEventsEndpoint == "" {
+		return nil
+	}
+	bs := cfg.BlockSize
+	if bs == 0 {
+		bs = 16
+	}
+	pub, err := kvevents.NewPublisher(kvevents.Config{Endpoint: cfg.KVEventsEndpoint, ReplayEndpoint: cfg.KVEventsReplay,
+		Topic: cfg.KVEventsTopic, BlockSize: bs, MapEncoding: true, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	i.stopEv, i.evDone = cancel, make(chan error, 1)
+	go func() { i.evDone <- pub.Run(ctx) }()
+	select {
+	case <-pub.Ready():
+		i.Events = pub
+		ep, rep := pub.Endpoints()
+		cfg.Logger.Info("publishing KV events", "endpoint", ep, "replay", rep, "topic", cfg.KVEventsTopic)
+		return nil
+	case err := <-i.evDone:
+		cancel()
+		i.stopEv = nil
+		return fmt.Errorf("cluster: kv events: %w", err)
+	}
+}
+
+// stopEvents stops the publisher and waits for it.
+func (i *Instance) stopEvents() {
+	if i.stopEv != nil {
+		i.stopEv()
+		<-i.evDone
+		i.stopEv = nil
+	}
 }
 
 // serve runs srv on ln until Close.
@@ -316,6 +395,7 @@ func (i *Instance) Close() error {
 			<-i.httpDone
 			i.closeErr = i.httpErr
 		}
+		i.stopEvents()
 		i.closeKV() // as before: the connector's close errors are not the caller's
 	})
 	return i.closeErr

@@ -8,4 +8,16 @@
 // prefill killed mid-request, a dead prefill replaced and put back in
 // rotation). Every scenario ends by asserting that no KV block is leaked on
 // any engine.
+//
+// vllm_test.go drives our engines with the published clients' contracts
+// (docs/pd.md): vLLM's example proxy flow through our stand-in
+// (testdata/vllm_flow_proxy.py, standard library only), vLLM's real
+// example proxy script when MOONCAKE_VLLM_PROXY names it (run unchanged by
+// testdata/run_vllm_proxy.py; skipped otherwise), the seed and reworked
+// vLLM shapes, SGLang's router flow (bootstrap room, GET /route, aux data,
+// poll-state metrics), our proxy in every --protocol, and our engines' KV
+// events feeding the proxy; completions and chat, streamed and not, equal
+// to a colocated engine, and each contract's failures (a half that never
+// arrives, mismatched or malformed params, an unknown bootstrap address)
+// answered with a clear 4xx/5xx and no leaked block.
 package e2e

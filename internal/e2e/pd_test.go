@@ -9,9 +9,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvcache-go/mooncake/internal/cluster"
+	"github.com/kvcache-go/mooncake/internal/kvevents"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak))
+}
 
 // prompts of several lengths (the byte tokenizer: one token per byte), some
 // not a multiple of the block size, one shorter than a block.

@@ -71,6 +71,22 @@ type Config struct {
 	EOSTokenIDs []int
 	// Logger receives lifecycle messages (slog.Default()).
 	Logger *slog.Logger
+	// KVEvents, if set, hears the prefix cache's changes as vLLM's KV
+	// events (kvevents.Publisher is one); nil publishes nothing.
+	KVEvents KVEvents
+}
+
+// KVEvents hears the prefix cache's changes, from the step goroutine; the
+// calls must not block. BlockStored: hashes (in prompt order, each the
+// parent of the next; parent is the first one's, nil for a sequence's
+// first block) now hold tokens (BlockSize per block). BlockRemoved: those
+// hashes left the cache. AllBlocksCleared: the cache is empty (sent once
+// when the engine starts, so subscribers drop what they knew of a previous
+// run).
+type KVEvents interface {
+	BlockStored(hashes []kvcache.BlockHash, parent *kvcache.BlockHash, tokens []int)
+	BlockRemoved(hashes []kvcache.BlockHash)
+	AllBlocksCleared()
 }
 
 func (c *Config) setDefaults() {

@@ -106,6 +106,15 @@
 // connector should answer 0 for a request whose remote KV it already
 // delivered once (vLLM's connectors clear do_remote_prefill for this).
 //
+// # KV events
+//
+// Config.KVEvents (nil: none) hears the prefix cache change, as vLLM's KV
+// events: AllBlocksCleared once in New; BlockStored when blocks get their
+// hash (one call per run of newly cached blocks of a request, with the
+// parent hash and the tokens); BlockRemoved once per step with the hashes
+// evicted or dropped in it (kvcache.Pool.SetRemovedHook). The calls come
+// from the step goroutine and must not block (kvevents.Publisher queues).
+//
 // ReqState values are owned by the step goroutine: read them only inside a
 // hook call and copy what is needed later (block ids, tokens, params).
 //

@@ -44,6 +44,7 @@ type Engine struct {
 	pool    *kvcache.Pool
 	conn    Connector
 	compat  kvcache.Compat
+	removed []kvcache.BlockHash // evicted this step, for KVEvents
 
 	mu       sync.Mutex // guards inbox, aborts, closed, queued, ids
 	inbox    []*ReqState
@@ -86,6 +87,10 @@ func New(cfg Config) (*Engine, error) {
 			NumKVHeads: layout.NumKVHeads, HeadDim: layout.HeadDim, BlockSize: layout.BlockSize,
 			Weights: cfg.Model.Fingerprint()},
 		ids: map[string]bool{}, wake: make(chan struct{}, 1), delayed: map[string][]int{},
+	}
+	if ev := cfg.KVEvents; ev != nil {
+		e.pool.SetRemovedHook(func(h kvcache.BlockHash) { e.removed = append(e.removed, h) })
+		ev.AllBlocksCleared()
 	}
 	if err := e.conn.RegisterKVCaches(e.KVCaches()); err != nil {
 		return nil, fmt.Errorf("%w: register kv caches: %w", ErrConnector, err)
@@ -268,11 +273,20 @@ func (e *Engine) Step(ctx context.Context) (busy, poll bool) {
 	meta := e.conn.BuildConnectorMeta(out)
 	logits, execErr := e.execute(ctx, out, meta)
 	moved := e.update(out, logits, execErr)
+	e.flushRemoved()
 	e.publishStats()
 	progress := len(out.Scheduled) > 0 || len(out.NewRemoteLoads) > 0 || moved
 	busy = len(e.running) > 0 || (len(e.waiting) > 0 && progress)
 	poll = len(e.remote) > 0 || len(e.delayed) > 0 || len(e.waiting) > 0
 	return busy, poll
+}
+
+// flushRemoved publishes the step's evictions as one BlockRemoved event.
+func (e *Engine) flushRemoved() {
+	if len(e.removed) > 0 && e.cfg.KVEvents != nil {
+		e.cfg.KVEvents.BlockRemoved(e.removed)
+		e.removed = nil
+	}
 }
 
 func (e *Engine) drain() {

@@ -412,10 +412,40 @@ func (e *Engine) cacheBlocks(r *ReqState) {
 		return
 	}
 	r.hashes = kvcache.AppendBlockHashes(r.hashes, r.salt, e.cfg.BlockSize, r.tokens[:full*e.cfg.BlockSize])
+	run := -1 // start of the current run of newly stored blocks (KV events)
 	for i := r.numHashed; i < full; i++ {
-		e.pool.SetHash(r.blocks[i], r.hashes[i])
+		stored := false
+		if e.cfg.KVEvents != nil {
+			_, had := e.pool.Hash(r.blocks[i])
+			e.pool.SetHash(r.blocks[i], r.hashes[i])
+			h, has := e.pool.Hash(r.blocks[i])
+			stored = !had && has && h == r.hashes[i]
+		} else {
+			e.pool.SetHash(r.blocks[i], r.hashes[i])
+		}
+		if stored && run < 0 {
+			run = i
+		}
+		if !stored && run >= 0 {
+			e.storedEvent(r, run, i)
+			run = -1
+		}
+	}
+	if run >= 0 {
+		e.storedEvent(r, run, full)
 	}
 	r.numHashed = full
+}
+
+// storedEvent publishes blocks [from, to) of r as one BlockStored event.
+func (e *Engine) storedEvent(r *ReqState, from, to int) {
+	var parent *kvcache.BlockHash
+	if from > 0 {
+		p := r.hashes[from-1]
+		parent = &p
+	}
+	bs := e.cfg.BlockSize
+	e.cfg.KVEvents.BlockStored(append([]kvcache.BlockHash(nil), r.hashes[from:to]...), parent, append([]int(nil), r.tokens[from*bs:to*bs]...))
 }
 
 func (e *Engine) sample(r *ReqState, logits []float32) int {

@@ -30,6 +30,10 @@
 // write requests with a plain free queue). Free releases a request's blocks
 // tail first, so the head of a shared prefix is evicted last.
 //
+// SetRemovedHook makes the pool report every hash that leaves the prefix
+// cache (a cached block evicted for new contents, or DropHash): the
+// engine's KV events.
+//
 // # Identity
 //
 // A full block is named by a SHA-256 chain over token ids, specified with

@@ -44,7 +44,14 @@ type Pool struct {
 	plain    []uint64 // bit id set: plain free block
 	plainLow int      // no bit is set in plain[:plainLow]
 	numPlain int
+
+	onRemoved func(BlockHash) // SetRemovedHook
 }
+
+// SetRemovedHook makes the pool call f with the hash of every block that
+// leaves the prefix cache (evicted for new contents, or DropHash): the
+// engine's KV events. f must not call back into the pool.
+func (p *Pool) SetRemovedHook(f func(BlockHash)) { p.onRemoved = f }
 
 // NewPool returns a pool of n free blocks numbered 0..n-1.
 func NewPool(n int) *Pool {
@@ -121,6 +128,9 @@ func (p *Pool) unhash(id int) {
 	}
 	if p.cached[b.hash] == id {
 		delete(p.cached, b.hash)
+		if p.onRemoved != nil {
+			p.onRemoved(b.hash)
+		}
 	}
 	b.hashed = false
 	if free {
@@ -190,6 +200,9 @@ func (p *Pool) AllocateFor(n, after, room int) ([]int, error) {
 		if b.hashed {
 			if p.cached[b.hash] == id {
 				delete(p.cached, b.hash)
+				if p.onRemoved != nil {
+					p.onRemoved(b.hash)
+				}
 			}
 			b.hashed = false
 		}

@@ -35,7 +35,6 @@ var (
 	ErrConfig       = errors.New("pdconnector: invalid config")
 	ErrIncompatible = errors.New("pdconnector: incompatible peer")
 	errStopped      = errors.New("pdconnector: connector stopped")
-	errBadParams    = errors.New("pdconnector: kv_transfer_params with do_remote_prefill need transfer_id and remote_bootstrap_addr")
 )
 
 // Mover is what the connector needs of the transfer engine
@@ -175,7 +174,8 @@ type Connector struct {
 	managedMu sync.Mutex
 	managed   map[uintptr]bool
 
-	m *metrics
+	m          *metrics
+	pushFailed atomic.Uint64 // pulls answered failed (SGLang's poll state Failed, prefill side)
 
 	// The goroutines of pulls, pushes and releases (each bounded by a
 	// timeout): Run cancels them when its ctx ends and waits for them.
@@ -393,6 +393,14 @@ func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
 	c.cons = NewConsumerCore(kv.Layout.BlockSize, c.cfg.FailurePolicy == engine.PolicyRecompute)
 	c.mu.Unlock()
 	c.registry.SetCompatHash(c.compat)
+	if c.cfg.Role != RoleConsumer {
+		// SGLang's decode engines find the pull address through GET /route.
+		host, port, _ := net.SplitHostPort(c.cfg.BootstrapAddr)
+		p, _ := strconv.Atoi(port)
+		if err := c.registry.PutRoute(bootstrap.RouteInfo{RankIP: host, RankPort: p, PageSize: kv.Layout.BlockSize, KVCacheDType: kvDType}); err != nil {
+			return fmt.Errorf("pdconnector: SGLang route: %w", err)
+		}
+	}
 	return c.registry.Register(bootstrap.RegisterRequest{EngineID: c.cfg.EngineID,
 		Worker: bootstrap.Worker{Addr: c.te.Name()}})
 }
@@ -500,23 +508,47 @@ func (c *Connector) BuildConnectorMeta(*engine.SchedulerOutput) any {
 // UpdateConnectorOutput implements engine.SchedulerConnector.
 func (c *Connector) UpdateConnectorOutput(engine.ConnectorOutput) {}
 
+// prefillResult is the prefill half's response kv_transfer_params: what
+// each contract's proxy forwards to decode. One map serves them all: ours
+// and vLLM's reworked connector read transfer_id, remote_bootstrap_addr and
+// remote_engine_id; vLLM's seed connector remote_host and remote_port (the
+// bootstrap port) and pairs by request id (transfer_id carries it too).
+func (c *Connector) prefillResult(tid, contract string, blockIDs []int) map[string]any {
+	host, port, _ := net.SplitHostPort(c.cfg.BootstrapAddr)
+	p, _ := strconv.Atoi(port)
+	out := map[string]any{"do_remote_prefill": true, "do_remote_decode": false, "transfer_id": tid,
+		"remote_engine_id": c.cfg.EngineID, "remote_bootstrap_addr": c.cfg.BootstrapAddr,
+		"remote_host": host, "remote_port": p, "tp_size": 1, "remote_block_ids": append([]int{}, blockIDs...)}
+	if contract == ContractSGLang {
+		out["bootstrap_host"], out["bootstrap_port"] = host, p
+	}
+	return out
+}
+
+// PrepareParams is the engine server's kv_transfer_params hook for this
+// connector (server.Config.PrepareKV): see the package function.
+func (c *Connector) PrepareParams(params map[string]any) (map[string]any, bool, error) {
+	return PrepareParams(c.cfg.Role, params)
+}
+
 // RequestFinished holds a prefill's blocks for decode's pull (producer) or
 // keeps a decode request's blocks while a pull may still write into them
 // (consumer), and returns what happened as kv_transfer_params.
 func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool, map[string]any) {
 	params := req.KVTransferParams()
 	if c.cfg.Role != RoleConsumer {
-		if v, _ := params["do_remote_decode"].(bool); v {
-			tid, _ := params["transfer_id"].(string)
-			if tid == "" {
+		if tid, contract, ok, err := prefillKey(req.ID(), params); ok {
+			if err != nil || tid == "" {
 				return false, nil
 			}
 			ok := req.NumComputedTokens() >= len(req.PromptTokens())
 			c.mu.Lock()
 			delay := c.prod.Finished(tid, req.ID(), blockIDs, len(req.PromptTokens()), ok, c.clock.Now())
+			if all, n := req.AllTokens(), len(req.PromptTokens()); delay && len(all) > n {
+				c.prod.SetAux(tid, all[n])
+			}
 			c.mu.Unlock()
-			return delay, map[string]any{"transfer_id": tid, "remote_engine_id": c.cfg.EngineID,
-				"remote_bootstrap_addr": c.cfg.BootstrapAddr, "do_remote_prefill": true}
+			return delay, c.prefillResult(tid, contract, blockIDs)
 		}
 	}
 	if c.cfg.Role == RoleProducer {
@@ -525,6 +557,16 @@ func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool,
 	c.mu.Lock()
 	delay, rel, out := c.cons.Finished(req.ID(), params)
 	c.mu.Unlock()
+	if aux, ok := out["aux_first_token"].(int); ok {
+		// Prefill's sampled first token against ours: equal for greedy
+		// decoding on compatible engines (a check of the whole transfer).
+		all, n := req.AllTokens(), len(req.PromptTokens())
+		match := len(all) > n && all[n] == aux
+		out["aux_first_token_match"] = match
+		if !match && len(all) > n {
+			c.m.auxMismatch.Inc()
+		}
+	}
 	if rel != nil {
 		c.sendRelease(*rel)
 	}

@@ -18,6 +18,7 @@ type PullSpec struct {
 	NumTokens  int    // prompt length
 	FirstBlock int    // first block index pulled
 	BlockIDs   []int  // destination blocks for FirstBlock, FirstBlock+1, ...
+	Contract   string // the params' contract (SGLang's resolves Bootstrap through GET /route)
 }
 
 // ReleaseSpec is a will-not-pull message for prefill.
@@ -46,6 +47,7 @@ type outcome struct {
 	nanos      int64 // ask to answer, decode's clock
 	writeNanos int64 // prefill's write time
 	writeReqs  int   // transfer requests prefill wrote
+	aux        *int  // prefill's first output token (aux data)
 }
 
 // ConsumerCore is the decode side's pure state machine: which requests pull
@@ -71,32 +73,10 @@ func NewConsumerCore(blockSize int, recompute bool) *ConsumerCore {
 		outcomes: map[string]outcome{}, counts: map[string]uint64{}}
 }
 
-// RemoteParams are the decode half's kv_transfer_params.
-type RemoteParams struct {
-	TransferID string
-	Bootstrap  string
-	EngineID   string
-}
-
-// ParseRemote reads do_remote_prefill params; ok is false when the request
-// is not a remote-prefill request; err reports malformed params.
-func ParseRemote(params map[string]any) (rp RemoteParams, ok bool, err error) {
-	if v, _ := params["do_remote_prefill"].(bool); !v {
-		return rp, false, nil
-	}
-	rp.TransferID, _ = params["transfer_id"].(string)
-	rp.Bootstrap, _ = params["remote_bootstrap_addr"].(string)
-	rp.EngineID, _ = params["remote_engine_id"].(string)
-	if rp.TransferID == "" || rp.Bootstrap == "" {
-		return rp, true, errBadParams
-	}
-	return rp, true, nil
-}
-
 // Match answers GetNumNewMatchedTokens for a request with prompt length
 // promptLen and numLocal tokens found in the local prefix cache.
 func (c *ConsumerCore) Match(reqID string, params map[string]any, promptLen, numLocal int) (int, bool, error) {
-	rp, ok, err := ParseRemote(params)
+	rp, ok, err := ParseRemote(reqID, params)
 	if !ok {
 		return 0, false, nil
 	}
@@ -118,7 +98,7 @@ func (c *ConsumerCore) Match(reqID string, params map[string]any, promptLen, num
 // numLocal is its local hit (whole blocks); n the tokens promised by Match.
 // With n == 0 and remote params (full hit) a release is queued instead.
 func (c *ConsumerCore) AfterAlloc(reqID string, params map[string]any, promptLen, numLocal int, blockIDs []int, n int) {
-	rp, ok, err := ParseRemote(params)
+	rp, ok, err := ParseRemote(reqID, params)
 	if !ok || err != nil {
 		return
 	}
@@ -136,7 +116,7 @@ func (c *ConsumerCore) AfterAlloc(reqID string, params map[string]any, promptLen
 	if last > len(blockIDs) {
 		last = len(blockIDs)
 	}
-	spec := PullSpec{ReqID: reqID, TransferID: rp.TransferID, Bootstrap: rp.Bootstrap, EngineID: rp.EngineID,
+	spec := PullSpec{ReqID: reqID, TransferID: rp.TransferID, Bootstrap: rp.Bootstrap, EngineID: rp.EngineID, Contract: rp.Contract,
 		NumTokens: promptLen, FirstBlock: first, BlockIDs: append([]int(nil), blockIDs[first:last]...)}
 	c.pulls[reqID] = &consPull{spec: spec}
 	c.queued = append(c.queued, spec)
@@ -185,11 +165,20 @@ func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, write
 	c.counts["failed"]++
 }
 
+// SetAux records the aux data (prefill's first output token) of a pulled
+// request.
+func (c *ConsumerCore) SetAux(reqID string, firstToken int) {
+	if o, ok := c.outcomes[reqID]; ok {
+		o.aux = &firstToken
+		c.outcomes[reqID] = o
+	}
+}
+
 // Finished handles RequestFinished on the decode side. It returns whether
 // the engine must keep the blocks (a pull is still writing into them), a
 // release to send to prefill (or nil), and the params for the response.
 func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree bool, rel *ReleaseSpec, out map[string]any) {
-	rp, ok, _ := ParseRemote(params)
+	rp, ok, _ := ParseRemote(reqID, params)
 	if !ok {
 		return false, nil, nil
 	}
@@ -222,6 +211,9 @@ func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree 
 		out["kv_pull_ms"] = float64(o.nanos) / 1e6
 		out["kv_write_ms"] = float64(o.writeNanos) / 1e6
 		out["kv_write_requests"] = o.writeReqs
+		if o.aux != nil {
+			out["aux_first_token"] = *o.aux
+		}
 	}
 	return false, nil, out
 }
@@ -248,3 +240,16 @@ func (c *ConsumerCore) InFlight() int { return len(c.pulls) }
 // Count returns how many pulls ended with result (ok, failed, aborted,
 // full_hit).
 func (c *ConsumerCore) Count(result string) uint64 { return c.counts[result] }
+
+// Poll counts pulls by SGLang's poll state: bootstrapping (queued: the
+// prefill's registry not asked yet) and transferring (asked, not answered).
+func (c *ConsumerCore) Poll() (bootstrapping, transferring int) {
+	for _, p := range c.pulls {
+		if p.state == pullQueued {
+			bootstrapping++
+		} else {
+			transferring++
+		}
+	}
+	return bootstrapping, transferring
+}

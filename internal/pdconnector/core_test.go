@@ -1,7 +1,9 @@
 package pdconnector
 
 import (
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,7 +196,7 @@ func TestConsumerPull(t *testing.T) {
 	}
 	c.AfterAlloc("r", params, 40, 16, []int{7, 8, 9}, n)
 	pulls, rels := c.TakeWork()
-	want := PullSpec{ReqID: "r", TransferID: "x", Bootstrap: "h:1", EngineID: "e", NumTokens: 40, FirstBlock: 1, BlockIDs: []int{8, 9}}
+	want := PullSpec{ReqID: "r", TransferID: "x", Bootstrap: "h:1", EngineID: "e", NumTokens: 40, FirstBlock: 1, BlockIDs: []int{8, 9}, Contract: ContractMooncake}
 	if len(pulls) != 1 || !reflect.DeepEqual(pulls[0], want) || len(rels) != 0 {
 		t.Fatalf("work %+v %+v", pulls, rels)
 	}
@@ -321,5 +323,69 @@ func TestPlanWritesGroupsRuns(t *testing.T) {
 	}
 	if _, err := PlanWrites(1, []uintptr{0}, []uint64{0, 1}, 1, nil, nil); err == nil {
 		t.Fatal("layer mismatch accepted")
+	}
+}
+
+func TestParseRemoteContracts(t *testing.T) {
+	tests := []struct {
+		name   string
+		params map[string]any
+		want   RemoteParams
+		err    string
+	}{
+		{"mooncake", map[string]any{"do_remote_prefill": true, "transfer_id": "x1", "remote_bootstrap_addr": "h:1", "remote_engine_id": "e"},
+			RemoteParams{TransferID: "x1", Bootstrap: "h:1", EngineID: "e", Contract: ContractMooncake}, ""},
+		{"reworked url", map[string]any{"do_remote_prefill": true, "transfer_id": "x1", "remote_bootstrap_addr": "http://h:8998"},
+			RemoteParams{TransferID: "x1", Bootstrap: "h:8998", Contract: ContractMooncake}, ""},
+		{"example proxy", map[string]any{"do_remote_prefill": true, "bootstrap_server_host": "10.0.0.1", "bootstrap_server_port": 8998.0},
+			RemoteParams{TransferID: "req", Bootstrap: "10.0.0.1:8998", Contract: ContractVLLMBootstrap}, ""},
+		{"example proxy ipv6", map[string]any{"do_remote_prefill": true, "bootstrap_server_host": "[::1]", "bootstrap_server_port": 9.0},
+			RemoteParams{TransferID: "req", Bootstrap: "[::1]:9", Contract: ContractVLLMBootstrap}, ""},
+		{"seed", map[string]any{"do_remote_prefill": true, "remote_host": "h", "remote_port": "7"},
+			RemoteParams{TransferID: "req", Bootstrap: "h:7", Contract: ContractVLLMSeed}, ""},
+		{"sglang", map[string]any{"do_remote_prefill": true, "bootstrap_host": "h", "bootstrap_port": "8998", "bootstrap_room": "9223372036854775807"},
+			RemoteParams{TransferID: "sglang-room-9223372036854775807", Bootstrap: "h:8998", Contract: ContractSGLang}, ""},
+		{"no address", map[string]any{"do_remote_prefill": true}, RemoteParams{}, "bootstrap address"},
+		{"port out of range", map[string]any{"do_remote_prefill": true, "remote_host": "h", "remote_port": 70000.0}, RemoteParams{}, "out of range"},
+		{"port fraction", map[string]any{"do_remote_prefill": true, "remote_host": "h", "remote_port": 1.5}, RemoteParams{}, "out of range"},
+		{"host missing", map[string]any{"do_remote_prefill": true, "bootstrap_server_port": 1.0}, RemoteParams{}, "bootstrap_server_host is required"},
+		{"room negative", map[string]any{"do_remote_prefill": true, "bootstrap_host": "h", "bootstrap_port": 1.0, "bootstrap_room": -1.0}, RemoteParams{}, "bootstrap_room"},
+		{"engine id type", map[string]any{"do_remote_prefill": true, "remote_engine_id": 3.0, "remote_bootstrap_addr": "h:1"}, RemoteParams{}, "remote_engine_id must be a string"},
+	}
+	for _, tc := range tests {
+		got, ok, err := ParseRemote("req", tc.params)
+		if !ok {
+			t.Fatalf("%s: not a remote request", tc.name)
+		}
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, errBadParams) {
+				t.Fatalf("%s: err %v, want %q", tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Fatalf("%s: %+v %v, want %+v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func TestPrepareParamsSGLang(t *testing.T) {
+	in := map[string]any{"bootstrap_host": "h", "bootstrap_port": "1", "bootstrap_room": "5"}
+	out, one, err := PrepareParams(RoleProducer, in)
+	if err != nil || !one || out["do_remote_decode"] != true || in["do_remote_decode"] != nil {
+		t.Fatalf("producer: %v %v %v", out, one, err)
+	}
+	if k, c, ok, _ := prefillKey("r", out); !ok || k != "sglang-room-5" || c != ContractSGLang {
+		t.Fatalf("prefill key %q %q", k, c)
+	}
+	out, one, err = PrepareParams(RoleConsumer, in)
+	if err != nil || one || out["do_remote_prefill"] != true {
+		t.Fatalf("consumer: %v %v %v", out, one, err)
+	}
+	if _, _, err := PrepareParams(RoleBoth, in); err == nil {
+		t.Fatal("role both accepted an SGLang room")
+	}
+	if k, _, _, _ := prefillKey("req-7", map[string]any{"do_remote_decode": true}); k != "req-7" {
+		t.Fatalf("no transfer id: key %q, want the request id", k)
 	}
 }

@@ -9,6 +9,29 @@
 // {do_remote_decode, transfer_id} and the decode half with
 // {do_remote_prefill, transfer_id, remote_bootstrap_addr, remote_engine_id}.
 //
+// Every published variant is accepted (params.go, ParseRemote; docs/pd.md
+// has a table): ours and vLLM's reworked connector (transfer_id,
+// remote_bootstrap_addr as host:port or http://host:port); vLLM's example
+// proxy (no transfer_id, bootstrap_server_host and bootstrap_server_port);
+// vLLM's seed connector (remote_host and remote_port, which our prefill
+// returns); SGLang's (bootstrap_host, bootstrap_port, bootstrap_room in the
+// body, folded into the params by the server; PrepareParams turns them into
+// this engine's half by its role). Without a transfer id the halves pair by
+// the request id, which the server takes from X-Request-Id; an SGLang
+// transfer is "sglang-room-<room>". A prefill half answers one map with the
+// fields of every variant (transfer_id, remote_engine_id,
+// remote_bootstrap_addr, remote_host, remote_port, tp_size,
+// remote_block_ids), so whichever proxy forwards it, decode can pull.
+// Malformed params are refused before the request is queued (CheckParams,
+// through server.Config.PrepareKV: HTTP 400 naming the field). SGLang's
+// decode learns the pull address from prefill's GET /route (checking page
+// size and KV dtype); transfers by SGLang poll state are in the metrics
+// mooncake_pd_kv_poll_transfers and mooncake_pd_kv_poll_total. Prefill
+// ships aux data with every push (its sampled first token, PullResponse.Aux);
+// decode reports it and whether its own first token matches
+// (aux_first_token, aux_first_token_match) but still recomputes the last
+// prompt position.
+//
 //   - Prefill (RequestFinished): a finished prefill's blocks are held
 //     (delay free) under its transfer id.
 //   - Decode (GetNumNewMatchedTokens / UpdateStateAfterAlloc): the prompt

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bootstrap"
@@ -27,6 +29,30 @@ func (c *Connector) peer(ctx context.Context, addr string) (bootstrap.QueryRespo
 	c.mu.Unlock()
 	return q, nil
 }
+
+// sglangRoute learns a prefill's pull address from its SGLang bootstrap
+// server: GET /route with every rank -1 (page size and KV dtype must match
+// ours), then the rank (dp 0, tp 0, pp 0): rank_ip:rank_port.
+func (c *Connector) sglangRoute(ctx context.Context, addr string) (string, error) {
+	var info bootstrap.ServerInfo
+	if err := c.boot.Route(ctx, addr, -1, -1, -1, &info); err != nil {
+		return "", fmt.Errorf("pdconnector: prefill bootstrap %s unreachable: %w", addr, err)
+	}
+	if info.PageSize != 0 && info.PageSize != c.layout.BlockSize {
+		return "", fmt.Errorf("%w: prefill at %s has page size %d, this decode engine %d", ErrIncompatible, addr, info.PageSize, c.layout.BlockSize)
+	}
+	if info.KVCacheDType != "" && info.KVCacheDType != kvDType {
+		return "", fmt.Errorf("%w: prefill at %s has KV dtype %s, this decode engine %s", ErrIncompatible, addr, info.KVCacheDType, kvDType)
+	}
+	var ri bootstrap.RouteInfo
+	if err := c.boot.Route(ctx, addr, 0, 0, 0, &ri); err != nil {
+		return "", fmt.Errorf("pdconnector: prefill bootstrap %s: %w", addr, err)
+	}
+	return net.JoinHostPort(ri.RankIP, strconv.Itoa(ri.RankPort)), nil
+}
+
+// kvDType is the engines' KV dtype, as SGLang's route reports it.
+const kvDType = "float32"
 
 func (c *Connector) forgetPeer(addr string) {
 	c.mu.Lock()
@@ -57,6 +83,9 @@ func (c *Connector) pullDone(p PullSpec, err error, resp bootstrap.PullResponse,
 	}
 	c.mu.Lock()
 	c.cons.PullDone(p.ReqID, msg, resp.Bytes, nanos, resp.Nanos, resp.Requests)
+	if resp.Aux != nil && err == nil {
+		c.cons.SetAux(p.ReqID, resp.Aux.FirstToken)
+	}
 	c.mu.Unlock()
 	switch {
 	case err == nil:
@@ -69,6 +98,13 @@ func (c *Connector) pullDone(p PullSpec, err error, resp bootstrap.PullResponse,
 }
 
 func (c *Connector) pull(ctx context.Context, p PullSpec) (bootstrap.PullResponse, error) {
+	if p.Contract == ContractSGLang {
+		addr, err := c.sglangRoute(ctx, p.Bootstrap)
+		if err != nil {
+			return bootstrap.PullResponse{}, err
+		}
+		p.Bootstrap = addr
+	}
 	q, err := c.peer(ctx, p.Bootstrap)
 	if err == nil && p.EngineID != "" && q.EngineID != p.EngineID {
 		// A restarted prefill on the same address has a new engine id: the
@@ -134,6 +170,7 @@ func (c *Connector) Pull(ctx context.Context, req bootstrap.PullRequest) bootstr
 	result := resp.Status
 	if result != bootstrap.StatusDone {
 		result = resp.Code
+		c.pushFailed.Add(1)
 	}
 	c.m.pushes.WithLabelValues(result).Inc()
 	return resp
@@ -203,8 +240,12 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	defer pushCancel()
 	c.mu.Lock()
 	c.pushCancel[req.TransferID] = pushCancel
+	first, hasAux := c.prod.Aux(req.TransferID)
 	c.mu.Unlock()
 	resp := c.push(pushCtx, req, blocks, numTokens)
+	if hasAux && resp.Status == bootstrap.StatusDone {
+		resp.Aux = &bootstrap.Aux{FirstToken: first}
+	}
 	c.mu.Lock()
 	delete(c.pushCancel, req.TransferID)
 	c.prod.PushDone(req.TransferID, c.clock.Now())

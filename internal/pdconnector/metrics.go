@@ -13,6 +13,8 @@ type metrics struct {
 	pushBytes prometheus.Counter
 	pushSecs  prometheus.Histogram
 	releases  *prometheus.CounterVec
+
+	auxMismatch prometheus.Counter
 }
 
 func (m *metrics) add(cs ...prometheus.Collector) {
@@ -36,6 +38,9 @@ func newMetrics(c *Connector) *metrics {
 		Help: "Prefill side: time spent writing one transfer's blocks.", Buckets: prometheus.ExponentialBuckets(0.0002, 2, 18)})
 	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_releases_sent_total",
 		Help: "Decode side: will-not-pull messages sent to prefill, by result (ok, error)."}, []string{"result"})
+	m.auxMismatch = prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_pd_aux_first_token_mismatch_total",
+		Help: "Decode side: requests whose first output token differs from the one prefill sampled (aux data)."})
+	m.add(m.auxMismatch)
 	m.add(m.pulls, m.loads, m.pullBytes, m.pullSecs, m.pushes, m.pushBytes, m.pushSecs, m.releases)
 	for _, r := range []string{FreeDone, FreeReleased, FreeTimeout} {
 		r := r
@@ -51,5 +56,68 @@ func newMetrics(c *Connector) *metrics {
 		Help: "Prefill side: finished prefills whose blocks wait for a pull."}, func() float64 { return float64(c.Stats().Held) }))
 	m.add(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mooncake_pd_pulls_in_flight",
 		Help: "Decode side: pulls queued or running."}, func() float64 { return float64(c.Stats().PullsInFlight) }))
+	m.addPoll(c)
 	return m
+}
+
+// SGLang's KVPoll states, with their codes (Failed 0, Bootstrapping 1,
+// WaitingForInput 2, Transferring 3, Success 4).
+var pollCodes = map[string]string{"failed": "0", "bootstrapping": "1", "waiting_for_input": "2", "transferring": "3", "success": "4"}
+
+// addPoll exposes transfers by SGLang's poll state: the current ones as
+// mooncake_pd_kv_poll_transfers{role,state,code}, the ended ones as
+// mooncake_pd_kv_poll_total{role,state,code}.
+func (m *metrics) addPoll(c *Connector) {
+	gauge := func(role, state string, f func() float64) {
+		m.add(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mooncake_pd_kv_poll_transfers",
+			Help:        "KV transfers in flight by SGLang poll state (bootstrapping 1, waiting_for_input 2, transferring 3).",
+			ConstLabels: prometheus.Labels{"role": role, "state": state, "code": pollCodes[state]}}, f))
+	}
+	counter := func(role, state string, f func() float64) {
+		m.add(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mooncake_pd_kv_poll_total",
+			Help:        "KV transfers ended by SGLang poll state (failed 0, success 4).",
+			ConstLabels: prometheus.Labels{"role": role, "state": state, "code": pollCodes[state]}}, f))
+	}
+	prod := func(i int) func() float64 {
+		return func() float64 {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			b, w, t := c.prod.Poll()
+			return float64([]int{b, w, t}[i])
+		}
+	}
+	cons := func(i int) func() float64 {
+		return func() float64 {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.cons == nil {
+				return 0
+			}
+			b, t := c.cons.Poll()
+			return float64([]int{b, t}[i])
+		}
+	}
+	consCount := func(r string) func() float64 {
+		return func() float64 {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.cons == nil {
+				return 0
+			}
+			return float64(c.cons.Count(r))
+		}
+	}
+	gauge("producer", "bootstrapping", prod(0))
+	gauge("producer", "waiting_for_input", prod(1))
+	gauge("producer", "transferring", prod(2))
+	counter("producer", "success", func() float64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return float64(c.prod.Freed(FreeDone))
+	})
+	counter("producer", "failed", func() float64 { return float64(c.pushFailed.Load()) })
+	gauge("consumer", "bootstrapping", cons(0))
+	gauge("consumer", "transferring", cons(1))
+	counter("consumer", "success", consCount("ok"))
+	counter("consumer", "failed", consCount("failed"))
 }

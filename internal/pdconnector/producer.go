@@ -33,6 +33,7 @@ type prodEntry struct {
 	released  bool // release arrived while pushing: free when the push ends
 	deadline  time.Time
 	readyCh   chan struct{} // closed when ready or failed
+	aux       *int          // the first output token prefill sampled
 }
 
 // ProducerCore is the prefill side's pure state machine: per transfer_id, the
@@ -97,6 +98,22 @@ func (p *ProducerCore) Finished(tid, reqID string, blocks []int, numTokens int, 
 	e.ready = true
 	close(e.readyCh)
 	return true
+}
+
+// SetAux records the first output token the prefill of tid sampled (aux
+// data, shipped with the blocks).
+func (p *ProducerCore) SetAux(tid string, firstToken int) {
+	if e := p.entries[tid]; e != nil && e.ready {
+		e.aux = &firstToken
+	}
+}
+
+// Aux is the aux data of tid, if any.
+func (p *ProducerCore) Aux(tid string) (firstToken int, ok bool) {
+	if e := p.entries[tid]; e != nil && e.aux != nil {
+		return *e.aux, true
+	}
+	return 0, false
 }
 
 // StartPull is called when decode asks for transfer tid. With PullReady the
@@ -226,3 +243,20 @@ func (p *ProducerCore) Held() int {
 
 // Freed returns how many transfers were freed for reason.
 func (p *ProducerCore) Freed(reason string) uint64 { return p.freed[reason] }
+
+// Poll counts transfers by SGLang's poll state: bootstrapping (a pull waits
+// for a prefill not finished yet), waiting for input (prefill done, no pull
+// yet), transferring (pushing).
+func (p *ProducerCore) Poll() (bootstrapping, waiting, transferring int) {
+	for _, e := range p.entries {
+		switch {
+		case e.pushing:
+			transferring++
+		case e.ready:
+			waiting++
+		case !e.failed:
+			bootstrapping++
+		}
+	}
+	return bootstrapping, waiting, transferring
+}

@@ -48,6 +48,9 @@ func (m CostModel) valid() bool {
 type ConductorConfig struct {
 	// Cost is the prefill cost model (zero value: DefaultCostModel).
 	Cost CostModel
+	// Matched, if set, feeds the prefix index from the instances' KV events
+	// (see KVAwareConfig.Matched).
+	Matched MatchFunc
 	// BlockBytes is the text block size of the prefix hashes (default 64);
 	// with a byte-level tokenizer a byte is a token, so a matched block is
 	// BlockBytes cached tokens.
@@ -107,7 +110,7 @@ func NewConductor(cfg ConductorConfig) *Conductor {
 	}
 	return &Conductor{
 		cfg:   cfg,
-		kv:    NewKVAware(KVAwareConfig{MaxBlocksPerInstance: cfg.MaxBlocksPerInstance}),
+		kv:    NewKVAware(KVAwareConfig{MaxBlocksPerInstance: cfg.MaxBlocksPerInstance, Matched: cfg.Matched}),
 		queue: make(map[string]*queued),
 	}
 }

@@ -62,6 +62,15 @@ type Config struct {
 	// BlockBytes is the text block size used to hash prompt prefixes for the
 	// kvcache-aware policy (default 64 bytes, about 16 tokens).
 	BlockBytes int
+	// Protocol is what the proxy sends upstream (Protocols; default
+	// ProtocolMooncake): ours, a vLLM variant or SGLang's, so that it can
+	// front real vLLM or SGLang instances.
+	Protocol string
+	// EventBlockSize is the engines' block size in tokens (16): with KV
+	// events (a prefill spec's events=), prompts are tokenized with the
+	// byte-level tokenizer and cut into blocks of this size, named by our
+	// block identity (kvevents.Index).
+	EventBlockSize int
 	// Client sends upstream requests (default: a dedicated http.Client).
 	Client *http.Client
 	// Logger receives operational logs (default: discard).
@@ -71,6 +80,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Protocol == "" {
+		c.Protocol = ProtocolMooncake
+	}
 	if c.PrefillPolicy == "" {
 		c.PrefillPolicy = PolicyKVAware
 	}
@@ -94,6 +106,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BlockBytes <= 0 {
 		c.BlockBytes = 64
+	}
+	if c.EventBlockSize <= 0 {
+		c.EventBlockSize = 16
 	}
 	if c.Client == nil {
 		c.Client = &http.Client{Transport: &http.Transport{
@@ -146,6 +161,9 @@ func (c Config) Validate() error {
 	if c.DecodePolicy == PolicyConductor {
 		return fmt.Errorf("%w: the conductor policy applies to prefill only", ErrConfig)
 	}
+	if c.Protocol != "" && !validProtocol(c.Protocol) {
+		return fmt.Errorf("%w: unknown protocol %q (want one of %v)", ErrConfig, c.Protocol, Protocols)
+	}
 	if c.TTFTSLO < 0 {
 		return fmt.Errorf("%w: negative TTFT SLO", ErrConfig)
 	}
@@ -165,9 +183,11 @@ func (c Config) Validate() error {
 type PrefillSpec struct {
 	URL       string // base URL without trailing slash
 	Bootstrap string // host:port of its bootstrap registry
+	Events    string // its KV event PUB endpoint (tcp://HOST:PORT), "" none
+	Replay    string // its KV event replay endpoint, "" none
 }
 
-// ParsePrefillSpec parses "URL" or "URL,bootstrap=HOST:PORT".
+// ParsePrefillSpec parses "URL[,bootstrap=HOST:PORT][,events=tcp://HOST:PORT[,replay=tcp://HOST:PORT]]".
 func ParsePrefillSpec(s string) (PrefillSpec, error) {
 	parts := strings.Split(s, ",")
 	base, err := parseBaseURL(parts[0])
@@ -178,8 +198,19 @@ func ParsePrefillSpec(s string) (PrefillSpec, error) {
 	sp := PrefillSpec{URL: base, Bootstrap: net.JoinHostPort(u.Hostname(), strconv.Itoa(DefaultBootstrapPort))}
 	for _, kv := range parts[1:] {
 		k, v, ok := strings.Cut(kv, "=")
+		if ok && (k == "events" || k == "replay") {
+			if !strings.HasPrefix(v, "tcp://") {
+				return PrefillSpec{}, fmt.Errorf("%w: prefill spec %q: %s %q is not tcp://HOST:PORT", ErrConfig, s, k, v)
+			}
+			if k == "events" {
+				sp.Events = v
+			} else {
+				sp.Replay = v
+			}
+			continue
+		}
 		if !ok || k != "bootstrap" {
-			return PrefillSpec{}, fmt.Errorf("%w: prefill spec %q: unknown option %q (want bootstrap=HOST:PORT)", ErrConfig, s, kv)
+			return PrefillSpec{}, fmt.Errorf("%w: prefill spec %q: unknown option %q (want bootstrap=HOST:PORT, events=tcp://HOST:PORT or replay=tcp://HOST:PORT)", ErrConfig, s, kv)
 		}
 		host, port, err := net.SplitHostPort(v)
 		if err != nil || host == "" {

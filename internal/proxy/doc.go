@@ -29,6 +29,37 @@
 // and the prefill instance's bootstrap registry is told to release the
 // transfer (POST /release {"transfer_id"}), so no KV block is stranded.
 //
+// # Protocols
+//
+// Config.Protocol (--protocol) chooses what step 3 sends, so the proxy can
+// front real vLLM or SGLang instances (BuildHalves; docs/pd.md has the exact
+// bodies): mooncake (ours, above); vllm (vLLM's example proxy: a uuid in
+// X-Request-Id of both halves, prefill {do_remote_decode:true,
+// do_remote_prefill:false}, decode {do_remote_decode:false,
+// do_remote_prefill:true, bootstrap_server_host, bootstrap_server_port});
+// vllm-transfer-id (vLLM's reworked connector: transfer_id,
+// remote_bootstrap_addr "http://HOST:PORT", remote_engine_id from /query in
+// our shape or vLLM's {"<dp>": {engine_id, ...}}); vllm-seed (prefill first
+// with {do_remote_decode:true}, its answer's kv_transfer_params forwarded
+// to decode unchanged, same X-Request-Id); sglang (the same body to both,
+// with bootstrap_host, bootstrap_port and a random 63-bit bootstrap_room).
+// X-Transfer-Id and releases name the pairing key (transfer id, request
+// id, or sglang-room-<room>). The prefill health check asks /query for
+// mooncake and vllm-transfer-id, the bootstrap's /health for sglang, and
+// only the engine's /health for vllm and vllm-seed.
+//
+// # KV events
+//
+// A prefill spec may add ",events=tcp://HOST:PORT[,replay=tcp://HOST:PORT]":
+// Run then follows that instance's vLLM KV events (kvevents.Subscriber,
+// gaps replayed) into a kvevents.Index, and the kvcache-aware and conductor
+// policies take the cached prefix from it (KVAwareConfig.Matched) instead of
+// their own bookkeeping; prompts are then tokenized as our engines do
+// (PromptTokens, the byte-level tokenizer) and cut into EventBlockSize
+// (16) token blocks in our block identity. EventIndex and EventStats expose
+// it, and /metrics: mooncake_proxy_kv_event_batches_total{instance,result}
+// (applied, gap, replayed, dropped, bad) and mooncake_proxy_kv_event_blocks.
+//
 // # Instances and health
 //
 // A decode instance is a base URL. A prefill instance is a base URL,

@@ -99,6 +99,10 @@ type KVAwareConfig struct {
 	// MaxBlocksPerInstance bounds the remembered block hashes per instance
 	// (LRU; default 65536).
 	MaxBlocksPerInstance int
+	// Matched, if set, says which blocks an instance holds (the instances'
+	// KV events, kvevents.Index.Matched) instead of the policy's own
+	// bookkeeping; Routed then records nothing.
+	Matched MatchFunc
 }
 
 // KVAware is the conductor-style cache-aware policy: it remembers which
@@ -109,6 +113,10 @@ type KVAwareConfig struct {
 //
 // where matchedPrefix is the longest run of leading blocks the instance has
 // seen. Ties go to the lowest index after a round-robin rotation.
+// MatchFunc reports how many leading blocks an instance holds, from a
+// source other than the policy's own bookkeeping (kvevents.Index.Matched).
+type MatchFunc func(id string, blocks []uint64) int
+
 type KVAware struct {
 	cfg  KVAwareConfig
 	mu   sync.Mutex
@@ -135,6 +143,9 @@ func (p *KVAware) Matched(id string, blocks []uint64) int {
 }
 
 func (p *KVAware) matchedLocked(id string, blocks []uint64) int {
+	if p.cfg.Matched != nil {
+		return p.cfg.Matched(id, blocks)
+	}
 	c := p.inst[id]
 	if c == nil {
 		return 0
@@ -168,6 +179,9 @@ func (p *KVAware) Pick(blocks []uint64, cands []Load) int {
 
 // Routed implements Policy: instance id now holds blocks.
 func (p *KVAware) Routed(id string, blocks []uint64) {
+	if p.cfg.Matched != nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := p.inst[id]

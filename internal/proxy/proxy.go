@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -21,6 +22,8 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/httpjson"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
+	"github.com/kvcache-go/mooncake/internal/kvevents"
+	"github.com/kvcache-go/mooncake/internal/tokenizer"
 )
 
 // Role names used in metrics and errors.
@@ -48,6 +51,8 @@ type instance struct {
 	role      string
 	url       string
 	bootstrap string // prefill only
+	events    string // prefill only: KV event endpoints ("" none)
+	replay    string
 
 	inflight atomic.Int64
 
@@ -73,6 +78,9 @@ type Proxy struct {
 	decode  []*instance
 	pPol    Policy
 	dPol    Policy
+	events  *kvevents.Index // fed by the prefill instances' KV events (nil: none)
+	subsMu  sync.Mutex
+	subs    map[string]*kvevents.Subscriber
 
 	reg         *prometheus.Registry
 	mRequests   *prometheus.CounterVec
@@ -100,15 +108,26 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, log: cfg.Logger}
 	for _, s := range cfg.Prefill {
 		sp, _ := ParsePrefillSpec(s)
-		p.prefill = append(p.prefill, &instance{role: RolePrefill, url: sp.URL, bootstrap: sp.Bootstrap})
+		p.prefill = append(p.prefill, &instance{role: RolePrefill, url: sp.URL, bootstrap: sp.Bootstrap, events: sp.Events, replay: sp.Replay})
 	}
 	for _, s := range cfg.Decode {
 		u, _ := parseBaseURL(s)
 		p.decode = append(p.decode, &instance{role: RoleDecode, url: u})
 	}
+	for _, s := range cfg.Prefill {
+		if sp, _ := ParsePrefillSpec(s); sp.Events != "" {
+			p.events = kvevents.NewIndex()
+			break
+		}
+	}
 	p.pPol, _ = NewPolicy(cfg.PrefillPolicy)
-	if cfg.PrefillPolicy == PolicyConductor {
+	switch {
+	case cfg.PrefillPolicy == PolicyConductor && p.events != nil:
+		p.pPol = NewConductor(ConductorConfig{Cost: cfg.Cost, BlockBytes: cfg.EventBlockSize, Matched: p.events.Matched})
+	case cfg.PrefillPolicy == PolicyConductor:
 		p.pPol = NewConductor(ConductorConfig{Cost: cfg.Cost, BlockBytes: cfg.BlockBytes})
+	case cfg.PrefillPolicy == PolicyKVAware && p.events != nil:
+		p.pPol = NewKVAware(KVAwareConfig{Matched: p.events.Matched})
 	}
 	p.dPol, _ = NewPolicy(cfg.DecodePolicy)
 	p.initMetrics()
@@ -165,6 +184,27 @@ func (p *Proxy) initMetrics() {
 			}, func() float64 { s, _ := c.Queue(in.url); return s }))
 		}
 	}
+	for _, in := range p.prefill {
+		if in.events == "" {
+			continue
+		}
+		in := in
+		stat := func(f func(kvevents.SubStats) uint64) func() float64 {
+			return func() float64 { return float64(f(p.EventStats()[in.url])) }
+		}
+		for result, f := range map[string]func(kvevents.SubStats) uint64{
+			"applied": func(s kvevents.SubStats) uint64 { return s.Applied }, "gap": func(s kvevents.SubStats) uint64 { return s.Gaps },
+			"replayed": func(s kvevents.SubStats) uint64 { return s.Replayed }, "dropped": func(s kvevents.SubStats) uint64 { return s.Dropped },
+			"bad": func(s kvevents.SubStats) uint64 { return s.Bad },
+		} {
+			p.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mooncake_proxy_kv_event_batches_total",
+				Help:        "KV event batches from a prefill instance: applied, gaps detected, replayed, dropped (duplicate or late), bad (undecodable).",
+				ConstLabels: prometheus.Labels{"instance": in.url, "result": result}}, stat(f)))
+		}
+		p.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mooncake_proxy_kv_event_blocks",
+			Help: "Blocks a prefill instance holds, as its KV events say.", ConstLabels: prometheus.Labels{"instance": in.url}},
+			func() float64 { return float64(p.events.Blocks(in.url)) }))
+	}
 	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mRejected, p.mSLO, p.mDisconnect, p.mTTFB)
 }
 
@@ -175,16 +215,65 @@ func (p *Proxy) initMetrics() {
 func (p *Proxy) Run(ctx context.Context, ln net.Listener) error {
 	defer p.Close()
 	hctx, stopHealth := context.WithCancel(ctx)
-	healthDone := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(1)
 	go func() {
-		defer close(healthDone)
+		defer bg.Done()
 		p.healthLoop(hctx)
 	}()
+	p.runSubscribers(hctx, &bg)
 	err := httpserve.Serve(ctx, ln, p.Handler(), 5*time.Second)
 	stopHealth()
-	<-healthDone
+	bg.Wait()
 	return err
 }
+
+// runSubscribers follows the KV events of every prefill instance that
+// publishes them, feeding the prefix index, until ctx ends.
+func (p *Proxy) runSubscribers(ctx context.Context, wg *sync.WaitGroup) {
+	for _, in := range p.prefill {
+		if in.events == "" {
+			continue
+		}
+		sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{Instance: in.url, Endpoint: in.events,
+			ReplayEndpoint: in.replay, Sink: p.events, Logger: p.log.With("instance", in.url)})
+		if err != nil {
+			p.log.Warn("kv events not followed", "instance", in.url, "err", err)
+			continue
+		}
+		p.subsMu.Lock()
+		if p.subs == nil {
+			p.subs = map[string]*kvevents.Subscriber{}
+		}
+		p.subs[in.url] = sub
+		p.subsMu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := sub.Run(ctx); err != nil {
+					p.log.Warn("kv events", "instance", in.url, "err", err)
+				}
+			}
+		}()
+	}
+}
+
+// EventStats reports each followed prefill instance's KV event stream
+// (applied, gaps, replayed, dropped, bad), by instance URL.
+func (p *Proxy) EventStats() map[string]kvevents.SubStats {
+	p.subsMu.Lock()
+	defer p.subsMu.Unlock()
+	out := map[string]kvevents.SubStats{}
+	for u, s := range p.subs {
+		out[u] = s.Stats()
+	}
+	return out
+}
+
+// EventIndex is the prefix index fed by the instances' KV events (nil when
+// no prefill instance publishes them).
+func (p *Proxy) EventIndex() *kvevents.Index { return p.events }
 
 // healthLoop runs CheckNow every HealthInterval until ctx ends.
 func (p *Proxy) healthLoop(ctx context.Context) {
@@ -243,17 +332,53 @@ func (p *Proxy) check(ctx context.Context, in *instance) (string, error) {
 	if in.role != RolePrefill {
 		return "", nil
 	}
-	var q struct {
-		EngineID string            `json:"engine_id"`
-		Workers  []json.RawMessage `json:"workers"`
+	switch p.cfg.Protocol {
+	case ProtocolVLLM, ProtocolVLLMSeed:
+		return "", nil // vLLM's side channel is the engine's business
+	case ProtocolSGLang:
+		if err := p.getOK(ctx, "http://"+in.bootstrap+"/health", nil); err != nil {
+			return "", fmt.Errorf("bootstrap: %w", err)
+		}
+		return "", nil
 	}
+	var q map[string]json.RawMessage
 	if err := p.getOK(ctx, "http://"+in.bootstrap+"/query", &q); err != nil {
 		return "", fmt.Errorf("bootstrap: %w", err)
 	}
-	if q.EngineID == "" || len(q.Workers) == 0 {
-		return "", fmt.Errorf("bootstrap %s: no engine id or no registered worker yet", in.bootstrap)
+	id, err := QueryEngineID(q)
+	if err != nil {
+		return "", fmt.Errorf("bootstrap %s: %w", in.bootstrap, err)
 	}
-	return q.EngineID, nil
+	return id, nil
+}
+
+// needsEngineID: the protocol names prefill's engine id in decode's half.
+func (p *Proxy) needsEngineID() bool {
+	return p.cfg.Protocol == ProtocolMooncake || p.cfg.Protocol == ProtocolVLLMTransferID
+}
+
+// QueryEngineID reads the engine id from a bootstrap registry's GET /query
+// answer: ours ({engine_id, workers: [...]}) or vLLM's reworked connector's
+// ({"<dp rank>": {engine_id, worker_addr}}, dp rank 0).
+func QueryEngineID(q map[string]json.RawMessage) (string, error) {
+	if raw, ok := q["engine_id"]; ok {
+		var id string
+		var workers []json.RawMessage
+		json.Unmarshal(raw, &id)
+		json.Unmarshal(q["workers"], &workers)
+		if id == "" || len(workers) == 0 {
+			return "", errors.New("no engine id or no registered worker yet")
+		}
+		return id, nil
+	}
+	var dp0 struct {
+		EngineID   string          `json:"engine_id"`
+		WorkerAddr json.RawMessage `json:"worker_addr"`
+	}
+	if raw, ok := q["0"]; ok && json.Unmarshal(raw, &dp0) == nil && dp0.EngineID != "" {
+		return dp0.EngineID, nil
+	}
+	return "", errors.New("no engine id or no registered worker yet")
 }
 
 func (p *Proxy) getOK(ctx context.Context, u string, into any) error {
@@ -323,7 +448,7 @@ func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint6
 	var cands []*instance
 	var loads []Load
 	for _, in := range pool {
-		if h, eid, _ := in.snapshot(); h && (role != RolePrefill || eid != "") {
+		if h, eid, _ := in.snapshot(); h && (role != RolePrefill || eid != "" || !p.needsEngineID()) {
 			cands = append(cands, in)
 			loads = append(loads, Load{ID: in.url, InFlight: int(in.inflight.Load())})
 		}
@@ -445,12 +570,16 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 	}
 	// Prompt length in tokens ~ bytes (the byte-level tokenizer; see Conductor).
 	prompt := PromptText(endpoint, req)
-	blocks := PromptBlocks(prompt, p.cfg.BlockBytes)
-	pre, preDoneQueue, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks, len(prompt))
+	blocks, promptTokens := PromptBlocks(prompt, p.cfg.BlockBytes), len(prompt)
+	if p.events != nil {
+		toks := PromptTokens(endpoint, req)
+		blocks, promptTokens = kvevents.PromptBlocks("", p.cfg.EventBlockSize, toks), len(toks)
+	}
+	pre, preDoneQueue, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks, promptTokens)
 	if err != nil {
 		return writeChooseError(w, err)
 	}
-	dec, decDoneQueue, err := p.choose(p.dPol, RoleDecode, p.decode, blocks, len(prompt))
+	dec, decDoneQueue, err := p.choose(p.dPol, RoleDecode, p.decode, blocks, promptTokens)
 	if err != nil {
 		preDoneQueue()
 		return writeChooseError(w, err)
@@ -488,9 +617,11 @@ func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request) (map[string]
 type exchange struct {
 	r                *http.Request
 	endpoint         string
+	req              map[string]any
 	pre, dec         *instance
-	tid              string
-	preBody, decBody []byte
+	tid              string // the pairing key (Halves.Key)
+	hdr              http.Header
+	preBody, decBody []byte // decBody nil: built from prefill's answer (vllm-seed)
 	t0               time.Time
 
 	// The decode half dies with the client (r.Context()). The prefill half
@@ -510,9 +641,14 @@ type exchange struct {
 
 func (p *Proxy) newExchange(r *http.Request, endpoint string, req map[string]any, pre, dec *instance) *exchange {
 	_, engineID, _ := pre.snapshot()
-	x := &exchange{r: r, endpoint: endpoint, pre: pre, dec: dec, tid: "xfer-" + uuid.NewString(),
+	h, _ := BuildHalves(p.cfg.Protocol, req, Target{Bootstrap: pre.bootstrap, EngineID: engineID}, uuid.NewString(), rand.Uint64())
+	x := &exchange{r: r, endpoint: endpoint, req: req, pre: pre, dec: dec, tid: h.Key, hdr: r.Header,
 		t0: p.cfg.Clock.Now(), preDone: make(chan prefillResult, 1)}
-	x.preBody, x.decBody = BuildBodies(req, x.tid, pre.bootstrap, engineID)
+	x.preBody, x.decBody = h.Prefill, h.Decode
+	if h.RequestID != "" {
+		x.hdr = r.Header.Clone()
+		x.hdr.Set("X-Request-Id", h.RequestID)
+	}
 	x.decCtx, x.decCancel = context.WithCancelCause(r.Context())
 	x.preCtx, x.preCancel = p.life.detach(r.Context(), p.cfg.RequestTimeout)
 	x.stopOnClient = context.AfterFunc(r.Context(), x.preCancel)
@@ -529,7 +665,7 @@ func (p *Proxy) startPrefill(x *exchange, doneQueue func()) {
 		defer x.preCancel()
 		defer x.pre.inflight.Add(-1)
 		defer doneQueue()
-		res := p.post(x.preCtx, x.pre, x.endpoint, x.preBody, x.r.Header, true)
+		res := p.post(x.preCtx, x.pre, x.endpoint, x.preBody, x.hdr, true)
 		if res.err == nil && res.status >= 400 && res.status < 500 {
 			x.mu.Lock()
 			if !x.committed {
@@ -548,9 +684,14 @@ func (p *Proxy) startPrefill(x *exchange, doneQueue func()) {
 // relayDecode sends the decode half and answers the client: prefill's
 // refusal, a 502 for a failed decode, or decode's bytes unchanged.
 func (p *Proxy) relayDecode(w http.ResponseWriter, x *exchange) int {
+	if x.decBody == nil {
+		if code, done := p.seedDecode(w, x); done {
+			return code
+		}
+	}
 	x.dec.inflight.Add(1)
 	defer x.dec.inflight.Add(-1)
-	resp, err := p.send(x.decCtx, x.dec, x.endpoint, x.decBody, x.r.Header)
+	resp, err := p.send(x.decCtx, x.dec, x.endpoint, x.decBody, x.hdr)
 	x.mu.Lock()
 	if err == nil && !x.rejected {
 		x.committed = true
@@ -590,6 +731,37 @@ func (p *Proxy) relayDecode(w http.ResponseWriter, x *exchange) int {
 	}
 	x.stopOnClient()
 	return resp.StatusCode
+}
+
+// seedDecode waits for the prefill half of a vllm-seed exchange and builds
+// the decode half from its answer. done means the client was answered
+// (prefill's refusal, 502, or 499 for a client gone).
+func (p *Proxy) seedDecode(w http.ResponseWriter, x *exchange) (int, bool) {
+	var res prefillResult
+	select {
+	case res = <-x.preDone:
+	case <-x.r.Context().Done():
+		p.mDisconnect.Inc()
+		p.release(x.pre, x.tid)
+		return 499, true
+	}
+	x.stopOnClient()
+	switch {
+	case res.err != nil:
+		return httpjson.Error(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("prefill instance %s failed: %v", x.pre.url, res.err)), true
+	case res.status >= 400:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(res.status)
+		w.Write(res.body)
+		return res.status, true
+	}
+	body, err := SeedDecodeBody(x.req, res.body)
+	if err != nil {
+		p.release(x.pre, x.tid)
+		return httpjson.Error(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("prefill instance %s: %v", x.pre.url, err)), true
+	}
+	x.decBody = body
+	return 0, false
 }
 
 // answerRejected relays prefill's refusal (a 4xx) to the client.
@@ -737,6 +909,54 @@ func BuildBodies(req map[string]any, transferID, bootstrapAddr, engineID string)
 	prefill, _ = json.Marshal(pb)
 	decode, _ = json.Marshal(db)
 	return prefill, decode
+}
+
+// PromptTokens is the prompt as our engines tokenize it (the byte-level
+// tokenizer: BOS and the text's bytes, the chat template for messages, or
+// the token ids given), for the KV-event prefix index.
+func PromptTokens(endpoint string, req map[string]any) []int {
+	var tk tokenizer.ByteLevel
+	if strings.HasSuffix(endpoint, "/chat/completions") {
+		msgs, _ := req["messages"].([]any)
+		var out []tokenizer.Message
+		for _, m := range msgs {
+			mm, _ := m.(map[string]any)
+			role, _ := mm["role"].(string)
+			var sb strings.Builder
+			switch c := mm["content"].(type) {
+			case string:
+				sb.WriteString(c)
+			case []any:
+				for _, part := range c {
+					pm, _ := part.(map[string]any)
+					if t, ok := pm["text"].(string); ok {
+						sb.WriteString(t)
+					}
+				}
+			}
+			out = append(out, tokenizer.Message{Role: role, Content: sb.String()})
+		}
+		return tk.ApplyChat(out)
+	}
+	switch pr := req["prompt"].(type) {
+	case string:
+		return tk.Encode(pr, true)
+	case []any:
+		var ids []int
+		for _, e := range pr {
+			n, ok := e.(json.Number)
+			if !ok {
+				return nil
+			}
+			v, err := n.Int64()
+			if err != nil {
+				return nil
+			}
+			ids = append(ids, int(v))
+		}
+		return ids
+	}
+	return nil
 }
 
 // PromptText extracts the prompt text of a completions or chat request, for

@@ -21,25 +21,30 @@ const maxBody = 8 << 20
 // commonParams are the generation fields shared by both endpoints. Fields
 // we accept only at their default value are checked in validate.
 type commonParams struct {
-	Model               string             `json:"model"`
-	MaxTokens           *int               `json:"max_tokens"`
-	MaxCompletionTokens *int               `json:"max_completion_tokens"`
-	Temperature         *float64           `json:"temperature"`
-	TopP                *float64           `json:"top_p"`
-	N                   *int               `json:"n"`
-	Seed                *int64             `json:"seed"`
-	Stop                stopField          `json:"stop"`
-	Stream              bool               `json:"stream"`
-	StreamOptions       *streamOptions     `json:"stream_options"`
-	KVTransferParams    map[string]any     `json:"kv_transfer_params"`
-	CacheSalt           string             `json:"cache_salt"`
-	IgnoreEOS           bool               `json:"ignore_eos"`
-	ReturnTokenIDs      bool               `json:"return_token_ids"`
-	User                string             `json:"user"`
-	PresencePenalty     *float64           `json:"presence_penalty"`
-	FrequencyPenalty    *float64           `json:"frequency_penalty"`
-	Logprobs            json.RawMessage    `json:"logprobs"`
-	LogitBias           map[string]float64 `json:"logit_bias"`
+	Model               string         `json:"model"`
+	MaxTokens           *int           `json:"max_tokens"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Temperature         *float64       `json:"temperature"`
+	TopP                *float64       `json:"top_p"`
+	N                   *int           `json:"n"`
+	Seed                *int64         `json:"seed"`
+	Stop                stopField      `json:"stop"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options"`
+	KVTransferParams    map[string]any `json:"kv_transfer_params"`
+	// SGLang's P/D fields (its routers add them to the body of both
+	// halves); folded into KVTransferParams for the connector.
+	BootstrapHost    *string            `json:"bootstrap_host"`
+	BootstrapPort    json.RawMessage    `json:"bootstrap_port"`
+	BootstrapRoom    json.RawMessage    `json:"bootstrap_room"`
+	CacheSalt        string             `json:"cache_salt"`
+	IgnoreEOS        bool               `json:"ignore_eos"`
+	ReturnTokenIDs   bool               `json:"return_token_ids"`
+	User             string             `json:"user"`
+	PresencePenalty  *float64           `json:"presence_penalty"`
+	FrequencyPenalty *float64           `json:"frequency_penalty"`
+	Logprobs         json.RawMessage    `json:"logprobs"`
+	LogitBias        map[string]float64 `json:"logit_bias"`
 }
 
 type streamOptions struct {

@@ -13,7 +13,12 @@
 // max_completion_tokens), temperature (default 1; 0 = greedy), top_p, seed, stop
 // (string or up to 4 strings; the matched stop string is not returned),
 // stream and stream_options.include_usage, ignore_eos, cache_salt (prefix
-// cache namespace), kv_transfer_params (handed to the engine's KV connector;
+// cache namespace), SGLang's bootstrap_host, bootstrap_port and
+// bootstrap_room (integers as numbers or decimal strings, kept exact; folded
+// into kv_transfer_params), kv_transfer_params (checked and completed by
+// Config.PrepareKV, the connector's hook, when set: its errors are 400s,
+// and it may cap an SGLang prefill half at one token; then handed to the
+// engine's KV connector;
 // what the connector returns from RequestFinished comes back as the
 // response's top-level kv_transfer_params, as in vLLM), and the extension
 // return_token_ids (the response carries prompt_token_ids and per-choice
@@ -25,7 +30,9 @@
 // "code"}}: 400 for bad input (malformed JSON, wrong types, empty prompt,
 // prompt longer than the context, max_tokens <= 0 or too large), 404 for an
 // unknown model, 429 when the engine's waiting queue is full, 503 while
-// shutting down. A client that disconnects aborts its request, which frees
+// shutting down, 500 for a generation that failed (with the connector's
+// kv_load_error appended, for example a KV pull that failed under the
+// fail policy). A client that disconnects aborts its request, which frees
 // its KV blocks.
 //
 // New(cfg) builds a Server around an engine; Serve(ctx, ln) runs the

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock is the clock (the real one).
 	Clock clock.Clock
+	// PrepareKV, when set, checks and completes a request's
+	// kv_transfer_params before it is queued (the KV connector's
+	// PrepareParams): an error is a 400 naming the problem; prefillOnly
+	// caps the request at one output token (an SGLang prefill half).
+	PrepareKV func(params map[string]any) (out map[string]any, prefillOnly bool, err error)
 }
 
 // Validate checks c after defaults.
@@ -269,6 +275,14 @@ func (s *Server) buildParams(c *commonParams, promptLen, defMax int) (engine.Sam
 	if c.MaxCompletionTokens != nil {
 		mt = c.MaxCompletionTokens
 	}
+	prefillOnly, err := s.prepareKV(c)
+	if err != nil {
+		return p, err
+	}
+	if prefillOnly {
+		one := 1
+		mt = &one
+	}
 	switch {
 	case mt == nil:
 		p.MaxTokens = max(1, min(defMax, maxLen-promptLen))
@@ -387,6 +401,76 @@ func (s *Server) parseChat(body io.Reader, id string) (*job, error) {
 	return &job{kind: "chat.completion", stream: req.Stream, usageInSSE: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
 		stops: req.Stop, returnToks: req.ReturnTokenIDs,
 		req: engine.Request{ID: id, Prompt: ids, Params: params, KVTransferParams: req.KVTransferParams, CacheSalt: req.CacheSalt}}, nil
+}
+
+// prepareKV folds SGLang's bootstrap_host/port/room into
+// kv_transfer_params and hands them to Config.PrepareKV.
+func (s *Server) prepareKV(c *commonParams) (prefillOnly bool, err error) {
+	if string(c.BootstrapPort) == "null" {
+		c.BootstrapPort = nil
+	}
+	if string(c.BootstrapRoom) == "null" {
+		c.BootstrapRoom = nil
+	}
+	if c.BootstrapHost != nil && *c.BootstrapHost == "" && c.BootstrapRoom == nil {
+		c.BootstrapHost = nil
+	}
+	if c.BootstrapHost != nil || c.BootstrapPort != nil || c.BootstrapRoom != nil {
+		if c.BootstrapRoom == nil {
+			return false, fmt.Errorf("%w: bootstrap_host and bootstrap_port need bootstrap_room", ErrBadRequest)
+		}
+		if c.KVTransferParams == nil {
+			c.KVTransferParams = map[string]any{}
+		}
+		if c.BootstrapHost != nil {
+			c.KVTransferParams["bootstrap_host"] = *c.BootstrapHost
+		}
+		if c.BootstrapPort != nil {
+			port, err := rawInt("bootstrap_port", c.BootstrapPort)
+			if err != nil {
+				return false, err
+			}
+			c.KVTransferParams["bootstrap_port"] = port
+		}
+		room, err := rawInt("bootstrap_room", c.BootstrapRoom)
+		if err != nil {
+			return false, err
+		}
+		c.KVTransferParams["bootstrap_room"] = room
+	}
+	if s.cfg.PrepareKV == nil || c.KVTransferParams == nil {
+		return false, nil
+	}
+	out, prefillOnly, err := s.cfg.PrepareKV(c.KVTransferParams)
+	if err != nil {
+		return false, fmt.Errorf("%w: kv_transfer_params: %v", ErrBadRequest, err)
+	}
+	c.KVTransferParams = out
+	return prefillOnly, nil
+}
+
+// rawInt reads a non-negative integer given as a JSON number or a decimal
+// string, exactly (a bootstrap room is a 63-bit integer), as its decimal
+// string.
+func rawInt(field string, raw json.RawMessage) (string, error) {
+	v := strings.TrimSpace(string(raw))
+	if uq, err := strconv.Unquote(v); err == nil {
+		v = uq
+	}
+	if _, err := strconv.ParseUint(v, 10, 64); err != nil {
+		return "", fmt.Errorf("%w: %s must be a non-negative integer, got %s", ErrBadRequest, field, raw)
+	}
+	return v, nil
+}
+
+// failMessage is a failed request's error message, with the KV
+// connector's reason (kv_load_error) when it reported one.
+func failMessage(out engine.Output) string {
+	msg := fmt.Sprintf("generation failed: %v", out.Err)
+	if why, ok := out.KVTransferParams["kv_load_error"].(string); ok && why != "" {
+		msg += ": " + why
+	}
+	return msg
 }
 
 // requestID takes X-Request-Id when the client (a proxy) sets one.
@@ -558,7 +642,7 @@ func (s *Server) runJSON(ctx context.Context, w http.ResponseWriter, j *job, st 
 	}
 	rm.finish(final)
 	if final.FinishReason == engine.FinishError {
-		httpjson.Error(w, http.StatusInternalServerError, "internal_error", fmt.Sprintf("generation failed: %v", final.Err))
+		httpjson.Error(w, http.StatusInternalServerError, "internal_error", failMessage(final))
 		return
 	}
 	sb.WriteString(ts.finish())
@@ -679,7 +763,7 @@ func (s *Server) runSSE(ctx context.Context, w http.ResponseWriter, j *job, st *
 // [DONE].
 func (s *Server) sseFinish(e *sseWriter, out engine.Output, text string, toks []int) {
 	if out.FinishReason == engine.FinishError {
-		e.send(httpjson.ErrorResponse{Error: httpjson.ErrorBody{Message: fmt.Sprintf("generation failed: %v", out.Err), Type: "internal_error", Code: 500}})
+		e.send(httpjson.ErrorResponse{Error: httpjson.ErrorBody{Message: failMessage(out), Type: "internal_error", Code: 500}})
 		fmt.Fprint(e.w, "data: [DONE]\n\n")
 		return
 	}

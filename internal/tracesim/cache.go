@@ -57,6 +57,16 @@ type Cache struct {
 	gen       uint64
 	evictions int
 	pinned    []*entry
+
+	// Events, if set, hears blocks enter and leave the cache (the
+	// events-fed router's source).
+	Events CacheEvents
+}
+
+// CacheEvents hears a cache's changes, as an engine's KV events do.
+type CacheEvents interface {
+	Stored(id int64)
+	Removed(id int64)
 }
 
 // NewCache returns an empty cache of capacity blocks (Unlimited: no
@@ -115,9 +125,15 @@ func (c *Cache) Access(ids []int64) (hits int) {
 				v := heap.Pop(&c.h).(*entry)
 				delete(c.blocks, v.id)
 				c.evictions++
+				if c.Events != nil {
+					c.Events.Removed(v.id)
+				}
 			}
 			e = &entry{id: id, idx: -1}
 			c.blocks[id] = e
+			if c.Events != nil {
+				c.Events.Stored(id)
+			}
 			c.pinned = append(c.pinned, e)
 		} else if e.gen == c.gen {
 			continue // a repeated id within one request is touched once

@@ -97,6 +97,17 @@
 // paper's formula, no layer-wise overlap), a pull does not wait for the
 // holder to finish computing the blocks, and decode is not modelled.
 //
+// With RouteConfig.EventsFed the router's view of each instance's cached
+// prefix comes from the instances' KV events instead of reading their
+// caches: every block a cache gains or loses becomes a vLLM BlockStored /
+// BlockRemoved event (a trace block travels as a one-token block whose
+// token is its id), batched per request, encoded and decoded with
+// internal/kvevents' wire codec (both encodings) and applied to a
+// kvevents.Index, as a proxy following real instances would. It reaches
+// the same choices and hit rate as the bookkeeping (tested; `mooncake
+// bench trace` prints both: 0.3365 for the conductor on the conversation
+// trace either way).
+//
 // With Reject set, a request whose TTFT_est on the chosen instance exceeds
 // SLOSeconds is refused early (the paper's HTTP 429) and changes no state.
 // RouteResult reports the hit rate (reused blocks, local or pulled, over

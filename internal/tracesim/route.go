@@ -82,6 +82,11 @@ type RouteConfig struct {
 	// Reject turns on early rejection: a request whose chosen instance's
 	// TTFT_est exceeds SLOSeconds is refused and changes no state.
 	Reject bool
+	// EventsFed: the router learns each instance's cached prefix from the
+	// instances' KV events (vLLM's format: BlockStored / BlockRemoved,
+	// msgpack-encoded and decoded, into a kvevents.Index) instead of
+	// reading the caches (its own bookkeeping).
+	EventsFed bool
 }
 
 // DefaultRouteConfig returns the defaults: 4 instances of 10000 blocks; a
@@ -253,8 +258,15 @@ func SimulateRouting(reqs []Request, r Router, c RouteConfig) (RouteResult, erro
 		return RouteResult{}, err
 	}
 	caches := make([]*Cache, c.Instances)
+	var feed *eventFeed
+	if c.EventsFed {
+		feed = newEventFeed(c.Instances)
+	}
 	for i := range caches {
 		caches[i] = NewCache(LRU, c.CapacityBlocks)
+		if feed != nil {
+			caches[i].Events = feed.instance(i)
+		}
 	}
 	freeAt := make([]float64, c.Instances)
 	views := make([]InstanceView, c.Instances)
@@ -265,8 +277,18 @@ func SimulateRouting(reqs []Request, r Router, c RouteConfig) (RouteResult, erro
 		now := float64(req.Timestamp) / 1000
 		res.Requests++
 		isolated += c.Cost.Prefill(req.InputLength, 0)
+		var keys []uint64
+		if feed != nil {
+			if err := feed.flush(); err != nil {
+				return res, err
+			}
+			keys = feed.keys(req.HashIDs)
+		}
 		for i := range views {
 			views[i] = InstanceView{Queue: max(0, freeAt[i]-now), Prefix: caches[i].Prefix(req.HashIDs)}
+			if feed != nil {
+				views[i].Prefix = feed.index.Matched(feed.name(i), keys)
+			}
 		}
 		ch := c.Pick(r, req.InputLength, views, k)
 		if c.Reject && ch.Estimate > c.SLOSeconds {

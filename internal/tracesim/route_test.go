@@ -267,3 +267,26 @@ func BenchmarkSimulateRouting(b *testing.B) {
 		})
 	}
 }
+
+// A router fed by the instances' KV events (through the wire codec and
+// the index) sees exactly what its own bookkeeping sees: same choices,
+// same hit rate.
+func TestEventsFedRoutingEqualsBookkeeping(t *testing.T) {
+	reqs := synthTrace(3000, 7)
+	for _, rt := range []Router{CacheAware, Conductor} {
+		cfg := simpleConfig(4)
+		cfg.CapacityBlocks = 40 // small caches: evictions must travel as events too
+		own, err := SimulateRouting(reqs, rt, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.EventsFed = true
+		ev, err := SimulateRouting(reqs, rt, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if own != ev || own.Hits == 0 {
+			t.Fatalf("%v: events-fed %+v != bookkeeping %+v", rt, ev, own)
+		}
+	}
+}

@@ -75,7 +75,8 @@ type Result struct {
 	IdealHits      int                    // hits of an unlimited pool
 	IdealHitRate   float64                // IdealHits / Blocks
 	Cache          []tracesim.CacheResult // per policy, per capacity (tracesim.Policies order)
-	Route          []tracesim.RouteResult // per router (tracesim.Routers order)
+	Route          []tracesim.RouteResult // per router (tracesim.Routers order), then the events-fed runs
+	RouteNames     []string               // the router of each Route entry; "(kv events)" marks an events-fed one
 }
 
 // Run replays reqs through every policy at every capacity and through every
@@ -103,12 +104,28 @@ func Run(reqs []tracesim.Request, capacities []int, cfg tracesim.RouteConfig) (R
 			r.Cache = append(r.Cache, tracesim.SimulateCache(reqs, p, c))
 		}
 	}
+	type routeRun struct {
+		rt     tracesim.Router
+		events bool // the router's view fed by the instances' KV events
+	}
+	var runs []routeRun
 	for _, rt := range tracesim.Routers {
-		rr, err := tracesim.SimulateRouting(reqs, rt, cfg)
+		runs = append(runs, routeRun{rt: rt})
+	}
+	runs = append(runs, routeRun{tracesim.CacheAware, true}, routeRun{tracesim.Conductor, true})
+	for _, run := range runs {
+		rcfg := cfg
+		rcfg.EventsFed = run.events
+		rr, err := tracesim.SimulateRouting(reqs, run.rt, rcfg)
 		if err != nil {
 			return Result{}, err
 		}
+		name := run.rt.String()
+		if run.events {
+			name += " (kv events)"
+		}
 		r.Route = append(r.Route, rr)
+		r.RouteNames = append(r.RouteNames, name)
 	}
 	return r, nil
 }

@@ -34,8 +34,19 @@ func TestRun(t *testing.T) {
 	if r.Requests != 6 || r.IdealHits != 9 || r.Blocks != 16 || r.IdealHitRate != 9.0/16 || r.DistinctBlocks != 7 {
 		t.Fatalf("result %+v", r)
 	}
-	if len(r.Cache) != 2*len(tracesim.Policies) || len(r.Route) != len(tracesim.Routers) {
-		t.Fatalf("%d cache rows, %d route rows", len(r.Cache), len(r.Route))
+	// Every router, then cache-aware and conductor fed by KV events.
+	if len(r.Cache) != 2*len(tracesim.Policies) || len(r.Route) != len(tracesim.Routers)+2 || len(r.RouteNames) != len(r.Route) {
+		t.Fatalf("%d cache rows, %d route rows, %d names", len(r.Cache), len(r.Route), len(r.RouteNames))
+	}
+	byName := map[string]tracesim.RouteResult{}
+	for i, rr := range r.Route {
+		byName[r.RouteNames[i]] = rr
+	}
+	for _, rt := range []tracesim.Router{tracesim.CacheAware, tracesim.Conductor} {
+		book, ev := byName[rt.String()], byName[rt.String()+" (kv events)"]
+		if ev.Requests == 0 || ev.HitRate() != book.HitRate() {
+			t.Errorf("%s: events-fed hit rate %v, bookkeeping %v", rt, ev.HitRate(), book.HitRate())
+		}
 	}
 	want := map[tracesim.Policy]int{tracesim.Policies[0]: 6, tracesim.Policies[1]: 7, tracesim.Policies[2]: 8}
 	for _, c := range r.Cache {
