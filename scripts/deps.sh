@@ -5,6 +5,8 @@ set -euo pipefail
 need=()
 [ -x /usr/bin/python3 ] || need+=(python3)
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3-numpy)
+/usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)    # tensor API tests (CPU)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)  # Mooncake's own test files
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)  # cgo: the Python binding's C ABI (binding/)
 if [ ${#need[@]} -gt 0 ]; then

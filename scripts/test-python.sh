@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
-if [ ! -x "$PY" ] || ! "$PY" -c 'import numpy' 2>/dev/null; then
+if [ ! -x "$PY" ] || ! "$PY" -c 'import numpy, torch, pytest' 2>/dev/null; then
   scripts/deps.sh
 fi
 GO="${GO:-go}"
