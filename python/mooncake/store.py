@@ -35,7 +35,8 @@ import random
 import socket
 import threading
 
-from . import _native
+from . import _native, _tensor
+from ._tensor_api import TensorAPI
 from ._store_types import (UUID, Descriptor, DiskDescriptor, MemoryDescriptor, ObjectDataType, ParallelAxis,
                            QueryTaskResponse, ReadTarget, ReplicaDescriptor, ReplicaStatus, ReplicateConfig,
                            SoftPinAction, TaskStatus, TaskType, TensorParallelism)
@@ -187,7 +188,7 @@ class BufferHandle(bytearray):
     __hash__ = object.__hash__
 
 
-class MooncakeDistributedStore(object):
+class MooncakeDistributedStore(TensorAPI):
     """Client of a Mooncake store cluster (a master plus storage nodes)."""
 
     def __init__(self):
@@ -904,46 +905,29 @@ class MooncakeDistributedStore(object):
         return None
 
 
-# The tensor API (torch tensors) is not built yet: each method logs and returns
-# Mooncake's failure value for its return type.
-def _tensor_stub(name, kind):
-    def stub(self, *args, **kwargs):
-        if kind == "one":
-            fail = None
-        elif kind == "list":
-            keys = args[0] if args else kwargs.get("keys", kwargs.get("base_keys", []))
-            fail = [None] * len(keys)
-        elif kind == "codes":
-            keys = args[0] if args else kwargs.get("keys", kwargs.get("base_keys", []))
-            fail = [ErrorCode.NOT_SUPPORTED] * len(keys)
-        else:
-            fail = ErrorCode.NOT_SUPPORTED
-        return self._unsupported(name, "the tensor API is not built yet", fail)
-    stub.__name__ = name
-    stub.__doc__ = "Not supported yet (the tensor API): logs and returns Mooncake's failure value."
-    return stub
+def _serialize_tensor(tensor):
+    """Mooncake's tensor header of a CPU torch tensor (or numpy array) and its data:
+    (header bytes, data address, data size, owner keeping the data alive)."""
+    try:
+        ins = _tensor.inspect(tensor)
+    except _tensor.TensorError as e:
+        raise RuntimeError("unsupported tensor for Mooncake tensor serialization: %s" % e)
+    ins.header.data_bytes = ins.nbytes
+    return (ins.header.pack(), ins.ptr, ins.nbytes, ins.owner)
 
 
-_TENSOR_METHODS = {
-    "one": ("get_tensor", "get_tensor_with_tp", "get_tensor_into", "get_tensor_into_cuda", "get_tensor_with_tp_into",
-            "get_tensor_with_parallelism", "get_tensor_with_parallelism_into", "load_tensor_from_safetensor"),
-    "list": ("batch_get_tensor", "batch_get_tensor_with_tp", "batch_get_tensor_into", "batch_get_tensor_into_cuda",
-             "batch_get_tensor_with_tp_into", "batch_get_tensor_with_parallelism",
-             "batch_get_tensor_with_parallelism_into"),
-    "code": ("put_tensor", "put_tensor_with_tp", "pub_tensor", "pub_tensor_with_tp", "put_tensor_from",
-             "put_tensor_with_tp_from", "upsert_tensor", "upsert_tensor_from", "upsert_pub_tensor",
-             "put_tensor_with_parallelism", "put_tensor_with_parallelism_from", "upsert_tensor_with_parallelism",
-             "upsert_tensor_with_parallelism_from", "save_tensor_to_safetensor"),
-    "codes": ("batch_put_tensor", "batch_put_tensor_with_tp", "batch_pub_tensor", "batch_pub_tensor_with_tp",
-              "batch_put_tensor_from", "batch_put_tensor_with_tp_from", "batch_upsert_tensor_from",
-              "batch_upsert_tensor", "batch_upsert_pub_tensor", "batch_put_tensor_with_parallelism",
-              "batch_put_tensor_with_parallelism_from", "batch_upsert_tensor_with_parallelism_from",
-              "batch_upsert_tensor_with_parallelism"),
-}
-for _kind, _names in _TENSOR_METHODS.items():
-    for _name in _names:
-        setattr(MooncakeDistributedStore, _name, _tensor_stub(_name, _kind))
-del _kind, _names, _name
+def _tensor_metadata_size():
+    """The size of Mooncake's tensor header (304)."""
+    return _tensor.HEADER_SIZE
+
+
+def _deserialize_tensor(payload):
+    """The tensor in a header-plus-data payload; ValueError when it is not one."""
+    try:
+        return _tensor.decode(bytearray(payload))
+    except _tensor.TensorError as e:
+        raise ValueError("invalid serialized Mooncake tensor payload: %s" % e)
+
 
 
 class MooncakeHostMemAllocator(object):

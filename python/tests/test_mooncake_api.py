@@ -411,9 +411,9 @@ class StoreApiTest(unittest.TestCase):
         self.assertEqual(s.mount_segment("/dev/x", MIB)["ret"], NS)
         self.assertEqual(s.unmount_segment(["id"]), NS)
         self.assertEqual(s.get_offload_rpc_read_count(), 0)
-        self.assertIsNone(s.get_tensor("k"))
-        self.assertEqual(s.put_tensor("k", None), NS)
-        self.assertEqual(s.batch_put_tensor(["a", "b"], [None, None]), [NS, NS])
+        self.assertIsNone(s.get_tensor("k"))  # missing
+        self.assertEqual(s.put_tensor("k", None), ErrorCode.INVALID_PARAMS)  # not a tensor
+        self.assertEqual(s.batch_put_tensor(["a", "b"], [None, None]), [ErrorCode.INVALID_PARAMS] * 2)
         self.assertEqual(s.batch_get_tensor(keys=["a"]), [None])
 
     def test_zero_local_buffer(self):
