@@ -82,7 +82,9 @@ func (s *memStore) BatchRemove(ctx context.Context, keys []string, force bool) [
 	}
 	return out
 }
-func (s *memStore) RemoveByRegex(context.Context, string, bool) (int, error) { return 0, store.ErrInvalid }
+func (s *memStore) RemoveByRegex(context.Context, string, bool) (int, error) {
+	return 0, store.ErrInvalid
+}
 func (s *memStore) RemoveAll(context.Context, bool) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

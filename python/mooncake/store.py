@@ -314,9 +314,36 @@ class MooncakeDistributedStore(TensorAPI):
         return self.setup(protocol=protocol, rdma_devices=device_name, global_segment_size=mount_segment_size)
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
-        """Not supported: dummy clients need a standalone ``mooncake client`` process (not built yet)."""
-        return self._unsupported("setup_dummy", "dummy clients (a standalone client process) are not supported",
-                                 ErrorCode.NOT_SUPPORTED)
+        """Becomes a dummy client of the real client (``mooncake client``) serving
+        server_address ("host:port") on this host: every call is served by it, and
+        mem_pool_size bytes of memory shared with it back alloc_from_mem_pool (buffers
+        there move without a copy). local_buffer_size is accepted for Mooncake's
+        signature. Returns 0, or a negative code (no real client there: -1)."""
+        with self._lock:
+            if self._h:
+                log.error("mooncake: setup_dummy: store already set up")
+                return ErrorCode.INVALID_PARAMS
+            h = self._lib.mc_store_open_dummy(int(mem_pool_size), int(local_buffer_size),
+                                              _native.cstr(str(server_address)))
+            if h <= 0:
+                log.error("mooncake: setup_dummy: %s", _native.last_error())
+                return int(h) if h < 0 else ErrorCode.INTERNAL_ERROR
+            self._h = h
+            self._regs = {}
+            self.config = None
+        return 0
+
+    def alloc_from_mem_pool(self, size):
+        """size bytes of a dummy client's shared pool: the address, 0 when this is not a
+        dummy client or the pool is used up."""
+        if not self._h:
+            log.error("mooncake: alloc_from_mem_pool: store not set up")
+            return 0
+        p = self._lib.mc_store_alloc_from_pool(self._h, int(size))
+        if not p:
+            log.error("mooncake: alloc_from_mem_pool: %s", _native.last_error())
+            return 0
+        return int(p)
 
     def close(self):
         """Unmounts this client's segment and disconnects. Returns 0."""
@@ -852,9 +879,6 @@ class MooncakeDistributedStore(TensorAPI):
     def unmount_local_disk_segment(self, grace_period_seconds=0):
         return self._unsupported("unmount_local_disk_segment", "there is no local disk tier",
                                  ErrorCode.NOT_SUPPORTED)
-
-    def alloc_from_mem_pool(self, size):
-        return self._unsupported("alloc_from_mem_pool", "only dummy clients have a shared memory pool", 0)
 
     def get_offload_rpc_read_count(self):
         return 0

@@ -400,7 +400,8 @@ class StoreApiTest(unittest.TestCase):
     def test_unsupported_answer_with_codes(self):
         s = self.store
         NS = ErrorCode.NOT_SUPPORTED
-        self.assertEqual(s.setup_dummy(MIB, MIB, "127.0.0.1:50052"), NS)
+        self.assertEqual(s.setup_dummy(MIB, MIB, "127.0.0.1:50052"), ErrorCode.INVALID_PARAMS)  # already set up
+        self.assertLess(MooncakeDistributedStore().setup_dummy(MIB, MIB, "127.0.0.1:1"), 0)  # no real client
         self.assertEqual(s.batch_replica_clear(["k"], segment_name=""), [])
         uuid, rc = s.create_copy_task("k", ["seg"])
         self.assertEqual((tuple(uuid), rc), ((0, 0), NS))
