@@ -78,20 +78,26 @@ func mc_store_open_dummy(poolSize, bufferSize C.uint64_t, addr *C.char) C.int64_
 func mc_store_alloc_from_pool(h C.int64_t, size C.uint64_t) unsafe.Pointer {
 	var p unsafe.Pointer
 	guard("alloc_from_mem_pool", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		d, ok := s.c.(*dummyclient.Client)
-		if !ok {
-			return 0, errInvalid("alloc_from_mem_pool: only dummy clients have a shared pool")
-		}
-		b := d.Alloc(uint64(size))
-		if b == nil {
-			return 0, errInvalid("alloc_from_mem_pool: the pool is used up")
-		}
-		p = unsafe.Pointer(unsafe.SliceData(b))
-		return 0, nil
+		var err error
+		p, err = allocFromPool(int64(h), uint64(size))
+		return 0, err
 	})
 	return p
+}
+
+// allocFromPool is size bytes of the dummy handle h's shared pool.
+func allocFromPool(h int64, size uint64) (unsafe.Pointer, error) {
+	s, err := storeByHandle(h)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := s.c.(*dummyclient.Client)
+	if !ok {
+		return nil, errInvalid("alloc_from_mem_pool: only dummy clients have a shared pool")
+	}
+	b := d.Alloc(size)
+	if b == nil {
+		return nil, errInvalid("alloc_from_mem_pool: the pool is used up")
+	}
+	return unsafe.Pointer(unsafe.SliceData(b)), nil
 }

@@ -83,7 +83,7 @@ func runClient(ctx context.Context, cfg clientConfig, ready func(segment string)
 	if err != nil {
 		return errors.Join(err, eng.Close())
 	}
-	srv, err := dummyclient.New(dummyclient.Config{Addr: cfg.addr, Store: c, Logger: cfg.log})
+	srv, err := dummyclient.New(dummyclient.Config{Addr: cfg.addr, Store: c, Name: eng.Name(), Logger: cfg.log})
 	if err == nil {
 		var ln *net.UnixListener
 		if ln, err = srv.Listen(); err == nil {

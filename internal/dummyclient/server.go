@@ -37,6 +37,7 @@ type Backend interface {
 type Config struct {
 	Addr    string  // the address dummies are given ("host:port"); the socket is SocketName(Addr)
 	Store   Backend // the real client's store client
+	Name    string  // the real client's name dummies report (get_hostname); "" = Store.SegmentName()
 	MaxPool uint64  // largest pool one dummy may attach (0 = 64 GiB)
 	Logger  *slog.Logger
 }
@@ -205,7 +206,11 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 			if _, _, err := c.WriteMsgUnix([]byte{'A'}, unix.UnixRights(p.fd), nil); err != nil {
 				return
 			}
-			if writeFrame(w, reply{Segment: s.cfg.Store.SegmentName()}, nil) != nil || w.Flush() != nil {
+			name := s.cfg.Name
+			if name == "" {
+				name = s.cfg.Store.SegmentName()
+			}
+			if writeFrame(w, reply{Segment: name}, nil) != nil || w.Flush() != nil {
 				return
 			}
 			s.log.Info("dummy client attached", "pool", req.Pool)
