@@ -47,7 +47,7 @@ func TestStoreMoreInProcess(t *testing.T) {
 	}
 	defer func() { _ = m.Close() }()
 	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
-		Engine: transfer.Config{Transport: transfer.TransportInproc}})
+		Engine: transfer.Config{Transport: transfer.TransportInproc, InprocHub: inprocHub}})
 	if err != nil {
 		t.Fatal(err)
 	}
