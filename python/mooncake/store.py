@@ -18,8 +18,8 @@ Return conventions are Mooncake's:
 
 A failure never raises out of the native library: the reason is logged
 (logger ``mooncake`` and the library's stderr log). Methods whose feature
-the Go store does not have (dummy clients, segment mounting, put/get
-sessions, replica clear, copy/move tasks, the tensor API) log why and return
+the Go store does not have (segment mounting, put/get sessions, replica
+clear, copy/move tasks, CUDA reads) log why and return
 Mooncake's failure value for their return type; docs/python.md lists them.
 
 ``setup()`` takes Mooncake's positional and keyword arguments, or one config
