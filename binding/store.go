@@ -115,7 +115,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := store.New(ctx, store.Config{Master: a.master, Mover: eng, SegmentSize: a.segmentSize,
+	c, err := store.New(ctx, store.Config{Master: a.master, Mover: newNestedMover(eng), SegmentSize: a.segmentSize,
 		LocalBufferSize: a.bufferSize, Logger: logger.With("store", eng.Name())})
 	if err != nil {
 		_ = eng.Close()
