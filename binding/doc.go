@@ -78,10 +78,12 @@
 // Go client reports ErrExists). Memory registered with
 // mc_store_register_buffer is sent and received in place; other memory of
 // 64 KiB or more is registered for the duration of one call, smaller values
-// go through the client's staging buffer. mc_store_batch_get_into of
-// buffers that all lie in registered memory is one batched read (one master
-// call for every key, one transfer batch); other batches run key by key,
-// 8 at a time.
+// go through the client's staging buffer. A batch (mc_store_batch_put_ex,
+// mc_store_batch_get_into) whose buffers all lie in registered memory is
+// one batched put or read (one master call for every key, one transfer
+// batch), sent from and received into place: the store client's view of the
+// engine accepts registrations nested in a registered range (nestedMover).
+// Other batches run key by key, 8 at a time.
 //
 // # Dummy clients
 //
