@@ -277,7 +277,7 @@ class MooncakeDistributedStore(TensorAPI):
         for k in sorted(set(d) - known):
             log.warning("mooncake: setup: unknown config key %r ignored", k)
         if d.get("ipc_socket_path"):
-            log.warning("mooncake: setup: ipc_socket_path is not supported (no dummy clients); ignored")
+            log.warning("mooncake: setup: ipc_socket_path is not used (dummy clients attach with setup_dummy); ignored")
         return self.setup(
             str(d["local_hostname"]), str(d["metadata_server"]),
             d.get("global_segment_size", 16 * 1024 * 1024), d.get("local_buffer_size", 16 * 1024 * 1024),
