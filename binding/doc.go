@@ -78,7 +78,22 @@
 // Go client reports ErrExists). Memory registered with
 // mc_store_register_buffer is sent and received in place; other memory of
 // 64 KiB or more is registered for the duration of one call, smaller values
-// go through the client's staging buffer.
+// go through the client's staging buffer. A batch (mc_store_batch_put_ex,
+// mc_store_batch_get_into) whose buffers all lie in registered memory is
+// one batched put or read (one master call for every key, one transfer
+// batch), sent from and received into place: the store client's view of the
+// engine accepts registrations nested in a registered range (nestedMover).
+// Other batches run key by key, 8 at a time.
+//
+// # Dummy clients
+//
+//	int64 mc_store_open_dummy(pool_size, local_buffer_size, real_client_addr) -> handle
+//	void *mc_store_alloc_from_pool(h, size)   (NULL when not a dummy or used up)
+//
+// A dummy handle (Mooncake's setup_dummy) takes every mc_store_* call above,
+// served by the real client (`mooncake client`) on this host through
+// internal/dummyclient; its pool is shared memory both processes map, and
+// buffers in it move without a copy.
 //
 // The Python package (python/mooncake, docs/python.md) maps these onto
 // Mooncake's TransferEngine and MooncakeDistributedStore methods.

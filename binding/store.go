@@ -63,8 +63,8 @@ var stores = newHandles[*storeState]()
 
 // storeState is one store client and the transfer engine it owns.
 type storeState struct {
-	eng  *transfer.Engine
-	c    *store.Client
+	eng  *transfer.Engine // nil for a dummy client
+	c    storeClient      // a *store.Client, or a *dummyclient.Client
 	regs regions
 
 	mu   sync.Mutex
@@ -115,7 +115,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := store.New(ctx, store.Config{Master: a.master, Mover: eng, SegmentSize: a.segmentSize,
+	c, err := store.New(ctx, store.Config{Master: a.master, Mover: newNestedMover(eng), SegmentSize: a.segmentSize,
 		LocalBufferSize: a.bufferSize, Logger: logger.With("store", eng.Name())})
 	if err != nil {
 		_ = eng.Close()
@@ -126,6 +126,9 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 
 func (s *storeState) close() error {
 	err := s.c.Close()
+	if s.eng == nil {
+		return err
+	}
 	return errors.Join(err, s.eng.Close())
 }
 

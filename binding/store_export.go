@@ -148,6 +148,15 @@ func mc_store_batch_get_into(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer
 		}
 		k := int(n)
 		ks, ps, ns, rs := cStrings(keys, k), unsafe.Slice(ptrs, k), u64s(sizes, k), i64s(out, k)
+		if got, errs, ok := s.batchGetInto(ks, ps, ns); ok {
+			for i := range rs {
+				rs[i] = int64(got[i])
+				if errs[i] != nil {
+					rs[i] = record("batch get into", errs[i])
+				}
+			}
+			return 0, nil
+		}
 		batch(k, func(i int) {
 			rs[i] = guard("batch get into", func() (int64, error) {
 				v, err := view(ps[i], C.uint64_t(ns[i]))

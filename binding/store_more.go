@@ -113,4 +113,9 @@ func (s *storeState) stat(key string) ([]byte, error) {
 }
 
 // hostname is the client's "host:port" (its transfer engine's name).
-func (s *storeState) hostname() string { return s.eng.Name() }
+func (s *storeState) hostname() string {
+	if s.eng == nil {
+		return s.c.SegmentName() // a dummy client: its real client's name
+	}
+	return s.eng.Name()
+}

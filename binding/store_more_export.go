@@ -51,6 +51,15 @@ func mc_store_batch_put_ex(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer, 
 		}
 		k := int(n)
 		ks, ps, ns, rs := cStrings(keys, k), unsafe.Slice(ptrs, k), u64s(sizes, k), i64s(out, k)
+		if errs, ok := s.batchPutEx(ks, ps, ns, o); ok {
+			for i, err := range errs {
+				rs[i] = 0
+				if err != nil {
+					rs[i] = record("batch put", err)
+				}
+			}
+			return 0, nil
+		}
 		batch(k, func(i int) {
 			rs[i] = guard("batch put", func() (int64, error) {
 				v, err := view(ps[i], C.uint64_t(ns[i]))

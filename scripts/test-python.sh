@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
 if [ ! -x "$PY" ] || ! "$PY" -c 'import numpy' 2>/dev/null; then
   scripts/deps.sh
+elif ! "$PY" -c 'import torch, pytest' 2>/dev/null; then
+  scripts/deps.sh || echo "warning: python3-torch/python3-pytest not installed; their tests are skipped" >&2
 fi
 GO="${GO:-go}"
 make --no-print-directory python GO="$GO"

@@ -12,6 +12,7 @@ var extraCommands = []func() *cobra.Command{
 	newUpCmd,             // whole P/D cluster in one process (issue 4)
 	newMasterCmd,         // store master (issue 5)
 	newStoreNodeCmd,      // store storage node (issue 5)
+	newClientCmd,         // real client serving dummy clients (issue 11)
 	newPutCmd,            // store client: put (issue 5)
 	newGetCmd,            // store client: get (issue 5)
 	newLsCmd,             // store client: ls (issue 5)

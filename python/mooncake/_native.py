@@ -47,6 +47,8 @@ _PROTOTYPES = {
     # store client
     "mc_store_open": (_c_i64, [_c_str, _c_str, _c_u64, _c_u64, _c_str, _c_str, _c_str]),
     "mc_store_close": (_c_i64, [_c_i64]),
+    "mc_store_open_dummy": (_c_i64, [_c_u64, _c_u64, _c_str]),
+    "mc_store_alloc_from_pool": (_c_ptr, [_c_i64, _c_u64]),
     "mc_store_health": (_c_i64, [_c_i64]),
     "mc_store_put": (_c_i64, [_c_i64, _c_str, _c_ptr, _c_u64, _c_str]),
     "mc_store_batch_put": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), ctypes.POINTER(_c_ptr), _p_u64, _c_str, _p_i64]),

@@ -394,7 +394,7 @@ class ParallelAxis(object):
         self.kind = ""
         self.rank = 0
         self.size = 1
-        self.split_dim = 0
+        self.split_dim = None
         self.expert_id = None
         self.stage_id = None
 
@@ -412,7 +412,7 @@ class ReadTarget(object):
 
     def __init__(self):
         self._mode = "as_stored"
-        self.parallelism = TensorParallelism()
+        self.parallelism = None
 
     @property
     def mode(self):

@@ -4,7 +4,7 @@
 ``transfer_engine_bench`` accept Mooncake's gflags-style arguments
 (``--port=50051``, ``--port 50051``, ``--enable_http_metadata_server``,
 ``--noenable_http_metadata_server``) and run ``mooncake master``, ``mooncake
-store``, ``mooncake metadata-server`` and ``mooncake bench transfer`` with the
+client``, ``mooncake metadata-server`` and ``mooncake bench transfer`` with the
 equivalent flags. Flags with no counterpart are reported on stderr and
 ignored. The wrappers in ``python/bin/`` call these; put that directory on
 ``PATH``. The binary is ``$MOONCAKE_BIN``, else ``mooncake`` on ``PATH``, else
@@ -130,21 +130,22 @@ def master_argv(flags):
 _CLIENT = {
     "master_server_address": ("--master", str),
     "master_server_addr": ("--master", str),
-    "port": ("--rpc-port", str),
+    "port": ("--port", str),
     "host": ("--host", str),
     "local_hostname": ("--host", str),
     "global_segment_size": ("--segment-size", str),
-    "metrics_port": ("--http-port", str),
+    "local_buffer_size": ("--local-buffer-size", str),
 }
 
 
 def client_argv(flags):
-    """mooncake store argv for mooncake_client's flags (a process that contributes memory to the pool)."""
+    """mooncake client argv for mooncake_client's flags: a store client that contributes
+    memory to the pool and serves the dummy clients of this host at host:port."""
     flags = dict(flags)
     proto = str(flags.pop("protocol", "tcp")).lower()
-    for name in ("metadata_server", "device_names", "rdma_devices", "local_buffer_size", "threads"):
-        flags.pop(name, None)  # handled by the node itself or not applicable
-    argv = ["store"] + _translate(_CLIENT, flags, "mooncake_client")
+    for name in ("metadata_server", "device_names", "rdma_devices", "threads"):
+        flags.pop(name, None)  # handled by the client itself or not applicable
+    argv = ["client"] + _translate(_CLIENT, flags, "mooncake_client")
     argv += ["--transport", proto if proto in ("tcp", "shm", "auto") else "tcp"]
     return argv
 

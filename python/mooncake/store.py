@@ -18,8 +18,8 @@ Return conventions are Mooncake's:
 
 A failure never raises out of the native library: the reason is logged
 (logger ``mooncake`` and the library's stderr log). Methods whose feature
-the Go store does not have (dummy clients, segment mounting, put/get
-sessions, replica clear, copy/move tasks, the tensor API) log why and return
+the Go store does not have (segment mounting, put/get sessions, replica
+clear, copy/move tasks, CUDA reads) log why and return
 Mooncake's failure value for their return type; docs/python.md lists them.
 
 ``setup()`` takes Mooncake's positional and keyword arguments, or one config
@@ -35,7 +35,8 @@ import random
 import socket
 import threading
 
-from . import _native
+from . import _native, _tensor
+from ._tensor_api import TensorAPI
 from ._store_types import (UUID, Descriptor, DiskDescriptor, MemoryDescriptor, ObjectDataType, ParallelAxis,
                            QueryTaskResponse, ReadTarget, ReplicaDescriptor, ReplicaStatus, ReplicateConfig,
                            SoftPinAction, TaskStatus, TaskType, TensorParallelism)
@@ -187,7 +188,7 @@ class BufferHandle(bytearray):
     __hash__ = object.__hash__
 
 
-class MooncakeDistributedStore(object):
+class MooncakeDistributedStore(TensorAPI):
     """Client of a Mooncake store cluster (a master plus storage nodes)."""
 
     def __init__(self):
@@ -276,7 +277,7 @@ class MooncakeDistributedStore(object):
         for k in sorted(set(d) - known):
             log.warning("mooncake: setup: unknown config key %r ignored", k)
         if d.get("ipc_socket_path"):
-            log.warning("mooncake: setup: ipc_socket_path is not supported (no dummy clients); ignored")
+            log.warning("mooncake: setup: ipc_socket_path is not used (dummy clients attach with setup_dummy); ignored")
         return self.setup(
             str(d["local_hostname"]), str(d["metadata_server"]),
             d.get("global_segment_size", 16 * 1024 * 1024), d.get("local_buffer_size", 16 * 1024 * 1024),
@@ -313,9 +314,36 @@ class MooncakeDistributedStore(object):
         return self.setup(protocol=protocol, rdma_devices=device_name, global_segment_size=mount_segment_size)
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
-        """Not supported: dummy clients need a standalone ``mooncake client`` process (not built yet)."""
-        return self._unsupported("setup_dummy", "dummy clients (a standalone client process) are not supported",
-                                 ErrorCode.NOT_SUPPORTED)
+        """Becomes a dummy client of the real client (``mooncake client``) serving
+        server_address ("host:port") on this host: every call is served by it, and
+        mem_pool_size bytes of memory shared with it back alloc_from_mem_pool (buffers
+        there move without a copy). local_buffer_size is accepted for Mooncake's
+        signature. Returns 0, or a negative code (no real client there: -1)."""
+        with self._lock:
+            if self._h:
+                log.error("mooncake: setup_dummy: store already set up")
+                return ErrorCode.INVALID_PARAMS
+            h = self._lib.mc_store_open_dummy(int(mem_pool_size), int(local_buffer_size),
+                                              _native.cstr(str(server_address)))
+            if h <= 0:
+                log.error("mooncake: setup_dummy: %s", _native.last_error())
+                return int(h) if h < 0 else ErrorCode.INTERNAL_ERROR
+            self._h = h
+            self._regs = {}
+            self.config = None
+        return 0
+
+    def alloc_from_mem_pool(self, size):
+        """size bytes of a dummy client's shared pool: the address, 0 when this is not a
+        dummy client or the pool is used up."""
+        if not self._h:
+            log.error("mooncake: alloc_from_mem_pool: store not set up")
+            return 0
+        p = self._lib.mc_store_alloc_from_pool(self._h, int(size))
+        if not p:
+            log.error("mooncake: alloc_from_mem_pool: %s", _native.last_error())
+            return 0
+        return int(p)
 
     def close(self):
         """Unmounts this client's segment and disconnects. Returns 0."""
@@ -852,9 +880,6 @@ class MooncakeDistributedStore(object):
         return self._unsupported("unmount_local_disk_segment", "there is no local disk tier",
                                  ErrorCode.NOT_SUPPORTED)
 
-    def alloc_from_mem_pool(self, size):
-        return self._unsupported("alloc_from_mem_pool", "only dummy clients have a shared memory pool", 0)
-
     def get_offload_rpc_read_count(self):
         return 0
 
@@ -904,46 +929,29 @@ class MooncakeDistributedStore(object):
         return None
 
 
-# The tensor API (torch tensors) is not built yet: each method logs and returns
-# Mooncake's failure value for its return type.
-def _tensor_stub(name, kind):
-    def stub(self, *args, **kwargs):
-        if kind == "one":
-            fail = None
-        elif kind == "list":
-            keys = args[0] if args else kwargs.get("keys", kwargs.get("base_keys", []))
-            fail = [None] * len(keys)
-        elif kind == "codes":
-            keys = args[0] if args else kwargs.get("keys", kwargs.get("base_keys", []))
-            fail = [ErrorCode.NOT_SUPPORTED] * len(keys)
-        else:
-            fail = ErrorCode.NOT_SUPPORTED
-        return self._unsupported(name, "the tensor API is not built yet", fail)
-    stub.__name__ = name
-    stub.__doc__ = "Not supported yet (the tensor API): logs and returns Mooncake's failure value."
-    return stub
+def _serialize_tensor(tensor):
+    """Mooncake's tensor header of a CPU torch tensor (or numpy array) and its data:
+    (header bytes, data address, data size, owner keeping the data alive)."""
+    try:
+        ins = _tensor.inspect(tensor)
+    except _tensor.TensorError as e:
+        raise RuntimeError("unsupported tensor for Mooncake tensor serialization: %s" % e)
+    ins.header.data_bytes = ins.nbytes
+    return (ins.header.pack(), ins.ptr, ins.nbytes, ins.owner)
 
 
-_TENSOR_METHODS = {
-    "one": ("get_tensor", "get_tensor_with_tp", "get_tensor_into", "get_tensor_into_cuda", "get_tensor_with_tp_into",
-            "get_tensor_with_parallelism", "get_tensor_with_parallelism_into", "load_tensor_from_safetensor"),
-    "list": ("batch_get_tensor", "batch_get_tensor_with_tp", "batch_get_tensor_into", "batch_get_tensor_into_cuda",
-             "batch_get_tensor_with_tp_into", "batch_get_tensor_with_parallelism",
-             "batch_get_tensor_with_parallelism_into"),
-    "code": ("put_tensor", "put_tensor_with_tp", "pub_tensor", "pub_tensor_with_tp", "put_tensor_from",
-             "put_tensor_with_tp_from", "upsert_tensor", "upsert_tensor_from", "upsert_pub_tensor",
-             "put_tensor_with_parallelism", "put_tensor_with_parallelism_from", "upsert_tensor_with_parallelism",
-             "upsert_tensor_with_parallelism_from", "save_tensor_to_safetensor"),
-    "codes": ("batch_put_tensor", "batch_put_tensor_with_tp", "batch_pub_tensor", "batch_pub_tensor_with_tp",
-              "batch_put_tensor_from", "batch_put_tensor_with_tp_from", "batch_upsert_tensor_from",
-              "batch_upsert_tensor", "batch_upsert_pub_tensor", "batch_put_tensor_with_parallelism",
-              "batch_put_tensor_with_parallelism_from", "batch_upsert_tensor_with_parallelism_from",
-              "batch_upsert_tensor_with_parallelism"),
-}
-for _kind, _names in _TENSOR_METHODS.items():
-    for _name in _names:
-        setattr(MooncakeDistributedStore, _name, _tensor_stub(_name, _kind))
-del _kind, _names, _name
+def _tensor_metadata_size():
+    """The size of Mooncake's tensor header (304)."""
+    return _tensor.HEADER_SIZE
+
+
+def _deserialize_tensor(payload):
+    """The tensor in a header-plus-data payload; ValueError when it is not one."""
+    try:
+        return _tensor.decode(bytearray(payload))
+    except _tensor.TensorError as e:
+        raise ValueError("invalid serialized Mooncake tensor payload: %s" % e)
+
 
 
 class MooncakeHostMemAllocator(object):

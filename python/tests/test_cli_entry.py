@@ -50,7 +50,7 @@ class GflagsTest(unittest.TestCase):
     def test_client_and_bench(self):
         self.assertEqual(cli.client_argv({"master_server_address": "h:1", "port": "2", "protocol": "rdma",
                                           "global_segment_size": "4gb"}),
-                         ["store", "--master", "h:1", "--rpc-port", "2", "--segment-size", "4gb", "--transport", "tcp"])
+                         ["client", "--master", "h:1", "--port", "2", "--segment-size", "4gb", "--transport", "tcp"])
         self.assertEqual(cli.bench_argv({"mode": "initiator", "segment_id": "h:3", "operation": "read",
                                          "duration": "2", "metadata_server": "P2PHANDSHAKE"}),
                          ["bench", "transfer", "--mode", "initiator", "--target", "h:3", "--op", "read",

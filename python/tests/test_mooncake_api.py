@@ -400,7 +400,8 @@ class StoreApiTest(unittest.TestCase):
     def test_unsupported_answer_with_codes(self):
         s = self.store
         NS = ErrorCode.NOT_SUPPORTED
-        self.assertEqual(s.setup_dummy(MIB, MIB, "127.0.0.1:50052"), NS)
+        self.assertEqual(s.setup_dummy(MIB, MIB, "127.0.0.1:50052"), ErrorCode.INVALID_PARAMS)  # already set up
+        self.assertLess(MooncakeDistributedStore().setup_dummy(MIB, MIB, "127.0.0.1:1"), 0)  # no real client
         self.assertEqual(s.batch_replica_clear(["k"], segment_name=""), [])
         uuid, rc = s.create_copy_task("k", ["seg"])
         self.assertEqual((tuple(uuid), rc), ((0, 0), NS))
@@ -411,9 +412,9 @@ class StoreApiTest(unittest.TestCase):
         self.assertEqual(s.mount_segment("/dev/x", MIB)["ret"], NS)
         self.assertEqual(s.unmount_segment(["id"]), NS)
         self.assertEqual(s.get_offload_rpc_read_count(), 0)
-        self.assertIsNone(s.get_tensor("k"))
-        self.assertEqual(s.put_tensor("k", None), NS)
-        self.assertEqual(s.batch_put_tensor(["a", "b"], [None, None]), [NS, NS])
+        self.assertIsNone(s.get_tensor("k"))  # missing
+        self.assertEqual(s.put_tensor("k", None), ErrorCode.INVALID_PARAMS)  # not a tensor
+        self.assertEqual(s.batch_put_tensor(["a", "b"], [None, None]), [ErrorCode.INVALID_PARAMS] * 2)
         self.assertEqual(s.batch_get_tensor(keys=["a"]), [None])
 
     def test_zero_local_buffer(self):

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/kvcache-go/mooncake/internal/dummyclient"
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// TestStoreDummy drives a dummy store handle (setup_dummy) served by a real
+// store client through the dummy-client server, as `mooncake client` does.
+func TestStoreDummy(t *testing.T) {
+	mcfg := master.DefaultServerConfig()
+	mcfg.Addr = "127.0.0.1:0"
+	mcfg.HTTPAddr = ""
+	m, err := master.Start(mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Close() }()
+	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
+		Engine: transfer.Config{Transport: transfer.TransportInproc, InprocHub: inprocHub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = node.Close() }()
+	real, err := openStore(t.Context(), storeArgs{host: "127.0.0.1", protocol: "inproc", master: m.Addr(), bufferSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = real.close() }()
+
+	addr := "binding-test-" + t.Name()
+	srv, err := dummyclient.New(dummyclient.Config{Addr: addr, Store: real.c.(*store.Client), Name: real.hostname()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+
+	if _, err := openDummy(t.Context(), 1<<20, ""); err == nil {
+		t.Fatal("setup_dummy without an address must fail")
+	}
+	d, err := openDummy(t.Context(), 4<<20, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := stores.add(d)
+	defer func() {
+		if s, ok := stores.remove(h); ok {
+			_ = s.close()
+		}
+	}()
+	if d.hostname() != real.hostname() {
+		t.Fatalf("dummy hostname %q, real %q", d.hostname(), real.hostname())
+	}
+	// inline values
+	if err := d.put("dk", []byte("dummy value"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := real.get("dk"); err != nil || string(v) != "dummy value" {
+		t.Fatalf("real get: %q %v", v, err)
+	}
+	// pool memory, registered: moved in place
+	pool := d.c.(*dummyclient.Client)
+	src, dst := pool.Alloc(1<<20), pool.Alloc(1<<20)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	if err := d.registerBuffer(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.registerBuffer(dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.putEx("pooled", src, store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.getInto("pooled", dst); err != nil || n != len(src) || !bytes.Equal(dst, src) {
+		t.Fatalf("getInto pool: %d %v", n, err)
+	}
+	if _, err := d.get("missing"); codeOf(err) != codeObjectNotFound {
+		t.Fatalf("missing: %v (code %d)", err, codeOf(err))
+	}
+	if ok, err := d.exist("pooled"); err != nil || !ok {
+		t.Fatalf("exist %v %v", ok, err)
+	}
+	if n, err := d.size("pooled"); err != nil || n != 1<<20 {
+		t.Fatalf("size %d %v", n, err)
+	}
+	if errs := d.batchRemove([]string{"dk", "missing"}, true); errs[0] != nil || !errors.Is(errs[1], store.ErrNotFound) {
+		t.Fatalf("batch remove %v", errs)
+	}
+	if a, err := allocFromPool(h, 4096); err != nil || a == nil {
+		t.Fatalf("alloc_from_mem_pool on a dummy handle: %p %v", a, err)
+	}
+	if _, err := allocFromPool(h, 1<<40); err == nil {
+		t.Fatal("alloc_from_mem_pool past the pool must fail")
+	}
+}

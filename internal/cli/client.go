@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcache-go/mooncake/internal/dummyclient"
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+func newClientCmd() *cobra.Command {
+	var (
+		masterAddr, segSize, bufSize, host, transport string
+		port, rpcPort                                 int
+		verbose                                       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "client",
+		Short: "Run a store client that serves dummy clients on this host (Mooncake's mooncake_client)",
+		Long: `Run Mooncake's "real client": a store client that contributes --segment-size bytes
+to the pool and serves the dummy clients of this host (MooncakeDistributedStore.setup_dummy
+with the address HOST:PORT). Each dummy's memory pool is shared memory this process creates,
+registers with its transfer engine and hands over, so dummies' puts and gets of pool buffers
+move without a copy. The first line on stdout names the address and the mounted segment.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			seg, err := parseSize(segSize)
+			if err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--segment-size: %w", err)}
+			}
+			buf, err := parseSize(bufSize)
+			if err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--local-buffer-size: %w", err)}
+			}
+			level := slog.LevelInfo
+			if verbose {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			addr := net.JoinHostPort(host, strconv.Itoa(port))
+			return runClient(cmd.Context(), clientConfig{master: masterAddrOr(masterAddr), addr: addr, segment: seg, buffer: buf,
+				engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}, log: log},
+				func(segment string) {
+					fmt.Fprintf(cmd.OutOrStdout(), "mooncake client serving dummy clients at %s; segment %s mounted size=%s master=%s\n",
+						addr, segment, formatSize(seg), masterAddrOr(masterAddr))
+				})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&masterAddr, "master", "", "master address HOST:PORT (default $MOONCAKE_MASTER or 127.0.0.1:50051)")
+	f.StringVar(&host, "host", "127.0.0.1", "hostname of this client (its transfer engine and the dummy address)")
+	f.IntVar(&port, "port", 50052, "port of the address dummy clients are given (setup_dummy's server_address)")
+	f.IntVar(&rpcPort, "rpc-port", 0, "transfer engine RPC port (0 = pick a free port)")
+	f.StringVar(&segSize, "segment-size", "1GiB", "memory contributed to the pool (e.g. 512MiB, 4gb)")
+	f.StringVar(&bufSize, "local-buffer-size", "256MiB", "staging buffer for values outside registered memory")
+	f.StringVar(&transport, "transport", "auto", "transfer transport: auto, tcp, shm")
+	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
+	return cmd
+}
+
+type clientConfig struct {
+	master, addr    string
+	segment, buffer uint64
+	engine          transfer.Config
+	log             *slog.Logger
+}
+
+// runClient runs the store client and the dummy-client server until ctx ends.
+func runClient(ctx context.Context, cfg clientConfig, ready func(segment string)) error {
+	eng, err := transfer.Open(ctx, cfg.engine)
+	if err != nil {
+		return err
+	}
+	c, err := store.New(ctx, store.Config{Master: cfg.master, Mover: eng, SegmentSize: cfg.segment,
+		LocalBufferSize: cfg.buffer, Logger: cfg.log.With("store", eng.Name())})
+	if err != nil {
+		return errors.Join(err, eng.Close())
+	}
+	srv, err := dummyclient.New(dummyclient.Config{Addr: cfg.addr, Store: c, Name: eng.Name(), Logger: cfg.log})
+	if err == nil {
+		var ln *net.UnixListener
+		if ln, err = srv.Listen(); err == nil {
+			ready(c.SegmentName())
+			err = srv.Serve(ctx, ln)
+		}
+	}
+	return errors.Join(err, c.Close(), eng.Close())
+}
