@@ -33,6 +33,10 @@ type Replica struct {
 	Endpoint string // transfer engine segment name holding the memory
 	Addr     uint64 // remote virtual address of the first byte
 	Size     uint64 // object size
+	// Durable objects: the header (objheader) lies at Addr-HeaderLen and
+	// carries Seq, the put's sequence number.
+	HeaderLen uint64
+	Seq       uint64
 }
 
 // ObjectInfo is the master's view of one object.
@@ -100,7 +104,13 @@ type object struct {
 	lastAccess   time.Time
 	softPinUntil time.Time
 	hardPin      bool
+	seq          uint64 // put sequence number (durable objects)
+	hdr          uint64 // header length in front of the value (0 = not durable)
+	restored     bool   // re-reported by a node, not put on this master
 }
+
+// alloc is the number of bytes one replica occupies from its offset.
+func (o *object) alloc() uint64 { return o.hdr + o.size }
 
 type segment struct {
 	spec          SegmentSpec
@@ -109,6 +119,7 @@ type segment struct {
 	keys          map[string]struct{}
 	draining      bool
 	drainDeadline time.Time
+	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
 }
 
 type client struct {
@@ -121,6 +132,8 @@ type zombie struct {
 	seg       *segment
 	off, size uint64
 	releaseAt time.Time
+	key       string
+	seq, hdr  uint64
 }
 
 // Master is the deterministic core of the store master: segments, objects,
@@ -143,6 +156,11 @@ type Master struct {
 	evictReq bool // a put ran out of space: evict on the next Tick too
 
 	fruitlessUntil time.Time // no watermark eviction before this (last one freed nothing)
+
+	seq      uint64            // last put sequence number handed out
+	started  time.Time         // when the core was built
+	removed  map[string]uint64 // key -> highest seq removed, kept for RestoreWindow
+	tombKeys map[string]int    // keys with tombstones not yet zeroed -> how many
 
 	listKeys  []string  // sorted snapshot of the keys for List pagination
 	listBuilt time.Time // when listKeys was taken
@@ -169,6 +187,10 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		pending:  map[string]*object{},
 		segments: map[string]*segment{},
 		clients:  map[string]*client{},
+		removed:  map[string]uint64{},
+		tombKeys: map[string]int{},
+		started:  clk.Now(),
+		seq:      uint64(clk.Now().UnixNano()),
 	}
 	m.stats.ViewVersion = uint64(clk.Now().UnixNano())
 	return m, nil
@@ -200,7 +222,8 @@ func (m *Master) usageLocked() (capacity, used uint64) {
 func (o *object) descriptors() []Replica {
 	out := make([]Replica, len(o.replicas))
 	for i, r := range o.replicas {
-		out[i] = Replica{Segment: r.seg.spec.Name, Endpoint: r.seg.spec.Endpoint, Addr: r.seg.spec.Base + r.off, Size: o.size}
+		out[i] = Replica{Segment: r.seg.spec.Name, Endpoint: r.seg.spec.Endpoint, Addr: r.seg.spec.Base + r.off + o.hdr, Size: o.size,
+			HeaderLen: o.hdr, Seq: o.seq}
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package offsetalloc
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -148,4 +149,37 @@ func (a *Allocator) remove(start, length uint64) {
 		return
 	}
 	a.buckets[length] = b
+}
+
+// Range is an allocated byte range [Off, Off+Len).
+type Range struct{ Off, Len uint64 }
+
+// NewAllocated returns an allocator for size bytes (as New) in which the
+// given ranges are already allocated, as if by Alloc, and the gaps between
+// them are free: it rebuilds a region's allocator from what is known to
+// live in it. Ranges must be aligned, inside the region and not overlap;
+// their order does not matter. Each is later freed with Free(Off, Len).
+func NewAllocated(size, align uint64, used []Range) (*Allocator, error) {
+	a := New(size, align)
+	rs := slices.Clone(used)
+	slices.SortFunc(rs, func(x, y Range) int { return cmp.Compare(x.Off, y.Off) })
+	if a.size > 0 {
+		a.remove(0, a.size)
+	}
+	var pos uint64
+	for _, r := range rs {
+		n := a.Rounded(r.Len)
+		if r.Len == 0 || r.Off%a.align != 0 || r.Off < pos || r.Off+n > a.size || r.Off+n < r.Off {
+			return nil, fmt.Errorf("alloc: range [%d,+%d) misaligned, overlapping or outside %d bytes", r.Off, r.Len, a.size)
+		}
+		if r.Off > pos {
+			a.insert(pos, r.Off-pos)
+		}
+		a.used += n
+		pos = r.Off + n
+	}
+	if pos < a.size {
+		a.insert(pos, a.size-pos)
+	}
+	return a, nil
 }
