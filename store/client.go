@@ -90,8 +90,10 @@ type Client struct {
 
 	mu           sync.Mutex
 	remounts     int
-	pingFailures int       // consecutive failed pings
-	lastPingOK   time.Time // last successful ping (or mount)
+	restored     int             // objects the master took over at remounts
+	zeroed       []*pb.HeaderRef // tombstones zeroed, to report in the next ping
+	pingFailures int             // consecutive failed pings
+	lastPingOK   time.Time       // last successful ping (or mount)
 }
 
 // Health is the client's view of its link to the master.
@@ -170,7 +172,8 @@ func dialMaster(cfg Config) (*grpc.ClientConn, error) {
 func (c *Client) join(ctx context.Context) error {
 	if c.cfg.SegmentSize == 0 {
 		err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-			return c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID})
+			r, err := c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID})
+			return r.GetStatus(), err
 		})
 		if err != nil {
 			return fmt.Errorf("store: register with master %s: %w", c.cfg.Master, err)
@@ -205,6 +208,14 @@ func (c *Client) SegmentName() string {
 
 // Segment exposes the contributed memory (tests and diagnostics only).
 func (c *Client) Segment() []byte { return c.segment }
+
+// Restored counts the objects of this client's segment that masters took
+// over when it remounted (durable metadata).
+func (c *Client) Restored() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.restored
+}
 
 // Remounts counts how often the client remounted after NEED_REMOUNT.
 func (c *Client) Remounts() int {
@@ -298,10 +309,13 @@ func (c *Client) call(ctx context.Context, f func(context.Context) (*pb.Status, 
 func (c *Client) ping(ctx context.Context) error {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.cfg.ClientID})
+	zeroed := c.takeZeroed()
+	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.cfg.ClientID, Zeroed: zeroed})
 	if err != nil {
+		c.requeueZeroed(zeroed)
 		return fmt.Errorf("store: ping master: %w", err)
 	}
+	c.zeroOwn(resp.Tombstones)
 	if !resp.NeedRemount {
 		return nil
 	}
@@ -309,17 +323,21 @@ func (c *Client) ping(ctx context.Context) error {
 	if c.segmentSpec != nil {
 		segs = append(segs, c.segmentSpec)
 	}
-	rst, err := c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs})
+	held := c.held() // a new or restarted master learns what our memory holds
+	rst, err := c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs, Objects: held})
 	if err != nil {
 		return fmt.Errorf("store: remount: %w", err)
 	}
-	if err := statusErr(rst); err != nil {
+	if err := statusErr(rst.Status); err != nil {
 		return fmt.Errorf("store: remount: %w", err)
 	}
+	c.zeroOwn(rst.Tombstones)
 	c.mu.Lock()
 	c.remounts++
+	c.restored += int(rst.Restored)
 	c.mu.Unlock()
-	c.log.Info("store: remounted after NEED_REMOUNT", "client", c.cfg.ClientID, "segments", len(segs))
+	c.log.Info("store: remounted after NEED_REMOUNT", "client", c.cfg.ClientID, "segments", len(segs),
+		"held", len(held), "restored", rst.Restored, "dropped", rst.Dropped)
 	return nil
 }
 
@@ -417,11 +435,18 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 		return 0, err
 	}
 	defer release()
-	reps, err := c.putStart(ctx, key, uint64(len(value)), o)
+	resp, err := c.putStart(ctx, key, uint64(len(value)), o)
 	if err != nil {
 		return 0, err
 	}
-	if err := c.writeReplicas(ctx, src, reps); err != nil {
+	reps := resp.Replicas
+	hdr, releaseHdr, err := c.header(ctx, key, resp, len(value), crc, o)
+	if err != nil {
+		c.revoke(ctx, key)
+		return 0, err
+	}
+	defer releaseHdr()
+	if err := c.writeReplicas(ctx, src, reps, hdr); err != nil {
 		c.revoke(ctx, key)
 		return 0, fmt.Errorf("store: put %q: %w", key, err)
 	}
@@ -465,7 +490,7 @@ func (c *Client) source(ctx context.Context, key string, value []byte, registere
 }
 
 // putStart asks the master for the replicas of a new value of key.
-func (c *Client) putStart(ctx context.Context, key string, size uint64, o PutOptions) ([]*pb.Replica, error) {
+func (c *Client) putStart(ctx context.Context, key string, size uint64, o PutOptions) (*pb.PutStartResponse, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	resp, err := c.rpc.PutStart(rctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: key, Size: size,
@@ -476,7 +501,7 @@ func (c *Client) putStart(ctx context.Context, key string, size uint64, o PutOpt
 	if err := statusErr(resp.Status); err != nil {
 		return nil, fmt.Errorf("store: put %q: %w", key, err)
 	}
-	return resp.Replicas, nil
+	return resp, nil
 }
 
 // revoke abandons a started put, even when ctx has ended (best effort).
@@ -486,15 +511,20 @@ func (c *Client) revoke(ctx context.Context, key string) {
 	_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: key})
 }
 
-func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Replica) error {
-	reqs := make([]transfer.Request, 0, len(reps))
-	for _, r := range reps {
+// writeReplicas writes src, and the object header hdr when not nil, to
+// every replica in one transfer batch.
+func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Replica, hdr []byte) error {
+	reqs := make([]transfer.Request, 0, 2*len(reps))
+	segs := make([]transfer.SegmentID, len(reps))
+	for i, r := range reps {
 		seg, err := c.mover.OpenSegment(ctx, r.Endpoint)
 		if err != nil {
 			return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 		}
+		segs[i] = seg
 		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src)})
 	}
+	reqs = append(reqs, headerWrites(hdr, reps, segs)...)
 	if err := c.mover.Transfer(ctx, reqs); err != nil {
 		return fmt.Errorf("%w: write: %w", ErrTransfer, err)
 	}
@@ -759,12 +789,16 @@ func infoFromPB(r *pb.ObjectInfo) ObjectInfo {
 
 // Remove deletes key. A leased object fails with ErrHasLease unless force.
 func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	var tombs []*pb.HeaderRef
 	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-		return c.rpc.Remove(ctx, &pb.RemoveRequest{Key: key, Force: force})
+		r, err := c.rpc.Remove(ctx, &pb.RemoveRequest{Key: key, Force: force})
+		tombs = r.GetTombstones()
+		return r.GetStatus(), err
 	})
 	if err != nil {
 		return fmt.Errorf("store: remove %q: %w", key, err)
 	}
+	c.zeroHeaders(ctx, tombs)
 	return nil
 }
 
@@ -777,6 +811,7 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 	if err != nil {
 		return 0, fmt.Errorf("store: remove by regex: master rpc: %w", err)
 	}
+	c.zeroHeaders(ctx, r.Tombstones)
 	return int(r.Count), statusErr(r.Status)
 }
 
@@ -789,6 +824,7 @@ func (c *Client) RemoveAll(ctx context.Context, force bool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store: remove all: master rpc: %w", err)
 	}
+	c.zeroHeaders(ctx, r.Tombstones)
 	return int(r.Count), statusErr(r.Status)
 }
 

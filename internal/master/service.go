@@ -78,10 +78,29 @@ func infoToPB(info ObjectInfo, err error) *pb.ObjectInfo {
 		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin}
 }
 
+func refsToPB(rs []HeaderRef) []*pb.HeaderRef {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]*pb.HeaderRef, len(rs))
+	for i, r := range rs {
+		out[i] = &pb.HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq}
+	}
+	return out
+}
+
+func refsFromPB(rs []*pb.HeaderRef) []HeaderRef {
+	out := make([]HeaderRef, len(rs))
+	for i, r := range rs {
+		out[i] = HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq}
+	}
+	return out
+}
+
 // Ping implements MasterService.
 func (s *Service) Ping(_ context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
-	v, st := s.m.Ping(r.ClientId)
-	return &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == PingNeedRemount}, nil
+	v, st, todo := s.m.Heartbeat(r.ClientId, refsFromPB(r.Zeroed))
+	return &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == PingNeedRemount, Tombstones: refsToPB(todo)}, nil
 }
 
 // MountSegment implements MasterService.
@@ -90,12 +109,19 @@ func (s *Service) MountSegment(_ context.Context, r *pb.MountSegmentRequest) (*p
 }
 
 // RemountSegments implements MasterService.
-func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsRequest) (*pb.Status, error) {
+func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
 	specs := make([]SegmentSpec, len(r.Segments))
 	for i, sg := range r.Segments {
 		specs[i] = specFromPB(sg)
 	}
-	return status(s.m.RemountSegments(r.ClientId, specs)), nil
+	held := make([]HeldObject, len(r.Objects))
+	for i, h := range r.Objects {
+		held[i] = HeldObject{Segment: h.Segment, Offset: h.Offset, Key: h.Key, Size: h.Size, CRC: h.Crc32C, Seq: h.Seq,
+			HardPin: h.HardPin, SoftPin: h.SoftPin, SoftPinTTL: msDuration(h.SoftPinTtlMs)}
+	}
+	res, err := s.m.Restore(r.ClientId, specs, held)
+	return &pb.RemountSegmentsResponse{Status: status(err), Restored: int64(res.Restored), Dropped: int64(res.Dropped),
+		Tombstones: refsToPB(res.Tombstones)}, nil
 }
 
 // UnmountSegment implements MasterService.
@@ -115,7 +141,11 @@ func (s *Service) putStart(r *pb.PutStartRequest) *pb.PutStartResponse {
 	} else {
 		reps, err = s.m.PutStart(r.ClientId, r.Key, r.Size, rcFromPB(r.Config))
 	}
-	return &pb.PutStartResponse{Status: status(err), Replicas: replicasToPB(reps)}
+	out := &pb.PutStartResponse{Status: status(err), Replicas: replicasToPB(reps)}
+	if len(reps) > 0 {
+		out.Seq, out.HeaderLen = reps[0].Seq, reps[0].HeaderLen
+	}
+	return out
 }
 
 // PutStart implements MasterService.
@@ -187,28 +217,32 @@ func (s *Service) BatchExist(_ context.Context, r *pb.BatchKeysRequest) (*pb.Bat
 }
 
 // Remove implements MasterService.
-func (s *Service) Remove(_ context.Context, r *pb.RemoveRequest) (*pb.Status, error) {
-	return status(s.m.Remove(r.Key, r.Force)), nil
+func (s *Service) Remove(_ context.Context, r *pb.RemoveRequest) (*pb.RemoveResponse, error) {
+	tombs, err := s.m.RemoveHeaders(r.Key, r.Force)
+	return &pb.RemoveResponse{Status: status(err), Tombstones: refsToPB(tombs)}, nil
 }
 
 // BatchRemove implements MasterService.
-func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.BatchStatus, error) {
-	out := &pb.BatchStatus{Results: make([]*pb.Status, len(r.Removes))}
+func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.BatchRemoveResponse, error) {
+	out := &pb.BatchRemoveResponse{Results: make([]*pb.Status, len(r.Removes))}
 	for i, rm := range r.Removes {
-		out.Results[i] = status(s.m.Remove(rm.Key, rm.Force))
+		tombs, err := s.m.RemoveHeaders(rm.Key, rm.Force)
+		out.Results[i] = status(err)
+		out.Tombstones = append(out.Tombstones, refsToPB(tombs)...)
 	}
 	return out, nil
 }
 
 // RemoveByRegex implements MasterService.
 func (s *Service) RemoveByRegex(_ context.Context, r *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
-	n, err := s.m.RemoveByRegex(r.Pattern, r.Force)
-	return &pb.CountResponse{Status: status(err), Count: int64(n)}, nil
+	n, tombs, err := s.m.RemoveByRegexHeaders(r.Pattern, r.Force)
+	return &pb.CountResponse{Status: status(err), Count: int64(n), Tombstones: refsToPB(tombs)}, nil
 }
 
 // RemoveAll implements MasterService.
 func (s *Service) RemoveAll(_ context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
-	return &pb.CountResponse{Status: status(nil), Count: int64(s.m.RemoveAll(r.Force))}, nil
+	n, tombs := s.m.RemoveAllHeaders(r.Force)
+	return &pb.CountResponse{Status: status(nil), Count: int64(n), Tombstones: refsToPB(tombs)}, nil
 }
 
 // List implements MasterService.
