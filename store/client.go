@@ -9,9 +9,11 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/leader"
+	"github.com/kvcache-go/mooncake/internal/objheader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/transfer"
 	"google.golang.org/grpc"
@@ -89,6 +91,7 @@ type Client struct {
 	closed  chan struct{}
 
 	mu           sync.Mutex
+	durable      atomic.Bool // the master asked for object headers (stage room for them)
 	remounts     int
 	restored     int             // objects the master took over at remounts
 	zeroed       []*pb.HeaderRef // tombstones zeroed, to report in the next ping
@@ -430,7 +433,7 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 		return 0, fmt.Errorf("store: %w: empty value", ErrInvalid)
 	}
 	crc := Checksum(value)
-	src, release, err := c.source(ctx, key, value, registered)
+	src, room, release, err := c.source(ctx, key, value, registered)
 	if err != nil {
 		return 0, err
 	}
@@ -440,12 +443,22 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 		return 0, err
 	}
 	reps := resp.Replicas
-	hdr, releaseHdr, err := c.header(ctx, key, resp, len(value), crc, o)
-	if err != nil {
-		c.revoke(ctx, key)
-		return 0, err
+	var hdr []byte
+	if resp.HeaderLen > 0 {
+		c.durable.Store(true)
+		if uint64(len(room)) == resp.HeaderLen {
+			hdr = room // staged in front of the value: one write per replica
+			objheaderEncode(hdr, key, resp, len(value), crc, o)
+		}
 	}
-	defer releaseHdr()
+	if hdr == nil {
+		var releaseHdr func()
+		if hdr, releaseHdr, err = c.header(ctx, key, resp, len(value), crc, o); err != nil {
+			c.revoke(ctx, key)
+			return 0, err
+		}
+		defer releaseHdr()
+	}
 	if err := c.writeReplicas(ctx, src, reps, hdr); err != nil {
 		c.revoke(ctx, key)
 		return 0, fmt.Errorf("store: put %q: %w", key, err)
@@ -462,31 +475,41 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 // source returns registered memory holding value, and what to undo when
 // the put is over: value itself when registered (by the caller, or here in
 // place from directMin up), a registered private copy when it is too big
-// for the staging buffer, or a piece of the staging buffer.
-func (c *Client) source(ctx context.Context, key string, value []byte, registered bool) ([]byte, func(), error) {
+// for the staging buffer, or a piece of the staging buffer. room is the
+// staged space right in front of src kept for a durable object header (nil
+// when none), so that header and value go out in one write.
+func (c *Client) source(ctx context.Context, key string, value []byte, registered bool) (src, room []byte, release func(), err error) {
 	if registered {
-		return value, func() {}, nil
+		return value, nil, func() {}, nil
 	}
 	if len(value) >= directMin && c.mover.RegisterBytes(value, "cpu:0") == nil {
-		return value, func() { _ = c.mover.Unregister(transfer.AddrOf(value)) }, nil
+		return value, nil, func() { _ = c.mover.Unregister(transfer.AddrOf(value)) }, nil
 	}
 	if len(value) > len(c.stage.buf) {
 		// Too big for the staging buffer and not registrable in place (the
 		// same slice is being put concurrently): write from a private copy.
 		cp := append([]byte(nil), value...)
 		if err := c.mover.RegisterBytes(cp, "cpu:0"); err != nil {
-			return nil, nil, fmt.Errorf("store: put %q: register a copy of the value: %w", key, err)
+			return nil, nil, nil, fmt.Errorf("store: put %q: register a copy of the value: %w", key, err)
 		}
-		return cp, func() { _ = c.mover.Unregister(transfer.AddrOf(cp)) }, nil
+		return cp, nil, func() { _ = c.mover.Unregister(transfer.AddrOf(cp)) }, nil
 	}
-	st, err := c.stage.take(ctx, len(value))
+	n := 0
+	if c.durable.Load() {
+		n = int(objheader.Len(key)) // room for the header right in front of the value
+	}
+	st, err := c.stage.take(ctx, n+len(value))
+	if errors.Is(err, ErrBufferTooSmall) && n > 0 {
+		n = 0
+		st, err = c.stage.take(ctx, len(value))
+	}
 	if errors.Is(err, ErrBufferTooSmall) {
-		return nil, nil, fmt.Errorf("store: value of %d bytes exceeds the staging buffer (%d): %w", len(value), len(c.stage.buf), err)
+		return nil, nil, nil, fmt.Errorf("store: value of %d bytes exceeds the staging buffer (%d): %w", len(value), len(c.stage.buf), err)
 	} else if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	copy(st, value)
-	return st, func() { c.stage.put(st) }, nil
+	copy(st[n:], value)
+	return st[n:], st[:n:n], func() { c.stage.put(st) }, nil
 }
 
 // putStart asks the master for the replicas of a new value of key.
@@ -524,7 +547,13 @@ func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Repli
 		segs[i] = seg
 		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src)})
 	}
-	reqs = append(reqs, headerWrites(hdr, reps, segs)...)
+	if hdr != nil && transfer.AddrOf(hdr)+uintptr(len(hdr)) == transfer.AddrOf(src) {
+		for i := range reqs { // header and value are adjacent: one write each
+			reqs[i].Local, reqs[i].Remote, reqs[i].Length = transfer.AddrOf(hdr), reqs[i].Remote-uint64(len(hdr)), len(hdr)+len(src)
+		}
+	} else {
+		reqs = append(reqs, headerWrites(hdr, reps, segs)...)
+	}
 	if err := c.mover.Transfer(ctx, reqs); err != nil {
 		return fmt.Errorf("%w: write: %w", ErrTransfer, err)
 	}

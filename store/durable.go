@@ -36,9 +36,13 @@ func (c *Client) header(ctx context.Context, key string, resp *pb.PutStartRespon
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: put %q: stage header: %w", key, err)
 	}
+	objheaderEncode(b, key, resp, size, crc, o)
+	return b, func() { c.stage.put(b) }, nil
+}
+
+func objheaderEncode(b []byte, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions) {
 	objheader.Encode(b, objheader.Header{Key: key, Seq: resp.Seq, Size: uint64(size), CRC: crc,
 		HardPin: o.HardPin, SoftPin: o.SoftPin, SoftPinTTL: o.SoftPinTTL})
-	return b, func() { c.stage.put(b) }, nil
 }
 
 // headerWrites are the transfer requests writing hdr in front of each replica.
