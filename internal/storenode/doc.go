@@ -3,7 +3,9 @@
 // engine. It opens a transfer engine, allocates the segment as
 // engine-managed (memfd) memory so same-host clients can map it, mounts it
 // at the master, keeps pinging (remounting after a master restart, when the
-// master answers NEED_REMOUNT), and on shutdown unmounts gracefully (the
+// master answers NEED_REMOUNT, and then re-reporting the durable objects its
+// memory holds; its store client zeroes the headers of freed objects the
+// master lists in ping answers), and on shutdown unmounts gracefully (the
 // master stops allocating on the segment and waits for read leases on it to
 // end, up to UnmountGrace) before freeing the memory.
 //
