@@ -167,7 +167,13 @@ func TestConcurrentPutsOneKeyClient(t *testing.T) {
 // keep succeeding far beyond the capacity (each makes room), and a pool
 // full of hard-pinned objects fails a put at once with ErrNoSpace.
 func TestAboveWatermarkPutsClient(t *testing.T) {
-	c := newCluster(t, master.Config{HighWatermark: 0.5}, 2, 1<<20)
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) { aboveWatermarkPuts(t, durable) })
+	}
+}
+
+func aboveWatermarkPuts(t *testing.T, durable bool) {
+	c := newCluster(t, master.Config{HighWatermark: 0.5, Durable: durable}, 2, 1<<20)
 	cl := c.client(nil)
 	ctx := ctxT(t)
 	for i := range 100 { // 100 x 64 KiB = 3x the pool

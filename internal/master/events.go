@@ -36,6 +36,10 @@ func (m *Master) goneLocked(o *object) {
 		m.cfg.Events.Removed(o.key, TierMemory)
 	}
 	if m.cfg.Durable && m.clock.Now().Sub(m.started) < m.cfg.RestoreWindow {
-		m.removed[o.key] = max(m.removed[o.key], o.seq)
+		gone := m.removed
+		if m.evicting {
+			gone = m.evicted // its copy may still reach the disk tier
+		}
+		gone[o.key] = max(gone[o.key], o.seq)
 	}
 }

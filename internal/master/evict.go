@@ -24,7 +24,10 @@ func (m *Master) evictAboveWatermarkLocked(now time.Time) {
 		return
 	}
 	m.evictReq = false
-	if m.evictLocked(now, 0) == 0 {
+	m.offload = true // no put is waiting for this space: evicted objects may go to disk first
+	freed := m.evictLocked(now, 0)
+	m.offload = false
+	if freed == 0 {
 		// Everything left is leased, pinned or unfinished: do not sort
 		// all objects again on every tick.
 		m.fruitlessUntil = now.Add(time.Second)
@@ -49,7 +52,9 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 			break
 		}
 		freed += o.size * uint64(len(o.replicas))
+		m.evicting = true
 		m.freeLocked(o)
+		m.evicting = false
 		m.stats.Evictions++
 	}
 	m.stats.EvictedBytes += freed

@@ -43,6 +43,7 @@ func (m *Master) Tick() {
 	m.evictAboveWatermarkLocked(now)
 	if len(m.removed) > 0 && now.Sub(m.started) >= m.cfg.RestoreWindow {
 		clear(m.removed)
+		clear(m.evicted)
 	}
 }
 

@@ -16,6 +16,11 @@ type SegmentSpec struct {
 	Endpoint string // transfer engine segment name of the owner ("host:port")
 	Base     uint64 // virtual address of the first byte in the owner's memory
 	Size     uint64 // length in bytes
+	// Disk tier of the owning node (Mooncake's root_fs_dir), "" = none:
+	// the base URL disk copies are read from, and its policies.
+	DiskURL        string
+	OffloadOnEvict bool // memory evictions of durable objects go to disk
+	PromotionOnHit bool // a read from disk puts the value back into memory
 }
 
 // ReplicateConfig is the per-put replication policy.
@@ -52,6 +57,15 @@ type ObjectInfo struct {
 	LeaseUntil   time.Time
 	SoftPinUntil time.Time
 	HardPin      bool
+	Disk         []DiskCopy // copies on a node's disk tier (when not in memory)
+	Promote      bool       // the reader should put the value back into memory (promotion on hit)
+}
+
+// DiskCopy is an object's copy on a storage node's disk tier.
+type DiskCopy struct {
+	Segment string
+	URL     string // GET URL/disk/object?key=K&seq=Seq
+	Seq     uint64
 }
 
 // PingStatus is the answer to a client's Ping.
@@ -84,6 +98,8 @@ type Stats struct {
 	EvictionRuns, LeaseRejections    uint64
 	ClientsDropped, PutsTimedOut     uint64
 	UtilisationAtFirstEviction       float64 // used/capacity when the first eviction ran (0 = none yet)
+	DiskObjects                      int     // keys held only on a disk tier
+	DiskGets                         uint64  // reads answered with a disk copy
 	ViewVersion                      uint64
 }
 
@@ -120,6 +136,7 @@ type segment struct {
 	draining      bool
 	drainDeadline time.Time
 	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
+	diskRemove    []HeldObject    // disk copies the owner must delete (sent with its next ping)
 }
 
 type client struct {
@@ -160,7 +177,11 @@ type Master struct {
 	seq      uint64            // last put sequence number handed out
 	started  time.Time         // when the core was built
 	removed  map[string]uint64 // key -> highest seq removed, kept for RestoreWindow
+	evicted  map[string]uint64 // key -> highest seq evicted, kept for RestoreWindow
+	evicting bool              // freeLocked runs for an eviction
 	tombKeys map[string]int    // keys with tombstones not yet zeroed -> how many
+	disk     map[string]*diskCopy
+	offload  bool // evictLocked runs for the watermark: offload to disk where enabled
 
 	listKeys  []string  // sorted snapshot of the keys for List pagination
 	listBuilt time.Time // when listKeys was taken
@@ -188,7 +209,9 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		segments: map[string]*segment{},
 		clients:  map[string]*client{},
 		removed:  map[string]uint64{},
+		evicted:  map[string]uint64{},
 		tombKeys: map[string]int{},
+		disk:     map[string]*diskCopy{},
 		started:  clk.Now(),
 		seq:      uint64(clk.Now().UnixNano()),
 	}

@@ -100,6 +100,7 @@ func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 	o.crc = crc
 	o.lastAccess = m.clock.Now()
 	m.stats.Puts++
+	m.dropDiskLocked(key, true) // the disk copy, if any, is an older version
 	m.emitStored(o)
 	return nil
 }

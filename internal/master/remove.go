@@ -22,6 +22,11 @@ func (m *Master) RemoveHeaders(key string, force bool) ([]HeaderRef, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.objects[key]
+	if (o == nil || !o.complete) && m.disk[key] != nil {
+		m.goneDiskLocked(key)
+		m.stats.Removes++
+		return nil, nil
+	}
 	if o == nil || (!o.complete && !force) {
 		return nil, fmt.Errorf("%w: %q", ErrObjectNotFound, key)
 	}
@@ -84,6 +89,12 @@ func (m *Master) removeWhere(match func(string) bool, force bool) (int, []Header
 			keys[k] = true
 		}
 		n++
+	}
+	for k := range m.disk {
+		if match(k) && m.objects[k] == nil {
+			m.goneDiskLocked(k)
+			n++
+		}
 	}
 	m.stats.Removes += uint64(n)
 	return n, m.tombsOfLocked(keys)

@@ -30,6 +30,8 @@ import (
 type tomb struct {
 	key string
 	seq uint64
+	n   uint64 // bytes held: Align, or the whole object while it is offloaded
+	off bool   // being copied to the node's disk tier before zeroing
 }
 
 // HeaderRef names the header of a durable object in a segment.
@@ -39,6 +41,7 @@ type HeaderRef struct {
 	Offset   uint64 // offset of the header in the segment
 	Addr     uint64 // remote address of the header (segment base + Offset)
 	Seq      uint64
+	Offload  bool // copy the object to the disk tier before zeroing
 }
 
 // HeldObject is an object a storage node found in its segment
@@ -53,6 +56,7 @@ type HeldObject struct {
 	HardPin    bool
 	SoftPin    bool
 	SoftPinTTL time.Duration
+	Disk       bool // held by the node's disk tier (Offset unused)
 }
 
 // RestoreResult says what Restore did with the reported objects.
@@ -75,10 +79,14 @@ func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr
 		return
 	}
 	q := m.cfg.Align
+	toDisk := m.offload && s.spec.OffloadOnEvict && s.spec.DiskURL != ""
+	if toDisk {
+		q = s.alloc.Rounded(n) // the node copies the whole object to disk first
+	}
 	if rest := s.alloc.Rounded(n) - q; rest > 0 {
 		s.alloc.Free(off+q, rest)
 	}
-	s.tombs[off] = tomb{key: key, seq: seq}
+	s.tombs[off] = tomb{key: key, seq: seq, n: q, off: toDisk}
 	m.tombKeys[key]++
 }
 
@@ -89,7 +97,7 @@ func (m *Master) untombKeyLocked(key string) {
 }
 
 func (s *segment) ref(off uint64, tb tomb) HeaderRef {
-	return HeaderRef{Segment: s.spec.Name, Endpoint: s.spec.Endpoint, Offset: off, Addr: s.spec.Base + off, Seq: tb.seq}
+	return HeaderRef{Segment: s.spec.Name, Endpoint: s.spec.Endpoint, Offset: off, Addr: s.spec.Base + off, Seq: tb.seq, Offload: tb.off}
 }
 
 // Heartbeat is Ping for a client that owns durable segments: zeroed lists
@@ -110,7 +118,7 @@ func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uin
 			continue
 		}
 		if tb, ok := s.tombs[z.Offset]; ok && tb.seq == z.Seq {
-			s.alloc.Free(z.Offset, m.cfg.Align)
+			s.alloc.Free(z.Offset, tb.n)
 			delete(s.tombs, z.Offset)
 			m.untombKeyLocked(tb.key)
 		}
@@ -179,7 +187,12 @@ func (m *Master) Restore(clientID string, specs []SegmentSpec, held []HeldObject
 		return RestoreResult{}, fmt.Errorf("%w: empty client id", ErrInvalidParams)
 	}
 	bySeg := map[string][]HeldObject{}
+	var onDisk []HeldObject
 	for _, h := range held {
+		if h.Disk {
+			onDisk = append(onDisk, h)
+			continue
+		}
 		bySeg[h.Segment] = append(bySeg[h.Segment], h)
 	}
 	m.mu.Lock()
@@ -200,6 +213,9 @@ func (m *Master) Restore(clientID string, specs []SegmentSpec, held []HeldObject
 			continue
 		}
 		m.restoreSegmentLocked(m.segments[spec.Name], bySeg[spec.Name], now, &res)
+	}
+	if m.cfg.Durable {
+		m.diskSyncLocked(m.clients[clientID], onDisk, nil)
 	}
 	return res, nil
 }
@@ -244,7 +260,7 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 	for _, h := range kept {
 		o := m.objects[h.Key]
 		switch {
-		case m.removed[h.Key] >= h.Seq:
+		case m.removed[h.Key] >= h.Seq, m.evicted[h.Key] >= h.Seq:
 			losers = append(losers, h)
 			continue
 		case o == nil:
@@ -297,7 +313,7 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 		}
 		quarantined[h.Offset] = true
 		ranges = append(ranges, offsetalloc.Range{Off: h.Offset, Len: m.cfg.Align})
-		s.tombs[h.Offset] = tomb{key: h.Key, seq: h.Seq}
+		s.tombs[h.Offset] = tomb{key: h.Key, seq: h.Seq, n: m.cfg.Align}
 		m.tombKeys[h.Key]++
 		res.Tombstones = append(res.Tombstones, s.ref(h.Offset, s.tombs[h.Offset]))
 	}
@@ -307,4 +323,32 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 	}
 	s.alloc = a
 	res.Restored += len(won)
+}
+
+// reuseTombLocked places one replica of size bytes over a header
+// tombstone and the free bytes after it, when a put needs room at once and
+// the freed objects' 64-byte tombstones fragment the space (objects of one
+// size: each freed object is 64 bytes short of its successor's size). The
+// new object starts at the tombstone's offset, so its own header overwrites
+// the dead one (and the tombstone is no longer needed).
+func (m *Master) reuseTombLocked(clientID string, size uint64) []replica {
+	for _, s := range m.orderLocked(clientID) {
+		if s.draining {
+			continue
+		}
+		need := s.alloc.Rounded(size)
+		for off, tb := range s.tombs {
+			if tb.off || tb.n+s.alloc.FreeAt(off+tb.n) < need {
+				continue
+			}
+			s.alloc.Free(off, tb.n)
+			if !s.alloc.AllocAt(off, size) {
+				panic(fmt.Sprintf("master: tombstone at %d of %s could not be reused", off, s.spec.Name))
+			}
+			delete(s.tombs, off)
+			m.untombKeyLocked(tb.key)
+			return []replica{{seg: s, off: off}}
+		}
+	}
+	return nil
 }

@@ -120,6 +120,7 @@ func (m *Master) unmountLocked(s *segment) {
 	for _, tb := range s.tombs {
 		m.untombKeyLocked(tb.key)
 	}
+	m.dropSegmentDiskLocked(s)
 	delete(m.segments, s.spec.Name)
 	m.segOrder = slices.DeleteFunc(m.segOrder, func(x *segment) bool { return x == s })
 	if c := m.clients[s.client]; c != nil {

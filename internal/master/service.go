@@ -31,7 +31,8 @@ func specFromPB(s *pb.Segment) SegmentSpec {
 	if s == nil {
 		return SegmentSpec{}
 	}
-	return SegmentSpec{Name: s.Name, Endpoint: s.Endpoint, Base: s.Base, Size: s.Size}
+	return SegmentSpec{Name: s.Name, Endpoint: s.Endpoint, Base: s.Base, Size: s.Size,
+		DiskURL: s.DiskUrl, OffloadOnEvict: s.OffloadOnEvict, PromotionOnHit: s.PromotionOnHit}
 }
 
 func rcFromPB(c *pb.ReplicateConfig) ReplicateConfig {
@@ -75,7 +76,38 @@ func infoToPB(info ObjectInfo, err error) *pb.ObjectInfo {
 	return &pb.ObjectInfo{Status: status(nil), Key: info.Key, Size: info.Size, Crc32C: info.CRC, Replicas: replicasToPB(info.Replicas),
 		LeaseTtlMs: info.LeaseTTL.Milliseconds(), Complete: info.Complete, CreatedUnixMs: unixMs(info.Created),
 		LastAccessUnixMs: unixMs(info.LastAccess), LeaseUntilUnixMs: unixMs(info.LeaseUntil),
-		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin}
+		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin, Disk: diskToPB(info.Disk), Promote: info.Promote}
+}
+
+func diskToPB(ds []DiskCopy) []*pb.DiskCopy {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]*pb.DiskCopy, len(ds))
+	for i, d := range ds {
+		out[i] = &pb.DiskCopy{Url: d.URL, Seq: d.Seq, Segment: d.Segment}
+	}
+	return out
+}
+
+func heldFromPB(hs []*pb.HeldObject) []HeldObject {
+	out := make([]HeldObject, len(hs))
+	for i, h := range hs {
+		out[i] = HeldObject{Segment: h.Segment, Offset: h.Offset, Key: h.Key, Size: h.Size, CRC: h.Crc32C, Seq: h.Seq,
+			HardPin: h.HardPin, SoftPin: h.SoftPin, SoftPinTTL: msDuration(h.SoftPinTtlMs), Disk: h.Disk}
+	}
+	return out
+}
+
+func heldToPB(hs []HeldObject) []*pb.HeldObject {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]*pb.HeldObject, len(hs))
+	for i, h := range hs {
+		out[i] = &pb.HeldObject{Segment: h.Segment, Key: h.Key, Seq: h.Seq, Size: h.Size, Disk: h.Disk}
+	}
+	return out
 }
 
 func refsToPB(rs []HeaderRef) []*pb.HeaderRef {
@@ -84,7 +116,7 @@ func refsToPB(rs []HeaderRef) []*pb.HeaderRef {
 	}
 	out := make([]*pb.HeaderRef, len(rs))
 	for i, r := range rs {
-		out[i] = &pb.HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq}
+		out[i] = &pb.HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq, Offload: r.Offload}
 	}
 	return out
 }
@@ -100,7 +132,11 @@ func refsFromPB(rs []*pb.HeaderRef) []HeaderRef {
 // Ping implements MasterService.
 func (s *Service) Ping(_ context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
 	v, st, todo := s.m.Heartbeat(r.ClientId, refsFromPB(r.Zeroed))
-	return &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == PingNeedRemount, Tombstones: refsToPB(todo)}, nil
+	out := &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == PingNeedRemount, Tombstones: refsToPB(todo)}
+	if st == PingOK {
+		out.DiskRemove = heldToPB(s.m.DiskSync(r.ClientId, heldFromPB(r.OnDisk), heldFromPB(r.DiskDropped)))
+	}
+	return out, nil
 }
 
 // MountSegment implements MasterService.
@@ -114,12 +150,7 @@ func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsReques
 	for i, sg := range r.Segments {
 		specs[i] = specFromPB(sg)
 	}
-	held := make([]HeldObject, len(r.Objects))
-	for i, h := range r.Objects {
-		held[i] = HeldObject{Segment: h.Segment, Offset: h.Offset, Key: h.Key, Size: h.Size, CRC: h.Crc32C, Seq: h.Seq,
-			HardPin: h.HardPin, SoftPin: h.SoftPin, SoftPinTTL: msDuration(h.SoftPinTtlMs)}
-	}
-	res, err := s.m.Restore(r.ClientId, specs, held)
+	res, err := s.m.Restore(r.ClientId, specs, heldFromPB(r.Objects))
 	return &pb.RemountSegmentsResponse{Status: status(err), Restored: int64(res.Restored), Dropped: int64(res.Dropped),
 		Tombstones: refsToPB(res.Tombstones)}, nil
 }

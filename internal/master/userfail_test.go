@@ -14,7 +14,13 @@ import (
 // evicted (all leased or hard-pinned) the put fails at once with
 // NO_AVAILABLE_HANDLE instead of waiting.
 func TestAboveHighWatermarkPutMakesRoom(t *testing.T) {
-	m, clk := newTestMaster(t, Config{HighWatermark: 0.5}, map[string]uint64{"a": 64 * 4096, "b": 64 * 4096})
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) { aboveHighWatermark(t, durable) })
+	}
+}
+
+func aboveHighWatermark(t *testing.T, durable bool) {
+	m, clk := newTestMaster(t, Config{HighWatermark: 0.5, Durable: durable}, map[string]uint64{"a": 64 * 4096, "b": 64 * 4096})
 	for i := range 400 { // far beyond the capacity of 128 objects
 		if _, err := m.PutStart("w", fmt.Sprint("k", i), 4096, ReplicateConfig{}); err != nil {
 			t.Fatalf("put %d above the high watermark: %v", i, err)
@@ -32,9 +38,9 @@ func TestAboveHighWatermarkPutMakesRoom(t *testing.T) {
 		t.Fatalf("latest object evicted: %v", err)
 	}
 	// Everything hard-pinned: nothing to evict, the put fails at once.
-	m2, _ := newTestMaster(t, Config{}, map[string]uint64{"a": 8 * 4096})
+	m2, _ := newTestMaster(t, Config{Durable: durable}, map[string]uint64{"a": 8 * 4096})
 	for i := range 8 {
-		mustPut(t, m2, fmt.Sprint(i), 4096, ReplicateConfig{HardPin: true})
+		mustPut(t, m2, fmt.Sprint(i), 4096-allocSize(m2.Config(), fmt.Sprint(i), 0), ReplicateConfig{HardPin: true})
 	}
 	start := time.Now()
 	_, err := m2.PutStart("w", "x", 4096, ReplicateConfig{})

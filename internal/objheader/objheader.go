@@ -126,11 +126,12 @@ func Scan(mem []byte) []Found {
 }
 
 // Clear zeroes the header at the start of b when it is a valid header with
-// sequence number seq, and reports whether it did (a header already gone,
-// or overwritten by a newer object, is left alone).
+// a sequence number up to seq (the tombstone's object, or an older one left
+// at the same place), and reports whether it did (a header already gone, or
+// overwritten by a newer object, is left alone).
 func Clear(b []byte, seq uint64) bool {
 	h, err := Decode(b)
-	if err != nil || h.Seq != seq {
+	if err != nil || h.Seq > seq {
 		return false
 	}
 	clear(b[:fixed])

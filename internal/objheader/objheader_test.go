@@ -23,7 +23,7 @@ func TestRoundTripScanClear(t *testing.T) {
 	if len(got) != 2 || got[0].Key != "a" || got[0].Offset != 0 || got[1].Key != "bb" || got[1].Seq != 2 || !got[1].SoftPin || got[1].SoftPinTTL != time.Minute {
 		t.Fatalf("scan: %+v", got)
 	}
-	if Clear(mem[4096:], 9) || !Clear(mem[4096:], 2) {
+	if Clear(mem[4096:], 1) || !Clear(mem[4096:], 2) {
 		t.Fatal("clear compared the wrong sequence number")
 	}
 	if got := Scan(mem); len(got) != 1 {

@@ -183,3 +183,42 @@ func NewAllocated(size, align uint64, used []Range) (*Allocator, error) {
 	}
 	return a, nil
 }
+
+// FreeAt is the length of the free extent starting exactly at off (0 when
+// none starts there).
+func (a *Allocator) FreeAt(off uint64) uint64 { return a.byStart[off] }
+
+// AllocAt reserves the n bytes at off (aligned) if they are free, as Alloc
+// would have; it reports whether it did. It finds the free extent holding
+// off in O(1) when one starts at off, else by a scan of the free extents.
+func (a *Allocator) AllocAt(off, n uint64) bool {
+	need := a.Rounded(n)
+	if n == 0 || off%a.align != 0 || off+need < off || off+need > a.size {
+		return false
+	}
+	start, length := off, a.byStart[off]
+	if length == 0 {
+		start = ^uint64(0)
+		for s, l := range a.byStart {
+			if s <= off && off < s+l {
+				start, length = s, l
+				break
+			}
+		}
+		if start == ^uint64(0) {
+			return false
+		}
+	}
+	if off+need > start+length {
+		return false
+	}
+	a.remove(start, length)
+	if off > start {
+		a.insert(start, off-start)
+	}
+	if end := start + length; off+need < end {
+		a.insert(off+need, end-off-need)
+	}
+	a.used += need
+	return true
+}

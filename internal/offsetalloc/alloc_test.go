@@ -221,3 +221,22 @@ func TestNewAllocated(t *testing.T) {
 		}
 	}
 }
+
+func TestAllocAt(t *testing.T) {
+	a := New(1024, 64)
+	if !a.AllocAt(128, 100) || a.Used() != 128 || a.Extents() != 2 {
+		t.Fatalf("alloc at 128: used %d extents %d", a.Used(), a.Extents())
+	}
+	if a.AllocAt(192, 64) || a.AllocAt(64, 128) || a.AllocAt(1000, 64) {
+		t.Fatal("allocated over a used range")
+	}
+	if a.FreeAt(256) != 1024-256 || !a.AllocAt(256, 64) || !a.AllocAt(0, 64) {
+		t.Fatal("adjacent allocations")
+	}
+	a.Free(128, 100)
+	a.Free(256, 64)
+	a.Free(0, 64)
+	if a.Used() != 0 || a.Extents() != 1 {
+		t.Fatalf("after free: used %d extents %d", a.Used(), a.Extents())
+	}
+}

@@ -78,13 +78,18 @@ func (x *Status) GetMessage() string {
 }
 
 type Segment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Endpoint      string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Base          uint64                 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Endpoint string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Base     uint64                 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
+	Size     uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// Disk tier of the owning node (Mooncake's root_fs_dir): the base URL
+	// clients read disk copies from ("" = none) and its policies.
+	DiskUrl        string `protobuf:"bytes,5,opt,name=disk_url,json=diskUrl,proto3" json:"disk_url,omitempty"`
+	OffloadOnEvict bool   `protobuf:"varint,6,opt,name=offload_on_evict,json=offloadOnEvict,proto3" json:"offload_on_evict,omitempty"`
+	PromotionOnHit bool   `protobuf:"varint,7,opt,name=promotion_on_hit,json=promotionOnHit,proto3" json:"promotion_on_hit,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Segment) Reset() {
@@ -143,6 +148,27 @@ func (x *Segment) GetSize() uint64 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *Segment) GetDiskUrl() string {
+	if x != nil {
+		return x.DiskUrl
+	}
+	return ""
+}
+
+func (x *Segment) GetOffloadOnEvict() bool {
+	if x != nil {
+		return x.OffloadOnEvict
+	}
+	return false
+}
+
+func (x *Segment) GetPromotionOnHit() bool {
+	if x != nil {
+		return x.PromotionOnHit
+	}
+	return false
 }
 
 type Replica struct {
@@ -291,12 +317,15 @@ func (x *ReplicateConfig) GetHardPin() bool {
 
 // The header of a durable object in a segment (see internal/objheader).
 type HeaderRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Segment       string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
-	Endpoint      string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"` // of the header in the segment
-	Addr          uint64                 `protobuf:"varint,4,opt,name=addr,proto3" json:"addr,omitempty"`     // remote address of the header
-	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Segment  string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	Endpoint string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Offset   uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"` // of the header in the segment
+	Addr     uint64                 `protobuf:"varint,4,opt,name=addr,proto3" json:"addr,omitempty"`     // remote address of the header
+	Seq      uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Evicted to the disk tier: the node copies the object to disk before
+	// zeroing its header (the whole object stays allocated until then).
+	Offload       bool `protobuf:"varint,6,opt,name=offload,proto3" json:"offload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -366,11 +395,21 @@ func (x *HeaderRef) GetSeq() uint64 {
 	return 0
 }
 
+func (x *HeaderRef) GetOffload() bool {
+	if x != nil {
+		return x.Offload
+	}
+	return false
+}
+
 type PingRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Tombstones the client zeroed in its segments since its last ping.
-	Zeroed        []*HeaderRef `protobuf:"bytes,2,rep,name=zeroed,proto3" json:"zeroed,omitempty"`
+	Zeroed []*HeaderRef `protobuf:"bytes,2,rep,name=zeroed,proto3" json:"zeroed,omitempty"`
+	// Objects the node's disk tier took (offload) or dropped (capacity).
+	OnDisk        []*HeldObject `protobuf:"bytes,3,rep,name=on_disk,json=onDisk,proto3" json:"on_disk,omitempty"`
+	DiskDropped   []*HeldObject `protobuf:"bytes,4,rep,name=disk_dropped,json=diskDropped,proto3" json:"disk_dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,13 +458,29 @@ func (x *PingRequest) GetZeroed() []*HeaderRef {
 	return nil
 }
 
+func (x *PingRequest) GetOnDisk() []*HeldObject {
+	if x != nil {
+		return x.OnDisk
+	}
+	return nil
+}
+
+func (x *PingRequest) GetDiskDropped() []*HeldObject {
+	if x != nil {
+		return x.DiskDropped
+	}
+	return nil
+}
+
 type PingResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Status      *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	ViewVersion uint64                 `protobuf:"varint,2,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
 	NeedRemount bool                   `protobuf:"varint,3,opt,name=need_remount,json=needRemount,proto3" json:"need_remount,omitempty"`
 	// Headers of freed durable objects in the client's segments to zero.
-	Tombstones    []*HeaderRef `protobuf:"bytes,4,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	Tombstones []*HeaderRef `protobuf:"bytes,4,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	// Disk copies the node deletes (removed or replaced keys).
+	DiskRemove    []*HeldObject `protobuf:"bytes,5,rep,name=disk_remove,json=diskRemove,proto3" json:"disk_remove,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -488,18 +543,27 @@ func (x *PingResponse) GetTombstones() []*HeaderRef {
 	return nil
 }
 
+func (x *PingResponse) GetDiskRemove() []*HeldObject {
+	if x != nil {
+		return x.DiskRemove
+	}
+	return nil
+}
+
 // A durable object a node found in its segment when it remounts.
 type HeldObject struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Segment       string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
-	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
-	Crc32C        uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
-	Seq           uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
-	HardPin       bool                   `protobuf:"varint,7,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
-	SoftPin       bool                   `protobuf:"varint,8,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
-	SoftPinTtlMs  int64                  `protobuf:"varint,9,opt,name=soft_pin_ttl_ms,json=softPinTtlMs,proto3" json:"soft_pin_ttl_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Segment      string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	Offset       uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Key          string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Size         uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C       uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Seq          uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	HardPin      bool                   `protobuf:"varint,7,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
+	SoftPin      bool                   `protobuf:"varint,8,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
+	SoftPinTtlMs int64                  `protobuf:"varint,9,opt,name=soft_pin_ttl_ms,json=softPinTtlMs,proto3" json:"soft_pin_ttl_ms,omitempty"`
+	// Held by the segment's disk tier (offset unused).
+	Disk          bool `protobuf:"varint,10,opt,name=disk,proto3" json:"disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -595,6 +659,13 @@ func (x *HeldObject) GetSoftPinTtlMs() int64 {
 		return x.SoftPinTtlMs
 	}
 	return 0
+}
+
+func (x *HeldObject) GetDisk() bool {
+	if x != nil {
+		return x.Disk
+	}
+	return false
 }
 
 type MountSegmentRequest struct {
@@ -1377,8 +1448,12 @@ type ObjectInfo struct {
 	LeaseUntilUnixMs   int64                  `protobuf:"varint,10,opt,name=lease_until_unix_ms,json=leaseUntilUnixMs,proto3" json:"lease_until_unix_ms,omitempty"`
 	SoftPinUntilUnixMs int64                  `protobuf:"varint,11,opt,name=soft_pin_until_unix_ms,json=softPinUntilUnixMs,proto3" json:"soft_pin_until_unix_ms,omitempty"`
 	HardPin            bool                   `protobuf:"varint,12,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Copies on a node's disk tier (read over HTTP: GET url/disk/object?key=K&seq=S).
+	Disk []*DiskCopy `protobuf:"bytes,13,rep,name=disk,proto3" json:"disk,omitempty"`
+	// Promotion on hit: the reader puts the value back into memory.
+	Promote       bool `protobuf:"varint,14,opt,name=promote,proto3" json:"promote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ObjectInfo) Reset() {
@@ -1495,6 +1570,80 @@ func (x *ObjectInfo) GetHardPin() bool {
 	return false
 }
 
+func (x *ObjectInfo) GetDisk() []*DiskCopy {
+	if x != nil {
+		return x.Disk
+	}
+	return nil
+}
+
+func (x *ObjectInfo) GetPromote() bool {
+	if x != nil {
+		return x.Promote
+	}
+	return false
+}
+
+type DiskCopy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Segment       string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskCopy) Reset() {
+	*x = DiskCopy{}
+	mi := &file_store_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskCopy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskCopy) ProtoMessage() {}
+
+func (x *DiskCopy) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskCopy.ProtoReflect.Descriptor instead.
+func (*DiskCopy) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DiskCopy) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *DiskCopy) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *DiskCopy) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
 type BatchObjectInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*ObjectInfo          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -1504,7 +1653,7 @@ type BatchObjectInfo struct {
 
 func (x *BatchObjectInfo) Reset() {
 	*x = BatchObjectInfo{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1665,7 @@ func (x *BatchObjectInfo) String() string {
 func (*BatchObjectInfo) ProtoMessage() {}
 
 func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1678,7 @@ func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchObjectInfo.ProtoReflect.Descriptor instead.
 func (*BatchObjectInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BatchObjectInfo) GetResults() []*ObjectInfo {
@@ -1549,7 +1698,7 @@ type ExistResponse struct {
 
 func (x *ExistResponse) Reset() {
 	*x = ExistResponse{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1710,7 @@ func (x *ExistResponse) String() string {
 func (*ExistResponse) ProtoMessage() {}
 
 func (x *ExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1723,7 @@ func (x *ExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistResponse.ProtoReflect.Descriptor instead.
 func (*ExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExistResponse) GetStatus() *Status {
@@ -1600,7 +1749,7 @@ type BatchExistResponse struct {
 
 func (x *BatchExistResponse) Reset() {
 	*x = BatchExistResponse{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1761,7 @@ func (x *BatchExistResponse) String() string {
 func (*BatchExistResponse) ProtoMessage() {}
 
 func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1774,7 @@ func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchExistResponse.ProtoReflect.Descriptor instead.
 func (*BatchExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BatchExistResponse) GetResults() []*ExistResponse {
@@ -1645,7 +1794,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1806,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1819,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveRequest) GetKey() string {
@@ -1696,7 +1845,7 @@ type BatchRemoveRequest struct {
 
 func (x *BatchRemoveRequest) Reset() {
 	*x = BatchRemoveRequest{}
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1857,7 @@ func (x *BatchRemoveRequest) String() string {
 func (*BatchRemoveRequest) ProtoMessage() {}
 
 func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1870,7 @@ func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
 func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{27}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BatchRemoveRequest) GetRemoves() []*RemoveRequest {
@@ -1735,14 +1884,16 @@ type RemoveResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	// Headers of the removed objects the caller zeroes (durable masters).
-	Tombstones    []*HeaderRef `protobuf:"bytes,2,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	Tombstones []*HeaderRef `protobuf:"bytes,2,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	// Disk copies of the removed objects the caller deletes.
+	Disk          []*DiskCopy `protobuf:"bytes,3,rep,name=disk,proto3" json:"disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1905,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1918,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{28}
+	return file_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveResponse) GetStatus() *Status {
@@ -1784,6 +1935,13 @@ func (x *RemoveResponse) GetTombstones() []*HeaderRef {
 	return nil
 }
 
+func (x *RemoveResponse) GetDisk() []*DiskCopy {
+	if x != nil {
+		return x.Disk
+	}
+	return nil
+}
+
 type BatchRemoveResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*Status              `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -1794,7 +1952,7 @@ type BatchRemoveResponse struct {
 
 func (x *BatchRemoveResponse) Reset() {
 	*x = BatchRemoveResponse{}
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1964,7 @@ func (x *BatchRemoveResponse) String() string {
 func (*BatchRemoveResponse) ProtoMessage() {}
 
 func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1977,7 @@ func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveResponse.ProtoReflect.Descriptor instead.
 func (*BatchRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{29}
+	return file_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BatchRemoveResponse) GetResults() []*Status {
@@ -1846,7 +2004,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +2016,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +2029,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{30}
+	return file_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -1897,7 +2055,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2067,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2080,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{31}
+	return file_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -1943,7 +2101,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2113,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2126,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{32}
+	return file_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CountResponse) GetStatus() *Status {
@@ -2003,7 +2161,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2173,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2186,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{33}
+	return file_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -2063,7 +2221,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2233,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2246,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{34}
+	return file_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KeyInfo) GetKey() string {
@@ -2123,7 +2281,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2293,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2306,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{35}
+	return file_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListResponse) GetStatus() *Status {
@@ -2181,7 +2339,7 @@ type SegmentRequest struct {
 
 func (x *SegmentRequest) Reset() {
 	*x = SegmentRequest{}
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2351,7 @@ func (x *SegmentRequest) String() string {
 func (*SegmentRequest) ProtoMessage() {}
 
 func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2364,7 @@ func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentRequest.ProtoReflect.Descriptor instead.
 func (*SegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{36}
+	return file_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SegmentRequest) GetName() string {
@@ -2231,7 +2389,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2401,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2414,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{37}
+	return file_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SegmentInfo) GetStatus() *Status {
@@ -2315,12 +2473,15 @@ const file_store_proto_rawDesc = "" +
 	"\vstore.proto\x12\x11mooncake.store.v1\"6\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"a\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xd0\x01\n" +
 	"\aSegment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04base\x18\x03 \x01(\x04R\x04base\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"g\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x19\n" +
+	"\bdisk_url\x18\x05 \x01(\tR\adiskUrl\x12(\n" +
+	"\x10offload_on_evict\x18\x06 \x01(\bR\x0eoffloadOnEvict\x12(\n" +
+	"\x10promotion_on_hit\x18\a \x01(\bR\x0epromotionOnHit\"g\n" +
 	"\aReplica\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
@@ -2331,23 +2492,28 @@ const file_store_proto_rawDesc = "" +
 	"\x12preferred_segments\x18\x02 \x03(\tR\x11preferredSegments\x12\x19\n" +
 	"\bsoft_pin\x18\x03 \x01(\bR\asoftPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ms\x18\x04 \x01(\x03R\fsoftPinTtlMs\x12\x19\n" +
-	"\bhard_pin\x18\x05 \x01(\bR\ahardPin\"\x7f\n" +
+	"\bhard_pin\x18\x05 \x01(\bR\ahardPin\"\x99\x01\n" +
 	"\tHeaderRef\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\x04R\x04addr\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"`\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x18\n" +
+	"\aoffload\x18\x06 \x01(\bR\aoffload\"\xda\x01\n" +
 	"\vPingRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
-	"\x06zeroed\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\x06zeroed\"\xc5\x01\n" +
+	"\x06zeroed\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\x06zeroed\x126\n" +
+	"\aon_disk\x18\x03 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\x06onDisk\x12@\n" +
+	"\fdisk_dropped\x18\x04 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\vdiskDropped\"\x85\x02\n" +
 	"\fPingResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12!\n" +
 	"\fview_version\x18\x02 \x01(\x04R\vviewVersion\x12!\n" +
 	"\fneed_remount\x18\x03 \x01(\bR\vneedRemount\x12<\n" +
 	"\n" +
 	"tombstones\x18\x04 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
-	"tombstones\"\xeb\x01\n" +
+	"tombstones\x12>\n" +
+	"\vdisk_remove\x18\x05 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\n" +
+	"diskRemove\"\xff\x01\n" +
 	"\n" +
 	"HeldObject\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
@@ -2358,7 +2524,9 @@ const file_store_proto_rawDesc = "" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x19\n" +
 	"\bhard_pin\x18\a \x01(\bR\ahardPin\x12\x19\n" +
 	"\bsoft_pin\x18\b \x01(\bR\asoftPin\x12%\n" +
-	"\x0fsoft_pin_ttl_ms\x18\t \x01(\x03R\fsoftPinTtlMs\"h\n" +
+	"\x0fsoft_pin_ttl_ms\x18\t \x01(\x03R\fsoftPinTtlMs\x12\x12\n" +
+	"\x04disk\x18\n" +
+	" \x01(\bR\x04disk\"h\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
 	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"\xa6\x01\n" +
@@ -2408,7 +2576,7 @@ const file_store_proto_rawDesc = "" +
 	"KeyRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"&\n" +
 	"\x10BatchKeysRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xc8\x03\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"\x93\x04\n" +
 	"\n" +
 	"ObjectInfo\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x10\n" +
@@ -2424,7 +2592,13 @@ const file_store_proto_rawDesc = "" +
 	"\x13lease_until_unix_ms\x18\n" +
 	" \x01(\x03R\x10leaseUntilUnixMs\x122\n" +
 	"\x16soft_pin_until_unix_ms\x18\v \x01(\x03R\x12softPinUntilUnixMs\x12\x19\n" +
-	"\bhard_pin\x18\f \x01(\bR\ahardPin\"J\n" +
+	"\bhard_pin\x18\f \x01(\bR\ahardPin\x12/\n" +
+	"\x04disk\x18\r \x03(\v2\x1b.mooncake.store.v1.DiskCopyR\x04disk\x12\x18\n" +
+	"\apromote\x18\x0e \x01(\bR\apromote\"H\n" +
+	"\bDiskCopy\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
+	"\asegment\x18\x03 \x01(\tR\asegment\"J\n" +
 	"\x0fBatchObjectInfo\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.mooncake.store.v1.ObjectInfoR\aresults\"Z\n" +
 	"\rExistResponse\x121\n" +
@@ -2436,12 +2610,13 @@ const file_store_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"P\n" +
 	"\x12BatchRemoveRequest\x12:\n" +
-	"\aremoves\x18\x01 \x03(\v2 .mooncake.store.v1.RemoveRequestR\aremoves\"\x81\x01\n" +
+	"\aremoves\x18\x01 \x03(\v2 .mooncake.store.v1.RemoveRequestR\aremoves\"\xb2\x01\n" +
 	"\x0eRemoveResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12<\n" +
 	"\n" +
 	"tombstones\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
-	"tombstones\"\x88\x01\n" +
+	"tombstones\x12/\n" +
+	"\x04disk\x18\x03 \x03(\v2\x1b.mooncake.store.v1.DiskCopyR\x04disk\"\x88\x01\n" +
 	"\x13BatchRemoveResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.mooncake.store.v1.StatusR\aresults\x12<\n" +
 	"\n" +
@@ -2515,7 +2690,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_store_proto_goTypes = []any{
 	(*Status)(nil),                  // 0: mooncake.store.v1.Status
 	(*Segment)(nil),                 // 1: mooncake.store.v1.Segment
@@ -2540,99 +2715,105 @@ var file_store_proto_goTypes = []any{
 	(*KeyRequest)(nil),              // 20: mooncake.store.v1.KeyRequest
 	(*BatchKeysRequest)(nil),        // 21: mooncake.store.v1.BatchKeysRequest
 	(*ObjectInfo)(nil),              // 22: mooncake.store.v1.ObjectInfo
-	(*BatchObjectInfo)(nil),         // 23: mooncake.store.v1.BatchObjectInfo
-	(*ExistResponse)(nil),           // 24: mooncake.store.v1.ExistResponse
-	(*BatchExistResponse)(nil),      // 25: mooncake.store.v1.BatchExistResponse
-	(*RemoveRequest)(nil),           // 26: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),      // 27: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveResponse)(nil),          // 28: mooncake.store.v1.RemoveResponse
-	(*BatchRemoveResponse)(nil),     // 29: mooncake.store.v1.BatchRemoveResponse
-	(*RemoveByRegexRequest)(nil),    // 30: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),        // 31: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),           // 32: mooncake.store.v1.CountResponse
-	(*ListRequest)(nil),             // 33: mooncake.store.v1.ListRequest
-	(*KeyInfo)(nil),                 // 34: mooncake.store.v1.KeyInfo
-	(*ListResponse)(nil),            // 35: mooncake.store.v1.ListResponse
-	(*SegmentRequest)(nil),          // 36: mooncake.store.v1.SegmentRequest
-	(*SegmentInfo)(nil),             // 37: mooncake.store.v1.SegmentInfo
+	(*DiskCopy)(nil),                // 23: mooncake.store.v1.DiskCopy
+	(*BatchObjectInfo)(nil),         // 24: mooncake.store.v1.BatchObjectInfo
+	(*ExistResponse)(nil),           // 25: mooncake.store.v1.ExistResponse
+	(*BatchExistResponse)(nil),      // 26: mooncake.store.v1.BatchExistResponse
+	(*RemoveRequest)(nil),           // 27: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),      // 28: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveResponse)(nil),          // 29: mooncake.store.v1.RemoveResponse
+	(*BatchRemoveResponse)(nil),     // 30: mooncake.store.v1.BatchRemoveResponse
+	(*RemoveByRegexRequest)(nil),    // 31: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),        // 32: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),           // 33: mooncake.store.v1.CountResponse
+	(*ListRequest)(nil),             // 34: mooncake.store.v1.ListRequest
+	(*KeyInfo)(nil),                 // 35: mooncake.store.v1.KeyInfo
+	(*ListResponse)(nil),            // 36: mooncake.store.v1.ListResponse
+	(*SegmentRequest)(nil),          // 37: mooncake.store.v1.SegmentRequest
+	(*SegmentInfo)(nil),             // 38: mooncake.store.v1.SegmentInfo
 }
 var file_store_proto_depIdxs = []int32{
 	4,  // 0: mooncake.store.v1.PingRequest.zeroed:type_name -> mooncake.store.v1.HeaderRef
-	0,  // 1: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 2: mooncake.store.v1.PingResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	1,  // 3: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	1,  // 4: mooncake.store.v1.RemountSegmentsRequest.segments:type_name -> mooncake.store.v1.Segment
-	7,  // 5: mooncake.store.v1.RemountSegmentsRequest.objects:type_name -> mooncake.store.v1.HeldObject
-	0,  // 6: mooncake.store.v1.RemountSegmentsResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 7: mooncake.store.v1.RemountSegmentsResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	3,  // 8: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
-	0,  // 9: mooncake.store.v1.PutStartResponse.status:type_name -> mooncake.store.v1.Status
-	2,  // 10: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.Replica
-	12, // 11: mooncake.store.v1.BatchPutStartRequest.puts:type_name -> mooncake.store.v1.PutStartRequest
-	13, // 12: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResponse
-	16, // 13: mooncake.store.v1.BatchPutEndRequest.ends:type_name -> mooncake.store.v1.PutEndRequest
-	0,  // 14: mooncake.store.v1.BatchStatus.results:type_name -> mooncake.store.v1.Status
-	0,  // 15: mooncake.store.v1.ObjectInfo.status:type_name -> mooncake.store.v1.Status
-	2,  // 16: mooncake.store.v1.ObjectInfo.replicas:type_name -> mooncake.store.v1.Replica
-	22, // 17: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
-	0,  // 18: mooncake.store.v1.ExistResponse.status:type_name -> mooncake.store.v1.Status
-	24, // 19: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
-	26, // 20: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
-	0,  // 21: mooncake.store.v1.RemoveResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 22: mooncake.store.v1.RemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	0,  // 23: mooncake.store.v1.BatchRemoveResponse.results:type_name -> mooncake.store.v1.Status
-	4,  // 24: mooncake.store.v1.BatchRemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	0,  // 25: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 26: mooncake.store.v1.CountResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	0,  // 27: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
-	34, // 28: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
-	0,  // 29: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
-	1,  // 30: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
-	5,  // 31: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
-	8,  // 32: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	9,  // 33: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
-	11, // 34: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	36, // 35: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
-	12, // 36: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	14, // 37: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	16, // 38: mooncake.store.v1.MasterService.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	17, // 39: mooncake.store.v1.MasterService.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	18, // 40: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	20, // 41: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	21, // 42: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
-	20, // 43: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
-	20, // 44: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
-	21, // 45: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
-	26, // 46: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	27, // 47: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	30, // 48: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	31, // 49: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	33, // 50: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
-	6,  // 51: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
-	0,  // 52: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
-	10, // 53: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.RemountSegmentsResponse
-	0,  // 54: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
-	37, // 55: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
-	13, // 56: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	15, // 57: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	0,  // 58: mooncake.store.v1.MasterService.PutEnd:output_type -> mooncake.store.v1.Status
-	19, // 59: mooncake.store.v1.MasterService.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatus
-	0,  // 60: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
-	22, // 61: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
-	23, // 62: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
-	22, // 63: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
-	24, // 64: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
-	25, // 65: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
-	28, // 66: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.RemoveResponse
-	29, // 67: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchRemoveResponse
-	32, // 68: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	32, // 69: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	35, // 70: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
-	51, // [51:71] is the sub-list for method output_type
-	31, // [31:51] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	7,  // 1: mooncake.store.v1.PingRequest.on_disk:type_name -> mooncake.store.v1.HeldObject
+	7,  // 2: mooncake.store.v1.PingRequest.disk_dropped:type_name -> mooncake.store.v1.HeldObject
+	0,  // 3: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 4: mooncake.store.v1.PingResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	7,  // 5: mooncake.store.v1.PingResponse.disk_remove:type_name -> mooncake.store.v1.HeldObject
+	1,  // 6: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	1,  // 7: mooncake.store.v1.RemountSegmentsRequest.segments:type_name -> mooncake.store.v1.Segment
+	7,  // 8: mooncake.store.v1.RemountSegmentsRequest.objects:type_name -> mooncake.store.v1.HeldObject
+	0,  // 9: mooncake.store.v1.RemountSegmentsResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 10: mooncake.store.v1.RemountSegmentsResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	3,  // 11: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
+	0,  // 12: mooncake.store.v1.PutStartResponse.status:type_name -> mooncake.store.v1.Status
+	2,  // 13: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.Replica
+	12, // 14: mooncake.store.v1.BatchPutStartRequest.puts:type_name -> mooncake.store.v1.PutStartRequest
+	13, // 15: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResponse
+	16, // 16: mooncake.store.v1.BatchPutEndRequest.ends:type_name -> mooncake.store.v1.PutEndRequest
+	0,  // 17: mooncake.store.v1.BatchStatus.results:type_name -> mooncake.store.v1.Status
+	0,  // 18: mooncake.store.v1.ObjectInfo.status:type_name -> mooncake.store.v1.Status
+	2,  // 19: mooncake.store.v1.ObjectInfo.replicas:type_name -> mooncake.store.v1.Replica
+	23, // 20: mooncake.store.v1.ObjectInfo.disk:type_name -> mooncake.store.v1.DiskCopy
+	22, // 21: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
+	0,  // 22: mooncake.store.v1.ExistResponse.status:type_name -> mooncake.store.v1.Status
+	25, // 23: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
+	27, // 24: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
+	0,  // 25: mooncake.store.v1.RemoveResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 26: mooncake.store.v1.RemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	23, // 27: mooncake.store.v1.RemoveResponse.disk:type_name -> mooncake.store.v1.DiskCopy
+	0,  // 28: mooncake.store.v1.BatchRemoveResponse.results:type_name -> mooncake.store.v1.Status
+	4,  // 29: mooncake.store.v1.BatchRemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	0,  // 30: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 31: mooncake.store.v1.CountResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	0,  // 32: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
+	35, // 33: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
+	0,  // 34: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
+	1,  // 35: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
+	5,  // 36: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
+	8,  // 37: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	9,  // 38: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
+	11, // 39: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	37, // 40: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
+	12, // 41: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	14, // 42: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	16, // 43: mooncake.store.v1.MasterService.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
+	17, // 44: mooncake.store.v1.MasterService.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
+	18, // 45: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	20, // 46: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	21, // 47: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
+	20, // 48: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
+	20, // 49: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
+	21, // 50: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
+	27, // 51: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	28, // 52: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	31, // 53: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	32, // 54: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	34, // 55: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
+	6,  // 56: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
+	0,  // 57: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
+	10, // 58: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.RemountSegmentsResponse
+	0,  // 59: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
+	38, // 60: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
+	13, // 61: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	15, // 62: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	0,  // 63: mooncake.store.v1.MasterService.PutEnd:output_type -> mooncake.store.v1.Status
+	19, // 64: mooncake.store.v1.MasterService.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatus
+	0,  // 65: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
+	22, // 66: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
+	24, // 67: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
+	22, // 68: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
+	25, // 69: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
+	26, // 70: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
+	29, // 71: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.RemoveResponse
+	30, // 72: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchRemoveResponse
+	33, // 73: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	33, // 74: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	36, // 75: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
+	56, // [56:76] is the sub-list for method output_type
+	36, // [36:56] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -2646,7 +2827,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
