@@ -36,6 +36,7 @@ type PutOptions struct {
 	SoftPin           bool          // evicted only after unpinned objects
 	SoftPinTTL        time.Duration // 0 = the master's default (30m)
 	HardPin           bool          // never evicted
+	promoteSeq        uint64        // promotion of this disk copy version (internal)
 	Upsert            bool          // overwrite an existing value instead of failing with ErrExists
 	PreferLocal       bool          // first replica on this client's own segment (Mooncake's prefer_alloc_in_same_node)
 }
@@ -93,10 +94,11 @@ type Client struct {
 	mu           sync.Mutex
 	durable      atomic.Bool // the master asked for object headers (stage room for them)
 	remounts     int
-	restored     int             // objects the master took over at remounts
-	zeroed       []*pb.HeaderRef // tombstones zeroed, to report in the next ping
-	pingFailures int             // consecutive failed pings
-	lastPingOK   time.Time       // last successful ping (or mount)
+	restored     int              // objects the master took over at remounts
+	zeroed       []*pb.HeaderRef  // tombstones zeroed, to report in the next ping
+	onDisk       []*pb.HeldObject // objects offloaded to the disk tier, to report in the next ping
+	pingFailures int              // consecutive failed pings
+	lastPingOK   time.Time        // last successful ping (or mount)
 }
 
 // Health is the client's view of its link to the master.
@@ -189,9 +191,24 @@ func (c *Client) join(ctx context.Context) error {
 	}
 	c.segment = seg
 	c.segmentSpec = &pb.Segment{Name: c.mover.Name(), Endpoint: c.mover.Name(), Base: uint64(transfer.AddrOf(seg)), Size: uint64(len(seg))}
-	err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-		return c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: c.segmentSpec})
-	})
+	if d := c.cfg.Disk; d != nil {
+		c.segmentSpec.DiskUrl, c.segmentSpec.OffloadOnEvict, c.segmentSpec.PromotionOnHit = d.URL(), d.OffloadOnEvict(), d.PromotionOnHit()
+		// A node restarting with its disk tier reports what the disk holds.
+		var res *pb.RemountSegmentsResponse
+		err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+			var err error
+			res, err = c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: []*pb.Segment{c.segmentSpec},
+				Objects: diskToHeld(c.segmentSpec.Name, d.Held())})
+			return res.GetStatus(), err
+		})
+		if err == nil {
+			c.restored += int(res.GetRestored())
+		}
+	} else {
+		err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+			return c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: c.segmentSpec})
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("store: mount segment: %w", err)
 	}
@@ -313,12 +330,21 @@ func (c *Client) ping(ctx context.Context) error {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	zeroed := c.takeZeroed()
-	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.cfg.ClientID, Zeroed: zeroed})
+	onDisk, dropped := c.diskPings()
+	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.cfg.ClientID, Zeroed: zeroed, OnDisk: onDisk, DiskDropped: dropped})
 	if err != nil {
 		c.requeueZeroed(zeroed)
+		c.mu.Lock()
+		c.onDisk = append(onDisk, c.onDisk...) // dropped copies are re-reported by Held at the next remount
+		c.mu.Unlock()
 		return fmt.Errorf("store: ping master: %w", err)
 	}
 	c.zeroOwn(resp.Tombstones)
+	if c.cfg.Disk != nil {
+		for _, h := range resp.DiskRemove {
+			c.cfg.Disk.Delete(h.Key, h.Seq)
+		}
+	}
 	if !resp.NeedRemount {
 		return nil
 	}
@@ -393,7 +419,7 @@ func (c *Client) rcToPB(o PutOptions) *pb.ReplicateConfig {
 		pref = append([]string{c.segmentSpec.Name}, pref...)
 	}
 	return &pb.ReplicateConfig{Replicas: int32(n), PreferredSegments: pref, SoftPin: o.SoftPin,
-		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin}
+		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin, PromoteSeq: o.promoteSeq}
 }
 
 // Put stores value under key with the default options. A put of an
@@ -678,6 +704,16 @@ func (c *Client) readAny(ctx context.Context, key string, info *pb.ObjectInfo, l
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	for _, d := range info.Disk { // not in memory: a node's disk tier has it
+		err := c.readDisk(ctx, key, d, info.Crc32C, buf)
+		if err == nil {
+			if info.Promote {
+				c.promote(key, d.Seq, buf)
+			}
+			return nil
+		}
+		errs = append(errs, err)
 	}
 	return readFailed(key, errs)
 }

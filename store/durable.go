@@ -91,15 +91,22 @@ func (c *Client) zeroOwn(refs []*pb.HeaderRef) {
 	if len(refs) == 0 || c.segmentSpec == nil {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	var done []*pb.HeaderRef
+	var offloaded []*pb.HeldObject
 	for _, r := range refs {
 		if r.Segment != c.segmentSpec.Name || r.Offset+objheader.Align > uint64(len(c.segment)) {
 			continue
 		}
+		if r.Offload && c.cfg.Disk != nil {
+			offloaded = append(offloaded, c.offload(r)...) // copy to disk before the header goes
+		}
 		objheader.Clear(c.segment[r.Offset:], r.Seq)
-		c.zeroed = append(c.zeroed, r)
+		done = append(done, r)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.zeroed = append(c.zeroed, done...)
+	c.onDisk = append(c.onDisk, offloaded...)
 }
 
 // takeZeroed returns the tombstones zeroed since the last ping.
@@ -131,6 +138,9 @@ func (c *Client) held() []*pb.HeldObject {
 	for i, f := range found {
 		out[i] = &pb.HeldObject{Segment: c.segmentSpec.Name, Offset: f.Offset, Key: f.Key, Size: f.Size, Crc32C: f.CRC, Seq: f.Seq,
 			HardPin: f.HardPin, SoftPin: f.SoftPin, SoftPinTtlMs: f.SoftPinTTL.Milliseconds()}
+	}
+	if c.cfg.Disk != nil {
+		out = append(out, diskToHeld(c.segmentSpec.Name, c.cfg.Disk.Held())...)
 	}
 	return out
 }

@@ -34,12 +34,13 @@ func (d *diskCopy) ref() DiskCopy {
 func (m *Master) DiskSync(clientID string, onDisk, dropped []HeldObject) []HeldObject {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.diskSyncLocked(m.clients[clientID], onDisk, dropped)
+	rm, _ := m.diskSyncLocked(m.clients[clientID], onDisk, dropped)
+	return rm
 }
 
-func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) []HeldObject {
+func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove []HeldObject, taken int) {
 	if c == nil {
-		return nil
+		return nil, 0
 	}
 	now := m.clock.Now()
 	for _, h := range dropped {
@@ -69,16 +70,16 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) []HeldO
 			d.softPinUntil = now.Add(max(h.SoftPinTTL, m.cfg.SoftPinTTL))
 		}
 		m.disk[h.Key] = d
+		taken++
 		if m.cfg.Events != nil {
 			m.cfg.Events.Stored(h.Key, TierDisk)
 		}
 	}
-	var out []HeldObject
 	for _, s := range c.segments {
-		out = append(out, s.diskRemove...)
+		remove = append(remove, s.diskRemove...)
 		s.diskRemove = nil
 	}
-	return out
+	return remove, taken
 }
 
 // dropDiskLocked forgets the disk copy of key; tell asks its node to

@@ -30,6 +30,7 @@ type ReplicateConfig struct {
 	SoftPin           bool          // evicted only after every unpinned object
 	SoftPinTTL        time.Duration // soft pin duration (0 = Config.SoftPinTTL)
 	HardPin           bool          // never evicted
+	PromoteSeq        uint64        // promotion of the disk copy of this version: refused once it is gone
 }
 
 // Replica is where one copy of an object lives.

@@ -43,6 +43,9 @@ func (m *Master) PutStart(clientID, key string, size uint64, rc ReplicateConfig)
 		}
 		m.preemptLocked(o, now) // a zombie put: take the key over
 	}
+	if d := m.disk[key]; rc.PromoteSeq != 0 && (d == nil || d.seq != rc.PromoteSeq) {
+		return nil, fmt.Errorf("%w: %q (disk copy to promote is gone)", ErrObjectNotFound, key)
+	}
 	return m.putStartLocked(clientID, key, size, rc, now)
 }
 

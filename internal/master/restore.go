@@ -214,8 +214,15 @@ func (m *Master) Restore(clientID string, specs []SegmentSpec, held []HeldObject
 		}
 		m.restoreSegmentLocked(m.segments[spec.Name], bySeg[spec.Name], now, &res)
 	}
-	if m.cfg.Durable {
-		m.diskSyncLocked(m.clients[clientID], onDisk, nil)
+	if m.cfg.Durable && len(onDisk) > 0 {
+		rm, taken := m.diskSyncLocked(m.clients[clientID], onDisk, nil)
+		for _, h := range rm { // delivered with the next ping
+			if s := m.segments[h.Segment]; s != nil {
+				s.diskRemove = append(s.diskRemove, h)
+			}
+		}
+		res.Restored += taken
+		res.Dropped += len(onDisk) - taken
 	}
 	return res, nil
 }

@@ -246,8 +246,11 @@ type ReplicateConfig struct {
 	SoftPin           bool                   `protobuf:"varint,3,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
 	SoftPinTtlMs      int64                  `protobuf:"varint,4,opt,name=soft_pin_ttl_ms,json=softPinTtlMs,proto3" json:"soft_pin_ttl_ms,omitempty"`
 	HardPin           bool                   `protobuf:"varint,5,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Promotion of a disk copy: the put is refused unless the key's disk copy
+	// is still this version (a remove in between wins).
+	PromoteSeq    uint64 `protobuf:"varint,6,opt,name=promote_seq,json=promoteSeq,proto3" json:"promote_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicateConfig) Reset() {
@@ -313,6 +316,13 @@ func (x *ReplicateConfig) GetHardPin() bool {
 		return x.HardPin
 	}
 	return false
+}
+
+func (x *ReplicateConfig) GetPromoteSeq() uint64 {
+	if x != nil {
+		return x.PromoteSeq
+	}
+	return 0
 }
 
 // The header of a durable object in a segment (see internal/objheader).
@@ -2486,13 +2496,15 @@ const file_store_proto_rawDesc = "" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\x04R\x04addr\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\xb9\x01\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"\xda\x01\n" +
 	"\x0fReplicateConfig\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12-\n" +
 	"\x12preferred_segments\x18\x02 \x03(\tR\x11preferredSegments\x12\x19\n" +
 	"\bsoft_pin\x18\x03 \x01(\bR\asoftPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ms\x18\x04 \x01(\x03R\fsoftPinTtlMs\x12\x19\n" +
-	"\bhard_pin\x18\x05 \x01(\bR\ahardPin\"\x99\x01\n" +
+	"\bhard_pin\x18\x05 \x01(\bR\ahardPin\x12\x1f\n" +
+	"\vpromote_seq\x18\x06 \x01(\x04R\n" +
+	"promoteSeq\"\x99\x01\n" +
 	"\tHeaderRef\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +
