@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// Evict runs one eviction now (as Tick does above the watermark) and returns
-// the bytes freed.
+// Evict runs one eviction now (as Tick does above the watermark, offloading
+// to disk tiers) and returns the bytes freed.
 func (m *Master) Evict() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.offload = true // no put waits for this space: offload where enabled
+	defer func() { m.offload = false }()
 	return m.evictLocked(m.clock.Now(), 0)
 }
 
