@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
@@ -194,6 +197,130 @@ func runBenchStoreDurable(ctx context.Context, out io.Writer, sizes, clients []i
 	got := p.srv.Core().Stats().Objects
 	took := time.Since(killed)
 	fmt.Fprintf(out, "master restart: %d of %d objects (2 x %s segments scanned) back in %v (nodes ping every 50ms)\n", got, want, formatSize(segSize), took.Round(time.Millisecond))
+	return benchDiskTier(ctx, out, maxClients, rounds, d, transport)
+}
+
+// benchDiskTier offloads 1 MiB objects to a node's disk tier and compares
+// gets served from it with the disk's own sequential read of the same
+// files (os.ReadFile), measured in the same run.
+func benchDiskTier(ctx context.Context, out io.Writer, clients, rounds int, d time.Duration, transport string) error {
+	dir, err := os.MkdirTemp("", "mooncake-bench-disk-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond,
+		Core: master.Config{Durable: true, HighWatermark: 1, EvictionRatio: 0.25}})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	n, err := storenode.Start(ctx, storenode.Config{Master: srv.Addr(), SegmentSize: 64 << 20, PingInterval: 20 * time.Millisecond,
+		Engine: transfer.Config{Transport: transport}, UnmountGrace: 100 * time.Millisecond,
+		RootFSDir: dir, EnableOffload: true, OffloadOnEvict: true, DiskCapacity: 1 << 30})
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	var cls []*store.Client
+	for range clients {
+		eng, err := transfer.Open(ctx, transfer.Config{Transport: transport})
+		if err != nil {
+			return err
+		}
+		defer eng.Close()
+		cl, err := store.New(ctx, store.Config{Master: srv.Addr(), Mover: eng, LocalBufferSize: 4 << 20, UnmountGrace: 100 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		cls = append(cls, cl)
+	}
+	const size, objects = 1 << 20, 48
+	v := make([]byte, size)
+	for i := range v {
+		v[i] = byte(i * 31)
+	}
+	for i := range objects {
+		if err := cls[0].Put(ctx, fmt.Sprint("disk/", i), v); err != nil {
+			return fmt.Errorf("disk tier fill: %w", err)
+		}
+	}
+	core := srv.Core()
+	for range 8 { // evict to disk until the segment is nearly empty
+		core.Evict()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			busy := false
+			for _, r := range core.Tombstones() {
+				busy = busy || r.Offload
+			}
+			if !busy {
+				break
+			}
+		}
+	}
+	var keys []string
+	for i := range objects {
+		if info, err := core.Query(fmt.Sprint("disk/", i)); err == nil && len(info.Replicas) == 0 && len(info.Disk) == 1 {
+			keys = append(keys, info.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("disk tier: nothing was offloaded")
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.obj"))
+	seqRead := func() float64 { // the disk's own sequential read of the same files
+		start, total := time.Now(), 0
+		for time.Since(start) < d {
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					return 0
+				}
+				total += len(b)
+			}
+		}
+		return float64(total) / time.Since(start).Seconds() / 1e9
+	}
+	getFromDisk := func(nc int) float64 {
+		var mu sync.Mutex
+		total := 0
+		start := time.Now()
+		var wg sync.WaitGroup
+		for c := range nc {
+			wg.Go(func() {
+				got := 0
+				for i := c; time.Since(start) < d; i++ {
+					b, err := cls[c].Get(ctx, keys[i%len(keys)])
+					if err != nil {
+						continue
+					}
+					got += len(b)
+				}
+				mu.Lock()
+				total += got
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return float64(total) / time.Since(start).Seconds() / 1e9
+	}
+	fmt.Fprintf(out, "disk tier: %d x 1 MiB objects offloaded to %s (page cache warm), %d rounds x %v, median\n", len(keys), dir, rounds, d)
+	fmt.Fprintf(out, "%-8s %-16s %-18s %-8s\n", "clients", "get from disk", "disk seq. read", "ratio")
+	for _, nc := range []int{1, clients} {
+		var gets, seqs []float64
+		for range rounds {
+			gets = append(gets, getFromDisk(nc))
+			seqs = append(seqs, seqRead())
+		}
+		slices.Sort(gets)
+		slices.Sort(seqs)
+		g, sq := gets[len(gets)/2], seqs[len(seqs)/2]
+		fmt.Fprintf(out, "%-8d %-16s %-18s %-8.2f\n", nc, fmt.Sprintf("%.3f GB/s", g), fmt.Sprintf("%.3f GB/s", sq), g/sq)
+		if nc == clients {
+			break
+		}
+	}
 	return nil
 }
 
