@@ -58,6 +58,10 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove
 		switch {
 		case d != nil && d.seg == s && d.seq == h.Seq:
 			continue // known
+		case d != nil && d.seq == h.Seq:
+			d.seg = s // the same version, reported by a node restarted under a new name
+			taken++
+			continue
 		case o != nil && o.seq >= h.Seq, m.removed[h.Key] >= h.Seq, d != nil && d.seq >= h.Seq:
 			s.diskRemove = append(s.diskRemove, h) // a newer version exists, or it was removed
 			continue
