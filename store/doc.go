@@ -38,6 +38,12 @@
 // Master calls wait for the connection and retry while the master is
 // unreachable, within RPCTimeout.
 //
+// A storage node passes its disk tier as Config.Disk (DiskTier, disk.go):
+// the client then copies the objects the master offloads from its segment
+// to disk, and any client reads a key held only on disk over HTTP from the
+// node, checks its CRC32C and, when the node asks for promotion on hit,
+// puts it back into memory.
+//
 // With several masters (`mooncake master --ha`), Config.Master may name the
 // cluster as "etcd://h1:2379;h2:2379[/CLUSTER]": the client then follows the
 // leader elected in etcd (its resolver is package internal/leader), and a

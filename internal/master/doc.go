@@ -14,7 +14,8 @@
 // replicas go), put.go (PutStart/PutEnd/PutRevoke/Upsert, put timeouts),
 // lease.go (reads: GetReplicaList grants leases, Query and Exist do not),
 // remove.go, evict.go, list.go, stats.go, restore.go (durable metadata:
-// Restore, tombstones, Heartbeat) and events.go (EventSink).
+// Restore, tombstones, Heartbeat), disk.go (the nodes' disk tiers: offload
+// tombstones, disk copies, DiskSync) and events.go (EventSink).
 //
 // Server (server.go) is the process shell: the gRPC service (service.go,
 // MasterService in internal/storepb), the HTTP admin/metrics API

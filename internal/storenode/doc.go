@@ -13,6 +13,13 @@
 // memory directly with their own transfer engines, at the addresses the
 // master hands out. The node's CPU only serves the transfer engine.
 //
+// With Config.RootFSDir and EnableOffload the node has a disk tier
+// (disk.go, Mooncake's root_fs_dir): objects the master evicts from its
+// segment are copied to one file each (header and value, CRC-checked),
+// served to readers over HTTP on their own listener (DiskAddr; never the
+// transfer engine's path), kept within DiskCapacity (least recently used
+// dropped), and re-reported when the node restarts on the directory.
+//
 // Use: Start(ctx, Config{Master, SegmentSize}) returns a mounted Node (it
 // binds no port: the transfer engine listens, the node's HTTP API does not
 // yet); Serve(ctx, ln) serves /health (503 after 3 failed pings) and
