@@ -705,6 +705,7 @@ func (c *Client) readAny(ctx context.Context, key string, info *pb.ObjectInfo, l
 			break
 		}
 	}
+	gone := len(info.Disk) > 0 && len(reps) == 0
 	for _, d := range info.Disk { // not in memory: a node's disk tier has it
 		err := c.readDisk(ctx, key, d, info.Crc32C, buf)
 		if err == nil {
@@ -713,7 +714,11 @@ func (c *Client) readAny(ctx context.Context, key string, info *pb.ObjectInfo, l
 			}
 			return nil
 		}
+		gone = gone && errors.Is(err, ErrNotFound)
 		errs = append(errs, err)
+	}
+	if gone { // the only copies were on disk and are gone: a miss
+		return fmt.Errorf("store: get %q: %w", key, errors.Join(errs...))
 	}
 	return readFailed(key, errs)
 }

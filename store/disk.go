@@ -89,6 +89,10 @@ func (c *Client) readDisk(ctx context.Context, key string, d *pb.DiskCopy, crc u
 		return fmt.Errorf("%w: disk copy on %s: %w", ErrTransfer, d.Segment, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		// Dropped for capacity (or deleted) since the master last heard.
+		return fmt.Errorf("%w: disk copy on %s is gone", ErrNotFound, d.Segment)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%w: disk copy on %s: HTTP %d", ErrTransfer, d.Segment, resp.StatusCode)
 	}
