@@ -46,7 +46,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 	if len(idx) == 0 {
 		return errs
 	}
-	started, failed := c.batchWrite(ctx, keys, srcs, idx, results, errs)
+	started, failed := c.batchWrite(ctx, keys, srcs, idx, results, o, errs)
 	if failed {
 		c.revokeAndRetry(ctx, keys, srcs, started, o, errs)
 		return errs
@@ -153,7 +153,7 @@ func (c *Client) batchPutStart(ctx context.Context, keys []string, values [][]by
 // batch. It returns the keys whose put started (refusals are recorded in
 // errs) and whether the batch failed: a segment could not be opened or the
 // transfer failed.
-func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, idx []int, results []*pb.PutStartResponse, errs []error) (started []int, failed bool) {
+func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, idx []int, results []*pb.PutStartResponse, o PutOptions, errs []error) (started []int, failed bool) {
 	var reqs []transfer.Request
 	for j, r := range results {
 		i := idx[j]
@@ -162,13 +162,24 @@ func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, i
 			continue
 		}
 		started = append(started, i)
+		hdr, release, err := c.header(ctx, keys[i], r, len(srcs[i]), Checksum(srcs[i]), o)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		defer release()
+		segs := make([]transfer.SegmentID, 0, len(r.Replicas))
 		for _, rep := range r.Replicas {
 			seg, err := c.mover.OpenSegment(ctx, rep.Endpoint)
 			if err != nil {
 				errs[i] = fmt.Errorf("store: put %q: %w: open segment %s: %w", keys[i], ErrTransfer, rep.Endpoint, err)
 				break
 			}
+			segs = append(segs, seg)
 			reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(srcs[i]), Segment: seg, Remote: rep.Addr, Length: len(srcs[i])})
+		}
+		if len(segs) == len(r.Replicas) {
+			reqs = append(reqs, headerWrites(hdr, r.Replicas, segs)...)
 		}
 	}
 	for _, i := range started {
@@ -451,6 +462,9 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []e
 		case i < len(r.Results):
 			errs[i] = statusErr(r.Results[i])
 		}
+	}
+	if err == nil {
+		c.zeroHeaders(ctx, r.Tombstones)
 	}
 	return errs
 }

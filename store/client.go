@@ -9,9 +9,11 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/leader"
+	"github.com/kvcache-go/mooncake/internal/objheader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/transfer"
 	"google.golang.org/grpc"
@@ -34,6 +36,7 @@ type PutOptions struct {
 	SoftPin           bool          // evicted only after unpinned objects
 	SoftPinTTL        time.Duration // 0 = the master's default (30m)
 	HardPin           bool          // never evicted
+	promoteSeq        uint64        // promotion of this disk copy version (internal)
 	Upsert            bool          // overwrite an existing value instead of failing with ErrExists
 	PreferLocal       bool          // first replica on this client's own segment (Mooncake's prefer_alloc_in_same_node)
 }
@@ -89,9 +92,13 @@ type Client struct {
 	closed  chan struct{}
 
 	mu           sync.Mutex
+	durable      atomic.Bool // the master asked for object headers (stage room for them)
 	remounts     int
-	pingFailures int       // consecutive failed pings
-	lastPingOK   time.Time // last successful ping (or mount)
+	restored     int              // objects the master took over at remounts
+	zeroed       []*pb.HeaderRef  // tombstones zeroed, to report in the next ping
+	onDisk       []*pb.HeldObject // objects offloaded to the disk tier, to report in the next ping
+	pingFailures int              // consecutive failed pings
+	lastPingOK   time.Time        // last successful ping (or mount)
 }
 
 // Health is the client's view of its link to the master.
@@ -170,7 +177,8 @@ func dialMaster(cfg Config) (*grpc.ClientConn, error) {
 func (c *Client) join(ctx context.Context) error {
 	if c.cfg.SegmentSize == 0 {
 		err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-			return c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID})
+			r, err := c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID})
+			return r.GetStatus(), err
 		})
 		if err != nil {
 			return fmt.Errorf("store: register with master %s: %w", c.cfg.Master, err)
@@ -183,9 +191,24 @@ func (c *Client) join(ctx context.Context) error {
 	}
 	c.segment = seg
 	c.segmentSpec = &pb.Segment{Name: c.mover.Name(), Endpoint: c.mover.Name(), Base: uint64(transfer.AddrOf(seg)), Size: uint64(len(seg))}
-	err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-		return c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: c.segmentSpec})
-	})
+	if d := c.cfg.Disk; d != nil {
+		c.segmentSpec.DiskUrl, c.segmentSpec.OffloadOnEvict, c.segmentSpec.PromotionOnHit = d.URL(), d.OffloadOnEvict(), d.PromotionOnHit()
+		// A node restarting with its disk tier reports what the disk holds.
+		var res *pb.RemountSegmentsResponse
+		err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+			var err error
+			res, err = c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: []*pb.Segment{c.segmentSpec},
+				Objects: diskToHeld(c.segmentSpec.Name, d.Held())})
+			return res.GetStatus(), err
+		})
+		if err == nil {
+			c.restored += int(res.GetRestored())
+		}
+	} else {
+		err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+			return c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: c.segmentSpec})
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("store: mount segment: %w", err)
 	}
@@ -205,6 +228,14 @@ func (c *Client) SegmentName() string {
 
 // Segment exposes the contributed memory (tests and diagnostics only).
 func (c *Client) Segment() []byte { return c.segment }
+
+// Restored counts the objects of this client's segment that masters took
+// over when it remounted (durable metadata).
+func (c *Client) Restored() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.restored
+}
 
 // Remounts counts how often the client remounted after NEED_REMOUNT.
 func (c *Client) Remounts() int {
@@ -298,9 +329,21 @@ func (c *Client) call(ctx context.Context, f func(context.Context) (*pb.Status, 
 func (c *Client) ping(ctx context.Context) error {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.cfg.ClientID})
+	zeroed := c.takeZeroed()
+	onDisk, dropped := c.diskPings()
+	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.cfg.ClientID, Zeroed: zeroed, OnDisk: onDisk, DiskDropped: dropped})
 	if err != nil {
+		c.requeueZeroed(zeroed)
+		c.mu.Lock()
+		c.onDisk = append(onDisk, c.onDisk...) // dropped copies are re-reported by Held at the next remount
+		c.mu.Unlock()
 		return fmt.Errorf("store: ping master: %w", err)
+	}
+	c.zeroOwn(resp.Tombstones)
+	if c.cfg.Disk != nil {
+		for _, h := range resp.DiskRemove {
+			c.cfg.Disk.Delete(h.Key, h.Seq)
+		}
 	}
 	if !resp.NeedRemount {
 		return nil
@@ -309,17 +352,21 @@ func (c *Client) ping(ctx context.Context) error {
 	if c.segmentSpec != nil {
 		segs = append(segs, c.segmentSpec)
 	}
-	rst, err := c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs})
+	held := c.held() // a new or restarted master learns what our memory holds
+	rst, err := c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs, Objects: held})
 	if err != nil {
 		return fmt.Errorf("store: remount: %w", err)
 	}
-	if err := statusErr(rst); err != nil {
+	if err := statusErr(rst.Status); err != nil {
 		return fmt.Errorf("store: remount: %w", err)
 	}
+	c.zeroOwn(rst.Tombstones)
 	c.mu.Lock()
 	c.remounts++
+	c.restored += int(rst.Restored)
 	c.mu.Unlock()
-	c.log.Info("store: remounted after NEED_REMOUNT", "client", c.cfg.ClientID, "segments", len(segs))
+	c.log.Info("store: remounted after NEED_REMOUNT", "client", c.cfg.ClientID, "segments", len(segs),
+		"held", len(held), "restored", rst.Restored, "dropped", rst.Dropped)
 	return nil
 }
 
@@ -372,7 +419,7 @@ func (c *Client) rcToPB(o PutOptions) *pb.ReplicateConfig {
 		pref = append([]string{c.segmentSpec.Name}, pref...)
 	}
 	return &pb.ReplicateConfig{Replicas: int32(n), PreferredSegments: pref, SoftPin: o.SoftPin,
-		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin}
+		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin, PromoteSeq: o.promoteSeq}
 }
 
 // Put stores value under key with the default options. A put of an
@@ -412,16 +459,33 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 		return 0, fmt.Errorf("store: %w: empty value", ErrInvalid)
 	}
 	crc := Checksum(value)
-	src, release, err := c.source(ctx, key, value, registered)
+	src, room, release, err := c.source(ctx, key, value, registered)
 	if err != nil {
 		return 0, err
 	}
 	defer release()
-	reps, err := c.putStart(ctx, key, uint64(len(value)), o)
+	resp, err := c.putStart(ctx, key, uint64(len(value)), o)
 	if err != nil {
 		return 0, err
 	}
-	if err := c.writeReplicas(ctx, src, reps); err != nil {
+	reps := resp.Replicas
+	var hdr []byte
+	if resp.HeaderLen > 0 {
+		c.durable.Store(true)
+		if uint64(len(room)) == resp.HeaderLen {
+			hdr = room // staged in front of the value: one write per replica
+			objheaderEncode(hdr, key, resp, len(value), crc, o)
+		}
+	}
+	if hdr == nil {
+		var releaseHdr func()
+		if hdr, releaseHdr, err = c.header(ctx, key, resp, len(value), crc, o); err != nil {
+			c.revoke(ctx, key)
+			return 0, err
+		}
+		defer releaseHdr()
+	}
+	if err := c.writeReplicas(ctx, src, reps, hdr); err != nil {
 		c.revoke(ctx, key)
 		return 0, fmt.Errorf("store: put %q: %w", key, err)
 	}
@@ -437,35 +501,45 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 // source returns registered memory holding value, and what to undo when
 // the put is over: value itself when registered (by the caller, or here in
 // place from directMin up), a registered private copy when it is too big
-// for the staging buffer, or a piece of the staging buffer.
-func (c *Client) source(ctx context.Context, key string, value []byte, registered bool) ([]byte, func(), error) {
+// for the staging buffer, or a piece of the staging buffer. room is the
+// staged space right in front of src kept for a durable object header (nil
+// when none), so that header and value go out in one write.
+func (c *Client) source(ctx context.Context, key string, value []byte, registered bool) (src, room []byte, release func(), err error) {
 	if registered {
-		return value, func() {}, nil
+		return value, nil, func() {}, nil
 	}
 	if len(value) >= directMin && c.mover.RegisterBytes(value, "cpu:0") == nil {
-		return value, func() { _ = c.mover.Unregister(transfer.AddrOf(value)) }, nil
+		return value, nil, func() { _ = c.mover.Unregister(transfer.AddrOf(value)) }, nil
 	}
 	if len(value) > len(c.stage.buf) {
 		// Too big for the staging buffer and not registrable in place (the
 		// same slice is being put concurrently): write from a private copy.
 		cp := append([]byte(nil), value...)
 		if err := c.mover.RegisterBytes(cp, "cpu:0"); err != nil {
-			return nil, nil, fmt.Errorf("store: put %q: register a copy of the value: %w", key, err)
+			return nil, nil, nil, fmt.Errorf("store: put %q: register a copy of the value: %w", key, err)
 		}
-		return cp, func() { _ = c.mover.Unregister(transfer.AddrOf(cp)) }, nil
+		return cp, nil, func() { _ = c.mover.Unregister(transfer.AddrOf(cp)) }, nil
 	}
-	st, err := c.stage.take(ctx, len(value))
+	n := 0
+	if c.durable.Load() {
+		n = int(objheader.Len(key)) // room for the header right in front of the value
+	}
+	st, err := c.stage.take(ctx, n+len(value))
+	if errors.Is(err, ErrBufferTooSmall) && n > 0 {
+		n = 0
+		st, err = c.stage.take(ctx, len(value))
+	}
 	if errors.Is(err, ErrBufferTooSmall) {
-		return nil, nil, fmt.Errorf("store: value of %d bytes exceeds the staging buffer (%d): %w", len(value), len(c.stage.buf), err)
+		return nil, nil, nil, fmt.Errorf("store: value of %d bytes exceeds the staging buffer (%d): %w", len(value), len(c.stage.buf), err)
 	} else if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	copy(st, value)
-	return st, func() { c.stage.put(st) }, nil
+	copy(st[n:], value)
+	return st[n:], st[:n:n], func() { c.stage.put(st) }, nil
 }
 
 // putStart asks the master for the replicas of a new value of key.
-func (c *Client) putStart(ctx context.Context, key string, size uint64, o PutOptions) ([]*pb.Replica, error) {
+func (c *Client) putStart(ctx context.Context, key string, size uint64, o PutOptions) (*pb.PutStartResponse, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	resp, err := c.rpc.PutStart(rctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: key, Size: size,
@@ -476,7 +550,7 @@ func (c *Client) putStart(ctx context.Context, key string, size uint64, o PutOpt
 	if err := statusErr(resp.Status); err != nil {
 		return nil, fmt.Errorf("store: put %q: %w", key, err)
 	}
-	return resp.Replicas, nil
+	return resp, nil
 }
 
 // revoke abandons a started put, even when ctx has ended (best effort).
@@ -486,14 +560,25 @@ func (c *Client) revoke(ctx context.Context, key string) {
 	_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: key})
 }
 
-func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Replica) error {
-	reqs := make([]transfer.Request, 0, len(reps))
-	for _, r := range reps {
+// writeReplicas writes src, and the object header hdr when not nil, to
+// every replica in one transfer batch.
+func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Replica, hdr []byte) error {
+	reqs := make([]transfer.Request, 0, 2*len(reps))
+	segs := make([]transfer.SegmentID, len(reps))
+	for i, r := range reps {
 		seg, err := c.mover.OpenSegment(ctx, r.Endpoint)
 		if err != nil {
 			return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 		}
+		segs[i] = seg
 		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src)})
+	}
+	if hdr != nil && transfer.AddrOf(hdr)+uintptr(len(hdr)) == transfer.AddrOf(src) {
+		for i := range reqs { // header and value are adjacent: one write each
+			reqs[i].Local, reqs[i].Remote, reqs[i].Length = transfer.AddrOf(hdr), reqs[i].Remote-uint64(len(hdr)), len(hdr)+len(src)
+		}
+	} else {
+		reqs = append(reqs, headerWrites(hdr, reps, segs)...)
 	}
 	if err := c.mover.Transfer(ctx, reqs); err != nil {
 		return fmt.Errorf("%w: write: %w", ErrTransfer, err)
@@ -619,6 +704,21 @@ func (c *Client) readAny(ctx context.Context, key string, info *pb.ObjectInfo, l
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	gone := len(info.Disk) > 0 && len(reps) == 0
+	for _, d := range info.Disk { // not in memory: a node's disk tier has it
+		err := c.readDisk(ctx, key, d, info.Crc32C, buf)
+		if err == nil {
+			if info.Promote {
+				c.promote(key, d.Seq, buf)
+			}
+			return nil
+		}
+		gone = gone && errors.Is(err, ErrNotFound)
+		errs = append(errs, err)
+	}
+	if gone { // the only copies were on disk and are gone: a miss
+		return fmt.Errorf("store: get %q: %w", key, errors.Join(errs...))
 	}
 	return readFailed(key, errs)
 }
@@ -759,12 +859,16 @@ func infoFromPB(r *pb.ObjectInfo) ObjectInfo {
 
 // Remove deletes key. A leased object fails with ErrHasLease unless force.
 func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	var tombs []*pb.HeaderRef
 	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-		return c.rpc.Remove(ctx, &pb.RemoveRequest{Key: key, Force: force})
+		r, err := c.rpc.Remove(ctx, &pb.RemoveRequest{Key: key, Force: force})
+		tombs = r.GetTombstones()
+		return r.GetStatus(), err
 	})
 	if err != nil {
 		return fmt.Errorf("store: remove %q: %w", key, err)
 	}
+	c.zeroHeaders(ctx, tombs)
 	return nil
 }
 
@@ -777,6 +881,7 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 	if err != nil {
 		return 0, fmt.Errorf("store: remove by regex: master rpc: %w", err)
 	}
+	c.zeroHeaders(ctx, r.Tombstones)
 	return int(r.Count), statusErr(r.Status)
 }
 
@@ -789,6 +894,7 @@ func (c *Client) RemoveAll(ctx context.Context, force bool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store: remove all: master rpc: %w", err)
 	}
+	c.zeroHeaders(ctx, r.Tombstones)
 	return int(r.Count), statusErr(r.Status)
 }
 

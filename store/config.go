@@ -34,6 +34,7 @@ type Config struct {
 	PingInterval    time.Duration // liveness ping period (1s)
 	RPCTimeout      time.Duration // deadline of one master RPC when ctx has none (5s)
 	UnmountGrace    time.Duration // Close waits this long for readers of our segment (2s)
+	Disk            DiskTier      // disk tier behind the contributed segment (storage nodes; nil = none)
 	Logger          *slog.Logger
 }
 

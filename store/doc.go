@@ -27,16 +27,28 @@
 //
 // The client pings the master every PingInterval. When the master answers
 // NEED_REMOUNT (it restarted, or dropped the client after its TTL), the
-// client remounts its segment. A restarted master has no objects, so gets of
-// earlier keys fail with ErrNotFound: a stale value is never served. Master
-// calls wait for the connection and retry while the master is unreachable,
-// within RPCTimeout.
+// client remounts its segment. With a durable master (the default of
+// `mooncake master`) every put also writes the object's header (package
+// internal/objheader) in front of the value, in the same transfer batch;
+// a remounting client scans its segment and reports the objects it holds,
+// so the restarted master serves them again; removes zero the headers of
+// the removed objects before returning, and the client zeroes the
+// tombstones its pings bring (durable.go). A non-durable restarted master
+// has no objects: gets of earlier keys fail with ErrNotFound, never stale.
+// Master calls wait for the connection and retry while the master is
+// unreachable, within RPCTimeout.
+//
+// A storage node passes its disk tier as Config.Disk (DiskTier, disk.go):
+// the client then copies the objects the master offloads from its segment
+// to disk, and any client reads a key held only on disk over HTTP from the
+// node, checks its CRC32C and, when the node asks for promotion on hit,
+// puts it back into memory.
 //
 // With several masters (`mooncake master --ha`), Config.Master may name the
 // cluster as "etcd://h1:2379;h2:2379[/CLUSTER]": the client then follows the
 // leader elected in etcd (its resolver is package internal/leader), and a
-// failover looks like a master restart: the new leader starts empty and the
-// client remounts.
+// failover looks like a master restart: the client remounts and the new
+// leader learns the objects from the nodes' reports.
 //
 // # Dependencies
 //

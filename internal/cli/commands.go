@@ -22,9 +22,10 @@ var extraCommands = []func() *cobra.Command{
 
 // benchCommands lists the `mooncake bench ...` subcommands.
 var benchCommands = []func() *cobra.Command{
-	newBenchServeCmd,    // reference engine (issue 3)
-	newBenchStoreCmd,    // store vs redis (issue 5)
-	newBenchTransferCmd, // transfer engine (issue 2)
-	newBenchPDCmd,       // P/D disaggregation (issue 4)
-	newBenchTraceCmd,    // trace-driven cache policies and KV-aware routing
+	newBenchServeCmd,        // reference engine (issue 3)
+	newBenchStoreCmd,        // store vs redis (issue 5)
+	newBenchStoreDurableCmd, // store durable metadata on vs off (issue 14; moves to internal/bench/store)
+	newBenchTransferCmd,     // transfer engine (issue 2)
+	newBenchPDCmd,           // P/D disaggregation (issue 4)
+	newBenchTraceCmd,        // trace-driven cache policies and KV-aware routing
 }

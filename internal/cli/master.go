@@ -31,7 +31,8 @@ on stdout reports the addresses actually bound.
 
 With --ha --etcd HOST:PORT[;HOST:PORT] several masters elect a leader in etcd
 (key mooncake-store/<cluster>/master_view, --ha-lease TTL): only the leader
-listens on --port, each new leader starts empty, and clients and storage nodes
+listens on --port, each new leader learns the objects from the storage nodes
+when they remount (--durable-metadata, on by default), and clients and storage nodes
 given --master etcd://HOST:PORT[;HOST:PORT][/CLUSTER] follow it. The admin port
 also answers /role and /leader.`,
 		Args: cobra.NoArgs,
@@ -80,6 +81,7 @@ also answers /role and /leader.`,
 	f.DurationVar(&cfg.Core.PutReleaseTimeout, "put-release-timeout", d.Core.PutReleaseTimeout, "the space of an unfinished put is released after this")
 	f.Float64Var(&cfg.Core.HighWatermark, "eviction-high-watermark", d.Core.HighWatermark, "evict when used/capacity passes this ratio")
 	f.Float64Var(&cfg.Core.EvictionRatio, "eviction-ratio", d.Core.EvictionRatio, "fraction of capacity one eviction frees")
+	f.BoolVar(&cfg.Core.Durable, "durable-metadata", true, "objects survive a master restart or failover: nodes re-report the objects their memory holds when they remount (false: a new master starts empty, as Mooncake's)")
 	f.DurationVar(&cfg.TickInterval, "tick", 10*time.Millisecond, "period of liveness, timeout and eviction checks")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	ha.register(f)

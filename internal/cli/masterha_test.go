@@ -80,7 +80,7 @@ func TestMasterHACLI(t *testing.T) {
 	var https []string
 	var stops []func()
 	for range 2 {
-		line, stop := startCmd(t, "master", "--ha", "--etcd", ep, "--cluster", "clitest", "--ha-lease", "1s",
+		line, stop := startCmd(t, "master", "--ha", "--durable-metadata=false", "--etcd", ep, "--cluster", "clitest", "--ha-lease", "1s",
 			"--host", "127.0.0.1", "--port", "0", "--http-port", "0", "--client-ttl", "2s")
 		m := httpRE.FindStringSubmatch(line)
 		if m == nil {

@@ -18,6 +18,9 @@ func newStoreNodeCmd() *cobra.Command {
 		rpcPort, httpPort                    int
 		grace, ping                          time.Duration
 		verbose                              bool
+		rootFSDir, diskCapacity              string
+		enableOffload, offloadOnEvict        bool
+		promotionOnHit                       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "store",
@@ -26,7 +29,13 @@ func newStoreNodeCmd() *cobra.Command {
 serves it through its transfer engine, mounts it at the master, remounts after a
 master restart, and unmounts gracefully on SIGINT/SIGTERM. It serves /health (503
 when the master stopped answering) and /metrics on --http-port. The first line on
-stdout reports the mounted segment and the HTTP address.`,
+stdout reports the mounted segment and the HTTP address.
+
+With --root-fs-dir DIR --enable-offload the node has a disk tier (Mooncake's
+root_fs_dir / SSD offload): objects the master evicts from its memory are copied
+to DIR (--offload-on-evict), read back over HTTP with their CRC32C checked and put
+back into memory (--promotion-on-hit), at most --disk-capacity bytes are kept, and
+a node restarted on the same DIR re-reports them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			size, err := parseSize(segSize)
@@ -39,7 +48,11 @@ stdout reports the mounted segment and the HTTP address.`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			cfg := storenode.Config{Master: masterAddrOr(masterAddr), SegmentSize: size, PingInterval: ping, UnmountGrace: grace, Logger: log,
-				Engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}}
+				Engine:    transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log},
+				RootFSDir: rootFSDir, EnableOffload: enableOffload, OffloadOnEvict: offloadOnEvict, PromotionOnHit: promotionOnHit}
+			if cfg.DiskCapacity, err = parseSize(diskCapacity); err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--disk-capacity: %w", err)}
+			}
 			if httpPort >= 0 {
 				cfg.HTTPAddr = net.JoinHostPort(host, strconv.Itoa(httpPort))
 			}
@@ -47,7 +60,7 @@ stdout reports the mounted segment and the HTTP address.`,
 				return &ExitError{Code: 2, Err: err}
 			}
 			return storenode.Run(cmd.Context(), cfg, func(n *storenode.Node) {
-				fmt.Fprintf(cmd.OutOrStdout(), "store node mounted segment=%s size=%s master=%s http=%s\n", n.Name(), formatSize(size), cfg.Master, n.HTTPAddr())
+				fmt.Fprintf(cmd.OutOrStdout(), "store node mounted segment=%s size=%s master=%s http=%s disk=%s restored=%d\n", n.Name(), formatSize(size), cfg.Master, n.HTTPAddr(), n.DiskURL(), n.Client().Restored())
 			})
 		},
 	}
@@ -60,6 +73,11 @@ stdout reports the mounted segment and the HTTP address.`,
 	f.StringVar(&transport, "transport", "auto", "transfer transport: auto, tcp, shm")
 	f.DurationVar(&grace, "unmount-grace", 2*time.Second, "on shutdown, wait this long for readers holding leases")
 	f.DurationVar(&ping, "ping-interval", time.Second, "liveness ping period")
+	f.StringVar(&rootFSDir, "root-fs-dir", "", "disk tier directory (Mooncake's root_fs_dir); used with --enable-offload")
+	f.BoolVar(&enableOffload, "enable-offload", false, "enable the disk tier under --root-fs-dir")
+	f.BoolVar(&offloadOnEvict, "offload-on-evict", true, "copy objects evicted from memory to the disk tier")
+	f.BoolVar(&promotionOnHit, "promotion-on-hit", true, "a read from the disk tier puts the value back into memory")
+	f.StringVar(&diskCapacity, "disk-capacity", "10GiB", "bytes the disk tier keeps (least recently used dropped)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	return cmd
 }

@@ -12,7 +12,7 @@
 // (go.etcd.io/etcd/client/v3/concurrency) under the prefix
 // leader.Key(cluster) = "mooncake-store/<cluster>/master_view": one key per
 // candidate, bound to its lease, the oldest key leading. A candidate
-// campaigns with the empty value; once it wins it starts a fresh, empty
+// campaigns with the empty value; once it wins it starts a fresh
 // master (internal/master, gRPC on Config.Master.Addr) and then proclaims
 // its leader.View, "ADDR VERSION": the address clients dial (Config.Advertise
 // host + the bound port) and the view version, the create revision of its
@@ -36,12 +36,14 @@
 // without resigning or revoking, as a crash does: a standby takes over when
 // the lease expires. A leader whose session ends (lease expired or revoked,
 // etcd unreachable past the TTL) closes its master and campaigns again with
-// a new session; when it wins again it starts empty.
+// a new session; when it wins again it starts afresh and relearns the objects.
 //
 // # Guarantees
 //
-// A new leader has no objects (there is no op-log replication), so objects
-// written before a failover read as not found, never stale. A read in
+// A new leader starts with no objects and learns them from the storage
+// nodes as they remount (durable metadata, master.Config.Durable: the nodes
+// re-report what their memory holds); without it, objects written before a
+// failover read as not found, never stale. A read in
 // flight across a failover is verified against the CRC32C of its replica
 // list. A partitioned old leader may notice the end of its lease slightly
 // after etcd expired it; space handed out twice in that window shows up as

@@ -30,6 +30,19 @@ type Config struct {
 	Strategy          Strategy      // allocation strategy (random)
 	Seed              uint64        // seed of the random strategy
 	Align             uint64        // allocation granularity in bytes (64)
+	// Durable makes objects self-describing: each allocation starts with an
+	// objheader (key, sequence number, size, CRC32C, pins) the client writes
+	// with the value, a storage node re-reports the objects it holds when it
+	// remounts on a new or restarted master (Restore), and every free zeroes
+	// the header first (tombstones, see restore.go). Off: objects are lost
+	// with the master, as in Mooncake.
+	Durable bool
+	// RestoreWindow is how long after start the master remembers the keys it
+	// removed, so that a node remounting late cannot bring back an older
+	// version of a key removed meanwhile (2 x ClientTTL).
+	RestoreWindow time.Duration
+	// Events receives stored/removed notifications (nil = none).
+	Events EventSink
 }
 
 // DefaultConfig returns the defaults (Mooncake's, see shared/reference/mooncake.md).
@@ -89,6 +102,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Align == 0 {
 		c.Align = d.Align
+	}
+	if c.RestoreWindow == 0 {
+		c.RestoreWindow = 2 * c.ClientTTL
 	}
 	return c
 }

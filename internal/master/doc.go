@@ -13,7 +13,9 @@
 // drain), liveness.go (ping, Tick and its phases), placement.go (where
 // replicas go), put.go (PutStart/PutEnd/PutRevoke/Upsert, put timeouts),
 // lease.go (reads: GetReplicaList grants leases, Query and Exist do not),
-// remove.go, evict.go, list.go and stats.go.
+// remove.go, evict.go, list.go, stats.go, restore.go (durable metadata:
+// Restore, tombstones, Heartbeat), disk.go (the nodes' disk tiers: offload
+// tombstones, disk copies, DiskSync) and events.go (EventSink).
 //
 // Server (server.go) is the process shell: the gRPC service (service.go,
 // MasterService in internal/storepb), the HTTP admin/metrics API
@@ -53,8 +55,17 @@
 //     segments unmounted and the replicas on them removed (objects left
 //     without replicas disappear). A client the master does not know, after
 //     a master restart, gets PingNeedRemount and remounts its segments with
-//     RemountSegments. The restarted master has no objects, so no stale
-//     replica can be served.
+//     RemountSegments. Without Config.Durable the restarted master has no
+//     objects, so no stale replica can be served.
+//   - Durable metadata (Config.Durable, restore.go): allocations start with
+//     an objheader the client writes with the value; a remounting node
+//     reports what its memory holds and Restore rebuilds the segment (newest
+//     sequence number wins; keys removed on this master stay removed); a
+//     freed object's header stays allocated as a tombstone until it is
+//     zeroed (by the removing client, or by the node after Heartbeat lists
+//     it), so removed objects are never re-reported.
+//   - Events (events.go): an optional EventSink hears Stored/Removed per
+//     tier (Mooncake's enable_kv_events).
 //   - List (not in Mooncake): keys by prefix in key order with a cursor.
 //
 // Errors are sentinels (ErrObjectNotFound, ...) wrapped with context; they

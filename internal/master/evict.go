@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// Evict runs one eviction now (as Tick does above the watermark) and returns
-// the bytes freed.
+// Evict runs one eviction now (as Tick does above the watermark, offloading
+// to disk tiers) and returns the bytes freed.
 func (m *Master) Evict() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.offload = true // no put waits for this space: offload where enabled
+	defer func() { m.offload = false }()
 	return m.evictLocked(m.clock.Now(), 0)
 }
 
@@ -24,7 +26,10 @@ func (m *Master) evictAboveWatermarkLocked(now time.Time) {
 		return
 	}
 	m.evictReq = false
-	if m.evictLocked(now, 0) == 0 {
+	m.offload = true // no put is waiting for this space: evicted objects may go to disk first
+	freed := m.evictLocked(now, 0)
+	m.offload = false
+	if freed == 0 {
 		// Everything left is leased, pinned or unfinished: do not sort
 		// all objects again on every tick.
 		m.fruitlessUntil = now.Add(time.Second)
@@ -49,7 +54,9 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 			break
 		}
 		freed += o.size * uint64(len(o.replicas))
+		m.evicting = true
 		m.freeLocked(o)
+		m.evicting = false
 		m.stats.Evictions++
 	}
 	m.stats.EvictedBytes += freed

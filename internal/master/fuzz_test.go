@@ -32,7 +32,7 @@ func checkInvariants(t *testing.T, m *Master) {
 			if m.segments[r.seg.spec.Name] != r.seg {
 				t.Fatalf("object %q has a replica on unmounted segment %s", k, r.seg.spec.Name)
 			}
-			used[r.seg] += r.seg.alloc.Rounded(o.size)
+			used[r.seg] += r.seg.alloc.Rounded(o.alloc())
 			if keys[r.seg] == nil {
 				keys[r.seg] = map[string]bool{}
 			}
@@ -51,8 +51,11 @@ func checkInvariants(t *testing.T, m *Master) {
 		used[z.seg] += z.seg.alloc.Rounded(z.size)
 	}
 	for _, s := range m.segOrder {
+		for _, tb := range s.tombs {
+			used[s] += tb.n
+		}
 		if used[s] != s.alloc.Used() {
-			t.Fatalf("segment %s: allocator says %d used, objects+zombies %d", s.spec.Name, s.alloc.Used(), used[s])
+			t.Fatalf("segment %s: allocator says %d used, objects+zombies+tombstones %d", s.spec.Name, s.alloc.Used(), used[s])
 		}
 		if len(s.keys) != len(keys[s]) {
 			t.Fatalf("segment %s: %d keys filed, %d replicas", s.spec.Name, len(s.keys), len(keys[s]))
@@ -69,66 +72,96 @@ func FuzzMasterOps(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
 	f.Add([]byte{0, 0x10, 0, 0x21, 1, 0x10, 3, 0x10, 5, 0, 8, 9, 0, 0x35, 1, 0x35, 11, 1, 7, 0xff, 7, 0xff})
 	f.Add([]byte{0, 0x42, 0, 0x43, 0, 0x44, 9, 0, 9, 1, 7, 0x80, 7, 0x80, 10, 2, 0, 0x45})
-	f.Fuzz(func(t *testing.T, ops []byte) {
-		clk := newFakeClock()
-		m, err := New(Config{ClientTTL: 5 * time.Second, PutTimeout: 2 * time.Second, PutReleaseTimeout: 4 * time.Second,
-			LeaseTTL: time.Second, HighWatermark: 0.8, EvictionRatio: 0.2}, clk)
-		if err != nil {
+	f.Add([]byte{1, 0, 0x10, 1, 0x10, 0, 0x21, 1, 0x21, 13, 0, 14, 0, 4, 0x10, 14, 1, 0, 0x31, 11, 0x31, 14, 2, 13, 1})
+	f.Fuzz(runOps)
+}
+
+// runOps is the body of FuzzMasterOps.
+func runOps(t *testing.T, ops []byte) {
+	clk := newFakeClock()
+	durable := len(ops)%2 == 1 // odd length: durable objects, tombstones, a disk tier on s1 and s3
+	m, err := New(Config{ClientTTL: 5 * time.Second, PutTimeout: 2 * time.Second, PutReleaseTimeout: 4 * time.Second,
+		LeaseTTL: time.Second, HighWatermark: 0.8, EvictionRatio: 0.2, Durable: durable}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if durable {
+		ops = ops[1:]
+	}
+	seg := func(i byte) SegmentSpec {
+		s := SegmentSpec{Name: fmt.Sprintf("s%d", i%4), Endpoint: fmt.Sprintf("e%d", i%4), Base: uint64(i%4+1) << 30, Size: 16 << 10}
+		if durable && i%2 == 1 {
+			s.DiskURL, s.OffloadOnEvict, s.PromotionOnHit = "http://d", true, true
+		}
+		return s
+	}
+	// ack plays client c: it zeroes every tombstone listed (offloads
+	// are reported as disk copies) and reports them.
+	ack := func(c string) {
+		_, _, todo := m.Heartbeat(c, nil)
+		var onDisk []HeldObject
+		for _, r := range todo {
+			if r.Offload {
+				onDisk = append(onDisk, HeldObject{Segment: r.Segment, Key: m.tombKeyAt(r.Segment, r.Offset), Seq: r.Seq, Size: 1, Disk: true})
+			}
+		}
+		m.DiskSync(c, onDisk, nil)
+		m.Heartbeat(c, todo)
+	}
+	for _, i := range []byte{0, 1} {
+		if err := m.MountSegment(fmt.Sprintf("c%d", i), seg(i)); err != nil {
 			t.Fatal(err)
 		}
-		seg := func(i byte) SegmentSpec {
-			return SegmentSpec{Name: fmt.Sprintf("s%d", i%4), Endpoint: fmt.Sprintf("e%d", i%4), Base: uint64(i%4+1) << 30, Size: 16 << 10}
+	}
+	for len(ops) >= 2 {
+		op, arg := ops[0], ops[1]
+		ops = ops[2:]
+		key := fmt.Sprintf("k%d", arg%8)
+		client := fmt.Sprintf("c%d", arg%3)
+		size := uint64(arg)*37 + 1
+		switch op % 15 {
+		case 0:
+			m.PutStart(client, key, size, ReplicateConfig{Replicas: int(arg%3) + 1, SoftPin: arg&0x40 != 0, HardPin: arg&0x80 != 0})
+		case 1:
+			m.PutEnd(client, key, uint32(arg))
+		case 2:
+			m.PutRevoke(client, key)
+		case 3:
+			m.GetReplicaList(key)
+		case 4:
+			m.Remove(key, arg&1 == 1)
+		case 5:
+			m.RemoveAll(arg&1 == 1)
+		case 6:
+			m.RemoveByRegex(fmt.Sprintf("^k[%d-7]", arg%8), arg&1 == 1)
+		case 7:
+			clk.Advance(time.Duration(arg) * 20 * time.Millisecond)
+			m.Tick()
+		case 8:
+			m.Ping(client)
+		case 9:
+			m.MountSegment(fmt.Sprintf("c%d", arg%4), seg(arg))
+		case 10:
+			m.UnmountSegment(fmt.Sprintf("c%d", arg%4), seg(arg).Name)
+		case 11:
+			m.Upsert(client, key, size, ReplicateConfig{Replicas: int(arg%2) + 1})
+		case 12:
+			m.GracefulUnmount(fmt.Sprintf("c%d", arg%4), seg(arg).Name, time.Duration(arg)*10*time.Millisecond)
+		case 13:
+			m.Evict()
+		case 14:
+			ack(fmt.Sprintf("c%d", arg%4))
 		}
-		for _, i := range []byte{0, 1} {
-			if err := m.MountSegment(fmt.Sprintf("c%d", i), seg(i)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for len(ops) >= 2 {
-			op, arg := ops[0], ops[1]
-			ops = ops[2:]
-			key := fmt.Sprintf("k%d", arg%8)
-			client := fmt.Sprintf("c%d", arg%3)
-			size := uint64(arg)*37 + 1
-			switch op % 14 {
-			case 0:
-				m.PutStart(client, key, size, ReplicateConfig{Replicas: int(arg%3) + 1, SoftPin: arg&0x40 != 0, HardPin: arg&0x80 != 0})
-			case 1:
-				m.PutEnd(client, key, uint32(arg))
-			case 2:
-				m.PutRevoke(client, key)
-			case 3:
-				m.GetReplicaList(key)
-			case 4:
-				m.Remove(key, arg&1 == 1)
-			case 5:
-				m.RemoveAll(arg&1 == 1)
-			case 6:
-				m.RemoveByRegex(fmt.Sprintf("^k[%d-7]", arg%8), arg&1 == 1)
-			case 7:
-				clk.Advance(time.Duration(arg) * 20 * time.Millisecond)
-				m.Tick()
-			case 8:
-				m.Ping(client)
-			case 9:
-				m.MountSegment(fmt.Sprintf("c%d", arg%4), seg(arg))
-			case 10:
-				m.UnmountSegment(fmt.Sprintf("c%d", arg%4), seg(arg).Name)
-			case 11:
-				m.Upsert(client, key, size, ReplicateConfig{Replicas: int(arg%2) + 1})
-			case 12:
-				m.GracefulUnmount(fmt.Sprintf("c%d", arg%4), seg(arg).Name, time.Duration(arg)*10*time.Millisecond)
-			case 13:
-				m.Evict()
-			}
-			checkInvariants(t, m)
-		}
-		m.RemoveAll(true)
-		clk.Advance(time.Hour)
-		m.Tick()
 		checkInvariants(t, m)
-		if st := m.Stats(); st.Used != 0 {
-			t.Fatalf("space leaked after everything expired: %+v", st)
-		}
-	})
+	}
+	m.RemoveAll(true)
+	clk.Advance(time.Hour)
+	m.Tick()
+	for i := range 4 {
+		ack(fmt.Sprintf("c%d", i))
+	}
+	checkInvariants(t, m)
+	if st := m.Stats(); st.Used != 0 {
+		t.Fatalf("space leaked after everything expired: %+v", st)
+	}
 }

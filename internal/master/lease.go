@@ -16,6 +16,12 @@ func (m *Master) GetReplicaList(key string) (ObjectInfo, error) {
 	now := m.clock.Now()
 	o := m.objects[key]
 	if o == nil || !o.complete {
+		if info, ok := m.diskInfoLocked(key); ok {
+			m.stats.Gets++
+			m.stats.DiskGets++
+			info.LeaseTTL = m.cfg.LeaseTTL
+			return info, nil
+		}
 		m.stats.GetMisses++
 		return ObjectInfo{}, fmt.Errorf("%w: %q", ErrObjectNotFound, key)
 	}
@@ -36,6 +42,9 @@ func (m *Master) Query(key string) (ObjectInfo, error) {
 	defer m.mu.Unlock()
 	o := m.objects[key]
 	if o == nil {
+		if info, ok := m.diskInfoLocked(key); ok {
+			return info, nil
+		}
 		return ObjectInfo{}, fmt.Errorf("%w: %q", ErrObjectNotFound, key)
 	}
 	return o.info(), nil
@@ -51,7 +60,8 @@ func (m *Master) Exist(key string) (bool, error) {
 	defer m.mu.Unlock()
 	o := m.objects[key]
 	if o == nil || !o.complete {
-		return false, nil
+		_, ok := m.diskInfoLocked(key)
+		return ok, nil
 	}
 	o.lastAccess = m.clock.Now()
 	return true, nil

@@ -41,6 +41,10 @@ func (m *Master) Tick() {
 	m.releaseZombiesLocked(now)
 	m.drainLocked(now)
 	m.evictAboveWatermarkLocked(now)
+	if len(m.removed) > 0 && now.Sub(m.started) >= m.cfg.RestoreWindow {
+		clear(m.removed)
+		clear(m.evicted)
+	}
 }
 
 // dropSilentClientsLocked forgets the clients silent past ClientTTL and

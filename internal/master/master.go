@@ -16,6 +16,11 @@ type SegmentSpec struct {
 	Endpoint string // transfer engine segment name of the owner ("host:port")
 	Base     uint64 // virtual address of the first byte in the owner's memory
 	Size     uint64 // length in bytes
+	// Disk tier of the owning node (Mooncake's root_fs_dir), "" = none:
+	// the base URL disk copies are read from, and its policies.
+	DiskURL        string
+	OffloadOnEvict bool // memory evictions of durable objects go to disk
+	PromotionOnHit bool // a read from disk puts the value back into memory
 }
 
 // ReplicateConfig is the per-put replication policy.
@@ -25,6 +30,7 @@ type ReplicateConfig struct {
 	SoftPin           bool          // evicted only after every unpinned object
 	SoftPinTTL        time.Duration // soft pin duration (0 = Config.SoftPinTTL)
 	HardPin           bool          // never evicted
+	PromoteSeq        uint64        // promotion of the disk copy of this version: refused once it is gone
 }
 
 // Replica is where one copy of an object lives.
@@ -33,6 +39,10 @@ type Replica struct {
 	Endpoint string // transfer engine segment name holding the memory
 	Addr     uint64 // remote virtual address of the first byte
 	Size     uint64 // object size
+	// Durable objects: the header (objheader) lies at Addr-HeaderLen and
+	// carries Seq, the put's sequence number.
+	HeaderLen uint64
+	Seq       uint64
 }
 
 // ObjectInfo is the master's view of one object.
@@ -48,6 +58,15 @@ type ObjectInfo struct {
 	LeaseUntil   time.Time
 	SoftPinUntil time.Time
 	HardPin      bool
+	Disk         []DiskCopy // copies on a node's disk tier (when not in memory)
+	Promote      bool       // the reader should put the value back into memory (promotion on hit)
+}
+
+// DiskCopy is an object's copy on a storage node's disk tier.
+type DiskCopy struct {
+	Segment string
+	URL     string // GET URL/disk/object?key=K&seq=Seq
+	Seq     uint64
 }
 
 // PingStatus is the answer to a client's Ping.
@@ -80,6 +99,8 @@ type Stats struct {
 	EvictionRuns, LeaseRejections    uint64
 	ClientsDropped, PutsTimedOut     uint64
 	UtilisationAtFirstEviction       float64 // used/capacity when the first eviction ran (0 = none yet)
+	DiskObjects                      int     // keys held only on a disk tier
+	DiskGets                         uint64  // reads answered with a disk copy
 	ViewVersion                      uint64
 }
 
@@ -100,7 +121,13 @@ type object struct {
 	lastAccess   time.Time
 	softPinUntil time.Time
 	hardPin      bool
+	seq          uint64 // put sequence number (durable objects)
+	hdr          uint64 // header length in front of the value (0 = not durable)
+	restored     bool   // re-reported by a node, not put on this master
 }
+
+// alloc is the number of bytes one replica occupies from its offset.
+func (o *object) alloc() uint64 { return o.hdr + o.size }
 
 type segment struct {
 	spec          SegmentSpec
@@ -109,6 +136,8 @@ type segment struct {
 	keys          map[string]struct{}
 	draining      bool
 	drainDeadline time.Time
+	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
+	diskRemove    []HeldObject    // disk copies the owner must delete (sent with its next ping)
 }
 
 type client struct {
@@ -121,6 +150,8 @@ type zombie struct {
 	seg       *segment
 	off, size uint64
 	releaseAt time.Time
+	key       string
+	seq, hdr  uint64
 }
 
 // Master is the deterministic core of the store master: segments, objects,
@@ -143,6 +174,15 @@ type Master struct {
 	evictReq bool // a put ran out of space: evict on the next Tick too
 
 	fruitlessUntil time.Time // no watermark eviction before this (last one freed nothing)
+
+	seq      uint64            // last put sequence number handed out
+	started  time.Time         // when the core was built
+	removed  map[string]uint64 // key -> highest seq removed, kept for RestoreWindow
+	evicted  map[string]uint64 // key -> highest seq evicted, kept for RestoreWindow
+	evicting bool              // freeLocked runs for an eviction
+	tombKeys map[string]int    // keys with tombstones not yet zeroed -> how many
+	disk     map[string]*diskCopy
+	offload  bool // evictLocked runs for the watermark: offload to disk where enabled
 
 	listKeys  []string  // sorted snapshot of the keys for List pagination
 	listBuilt time.Time // when listKeys was taken
@@ -169,6 +209,12 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		pending:  map[string]*object{},
 		segments: map[string]*segment{},
 		clients:  map[string]*client{},
+		removed:  map[string]uint64{},
+		evicted:  map[string]uint64{},
+		tombKeys: map[string]int{},
+		disk:     map[string]*diskCopy{},
+		started:  clk.Now(),
+		seq:      uint64(clk.Now().UnixNano()),
 	}
 	m.stats.ViewVersion = uint64(clk.Now().UnixNano())
 	return m, nil
@@ -200,7 +246,8 @@ func (m *Master) usageLocked() (capacity, used uint64) {
 func (o *object) descriptors() []Replica {
 	out := make([]Replica, len(o.replicas))
 	for i, r := range o.replicas {
-		out[i] = Replica{Segment: r.seg.spec.Name, Endpoint: r.seg.spec.Endpoint, Addr: r.seg.spec.Base + r.off, Size: o.size}
+		out[i] = Replica{Segment: r.seg.spec.Name, Endpoint: r.seg.spec.Endpoint, Addr: r.seg.spec.Base + r.off + o.hdr, Size: o.size,
+			HeaderLen: o.hdr, Seq: o.seq}
 	}
 	return out
 }

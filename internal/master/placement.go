@@ -34,6 +34,9 @@ func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, pref
 	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
 		return reps, nil
 	}
+	if reps := m.reuseTombLocked(clientID, size); len(reps) > 0 {
+		return reps, nil
+	}
 	m.evictReq = true
 	return nil, fmt.Errorf("%w: %d bytes", ErrNoSpace, size)
 }

@@ -43,20 +43,28 @@ func (m *Master) PutStart(clientID, key string, size uint64, rc ReplicateConfig)
 		}
 		m.preemptLocked(o, now) // a zombie put: take the key over
 	}
+	if d := m.disk[key]; rc.PromoteSeq != 0 && (d == nil || d.seq != rc.PromoteSeq) {
+		return nil, fmt.Errorf("%w: %q (disk copy to promote is gone)", ErrObjectNotFound, key)
+	}
 	return m.putStartLocked(clientID, key, size, rc, now)
 }
 
 // putStartLocked places a new object's replicas and records it as a put
 // in progress owned by clientID.
 func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateConfig, now time.Time) ([]Replica, error) {
-	if err := m.checkFitsLocked(size); err != nil {
+	var hdr uint64
+	if m.cfg.Durable {
+		hdr = headerLen(key)
+	}
+	if err := m.checkFitsLocked(hdr + size); err != nil {
 		return nil, err
 	}
-	reps, err := m.placeOrEvictLocked(clientID, size, max(rc.Replicas, 1), rc.PreferredSegments, now)
+	reps, err := m.placeOrEvictLocked(clientID, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
 	if err != nil {
 		return nil, err
 	}
-	o := &object{key: key, size: size, replicas: reps, owner: clientID, created: now, lastAccess: now}
+	m.seq++
+	o := &object{key: key, size: size, replicas: reps, owner: clientID, created: now, lastAccess: now, hdr: hdr, seq: m.seq}
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.objects[key] = o
 	m.pending[key] = o
@@ -95,6 +103,8 @@ func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 	o.crc = crc
 	o.lastAccess = m.clock.Now()
 	m.stats.Puts++
+	m.dropDiskLocked(key, true) // the disk copy, if any, is an older version
+	m.emitStored(o)
 	return nil
 }
 
@@ -147,7 +157,9 @@ func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) (
 // rewriteInPlaceLocked turns a complete object back into a put in progress
 // owned by clientID, keeping its space and replicas.
 func (m *Master) rewriteInPlaceLocked(o *object, clientID string, rc ReplicateConfig, now time.Time) []Replica {
-	o.complete, o.owner, o.created, o.crc = false, clientID, now, 0
+	m.goneLocked(o) // invisible until PutEnd
+	m.seq++
+	o.complete, o.owner, o.created, o.crc, o.seq, o.restored = false, clientID, now, 0, m.seq, false
 	m.pending[o.key] = o
 	o.lastAccess = now
 	o.pin(rc, m.cfg.SoftPinTTL, now)
@@ -157,8 +169,9 @@ func (m *Master) rewriteInPlaceLocked(o *object, clientID string, rc ReplicateCo
 
 // freeLocked releases an object's space and forgets it.
 func (m *Master) freeLocked(o *object) {
+	m.goneLocked(o)
 	for _, r := range o.replicas {
-		r.seg.alloc.Free(r.off, o.size)
+		m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.hdr)
 		delete(r.seg.keys, o.key)
 	}
 	delete(m.objects, o.key)
@@ -171,7 +184,7 @@ func (m *Master) preemptLocked(o *object, now time.Time) {
 	release := o.created.Add(m.cfg.PutReleaseTimeout)
 	for _, r := range o.replicas {
 		delete(r.seg.keys, o.key)
-		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.size, releaseAt: release})
+		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.alloc(), releaseAt: release, key: o.key, seq: o.seq, hdr: o.hdr})
 	}
 	delete(m.objects, o.key)
 	delete(m.pending, o.key)
@@ -199,7 +212,7 @@ func (m *Master) releaseZombiesLocked(now time.Time) {
 		if now.Before(z.releaseAt) {
 			return false
 		}
-		z.seg.alloc.Free(z.off, z.size)
+		m.freeRangeLocked(z.seg, z.off, z.size, z.key, z.seq, z.hdr)
 		return true
 	})
 }

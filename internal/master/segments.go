@@ -41,7 +41,8 @@ func (m *Master) mountLocked(clientID string, spec SegmentSpec) error {
 		return fmt.Errorf("%w: segment of %d bytes is too small", ErrInvalidParams, spec.Size)
 	}
 	c := m.touchClient(clientID, now)
-	s := &segment{spec: spec, client: clientID, alloc: offsetalloc.New(spec.Size, m.cfg.Align), keys: map[string]struct{}{}}
+	s := &segment{spec: spec, client: clientID, alloc: offsetalloc.New(spec.Size, m.cfg.Align), keys: map[string]struct{}{},
+		tombs: map[uint64]tomb{}}
 	m.segments[spec.Name] = s
 	i, _ := slices.BinarySearchFunc(m.segOrder, spec.Name, func(a *segment, n string) int { return strings.Compare(a.spec.Name, n) })
 	m.segOrder = slices.Insert(m.segOrder, i, s)
@@ -111,10 +112,15 @@ func (m *Master) unmountLocked(s *segment) {
 		}
 		o.replicas = slices.DeleteFunc(o.replicas, func(r replica) bool { return r.seg == s })
 		if len(o.replicas) == 0 {
+			m.goneLocked(o)
 			delete(m.objects, key)
 			delete(m.pending, key)
 		}
 	}
+	for _, tb := range s.tombs {
+		m.untombKeyLocked(tb.key)
+	}
+	m.dropSegmentDiskLocked(s)
 	delete(m.segments, s.spec.Name)
 	m.segOrder = slices.DeleteFunc(m.segOrder, func(x *segment) bool { return x == s })
 	if c := m.clients[s.client]; c != nil {

@@ -60,7 +60,7 @@ func TestServerRPCAndAdmin(t *testing.T) {
 	if err != nil || info.Crc32C != 77 || info.LeaseTtlMs != 10000 {
 		t.Fatalf("get: %v %v", info, err)
 	}
-	if st, _ := c.Remove(ctx, &pb.RemoveRequest{Key: "a/1"}); st.Code != CodeObjectHasLease {
+	if st, _ := c.Remove(ctx, &pb.RemoveRequest{Key: "a/1"}); st.Status.Code != CodeObjectHasLease {
 		t.Fatalf("remove of leased: %v", st)
 	}
 	miss, _ := c.GetReplicaList(ctx, &pb.KeyRequest{Key: "nope"})

@@ -31,7 +31,8 @@ func specFromPB(s *pb.Segment) SegmentSpec {
 	if s == nil {
 		return SegmentSpec{}
 	}
-	return SegmentSpec{Name: s.Name, Endpoint: s.Endpoint, Base: s.Base, Size: s.Size}
+	return SegmentSpec{Name: s.Name, Endpoint: s.Endpoint, Base: s.Base, Size: s.Size,
+		DiskURL: s.DiskUrl, OffloadOnEvict: s.OffloadOnEvict, PromotionOnHit: s.PromotionOnHit}
 }
 
 func rcFromPB(c *pb.ReplicateConfig) ReplicateConfig {
@@ -39,7 +40,7 @@ func rcFromPB(c *pb.ReplicateConfig) ReplicateConfig {
 		return ReplicateConfig{}
 	}
 	return ReplicateConfig{Replicas: int(c.Replicas), PreferredSegments: c.PreferredSegments, SoftPin: c.SoftPin,
-		SoftPinTTL: msDuration(c.SoftPinTtlMs), HardPin: c.HardPin}
+		SoftPinTTL: msDuration(c.SoftPinTtlMs), HardPin: c.HardPin, PromoteSeq: c.PromoteSeq}
 }
 
 // maxWireMs bounds durations from the wire (about 34 years) so the
@@ -75,13 +76,67 @@ func infoToPB(info ObjectInfo, err error) *pb.ObjectInfo {
 	return &pb.ObjectInfo{Status: status(nil), Key: info.Key, Size: info.Size, Crc32C: info.CRC, Replicas: replicasToPB(info.Replicas),
 		LeaseTtlMs: info.LeaseTTL.Milliseconds(), Complete: info.Complete, CreatedUnixMs: unixMs(info.Created),
 		LastAccessUnixMs: unixMs(info.LastAccess), LeaseUntilUnixMs: unixMs(info.LeaseUntil),
-		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin}
+		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin, Disk: diskToPB(info.Disk), Promote: info.Promote}
+}
+
+func diskToPB(ds []DiskCopy) []*pb.DiskCopy {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]*pb.DiskCopy, len(ds))
+	for i, d := range ds {
+		out[i] = &pb.DiskCopy{Url: d.URL, Seq: d.Seq, Segment: d.Segment}
+	}
+	return out
+}
+
+func heldFromPB(hs []*pb.HeldObject) []HeldObject {
+	out := make([]HeldObject, len(hs))
+	for i, h := range hs {
+		out[i] = HeldObject{Segment: h.Segment, Offset: h.Offset, Key: h.Key, Size: h.Size, CRC: h.Crc32C, Seq: h.Seq,
+			HardPin: h.HardPin, SoftPin: h.SoftPin, SoftPinTTL: msDuration(h.SoftPinTtlMs), Disk: h.Disk}
+	}
+	return out
+}
+
+func heldToPB(hs []HeldObject) []*pb.HeldObject {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]*pb.HeldObject, len(hs))
+	for i, h := range hs {
+		out[i] = &pb.HeldObject{Segment: h.Segment, Key: h.Key, Seq: h.Seq, Size: h.Size, Disk: h.Disk}
+	}
+	return out
+}
+
+func refsToPB(rs []HeaderRef) []*pb.HeaderRef {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]*pb.HeaderRef, len(rs))
+	for i, r := range rs {
+		out[i] = &pb.HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq, Offload: r.Offload}
+	}
+	return out
+}
+
+func refsFromPB(rs []*pb.HeaderRef) []HeaderRef {
+	out := make([]HeaderRef, len(rs))
+	for i, r := range rs {
+		out[i] = HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq}
+	}
+	return out
 }
 
 // Ping implements MasterService.
 func (s *Service) Ping(_ context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
-	v, st := s.m.Ping(r.ClientId)
-	return &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == PingNeedRemount}, nil
+	v, st, todo := s.m.Heartbeat(r.ClientId, refsFromPB(r.Zeroed))
+	out := &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == PingNeedRemount, Tombstones: refsToPB(todo)}
+	if st == PingOK {
+		out.DiskRemove = heldToPB(s.m.DiskSync(r.ClientId, heldFromPB(r.OnDisk), heldFromPB(r.DiskDropped)))
+	}
+	return out, nil
 }
 
 // MountSegment implements MasterService.
@@ -90,12 +145,14 @@ func (s *Service) MountSegment(_ context.Context, r *pb.MountSegmentRequest) (*p
 }
 
 // RemountSegments implements MasterService.
-func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsRequest) (*pb.Status, error) {
+func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
 	specs := make([]SegmentSpec, len(r.Segments))
 	for i, sg := range r.Segments {
 		specs[i] = specFromPB(sg)
 	}
-	return status(s.m.RemountSegments(r.ClientId, specs)), nil
+	res, err := s.m.Restore(r.ClientId, specs, heldFromPB(r.Objects))
+	return &pb.RemountSegmentsResponse{Status: status(err), Restored: int64(res.Restored), Dropped: int64(res.Dropped),
+		Tombstones: refsToPB(res.Tombstones)}, nil
 }
 
 // UnmountSegment implements MasterService.
@@ -115,7 +172,11 @@ func (s *Service) putStart(r *pb.PutStartRequest) *pb.PutStartResponse {
 	} else {
 		reps, err = s.m.PutStart(r.ClientId, r.Key, r.Size, rcFromPB(r.Config))
 	}
-	return &pb.PutStartResponse{Status: status(err), Replicas: replicasToPB(reps)}
+	out := &pb.PutStartResponse{Status: status(err), Replicas: replicasToPB(reps)}
+	if len(reps) > 0 {
+		out.Seq, out.HeaderLen = reps[0].Seq, reps[0].HeaderLen
+	}
+	return out
 }
 
 // PutStart implements MasterService.
@@ -187,28 +248,32 @@ func (s *Service) BatchExist(_ context.Context, r *pb.BatchKeysRequest) (*pb.Bat
 }
 
 // Remove implements MasterService.
-func (s *Service) Remove(_ context.Context, r *pb.RemoveRequest) (*pb.Status, error) {
-	return status(s.m.Remove(r.Key, r.Force)), nil
+func (s *Service) Remove(_ context.Context, r *pb.RemoveRequest) (*pb.RemoveResponse, error) {
+	tombs, err := s.m.RemoveHeaders(r.Key, r.Force)
+	return &pb.RemoveResponse{Status: status(err), Tombstones: refsToPB(tombs)}, nil
 }
 
 // BatchRemove implements MasterService.
-func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.BatchStatus, error) {
-	out := &pb.BatchStatus{Results: make([]*pb.Status, len(r.Removes))}
+func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.BatchRemoveResponse, error) {
+	out := &pb.BatchRemoveResponse{Results: make([]*pb.Status, len(r.Removes))}
 	for i, rm := range r.Removes {
-		out.Results[i] = status(s.m.Remove(rm.Key, rm.Force))
+		tombs, err := s.m.RemoveHeaders(rm.Key, rm.Force)
+		out.Results[i] = status(err)
+		out.Tombstones = append(out.Tombstones, refsToPB(tombs)...)
 	}
 	return out, nil
 }
 
 // RemoveByRegex implements MasterService.
 func (s *Service) RemoveByRegex(_ context.Context, r *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
-	n, err := s.m.RemoveByRegex(r.Pattern, r.Force)
-	return &pb.CountResponse{Status: status(err), Count: int64(n)}, nil
+	n, tombs, err := s.m.RemoveByRegexHeaders(r.Pattern, r.Force)
+	return &pb.CountResponse{Status: status(err), Count: int64(n), Tombstones: refsToPB(tombs)}, nil
 }
 
 // RemoveAll implements MasterService.
 func (s *Service) RemoveAll(_ context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
-	return &pb.CountResponse{Status: status(nil), Count: int64(s.m.RemoveAll(r.Force))}, nil
+	n, tombs := s.m.RemoveAllHeaders(r.Force)
+	return &pb.CountResponse{Status: status(nil), Count: int64(n), Tombstones: refsToPB(tombs)}, nil
 }
 
 // List implements MasterService.

@@ -10,5 +10,6 @@ func (m *Master) Stats() Stats {
 	st.Capacity, st.Used = m.usageLocked()
 	st.Segments = len(m.segOrder)
 	st.Clients = len(m.clients)
+	st.DiskObjects = len(m.disk)
 	return st
 }

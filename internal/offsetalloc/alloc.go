@@ -1,6 +1,7 @@
 package offsetalloc
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -148,4 +149,76 @@ func (a *Allocator) remove(start, length uint64) {
 		return
 	}
 	a.buckets[length] = b
+}
+
+// Range is an allocated byte range [Off, Off+Len).
+type Range struct{ Off, Len uint64 }
+
+// NewAllocated returns an allocator for size bytes (as New) in which the
+// given ranges are already allocated, as if by Alloc, and the gaps between
+// them are free: it rebuilds a region's allocator from what is known to
+// live in it. Ranges must be aligned, inside the region and not overlap;
+// their order does not matter. Each is later freed with Free(Off, Len).
+func NewAllocated(size, align uint64, used []Range) (*Allocator, error) {
+	a := New(size, align)
+	rs := slices.Clone(used)
+	slices.SortFunc(rs, func(x, y Range) int { return cmp.Compare(x.Off, y.Off) })
+	if a.size > 0 {
+		a.remove(0, a.size)
+	}
+	var pos uint64
+	for _, r := range rs {
+		n := a.Rounded(r.Len)
+		if r.Len == 0 || r.Off%a.align != 0 || r.Off < pos || r.Off+n > a.size || r.Off+n < r.Off {
+			return nil, fmt.Errorf("alloc: range [%d,+%d) misaligned, overlapping or outside %d bytes", r.Off, r.Len, a.size)
+		}
+		if r.Off > pos {
+			a.insert(pos, r.Off-pos)
+		}
+		a.used += n
+		pos = r.Off + n
+	}
+	if pos < a.size {
+		a.insert(pos, a.size-pos)
+	}
+	return a, nil
+}
+
+// FreeAt is the length of the free extent starting exactly at off (0 when
+// none starts there).
+func (a *Allocator) FreeAt(off uint64) uint64 { return a.byStart[off] }
+
+// AllocAt reserves the n bytes at off (aligned) if they are free, as Alloc
+// would have; it reports whether it did. It finds the free extent holding
+// off in O(1) when one starts at off, else by a scan of the free extents.
+func (a *Allocator) AllocAt(off, n uint64) bool {
+	need := a.Rounded(n)
+	if n == 0 || off%a.align != 0 || off+need < off || off+need > a.size {
+		return false
+	}
+	start, length := off, a.byStart[off]
+	if length == 0 {
+		start = ^uint64(0)
+		for s, l := range a.byStart {
+			if s <= off && off < s+l {
+				start, length = s, l
+				break
+			}
+		}
+		if start == ^uint64(0) {
+			return false
+		}
+	}
+	if off+need > start+length {
+		return false
+	}
+	a.remove(start, length)
+	if off > start {
+		a.insert(start, off-start)
+	}
+	if end := start + length; off+need < end {
+		a.insert(off+need, end-off-need)
+	}
+	a.used += need
+	return true
 }

@@ -201,3 +201,42 @@ func BenchmarkAllocFree(b *testing.B) {
 		offs = append(offs, o)
 	}
 }
+
+func TestNewAllocated(t *testing.T) {
+	a, err := NewAllocated(1024, 64, []Range{{512, 100}, {0, 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Used() != 64+128 || a.Extents() != 2 || a.LargestFree() != 512-64 {
+		t.Fatalf("used %d extents %d largest %d", a.Used(), a.Extents(), a.LargestFree())
+	}
+	a.Free(512, 100)
+	a.Free(0, 64)
+	if a.Used() != 0 || a.Extents() != 1 {
+		t.Fatalf("after free: used %d extents %d", a.Used(), a.Extents())
+	}
+	for _, bad := range [][]Range{{{0, 128}, {64, 64}}, {{1, 64}}, {{1000, 64}}, {{0, 0}}} {
+		if _, err := NewAllocated(1024, 64, bad); err == nil {
+			t.Fatalf("%v accepted", bad)
+		}
+	}
+}
+
+func TestAllocAt(t *testing.T) {
+	a := New(1024, 64)
+	if !a.AllocAt(128, 100) || a.Used() != 128 || a.Extents() != 2 {
+		t.Fatalf("alloc at 128: used %d extents %d", a.Used(), a.Extents())
+	}
+	if a.AllocAt(192, 64) || a.AllocAt(64, 128) || a.AllocAt(1000, 64) {
+		t.Fatal("allocated over a used range")
+	}
+	if a.FreeAt(256) != 1024-256 || !a.AllocAt(256, 64) || !a.AllocAt(0, 64) {
+		t.Fatal("adjacent allocations")
+	}
+	a.Free(128, 100)
+	a.Free(256, 64)
+	a.Free(0, 64)
+	if a.Used() != 0 || a.Extents() != 1 {
+		t.Fatalf("after free: used %d extents %d", a.Used(), a.Extents())
+	}
+}

@@ -3,13 +3,22 @@
 // engine. It opens a transfer engine, allocates the segment as
 // engine-managed (memfd) memory so same-host clients can map it, mounts it
 // at the master, keeps pinging (remounting after a master restart, when the
-// master answers NEED_REMOUNT), and on shutdown unmounts gracefully (the
+// master answers NEED_REMOUNT, and then re-reporting the durable objects its
+// memory holds; its store client zeroes the headers of freed objects the
+// master lists in ping answers), and on shutdown unmounts gracefully (the
 // master stops allocating on the segment and waits for read leases on it to
 // end, up to UnmountGrace) before freeing the memory.
 //
 // Clients never ask the node for data: they read and write the segment's
 // memory directly with their own transfer engines, at the addresses the
 // master hands out. The node's CPU only serves the transfer engine.
+//
+// With Config.RootFSDir and EnableOffload the node has a disk tier
+// (disk.go, Mooncake's root_fs_dir): objects the master evicts from its
+// segment are copied to one file each (header and value, CRC-checked),
+// served to readers over HTTP on their own listener (DiskAddr; never the
+// transfer engine's path), kept within DiskCapacity (least recently used
+// dropped), and re-reported when the node restarts on the directory.
 //
 // Use: Start(ctx, Config{Master, SegmentSize}) returns a mounted Node (it
 // binds no port: the transfer engine listens, the node's HTTP API does not

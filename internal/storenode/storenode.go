@@ -24,6 +24,19 @@ type Config struct {
 	UnmountGrace time.Duration   // graceful unmount wait on shutdown (2s)
 	HTTPAddr     string          // /health and /metrics listen address for Run ("" = none; port 0 picks one)
 	Logger       *slog.Logger
+
+	// Disk tier (Mooncake's root_fs_dir / SSD offload), on when RootFSDir is
+	// set and EnableOffload: objects the master evicts from the segment are
+	// copied to files under RootFSDir (OffloadOnEvict), readers fetch them
+	// over HTTP from DiskAddr and put them back into memory
+	// (PromotionOnHit), at most DiskCapacity bytes are kept (least recently
+	// used dropped), and a restarted node re-reports them.
+	RootFSDir      string
+	EnableOffload  bool
+	OffloadOnEvict bool
+	PromotionOnHit bool
+	DiskCapacity   uint64 // bytes (default 10 GiB)
+	DiskAddr       string // listen address of the disk read server (default: the engine's host, port 0)
 }
 
 // Validate checks the configuration.
@@ -34,6 +47,9 @@ func (c Config) Validate() error {
 	if c.SegmentSize < 4096 {
 		return fmt.Errorf("storenode: segment size %d below 4096 bytes", c.SegmentSize)
 	}
+	if c.EnableOffload && c.RootFSDir == "" {
+		return fmt.Errorf("storenode: --enable-offload needs --root-fs-dir")
+	}
 	return c.Engine.Validate()
 }
 
@@ -42,6 +58,8 @@ type Node struct {
 	eng    *transfer.Engine
 	client *store.Client
 	size   uint64
+	disk   *diskTier    // nil = no disk tier
+	diskHS *http.Server // serves disk reads
 
 	mu sync.Mutex
 	hl net.Listener // the listener Serve serves (nil = none)
@@ -61,18 +79,31 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Engine.Logger == nil {
 		cfg.Engine.Logger = cfg.Logger
 	}
+	n := &Node{size: cfg.SegmentSize}
+	scfg := store.Config{Master: cfg.Master, SegmentSize: cfg.SegmentSize,
+		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, RPCTimeout: cfg.RPCTimeout, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger}
+	if cfg.EnableOffload {
+		if err := n.startDisk(cfg); err != nil {
+			return nil, err
+		}
+		scfg.Disk = n.disk
+	}
 	eng, err := transfer.Open(ctx, cfg.Engine)
 	if err != nil {
+		n.stopDisk()
 		return nil, fmt.Errorf("storenode: open transfer engine: %w", err)
 	}
-	cl, err := store.New(ctx, store.Config{Master: cfg.Master, Mover: eng, SegmentSize: cfg.SegmentSize,
-		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, RPCTimeout: cfg.RPCTimeout, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger})
+	scfg.Mover = eng
+	cl, err := store.New(ctx, scfg)
 	if err != nil {
 		eng.Close()
+		n.stopDisk()
 		return nil, fmt.Errorf("storenode: %w", err)
 	}
-	cfg.Logger.Info("storage node mounted", "segment", cl.SegmentName(), "size", cfg.SegmentSize, "master", cfg.Master)
-	return &Node{eng: eng, client: cl, size: cfg.SegmentSize}, nil
+	n.eng, n.client = eng, cl
+	cfg.Logger.Info("storage node mounted", "segment", cl.SegmentName(), "size", cfg.SegmentSize, "master", cfg.Master,
+		"disk", cfg.RootFSDir, "restored", cl.Restored())
+	return n, nil
 }
 
 // Serve serves /health and /metrics (Handler) on ln until ctx ends, then
@@ -130,6 +161,13 @@ func (n *Node) Handler() http.Handler {
 		fmt.Fprintf(w, "# HELP mooncake_storenode_segment_bytes Memory contributed to the pool.\n# TYPE mooncake_storenode_segment_bytes gauge\nmooncake_storenode_segment_bytes{segment=%q} %d\n", seg, n.size)
 		fmt.Fprintf(w, "# HELP mooncake_storenode_remounts_total Remounts after a master restart.\n# TYPE mooncake_storenode_remounts_total counter\nmooncake_storenode_remounts_total{segment=%q} %d\n", seg, h.Remounts)
 		fmt.Fprintf(w, "# HELP mooncake_storenode_ping_failures Consecutive failed pings to the master.\n# TYPE mooncake_storenode_ping_failures gauge\nmooncake_storenode_ping_failures{segment=%q} %d\n", seg, h.PingFailures)
+		if n.disk != nil {
+			used, objects, reads := n.disk.usage()
+			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_bytes Bytes held by the disk tier.\n# TYPE mooncake_storenode_disk_bytes gauge\nmooncake_storenode_disk_bytes{segment=%q} %d\n", seg, used)
+			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_capacity_bytes Capacity of the disk tier.\n# TYPE mooncake_storenode_disk_capacity_bytes gauge\nmooncake_storenode_disk_capacity_bytes{segment=%q} %d\n", seg, n.disk.capacity)
+			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_objects Objects held by the disk tier.\n# TYPE mooncake_storenode_disk_objects gauge\nmooncake_storenode_disk_objects{segment=%q} %d\n", seg, objects)
+			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_reads_total Reads served from the disk tier.\n# TYPE mooncake_storenode_disk_reads_total counter\nmooncake_storenode_disk_reads_total{segment=%q} %d\n", seg, reads)
+		}
 		fmt.Fprintf(w, "# HELP mooncake_storenode_seconds_since_ping Seconds since the master last answered.\n# TYPE mooncake_storenode_seconds_since_ping gauge\nmooncake_storenode_seconds_since_ping{segment=%q} %.3f\n", seg, time.Since(h.LastPingOK).Seconds())
 	})
 	return mux
@@ -144,6 +182,7 @@ func (n *Node) Client() *store.Client { return n.client }
 // Close unmounts gracefully, frees the segment and closes the engine.
 func (n *Node) Close() error {
 	n.client.Close()
+	n.stopDisk()
 	return n.eng.Close()
 }
 
@@ -151,7 +190,51 @@ func (n *Node) Close() error {
 // node stops pinging without unmounting (tests).
 func (n *Node) Kill() error {
 	n.client.Abort()
+	n.stopDisk()
 	return n.eng.Close()
+}
+
+// startDisk opens the disk tier and serves its reads on DiskAddr.
+func (n *Node) startDisk(cfg Config) error {
+	capacity := cfg.DiskCapacity
+	if capacity == 0 {
+		capacity = 10 << 30
+	}
+	d, err := openDisk(cfg.RootFSDir, capacity, cfg.OffloadOnEvict, cfg.PromotionOnHit)
+	if err != nil {
+		return err
+	}
+	addr := cfg.DiskAddr
+	if addr == "" {
+		host := cfg.Engine.LocalHostname
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		addr = net.JoinHostPort(host, "0")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("storenode: disk tier: listen %s: %w", addr, err)
+	}
+	d.url = "http://" + ln.Addr().String()
+	n.disk = d
+	n.diskHS = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = n.diskHS.Serve(ln) }()
+	return nil
+}
+
+func (n *Node) stopDisk() {
+	if n.diskHS != nil {
+		_ = n.diskHS.Close()
+	}
+}
+
+// DiskURL is the base URL of the node's disk tier ("" when it has none).
+func (n *Node) DiskURL() string {
+	if n.disk == nil {
+		return ""
+	}
+	return n.disk.url
 }
 
 // Run listens on cfg.HTTPAddr (unless empty), starts a node, serves its

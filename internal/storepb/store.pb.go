@@ -78,13 +78,18 @@ func (x *Status) GetMessage() string {
 }
 
 type Segment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Endpoint      string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Base          uint64                 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Endpoint string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Base     uint64                 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
+	Size     uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// Disk tier of the owning node (Mooncake's root_fs_dir): the base URL
+	// clients read disk copies from ("" = none) and its policies.
+	DiskUrl        string `protobuf:"bytes,5,opt,name=disk_url,json=diskUrl,proto3" json:"disk_url,omitempty"`
+	OffloadOnEvict bool   `protobuf:"varint,6,opt,name=offload_on_evict,json=offloadOnEvict,proto3" json:"offload_on_evict,omitempty"`
+	PromotionOnHit bool   `protobuf:"varint,7,opt,name=promotion_on_hit,json=promotionOnHit,proto3" json:"promotion_on_hit,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Segment) Reset() {
@@ -143,6 +148,27 @@ func (x *Segment) GetSize() uint64 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *Segment) GetDiskUrl() string {
+	if x != nil {
+		return x.DiskUrl
+	}
+	return ""
+}
+
+func (x *Segment) GetOffloadOnEvict() bool {
+	if x != nil {
+		return x.OffloadOnEvict
+	}
+	return false
+}
+
+func (x *Segment) GetPromotionOnHit() bool {
+	if x != nil {
+		return x.PromotionOnHit
+	}
+	return false
 }
 
 type Replica struct {
@@ -220,8 +246,11 @@ type ReplicateConfig struct {
 	SoftPin           bool                   `protobuf:"varint,3,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
 	SoftPinTtlMs      int64                  `protobuf:"varint,4,opt,name=soft_pin_ttl_ms,json=softPinTtlMs,proto3" json:"soft_pin_ttl_ms,omitempty"`
 	HardPin           bool                   `protobuf:"varint,5,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Promotion of a disk copy: the put is refused unless the key's disk copy
+	// is still this version (a remove in between wins).
+	PromoteSeq    uint64 `protobuf:"varint,6,opt,name=promote_seq,json=promoteSeq,proto3" json:"promote_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicateConfig) Reset() {
@@ -289,16 +318,115 @@ func (x *ReplicateConfig) GetHardPin() bool {
 	return false
 }
 
+func (x *ReplicateConfig) GetPromoteSeq() uint64 {
+	if x != nil {
+		return x.PromoteSeq
+	}
+	return 0
+}
+
+// The header of a durable object in a segment (see internal/objheader).
+type HeaderRef struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Segment  string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	Endpoint string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Offset   uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"` // of the header in the segment
+	Addr     uint64                 `protobuf:"varint,4,opt,name=addr,proto3" json:"addr,omitempty"`     // remote address of the header
+	Seq      uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Evicted to the disk tier: the node copies the object to disk before
+	// zeroing its header (the whole object stays allocated until then).
+	Offload       bool `protobuf:"varint,6,opt,name=offload,proto3" json:"offload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderRef) Reset() {
+	*x = HeaderRef{}
+	mi := &file_store_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderRef) ProtoMessage() {}
+
+func (x *HeaderRef) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderRef.ProtoReflect.Descriptor instead.
+func (*HeaderRef) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HeaderRef) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *HeaderRef) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *HeaderRef) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *HeaderRef) GetAddr() uint64 {
+	if x != nil {
+		return x.Addr
+	}
+	return 0
+}
+
+func (x *HeaderRef) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HeaderRef) GetOffload() bool {
+	if x != nil {
+		return x.Offload
+	}
+	return false
+}
+
 type PingRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Tombstones the client zeroed in its segments since its last ping.
+	Zeroed []*HeaderRef `protobuf:"bytes,2,rep,name=zeroed,proto3" json:"zeroed,omitempty"`
+	// Objects the node's disk tier took (offload) or dropped (capacity).
+	OnDisk        []*HeldObject `protobuf:"bytes,3,rep,name=on_disk,json=onDisk,proto3" json:"on_disk,omitempty"`
+	DiskDropped   []*HeldObject `protobuf:"bytes,4,rep,name=disk_dropped,json=diskDropped,proto3" json:"disk_dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_store_proto_msgTypes[4]
+	mi := &file_store_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +438,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[4]
+	mi := &file_store_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +451,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{4}
+	return file_store_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PingRequest) GetClientId() string {
@@ -333,18 +461,43 @@ func (x *PingRequest) GetClientId() string {
 	return ""
 }
 
+func (x *PingRequest) GetZeroed() []*HeaderRef {
+	if x != nil {
+		return x.Zeroed
+	}
+	return nil
+}
+
+func (x *PingRequest) GetOnDisk() []*HeldObject {
+	if x != nil {
+		return x.OnDisk
+	}
+	return nil
+}
+
+func (x *PingRequest) GetDiskDropped() []*HeldObject {
+	if x != nil {
+		return x.DiskDropped
+	}
+	return nil
+}
+
 type PingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	ViewVersion   uint64                 `protobuf:"varint,2,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
-	NeedRemount   bool                   `protobuf:"varint,3,opt,name=need_remount,json=needRemount,proto3" json:"need_remount,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Status      *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	ViewVersion uint64                 `protobuf:"varint,2,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
+	NeedRemount bool                   `protobuf:"varint,3,opt,name=need_remount,json=needRemount,proto3" json:"need_remount,omitempty"`
+	// Headers of freed durable objects in the client's segments to zero.
+	Tombstones []*HeaderRef `protobuf:"bytes,4,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	// Disk copies the node deletes (removed or replaced keys).
+	DiskRemove    []*HeldObject `protobuf:"bytes,5,rep,name=disk_remove,json=diskRemove,proto3" json:"disk_remove,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_store_proto_msgTypes[5]
+	mi := &file_store_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +509,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[5]
+	mi := &file_store_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +522,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{5}
+	return file_store_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PingResponse) GetStatus() *Status {
@@ -393,6 +546,138 @@ func (x *PingResponse) GetNeedRemount() bool {
 	return false
 }
 
+func (x *PingResponse) GetTombstones() []*HeaderRef {
+	if x != nil {
+		return x.Tombstones
+	}
+	return nil
+}
+
+func (x *PingResponse) GetDiskRemove() []*HeldObject {
+	if x != nil {
+		return x.DiskRemove
+	}
+	return nil
+}
+
+// A durable object a node found in its segment when it remounts.
+type HeldObject struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Segment      string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	Offset       uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Key          string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Size         uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C       uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Seq          uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	HardPin      bool                   `protobuf:"varint,7,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
+	SoftPin      bool                   `protobuf:"varint,8,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
+	SoftPinTtlMs int64                  `protobuf:"varint,9,opt,name=soft_pin_ttl_ms,json=softPinTtlMs,proto3" json:"soft_pin_ttl_ms,omitempty"`
+	// Held by the segment's disk tier (offset unused).
+	Disk          bool `protobuf:"varint,10,opt,name=disk,proto3" json:"disk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldObject) Reset() {
+	*x = HeldObject{}
+	mi := &file_store_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldObject) ProtoMessage() {}
+
+func (x *HeldObject) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldObject.ProtoReflect.Descriptor instead.
+func (*HeldObject) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HeldObject) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *HeldObject) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *HeldObject) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HeldObject) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *HeldObject) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *HeldObject) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HeldObject) GetHardPin() bool {
+	if x != nil {
+		return x.HardPin
+	}
+	return false
+}
+
+func (x *HeldObject) GetSoftPin() bool {
+	if x != nil {
+		return x.SoftPin
+	}
+	return false
+}
+
+func (x *HeldObject) GetSoftPinTtlMs() int64 {
+	if x != nil {
+		return x.SoftPinTtlMs
+	}
+	return 0
+}
+
+func (x *HeldObject) GetDisk() bool {
+	if x != nil {
+		return x.Disk
+	}
+	return false
+}
+
 type MountSegmentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -403,7 +688,7 @@ type MountSegmentRequest struct {
 
 func (x *MountSegmentRequest) Reset() {
 	*x = MountSegmentRequest{}
-	mi := &file_store_proto_msgTypes[6]
+	mi := &file_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +700,7 @@ func (x *MountSegmentRequest) String() string {
 func (*MountSegmentRequest) ProtoMessage() {}
 
 func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[6]
+	mi := &file_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +713,7 @@ func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*MountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{6}
+	return file_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MountSegmentRequest) GetClientId() string {
@@ -446,16 +731,18 @@ func (x *MountSegmentRequest) GetSegment() *Segment {
 }
 
 type RemountSegmentsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Segments      []*Segment             `protobuf:"bytes,2,rep,name=segments,proto3" json:"segments,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Segments []*Segment             `protobuf:"bytes,2,rep,name=segments,proto3" json:"segments,omitempty"`
+	// The durable objects the client's segments hold (master restart or failover).
+	Objects       []*HeldObject `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemountSegmentsRequest) Reset() {
 	*x = RemountSegmentsRequest{}
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +754,7 @@ func (x *RemountSegmentsRequest) String() string {
 func (*RemountSegmentsRequest) ProtoMessage() {}
 
 func (x *RemountSegmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +767,7 @@ func (x *RemountSegmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemountSegmentsRequest.ProtoReflect.Descriptor instead.
 func (*RemountSegmentsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{7}
+	return file_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RemountSegmentsRequest) GetClientId() string {
@@ -497,6 +784,82 @@ func (x *RemountSegmentsRequest) GetSegments() []*Segment {
 	return nil
 }
 
+func (x *RemountSegmentsRequest) GetObjects() []*HeldObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+type RemountSegmentsResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Status   *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Restored int64                  `protobuf:"varint,2,opt,name=restored,proto3" json:"restored,omitempty"`
+	Dropped  int64                  `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// Headers of refused objects to zero.
+	Tombstones    []*HeaderRef `protobuf:"bytes,4,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemountSegmentsResponse) Reset() {
+	*x = RemountSegmentsResponse{}
+	mi := &file_store_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemountSegmentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemountSegmentsResponse) ProtoMessage() {}
+
+func (x *RemountSegmentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemountSegmentsResponse.ProtoReflect.Descriptor instead.
+func (*RemountSegmentsResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RemountSegmentsResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *RemountSegmentsResponse) GetRestored() int64 {
+	if x != nil {
+		return x.Restored
+	}
+	return 0
+}
+
+func (x *RemountSegmentsResponse) GetDropped() int64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *RemountSegmentsResponse) GetTombstones() []*HeaderRef {
+	if x != nil {
+		return x.Tombstones
+	}
+	return nil
+}
+
 type UnmountSegmentRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -509,7 +872,7 @@ type UnmountSegmentRequest struct {
 
 func (x *UnmountSegmentRequest) Reset() {
 	*x = UnmountSegmentRequest{}
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +884,7 @@ func (x *UnmountSegmentRequest) String() string {
 func (*UnmountSegmentRequest) ProtoMessage() {}
 
 func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +897,7 @@ func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*UnmountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{8}
+	return file_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UnmountSegmentRequest) GetClientId() string {
@@ -572,7 +935,7 @@ type PutStartRequest struct {
 
 func (x *PutStartRequest) Reset() {
 	*x = PutStartRequest{}
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +947,7 @@ func (x *PutStartRequest) String() string {
 func (*PutStartRequest) ProtoMessage() {}
 
 func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +960,7 @@ func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartRequest.ProtoReflect.Descriptor instead.
 func (*PutStartRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{9}
+	return file_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PutStartRequest) GetClientId() string {
@@ -636,16 +999,20 @@ func (x *PutStartRequest) GetUpsert() bool {
 }
 
 type PutStartResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	Replicas      []*Replica             `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Status   *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Replicas []*Replica             `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// Durable masters: the put's sequence number and the length of the
+	// object header the client writes at each replica's addr - header_len.
+	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	HeaderLen     uint64 `protobuf:"varint,4,opt,name=header_len,json=headerLen,proto3" json:"header_len,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PutStartResponse) Reset() {
 	*x = PutStartResponse{}
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +1024,7 @@ func (x *PutStartResponse) String() string {
 func (*PutStartResponse) ProtoMessage() {}
 
 func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +1037,7 @@ func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResponse.ProtoReflect.Descriptor instead.
 func (*PutStartResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{10}
+	return file_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PutStartResponse) GetStatus() *Status {
@@ -687,6 +1054,20 @@ func (x *PutStartResponse) GetReplicas() []*Replica {
 	return nil
 }
 
+func (x *PutStartResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PutStartResponse) GetHeaderLen() uint64 {
+	if x != nil {
+		return x.HeaderLen
+	}
+	return 0
+}
+
 type BatchPutStartRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Puts          []*PutStartRequest     `protobuf:"bytes,1,rep,name=puts,proto3" json:"puts,omitempty"`
@@ -696,7 +1077,7 @@ type BatchPutStartRequest struct {
 
 func (x *BatchPutStartRequest) Reset() {
 	*x = BatchPutStartRequest{}
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +1089,7 @@ func (x *BatchPutStartRequest) String() string {
 func (*BatchPutStartRequest) ProtoMessage() {}
 
 func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +1102,7 @@ func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutStartRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{11}
+	return file_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchPutStartRequest) GetPuts() []*PutStartRequest {
@@ -740,7 +1121,7 @@ type BatchPutStartResponse struct {
 
 func (x *BatchPutStartResponse) Reset() {
 	*x = BatchPutStartResponse{}
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +1133,7 @@ func (x *BatchPutStartResponse) String() string {
 func (*BatchPutStartResponse) ProtoMessage() {}
 
 func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +1146,7 @@ func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutStartResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{12}
+	return file_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchPutStartResponse) GetResults() []*PutStartResponse {
@@ -786,7 +1167,7 @@ type PutEndRequest struct {
 
 func (x *PutEndRequest) Reset() {
 	*x = PutEndRequest{}
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1179,7 @@ func (x *PutEndRequest) String() string {
 func (*PutEndRequest) ProtoMessage() {}
 
 func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1192,7 @@ func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutEndRequest.ProtoReflect.Descriptor instead.
 func (*PutEndRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{13}
+	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutEndRequest) GetClientId() string {
@@ -844,7 +1225,7 @@ type BatchPutEndRequest struct {
 
 func (x *BatchPutEndRequest) Reset() {
 	*x = BatchPutEndRequest{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1237,7 @@ func (x *BatchPutEndRequest) String() string {
 func (*BatchPutEndRequest) ProtoMessage() {}
 
 func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1250,7 @@ func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutEndRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutEndRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BatchPutEndRequest) GetEnds() []*PutEndRequest {
@@ -889,7 +1270,7 @@ type PutRevokeRequest struct {
 
 func (x *PutRevokeRequest) Reset() {
 	*x = PutRevokeRequest{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1282,7 @@ func (x *PutRevokeRequest) String() string {
 func (*PutRevokeRequest) ProtoMessage() {}
 
 func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1295,7 @@ func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRevokeRequest.ProtoReflect.Descriptor instead.
 func (*PutRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutRevokeRequest) GetClientId() string {
@@ -940,7 +1321,7 @@ type BatchStatus struct {
 
 func (x *BatchStatus) Reset() {
 	*x = BatchStatus{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1333,7 @@ func (x *BatchStatus) String() string {
 func (*BatchStatus) ProtoMessage() {}
 
 func (x *BatchStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1346,7 @@ func (x *BatchStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchStatus.ProtoReflect.Descriptor instead.
 func (*BatchStatus) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BatchStatus) GetResults() []*Status {
@@ -984,7 +1365,7 @@ type KeyRequest struct {
 
 func (x *KeyRequest) Reset() {
 	*x = KeyRequest{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1377,7 @@ func (x *KeyRequest) String() string {
 func (*KeyRequest) ProtoMessage() {}
 
 func (x *KeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1390,7 @@ func (x *KeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
 func (*KeyRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KeyRequest) GetKey() string {
@@ -1028,7 +1409,7 @@ type BatchKeysRequest struct {
 
 func (x *BatchKeysRequest) Reset() {
 	*x = BatchKeysRequest{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1421,7 @@ func (x *BatchKeysRequest) String() string {
 func (*BatchKeysRequest) ProtoMessage() {}
 
 func (x *BatchKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1434,7 @@ func (x *BatchKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchKeysRequest.ProtoReflect.Descriptor instead.
 func (*BatchKeysRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BatchKeysRequest) GetKeys() []string {
@@ -1077,13 +1458,17 @@ type ObjectInfo struct {
 	LeaseUntilUnixMs   int64                  `protobuf:"varint,10,opt,name=lease_until_unix_ms,json=leaseUntilUnixMs,proto3" json:"lease_until_unix_ms,omitempty"`
 	SoftPinUntilUnixMs int64                  `protobuf:"varint,11,opt,name=soft_pin_until_unix_ms,json=softPinUntilUnixMs,proto3" json:"soft_pin_until_unix_ms,omitempty"`
 	HardPin            bool                   `protobuf:"varint,12,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Copies on a node's disk tier (read over HTTP: GET url/disk/object?key=K&seq=S).
+	Disk []*DiskCopy `protobuf:"bytes,13,rep,name=disk,proto3" json:"disk,omitempty"`
+	// Promotion on hit: the reader puts the value back into memory.
+	Promote       bool `protobuf:"varint,14,opt,name=promote,proto3" json:"promote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1480,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1493,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ObjectInfo) GetStatus() *Status {
@@ -1195,6 +1580,80 @@ func (x *ObjectInfo) GetHardPin() bool {
 	return false
 }
 
+func (x *ObjectInfo) GetDisk() []*DiskCopy {
+	if x != nil {
+		return x.Disk
+	}
+	return nil
+}
+
+func (x *ObjectInfo) GetPromote() bool {
+	if x != nil {
+		return x.Promote
+	}
+	return false
+}
+
+type DiskCopy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Segment       string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskCopy) Reset() {
+	*x = DiskCopy{}
+	mi := &file_store_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskCopy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskCopy) ProtoMessage() {}
+
+func (x *DiskCopy) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskCopy.ProtoReflect.Descriptor instead.
+func (*DiskCopy) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DiskCopy) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *DiskCopy) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *DiskCopy) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
 type BatchObjectInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*ObjectInfo          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -1204,7 +1663,7 @@ type BatchObjectInfo struct {
 
 func (x *BatchObjectInfo) Reset() {
 	*x = BatchObjectInfo{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1675,7 @@ func (x *BatchObjectInfo) String() string {
 func (*BatchObjectInfo) ProtoMessage() {}
 
 func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1688,7 @@ func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchObjectInfo.ProtoReflect.Descriptor instead.
 func (*BatchObjectInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BatchObjectInfo) GetResults() []*ObjectInfo {
@@ -1249,7 +1708,7 @@ type ExistResponse struct {
 
 func (x *ExistResponse) Reset() {
 	*x = ExistResponse{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1720,7 @@ func (x *ExistResponse) String() string {
 func (*ExistResponse) ProtoMessage() {}
 
 func (x *ExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1733,7 @@ func (x *ExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistResponse.ProtoReflect.Descriptor instead.
 func (*ExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExistResponse) GetStatus() *Status {
@@ -1300,7 +1759,7 @@ type BatchExistResponse struct {
 
 func (x *BatchExistResponse) Reset() {
 	*x = BatchExistResponse{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1771,7 @@ func (x *BatchExistResponse) String() string {
 func (*BatchExistResponse) ProtoMessage() {}
 
 func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1784,7 @@ func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchExistResponse.ProtoReflect.Descriptor instead.
 func (*BatchExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BatchExistResponse) GetResults() []*ExistResponse {
@@ -1345,7 +1804,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1816,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1829,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveRequest) GetKey() string {
@@ -1396,7 +1855,7 @@ type BatchRemoveRequest struct {
 
 func (x *BatchRemoveRequest) Reset() {
 	*x = BatchRemoveRequest{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1867,7 @@ func (x *BatchRemoveRequest) String() string {
 func (*BatchRemoveRequest) ProtoMessage() {}
 
 func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,12 +1880,126 @@ func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
 func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BatchRemoveRequest) GetRemoves() []*RemoveRequest {
 	if x != nil {
 		return x.Removes
+	}
+	return nil
+}
+
+type RemoveResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// Headers of the removed objects the caller zeroes (durable masters).
+	Tombstones []*HeaderRef `protobuf:"bytes,2,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	// Disk copies of the removed objects the caller deletes.
+	Disk          []*DiskCopy `protobuf:"bytes,3,rep,name=disk,proto3" json:"disk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveResponse) Reset() {
+	*x = RemoveResponse{}
+	mi := &file_store_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveResponse) ProtoMessage() {}
+
+func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
+func (*RemoveResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RemoveResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *RemoveResponse) GetTombstones() []*HeaderRef {
+	if x != nil {
+		return x.Tombstones
+	}
+	return nil
+}
+
+func (x *RemoveResponse) GetDisk() []*DiskCopy {
+	if x != nil {
+		return x.Disk
+	}
+	return nil
+}
+
+type BatchRemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*Status              `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Tombstones    []*HeaderRef           `protobuf:"bytes,2,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRemoveResponse) Reset() {
+	*x = BatchRemoveResponse{}
+	mi := &file_store_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRemoveResponse) ProtoMessage() {}
+
+func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRemoveResponse.ProtoReflect.Descriptor instead.
+func (*BatchRemoveResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *BatchRemoveResponse) GetResults() []*Status {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *BatchRemoveResponse) GetTombstones() []*HeaderRef {
+	if x != nil {
+		return x.Tombstones
 	}
 	return nil
 }
@@ -1441,7 +2014,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +2026,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +2039,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -1492,7 +2065,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +2077,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +2090,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -1531,13 +2104,14 @@ type CountResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Tombstones    []*HeaderRef           `protobuf:"bytes,3,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +2123,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +2136,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{27}
+	return file_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CountResponse) GetStatus() *Status {
@@ -1579,6 +2153,13 @@ func (x *CountResponse) GetCount() int64 {
 	return 0
 }
 
+func (x *CountResponse) GetTombstones() []*HeaderRef {
+	if x != nil {
+		return x.Tombstones
+	}
+	return nil
+}
+
 type ListRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
@@ -1590,7 +2171,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +2183,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +2196,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{28}
+	return file_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1650,7 +2231,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +2243,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +2256,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{29}
+	return file_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KeyInfo) GetKey() string {
@@ -1710,7 +2291,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +2303,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +2316,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{30}
+	return file_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListResponse) GetStatus() *Status {
@@ -1768,7 +2349,7 @@ type SegmentRequest struct {
 
 func (x *SegmentRequest) Reset() {
 	*x = SegmentRequest{}
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +2361,7 @@ func (x *SegmentRequest) String() string {
 func (*SegmentRequest) ProtoMessage() {}
 
 func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2374,7 @@ func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentRequest.ProtoReflect.Descriptor instead.
 func (*SegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{31}
+	return file_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SegmentRequest) GetName() string {
@@ -1818,7 +2399,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2411,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2424,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{32}
+	return file_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SegmentInfo) GetStatus() *Status {
@@ -1902,35 +2483,76 @@ const file_store_proto_rawDesc = "" +
 	"\vstore.proto\x12\x11mooncake.store.v1\"6\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"a\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xd0\x01\n" +
 	"\aSegment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04base\x18\x03 \x01(\x04R\x04base\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"g\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x19\n" +
+	"\bdisk_url\x18\x05 \x01(\tR\adiskUrl\x12(\n" +
+	"\x10offload_on_evict\x18\x06 \x01(\bR\x0eoffloadOnEvict\x12(\n" +
+	"\x10promotion_on_hit\x18\a \x01(\bR\x0epromotionOnHit\"g\n" +
 	"\aReplica\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\x04R\x04addr\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\xb9\x01\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"\xda\x01\n" +
 	"\x0fReplicateConfig\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12-\n" +
 	"\x12preferred_segments\x18\x02 \x03(\tR\x11preferredSegments\x12\x19\n" +
 	"\bsoft_pin\x18\x03 \x01(\bR\asoftPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ms\x18\x04 \x01(\x03R\fsoftPinTtlMs\x12\x19\n" +
-	"\bhard_pin\x18\x05 \x01(\bR\ahardPin\"*\n" +
+	"\bhard_pin\x18\x05 \x01(\bR\ahardPin\x12\x1f\n" +
+	"\vpromote_seq\x18\x06 \x01(\x04R\n" +
+	"promoteSeq\"\x99\x01\n" +
+	"\tHeaderRef\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\x04R\x04addr\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x18\n" +
+	"\aoffload\x18\x06 \x01(\bR\aoffload\"\xda\x01\n" +
 	"\vPingRequest\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x87\x01\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
+	"\x06zeroed\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\x06zeroed\x126\n" +
+	"\aon_disk\x18\x03 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\x06onDisk\x12@\n" +
+	"\fdisk_dropped\x18\x04 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\vdiskDropped\"\x85\x02\n" +
 	"\fPingResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12!\n" +
 	"\fview_version\x18\x02 \x01(\x04R\vviewVersion\x12!\n" +
-	"\fneed_remount\x18\x03 \x01(\bR\vneedRemount\"h\n" +
+	"\fneed_remount\x18\x03 \x01(\bR\vneedRemount\x12<\n" +
+	"\n" +
+	"tombstones\x18\x04 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
+	"tombstones\x12>\n" +
+	"\vdisk_remove\x18\x05 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\n" +
+	"diskRemove\"\xff\x01\n" +
+	"\n" +
+	"HeldObject\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c\x12\x10\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x19\n" +
+	"\bhard_pin\x18\a \x01(\bR\ahardPin\x12\x19\n" +
+	"\bsoft_pin\x18\b \x01(\bR\asoftPin\x12%\n" +
+	"\x0fsoft_pin_ttl_ms\x18\t \x01(\x03R\fsoftPinTtlMs\x12\x12\n" +
+	"\x04disk\x18\n" +
+	" \x01(\bR\x04disk\"h\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
-	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"m\n" +
+	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"\xa6\x01\n" +
 	"\x16RemountSegmentsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x126\n" +
-	"\bsegments\x18\x02 \x03(\v2\x1a.mooncake.store.v1.SegmentR\bsegments\"c\n" +
+	"\bsegments\x18\x02 \x03(\v2\x1a.mooncake.store.v1.SegmentR\bsegments\x127\n" +
+	"\aobjects\x18\x03 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\aobjects\"\xc0\x01\n" +
+	"\x17RemountSegmentsResponse\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x1a\n" +
+	"\brestored\x18\x02 \x01(\x03R\brestored\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\x03R\adropped\x12<\n" +
+	"\n" +
+	"tombstones\x18\x04 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
+	"tombstones\"c\n" +
 	"\x15UnmountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -1940,10 +2562,13 @@ const file_store_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12:\n" +
 	"\x06config\x18\x04 \x01(\v2\".mooncake.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
-	"\x06upsert\x18\x05 \x01(\bR\x06upsert\"}\n" +
+	"\x06upsert\x18\x05 \x01(\bR\x06upsert\"\xae\x01\n" +
 	"\x10PutStartResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x126\n" +
-	"\breplicas\x18\x02 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\"N\n" +
+	"\breplicas\x18\x02 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"header_len\x18\x04 \x01(\x04R\theaderLen\"N\n" +
 	"\x14BatchPutStartRequest\x126\n" +
 	"\x04puts\x18\x01 \x03(\v2\".mooncake.store.v1.PutStartRequestR\x04puts\"V\n" +
 	"\x15BatchPutStartResponse\x12=\n" +
@@ -1963,7 +2588,7 @@ const file_store_proto_rawDesc = "" +
 	"KeyRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"&\n" +
 	"\x10BatchKeysRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xc8\x03\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"\x93\x04\n" +
 	"\n" +
 	"ObjectInfo\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x10\n" +
@@ -1979,7 +2604,13 @@ const file_store_proto_rawDesc = "" +
 	"\x13lease_until_unix_ms\x18\n" +
 	" \x01(\x03R\x10leaseUntilUnixMs\x122\n" +
 	"\x16soft_pin_until_unix_ms\x18\v \x01(\x03R\x12softPinUntilUnixMs\x12\x19\n" +
-	"\bhard_pin\x18\f \x01(\bR\ahardPin\"J\n" +
+	"\bhard_pin\x18\f \x01(\bR\ahardPin\x12/\n" +
+	"\x04disk\x18\r \x03(\v2\x1b.mooncake.store.v1.DiskCopyR\x04disk\x12\x18\n" +
+	"\apromote\x18\x0e \x01(\bR\apromote\"H\n" +
+	"\bDiskCopy\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
+	"\asegment\x18\x03 \x01(\tR\asegment\"J\n" +
 	"\x0fBatchObjectInfo\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.mooncake.store.v1.ObjectInfoR\aresults\"Z\n" +
 	"\rExistResponse\x121\n" +
@@ -1991,15 +2622,29 @@ const file_store_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"P\n" +
 	"\x12BatchRemoveRequest\x12:\n" +
-	"\aremoves\x18\x01 \x03(\v2 .mooncake.store.v1.RemoveRequestR\aremoves\"F\n" +
+	"\aremoves\x18\x01 \x03(\v2 .mooncake.store.v1.RemoveRequestR\aremoves\"\xb2\x01\n" +
+	"\x0eRemoveResponse\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12<\n" +
+	"\n" +
+	"tombstones\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
+	"tombstones\x12/\n" +
+	"\x04disk\x18\x03 \x03(\v2\x1b.mooncake.store.v1.DiskCopyR\x04disk\"\x88\x01\n" +
+	"\x13BatchRemoveResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.mooncake.store.v1.StatusR\aresults\x12<\n" +
+	"\n" +
+	"tombstones\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
+	"tombstones\"F\n" +
 	"\x14RemoveByRegexRequest\x12\x18\n" +
 	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"(\n" +
 	"\x10RemoveAllRequest\x12\x14\n" +
-	"\x05force\x18\x01 \x01(\bR\x05force\"X\n" +
+	"\x05force\x18\x01 \x01(\bR\x05force\"\x96\x01\n" +
 	"\rCountResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"Q\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12<\n" +
+	"\n" +
+	"tombstones\x18\x03 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
+	"tombstones\"Q\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
@@ -2021,11 +2666,11 @@ const file_store_proto_rawDesc = "" +
 	"\x04used\x18\x04 \x01(\x04R\x04used\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x12\x18\n" +
 	"\aobjects\x18\x06 \x01(\x03R\aobjects\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining2\x82\r\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining2\xa3\r\n" +
 	"\rMasterService\x12G\n" +
 	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponse\x12Q\n" +
-	"\fMountSegment\x12&.mooncake.store.v1.MountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12W\n" +
-	"\x0fRemountSegments\x12).mooncake.store.v1.RemountSegmentsRequest\x1a\x19.mooncake.store.v1.Status\x12U\n" +
+	"\fMountSegment\x12&.mooncake.store.v1.MountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12h\n" +
+	"\x0fRemountSegments\x12).mooncake.store.v1.RemountSegmentsRequest\x1a*.mooncake.store.v1.RemountSegmentsResponse\x12U\n" +
 	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12Q\n" +
 	"\fQuerySegment\x12!.mooncake.store.v1.SegmentRequest\x1a\x1e.mooncake.store.v1.SegmentInfo\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12b\n" +
@@ -2038,9 +2683,9 @@ const file_store_proto_rawDesc = "" +
 	"\x05Query\x12\x1d.mooncake.store.v1.KeyRequest\x1a\x1d.mooncake.store.v1.ObjectInfo\x12H\n" +
 	"\x05Exist\x12\x1d.mooncake.store.v1.KeyRequest\x1a .mooncake.store.v1.ExistResponse\x12X\n" +
 	"\n" +
-	"BatchExist\x12#.mooncake.store.v1.BatchKeysRequest\x1a%.mooncake.store.v1.BatchExistResponse\x12E\n" +
-	"\x06Remove\x12 .mooncake.store.v1.RemoveRequest\x1a\x19.mooncake.store.v1.Status\x12T\n" +
-	"\vBatchRemove\x12%.mooncake.store.v1.BatchRemoveRequest\x1a\x1e.mooncake.store.v1.BatchStatus\x12Z\n" +
+	"BatchExist\x12#.mooncake.store.v1.BatchKeysRequest\x1a%.mooncake.store.v1.BatchExistResponse\x12M\n" +
+	"\x06Remove\x12 .mooncake.store.v1.RemoveRequest\x1a!.mooncake.store.v1.RemoveResponse\x12\\\n" +
+	"\vBatchRemove\x12%.mooncake.store.v1.BatchRemoveRequest\x1a&.mooncake.store.v1.BatchRemoveResponse\x12Z\n" +
 	"\rRemoveByRegex\x12'.mooncake.store.v1.RemoveByRegexRequest\x1a .mooncake.store.v1.CountResponse\x12R\n" +
 	"\tRemoveAll\x12#.mooncake.store.v1.RemoveAllRequest\x1a .mooncake.store.v1.CountResponse\x12G\n" +
 	"\x04List\x12\x1e.mooncake.store.v1.ListRequest\x1a\x1f.mooncake.store.v1.ListResponseB1Z/github.com/kvcache-go/mooncake/internal/storepbb\x06proto3"
@@ -2057,109 +2702,130 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_store_proto_goTypes = []any{
-	(*Status)(nil),                 // 0: mooncake.store.v1.Status
-	(*Segment)(nil),                // 1: mooncake.store.v1.Segment
-	(*Replica)(nil),                // 2: mooncake.store.v1.Replica
-	(*ReplicateConfig)(nil),        // 3: mooncake.store.v1.ReplicateConfig
-	(*PingRequest)(nil),            // 4: mooncake.store.v1.PingRequest
-	(*PingResponse)(nil),           // 5: mooncake.store.v1.PingResponse
-	(*MountSegmentRequest)(nil),    // 6: mooncake.store.v1.MountSegmentRequest
-	(*RemountSegmentsRequest)(nil), // 7: mooncake.store.v1.RemountSegmentsRequest
-	(*UnmountSegmentRequest)(nil),  // 8: mooncake.store.v1.UnmountSegmentRequest
-	(*PutStartRequest)(nil),        // 9: mooncake.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),       // 10: mooncake.store.v1.PutStartResponse
-	(*BatchPutStartRequest)(nil),   // 11: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),  // 12: mooncake.store.v1.BatchPutStartResponse
-	(*PutEndRequest)(nil),          // 13: mooncake.store.v1.PutEndRequest
-	(*BatchPutEndRequest)(nil),     // 14: mooncake.store.v1.BatchPutEndRequest
-	(*PutRevokeRequest)(nil),       // 15: mooncake.store.v1.PutRevokeRequest
-	(*BatchStatus)(nil),            // 16: mooncake.store.v1.BatchStatus
-	(*KeyRequest)(nil),             // 17: mooncake.store.v1.KeyRequest
-	(*BatchKeysRequest)(nil),       // 18: mooncake.store.v1.BatchKeysRequest
-	(*ObjectInfo)(nil),             // 19: mooncake.store.v1.ObjectInfo
-	(*BatchObjectInfo)(nil),        // 20: mooncake.store.v1.BatchObjectInfo
-	(*ExistResponse)(nil),          // 21: mooncake.store.v1.ExistResponse
-	(*BatchExistResponse)(nil),     // 22: mooncake.store.v1.BatchExistResponse
-	(*RemoveRequest)(nil),          // 23: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),     // 24: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),   // 25: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),       // 26: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),          // 27: mooncake.store.v1.CountResponse
-	(*ListRequest)(nil),            // 28: mooncake.store.v1.ListRequest
-	(*KeyInfo)(nil),                // 29: mooncake.store.v1.KeyInfo
-	(*ListResponse)(nil),           // 30: mooncake.store.v1.ListResponse
-	(*SegmentRequest)(nil),         // 31: mooncake.store.v1.SegmentRequest
-	(*SegmentInfo)(nil),            // 32: mooncake.store.v1.SegmentInfo
+	(*Status)(nil),                  // 0: mooncake.store.v1.Status
+	(*Segment)(nil),                 // 1: mooncake.store.v1.Segment
+	(*Replica)(nil),                 // 2: mooncake.store.v1.Replica
+	(*ReplicateConfig)(nil),         // 3: mooncake.store.v1.ReplicateConfig
+	(*HeaderRef)(nil),               // 4: mooncake.store.v1.HeaderRef
+	(*PingRequest)(nil),             // 5: mooncake.store.v1.PingRequest
+	(*PingResponse)(nil),            // 6: mooncake.store.v1.PingResponse
+	(*HeldObject)(nil),              // 7: mooncake.store.v1.HeldObject
+	(*MountSegmentRequest)(nil),     // 8: mooncake.store.v1.MountSegmentRequest
+	(*RemountSegmentsRequest)(nil),  // 9: mooncake.store.v1.RemountSegmentsRequest
+	(*RemountSegmentsResponse)(nil), // 10: mooncake.store.v1.RemountSegmentsResponse
+	(*UnmountSegmentRequest)(nil),   // 11: mooncake.store.v1.UnmountSegmentRequest
+	(*PutStartRequest)(nil),         // 12: mooncake.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),        // 13: mooncake.store.v1.PutStartResponse
+	(*BatchPutStartRequest)(nil),    // 14: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),   // 15: mooncake.store.v1.BatchPutStartResponse
+	(*PutEndRequest)(nil),           // 16: mooncake.store.v1.PutEndRequest
+	(*BatchPutEndRequest)(nil),      // 17: mooncake.store.v1.BatchPutEndRequest
+	(*PutRevokeRequest)(nil),        // 18: mooncake.store.v1.PutRevokeRequest
+	(*BatchStatus)(nil),             // 19: mooncake.store.v1.BatchStatus
+	(*KeyRequest)(nil),              // 20: mooncake.store.v1.KeyRequest
+	(*BatchKeysRequest)(nil),        // 21: mooncake.store.v1.BatchKeysRequest
+	(*ObjectInfo)(nil),              // 22: mooncake.store.v1.ObjectInfo
+	(*DiskCopy)(nil),                // 23: mooncake.store.v1.DiskCopy
+	(*BatchObjectInfo)(nil),         // 24: mooncake.store.v1.BatchObjectInfo
+	(*ExistResponse)(nil),           // 25: mooncake.store.v1.ExistResponse
+	(*BatchExistResponse)(nil),      // 26: mooncake.store.v1.BatchExistResponse
+	(*RemoveRequest)(nil),           // 27: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),      // 28: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveResponse)(nil),          // 29: mooncake.store.v1.RemoveResponse
+	(*BatchRemoveResponse)(nil),     // 30: mooncake.store.v1.BatchRemoveResponse
+	(*RemoveByRegexRequest)(nil),    // 31: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),        // 32: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),           // 33: mooncake.store.v1.CountResponse
+	(*ListRequest)(nil),             // 34: mooncake.store.v1.ListRequest
+	(*KeyInfo)(nil),                 // 35: mooncake.store.v1.KeyInfo
+	(*ListResponse)(nil),            // 36: mooncake.store.v1.ListResponse
+	(*SegmentRequest)(nil),          // 37: mooncake.store.v1.SegmentRequest
+	(*SegmentInfo)(nil),             // 38: mooncake.store.v1.SegmentInfo
 }
 var file_store_proto_depIdxs = []int32{
-	0,  // 0: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
-	1,  // 1: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	1,  // 2: mooncake.store.v1.RemountSegmentsRequest.segments:type_name -> mooncake.store.v1.Segment
-	3,  // 3: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
-	0,  // 4: mooncake.store.v1.PutStartResponse.status:type_name -> mooncake.store.v1.Status
-	2,  // 5: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.Replica
-	9,  // 6: mooncake.store.v1.BatchPutStartRequest.puts:type_name -> mooncake.store.v1.PutStartRequest
-	10, // 7: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResponse
-	13, // 8: mooncake.store.v1.BatchPutEndRequest.ends:type_name -> mooncake.store.v1.PutEndRequest
-	0,  // 9: mooncake.store.v1.BatchStatus.results:type_name -> mooncake.store.v1.Status
-	0,  // 10: mooncake.store.v1.ObjectInfo.status:type_name -> mooncake.store.v1.Status
-	2,  // 11: mooncake.store.v1.ObjectInfo.replicas:type_name -> mooncake.store.v1.Replica
-	19, // 12: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
-	0,  // 13: mooncake.store.v1.ExistResponse.status:type_name -> mooncake.store.v1.Status
-	21, // 14: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
-	23, // 15: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
-	0,  // 16: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
-	0,  // 17: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
-	29, // 18: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
-	0,  // 19: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
-	1,  // 20: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
-	4,  // 21: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
-	6,  // 22: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	7,  // 23: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
-	8,  // 24: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	31, // 25: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
-	9,  // 26: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	11, // 27: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	13, // 28: mooncake.store.v1.MasterService.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	14, // 29: mooncake.store.v1.MasterService.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	15, // 30: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	17, // 31: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	18, // 32: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
-	17, // 33: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
-	17, // 34: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
-	18, // 35: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
-	23, // 36: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	24, // 37: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	25, // 38: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	26, // 39: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	28, // 40: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
-	5,  // 41: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
-	0,  // 42: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
-	0,  // 43: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.Status
-	0,  // 44: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
-	32, // 45: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
-	10, // 46: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	12, // 47: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	0,  // 48: mooncake.store.v1.MasterService.PutEnd:output_type -> mooncake.store.v1.Status
-	16, // 49: mooncake.store.v1.MasterService.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatus
-	0,  // 50: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
-	19, // 51: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
-	20, // 52: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
-	19, // 53: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
-	21, // 54: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
-	22, // 55: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
-	0,  // 56: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.Status
-	16, // 57: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchStatus
-	27, // 58: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	27, // 59: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	30, // 60: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
-	41, // [41:61] is the sub-list for method output_type
-	21, // [21:41] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	4,  // 0: mooncake.store.v1.PingRequest.zeroed:type_name -> mooncake.store.v1.HeaderRef
+	7,  // 1: mooncake.store.v1.PingRequest.on_disk:type_name -> mooncake.store.v1.HeldObject
+	7,  // 2: mooncake.store.v1.PingRequest.disk_dropped:type_name -> mooncake.store.v1.HeldObject
+	0,  // 3: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 4: mooncake.store.v1.PingResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	7,  // 5: mooncake.store.v1.PingResponse.disk_remove:type_name -> mooncake.store.v1.HeldObject
+	1,  // 6: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	1,  // 7: mooncake.store.v1.RemountSegmentsRequest.segments:type_name -> mooncake.store.v1.Segment
+	7,  // 8: mooncake.store.v1.RemountSegmentsRequest.objects:type_name -> mooncake.store.v1.HeldObject
+	0,  // 9: mooncake.store.v1.RemountSegmentsResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 10: mooncake.store.v1.RemountSegmentsResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	3,  // 11: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
+	0,  // 12: mooncake.store.v1.PutStartResponse.status:type_name -> mooncake.store.v1.Status
+	2,  // 13: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.Replica
+	12, // 14: mooncake.store.v1.BatchPutStartRequest.puts:type_name -> mooncake.store.v1.PutStartRequest
+	13, // 15: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResponse
+	16, // 16: mooncake.store.v1.BatchPutEndRequest.ends:type_name -> mooncake.store.v1.PutEndRequest
+	0,  // 17: mooncake.store.v1.BatchStatus.results:type_name -> mooncake.store.v1.Status
+	0,  // 18: mooncake.store.v1.ObjectInfo.status:type_name -> mooncake.store.v1.Status
+	2,  // 19: mooncake.store.v1.ObjectInfo.replicas:type_name -> mooncake.store.v1.Replica
+	23, // 20: mooncake.store.v1.ObjectInfo.disk:type_name -> mooncake.store.v1.DiskCopy
+	22, // 21: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
+	0,  // 22: mooncake.store.v1.ExistResponse.status:type_name -> mooncake.store.v1.Status
+	25, // 23: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
+	27, // 24: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
+	0,  // 25: mooncake.store.v1.RemoveResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 26: mooncake.store.v1.RemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	23, // 27: mooncake.store.v1.RemoveResponse.disk:type_name -> mooncake.store.v1.DiskCopy
+	0,  // 28: mooncake.store.v1.BatchRemoveResponse.results:type_name -> mooncake.store.v1.Status
+	4,  // 29: mooncake.store.v1.BatchRemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	0,  // 30: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 31: mooncake.store.v1.CountResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	0,  // 32: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
+	35, // 33: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
+	0,  // 34: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
+	1,  // 35: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
+	5,  // 36: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
+	8,  // 37: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	9,  // 38: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
+	11, // 39: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	37, // 40: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
+	12, // 41: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	14, // 42: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	16, // 43: mooncake.store.v1.MasterService.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
+	17, // 44: mooncake.store.v1.MasterService.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
+	18, // 45: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	20, // 46: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	21, // 47: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
+	20, // 48: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
+	20, // 49: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
+	21, // 50: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
+	27, // 51: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	28, // 52: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	31, // 53: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	32, // 54: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	34, // 55: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
+	6,  // 56: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
+	0,  // 57: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
+	10, // 58: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.RemountSegmentsResponse
+	0,  // 59: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
+	38, // 60: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
+	13, // 61: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	15, // 62: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	0,  // 63: mooncake.store.v1.MasterService.PutEnd:output_type -> mooncake.store.v1.Status
+	19, // 64: mooncake.store.v1.MasterService.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatus
+	0,  // 65: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
+	22, // 66: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
+	24, // 67: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
+	22, // 68: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
+	25, // 69: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
+	26, // 70: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
+	29, // 71: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.RemoveResponse
+	30, // 72: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchRemoveResponse
+	33, // 73: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	33, // 74: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	36, // 75: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
+	56, // [56:76] is the sub-list for method output_type
+	36, // [36:56] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -2173,7 +2839,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

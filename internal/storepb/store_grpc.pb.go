@@ -51,7 +51,7 @@ const (
 type MasterServiceClient interface {
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 	MountSegment(ctx context.Context, in *MountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
-	RemountSegments(ctx context.Context, in *RemountSegmentsRequest, opts ...grpc.CallOption) (*Status, error)
+	RemountSegments(ctx context.Context, in *RemountSegmentsRequest, opts ...grpc.CallOption) (*RemountSegmentsResponse, error)
 	UnmountSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
 	QuerySegment(ctx context.Context, in *SegmentRequest, opts ...grpc.CallOption) (*SegmentInfo, error)
 	PutStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResponse, error)
@@ -66,8 +66,8 @@ type MasterServiceClient interface {
 	Query(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*ObjectInfo, error)
 	Exist(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*ExistResponse, error)
 	BatchExist(ctx context.Context, in *BatchKeysRequest, opts ...grpc.CallOption) (*BatchExistResponse, error)
-	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*Status, error)
-	BatchRemove(ctx context.Context, in *BatchRemoveRequest, opts ...grpc.CallOption) (*BatchStatus, error)
+	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
+	BatchRemove(ctx context.Context, in *BatchRemoveRequest, opts ...grpc.CallOption) (*BatchRemoveResponse, error)
 	RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error)
 	RemoveAll(ctx context.Context, in *RemoveAllRequest, opts ...grpc.CallOption) (*CountResponse, error)
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
@@ -101,9 +101,9 @@ func (c *masterServiceClient) MountSegment(ctx context.Context, in *MountSegment
 	return out, nil
 }
 
-func (c *masterServiceClient) RemountSegments(ctx context.Context, in *RemountSegmentsRequest, opts ...grpc.CallOption) (*Status, error) {
+func (c *masterServiceClient) RemountSegments(ctx context.Context, in *RemountSegmentsRequest, opts ...grpc.CallOption) (*RemountSegmentsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Status)
+	out := new(RemountSegmentsResponse)
 	err := c.cc.Invoke(ctx, MasterService_RemountSegments_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -231,9 +231,9 @@ func (c *masterServiceClient) BatchExist(ctx context.Context, in *BatchKeysReque
 	return out, nil
 }
 
-func (c *masterServiceClient) Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*Status, error) {
+func (c *masterServiceClient) Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Status)
+	out := new(RemoveResponse)
 	err := c.cc.Invoke(ctx, MasterService_Remove_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -241,9 +241,9 @@ func (c *masterServiceClient) Remove(ctx context.Context, in *RemoveRequest, opt
 	return out, nil
 }
 
-func (c *masterServiceClient) BatchRemove(ctx context.Context, in *BatchRemoveRequest, opts ...grpc.CallOption) (*BatchStatus, error) {
+func (c *masterServiceClient) BatchRemove(ctx context.Context, in *BatchRemoveRequest, opts ...grpc.CallOption) (*BatchRemoveResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(BatchStatus)
+	out := new(BatchRemoveResponse)
 	err := c.cc.Invoke(ctx, MasterService_BatchRemove_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -287,7 +287,7 @@ func (c *masterServiceClient) List(ctx context.Context, in *ListRequest, opts ..
 type MasterServiceServer interface {
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	MountSegment(context.Context, *MountSegmentRequest) (*Status, error)
-	RemountSegments(context.Context, *RemountSegmentsRequest) (*Status, error)
+	RemountSegments(context.Context, *RemountSegmentsRequest) (*RemountSegmentsResponse, error)
 	UnmountSegment(context.Context, *UnmountSegmentRequest) (*Status, error)
 	QuerySegment(context.Context, *SegmentRequest) (*SegmentInfo, error)
 	PutStart(context.Context, *PutStartRequest) (*PutStartResponse, error)
@@ -302,8 +302,8 @@ type MasterServiceServer interface {
 	Query(context.Context, *KeyRequest) (*ObjectInfo, error)
 	Exist(context.Context, *KeyRequest) (*ExistResponse, error)
 	BatchExist(context.Context, *BatchKeysRequest) (*BatchExistResponse, error)
-	Remove(context.Context, *RemoveRequest) (*Status, error)
-	BatchRemove(context.Context, *BatchRemoveRequest) (*BatchStatus, error)
+	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
+	BatchRemove(context.Context, *BatchRemoveRequest) (*BatchRemoveResponse, error)
 	RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error)
 	RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error)
 	List(context.Context, *ListRequest) (*ListResponse, error)
@@ -323,7 +323,7 @@ func (UnimplementedMasterServiceServer) Ping(context.Context, *PingRequest) (*Pi
 func (UnimplementedMasterServiceServer) MountSegment(context.Context, *MountSegmentRequest) (*Status, error) {
 	return nil, status.Error(codes.Unimplemented, "method MountSegment not implemented")
 }
-func (UnimplementedMasterServiceServer) RemountSegments(context.Context, *RemountSegmentsRequest) (*Status, error) {
+func (UnimplementedMasterServiceServer) RemountSegments(context.Context, *RemountSegmentsRequest) (*RemountSegmentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemountSegments not implemented")
 }
 func (UnimplementedMasterServiceServer) UnmountSegment(context.Context, *UnmountSegmentRequest) (*Status, error) {
@@ -362,10 +362,10 @@ func (UnimplementedMasterServiceServer) Exist(context.Context, *KeyRequest) (*Ex
 func (UnimplementedMasterServiceServer) BatchExist(context.Context, *BatchKeysRequest) (*BatchExistResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BatchExist not implemented")
 }
-func (UnimplementedMasterServiceServer) Remove(context.Context, *RemoveRequest) (*Status, error) {
+func (UnimplementedMasterServiceServer) Remove(context.Context, *RemoveRequest) (*RemoveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Remove not implemented")
 }
-func (UnimplementedMasterServiceServer) BatchRemove(context.Context, *BatchRemoveRequest) (*BatchStatus, error) {
+func (UnimplementedMasterServiceServer) BatchRemove(context.Context, *BatchRemoveRequest) (*BatchRemoveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BatchRemove not implemented")
 }
 func (UnimplementedMasterServiceServer) RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error) {

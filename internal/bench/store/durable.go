@@ -1,0 +1,330 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// benchPool is a master with two storage nodes and some clients, in process.
+type benchPool struct {
+	srv     *master.Server
+	cfg     master.ServerConfig
+	nodes   []*storenode.Node
+	kv      []*mooncakeKV
+	cls     []*store.Client
+	closers []func()
+}
+
+func startBenchPool(ctx context.Context, durable bool, segSize uint64, clients, maxSize int, transport string) (*benchPool, error) {
+	p := &benchPool{cfg: master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Core: master.Config{Durable: durable}}}
+	var err error
+	if p.srv, err = master.Start(p.cfg); err != nil {
+		return nil, err
+	}
+	for range 2 {
+		n, err := storenode.Start(ctx, storenode.Config{Master: p.srv.Addr(), SegmentSize: segSize, PingInterval: 50 * time.Millisecond,
+			Engine: transfer.Config{Transport: transport}, UnmountGrace: 100 * time.Millisecond})
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.nodes = append(p.nodes, n)
+	}
+	for range clients {
+		eng, err := transfer.Open(ctx, transfer.Config{Transport: transport})
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		cl, err := store.New(ctx, store.Config{Master: p.srv.Addr(), Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond})
+		if err != nil {
+			eng.Close()
+			p.close()
+			return nil, err
+		}
+		p.closers = append(p.closers, func() { cl.Close(); eng.Close() })
+		buf := make([]byte, maxSize)
+		if err := cl.RegisterBuffer(buf); err != nil {
+			p.close()
+			return nil, err
+		}
+		p.cls = append(p.cls, cl)
+		p.kv = append(p.kv, &mooncakeKV{cl: cl, buf: buf})
+	}
+	return p, nil
+}
+
+func (p *benchPool) close() {
+	for _, c := range p.closers {
+		c()
+	}
+	for _, n := range p.nodes {
+		n.Close()
+	}
+	if p.srv != nil {
+		p.srv.Close()
+	}
+}
+
+// DurableConfig configures RunDurable.
+type DurableConfig struct {
+	Sizes, Clients []int
+	Rounds         int
+	Duration       time.Duration
+	Objects        int    // objects in the pool for the restart measurement
+	Transport      string // auto, tcp, shm
+}
+
+// DurableRow is one put configuration with durable metadata off and on
+// (median rounds).
+type DurableRow struct {
+	Size, Clients int
+	Off, On       Row
+}
+
+// DiskRow is gets served from a node's disk tier next to the disk's own
+// sequential read of the same files, measured in the same run (medians).
+type DiskRow struct {
+	Clients          int
+	GetGBps, SeqGBps float64
+}
+
+// DurableResult is what RunDurable measured.
+type DurableResult struct {
+	SegmentSize uint64
+	Put         []DurableRow
+	RestoreWant int           // objects in the pool before the master restart
+	RestoreGot  int           // objects the restarted master knew when the wait ended
+	RestoreTook time.Duration // from the old master's close to RestoreGot
+	DiskObjects int           // 1 MiB objects offloaded for the disk rows
+	Disk        []DiskRow
+}
+
+// RunDurable measures what durable metadata costs and what it buys: put
+// throughput with durable metadata on vs off (two pools in this process,
+// rounds alternated, median), the time a restarted master takes to learn a
+// pool's objects back from the nodes, and gets from the disk tier as a
+// ratio of the disk's own sequential read.
+func RunDurable(ctx context.Context, c DurableConfig) (*DurableResult, error) {
+	const segSize = 256 << 20
+	res := &DurableResult{SegmentSize: segSize}
+	maxClients, maxSize := slices.Max(c.Clients), slices.Max(c.Sizes)
+	pools := map[bool]*benchPool{}
+	for _, durable := range []bool{false, true} {
+		p, err := startBenchPool(ctx, durable, segSize, maxClients, maxSize, c.Transport)
+		if err != nil {
+			return nil, err
+		}
+		defer p.close()
+		pools[durable] = p
+	}
+	for _, size := range c.Sizes {
+		for _, n := range c.Clients {
+			per := max(1, int(2*segSize/4)/size/n)
+			rows := map[bool][]Row{}
+			for r := range c.Rounds {
+				for _, durable := range []bool{r%2 == 1, r%2 == 0} { // alternate which goes first
+					prefix := fmt.Sprintf("d%v/%d/%d", durable, size, n)
+					rows[durable] = append(rows[durable], runPhase(ctx, pools[durable].kv[:n], "put", size, per, prefix, c.Duration))
+				}
+			}
+			res.Put = append(res.Put, DurableRow{Size: size, Clients: n, Off: medianRow(rows[false]), On: medianRow(rows[true])})
+		}
+	}
+	if err := measureRestore(ctx, pools[true], c.Objects, res); err != nil {
+		return nil, err
+	}
+	if err := benchDiskTier(ctx, maxClients, c.Rounds, c.Duration, c.Transport, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// measureRestore fills the durable pool with 4 KiB values, restarts its
+// master on the same address and times until it knows them all again.
+func measureRestore(ctx context.Context, p *benchPool, objects int, res *DurableResult) error {
+	if _, err := p.cls[0].RemoveAll(ctx, true); err != nil {
+		return err
+	}
+	v := make([]byte, 4096)
+	keys := make([]string, 0, 64)
+	vals := make([][]byte, 0, 64)
+	for i := 0; i < objects; i += 64 {
+		keys, vals = keys[:0], vals[:0]
+		for j := i; j < min(objects, i+64); j++ {
+			keys, vals = append(keys, fmt.Sprint("restore/", j)), append(vals, v)
+		}
+		for _, err := range p.cls[0].BatchPut(ctx, keys, vals, store.PutOptions{}) {
+			if err != nil {
+				return fmt.Errorf("fill: %w", err)
+			}
+		}
+	}
+	want := p.srv.Core().Stats().Objects
+	addr := p.srv.Addr()
+	p.srv.Close()
+	killed := time.Now()
+	cfg := p.cfg
+	cfg.Addr = addr
+	var err error
+	for time.Since(killed) < 10*time.Second {
+		if p.srv, err = master.Start(cfg); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // the port is being released
+	}
+	if err != nil {
+		return err
+	}
+	for p.srv.Core().Stats().Objects < want && time.Since(killed) < 30*time.Second {
+		time.Sleep(time.Millisecond) // polling interval
+	}
+	res.RestoreWant, res.RestoreGot, res.RestoreTook = want, p.srv.Core().Stats().Objects, time.Since(killed)
+	return nil
+}
+
+// benchDiskTier offloads 1 MiB objects to a node's disk tier and compares
+// gets served from it with the disk's own sequential read of the same
+// files (os.ReadFile), measured in the same run.
+func benchDiskTier(ctx context.Context, clients, rounds int, d time.Duration, transport string, res *DurableResult) error {
+	dir, err := os.MkdirTemp("", "mooncake-bench-disk-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond,
+		Core: master.Config{Durable: true, HighWatermark: 1, EvictionRatio: 0.25}})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	n, err := storenode.Start(ctx, storenode.Config{Master: srv.Addr(), SegmentSize: 64 << 20, PingInterval: 20 * time.Millisecond,
+		Engine: transfer.Config{Transport: transport}, UnmountGrace: 100 * time.Millisecond,
+		RootFSDir: dir, EnableOffload: true, OffloadOnEvict: true, DiskCapacity: 1 << 30})
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	var cls []*store.Client
+	for range clients {
+		eng, err := transfer.Open(ctx, transfer.Config{Transport: transport})
+		if err != nil {
+			return err
+		}
+		defer eng.Close()
+		cl, err := store.New(ctx, store.Config{Master: srv.Addr(), Mover: eng, LocalBufferSize: 4 << 20, UnmountGrace: 100 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		cls = append(cls, cl)
+	}
+	const size, objects = 1 << 20, 48
+	v := make([]byte, size)
+	for i := range v {
+		v[i] = byte(i * 31)
+	}
+	for i := range objects {
+		if err := cls[0].Put(ctx, fmt.Sprint("disk/", i), v); err != nil {
+			return fmt.Errorf("disk tier fill: %w", err)
+		}
+	}
+	core := srv.Core()
+	for range 8 { // evict to disk until the segment is nearly empty
+		core.Evict()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			busy := false
+			for _, r := range core.Tombstones() {
+				busy = busy || r.Offload
+			}
+			if !busy {
+				break
+			}
+		}
+	}
+	var keys []string
+	for i := range objects {
+		if info, err := core.Query(fmt.Sprint("disk/", i)); err == nil && len(info.Replicas) == 0 && len(info.Disk) == 1 {
+			keys = append(keys, info.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("disk tier: nothing was offloaded")
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.obj"))
+	seqRead := func() float64 { // the disk's own sequential read of the same files
+		start, total := time.Now(), 0
+		for time.Since(start) < d {
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					return 0
+				}
+				total += len(b)
+			}
+		}
+		return float64(total) / time.Since(start).Seconds() / 1e9
+	}
+	getFromDisk := func(nc int) float64 {
+		var mu sync.Mutex
+		total := 0
+		start := time.Now()
+		var wg sync.WaitGroup
+		for c := range nc {
+			wg.Go(func() {
+				got := 0
+				for i := c; time.Since(start) < d; i++ {
+					b, err := cls[c].Get(ctx, keys[i%len(keys)])
+					if err != nil {
+						continue
+					}
+					got += len(b)
+				}
+				mu.Lock()
+				total += got
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return float64(total) / time.Since(start).Seconds() / 1e9
+	}
+	res.DiskObjects = len(keys)
+	for _, nc := range []int{1, clients} {
+		var gets, seqs []float64
+		for range rounds {
+			gets = append(gets, getFromDisk(nc))
+			seqs = append(seqs, seqRead())
+		}
+		slices.Sort(gets)
+		slices.Sort(seqs)
+		res.Disk = append(res.Disk, DiskRow{Clients: nc, GetGBps: gets[len(gets)/2], SeqGBps: seqs[len(seqs)/2]})
+		if nc == clients {
+			break
+		}
+	}
+	return nil
+}
+
+// medianRow is the round with the median GB/s.
+func medianRow(rs []Row) Row {
+	slices.SortFunc(rs, func(a, b Row) int {
+		switch {
+		case a.GBps() < b.GBps():
+			return -1
+		case a.GBps() > b.GBps():
+			return 1
+		}
+		return 0
+	})
+	return rs[len(rs)/2]
+}

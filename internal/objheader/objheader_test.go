@@ -1,0 +1,48 @@
+package objheader
+
+import (
+	"bytes"
+	"hash/crc32"
+	"testing"
+	"time"
+)
+
+func TestRoundTripScanClear(t *testing.T) {
+	mem := make([]byte, 64<<10)
+	put := func(off int, key string, seq uint64, val []byte) {
+		h := Header{Key: key, Seq: seq, Size: uint64(len(val)), CRC: crc32.Checksum(val, castagnoli), SoftPin: true, SoftPinTTL: time.Minute}
+		b := Encode(make([]byte, Len(key)), h)
+		copy(mem[off:], b)
+		copy(mem[off+len(b):], val)
+	}
+	put(0, "a", 1, bytes.Repeat([]byte{1}, 1000))
+	put(4096, "bb", 2, bytes.Repeat([]byte{2}, 100))
+	put(8192, "torn", 3, bytes.Repeat([]byte{3}, 100))
+	mem[8192+64+5] ^= 0xff // value does not match its CRC
+	got := Scan(mem)
+	if len(got) != 2 || got[0].Key != "a" || got[0].Offset != 0 || got[1].Key != "bb" || got[1].Seq != 2 || !got[1].SoftPin || got[1].SoftPinTTL != time.Minute {
+		t.Fatalf("scan: %+v", got)
+	}
+	if Clear(mem[4096:], 1) || !Clear(mem[4096:], 2) {
+		t.Fatal("clear compared the wrong sequence number")
+	}
+	if got := Scan(mem); len(got) != 1 {
+		t.Fatalf("scan after clear: %+v", got)
+	}
+	if Len("") != 64 || Len(string(make([]byte, 17))) != 128 {
+		t.Fatal("Len")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(Encode(make([]byte, 64), Header{Key: "k", Seq: 1, Size: 1}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := Decode(b)
+		if err != nil {
+			return
+		}
+		if got := Encode(make([]byte, Len(h.Key)), h); !bytes.Equal(got, b[:len(got)]) {
+			t.Fatalf("decode/encode mismatch")
+		}
+	})
+}

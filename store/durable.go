@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvcache-go/mooncake/internal/objheader"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// Durable metadata, client side (the master's Config.Durable; see
+// internal/objheader and internal/master/restore.go):
+//
+//   - a put whose PutStart answer carries a header length writes the
+//     object's header (key, sequence number, size, CRC32C, pins) at each
+//     replica's address minus that length, in the same transfer batch as
+//     the value and before PutEnd;
+//   - Remove, BatchRemove, RemoveByRegex and RemoveAll zero the headers the
+//     master returns (the removed objects' and older versions') before
+//     they return, so a removed object is never re-reported;
+//   - a client contributing a segment zeroes the headers the master lists
+//     in its ping answers (and says so in its next ping), and when it
+//     remounts it scans its segment and reports the objects it holds.
+
+// header stages the header of a durable put (nil when the master is not
+// durable) and returns it with its release.
+func (c *Client) header(ctx context.Context, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions) ([]byte, func(), error) {
+	if resp.HeaderLen == 0 {
+		return nil, func() {}, nil
+	}
+	if resp.HeaderLen != objheader.Len(key) {
+		return nil, nil, fmt.Errorf("store: put %q: master header length %d, want %d", key, resp.HeaderLen, objheader.Len(key))
+	}
+	b, err := c.stage.take(ctx, int(resp.HeaderLen))
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: put %q: stage header: %w", key, err)
+	}
+	objheaderEncode(b, key, resp, size, crc, o)
+	return b, func() { c.stage.put(b) }, nil
+}
+
+func objheaderEncode(b []byte, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions) {
+	objheader.Encode(b, objheader.Header{Key: key, Seq: resp.Seq, Size: uint64(size), CRC: crc,
+		HardPin: o.HardPin, SoftPin: o.SoftPin, SoftPinTTL: o.SoftPinTTL})
+}
+
+// headerWrites are the transfer requests writing hdr in front of each replica.
+func headerWrites(hdr []byte, reps []*pb.Replica, segs []transfer.SegmentID) []transfer.Request {
+	if hdr == nil {
+		return nil
+	}
+	reqs := make([]transfer.Request, len(reps))
+	for i, r := range reps {
+		reqs[i] = transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(hdr), Segment: segs[i], Remote: r.Addr - uint64(len(hdr)), Length: len(hdr)}
+	}
+	return reqs
+}
+
+// zeroHeaders zeroes the given headers (tombstones returned by a remove)
+// with one transfer batch. A failure is logged: the owning node zeroes them
+// too when its ping brings them.
+func (c *Client) zeroHeaders(ctx context.Context, refs []*pb.HeaderRef) {
+	if len(refs) == 0 {
+		return
+	}
+	zero, err := c.stage.take(ctx, objheader.Align)
+	if err != nil {
+		c.log.Warn("store: zero removed headers", "err", err)
+		return
+	}
+	defer c.stage.put(zero)
+	clear(zero)
+	reqs := make([]transfer.Request, 0, len(refs))
+	for _, r := range refs {
+		seg, err := c.mover.OpenSegment(ctx, r.Endpoint)
+		if err != nil {
+			c.log.Warn("store: zero removed header", "segment", r.Endpoint, "err", err)
+			continue
+		}
+		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(zero), Segment: seg, Remote: r.Addr, Length: len(zero)})
+	}
+	if err := c.mover.Transfer(ctx, reqs); err != nil {
+		c.log.Warn("store: zero removed headers", "n", len(reqs), "err", err)
+	}
+}
+
+// zeroOwn zeroes tombstones in this client's own segment and queues them
+// to be reported in the next ping.
+func (c *Client) zeroOwn(refs []*pb.HeaderRef) {
+	if len(refs) == 0 || c.segmentSpec == nil {
+		return
+	}
+	var done []*pb.HeaderRef
+	var offloaded []*pb.HeldObject
+	for _, r := range refs {
+		if r.Segment != c.segmentSpec.Name || r.Offset+objheader.Align > uint64(len(c.segment)) {
+			continue
+		}
+		if r.Offload && c.cfg.Disk != nil {
+			offloaded = append(offloaded, c.offload(r)...) // copy to disk before the header goes
+		}
+		objheader.Clear(c.segment[r.Offset:], r.Seq)
+		done = append(done, r)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.zeroed = append(c.zeroed, done...)
+	c.onDisk = append(c.onDisk, offloaded...)
+}
+
+// takeZeroed returns the tombstones zeroed since the last ping.
+func (c *Client) takeZeroed() []*pb.HeaderRef {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	z := c.zeroed
+	c.zeroed = nil
+	return z
+}
+
+// requeueZeroed puts back tombstones a failed ping did not report.
+func (c *Client) requeueZeroed(z []*pb.HeaderRef) {
+	if len(z) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.zeroed = append(z, c.zeroed...)
+}
+
+// held scans the contributed segment for the durable objects it holds.
+func (c *Client) held() []*pb.HeldObject {
+	if c.segmentSpec == nil {
+		return nil
+	}
+	found := objheader.Scan(c.segment)
+	out := make([]*pb.HeldObject, len(found))
+	for i, f := range found {
+		out[i] = &pb.HeldObject{Segment: c.segmentSpec.Name, Offset: f.Offset, Key: f.Key, Size: f.Size, Crc32C: f.CRC, Seq: f.Seq,
+			HardPin: f.HardPin, SoftPin: f.SoftPin, SoftPinTtlMs: f.SoftPinTTL.Milliseconds()}
+	}
+	if c.cfg.Disk != nil {
+		out = append(out, diskToHeld(c.segmentSpec.Name, c.cfg.Disk.Held())...)
+	}
+	return out
+}
