@@ -17,10 +17,14 @@ const (
 	// LengthAware evicts the block deepest in its prompt (highest block
 	// position) first; ties go to the least recently used.
 	LengthAware
+	// TailFirst evicts the tails of block chains before their heads: the
+	// block whose latest request is oldest, and among blocks of one
+	// request the deepest first (internal/evict's TailFirst order).
+	TailFirst
 )
 
 // Policies lists every policy in report order.
-var Policies = []Policy{LRU, LFU, LengthAware}
+var Policies = []Policy{LRU, LFU, LengthAware, TailFirst}
 
 func (p Policy) String() string {
 	switch p {
@@ -30,6 +34,8 @@ func (p Policy) String() string {
 		return "LFU"
 	case LengthAware:
 		return "LengthAware"
+	case TailFirst:
+		return "TailFirst"
 	}
 	return fmt.Sprintf("Policy(%d)", int(p))
 }
@@ -149,6 +155,13 @@ func (h *evictHeap) Less(i, j int) bool {
 			return a.freq < b.freq
 		}
 	case LengthAware:
+		if a.depth != b.depth {
+			return a.depth > b.depth
+		}
+	case TailFirst:
+		if a.gen != b.gen {
+			return a.gen < b.gen
+		}
 		if a.depth != b.depth {
 			return a.depth > b.depth
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // sixLineTrace: the same six requests as tracesim's hand-worked test
-// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8).
+// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8, TailFirst 8).
 var sixLineTrace = func() string {
 	b, err := os.ReadFile("testdata/six_requests.jsonl")
 	if err != nil {
@@ -37,7 +37,7 @@ func TestRun(t *testing.T) {
 	if len(r.Cache) != 2*len(tracesim.Policies) || len(r.Route) != len(tracesim.Routers) {
 		t.Fatalf("%d cache rows, %d route rows", len(r.Cache), len(r.Route))
 	}
-	want := map[tracesim.Policy]int{tracesim.Policies[0]: 6, tracesim.Policies[1]: 7, tracesim.Policies[2]: 8}
+	want := map[tracesim.Policy]int{tracesim.Policies[0]: 6, tracesim.Policies[1]: 7, tracesim.Policies[2]: 8, tracesim.TailFirst: 8}
 	for _, c := range r.Cache {
 		if c.Capacity == 4 && c.Hits != want[c.Policy] {
 			t.Errorf("%s at 4 blocks: %d hits, want %d", c.Policy, c.Hits, want[c.Policy])
