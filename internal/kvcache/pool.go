@@ -5,17 +5,18 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+
+	"github.com/kvcache-go/mooncake/internal/evict"
 )
 
 // ErrNoBlocks is returned by Allocate when fewer free blocks remain than asked for.
 var ErrNoBlocks = errors.New("kvcache: out of free blocks")
 
 type blockMeta struct {
-	ref        int
-	hash       BlockHash
-	hashed     bool
-	prev, next int  // cached-free queue links; -1 = none
-	inFree     bool // free (in the cached queue if hashed, in the plain set otherwise)
+	ref    int
+	hash   BlockHash
+	hashed bool
+	inFree bool // free (in the eviction order if hashed, in the plain set otherwise)
 }
 
 // Pool hands out block ids of a paged KV cache. It is a pure data structure,
@@ -24,7 +25,8 @@ type blockMeta struct {
 // Every block is either in use (reference count > 0) or free. A free block
 // is either plain (it holds nothing reusable) or cached (it still holds a
 // hashed prefix block). Plain free blocks form a set ordered by id; cached
-// free blocks sit in a queue ordered by the time they became free.
+// free blocks sit in an eviction order (package internal/evict): by
+// default LRU, the order in which they became free.
 //
 // Allocate takes the lowest plain ids first, then evicts cached blocks from
 // the front of the queue (least recently freed first), and returns the ids
@@ -36,30 +38,45 @@ type blockMeta struct {
 // cached blocks. A block's hash is dropped when Allocate hands it out for
 // new contents.
 type Pool struct {
-	blocks     []blockMeta
-	head, tail int // cached-free queue
-	numFree    int
-	cached     map[BlockHash]int
+	blocks  []blockMeta
+	order   evict.Policy[int] // cached free blocks, next victim first
+	group   uint64            // Free calls so far: the eviction group of a release
+	numFree int
+	cached  map[BlockHash]int
 
 	plain    []uint64 // bit id set: plain free block
 	plainLow int      // no bit is set in plain[:plainLow]
 	numPlain int
 }
 
-// NewPool returns a pool of n free blocks numbered 0..n-1.
+// NewPool returns a pool of n free blocks numbered 0..n-1 that evicts
+// cached blocks in LRU order.
 func NewPool(n int) *Pool {
-	p := &Pool{blocks: make([]blockMeta, n), head: -1, tail: -1, cached: make(map[BlockHash]int),
-		plain: make([]uint64, (n+63)/64)}
-	for i := range p.blocks {
-		p.blocks[i].prev, p.blocks[i].next = -1, -1
-		p.addFree(i)
-	}
+	p, _ := NewPoolWith(n, evict.KindLRU)
 	return p
 }
 
-// addFree makes block id free: into the cached queue's back if it holds a
-// hash, into the plain set otherwise.
-func (p *Pool) addFree(id int) {
+// NewPoolWith is NewPool with the eviction order of cached free blocks:
+// evict.KindLRU ("" too) or evict.KindTailFirst (each Free is one group, a
+// block's depth its index in the freed table). It fails only for an unknown
+// kind (evict.ErrUnknown).
+func NewPoolWith(n int, eviction evict.Kind) (*Pool, error) {
+	order, err := evict.New[int](eviction)
+	if err != nil {
+		return nil, fmt.Errorf("kvcache: %w", err)
+	}
+	p := &Pool{blocks: make([]blockMeta, n), order: order, cached: make(map[BlockHash]int),
+		plain: make([]uint64, (n+63)/64)}
+	for i := range p.blocks {
+		p.addFree(i, 0)
+	}
+	return p, nil
+}
+
+// addFree makes block id free: into the eviction order (as the most recent,
+// depth = its index in the freed block table) if it holds a hash, into the
+// plain set otherwise.
+func (p *Pool) addFree(id, depth int) {
 	b := &p.blocks[id]
 	b.inFree = true
 	p.numFree++
@@ -69,13 +86,7 @@ func (p *Pool) addFree(id int) {
 		p.numPlain++
 		return
 	}
-	b.prev, b.next = p.tail, -1
-	if p.tail >= 0 {
-		p.blocks[p.tail].next = id
-	} else {
-		p.head = id
-	}
-	p.tail = id
+	p.order.Add(id, evict.Meta{Group: p.group, Depth: depth})
 }
 
 // removeFree takes free block id out of its set or queue.
@@ -88,17 +99,7 @@ func (p *Pool) removeFree(id int) {
 		p.numPlain--
 		return
 	}
-	if b.prev >= 0 {
-		p.blocks[b.prev].next = b.next
-	} else {
-		p.head = b.next
-	}
-	if b.next >= 0 {
-		p.blocks[b.next].prev = b.prev
-	} else {
-		p.tail = b.prev
-	}
-	b.prev, b.next = -1, -1
+	p.order.Remove(id)
 }
 
 // lowestPlain returns the lowest plain free id (the set must not be empty).
@@ -124,7 +125,7 @@ func (p *Pool) unhash(id int) {
 	}
 	b.hashed = false
 	if free {
-		p.addFree(id)
+		p.addFree(id, 0)
 	}
 }
 
@@ -212,7 +213,8 @@ func (p *Pool) AllocateFor(n, after, room int) ([]int, error) {
 		if p.numPlain > 0 {
 			take(p.lowestPlain())
 		} else {
-			take(p.head)
+			id, _ := p.order.Victim() // numFree > numPlain: a cached block is free
+			take(id)
 		}
 	}
 	slices.Sort(ids)
@@ -261,6 +263,7 @@ func (p *Pool) findRun(n int) int {
 // order so that the tail of a sequence is reused before its head (a shared
 // prefix lives longest).
 func (p *Pool) Free(ids []int) {
+	p.group++
 	for i := len(ids) - 1; i >= 0; i-- {
 		id := ids[i]
 		b := &p.blocks[id]
@@ -269,7 +272,7 @@ func (p *Pool) Free(ids []int) {
 		}
 		b.ref--
 		if b.ref == 0 {
-			p.addFree(id)
+			p.addFree(id, i)
 		}
 	}
 }
@@ -291,7 +294,7 @@ func (p *Pool) SetHash(id int, h BlockHash) {
 	b.hash, b.hashed = h, true
 	p.cached[h] = id
 	if free {
-		p.addFree(id)
+		p.addFree(id, 0)
 	}
 }
 
