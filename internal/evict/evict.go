@@ -16,6 +16,11 @@ type Meta struct {
 	Group uint64
 	// Depth is the item's position in its chain (0 = head).
 	Depth int
+	// Partial marks the last block of a prompt when it is not full: its
+	// identity covers only the prompt's last tokens, so a longer prompt
+	// (the next turn of a conversation) has a different block there and
+	// only the very same prompt can reuse it. TailFirst evicts these first.
+	Partial bool
 }
 
 // Policy orders evictable items. Add makes an item evictable (re-adding
@@ -131,8 +136,9 @@ func (p *LRU[K]) Victim() (K, bool) {
 // Len is the number of evictable items.
 func (p *LRU[K]) Len() int { return len(p.m) }
 
-// TailFirst evicts the oldest group first and, within a group, the deepest
-// item first (ties: the item added first).
+// TailFirst evicts partial tails first (Meta.Partial, oldest group first),
+// then the oldest group and, within a group, the deepest item first (ties:
+// the item added first).
 type TailFirst[K comparable] struct {
 	h   tfHeap[K]
 	m   map[K]*node[K]
@@ -181,6 +187,9 @@ type tfHeap[K comparable] []*node[K]
 func (h tfHeap[K]) Len() int { return len(h) }
 func (h tfHeap[K]) Less(i, j int) bool {
 	a, b := h[i], h[j]
+	if a.m.Partial != b.m.Partial {
+		return a.m.Partial
+	}
 	if a.m.Group != b.m.Group {
 		return a.m.Group < b.m.Group
 	}

@@ -98,3 +98,16 @@ func TestParseKind(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestTailFirstPartialFirst(t *testing.T) {
+	p := NewTailFirst[int]()
+	p.Add(1, Meta{Group: 1, Depth: 0})
+	p.Add(2, Meta{Group: 1, Depth: 1})
+	p.Add(3, Meta{Group: 2, Depth: 0})
+	p.Add(4, Meta{Group: 2, Depth: 1, Partial: true})
+	for _, w := range []int{4, 2, 1, 3} { // the newer partial tail first
+		if v, _ := p.Victim(); v != w {
+			t.Fatalf("victim %d, want %d", v, w)
+		}
+	}
+}

@@ -15,8 +15,9 @@ func coreHits(reqs []Request, pol evict.Policy[int64], capacity int) (hits int) 
 	gen := map[int64]uint64{} // cached block -> latest request that touched it
 	var g uint64
 	type add struct {
-		id    int64
-		depth int
+		id      int64
+		depth   int
+		partial bool
 	}
 	var pinned []add
 	for _, r := range Ordered(reqs) {
@@ -33,7 +34,7 @@ func coreHits(reqs []Request, pol evict.Policy[int64], capacity int) (hits int) 
 			if last, ok := gen[id]; ok && last != g {
 				pol.Remove(id)
 				gen[id] = g
-				pinned = append(pinned, add{id, pos})
+				pinned = append(pinned, add{id, pos, pos == len(ids)-1})
 			}
 		}
 		for pos, id := range ids {
@@ -48,10 +49,10 @@ func coreHits(reqs []Request, pol evict.Policy[int64], capacity int) (hits int) 
 				delete(gen, v)
 			}
 			gen[id] = g
-			pinned = append(pinned, add{id, pos})
+			pinned = append(pinned, add{id, pos, pos == len(ids)-1})
 		}
 		for _, a := range pinned {
-			pol.Add(a.id, evict.Meta{Group: g, Depth: a.depth})
+			pol.Add(a.id, evict.Meta{Group: g, Depth: a.depth, Partial: a.partial})
 		}
 	}
 	return hits

@@ -89,10 +89,13 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			o.addRead(mem, h)
 			continue
 		}
-		// A WRITE payload may block on the peer: send what is gathered first,
-		// so no span is held while waiting for input.
-		if err := o.flush(conn, cfg); err != nil {
-			return err
+		// A WRITE payload may block on the peer: send gathered READ payloads
+		// first, so no span is held while waiting for input. (Response
+		// headers alone keep waiting for the input to drain.)
+		if len(o.iov) > 0 {
+			if err := o.flush(conn, cfg); err != nil {
+				return err
+			}
 		}
 		bulk := cfg.Bulk != nil && !cfg.Express && h.Length > cfg.BulkMin
 		if bulk {
