@@ -28,13 +28,13 @@ type blockMeta struct {
 // free blocks sit in an eviction order (package internal/evict): by
 // default LRU, the order in which they became free.
 //
-// Allocate takes the lowest plain ids first, then evicts cached blocks from
-// the front of the queue (least recently freed first), and returns the ids
+// Allocate takes the lowest plain ids first, then evicts cached blocks in
+// eviction order (LRU: least recently freed first), and returns the ids
 // sorted ascending. So a request's block table is made of runs of
 // consecutive ids (a fresh pool gives one run), which lets a KV transfer
 // move a run with one request; and a cached prefix is evicted only when no
 // plain block is left. A later request with the same prefix can take a
-// cached free block back out of the queue with Touch: the LRU reuse of
+// cached free block back out of the eviction order with Touch: the reuse of
 // cached blocks. A block's hash is dropped when Allocate hands it out for
 // new contents.
 type Pool struct {
@@ -89,7 +89,7 @@ func (p *Pool) addFree(id, depth int) {
 	p.order.Add(id, evict.Meta{Group: p.group, Depth: depth})
 }
 
-// removeFree takes free block id out of its set or queue.
+// removeFree takes free block id out of its set or the eviction order.
 func (p *Pool) removeFree(id int) {
 	b := &p.blocks[id]
 	b.inFree = false
@@ -158,7 +158,7 @@ func (p *Pool) Lookup(hashes []BlockHash) []int {
 	return ids
 }
 
-// Touch adds one reference to each block, taking free ones out of the free queue.
+// Touch adds one reference to each block, taking free ones out of the eviction order.
 func (p *Pool) Touch(ids []int) {
 	for _, id := range ids {
 		b := &p.blocks[id]
@@ -177,8 +177,8 @@ func (p *Pool) Allocate(n int) ([]int, error) { return p.AllocateFor(n, -1, n) }
 // room blocks more (room >= n; the rest of a prompt still to be prefilled).
 // It prefers, in order: the plain ids right after after (the table grows
 // in place); the lowest run of at least room consecutive plain ids, else of
-// at least n; the lowest plain ids; and only then cached blocks from the
-// front of the queue (their hashes dropped). The ids are returned sorted
+// at least n; the lowest plain ids; and only then cached blocks in eviction
+// order (their hashes dropped). The ids are returned sorted
 // ascending.
 func (p *Pool) AllocateFor(n, after, room int) ([]int, error) {
 	if n > p.numFree {
