@@ -121,6 +121,7 @@ type outbox struct {
 	out   []byte
 	mark  int // out[mark:] is not yet in iov
 	iov   net.Buffers
+	wv    net.Buffers // what flush hands to WriteTo (which consumes it), kept here so it does not escape per call
 	spans []registry.Span
 	bytes uint64 // large READ payload bytes in iov
 	rb    [wire.RespHeaderSize]byte
@@ -178,8 +179,9 @@ func (o *outbox) flush(conn net.Conn, cfg ServerConfig) error {
 		cfg.Bulk <- struct{}{}
 		_ = conn.SetDeadline(time.Now().Add(BulkStall))
 	}
-	iov := o.iov // WriteTo consumes its receiver
-	_, err := iov.WriteTo(conn)
+	o.wv = o.iov
+	_, err := o.wv.WriteTo(conn)
+	o.wv = nil
 	if bulk {
 		_ = conn.SetDeadline(time.Time{})
 		<-cfg.Bulk
