@@ -57,8 +57,9 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 	defer o.release()
 	for {
 		// Flush when no whole request header is buffered (the next read
-		// may block), or when enough READ payload is gathered.
-		if r.Buffered() < wire.ReqHeaderSize || o.bytes >= maxGather {
+		// may block), or when enough READ payload is gathered (in place or
+		// copied inline).
+		if r.Buffered() < wire.ReqHeaderSize || o.bytes >= maxGather || len(o.out) >= maxGather {
 			if err := o.flush(conn, cfg); err != nil {
 				return err
 			}
