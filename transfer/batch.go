@@ -233,8 +233,10 @@ func (b *Batch) runLocal(idx []int) {
 
 func (b *Batch) sliceDone(t *task, err error) {
 	if err != nil {
-		err = mapErr(err)
-		t.err.CompareAndSwap(nil, &err)
+		// Only this branch takes an address, so a nil err costs no
+		// allocation per slice.
+		e := mapErr(err)
+		t.err.CompareAndSwap(nil, &e)
 	}
 	if t.slices.Add(-1) != 0 {
 		return

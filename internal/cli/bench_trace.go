@@ -36,9 +36,10 @@ func newBenchTraceCmd() *cobra.Command {
 		Short: "Trace-driven KV cache policy hit rates and KV-aware routing TTFT (simulation)",
 		Long: `Replays a Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids).
 
-Cache policies: one global pool of --capacities blocks (512 tokens each); LRU, LFU and
-LengthAware hit rates, as ratios to the ideal (unlimited) hit ratio computed directly from
-the trace, next to the paper's Table 1 (measured on the arXiv trace).
+Cache policies: one global pool of --capacities blocks (512 tokens each); LRU, LFU,
+LengthAware and TailFirst (tails of block chains before their heads) hit rates, as ratios to
+the ideal (unlimited) hit ratio computed directly from the trace and to LRU at the same
+capacity, next to the paper's Table 1 (measured on the arXiv trace).
 
 Routing: --instances prefill instances with an LRU cache of --capacity blocks each;
 round-robin, least-loaded, cache-aware and Mooncake's conductor; TTFT from the prefill cost
@@ -53,7 +54,7 @@ See internal/tracesim's package doc for every definition.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.trace, "trace", "", "trace file (default: "+benchtrace.DefaultTraceRel+" relative to the repository root)")
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N requests of the file (0: all)")
-	fl.StringVar(&f.capacities, "capacities", "inf,100000,50000,30000,10000,1000", "global pool sizes in blocks for the cache policy table")
+	fl.StringVar(&f.capacities, "capacities", "inf,100000,50000,30000,20000,10000,5000,1000", "global pool sizes in blocks for the cache policy table")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object per result row")
 	fl.IntVar(&f.cfg.Instances, "instances", d.Instances, "prefill instances for the routing simulation")
 	fl.IntVar(&f.cfg.CapacityBlocks, "capacity", d.CapacityBlocks, "LRU cache per prefill instance in blocks (0: unlimited)")
@@ -113,11 +114,18 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		"length_mismatch": tr.Stats.LengthMismatch, "out_of_order": tr.Stats.OutOfOrder,
 		"ideal_hits": res.IdealHits, "ideal_hit_rate": ideal,
 	}}
+	lru := map[int]float64{} // capacity -> LRU hit rate, for "vs LRU"
+	for _, r := range res.Cache {
+		if r.Policy == tracesim.LRU {
+			lru[r.Capacity] = r.HitRate()
+		}
+	}
 	for _, r := range res.Cache {
 		row := map[string]any{
 			"kind": "cache", "policy": r.Policy.String(), "capacity": r.Capacity, "unlimited": r.Capacity == tracesim.Unlimited,
 			"hits": r.Hits, "blocks": r.Blocks, "evictions": r.Evictions,
 			"hit_rate": r.HitRate(), "ratio_to_ideal": benchtrace.Ratio(r.HitRate(), ideal),
+			"ratio_to_lru": benchtrace.Ratio(r.HitRate(), lru[r.Capacity]),
 		}
 		if v, ok := tracesim.PaperHitRate(r.Policy, r.Capacity); ok {
 			row["paper_arxiv_hit_rate"] = v
@@ -154,13 +162,14 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		ideal, idealHits, blocks)
 	fmt.Fprintln(&buf, "Cache policies, one global pool (capacity in 512-token blocks; paper = Table 1 on the arXiv trace):")
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "policy\tcapacity\thit rate\tvs ideal\tpaper (arXiv)\tevictions")
+	fmt.Fprintln(tw, "policy\tcapacity\thit rate\tvs ideal\tvs LRU\tpaper (arXiv)\tevictions")
 	for _, r := range cacheRes {
 		paper := "-"
 		if v, ok := tracesim.PaperHitRate(r.Policy, r.Capacity); ok {
 			paper = fmt.Sprintf("%.2f", v)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.3f\t%s\t%d\n", r.Policy, benchtrace.CapLabel(r.Capacity), r.HitRate(), benchtrace.Ratio(r.HitRate(), ideal), paper, r.Evictions)
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.3f\t%.3f\t%s\t%d\n", r.Policy, benchtrace.CapLabel(r.Capacity), r.HitRate(),
+			benchtrace.Ratio(r.HitRate(), ideal), benchtrace.Ratio(r.HitRate(), lru[r.Capacity]), paper, r.Evictions)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

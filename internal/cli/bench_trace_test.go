@@ -13,7 +13,7 @@ import (
 )
 
 // sixLineTrace: the same six requests as tracesim's hand-worked test
-// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8).
+// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8, TailFirst 8).
 var sixLineTrace = func() string {
 	b, err := os.ReadFile("../bench/trace/testdata/six_requests.jsonl")
 	if err != nil {
@@ -48,12 +48,12 @@ func TestBenchTraceJSON(t *testing.T) {
 		}
 		rows = append(rows, r)
 	}
-	if len(rows) != 1+3*3+4+2 {
+	if len(rows) != 1+4*3+4+2 {
 		t.Fatalf("%d rows: %v", len(rows), rows)
 	}
 	// The events-fed routers reach their bookkeeping twins' hit rates.
 	for i, name := range []string{"cache-aware", "conductor"} {
-		own, ev := rows[10+2+i], rows[14+i]
+		own, ev := rows[13+2+i], rows[17+i]
 		if own["router"] != name || ev["router"] != name+" (kv events)" || own["hit_rate"] != ev["hit_rate"] {
 			t.Fatalf("%s: %v vs %v", name, own, ev)
 		}
@@ -63,8 +63,9 @@ func TestBenchTraceJSON(t *testing.T) {
 		tr["length_mismatch"].(float64) != 0 || tr["distinct_blocks"].(float64) != 7 {
 		t.Fatalf("trace row %v", tr)
 	}
-	wantHits := map[string]float64{"LRU/0": 9, "LFU/0": 9, "LengthAware/0": 9, "LRU/4": 6, "LFU/4": 7, "LengthAware/4": 8}
-	for _, r := range rows[1:10] {
+	wantHits := map[string]float64{"LRU/0": 9, "LFU/0": 9, "LengthAware/0": 9, "LRU/4": 6, "LFU/4": 7, "LengthAware/4": 8,
+		"TailFirst/0": 9, "TailFirst/4": 8}
+	for _, r := range rows[1:13] {
 		if r["kind"] != "cache" {
 			t.Fatalf("row %v", r)
 		}
@@ -72,8 +73,13 @@ func TestBenchTraceJSON(t *testing.T) {
 		if want, ok := wantHits[key]; ok && r["hits"].(float64) != want {
 			t.Errorf("%s: hits %v, want %v", key, r["hits"], want)
 		}
+		if key == "TailFirst/4" && r["ratio_to_lru"].(float64) != 8.0/6 {
+			t.Errorf("TailFirst vs LRU at 4 blocks: %v, want %v", r["ratio_to_lru"], 8.0/6)
+		}
 		if r["capacity"].(float64) == 0 {
-			if r["unlimited"] != true || r["ratio_to_ideal"].(float64) != 1 || r["paper_arxiv_hit_rate"].(float64) != 0.51 {
+			paper, hasPaper := r["paper_arxiv_hit_rate"].(float64)
+			if r["unlimited"] != true || r["ratio_to_ideal"].(float64) != 1 || r["ratio_to_lru"].(float64) != 1 ||
+				(r["policy"] != "TailFirst") != (hasPaper && paper == 0.51) {
 				t.Errorf("unlimited row %v", r)
 			}
 		}
@@ -84,7 +90,7 @@ func TestBenchTraceJSON(t *testing.T) {
 		}
 	}
 	routers := map[string]bool{}
-	for _, r := range rows[10:] {
+	for _, r := range rows[13:] {
 		if r["kind"] != "route" || r["requests"].(float64) != 6 || r["slo_fraction"].(float64) != 1 || r["instances"].(float64) != 2 {
 			t.Errorf("route row %v", r)
 		}
@@ -104,7 +110,7 @@ func TestBenchTraceText(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{"3 requests, 7 blocks", "ideal hit ratio (unlimited pool, computed directly): 0.2857",
-		"LengthAware  Inf", "conductor", "early rejection on"} {
+		"LengthAware  Inf", "TailFirst    Inf", "vs LRU", "conductor", "early rejection on"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}

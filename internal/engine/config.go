@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/evict"
 	"github.com/kvcache-go/mooncake/internal/kvcache"
 	"github.com/kvcache-go/mooncake/internal/model"
 )
@@ -55,6 +56,9 @@ type Config struct {
 	MaxWaiting int
 	// DisablePrefixCaching turns off local prefix reuse.
 	DisablePrefixCaching bool
+	// Eviction orders the eviction of cached free KV blocks:
+	// evict.KindLRU (default) or evict.KindTailFirst (package internal/evict).
+	Eviction evict.Kind
 	// Allocator allocates the per-layer KV regions (Go heap).
 	Allocator kvcache.Allocator
 	// Connector is called at vLLM's KV connector points (NoopConnector).
@@ -149,6 +153,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: role %q (want both, producer or consumer)", c.Role)
 	case c.PollInterval < 0:
 		return errors.New("engine: negative poll interval")
+	}
+	if _, err := evict.ParseKind(string(c.Eviction)); err != nil {
+		return fmt.Errorf("engine: eviction: %w", err)
 	}
 	return nil
 }

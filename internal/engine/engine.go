@@ -81,8 +81,12 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	pool, err := kvcache.NewPoolWith(cfg.NumBlocks, cfg.Eviction)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	e := &Engine{
-		cfg: cfg, model: cfg.Model, regions: regions, pool: kvcache.NewPool(cfg.NumBlocks), conn: cfg.Connector,
+		cfg: cfg, model: cfg.Model, regions: regions, pool: pool, conn: cfg.Connector,
 		compat: kvcache.Compat{Model: cfg.ModelName, DType: "float32", NumLayers: layout.NumLayers,
 			NumKVHeads: layout.NumKVHeads, HeadDim: layout.HeadDim, BlockSize: layout.BlockSize,
 			Weights: cfg.Model.Fingerprint()},

@@ -28,7 +28,9 @@
 // ids, and a cycled pool a few runs: a KV transfer moves each run of
 // consecutive blocks with one request (an 8,192-token prompt took 2,808
 // write requests with a plain free queue). Free releases a request's blocks
-// tail first, so the head of a shared prefix is evicted last.
+// tail first, so the head of a shared prefix is evicted last. The eviction
+// order of cached blocks is an internal/evict policy: LRU (NewPool) or
+// TailFirst (NewPoolWith; engine.Config.Eviction), docs/cache-policy.md.
 //
 // SetRemovedHook makes the pool report every hash that leaves the prefix
 // cache (a cached block evicted for new contents, or DropHash): the

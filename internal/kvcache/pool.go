@@ -5,17 +5,18 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+
+	"github.com/kvcache-go/mooncake/internal/evict"
 )
 
 // ErrNoBlocks is returned by Allocate when fewer free blocks remain than asked for.
 var ErrNoBlocks = errors.New("kvcache: out of free blocks")
 
 type blockMeta struct {
-	ref        int
-	hash       BlockHash
-	hashed     bool
-	prev, next int  // cached-free queue links; -1 = none
-	inFree     bool // free (in the cached queue if hashed, in the plain set otherwise)
+	ref    int
+	hash   BlockHash
+	hashed bool
+	inFree bool // free (in the eviction order if hashed, in the plain set otherwise)
 }
 
 // Pool hands out block ids of a paged KV cache. It is a pure data structure,
@@ -24,22 +25,24 @@ type blockMeta struct {
 // Every block is either in use (reference count > 0) or free. A free block
 // is either plain (it holds nothing reusable) or cached (it still holds a
 // hashed prefix block). Plain free blocks form a set ordered by id; cached
-// free blocks sit in a queue ordered by the time they became free.
+// free blocks sit in an eviction order (package internal/evict): by
+// default LRU, the order in which they became free.
 //
-// Allocate takes the lowest plain ids first, then evicts cached blocks from
-// the front of the queue (least recently freed first), and returns the ids
+// Allocate takes the lowest plain ids first, then evicts cached blocks in
+// eviction order (LRU: least recently freed first), and returns the ids
 // sorted ascending. So a request's block table is made of runs of
 // consecutive ids (a fresh pool gives one run), which lets a KV transfer
 // move a run with one request; and a cached prefix is evicted only when no
 // plain block is left. A later request with the same prefix can take a
-// cached free block back out of the queue with Touch: the LRU reuse of
+// cached free block back out of the eviction order with Touch: the reuse of
 // cached blocks. A block's hash is dropped when Allocate hands it out for
 // new contents.
 type Pool struct {
-	blocks     []blockMeta
-	head, tail int // cached-free queue
-	numFree    int
-	cached     map[BlockHash]int
+	blocks  []blockMeta
+	order   evict.Policy[int] // cached free blocks, next victim first
+	group   uint64            // Free calls so far: the eviction group of a release
+	numFree int
+	cached  map[BlockHash]int
 
 	plain    []uint64 // bit id set: plain free block
 	plainLow int      // no bit is set in plain[:plainLow]
@@ -53,20 +56,34 @@ type Pool struct {
 // engine's KV events. f must not call back into the pool.
 func (p *Pool) SetRemovedHook(f func(BlockHash)) { p.onRemoved = f }
 
-// NewPool returns a pool of n free blocks numbered 0..n-1.
+// NewPool returns a pool of n free blocks numbered 0..n-1 that evicts
+// cached blocks in LRU order.
 func NewPool(n int) *Pool {
-	p := &Pool{blocks: make([]blockMeta, n), head: -1, tail: -1, cached: make(map[BlockHash]int),
-		plain: make([]uint64, (n+63)/64)}
-	for i := range p.blocks {
-		p.blocks[i].prev, p.blocks[i].next = -1, -1
-		p.addFree(i)
-	}
+	p, _ := NewPoolWith(n, evict.KindLRU)
 	return p
 }
 
-// addFree makes block id free: into the cached queue's back if it holds a
-// hash, into the plain set otherwise.
-func (p *Pool) addFree(id int) {
+// NewPoolWith is NewPool with the eviction order of cached free blocks:
+// evict.KindLRU ("" too) or evict.KindTailFirst (each Free is one group, a
+// block's depth its index in the freed table). It fails only for an unknown
+// kind (evict.ErrUnknown).
+func NewPoolWith(n int, eviction evict.Kind) (*Pool, error) {
+	order, err := evict.New[int](eviction)
+	if err != nil {
+		return nil, fmt.Errorf("kvcache: %w", err)
+	}
+	p := &Pool{blocks: make([]blockMeta, n), order: order, cached: make(map[BlockHash]int),
+		plain: make([]uint64, (n+63)/64)}
+	for i := range p.blocks {
+		p.addFree(i, 0)
+	}
+	return p, nil
+}
+
+// addFree makes block id free: into the eviction order (as the most recent,
+// depth = its index in the freed block table) if it holds a hash, into the
+// plain set otherwise.
+func (p *Pool) addFree(id, depth int) {
 	b := &p.blocks[id]
 	b.inFree = true
 	p.numFree++
@@ -76,16 +93,10 @@ func (p *Pool) addFree(id int) {
 		p.numPlain++
 		return
 	}
-	b.prev, b.next = p.tail, -1
-	if p.tail >= 0 {
-		p.blocks[p.tail].next = id
-	} else {
-		p.head = id
-	}
-	p.tail = id
+	p.order.Add(id, evict.Meta{Group: p.group, Depth: depth})
 }
 
-// removeFree takes free block id out of its set or queue.
+// removeFree takes free block id out of its set or the eviction order.
 func (p *Pool) removeFree(id int) {
 	b := &p.blocks[id]
 	b.inFree = false
@@ -95,17 +106,7 @@ func (p *Pool) removeFree(id int) {
 		p.numPlain--
 		return
 	}
-	if b.prev >= 0 {
-		p.blocks[b.prev].next = b.next
-	} else {
-		p.head = b.next
-	}
-	if b.next >= 0 {
-		p.blocks[b.next].prev = b.prev
-	} else {
-		p.tail = b.prev
-	}
-	b.prev, b.next = -1, -1
+	p.order.Remove(id)
 }
 
 // lowestPlain returns the lowest plain free id (the set must not be empty).
@@ -134,7 +135,7 @@ func (p *Pool) unhash(id int) {
 	}
 	b.hashed = false
 	if free {
-		p.addFree(id)
+		p.addFree(id, 0)
 	}
 }
 
@@ -167,7 +168,7 @@ func (p *Pool) Lookup(hashes []BlockHash) []int {
 	return ids
 }
 
-// Touch adds one reference to each block, taking free ones out of the free queue.
+// Touch adds one reference to each block, taking free ones out of the eviction order.
 func (p *Pool) Touch(ids []int) {
 	for _, id := range ids {
 		b := &p.blocks[id]
@@ -186,8 +187,8 @@ func (p *Pool) Allocate(n int) ([]int, error) { return p.AllocateFor(n, -1, n) }
 // room blocks more (room >= n; the rest of a prompt still to be prefilled).
 // It prefers, in order: the plain ids right after after (the table grows
 // in place); the lowest run of at least room consecutive plain ids, else of
-// at least n; the lowest plain ids; and only then cached blocks from the
-// front of the queue (their hashes dropped). The ids are returned sorted
+// at least n; the lowest plain ids; and only then cached blocks in eviction
+// order (their hashes dropped). The ids are returned sorted
 // ascending.
 func (p *Pool) AllocateFor(n, after, room int) ([]int, error) {
 	if n > p.numFree {
@@ -225,7 +226,8 @@ func (p *Pool) AllocateFor(n, after, room int) ([]int, error) {
 		if p.numPlain > 0 {
 			take(p.lowestPlain())
 		} else {
-			take(p.head)
+			id, _ := p.order.Victim() // numFree > numPlain: a cached block is free
+			take(id)
 		}
 	}
 	slices.Sort(ids)
@@ -274,6 +276,7 @@ func (p *Pool) findRun(n int) int {
 // order so that the tail of a sequence is reused before its head (a shared
 // prefix lives longest).
 func (p *Pool) Free(ids []int) {
+	p.group++
 	for i := len(ids) - 1; i >= 0; i-- {
 		id := ids[i]
 		b := &p.blocks[id]
@@ -282,7 +285,7 @@ func (p *Pool) Free(ids []int) {
 		}
 		b.ref--
 		if b.ref == 0 {
-			p.addFree(id)
+			p.addFree(id, i)
 		}
 	}
 }
@@ -304,7 +307,7 @@ func (p *Pool) SetHash(id int, h BlockHash) {
 	b.hash, b.hashed = h, true
 	p.cached[h] = id
 	if free {
-		p.addFree(id)
+		p.addFree(id, 0)
 	}
 }
 

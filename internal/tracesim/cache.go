@@ -17,10 +17,16 @@ const (
 	// LengthAware evicts the block deepest in its prompt (highest block
 	// position) first; ties go to the least recently used.
 	LengthAware
+	// TailFirst evicts the tails of block chains before their heads:
+	// first the last block of a prompt (partial in almost every request,
+	// so only the very same prompt can reuse it), then the block whose
+	// latest request is oldest, and among blocks of one request the
+	// deepest first (internal/evict's TailFirst order).
+	TailFirst
 )
 
 // Policies lists every policy in report order.
-var Policies = []Policy{LRU, LFU, LengthAware}
+var Policies = []Policy{LRU, LFU, LengthAware, TailFirst}
 
 func (p Policy) String() string {
 	switch p {
@@ -30,6 +36,8 @@ func (p Policy) String() string {
 		return "LFU"
 	case LengthAware:
 		return "LengthAware"
+	case TailFirst:
+		return "TailFirst"
 	}
 	return fmt.Sprintf("Policy(%d)", int(p))
 }
@@ -38,12 +46,13 @@ func (p Policy) String() string {
 const Unlimited = 0
 
 type entry struct {
-	id    int64
-	last  uint64 // tick of the latest touch
-	freq  uint64 // requests that touched the block since it was cached
-	depth int    // position of the block in the latest request that touched it
-	idx   int    // index in the heap; -1 while pinned by the current request
-	gen   uint64 // the latest request (Access call) that touched the block
+	id      int64
+	last    uint64 // tick of the latest touch
+	freq    uint64 // requests that touched the block since it was cached
+	depth   int    // position of the block in the latest request that touched it
+	partial bool   // the last block of the latest request that touched it
+	idx     int    // index in the heap; -1 while pinned by the current request
+	gen     uint64 // the latest request (Access call) that touched the block
 }
 
 // Cache is one pool of KV blocks keyed by hash id, with a capacity in
@@ -142,6 +151,7 @@ func (c *Cache) Access(ids []int64) (hits int) {
 		e.last = c.tick
 		e.freq++
 		e.depth = pos
+		e.partial = pos == len(ids)-1
 	}
 	for _, e := range c.pinned {
 		heap.Push(&c.h, e)
@@ -165,6 +175,16 @@ func (h *evictHeap) Less(i, j int) bool {
 			return a.freq < b.freq
 		}
 	case LengthAware:
+		if a.depth != b.depth {
+			return a.depth > b.depth
+		}
+	case TailFirst:
+		if a.partial != b.partial {
+			return a.partial
+		}
+		if a.gen != b.gen {
+			return a.gen < b.gen
+		}
 		if a.depth != b.depth {
 			return a.depth > b.depth
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // sixLineTrace: the same six requests as tracesim's hand-worked test
-// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8).
+// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8, TailFirst 8).
 var sixLineTrace = func() string {
 	b, err := os.ReadFile("testdata/six_requests.jsonl")
 	if err != nil {
@@ -48,7 +48,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("%s: events-fed hit rate %v, bookkeeping %v", rt, ev.HitRate(), book.HitRate())
 		}
 	}
-	want := map[tracesim.Policy]int{tracesim.Policies[0]: 6, tracesim.Policies[1]: 7, tracesim.Policies[2]: 8}
+	want := map[tracesim.Policy]int{tracesim.Policies[0]: 6, tracesim.Policies[1]: 7, tracesim.Policies[2]: 8, tracesim.TailFirst: 8}
 	for _, c := range r.Cache {
 		if c.Capacity == 4 && c.Hits != want[c.Policy] {
 			t.Errorf("%s at 4 blocks: %d hits, want %d", c.Policy, c.Hits, want[c.Policy])

@@ -240,6 +240,7 @@ func (l *lane) writer() {
 	var (
 		hdrs []byte
 		bufs net.Buffers
+		wv   net.Buffers // WriteTo consumes its receiver: bufs keeps its capacity
 		take []*Op
 	)
 	for {
@@ -311,7 +312,9 @@ func (l *lane) writer() {
 		if bulk {
 			l.p.cfg.Bulk <- struct{}{}
 		}
-		_, err := bufs.WriteTo(l.conn)
+		wv = bufs
+		_, err := wv.WriteTo(l.conn)
+		clear(bufs) // drop references to the sources
 		if bulk {
 			<-l.p.cfg.Bulk
 		}

@@ -8,12 +8,18 @@
 // Server (ServeLane): one goroutine per lane reads request headers in order.
 // Every request is bounds-checked by the Memory it is given (one registered
 // buffer, non-zero length); a WRITE payload is read straight from the socket
-// into the registered destination, a READ payload is written straight from the
-// registered source (net.Buffers, i.e. writev, together with any pending
-// response headers). Rejected WRITE payloads are drained so the lane stays in
-// sync. A header that does not decode, or a slice longer than MaxSlice, ends
-// the lane: the caller closes the connection and keeps serving others.
-// Response headers are batched and flushed when the lane has no more input.
+// into the registered destination. READ responses are gathered: while more
+// request headers are already buffered, each READ's response header (and a
+// payload up to 16 KiB, copied) joins an outbox and a larger payload is
+// referenced in place; the outbox goes out as one writev (net.Buffers)
+// straight from registered memory when no whole request header is buffered,
+// when 1 MiB of payload is gathered, or before a WRITE is served (so no
+// span is held while the lane waits for input). Before, every READ slice
+// was its own writev, taking the bulk token each time. Rejected WRITE
+// payloads are drained so the lane stays in sync. A header that does not
+// decode, or a slice longer than MaxSlice, ends the lane: the caller closes
+// the connection and keeps serving others. Response headers are batched and
+// flushed when the lane has no more input.
 //
 // Client (Peer): lane 0 is the express lane, used only by small slices
 // (<= SmallMax) so that a small transfer never queues behind a large stream;

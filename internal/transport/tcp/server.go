@@ -39,6 +39,9 @@ const BulkStall = 10 * time.Second
 // response buffer instead of being sent as their own iovec.
 const inlineMax = 16 << 10
 
+// maxGather bounds the READ payload bytes a lane gathers into one writev.
+const maxGather = 1 << 20
+
 // ServeLane serves one data lane until the peer closes it or misbehaves. r
 // must read from conn (it may hold bytes already buffered after the
 // handshake). It returns nil on a clean EOF between requests.
@@ -47,23 +50,17 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 		cfg.MaxSlice = DefaultMaxSlice
 	}
 	var (
-		hb  [wire.ReqHeaderSize]byte
-		out = make([]byte, 0, 64<<10)
-		rb  [wire.RespHeaderSize]byte
-
+		hb        [wire.ReqHeaderSize]byte
 		lastLarge bool
+		o         = &outbox{out: make([]byte, 0, 64<<10)}
 	)
-	flush := func() error {
-		if len(out) == 0 {
-			return nil
-		}
-		_, err := conn.Write(out)
-		out = out[:0]
-		return err
-	}
+	defer o.release()
 	for {
-		if r.Buffered() == 0 {
-			if err := flush(); err != nil {
+		// Flush when no whole request header is buffered (the next read
+		// may block), or when enough READ payload is gathered (in place or
+		// copied inline).
+		if r.Buffered() < wire.ReqHeaderSize || o.bytes >= maxGather || len(o.out) >= maxGather {
+			if err := o.flush(conn, cfg); err != nil {
 				return err
 			}
 		}
@@ -82,18 +79,32 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 		}
 		h, err := wire.DecodeReqHeader(hb[:], cfg.MaxSlice)
 		if err != nil {
-			_ = flush()
+			_ = o.flush(conn, cfg)
 			return err
 		}
 		lastLarge = h.Op == wire.OpWrite && h.Length > inlineMax
-		resp := wire.RespHeader{ID: h.ID}
+		if h.Op != wire.OpWrite {
+			// READ: the response (and its payload) joins the outbox; the
+			// payload is sent by the next flush, gathered with its neighbours
+			// into one writev.
+			o.addRead(mem, h)
+			continue
+		}
+		// A WRITE payload may block on the peer: send gathered READ payloads
+		// first, so no span is held while waiting for input. (Response
+		// headers alone keep waiting for the input to drain.)
+		if len(o.iov) > 0 {
+			if err := o.flush(conn, cfg); err != nil {
+				return err
+			}
+		}
 		bulk := cfg.Bulk != nil && !cfg.Express && h.Length > cfg.BulkMin
 		if bulk {
 			cfg.Bulk <- struct{}{}
 			// A peer that stalls mid-payload must not keep the token.
 			_ = conn.SetDeadline(time.Now().Add(BulkStall))
 		}
-		err = serveOne(conn, r, mem, h, &resp, &out, rb[:])
+		err = serveWrite(conn, r, mem, h, o)
 		if bulk {
 			_ = conn.SetDeadline(time.Time{})
 			<-cfg.Bulk
@@ -104,56 +115,114 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 	}
 }
 
-// serveOne applies one request; it appends the response to *out, or writes
-// it together with a READ payload.
-func serveOne(conn net.Conn, r *bufio.Reader, mem Memory, h wire.ReqHeader, resp *wire.RespHeader, out *[]byte, rb []byte) error {
-	{
-		span, aerr := mem.Acquire(h.Addr, h.Length)
-		if h.Op == wire.OpWrite {
-			if aerr != nil {
-				if _, err := io.CopyN(io.Discard, r, int64(h.Length)); err != nil {
-					return err
-				}
-				resp.Status = wire.StatusRejected
-			} else {
-				err := readPayload(r, conn, span.B)
-				if err == nil && h.Flags&wire.FlagCRC != 0 && wire.CRC32C(span.B) != h.CRC {
-					resp.Status = wire.StatusChecksum
-				}
-				span.Release()
-				if err != nil {
-					return err
-				}
-			}
-			resp.Put(rb)
-			*out = append(*out, rb...)
-			return nil
-		}
-		// READ
-		if aerr != nil {
-			resp.Status = wire.StatusRejected
-			resp.Put(rb)
-			*out = append(*out, rb...)
-			return nil
-		}
-		resp.Length = h.Length
-		if h.Flags&wire.FlagCRC != 0 {
-			resp.Flags = wire.FlagCRC
-			resp.CRC = wire.CRC32C(span.B)
-		}
-		resp.Put(rb)
-		*out = append(*out, rb...)
-		if len(span.B) <= inlineMax {
-			*out = append(*out, span.B...)
-			span.Release()
-			return nil
-		}
-		bufs := net.Buffers{*out, span.B}
-		_, err := bufs.WriteTo(conn)
+// outbox gathers a lane's responses: headers and small READ payloads are
+// appended to out; large READ payloads are referenced in place (iov) and sent
+// straight from registered memory by flush, in order, with one writev.
+type outbox struct {
+	out   []byte
+	mark  int // out[mark:] is not yet in iov
+	iov   net.Buffers
+	wv    net.Buffers // what flush hands to WriteTo (which consumes it), kept here so it does not escape per call
+	spans []registry.Span
+	bytes uint64 // large READ payload bytes in iov
+	rb    [wire.RespHeaderSize]byte
+}
+
+func (o *outbox) header(resp *wire.RespHeader) {
+	resp.Put(o.rb[:])
+	o.out = append(o.out, o.rb[:]...)
+}
+
+// addRead applies one READ request. Slices of out taken into iov stay valid
+// when a later append moves out: they keep the old array, which no one
+// writes again before the flush.
+func (o *outbox) addRead(mem Memory, h wire.ReqHeader) {
+	resp := wire.RespHeader{ID: h.ID}
+	span, err := mem.Acquire(h.Addr, h.Length)
+	if err != nil {
+		resp.Status = wire.StatusRejected
+		o.header(&resp)
+		return
+	}
+	resp.Length = h.Length
+	if h.Flags&wire.FlagCRC != 0 {
+		resp.Flags = wire.FlagCRC
+		resp.CRC = wire.CRC32C(span.B)
+	}
+	o.header(&resp)
+	if len(span.B) <= inlineMax {
+		o.out = append(o.out, span.B...)
 		span.Release()
-		*out = (*out)[:0]
+		return
+	}
+	o.iov = append(o.iov, o.out[o.mark:], span.B)
+	o.mark = len(o.out)
+	o.spans = append(o.spans, span)
+	o.bytes += h.Length
+}
+
+// flush sends everything gathered, holding a bulk token (and the stall
+// deadline) while large payloads go out.
+func (o *outbox) flush(conn net.Conn, cfg ServerConfig) error {
+	if len(o.iov) == 0 {
+		if len(o.out) == 0 {
+			return nil
+		}
+		_, err := conn.Write(o.out)
+		o.out = o.out[:0]
 		return err
 	}
+	if o.mark < len(o.out) {
+		o.iov = append(o.iov, o.out[o.mark:])
+	}
+	bulk := cfg.Bulk != nil && !cfg.Express && o.bytes > cfg.BulkMin
+	if bulk {
+		cfg.Bulk <- struct{}{}
+		_ = conn.SetDeadline(time.Now().Add(BulkStall))
+	}
+	o.wv = o.iov
+	_, err := o.wv.WriteTo(conn)
+	o.wv = nil
+	if bulk {
+		_ = conn.SetDeadline(time.Time{})
+		<-cfg.Bulk
+	}
+	o.release()
+	return err
+}
+
+// release drops the spans and resets the outbox.
+func (o *outbox) release() {
+	for _, s := range o.spans {
+		s.Release()
+	}
+	clear(o.spans)
+	clear(o.iov)
+	o.spans, o.iov = o.spans[:0], o.iov[:0]
+	o.out, o.mark, o.bytes = o.out[:0], 0, 0
+}
+
+// serveWrite applies one WRITE request and appends its response to the outbox.
+func serveWrite(conn net.Conn, r *bufio.Reader, mem Memory, h wire.ReqHeader, o *outbox) error {
+	resp := wire.RespHeader{ID: h.ID}
+	span, aerr := mem.Acquire(h.Addr, h.Length)
+	if aerr != nil {
+		if _, err := io.CopyN(io.Discard, r, int64(h.Length)); err != nil {
+			return err
+		}
+		resp.Status = wire.StatusRejected
+	} else {
+		err := readPayload(r, conn, span.B)
+		if err == nil && h.Flags&wire.FlagCRC != 0 && wire.CRC32C(span.B) != h.CRC {
+			resp.Status = wire.StatusChecksum
+		}
+		span.Release()
+		if err != nil {
+			return err
+		}
+	}
+	o.header(&resp)
+	return nil
 }
 
 // readPayload fills p: first from what r has buffered, then straight from
