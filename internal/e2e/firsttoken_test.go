@@ -58,6 +58,12 @@ func TestFirstTokenFromPrefill(t *testing.T) {
 			if v := metricValue(t, dec.URL, `mooncake_pd_first_token_total{source="prefill"}`); v != float64(n) {
 				t.Fatalf("first tokens from prefill in metrics: %v, want %d", v, n)
 			}
+			if v := metricValue(t, dec.URL, "mooncake_engine_connector_first_tokens_total"); v != float64(n) {
+				t.Fatalf("engine's first tokens from the connector: %v, want %d", v, n)
+			}
+			if v := metricValue(t, dec.URL, "mooncake_engine_prompt_tokens_computed_total"); v != 0 {
+				t.Fatalf("decode computed %v prompt tokens", v)
+			}
 		})
 	}
 }
