@@ -207,13 +207,16 @@ type PullResponse struct {
 	// Nanos is the time prefill spent writing.
 	Nanos int64 `json:"nanos"`
 	// Aux is the prefill's aux data (SGLang ships it with the KV): the
-	// first output token it sampled.
+	// first output token it sampled and its logprob.
 	Aux *Aux `json:"aux,omitempty"`
 }
 
-// Aux is a prefill's aux data.
+// Aux is a prefill's aux data: the first output token it sampled and that
+// token's logprob (log-softmax of the raw logits). Decode takes the token
+// as its first output instead of recomputing the last prompt position.
 type Aux struct {
-	FirstToken int `json:"first_token"`
+	FirstToken   int     `json:"first_token"`
+	FirstLogprob float32 `json:"first_logprob"`
 }
 
 // Handler serves pulls and releases; the producer connector implements it.

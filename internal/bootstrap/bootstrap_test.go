@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -245,5 +246,21 @@ func TestSGLangRoute(t *testing.T) {
 	var ri RouteInfo
 	if err := c.Route(context.Background(), strings.TrimPrefix(srv.URL, "http://"), 0, 0, 0, &ri); err != nil || ri.RankPort != 8998 {
 		t.Fatalf("client: %+v %v", ri, err)
+	}
+}
+
+// The aux data's wire shape: the first token and its logprob, omitted when
+// prefill has none.
+func TestPullResponseAux(t *testing.T) {
+	b, _ := json.Marshal(PullResponse{Status: StatusDone, Aux: &Aux{FirstToken: 7, FirstLogprob: -0.125}})
+	if !strings.Contains(string(b), `"aux":{"first_token":7,"first_logprob":-0.125}`) {
+		t.Fatalf("encoded %s", b)
+	}
+	var r PullResponse
+	if err := json.Unmarshal(b, &r); err != nil || r.Aux == nil || *r.Aux != (Aux{FirstToken: 7, FirstLogprob: -0.125}) {
+		t.Fatalf("decoded %+v %v", r, err)
+	}
+	if b, _ := json.Marshal(PullResponse{Status: StatusDone}); strings.Contains(string(b), "aux") {
+		t.Fatalf("aux without data: %s", b)
 	}
 }

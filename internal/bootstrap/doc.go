@@ -28,7 +28,10 @@
 // block ids, and how long decode waits (timeout_ms). The Server bounds the
 // Handler's context by timeout_ms; the handler answers done or failed with a
 // code (CodeIncompatible, CodeUnknown, CodeTimeout, CodeTransfer,
-// CodeAborted, CodePrefillError, CodeBadRequest).
+// CodeAborted, CodePrefillError, CodeBadRequest). A done answer carries the
+// prefill's aux data when it has one (PullResponse.Aux: the first output
+// token it sampled and that token's logprob), so decode starts from the
+// next position.
 //
 // Client is the matching HTTP client. DecodePull is the one decoder of
 // network bytes with logic of its own; it is fuzzed.

@@ -37,6 +37,11 @@ func TestPartialAndFullPrefixHitOnDecode(t *testing.T) {
 	if got.KV["kv_load"] != "remote" || pulled != fullBytes/9*4 {
 		t.Fatalf("partial hit pulled %v bytes (full prompt %v): %v", pulled, fullBytes, got.KV)
 	}
+	// The local blocks and the pulled ones make the whole prompt: decode
+	// takes prefill's first token.
+	if got.KV["first_token_from_prefill"] != true {
+		t.Fatalf("partial hit: first token not from prefill: %v", got.KV)
+	}
 
 	// Full hit: everything but the last token is local: nothing is sent,
 	// prefill frees on decode's release.
@@ -44,7 +49,7 @@ func TestPartialAndFullPrefixHitOnDecode(t *testing.T) {
 	before := pre.Conn.Stats().FreedReleased
 	want = complete(t, ctx, col.URL, base, 6, false)
 	got = complete(t, ctx, c.URL, base, 6, false)
-	if !equalInts(got.TokenIDs, want.TokenIDs) || got.KV["kv_load"] != "local" {
+	if !equalInts(got.TokenIDs, want.TokenIDs) || got.KV["kv_load"] != "local" || got.KV["first_token_from_prefill"] != false {
 		t.Fatalf("full hit: %v %v != %v", got.KV, got.TokenIDs, want.TokenIDs)
 	}
 	waitfor.Cond(t, 10*time.Second, "prefill freed on release", func() bool { return pre.Conn.Stats().FreedReleased == before+1 })
@@ -85,6 +90,12 @@ func TestDecodePullTimeoutPolicies(t *testing.T) {
 				}
 				if v := metricValue(t, dec.URL, `mooncake_pd_kv_loads_total{load="recomputed"}`); v != 1 {
 					t.Fatalf("recomputed metric %v", v)
+				}
+				if got.KV["first_token_from_prefill"] != false || dec.Engine.Stats().PromptTokens == 0 {
+					t.Fatalf("recompute: the first token must be decode's own: %v", got.KV)
+				}
+				if v := metricValue(t, dec.URL, `mooncake_pd_first_token_total{source="decode"}`); v != 1 {
+					t.Fatalf("first token from decode metric %v", v)
 				}
 			} else {
 				if got.Code == 200 && got.Finish != "error" {

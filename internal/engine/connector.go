@@ -60,6 +60,21 @@ type SchedulerConnector interface {
 	RequestFinished(req *ReqState, blockIDs []int) (delayFree bool, kvTransferParams map[string]any)
 }
 
+// FirstTokenSource is an optional extension of a Connector that receives a
+// request's first output token with its KV (a prefill engine sampled it and
+// shipped it as aux data). When a request's asynchronous load finished
+// (GetFinished's doneRecving) and the loaded KV covers its whole prompt,
+// the engine asks FirstToken; with ok the token becomes the request's first
+// output (streamed like a sampled one, its logprob recorded, the sampling
+// generator advanced as if it had sampled it) and the request's next step
+// is a decode step at position len(prompt): the last prompt position is not
+// recomputed. Without ok (or a token outside the vocabulary) the engine
+// recomputes the last prompt position as usual. Called from the step
+// goroutine, after UpdateConnectorOutput.
+type FirstTokenSource interface {
+	FirstToken(req *ReqState) (token int, logprob float32, ok bool)
+}
+
 // WorkerConnector is the worker-side half, called around the model forward.
 type WorkerConnector interface {
 	// RegisterKVCaches is called once, before the first step, with the KV

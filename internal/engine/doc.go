@@ -22,7 +22,9 @@
 // whatever else is in the batch and however its prompt is chunked; greedy
 // generation is a pure function of the prompt. Sampling with temperature > 0
 // uses a per-request generator seeded from SamplingParams.Seed (or the
-// request id), so it is reproducible too.
+// request id), so it is reproducible too. Every output token's logprob
+// (log-softmax of the raw logits at the sampled id) is kept:
+// ReqState.OutputLogprobs.
 //
 // # KV memory (what a connector moves)
 //
@@ -77,7 +79,13 @@
 //	update phase:
 //	  doneRecving: WAITING_FOR_REMOTE_KVS -> WAITING with computed =
 //	    numLocal+n; if that covers the whole prompt, prompt-1 (the last token
-//	    is recomputed to get logits). Blocks of loaded tokens get hashed into
+//	    is recomputed to get logits), unless the connector is a
+//	    FirstTokenSource and FirstToken(req) hands over the first output
+//	    token prefill sampled: then that token is the first output
+//	    (streamed, GeneratedTokens and FirstTokensFromConnector count it,
+//	    the sampling generator advances by one draw), computed = prompt and
+//	    the next step is a decode step at position len(prompt) (it computes
+//	    the first token's KV). Blocks of loaded tokens get hashed into
 //	    the prefix cache.
 //	  invalid blocks: with KVLoadFailurePolicy "recompute" (default) the
 //	    request's computed tokens drop to the start of its first invalid block

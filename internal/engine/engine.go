@@ -32,8 +32,12 @@ type Stats struct {
 	ExternalTokens      uint64 // prompt tokens supplied by the connector
 	PromptTokens        uint64 // prompt tokens computed
 	GeneratedTokens     uint64
-	Preemptions         uint64
-	Steps               uint64
+	// FirstTokensFromConnector counts first output tokens taken from the
+	// connector (FirstTokenSource) with the KV instead of computed; they
+	// are included in GeneratedTokens.
+	FirstTokensFromConnector uint64
+	Preemptions              uint64
+	Steps                    uint64
 }
 
 // Engine runs requests through the model. See the package doc.

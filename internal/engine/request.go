@@ -93,6 +93,8 @@ type ReqState struct {
 	computed  int
 	cachedHit int // prompt tokens found in the local prefix cache or loaded externally at admission
 	rng       *rand.Rand
+	logprobs  []float32 // log-softmax of the logits at each output token
+	seeded    bool      // the first output token came from the connector
 	stream    *Stream
 
 	numLocal      int  // tokens found in the local prefix cache at admission
@@ -147,3 +149,13 @@ func (r *ReqState) MaxTokens() int { return r.params.MaxTokens }
 // FinishAbort, FinishError); empty while it runs. RequestFinished sees it
 // set.
 func (r *ReqState) FinishReason() string { return r.finishReason }
+
+// OutputLogprobs are the log probabilities (log-softmax of the model's raw
+// logits, before temperature) of the generated tokens, one per output
+// token. A first token taken from the connector (FirstTokenSource) carries
+// the logprob the connector gave.
+func (r *ReqState) OutputLogprobs() []float32 { return r.logprobs }
+
+// FirstTokenFromConnector reports whether the first output token was taken
+// from the connector (FirstTokenSource) instead of computed here.
+func (r *ReqState) FirstTokenFromConnector() bool { return r.seeded }

@@ -356,16 +356,49 @@ func (e *Engine) admitReceived(ids []string) (moved bool) {
 			c = min(c, r.invalidFrom)
 			r.invalidFrom = -1
 		}
+		seeded := c == len(r.prompt) && e.seedFirstToken(r)
 		c = min(c, len(r.tokens)-1)
 		r.computed = c
-		r.cachedHit = c
+		r.cachedHit = min(c, len(r.prompt))
 		r.status = StatusWaiting
 		e.cacheBlocks(r)
+		if seeded {
+			if reason := e.stopReason(r); reason != "" {
+				e.finish(r, reason, nil)
+				moved = true
+				continue
+			}
+		}
 		// Keep arrival order among waiting requests.
 		e.waiting = append(e.waiting, r)
 		moved = true
 	}
 	return moved
+}
+
+// seedFirstToken takes r's first output token from the connector when it
+// shipped one with the KV of the whole prompt (FirstTokenSource): the token
+// is appended and streamed, and the sampling generator advances as if it
+// had sampled it, so that the rest of the output equals a colocated run's.
+func (e *Engine) seedFirstToken(r *ReqState) bool {
+	src, ok := e.conn.(FirstTokenSource)
+	if !ok || len(r.tokens) != len(r.prompt) || r.numPreemption > 0 {
+		return false
+	}
+	tok, lp, ok := src.FirstToken(r)
+	if !ok || tok < 0 || tok >= e.model.Config.VocabSize {
+		return false
+	}
+	if r.params.Temperature != 0 {
+		r.rng.Float64() // sample draws exactly one number per token
+	}
+	r.tokens = append(r.tokens, tok)
+	r.logprobs = append(r.logprobs, lp)
+	r.seeded = true
+	e.counters.GeneratedTokens++
+	e.counters.FirstTokensFromConnector++
+	r.stream.push([]int{tok}, nil)
+	return true
 }
 
 // appendSampled advances the step's running requests: a prefill chunk
@@ -394,6 +427,7 @@ func (e *Engine) appendSampled(out *SchedulerOutput, logits [][]float32) {
 		}
 		tok := e.sample(r, logits[i])
 		r.tokens = append(r.tokens, tok)
+		r.logprobs = append(r.logprobs, logprob(logits[i], tok))
 		e.counters.GeneratedTokens++
 		r.stream.push([]int{tok}, nil)
 		if reason := e.stopReason(r); reason != "" {
@@ -446,6 +480,19 @@ func (e *Engine) storedEvent(r *ReqState, from, to int) {
 	}
 	bs := e.cfg.BlockSize
 	e.cfg.KVEvents.BlockStored(append([]kvcache.BlockHash(nil), r.hashes[from:to]...), parent, append([]int(nil), r.tokens[from*bs:to*bs]...))
+}
+
+// logprob is log-softmax(logits)[tok], computed in float64.
+func logprob(logits []float32, tok int) float32 {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - mx)
+	}
+	return float32(float64(logits[tok]) - mx - math.Log(sum))
 }
 
 func (e *Engine) sample(r *ReqState, logits []float32) int {

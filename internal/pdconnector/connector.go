@@ -187,8 +187,9 @@ type Connector struct {
 }
 
 var (
-	_ engine.Connector  = (*Connector)(nil)
-	_ bootstrap.Handler = (*Connector)(nil)
+	_ engine.Connector        = (*Connector)(nil)
+	_ engine.FirstTokenSource = (*Connector)(nil)
+	_ bootstrap.Handler       = (*Connector)(nil)
 )
 
 // New checks cfg and builds a connector. It binds no port and starts no
@@ -505,6 +506,19 @@ func (c *Connector) BuildConnectorMeta(*engine.SchedulerOutput) any {
 	return pulls
 }
 
+// FirstToken implements engine.FirstTokenSource: the first output token
+// prefill shipped with a pulled request's KV (aux data), so decode starts
+// from the next position instead of recomputing the last prompt one.
+func (c *Connector) FirstToken(req *engine.ReqState) (int, float32, bool) {
+	if c.cfg.Role == RoleProducer {
+		return 0, 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	aux, ok := c.cons.FirstToken(req.ID())
+	return aux.FirstToken, aux.FirstLogprob, ok
+}
+
 // UpdateConnectorOutput implements engine.SchedulerConnector.
 func (c *Connector) UpdateConnectorOutput(engine.ConnectorOutput) {}
 
@@ -544,8 +558,8 @@ func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool,
 			ok := req.NumComputedTokens() >= len(req.PromptTokens())
 			c.mu.Lock()
 			delay := c.prod.Finished(tid, req.ID(), blockIDs, len(req.PromptTokens()), ok, c.clock.Now())
-			if all, n := req.AllTokens(), len(req.PromptTokens()); delay && len(all) > n {
-				c.prod.SetAux(tid, all[n])
+			if all, n, lps := req.AllTokens(), len(req.PromptTokens()), req.OutputLogprobs(); delay && len(all) > n && len(lps) > 0 {
+				c.prod.SetAux(tid, bootstrap.Aux{FirstToken: all[n], FirstLogprob: lps[0]})
 			}
 			c.mu.Unlock()
 			return delay, c.prefillResult(tid, contract, blockIDs)
@@ -558,14 +572,25 @@ func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool,
 	delay, rel, out := c.cons.Finished(req.ID(), params)
 	c.mu.Unlock()
 	if aux, ok := out["aux_first_token"].(int); ok {
-		// Prefill's sampled first token against ours: equal for greedy
-		// decoding on compatible engines (a check of the whole transfer).
+		// Prefill's sampled first token against ours: taken as is when the
+		// whole prompt arrived (first_token_from_prefill); otherwise decode
+		// computed its own, equal for greedy decoding on compatible engines
+		// (a check of the whole transfer).
 		all, n := req.AllTokens(), len(req.PromptTokens())
 		match := len(all) > n && all[n] == aux
 		out["aux_first_token_match"] = match
 		if !match && len(all) > n {
 			c.m.auxMismatch.Inc()
 		}
+	}
+	if out != nil && req.NumOutputTokens() > 0 {
+		from := req.FirstTokenFromConnector()
+		out["first_token_from_prefill"] = from
+		src := "decode"
+		if from {
+			src = "prefill"
+		}
+		c.m.firstToken.WithLabelValues(src).Inc()
 	}
 	if rel != nil {
 		c.sendRelease(*rel)

@@ -192,6 +192,7 @@ func TestPullBetweenConnectors(t *testing.T) {
 
 	pre.mu.Lock()
 	pre.prod.Finished("xfer-1", "req-1", []int{0, 1, 2}, 10, true, pre.clock.Now())
+	pre.prod.SetAux("xfer-1", bootstrap.Aux{FirstToken: 42, FirstLogprob: -0.25})
 	pre.mu.Unlock()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -202,6 +203,9 @@ func TestPullBetweenConnectors(t *testing.T) {
 	}
 	if resp.Status != bootstrap.StatusDone || resp.Blocks != 3 {
 		t.Fatalf("pull answered %+v", resp)
+	}
+	if resp.Aux == nil || *resp.Aux != (bootstrap.Aux{FirstToken: 42, FirstLogprob: -0.25}) {
+		t.Fatalf("aux data (the first token and its logprob) %+v", resp.Aux)
 	}
 	bb := testLayout.BlockBytes()
 	for l := range src {

@@ -1,5 +1,7 @@
 package pdconnector
 
+import "github.com/kvcache-go/mooncake/internal/bootstrap"
+
 // KV load outcomes reported in the response's kv_transfer_params.kv_load.
 const (
 	LoadRemote     = "remote"     // pulled from prefill
@@ -44,10 +46,10 @@ type outcome struct {
 	load       string
 	err        string
 	bytes      int64
-	nanos      int64 // ask to answer, decode's clock
-	writeNanos int64 // prefill's write time
-	writeReqs  int   // transfer requests prefill wrote
-	aux        *int  // prefill's first output token (aux data)
+	nanos      int64          // ask to answer, decode's clock
+	writeNanos int64          // prefill's write time
+	writeReqs  int            // transfer requests prefill wrote
+	aux        *bootstrap.Aux // prefill's first output token and its logprob
 }
 
 // ConsumerCore is the decode side's pure state machine: which requests pull
@@ -165,13 +167,22 @@ func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, write
 	c.counts["failed"]++
 }
 
-// SetAux records the aux data (prefill's first output token) of a pulled
-// request.
-func (c *ConsumerCore) SetAux(reqID string, firstToken int) {
+// SetAux records the aux data (prefill's first output token and its
+// logprob) of a pulled request.
+func (c *ConsumerCore) SetAux(reqID string, aux bootstrap.Aux) {
 	if o, ok := c.outcomes[reqID]; ok {
-		o.aux = &firstToken
+		o.aux = &aux
 		c.outcomes[reqID] = o
 	}
+}
+
+// FirstToken is the first output token prefill shipped with reqID's KV, if
+// the pull succeeded and carried one (the engine's FirstTokenSource).
+func (c *ConsumerCore) FirstToken(reqID string) (bootstrap.Aux, bool) {
+	if o, ok := c.outcomes[reqID]; ok && o.load == LoadRemote && o.aux != nil {
+		return *o.aux, true
+	}
+	return bootstrap.Aux{}, false
 }
 
 // Finished handles RequestFinished on the decode side. It returns whether
@@ -212,7 +223,8 @@ func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree 
 		out["kv_write_ms"] = float64(o.writeNanos) / 1e6
 		out["kv_write_requests"] = o.writeReqs
 		if o.aux != nil {
-			out["aux_first_token"] = *o.aux
+			out["aux_first_token"] = o.aux.FirstToken
+			out["aux_first_logprob"] = float64(o.aux.FirstLogprob)
 		}
 	}
 	return false, nil, out

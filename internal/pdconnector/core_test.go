@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/bootstrap"
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
@@ -215,6 +216,35 @@ func TestConsumerPull(t *testing.T) {
 	delay, rel, out := c.Finished("r", params)
 	if delay || rel != nil || out["kv_load"] != LoadRemote || out["kv_pull_bytes"] != int64(1000) || out["kv_write_ms"] != 1.0 || out["kv_write_requests"] != 2 {
 		t.Fatalf("finished %v %v %v", delay, rel, out)
+	}
+}
+
+// TestConsumerFirstToken: prefill's first token (aux data) is handed to the
+// engine only after a successful pull; it is reported in the response.
+func TestConsumerFirstToken(t *testing.T) {
+	params := map[string]any{"do_remote_prefill": true, "transfer_id": "x", "remote_bootstrap_addr": "h:1"}
+	aux := bootstrap.Aux{FirstToken: 9, FirstLogprob: -1.5}
+	for _, errMsg := range []string{"", "boom"} {
+		c := NewConsumerCore(16, true)
+		if _, ok := c.FirstToken("r"); ok {
+			t.Fatal("first token before any pull")
+		}
+		c.Match("r", params, 20, 0)
+		c.AfterAlloc("r", params, 20, 0, []int{3, 4}, 20)
+		c.TakeWork()
+		c.PullDone("r", errMsg, 10, 0, 0, 1)
+		c.SetAux("r", aux)
+		got, ok := c.FirstToken("r")
+		if ok != (errMsg == "") || (ok && got != aux) {
+			t.Fatalf("pull error %q: FirstToken = %+v %v", errMsg, got, ok)
+		}
+		_, _, out := c.Finished("r", params)
+		if errMsg == "" && (out["aux_first_token"] != 9 || out["aux_first_logprob"] != -1.5) {
+			t.Fatalf("finished params %v", out)
+		}
+		if _, ok := c.FirstToken("r"); ok {
+			t.Fatal("first token after the request finished")
+		}
 	}
 }
 

@@ -27,10 +27,16 @@
 // decode learns the pull address from prefill's GET /route (checking page
 // size and KV dtype); transfers by SGLang poll state are in the metrics
 // mooncake_pd_kv_poll_transfers and mooncake_pd_kv_poll_total. Prefill
-// ships aux data with every push (its sampled first token, PullResponse.Aux);
-// decode reports it and whether its own first token matches
-// (aux_first_token, aux_first_token_match) but still recomputes the last
-// prompt position.
+// ships aux data with every push, whatever the contract (its sampled first
+// token and that token's logprob, PullResponse.Aux). When the pull brought
+// the whole prompt (no local prefix hit covering it, no failure), decode
+// hands the token to the engine (Connector.FirstToken, the engine's
+// FirstTokenSource): it is decode's first output, and decode starts with a
+// decode step at position len(prompt) instead of recomputing the last
+// prompt position. Decode's response reports aux_first_token,
+// aux_first_logprob, aux_first_token_match and first_token_from_prefill;
+// mooncake_pd_first_token_total{source="prefill"|"decode"} counts where
+// finished remote-prefill requests got their first token.
 //
 //   - Prefill (RequestFinished): a finished prefill's blocks are held
 //     (delay free) under its transfer id.

@@ -84,7 +84,7 @@ func (c *Connector) pullDone(p PullSpec, err error, resp bootstrap.PullResponse,
 	c.mu.Lock()
 	c.cons.PullDone(p.ReqID, msg, resp.Bytes, nanos, resp.Nanos, resp.Requests)
 	if resp.Aux != nil && err == nil {
-		c.cons.SetAux(p.ReqID, resp.Aux.FirstToken)
+		c.cons.SetAux(p.ReqID, *resp.Aux)
 	}
 	c.mu.Unlock()
 	switch {
@@ -240,11 +240,11 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	defer pushCancel()
 	c.mu.Lock()
 	c.pushCancel[req.TransferID] = pushCancel
-	first, hasAux := c.prod.Aux(req.TransferID)
+	aux, hasAux := c.prod.Aux(req.TransferID)
 	c.mu.Unlock()
 	resp := c.push(pushCtx, req, blocks, numTokens)
 	if hasAux && resp.Status == bootstrap.StatusDone {
-		resp.Aux = &bootstrap.Aux{FirstToken: first}
+		resp.Aux = &aux
 	}
 	c.mu.Lock()
 	delete(c.pushCancel, req.TransferID)

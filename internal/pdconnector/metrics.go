@@ -15,6 +15,7 @@ type metrics struct {
 	releases  *prometheus.CounterVec
 
 	auxMismatch prometheus.Counter
+	firstToken  *prometheus.CounterVec
 }
 
 func (m *metrics) add(cs ...prometheus.Collector) {
@@ -40,7 +41,9 @@ func newMetrics(c *Connector) *metrics {
 		Help: "Decode side: will-not-pull messages sent to prefill, by result (ok, error)."}, []string{"result"})
 	m.auxMismatch = prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_pd_aux_first_token_mismatch_total",
 		Help: "Decode side: requests whose first output token differs from the one prefill sampled (aux data)."})
-	m.add(m.auxMismatch)
+	m.firstToken = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_first_token_total",
+		Help: "Decode side: finished remote-prefill requests by where their first output token came from (prefill: shipped with the KV; decode: computed here)."}, []string{"source"})
+	m.add(m.auxMismatch, m.firstToken)
 	m.add(m.pulls, m.loads, m.pullBytes, m.pullSecs, m.pushes, m.pushBytes, m.pushSecs, m.releases)
 	for _, r := range []string{FreeDone, FreeReleased, FreeTimeout} {
 		r := r

@@ -2,6 +2,8 @@ package pdconnector
 
 import (
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/bootstrap"
 )
 
 // Free reasons counted by ProducerCore.
@@ -32,8 +34,8 @@ type prodEntry struct {
 	pushing   bool
 	released  bool // release arrived while pushing: free when the push ends
 	deadline  time.Time
-	readyCh   chan struct{} // closed when ready or failed
-	aux       *int          // the first output token prefill sampled
+	readyCh   chan struct{}  // closed when ready or failed
+	aux       *bootstrap.Aux // the first output token prefill sampled, its logprob
 }
 
 // ProducerCore is the prefill side's pure state machine: per transfer_id, the
@@ -100,20 +102,20 @@ func (p *ProducerCore) Finished(tid, reqID string, blocks []int, numTokens int, 
 	return true
 }
 
-// SetAux records the first output token the prefill of tid sampled (aux
-// data, shipped with the blocks).
-func (p *ProducerCore) SetAux(tid string, firstToken int) {
+// SetAux records the first output token the prefill of tid sampled and its
+// logprob (aux data, shipped with the blocks).
+func (p *ProducerCore) SetAux(tid string, aux bootstrap.Aux) {
 	if e := p.entries[tid]; e != nil && e.ready {
-		e.aux = &firstToken
+		e.aux = &aux
 	}
 }
 
 // Aux is the aux data of tid, if any.
-func (p *ProducerCore) Aux(tid string) (firstToken int, ok bool) {
+func (p *ProducerCore) Aux(tid string) (bootstrap.Aux, bool) {
 	if e := p.entries[tid]; e != nil && e.aux != nil {
 		return *e.aux, true
 	}
-	return 0, false
+	return bootstrap.Aux{}, false
 }
 
 // StartPull is called when decode asks for transfer tid. With PullReady the

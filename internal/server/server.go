@@ -193,6 +193,7 @@ func (s *Server) initMetrics() {
 		counter("mooncake_engine_prompt_tokens_computed_total", "Prompt tokens computed by the model.", func(x engine.Stats) float64 { return float64(x.PromptTokens) }),
 		counter("mooncake_engine_generation_tokens_total", "Tokens generated.", func(x engine.Stats) float64 { return float64(x.GeneratedTokens) }),
 		counter("mooncake_engine_external_tokens_total", "Prompt tokens supplied by the KV connector.", func(x engine.Stats) float64 { return float64(x.ExternalTokens) }),
+		counter("mooncake_engine_connector_first_tokens_total", "First output tokens taken from the KV connector with the KV (prefill's, not computed here); included in generation tokens.", func(x engine.Stats) float64 { return float64(x.FirstTokensFromConnector) }),
 		counter("mooncake_engine_preemptions_total", "Requests preempted for lack of KV blocks.", func(x engine.Stats) float64 { return float64(x.Preemptions) }),
 	)
 }
