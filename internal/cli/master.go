@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/spf13/cobra"
+
+	"github.com/kvcache-go/mooncake/internal/kvevents"
+	"github.com/kvcache-go/mooncake/internal/master"
 )
 
 func newMasterCmd() *cobra.Command {
@@ -19,6 +23,7 @@ func newMasterCmd() *cobra.Command {
 		strategy       string
 		verbose        bool
 		ha             haFlags
+		events         masterEventFlags
 	)
 	cfg := d
 	cmd := &cobra.Command{
@@ -51,6 +56,12 @@ also answers /role and /leader.`,
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
+			ctx, eventsAddr, stopEvents, err := events.start(cmd.Context(), &cfg)
+			if err != nil {
+				return err
+			}
+			defer stopEvents()
+			cmd.SetContext(ctx)
 			if ha.enabled {
 				return runHAMaster(cmd, cfg, ha)
 			}
@@ -66,8 +77,8 @@ also answers /role and /leader.`,
 			if hl != nil {
 				httpAddr = hl.Addr().String()
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "master listening grpc=%s http=%s\n", gl.Addr(), httpAddr)
-			return s.Run(cmd.Context(), gl, hl)
+			fmt.Fprintf(cmd.OutOrStdout(), "master listening grpc=%s http=%s%s\n", gl.Addr(), httpAddr, eventsAddr)
+			return s.Run(ctx, gl, hl)
 		},
 	}
 	f := cmd.Flags()
@@ -85,5 +96,61 @@ also answers /role and /leader.`,
 	f.DurationVar(&cfg.TickInterval, "tick", 10*time.Millisecond, "period of liveness, timeout and eviction checks")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	ha.register(f)
+	events.register(f)
 	return cmd
 }
+
+// masterEventFlags turn on the master's KV events (Mooncake's
+// enable_kv_events): objects stored in and removed from each tier, published
+// in vLLM's KV event format (internal/kvevents) so a conductor sees the pool.
+type masterEventFlags struct {
+	endpoint, replay, topic string
+}
+
+func (e *masterEventFlags) register(f interface {
+	StringVar(p *string, name, value, usage string)
+}) {
+	f.StringVar(&e.endpoint, "kv-events-endpoint", "", "publish the store's object events (stored/removed per tier: CPU, DISK) in vLLM's KV event format on this ZMQ PUB address, tcp://HOST:PORT (port 0 picks one)")
+	f.StringVar(&e.replay, "kv-events-replay-endpoint", "", "KV event replay (ZMQ ROUTER) address, tcp://HOST:PORT")
+	f.StringVar(&e.topic, "kv-events-topic", "mooncake-store", "topic frame of every KV event message")
+}
+
+// start runs the publisher when an endpoint is set and points the master's
+// event sink at it. It returns the context the master must run under (the
+// publisher ending, on error, ends it), a suffix for the listening line, and
+// a stop function that waits for the publisher.
+func (e *masterEventFlags) start(parent context.Context, cfg *master.ServerConfig) (context.Context, string, func(), error) {
+	if e.endpoint == "" {
+		return parent, "", func() {}, nil
+	}
+	pub, err := kvevents.NewPublisher(kvevents.Config{Endpoint: strings.Replace(e.endpoint, "tcp://*:", "tcp://0.0.0.0:", 1),
+		ReplayEndpoint: strings.Replace(e.replay, "tcp://*:", "tcp://0.0.0.0:", 1), Topic: e.topic, MapEncoding: true, Logger: cfg.Logger})
+	if err != nil {
+		return nil, "", nil, &ExitError{Code: 2, Err: err}
+	}
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan error, 1)
+	go func() {
+		done <- pub.Run(ctx)
+		cancel()
+	}()
+	select {
+	case <-pub.Ready():
+	case err := <-done:
+		cancel()
+		return nil, "", nil, fmt.Errorf("master: kv events: %w", err)
+	}
+	cfg.Core.Events = objectEvents{pub}
+	addr, repl := pub.Endpoints()
+	suffix := " kv_events=" + addr
+	if repl != "" {
+		suffix += " kv_events_replay=" + repl
+	}
+	return ctx, suffix, func() { cancel(); <-done }, nil
+}
+
+// objectEvents adapts the publisher to the master's event sink.
+type objectEvents struct{ p *kvevents.Publisher }
+
+func (o objectEvents) Stored(key string, t master.Tier)  { o.p.ObjectStored(key, string(t)) }
+func (o objectEvents) Removed(key string, t master.Tier) { o.p.ObjectRemoved(key, string(t)) }

@@ -141,6 +141,20 @@ func (p *Publisher) BlockRemoved(hashes []kvcache.BlockHash) {
 	p.Publish(e)
 }
 
+// ObjectStored publishes a store object's arrival in a tier as a
+// BlockStored whose one hash is the object key's bytes and whose medium is
+// the tier ("CPU" memory, "DISK"): the store master's KV events (Mooncake's
+// enable_kv_events), in the format the engines use. The store does not know
+// an object's tokens, so TokenIDs is empty.
+func (p *Publisher) ObjectStored(key, medium string) {
+	p.Publish(BlockStored{BlockHashes: []Hash{BytesHash([]byte(key))}, TokenIDs: []int{}, BlockSize: p.cfg.BlockSize, Medium: medium})
+}
+
+// ObjectRemoved publishes that a store object left a tier.
+func (p *Publisher) ObjectRemoved(key, medium string) {
+	p.Publish(BlockRemoved{BlockHashes: []Hash{BytesHash([]byte(key))}, Medium: medium})
+}
+
 // AllBlocksCleared implements engine.KVEvents.
 func (p *Publisher) AllBlocksCleared() { p.Publish(AllBlocksCleared{}) }
 
