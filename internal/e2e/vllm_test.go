@@ -461,7 +461,7 @@ func TestVLLMSeedAndReworkedContracts(t *testing.T) {
 // Failures of the vLLM contracts: clear 4xx/5xx, zero leaked blocks.
 func TestVLLMContractFailures(t *testing.T) {
 	pre, dec := pdPair(t, cluster.InstanceConfig{AbortTimeout: time.Second},
-		cluster.InstanceConfig{PullTimeout: 2 * time.Second, FailurePolicy: engine.PolicyFail})
+		cluster.InstanceConfig{PullTimeout: 6 * time.Second, FailurePolicy: engine.PolicyFail})
 	ctx := context.Background()
 	host, port, _ := net.SplitHostPort(pre.BootstrapAddr())
 	g := genReq{prompt: prompts[1], max: 4}
@@ -577,7 +577,7 @@ func TestKVEventsFeedProxy(t *testing.T) {
 func TestSGLangContract(t *testing.T) {
 	col := startColocated(t)
 	pre, dec := pdPair(t, cluster.InstanceConfig{AbortTimeout: time.Second},
-		cluster.InstanceConfig{PullTimeout: 2 * time.Second, FailurePolicy: engine.PolicyFail})
+		cluster.InstanceConfig{PullTimeout: 6 * time.Second, FailurePolicy: engine.PolicyFail})
 	ctx := context.Background()
 	host, port, _ := net.SplitHostPort(pre.BootstrapAddr())
 	resp, err := http.Get("http://" + pre.BootstrapAddr() + "/route?prefill_dp_rank=0&target_tp_rank=0&target_pp_rank=0")
