@@ -78,7 +78,9 @@ func Start(ctx context.Context, bed *testbed.Bed, spec Spec) (*Cluster, error) {
 		c.Client = cl
 	}
 	for i := range spec.Prefill {
-		e, err := h[1+i].StartServe(ctx, "producer")
+		// a prefill whose decode never pulls frees its blocks after
+		// abort_timeout_s (480 s by default)
+		e, err := h[1+i].StartServe(ctx, "producer", "--kv-connector-config", `{"abort_timeout_s":5}`)
 		if err != nil {
 			return nil, err
 		}
@@ -99,10 +101,15 @@ func Start(ctx context.Context, bed *testbed.Bed, spec Spec) (*Cluster, error) {
 	return c, nil
 }
 
+// masterFlags: a dead node's segments are dropped after 3 s; read leases
+// last 1 s (10 s by default) so that the store load's upserts rarely meet
+// one.
+var masterFlags = []string{"--client-ttl", "3s", "--lease-ttl", "1s"}
+
 func (c *Cluster) startMasters(ctx context.Context) error {
 	h := c.Bed.Hosts()
 	if c.Spec.Etcd == "" {
-		m, err := h[0].StartMaster(ctx, "--client-ttl", "3s")
+		m, err := h[0].StartMaster(ctx, masterFlags...)
 		if err != nil {
 			return err
 		}
@@ -110,7 +117,7 @@ func (c *Cluster) startMasters(ctx context.Context) error {
 		return nil
 	}
 	for _, host := range []*testbed.Host{h[0], h[5]} {
-		m, err := host.StartHAMaster(ctx, c.Spec.Etcd, 50051, "--ha-lease", "1s", "--client-ttl", "3s")
+		m, err := host.StartHAMaster(ctx, c.Spec.Etcd, 50051, append([]string{"--ha-lease", "1s"}, masterFlags...)...)
 		if err != nil {
 			return err
 		}

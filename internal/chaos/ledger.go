@@ -23,6 +23,7 @@ type Ledger struct {
 	Size     int           // value size in bytes (>= 64)
 	Deadline time.Duration // per operation
 	Rec      *Recorder
+	Pace     time.Duration // pause between a writer's rounds (0: none; 50ms after a failure)
 
 	mu    sync.Mutex
 	acked map[string]int   // key -> last acknowledged version
@@ -76,9 +77,15 @@ func (l *Ledger) Run(ctx context.Context) {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
 				key := fmt.Sprintf("chaos/w%d/k%d", w, i%l.Keys)
-				l.put(ctx, key, i/l.Keys+1)
-				if i > 0 {
-					l.get(ctx, fmt.Sprintf("chaos/w%d/k%d", w, (i*7+3)%min(i, l.Keys)))
+				ok := l.put(ctx, key, i/l.Keys+1)
+				if i >= l.Keys/2 { // a key written half a round ago: its next upsert is half a round away
+					ok = l.get(ctx, fmt.Sprintf("chaos/w%d/k%d", w, (i-l.Keys/2)%l.Keys)).Kind == KindOK && ok
+				}
+				if !ok || l.Pace > 0 {
+					select { // a user retries after a pause, not in a tight loop
+					case <-ctx.Done():
+					case <-time.After(max(l.Pace, 50*time.Millisecond)):
+					}
 				}
 			}
 		}()
@@ -86,16 +93,19 @@ func (l *Ledger) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (l *Ledger) put(ctx context.Context, key string, v int) {
+func (l *Ledger) put(ctx context.Context, key string, v int) bool {
 	l.mu.Lock()
 	l.tried[key] = append(l.tried[key], v)
 	l.mu.Unlock()
 	r := Result{Op: "put", Start: time.Now()}
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.Deadline)
 	err := l.Client.PutWith(octx, key, l.value(key, v), store.PutOptions{Upsert: true, Replicas: 2})
-	cancel()
 	r.End = time.Now()
 	r.Kind, r.Msg = classify(octx, err)
+	if errors.Is(err, store.ErrHasLease) {
+		r.Kind = KindLease
+	}
+	cancel()
 	if err == nil {
 		l.mu.Lock()
 		if v > l.acked[key] {
@@ -104,6 +114,7 @@ func (l *Ledger) put(ctx context.Context, key string, v int) {
 		l.mu.Unlock()
 	}
 	l.Rec.Add(r)
+	return err == nil
 }
 
 // check judges a read of key started at start that returned b or err.
@@ -112,8 +123,12 @@ func (l *Ledger) check(key string, start time.Time, b []byte, err error) (string
 	acked, at, epoch := l.acked[key], l.ackAt[key], l.epoch
 	tried := l.tried[key]
 	l.mu.Unlock()
+	failedAfter := false // an unacknowledged upsert after the acked one may have removed it
+	for _, t := range tried {
+		failedAfter = failedAfter || t > acked
+	}
 	if errors.Is(err, store.ErrNotFound) {
-		if acked > 0 && at.Before(start) && at.After(epoch) {
+		if acked > 0 && at.Before(start) && at.After(epoch) && !failedAfter {
 			return KindNotFound, fmt.Sprintf("%s: acknowledged v%d not found", key, acked)
 		}
 		return KindOK, ""
@@ -142,12 +157,12 @@ func (l *Ledger) get(ctx context.Context, key string) Result {
 	r := Result{Op: "get", Start: time.Now()}
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.Deadline)
 	b, err := l.Client.Get(octx, key)
-	cancel()
 	r.End = time.Now()
 	r.Kind, r.Msg = l.check(key, r.Start, b, err)
 	if r.Kind == "" {
 		r.Kind, r.Msg = classify(octx, err)
 	}
+	cancel()
 	l.Rec.Add(r)
 	return r
 }
@@ -166,11 +181,11 @@ func (l *Ledger) Verify(ctx context.Context) (checked int, bad []Result) {
 		octx, cancel := context.WithTimeout(ctx, l.Deadline)
 		start := time.Now()
 		b, err := l.Client.Get(octx, k)
-		cancel()
 		kind, msg := l.check(k, start, b, err)
 		if kind == "" {
 			kind, msg = classify(octx, err)
 		}
+		cancel()
 		checked++
 		if kind != KindOK {
 			bad = append(bad, Result{Op: "verify", Start: start, End: time.Now(), Kind: kind, Msg: msg})

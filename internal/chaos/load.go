@@ -24,6 +24,7 @@ const (
 	KindStale    = "stale"    // a store read older than an acknowledged put
 	KindNotFound = "not_found"
 	KindError    = "error" // any other error, with a message
+	KindLease    = "lease" // an upsert refused because a reader holds the object's lease (by design, not a failure)
 )
 
 // Result is one finished operation.
@@ -182,7 +183,7 @@ func classify(ctx context.Context, err error) (string, string) {
 	switch {
 	case errors.As(err, &he):
 		return fmt.Sprintf("%s%d", KindHTTP, he.code), he.body
-	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
 		return KindDeadline, err.Error()
 	}
 	s := err.Error()

@@ -24,7 +24,7 @@ type Summary struct {
 }
 
 // Failed reports whether the kind is a failure.
-func Failed(kind string) bool { return kind != KindOK }
+func Failed(kind string) bool { return kind != KindOK && kind != KindLease }
 
 // Summarize counts results and measures recovery from fault.
 func Summarize(res []Result, fault time.Time) Summary {
@@ -115,20 +115,33 @@ const BlocksMetric = "mooncake_engine_kv_blocks_used"
 func WaitNoLeak(ctx context.Context, engines []*testbed.Engine) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	last := map[string]string{}
 	for {
-		var held []string
+		held := 0
 		for _, e := range engines {
 			v, err := Metric(ctx, e.URL, BlocksMetric)
-			if err != nil || v != 0 {
-				held = append(held, fmt.Sprintf("%s@%s: %v %v", e.URL, e.Host.Name, v, err))
+			switch {
+			case err == nil && v == 0:
+				delete(last, e.URL)
+				continue
+			case err == nil:
+				last[e.URL] = fmt.Sprintf("%s@%s: %v blocks", e.URL, e.Host.Name, v)
+			case last[e.URL] == "":
+				last[e.URL] = fmt.Sprintf("%s@%s: %v", e.URL, e.Host.Name, err)
 			}
+			held++
 		}
-		if len(held) == 0 {
+		if held == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("KV blocks still used: %s", strings.Join(held, "; "))
+			var s []string
+			for _, v := range last {
+				s = append(s, v)
+			}
+			sort.Strings(s)
+			return fmt.Errorf("KV blocks still used: %s", strings.Join(s, "; "))
 		case <-tick.C:
 		}
 	}

@@ -183,3 +183,10 @@ func (l *Link) Dial(ctx context.Context) (net.Conn, error) {
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", l.Addr())
 }
+
+// Links are the bed's forwarders, in creation order.
+func (b *Bed) Links() []*Link {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]*Link(nil), b.links...)
+}
