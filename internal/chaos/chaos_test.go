@@ -308,7 +308,7 @@ func runScenario(t *testing.T, bin string, sc scenario) {
 		go func() { defer wg.Done(); l.Run(loadCtx) }()
 	}
 	if c.Client != nil {
-		e.ledger = &chaos.Ledger{Client: c.Client, Writers: 2, Keys: 30, Size: 32 << 10, Deadline: storeDeadline, Rec: &rec, Pace: 10 * time.Millisecond}
+		e.ledger = &chaos.Ledger{Client: c.Client, Writers: 2, Keys: 100, Size: 32 << 10, Deadline: storeDeadline, Rec: &rec, Pace: 10 * time.Millisecond}
 		wg.Add(1)
 		go func() { defer wg.Done(); e.ledger.Run(loadCtx) }()
 	}

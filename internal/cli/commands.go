@@ -26,4 +26,5 @@ var benchCommands = []func() *cobra.Command{
 	newBenchTransferCmd, // transfer engine (issue 2)
 	newBenchPDCmd,       // P/D disaggregation (issue 4)
 	newBenchTraceCmd,    // trace-driven cache policies and KV-aware routing
+	newBenchSoakCmd,     // mixed load on the multi-host test bed (issue 15)
 }
