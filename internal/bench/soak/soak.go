@@ -140,6 +140,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			done = true
 		}
 		to := time.Now()
+		if done && to.Sub(from) < time.Second && len(rep.Intervals) > 0 {
+			break // the load's last instant: no row of its own
+		}
 		iv := interval(rec.Results(), begin, from, to)
 		iv.RSS = map[string]int64{}
 		for name, p := range c.Procs() {
