@@ -58,7 +58,7 @@ var clearErrors = []string{"http_500", "http_502", "http_503", "http_504", chaos
 const (
 	pdDeadline    = 15 * time.Second
 	storeDeadline = 5 * time.Second
-	grace         = time.Second // an operation may end this long after its deadline
+	grace         = 2 * time.Second // an operation may end this long after its deadline (a loaded machine)
 )
 
 func scenarios() []scenario {

@@ -203,7 +203,7 @@ type Load struct {
 	URL      func() string        // the target (read before each request: the proxy may move)
 	Want     map[string][]int     // reference tokens by prompt (nil: not checked)
 	Rec      *Recorder            // where results go
-	Pace     time.Duration        // pause between a worker's requests (0: none)
+	Pace     time.Duration        // pause between a worker's requests (0: none; 50ms after a failure)
 	OnResult func(Result, string) // optional hook (prompt)
 }
 
@@ -225,10 +225,10 @@ func (l *Load) Run(ctx context.Context) {
 				if l.OnResult != nil {
 					l.OnResult(r, p)
 				}
-				if l.Pace > 0 {
-					select {
+				if pause := l.Pace; pause > 0 || r.Kind != KindOK {
+					select { // a user retries a failure after a pause, not in a tight loop
 					case <-ctx.Done():
-					case <-time.After(l.Pace):
+					case <-time.After(max(pause, 50*time.Millisecond)):
 					}
 				}
 			}
