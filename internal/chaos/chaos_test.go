@@ -206,6 +206,7 @@ func leader(ctx context.Context, c *chaos.Cluster) (*testbed.Master, error) {
 type row struct {
 	name, outcome string
 	recovery      time.Duration
+	longest       time.Duration
 	pass          bool
 }
 
@@ -239,13 +240,13 @@ func TestChaos(t *testing.T) {
 		tableMu.Lock()
 		defer tableMu.Unlock()
 		var b strings.Builder
-		b.WriteString("| scenario | outcome | recovery |\n|---|---|---|\n")
+		b.WriteString("| scenario | outcome | recovery | longest operation |\n|---|---|---|---|\n")
 		for _, r := range table {
 			status := ""
 			if !r.pass {
 				status = " **FAILED**"
 			}
-			fmt.Fprintf(&b, "| %s | %s%s | %s |\n", r.name, r.outcome, status, r.recovery.Round(10*time.Millisecond))
+			fmt.Fprintf(&b, "| %s | %s%s | %s | %s |\n", r.name, r.outcome, status, r.recovery.Round(10*time.Millisecond), r.longest.Round(10*time.Millisecond))
 		}
 		t.Log("\n" + b.String())
 		if f := os.Getenv("MOONCAKE_CHAOS_REPORT"); f != "" {
@@ -416,6 +417,6 @@ func runScenario(t *testing.T, bin string, sc scenario) {
 	}
 	t.Logf("%s: %s; recovery %v; longest op %v", sc.name, outcome, s.Recovery, s.Longest)
 	tableMu.Lock()
-	table = append(table, row{name: sc.name, outcome: outcome, recovery: s.Recovery, pass: pass})
+	table = append(table, row{name: sc.name, outcome: outcome, recovery: s.Recovery, longest: s.Longest, pass: pass})
 	tableMu.Unlock()
 }
