@@ -36,6 +36,9 @@ load: every acknowledged put is read back, and the engines must hold no KV block
 Exit status 1 when any error, bad read or leaked block was seen.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Duration <= 0 || cfg.Interval < 0 || cfg.Workers < 1 || cfg.StoreWriters < 1 || cfg.StoreValue < 64 {
+				return &ExitError{Code: 2, Err: fmt.Errorf("bench soak: want --duration > 0, --interval >= 0, --workers >= 1, --store-writers >= 1, --store-value >= 64")}
+			}
 			bin, err := os.Executable()
 			if err != nil {
 				return err
