@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/testbed"
@@ -23,7 +22,6 @@ type Spec struct {
 	Segment string // storage node size (default 64MiB)
 	// ProxyTimeout is the proxy's --request-timeout (default 10s).
 	ProxyTimeout time.Duration
-	Logger       *slog.Logger
 }
 
 // Cluster is the running roles.

@@ -31,6 +31,7 @@ type Bed struct {
 	cfg    Config
 	log    *slog.Logger
 	slot   int
+	lock   *os.File // flock of the slot, held until Close
 	hosts  []*Host
 	mu     sync.Mutex
 	procs  []*Proc
@@ -47,15 +48,15 @@ type Host struct {
 }
 
 const (
-	prefix   = "mctb" // namespaces, veths and owner files
+	prefix   = "mctb" // namespaces, veths and lock files
 	maxSlots = 250
 )
 
 func brNS(slot int) string      { return fmt.Sprintf("%s%dbr", prefix, slot) }
 func hostNS(slot, i int) string { return fmt.Sprintf("%s%dh%d", prefix, slot, i) }
 func rootVeth(slot int) string  { return fmt.Sprintf("%s%dr", prefix, slot) }
-func ownerFile(slot int) string {
-	return filepath.Join(os.TempDir(), fmt.Sprintf("%s%d.owner", prefix, slot))
+func lockFile(slot int) string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("%s%d.lock", prefix, slot))
 }
 func addr(slot, i int) string   { return fmt.Sprintf("10.250.%d.%d", slot, i) }
 func subnet(slot int) string    { return fmt.Sprintf("10.250.%d.0/24", slot) }
@@ -94,11 +95,11 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Bed{cfg: cfg, log: log}
-	slot, err := claimSlot(ctx)
+	slot, lock, err := claimSlot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	b.slot = slot
+	b.slot, b.lock = slot, lock
 	if err := b.build(ctx); err != nil {
 		b.Close()
 		return nil, err
@@ -107,40 +108,55 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 	return b, nil
 }
 
-// claimSlot creates the bridge namespace of a free slot (atomic: ip netns
-// add fails when it exists), sweeping slots whose owner process is dead.
-func claimSlot(ctx context.Context) (int, error) {
+// claimSlot takes the first slot whose lock file it can flock (the lock
+// dies with its process), removes what a dead owner left there, and creates
+// the slot's bridge namespace.
+func claimSlot(ctx context.Context) (int, *os.File, error) {
+	sweepDead(ctx)
 	start := os.Getpid() % maxSlots
 	for k := range maxSlots {
 		slot := 1 + (start+k)%maxSlots
-		if err := run(ctx, "ip", "netns", "add", brNS(slot)); err != nil {
-			if !ownerAlive(slot) {
-				sweep(ctx, slot)
-				if run(ctx, "ip", "netns", "add", brNS(slot)) == nil {
-					return slot, writeOwner(slot)
-				}
-			}
+		f, ok := lockSlot(slot)
+		if !ok {
 			continue
 		}
-		return slot, writeOwner(slot)
+		sweep(ctx, slot)
+		if err := run(ctx, "ip", "netns", "add", brNS(slot)); err != nil {
+			f.Close()
+			return 0, nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+		}
+		return slot, f, nil
 	}
-	return 0, fmt.Errorf("testbed: no free slot among %d", maxSlots)
+	return 0, nil, fmt.Errorf("testbed: no free slot among %d", maxSlots)
 }
 
-func writeOwner(slot int) error {
-	return os.WriteFile(ownerFile(slot), []byte(strconv.Itoa(os.Getpid())), 0o644)
-}
-
-func ownerAlive(slot int) bool {
-	b, err := os.ReadFile(ownerFile(slot))
+// lockSlot flocks the slot's lock file (false: another process holds it).
+func lockSlot(slot int) (*os.File, bool) {
+	f, err := os.OpenFile(lockFile(slot), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return false
+		return nil, false
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return false
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
 	}
-	return syscall.Kill(pid, 0) == nil
+	return f, true
+}
+
+// sweepDead removes the beds whose owner process is gone (a test killed
+// before its cleanup ran).
+func sweepDead(ctx context.Context) {
+	out, _ := exec.CommandContext(ctx, "ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		var slot int
+		if n, _ := fmt.Sscanf(name, prefix+"%dbr", &slot); n == 1 && name == brNS(slot) {
+			if f, ok := lockSlot(slot); ok {
+				sweep(ctx, slot)
+				f.Close()
+			}
+		}
+	}
 }
 
 // sweep removes everything of a slot (best effort).
@@ -155,7 +171,6 @@ func sweep(ctx context.Context, slot int) {
 	}
 	_ = run(ctx, "ip", "link", "del", rootVeth(slot))
 	_ = run(ctx, "ip", "netns", "del", brNS(slot))
-	_ = os.Remove(ownerFile(slot))
 }
 
 // killNS kills every process left in a namespace.
@@ -291,6 +306,7 @@ func (b *Bed) Close() error {
 			killNS(ctx, h.NS)
 		}
 		sweep(ctx, b.slot)
+		b.lock.Close()
 	}
 	b.log.Info("testbed removed", "subnet", b.Subnet())
 	return nil

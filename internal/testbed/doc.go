@@ -26,8 +26,10 @@
 // New needs root, ip (iproute2), nft (nftables), tc and unshare; ForTest
 // skips the test with the reason when it cannot make namespaces, and
 // removes everything (processes, namespaces, veths) at the test's cleanup,
-// also when the test fails. A bed's slot is claimed atomically by creating
-// its bridge namespace; slots left behind by a dead process are swept.
+// also when the test fails. A bed's slot (its /24 and names) is claimed by
+// flock on a lock file in the temp dir, held until Close and released by
+// the kernel if the process dies; what a dead owner left is swept by the
+// next New.
 //
 // Lifecycle: New creates the namespaces (no goroutine outlives Close);
 // Host.Start starts a process; Close kills every process and removes the

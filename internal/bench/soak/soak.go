@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer bed.Close()
-	c, err := chaos.Start(ctx, bed, chaos.Spec{Stores: 3, Prefill: 2, Decode: 2, Segment: "256MiB", ProxyTimeout: cfg.RequestTimeout, Logger: cfg.Logger})
+	c, err := chaos.Start(ctx, bed, chaos.Spec{Stores: 3, Prefill: 2, Decode: 2, Segment: "256MiB", ProxyTimeout: cfg.RequestTimeout})
 	if err != nil {
 		return nil, err
 	}
