@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin/mooncake
 
-.PHONY: all build test test-go test-python deps run python fuzz-smoke clean
+.PHONY: all build test test-go test-python deps run python fuzz-smoke clean chaos
 
 all: build
 
@@ -33,6 +33,15 @@ run: build
 # Then `PYTHONPATH=python /usr/bin/python3 -c "from mooncake.engine import TransferEngine"` works.
 python:
 	$(GO) build -buildmode=c-shared -o python/mooncake/_lib/libmooncake.so ./binding
+
+# The long chaos suite on the multi-host test bed (internal/chaos with
+# MOONCAKE_CHAOS=long: needs root and network namespaces; the short suite runs
+# in `make test`), then a soak of SOAK (30m) on a fresh bed. The table of
+# scenarios is written to bin/chaos-report.md.
+SOAK ?= 30m
+chaos: deps build
+	MOONCAKE_CHAOS=long MOONCAKE_CHAOS_REPORT=$(CURDIR)/bin/chaos-report.md $(GO) test -count=1 -timeout 60m -v -run TestChaos ./internal/chaos
+	$(BIN) bench soak --duration $(SOAK)
 
 clean:
 	rm -rf bin

@@ -15,7 +15,9 @@
 //   - serve: the reference engine's prefill and decode figures,
 //     `mooncake bench serve`;
 //   - trace: trace-driven cache policy and routing simulation,
-//     `mooncake bench trace`.
+//     `mooncake bench trace`;
+//   - soak: a mixed P/D + store load on the multi-host test bed
+//     (internal/testbed, internal/chaos), `mooncake bench soak`.
 //
 // The packages sit above everything they measure and nothing imports them
 // but internal/cli.

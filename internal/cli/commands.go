@@ -24,8 +24,9 @@ var extraCommands = []func() *cobra.Command{
 var benchCommands = []func() *cobra.Command{
 	newBenchServeCmd,        // reference engine (issue 3)
 	newBenchStoreCmd,        // store vs redis (issue 5)
-	newBenchStoreDurableCmd, // store durable metadata on vs off (issue 14; moves to internal/bench/store)
+	newBenchStoreDurableCmd, // store durable metadata on vs off, disk tier (issue 14)
 	newBenchTransferCmd,     // transfer engine (issue 2)
 	newBenchPDCmd,           // P/D disaggregation (issue 4)
 	newBenchTraceCmd,        // trace-driven cache policies and KV-aware routing
+	newBenchSoakCmd,         // mixed load on the multi-host test bed (issue 15)
 }
