@@ -42,6 +42,8 @@
 // kvcache.Compat (model name, dtype, layers, kv heads, head dim, block size,
 // weights fingerprint):
 // two engines may exchange blocks only if their Compat.Hash() are equal.
+// Cached blocks no request holds are reused in Config.Eviction order
+// (internal/evict: "lru", the default, or "tail-first").
 //
 // # Connector contract
 //
