@@ -48,22 +48,14 @@ func mc_engine_close(h C.int64_t) C.int64_t {
 
 //export mc_engine_rpc_port
 func mc_engine_rpc_port(h C.int64_t) C.int64_t {
-	return C.int64_t(guard("engine rpc port", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "engine rpc port", func(s *engineState) (int64, error) {
 		return int64(s.e.RPCPort()), nil
-	}))
+	})
 }
 
 //export mc_engine_name
 func mc_engine_name(h C.int64_t, buf *C.char, capacity C.int64_t) C.int64_t {
-	return C.int64_t(guard("engine name", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "engine name", func(s *engineState) (int64, error) {
 		name := s.e.Name()
 		if buf == nil || int(capacity) < len(name)+1 {
 			return 0, errInvalid("name buffer too small")
@@ -72,29 +64,21 @@ func mc_engine_name(h C.int64_t, buf *C.char, capacity C.int64_t) C.int64_t {
 		copy(dst, name)
 		dst[len(name)] = 0
 		return int64(len(name)), nil
-	}))
+	})
 }
 
 //export mc_engine_register
 func mc_engine_register(h C.int64_t, addr, length C.uint64_t, location *C.char) C.int64_t {
-	return C.int64_t(guard("register memory", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "register memory", func(s *engineState) (int64, error) {
 		return 0, s.register(uint64(addr), uint64(length), goString(location))
-	}))
+	})
 }
 
 //export mc_engine_unregister
 func mc_engine_unregister(h C.int64_t, addr C.uint64_t) C.int64_t {
-	return C.int64_t(guard("unregister memory", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "unregister memory", func(s *engineState) (int64, error) {
 		return 0, s.unregister(uint64(addr))
-	}))
+	})
 }
 
 //export mc_engine_alloc_managed
@@ -116,13 +100,9 @@ func mc_engine_alloc_managed(h C.int64_t, length C.uint64_t) C.uint64_t {
 
 //export mc_engine_free_managed
 func mc_engine_free_managed(h C.int64_t, addr C.uint64_t) C.int64_t {
-	return C.int64_t(guard("free managed buffer", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "free managed buffer", func(s *engineState) (int64, error) {
 		return 0, s.freeManaged(uint64(addr))
-	}))
+	})
 }
 
 //export mc_engine_transfer
@@ -143,14 +123,10 @@ func mc_engine_transfer(h C.int64_t, target *C.char, op, n C.int64_t, locals, re
 
 //export mc_engine_submit
 func mc_engine_submit(h C.int64_t, target *C.char, op, n C.int64_t, locals, remotes, lens *C.uint64_t) C.int64_t {
-	return C.int64_t(guard("submit", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "submit", func(s *engineState) (int64, error) {
 		k := int(n)
 		return s.submit(goString(target), int64(op), u64s(locals, k), u64s(remotes, k), u64s(lens, k))
-	}))
+	})
 }
 
 //export mc_batch_wait
@@ -219,11 +195,7 @@ func mc_engine_first_buffer(h C.int64_t, segment *C.char) C.uint64_t {
 
 //export mc_engine_notify
 func mc_engine_notify(h C.int64_t, peer, name *C.char, msg unsafe.Pointer, n C.int64_t) C.int64_t {
-	return C.int64_t(guard("notify", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "notify", func(s *engineState) (int64, error) {
 		if n < 0 || (n > 0 && msg == nil) || n > 1<<20 {
 			return 0, errInvalid("bad notification message")
 		}
@@ -232,39 +204,19 @@ func mc_engine_notify(h C.int64_t, peer, name *C.char, msg unsafe.Pointer, n C.i
 			b = C.GoBytes(msg, C.int(n))
 		}
 		return 0, s.notify(goString(peer), goString(name), b)
-	}))
+	})
 }
 
 //export mc_engine_notifies
 func mc_engine_notifies(h C.int64_t, out *unsafe.Pointer) C.int64_t {
-	var data []byte
-	rc := guard("get notifies", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		data, err = s.notifiesJSON()
-		return 0, err
+	return engineBytes(h, "get notifies", out, func(s *engineState) ([]byte, error) {
+		return s.notifiesJSON()
 	})
-	if rc < 0 {
-		return C.int64_t(rc)
-	}
-	return cOut(data, out)
 }
 
 //export mc_engine_topology
 func mc_engine_topology(h C.int64_t, out *unsafe.Pointer) C.int64_t {
-	var data []byte
-	rc := guard("local topology", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		data, err = s.topologyJSON()
-		return 0, err
+	return engineBytes(h, "local topology", out, func(s *engineState) ([]byte, error) {
+		return s.topologyJSON()
 	})
-	if rc < 0 {
-		return C.int64_t(rc)
-	}
-	return cOut(data, out)
 }
