@@ -88,59 +88,7 @@ func send(t *testing.T, ctx context.Context, base, path string, body map[string]
 	if resp.StatusCode != 200 {
 		return c
 	}
-	type choice struct {
-		Text         string  `json:"text"`
-		TokenIDs     []int   `json:"token_ids"`
-		FinishReason *string `json:"finish_reason"`
-		Message      *struct {
-			Content string `json:"content"`
-		} `json:"message"`
-		Delta *struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-	}
-	type obj struct {
-		Choices []choice       `json:"choices"`
-		KV      map[string]any `json:"kv_transfer_params"`
-	}
-	add := func(o obj) {
-		for _, ch := range o.Choices {
-			c.Text += ch.Text
-			if ch.Message != nil {
-				c.Text += ch.Message.Content
-			}
-			if ch.Delta != nil {
-				c.Text += ch.Delta.Content
-			}
-			c.TokenIDs = append(c.TokenIDs, ch.TokenIDs...)
-			if ch.FinishReason != nil {
-				c.Finish = *ch.FinishReason
-			}
-		}
-		if o.KV != nil {
-			c.KV = o.KV
-		}
-	}
-	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("data:")) {
-		var o obj
-		if err := json.Unmarshal(raw, &o); err != nil {
-			t.Fatalf("bad JSON %q: %v", raw, err)
-		}
-		add(o)
-		return c
-	}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "data: ") || line == "data: [DONE]" {
-			continue
-		}
-		var o obj
-		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &o); err != nil {
-			t.Fatalf("bad SSE line %q: %v", line, err)
-		}
-		add(o)
-	}
+	c.parse(raw, bytes.HasPrefix(bytes.TrimSpace(raw), []byte("data:")), t.Fatalf)
 	return c
 }
 
@@ -309,13 +257,7 @@ func TestVLLMExampleProxyFlow(t *testing.T) {
 // mooncake_connector_proxy.py of a vllm-project/vllm checkout), with
 // Debian's python3-fastapi, -httpx and -uvicorn.
 func TestVLLMRealExampleProxy(t *testing.T) {
-	script := os.Getenv("MOONCAKE_VLLM_PROXY")
-	if script == "" {
-		t.Skip("set MOONCAKE_VLLM_PROXY to vLLM's examples/online_serving/disaggregated_serving/mooncake_connector/mooncake_connector_proxy.py to run it against our engines")
-	}
-	if err := exec.Command(python(t), "-c", "import fastapi, httpx, uvicorn").Run(); err != nil {
-		t.Skip("needs python3-fastapi python3-httpx python3-uvicorn (scripts/deps.sh)")
-	}
+	script := vllmProxyScript(t)
 	col := startColocated(t)
 	pre, dec := pdPair(t, cluster.InstanceConfig{}, cluster.InstanceConfig{})
 	port := freePort(t)
@@ -328,6 +270,21 @@ func TestVLLMRealExampleProxy(t *testing.T) {
 	if int(s.FreedDone+s.FreedReleased) != n || s.FreedTimeout != 0 {
 		t.Fatalf("prefill freed %+v, want %d done or released", s, n)
 	}
+}
+
+// vllmProxyScript is the path of vLLM's example proxy from
+// MOONCAKE_VLLM_PROXY; the test is skipped without it or without the Python
+// packages it needs.
+func vllmProxyScript(t *testing.T) string {
+	t.Helper()
+	script := os.Getenv("MOONCAKE_VLLM_PROXY")
+	if script == "" {
+		t.Skip("set MOONCAKE_VLLM_PROXY to vLLM's examples/online_serving/disaggregated_serving/mooncake_connector/mooncake_connector_proxy.py to run it against our engines")
+	}
+	if err := exec.Command(python(t), "-c", "import fastapi, httpx, uvicorn").Run(); err != nil {
+		t.Skip("needs python3-fastapi python3-httpx python3-uvicorn (scripts/deps.sh)")
+	}
+	return script
 }
 
 // recorded is one request a fake upstream got.
@@ -346,13 +303,7 @@ func TestVLLMProxyStandInSendsExactFields(t *testing.T) {
 }
 
 func TestVLLMRealExampleProxySendsExactFields(t *testing.T) {
-	script := os.Getenv("MOONCAKE_VLLM_PROXY")
-	if script == "" {
-		t.Skip("set MOONCAKE_VLLM_PROXY to vLLM's mooncake_connector_proxy.py")
-	}
-	if err := exec.Command(python(t), "-c", "import fastapi, httpx, uvicorn").Run(); err != nil {
-		t.Skip("needs python3-fastapi python3-httpx python3-uvicorn (scripts/deps.sh)")
-	}
+	script := vllmProxyScript(t)
 	harness, _ := filepath.Abs("testdata/run_vllm_proxy.py")
 	checkVLLMProxyFields(t, func(pre, dec string) string {
 		port := freePort(t)
