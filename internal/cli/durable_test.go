@@ -181,6 +181,16 @@ func newStormClient(t *testing.T, masterAddr string) *store.Client {
 	return cl
 }
 
+// startStoreProcs starts two storage node processes (TCP) on the master at
+// addr and waits until both have mounted.
+func startStoreProcs(t *testing.T, bin, addr string) {
+	t.Helper()
+	for range 2 {
+		n := startProc(t, bin, "store", "--master", addr, "--segment-size", "32MiB", "--transport", "tcp", "--ping-interval", "50ms", "--http-port", "-1")
+		n.waitLine(t, regexp.MustCompile(`store node mounted`), 30*time.Second)
+	}
+}
+
 // TestDurableSingleMasterRestart: a master process killed with SIGKILL
 // during a put storm and restarted on its port: the nodes (processes)
 // re-report their objects; every acknowledged put reads back intact and no
@@ -191,10 +201,7 @@ func TestDurableSingleMasterRestart(t *testing.T) {
 	m := startProc(t, bin, "master", "--host", "127.0.0.1", "--port", "0", "--http-port", "-1", "--client-ttl", "5s")
 	addr := m.waitLine(t, grpcRE, 30*time.Second)[1]
 	_, port, _ := cutPort(addr)
-	for range 2 {
-		n := startProc(t, bin, "store", "--master", addr, "--segment-size", "32MiB", "--transport", "tcp", "--ping-interval", "50ms", "--http-port", "-1")
-		n.waitLine(t, regexp.MustCompile(`store node mounted`), 30*time.Second)
-	}
+	startStoreProcs(t, bin, addr)
 	cl := newStormClient(t, addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	var st storm
@@ -249,10 +256,7 @@ func TestDurableHAKillLeader(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
 	}
-	for range 2 {
-		n := startProc(t, bin, "store", "--master", addr, "--segment-size", "32MiB", "--transport", "tcp", "--ping-interval", "50ms", "--http-port", "-1")
-		n.waitLine(t, regexp.MustCompile(`store node mounted`), 30*time.Second)
-	}
+	startStoreProcs(t, bin, addr)
 	cl := newStormClient(t, addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	var st storm
