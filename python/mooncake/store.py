@@ -188,7 +188,7 @@ class BufferHandle(bytearray):
     __hash__ = object.__hash__
 
 
-class MooncakeDistributedStore(TensorAPI):
+class MooncakeDistributedStore(TensorAPI, _native.Closable):
     """Client of a Mooncake store cluster (a master plus storage nodes)."""
 
     def __init__(self):
@@ -357,19 +357,6 @@ class MooncakeDistributedStore(TensorAPI):
             log.error("mooncake: close: %s", _native.last_error())
             return int(rc)
         return 0
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def _ready(self, what):
         if not self._h:
@@ -547,25 +534,22 @@ class MooncakeDistributedStore(TensorAPI):
                 return rc
         return 0
 
-    def put_batch(self, keys, values, config=None):
-        """Stores several values. 0 when all succeeded, else the first negative code."""
+    def _put_values(self, what, keys, values, config, upsert):
         if len(keys) != len(values):
-            log.error("mooncake: put_batch: %d keys but %d values", len(keys), len(values))
+            log.error("mooncake: %s: %d keys but %d values", what, len(keys), len(values))
             return ErrorCode.INVALID_PARAMS
         bufs = [_buffer_ptr(v) for v in values]
-        res = self._batch("put_batch", keys, [b[1] for b in bufs], [b[2] for b in bufs], config, False, True)
+        res = self._batch(what, keys, [b[1] for b in bufs], [b[2] for b in bufs], config, upsert, True)
         del bufs
         return self._first_error(res)
 
+    def put_batch(self, keys, values, config=None):
+        """Stores several values. 0 when all succeeded, else the first negative code."""
+        return self._put_values("put_batch", keys, values, config, False)
+
     def upsert_batch(self, keys, values, config=None):
         """Upserts several values. 0 when all succeeded, else the first negative code."""
-        if len(keys) != len(values):
-            log.error("mooncake: upsert_batch: %d keys but %d values", len(keys), len(values))
-            return ErrorCode.INVALID_PARAMS
-        bufs = [_buffer_ptr(v) for v in values]
-        res = self._batch("upsert_batch", keys, [b[1] for b in bufs], [b[2] for b in bufs], config, True, True)
-        del bufs
-        return self._first_error(res)
+        return self._put_values("upsert_batch", keys, values, config, True)
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
         """Stores several memory ranges; a list with one code per key."""
