@@ -237,16 +237,10 @@ func equalsColocated(t *testing.T, col *cluster.Instance, base string) int {
 // X-Request-Id, bootstrap_server_host/port, both halves at once; output
 // equals a colocated engine's, streamed and not, completions and chat.
 func TestVLLMExampleProxyFlow(t *testing.T) {
-	col := startColocated(t)
-	pre, dec := pdPair(t, cluster.InstanceConfig{}, cluster.InstanceConfig{})
-	base := startPython(t, 0, true, "testdata/vllm_flow_proxy.py", "--port", "0",
-		"--prefill", pre.URL, bootstrapPort(t, pre), "--decode", dec.URL)
-	n := equalsColocated(t, col, base)
-	assertNoLeaks(t, pre, dec)
-	s := pre.Conn.Stats()
-	if int(s.FreedDone+s.FreedReleased) != n || s.FreedTimeout != 0 {
-		t.Fatalf("prefill freed %+v, want %d done or released", s, n)
-	}
+	_, dec := checkProxyFlow(t, func(pre, dec *cluster.Instance) string {
+		return startPython(t, 0, true, "testdata/vllm_flow_proxy.py", "--port", "0",
+			"--prefill", pre.URL, bootstrapPort(t, pre), "--decode", dec.URL)
+	})
 	if ok := dec.Conn.Stats().PullsOK; ok == 0 {
 		t.Fatal("decode pulled nothing")
 	}
@@ -258,18 +252,29 @@ func TestVLLMExampleProxyFlow(t *testing.T) {
 // Debian's python3-fastapi, -httpx and -uvicorn.
 func TestVLLMRealExampleProxy(t *testing.T) {
 	script := vllmProxyScript(t)
+	checkProxyFlow(t, func(pre, dec *cluster.Instance) string {
+		port := freePort(t)
+		harness, _ := filepath.Abs("testdata/run_vllm_proxy.py")
+		return startPython(t, port, false, harness, script, "--port", strconv.Itoa(port),
+			"--prefill", pre.URL, bootstrapPort(t, pre), "--decode", dec.URL)
+	})
+}
+
+// checkProxyFlow runs a colocated engine and a producer/consumer pair behind
+// the proxy that start runs (it returns the proxy's base URL): the proxy's
+// output equals the colocated engine's, nothing leaks, and prefill freed the
+// KV of every request pulled or released.
+func checkProxyFlow(t *testing.T, start func(pre, dec *cluster.Instance) string) (*cluster.Instance, *cluster.Instance) {
+	t.Helper()
 	col := startColocated(t)
 	pre, dec := pdPair(t, cluster.InstanceConfig{}, cluster.InstanceConfig{})
-	port := freePort(t)
-	harness, _ := filepath.Abs("testdata/run_vllm_proxy.py")
-	base := startPython(t, port, false, harness, script, "--port", strconv.Itoa(port),
-		"--prefill", pre.URL, bootstrapPort(t, pre), "--decode", dec.URL)
-	n := equalsColocated(t, col, base)
+	n := equalsColocated(t, col, start(pre, dec))
 	assertNoLeaks(t, pre, dec)
 	s := pre.Conn.Stats()
 	if int(s.FreedDone+s.FreedReleased) != n || s.FreedTimeout != 0 {
 		t.Fatalf("prefill freed %+v, want %d done or released", s, n)
 	}
+	return pre, dec
 }
 
 // vllmProxyScript is the path of vLLM's example proxy from
