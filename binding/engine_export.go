@@ -83,19 +83,9 @@ func mc_engine_unregister(h C.int64_t, addr C.uint64_t) C.int64_t {
 
 //export mc_engine_alloc_managed
 func mc_engine_alloc_managed(h C.int64_t, length C.uint64_t) C.uint64_t {
-	var addr uint64
-	rc := guard("allocate managed buffer", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		addr, err = s.allocManaged(uint64(length))
-		return 0, err
+	return engineAddr(h, "allocate managed buffer", func(s *engineState) (uint64, error) {
+		return s.allocManaged(uint64(length))
 	})
-	if rc < 0 {
-		return 0
-	}
-	return C.uint64_t(addr)
 }
 
 //export mc_engine_free_managed
@@ -107,11 +97,7 @@ func mc_engine_free_managed(h C.int64_t, addr C.uint64_t) C.int64_t {
 
 //export mc_engine_transfer
 func mc_engine_transfer(h C.int64_t, target *C.char, op, n C.int64_t, locals, remotes, lens *C.uint64_t) C.int64_t {
-	rc := guard("transfer", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	rc := withEngine(h, "transfer", func(s *engineState) (int64, error) {
 		k := int(n)
 		return 0, s.transfer(goString(target), int64(op), u64s(locals, k), u64s(remotes, k), u64s(lens, k))
 	})
@@ -131,11 +117,7 @@ func mc_engine_submit(h C.int64_t, target *C.char, op, n C.int64_t, locals, remo
 
 //export mc_batch_wait
 func mc_batch_wait(h, n C.int64_t, ids *C.int64_t) C.int64_t {
-	rc := guard("batch wait", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	rc := withEngine(h, "batch wait", func(s *engineState) (int64, error) {
 		if n <= 0 || ids == nil {
 			return 0, errInvalid("no batch ids")
 		}
@@ -150,11 +132,8 @@ func mc_batch_wait(h, n C.int64_t, ids *C.int64_t) C.int64_t {
 //export mc_batch_check
 func mc_batch_check(h, id C.int64_t) C.int64_t {
 	var state int64 = codeCheckFailed
-	guard("transfer check status", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	withEngine(h, "transfer check status", func(s *engineState) (int64, error) {
+		var err error
 		state, err = s.check(int64(id), time.Now())
 		return 0, err
 	})
@@ -163,11 +142,7 @@ func mc_batch_check(h, id C.int64_t) C.int64_t {
 
 //export mc_engine_probe
 func mc_engine_probe(h C.int64_t, peer *C.char) C.int64_t {
-	rc := guard("probe", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	rc := withEngine(h, "probe", func(s *engineState) (int64, error) {
 		return 0, s.probe(goString(peer))
 	})
 	if rc < 0 {
@@ -178,19 +153,9 @@ func mc_engine_probe(h C.int64_t, peer *C.char) C.int64_t {
 
 //export mc_engine_first_buffer
 func mc_engine_first_buffer(h C.int64_t, segment *C.char) C.uint64_t {
-	var addr uint64
-	rc := guard("first buffer address", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		addr, err = s.firstBuffer(goString(segment))
-		return 0, err
+	return engineAddr(h, "first buffer address", func(s *engineState) (uint64, error) {
+		return s.firstBuffer(goString(segment))
 	})
-	if rc < 0 {
-		return 0
-	}
-	return C.uint64_t(addr)
 }
 
 //export mc_engine_notify

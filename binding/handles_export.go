@@ -53,3 +53,32 @@ func withEngine(h C.int64_t, op string, fn func(s *engineState) (int64, error)) 
 func engineBytes(h C.int64_t, op string, out *unsafe.Pointer, fn func(s *engineState) ([]byte, error)) C.int64_t {
 	return bytesOnHandle(engineByHandle, h, op, out, fn)
 }
+
+// engineAddr runs fn on engine handle h's engine under guard: the address it
+// returns, or 0 on an error (recorded).
+func engineAddr(h C.int64_t, op string, fn func(s *engineState) (uint64, error)) C.uint64_t {
+	var addr uint64
+	rc := withEngine(h, op, func(s *engineState) (int64, error) {
+		var err error
+		addr, err = fn(s)
+		return 0, err
+	})
+	if rc < 0 {
+		return 0
+	}
+	return C.uint64_t(addr)
+}
+
+// eachView runs one for every buffer (ps[i], ns[i] bytes) of a batch, 8 at a
+// time, each under guard; rs[i] gets its result or error code.
+func eachView(op string, ps []unsafe.Pointer, ns []uint64, rs []int64, one func(i int, v []byte) (int64, error)) {
+	batch(len(rs), func(i int) {
+		rs[i] = guard(op, func() (int64, error) {
+			v, err := view(ps[i], C.uint64_t(ns[i]))
+			if err != nil {
+				return 0, err
+			}
+			return one(i, v)
+		})
+	})
+}

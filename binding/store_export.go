@@ -78,14 +78,8 @@ func mc_store_batch_put(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer, siz
 		k := int(n)
 		ks, ps, ns, rs := cStrings(keys, k), unsafe.Slice(ptrs, k), u64s(sizes, k), i64s(out, k)
 		c := goString(cfg)
-		batch(k, func(i int) {
-			rs[i] = guard("batch put", func() (int64, error) {
-				v, err := view(ps[i], C.uint64_t(ns[i]))
-				if err != nil {
-					return 0, err
-				}
-				return 0, s.put(ks[i], v, c)
-			})
+		eachView("batch put", ps, ns, rs, func(i int, v []byte) (int64, error) {
+			return 0, s.put(ks[i], v, c)
 		})
 		return 0, nil
 	})
@@ -127,15 +121,9 @@ func mc_store_batch_get_into(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer
 			}
 			return 0, nil
 		}
-		batch(k, func(i int) {
-			rs[i] = guard("batch get into", func() (int64, error) {
-				v, err := view(ps[i], C.uint64_t(ns[i]))
-				if err != nil {
-					return 0, err
-				}
-				got, err := s.getInto(ks[i], v)
-				return int64(got), err
-			})
+		eachView("batch get into", ps, ns, rs, func(i int, v []byte) (int64, error) {
+			got, err := s.getInto(ks[i], v)
+			return int64(got), err
 		})
 		return 0, nil
 	})

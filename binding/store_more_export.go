@@ -52,14 +52,8 @@ func mc_store_batch_put_ex(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer, 
 			}
 			return 0, nil
 		}
-		batch(k, func(i int) {
-			rs[i] = guard("batch put", func() (int64, error) {
-				v, err := view(ps[i], C.uint64_t(ns[i]))
-				if err != nil {
-					return 0, err
-				}
-				return 0, s.putEx(ks[i], v, o)
-			})
+		eachView("batch put", ps, ns, rs, func(i int, v []byte) (int64, error) {
+			return 0, s.putEx(ks[i], v, o)
 		})
 		return 0, nil
 	})
