@@ -68,16 +68,12 @@ func (p *RoundRobin) Routed(string, []uint64) {}
 // LeastLoaded picks the candidate with the fewest requests in flight; ties
 // are broken round-robin so equal instances share the work.
 type LeastLoaded struct {
-	mu   sync.Mutex
-	next uint64
+	rr RoundRobin // where the search starts
 }
 
 // Pick implements Policy.
-func (p *LeastLoaded) Pick(_ []uint64, cands []Load) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	start := int(p.next % uint64(len(cands)))
-	p.next++
+func (p *LeastLoaded) Pick(hashes []uint64, cands []Load) int {
+	start := p.rr.Pick(hashes, cands)
 	best := start
 	for k := 1; k < len(cands); k++ {
 		i := (start + k) % len(cands)
