@@ -46,3 +46,17 @@ func inProcessStore(t *testing.T) *storeState {
 	})
 	return s
 }
+
+// registerPattern fills src with byte(i*step) at each i and registers src
+// and dst with s.
+func registerPattern(t *testing.T, s *storeState, step int, src, dst []byte) {
+	t.Helper()
+	for i := range src {
+		src[i] = byte(i * step)
+	}
+	for _, b := range [][]byte{src, dst} {
+		if err := s.registerBuffer(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

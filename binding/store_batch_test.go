@@ -59,15 +59,7 @@ func TestBatchPutAndGetOfRegisteredBuffers(t *testing.T) {
 	s := inProcessStore(t)
 	const n, size = 4, 256 << 10
 	src, dst := make([]byte, n*size), make([]byte, n*size)
-	for i := range src {
-		src[i] = byte(i * 13)
-	}
-	if err := s.registerBuffer(src); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.registerBuffer(dst); err != nil {
-		t.Fatal(err)
-	}
+	registerPattern(t, s, 13, src, dst)
 	keys := []string{"b0", "b1", "b2", "b3"}
 	ps, ds, sizes := make([]unsafe.Pointer, n), make([]unsafe.Pointer, n), make([]uint64, n)
 	for i := range n {

@@ -60,15 +60,7 @@ func TestStoreDummy(t *testing.T) {
 	// pool memory, registered: moved in place
 	pool := d.c.(*dummyclient.Client)
 	src, dst := pool.Alloc(1<<20), pool.Alloc(1<<20)
-	for i := range src {
-		src[i] = byte(i * 7)
-	}
-	if err := d.registerBuffer(src); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.registerBuffer(dst); err != nil {
-		t.Fatal(err)
-	}
+	registerPattern(t, d, 7, src, dst)
 	if err := d.putEx("pooled", src, store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
