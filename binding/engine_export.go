@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"context"
-	"fmt"
 	"time"
 	"unsafe"
 )
@@ -37,13 +36,7 @@ func mc_engine_open(host, metadata, protocol, device *C.char) C.int64_t {
 
 //export mc_engine_close
 func mc_engine_close(h C.int64_t) C.int64_t {
-	return C.int64_t(guard("engine close", func() (int64, error) {
-		s, ok := engines.remove(int64(h))
-		if !ok {
-			return 0, fmt.Errorf("engine %d: %w", h, errBadHandle)
-		}
-		return 0, s.close()
-	}))
+	return closeHandle(engines, h, "engine")
 }
 
 //export mc_engine_rpc_port

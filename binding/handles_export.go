@@ -5,7 +5,10 @@ package main
 */
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // onHandle runs fn under guard on the object that byHandle finds for h; op
 // names the call in the recorded error.
@@ -81,4 +84,16 @@ func eachView(op string, ps []unsafe.Pointer, ns []uint64, rs []int64, one func(
 			return one(i, v)
 		})
 	})
+}
+
+// closeHandle removes handle h from tbl and closes what it held; kind
+// ("store", "engine") names it in errors.
+func closeHandle[T interface{ close() error }](tbl *handles[T], h C.int64_t, kind string) C.int64_t {
+	return C.int64_t(guard(kind+" close", func() (int64, error) {
+		s, ok := tbl.remove(int64(h))
+		if !ok {
+			return 0, fmt.Errorf("%s %d: %w", kind, h, errBadHandle)
+		}
+		return 0, s.close()
+	}))
 }

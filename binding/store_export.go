@@ -42,13 +42,7 @@ func mc_store_open(host, metadata *C.char, segmentSize, bufferSize C.uint64_t, p
 
 //export mc_store_close
 func mc_store_close(h C.int64_t) C.int64_t {
-	return C.int64_t(guard("store close", func() (int64, error) {
-		s, ok := stores.remove(int64(h))
-		if !ok {
-			return 0, fmt.Errorf("store %d: %w", h, errBadHandle)
-		}
-		return 0, s.close()
-	}))
+	return closeHandle(stores, h, "store")
 }
 
 //export mc_store_health
