@@ -115,8 +115,8 @@ type MatchFunc func(id string, blocks []uint64) int
 
 type KVAware struct {
 	cfg  KVAwareConfig
+	rr   RoundRobin // where the search starts
 	mu   sync.Mutex
-	next uint64
 	inst map[string]*blockLRU
 }
 
@@ -160,8 +160,7 @@ func (p *KVAware) matchedLocked(id string, blocks []uint64) int {
 func (p *KVAware) Pick(blocks []uint64, cands []Load) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	start := int(p.next % uint64(len(cands)))
-	p.next++
+	start := p.rr.Pick(blocks, cands)
 	best, bestScore := -1, 0
 	for k := 0; k < len(cands); k++ {
 		i := (start + k) % len(cands)
