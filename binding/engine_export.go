@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"context"
-	"fmt"
 	"time"
 	"unsafe"
 )
@@ -37,33 +36,19 @@ func mc_engine_open(host, metadata, protocol, device *C.char) C.int64_t {
 
 //export mc_engine_close
 func mc_engine_close(h C.int64_t) C.int64_t {
-	return C.int64_t(guard("engine close", func() (int64, error) {
-		s, ok := engines.remove(int64(h))
-		if !ok {
-			return 0, fmt.Errorf("engine %d: %w", h, errBadHandle)
-		}
-		return 0, s.close()
-	}))
+	return closeHandle(engines, h, "engine")
 }
 
 //export mc_engine_rpc_port
 func mc_engine_rpc_port(h C.int64_t) C.int64_t {
-	return C.int64_t(guard("engine rpc port", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "engine rpc port", func(s *engineState) (int64, error) {
 		return int64(s.e.RPCPort()), nil
-	}))
+	})
 }
 
 //export mc_engine_name
 func mc_engine_name(h C.int64_t, buf *C.char, capacity C.int64_t) C.int64_t {
-	return C.int64_t(guard("engine name", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "engine name", func(s *engineState) (int64, error) {
 		name := s.e.Name()
 		if buf == nil || int(capacity) < len(name)+1 {
 			return 0, errInvalid("name buffer too small")
@@ -72,66 +57,40 @@ func mc_engine_name(h C.int64_t, buf *C.char, capacity C.int64_t) C.int64_t {
 		copy(dst, name)
 		dst[len(name)] = 0
 		return int64(len(name)), nil
-	}))
+	})
 }
 
 //export mc_engine_register
 func mc_engine_register(h C.int64_t, addr, length C.uint64_t, location *C.char) C.int64_t {
-	return C.int64_t(guard("register memory", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "register memory", func(s *engineState) (int64, error) {
 		return 0, s.register(uint64(addr), uint64(length), goString(location))
-	}))
+	})
 }
 
 //export mc_engine_unregister
 func mc_engine_unregister(h C.int64_t, addr C.uint64_t) C.int64_t {
-	return C.int64_t(guard("unregister memory", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "unregister memory", func(s *engineState) (int64, error) {
 		return 0, s.unregister(uint64(addr))
-	}))
+	})
 }
 
 //export mc_engine_alloc_managed
 func mc_engine_alloc_managed(h C.int64_t, length C.uint64_t) C.uint64_t {
-	var addr uint64
-	rc := guard("allocate managed buffer", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		addr, err = s.allocManaged(uint64(length))
-		return 0, err
+	return engineAddr(h, "allocate managed buffer", func(s *engineState) (uint64, error) {
+		return s.allocManaged(uint64(length))
 	})
-	if rc < 0 {
-		return 0
-	}
-	return C.uint64_t(addr)
 }
 
 //export mc_engine_free_managed
 func mc_engine_free_managed(h C.int64_t, addr C.uint64_t) C.int64_t {
-	return C.int64_t(guard("free managed buffer", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "free managed buffer", func(s *engineState) (int64, error) {
 		return 0, s.freeManaged(uint64(addr))
-	}))
+	})
 }
 
 //export mc_engine_transfer
 func mc_engine_transfer(h C.int64_t, target *C.char, op, n C.int64_t, locals, remotes, lens *C.uint64_t) C.int64_t {
-	rc := guard("transfer", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	rc := withEngine(h, "transfer", func(s *engineState) (int64, error) {
 		k := int(n)
 		return 0, s.transfer(goString(target), int64(op), u64s(locals, k), u64s(remotes, k), u64s(lens, k))
 	})
@@ -143,23 +102,15 @@ func mc_engine_transfer(h C.int64_t, target *C.char, op, n C.int64_t, locals, re
 
 //export mc_engine_submit
 func mc_engine_submit(h C.int64_t, target *C.char, op, n C.int64_t, locals, remotes, lens *C.uint64_t) C.int64_t {
-	return C.int64_t(guard("submit", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "submit", func(s *engineState) (int64, error) {
 		k := int(n)
 		return s.submit(goString(target), int64(op), u64s(locals, k), u64s(remotes, k), u64s(lens, k))
-	}))
+	})
 }
 
 //export mc_batch_wait
 func mc_batch_wait(h, n C.int64_t, ids *C.int64_t) C.int64_t {
-	rc := guard("batch wait", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	rc := withEngine(h, "batch wait", func(s *engineState) (int64, error) {
 		if n <= 0 || ids == nil {
 			return 0, errInvalid("no batch ids")
 		}
@@ -174,11 +125,8 @@ func mc_batch_wait(h, n C.int64_t, ids *C.int64_t) C.int64_t {
 //export mc_batch_check
 func mc_batch_check(h, id C.int64_t) C.int64_t {
 	var state int64 = codeCheckFailed
-	guard("transfer check status", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	withEngine(h, "transfer check status", func(s *engineState) (int64, error) {
+		var err error
 		state, err = s.check(int64(id), time.Now())
 		return 0, err
 	})
@@ -187,11 +135,7 @@ func mc_batch_check(h, id C.int64_t) C.int64_t {
 
 //export mc_engine_probe
 func mc_engine_probe(h C.int64_t, peer *C.char) C.int64_t {
-	rc := guard("probe", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	rc := withEngine(h, "probe", func(s *engineState) (int64, error) {
 		return 0, s.probe(goString(peer))
 	})
 	if rc < 0 {
@@ -202,28 +146,14 @@ func mc_engine_probe(h C.int64_t, peer *C.char) C.int64_t {
 
 //export mc_engine_first_buffer
 func mc_engine_first_buffer(h C.int64_t, segment *C.char) C.uint64_t {
-	var addr uint64
-	rc := guard("first buffer address", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		addr, err = s.firstBuffer(goString(segment))
-		return 0, err
+	return engineAddr(h, "first buffer address", func(s *engineState) (uint64, error) {
+		return s.firstBuffer(goString(segment))
 	})
-	if rc < 0 {
-		return 0
-	}
-	return C.uint64_t(addr)
 }
 
 //export mc_engine_notify
 func mc_engine_notify(h C.int64_t, peer, name *C.char, msg unsafe.Pointer, n C.int64_t) C.int64_t {
-	return C.int64_t(guard("notify", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withEngine(h, "notify", func(s *engineState) (int64, error) {
 		if n < 0 || (n > 0 && msg == nil) || n > 1<<20 {
 			return 0, errInvalid("bad notification message")
 		}
@@ -232,39 +162,19 @@ func mc_engine_notify(h C.int64_t, peer, name *C.char, msg unsafe.Pointer, n C.i
 			b = C.GoBytes(msg, C.int(n))
 		}
 		return 0, s.notify(goString(peer), goString(name), b)
-	}))
+	})
 }
 
 //export mc_engine_notifies
 func mc_engine_notifies(h C.int64_t, out *unsafe.Pointer) C.int64_t {
-	var data []byte
-	rc := guard("get notifies", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		data, err = s.notifiesJSON()
-		return 0, err
+	return engineBytes(h, "get notifies", out, func(s *engineState) ([]byte, error) {
+		return s.notifiesJSON()
 	})
-	if rc < 0 {
-		return C.int64_t(rc)
-	}
-	return cOut(data, out)
 }
 
 //export mc_engine_topology
 func mc_engine_topology(h C.int64_t, out *unsafe.Pointer) C.int64_t {
-	var data []byte
-	rc := guard("local topology", func() (int64, error) {
-		s, err := engineByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		data, err = s.topologyJSON()
-		return 0, err
+	return engineBytes(h, "local topology", out, func(s *engineState) ([]byte, error) {
+		return s.topologyJSON()
 	})
-	if rc < 0 {
-		return C.int64_t(rc)
-	}
-	return cOut(data, out)
 }

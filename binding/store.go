@@ -149,18 +149,27 @@ type replicateJSON struct {
 	SameNode          bool     `json:"prefer_alloc_in_same_node"`
 }
 
+// decodeConfig unmarshals a ReplicateConfig (JSON) into r and checks the
+// replica count that replicas reads from it; "" leaves r zero (defaults).
+func decodeConfig(cfg string, r any, replicas func() int) error {
+	if cfg == "" {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(cfg), r); err != nil {
+		return errInvalid("replicate config: " + err.Error())
+	}
+	if n := replicas(); n < 0 || n > 64 {
+		return errInvalid(fmt.Sprintf("replica_num %d", n))
+	}
+	return nil
+}
+
 // putOptions parses a ReplicateConfig ("" = defaults).
 func (s *storeState) putOptions(cfg string) (store.PutOptions, error) {
 	var o store.PutOptions
-	if cfg == "" {
-		return o, nil
-	}
 	var r replicateJSON
-	if err := json.Unmarshal([]byte(cfg), &r); err != nil {
-		return o, errInvalid("replicate config: " + err.Error())
-	}
-	if r.ReplicaNum < 0 || r.ReplicaNum > 64 {
-		return o, errInvalid(fmt.Sprintf("replica_num %d", r.ReplicaNum))
+	if err := decodeConfig(cfg, &r, func() int { return r.ReplicaNum }); err != nil {
+		return o, err
 	}
 	o.Replicas = r.ReplicaNum
 	o.SoftPin = r.WithSoftPin

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/kvcache-go/mooncake/internal/master"
-	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -58,36 +56,10 @@ func TestNestedMover(t *testing.T) {
 // batched calls (values inside register_buffer memory) and checks the data
 // and Mooncake's put semantics.
 func TestBatchPutAndGetOfRegisteredBuffers(t *testing.T) {
-	mcfg := master.DefaultServerConfig()
-	mcfg.Addr = "127.0.0.1:0"
-	mcfg.HTTPAddr = ""
-	m, err := master.Start(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = m.Close() }()
-	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
-		Engine: transfer.Config{Transport: transfer.TransportInproc, InprocHub: inprocHub}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = node.Close() }()
-	s, err := openStore(t.Context(), storeArgs{host: "127.0.0.1", protocol: "inproc", master: m.Addr(), bufferSize: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.close() }()
+	s := inProcessStore(t)
 	const n, size = 4, 256 << 10
 	src, dst := make([]byte, n*size), make([]byte, n*size)
-	for i := range src {
-		src[i] = byte(i * 13)
-	}
-	if err := s.registerBuffer(src); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.registerBuffer(dst); err != nil {
-		t.Fatal(err)
-	}
+	registerPattern(t, s, 13, src, dst)
 	keys := []string{"b0", "b1", "b2", "b3"}
 	ps, ds, sizes := make([]unsafe.Pointer, n), make([]unsafe.Pointer, n), make([]uint64, n)
 	for i := range n {

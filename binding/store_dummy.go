@@ -17,23 +17,9 @@ import (
 // storeClient is what a store handle drives: a real store client, or a
 // dummy client whose calls the real client (`mooncake client`) serves.
 type storeClient interface {
+	dummyclient.Backend // the calls a dummy client forwards
 	Close() error
 	Segment() []byte
-	SegmentName() string
-	PutFrom(ctx context.Context, key string, src []byte, o store.PutOptions) error
-	PutWith(ctx context.Context, key string, value []byte, o store.PutOptions) error
-	Get(ctx context.Context, key string) ([]byte, error)
-	GetInto(ctx context.Context, key string, dst []byte) (int, error)
-	RegisterBuffer(b []byte) error
-	UnregisterBuffer(b []byte) error
-	Exist(ctx context.Context, key string) (bool, error)
-	BatchExist(ctx context.Context, keys []string) ([]bool, error)
-	Stat(ctx context.Context, key string) (store.ObjectInfo, error)
-	Remove(ctx context.Context, key string, force bool) error
-	BatchRemove(ctx context.Context, keys []string, force bool) []error
-	RemoveByRegex(ctx context.Context, pattern string, force bool) (int, error)
-	RemoveAll(ctx context.Context, force bool) (int, error)
-	List(ctx context.Context, prefix, after string, limit int) ([]store.KeyInfo, string, error)
 }
 
 var (

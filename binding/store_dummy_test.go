@@ -7,34 +7,13 @@ import (
 	"testing"
 
 	"github.com/kvcache-go/mooncake/internal/dummyclient"
-	"github.com/kvcache-go/mooncake/internal/master"
-	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/store"
-	"github.com/kvcache-go/mooncake/transfer"
 )
 
 // TestStoreDummy drives a dummy store handle (setup_dummy) served by a real
 // store client through the dummy-client server, as `mooncake client` does.
 func TestStoreDummy(t *testing.T) {
-	mcfg := master.DefaultServerConfig()
-	mcfg.Addr = "127.0.0.1:0"
-	mcfg.HTTPAddr = ""
-	m, err := master.Start(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = m.Close() }()
-	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
-		Engine: transfer.Config{Transport: transfer.TransportInproc, InprocHub: inprocHub}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = node.Close() }()
-	real, err := openStore(t.Context(), storeArgs{host: "127.0.0.1", protocol: "inproc", master: m.Addr(), bufferSize: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = real.close() }()
+	real := inProcessStore(t)
 
 	addr := "binding-test-" + t.Name()
 	srv, err := dummyclient.New(dummyclient.Config{Addr: addr, Store: real.c.(*store.Client), Name: real.hostname()})
@@ -81,15 +60,7 @@ func TestStoreDummy(t *testing.T) {
 	// pool memory, registered: moved in place
 	pool := d.c.(*dummyclient.Client)
 	src, dst := pool.Alloc(1<<20), pool.Alloc(1<<20)
-	for i := range src {
-		src[i] = byte(i * 7)
-	}
-	if err := d.registerBuffer(src); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.registerBuffer(dst); err != nil {
-		t.Fatal(err)
-	}
+	registerPattern(t, d, 7, src, dst)
 	if err := d.putEx("pooled", src, store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -42,107 +42,65 @@ func mc_store_open(host, metadata *C.char, segmentSize, bufferSize C.uint64_t, p
 
 //export mc_store_close
 func mc_store_close(h C.int64_t) C.int64_t {
-	return C.int64_t(guard("store close", func() (int64, error) {
-		s, ok := stores.remove(int64(h))
-		if !ok {
-			return 0, fmt.Errorf("store %d: %w", h, errBadHandle)
-		}
-		return 0, s.close()
-	}))
+	return closeHandle(stores, h, "store")
 }
 
 //export mc_store_health
 func mc_store_health(h C.int64_t) C.int64_t {
-	return C.int64_t(guard("health check", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "health check", func(s *storeState) (int64, error) {
 		return 0, s.health()
-	}))
+	})
 }
 
 //export mc_store_put
 func mc_store_put(h C.int64_t, key *C.char, p unsafe.Pointer, n C.uint64_t, cfg *C.char) C.int64_t {
-	return C.int64_t(guard("put", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "put", func(s *storeState) (int64, error) {
 		v, err := view(p, n)
 		if err != nil {
 			return 0, err
 		}
 		return 0, s.put(goString(key), v, goString(cfg))
-	}))
+	})
 }
 
 //export mc_store_batch_put
 func mc_store_batch_put(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer, sizes *C.uint64_t, cfg *C.char, out *C.int64_t) C.int64_t {
-	return C.int64_t(guard("batch put", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "batch put", func(s *storeState) (int64, error) {
 		if n <= 0 || keys == nil || ptrs == nil || sizes == nil || out == nil {
 			return 0, errInvalid("batch put: empty batch or NULL array")
 		}
 		k := int(n)
 		ks, ps, ns, rs := cStrings(keys, k), unsafe.Slice(ptrs, k), u64s(sizes, k), i64s(out, k)
 		c := goString(cfg)
-		batch(k, func(i int) {
-			rs[i] = guard("batch put", func() (int64, error) {
-				v, err := view(ps[i], C.uint64_t(ns[i]))
-				if err != nil {
-					return 0, err
-				}
-				return 0, s.put(ks[i], v, c)
-			})
+		eachView("batch put", ps, ns, rs, func(i int, v []byte) (int64, error) {
+			return 0, s.put(ks[i], v, c)
 		})
 		return 0, nil
-	}))
+	})
 }
 
 //export mc_store_get
 func mc_store_get(h C.int64_t, key *C.char, out *unsafe.Pointer) C.int64_t {
-	var data []byte
-	rc := guard("get", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		data, err = s.get(goString(key))
-		return 0, err
+	return storeBytes(h, "get", out, func(s *storeState) ([]byte, error) {
+		return s.get(goString(key))
 	})
-	if rc < 0 {
-		return C.int64_t(rc)
-	}
-	return cOut(data, out)
 }
 
 //export mc_store_get_into
 func mc_store_get_into(h C.int64_t, key *C.char, p unsafe.Pointer, n C.uint64_t) C.int64_t {
-	return C.int64_t(guard("get into", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "get into", func(s *storeState) (int64, error) {
 		v, err := view(p, n)
 		if err != nil {
 			return 0, err
 		}
 		got, err := s.getInto(goString(key), v)
 		return int64(got), err
-	}))
+	})
 }
 
 //export mc_store_batch_get_into
 func mc_store_batch_get_into(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer, sizes *C.uint64_t, out *C.int64_t) C.int64_t {
-	return C.int64_t(guard("batch get into", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "batch get into", func(s *storeState) (int64, error) {
 		if n <= 0 || keys == nil || ptrs == nil || sizes == nil || out == nil {
 			return 0, errInvalid("batch get into: empty batch or NULL array")
 		}
@@ -157,68 +115,46 @@ func mc_store_batch_get_into(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer
 			}
 			return 0, nil
 		}
-		batch(k, func(i int) {
-			rs[i] = guard("batch get into", func() (int64, error) {
-				v, err := view(ps[i], C.uint64_t(ns[i]))
-				if err != nil {
-					return 0, err
-				}
-				got, err := s.getInto(ks[i], v)
-				return int64(got), err
-			})
+		eachView("batch get into", ps, ns, rs, func(i int, v []byte) (int64, error) {
+			got, err := s.getInto(ks[i], v)
+			return int64(got), err
 		})
 		return 0, nil
-	}))
+	})
 }
 
 //export mc_store_register_buffer
 func mc_store_register_buffer(h C.int64_t, p unsafe.Pointer, n C.uint64_t) C.int64_t {
-	return C.int64_t(guard("register buffer", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "register buffer", func(s *storeState) (int64, error) {
 		v, err := view(p, n)
 		if err != nil {
 			return 0, err
 		}
 		return 0, s.registerBuffer(v)
-	}))
+	})
 }
 
 //export mc_store_unregister_buffer
 func mc_store_unregister_buffer(h C.int64_t, p unsafe.Pointer) C.int64_t {
-	return C.int64_t(guard("unregister buffer", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "unregister buffer", func(s *storeState) (int64, error) {
 		return 0, s.unregisterBuffer(uint64(uintptr(p)))
-	}))
+	})
 }
 
 //export mc_store_exist
 func mc_store_exist(h C.int64_t, key *C.char) C.int64_t {
-	return C.int64_t(guard("is exist", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "is exist", func(s *storeState) (int64, error) {
 		ok, err := s.exist(goString(key))
 		if ok {
 			return 1, err
 		}
 		return 0, err
-	}))
+	})
 }
 
 //export mc_store_batch_exist
 func mc_store_batch_exist(h, n C.int64_t, keys **C.char, out *C.int64_t) C.int64_t {
-	return C.int64_t(guard("batch is exist", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "batch is exist", func(s *storeState) (int64, error) {
 		if n <= 0 || keys == nil || out == nil {
 			return 0, errInvalid("batch is exist: empty batch or NULL array")
 		}
@@ -234,68 +170,42 @@ func mc_store_batch_exist(h, n C.int64_t, keys **C.char, out *C.int64_t) C.int64
 			}
 		}
 		return 0, nil
-	}))
+	})
 }
 
 //export mc_store_get_size
 func mc_store_get_size(h C.int64_t, key *C.char) C.int64_t {
-	return C.int64_t(guard("get size", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "get size", func(s *storeState) (int64, error) {
 		return s.size(goString(key))
-	}))
+	})
 }
 
 //export mc_store_remove
 func mc_store_remove(h C.int64_t, key *C.char, force C.int64_t) C.int64_t {
-	return C.int64_t(guard("remove", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "remove", func(s *storeState) (int64, error) {
 		return 0, s.remove(goString(key), force != 0)
-	}))
+	})
 }
 
 //export mc_store_remove_regex
 func mc_store_remove_regex(h C.int64_t, pattern *C.char, force C.int64_t) C.int64_t {
-	return C.int64_t(guard("remove by regex", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "remove by regex", func(s *storeState) (int64, error) {
 		n, err := s.removeRegex(goString(pattern), force != 0)
 		return int64(n), err
-	}))
+	})
 }
 
 //export mc_store_remove_all
 func mc_store_remove_all(h C.int64_t, force C.int64_t) C.int64_t {
-	return C.int64_t(guard("remove all", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "remove all", func(s *storeState) (int64, error) {
 		n, err := s.removeAll(force != 0)
 		return int64(n), err
-	}))
+	})
 }
 
 //export mc_store_list
 func mc_store_list(h C.int64_t, prefix *C.char, out *unsafe.Pointer) C.int64_t {
-	var data []byte
-	rc := guard("list", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		data, err = s.list(goString(prefix))
-		return 0, err
+	return storeBytes(h, "list", out, func(s *storeState) ([]byte, error) {
+		return s.list(goString(prefix))
 	})
-	if rc < 0 {
-		return C.int64_t(rc)
-	}
-	return cOut(data, out)
 }

@@ -31,15 +31,9 @@ type putConfigJSON struct {
 // putOptionsEx parses a put_ex configuration ("" = defaults).
 func putOptionsEx(cfg string) (store.PutOptions, error) {
 	var o store.PutOptions
-	if cfg == "" {
-		return o, nil
-	}
 	var r putConfigJSON
-	if err := json.Unmarshal([]byte(cfg), &r); err != nil {
-		return o, errInvalid("replicate config: " + err.Error())
-	}
-	if r.ReplicaNum < 0 || r.ReplicaNum > 64 {
-		return o, errInvalid(fmt.Sprintf("replica_num %d", r.ReplicaNum))
+	if err := decodeConfig(cfg, &r, func() int { return r.ReplicaNum }); err != nil {
+		return o, err
 	}
 	if r.SoftPinTTLMs < 0 {
 		return o, errInvalid(fmt.Sprintf("soft_pin_ttl_ms %d", r.SoftPinTTLMs))

@@ -16,11 +16,7 @@ import (
 //
 //export mc_store_put_ex
 func mc_store_put_ex(h C.int64_t, key *C.char, p unsafe.Pointer, n C.uint64_t, cfg *C.char) C.int64_t {
-	return C.int64_t(guard("put", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "put", func(s *storeState) (int64, error) {
 		o, err := putOptionsEx(goString(cfg))
 		if err != nil {
 			return 0, err
@@ -30,18 +26,14 @@ func mc_store_put_ex(h C.int64_t, key *C.char, p unsafe.Pointer, n C.uint64_t, c
 			return 0, err
 		}
 		return 0, s.putEx(goString(key), v, o)
-	}))
+	})
 }
 
 // mc_store_batch_put_ex is mc_store_put_ex for n keys; out gets one code per key.
 //
 //export mc_store_batch_put_ex
 func mc_store_batch_put_ex(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer, sizes *C.uint64_t, cfg *C.char, out *C.int64_t) C.int64_t {
-	return C.int64_t(guard("batch put", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "batch put", func(s *storeState) (int64, error) {
 		if n <= 0 || keys == nil || ptrs == nil || sizes == nil || out == nil {
 			return 0, errInvalid("batch put: empty batch or NULL array")
 		}
@@ -60,28 +52,18 @@ func mc_store_batch_put_ex(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer, 
 			}
 			return 0, nil
 		}
-		batch(k, func(i int) {
-			rs[i] = guard("batch put", func() (int64, error) {
-				v, err := view(ps[i], C.uint64_t(ns[i]))
-				if err != nil {
-					return 0, err
-				}
-				return 0, s.putEx(ks[i], v, o)
-			})
+		eachView("batch put", ps, ns, rs, func(i int, v []byte) (int64, error) {
+			return 0, s.putEx(ks[i], v, o)
 		})
 		return 0, nil
-	}))
+	})
 }
 
 // mc_store_batch_remove removes n keys; out gets one code per key.
 //
 //export mc_store_batch_remove
 func mc_store_batch_remove(h, n C.int64_t, keys **C.char, force C.int64_t, out *C.int64_t) C.int64_t {
-	return C.int64_t(guard("batch remove", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	return withStore(h, "batch remove", func(s *storeState) (int64, error) {
 		if n <= 0 || keys == nil || out == nil {
 			return 0, errInvalid("batch remove: empty batch or NULL array")
 		}
@@ -95,26 +77,16 @@ func mc_store_batch_remove(h, n C.int64_t, keys **C.char, force C.int64_t, out *
 			rs[i] = guard("batch remove", func() (int64, error) { return 0, e })
 		}
 		return 0, nil
-	}))
+	})
 }
 
 // mc_store_stat hands key's size and replicas (JSON) through out.
 //
 //export mc_store_stat
 func mc_store_stat(h C.int64_t, key *C.char, out *unsafe.Pointer) C.int64_t {
-	var data []byte
-	rc := guard("get replica desc", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
-		data, err = s.stat(goString(key))
-		return 0, err
+	return storeBytes(h, "get replica desc", out, func(s *storeState) ([]byte, error) {
+		return s.stat(goString(key))
 	})
-	if rc < 0 {
-		return C.int64_t(rc)
-	}
-	return cOut(data, out)
 }
 
 // mc_store_hostname copies the client's "host:port" into buf (NUL-terminated,
@@ -123,16 +95,12 @@ func mc_store_stat(h C.int64_t, key *C.char, out *unsafe.Pointer) C.int64_t {
 //export mc_store_hostname
 func mc_store_hostname(h C.int64_t, buf *C.char, capacity C.int64_t) C.int64_t {
 	var name string
-	rc := guard("get hostname", func() (int64, error) {
-		s, err := storeByHandle(int64(h))
-		if err != nil {
-			return 0, err
-		}
+	rc := withStore(h, "get hostname", func(s *storeState) (int64, error) {
 		name = s.hostname()
 		return 0, nil
 	})
 	if rc < 0 {
-		return C.int64_t(rc)
+		return rc
 	}
 	if buf != nil && capacity > 0 {
 		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(capacity))

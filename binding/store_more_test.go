@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/master"
-	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/store"
-	"github.com/kvcache-go/mooncake/transfer"
 )
 
 func TestPutOptionsEx(t *testing.T) {
@@ -38,25 +35,7 @@ func TestPutOptionsEx(t *testing.T) {
 // TTL) and hard pin through to the store, and the batch remove, stat and
 // hostname calls, against an in-process master and storage node.
 func TestStoreMoreInProcess(t *testing.T) {
-	mcfg := master.DefaultServerConfig()
-	mcfg.Addr = "127.0.0.1:0"
-	mcfg.HTTPAddr = ""
-	m, err := master.Start(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = m.Close() }()
-	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
-		Engine: transfer.Config{Transport: transfer.TransportInproc, InprocHub: inprocHub}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = node.Close() }()
-	s, err := openStore(t.Context(), storeArgs{host: "127.0.0.1", protocol: "inproc", master: m.Addr(), bufferSize: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.close() }()
+	s := inProcessStore(t)
 
 	if h := s.hostname(); !strings.HasPrefix(h, "127.0.0.1:") {
 		t.Fatalf("hostname %q, want 127.0.0.1:<port>", h)

@@ -9,8 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kvcache-go/mooncake/internal/master"
-	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -83,37 +81,7 @@ func TestPutOptions(t *testing.T) {
 // layer in this process over the in-process transport (TCP is covered by
 // python/tests with real processes).
 func TestStoreInProcess(t *testing.T) {
-	mcfg := master.DefaultServerConfig()
-	mcfg.Addr = "127.0.0.1:0"
-	mcfg.HTTPAddr = ""
-	m, err := master.Start(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := m.Close(); err != nil {
-			t.Errorf("master close: %v", err)
-		}
-	}()
-	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
-		Engine: transfer.Config{Transport: transfer.TransportInproc, InprocHub: inprocHub}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := node.Close(); err != nil {
-			t.Errorf("node close: %v", err)
-		}
-	}()
-	s, err := openStore(t.Context(), storeArgs{host: "127.0.0.1", protocol: "inproc", master: m.Addr(), bufferSize: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := s.close(); err != nil {
-			t.Errorf("store close: %v", err)
-		}
-	}()
+	s := inProcessStore(t)
 
 	v := bytes.Repeat([]byte("mooncake"), 1000)
 	if err := s.put("k1", v, ""); err != nil {

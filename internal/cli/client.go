@@ -39,11 +39,7 @@ move without a copy. The first line on stdout names the address and the mounted 
 			if err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--local-buffer-size: %w", err)}
 			}
-			level := slog.LevelInfo
-			if verbose {
-				level = slog.LevelDebug
-			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			log := cmdLogger(cmd, verbose)
 			addr := net.JoinHostPort(host, strconv.Itoa(port))
 			return runClient(cmd.Context(), clientConfig{master: masterAddrOr(masterAddr), addr: addr, segment: seg, buffer: buf,
 				engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}, log: log},

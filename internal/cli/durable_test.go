@@ -181,6 +181,35 @@ func newStormClient(t *testing.T, masterAddr string) *store.Client {
 	return cl
 }
 
+// finish lets the storm run on for 500ms once a put succeeded after
+// killed (on the new master), stops it (cancel, wg), verifies every
+// acknowledged put and remove through cl and logs the timings: label names
+// the scenario, recovered what happened recoveredAfter the kill.
+func (st *storm) finish(t *testing.T, cl *store.Client, cancel context.CancelFunc, wg *sync.WaitGroup, killed time.Time,
+	label, recovered string, recoveredAfter time.Duration) {
+	t.Helper()
+	back := st.firstOKAfter(t, killed, 30*time.Second)
+	time.Sleep(500 * time.Millisecond) // puts on the new master
+	cancel()
+	wg.Wait()
+	took := st.verify(t, cl, 30*time.Second)
+	t.Logf("%s: %d acknowledged puts readable, %d acknowledged removes absent, %d ops with unknown outcome; %s %v after the kill, first put %v after, verify %v",
+		label, len(st.acked), len(st.removed), st.failed, recovered, recoveredAfter.Round(time.Millisecond), back.Round(time.Millisecond), took.Round(time.Millisecond))
+	if len(st.acked) == 0 || len(st.removed) == 0 {
+		t.Fatal("storm did nothing")
+	}
+}
+
+// startStoreProcs starts two storage node processes (TCP) on the master at
+// addr and waits until both have mounted.
+func startStoreProcs(t *testing.T, bin, addr string) {
+	t.Helper()
+	for range 2 {
+		n := startProc(t, bin, "store", "--master", addr, "--segment-size", "32MiB", "--transport", "tcp", "--ping-interval", "50ms", "--http-port", "-1")
+		n.waitLine(t, regexp.MustCompile(`store node mounted`), 30*time.Second)
+	}
+}
+
 // TestDurableSingleMasterRestart: a master process killed with SIGKILL
 // during a put storm and restarted on its port: the nodes (processes)
 // re-report their objects; every acknowledged put reads back intact and no
@@ -191,10 +220,7 @@ func TestDurableSingleMasterRestart(t *testing.T) {
 	m := startProc(t, bin, "master", "--host", "127.0.0.1", "--port", "0", "--http-port", "-1", "--client-ttl", "5s")
 	addr := m.waitLine(t, grpcRE, 30*time.Second)[1]
 	_, port, _ := cutPort(addr)
-	for range 2 {
-		n := startProc(t, bin, "store", "--master", addr, "--segment-size", "32MiB", "--transport", "tcp", "--ping-interval", "50ms", "--http-port", "-1")
-		n.waitLine(t, regexp.MustCompile(`store node mounted`), 30*time.Second)
-	}
+	startStoreProcs(t, bin, addr)
 	cl := newStormClient(t, addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	var st storm
@@ -206,16 +232,7 @@ func TestDurableSingleMasterRestart(t *testing.T) {
 	m2 := startProc(t, bin, "master", "--host", "127.0.0.1", "--port", port, "--http-port", "-1", "--client-ttl", "5s")
 	m2.waitLine(t, grpcRE, 30*time.Second)
 	up := time.Since(killed)
-	back := st.firstOKAfter(t, killed, 30*time.Second)
-	time.Sleep(500 * time.Millisecond) // puts on the new master
-	cancel()
-	wg.Wait()
-	took := st.verify(t, cl, 30*time.Second)
-	t.Logf("single master SIGKILL+restart: %d acknowledged puts readable, %d acknowledged removes absent, %d ops with unknown outcome; master up %v after the kill, first put %v after, verify %v",
-		len(st.acked), len(st.removed), st.failed, up.Round(time.Millisecond), back.Round(time.Millisecond), took.Round(time.Millisecond))
-	if len(st.acked) == 0 || len(st.removed) == 0 {
-		t.Fatal("storm did nothing")
-	}
+	st.finish(t, cl, cancel, wg, killed, "single master SIGKILL+restart", "master up", up)
 }
 
 // TestDurableHAKillLeader: two `master --ha` processes on an embedded etcd,
@@ -249,10 +266,7 @@ func TestDurableHAKillLeader(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
 	}
-	for range 2 {
-		n := startProc(t, bin, "store", "--master", addr, "--segment-size", "32MiB", "--transport", "tcp", "--ping-interval", "50ms", "--http-port", "-1")
-		n.waitLine(t, regexp.MustCompile(`store node mounted`), 30*time.Second)
-	}
+	startStoreProcs(t, bin, addr)
 	cl := newStormClient(t, addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	var st storm
@@ -269,16 +283,7 @@ func TestDurableHAKillLeader(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // polling interval
 	}
 	elected := time.Since(killed)
-	back := st.firstOKAfter(t, killed, 30*time.Second)
-	time.Sleep(500 * time.Millisecond)
-	cancel()
-	wg.Wait()
-	took := st.verify(t, cl, 30*time.Second)
-	t.Logf("HA leader SIGKILL (1s lease): %d acknowledged puts readable, %d acknowledged removes absent, %d ops with unknown outcome; standby leads %v after the kill, first put %v after, verify %v",
-		len(st.acked), len(st.removed), st.failed, elected.Round(time.Millisecond), back.Round(time.Millisecond), took.Round(time.Millisecond))
-	if len(st.acked) == 0 || len(st.removed) == 0 {
-		t.Fatal("storm did nothing")
-	}
+	st.finish(t, cl, cancel, wg, killed, "HA leader SIGKILL (1s lease)", "standby leads", elected)
 }
 
 func cutPort(addr string) (string, string, bool) {

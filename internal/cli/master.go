@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -48,11 +47,7 @@ also answers /role and /leader.`,
 				cfg.HTTPAddr = net.JoinHostPort(host, strconv.Itoa(httpPort))
 			}
 			cfg.Core.Strategy = master.Strategy(strategy)
-			level := slog.LevelInfo
-			if verbose {
-				level = slog.LevelDebug
-			}
-			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			cfg.Logger = cmdLogger(cmd, verbose)
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}

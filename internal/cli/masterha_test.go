@@ -53,7 +53,7 @@ func startCmd(t *testing.T, args ...string) (string, func()) {
 	select {
 	case line := <-lines:
 		return line, stop
-	case <-time.After(20 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatalf("%v printed nothing", args)
 	}
 	return "", stop

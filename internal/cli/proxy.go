@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -43,11 +42,7 @@ vllm-seed (prefill first; its kv_transfer_params are forwarded to decode) or sgl
 the exact bodies.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			level := slog.LevelInfo
-			if verbose {
-				level = slog.LevelDebug
-			}
-			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			cfg.Logger = cmdLogger(cmd, verbose)
 			p, err := proxy.New(cfg)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}

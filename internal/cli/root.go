@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 )
@@ -60,4 +61,13 @@ func newBenchCmd() *cobra.Command {
 		bench.AddCommand(add())
 	}
 	return bench
+}
+
+// cmdLogger is a text logger on cmd's stderr, at debug level when verbose.
+func cmdLogger(cmd *cobra.Command, verbose bool) *slog.Logger {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 }

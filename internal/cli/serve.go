@@ -63,11 +63,7 @@ model.safetensors). The first line on stdout reports the address bound.`,
 
 func runServe(cmd *cobra.Command, sf serveFlags) error {
 	ctx := cmd.Context()
-	level := slog.LevelInfo
-	if sf.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	log := cmdLogger(cmd, sf.verbose)
 	m, tk, err := loadModel(sf.model, sf.seed)
 	if err != nil {
 		return &ExitError{Code: 2, Err: err}

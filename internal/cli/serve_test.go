@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,36 +21,8 @@ import (
 // startServe runs `mooncake serve` in process and returns its base URL.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, append([]string{"serve", "--port", "0"}, args...), pw, io.Discard)
-		pw.Close()
-		done <- err
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		http.DefaultClient.CloseIdleConnections()
-	})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		io.Copy(io.Discard, pr)
-	}()
-	var line string
-	select {
-	case line = <-lines:
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not report its address")
-	}
+	t.Cleanup(http.DefaultClient.CloseIdleConnections) // after the command stops
+	line, _ := startCmd(t, append([]string{"serve", "--port", "0"}, args...)...)
 	m := regexp.MustCompile(`http://\S+`).FindString(line)
 	if m == "" {
 		t.Fatalf("no address in %q", line)

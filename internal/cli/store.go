@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -42,11 +41,7 @@ a node restarted on the same DIR re-reports them.`,
 			if err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--segment-size: %w", err)}
 			}
-			level := slog.LevelInfo
-			if verbose {
-				level = slog.LevelDebug
-			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			log := cmdLogger(cmd, verbose)
 			cfg := storenode.Config{Master: masterAddrOr(masterAddr), SegmentSize: size, PingInterval: ping, UnmountGrace: grace, Logger: log,
 				Engine:    transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log},
 				RootFSDir: rootFSDir, EnableOffload: enableOffload, OffloadOnEvict: offloadOnEvict, PromotionOnHit: promotionOnHit}

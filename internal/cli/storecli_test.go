@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -159,23 +158,8 @@ func run(t *testing.T, bin string, stdin []byte, args ...string) (string, string
 // processes and drives put/get/ls/stat/rm from other processes; then kills
 // a node holding a replica and reads from the survivor.
 func TestStoreCLIProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
+	bin := buildBinary(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "mooncake")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	build := exec.Command(goBin, append(args, "github.com/kvcache-go/mooncake/cmd/mooncake")...)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	m := startProc(t, bin, "master", "--host", "127.0.0.1", "--port", "0", "--http-port", "0", "--client-ttl", "3s")
 	addr := m.waitLine(t, regexp.MustCompile(`grpc=(\S+) http=(\S+)`), 30*time.Second)
 	grpcAddr := addr[1]

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -53,11 +52,7 @@ a model directory. Stop with Ctrl-C.`,
 
 func runUp(cmd *cobra.Command, uf upFlags) error {
 	ctx := cmd.Context()
-	level := slog.LevelInfo
-	if uf.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	log := cmdLogger(cmd, uf.verbose)
 	if uf.prefill < 1 || uf.decode < 1 {
 		return &ExitError{Code: 2, Err: fmt.Errorf("--prefill and --decode must be at least 1")}
 	}

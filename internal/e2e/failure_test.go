@@ -259,17 +259,8 @@ func atoi(t *testing.T, s string) int {
 func TestPrefillKilledMidRequest(t *testing.T) {
 	col := startColocated(t)
 	ctx := context.Background()
-	pre, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: pdconnector.RoleProducer,
-		MaxNumBatchedTokens: 16}) // a slow prefill: one block per step
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pre.Close()
-	dec, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: pdconnector.RoleConsumer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dec.Close()
+	pre, dec := pdPair(t, cluster.InstanceConfig{MaxNumBatchedTokens: 16}, // a slow prefill: one block per step
+		cluster.InstanceConfig{})
 	prompt := strings.Repeat("a long prompt that takes a while to prefill. ", 6)
 	want := complete(t, ctx, col.URL, prompt, 4, false)
 	preDone := make(chan completion, 1)
@@ -307,17 +298,7 @@ func TestPrefillKilledMidRequest(t *testing.T) {
 // to release, and both sides end with nothing held.
 func TestClientDisconnectDuringPull(t *testing.T) {
 	ctx := context.Background()
-	pre, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: pdconnector.RoleProducer,
-		MaxNumBatchedTokens: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pre.Close()
-	dec, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: tinyModel(t), Role: pdconnector.RoleConsumer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dec.Close()
+	pre, dec := pdPair(t, cluster.InstanceConfig{MaxNumBatchedTokens: 16}, cluster.InstanceConfig{})
 	prompt := strings.Repeat("the client will not wait for this one. ", 8)
 	preDone := make(chan completion, 1)
 	go func() {

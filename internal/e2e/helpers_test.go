@@ -66,10 +66,26 @@ func completeKV(t testing.TB, ctx context.Context, base, prompt string, maxToken
 	if err != nil {
 		return c
 	}
+	if resp.StatusCode != 200 {
+		return c
+	}
+	c.parse(raw, stream, t.Errorf)
+	return c
+}
+
+// parse folds a completions or chat answer into c: one JSON object, or SSE
+// "data:" lines when sse. report gets each object that does not decode.
+func (c *completion) parse(raw []byte, sse bool, report func(format string, args ...any)) {
 	type choice struct {
 		Text         string  `json:"text"`
 		TokenIDs     []int   `json:"token_ids"`
 		FinishReason *string `json:"finish_reason"`
+		Message      *struct {
+			Content string `json:"content"`
+		} `json:"message"`
+		Delta *struct {
+			Content string `json:"content"`
+		} `json:"delta"`
 	}
 	type obj struct {
 		Choices []choice       `json:"choices"`
@@ -78,6 +94,12 @@ func completeKV(t testing.TB, ctx context.Context, base, prompt string, maxToken
 	add := func(o obj) {
 		for _, ch := range o.Choices {
 			c.Text += ch.Text
+			if ch.Message != nil {
+				c.Text += ch.Message.Content
+			}
+			if ch.Delta != nil {
+				c.Text += ch.Delta.Content
+			}
 			c.TokenIDs = append(c.TokenIDs, ch.TokenIDs...)
 			if ch.FinishReason != nil {
 				c.Finish = *ch.FinishReason
@@ -87,16 +109,13 @@ func completeKV(t testing.TB, ctx context.Context, base, prompt string, maxToken
 			c.KV = o.KV
 		}
 	}
-	if resp.StatusCode != 200 {
-		return c
-	}
-	if !stream {
+	if !sse {
 		var o obj
 		if err := json.Unmarshal(raw, &o); err != nil {
-			t.Errorf("bad JSON %q: %v", raw, err)
+			report("bad JSON %q: %v", raw, err)
 		}
 		add(o)
-		return c
+		return
 	}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
@@ -106,11 +125,10 @@ func completeKV(t testing.TB, ctx context.Context, base, prompt string, maxToken
 		}
 		var o obj
 		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &o); err != nil {
-			t.Errorf("bad SSE line %q: %v", line, err)
+			report("bad SSE line %q: %v", line, err)
 		}
 		add(o)
 	}
-	return c
 }
 
 // metricValue reads one sample (name with labels, exactly as exposed) from base/metrics.

@@ -88,59 +88,7 @@ func send(t *testing.T, ctx context.Context, base, path string, body map[string]
 	if resp.StatusCode != 200 {
 		return c
 	}
-	type choice struct {
-		Text         string  `json:"text"`
-		TokenIDs     []int   `json:"token_ids"`
-		FinishReason *string `json:"finish_reason"`
-		Message      *struct {
-			Content string `json:"content"`
-		} `json:"message"`
-		Delta *struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-	}
-	type obj struct {
-		Choices []choice       `json:"choices"`
-		KV      map[string]any `json:"kv_transfer_params"`
-	}
-	add := func(o obj) {
-		for _, ch := range o.Choices {
-			c.Text += ch.Text
-			if ch.Message != nil {
-				c.Text += ch.Message.Content
-			}
-			if ch.Delta != nil {
-				c.Text += ch.Delta.Content
-			}
-			c.TokenIDs = append(c.TokenIDs, ch.TokenIDs...)
-			if ch.FinishReason != nil {
-				c.Finish = *ch.FinishReason
-			}
-		}
-		if o.KV != nil {
-			c.KV = o.KV
-		}
-	}
-	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("data:")) {
-		var o obj
-		if err := json.Unmarshal(raw, &o); err != nil {
-			t.Fatalf("bad JSON %q: %v", raw, err)
-		}
-		add(o)
-		return c
-	}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "data: ") || line == "data: [DONE]" {
-			continue
-		}
-		var o obj
-		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &o); err != nil {
-			t.Fatalf("bad SSE line %q: %v", line, err)
-		}
-		add(o)
-	}
+	c.parse(raw, bytes.HasPrefix(bytes.TrimSpace(raw), []byte("data:")), t.Fatalf)
 	return c
 }
 
@@ -289,16 +237,10 @@ func equalsColocated(t *testing.T, col *cluster.Instance, base string) int {
 // X-Request-Id, bootstrap_server_host/port, both halves at once; output
 // equals a colocated engine's, streamed and not, completions and chat.
 func TestVLLMExampleProxyFlow(t *testing.T) {
-	col := startColocated(t)
-	pre, dec := pdPair(t, cluster.InstanceConfig{}, cluster.InstanceConfig{})
-	base := startPython(t, 0, true, "testdata/vllm_flow_proxy.py", "--port", "0",
-		"--prefill", pre.URL, bootstrapPort(t, pre), "--decode", dec.URL)
-	n := equalsColocated(t, col, base)
-	assertNoLeaks(t, pre, dec)
-	s := pre.Conn.Stats()
-	if int(s.FreedDone+s.FreedReleased) != n || s.FreedTimeout != 0 {
-		t.Fatalf("prefill freed %+v, want %d done or released", s, n)
-	}
+	_, dec := checkProxyFlow(t, func(pre, dec *cluster.Instance) string {
+		return startPython(t, 0, true, "testdata/vllm_flow_proxy.py", "--port", "0",
+			"--prefill", pre.URL, bootstrapPort(t, pre), "--decode", dec.URL)
+	})
 	if ok := dec.Conn.Stats().PullsOK; ok == 0 {
 		t.Fatal("decode pulled nothing")
 	}
@@ -309,6 +251,37 @@ func TestVLLMExampleProxyFlow(t *testing.T) {
 // mooncake_connector_proxy.py of a vllm-project/vllm checkout), with
 // Debian's python3-fastapi, -httpx and -uvicorn.
 func TestVLLMRealExampleProxy(t *testing.T) {
+	script := vllmProxyScript(t)
+	checkProxyFlow(t, func(pre, dec *cluster.Instance) string {
+		port := freePort(t)
+		harness, _ := filepath.Abs("testdata/run_vllm_proxy.py")
+		return startPython(t, port, false, harness, script, "--port", strconv.Itoa(port),
+			"--prefill", pre.URL, bootstrapPort(t, pre), "--decode", dec.URL)
+	})
+}
+
+// checkProxyFlow runs a colocated engine and a producer/consumer pair behind
+// the proxy that start runs (it returns the proxy's base URL): the proxy's
+// output equals the colocated engine's, nothing leaks, and prefill freed the
+// KV of every request pulled or released.
+func checkProxyFlow(t *testing.T, start func(pre, dec *cluster.Instance) string) (*cluster.Instance, *cluster.Instance) {
+	t.Helper()
+	col := startColocated(t)
+	pre, dec := pdPair(t, cluster.InstanceConfig{}, cluster.InstanceConfig{})
+	n := equalsColocated(t, col, start(pre, dec))
+	assertNoLeaks(t, pre, dec)
+	s := pre.Conn.Stats()
+	if int(s.FreedDone+s.FreedReleased) != n || s.FreedTimeout != 0 {
+		t.Fatalf("prefill freed %+v, want %d done or released", s, n)
+	}
+	return pre, dec
+}
+
+// vllmProxyScript is the path of vLLM's example proxy from
+// MOONCAKE_VLLM_PROXY; the test is skipped without it or without the Python
+// packages it needs.
+func vllmProxyScript(t *testing.T) string {
+	t.Helper()
 	script := os.Getenv("MOONCAKE_VLLM_PROXY")
 	if script == "" {
 		t.Skip("set MOONCAKE_VLLM_PROXY to vLLM's examples/online_serving/disaggregated_serving/mooncake_connector/mooncake_connector_proxy.py to run it against our engines")
@@ -316,18 +289,7 @@ func TestVLLMRealExampleProxy(t *testing.T) {
 	if err := exec.Command(python(t), "-c", "import fastapi, httpx, uvicorn").Run(); err != nil {
 		t.Skip("needs python3-fastapi python3-httpx python3-uvicorn (scripts/deps.sh)")
 	}
-	col := startColocated(t)
-	pre, dec := pdPair(t, cluster.InstanceConfig{}, cluster.InstanceConfig{})
-	port := freePort(t)
-	harness, _ := filepath.Abs("testdata/run_vllm_proxy.py")
-	base := startPython(t, port, false, harness, script, "--port", strconv.Itoa(port),
-		"--prefill", pre.URL, bootstrapPort(t, pre), "--decode", dec.URL)
-	n := equalsColocated(t, col, base)
-	assertNoLeaks(t, pre, dec)
-	s := pre.Conn.Stats()
-	if int(s.FreedDone+s.FreedReleased) != n || s.FreedTimeout != 0 {
-		t.Fatalf("prefill freed %+v, want %d done or released", s, n)
-	}
+	return script
 }
 
 // recorded is one request a fake upstream got.
@@ -346,13 +308,7 @@ func TestVLLMProxyStandInSendsExactFields(t *testing.T) {
 }
 
 func TestVLLMRealExampleProxySendsExactFields(t *testing.T) {
-	script := os.Getenv("MOONCAKE_VLLM_PROXY")
-	if script == "" {
-		t.Skip("set MOONCAKE_VLLM_PROXY to vLLM's mooncake_connector_proxy.py")
-	}
-	if err := exec.Command(python(t), "-c", "import fastapi, httpx, uvicorn").Run(); err != nil {
-		t.Skip("needs python3-fastapi python3-httpx python3-uvicorn (scripts/deps.sh)")
-	}
+	script := vllmProxyScript(t)
 	harness, _ := filepath.Abs("testdata/run_vllm_proxy.py")
 	checkVLLMProxyFields(t, func(pre, dec string) string {
 		port := freePort(t)

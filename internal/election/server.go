@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/httpjson"
+	"github.com/kvcache-go/mooncake/internal/httpserve"
 	"github.com/kvcache-go/mooncake/internal/leader"
 	"github.com/kvcache-go/mooncake/internal/master"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -191,10 +192,7 @@ func Start(cfg Config) (*Server, error) {
 func (s *Server) HTTPAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.hl == nil {
-		return ""
-	}
-	return s.hl.Addr().String()
+	return httpserve.Addr(s.hl)
 }
 
 // Role is the candidate's current role.

@@ -173,13 +173,7 @@ func TestRunPollsConnector(t *testing.T) {
 	store := newStore()
 	c := &mapConnector{store: store, delayFree: 5, save: true}
 	e := newEngine(t, func(cfg *Config) { cfg.Connector = c; cfg.PollInterval = time.Millisecond })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	defer runInBackground(e)()
 	s, err := e.Submit(greedy("a", prompt(40, 1), 2))
 	if err != nil {
 		t.Fatal(err)
@@ -192,13 +186,7 @@ func TestRunPollsConnector(t *testing.T) {
 	waitfor.Cond(t, 30*time.Second, "condition", func() bool { st := e.Stats(); return st.BlocksUsed == 0 && st.DelayedFree == 0 })
 	// An async load also completes under Run.
 	b := newEngine(t, func(cfg *Config) { cfg.Connector = &mapConnector{store: store, load: true, async: true} })
-	bctx, bcancel := context.WithCancel(context.Background())
-	bdone := make(chan error, 1)
-	go func() { bdone <- b.Run(bctx) }()
-	defer func() {
-		bcancel()
-		<-bdone
-	}()
+	defer runInBackground(b)()
 	s2, err := b.Submit(greedy("b", prompt(40, 1), 2))
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,18 @@ func newEngine(t testing.TB, mod func(*Config)) *Engine {
 	return e
 }
 
+// runInBackground runs e.Run until the returned stop is called; stop
+// returns once Run has.
+func runInBackground(e *Engine) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 func prompt(n, salt int) []int {
 	p := make([]int, n)
 	for i := range p {

@@ -6,6 +6,9 @@
 // in the second case it shuts the server down gracefully within grace, then
 // closes what is left, and returns nil only after the serving goroutine has
 // exited, so no goroutine outlives the call.
+//
+// Addr reports a listener's address for a server's Addr/HTTPAddr accessors
+// ("" when it has none).
 package httpserve
 
 import (
@@ -35,4 +38,13 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 	}
 	<-errc
 	return nil
+}
+
+// Addr is ln's address, or "" for a nil listener (a server that is not
+// listening, or not yet).
+func Addr(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
 }

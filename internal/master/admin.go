@@ -39,17 +39,23 @@ func AdminHandler(m *Master) http.Handler {
 type admin struct{ m *Master }
 
 func (a admin) queryKey(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("key")
-	if key == "" {
-		httpError(w, http.StatusBadRequest, "missing key parameter")
+	queryOne(w, r, "key", a.m.Query, objectJSON)
+}
+
+// queryOne answers a lookup by the query parameter param: 400 without it,
+// get's error mapped by httpCode, or encode of what get found.
+func queryOne[T any](w http.ResponseWriter, r *http.Request, param string, get func(string) (T, error), encode func(T) map[string]any) {
+	name := r.URL.Query().Get(param)
+	if name == "" {
+		httpError(w, http.StatusBadRequest, "missing "+param+" parameter")
 		return
 	}
-	info, err := a.m.Query(key)
+	v, err := get(name)
 	if err != nil {
 		httpError(w, httpCode(err), err.Error())
 		return
 	}
-	writeJSON(w, objectJSON(info))
+	writeJSON(w, encode(v))
 }
 
 func (a admin) allKeys(w http.ResponseWriter, r *http.Request) {
@@ -86,17 +92,7 @@ func (a admin) allSegments(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (a admin) querySegment(w http.ResponseWriter, r *http.Request) {
-	name := r.URL.Query().Get("segment")
-	if name == "" {
-		httpError(w, http.StatusBadRequest, "missing segment parameter")
-		return
-	}
-	s, err := a.m.Segment(name)
-	if err != nil {
-		httpError(w, httpCode(err), err.Error())
-		return
-	}
-	writeJSON(w, segmentJSON(s))
+	queryOne(w, r, "segment", a.m.Segment, segmentJSON)
 }
 
 func httpCode(err error) int {

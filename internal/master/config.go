@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -67,42 +68,18 @@ func DefaultConfig() Config {
 // withDefaults fills zero fields from DefaultConfig.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = d.LeaseTTL
-	}
-	if c.ClientTTL == 0 {
-		c.ClientTTL = d.ClientTTL
-	}
-	if c.PutTimeout == 0 {
-		c.PutTimeout = d.PutTimeout
-	}
-	if c.PutReleaseTimeout == 0 {
-		c.PutReleaseTimeout = d.PutReleaseTimeout
-	}
-	if c.SoftPinTTL == 0 {
-		c.SoftPinTTL = d.SoftPinTTL
-	}
-	if c.MaxSoftPinTTL == 0 {
-		c.MaxSoftPinTTL = d.MaxSoftPinTTL
-	}
-	if c.HighWatermark == 0 {
-		c.HighWatermark = d.HighWatermark
-	}
-	if c.EvictionRatio == 0 {
-		c.EvictionRatio = d.EvictionRatio
-	}
-	if c.MaxKeyLen == 0 {
-		c.MaxKeyLen = d.MaxKeyLen
-	}
-	if c.MaxReplicas == 0 {
-		c.MaxReplicas = d.MaxReplicas
-	}
-	if c.Strategy == "" {
-		c.Strategy = d.Strategy
-	}
-	if c.Align == 0 {
-		c.Align = d.Align
-	}
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, d.LeaseTTL)
+	c.ClientTTL = cmp.Or(c.ClientTTL, d.ClientTTL)
+	c.PutTimeout = cmp.Or(c.PutTimeout, d.PutTimeout)
+	c.PutReleaseTimeout = cmp.Or(c.PutReleaseTimeout, d.PutReleaseTimeout)
+	c.SoftPinTTL = cmp.Or(c.SoftPinTTL, d.SoftPinTTL)
+	c.MaxSoftPinTTL = cmp.Or(c.MaxSoftPinTTL, d.MaxSoftPinTTL)
+	c.HighWatermark = cmp.Or(c.HighWatermark, d.HighWatermark)
+	c.EvictionRatio = cmp.Or(c.EvictionRatio, d.EvictionRatio)
+	c.MaxKeyLen = cmp.Or(c.MaxKeyLen, d.MaxKeyLen)
+	c.MaxReplicas = cmp.Or(c.MaxReplicas, d.MaxReplicas)
+	c.Strategy = cmp.Or(c.Strategy, d.Strategy)
+	c.Align = cmp.Or(c.Align, d.Align)
 	if c.RestoreWindow == 0 {
 		c.RestoreWindow = 2 * c.ClientTTL
 	}

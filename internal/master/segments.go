@@ -75,15 +75,25 @@ func (m *Master) RemountSegments(clientID string, specs []SegmentSpec) error {
 func (m *Master) UnmountSegment(clientID, name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.segments[name]
-	if s == nil {
-		return fmt.Errorf("%w: %q", ErrSegmentNotFound, name)
-	}
-	if s.client != clientID {
-		return fmt.Errorf("%w: segment %q belongs to another client", ErrNotOwner, name)
+	s, err := m.ownSegmentLocked(clientID, name)
+	if err != nil {
+		return err
 	}
 	m.unmountLocked(s)
 	return nil
+}
+
+// ownSegmentLocked is the segment name that clientID mounted:
+// ErrSegmentNotFound without one, ErrNotOwner when another client's.
+func (m *Master) ownSegmentLocked(clientID, name string) (*segment, error) {
+	s := m.segments[name]
+	if s == nil {
+		return nil, fmt.Errorf("%w: %q", ErrSegmentNotFound, name)
+	}
+	if s.client != clientID {
+		return nil, fmt.Errorf("%w: segment %q belongs to another client", ErrNotOwner, name)
+	}
+	return s, nil
 }
 
 // GracefulUnmount stops new allocations on a segment and unmounts it (in
@@ -91,12 +101,9 @@ func (m *Master) UnmountSegment(clientID, name string) error {
 func (m *Master) GracefulUnmount(clientID, name string, grace time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.segments[name]
-	if s == nil {
-		return fmt.Errorf("%w: %q", ErrSegmentNotFound, name)
-	}
-	if s.client != clientID {
-		return fmt.Errorf("%w: segment %q belongs to another client", ErrNotOwner, name)
+	s, err := m.ownSegmentLocked(clientID, name)
+	if err != nil {
+		return err
 	}
 	s.draining = true
 	s.drainDeadline = m.clock.Now().Add(grace)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
+	"github.com/kvcache-go/mooncake/internal/httpserve"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"google.golang.org/grpc"
 )
@@ -190,20 +191,14 @@ func Start(cfg ServerConfig) (*Server, error) {
 func (s *Server) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gl == nil {
-		return ""
-	}
-	return s.gl.Addr().String()
+	return httpserve.Addr(s.gl)
 }
 
 // HTTPAddr is the admin listen address ("" when disabled).
 func (s *Server) HTTPAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.hl == nil {
-		return ""
-	}
-	return s.hl.Addr().String()
+	return httpserve.Addr(s.hl)
 }
 
 // Core is the server's master core.

@@ -49,15 +49,11 @@ func TestProducerPullBeforeFinish(t *testing.T) {
 	if st != PullWait || ch == nil {
 		t.Fatalf("StartPull = %v", st)
 	}
-	select {
-	case <-ch:
+	if isClosed(ch) {
 		t.Fatal("channel closed before finish")
-	default:
 	}
 	p.Finished("x1", "r1", []int{1}, 3, true, t0)
-	select {
-	case <-ch:
-	default:
+	if !isClosed(ch) {
 		t.Fatal("channel not closed by Finished")
 	}
 	if st, _, _, _ := p.StartPull("x1", t0); st != PullReady {
@@ -122,9 +118,7 @@ func TestProducerReleaseWakesWaitingPull(t *testing.T) {
 	p := NewProducerCore(time.Minute)
 	_, _, _, ch := p.StartPull("x", t0)
 	p.Release("x", t0)
-	select {
-	case <-ch:
-	default:
+	if !isClosed(ch) {
 		t.Fatal("waiting pull not woken")
 	}
 	if st, _, _, _ := p.StartPull("x", t0); st != PullGone {
@@ -167,9 +161,7 @@ func TestProducerFailedPrefill(t *testing.T) {
 	if p.Finished("x", "r", []int{1}, 2, false, t0) {
 		t.Fatal("failed prefill held")
 	}
-	select {
-	case <-ch:
-	default:
+	if !isClosed(ch) {
 		t.Fatal("waiting pull not woken by failure")
 	}
 	if st, _, _, _ := p.StartPull("x", t0); st != PullFailed {
@@ -181,9 +173,7 @@ func TestProducerFailedPrefill(t *testing.T) {
 	// Waiting pull for a prefill that never comes: forgotten at the deadline.
 	_, _, _, ch = p.StartPull("never", t0)
 	p.Tick(t0.Add(time.Minute))
-	select {
-	case <-ch:
-	default:
+	if !isClosed(ch) {
 		t.Fatal("pull waiting for a prefill that never came was not woken")
 	}
 }

@@ -89,26 +89,25 @@ func (m *metrics) addPoll(c *Connector) {
 			return float64([]int{b, w, t}[i])
 		}
 	}
-	cons := func(i int) func() float64 {
+	// consumer reads f of the consumer core (0 without one).
+	consumer := func(f func(*ConsumerCore) float64) func() float64 {
 		return func() float64 {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if c.cons == nil {
 				return 0
 			}
-			b, t := c.cons.Poll()
-			return float64([]int{b, t}[i])
+			return f(c.cons)
 		}
 	}
+	cons := func(i int) func() float64 {
+		return consumer(func(k *ConsumerCore) float64 {
+			b, t := k.Poll()
+			return float64([]int{b, t}[i])
+		})
+	}
 	consCount := func(r string) func() float64 {
-		return func() float64 {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if c.cons == nil {
-				return 0
-			}
-			return float64(c.cons.Count(r))
-		}
+		return consumer(func(k *ConsumerCore) float64 { return float64(k.Count(r)) })
 	}
 	gauge("producer", "bootstrapping", prod(0))
 	gauge("producer", "waiting_for_input", prod(1))

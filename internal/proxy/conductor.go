@@ -90,8 +90,8 @@ type Conductor struct {
 	cfg ConductorConfig
 	kv  *KVAware
 
+	rr    RoundRobin // where the search starts
 	mu    sync.Mutex
-	next  uint64
 	queue map[string]*queued
 }
 
@@ -123,8 +123,7 @@ func (c *Conductor) Plan(blocks []uint64, promptTokens int, cands []Load) Plan {
 	if min := len(blocks) * c.cfg.BlockBytes; promptTokens < min {
 		promptTokens = min
 	}
-	start := int(c.next % uint64(len(cands)))
-	c.next++
+	start := c.rr.Pick(blocks, cands)
 	best := Plan{Index: -1}
 	for k := 0; k < len(cands); k++ {
 		i := (start + k) % len(cands)

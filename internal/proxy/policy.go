@@ -68,16 +68,12 @@ func (p *RoundRobin) Routed(string, []uint64) {}
 // LeastLoaded picks the candidate with the fewest requests in flight; ties
 // are broken round-robin so equal instances share the work.
 type LeastLoaded struct {
-	mu   sync.Mutex
-	next uint64
+	rr RoundRobin // where the search starts
 }
 
 // Pick implements Policy.
-func (p *LeastLoaded) Pick(_ []uint64, cands []Load) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	start := int(p.next % uint64(len(cands)))
-	p.next++
+func (p *LeastLoaded) Pick(hashes []uint64, cands []Load) int {
+	start := p.rr.Pick(hashes, cands)
 	best := start
 	for k := 1; k < len(cands); k++ {
 		i := (start + k) % len(cands)
@@ -119,8 +115,8 @@ type MatchFunc func(id string, blocks []uint64) int
 
 type KVAware struct {
 	cfg  KVAwareConfig
+	rr   RoundRobin // where the search starts
 	mu   sync.Mutex
-	next uint64
 	inst map[string]*blockLRU
 }
 
@@ -164,8 +160,7 @@ func (p *KVAware) matchedLocked(id string, blocks []uint64) int {
 func (p *KVAware) Pick(blocks []uint64, cands []Load) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	start := int(p.next % uint64(len(cands)))
-	p.next++
+	start := p.rr.Pick(blocks, cands)
 	best, bestScore := -1, 0
 	for k := 0; k < len(cands); k++ {
 		i := (start + k) % len(cands)

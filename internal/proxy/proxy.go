@@ -922,19 +922,7 @@ func PromptTokens(endpoint string, req map[string]any) []int {
 		for _, m := range msgs {
 			mm, _ := m.(map[string]any)
 			role, _ := mm["role"].(string)
-			var sb strings.Builder
-			switch c := mm["content"].(type) {
-			case string:
-				sb.WriteString(c)
-			case []any:
-				for _, part := range c {
-					pm, _ := part.(map[string]any)
-					if t, ok := pm["text"].(string); ok {
-						sb.WriteString(t)
-					}
-				}
-			}
-			out = append(out, tokenizer.Message{Role: role, Content: sb.String()})
+			out = append(out, tokenizer.Message{Role: role, Content: contentText(mm["content"])})
 		}
 		return tk.ApplyChat(out)
 	}
@@ -959,6 +947,24 @@ func PromptTokens(endpoint string, req map[string]any) []int {
 	return nil
 }
 
+// contentText is a chat message's content: the string, or the text parts
+// of a list of parts joined; other shapes give "".
+func contentText(content any) string {
+	var sb strings.Builder
+	switch c := content.(type) {
+	case string:
+		sb.WriteString(c)
+	case []any:
+		for _, part := range c {
+			pm, _ := part.(map[string]any)
+			if t, ok := pm["text"].(string); ok {
+				sb.WriteString(t)
+			}
+		}
+	}
+	return sb.String()
+}
+
 // PromptText extracts the prompt text of a completions or chat request, for
 // prefix hashing. Unknown shapes give "".
 func PromptText(endpoint string, req map[string]any) string {
@@ -970,17 +976,7 @@ func PromptText(endpoint string, req map[string]any) string {
 			role, _ := mm["role"].(string)
 			sb.WriteString(role)
 			sb.WriteByte(0)
-			switch c := mm["content"].(type) {
-			case string:
-				sb.WriteString(c)
-			case []any:
-				for _, part := range c {
-					pm, _ := part.(map[string]any)
-					if t, ok := pm["text"].(string); ok {
-						sb.WriteString(t)
-					}
-				}
-			}
+			sb.WriteString(contentText(mm["content"]))
 			sb.WriteByte(0)
 		}
 		return sb.String()

@@ -283,13 +283,8 @@ func TestHealthRotationAnd503(t *testing.T) {
 	if code != 503 || !strings.Contains(body, "no healthy decode instance available") {
 		t.Fatalf("code %d body %s", code, body)
 	}
-	resp, err := http.Get(srv.URL + "/health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 503 {
-		t.Fatalf("/health %d with no decode", resp.StatusCode)
+	if code := getStatus(t, srv.URL+"/health"); code != 503 {
+		t.Fatalf("/health %d with no decode", code)
 	}
 	// Recovery: one good check puts both back.
 	d1.healthy.Store(true)
@@ -458,13 +453,8 @@ func TestBadRequests(t *testing.T) {
 			}
 		})
 	}
-	resp, err := http.Get(srv.URL + "/v1/completions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 405 {
-		t.Fatalf("GET: %d", resp.StatusCode)
+	if code := getStatus(t, srv.URL+"/v1/completions"); code != 405 {
+		t.Fatalf("GET: %d", code)
 	}
 	if len(pre.got())+len(dec.got()) != 0 {
 		t.Fatal("bad requests reached upstream")
@@ -631,4 +621,15 @@ func TestEarlyRejectionAtInFlightLimit(t *testing.T) {
 	if m := metrics(t, srv.URL); !strings.Contains(m, `mooncake_proxy_rejected_total{role=`) {
 		t.Fatalf("metrics:\n%s", m)
 	}
+}
+
+// getStatus GETs url and returns the status code (the body is discarded).
+func getStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -322,19 +322,18 @@ func (s *Server) buildParams(c *commonParams, promptLen, defMax int) (engine.Sam
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	arrived := s.cfg.Clock.Now()
-	j, err := s.parseCompletion(http.MaxBytesReader(w, r.Body, maxBody+1), requestID(r, "cmpl-"))
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	j.arrived = arrived
-	s.run(w, r, j)
+	s.handle(w, r, s.parseCompletion, "cmpl-")
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	s.handle(w, r, s.parseChat, "chatcmpl-")
+}
+
+// handle parses r's body (bounded) with parse, under a request id with
+// idPrefix, and runs the job.
+func (s *Server) handle(w http.ResponseWriter, r *http.Request, parse func(io.Reader, string) (*job, error), idPrefix string) {
 	arrived := s.cfg.Clock.Now()
-	j, err := s.parseChat(http.MaxBytesReader(w, r.Body, maxBody+1), requestID(r, "chatcmpl-"))
+	j, err := parse(http.MaxBytesReader(w, r.Body, maxBody+1), requestID(r, idPrefix))
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -152,6 +152,17 @@ func prompt(n, salt int) []int {
 	return p
 }
 
+// seeded starts an engine on cluster c's store, runs p on it (max tokens)
+// and flushes its saves, so the store holds p's blocks. It returns the
+// engine and the tokens it generated.
+func seeded(t testing.TB, c *cluster, p []int, max int) (*node, []int) {
+	t.Helper()
+	a := startEngine(t, storeClient(t, c), nil)
+	got, _ := a.generate(t, "a", p, max)
+	a.flush(t)
+	return a, got
+}
+
 func (n *node) generate(t testing.TB, id string, p []int, max int) ([]int, engine.Output) {
 	t.Helper()
 	s, err := n.eng.Submit(engine.Request{ID: id, Prompt: p, Params: engine.SamplingParams{MaxTokens: max, IgnoreEOS: true}})
@@ -266,10 +277,8 @@ func (f *failingStore) BatchGet(ctx context.Context, keys []string) ([][]byte, [
 func TestLoadFailureRecomputes(t *testing.T) {
 	checkLeaks(t)
 	c := newCluster(t)
-	a := startEngine(t, storeClient(t, c), nil)
 	p := prompt(130, 3)
-	want, _ := a.generate(t, "a", p, 6)
-	a.flush(t)
+	a, want := seeded(t, c, p, 6)
 
 	fs := &failingStore{Store: storeClient(t, c), failFrom: 3}
 	b := startEngine(t, fs, nil)
@@ -292,10 +301,8 @@ func TestLoadFailureRecomputes(t *testing.T) {
 func TestStoreGoneRecomputes(t *testing.T) {
 	checkLeaks(t)
 	c := newCluster(t)
-	a := startEngine(t, storeClient(t, c), nil)
 	p := prompt(100, 4)
-	want, _ := a.generate(t, "a", p, 6)
-	a.flush(t)
+	a, want := seeded(t, c, p, 6)
 
 	b := startEngine(t, storeClient(t, c), func(cc *Config) { cc.LookupTimeout = 100 * time.Millisecond; cc.SaveTimeout = 500 * time.Millisecond })
 	c.stop() // master and storage node go away
@@ -323,10 +330,8 @@ func TestStoreGoneRecomputes(t *testing.T) {
 func TestAbortDuringLoad(t *testing.T) {
 	checkLeaks(t)
 	c := newCluster(t)
-	a := startEngine(t, storeClient(t, c), nil)
 	p := prompt(120, 6)
-	a.generate(t, "a", p, 2)
-	a.flush(t)
+	a, _ := seeded(t, c, p, 2)
 
 	bs := &blockingStore{Store: storeClient(t, c), entered: make(chan struct{}, 1)}
 	b := startEngine(t, bs, nil)
@@ -395,10 +400,8 @@ func TestConcurrentRequestsAndSalt(t *testing.T) {
 	checkLeaks(t)
 	c := newCluster(t)
 	base := startEngine(t, nil, nil)
-	a := startEngine(t, storeClient(t, c), nil)
 	shared := prompt(96, 7)
-	a.generate(t, "a", shared, 2)
-	a.flush(t)
+	a, _ := seeded(t, c, shared, 2)
 
 	b := startEngine(t, storeClient(t, c), nil)
 	var prompts [][]int

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/httpserve"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -133,10 +134,7 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener) error {
 func (n *Node) HTTPAddr() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.hl == nil {
-		return ""
-	}
-	return n.hl.Addr().String()
+	return httpserve.Addr(n.hl)
 }
 
 // unhealthyPings is the number of consecutive failed pings after which

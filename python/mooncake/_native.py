@@ -175,3 +175,23 @@ def take_bytes(ptr, n):
         return ctypes.string_at(ptr, n) if n > 0 else b""
     finally:
         lib().mc_free(ptr)
+
+
+class Closable(object):
+    """close() on garbage collection and at the end of a with block."""
+
+    def close(self):
+        raise NotImplementedError
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: never raise from a finalizer
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

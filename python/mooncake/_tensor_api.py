@@ -485,12 +485,8 @@ class TensorAPI(object):
 
     def batch_put_tensor_with_parallelism_from(self, keys, buffer_ptrs, sizes, parallelisms=None, config=None,
                                                writer_partitions=None):
-        what = "batch_put_tensor_with_parallelism_from"
-        if not (len(keys) == len(buffer_ptrs) == len(sizes)):
-            _fail(what, "keys, buffer_ptrs and sizes differ in length")
-            return [_INVALID] * len(keys)
-        return self._put_parallel(what, keys, self._views(what, buffer_ptrs, sizes), parallelisms, config,
-                                  writer_partitions, False)
+        return self._put_parallel_from("batch_put_tensor_with_parallelism_from", keys, buffer_ptrs, sizes,
+                                       parallelisms, config, writer_partitions, False)
 
     def upsert_tensor_with_parallelism_from(self, key, buffer_ptr, size, parallelism=None, config=None,
                                             writer_partition=None):
@@ -500,12 +496,15 @@ class TensorAPI(object):
 
     def batch_upsert_tensor_with_parallelism_from(self, keys, buffer_ptrs, sizes, parallelisms=None, config=None,
                                                   writer_partitions=None):
-        what = "batch_upsert_tensor_with_parallelism_from"
+        return self._put_parallel_from("batch_upsert_tensor_with_parallelism_from", keys, buffer_ptrs, sizes,
+                                       parallelisms, config, writer_partitions, True)
+
+    def _put_parallel_from(self, what, keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions, upsert):
         if not (len(keys) == len(buffer_ptrs) == len(sizes)):
             _fail(what, "keys, buffer_ptrs and sizes differ in length")
             return [_INVALID] * len(keys)
         return self._put_parallel(what, keys, self._views(what, buffer_ptrs, sizes), parallelisms, config,
-                                  writer_partitions, True)
+                                  writer_partitions, upsert)
 
     def _read_parallel(self, what, key, target):
         """The tensor a ReadTarget asks for, or None."""

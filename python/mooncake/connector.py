@@ -125,15 +125,18 @@ class MooncakeRemoteConnector(object):
         """Stores an array; 0 or a negative Mooncake code (a key that exists is kept)."""
         return self.store.put(key, encode_array(array))
 
-    def get(self, key):
-        """The array stored under key, or None when missing or not an array."""
+    def _get_decoded(self, key, decode, errors):
         data = self.store.get(key)
         if not data:
             return None
         try:
-            return decode_array(data)
-        except ValueError:
+            return decode(data)
+        except errors:
             return None
+
+    def get(self, key):
+        """The array stored under key, or None when missing or not an array."""
+        return self._get_decoded(key, decode_array, ValueError)
 
     def setstr(self, key, text):
         """Stores a string; 0 or a negative Mooncake code."""
@@ -141,13 +144,7 @@ class MooncakeRemoteConnector(object):
 
     def getstr(self, key):
         """The string stored under key, or None when missing or not a string."""
-        data = self.store.get(key)
-        if not data:
-            return None
-        try:
-            return decode_str(data)
-        except (ValueError, UnicodeDecodeError):
-            return None
+        return self._get_decoded(key, decode_str, (ValueError, UnicodeDecodeError))
 
     def list(self, prefix=""):
         """The keys starting with prefix, sorted."""

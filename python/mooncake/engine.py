@@ -128,7 +128,7 @@ class _Ranges(object):
             return sorted(self._ranges.items())
 
 
-class TransferEngine(object):
+class TransferEngine(_native.Closable):
     """One transfer engine per process (Mooncake's model); create, then ``initialize``."""
 
     def __init__(self):
@@ -182,19 +182,6 @@ class TransferEngine(object):
             log.error("mooncake: close: %s", _native.last_error())
             return -1
         return 0
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: never raise from a finalizer
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def _ok(self, what):
         if not self._h:

@@ -188,7 +188,7 @@ class BufferHandle(bytearray):
     __hash__ = object.__hash__
 
 
-class MooncakeDistributedStore(TensorAPI):
+class MooncakeDistributedStore(TensorAPI, _native.Closable):
     """Client of a Mooncake store cluster (a master plus storage nodes)."""
 
     def __init__(self):
@@ -357,19 +357,6 @@ class MooncakeDistributedStore(TensorAPI):
             log.error("mooncake: close: %s", _native.last_error())
             return int(rc)
         return 0
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def _ready(self, what):
         if not self._h:
@@ -547,25 +534,22 @@ class MooncakeDistributedStore(TensorAPI):
                 return rc
         return 0
 
-    def put_batch(self, keys, values, config=None):
-        """Stores several values. 0 when all succeeded, else the first negative code."""
+    def _put_values(self, what, keys, values, config, upsert):
         if len(keys) != len(values):
-            log.error("mooncake: put_batch: %d keys but %d values", len(keys), len(values))
+            log.error("mooncake: %s: %d keys but %d values", what, len(keys), len(values))
             return ErrorCode.INVALID_PARAMS
         bufs = [_buffer_ptr(v) for v in values]
-        res = self._batch("put_batch", keys, [b[1] for b in bufs], [b[2] for b in bufs], config, False, True)
+        res = self._batch(what, keys, [b[1] for b in bufs], [b[2] for b in bufs], config, upsert, True)
         del bufs
         return self._first_error(res)
 
+    def put_batch(self, keys, values, config=None):
+        """Stores several values. 0 when all succeeded, else the first negative code."""
+        return self._put_values("put_batch", keys, values, config, False)
+
     def upsert_batch(self, keys, values, config=None):
         """Upserts several values. 0 when all succeeded, else the first negative code."""
-        if len(keys) != len(values):
-            log.error("mooncake: upsert_batch: %d keys but %d values", len(keys), len(values))
-            return ErrorCode.INVALID_PARAMS
-        bufs = [_buffer_ptr(v) for v in values]
-        res = self._batch("upsert_batch", keys, [b[1] for b in bufs], [b[2] for b in bufs], config, True, True)
-        del bufs
-        return self._first_error(res)
+        return self._put_values("upsert_batch", keys, values, config, True)
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
         """Stores several memory ranges; a list with one code per key."""
@@ -575,21 +559,30 @@ class MooncakeDistributedStore(TensorAPI):
         """Upserts several memory ranges; a list with one code per key."""
         return self._batch("batch_upsert_from", keys, buffer_ptrs, sizes, config, True, False)
 
-    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        """Stores, for each key, the concatenation of several memory ranges; one code per key."""
+    @staticmethod
+    def _per_key_ranges(what, keys, all_buffer_ptrs, all_sizes, one):
+        """one(key, ptrs, sizes) for each key with valid memory ranges; a code per key
+        (INVALID_PARAMS for the lists of different lengths or a key's bad ranges)."""
         if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
-            log.error("mooncake: batch_put_from_multi_buffers: lists of different lengths")
+            log.error("mooncake: %s: lists of different lengths", what)
             return [ErrorCode.INVALID_PARAMS] * len(keys)
         out = []
         for key, ptrs, sizes in zip(keys, all_buffer_ptrs, all_sizes):
             if len(ptrs) != len(sizes) or any(int(p) == 0 for p in ptrs) or any(int(n) < 0 for n in sizes):
                 out.append(ErrorCode.INVALID_PARAMS)
                 continue
+            out.append(one(key, ptrs, sizes))
+        return out
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Stores, for each key, the concatenation of several memory ranges; one code per key."""
+        def one(key, ptrs, sizes):
             value = b"".join(ctypes.string_at(int(p), int(n)) for p, n in zip(ptrs, sizes))
             keep, ptr, n = _buffer_ptr(value)
-            out.append(self._put1("batch_put_from_multi_buffers", key, ptr, n, config, False, False))
+            rc = self._put1("batch_put_from_multi_buffers", key, ptr, n, config, False, False)
             del keep
-        return out
+            return rc
+        return self._per_key_ranges("batch_put_from_multi_buffers", keys, all_buffer_ptrs, all_sizes, one)
 
     # --- get family ------------------------------------------------------
 
@@ -705,25 +698,15 @@ class MooncakeDistributedStore(TensorAPI):
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False):
         """Reads each key's value and scatters it over several memory ranges, in order.
         One result per key: bytes read, or a negative code (-600 when the ranges are too small)."""
-        if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
-            log.error("mooncake: batch_get_into_multi_buffers: lists of different lengths")
-            return [ErrorCode.INVALID_PARAMS] * len(keys)
-        out = []
-        for key, ptrs, sizes in zip(keys, all_buffer_ptrs, all_sizes):
-            if len(ptrs) != len(sizes) or any(int(p) == 0 for p in ptrs) or any(int(n) < 0 for n in sizes):
-                out.append(ErrorCode.INVALID_PARAMS)
-                continue
+        def one(key, ptrs, sizes):
             size = self.get_size(key)
             if size < 0:
-                out.append(size)
-                continue
+                return size
             if size > sum(int(n) for n in sizes):
-                out.append(ErrorCode.INVALID_PARAMS)
-                continue
+                return ErrorCode.INVALID_PARAMS
             rc, value = self._get_rc(key)
             if rc < 0 or len(value) != size:
-                out.append(rc if rc < 0 else ErrorCode.INTERNAL_ERROR)
-                continue
+                return rc if rc < 0 else ErrorCode.INTERNAL_ERROR
             off = 0
             for p, n in zip(ptrs, sizes):
                 k = min(int(n), size - off)
@@ -731,8 +714,8 @@ class MooncakeDistributedStore(TensorAPI):
                     break
                 ctypes.memmove(int(p), value[off:off + k], k)
                 off += k
-            out.append(size)
-        return out
+            return size
+        return self._per_key_ranges("batch_get_into_multi_buffers", keys, all_buffer_ptrs, all_sizes, one)
 
     def register_buffer(self, buffer_ptr, size):
         """Registers memory used by put_from/get_into. 0 or negative."""

@@ -3,6 +3,7 @@
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -139,3 +140,12 @@ def start_metadata_server():
         c.stop()
         raise
     return c, line[line.index("http://"):].split()[0]
+
+
+def free_port():
+    """A loopback port nobody listens on (bound, then released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

@@ -3,7 +3,6 @@
 import logging
 import os
 import signal
-import socket
 import sys
 import unittest
 import urllib.error
@@ -12,17 +11,9 @@ import urllib.request
 from mooncake import cli
 from mooncake.store import MooncakeDistributedStore
 
-from _support import ROOT, Child, mooncake_bin
+from _support import ROOT, Child, free_port, mooncake_bin
 
 BIN = os.path.join(ROOT, "python", "bin")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def command(name, *args):

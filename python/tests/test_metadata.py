@@ -11,27 +11,17 @@ import hashlib
 import json
 import logging
 import os
-import socket
 import time
 import unittest
 import urllib.error
 import urllib.parse
 import urllib.request
 
-from _support import python_child, start_metadata_server, wait_for
+from _support import free_port, python_child, start_metadata_server, wait_for
 from mooncake.engine import TransferEngine
 
 PEER_SIZE = 4 << 20
 KIB = 1024
-
-
-def free_port():
-    """A loopback port nobody listens on (bound, then released)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class _Discovery(object):

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+// inProcessStore runs a master and a storage node in this process over the
+// in-process transport and opens the binding's store layer against them; all
+// three close (their errors reported) when the test ends.
+func inProcessStore(t *testing.T) *storeState {
+	t.Helper()
+	mcfg := master.DefaultServerConfig()
+	mcfg.Addr = "127.0.0.1:0"
+	mcfg.HTTPAddr = ""
+	m, err := master.Start(mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("master close: %v", err)
+		}
+	})
+	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
+		Engine: transfer.Config{Transport: transfer.TransportInproc, InprocHub: inprocHub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := node.Close(); err != nil {
+			t.Errorf("node close: %v", err)
+		}
+	})
+	s, err := openStore(t.Context(), storeArgs{host: "127.0.0.1", protocol: "inproc", master: m.Addr(), bufferSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.close(); err != nil {
+			t.Errorf("store close: %v", err)
+		}
+	})
+	return s
+}
+
+// registerPattern fills src with byte(i*step) at each i and registers src
+// and dst with s.
+func registerPattern(t *testing.T, s *storeState, step int, src, dst []byte) {
+	t.Helper()
+	for i := range src {
+		src[i] = byte(i * step)
+	}
+	for _, b := range [][]byte{src, dst} {
+		if err := s.registerBuffer(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
