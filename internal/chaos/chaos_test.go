@@ -20,11 +20,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbed.RemoveBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // long reports whether the long suite was asked for (make chaos).
 func long() bool { return os.Getenv("MOONCAKE_CHAOS") == "long" }

@@ -13,11 +13,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/testbed"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbed.RemoveBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 func get(url string, d time.Duration) error {
 	c := http.Client{Timeout: d}

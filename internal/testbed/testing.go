@@ -73,3 +73,11 @@ func RemoveBinary() {
 		os.RemoveAll(buildDir)
 	}
 }
+
+// Main is the TestMain of a package whose tests use Binary: it runs the
+// tests, removes the binary and exits with their status.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveBinary()
+	os.Exit(code)
+}

@@ -3,7 +3,6 @@ package soak_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -11,11 +10,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/testbed"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbed.RemoveBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // A 10-second soak on a real bed: no error, no leaked block, every
 // process's RSS sampled in every interval.
