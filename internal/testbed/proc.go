@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // ErrExited is returned by WaitLine when the process exited first.
@@ -184,7 +185,44 @@ func (p *Proc) Terminate(ctx context.Context) {
 
 // Freeze stops the process (SIGSTOP): it keeps its sockets open and stops
 // answering. Thaw resumes it.
-func (p *Proc) Freeze() error { return p.cmd.Process.Signal(syscall.SIGSTOP) }
+// It returns once every thread of the process is stopped (SIGSTOP is
+// delivered asynchronously: a thread still running could answer a request
+// sent right after the signal).
+func (p *Proc) Freeze() error {
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !p.allThreadsStopped() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testbed: pid %d not stopped 5s after SIGSTOP", p.PID())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// allThreadsStopped reports whether every thread of the process is in
+// state T (stopped).
+func (p *Proc) allThreadsStopped() bool {
+	dir := "/proc/" + strconv.Itoa(p.PID()) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			return false
+		}
+		// stat is "pid (comm) S ...": the state follows the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
+}
 
 // Thaw resumes a frozen process (SIGCONT).
 func (p *Proc) Thaw() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
