@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/etcdtest"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -346,10 +347,26 @@ func TestDiskTierNodeRestartProcess(t *testing.T) {
 		}
 		return ok, missing
 	}
+	// Offloading is asynchronous (the master's watermark tick, then the
+	// node's copy): wait until the disk tier holds objects before the kill.
+	waitfor.Cond(t, 30*time.Second, "objects offloaded to the disk tier", func() bool {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.obj"))
+		return len(files) >= 2
+	})
 	before, _ := readable()
 	_ = n.cmd.Process.Signal(syscall.SIGKILL)
 	<-n.done
 	killed := time.Now()
+	// The master drops the dead node after --client-ttl; until then its
+	// segment (same name) is still mounted.
+	waitfor.Cond(t, 30*time.Second, "the master to drop the killed node", func() bool {
+		for _, k := range keys {
+			if _, err := cl.Get(ctx, k); !errors.Is(err, store.ErrNotFound) {
+				return false
+			}
+		}
+		return true
+	})
 	n2 := startProc(t, bin, nodeArgs(port)...)
 	restored, _ := strconv.Atoi(n2.waitLine(t, nodeRE, 30*time.Second)[2])
 	up := time.Since(killed)
