@@ -3,8 +3,12 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -101,7 +105,14 @@ func TestDiskTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(want, gone)
-	time.Sleep(100 * time.Millisecond) // a few node pings: the node deletes the copy
+	// The node learns the removal on a ping and deletes the copy (files are
+	// named by the first 16 bytes of the key's SHA-256).
+	sum := sha256.Sum256([]byte(gone))
+	goneFile := filepath.Join(dir, hex.EncodeToString(sum[:16])+".obj")
+	waitfor.Cond(t, 10*time.Second, "the node to delete the removed key's disk copy", func() bool {
+		_, err := os.Stat(goneFile)
+		return errors.Is(err, os.ErrNotExist)
+	})
 	waitfor.Cond(t, 10*time.Second, "offloads to settle", settled)
 
 	// The node restarts on its directory: memory objects are gone with it,
