@@ -19,6 +19,7 @@ command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)  # bench store
 command -v gcc >/dev/null 2>&1 || need+=(gcc)  # cgo: the Python binding's C ABI (binding/)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)  # internal/testbed: namespaces, veths, tc
 command -v nft >/dev/null 2>&1 || need+=(nftables)  # internal/testbed: partitions
+command -v chromium >/dev/null 2>&1 || need+=(chromium)  # internal/dashboard: the pages tested in headless Chromium
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"

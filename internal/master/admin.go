@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvcache-go/mooncake/internal/dashboard"
 	"github.com/kvcache-go/mooncake/internal/httpjson"
 )
 
@@ -18,6 +19,8 @@ import (
 //	GET /get_all_keys?prefix=&after=&limit=   a page of keys {keys, next}
 //	GET /get_all_segments             all segments (JSON)
 //	GET /query_segment?segment=S      one segment (JSON; 404 when missing)
+//	GET /api/summary                  the state at a glance (JSON, SummaryJSON)
+//	GET /dashboard/                   the live dashboard page (/ redirects to it)
 func AdminHandler(m *Master) http.Handler {
 	a := admin{m}
 	mux := http.NewServeMux()
@@ -32,6 +35,8 @@ func AdminHandler(m *Master) http.Handler {
 	mux.HandleFunc("GET /get_all_keys", a.allKeys)
 	mux.HandleFunc("GET /get_all_segments", a.allSegments)
 	mux.HandleFunc("GET /query_segment", a.querySegment)
+	mux.HandleFunc("GET /api/summary", a.summary)
+	dashboard.Mount(mux, dashboard.Master)
 	return mux
 }
 

@@ -4,6 +4,10 @@ package master
 func (m *Master) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.statsLocked()
+}
+
+func (m *Master) statsLocked() Stats {
 	st := m.stats
 	st.IncompleteObjects = len(m.pending)
 	st.Objects = len(m.objects) - len(m.pending)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kvcache-go/mooncake/internal/dashboard"
 	"github.com/kvcache-go/mooncake/internal/httpjson"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 	"github.com/kvcache-go/mooncake/internal/kvevents"
@@ -90,6 +91,7 @@ type Proxy struct {
 	mSLO        prometheus.Counter
 	mDisconnect prometheus.Counter
 	mTTFB       prometheus.Histogram
+	pairs       pairTable // exchanges per (prefill, decode) pair, for the summary
 
 	// life cancels the background upstream requests (prefill halves that
 	// outlive their client, releases) when the proxy stops.
@@ -488,7 +490,8 @@ func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint6
 }
 
 // Handler returns the proxy's HTTP handler: /v1/completions,
-// /v1/chat/completions, /v1/models, /health, /metrics.
+// /v1/chat/completions, /v1/models, /health, /metrics, /api/summary (JSON,
+// SummaryJSON) and the dashboard page (/dashboard/, / redirects to it).
 func (p *Proxy) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/completions", p.serveGenerate)
@@ -496,6 +499,8 @@ func (p *Proxy) Handler() http.Handler {
 	mux.HandleFunc("/v1/models", p.serveModels)
 	mux.HandleFunc("/health", p.serveHealth)
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/summary", p.serveSummary)
+	dashboard.Mount(mux, dashboard.Proxy)
 	return mux
 }
 
@@ -585,6 +590,7 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 		return writeChooseError(w, err)
 	}
 	defer decDoneQueue()
+	defer p.pairs.start(pre.url, dec.url)()
 	x := p.newExchange(r, endpoint, req, pre, dec)
 	defer x.decCancel(nil)
 	p.startPrefill(x, preDoneQueue)
