@@ -64,37 +64,37 @@ func TestMasterDashboard(t *testing.T) {
 		t.Fatalf("summary %+v, want 10 keys with 2 replicas each on 2 segments, 3 gets, 2 removes", after)
 	}
 	fields := map[string]func(s master.SummaryJSON) float64{
-		"keys": func(s master.SummaryJSON) float64 { return float64(s.Keys) },
-		"objects": func(s master.SummaryJSON) float64 { return float64(s.Objects) },
-		"replicas": func(s master.SummaryJSON) float64 { return float64(s.Replicas) },
-		"replica-bytes": func(s master.SummaryJSON) float64 { return float64(s.Memory.Bytes) },
-		"pending-puts": func(s master.SummaryJSON) float64 { return float64(s.PendingPuts) },
-		"leased": func(s master.SummaryJSON) float64 { return float64(s.Leased) },
-		"evictions": func(s master.SummaryJSON) float64 { return float64(s.Counters.Evictions) },
-		"evicted-bytes": func(s master.SummaryJSON) float64 { return float64(s.Counters.EvictedBytes) },
-		"segments": func(s master.SummaryJSON) float64 { return float64(s.Segments) },
-		"clients": func(s master.SummaryJSON) float64 { return float64(s.Clients) },
-		"hard-pinned": func(s master.SummaryJSON) float64 { return float64(s.HardPinned) },
-		"soft-pinned": func(s master.SummaryJSON) float64 { return float64(s.SoftPinned) },
-		"memory-util": func(s master.SummaryJSON) float64 { return float64(s.Memory.Used) / float64(s.Memory.Capacity) },
-		"memory-used": func(s master.SummaryJSON) float64 { return float64(s.Memory.Used) },
-		"memory-capacity": func(s master.SummaryJSON) float64 { return float64(s.Memory.Capacity) },
-		"memory-objects": func(s master.SummaryJSON) float64 { return float64(s.Memory.Objects) },
-		"high-watermark": func(s master.SummaryJSON) float64 { return s.Config.HighWatermark },
-		"disk-objects": func(s master.SummaryJSON) float64 { return float64(s.Disk.Objects) },
-		"disk-bytes": func(s master.SummaryJSON) float64 { return float64(s.Disk.Bytes) },
-		"disk-gets": func(s master.SummaryJSON) float64 { return float64(s.Counters.DiskGets) },
-		"puts": func(s master.SummaryJSON) float64 { return float64(s.Counters.Puts) },
-		"put-starts": func(s master.SummaryJSON) float64 { return float64(s.Counters.PutStarts) },
-		"put-revokes": func(s master.SummaryJSON) float64 { return float64(s.Counters.PutRevokes) },
-		"puts-timed-out": func(s master.SummaryJSON) float64 { return float64(s.Counters.PutsTimedOut) },
-		"gets": func(s master.SummaryJSON) float64 { return float64(s.Counters.Gets) },
-		"get-misses": func(s master.SummaryJSON) float64 { return float64(s.Counters.GetMisses) },
-		"removes": func(s master.SummaryJSON) float64 { return float64(s.Counters.Removes) },
-		"eviction-runs": func(s master.SummaryJSON) float64 { return float64(s.Counters.EvictionRuns) },
-		"evictions-2": func(s master.SummaryJSON) float64 { return float64(s.Counters.Evictions) },
-		"lease-rejections": func(s master.SummaryJSON) float64 { return float64(s.Counters.LeaseRejections) },
-		"clients-dropped": func(s master.SummaryJSON) float64 { return float64(s.Counters.ClientsDropped) },
+		"keys":                       func(s master.SummaryJSON) float64 { return float64(s.Keys) },
+		"objects":                    func(s master.SummaryJSON) float64 { return float64(s.Objects) },
+		"replicas":                   func(s master.SummaryJSON) float64 { return float64(s.Replicas) },
+		"replica-bytes":              func(s master.SummaryJSON) float64 { return float64(s.Memory.Bytes) },
+		"pending-puts":               func(s master.SummaryJSON) float64 { return float64(s.PendingPuts) },
+		"leased":                     func(s master.SummaryJSON) float64 { return float64(s.Leased) },
+		"evictions":                  func(s master.SummaryJSON) float64 { return float64(s.Counters.Evictions) },
+		"evicted-bytes":              func(s master.SummaryJSON) float64 { return float64(s.Counters.EvictedBytes) },
+		"segments":                   func(s master.SummaryJSON) float64 { return float64(s.Segments) },
+		"clients":                    func(s master.SummaryJSON) float64 { return float64(s.Clients) },
+		"hard-pinned":                func(s master.SummaryJSON) float64 { return float64(s.HardPinned) },
+		"soft-pinned":                func(s master.SummaryJSON) float64 { return float64(s.SoftPinned) },
+		"memory-util":                func(s master.SummaryJSON) float64 { return float64(s.Memory.Used) / float64(s.Memory.Capacity) },
+		"memory-used":                func(s master.SummaryJSON) float64 { return float64(s.Memory.Used) },
+		"memory-capacity":            func(s master.SummaryJSON) float64 { return float64(s.Memory.Capacity) },
+		"memory-objects":             func(s master.SummaryJSON) float64 { return float64(s.Memory.Objects) },
+		"high-watermark":             func(s master.SummaryJSON) float64 { return s.Config.HighWatermark },
+		"disk-objects":               func(s master.SummaryJSON) float64 { return float64(s.Disk.Objects) },
+		"disk-bytes":                 func(s master.SummaryJSON) float64 { return float64(s.Disk.Bytes) },
+		"disk-gets":                  func(s master.SummaryJSON) float64 { return float64(s.Counters.DiskGets) },
+		"puts":                       func(s master.SummaryJSON) float64 { return float64(s.Counters.Puts) },
+		"put-starts":                 func(s master.SummaryJSON) float64 { return float64(s.Counters.PutStarts) },
+		"put-revokes":                func(s master.SummaryJSON) float64 { return float64(s.Counters.PutRevokes) },
+		"puts-timed-out":             func(s master.SummaryJSON) float64 { return float64(s.Counters.PutsTimedOut) },
+		"gets":                       func(s master.SummaryJSON) float64 { return float64(s.Counters.Gets) },
+		"get-misses":                 func(s master.SummaryJSON) float64 { return float64(s.Counters.GetMisses) },
+		"removes":                    func(s master.SummaryJSON) float64 { return float64(s.Counters.Removes) },
+		"eviction-runs":              func(s master.SummaryJSON) float64 { return float64(s.Counters.EvictionRuns) },
+		"evictions-2":                func(s master.SummaryJSON) float64 { return float64(s.Counters.Evictions) },
+		"lease-rejections":           func(s master.SummaryJSON) float64 { return float64(s.Counters.LeaseRejections) },
+		"clients-dropped":            func(s master.SummaryJSON) float64 { return float64(s.Counters.ClientsDropped) },
 		"utilisation-first-eviction": func(s master.SummaryJSON) float64 { return s.Utilisation },
 	}
 	for id, f := range fields {
@@ -192,27 +192,27 @@ func TestProxyDashboard(t *testing.T) {
 		return float64(n)
 	}
 	fields := map[string]func(s proxy.SummaryJSON) float64{
-		"requests": func(s proxy.SummaryJSON) float64 { return float64(s.Requests.Total) },
-		"requests-ok": func(s proxy.SummaryJSON) float64 { return float64(s.Requests.OK) },
-		"requests-errors": func(s proxy.SummaryJSON) float64 { return float64(s.Requests.ClientErrors + s.Requests.ServerErrors) },
-		"requests-4xx": func(s proxy.SummaryJSON) float64 { return float64(s.Requests.ClientErrors) },
-		"requests-5xx": func(s proxy.SummaryJSON) float64 { return float64(s.Requests.ServerErrors) },
-		"in-flight": func(s proxy.SummaryJSON) float64 { return float64(s.InFlight) },
-		"pair-count": func(s proxy.SummaryJSON) float64 { return float64(len(s.Pairs)) },
-		"healthy": healthy,
-		"instances": func(s proxy.SummaryJSON) float64 { return float64(len(s.Instances)) },
-		"transfer-gbps": func(s proxy.SummaryJSON) float64 { return s.Transfer.GBps },
-		"pull-bytes": func(s proxy.SummaryJSON) float64 { return s.Transfer.PullBytes },
-		"pulls": func(s proxy.SummaryJSON) float64 { return s.Transfer.Pulls },
-		"kv-hit-rate": func(s proxy.SummaryJSON) float64 { return s.Transfer.KVHitRate },
-		"no-instance": func(s proxy.SummaryJSON) float64 { return float64(s.Requests.NoInstance) },
-		"rejected": func(s proxy.SummaryJSON) float64 { return float64(s.Requests.Rejected) },
-		"disconnects": func(s proxy.SummaryJSON) float64 { return float64(s.Requests.Disconnects) },
-		"ttft-mean": func(s proxy.SummaryJSON) float64 { return s.TTFT.Mean },
-		"ttft-count": func(s proxy.SummaryJSON) float64 { return float64(s.TTFT.Count) },
-		"tpot-mean": func(s proxy.SummaryJSON) float64 { return s.TPOT.Mean },
-		"tpot-count": func(s proxy.SummaryJSON) float64 { return float64(s.TPOT.Count) },
-		"first-byte-mean": func(s proxy.SummaryJSON) float64 { return s.FirstByte.Mean },
+		"requests":         func(s proxy.SummaryJSON) float64 { return float64(s.Requests.Total) },
+		"requests-ok":      func(s proxy.SummaryJSON) float64 { return float64(s.Requests.OK) },
+		"requests-errors":  func(s proxy.SummaryJSON) float64 { return float64(s.Requests.ClientErrors + s.Requests.ServerErrors) },
+		"requests-4xx":     func(s proxy.SummaryJSON) float64 { return float64(s.Requests.ClientErrors) },
+		"requests-5xx":     func(s proxy.SummaryJSON) float64 { return float64(s.Requests.ServerErrors) },
+		"in-flight":        func(s proxy.SummaryJSON) float64 { return float64(s.InFlight) },
+		"pair-count":       func(s proxy.SummaryJSON) float64 { return float64(len(s.Pairs)) },
+		"healthy":          healthy,
+		"instances":        func(s proxy.SummaryJSON) float64 { return float64(len(s.Instances)) },
+		"transfer-gbps":    func(s proxy.SummaryJSON) float64 { return s.Transfer.GBps },
+		"pull-bytes":       func(s proxy.SummaryJSON) float64 { return s.Transfer.PullBytes },
+		"pulls":            func(s proxy.SummaryJSON) float64 { return s.Transfer.Pulls },
+		"kv-hit-rate":      func(s proxy.SummaryJSON) float64 { return s.Transfer.KVHitRate },
+		"no-instance":      func(s proxy.SummaryJSON) float64 { return float64(s.Requests.NoInstance) },
+		"rejected":         func(s proxy.SummaryJSON) float64 { return float64(s.Requests.Rejected) },
+		"disconnects":      func(s proxy.SummaryJSON) float64 { return float64(s.Requests.Disconnects) },
+		"ttft-mean":        func(s proxy.SummaryJSON) float64 { return s.TTFT.Mean },
+		"ttft-count":       func(s proxy.SummaryJSON) float64 { return float64(s.TTFT.Count) },
+		"tpot-mean":        func(s proxy.SummaryJSON) float64 { return s.TPOT.Mean },
+		"tpot-count":       func(s proxy.SummaryJSON) float64 { return float64(s.TPOT.Count) },
+		"first-byte-mean":  func(s proxy.SummaryJSON) float64 { return s.FirstByte.Mean },
 		"first-byte-count": func(s proxy.SummaryJSON) float64 { return float64(s.FirstByte.Count) },
 	}
 	for id, f := range fields {
@@ -474,10 +474,10 @@ func checkShown(t *testing.T, values map[string]shown, id string, before, after 
 	}
 }
 
-var shownRE = regexp.MustCompile(`^(-?[0-9]+)(?:\.([0-9]+))?\s*(B|KiB|MiB|GiB|TiB|%|ms|s|GB/s|/s)?$`)
+var shownRE = regexp.MustCompile(`^(-?[0-9]+)(?:\.([0-9]+))?\s*(B|KiB|MiB|GiB|TiB|%|ms|s|MB/s|GB/s|/s)?$`)
 
 // parseShown reads a number as the dashboard formats it, in the unit of
-// its JSON field (bytes, a ratio for %, seconds), with the rounding
+// its JSON field (bytes, a ratio for %, seconds, GB/s), with the rounding
 // tolerance of its shown digits.
 func parseShown(text string) (v, tol float64, err error) {
 	m := shownRE.FindStringSubmatch(strings.TrimSpace(text))
@@ -489,7 +489,7 @@ func parseShown(text string) (v, tol float64, err error) {
 		return 0, 0, err
 	}
 	unit := map[string]float64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-		"%": 0.01, "ms": 0.001, "s": 1, "GB/s": 1, "/s": 1}[m[3]]
+		"%": 0.01, "ms": 0.001, "s": 1, "MB/s": 0.001, "GB/s": 1, "/s": 1}[m[3]]
 	return v * unit, 0.5 * math.Pow(10, -float64(len(m[2]))) * unit, nil
 }
 

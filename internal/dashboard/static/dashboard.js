@@ -23,7 +23,12 @@ const Dash = (() => {
     if (s < 1) return (s * 1000).toFixed(s < 0.01 ? 2 : 1) + " ms";
     return s.toFixed(2) + " s";
   }
-  function fmtGBps(x) { return Number(x).toFixed(Number(x) < 10 ? 3 : 1) + " GB/s"; }
+  // fmtGBps shows a bandwidth given in GB/s, in MB/s below 1 GB/s.
+  function fmtGBps(x) {
+    x = Number(x);
+    if (x < 1) return (x * 1000).toFixed(x < 0.01 ? 2 : 1) + " MB/s";
+    return x.toFixed(x < 10 ? 2 : 1) + " GB/s";
+  }
   function fmtRate(x) { return Number(x).toFixed(Number(x) < 10 ? 1 : 0) + "/s"; }
 
   // set shows value, formatted, in the element data-testid=id (or the
@@ -93,7 +98,10 @@ const Dash = (() => {
     const W = 300, H = 54;
     svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
     svg.setAttribute("preserveAspectRatio", "none");
-    if (values.length < 2) return;
+    if (values.length < 2) {
+      svg.append(Object.assign(svgEl("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}), {textContent: "collecting…"}));
+      return;
+    }
     const max = Math.max(...values, 1e-12);
     const pts = values.map((v, i) => [i * W / (values.length - 1), H - 2 - (H - 4) * v / max]);
     const d = pts.map((p, i) => (i ? "L" : "M") + p[0].toFixed(1) + " " + p[1].toFixed(1)).join(" ");
