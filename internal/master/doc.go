@@ -13,13 +13,16 @@
 // drain), liveness.go (ping, Tick and its phases), placement.go (where
 // replicas go), put.go (PutStart/PutEnd/PutRevoke/Upsert, put timeouts),
 // lease.go (reads: GetReplicaList grants leases, Query and Exist do not),
-// remove.go, evict.go, list.go, stats.go, restore.go (durable metadata:
+// remove.go, evict.go, list.go, stats.go, summary.go (state at a glance
+// per tier, for the dashboard), restore.go (durable metadata:
 // Restore, tombstones, Heartbeat), disk.go (the nodes' disk tiers: offload
 // tombstones, disk copies, DiskSync) and events.go (EventSink).
 //
 // Server (server.go) is the process shell: the gRPC service (service.go,
 // MasterService in internal/storepb), the HTTP admin/metrics API
-// (admin.go, written with internal/httpjson) and the ticker that drives
+// (admin.go, written with internal/httpjson; admin_summary.go is GET
+// /api/summary, the data of the dashboard page internal/dashboard serves
+// at /dashboard/) and the ticker that drives
 // Tick. NewServer builds it without binding or starting anything;
 // Run(ctx, grpcLn, httpLn) serves on listeners the caller owns until ctx
 // ends (ServerConfig.Listen binds the configured addresses); Start and

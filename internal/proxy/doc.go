@@ -99,8 +99,12 @@
 // /health (200 when each role has a healthy instance, JSON per instance),
 // /metrics (Prometheus text: requests by endpoint and code, upstream errors,
 // 503s by role, client disconnects, decode first-byte latency, per-instance
-// health and in-flight gauges). Errors are OpenAI error objects
-// (internal/httpjson), the same shape as the engine's.
+// health and in-flight gauges), /api/summary (summary.go: SummaryJSON, the
+// counters above as JSON with the P/D pairs in flight and each instance's
+// engine metrics, read from its /metrics when asked, ScrapeTimeout each)
+// and the live dashboard page at /dashboard/ (internal/dashboard; /
+// redirects to it). Errors are OpenAI error objects (internal/httpjson),
+// the same shape as the engine's.
 //
 // # Lifecycle
 //
