@@ -15,8 +15,8 @@ type SummaryJSON struct {
 	SoftPinned  int           `json:"soft_pinned"`
 	Segments    int           `json:"segments"` // mounted segments
 	Clients     int           `json:"clients"`  // live clients
-	Memory      TierJSON      `json:"memory"`
-	Disk        TierJSON      `json:"disk"`
+	Memory      MemoryJSON    `json:"memory"`
+	Disk        DiskJSON      `json:"disk"`
 	Counters    CountersJSON  `json:"counters"`
 	SegmentList []SegmentJSON `json:"segment_list"`
 	Utilisation float64       `json:"utilisation_at_first_eviction"` // used/capacity at the first eviction (0 = none yet)
@@ -32,15 +32,21 @@ type ConfigJSON struct {
 	Durable       bool    `json:"durable"`
 }
 
-// TierJSON is one storage tier in SummaryJSON. Memory: Capacity and Used
-// are the mounted segments' bytes, Objects the replicas, Bytes their value
-// sizes. Disk: Objects and Bytes are the disk copies the master knows
-// (a node's disk capacity is its own).
-type TierJSON struct {
-	Capacity uint64 `json:"capacity,omitempty"`
-	Used     uint64 `json:"used,omitempty"`
+// MemoryJSON is the memory tier in SummaryJSON: the mounted segments'
+// bytes (Used counts allocations: headers and alignment included), the
+// replicas of complete objects and their value sizes.
+type MemoryJSON struct {
+	Capacity uint64 `json:"capacity"`
+	Used     uint64 `json:"used"`
 	Objects  int    `json:"objects"`
 	Bytes    uint64 `json:"bytes"`
+}
+
+// DiskJSON is the disk tier in SummaryJSON: the copies on the nodes' disk
+// tiers that the master knows (a node's disk capacity is its own).
+type DiskJSON struct {
+	Objects int    `json:"objects"`
+	Bytes   uint64 `json:"bytes"`
 }
 
 // CountersJSON are the master's counters since it started.
@@ -85,8 +91,8 @@ func summaryJSON(s Summary, m *Master) SummaryJSON {
 		TimeUnixMs: m.clock.Now().UnixMilli(), Objects: st.Objects, PendingPuts: st.IncompleteObjects,
 		Keys: s.Keys, Replicas: s.Replicas, Leased: s.Leased, HardPinned: s.HardPinned, SoftPinned: s.SoftPinned,
 		Segments: st.Segments, Clients: st.Clients,
-		Memory: TierJSON{Capacity: st.Capacity, Used: st.Used, Objects: s.Replicas, Bytes: s.ReplicaBytes},
-		Disk:   TierJSON{Objects: st.DiskObjects, Bytes: s.DiskBytes},
+		Memory: MemoryJSON{Capacity: st.Capacity, Used: st.Used, Objects: s.Replicas, Bytes: s.ReplicaBytes},
+		Disk:   DiskJSON{Objects: st.DiskObjects, Bytes: s.DiskBytes},
 		Counters: CountersJSON{PutStarts: st.PutStarts, Puts: st.Puts, PutRevokes: st.PutRevokes, PutsTimedOut: st.PutsTimedOut,
 			Gets: st.Gets, GetMisses: st.GetMisses, DiskGets: st.DiskGets, Removes: st.Removes, Evictions: st.Evictions,
 			EvictedBytes: st.EvictedBytes, EvictionRuns: st.EvictionRuns, LeaseRejections: st.LeaseRejections,
