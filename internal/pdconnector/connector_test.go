@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,5 +256,35 @@ func testPullTP(t *testing.T, p, q int) {
 	}
 	if err := stopPre(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPullRefusesUnmappableTP: a decode TP that does not divide the KV
+// heads, another block layout, or a block stride that does not match
+// decode's TP are refused as incompatible, with the reason.
+func TestPullRefusesUnmappableTP(t *testing.T) {
+	pre, err := New(Config{Role: RoleProducer, Transfer: openTransfer(t), BootstrapAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvFor(t, pre, 1, 2)
+	base := bootstrap.PullRequest{TransferID: "x", ProtocolVersion: bootstrap.ProtocolVersion, CompatHash: pre.compat,
+		TPSize: 2, TPRanks: 2, KVLayout: kvcache.BlockLayout, Segment: "s", LayerAddrs: []uint64{1, 2, 3, 4},
+		BlockBytes: 2 * testLayout.HeadBytes(), NumTokens: 4, BlockIDs: []int{0}, TimeoutMS: 1000}
+	for _, tc := range []struct {
+		name, want string
+		mod        func(*bootstrap.PullRequest)
+	}{
+		{"tp 3", "does not divide the 4 KV heads", func(r *bootstrap.PullRequest) { r.TPSize, r.TPRanks = 3, 1 }},
+		{"layout", "KV layout", func(r *bootstrap.PullRequest) { r.KVLayout = "token-major" }},
+		{"stride", "bytes", func(r *bootstrap.PullRequest) { r.BlockBytes = testLayout.HeadBytes() }},
+		{"ranks", "layer regions", func(r *bootstrap.PullRequest) { r.LayerAddrs = r.LayerAddrs[:2] }},
+	} {
+		req := base
+		tc.mod(&req)
+		resp := pre.Pull(t.Context(), req)
+		if resp.Status != bootstrap.StatusFailed || resp.Code != bootstrap.CodeIncompatible || !strings.Contains(resp.Error, tc.want) {
+			t.Fatalf("%s: %+v, want incompatible naming %q", tc.name, resp, tc.want)
+		}
 	}
 }
