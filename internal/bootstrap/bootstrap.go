@@ -23,7 +23,9 @@ const DefaultPort = 8998
 
 // ProtocolVersion is the version of the pull protocol carried in every
 // PullRequest; peers with another version are refused.
-const ProtocolVersion = 1
+// Version 2: KV blocks are head major (kvcache.Layout) and a pull may
+// cover several tensor-parallel ranks of decode (PullRequest.TPRanks).
+const ProtocolVersion = 2
 
 // Sentinel errors.
 var (
@@ -50,11 +52,14 @@ type RegisterRequest struct {
 
 // QueryResponse is the body of GET /query.
 type QueryResponse struct {
-	EngineID        string   `json:"engine_id"`
-	CompatHash      string   `json:"compat_hash"`
-	ProtocolVersion int      `json:"protocol_version"`
-	TPSize          int      `json:"tp_size"`
-	Workers         []Worker `json:"workers"`
+	EngineID        string `json:"engine_id"`
+	CompatHash      string `json:"compat_hash"`
+	ProtocolVersion int    `json:"protocol_version"`
+	TPSize          int    `json:"tp_size"`
+	// KVLayout names the block layout of the engine's KV memory
+	// (kvcache.BlockLayout); decode refuses a prefill with another.
+	KVLayout string   `json:"kv_layout,omitempty"`
+	Workers  []Worker `json:"workers"`
 }
 
 // Registry is the pure registry: one engine id, its workers by rank.
@@ -63,6 +68,7 @@ type Registry struct {
 	engineID string
 	compat   string
 	tpSize   int
+	layout   string
 	workers  map[[3]int]Worker
 	routes   map[[3]int]RouteInfo // SGLang's PUT /route
 }
@@ -83,6 +89,15 @@ func (r *Registry) SetCompatHash(h string) {
 	r.compat = h
 }
 
+// SetTP sets the engine's tensor-parallel size and KV block layout, which
+// /query reports (known once the engine's KV layout is). Call it before
+// registering the workers of ranks beyond 0.
+func (r *Registry) SetTP(tpSize int, kvLayout string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tpSize, r.layout = max(1, tpSize), kvLayout
+}
+
 // Register adds a worker. Registering another engine id, a rank twice with
 // a different address, or a rank outside the TP size fails with ErrConflict
 // or ErrBadRequest; the same registration twice is idempotent.
@@ -90,11 +105,11 @@ func (r *Registry) Register(req RegisterRequest) error {
 	if req.EngineID == "" || req.Addr == "" {
 		return fmt.Errorf("%w: engine_id and addr are required", ErrBadRequest)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if req.DPRank < 0 || req.PPRank < 0 || req.TPRank < 0 || req.TPRank >= r.tpSize {
 		return fmt.Errorf("%w: rank out of range (tp_size %d)", ErrBadRequest, r.tpSize)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if req.EngineID != r.engineID {
 		return fmt.Errorf("%w: engine id %q, this registry serves %q", ErrConflict, req.EngineID, r.engineID)
 	}
@@ -110,7 +125,7 @@ func (r *Registry) Register(req RegisterRequest) error {
 func (r *Registry) Query() QueryResponse {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	q := QueryResponse{EngineID: r.engineID, CompatHash: r.compat, ProtocolVersion: ProtocolVersion, TPSize: r.tpSize, Workers: []Worker{}}
+	q := QueryResponse{EngineID: r.engineID, CompatHash: r.compat, ProtocolVersion: ProtocolVersion, TPSize: r.tpSize, KVLayout: r.layout, Workers: []Worker{}}
 	for _, w := range r.workers {
 		q.Workers = append(q.Workers, w)
 	}
@@ -129,18 +144,27 @@ func (r *Registry) Query() QueryResponse {
 
 // PullRequest is decode's request (POST /pull): push the KV blocks of
 // TransferID into my memory. It carries decode's compatibility hash,
-// protocol version and tensor-parallel shape.
+// protocol version, tensor-parallel shape and KV layout; prefill maps its
+// ranks' heads onto decode's.
 type PullRequest struct {
 	TransferID      string `json:"transfer_id"`
 	ProtocolVersion int    `json:"protocol_version"`
 	CompatHash      string `json:"compat_hash"`
-	TPSize          int    `json:"tp_size"`
-	TPRank          int    `json:"tp_rank"`
+	// TPSize is decode's TP size; the pull covers its ranks [TPRank,
+	// TPRank+TPRanks) (TPRanks 0 means 1; our engines send every rank in
+	// one pull).
+	TPSize  int `json:"tp_size"`
+	TPRank  int `json:"tp_rank"`
+	TPRanks int `json:"tp_ranks,omitempty"`
+	// KVLayout is decode's block layout (kvcache.BlockLayout).
+	KVLayout string `json:"kv_layout,omitempty"`
 	// Segment is decode's transfer engine segment name.
 	Segment string `json:"segment"`
-	// LayerAddrs are the base addresses of decode's layer regions.
+	// LayerAddrs are the base addresses of decode's layer regions, rank
+	// major: rank TPRank's layers 0..L-1, then rank TPRank+1's, ...
 	LayerAddrs []uint64 `json:"layer_addrs"`
-	// BlockBytes is decode's block stride (must equal prefill's).
+	// BlockBytes is decode's block stride in one rank's region: its heads
+	// per rank times the bytes of one head's K and V in a block.
 	BlockBytes int `json:"block_bytes"`
 	// NumTokens is the prompt length. Block index i holds tokens
 	// [i*BlockSize, (i+1)*BlockSize).
@@ -161,8 +185,10 @@ func (p PullRequest) Validate() error {
 	switch {
 	case p.TransferID == "" || len(p.TransferID) > 256:
 		return fmt.Errorf("%w: transfer_id missing or too long", ErrBadRequest)
-	case p.TPSize <= 0 || p.TPRank < 0 || p.TPRank >= p.TPSize:
-		return fmt.Errorf("%w: tp_size/tp_rank %d/%d", ErrBadRequest, p.TPSize, p.TPRank)
+	case p.TPSize <= 0 || p.TPRank < 0 || p.TPRanks < 0 || p.TPRank+max(1, p.TPRanks) > p.TPSize:
+		return fmt.Errorf("%w: tp_size/tp_rank/tp_ranks %d/%d/%d", ErrBadRequest, p.TPSize, p.TPRank, p.TPRanks)
+	case len(p.LayerAddrs)%max(1, p.TPRanks) != 0:
+		return fmt.Errorf("%w: %d layer_addrs for %d ranks", ErrBadRequest, len(p.LayerAddrs), max(1, p.TPRanks))
 	case p.NumTokens <= 0 || p.FirstBlock < 0 || p.BlockBytes <= 0:
 		return fmt.Errorf("%w: num_tokens, first_block, block_bytes must be positive", ErrBadRequest)
 	case len(p.BlockIDs) > 0 && (p.Segment == "" || len(p.LayerAddrs) == 0):

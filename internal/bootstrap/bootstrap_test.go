@@ -41,8 +41,9 @@ func TestRegistry(t *testing.T) {
 			}
 		})
 	}
+	r.SetTP(2, "head-major-v1")
 	q := r.Query()
-	if q.EngineID != "e1" || q.CompatHash != "h" || q.TPSize != 2 || q.ProtocolVersion != ProtocolVersion ||
+	if q.EngineID != "e1" || q.CompatHash != "h" || q.TPSize != 2 || q.KVLayout != "head-major-v1" || q.ProtocolVersion != ProtocolVersion ||
 		len(q.Workers) != 2 || q.Workers[0].Addr != "a:0" || q.Workers[1].Addr != "a:1" {
 		t.Fatalf("query %+v", q)
 	}
@@ -163,6 +164,9 @@ func TestPullValidate(t *testing.T) {
 		{"full hit", mod(func(p *PullRequest) { p.BlockIDs = nil; p.Segment = ""; p.LayerAddrs = nil }), true},
 		{"no id", mod(func(p *PullRequest) { p.TransferID = "" }), false},
 		{"tp", mod(func(p *PullRequest) { p.TPSize = 0 }), false},
+		{"all ranks", mod(func(p *PullRequest) { p.TPSize, p.TPRanks, p.LayerAddrs = 2, 2, []uint64{1, 2} }), true},
+		{"ranks beyond size", mod(func(p *PullRequest) { p.TPSize, p.TPRank, p.TPRanks = 2, 1, 2 }), false},
+		{"addrs per rank", mod(func(p *PullRequest) { p.TPSize, p.TPRanks, p.LayerAddrs = 2, 2, []uint64{1, 2, 3} }), false},
 		{"tokens", mod(func(p *PullRequest) { p.NumTokens = 0 }), false},
 		{"no segment", mod(func(p *PullRequest) { p.Segment = "" }), false},
 		{"negative block", mod(func(p *PullRequest) { p.BlockIDs = []int{-1} }), false},

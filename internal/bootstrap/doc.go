@@ -3,7 +3,8 @@
 // (DefaultPort 8998).
 //
 // The registry (Registry, pure) holds one engine id, the engine's KV
-// compatibility hash, its TP size, and its workers by (dp, tp, pp) rank with
+// compatibility hash, its TP size and KV block layout (SetTP), and its
+// workers by (dp, tp, pp) rank with
 // their transfer engine segment names. Routes:
 //
 //	GET  /query     -> QueryResponse; 503 until a worker registered
@@ -21,9 +22,10 @@
 //	                unknown rank, 503 nothing registered (SGLang's contract)
 //
 // A PullRequest carries the transfer id, the protocol version
-// (ProtocolVersion), the decode engine's compatibility hash, its TP size and
-// rank (so different TP shapes can be added without a protocol change), its
-// segment name, the base address of each KV layer region, the block stride,
+// (ProtocolVersion, 2: head-major blocks), the decode engine's compatibility
+// hash, its TP size, the ranks the pull covers (tp_rank, tp_ranks) and its
+// KV layout, its segment name, the base address of each KV layer region of
+// those ranks (rank major), the per-rank block stride,
 // the prompt length, the first block index decode lacks and its destination
 // block ids, and how long decode waits (timeout_ms). The Server bounds the
 // Handler's context by timeout_ms; the handler answers done or failed with a

@@ -19,7 +19,7 @@ type serveFlags struct {
 	kvEvents, kvEventsReplay, kvEventsTopic            string
 	port, blockSize, numBlocks, batchTokens, maxSeqs   int
 	bootstrapPort                                      int
-	maxModelLen, maxWaiting                            int
+	maxModelLen, maxWaiting, tp                        int
 	seed                                               uint64
 	noPrefixCache, verbose                             bool
 }
@@ -31,14 +31,14 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the reference CPU inference engine with an OpenAI-compatible API",
 		Long: `Serve a Llama-architecture model on the CPU: POST /v1/completions, POST /v1/chat/completions,
 GET /v1/models, GET /health (200 once requests are accepted), GET /metrics (Prometheus).
---model is a built-in model (tiny, small: deterministic weights generated from --seed, no
+--model is a built-in model (tiny, tiny-tp, small: deterministic weights generated from --seed, no
 download) or a directory written by ` + "`mooncake model init`" + ` (or a Llama checkpoint in one
 model.safetensors). The first line on stdout reports the address bound.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, sf) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&sf.model, "model", "tiny", "tiny, small, or a model directory")
+	f.StringVar(&sf.model, "model", "tiny", "tiny, tiny-tp, small, or a model directory")
 	f.Uint64Var(&sf.seed, "seed", 1, "weight seed of a built-in model")
 	f.StringVar(&sf.host, "host", "127.0.0.1", "address to listen on")
 	f.IntVar(&sf.port, "port", 8000, "HTTP port (0 picks a free port)")
@@ -47,6 +47,7 @@ model.safetensors). The first line on stdout reports the address bound.`,
 	f.StringVar(&sf.connectorCfg, "kv-connector-config", "", "KV connector configuration (JSON object)")
 	f.IntVar(&sf.bootstrapPort, "bootstrap-port", bootstrap.DefaultPort, "bootstrap registry port of the mooncake connector (a producer's default; a consumer listens only when given; 0 picks a free port)")
 	f.StringVar(&sf.policy, "kv-load-failure-policy", engine.PolicyRecompute, "recompute or fail")
+	f.IntVar(&sf.tp, "tp", 1, "tensor-parallel ranks the model splits across (must divide the KV heads; outputs are bit-identical for every value)")
 	f.IntVar(&sf.blockSize, "block-size", 16, "tokens per KV block")
 	f.IntVar(&sf.numBlocks, "num-blocks", 1024, "KV cache size in blocks")
 	f.IntVar(&sf.batchTokens, "max-num-batched-tokens", 512, "token budget of one step (prefill chunk size)")
@@ -68,7 +69,7 @@ func runServe(cmd *cobra.Command, sf serveFlags) error {
 	if err != nil {
 		return &ExitError{Code: 2, Err: err}
 	}
-	ic := cluster.InstanceConfig{Model: m, Tokenizer: tk, Host: sf.host, Port: sf.port, Role: sf.role,
+	ic := cluster.InstanceConfig{Model: m, Tokenizer: tk, Host: sf.host, Port: sf.port, Role: sf.role, TP: sf.tp,
 		BlockSize: sf.blockSize, NumBlocks: sf.numBlocks, MaxNumBatchedTokens: sf.batchTokens, MaxNumSeqs: sf.maxSeqs,
 		MaxModelLen: sf.maxModelLen, MaxWaiting: sf.maxWaiting, DisablePrefixCaching: sf.noPrefixCache,
 		FailurePolicy: sf.policy, Logger: log,
@@ -88,8 +89,8 @@ func runServe(cmd *cobra.Command, sf serveFlags) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "serving %s on %s (role %s, KV %d bytes/token)\n",
-		m.Name, inst.URL, inst.Engine.Config().Role, inst.Engine.KVCaches().Layout.BytesPerToken())
+	fmt.Fprintf(cmd.OutOrStdout(), "serving %s on %s (role %s, tp %d, KV %d bytes/token)\n",
+		m.Name, inst.URL, inst.Engine.Config().Role, inst.Engine.Config().TP, inst.Engine.KVCaches().Layout.BytesPerToken())
 	select {
 	case <-ctx.Done():
 	case <-inst.Done():

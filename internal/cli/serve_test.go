@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,10 +85,15 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--bootstrap-port", "9000"}, // role both: no connector
 		{"serve", "--role", "producer", "--bootstrap-port", "70000"},
 		{"model", "init", "--config", "medium", "--out", t.TempDir()},
+		{"serve", "--tp", "4"}, // tiny has 2 KV heads
+		{"up", "--model", "tiny", "--decode-tp", "3"},
 	} {
 		code, err := Run(context.Background(), args, io.Discard, io.Discard)
 		if code == 0 || err == nil {
 			t.Errorf("%v: accepted", args)
+		}
+		if slices.Contains(args, "--tp") && !strings.Contains(err.Error(), "must divide the 2 KV heads") {
+			t.Errorf("%v: %v, want the reason", args, err)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 type upFlags struct {
 	host, model, policy      string
 	port, prefill, decode    int
+	prefillTP, decodeTP      int
 	blockSize, numBlocks     int
 	seed                     uint64
 	abortTimeout, pullTimout time.Duration
@@ -28,7 +29,7 @@ func newUpCmd() *cobra.Command {
 		Long: `Start --prefill prefill engines and --decode decode engines (each with its Mooncake P/D
 connector, transfer engine and bootstrap registry) and an OpenAI-compatible proxy on --port, all on
 this machine, all in this process. /health on the proxy answers 200 once every instance is ready.
---model is a built-in model (tiny, small: weights generated from --seed on start, no download) or
+--model is a built-in model (tiny, tiny-tp, small: weights generated from --seed on start, no download) or
 a model directory. Stop with Ctrl-C.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, uf) },
@@ -36,10 +37,12 @@ a model directory. Stop with Ctrl-C.`,
 	f := cmd.Flags()
 	f.StringVar(&uf.host, "host", "127.0.0.1", "address every component listens on")
 	f.IntVar(&uf.port, "port", 8000, "proxy HTTP port (0 picks a free port)")
-	f.StringVar(&uf.model, "model", "small", "tiny, small, or a model directory")
+	f.StringVar(&uf.model, "model", "small", "tiny, tiny-tp, small, or a model directory")
 	f.Uint64Var(&uf.seed, "seed", 1, "weight seed of a built-in model")
 	f.IntVar(&uf.prefill, "prefill", 1, "prefill engines")
 	f.IntVar(&uf.decode, "decode", 1, "decode engines")
+	f.IntVar(&uf.prefillTP, "prefill-tp", 1, "tensor-parallel ranks of each prefill engine (must divide the KV heads)")
+	f.IntVar(&uf.decodeTP, "decode-tp", 1, "tensor-parallel ranks of each decode engine (must divide the KV heads; may differ from --prefill-tp)")
 	f.IntVar(&uf.blockSize, "block-size", 16, "tokens per KV block")
 	f.IntVar(&uf.numBlocks, "num-blocks", 1024, "KV cache size of each engine, in blocks")
 	f.StringVar(&uf.policy, "kv-load-failure-policy", engine.PolicyRecompute, "decode on a failed KV pull: recompute or fail")
@@ -60,9 +63,14 @@ func runUp(cmd *cobra.Command, uf upFlags) error {
 	if err != nil {
 		return &ExitError{Code: 2, Err: err}
 	}
+	for _, tp := range []int{uf.prefillTP, uf.decodeTP} {
+		if err := m.Config.CheckTP(tp); err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("--prefill-tp/--decode-tp: %w", err)}
+		}
+	}
 	start := time.Now()
 	c, err := cluster.Up(ctx, cluster.Config{Model: m, Tokenizer: tk, Host: uf.host, ProxyPort: uf.port,
-		Prefill: uf.prefill, Decode: uf.decode, Logger: log,
+		Prefill: uf.prefill, Decode: uf.decode, PrefillTP: uf.prefillTP, DecodeTP: uf.decodeTP, Logger: log,
 		Instance: cluster.InstanceConfig{BlockSize: uf.blockSize, NumBlocks: uf.numBlocks, FailurePolicy: uf.policy,
 			AbortTimeout: uf.abortTimeout, PullTimeout: uf.pullTimout},
 		PrefillEvents: uf.kvEvents,
@@ -72,8 +80,8 @@ func runUp(cmd *cobra.Command, uf upFlags) error {
 	}
 	defer c.Close()
 	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "mooncake up: proxy on %s (model %s, %d prefill, %d decode, ready in %v)\n",
-		c.URL, m.Name, len(c.Prefill), len(c.Decode), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "mooncake up: proxy on %s (model %s, %d prefill tp %d, %d decode tp %d, ready in %v)\n",
+		c.URL, m.Name, len(c.Prefill), uf.prefillTP, len(c.Decode), uf.decodeTP, time.Since(start).Round(time.Millisecond))
 	for i, in := range c.Prefill {
 		fmt.Fprintf(out, "  prefill-%d %s  bootstrap %s\n", i, in.URL, in.BootstrapAddr())
 	}

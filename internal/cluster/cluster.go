@@ -24,6 +24,10 @@ type Config struct {
 	ProxyPort int
 	Prefill   int // instances (default 1)
 	Decode    int // instances (default 1)
+	// PrefillTP and DecodeTP are the tensor-parallel sizes of the prefill
+	// and decode engines (0: Instance.TP); the P/D connector maps one onto
+	// the other.
+	PrefillTP, DecodeTP int
 	// Instance is the template of every instance (Model, Role, Host and
 	// ports are filled in).
 	Instance InstanceConfig
@@ -40,8 +44,8 @@ func (c Config) Validate() error {
 	if c.Model == nil {
 		return errors.New("cluster: Config.Model is required")
 	}
-	if c.Prefill < 0 || c.Decode < 0 || c.ProxyPort < 0 {
-		return errors.New("cluster: negative instance count or port")
+	if c.Prefill < 0 || c.Decode < 0 || c.ProxyPort < 0 || c.PrefillTP < 0 || c.DecodeTP < 0 {
+		return errors.New("cluster: negative instance count, port or TP size")
 	}
 	return nil
 }
@@ -122,6 +126,9 @@ func (c *Cluster) startInstances(ctx context.Context, cfg *Config) error {
 		ic := cfg.Instance
 		ic.Model, ic.Tokenizer, ic.Host, ic.Port = cfg.Model, cfg.Tokenizer, cfg.Host, 0
 		ic.Role = pdconnector.RoleProducer
+		if cfg.PrefillTP > 0 {
+			ic.TP = cfg.PrefillTP
+		}
 		if cfg.PrefillEvents {
 			host := cfg.Host
 			if host == "0.0.0.0" || host == "::" {
@@ -132,6 +139,10 @@ func (c *Cluster) startInstances(ctx context.Context, cfg *Config) error {
 		if i >= cfg.Prefill {
 			ic.Role = pdconnector.RoleConsumer
 			ic.KVEventsEndpoint, ic.KVEventsReplay = "", ""
+			ic.TP = cfg.Instance.TP
+			if cfg.DecodeTP > 0 {
+				ic.TP = cfg.DecodeTP
+			}
 		}
 		ic.Logger = cfg.Logger.With("instance", fmt.Sprintf("%s-%d", ic.Role, i))
 		inst, err := StartInstance(ctx, ic)

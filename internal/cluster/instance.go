@@ -51,6 +51,8 @@ type InstanceConfig struct {
 	// PDFailurePolicy is what the P/D connector reports a failed pull led
 	// to (default FailurePolicy).
 	PDFailurePolicy string
+	// TP is the engine's tensor-parallel size (1; engine.Config.TP).
+	TP int
 	// Engine knobs (engine defaults when zero).
 	BlockSize, NumBlocks, MaxNumBatchedTokens, MaxNumSeqs, MaxModelLen, MaxWaiting int
 	DisablePrefixCaching                                                           bool
@@ -152,7 +154,7 @@ func (c InstanceConfig) Validate() error {
 
 // engineConfig is the engine's config on kv (nil: no connector).
 func (c InstanceConfig) engineConfig(kv *KVConnector) engine.Config {
-	ecfg := engine.Config{Model: c.Model, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
+	ecfg := engine.Config{Model: c.Model, TP: c.TP, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
 		MaxNumBatchedTokens: c.MaxNumBatchedTokens, MaxNumSeqs: c.MaxNumSeqs, MaxModelLen: c.MaxModelLen,
 		MaxWaiting: c.MaxWaiting, DisablePrefixCaching: c.DisablePrefixCaching,
 		KVLoadFailurePolicy: c.FailurePolicy, Role: c.engineRole(), Logger: c.Logger}

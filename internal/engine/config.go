@@ -40,6 +40,12 @@ type Config struct {
 	// ModelName names the model in the KV compatibility descriptor and the
 	// API (default Model.Name).
 	ModelName string
+	// TP is the number of tensor-parallel ranks the model's layers split
+	// across inside this engine (1): each rank computes its share of the
+	// attention heads, KV heads and MLP and keeps its KV heads in its own
+	// per-layer regions (model.ForwardTP). It must divide the model's KV
+	// head count. Outputs are bit-identical for every TP.
+	TP int
 	// BlockSize is tokens per KV block (16).
 	BlockSize int
 	// NumBlocks is the KV cache size in blocks (1024).
@@ -94,6 +100,9 @@ type KVEvents interface {
 }
 
 func (c *Config) setDefaults() {
+	if c.TP == 0 {
+		c.TP = 1
+	}
 	if c.BlockSize == 0 {
 		c.BlockSize = 16
 	}
@@ -153,6 +162,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: role %q (want both, producer or consumer)", c.Role)
 	case c.PollInterval < 0:
 		return errors.New("engine: negative poll interval")
+	}
+	if err := c.Model.Config.CheckTP(c.TP); err != nil {
+		return fmt.Errorf("engine: %w", err)
 	}
 	if _, err := evict.ParseKind(string(c.Eviction)); err != nil {
 		return fmt.Errorf("engine: eviction: %w", err)

@@ -109,10 +109,16 @@ type WorkerConnector interface {
 type KVCaches struct {
 	Layout kvcache.Layout
 	Compat kvcache.Compat
-	// Layers holds one region per layer, len == Layout.NumLayers, each
-	// Layout.LayerBytes() long; see kvcache.Layout for the byte layout.
-	Layers [][]byte
+	// Ranks holds, per tensor-parallel rank (Layout.TPSize() of them), one
+	// region per layer (Layout.NumLayers), each Layout.LayerBytes() long and
+	// holding only that rank's KV heads; see kvcache.Layout for the byte
+	// layout. kvcache.Wrap(Layout, Ranks) reads and writes blocks in their
+	// TP-independent form.
+	Ranks [][][]byte
 }
+
+// Regions views the KV memory as kvcache.Regions.
+func (kv KVCaches) Regions() (*kvcache.Regions, error) { return kvcache.Wrap(kv.Layout, kv.Ranks) }
 
 // ScheduledRequest is one request in a step.
 type ScheduledRequest struct {

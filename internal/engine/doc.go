@@ -28,19 +28,24 @@
 //
 // # KV memory (what a connector moves)
 //
-// One contiguous region per layer, allocated with Config.Allocator
-// (func(size int) ([]byte, error); default: Go heap). Hand in memory that a
-// transfer engine has registered to move blocks without copies. Region l
-// holds Layout.NumBlocks blocks; block b starts at b*Layout.BlockBytes().
-// Inside a block, K is at offset 0 and V at Layout.HalfBytes(); each half
-// is float32[BlockSize][NumKVHeads][HeadDim], little endian, K after RoPE.
+// With Config.TP ranks (default 1; it must divide the model's KV heads),
+// each rank has one contiguous region per layer holding only its KV heads
+// (model.ForwardTP splits the heads and the MLP; outputs are bit-identical
+// for every TP), allocated with Config.Allocator (func(size int) ([]byte,
+// error); default: Go heap). Hand in memory that a transfer engine has
+// registered to move blocks without copies. A region holds
+// Layout.NumBlocks blocks; block b starts at b*Layout.BlockBytes(). Blocks
+// are head major: for each of the rank's heads its K then its V, each
+// float32[BlockSize][HeadDim], little endian, K after RoPE (kvcache.Layout;
+// a head range of a block and a run of blocks are contiguous).
+// KVCaches.Regions() reads and writes a block in its TP-independent form.
 // Token position p of a request lives in block BlockIDs()[p/BlockSize],
 // slot p%BlockSize. Block tables are kept in runs of consecutive ids where
 // the pool allows (a table grows in place when the next ids are free, a new
 // one takes a run large enough for its prompt: kvcache.Pool.AllocateFor),
-// so a connector moves a run with one request. Engine.KVCaches() returns the regions, the Layout and a
+// so a connector moves a run with one request. Engine.KVCaches() returns the regions (per rank), the Layout and a
 // kvcache.Compat (model name, dtype, layers, kv heads, head dim, block size,
-// weights fingerprint):
+// weights fingerprint; not the TP size):
 // two engines may exchange blocks only if their Compat.Hash() are equal.
 // Cached blocks no request holds are reused in Config.Eviction order
 // (internal/evict: "lru", the default, or "tail-first").

@@ -80,7 +80,7 @@ func New(cfg Config) (*Engine, error) {
 	cfg.setDefaults()
 	mc := cfg.Model.Config
 	layout := kvcache.Layout{NumLayers: mc.NumHiddenLayers, NumBlocks: cfg.NumBlocks, BlockSize: cfg.BlockSize,
-		NumKVHeads: mc.NumKeyValueHeads, HeadDim: mc.Dim()}
+		NumKVHeads: mc.NumKeyValueHeads, HeadDim: mc.Dim(), TP: cfg.TP}
 	regions, err := kvcache.NewRegions(layout, cfg.Allocator)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -109,7 +109,7 @@ func New(cfg Config) (*Engine, error) {
 
 // KVCaches describes the KV memory (regions, layout, compatibility).
 func (e *Engine) KVCaches() KVCaches {
-	return KVCaches{Layout: e.regions.Layout, Compat: e.compat, Layers: e.regions.Layers}
+	return KVCaches{Layout: e.regions.Layout, Compat: e.compat, Ranks: e.regions.Ranks}
 }
 
 // Compat is the KV compatibility descriptor.

@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/kvcache-go/mooncake/internal/model"
+
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
@@ -261,5 +263,61 @@ func TestTopP(t *testing.T) {
 	}
 	if _, err := e.Submit(mk("bad", 1.5)); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("top_p 1.5: %v", err)
+	}
+}
+
+// TestTensorParallel: an engine split across 2 or 4 ranks (model tiny-tp,
+// 4 KV heads) generates the tokens of the one-rank engine, batched and
+// chunked (the model's tests compare logits bit for bit), and an engine with a store
+// connector saving blocks from one TP and loading them into another gets
+// the same output; a TP that does not divide the KV heads is refused.
+func TestTensorParallel(t *testing.T) {
+	m, err := model.NewBuiltin("tiny-tp", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(tp int, conn Connector) [][]int {
+		e := newEngine(t, func(c *Config) {
+			c.Model, c.TP, c.MaxNumBatchedTokens = m, tp, 24
+			if conn != nil {
+				c.Connector = conn
+			}
+		})
+		if got := len(e.KVCaches().Ranks); got != tp {
+			t.Fatalf("tp %d: %d ranks of KV regions", tp, got)
+		}
+		res := runToEnd(t, e, submit(t, e, workload()...))
+		var toks [][]int
+		for _, r := range res {
+			toks = append(toks, r.tokens)
+		}
+		if s := e.Stats(); s.BlocksUsed != 0 {
+			t.Fatalf("tp %d: %d blocks leaked", tp, s.BlocksUsed)
+		}
+		return toks
+	}
+	wantToks := run(1, nil)
+	for _, tp := range []int{2, 4} {
+		toks := run(tp, nil)
+		for i := range toks {
+			if !slices.Equal(toks[i], wantToks[i]) {
+				t.Fatalf("tp %d request %d: %v, tp 1 %v", tp, i, toks[i], wantToks[i])
+			}
+		}
+	}
+	// Blocks saved by a TP 4 engine load into a TP 2 one (TP-independent form).
+	store := newStore()
+	run(4, &mapConnector{store: store, save: true})
+	if len(store.blocks) == 0 {
+		t.Fatal("nothing saved")
+	}
+	toks := run(2, &mapConnector{store: store, load: true})
+	for i := range toks {
+		if !slices.Equal(toks[i], wantToks[i]) {
+			t.Fatalf("tp 4 -> 2 through the store, request %d: %v, want %v", i, toks[i], wantToks[i])
+		}
+	}
+	if _, err := New(Config{Model: m, TP: 3}); !errors.Is(err, model.ErrTP) {
+		t.Fatalf("tp 3 of 4 KV heads: %v", err)
 	}
 }

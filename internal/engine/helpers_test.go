@@ -131,6 +131,7 @@ type mapConnector struct {
 	failLoads map[int]bool
 
 	kv      KVCaches
+	regions *kvcache.Regions
 	pending map[string]*loadJob // after UpdateStateAfterAlloc
 	meta    *mapMeta
 	doneRcv []string
@@ -248,22 +249,27 @@ func (c *mapConnector) RequestFinished(req *ReqState, blockIDs []int) (bool, map
 	return false, nil
 }
 
-func (c *mapConnector) RegisterKVCaches(kv KVCaches) error { c.kv = kv; c.log("register"); return nil }
-func (c *mapConnector) BindConnectorMeta(meta any)         { c.meta = meta.(*mapMeta); c.log("bind") }
+func (c *mapConnector) RegisterKVCaches(kv KVCaches) error {
+	r, err := kv.Regions()
+	c.kv, c.regions = kv, r
+	c.log("register")
+	return err
+}
+func (c *mapConnector) BindConnectorMeta(meta any) { c.meta = meta.(*mapMeta); c.log("bind") }
 
 func (c *mapConnector) copyIn(j *loadJob, layer int) {
 	c.store.mu.Lock()
 	defer c.store.mu.Unlock()
-	bb := c.kv.Layout.BlockBytes()
 	for i, id := range j.blocks {
-		dst := c.kv.Layers[layer][id*bb : (id+1)*bb]
 		if c.failLoads[j.first+i] {
-			for k := range dst {
-				dst[k] = 0x7f
+			junk := make([]byte, c.kv.Layout.FullBlockBytes())
+			for k := range junk {
+				junk[k] = 0x7f
 			}
+			_ = c.regions.WriteBlock(layer, id, junk)
 			continue
 		}
-		copy(dst, c.store.blocks[j.hashes[i]][layer])
+		_ = c.regions.WriteBlock(layer, id, c.store.blocks[j.hashes[i]][layer])
 	}
 }
 
@@ -271,7 +277,7 @@ func (c *mapConnector) StartLoadKV(ctx context.Context) error {
 	c.log("start")
 	if c.async {
 		for _, j := range c.meta.loads {
-			for l := range c.kv.Layers {
+			for l := range c.kv.Layout.NumLayers {
 				c.copyIn(j, l)
 			}
 			c.finishLoad(j)
@@ -294,7 +300,7 @@ func (c *mapConnector) WaitForLayerLoad(ctx context.Context, layer int) error {
 	if !c.async {
 		for _, j := range c.meta.loads {
 			c.copyIn(j, layer)
-			if layer == len(c.kv.Layers)-1 {
+			if layer == c.kv.Layout.NumLayers-1 {
 				for i, id := range j.blocks {
 					if c.failLoads[j.first+i] {
 						c.invalid = append(c.invalid, id)
@@ -310,15 +316,14 @@ func (c *mapConnector) SaveKVLayer(ctx context.Context, layer int) error {
 	c.log(fmt.Sprintf("save%d", layer))
 	c.store.mu.Lock()
 	defer c.store.mu.Unlock()
-	bb := c.kv.Layout.BlockBytes()
 	for _, s := range c.meta.saves {
 		for i, id := range s.blocks {
 			b := c.store.blocks[s.hashes[i]]
 			if b == nil {
-				b = make([][]byte, len(c.kv.Layers))
+				b = make([][]byte, c.kv.Layout.NumLayers)
 				c.store.blocks[s.hashes[i]] = b
 			}
-			b[layer] = slices.Clone(c.kv.Layers[layer][id*bb : (id+1)*bb])
+			b[layer] = c.regions.ReadBlock(nil, layer, id)
 		}
 	}
 	return nil

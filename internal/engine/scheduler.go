@@ -232,7 +232,7 @@ func (e *Engine) execute(ctx context.Context, out *SchedulerOutput, meta any) ([
 			seqs[i] = model.Seq{Tokens: r.tokens[s.NumComputedTokens : s.NumComputedTokens+s.NumScheduledTokens],
 				Start: s.NumComputedTokens, BlockTable: s.BlockIDs, Logits: s.NumComputedTokens+s.NumScheduledTokens == len(r.tokens)}
 		}
-		logits, err = e.model.Forward(seqs, e.regions, e.cfg.BlockSize, model.Hooks{
+		logits, err = e.model.ForwardTP(e.cfg.TP, seqs, e.regions, e.cfg.BlockSize, model.Hooks{
 			BeforeAttention: func(l int) error {
 				if err := e.conn.WaitForLayerLoad(ctx, l); err != nil {
 					return fmt.Errorf("%w: wait for layer %d load: %w", ErrConnector, l, err)

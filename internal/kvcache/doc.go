@@ -5,12 +5,17 @@
 //
 // # Memory
 //
-// The cache is one contiguous region per layer, allocated through an
-// injectable Allocator so that a transfer engine can register it (or hand in
-// memfd-backed memory) and move blocks without copies. Block b of layer l is
-// the BlockBytes() bytes at offset b*BlockBytes() of region l; the K half is
-// first (KOffset()==0) and the V half second (VOffset()==HalfBytes()). Each
-// half is float32[BlockSize][NumKVHeads][HeadDim], little endian, K after RoPE.
+// The KV heads are split across Layout.TP tensor-parallel ranks; each rank
+// has one contiguous region per layer holding only its heads, allocated
+// through an injectable Allocator so that a transfer engine can register it
+// (or hand in memfd-backed memory) and move blocks without copies. Block b
+// of a rank's layer region is the BlockBytes() bytes at offset
+// b*BlockBytes(); inside it, head major, each of the rank's heads in turn:
+// its K then its V, each float32[BlockSize][HeadDim], little endian, K after
+// RoPE (BlockLayout, "head-major-v1"). A head range of one block is one
+// contiguous byte run, and so is a run of blocks of a rank. The
+// TP-independent form of a block (Regions.ReadBlock/WriteBlock,
+// FullBlockBytes()) is every rank's block in rank order: the TP 1 block.
 //
 // # Pool
 //

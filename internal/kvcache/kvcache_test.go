@@ -132,7 +132,7 @@ func TestPoolRefCountsAndLRU(t *testing.T) {
 
 func TestLayoutAndRegions(t *testing.T) {
 	l := Layout{NumLayers: 2, NumBlocks: 3, BlockSize: 4, NumKVHeads: 2, HeadDim: 8}
-	if l.HalfBytes() != 4*2*8*4 || l.BlockBytes() != 2*l.HalfBytes() || l.VOffset() != l.HalfBytes() || l.LayerBytes() != 3*l.BlockBytes() {
+	if l.HeadBytes() != 2*4*8*4 || l.BlockBytes() != 2*l.HeadBytes() || l.FullBlockBytes() != l.BlockBytes() || l.LayerBytes() != 3*l.BlockBytes() {
 		t.Fatalf("layout arithmetic wrong: %+v", l)
 	}
 	var got []int
@@ -140,10 +140,11 @@ func TestLayoutAndRegions(t *testing.T) {
 	if err != nil || !slices.Equal(got, []int{l.LayerBytes(), l.LayerBytes()}) {
 		t.Fatalf("regions: %v %v", got, err)
 	}
-	k, v := r.Block(1, 2)
+	k, v := r.Head(1, 2, 1)
 	k[0], v[0] = 1.5, 2.5
-	raw := r.BlockBytes(1, 2)
-	if raw[l.KOffset()+3] != 0x3f || raw[l.VOffset()+3] != 0x40 { // 1.5 = 0x3fc00000, 2.5 = 0x40200000 (LE)
+	raw := r.BlockBytes(0, 1, 2)
+	// Head 1 starts at HeadBytes(); its V half BlockSize*HeadDim floats later.
+	if raw[l.HeadBytes()+3] != 0x3f || raw[l.HeadBytes()+4*8*4+3] != 0x40 { // 1.5 = 0x3fc00000, 2.5 = 0x40200000 (LE)
 		t.Fatalf("K/V not at the documented offsets")
 	}
 	if _, err := NewRegions(l, func(size int) ([]byte, error) { return make([]byte, size-1), nil }); !errors.Is(err, ErrLayout) {
@@ -305,5 +306,56 @@ func TestPoolAllocateFor(t *testing.T) {
 	// Growing past a used block falls back to the lowest run.
 	if g, _ := p.AllocateFor(1, 17, 1); !slices.Equal(g, []int{5}) {
 		t.Fatalf("blocked growth: %v", g)
+	}
+}
+
+// TestRegionsTP: with TP 2 each rank holds half the heads in its own
+// regions; the TP-independent form of a block is the same bytes as a TP 1
+// engine's block holding the same values, and WriteBlock inverts ReadBlock.
+func TestRegionsTP(t *testing.T) {
+	l1 := Layout{NumLayers: 2, NumBlocks: 3, BlockSize: 4, NumKVHeads: 4, HeadDim: 2}
+	l2 := l1
+	l2.TP = 2
+	r1, err := NewRegions(l1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	r2, err := NewRegions(l2, func(n int) ([]byte, error) { sizes = append(sizes, n); return HeapAllocator(n) })
+	if err != nil || len(sizes) != 4 || sizes[0] != l1.LayerBytes()/2 || len(r2.Ranks) != 2 {
+		t.Fatalf("tp 2 regions: %v %v", sizes, err)
+	}
+	for h := 0; h < 4; h++ {
+		for _, r := range []*Regions{r1, r2} {
+			k, v := r.Head(1, 2, h)
+			for i := range k {
+				k[i], v[i] = float32(h*100+i), -float32(h*100+i)
+			}
+		}
+		if rank, _ := l2.HeadRank(h); rank != h/2 {
+			t.Fatalf("head %d on rank %d", h, rank)
+		}
+	}
+	// Rank 1 holds heads 2 and 3 only.
+	if f := r2.floats[1][1][2*l2.BlockBytes()/4]; f != 200 {
+		t.Fatalf("rank 1's first value of block 2 = %v, want head 2's 200", f)
+	}
+	full1, full2 := r1.ReadBlock(nil, 1, 2), r2.ReadBlock(nil, 1, 2)
+	if !slices.Equal(full1, full2) || len(full1) != l1.FullBlockBytes() {
+		t.Fatal("TP-independent forms differ")
+	}
+	if err := r2.WriteBlock(0, 0, full1); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r2.ReadBlock(nil, 0, 0), full1) {
+		t.Fatal("WriteBlock does not invert ReadBlock")
+	}
+	if err := r2.WriteBlock(0, 0, full1[1:]); !errors.Is(err, ErrLayout) {
+		t.Fatalf("short block accepted: %v", err)
+	}
+	bad := l1
+	bad.TP = 3
+	if _, err := NewRegions(bad, nil); !errors.Is(err, ErrTP) {
+		t.Fatalf("tp 3 of 4 heads: %v", err)
 	}
 }

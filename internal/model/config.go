@@ -115,6 +115,14 @@ var builtins = map[string]Config{
 		HeadDim: 16, VocabSize: 260, MaxPositionEmbeddings: 1024, RMSNormEps: 1e-5, RopeTheta: 10000,
 		TieWordEmbeddings: false, HiddenAct: "silu", BOSTokenID: 256, EOSTokenID: json.RawMessage("257"), TorchDtype: "float32",
 	},
+	// tiny-tp is tiny with one KV head per query head (4 KV heads), so it
+	// splits across 1, 2 or 4 tensor-parallel ranks.
+	"tiny-tp": {
+		ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
+		HiddenSize: 64, IntermediateSize: 160, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 4,
+		HeadDim: 16, VocabSize: 260, MaxPositionEmbeddings: 1024, RMSNormEps: 1e-5, RopeTheta: 10000,
+		TieWordEmbeddings: false, HiddenAct: "silu", BOSTokenID: 256, EOSTokenID: json.RawMessage("257"), TorchDtype: "float32",
+	},
 	"small": {
 		ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
 		HiddenSize: 256, IntermediateSize: 640, NumHiddenLayers: 6, NumAttentionHeads: 8, NumKeyValueHeads: 2,
@@ -124,13 +132,13 @@ var builtins = map[string]Config{
 }
 
 // BuiltinNames lists the built-in configurations.
-func BuiltinNames() []string { return []string{"tiny", "small"} }
+func BuiltinNames() []string { return []string{"tiny", "tiny-tp", "small"} }
 
 // Builtin returns a copy of a built-in configuration.
 func Builtin(name string) (Config, error) {
 	c, ok := builtins[name]
 	if !ok {
-		return Config{}, fmt.Errorf("model: unknown built-in config %q (have tiny, small)", name)
+		return Config{}, fmt.Errorf("model: unknown built-in config %q (have tiny, tiny-tp, small)", name)
 	}
 	c.Architectures = append([]string(nil), c.Architectures...)
 	return c, nil

@@ -85,6 +85,25 @@ func matmul(workers int, out, x, w []float32, rows, in, cols int) {
 	})
 }
 
+// matmulStrided computes out[r][c] = dot(x[r*xStride+xOff:][:n],
+// w[c*wStride+wOff:][:n]) for rows x cols outputs: a matmul over a slice of
+// the inner dimension (one reduction group of a row-parallel projection),
+// with the same kernel and tiling as matmul.
+func matmulStrided(workers int, out, x []float32, xStride, xOff int, w []float32, wStride, wOff, rows, n, cols int) {
+	rt := (rows + rowTile - 1) / rowTile
+	ct := (cols + colTile - 1) / colTile
+	parFor(workers, rt*ct, func(_, t int) {
+		r0, c0 := (t/ct)*rowTile, (t%ct)*colTile
+		r1, c1 := min(r0+rowTile, rows), min(c0+colTile, cols)
+		for c := c0; c < c1; c++ {
+			wc := w[c*wStride+wOff : c*wStride+wOff+n]
+			for r := r0; r < r1; r++ {
+				out[r*cols+c] = dot(x[r*xStride+xOff:r*xStride+xOff+n], wc)
+			}
+		}
+	})
+}
+
 // rmsnorm writes w * x / sqrt(mean(x^2)+eps) for every row.
 func rmsnorm(workers int, out, x, w []float32, rows, n int, eps float64) {
 	parFor(workers, rows, func(_, r int) {

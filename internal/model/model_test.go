@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"math"
 	"testing"
 
@@ -13,17 +14,21 @@ type testKV struct {
 }
 
 func newTestKV(t testing.TB, m *Model, blocks int) *testKV {
+	return newTestKVTP(t, m, blocks, 1)
+}
+
+func newTestKVTP(t testing.TB, m *Model, blocks, tp int) *testKV {
 	t.Helper()
 	c := m.Config
 	r, err := kvcache.NewRegions(kvcache.Layout{NumLayers: c.NumHiddenLayers, NumBlocks: blocks, BlockSize: 16,
-		NumKVHeads: c.NumKeyValueHeads, HeadDim: c.Dim()}, nil)
+		NumKVHeads: c.NumKeyValueHeads, HeadDim: c.Dim(), TP: tp}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &testKV{r: r, bs: 16}
 }
 
-func (k *testKV) Block(l, id int) ([]float32, []float32) { return k.r.Block(l, id) }
+func (k *testKV) Head(l, id, h int) ([]float32, []float32) { return k.r.Head(l, id, h) }
 
 func seqTable(first, n int) []int {
 	t := make([]int, n)
@@ -98,7 +103,7 @@ func TestChunkAndBatchInvariance(t *testing.T) {
 			}
 			for l := 0; l < m.Config.NumHiddenLayers; l++ {
 				for b := 0; b < 5; b++ {
-					if string(kv.r.BlockBytes(l, b)) != string(ref.r.BlockBytes(l, b)) {
+					if string(kv.r.ReadBlock(nil, l, b)) != string(ref.r.ReadBlock(nil, l, b)) {
 						t.Fatalf("KV of layer %d block %d differs", l, b)
 					}
 				}
@@ -165,9 +170,11 @@ func TestOutputDependsOnKV(t *testing.T) {
 		want := greedyGen(t, m, kv, p, 8, nil)
 		kv2 := newTestKV(t, m, 8)
 		got := greedyGen(t, m, kv2, p, 8, func() {
-			_, v := kv2.r.Block(m.Config.NumHiddenLayers-1, 1) // one V block of the last layer
-			for i := range v {
-				v[i] = -v[i]
+			for h := 0; h < m.Config.NumKeyValueHeads; h++ { // one V block of the last layer
+				_, v := kv2.r.Head(m.Config.NumHiddenLayers-1, 1, h)
+				for i := range v {
+					v[i] = -v[i]
+				}
 			}
 		})
 		if bitsEqual(intsToF(want), intsToF(got)) {
@@ -205,5 +212,52 @@ func TestFingerprint(t *testing.T) {
 	l, err := Load(dir)
 	if err != nil || l.Fingerprint() != a.Fingerprint() {
 		t.Fatalf("fingerprint changed by save/load: %v", err)
+	}
+}
+
+// TestForwardTPBitIdentical: every TP size that divides the KV heads gives
+// logits and KV bytes (in their TP-independent form) bit-identical to one
+// rank, whole and chunked, batched with other sequences; a TP size that
+// does not divide the KV heads is refused.
+func TestForwardTPBitIdentical(t *testing.T) {
+	for _, name := range BuiltinNames() {
+		m, err := NewBuiltin(name, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Workers = 2
+		p := prompt(45, 4)
+		ref := newTestKV(t, m, 8)
+		want, err := m.Forward([]Seq{{Tokens: p, BlockTable: seqTable(0, 3), Logits: true}}, ref, 16, Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for tp := 2; tp <= m.Config.NumKeyValueHeads; tp *= 2 {
+			kv := newTestKVTP(t, m, 8, tp)
+			var got []float32
+			for start := 0; start < len(p); start += 20 {
+				end := min(start+20, len(p))
+				seqs := []Seq{{Tokens: prompt(9, start), BlockTable: seqTable(4, 1), Logits: true},
+					{Tokens: p[start:end], Start: start, BlockTable: seqTable(0, 3), Logits: end == len(p)}}
+				out, err := m.ForwardTP(tp, seqs, kv, 16, Hooks{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = out[1]
+			}
+			if !bitsEqual(got, want[0]) {
+				t.Fatalf("%s tp %d: logits differ from tp 1", name, tp)
+			}
+			for l := 0; l < m.Config.NumHiddenLayers; l++ {
+				for b := 0; b < 3; b++ {
+					if string(kv.r.ReadBlock(nil, l, b)) != string(ref.r.ReadBlock(nil, l, b)) {
+						t.Fatalf("%s tp %d: KV of layer %d block %d differs", name, tp, l, b)
+					}
+				}
+			}
+		}
+		if _, err := m.ForwardTP(3, []Seq{{Tokens: p, BlockTable: seqTable(0, 3)}}, ref, 16, Hooks{}); !errors.Is(err, ErrTP) {
+			t.Fatalf("%s: tp 3 accepted: %v", name, err)
+		}
 	}
 }

@@ -138,8 +138,8 @@ func (c Config) Validate() error {
 }
 
 // CompatHash is the handshake's compatibility hash: the engine's KV
-// compatibility (model, dtype, layers, KV heads, head size, block size) and
-// the pull protocol version.
+// compatibility (model, weights, dtype, layers, KV heads, head size, block
+// size; not the TP size, which the pull maps) and the pull protocol version.
 func CompatHash(c kvcache.Compat) string {
 	return c.Hash() + "-p" + strconv.Itoa(bootstrap.ProtocolVersion)
 }
@@ -159,8 +159,8 @@ type Connector struct {
 	// set by RegisterKVCaches
 	layout     kvcache.Layout
 	compat     string
-	localBases []uintptr
-	bases      []uint64
+	localBases [][]uint64 // [rank][layer] of this engine's KV regions
+	bases      []uint64   // the same, rank major, as sent in a pull
 
 	mu             sync.Mutex
 	prod           *ProducerCore
@@ -370,23 +370,32 @@ func (c *Connector) Stats() Stats {
 
 // ---- engine.WorkerConnector ----
 
-// RegisterKVCaches registers the KV regions with the transfer engine and
-// the worker with the bootstrap registry.
+// RegisterKVCaches registers the KV regions of every tensor-parallel rank
+// with the transfer engine, and one worker per rank (all at this engine's
+// segment) with the bootstrap registry, which reports the TP size and the
+// KV block layout.
 func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
-	var local []uintptr
+	if err := kv.Layout.Validate(); err != nil || len(kv.Ranks) != kv.Layout.TPSize() {
+		return fmt.Errorf("pdconnector: %d KV rank regions for layout %+v: %v", len(kv.Ranks), kv.Layout, err)
+	}
+	var local [][]uint64
 	var bases []uint64
-	for _, l := range kv.Layers {
-		addr := transfer.AddrOf(l)
-		c.managedMu.Lock()
-		managed := c.managed[addr]
-		c.managedMu.Unlock()
-		if !managed {
-			if err := c.te.RegisterBytes(l, "cpu:kv"); err != nil {
-				return fmt.Errorf("pdconnector: register kv layer: %w", err)
+	for _, layers := range kv.Ranks {
+		var rank []uint64
+		for _, l := range layers {
+			addr := transfer.AddrOf(l)
+			c.managedMu.Lock()
+			managed := c.managed[addr]
+			c.managedMu.Unlock()
+			if !managed {
+				if err := c.te.RegisterBytes(l, "cpu:kv"); err != nil {
+					return fmt.Errorf("pdconnector: register kv layer: %w", err)
+				}
 			}
+			rank = append(rank, uint64(addr))
+			bases = append(bases, uint64(addr))
 		}
-		local = append(local, addr)
-		bases = append(bases, uint64(addr))
+		local = append(local, rank)
 	}
 	// The bootstrap server may already serve pulls: publish under the lock.
 	c.mu.Lock()
@@ -394,6 +403,7 @@ func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
 	c.cons = NewConsumerCore(kv.Layout.BlockSize, c.cfg.FailurePolicy == engine.PolicyRecompute)
 	c.mu.Unlock()
 	c.registry.SetCompatHash(c.compat)
+	c.registry.SetTP(kv.Layout.TPSize(), kvcache.BlockLayout)
 	if c.cfg.Role != RoleConsumer {
 		// SGLang's decode engines find the pull address through GET /route.
 		host, port, _ := net.SplitHostPort(c.cfg.BootstrapAddr)
@@ -402,8 +412,13 @@ func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
 			return fmt.Errorf("pdconnector: SGLang route: %w", err)
 		}
 	}
-	return c.registry.Register(bootstrap.RegisterRequest{EngineID: c.cfg.EngineID,
-		Worker: bootstrap.Worker{Addr: c.te.Name()}})
+	for r := range kv.Layout.TPSize() {
+		if err := c.registry.Register(bootstrap.RegisterRequest{EngineID: c.cfg.EngineID,
+			Worker: bootstrap.Worker{TPRank: r, Addr: c.te.Name()}}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // BindConnectorMeta implements engine.WorkerConnector.
@@ -532,7 +547,7 @@ func (c *Connector) prefillResult(tid, contract string, blockIDs []int) map[stri
 	p, _ := strconv.Atoi(port)
 	out := map[string]any{"do_remote_prefill": true, "do_remote_decode": false, "transfer_id": tid,
 		"remote_engine_id": c.cfg.EngineID, "remote_bootstrap_addr": c.cfg.BootstrapAddr,
-		"remote_host": host, "remote_port": p, "tp_size": 1, "remote_block_ids": append([]int{}, blockIDs...)}
+		"remote_host": host, "remote_port": p, "tp_size": c.layout.TPSize(), "remote_block_ids": append([]int{}, blockIDs...)}
 	if contract == ContractSGLang {
 		out["bootstrap_host"], out["bootstrap_port"] = host, p
 	}

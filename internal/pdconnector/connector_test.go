@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,34 +150,55 @@ func TestRunLifecycle(t *testing.T) {
 	})
 }
 
-var testLayout = kvcache.Layout{NumLayers: 2, NumBlocks: 8, BlockSize: 4, NumKVHeads: 1, HeadDim: 8}
+var testLayout = kvcache.Layout{NumLayers: 2, NumBlocks: 8, BlockSize: 4, NumKVHeads: 4, HeadDim: 8}
 
-// kvFor allocates the layers through c's allocator, registers them and
-// returns them.
-func kvFor(t *testing.T, c *Connector, seed byte) [][]byte {
+// kvFor allocates the KV regions of a tp-rank engine through c's
+// allocator, fills them with bytes from seed, registers them and returns
+// them.
+func kvFor(t *testing.T, c *Connector, seed byte, tp int) *kvcache.Regions {
 	t.Helper()
-	layers := make([][]byte, testLayout.NumLayers)
-	for l := range layers {
-		b, err := c.Allocator()(testLayout.LayerBytes())
-		if err != nil {
-			t.Fatal(err)
+	l := testLayout
+	l.TP = tp
+	ranks := make([][][]byte, tp)
+	for r := range ranks {
+		for i := range l.NumLayers {
+			b, err := c.Allocator()(l.LayerBytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range b {
+				b[j] = seed + byte(j*7+i+r*31)
+			}
+			ranks[r] = append(ranks[r], b)
 		}
-		for i := range b {
-			b[i] = seed + byte(i*7+l)
-		}
-		layers[l] = b
 	}
-	compat := kvcache.Compat{Model: "m", DType: "float32", NumLayers: 2, NumKVHeads: 1, HeadDim: 8, BlockSize: 4}
-	if err := c.RegisterKVCaches(engine.KVCaches{Layout: testLayout, Compat: compat, Layers: layers}); err != nil {
+	compat := kvcache.Compat{Model: "m", DType: "float32", NumLayers: 2, NumKVHeads: 4, HeadDim: 8, BlockSize: 4}
+	if err := c.RegisterKVCaches(engine.KVCaches{Layout: l, Compat: compat, Ranks: ranks}); err != nil {
 		t.Fatal(err)
 	}
-	return layers
+	regions, err := kvcache.Wrap(l, ranks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return regions
 }
 
 // TestPullBetweenConnectors: a decode connector pulls a finished prefill's
-// blocks from a producer connector through its Run-served bootstrap port;
-// the producer prepares the transfer engine for the decode peer first.
+// blocks from a producer connector through its Run-served bootstrap port,
+// for every prefill TP p and decode TP q in {1, 2, 4}: each decode rank
+// gets exactly its heads, nothing else is written, and the number of write
+// requests is one per layer and rank for p == q (one run of blocks) and one
+// per block per overlapping (prefill rank, decode rank) pair otherwise; the
+// producer prepares the transfer engine for the decode peer first.
 func TestPullBetweenConnectors(t *testing.T) {
+	for _, p := range []int{1, 2, 4} {
+		for _, q := range []int{1, 2, 4} {
+			t.Run(fmt.Sprintf("tp%d-to-tp%d", p, q), func(t *testing.T) { testPullTP(t, p, q) })
+		}
+	}
+}
+
+func testPullTP(t *testing.T, p, q int) {
 	ln := listen(t)
 	pre, err := New(Config{Role: RoleProducer, Transfer: openTransfer(t), BootstrapAddr: ln.Addr().String()})
 	if err != nil {
@@ -187,8 +210,8 @@ func TestPullBetweenConnectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopDec := running(t, dec, nil)
-	src := kvFor(t, pre, 1)
-	dst := kvFor(t, dec, 100)
+	src := kvFor(t, pre, 1, p)
+	dst := kvFor(t, dec, 100, q)
 
 	pre.mu.Lock()
 	pre.prod.Finished("xfer-1", "req-1", []int{0, 1, 2}, 10, true, pre.clock.Now())
@@ -201,18 +224,24 @@ func TestPullBetweenConnectors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pull: %v", err)
 	}
-	if resp.Status != bootstrap.StatusDone || resp.Blocks != 3 {
-		t.Fatalf("pull answered %+v", resp)
+	wantReqs := testLayout.NumLayers * p // one run of 3 blocks per layer and rank
+	if p != q {
+		wantReqs = testLayout.NumLayers * 3 * max(p, q) // per block, one per overlapping rank pair
+	}
+	if resp.Status != bootstrap.StatusDone || resp.Blocks != 3 || resp.Requests != wantReqs ||
+		resp.Bytes != int64(3*testLayout.NumLayers*testLayout.FullBlockBytes()) {
+		t.Fatalf("pull answered %+v, want %d requests", resp, wantReqs)
 	}
 	if resp.Aux == nil || *resp.Aux != (bootstrap.Aux{FirstToken: 42, FirstLogprob: -0.25}) {
 		t.Fatalf("aux data (the first token and its logprob) %+v", resp.Aux)
 	}
-	bb := testLayout.BlockBytes()
-	for l := range src {
-		if !bytes.Equal(dst[l][5*bb:8*bb], src[l][0:3*bb]) {
-			t.Fatalf("layer %d: decode blocks 5..7 differ from prefill blocks 0..2", l)
+	for l := range testLayout.NumLayers {
+		for i := range 3 {
+			if !bytes.Equal(dst.ReadBlock(nil, l, 5+i), src.ReadBlock(nil, l, i)) {
+				t.Fatalf("layer %d: decode block %d differs from prefill block %d", l, 5+i, i)
+			}
 		}
-		if bytes.Equal(dst[l][4*bb:5*bb], src[l][4*bb:5*bb]) {
+		if bytes.Equal(dst.ReadBlock(nil, l, 4), src.ReadBlock(nil, l, 4)) {
 			t.Fatalf("layer %d: block 4 written", l)
 		}
 	}
@@ -227,5 +256,35 @@ func TestPullBetweenConnectors(t *testing.T) {
 	}
 	if err := stopPre(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPullRefusesUnmappableTP: a decode TP that does not divide the KV
+// heads, another block layout, or a block stride that does not match
+// decode's TP are refused as incompatible, with the reason.
+func TestPullRefusesUnmappableTP(t *testing.T) {
+	pre, err := New(Config{Role: RoleProducer, Transfer: openTransfer(t), BootstrapAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvFor(t, pre, 1, 2)
+	base := bootstrap.PullRequest{TransferID: "x", ProtocolVersion: bootstrap.ProtocolVersion, CompatHash: pre.compat,
+		TPSize: 2, TPRanks: 2, KVLayout: kvcache.BlockLayout, Segment: "s", LayerAddrs: []uint64{1, 2, 3, 4},
+		BlockBytes: 2 * testLayout.HeadBytes(), NumTokens: 4, BlockIDs: []int{0}, TimeoutMS: 1000}
+	for _, tc := range []struct {
+		name, want string
+		mod        func(*bootstrap.PullRequest)
+	}{
+		{"tp 3", "does not divide the 4 KV heads", func(r *bootstrap.PullRequest) { r.TPSize, r.TPRanks = 3, 1 }},
+		{"layout", "KV layout", func(r *bootstrap.PullRequest) { r.KVLayout = "token-major" }},
+		{"stride", "bytes", func(r *bootstrap.PullRequest) { r.BlockBytes = testLayout.HeadBytes() }},
+		{"ranks", "layer regions", func(r *bootstrap.PullRequest) { r.LayerAddrs = r.LayerAddrs[:2] }},
+	} {
+		req := base
+		tc.mod(&req)
+		resp := pre.Pull(t.Context(), req)
+		if resp.Status != bootstrap.StatusFailed || resp.Code != bootstrap.CodeIncompatible || !strings.Contains(resp.Error, tc.want) {
+			t.Fatalf("%s: %+v, want incompatible naming %q", tc.name, resp, tc.want)
+		}
 	}
 }

@@ -319,30 +319,66 @@ func TestConsumerParams(t *testing.T) {
 	}
 }
 
+func one(bases ...uint64) Side { return Side{Bases: [][]uint64{bases}, RankHeads: 1} }
+
 func TestPlanWritesGroupsRuns(t *testing.T) {
-	reqs, err := PlanWrites(7, []uintptr{1000, 5000}, []uint64{90000, 70000}, 10, []int{3, 4, 5, 9}, []int{10, 11, 12, 13})
+	byLayer, err := PlanWrites(7, one(1000, 5000), one(90000, 70000), 10, []int{3, 4, 5, 9}, []int{10, 11, 12, 13})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []transfer.Request{
+	want := [][]transfer.Request{{
 		{Op: transfer.OpWrite, Local: 1030, Segment: 7, Remote: 90100, Length: 30},
 		{Op: transfer.OpWrite, Local: 1090, Segment: 7, Remote: 90130, Length: 10},
+	}, {
 		{Op: transfer.OpWrite, Local: 5030, Segment: 7, Remote: 70100, Length: 30},
 		{Op: transfer.OpWrite, Local: 5090, Segment: 7, Remote: 70130, Length: 10},
-	}
-	if !reflect.DeepEqual(reqs, want) {
-		t.Fatalf("plan\n%+v\nwant\n%+v", reqs, want)
+	}}
+	if !reflect.DeepEqual(byLayer, want) {
+		t.Fatalf("plan\n%+v\nwant\n%+v", byLayer, want)
 	}
 	// A break on the destination side splits too.
-	reqs, _ = PlanWrites(1, []uintptr{0}, []uint64{0}, 1, []int{1, 2}, []int{5, 7})
+	reqs, _ := PlanLayerWrites(1, one(0), one(0), 1, []int{1, 2}, []int{5, 7}, 0)
 	if len(reqs) != 2 {
 		t.Fatalf("dst break not split: %v", reqs)
 	}
-	if _, err := PlanWrites(1, []uintptr{0}, []uint64{0}, 1, []int{1}, nil); err == nil {
+	if _, err := PlanWrites(1, one(0), one(0), 1, []int{1}, nil); err == nil {
 		t.Fatal("length mismatch accepted")
 	}
-	if _, err := PlanWrites(1, []uintptr{0}, []uint64{0, 1}, 1, nil, nil); err == nil {
+	if _, err := PlanWrites(1, one(0), one(0, 1), 1, nil, nil); err == nil {
 		t.Fatal("layer mismatch accepted")
+	}
+	if _, err := PlanLayerWrites(1, one(0), one(0), 1, nil, nil, 1); err == nil {
+		t.Fatal("layer out of range accepted")
+	}
+}
+
+// TestPlanWritesAcrossTP: prefill TP 2 (2 heads per rank) to decode TP 1
+// (4 heads) and back, head bytes 10: each head range of a block is one
+// request, at the head's offset in the other side's block.
+func TestPlanWritesAcrossTP(t *testing.T) {
+	tp2 := Side{Bases: [][]uint64{{1000}, {2000}}, RankHeads: 2}
+	tp1 := Side{Bases: [][]uint64{{50000}}, RankHeads: 4}
+	got, err := PlanLayerWrites(3, tp2, tp1, 10, []int{0, 1}, []int{4, 5}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := func(local uintptr, remote uint64) transfer.Request {
+		return transfer.Request{Op: transfer.OpWrite, Local: local, Segment: 3, Remote: remote, Length: 20}
+	}
+	// Blocks are 20 bytes on a TP 2 rank, 40 on the TP 1 engine.
+	want := []transfer.Request{w(1000, 50160), w(1020, 50200), w(2000, 50180), w(2020, 50220)}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("tp 2 -> 1\n%+v\nwant\n%+v", got, want)
+	}
+	got, _ = PlanLayerWrites(3, tp1, tp2, 10, []int{4, 5}, []int{0, 1}, 0)
+	back := []transfer.Request{w(50160, 1000), w(50200, 1020), w(50180, 2000), w(50220, 2020)}
+	if !reflect.DeepEqual(got, back) {
+		t.Fatalf("tp 1 -> 2\n%+v\nwant\n%+v", got, back)
+	}
+	// A pull covering only decode rank 1 gets heads 2 and 3 only.
+	got, _ = PlanLayerWrites(3, tp1, Side{Bases: [][]uint64{{2000}}, FirstRank: 1, RankHeads: 2}, 10, []int{4}, []int{0}, 0)
+	if len(got) != 1 || got[0] != w(50180, 2000) {
+		t.Fatalf("rank 1 alone: %+v", got)
 	}
 }
 

@@ -50,8 +50,13 @@
 //     transfer engine prepare for a decode peer it has not seen
 //     (Mover.PreparePeer: open, map, dial, while the prefill computes), waits
 //     (bounded by decode's deadline minus a margin) for the prefill, writes
-//     the blocks decode lacks with one WRITE per run of consecutive blocks per
-//     layer (PlanWrites), answers, frees.
+//     the blocks decode lacks, answers, frees. The write plan (PlanWrites,
+//     grouped by layer; PlanLayerWrites for one layer) maps prefill's TP
+//     ranks onto decode's: each decode rank gets exactly its KV heads from
+//     the prefill ranks holding them. Blocks are head major, so with equal
+//     TP a run of consecutive blocks is one WRITE per layer and rank, and
+//     with different TP a head range of one block is one WRITE per
+//     overlapping (prefill rank, decode rank) pair; never one per token.
 //   - Decode (GetFinished): the pull's end is reported as done receiving;
 //     on failure its blocks are reported invalid and the engine's
 //     kv_load_failure_policy (recompute or fail) applies. RequestFinished
@@ -107,6 +112,12 @@
 // Allocator returns transfer-engine managed (memfd) memory for the engine's
 // KV regions, so a same-host peer writes them with one memcpy; regions from
 // another allocator are registered with RegisterBytes in RegisterKVCaches.
-// Layout and compatibility come from engine.KVCaches; CompatHash adds the
-// protocol version to kvcache.Compat.Hash.
+// Layout and compatibility come from engine.KVCaches (every TP rank's
+// regions are registered; the bootstrap registry lists one worker per rank
+// and reports tp_size and kv_layout); CompatHash adds the protocol version
+// to kvcache.Compat.Hash, which leaves out the TP size. A pull sends
+// decode's TP size, block layout, per-rank block stride and every rank's
+// layer addresses (rank major); prefill refuses, as incompatible with the
+// reason, a TP that does not divide the KV heads, another layout or a
+// stride that does not match.
 package pdconnector

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bootstrap"
+	"github.com/kvcache-go/mooncake/internal/kvcache"
+	"github.com/kvcache-go/mooncake/transfer"
 )
 
 // ---- decode side: pull ----
@@ -116,15 +118,20 @@ func (c *Connector) pull(ctx context.Context, p PullSpec) (bootstrap.PullRespons
 		return bootstrap.PullResponse{}, fmt.Errorf("pdconnector: prefill bootstrap %s unreachable: %w", p.Bootstrap, err)
 	}
 	if q.CompatHash != c.compat || q.ProtocolVersion != bootstrap.ProtocolVersion {
-		return bootstrap.PullResponse{}, fmt.Errorf("%w: prefill engine %s has compatibility %s (protocol %d), this decode engine %s (protocol %d): model, dtype, layers, KV heads, head size or block size differ",
+		return bootstrap.PullResponse{}, fmt.Errorf("%w: prefill engine %s has compatibility %s (protocol %d), this decode engine %s (protocol %d): model, weights, dtype, layers, KV heads, head size or block size differ",
 			ErrIncompatible, q.EngineID, q.CompatHash, q.ProtocolVersion, c.compat, bootstrap.ProtocolVersion)
+	}
+	if q.KVLayout != kvcache.BlockLayout || q.TPSize <= 0 || c.layout.NumKVHeads%q.TPSize != 0 {
+		return bootstrap.PullResponse{}, fmt.Errorf("%w: prefill engine %s has KV layout %q across %d TP ranks, this decode engine %q across %d (%d KV heads)",
+			ErrIncompatible, q.EngineID, q.KVLayout, q.TPSize, kvcache.BlockLayout, c.layout.TPSize(), c.layout.NumKVHeads)
 	}
 	if p.EngineID != "" && q.EngineID != p.EngineID {
 		return bootstrap.PullResponse{}, fmt.Errorf("pdconnector: bootstrap %s serves engine %s, the request names %s", p.Bootstrap, q.EngineID, p.EngineID)
 	}
 	dl, _ := ctx.Deadline()
 	req := bootstrap.PullRequest{TransferID: p.TransferID, ProtocolVersion: bootstrap.ProtocolVersion, CompatHash: c.compat,
-		TPSize: 1, TPRank: 0, Segment: c.te.Name(), LayerAddrs: c.bases, BlockBytes: c.layout.BlockBytes(),
+		TPSize: c.layout.TPSize(), TPRank: 0, TPRanks: c.layout.TPSize(), KVLayout: kvcache.BlockLayout,
+		Segment: c.te.Name(), LayerAddrs: c.bases, BlockBytes: c.layout.BlockBytes(),
 		NumTokens: p.NumTokens, FirstBlock: p.FirstBlock, BlockIDs: p.BlockIDs,
 		TimeoutMS: max(1, time.Until(dl).Milliseconds())}
 	resp, err := c.boot.Pull(ctx, p.Bootstrap, req)
@@ -187,12 +194,16 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 		return failed(bootstrap.CodeIncompatible, "incompatible peer: decode has compatibility %s (protocol %d), prefill engine %s has %s (protocol %d)",
 			req.CompatHash, req.ProtocolVersion, c.cfg.EngineID, c.compat, bootstrap.ProtocolVersion)
 	}
-	if req.TPSize != 1 || req.TPRank != 0 {
-		return failed(bootstrap.CodeIncompatible, "decode tp %d/%d: this prefill engine has tp_size 1 (different TP sizes are not supported yet)", req.TPRank, req.TPSize)
+	if req.KVLayout != kvcache.BlockLayout {
+		return failed(bootstrap.CodeIncompatible, "decode KV layout %q, prefill engine %s has %q", req.KVLayout, c.cfg.EngineID, kvcache.BlockLayout)
 	}
-	if len(req.BlockIDs) > 0 && (req.BlockBytes != c.layout.BlockBytes() || len(req.LayerAddrs) != len(c.localBases)) {
-		return failed(bootstrap.CodeIncompatible, "decode block %d bytes x %d layers, prefill %d x %d",
-			req.BlockBytes, len(req.LayerAddrs), c.layout.BlockBytes(), len(c.localBases))
+	if c.layout.NumKVHeads%req.TPSize != 0 {
+		return failed(bootstrap.CodeIncompatible, "decode tp_size %d does not divide the %d KV heads", req.TPSize, c.layout.NumKVHeads)
+	}
+	if want := c.layout.NumKVHeads / req.TPSize * c.layout.HeadBytes(); len(req.BlockIDs) > 0 &&
+		(req.BlockBytes != want || len(req.LayerAddrs) != max(1, req.TPRanks)*c.layout.NumLayers) {
+		return failed(bootstrap.CodeIncompatible, "decode block %d bytes x %d layer regions for %d of %d TP ranks, prefill expects %d bytes x %d layers per rank",
+			req.BlockBytes, len(req.LayerAddrs), max(1, req.TPRanks), req.TPSize, want, c.layout.NumLayers)
 	}
 	// A stopping connector answers its pulls at once.
 	ctx, done, running := c.track(ctx)
@@ -270,9 +281,19 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 	if err != nil {
 		return failed(bootstrap.CodeTransfer, "open decode segment %s: %v", req.Segment, err)
 	}
-	reqs, err := PlanWrites(seg, c.localBases, req.LayerAddrs, c.layout.BlockBytes(), blocks[req.FirstBlock:need], req.BlockIDs)
+	ranks := max(1, req.TPRanks)
+	dst := Side{FirstRank: req.TPRank, RankHeads: c.layout.NumKVHeads / req.TPSize}
+	for r := range ranks {
+		dst.Bases = append(dst.Bases, req.LayerAddrs[r*c.layout.NumLayers:(r+1)*c.layout.NumLayers])
+	}
+	src := Side{Bases: c.localBases, RankHeads: c.layout.RankHeads()}
+	byLayer, err := PlanWrites(seg, src, dst, c.layout.HeadBytes(), blocks[req.FirstBlock:need], req.BlockIDs)
 	if err != nil {
 		return failed(bootstrap.CodeBadRequest, "%v", err)
+	}
+	var reqs []transfer.Request
+	for _, l := range byLayer {
+		reqs = append(reqs, l...)
 	}
 	// A decode restarted under the same segment name, or one that
 	// registered memory since the engine looked, is the transfer engine's
@@ -286,7 +307,7 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 		}
 		return failed(code, "write %d blocks to %s: %v", len(req.BlockIDs), req.Segment, err)
 	}
-	n := int64(len(req.BlockIDs) * c.layout.BlockBytes() * len(c.localBases))
+	n := int64(len(req.BlockIDs) * dst.RankHeads * ranks * c.layout.HeadBytes() * c.layout.NumLayers)
 	el := time.Since(start)
 	c.m.pushBytes.Add(float64(n))
 	c.m.pushSecs.Observe(el.Seconds())

@@ -6,38 +6,112 @@ import (
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
-// PlanWrites builds the transfer requests that copy blocks src[i] of the
-// local layer regions (base addresses srcLayers) to blocks dst[i] of the
-// remote ones (dstLayers) on segment seg: one WRITE per run of consecutive
-// (src, dst) pairs per layer, so a prompt whose blocks are contiguous on
-// both sides moves with one request per layer.
-func PlanWrites(seg transfer.SegmentID, srcLayers []uintptr, dstLayers []uint64, blockBytes int, src, dst []int) ([]transfer.Request, error) {
-	if len(src) != len(dst) {
-		return nil, fmt.Errorf("pdconnector: %d source blocks for %d destination blocks", len(src), len(dst))
+// Side is one engine's KV memory as the write planner sees it: the base
+// address of every layer region of some of its tensor-parallel ranks, and
+// how many KV heads each rank holds. Bases[i] is rank FirstRank+i, which
+// holds the global heads [(FirstRank+i)*RankHeads, (FirstRank+i+1)*RankHeads).
+// Blocks are head major (kvcache.Layout): a block of a rank's region is
+// RankHeads*headBytes bytes, head after head.
+type Side struct {
+	Bases     [][]uint64 // [rank][layer]
+	FirstRank int
+	RankHeads int
+}
+
+func (s Side) check(what string, layer int) error {
+	if s.RankHeads <= 0 || len(s.Bases) == 0 {
+		return fmt.Errorf("pdconnector: %s side has no ranks or heads", what)
 	}
-	if len(srcLayers) != len(dstLayers) {
-		return nil, fmt.Errorf("pdconnector: %d local layers, %d remote layers", len(srcLayers), len(dstLayers))
+	for i, b := range s.Bases {
+		if layer < 0 || layer >= len(b) {
+			return fmt.Errorf("pdconnector: %s rank %d has %d layers, no layer %d", what, s.FirstRank+i, len(b), layer)
+		}
+	}
+	return nil
+}
+
+// PlanLayerWrites builds the WRITE requests that copy layer's blocks
+// srcBlocks[i] of the local side src to blocks dstBlocks[i] of the remote
+// side dst on segment seg, each destination rank getting exactly its heads
+// from the source ranks that hold them (any TP on either side). Requests
+// are contiguous byte runs: for every pair of (source rank, destination
+// rank) whose heads overlap, and every run of consecutive (source,
+// destination) block pairs, one request for the whole run when the overlap
+// is every head of both ranks (equal TP), else one per block of the run
+// for the overlapping head range (a head range of one block is contiguous).
+// Never one per token slot. Requests are ordered by destination rank,
+// source rank, then block.
+func PlanLayerWrites(seg transfer.SegmentID, src, dst Side, headBytes int, srcBlocks, dstBlocks []int, layer int) ([]transfer.Request, error) {
+	if len(srcBlocks) != len(dstBlocks) {
+		return nil, fmt.Errorf("pdconnector: %d source blocks for %d destination blocks", len(srcBlocks), len(dstBlocks))
+	}
+	if err := src.check("local", layer); err != nil {
+		return nil, err
+	}
+	if err := dst.check("remote", layer); err != nil {
+		return nil, err
+	}
+	if headBytes <= 0 {
+		return nil, fmt.Errorf("pdconnector: head bytes %d", headBytes)
 	}
 	var runs [][3]int // src start, dst start, length
-	for i := 0; i < len(src); {
+	for i := 0; i < len(srcBlocks); {
 		j := i + 1
-		for j < len(src) && src[j] == src[j-1]+1 && dst[j] == dst[j-1]+1 {
+		for j < len(srcBlocks) && srcBlocks[j] == srcBlocks[j-1]+1 && dstBlocks[j] == dstBlocks[j-1]+1 {
 			j++
 		}
-		runs = append(runs, [3]int{src[i], dst[i], j - i})
+		runs = append(runs, [3]int{srcBlocks[i], dstBlocks[i], j - i})
 		i = j
 	}
-	reqs := make([]transfer.Request, 0, len(runs)*len(srcLayers))
-	for l := range srcLayers {
-		for _, r := range runs {
-			reqs = append(reqs, transfer.Request{
-				Op:      transfer.OpWrite,
-				Local:   srcLayers[l] + uintptr(r[0]*blockBytes),
-				Segment: seg,
-				Remote:  dstLayers[l] + uint64(r[1]*blockBytes),
-				Length:  r[2] * blockBytes,
-			})
+	sbb, dbb := src.RankHeads*headBytes, dst.RankHeads*headBytes
+	var reqs []transfer.Request
+	for j, dBases := range dst.Bases {
+		d0 := (dst.FirstRank + j) * dst.RankHeads
+		for i, sBases := range src.Bases {
+			s0 := (src.FirstRank + i) * src.RankHeads
+			a, b := max(d0, s0), min(d0+dst.RankHeads, s0+src.RankHeads)
+			if a >= b {
+				continue
+			}
+			sOff, dOff, n := (a-s0)*headBytes, (a-d0)*headBytes, (b-a)*headBytes
+			for _, r := range runs {
+				if n == sbb && n == dbb {
+					reqs = append(reqs, transfer.Request{Op: transfer.OpWrite,
+						Local: uintptr(sBases[layer]) + uintptr(r[0]*sbb), Segment: seg,
+						Remote: dBases[layer] + uint64(r[1]*dbb), Length: r[2] * n})
+					continue
+				}
+				for k := 0; k < r[2]; k++ {
+					reqs = append(reqs, transfer.Request{Op: transfer.OpWrite,
+						Local: uintptr(sBases[layer]) + uintptr((r[0]+k)*sbb+sOff), Segment: seg,
+						Remote: dBases[layer] + uint64((r[1]+k)*dbb+dOff), Length: n})
+				}
+			}
 		}
 	}
 	return reqs, nil
+}
+
+// PlanWrites is PlanLayerWrites for every layer of the local side: the
+// result's element l holds layer l's requests, so a push may send the
+// whole request at once or each layer as soon as it is computed.
+func PlanWrites(seg transfer.SegmentID, src, dst Side, headBytes int, srcBlocks, dstBlocks []int) ([][]transfer.Request, error) {
+	if len(src.Bases) == 0 {
+		return nil, fmt.Errorf("pdconnector: local side has no ranks")
+	}
+	layers := len(src.Bases[0])
+	for _, b := range dst.Bases {
+		if len(b) != layers {
+			return nil, fmt.Errorf("pdconnector: %d local layers, %d remote layers", layers, len(b))
+		}
+	}
+	out := make([][]transfer.Request, layers)
+	for l := range out {
+		reqs, err := PlanLayerWrites(seg, src, dst, headBytes, srcBlocks, dstBlocks, l)
+		if err != nil {
+			return nil, err
+		}
+		out[l] = reqs
+	}
+	return out, nil
 }

@@ -120,7 +120,8 @@ type Connector struct {
 
 	// step-goroutine state
 	kv        engine.KVCaches
-	prefix    string // KeyPrefix + compat hash + "/"
+	regions   *kvcache.Regions // kv's regions: blocks in their TP-independent form
+	prefix    string           // KeyPrefix + compat hash + "/"
 	pending   []*load
 	meta      *stepMeta
 	backUntil time.Time
@@ -365,12 +366,15 @@ func remove(ids []string, id string) []string {
 
 // ---- worker half ----
 
-// RegisterKVCaches records the layout; keys are scoped by its compat hash.
+// RegisterKVCaches records the layout; keys are scoped by its compat hash
+// (which leaves out the TP size: objects hold blocks in their
+// TP-independent form, so engines of any TP share them).
 func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
-	if len(kv.Layers) != kv.Layout.NumLayers || kv.Layout.BlockSize <= 0 {
-		return fmt.Errorf("%w: KV caches do not match their layout", ErrInvalid)
+	r, err := kv.Regions()
+	if err != nil {
+		return fmt.Errorf("%w: KV caches do not match their layout: %w", ErrInvalid, err)
 	}
-	c.kv = kv
+	c.kv, c.regions = kv, r
 	c.prefix = c.cfg.KeyPrefix + kv.Compat.Hash() + "/"
 	return nil
 }
@@ -408,7 +412,7 @@ func (c *Connector) runLoad(ctx context.Context, l *load) {
 		keys[i] = c.key(h)
 	}
 	vals, errs := c.cfg.Store.BatchGet(ctx, keys)
-	bb, nl := c.kv.Layout.BlockBytes(), len(c.kv.Layers)
+	bb, nl := c.kv.Layout.FullBlockBytes(), c.kv.Layout.NumLayers
 	var bad []int
 	loaded := 0
 	for i, id := range l.blocks {
@@ -416,8 +420,8 @@ func (c *Connector) runLoad(ctx context.Context, l *load) {
 			bad = append(bad, id)
 			continue
 		}
-		for layer, region := range c.kv.Layers {
-			copy(region[id*bb:(id+1)*bb], vals[i][layer*bb:(layer+1)*bb])
+		for layer := range nl {
+			_ = c.regions.WriteBlock(layer, id, vals[i][layer*bb:(layer+1)*bb]) // the length is checked above
 		}
 		loaded++
 	}
@@ -455,7 +459,7 @@ func (c *Connector) WaitForSave(context.Context) error {
 	if c.meta == nil || len(c.meta.saves) == 0 {
 		return nil
 	}
-	bb := c.kv.Layout.BlockBytes()
+	bb := c.kv.Layout.FullBlockBytes()
 	b := saveBatch{}
 	seen := map[kvcache.BlockHash]bool{}
 	for _, s := range c.meta.saves {
@@ -463,9 +467,9 @@ func (c *Connector) WaitForSave(context.Context) error {
 			continue
 		}
 		seen[s.hash] = true
-		v := make([]byte, 0, bb*len(c.kv.Layers))
-		for _, region := range c.kv.Layers {
-			v = append(v, region[s.block*bb:(s.block+1)*bb]...)
+		v := make([]byte, 0, bb*c.kv.Layout.NumLayers)
+		for layer := range c.kv.Layout.NumLayers {
+			v = c.regions.ReadBlock(v, layer, s.block)
 		}
 		b.hashes = append(b.hashes, s.hash)
 		b.values = append(b.values, v)

@@ -498,3 +498,36 @@ func TestSaveQueueBounded(t *testing.T) {
 	}
 	a.idle(t)
 }
+
+// TestBlocksAcrossTP: blocks are stored in their TP-independent form under
+// a key without the TP size, so a TP 2 engine loads what a TP 4 engine
+// saved (model tiny-tp, 4 KV heads) and generates the colocated TP 1
+// output.
+func TestBlocksAcrossTP(t *testing.T) {
+	checkLeaks(t)
+	c := newCluster(t)
+	m, err := model.NewBuiltin("tiny-tp", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withTP := func(tp int) func(*engine.Config) { return func(e *engine.Config) { e.Model, e.TP = m, tp } }
+	base := startEngine(t, nil, nil, withTP(1))
+	p := prompt(100, 3)
+	want, _ := base.generate(t, "ref", p, 8)
+	a := startEngine(t, storeClient(t, c), nil, withTP(4))
+	if got, _ := a.generate(t, "a", p, 8); !slices.Equal(got, want) {
+		t.Fatalf("tp 4 engine differs from colocated tp 1: %v vs %v", got, want)
+	}
+	a.flush(t)
+	b := startEngine(t, storeClient(t, c), nil, withTP(2))
+	got, out := b.generate(t, "b", p, 8)
+	if !slices.Equal(got, want) {
+		t.Fatalf("tp 2 engine loading tp 4's blocks differs from colocated: %v vs %v", got, want)
+	}
+	if s := b.conn.Stats(); s.LoadedTokens != 96 || out.NumCachedTokens != 96 {
+		t.Fatalf("tp 2 engine loaded %+v (cached %d), want 96 tokens", s, out.NumCachedTokens)
+	}
+	a.idle(t)
+	b.idle(t)
+	base.idle(t)
+}

@@ -8,15 +8,18 @@
 // # Keys and objects
 //
 // One store object per full block, holding every layer: the block's bytes
-// of layer 0 (K half then V half, as in the engine's KV memory), then layer
-// 1's, and so on (NumLayers * Layout.BlockBytes() bytes). The key is
+// of layer 0 in its TP-independent form (head major over every KV head,
+// each head's K then V: what a TP 1 engine holds; a TP N engine's ranks'
+// blocks concatenated in rank order, kvcache.Regions.ReadBlock), then layer
+// 1's, and so on (NumLayers * Layout.FullBlockBytes() bytes). The key is
 //
 //	KeyPrefix + Compat.Hash() + "/" + <block hash, 64 hex digits>
 //
 // (KeyPrefix defaults to "mooncake/kv/"). The block hash is the chained
 // SHA-256 of docs/kv-block-identity.md (salted with the request's
 // cache_salt), so equal keys mean equal prefixes; the compat hash scopes
-// keys to one model, weights, dtype and block size. One object per block
+// keys to one model, weights, dtype and block size, not the TP size: engines
+// of any TP share the objects. One object per block
 // rather than per (block, layer) makes NumLayers times fewer objects,
 // master calls and replica lookups.
 //

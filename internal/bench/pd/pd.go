@@ -29,6 +29,10 @@ type Config struct {
 	Requests     int    // requests per size and mode (>= 1; medians are reported)
 	OutputTokens int    // tokens generated per request (>= 2)
 	Seed         uint64 // weight and prompt seed
+	// PrefillTP and DecodeTP are the tensor-parallel sizes of the prefill
+	// and decode engines (0 = 1; each must divide the model's KV heads:
+	// tiny-tp splits across 4). The colocated engine runs TP 1.
+	PrefillTP, DecodeTP int
 }
 
 // Validate checks the run before anything starts.
@@ -44,8 +48,16 @@ func (c Config) Validate() error {
 	if c.Requests < 1 || c.OutputTokens < 2 {
 		return errors.New("--requests must be >= 1 and --output-tokens >= 2")
 	}
-	_, err := model.Builtin(c.Model)
-	return err
+	mc, err := model.Builtin(c.Model)
+	if err != nil {
+		return err
+	}
+	for _, tp := range []int{max(1, c.PrefillTP), max(1, c.DecodeTP)} {
+		if err := mc.CheckTP(tp); err != nil {
+			return fmt.Errorf("--prefill-tp/--decode-tp: %w", err)
+		}
+	}
+	return nil
 }
 
 // Sample is one streamed request's figures (or the medians of several).
@@ -82,6 +94,7 @@ type Result struct {
 	Layers, KVHeads, HeadDim int
 	KVBytesPerToken          int
 	Requests, OutputTokens   int
+	PrefillTP, DecodeTP      int
 	Engine                   EngineFigure
 	Sizes                    []SizeResult
 }
@@ -114,14 +127,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer col.Close()
-	c, err := cluster.Up(ctx, cluster.Config{Model: m, Tokenizer: tokenizer.ByteLevel{}, Instance: inst, Logger: log})
+	c, err := cluster.Up(ctx, cluster.Config{Model: m, Tokenizer: tokenizer.ByteLevel{}, Instance: inst, Logger: log,
+		PrefillTP: max(1, cfg.PrefillTP), DecodeTP: max(1, cfg.DecodeTP)})
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
 	bpt := 2 * mc.NumKeyValueHeads * mc.Dim() * 4 * mc.NumHiddenLayers
 	res := &Result{Model: cfg.Model, Layers: mc.NumHiddenLayers, KVHeads: mc.NumKeyValueHeads, HeadDim: mc.Dim(),
-		KVBytesPerToken: bpt, Requests: cfg.Requests, OutputTokens: cfg.OutputTokens}
+		KVBytesPerToken: bpt, Requests: cfg.Requests, OutputTokens: cfg.OutputTokens,
+		PrefillTP: max(1, cfg.PrefillTP), DecodeTP: max(1, cfg.DecodeTP)}
 
 	// The transfer engine's own throughput, same transport, same process:
 	// one WRITE per layer of the 2048-token (or largest) KV size.

@@ -17,6 +17,7 @@ func TestValidate(t *testing.T) {
 		"requests": func(c *Config) { c.Requests = 0 },
 		"tokens":   func(c *Config) { c.OutputTokens = 1 },
 		"model":    func(c *Config) { c.Model = "huge" },
+		"tp":       func(c *Config) { c.DecodeTP = 4 }, // tiny has 2 KV heads
 	} {
 		c := ok
 		mut(&c)
@@ -51,5 +52,20 @@ func TestRun(t *testing.T) {
 		if s.Disagg.Bytes != float64(s.Tokens*r.KVBytesPerToken) || s.PrefillMS <= 0 || s.SameGBps <= 0 {
 			t.Errorf("%d tokens: %+v", s.Tokens, s)
 		}
+	}
+}
+
+// TestRunTP: prefill TP 4 to decode TP 2 (tiny-tp): the whole KV moves,
+// with one write request per block, layer and overlapping rank pair.
+func TestRunTP(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := Run(ctx, Config{Model: "tiny-tp", Sizes: []int{64}, Requests: 1, OutputTokens: 3, Seed: 1, PrefillTP: 4, DecodeTP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := r.Sizes[0]
+	if r.PrefillTP != 4 || r.DecodeTP != 2 || s.Disagg.Bytes != float64(64*r.KVBytesPerToken) || s.Disagg.WriteReqs != 2*4*4 || s.WriteGBps <= 0 {
+		t.Fatalf("result %+v, size %+v", r, s)
 	}
 }
