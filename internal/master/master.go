@@ -184,6 +184,8 @@ type Master struct {
 	disk     map[string]*diskCopy
 	offload  bool // evictLocked runs for the watermark: offload to disk where enabled
 
+	tasks *taskTable // copy and move tasks (tasks.go), built on first use
+
 	listKeys  []string  // sorted snapshot of the keys for List pagination
 	listBuilt time.Time // when listKeys was taken
 }
