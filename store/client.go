@@ -24,7 +24,7 @@ import (
 // serviceConfig makes master calls wait for a connection (bounded by the
 // call's deadline) and retry when the master was unreachable, as after a
 // master restart.
-const serviceConfig = `{"methodConfig":[{"name":[{"service":"mooncake.store.v1.MasterService"}],
+const serviceConfig = `{"methodConfig":[{"name":[{"service":"mooncake.store.v1.MasterService"},{"service":"mooncake.store.v1.MasterTasks"}],
  "waitForReady":true,
  "retryPolicy":{"maxAttempts":4,"initialBackoff":"0.02s","maxBackoff":"0.5s","backoffMultiplier":2,
   "retryableStatusCodes":["UNAVAILABLE"]}}]}`
@@ -99,6 +99,7 @@ type Client struct {
 	onDisk       []*pb.HeldObject // objects offloaded to the disk tier, to report in the next ping
 	pingFailures int              // consecutive failed pings
 	lastPingOK   time.Time        // last successful ping (or mount)
+	taskBusy     atomic.Bool      // copy/move tasks are running (tasks.go)
 }
 
 // Health is the client's view of its link to the master.
@@ -383,6 +384,9 @@ func (c *Client) pingLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PingInterval+c.cfg.RPCTimeout)
 		stopPing := context.AfterFunc(c.stopCtx, cancel) // Close interrupts a ping stuck on a dead master
 		err := c.ping(ctx)
+		if err == nil {
+			c.pollTasks(ctx)
+		}
 		c.mu.Lock()
 		if err != nil {
 			c.pingFailures++
