@@ -101,14 +101,20 @@ type task struct {
 
 type taskTable struct {
 	all      map[TaskID]*task
+	active   map[TaskID]*task    // PENDING and PROCESSING: what expiry looks at
 	pending  map[string][]TaskID // client -> queue
 	finished []TaskID            // oldest first
 	npending int
+	expired  time.Time // last expiry scan
 }
+
+// taskExpiryEvery bounds how often the task calls scan the active tasks
+// for missed deadlines (each call would otherwise pay for all of them).
+const taskExpiryEvery = 100 * time.Millisecond
 
 func (m *Master) tasksLocked() *taskTable {
 	if m.tasks == nil {
-		m.tasks = &taskTable{all: map[TaskID]*task{}, pending: map[string][]TaskID{}}
+		m.tasks = &taskTable{all: map[TaskID]*task{}, active: map[TaskID]*task{}, pending: map[string][]TaskID{}}
 	}
 	return m.tasks
 }
@@ -205,6 +211,7 @@ func (m *Master) submitLocked(typ TaskType, key string, src *segment, targets []
 	t := &task{Task: Task{ID: m.newTaskIDLocked(tt), Type: typ, Status: TaskPending, Key: key, Source: src.spec.Name,
 		Targets: targets, Client: src.client, Created: now, Updated: now}}
 	tt.all[t.ID] = t
+	tt.active[t.ID] = t
 	tt.pending[t.Client] = append(tt.pending[t.Client], t.ID)
 	tt.npending++
 	return t.ID, nil
@@ -236,8 +243,11 @@ func (m *Master) FetchTasks(clientID string, max int) []TaskAssignment {
 	now := m.clock.Now()
 	tt := m.tasksLocked()
 	m.expireTasksLocked(now)
-	var out []TaskAssignment
 	queue := tt.pending[clientID]
+	if len(queue) == 0 {
+		return nil // the common case: every segment owner asks after each ping
+	}
+	var out []TaskAssignment
 	var keep []TaskID
 	for _, id := range queue {
 		t := tt.all[id]
@@ -407,6 +417,7 @@ func (m *Master) releaseTargetsLocked(t *task, now time.Time, late bool) {
 func (m *Master) finishLocked(t *task, st TaskStatus, msg string, now time.Time) {
 	tt := m.tasksLocked()
 	t.Status, t.Message, t.Updated = st, msg, now
+	delete(tt.active, t.ID)
 	tt.finished = append(tt.finished, t.ID)
 	for len(tt.finished) > MaxFinishedTasks {
 		delete(tt.all, tt.finished[0])
@@ -418,10 +429,11 @@ func (m *Master) finishLocked(t *task, st TaskStatus, msg string, now time.Time)
 // clients that were dropped.
 func (m *Master) expireTasksLocked(now time.Time) {
 	tt := m.tasks
-	if tt == nil || len(tt.all) == 0 {
+	if tt == nil || len(tt.active) == 0 || now.Sub(tt.expired) < taskExpiryEvery {
 		return
 	}
-	for _, t := range tt.all {
+	tt.expired = now
+	for _, t := range tt.active {
 		_, alive := m.clients[t.Client]
 		switch {
 		case t.Status == TaskPending && (!alive || now.Sub(t.Created) > TaskPendingTimeout):

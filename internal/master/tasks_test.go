@@ -217,3 +217,40 @@ func TestTaskLimitAndHistory(t *testing.T) {
 		t.Fatalf("draining target: %v", err)
 	}
 }
+
+func TestFinishedTasksForgottenOldestFirst(t *testing.T) {
+	m, clk := newTestMaster(t, Config{}, map[string]uint64{"a": 1 << 20, "b": 1 << 20})
+	mustPut(t, m, "k", 1000, ReplicateConfig{PreferredSegments: []string{"a"}})
+	var ids []TaskID
+	for _, n := range []int{6000, 5000} {
+		for range n {
+			id, err := m.CreateCopyTask("k", []string{"b"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		clk.Advance(TaskPendingTimeout + time.Second) // all fail unfetched
+		if _, err := m.QueryTask(ids[len(ids)-1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forgotten := 0
+	for i, id := range ids {
+		_, err := m.QueryTask(id)
+		switch {
+		case errors.Is(err, ErrTaskNotFound) && i < 6000:
+			forgotten++
+		case err != nil:
+			t.Fatalf("task %d: %v", i, err)
+		}
+	}
+	if forgotten != len(ids)-MaxFinishedTasks {
+		t.Fatalf("%d of the first batch forgotten, want %d", forgotten, len(ids)-MaxFinishedTasks)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.tasks.all); n != MaxFinishedTasks || len(m.tasks.active) != 0 || m.tasks.npending != 0 {
+		t.Fatalf("table holds %d tasks, %d active, %d pending", n, len(m.tasks.active), m.tasks.npending)
+	}
+}
