@@ -76,4 +76,3 @@ func taskToPB(t Task) *pb.TaskInfo {
 	return &pb.TaskInfo{Id: taskIDToPB(t.ID), Type: int32(t.Type), Status: int32(t.Status), Key: t.Key, Source: t.Source,
 		Targets: t.Targets, Client: t.Client, CreatedUnixMs: unixMs(t.Created), UpdatedUnixMs: unixMs(t.Updated), Message: t.Message}
 }
-
