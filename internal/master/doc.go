@@ -15,10 +15,12 @@
 // lease.go (reads: GetReplicaList grants leases, Query and Exist do not),
 // remove.go, evict.go, list.go, stats.go, restore.go (durable metadata:
 // Restore, tombstones, Heartbeat), disk.go (the nodes' disk tiers: offload
-// tombstones, disk copies, DiskSync) and events.go (EventSink).
+// tombstones, disk copies, DiskSync), events.go (EventSink),
+// replicaclear.go (BatchReplicaClear) and tasks.go (copy and move tasks:
+// CreateCopyTask, CreateMoveTask, QueryTask, FetchTasks, FinishTask).
 //
-// Server (server.go) is the process shell: the gRPC service (service.go,
-// MasterService in internal/storepb), the HTTP admin/metrics API
+// Server (server.go) is the process shell: the gRPC services (service.go,
+// MasterService, and taskservice.go, MasterTasks, in internal/storepb), the HTTP admin/metrics API
 // (admin.go, written with internal/httpjson) and the ticker that drives
 // Tick. NewServer builds it without binding or starting anything;
 // Run(ctx, grpcLn, httpLn) serves on listeners the caller owns until ctx
@@ -67,6 +69,14 @@
 //   - Events (events.go): an optional EventSink hears Stored/Removed per
 //     tier (Mooncake's enable_kv_events).
 //   - List (not in Mooncake): keys by prefix in key order with a cursor.
+//   - Replica clear (Mooncake's BatchReplicaClear): a client drops the
+//     replicas of keys it put, all of them or those on one segment, skipping
+//     keys in use (leased, or accessed within LeaseTTL) and unfinished ones.
+//   - Copy and move tasks (Mooncake's task manager): a task is assigned to
+//     the client owning the source segment, which fetches it (the target
+//     space is allocated then), copies the bytes and finishes it; the
+//     replicas are added only if the object is still the version copied.
+//     Deadlines, retries and limits are Mooncake's defaults (tasks.go).
 //
 // Errors are sentinels (ErrObjectNotFound, ...) wrapped with context; they
 // are defined in internal/storeerr, shared with the store client, and Code
