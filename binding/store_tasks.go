@@ -4,15 +4,24 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/kvcache-go/mooncake/internal/dummyclient"
 	"github.com/kvcache-go/mooncake/store"
 )
 
 // Replica clear and copy/move tasks (Mooncake's batch_replica_clear,
-// create_copy_task, create_move_task, query_task) for a store client that
-// talks to the master itself. A dummy client has no master connection of
-// its own: these calls answer NOT_SUPPORTED there.
+// create_copy_task, create_move_task, query_task). A dummy client forwards
+// the task calls to its real client, as Mooncake's does; its replica clear
+// answers NOT_SUPPORTED (Mooncake's dummy answers an empty list).
 
 const codeNotSupported = -1012
+
+func init() {
+	codeTable = append(codeTable,
+		codeMapping{store.ErrTaskNotFound, -1400},
+		codeMapping{store.ErrTaskLimit, -1401},
+		codeMapping{store.ErrUnavailable, -1010},
+	)
+}
 
 // errNotSupported carries Mooncake's NOT_SUPPORTED code.
 type errNotSupported string
@@ -20,20 +29,28 @@ type errNotSupported string
 func (e errNotSupported) Error() string     { return string(e) }
 func (e errNotSupported) MooncakeCode() int { return codeNotSupported }
 
-// taskClient is the part of *store.Client these calls use.
-type taskClient interface {
+// replicaClearer is the store client's replica clear.
+type replicaClearer interface {
 	BatchReplicaClear(ctx context.Context, keys []string, segment string) ([]string, error)
+}
+
+// taskClient is the part of the store client (or dummy client) the task calls use.
+type taskClient interface {
 	CreateCopyTask(ctx context.Context, key string, targets []string) (store.TaskID, error)
 	CreateMoveTask(ctx context.Context, key, source, target string) (store.TaskID, error)
 	QueryTask(ctx context.Context, id store.TaskID) (store.Task, error)
 }
 
-var _ taskClient = (*store.Client)(nil)
+var (
+	_ replicaClearer = (*store.Client)(nil)
+	_ taskClient     = (*store.Client)(nil)
+	_ taskClient     = (*dummyclient.Client)(nil)
+)
 
 func (s *storeState) taskClient(op string) (taskClient, error) {
 	tc, ok := s.c.(taskClient)
 	if !ok {
-		return nil, errNotSupported(op + " is not available to a dummy client")
+		return nil, errNotSupported(op + " is not available to this client")
 	}
 	return tc, nil
 }
@@ -43,13 +60,13 @@ func (s *storeState) replicaClear(keys []string, segment string) ([]byte, error)
 	if len(keys) == 0 {
 		return []byte("[]"), nil
 	}
-	tc, err := s.taskClient("batch_replica_clear")
-	if err != nil {
-		return nil, err
+	rc, ok := s.c.(replicaClearer)
+	if !ok {
+		return nil, errNotSupported("batch_replica_clear is not available to a dummy client")
 	}
 	ctx, cancel := s.ctx(0)
 	defer cancel()
-	cleared, err := tc.BatchReplicaClear(ctx, keys, segment)
+	cleared, err := rc.BatchReplicaClear(ctx, keys, segment)
 	if err != nil {
 		return nil, err
 	}

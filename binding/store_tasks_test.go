@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/dummyclient"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 )
@@ -64,5 +66,60 @@ func TestStoreTasksInProcess(t *testing.T) {
 		if got := codeOf(tc.err); got != tc.code {
 			t.Errorf("%s: code %d (%v), want %d", tc.name, got, tc.err, tc.code)
 		}
+	}
+}
+
+// TestStoreTasksDummy: a dummy client's task calls go to its real client;
+// its replica clear answers NOT_SUPPORTED.
+func TestStoreTasksDummy(t *testing.T) {
+	real := inProcessStore(t)
+	addr := "binding-test-" + t.Name()
+	srv, err := dummyclient.New(dummyclient.Config{Addr: addr, Store: real.c.(*store.Client), Name: real.hostname()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	d, err := openDummy(t.Context(), 4<<20, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+
+	if err := d.put("dk", []byte("dummy value"), ""); err != nil {
+		t.Fatal(err)
+	}
+	info, err := real.c.Stat(t.Context(), "dk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := d.createCopyTask("dk", []string{info.Replicas[0].Segment})
+	if err != nil || id == (store.TaskID{}) {
+		t.Fatalf("copy task through a dummy: %v %v", id, err)
+	}
+	raw, err := d.queryTask(id)
+	var task taskJSON
+	if err != nil || json.Unmarshal(raw, &task) != nil || task.Key != "dk" || task.Hi != id.Hi || task.Lo != id.Lo {
+		t.Fatalf("query through a dummy: %s %v", raw, err)
+	}
+	if _, err := d.queryTask(store.TaskID{Hi: 5, Lo: 5}); codeOf(err) != -1400 {
+		t.Fatalf("unknown task through a dummy: %v (code %d)", err, codeOf(err))
+	}
+	if _, err := d.createMoveTask("dk", "a", "a"); codeOf(err) != codeInvalidParams {
+		t.Fatalf("bad move through a dummy: %v (code %d)", err, codeOf(err))
+	}
+	if _, err := d.replicaClear([]string{"dk"}, ""); codeOf(err) != codeNotSupported {
+		t.Fatalf("replica clear on a dummy: %v", err)
 	}
 }
