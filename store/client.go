@@ -39,6 +39,7 @@ type PutOptions struct {
 	promoteSeq        uint64        // promotion of this disk copy version (internal)
 	Upsert            bool          // overwrite an existing value instead of failing with ErrExists
 	PreferLocal       bool          // first replica on this client's own segment (Mooncake's prefer_alloc_in_same_node)
+	KeepSoftPin       bool          // an upsert keeps the key's current soft pin (Mooncake's SoftPinAction PRESERVE)
 }
 
 // Replica is where one copy of an object lives.
@@ -423,7 +424,7 @@ func (c *Client) rcToPB(o PutOptions) *pb.ReplicateConfig {
 		pref = append([]string{c.segmentSpec.Name}, pref...)
 	}
 	return &pb.ReplicateConfig{Replicas: int32(n), PreferredSegments: pref, SoftPin: o.SoftPin,
-		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin, PromoteSeq: o.promoteSeq}
+		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin, PromoteSeq: o.promoteSeq, KeepSoftPin: o.KeepSoftPin}
 }
 
 // Put stores value under key with the default options. A put of an

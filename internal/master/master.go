@@ -31,6 +31,7 @@ type ReplicateConfig struct {
 	SoftPinTTL        time.Duration // soft pin duration (0 = Config.SoftPinTTL)
 	HardPin           bool          // never evicted
 	PromoteSeq        uint64        // promotion of the disk copy of this version: refused once it is gone
+	KeepSoftPin       bool          // PRESERVE: an upsert keeps the key's soft pin (softpin.go)
 }
 
 // Replica is where one copy of an object lives.

@@ -427,6 +427,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             "preferred_segments": config.segments(),
             "prefer_alloc_in_same_node": bool(config.prefer_alloc_in_same_node),
             "upsert": bool(upsert),
+            "keep_soft_pin": config.soft_pin_action == SoftPinAction.PRESERVE,
         }).encode()
 
     def _registered(self, ptr, n):
