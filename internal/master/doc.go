@@ -16,8 +16,10 @@
 // remove.go, evict.go, list.go, stats.go, restore.go (durable metadata:
 // Restore, tombstones, Heartbeat), disk.go (the nodes' disk tiers: offload
 // tombstones, disk copies, DiskSync), events.go (EventSink),
-// replicaclear.go (BatchReplicaClear) and tasks.go (copy and move tasks:
-// CreateCopyTask, CreateMoveTask, QueryTask, FetchTasks, FinishTask).
+// replicaclear.go (BatchReplicaClear), tasks.go (copy and move tasks:
+// CreateCopyTask, CreateMoveTask, QueryTask, FetchTasks, FinishTask) and
+// softpin.go (Mooncake's soft-pin actions on an upsert: ENABLE, DISABLE,
+// PRESERVE).
 //
 // Server (server.go) is the process shell: the gRPC services (service.go,
 // MasterService, and taskservice.go, MasterTasks, in internal/storepb), the HTTP admin/metrics API
