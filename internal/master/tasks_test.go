@@ -254,3 +254,18 @@ func TestFinishedTasksForgottenOldestFirst(t *testing.T) {
 		t.Fatalf("table holds %d tasks, %d active, %d pending", n, len(m.tasks.active), m.tasks.npending)
 	}
 }
+
+// addTaskSpace adds the target space of tasks being executed to used
+// (checkInvariants).
+func addTaskSpace(m *Master, used map[*segment]uint64) {
+	if m.tasks == nil {
+		return
+	}
+	for _, t := range m.tasks.active {
+		for _, r := range t.targets {
+			if m.segments[r.seg.spec.Name] == r.seg {
+				used[r.seg] += r.seg.alloc.Rounded(t.asize)
+			}
+		}
+	}
+}
