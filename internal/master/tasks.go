@@ -233,11 +233,11 @@ func (m *Master) QueryTask(id TaskID) (Task, error) {
 	return out, nil
 }
 
-// FetchTasks hands up to max of clientID's pending tasks to it, each with
+// FetchTasks hands up to limit of clientID's pending tasks to it, each with
 // its target space allocated. Tasks that cannot start fail (the object or
 // the source replica is gone, a target is no longer mounted) or, when the
 // targets have no room, stay pending for a later fetch.
-func (m *Master) FetchTasks(clientID string, max int) []TaskAssignment {
+func (m *Master) FetchTasks(clientID string, limit int) []TaskAssignment {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
@@ -254,7 +254,7 @@ func (m *Master) FetchTasks(clientID string, max int) []TaskAssignment {
 		if t == nil || t.Status != TaskPending {
 			continue
 		}
-		if len(out) >= max {
+		if len(out) >= limit {
 			keep = append(keep, id)
 			continue
 		}
