@@ -10,7 +10,7 @@ import unittest
 from mooncake.store import (UUID, ErrorCode, MooncakeDistributedStore, QueryTaskResponse, ReplicateConfig, TaskStatus,
                             TaskType)
 
-from _support import start_master, start_storage_node, wait_for
+from _support import free_port, start_master, start_storage_node, wait_for
 
 MIB = 1 << 20
 
@@ -136,6 +136,25 @@ class StoreTasksTest(unittest.TestCase):
         self.assertEqual(unset.create_copy_task("k", ["x"])[1], ErrorCode.INVALID_PARAMS)
         self.assertEqual(unset.query_task((1, 2)), (None, ErrorCode.INVALID_PARAMS))
         s.remove("tasks/f", force=True)
+
+    def test_taken_port_falls_back(self):
+        # Mooncake's test_batch_replica_clear sets up a second client on a host:port another
+        # client of the process still holds; Mooncake's engine never binds that port, ours
+        # takes a free one instead of failing.
+        want = "127.0.0.1:%d" % free_port()
+        a, b = MooncakeDistributedStore(), MooncakeDistributedStore()
+        try:
+            self.assertEqual(a.setup(want, "P2PHANDSHAKE", 0, "4MB", "tcp", "", self.addr), 0)
+            self.assertEqual(b.setup(want, "P2PHANDSHAKE", 0, "4MB", "tcp", "", self.addr), 0)
+            self.assertEqual(a.get_hostname(), want)
+            self.assertNotEqual(b.get_hostname(), want)
+            self.assertTrue(b.get_hostname().startswith("127.0.0.1:"))
+            self.assertEqual(b.put("tasks/port", b"v"), 0)
+            self.assertEqual(a.get("tasks/port"), b"v")
+            self.assertEqual(a.remove("tasks/port", force=True), 0)
+        finally:
+            a.close()
+            b.close()
 
 
 if __name__ == "__main__":
