@@ -85,6 +85,17 @@
 // engine accepts registrations nested in a registered range (nestedMover).
 // Other batches run key by key, 8 at a time.
 //
+// # Replica clear and copy/move tasks
+//
+//	int64 mc_store_replica_clear(h, n, keys, segment, void **out) -> JSON array of the keys cleared
+//	int64 mc_store_create_copy_task(h, key, n, targets, uint64 id[2])
+//	int64 mc_store_create_move_task(h, key, source, target, uint64 id[2])
+//	int64 mc_store_query_task(h, id_hi, id_lo, void **out) -> JSON of the task (store_tasks.go)
+//
+// Task failures carry Mooncake's codes (-1400 task not found, -1401 too many
+// pending tasks, -1010 a target being unmounted). A dummy handle forwards the
+// task calls to its real client; its replica clear answers -1012.
+//
 // # Dummy clients
 //
 //	int64 mc_store_open_dummy(pool_size, local_buffer_size, real_client_addr) -> handle

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -112,6 +113,14 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	}
 	cfg.Logger = logger.With("store", a.host)
 	eng, err := transfer.Open(ctx, cfg)
+	if errors.Is(err, syscall.EADDRINUSE) && cfg.RPCPort != 0 {
+		// Mooncake's engine never binds the port of local_hostname (it
+		// takes a free one), so two stores given the same host:port work
+		// there: take a free port too; get_hostname() tells which.
+		logger.Warn("store setup: port taken, using a free one", "local_hostname", a.host, "err", err)
+		cfg.RPCPort = 0
+		eng, err = transfer.Open(ctx, cfg)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ type putConfigJSON struct {
 	PreferredSegments []string `json:"preferred_segments"`
 	SameNode          bool     `json:"prefer_alloc_in_same_node"`
 	Upsert            bool     `json:"upsert"`
+	KeepSoftPin       bool     `json:"keep_soft_pin"` // SoftPinAction PRESERVE
 }
 
 // putOptionsEx parses a put_ex configuration ("" = defaults).
@@ -45,6 +46,7 @@ func putOptionsEx(cfg string) (store.PutOptions, error) {
 	o.PreferredSegments = r.PreferredSegments
 	o.PreferLocal = r.SameNode
 	o.Upsert = r.Upsert
+	o.KeepSoftPin = r.KeepSoftPin && !r.SoftPin
 	return o, nil
 }
 

@@ -24,7 +24,7 @@ import (
 // serviceConfig makes master calls wait for a connection (bounded by the
 // call's deadline) and retry when the master was unreachable, as after a
 // master restart.
-const serviceConfig = `{"methodConfig":[{"name":[{"service":"mooncake.store.v1.MasterService"}],
+const serviceConfig = `{"methodConfig":[{"name":[{"service":"mooncake.store.v1.MasterService"},{"service":"mooncake.store.v1.MasterTasks"}],
  "waitForReady":true,
  "retryPolicy":{"maxAttempts":4,"initialBackoff":"0.02s","maxBackoff":"0.5s","backoffMultiplier":2,
   "retryableStatusCodes":["UNAVAILABLE"]}}]}`
@@ -39,6 +39,7 @@ type PutOptions struct {
 	promoteSeq        uint64        // promotion of this disk copy version (internal)
 	Upsert            bool          // overwrite an existing value instead of failing with ErrExists
 	PreferLocal       bool          // first replica on this client's own segment (Mooncake's prefer_alloc_in_same_node)
+	KeepSoftPin       bool          // an upsert keeps the key's current soft pin (Mooncake's SoftPinAction PRESERVE)
 }
 
 // Replica is where one copy of an object lives.
@@ -99,6 +100,7 @@ type Client struct {
 	onDisk       []*pb.HeldObject // objects offloaded to the disk tier, to report in the next ping
 	pingFailures int              // consecutive failed pings
 	lastPingOK   time.Time        // last successful ping (or mount)
+	taskBusy     atomic.Bool      // copy/move tasks are running (tasks.go)
 }
 
 // Health is the client's view of its link to the master.
@@ -383,6 +385,9 @@ func (c *Client) pingLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PingInterval+c.cfg.RPCTimeout)
 		stopPing := context.AfterFunc(c.stopCtx, cancel) // Close interrupts a ping stuck on a dead master
 		err := c.ping(ctx)
+		if err == nil {
+			c.pollTasks(ctx)
+		}
 		c.mu.Lock()
 		if err != nil {
 			c.pingFailures++
@@ -419,7 +424,7 @@ func (c *Client) rcToPB(o PutOptions) *pb.ReplicateConfig {
 		pref = append([]string{c.segmentSpec.Name}, pref...)
 	}
 	return &pb.ReplicateConfig{Replicas: int32(n), PreferredSegments: pref, SoftPin: o.SoftPin,
-		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin, PromoteSeq: o.promoteSeq}
+		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin, PromoteSeq: o.promoteSeq, KeepSoftPin: o.KeepSoftPin}
 }
 
 // Put stores value under key with the default options. A put of an

@@ -44,6 +44,16 @@
 // node, checks its CRC32C and, when the node asks for promotion on hit,
 // puts it back into memory.
 //
+// # Replica clear and copy/move tasks
+//
+// BatchReplicaClear drops replicas of keys this client put (all, or those
+// on one segment). CreateCopyTask and CreateMoveTask ask the master for a
+// task and return its id at once (QueryTask, WaitTask follow it); the task
+// runs on the client that owns the source segment: every client with a
+// segment fetches its tasks after each ping and copies header and value
+// from its own memory to the targets, CRC32C checked, in one transfer
+// batch (tasks.go).
+//
 // With several masters (`mooncake master --ha`), Config.Master may name the
 // cluster as "etcd://h1:2379;h2:2379[/CLUSTER]": the client then follows the
 // leader elected in etcd (its resolver is package internal/leader), and a

@@ -36,6 +36,11 @@ type request struct {
 	Prefix  string           `json:"prefix,omitempty"`
 	After   string           `json:"after,omitempty"`
 	Limit   int              `json:"limit,omitempty"`
+	// copy/move tasks (tasks.go)
+	Targets []string      `json:"targets,omitempty"`
+	Source  string        `json:"source,omitempty"`
+	Target  string        `json:"target,omitempty"`
+	Task    *store.TaskID `json:"task,omitempty"`
 }
 
 // wireError is an error as it crosses the socket.
@@ -55,6 +60,8 @@ type reply struct {
 	Next    string            `json:"next,omitempty"`
 	Errs    []*wireError      `json:"errs,omitempty"`
 	Segment string            `json:"segment,omitempty"`
+	TaskID  *store.TaskID     `json:"task_id,omitempty"`
+	Task    *store.Task       `json:"task,omitempty"`
 }
 
 // kinds are the store sentinels that have no Mooncake code of their own.

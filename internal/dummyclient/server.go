@@ -275,7 +275,10 @@ func (s *Server) handle(ctx context.Context, p *pool, q *request, data []byte) (
 	case "list":
 		rep.List, rep.Next, err = st.List(ctx, q.Prefix, q.After, q.Limit)
 	default:
-		err = fmt.Errorf("dummyclient: unknown op %q: %w", q.Op, store.ErrInvalid)
+		var ok bool
+		if rep, ok, err = s.handleTask(ctx, q); !ok {
+			err = fmt.Errorf("dummyclient: unknown op %q: %w", q.Op, store.ErrInvalid)
+		}
 	}
 	if err != nil {
 		return reply{Err: toWire(err)}, nil

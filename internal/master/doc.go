@@ -16,13 +16,17 @@
 // remove.go, evict.go, list.go, stats.go, summary.go (state at a glance
 // per tier, for the dashboard), restore.go (durable metadata:
 // Restore, tombstones, Heartbeat), disk.go (the nodes' disk tiers: offload
-// tombstones, disk copies, DiskSync) and events.go (EventSink).
+// tombstones, disk copies, DiskSync), events.go (EventSink),
+// replicaclear.go (BatchReplicaClear), tasks.go (copy and move tasks:
+// CreateCopyTask, CreateMoveTask, QueryTask, FetchTasks, FinishTask) and
+// softpin.go (Mooncake's soft-pin actions on an upsert: ENABLE, DISABLE,
+// PRESERVE).
 //
-// Server (server.go) is the process shell: the gRPC service (service.go,
-// MasterService in internal/storepb), the HTTP admin/metrics API
-// (admin.go, written with internal/httpjson; admin_summary.go is GET
-// /api/summary, the data of the dashboard page internal/dashboard serves
-// at /dashboard/) and the ticker that drives
+// Server (server.go) is the process shell: the gRPC services (service.go,
+// MasterService, and taskservice.go, MasterTasks, in internal/storepb), the
+// HTTP admin/metrics API (admin.go, written with internal/httpjson;
+// admin_summary.go is GET /api/summary, the data of the dashboard page
+// internal/dashboard serves at /dashboard/) and the ticker that drives
 // Tick. NewServer builds it without binding or starting anything;
 // Run(ctx, grpcLn, httpLn) serves on listeners the caller owns until ctx
 // ends (ServerConfig.Listen binds the configured addresses); Start and
@@ -70,6 +74,14 @@
 //   - Events (events.go): an optional EventSink hears Stored/Removed per
 //     tier (Mooncake's enable_kv_events).
 //   - List (not in Mooncake): keys by prefix in key order with a cursor.
+//   - Replica clear (Mooncake's BatchReplicaClear): a client drops the
+//     replicas of keys it put, all of them or those on one segment, skipping
+//     keys in use (leased, or accessed within LeaseTTL) and unfinished ones.
+//   - Copy and move tasks (Mooncake's task manager): a task is assigned to
+//     the client owning the source segment, which fetches it (the target
+//     space is allocated then), copies the bytes and finishes it; the
+//     replicas are added only if the object is still the version copied.
+//     Deadlines, retries and limits are Mooncake's defaults (tasks.go).
 //
 // Errors are sentinels (ErrObjectNotFound, ...) wrapped with context; they
 // are defined in internal/storeerr, shared with the store client, and Code

@@ -50,6 +50,7 @@ func checkInvariants(t *testing.T, m *Master) {
 	for _, z := range m.zombies {
 		used[z.seg] += z.seg.alloc.Rounded(z.size)
 	}
+	addTaskSpace(m, used) // copy/move targets being written
 	for _, s := range m.segOrder {
 		for _, tb := range s.tombs {
 			used[s] += tb.n
@@ -119,7 +120,7 @@ func runOps(t *testing.T, ops []byte) {
 		key := fmt.Sprintf("k%d", arg%8)
 		client := fmt.Sprintf("c%d", arg%3)
 		size := uint64(arg)*37 + 1
-		switch op % 15 {
+		switch op % 18 {
 		case 0:
 			m.PutStart(client, key, size, ReplicateConfig{Replicas: int(arg%3) + 1, SoftPin: arg&0x40 != 0, HardPin: arg&0x80 != 0})
 		case 1:
@@ -151,6 +152,29 @@ func runOps(t *testing.T, ops []byte) {
 			m.Evict()
 		case 14:
 			ack(fmt.Sprintf("c%d", arg%4))
+		case 15:
+			target := ""
+			if arg&0x10 != 0 {
+				target = seg(arg >> 5).Name
+			}
+			m.BatchReplicaClear(client, []string{key, fmt.Sprintf("k%d", (arg+1)%8)}, target)
+		case 16:
+			if arg&1 == 0 {
+				m.CreateCopyTask(key, []string{seg(arg >> 1).Name, seg(arg >> 3).Name})
+			} else {
+				m.CreateMoveTask(key, seg(arg>>1).Name, seg(arg>>3).Name)
+			}
+		case 17:
+			c := fmt.Sprintf("c%d", arg%4)
+			for _, a := range m.FetchTasks(c, int(arg%3)+1) {
+				failure := ""
+				if arg&0x40 != 0 {
+					failure = "fuzz"
+				}
+				if arg&0x80 == 0 {
+					m.FinishTask(c, a.ID, failure)
+				}
+			}
 		}
 		checkInvariants(t, m)
 	}

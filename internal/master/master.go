@@ -31,6 +31,7 @@ type ReplicateConfig struct {
 	SoftPinTTL        time.Duration // soft pin duration (0 = Config.SoftPinTTL)
 	HardPin           bool          // never evicted
 	PromoteSeq        uint64        // promotion of the disk copy of this version: refused once it is gone
+	KeepSoftPin       bool          // PRESERVE: an upsert keeps the key's soft pin (softpin.go)
 }
 
 // Replica is where one copy of an object lives.
@@ -183,6 +184,8 @@ type Master struct {
 	tombKeys map[string]int    // keys with tombstones not yet zeroed -> how many
 	disk     map[string]*diskCopy
 	offload  bool // evictLocked runs for the watermark: offload to disk where enabled
+
+	tasks *taskTable // copy and move tasks (tasks.go), built on first use
 
 	listKeys  []string  // sorted snapshot of the keys for List pagination
 	listBuilt time.Time // when listKeys was taken

@@ -136,6 +136,7 @@ func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) (
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
+	defer m.keepSoftPinLocked(key, rc, m.committedSoftPinLocked(key), now)
 	if o := m.objects[key]; o != nil {
 		switch {
 		case !o.complete && now.Sub(o.created) < m.cfg.PutTimeout:

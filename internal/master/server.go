@@ -112,6 +112,7 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	defer cancel()
 	gs := grpc.NewServer()
 	pb.RegisterMasterServiceServer(gs, NewService(s.core))
+	pb.RegisterMasterTasksServer(gs, NewTaskService(s.core))
 	var hs *http.Server
 	if httpLn != nil {
 		hs = &http.Server{Handler: AdminHandler(s.core), ReadHeaderTimeout: 5 * time.Second}

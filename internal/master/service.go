@@ -40,7 +40,7 @@ func rcFromPB(c *pb.ReplicateConfig) ReplicateConfig {
 		return ReplicateConfig{}
 	}
 	return ReplicateConfig{Replicas: int(c.Replicas), PreferredSegments: c.PreferredSegments, SoftPin: c.SoftPin,
-		SoftPinTTL: msDuration(c.SoftPinTtlMs), HardPin: c.HardPin, PromoteSeq: c.PromoteSeq}
+		SoftPinTTL: msDuration(c.SoftPinTtlMs), HardPin: c.HardPin, PromoteSeq: c.PromoteSeq, KeepSoftPin: c.KeepSoftPin}
 }
 
 // maxWireMs bounds durations from the wire (about 34 years) so the

@@ -11,7 +11,10 @@
 //
 // Clients never ask the node for data: they read and write the segment's
 // memory directly with their own transfer engines, at the addresses the
-// master hands out. The node's CPU only serves the transfer engine.
+// master hands out. The node's CPU only serves the transfer engine, and
+// the copy and move tasks whose source replica it holds (its store client
+// fetches them after each ping and writes the object from its memory to the
+// target segments; see package store).
 //
 // With Config.RootFSDir and EnableOffload the node has a disk tier
 // (disk.go, Mooncake's root_fs_dir): objects the master evicts from its

@@ -248,7 +248,10 @@ type ReplicateConfig struct {
 	HardPin           bool                   `protobuf:"varint,5,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
 	// Promotion of a disk copy: the put is refused unless the key's disk copy
 	// is still this version (a remove in between wins).
-	PromoteSeq    uint64 `protobuf:"varint,6,opt,name=promote_seq,json=promoteSeq,proto3" json:"promote_seq,omitempty"`
+	PromoteSeq uint64 `protobuf:"varint,6,opt,name=promote_seq,json=promoteSeq,proto3" json:"promote_seq,omitempty"`
+	// Mooncake's SoftPinAction PRESERVE: an upsert keeps the key's current
+	// soft pin (soft_pin false; soft_pin true is ENABLE, neither DISABLE).
+	KeepSoftPin   bool `protobuf:"varint,7,opt,name=keep_soft_pin,json=keepSoftPin,proto3" json:"keep_soft_pin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,6 +326,13 @@ func (x *ReplicateConfig) GetPromoteSeq() uint64 {
 		return x.PromoteSeq
 	}
 	return 0
+}
+
+func (x *ReplicateConfig) GetKeepSoftPin() bool {
+	if x != nil {
+		return x.KeepSoftPin
+	}
+	return false
 }
 
 // The header of a durable object in a segment (see internal/objheader).
@@ -2496,7 +2506,7 @@ const file_store_proto_rawDesc = "" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\x04R\x04addr\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\xda\x01\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"\xfe\x01\n" +
 	"\x0fReplicateConfig\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12-\n" +
 	"\x12preferred_segments\x18\x02 \x03(\tR\x11preferredSegments\x12\x19\n" +
@@ -2504,7 +2514,8 @@ const file_store_proto_rawDesc = "" +
 	"\x0fsoft_pin_ttl_ms\x18\x04 \x01(\x03R\fsoftPinTtlMs\x12\x19\n" +
 	"\bhard_pin\x18\x05 \x01(\bR\ahardPin\x12\x1f\n" +
 	"\vpromote_seq\x18\x06 \x01(\x04R\n" +
-	"promoteSeq\"\x99\x01\n" +
+	"promoteSeq\x12\"\n" +
+	"\rkeep_soft_pin\x18\a \x01(\bR\vkeepSoftPin\"\x99\x01\n" +
 	"\tHeaderRef\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +

@@ -402,11 +402,6 @@ class StoreApiTest(unittest.TestCase):
         NS = ErrorCode.NOT_SUPPORTED
         self.assertEqual(s.setup_dummy(MIB, MIB, "127.0.0.1:50052"), ErrorCode.INVALID_PARAMS)  # already set up
         self.assertLess(MooncakeDistributedStore().setup_dummy(MIB, MIB, "127.0.0.1:1"), 0)  # no real client
-        self.assertEqual(s.batch_replica_clear(["k"], segment_name=""), [])
-        uuid, rc = s.create_copy_task("k", ["seg"])
-        self.assertEqual((tuple(uuid), rc), ((0, 0), NS))
-        self.assertEqual(s.create_move_task("k", "a", "b")[1], NS)
-        self.assertEqual(s.query_task((1, 2)), (None, NS))
         self.assertEqual(s.batch_put_session_start(["a", "b"], [1, 2]), [NS, NS])
         self.assertEqual(s.batch_get_session_end(["a"]), -1)
         self.assertEqual(s.mount_segment("/dev/x", MIB)["ret"], NS)

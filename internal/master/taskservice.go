@@ -1,0 +1,78 @@
+package master
+
+import (
+	"context"
+
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+)
+
+// TaskService adapts the core's replica clear and copy/move tasks to the
+// gRPC MasterTasks service (tasks.proto), served beside MasterService.
+type TaskService struct {
+	pb.UnimplementedMasterTasksServer
+	m *Master
+}
+
+// NewTaskService wraps a core.
+func NewTaskService(m *Master) *TaskService { return &TaskService{m: m} }
+
+var _ pb.MasterTasksServer = (*TaskService)(nil)
+
+// maxFetch bounds the tasks one FetchTasks answer carries.
+const maxFetch = 64
+
+// BatchReplicaClear implements MasterTasksServer.
+func (s *TaskService) BatchReplicaClear(_ context.Context, r *pb.BatchReplicaClearRequest) (*pb.BatchReplicaClearResponse, error) {
+	keys, tombs, err := s.m.BatchReplicaClear(r.ClientId, r.Keys, r.Segment)
+	return &pb.BatchReplicaClearResponse{Status: status(err), ClearedKeys: keys, Tombstones: refsToPB(tombs)}, nil
+}
+
+// CreateCopyTask implements MasterTasksServer.
+func (s *TaskService) CreateCopyTask(_ context.Context, r *pb.CreateCopyTaskRequest) (*pb.CreateTaskResponse, error) {
+	id, err := s.m.CreateCopyTask(r.Key, r.Targets)
+	return &pb.CreateTaskResponse{Status: status(err), Id: taskIDToPB(id)}, nil
+}
+
+// CreateMoveTask implements MasterTasksServer.
+func (s *TaskService) CreateMoveTask(_ context.Context, r *pb.CreateMoveTaskRequest) (*pb.CreateTaskResponse, error) {
+	id, err := s.m.CreateMoveTask(r.Key, r.Source, r.Target)
+	return &pb.CreateTaskResponse{Status: status(err), Id: taskIDToPB(id)}, nil
+}
+
+// QueryTask implements MasterTasksServer.
+func (s *TaskService) QueryTask(_ context.Context, r *pb.TaskId) (*pb.QueryTaskResponse, error) {
+	t, err := s.m.QueryTask(taskIDFromPB(r))
+	if err != nil {
+		return &pb.QueryTaskResponse{Status: status(err)}, nil
+	}
+	return &pb.QueryTaskResponse{Status: status(nil), Task: taskToPB(t)}, nil
+}
+
+// FetchTasks implements MasterTasksServer.
+func (s *TaskService) FetchTasks(_ context.Context, r *pb.FetchTasksRequest) (*pb.FetchTasksResponse, error) {
+	n := int(r.Max)
+	if n <= 0 || n > maxFetch {
+		n = maxFetch
+	}
+	as := s.m.FetchTasks(r.ClientId, n)
+	out := &pb.FetchTasksResponse{Status: status(nil)}
+	for _, a := range as {
+		out.Tasks = append(out.Tasks, &pb.TaskAssignment{Task: taskToPB(a.Task), Size: a.Size, Crc32C: a.CRC, HeaderLen: a.HeaderLen,
+			Source: replicasToPB([]Replica{a.From})[0], Targets: replicasToPB(a.To), DeadlineUnixMs: unixMs(a.Deadline)})
+	}
+	return out, nil
+}
+
+// FinishTask implements MasterTasksServer.
+func (s *TaskService) FinishTask(_ context.Context, r *pb.FinishTaskRequest) (*pb.Status, error) {
+	return status(s.m.FinishTask(r.ClientId, taskIDFromPB(r.Id), r.Failure)), nil
+}
+
+func taskIDToPB(id TaskID) *pb.TaskId { return &pb.TaskId{Hi: id.Hi, Lo: id.Lo} }
+
+func taskIDFromPB(id *pb.TaskId) TaskID { return TaskID{Hi: id.GetHi(), Lo: id.GetLo()} }
+
+func taskToPB(t Task) *pb.TaskInfo {
+	return &pb.TaskInfo{Id: taskIDToPB(t.ID), Type: int32(t.Type), Status: int32(t.Status), Key: t.Key, Source: t.Source,
+		Targets: t.Targets, Client: t.Client, CreatedUnixMs: unixMs(t.Created), UpdatedUnixMs: unixMs(t.Updated), Message: t.Message}
+}
