@@ -208,7 +208,7 @@ func TestStoreCLIProcesses(t *testing.T) {
 		t.Fatal("get returned different bytes")
 	}
 	_, errOut, code = run(t, bin, nil, append([]string{"get", "nope"}, mc...)...)
-	if code == 0 || !strings.Contains(errOut, "nope: no such key") {
+	if code != 1 || !strings.Contains(errOut, "nope: no such key") {
 		t.Fatalf("get of missing key: code %d stderr %q", code, errOut)
 	}
 	out, _, code = run(t, bin, nil, append([]string{"ls"}, mc...)...)
