@@ -77,7 +77,7 @@ also answers /role and /leader.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&host, "host", "0.0.0.0", "address to listen on")
+	f.StringVar(&host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface, to serve other hosts)")
 	f.IntVar(&port, "port", 50051, "gRPC port (0 = pick a free port)")
 	f.IntVar(&httpPort, "http-port", 9003, "admin HTTP port (0 = pick, -1 = disabled)")
 	f.StringVar(&strategy, "strategy", string(d.Core.Strategy), "allocation strategy: random, free_ratio_first, local_first")

@@ -496,6 +496,9 @@ func (p *Proxy) Handler() http.Handler {
 	mux.HandleFunc("/v1/models", p.serveModels)
 	mux.HandleFunc("/health", p.serveHealth)
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { // the engine's 404, same JSON shape
+		httpjson.Error(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
 	return mux
 }
 
