@@ -96,6 +96,9 @@ func usageExits2(root *cobra.Command) {
 				return nil
 			}
 		}
+		if c.Args == nil && c.Runnable() {
+			c.Args = cobra.NoArgs
+		}
 		if check := c.Args; check != nil {
 			c.Args = func(cmd *cobra.Command, args []string) error {
 				if err := check(cmd, args); err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -222,9 +223,9 @@ func newLsCmd() *cobra.Command {
 				}
 				for _, k := range keys {
 					if long {
-						fmt.Fprintf(w, "%s\t%d\t%s\n", formatSize(k.Size), k.Replicas, k.Key)
+						fmt.Fprintf(w, "%s\t%d\t%s\n", formatSize(k.Size), k.Replicas, displayKey(k.Key))
 					} else {
-						fmt.Fprintln(w, k.Key)
+						fmt.Fprintln(w, displayKey(k.Key))
 					}
 					count++
 					total += k.Size
@@ -244,6 +245,17 @@ func newLsCmd() *cobra.Command {
 		})
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "keys only (no size, replica count or summary)")
 	return cmd
+}
+
+// displayKey is key as ls prints it: as is when every rune is printable and
+// the key does not start with a double quote, otherwise Go-quoted
+// ("a\nb"), so one key is always one line and a control character cannot
+// reach the terminal.
+func displayKey(key string) string {
+	if key != "" && !strings.HasPrefix(key, `"`) && utf8.ValidString(key) && strings.IndexFunc(key, func(r rune) bool { return !strconv.IsPrint(r) }) < 0 {
+		return key
+	}
+	return strconv.Quote(key)
 }
 
 func newRmCmd() *cobra.Command {

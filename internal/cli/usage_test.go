@@ -1,9 +1,15 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
 	"regexp"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -44,7 +50,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"nosuch"}, {"bench", "nosuch"}, {"model", "nosuch"},
-		{"get"}, {"stat", "a", "b"}, {"put", "k"}, {"master", "extra"}, {"version", "x"},
+		{"get"}, {"stat", "a", "b"}, {"put", "k"}, {"master", "extra"}, {"version", "x"}, {"bench", "transfer", "extra"},
 	} {
 		_, errOut, code := run(t, bin, nil, args...)
 		if code != 2 || !strings.Contains(errOut, "mooncake ") {
@@ -83,5 +89,93 @@ func TestFormatVersion(t *testing.T) {
 	bi.Settings[1].Value = "false"
 	if got := formatVersion("", bi); got != "mooncake v0.3.0 (0123456789ab) go1.26.8" {
 		t.Errorf("clean tree: %q", got)
+	}
+}
+
+func TestDisplayKey(t *testing.T) {
+	for key, want := range map[string]string{
+		"blob/1":         "blob/1",
+		"with space":     "with space",
+		"über":           "über",
+		"a\nb":           `"a\nb"`,
+		"tab\there":      `"tab\there"`,
+		"esc\x1b[31mred": `"esc\x1b[31mred"`,
+		"bad\xffutf8":    `"bad\xffutf8"`,
+		`"quoted"`:       `"\"quoted\""`,
+		"":               `""`,
+	} {
+		if got := displayKey(key); got != want {
+			t.Errorf("displayKey(%q) = %s, want %s", key, got, want)
+		}
+	}
+}
+
+// TestDefaultModelsAgree: up, serve and model init default to the same
+// built-in model (the README's `make run` curl names it).
+func TestDefaultModelsAgree(t *testing.T) {
+	up := newUpCmd().Flags().Lookup("model").DefValue
+	serve := newServeCmd().Flags().Lookup("model").DefValue
+	var initCfg string
+	for _, c := range newModelCmd().Commands() {
+		if c.Name() == "init" {
+			initCfg = c.Flags().Lookup("config").DefValue
+		}
+	}
+	if up != serve || serve != initCfg {
+		t.Fatalf("default models: up %q, serve %q, model init %q", up, serve, initCfg)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger writing while a test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestMetadataServerVerbose: metadata-server takes -v like the other roles
+// and then logs each write at debug level.
+func TestMetadataServerVerbose(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, []string{"metadata-server", "--port", "0", "-v"}, pw, &stderr)
+		pw.Close()
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("metadata-server: %v", err)
+		}
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	url := regexp.MustCompile(`http://\S+`).FindString(line)
+	req, _ := http.NewRequest(http.MethodPut, url+"?key=k1", strings.NewReader(`{"a":1}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	if !strings.Contains(stderr.String(), "metadata put") || !strings.Contains(stderr.String(), "key=k1") {
+		t.Fatalf("no debug line for the put: %q", stderr.String())
 	}
 }
