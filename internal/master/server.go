@@ -92,6 +92,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Core.Logger == nil {
+		cfg.Core.Logger = log
+	}
 	core, err := New(cfg.Core, cfg.Clock)
 	if err != nil {
 		return nil, err
@@ -144,8 +147,11 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	wg.Wait()
 	select {
 	case err := <-errc:
+		s.log.Info("master stopped", "err", err)
 		return err
 	default:
+		st := s.core.Stats()
+		s.log.Info("master stopped", "objects", st.Objects, "segments", st.Segments, "clients", st.Clients)
 		return nil
 	}
 }

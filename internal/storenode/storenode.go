@@ -58,6 +58,7 @@ func (c Config) Validate() error {
 type Node struct {
 	eng    *transfer.Engine
 	client *store.Client
+	log    *slog.Logger
 	size   uint64
 	disk   *diskTier    // nil = no disk tier
 	diskHS *http.Server // serves disk reads
@@ -80,7 +81,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Engine.Logger == nil {
 		cfg.Engine.Logger = cfg.Logger
 	}
-	n := &Node{size: cfg.SegmentSize}
+	n := &Node{size: cfg.SegmentSize, log: cfg.Logger}
 	scfg := store.Config{Master: cfg.Master, SegmentSize: cfg.SegmentSize,
 		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, RPCTimeout: cfg.RPCTimeout, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger}
 	if cfg.EnableOffload {
@@ -179,9 +180,12 @@ func (n *Node) Client() *store.Client { return n.client }
 
 // Close unmounts gracefully, frees the segment and closes the engine.
 func (n *Node) Close() error {
+	n.log.Info("storage node stopping: unmounting", "segment", n.Name())
 	n.client.Close()
 	n.stopDisk()
-	return n.eng.Close()
+	err := n.eng.Close()
+	n.log.Info("storage node stopped", "segment", n.Name(), "err", err)
+	return err
 }
 
 // Kill stops the node as a crash would: the engine stops serving and the
