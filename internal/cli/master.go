@@ -20,6 +20,7 @@ func newMasterCmd() *cobra.Command {
 		host           string
 		port, httpPort int
 		strategy       string
+		secret         string
 		verbose        bool
 		ha             haFlags
 		events         masterEventFlags
@@ -47,6 +48,7 @@ also answers /role and /leader.`,
 				cfg.HTTPAddr = net.JoinHostPort(host, strconv.Itoa(httpPort))
 			}
 			cfg.Core.Strategy = master.Strategy(strategy)
+			cfg.Secret = secretOr(secret)
 			cfg.Logger = cmdLogger(cmd, verbose)
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
@@ -90,6 +92,7 @@ also answers /role and /leader.`,
 	f.BoolVar(&cfg.Core.Durable, "durable-metadata", true, "objects survive a master restart or failover: nodes re-report the objects their memory holds when they remount (false: a new master starts empty, as Mooncake's)")
 	f.DurationVar(&cfg.TickInterval, "tick", 10*time.Millisecond, "period of liveness, timeout and eviction checks")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
+	f.StringVar(&secret, "secret", "", "cluster secret (default $MOONCAKE_SECRET): when set, remove all, remove by regex and unmount (gRPC) and every non-GET admin HTTP call need \"authorization: Bearer <secret>\"; reads stay open")
 	ha.register(f)
 	events.register(f)
 	return cmd

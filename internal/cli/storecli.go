@@ -30,6 +30,18 @@ func masterAddrOr(flag string) string {
 	return defaultMaster
 }
 
+// secretOr returns the flag value, else $MOONCAKE_SECRET (the cluster
+// secret; read at run time so --help never shows it).
+func secretOr(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv("MOONCAKE_SECRET")
+}
+
+// secretUsage is the help of every --secret flag.
+const secretUsage = "cluster secret (default $MOONCAKE_SECRET): a master started with one needs it for rm --all/--regex and unmounts"
+
 // parseSize parses "4096", "64KiB", "1.5MiB", "4GiB", "4gb", "512M".
 // Decimal and binary suffixes both mean powers of 1024, as Mooncake's config does.
 func parseSize(s string) (uint64, error) {
@@ -73,12 +85,13 @@ type storeSession struct {
 	cl  *store.Client
 }
 
-func openStore(ctx context.Context, masterFlag string, rpcTimeout time.Duration) (*storeSession, error) {
+func openStore(ctx context.Context, masterFlag, secret string, rpcTimeout time.Duration) (*storeSession, error) {
 	eng, err := transfer.Open(ctx, transfer.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("open transfer engine: %w", err)
 	}
-	cl, err := store.New(ctx, store.Config{Master: masterAddrOr(masterFlag), Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: rpcTimeout})
+	cl, err := store.New(ctx, store.Config{Master: masterAddrOr(masterFlag), Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: rpcTimeout,
+		Secret: secretOr(secret)})
 	if err != nil {
 		eng.Close()
 		return nil, err
@@ -93,7 +106,7 @@ func (s *storeSession) close() {
 
 // storeCmd builds a client subcommand that gets a connected session.
 func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, s *storeSession, args []string) error) (*cobra.Command, *string) {
-	var masterFlag string
+	var masterFlag, secret string
 	var rpcTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   use,
@@ -103,7 +116,7 @@ func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
 			cmd.SetContext(ctx)
-			s, err := openStore(ctx, masterFlag, rpcTimeout)
+			s, err := openStore(ctx, masterFlag, secret, rpcTimeout)
 			if err != nil {
 				return err
 			}
@@ -113,6 +126,7 @@ func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.
 	}
 	cmd.Flags().StringVar(&masterFlag, "master", "", "master address HOST:PORT or HA cluster etcd://HOST:PORT[;HOST:PORT][/CLUSTER] (default $MOONCAKE_MASTER or "+defaultMaster+")")
 	cmd.Flags().DurationVar(&rpcTimeout, "timeout", 5*time.Second, "deadline of each master call (an unreachable master fails after this)")
+	cmd.Flags().StringVar(&secret, "secret", "", secretUsage)
 	return cmd, &masterFlag
 }
 

@@ -35,6 +35,29 @@ func AdminHandler(m *Master) http.Handler {
 	return mux
 }
 
+// RequireSecret guards an admin handler: with a secret set, every request
+// other than GET, HEAD and OPTIONS (the calls that change something) needs
+// "Authorization: Bearer <secret>" and is answered 401 with an OpenAI-style
+// error otherwise. Reads stay open; an empty secret guards nothing.
+func RequireSecret(secret string, h http.Handler) http.Handler {
+	if secret == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if !BearerOK(r.Header.Get("Authorization"), secret) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="mooncake"`)
+				httpjson.Error(w, http.StatusUnauthorized, "authentication_error",
+					fmt.Sprintf("%s %s needs the cluster secret: Authorization: Bearer <secret>", r.Method, r.URL.Path))
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // admin holds the handlers of the admin API.
 type admin struct{ m *Master }
 

@@ -18,6 +18,7 @@ import (
 // Config configures a storage node.
 type Config struct {
 	Master       string          // master gRPC address "host:port", or "etcd://h1:2379;h2:2379[/CLUSTER]" for an HA cluster
+	Secret       string          // cluster secret the master needs for the unmount on Close (store.Config.Secret)
 	SegmentSize  uint64          // bytes contributed to the pool
 	Engine       transfer.Config // the node's transfer engine
 	PingInterval time.Duration   // liveness ping period (1s)
@@ -82,7 +83,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Engine.Logger = cfg.Logger
 	}
 	n := &Node{size: cfg.SegmentSize, log: cfg.Logger}
-	scfg := store.Config{Master: cfg.Master, SegmentSize: cfg.SegmentSize,
+	scfg := store.Config{Master: cfg.Master, Secret: cfg.Secret, SegmentSize: cfg.SegmentSize,
 		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, RPCTimeout: cfg.RPCTimeout, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger}
 	if cfg.EnableOffload {
 		if err := n.startDisk(cfg); err != nil {
