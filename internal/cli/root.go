@@ -63,7 +63,9 @@ func newBenchCmd() *cobra.Command {
 		Short: "Benchmarks that report figures as ratios to this machine's limits",
 	}
 	for _, add := range benchCommands {
-		bench.AddCommand(add())
+		sub := add()
+		withBenchProgress(sub)
+		bench.AddCommand(sub)
 	}
 	return bench
 }

@@ -491,14 +491,14 @@ func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint6
 // /v1/chat/completions, /v1/models, /health, /metrics.
 func (p *Proxy) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { // the engine's 404, same JSON shape
+		httpjson.Error(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
 	mux.HandleFunc("/v1/completions", p.serveGenerate)
 	mux.HandleFunc("/v1/chat/completions", p.serveGenerate)
 	mux.HandleFunc("/v1/models", p.serveModels)
 	mux.HandleFunc("/health", p.serveHealth)
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { // the engine's 404, same JSON shape
-		httpjson.Error(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
-	})
 	return mux
 }
 
