@@ -176,6 +176,8 @@ func writeMetrics(w http.ResponseWriter, m *Master) {
 	metric("mooncake_master_lease_rejections_total", "counter", "Removes/upserts refused or skipped for a lease.", float64(st.LeaseRejections))
 	metric("mooncake_master_clients_dropped_total", "counter", "Clients dropped after their TTL.", float64(st.ClientsDropped))
 	metric("mooncake_master_utilisation_at_first_eviction", "gauge", "used/capacity when the first eviction ran.", st.UtilisationAtFirstEviction)
+	metric("mooncake_master_disk_objects", "gauge", "Keys held only on a disk tier.", float64(st.DiskObjects))
+	metric("mooncake_master_disk_gets_total", "counter", "Reads answered with a disk copy.", float64(st.DiskGets))
 	b.WriteString("# HELP mooncake_master_segment_capacity_bytes Capacity per segment.\n# TYPE mooncake_master_segment_capacity_bytes gauge\n")
 	segs := m.Segments()
 	for _, s := range segs {
