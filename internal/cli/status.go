@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -203,8 +204,12 @@ func collectStatus(ctx context.Context, hc *http.Client, masterURL, proxyURL str
 	return st
 }
 
-// errHTTP is a non-2xx answer.
-var errHTTP = errors.New("HTTP error")
+// errHTTP is a non-2xx answer; errNotJSON a body that is not the JSON
+// expected.
+var (
+	errHTTP    = errors.New("HTTP error")
+	errNotJSON = errors.New("not the expected JSON")
+)
 
 func get(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -235,7 +240,7 @@ func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
 		return err
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("GET %s: not the expected JSON: %w", url, err)
+		return fmt.Errorf("GET %s: %w: %v", url, errNotJSON, err)
 	}
 	return nil
 }
@@ -279,7 +284,15 @@ func fillMaster(ctx context.Context, hc *http.Client, ms *masterStatus) {
 		Role string `json:"role"`
 		Addr string `json:"addr"`
 	}
-	if err := getJSON(ctx, hc, ms.URL+"/role", &role); err == nil && role.Role != "" { // only HA candidates have /role
+	err := getJSON(ctx, hc, ms.URL+"/role", &role)
+	if err != nil && !errors.Is(err, errHTTP) && !errors.Is(err, errNotJSON) { // no HTTP answer at all
+		ms.Error = err.Error()
+		if grpcPort(ctx, ms.URL) {
+			ms.Error = ms.URL + " speaks gRPC, not HTTP: give the master's admin port (its --http-port, 9003 by default), not its --port"
+		}
+		return
+	}
+	if err == nil && role.Role != "" { // only HA candidates have /role
 		ms.Role = role.Role
 		var ld struct {
 			Addr string `json:"addr"`
@@ -314,6 +327,29 @@ func fillMaster(ctx context.Context, hc *http.Client, ms *masterStatus) {
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].Name < segs[j].Name })
 	ms.Segments = segs
+}
+
+// grpcPort reports whether the server at url speaks first with an HTTP/2
+// SETTINGS frame, as a gRPC server does (an HTTP/1 server waits for the
+// request): the master's --port given where its admin port belongs.
+func grpcPort(ctx context.Context, url string) bool {
+	host := strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://")
+	if i := strings.IndexByte(host, '/'); i >= 0 {
+		host = host[:i]
+	}
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", host)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = c.SetReadDeadline(d)
+	}
+	var hdr [9]byte // frame header: length (3), type (1), flags (1), stream (4)
+	_, err = io.ReadFull(c, hdr[:])
+	return err == nil && hdr[3] == 0x4 // SETTINGS
 }
 
 func fillProxy(ctx context.Context, hc *http.Client, ps *proxyStatus) {

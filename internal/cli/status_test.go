@@ -181,6 +181,11 @@ func TestStatusAgainstRealCluster(t *testing.T) {
 		t.Errorf("instance rows:\n%s", text)
 	}
 
+	// The master's gRPC port given instead of its admin port: said so.
+	out, _, code = runStatus(t, "--master", grpcAddr, "--timeout", "2s")
+	if code != 1 || !strings.Contains(out, "speaks gRPC, not HTTP: give the master's admin port") {
+		t.Fatalf("gRPC port as master: %d %q", code, out)
+	}
 	// The proxy's address given as the master's: a clear error, exit 1.
 	_, errOut, code = runStatus(t, "--master", proxy, "--timeout", "2s")
 	if code != 1 || !strings.Contains(errOut, "no answer from the master") {

@@ -90,10 +90,14 @@ func openStore(ctx context.Context, masterFlag, secret string, rpcTimeout time.D
 	if err != nil {
 		return nil, fmt.Errorf("open transfer engine: %w", err)
 	}
-	cl, err := store.New(ctx, store.Config{Master: masterAddrOr(masterFlag), Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: rpcTimeout,
+	addr := masterAddrOr(masterFlag)
+	cl, err := store.New(ctx, store.Config{Master: addr, Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: rpcTimeout,
 		Secret: secretOr(secret)})
 	if err != nil {
 		eng.Close()
+		if strings.Contains(err.Error(), "connection refused") {
+			err = fmt.Errorf("%w\n(nothing listens at %s: start `mooncake master`, or point --master or MOONCAKE_MASTER at it)", err, addr)
+		}
 		return nil, err
 	}
 	return &storeSession{eng: eng, cl: cl}, nil
