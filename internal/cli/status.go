@@ -22,8 +22,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Default addresses `mooncake status` asks when given neither flag.
-const (
+// Default addresses `mooncake status` asks when given neither flag
+// (variables for the tests).
+var (
 	defaultMasterAdmin = "127.0.0.1:9003"
 	defaultProxy       = "127.0.0.1:8000"
 )
@@ -63,6 +64,15 @@ within --timeout is reported on stderr and the command exits 1.`,
 			if st.Proxy != nil && st.Proxy.Error != "" {
 				failed = append(failed, "proxy "+st.Proxy.URL)
 			}
+			if !explicit && len(failed) == 1 { // one default answered: the other role does not run here
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: no answer from the %s (not running here? point --master/--proxy at it)\n", failed[0])
+				if st.Master.Error != "" {
+					st.Master = nil
+				} else {
+					st.Proxy = nil
+				}
+				failed = nil
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
@@ -73,11 +83,7 @@ within --timeout is reported on stderr and the command exits 1.`,
 			} else {
 				printStatus(out, st)
 			}
-			switch {
-			case len(failed) == 0:
-				return nil
-			case !explicit && len(failed) == 1: // one default answered: the other role is not running here
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: no answer from the %s (not running here? point --master/--proxy at it)\n", failed[0])
+			if len(failed) == 0 {
 				return nil
 			}
 			return &ExitError{Code: 1, Err: fmt.Errorf("no answer from the %s", strings.Join(failed, " and the "))}

@@ -181,6 +181,15 @@ func TestStatusAgainstRealCluster(t *testing.T) {
 		t.Errorf("instance rows:\n%s", text)
 	}
 
+	// Given no flag, status asks both defaults and shows what answers.
+	defer func(m, p string) { defaultMasterAdmin, defaultProxy = m, p }(defaultMasterAdmin, defaultProxy)
+	defaultMasterAdmin, defaultProxy = admin, "127.0.0.1:1"
+	text, errOut, code = runStatus(t)
+	if code != 0 || !strings.Contains(text, "master http://"+admin) || strings.Contains(text, "proxy") ||
+		!strings.Contains(errOut, "note: no answer from the proxy http://127.0.0.1:1") {
+		t.Fatalf("defaults, proxy absent: %d %q %q", code, text, errOut)
+	}
+
 	// The master's gRPC port given instead of its admin port: said so.
 	out, _, code = runStatus(t, "--master", grpcAddr, "--timeout", "2s")
 	if code != 1 || !strings.Contains(out, "speaks gRPC, not HTTP: give the master's admin port") {
