@@ -7,8 +7,12 @@ BIN := bin/mooncake
 
 all: build
 
+# `mooncake --version` reports VERSION (the git description of the checkout,
+# when there is one) besides the build info Go records.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/mooncake
+	$(GO) build -ldflags "-X github.com/kvcache-go/mooncake/internal/cli.Version=$(VERSION)" -o $(BIN) ./cmd/mooncake
 
 # Installs what the tests need when it is missing (Debian packages), then runs
 # vet, the Go tests with the race detector, and the Python binding tests.

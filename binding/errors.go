@@ -111,10 +111,12 @@ func lastError() string {
 }
 
 // record logs err for op, remembers it for mc_last_error and returns its code.
-// quiet errors (an expected "not found") are logged at debug level.
+// quiet errors (an expected "not found") are logged at debug level. The
+// remembered reason is err's text alone: the caller (python/mooncake) names
+// the operation it called, so the message says it once.
 func record(op string, err error) int64 {
 	code := codeOf(err)
-	msg := op + ": " + err.Error()
+	msg := err.Error()
 	errMu.Lock()
 	lastErr = msg
 	errMu.Unlock()

@@ -14,7 +14,8 @@ import (
 func main() {}
 
 // mc_last_error copies the reason of the most recent failure (NUL-terminated,
-// truncated to capacity) into buf and returns its full length.
+// truncated to capacity) into buf and returns its full length. The reason
+// does not repeat the name of the call that failed: the caller adds it.
 //
 //export mc_last_error
 func mc_last_error(buf *C.char, capacity C.int64_t) C.int64_t {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -125,7 +126,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 		return nil, err
 	}
 	c, err := store.New(ctx, store.Config{Master: a.master, Mover: newNestedMover(eng), SegmentSize: a.segmentSize,
-		LocalBufferSize: a.bufferSize, Logger: logger.With("store", eng.Name())})
+		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Logger: logger.With("store", eng.Name())})
 	if err != nil {
 		_ = eng.Close()
 		return nil, err

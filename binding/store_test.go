@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -156,6 +157,14 @@ func TestStoreInProcess(t *testing.T) {
 	}
 	if err := s.remove("k1", false); codeOf(err) != codeObjectHasLease {
 		t.Fatalf("remove of a leased key: %v", err)
+	}
+	// The reason mc_last_error gives names the call once (python/mooncake
+	// prefixes it with "remove: "): never "remove: remove:".
+	if rc := guard("remove", func() (int64, error) { return 0, s.remove("k1", false) }); rc != codeObjectHasLease {
+		t.Fatalf("guarded remove: %d", rc)
+	}
+	if msg := lastError(); strings.Count(msg, "remove") != 1 || strings.HasPrefix(msg, "remove:") || !strings.Contains(msg, `"k1"`) {
+		t.Fatalf("last error %q", msg)
 	}
 	if err := s.remove("k1", true); err != nil {
 		t.Fatal(err)

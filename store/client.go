@@ -18,7 +18,10 @@ import (
 	"github.com/kvcache-go/mooncake/transfer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
 )
 
 // serviceConfig makes master calls wait for a connection (bounded by the
@@ -162,6 +165,12 @@ func dialMaster(cfg Config) (*grpc.ClientConn, error) {
 	target, opts, err := leader.DialTarget(cfg.Master, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w: %w", ErrInvalid, err)
+	}
+	if cfg.Secret != "" {
+		bearer := "Bearer " + cfg.Secret
+		opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+			return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", bearer), method, req, reply, cc, callOpts...)
+		}))
 	}
 	conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig),
@@ -323,9 +332,18 @@ func (c *Client) call(ctx context.Context, f func(context.Context) (*pb.Status, 
 	defer cancel()
 	st, err := f(ctx)
 	if err != nil {
-		return fmt.Errorf("store: master rpc: %w", err)
+		return rpcErr("store", err)
 	}
 	return statusErr(st)
+}
+
+// rpcErr wraps the transport error of a master call: ErrUnauthorized with
+// the master's reason when it refused the cluster secret.
+func rpcErr(what string, err error) error {
+	if grpcstatus.Code(err) == codes.Unauthenticated {
+		return fmt.Errorf("%w: %s", ErrUnauthorized, grpcstatus.Convert(err).Message())
+	}
+	return fmt.Errorf("%s: master rpc: %w", what, err)
 }
 
 func (c *Client) ping(ctx context.Context) error {
@@ -884,7 +902,7 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 	defer cancel()
 	r, err := c.rpc.RemoveByRegex(rctx, &pb.RemoveByRegexRequest{Pattern: pattern, Force: force})
 	if err != nil {
-		return 0, fmt.Errorf("store: remove by regex: master rpc: %w", err)
+		return 0, rpcErr("store: remove by regex", err)
 	}
 	c.zeroHeaders(ctx, r.Tombstones)
 	return int(r.Count), statusErr(r.Status)
@@ -897,7 +915,7 @@ func (c *Client) RemoveAll(ctx context.Context, force bool) (int, error) {
 	defer cancel()
 	r, err := c.rpc.RemoveAll(rctx, &pb.RemoveAllRequest{Force: force})
 	if err != nil {
-		return 0, fmt.Errorf("store: remove all: master rpc: %w", err)
+		return 0, rpcErr("store: remove all", err)
 	}
 	c.zeroHeaders(ctx, r.Tombstones)
 	return int(r.Count), statusErr(r.Status)

@@ -35,6 +35,7 @@ type Config struct {
 	RPCTimeout      time.Duration // deadline of one master RPC when ctx has none (5s)
 	UnmountGrace    time.Duration // Close waits this long for readers of our segment (2s)
 	Disk            DiskTier      // disk tier behind the contributed segment (storage nodes; nil = none)
+	Secret          string        // cluster secret sent with every master call ("authorization: Bearer ..."); a master with one needs it for RemoveAll, RemoveByRegex and unmounts
 	Logger          *slog.Logger
 }
 

@@ -22,6 +22,7 @@ var (
 	ErrTransfer       = errors.New("store: transfer failed")
 	ErrBufferTooSmall = errors.New("store: destination buffer too small")
 	ErrClosed         = errors.New("store: client closed")
+	ErrUnauthorized   = errors.New("store: unauthorized") // the master needs the cluster secret (Config.Secret) for this call
 )
 
 // RemoteError is an error reported by the master: Mooncake's numeric code

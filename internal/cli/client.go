@@ -18,6 +18,7 @@ import (
 func newClientCmd() *cobra.Command {
 	var (
 		masterAddr, segSize, bufSize, host, transport string
+		secret                                        string
 		port, rpcPort                                 int
 		verbose                                       bool
 	)
@@ -41,7 +42,7 @@ move without a copy. The first line on stdout names the address and the mounted 
 			}
 			log := cmdLogger(cmd, verbose)
 			addr := net.JoinHostPort(host, strconv.Itoa(port))
-			return runClient(cmd.Context(), clientConfig{master: masterAddrOr(masterAddr), addr: addr, segment: seg, buffer: buf,
+			return runClient(cmd.Context(), clientConfig{master: masterAddrOr(masterAddr), secret: secretOr(secret), addr: addr, segment: seg, buffer: buf,
 				engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}, log: log},
 				func(segment string) {
 					fmt.Fprintf(cmd.OutOrStdout(), "mooncake client serving dummy clients at %s; segment %s mounted size=%s master=%s\n",
@@ -57,12 +58,14 @@ move without a copy. The first line on stdout names the address and the mounted 
 	f.StringVar(&segSize, "segment-size", "1GiB", "memory contributed to the pool (e.g. 512MiB, 4gb)")
 	f.StringVar(&bufSize, "local-buffer-size", "256MiB", "staging buffer for values outside registered memory")
 	f.StringVar(&transport, "transport", "auto", "transfer transport: auto, tcp, shm")
+	f.StringVar(&secret, "secret", "", secretUsage)
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	return cmd
 }
 
 type clientConfig struct {
 	master, addr    string
+	secret          string
 	segment, buffer uint64
 	engine          transfer.Config
 	log             *slog.Logger
@@ -75,7 +78,7 @@ func runClient(ctx context.Context, cfg clientConfig, ready func(segment string)
 		return err
 	}
 	c, err := store.New(ctx, store.Config{Master: cfg.master, Mover: eng, SegmentSize: cfg.segment,
-		LocalBufferSize: cfg.buffer, Logger: cfg.log.With("store", eng.Name())})
+		LocalBufferSize: cfg.buffer, Secret: cfg.secret, Logger: cfg.log.With("store", eng.Name())})
 	if err != nil {
 		return errors.Join(err, eng.Close())
 	}

@@ -18,6 +18,7 @@ var extraCommands = []func() *cobra.Command{
 	newLsCmd,             // store client: ls (issue 5)
 	newRmCmd,             // store client: rm (issue 5)
 	newStatCmd,           // store client: stat (issue 5)
+	newStatusCmd,         // cluster summary from the master's and the proxy's endpoints (issue 17)
 }
 
 // benchCommands lists the `mooncake bench ...` subcommands.

@@ -7,5 +7,14 @@
 // parses their flags and prints their results. Besides the roles (serve, up,
 // proxy, master, store, metadata-server) it has Mooncake's standalone `client`
 // that serves setup_dummy clients (internal/dummyclient) and the store's
-// command-line client (put, get, ls, rm, stat).
+// command-line client (put, get, ls, rm, stat), `status` (a summary of a
+// running cluster read from the master's admin API and the proxy's and the
+// engines' /health and /metrics) and `version` (also `--version`: the build
+// info of runtime/debug, or the Version variable set with -ldflags).
+//
+// Exit codes: 0 success, 1 failure, 2 bad usage. Run makes every usage error
+// of the tree exit 2 (usageExits2: flag errors, argument counts, unknown
+// subcommands); a subcommand returns *ExitError for any other code. The
+// bench subcommands and model init draw a progress bar on stderr when it is
+// a terminal and --json is off (internal/progress).
 package cli

@@ -20,6 +20,7 @@ func newMasterCmd() *cobra.Command {
 		host           string
 		port, httpPort int
 		strategy       string
+		secret         string
 		verbose        bool
 		ha             haFlags
 		events         masterEventFlags
@@ -47,6 +48,7 @@ also answers /role and /leader.`,
 				cfg.HTTPAddr = net.JoinHostPort(host, strconv.Itoa(httpPort))
 			}
 			cfg.Core.Strategy = master.Strategy(strategy)
+			cfg.Secret = secretOr(secret)
 			cfg.Logger = cmdLogger(cmd, verbose)
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
@@ -77,7 +79,7 @@ also answers /role and /leader.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&host, "host", "0.0.0.0", "address to listen on")
+	f.StringVar(&host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface, to serve other hosts)")
 	f.IntVar(&port, "port", 50051, "gRPC port (0 = pick a free port)")
 	f.IntVar(&httpPort, "http-port", 9003, "admin HTTP port (0 = pick, -1 = disabled)")
 	f.StringVar(&strategy, "strategy", string(d.Core.Strategy), "allocation strategy: random, free_ratio_first, local_first")
@@ -90,6 +92,7 @@ also answers /role and /leader.`,
 	f.BoolVar(&cfg.Core.Durable, "durable-metadata", true, "objects survive a master restart or failover: nodes re-report the objects their memory holds when they remount (false: a new master starts empty, as Mooncake's)")
 	f.DurationVar(&cfg.TickInterval, "tick", 10*time.Millisecond, "period of liveness, timeout and eviction checks")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
+	f.StringVar(&secret, "secret", "", "cluster secret (default $MOONCAKE_SECRET): when set, remove all, remove by regex and unmount (gRPC) and every non-GET admin HTTP call need \"authorization: Bearer <secret>\"; reads stay open")
 	ha.register(f)
 	events.register(f)
 	return cmd

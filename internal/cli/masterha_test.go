@@ -140,6 +140,18 @@ func TestMasterHACLI(t *testing.T) {
 	if got, code := get("a"); code != 0 || got != "alpha" {
 		t.Fatalf("get a: %d %q", code, got)
 	}
+	// mooncake status names the role and the leader on both candidates.
+	for i, h := range https {
+		var out bytes.Buffer
+		code, err := Run(context.Background(), []string{"status", "--master", h}, &out, io.Discard)
+		want := "(HA follower, leader 127.0.0.1:"
+		if i == leader {
+			want = "(HA leader, leader 127.0.0.1:"
+		}
+		if code != 0 || !strings.Contains(out.String(), want) || (i == leader) != strings.Contains(out.String(), "objects 1 ") {
+			t.Fatalf("status of candidate %d: %d %v\n%s", i, code, err, out.String())
+		}
+	}
 	stops[leader]() // the leader stops (resigns): the standby takes over
 	deadline = time.Now().Add(15 * time.Second)
 	for role(https[1-leader]) != "leader" {

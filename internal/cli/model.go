@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcache-go/mooncake/internal/model"
+	"github.com/kvcache-go/mooncake/internal/progress"
 	"github.com/kvcache-go/mooncake/internal/tokenizer"
 )
 
@@ -29,17 +30,24 @@ give the same weights, bit for bit; ` + "`mooncake serve --model DIR`" + ` loads
 			if out == "" {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--out is required")}
 			}
+			bar := progress.New(cmd.ErrOrStderr(), "model init: weights", 3) // generate, write, tokenizer
+			defer bar.Done()
+			bar.Set(0)
 			m, err := model.NewBuiltin(config, seed)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
+			bar.Set(1)
 			dt := strings.ToUpper(dtype)
 			if err := m.Save(out, dt); err != nil {
 				return err
 			}
+			bar.Set(2)
 			if err := tokenizer.WriteConfig(out); err != nil {
 				return err
 			}
+			bar.Set(3)
+			bar.Done()
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s, %d parameters, %s, seed %d)\n", out, config, m.NumParams(), dt, seed)
 			return nil
 		},

@@ -20,6 +20,7 @@ func newStoreNodeCmd() *cobra.Command {
 		rootFSDir, diskCapacity              string
 		enableOffload, offloadOnEvict        bool
 		promotionOnHit                       bool
+		secret                               string
 	)
 	cmd := &cobra.Command{
 		Use:   "store",
@@ -42,7 +43,7 @@ a node restarted on the same DIR re-reports them.`,
 				return &ExitError{Code: 2, Err: fmt.Errorf("--segment-size: %w", err)}
 			}
 			log := cmdLogger(cmd, verbose)
-			cfg := storenode.Config{Master: masterAddrOr(masterAddr), SegmentSize: size, PingInterval: ping, UnmountGrace: grace, Logger: log,
+			cfg := storenode.Config{Master: masterAddrOr(masterAddr), Secret: secretOr(secret), SegmentSize: size, PingInterval: ping, UnmountGrace: grace, Logger: log,
 				Engine:    transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log},
 				RootFSDir: rootFSDir, EnableOffload: enableOffload, OffloadOnEvict: offloadOnEvict, PromotionOnHit: promotionOnHit}
 			if cfg.DiskCapacity, err = parseSize(diskCapacity); err != nil {
@@ -73,6 +74,7 @@ a node restarted on the same DIR re-reports them.`,
 	f.BoolVar(&offloadOnEvict, "offload-on-evict", true, "copy objects evicted from memory to the disk tier")
 	f.BoolVar(&promotionOnHit, "promotion-on-hit", true, "a read from the disk tier puts the value back into memory")
 	f.StringVar(&diskCapacity, "disk-capacity", "10GiB", "bytes the disk tier keeps (least recently used dropped)")
+	f.StringVar(&secret, "secret", "", secretUsage)
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	return cmd
 }

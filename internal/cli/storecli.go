@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -28,6 +29,18 @@ func masterAddrOr(flag string) string {
 	}
 	return defaultMaster
 }
+
+// secretOr returns the flag value, else $MOONCAKE_SECRET (the cluster
+// secret; read at run time so --help never shows it).
+func secretOr(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv("MOONCAKE_SECRET")
+}
+
+// secretUsage is the help of every --secret flag.
+const secretUsage = "cluster secret (default $MOONCAKE_SECRET): a master started with one needs it for rm --all/--regex and unmounts"
 
 // parseSize parses "4096", "64KiB", "1.5MiB", "4GiB", "4gb", "512M".
 // Decimal and binary suffixes both mean powers of 1024, as Mooncake's config does.
@@ -72,14 +85,19 @@ type storeSession struct {
 	cl  *store.Client
 }
 
-func openStore(ctx context.Context, masterFlag string, rpcTimeout time.Duration) (*storeSession, error) {
+func openStore(ctx context.Context, masterFlag, secret string, rpcTimeout time.Duration) (*storeSession, error) {
 	eng, err := transfer.Open(ctx, transfer.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("open transfer engine: %w", err)
 	}
-	cl, err := store.New(ctx, store.Config{Master: masterAddrOr(masterFlag), Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: rpcTimeout})
+	addr := masterAddrOr(masterFlag)
+	cl, err := store.New(ctx, store.Config{Master: addr, Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: rpcTimeout,
+		Secret: secretOr(secret)})
 	if err != nil {
 		eng.Close()
+		if strings.Contains(err.Error(), "connection refused") {
+			err = fmt.Errorf("%w\n(nothing listens at %s: start `mooncake master`, or point --master or MOONCAKE_MASTER at it)", err, addr)
+		}
 		return nil, err
 	}
 	return &storeSession{eng: eng, cl: cl}, nil
@@ -92,7 +110,7 @@ func (s *storeSession) close() {
 
 // storeCmd builds a client subcommand that gets a connected session.
 func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, s *storeSession, args []string) error) (*cobra.Command, *string) {
-	var masterFlag string
+	var masterFlag, secret string
 	var rpcTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   use,
@@ -102,7 +120,7 @@ func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
 			cmd.SetContext(ctx)
-			s, err := openStore(ctx, masterFlag, rpcTimeout)
+			s, err := openStore(ctx, masterFlag, secret, rpcTimeout)
 			if err != nil {
 				return err
 			}
@@ -112,6 +130,7 @@ func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.
 	}
 	cmd.Flags().StringVar(&masterFlag, "master", "", "master address HOST:PORT or HA cluster etcd://HOST:PORT[;HOST:PORT][/CLUSTER] (default $MOONCAKE_MASTER or "+defaultMaster+")")
 	cmd.Flags().DurationVar(&rpcTimeout, "timeout", 5*time.Second, "deadline of each master call (an unreachable master fails after this)")
+	cmd.Flags().StringVar(&secret, "secret", "", secretUsage)
 	return cmd, &masterFlag
 }
 
@@ -222,9 +241,9 @@ func newLsCmd() *cobra.Command {
 				}
 				for _, k := range keys {
 					if long {
-						fmt.Fprintf(w, "%s\t%d\t%s\n", formatSize(k.Size), k.Replicas, k.Key)
+						fmt.Fprintf(w, "%s\t%d\t%s\n", formatSize(k.Size), k.Replicas, displayKey(k.Key))
 					} else {
-						fmt.Fprintln(w, k.Key)
+						fmt.Fprintln(w, displayKey(k.Key))
 					}
 					count++
 					total += k.Size
@@ -244,6 +263,17 @@ func newLsCmd() *cobra.Command {
 		})
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "keys only (no size, replica count or summary)")
 	return cmd
+}
+
+// displayKey is key as ls prints it: as is when every rune is printable and
+// the key does not start with a double quote, otherwise Go-quoted
+// ("a\nb"), so one key is always one line and a control character cannot
+// reach the terminal.
+func displayKey(key string) string {
+	if key != "" && !strings.HasPrefix(key, `"`) && utf8.ValidString(key) && strings.IndexFunc(key, func(r rune) bool { return !strconv.IsPrint(r) }) < 0 {
+		return key
+	}
+	return strconv.Quote(key)
 }
 
 func newRmCmd() *cobra.Command {

@@ -208,7 +208,7 @@ func TestStoreCLIProcesses(t *testing.T) {
 		t.Fatal("get returned different bytes")
 	}
 	_, errOut, code = run(t, bin, nil, append([]string{"get", "nope"}, mc...)...)
-	if code == 0 || !strings.Contains(errOut, "nope: no such key") {
+	if code != 1 || !strings.Contains(errOut, "nope: no such key") {
 		t.Fatalf("get of missing key: code %d stderr %q", code, errOut)
 	}
 	out, _, code = run(t, bin, nil, append([]string{"ls"}, mc...)...)
@@ -272,7 +272,7 @@ func TestStoreCLIProcesses(t *testing.T) {
 	}
 	// An unreachable master fails fast with the reason.
 	_, errOut, code = run(t, bin, nil, "get", "x", "--master", "127.0.0.1:1", "--timeout", "300ms")
-	if code == 0 || !strings.Contains(errOut, "register with master 127.0.0.1:1") {
+	if code != 1 || !strings.Contains(errOut, "register with master 127.0.0.1:1") || !strings.Contains(errOut, "nothing listens at 127.0.0.1:1: start `mooncake master`") {
 		t.Fatalf("unreachable master: %d %q", code, errOut)
 	}
 

@@ -37,7 +37,7 @@ a model directory. Stop with Ctrl-C.`,
 	f := cmd.Flags()
 	f.StringVar(&uf.host, "host", "127.0.0.1", "address every component listens on")
 	f.IntVar(&uf.port, "port", 8000, "proxy HTTP port (0 picks a free port)")
-	f.StringVar(&uf.model, "model", "small", "tiny, tiny-tp, small, or a model directory")
+	f.StringVar(&uf.model, "model", "tiny", "tiny, tiny-tp, small, or a model directory (the same default as serve and model init)")
 	f.Uint64Var(&uf.seed, "seed", 1, "weight seed of a built-in model")
 	f.IntVar(&uf.prefill, "prefill", 1, "prefill engines")
 	f.IntVar(&uf.decode, "decode", 1, "decode engines")

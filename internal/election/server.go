@@ -239,7 +239,7 @@ func (s *Server) setRole(r Role, v leader.View, srv *master.Server) {
 	s.role, s.view, s.srv = r, v, srv
 	s.admin = nil
 	if srv != nil {
-		s.admin = master.AdminHandler(srv.Core())
+		s.admin = master.RequireSecret(s.cfg.Master.Secret, master.AdminHandler(srv.Core()))
 	}
 	close(s.change)
 	s.change = make(chan struct{})

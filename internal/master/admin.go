@@ -40,6 +40,29 @@ func AdminHandler(m *Master) http.Handler {
 	return mux
 }
 
+// RequireSecret guards an admin handler: with a secret set, every request
+// other than GET, HEAD and OPTIONS (the calls that change something) needs
+// "Authorization: Bearer <secret>" and is answered 401 with an OpenAI-style
+// error otherwise. Reads stay open; an empty secret guards nothing.
+func RequireSecret(secret string, h http.Handler) http.Handler {
+	if secret == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if !BearerOK(r.Header.Get("Authorization"), secret) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="mooncake"`)
+				httpjson.Error(w, http.StatusUnauthorized, "authentication_error",
+					fmt.Sprintf("%s %s needs the cluster secret: Authorization: Bearer <secret>", r.Method, r.URL.Path))
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // admin holds the handlers of the admin API.
 type admin struct{ m *Master }
 
@@ -158,6 +181,8 @@ func writeMetrics(w http.ResponseWriter, m *Master) {
 	metric("mooncake_master_lease_rejections_total", "counter", "Removes/upserts refused or skipped for a lease.", float64(st.LeaseRejections))
 	metric("mooncake_master_clients_dropped_total", "counter", "Clients dropped after their TTL.", float64(st.ClientsDropped))
 	metric("mooncake_master_utilisation_at_first_eviction", "gauge", "used/capacity when the first eviction ran.", st.UtilisationAtFirstEviction)
+	metric("mooncake_master_disk_objects", "gauge", "Keys held only on a disk tier.", float64(st.DiskObjects))
+	metric("mooncake_master_disk_gets_total", "counter", "Reads answered with a disk copy.", float64(st.DiskGets))
 	b.WriteString("# HELP mooncake_master_segment_capacity_bytes Capacity per segment.\n# TYPE mooncake_master_segment_capacity_bytes gauge\n")
 	segs := m.Segments()
 	for _, s := range segs {

@@ -3,6 +3,7 @@ package master
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -44,6 +45,9 @@ type Config struct {
 	RestoreWindow time.Duration
 	// Events receives stored/removed notifications (nil = none).
 	Events EventSink
+	// Logger receives the membership changes an operator must see at INFO:
+	// a client dropped after ClientTTL, a segment unmounted (nil = none).
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns the defaults (Mooncake's, see shared/reference/mooncake.md).

@@ -64,6 +64,8 @@
 //     a master restart, gets PingNeedRemount and remounts its segments with
 //     RemountSegments. Without Config.Durable the restarted master has no
 //     objects, so no stale replica can be served.
+//     Config.Logger hears each drop at INFO (client, segments, replicas
+//     lost), each unmount, and the Server logs "master stopped" on shutdown.
 //   - Durable metadata (Config.Durable, restore.go): allocations start with
 //     an objheader the client writes with the value; a remounting node
 //     reports what its memory holds and Restore rebuilds the segment (newest
@@ -82,6 +84,12 @@
 //     space is allocated then), copies the bytes and finishes it; the
 //     replicas are added only if the object is still the version copied.
 //     Deadlines, retries and limits are Mooncake's defaults (tasks.go).
+//
+// With ServerConfig.Secret set (auth.go), the RPCs NeedsSecret names (remove
+// all, remove by regex, unmount) need gRPC metadata "authorization: Bearer
+// <secret>" and fail with codes.Unauthenticated otherwise; RequireSecret
+// does the same for the admin HTTP API's non-GET requests (401, OpenAI
+// error shape). Reads and the data path stay open.
 //
 // Errors are sentinels (ErrObjectNotFound, ...) wrapped with context; they
 // are defined in internal/storeerr, shared with the store client, and Code

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"slices"
 	"time"
 )
 
@@ -54,10 +55,17 @@ func (m *Master) dropSilentClientsLocked(now time.Time) {
 		if now.Sub(c.lastSeen) <= m.cfg.ClientTTL {
 			continue
 		}
+		names, replicas := make([]string, 0, len(c.segments)), 0
 		for _, s := range c.segments {
+			names = append(names, s.spec.Name)
+			replicas += len(s.keys)
 			m.unmountLocked(s)
 		}
 		delete(m.clients, id)
 		m.stats.ClientsDropped++
+		slices.Sort(names)
+		m.cfg.Logger.Info("master: client dropped (silent past its TTL); its segments are unmounted and their replicas gone",
+			"client", id, "silent", now.Sub(c.lastSeen).Round(time.Millisecond), "client_ttl", m.cfg.ClientTTL,
+			"segments", names, "replicas", replicas)
 	}
 }

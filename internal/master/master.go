@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -220,6 +221,9 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		seq:      uint64(clk.Now().UnixNano()),
 	}
 	m.stats.ViewVersion = uint64(clk.Now().UnixNano())
+	if m.cfg.Logger == nil {
+		m.cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	return m, nil
 }
 

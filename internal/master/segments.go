@@ -79,6 +79,7 @@ func (m *Master) UnmountSegment(clientID, name string) error {
 	if err != nil {
 		return err
 	}
+	m.cfg.Logger.Info("master: segment unmounted", "segment", name, "client", clientID, "replicas", len(s.keys))
 	m.unmountLocked(s)
 	return nil
 }
@@ -149,6 +150,8 @@ func (m *Master) drainLocked(now time.Time) {
 			}
 		}
 		if !busy || !now.Before(s.drainDeadline) {
+			m.cfg.Logger.Info("master: segment unmounted (graceful)", "segment", s.spec.Name, "client", s.client,
+				"replicas", len(s.keys), "grace_expired", busy)
 			m.unmountLocked(s)
 		}
 	}

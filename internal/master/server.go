@@ -25,6 +25,12 @@ type ServerConfig struct {
 	TickInterval time.Duration // how often Tick runs (10ms, as Mooncake's eviction check)
 	Clock        clock.Clock   // nil = system clock
 	Logger       *slog.Logger
+	// Secret, when set, is the cluster secret the calls that change the
+	// pool for everyone need (NeedsSecret: remove all, remove by regex,
+	// unmount), sent as "authorization: Bearer <secret>" (gRPC metadata,
+	// or the HTTP header on the admin API's non-GET requests, answered 401
+	// otherwise). Reads stay open.
+	Secret string
 }
 
 // DefaultServerConfig returns the defaults.
@@ -92,6 +98,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Core.Logger == nil {
+		cfg.Core.Logger = log
+	}
 	core, err := New(cfg.Core, cfg.Clock)
 	if err != nil {
 		return nil, err
@@ -110,12 +119,12 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.UnaryInterceptor(secretInterceptor(s.cfg.Secret)))
 	pb.RegisterMasterServiceServer(gs, NewService(s.core))
 	pb.RegisterMasterTasksServer(gs, NewTaskService(s.core))
 	var hs *http.Server
 	if httpLn != nil {
-		hs = &http.Server{Handler: AdminHandler(s.core), ReadHeaderTimeout: 5 * time.Second}
+		hs = &http.Server{Handler: RequireSecret(s.cfg.Secret, AdminHandler(s.core)), ReadHeaderTimeout: 5 * time.Second}
 	}
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
@@ -145,8 +154,11 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	wg.Wait()
 	select {
 	case err := <-errc:
+		s.log.Info("master stopped", "err", err)
 		return err
 	default:
+		st := s.core.Stats()
+		s.log.Info("master stopped", "objects", st.Objects, "segments", st.Segments, "clients", st.Clients)
 		return nil
 	}
 }

@@ -95,6 +95,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.kv[key] = v
 		s.mu.Unlock()
+		s.log.Debug("metadata put", "key", key, "bytes", len(v))
 		_, _ = io.WriteString(w, "metadata updated")
 	case http.MethodDelete:
 		s.mu.Lock()
@@ -105,6 +106,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "metadata not found", http.StatusNotFound)
 			return
 		}
+		s.log.Debug("metadata delete", "key", key)
 		_, _ = io.WriteString(w, "metadata deleted")
 	default:
 		w.Header().Set("Allow", "GET, PUT, DELETE")

@@ -494,6 +494,9 @@ func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint6
 // SummaryJSON) and the dashboard page (/dashboard/, / redirects to it).
 func (p *Proxy) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { // the engine's 404, same JSON shape
+		httpjson.Error(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
 	mux.HandleFunc("/v1/completions", p.serveGenerate)
 	mux.HandleFunc("/v1/chat/completions", p.serveGenerate)
 	mux.HandleFunc("/v1/models", p.serveModels)

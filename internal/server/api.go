@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
+
+	"github.com/kvcache-go/mooncake/internal/httpjson"
 )
 
 // ErrBadRequest wraps every request decoding or validation problem (400).
@@ -171,7 +174,7 @@ func decode(r io.Reader, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("%w: field %q must be of type %s", ErrBadRequest, te.Field, te.Type)
+			return typeError(te)
 		}
 		return fmt.Errorf("%w: invalid JSON: %v", ErrBadRequest, err)
 	}
@@ -179,6 +182,36 @@ func decode(r io.Reader, v any) error {
 		return fmt.Errorf("%w: trailing data after the JSON object", ErrBadRequest)
 	}
 	return nil
+}
+
+// typeError words a JSON value of the wrong type for the client: the field
+// as it sent it (without the Go structs it is decoded into) and the kind of
+// value it must be; the error names the field in "param".
+func typeError(te *json.UnmarshalTypeError) error {
+	field := te.Field
+	if i := strings.LastIndex(field, "commonParams."); i >= 0 {
+		field = field[:i] + field[i+len("commonParams."):]
+	}
+	want := "of type " + te.Type.String()
+	switch te.Type.Kind() {
+	case reflect.Float32, reflect.Float64:
+		want = "a finite number"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		want = "an integer"
+	case reflect.String:
+		want = "a string"
+	case reflect.Bool:
+		want = "a boolean"
+	case reflect.Slice, reflect.Array:
+		want = "a list"
+	case reflect.Map, reflect.Struct:
+		want = "an object"
+	}
+	if field == "" {
+		return fmt.Errorf("%w: the request must be a JSON object", ErrBadRequest)
+	}
+	return httpjson.Param(field, fmt.Errorf("%w: %s must be %s", ErrBadRequest, field, want))
 }
 
 type usage struct {

@@ -234,7 +234,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	if code == http.StatusTooManyRequests {
 		s.reqs.WithLabelValues("rejected").Inc()
 	}
-	httpjson.Error(w, code, typ, err.Error())
+	httpjson.ErrorOf(w, code, typ, err)
 }
 
 func newID(prefix string) string {
@@ -257,19 +257,19 @@ type job struct {
 func (s *Server) buildParams(c *commonParams, promptLen, defMax int) (engine.SamplingParams, error) {
 	var p engine.SamplingParams
 	if c.Model != "" && c.Model != s.cfg.ModelName {
-		return p, fmt.Errorf("%w: the model %q does not exist (this server serves %q)", ErrUnknownModel, c.Model, s.cfg.ModelName)
+		return p, httpjson.Param("model", fmt.Errorf("%w: the model %q does not exist (this server serves %q)", ErrUnknownModel, c.Model, s.cfg.ModelName))
 	}
 	switch {
 	case c.N != nil && *c.N != 1:
-		return p, fmt.Errorf("%w: n must be 1", ErrBadRequest)
+		return p, httpjson.Param("n", fmt.Errorf("%w: n must be 1", ErrBadRequest))
 	case c.TopP != nil && (*c.TopP <= 0 || *c.TopP > 1):
-		return p, fmt.Errorf("%w: top_p must be in (0, 1]", ErrBadRequest)
+		return p, httpjson.Param("top_p", fmt.Errorf("%w: top_p must be in (0, 1]", ErrBadRequest))
 	case len(c.Logprobs) > 0 && string(c.Logprobs) != "null" && string(c.Logprobs) != "false":
-		return p, fmt.Errorf("%w: logprobs are not supported", ErrBadRequest)
+		return p, httpjson.Param("logprobs", fmt.Errorf("%w: logprobs are not supported", ErrBadRequest))
 	case (c.PresencePenalty != nil && *c.PresencePenalty != 0) || (c.FrequencyPenalty != nil && *c.FrequencyPenalty != 0):
 		return p, fmt.Errorf("%w: presence/frequency penalties are not supported", ErrBadRequest)
 	case len(c.LogitBias) > 0:
-		return p, fmt.Errorf("%w: logit_bias is not supported", ErrBadRequest)
+		return p, httpjson.Param("logit_bias", fmt.Errorf("%w: logit_bias is not supported", ErrBadRequest))
 	}
 	maxLen := s.eng.Config().MaxModelLen
 	mt := c.MaxTokens
@@ -288,16 +288,16 @@ func (s *Server) buildParams(c *commonParams, promptLen, defMax int) (engine.Sam
 	case mt == nil:
 		p.MaxTokens = max(1, min(defMax, maxLen-promptLen))
 	case *mt <= 0:
-		return p, fmt.Errorf("%w: max_tokens must be at least 1, got %d", ErrBadRequest, *mt)
+		return p, httpjson.Param("max_tokens", fmt.Errorf("%w: max_tokens must be at least 1, got %d", ErrBadRequest, *mt))
 	case *mt > maxLen:
-		return p, fmt.Errorf("%w: max_tokens %d is larger than the context of %d tokens", ErrBadRequest, *mt, maxLen)
+		return p, httpjson.Param("max_tokens", fmt.Errorf("%w: max_tokens %d is larger than the context of %d tokens", ErrBadRequest, *mt, maxLen))
 	default:
 		p.MaxTokens = *mt
 	}
 	p.Temperature = 1
 	if c.Temperature != nil {
 		if *c.Temperature < 0 || *c.Temperature > 2 {
-			return p, fmt.Errorf("%w: temperature must be in [0, 2]", ErrBadRequest)
+			return p, httpjson.Param("temperature", fmt.Errorf("%w: temperature must be in [0, 2]", ErrBadRequest))
 		}
 		p.Temperature = *c.Temperature
 	}
@@ -309,11 +309,11 @@ func (s *Server) buildParams(c *commonParams, promptLen, defMax int) (engine.Sam
 		p.Seed = &v
 	}
 	if len(c.Stop) > 4 {
-		return p, fmt.Errorf("%w: at most 4 stop sequences", ErrBadRequest)
+		return p, httpjson.Param("stop", fmt.Errorf("%w: at most 4 stop sequences", ErrBadRequest))
 	}
 	for _, st := range c.Stop {
 		if st == "" {
-			return p, fmt.Errorf("%w: empty stop sequence", ErrBadRequest)
+			return p, httpjson.Param("stop", fmt.Errorf("%w: empty stop sequence", ErrBadRequest))
 		}
 		p.StopSequences = append(p.StopSequences, s.cfg.Tokenizer.Encode(st, false))
 	}

@@ -270,30 +270,35 @@ func TestBadInput(t *testing.T) {
 	tests := []struct {
 		name, path, body string
 		code             int
+		param, msg       string // when set: the error's "param" and a part of its message
 	}{
-		{"malformed json", "/v1/completions", `{"prompt":`, 400},
-		{"not an object", "/v1/completions", `[1,2]`, 400},
-		{"unknown field", "/v1/completions", `{"prompt":"a","bogus":1}`, 400},
-		{"wrong type", "/v1/completions", `{"prompt":"a","max_tokens":"ten"}`, 400},
-		{"prompt wrong type", "/v1/completions", `{"prompt":{"a":1}}`, 400},
-		{"missing prompt", "/v1/completions", `{"max_tokens":3}`, 400},
-		{"empty prompt", "/v1/completions", `{"prompt":""}`, 400},
-		{"empty token prompt", "/v1/completions", `{"prompt":[]}`, 400},
-		{"token out of vocab", "/v1/completions", `{"prompt":[1,100000]}`, 400},
-		{"prompt longer than context", "/v1/completions", `{"prompt":"` + long + `"}`, 400},
-		{"max_tokens zero", "/v1/completions", `{"prompt":"a","max_tokens":0}`, 400},
-		{"max_tokens negative", "/v1/completions", `{"prompt":"a","max_tokens":-5}`, 400},
-		{"max_tokens too large", "/v1/completions", `{"prompt":"a","max_tokens":100000}`, 400},
-		{"prompt plus max_tokens too large", "/v1/completions", `{"prompt":"abc","max_tokens":255}`, 400},
-		{"unknown model", "/v1/completions", `{"model":"gpt-9","prompt":"a"}`, 404},
-		{"n=2", "/v1/completions", `{"prompt":"a","n":2}`, 400},
-		{"temperature negative", "/v1/completions", `{"prompt":"a","temperature":-1}`, 400},
-		{"batch prompt", "/v1/completions", `{"prompt":["a","b"]}`, 400},
-		{"trailing data", "/v1/completions", `{"prompt":"a"} {}`, 400},
-		{"chat no messages", "/v1/chat/completions", `{"messages":[]}`, 400},
-		{"chat bad role", "/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, 400},
-		{"chat image part", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400},
-		{"chat unknown model", "/v1/chat/completions", `{"model":"x","messages":[{"role":"user","content":"x"}]}`, 404},
+		{"malformed json", "/v1/completions", `{"prompt":`, 400, "", ""},
+		{"not an object", "/v1/completions", `[1,2]`, 400, "", ""},
+		{"unknown field", "/v1/completions", `{"prompt":"a","bogus":1}`, 400, "", ""},
+		{"wrong type", "/v1/completions", `{"prompt":"a","max_tokens":"ten"}`, 400, "max_tokens", "max_tokens must be an integer"},
+		{"temperature NaN", "/v1/completions", `{"prompt":"a","temperature":"NaN"}`, 400, "temperature", "temperature must be a finite number"},
+		{"temperature overflows", "/v1/completions", `{"prompt":"a","temperature":1e999}`, 400, "temperature", "temperature must be a finite number"},
+		{"chat temperature NaN", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"temperature":"NaN"}`, 400, "temperature", "temperature must be a finite number"},
+		{"stream not a bool", "/v1/completions", `{"prompt":"a","stream":1}`, 400, "stream", "stream must be a boolean"},
+		{"prompt wrong type", "/v1/completions", `{"prompt":{"a":1}}`, 400, "", ""},
+		{"missing prompt", "/v1/completions", `{"max_tokens":3}`, 400, "", ""},
+		{"empty prompt", "/v1/completions", `{"prompt":""}`, 400, "", ""},
+		{"empty token prompt", "/v1/completions", `{"prompt":[]}`, 400, "", ""},
+		{"token out of vocab", "/v1/completions", `{"prompt":[1,100000]}`, 400, "", ""},
+		{"prompt longer than context", "/v1/completions", `{"prompt":"` + long + `"}`, 400, "", ""},
+		{"max_tokens zero", "/v1/completions", `{"prompt":"a","max_tokens":0}`, 400, "max_tokens", "max_tokens must be at least 1"},
+		{"max_tokens negative", "/v1/completions", `{"prompt":"a","max_tokens":-5}`, 400, "", ""},
+		{"max_tokens too large", "/v1/completions", `{"prompt":"a","max_tokens":100000}`, 400, "", ""},
+		{"prompt plus max_tokens too large", "/v1/completions", `{"prompt":"abc","max_tokens":255}`, 400, "", ""},
+		{"unknown model", "/v1/completions", `{"model":"gpt-9","prompt":"a"}`, 404, "", ""},
+		{"n=2", "/v1/completions", `{"prompt":"a","n":2}`, 400, "", ""},
+		{"temperature negative", "/v1/completions", `{"prompt":"a","temperature":-1}`, 400, "temperature", "temperature must be in [0, 2]"},
+		{"batch prompt", "/v1/completions", `{"prompt":["a","b"]}`, 400, "", ""},
+		{"trailing data", "/v1/completions", `{"prompt":"a"} {}`, 400, "", ""},
+		{"chat no messages", "/v1/chat/completions", `{"messages":[]}`, 400, "", ""},
+		{"chat bad role", "/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, 400, "", ""},
+		{"chat image part", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, "", ""},
+		{"chat unknown model", "/v1/chat/completions", `{"model":"x","messages":[{"role":"user","content":"x"}]}`, 404, "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -302,8 +307,18 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("status %d want %d: %v", code, tc.code, v)
 			}
 			e, ok := v["error"].(map[string]any)
-			if !ok || e["message"] == "" || e["type"] == "" {
-				t.Fatalf("not an OpenAI error: %v", v)
+			if !ok || e["message"] == "" || e["type"] == "" || e["code"] != float64(tc.code) || len(v) != 1 || len(e) != 4 {
+				t.Fatalf("not an OpenAI error {message, type, param, code}: %v", v)
+			}
+			if _, ok := e["param"]; !ok {
+				t.Fatalf("no param: %v", e)
+			}
+			msg, _ := e["message"].(string)
+			if strings.Contains(msg, "commonParams") || strings.Contains(msg, "float64") {
+				t.Fatalf("message names an internal type: %q", msg)
+			}
+			if tc.param != "" && (e["param"] != tc.param || !strings.Contains(msg, tc.msg)) {
+				t.Fatalf("param %v message %q, want %q and %q", e["param"], msg, tc.param, tc.msg)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 // Config configures a storage node.
 type Config struct {
 	Master       string          // master gRPC address "host:port", or "etcd://h1:2379;h2:2379[/CLUSTER]" for an HA cluster
+	Secret       string          // cluster secret the master needs for the unmount on Close (store.Config.Secret)
 	SegmentSize  uint64          // bytes contributed to the pool
 	Engine       transfer.Config // the node's transfer engine
 	PingInterval time.Duration   // liveness ping period (1s)
@@ -58,6 +59,7 @@ func (c Config) Validate() error {
 type Node struct {
 	eng    *transfer.Engine
 	client *store.Client
+	log    *slog.Logger
 	size   uint64
 	disk   *diskTier    // nil = no disk tier
 	diskHS *http.Server // serves disk reads
@@ -80,8 +82,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Engine.Logger == nil {
 		cfg.Engine.Logger = cfg.Logger
 	}
-	n := &Node{size: cfg.SegmentSize}
-	scfg := store.Config{Master: cfg.Master, SegmentSize: cfg.SegmentSize,
+	n := &Node{size: cfg.SegmentSize, log: cfg.Logger}
+	scfg := store.Config{Master: cfg.Master, Secret: cfg.Secret, SegmentSize: cfg.SegmentSize,
 		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, RPCTimeout: cfg.RPCTimeout, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger}
 	if cfg.EnableOffload {
 		if err := n.startDisk(cfg); err != nil {
@@ -179,9 +181,12 @@ func (n *Node) Client() *store.Client { return n.client }
 
 // Close unmounts gracefully, frees the segment and closes the engine.
 func (n *Node) Close() error {
+	n.log.Info("storage node stopping: unmounting", "segment", n.Name())
 	n.client.Close()
 	n.stopDisk()
-	return n.eng.Close()
+	err := n.eng.Close()
+	n.log.Info("storage node stopped", "segment", n.Name(), "err", err)
+	return err
 }
 
 // Kill stops the node as a crash would: the engine stops serving and the

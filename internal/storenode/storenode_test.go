@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,8 +47,10 @@ func TestMountRemountUnmount(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	logs := &lockedBuffer{}
 	n, err := Start(ctx, Config{Master: srv.Addr(), SegmentSize: 1 << 20, PingInterval: 10 * time.Millisecond,
-		RPCTimeout: 300 * time.Millisecond, UnmountGrace: 50 * time.Millisecond})
+		RPCTimeout: 300 * time.Millisecond, UnmountGrace: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +116,32 @@ func TestMountRemountUnmount(t *testing.T) {
 	if _, err := srv.Core().Segment(n.Name()); !errors.Is(err, master.ErrSegmentNotFound) {
 		t.Fatalf("segment after close: %v", err)
 	}
+	// An operator sees the remount and the shutdown at INFO.
+	for _, want := range []string{`level=INFO msg="store: remounted after NEED_REMOUNT"`, `level=INFO msg="storage node stopping: unmounting"`,
+		`level=INFO msg="storage node stopped" segment=` + n.Name()} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logs.String())
+		}
+	}
 	srv.Close()
 	// grpc's reconnect goroutine may still be unwinding after ClientConn.Close.
 	goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction("google.golang.org/grpc.(*addrConn).resetTransportAndUnlock"))
+}
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

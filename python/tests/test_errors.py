@@ -1,6 +1,7 @@
 """Failures come back as return codes with the reason in the log; the interpreter survives."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -56,6 +57,9 @@ class ErrorsTest(unittest.TestCase):
             self.assertIn(reason, p.stderr)
         # And the Python layer logs on the "mooncake" logger.
         self.assertIn("mooncake: transfer_sync_write", p.stderr)
+        # The operation is named once: the library's reason does not repeat it
+        # ("mooncake: remove: remove: ..." was the old shape).
+        self.assertIsNone(re.search(r"mooncake: ([\w ]+): \1:", p.stderr), p.stderr[-2000:])
 
 
 if __name__ == "__main__":

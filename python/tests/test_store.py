@@ -193,7 +193,12 @@ class StoreTest(unittest.TestCase):
         self.assertEqual(self.store.list("rx/"), ["rx/b0"])
         # A get takes a lease: remove fails with OBJECT_HAS_LEASE unless forced.
         self.assertEqual(self.store.get("rx/b0"), b"b")
-        self.assertEqual(self.store.remove("rx/b0"), ErrorCode.OBJECT_HAS_LEASE)
+        with self.assertLogs("mooncake", level="ERROR") as cm:
+            self.assertEqual(self.store.remove("rx/b0"), ErrorCode.OBJECT_HAS_LEASE)
+        # The reason names the operation once ("remove: store: remove ..."),
+        # never "remove: remove:".
+        self.assertTrue(any("mooncake: remove: " in line for line in cm.output), cm.output)
+        self.assertFalse(any("remove: remove:" in line for line in cm.output), cm.output)
         self.assertEqual(self.store.remove("rx/b0", force=True), 0)
         self.assertEqual(self.store.remove_by_regex("(bad"), ErrorCode.INVALID_PARAMS)
 
