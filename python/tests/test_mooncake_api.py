@@ -407,10 +407,6 @@ class StoreApiTest(unittest.TestCase):
         self.assertEqual((tuple(uuid), rc), ((0, 0), NS))
         self.assertEqual(s.create_move_task("k", "a", "b")[1], NS)
         self.assertEqual(s.query_task((1, 2)), (None, NS))
-        self.assertEqual(s.batch_put_session_start(["a", "b"], [1, 2]), [NS, NS])
-        self.assertEqual(s.batch_get_session_end(["a"]), -1)
-        self.assertEqual(s.mount_segment("/dev/x", MIB)["ret"], NS)
-        self.assertEqual(s.unmount_segment(["id"]), NS)
         self.assertEqual(s.get_offload_rpc_read_count(), 0)
         self.assertIsNone(s.get_tensor("k"))  # missing
         self.assertEqual(s.put_tensor("k", None), ErrorCode.INVALID_PARAMS)  # not a tensor
