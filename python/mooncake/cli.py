@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 __all__ = ["parse_gflags", "master_argv", "client_argv", "metadata_server_argv", "bench_argv", "master_main",
-           "client_main", "http_metadata_server_main", "transfer_engine_bench_main", "mooncake_binary"]
+           "client_main", "main", "http_metadata_server_main", "transfer_engine_bench_main", "mooncake_binary"]
 
 
 def mooncake_binary():
@@ -216,6 +216,10 @@ def master_main(args=None):
         m, meta = master_argv(flags)
         return [m] + ([meta] if meta else [])
     return _main(build, args)
+
+
+# Mooncake's mooncake.cli.main runs mooncake_master.
+main = master_main
 
 
 def client_main(args=None):

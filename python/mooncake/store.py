@@ -18,9 +18,9 @@ Return conventions are Mooncake's:
 
 A failure never raises out of the native library: the reason is logged
 (logger ``mooncake`` and the library's stderr log). Methods whose feature
-the Go store does not have (segment mounting, put/get sessions, replica
-clear, copy/move tasks, CUDA reads) log why and return
-Mooncake's failure value for their return type; docs/python.md lists them.
+the Go store does not have (draining the disk tier, CUDA reads, ...) log why
+and return Mooncake's failure value for their return type; docs/python.md
+lists every entry of Mooncake's surface with its status.
 
 ``setup()`` takes Mooncake's positional and keyword arguments, or one config
 dict / ``MooncakeConfig`` object; positional arguments left out (or ``None``)
@@ -50,6 +50,7 @@ __all__ = [
     "ReplicaStatus", "TaskType", "TaskStatus", "QueryTaskResponse", "MemoryDescriptor", "DiskDescriptor",
     "ReplicaDescriptor", "Descriptor", "ParallelAxis", "TensorParallelism", "ReadTarget", "UUID",
     "MooncakeHostMemAllocator", "MooncakeDistributedNoFRegister", "BufferPool", "BufferLease",
+    "BufferLeaseView", "RegisteredBufferPool", "RegisteredBufferLease", "RegisteredBufferLeaseView",
     "bind_to_numa_node", "get_alloc_func_addr", "get_free_func_addr",
 ]
 
@@ -1217,4 +1218,5 @@ def _get_pyclient_from_wrapper(wrapper):
     return None
 
 
-from ._buffer_pool import BufferLease, BufferPool  # noqa: E402  (needs MooncakeDistributedStore's module)
+from ._buffer_pool import (BufferLease, BufferLeaseView, BufferPool, RegisteredBufferLease,  # noqa: E402
+                           RegisteredBufferLeaseView, RegisteredBufferPool)  # (needs MooncakeDistributedStore's module)
