@@ -93,6 +93,9 @@ _MASTER = {
     "allocation_strategy": ("--strategy", str),
 }
 _MASTER_META = ("enable_http_metadata_server", "http_metadata_server_port", "http_metadata_server_host")
+# Mooncake's master-side disk tier flags: here the tier belongs to the client or node.
+_MASTER_DISK = ("root_fs_dir", "enable_offload", "offload_on_evict", "promotion_on_hit",
+                "promotion_admission_threshold")
 
 
 def _translate(table, flags, cmd):
@@ -118,7 +121,13 @@ def _translate(table, flags, cmd):
 
 def master_argv(flags):
     """(master argv, metadata-server argv or None) for mooncake_master's flags."""
-    rest = {k: v for k, v in flags.items() if k not in _MASTER_META}
+    rest = {k: v for k, v in flags.items() if k not in _MASTER_META and k not in _MASTER_DISK}
+    disk = sorted(k for k in flags if k in _MASTER_DISK)
+    if disk:
+        sys.stderr.write("mooncake_master: %s: the disk tier is configured where the memory is, not on the "
+                         "master: setup(..., enable_ssd_offload=True, ssd_offload_path=DIR) in a client, or "
+                         "`mooncake store --root-fs-dir DIR --enable-offload` for a storage node; ignored here\n"
+                         % ", ".join("--" + k for k in disk))
     argv = ["master"] + _translate(_MASTER, rest, "mooncake_master")
     meta = None
     if _true(flags.get("enable_http_metadata_server", "false")):

@@ -193,5 +193,19 @@ class SegmentsAndSessionsTest(unittest.TestCase):
         self.assertEqual(MooncakeDistributedStore().batch_get_session_end(["x"]), -1)
 
 
+class MasterDiskFlagsTest(unittest.TestCase):
+    def test_master_disk_flags_point_to_the_client(self):
+        import contextlib
+        import io
+        from mooncake.cli import master_argv
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            argv, meta = master_argv({"port": "50051", "root_fs_dir": "/x", "enable_offload": "true",
+                                      "offload_on_evict": "true", "promotion_on_hit": "true"})
+        self.assertEqual((argv, meta), (["master", "--port", "50051"], None))
+        self.assertIn("enable_ssd_offload=True", err.getvalue())
+        self.assertIn("--root_fs_dir", err.getvalue())
+
+
 if __name__ == "__main__":
     unittest.main()
