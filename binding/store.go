@@ -129,6 +129,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 		LocalBufferSize: a.bufferSize, Logger: logger.With("store", eng.Name())}
 	if disk != nil {
 		scfg.Disk = disk
+		scfg.PingInterval = diskPingInterval
 	}
 	c, err := store.New(ctx, scfg)
 	if err != nil {

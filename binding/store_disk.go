@@ -20,6 +20,13 @@ import (
 // client's own segment, so objects the master evicts from it go to files
 // under DIR and are read back (and promoted) as a node's are.
 
+// diskPingInterval is the ping period of a client with a disk tier. An
+// object the master offloads from our segment keeps its memory until the
+// client has copied it to disk and reported that, two pings later; pinging
+// often frees that memory sooner, so fewer evictions have to be made while a
+// put waits for room (those are dropped, not offloaded).
+const diskPingInterval = 100 * time.Millisecond
+
 // diskArgs is the SSD offload part of setup (JSON from Python).
 type diskArgs struct {
 	Dir            string `json:"dir"`              // "" = no disk tier
