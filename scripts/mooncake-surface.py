@@ -40,10 +40,12 @@ COLLAPSE = r"mooncake\.(ep|pg|tent)$"
 # or "function". Entries with no note are "done" when our package has them, else "missing".
 GPU = "n/a without a GPU"
 NOTES = [
-    (r"mooncake\.(ep|pg|tent)", r".*", "missing: %s (Mooncake's expert-parallel / process-group / TENT "
-                                       "extensions need CUDA or RDMA; no module here)" % GPU),
-    (r"mooncake\.(ep|pg|mooncake_ep_buffer|mooncake_elastic_buffer)$", r".*",
-     "missing: %s (CUDA expert-parallel buffers)" % GPU),
+    (r"mooncake\.(ep|pg)", r".*", "%s: no module (CUDA expert-parallel and process-group extensions; "
+                                  "import fails, as with a Mooncake wheel built without them)" % GPU),
+    (r"mooncake\.tent", r".*", "missing: no module (TENT, Mooncake's next transfer engine; "
+                               "mooncake.engine is the one provided)"),
+    (r"mooncake\.(mooncake_ep_buffer|mooncake_elastic_buffer)", r".*",
+     "%s: no module (CUDA expert-parallel buffers)" % GPU),
     (r"mooncake\.store", r"MooncakeDistributedStore\.(get_tensor_into_cuda|batch_get_tensor_into_cuda)",
      "%s: returns -600, as Mooncake without CUDA" % GPU),
     (r"mooncake\.store", r"MooncakeDistributedStore\.unmount_local_disk_segment",
