@@ -1079,8 +1079,9 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
 
     def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_src_offsets):
         """Copies ranges (from all_src_offsets) of each session's value into buffers. Per key: the
-        bytes copied, -600 (lists of different lengths, range outside), -707 (no session, as
-        Mooncake answers a session that is gone)."""
+        bytes copied, or -600 (no session, lists of different lengths, a range outside). The
+        session holds a copy, so it does not expire with the read lease as Mooncake's does
+        (-707 there)."""
         n = len(keys)
         if not self._ready("batch_get_into_multi_buffer_ranges"):
             return []
@@ -1092,7 +1093,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             with self._lock:
                 buf = gets.get(_key(key))
             if buf is None:
-                out.append(ErrorCode.LEASE_EXPIRED)
+                out.append(ErrorCode.INVALID_PARAMS)
                 continue
             if not (len(ptrs) == len(sizes) == len(offs)) or any(
                     int(o) < 0 or int(z) < 0 or int(o) + int(z) > len(buf) or (int(z) and not int(p))

@@ -182,14 +182,14 @@ class SegmentsAndSessionsTest(unittest.TestCase):
         res = s.batch_get_into_multi_buffer_ranges(["sess/g", "sess/missing"], [[d1.ctypes.data, d2.ctypes.data],
                                                                                 [d2.ctypes.data]],
                                                    [[1000, 10], [1]], [[5000, 300 * KIB - 10], [0]])
-        self.assertEqual(res, [1010, ErrorCode.LEASE_EXPIRED])
+        self.assertEqual(res, [1010, ErrorCode.INVALID_PARAMS])  # no session for a missing key
         self.assertTrue(np.array_equal(d1, v[5000:6000]))
         self.assertTrue(np.array_equal(d2, v[-10:]))
         self.assertEqual(s.batch_get_into_multi_buffer_ranges(["sess/g"], [[d2.ctypes.data]], [[10]],
                                                               [[300 * KIB - 5]]), [ErrorCode.INVALID_PARAMS])
         self.assertEqual(s.batch_get_session_end(["sess/g"]), 0)
         self.assertEqual(s.batch_get_into_multi_buffer_ranges(["sess/g"], [[d2.ctypes.data]], [[1]], [[0]]),
-                         [ErrorCode.LEASE_EXPIRED])
+                         [ErrorCode.INVALID_PARAMS])  # the session ended
         self.assertEqual(MooncakeDistributedStore().batch_get_session_end(["x"]), -1)
 
 
