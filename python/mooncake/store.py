@@ -960,7 +960,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             return self._put_sessions, self._get_sessions
 
     def batch_put_session_start(self, keys, sizes, config=None):
-        """Reserves keys of these sizes for ranged writes. Per key: 0, -600 (bad size or a
+        """Reserves keys of these sizes for ranged writes. Per key: 0, -600 (size 0 or a
         session already open), -705 (the key exists)."""
         n = len(keys)
         if not self._ready("batch_put_session_start"):
@@ -976,7 +976,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             size = int(size)
             with self._lock:
                 busy = k in puts
-            if size < 0 or busy or not k:
+            if size <= 0 or busy or not k:  # an empty object cannot be put, as in Mooncake
                 out.append(ErrorCode.INVALID_PARAMS)
             elif e == 1:
                 out.append(ErrorCode.OBJECT_ALREADY_EXISTS)

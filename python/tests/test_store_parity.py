@@ -157,7 +157,9 @@ class SegmentsAndSessionsTest(unittest.TestCase):
         self.assertEqual(s.put("sess/exists", b"x"), 0)
         self.assertEqual(s.batch_put_session_start(["sess/p", "sess/q", "sess/exists"], [1500, 10, 3]),
                          [0, 0, ErrorCode.OBJECT_ALREADY_EXISTS])
-        self.assertEqual(s.batch_put_session_start(["sess/p"], [5]), [ErrorCode.INVALID_PARAMS])  # already open
+        self.assertEqual(s.batch_put_session_start(["sess/p", "sess/z"], [5, 0]),
+                         [ErrorCode.INVALID_PARAMS] * 2)  # already open; empty
+        self.assertEqual(s.batch_put_session_start(["sess/x"], [1, 2]), [ErrorCode.INVALID_PARAMS])
         self.assertEqual(s.is_exist("sess/p"), 0)  # invisible until the end
         res = s.batch_put_from_multi_buffer_ranges(
             ["sess/p", "sess/q", "sess/none"], [[b.ctypes.data, a.ctypes.data], [a.ctypes.data], [a.ctypes.data]],
