@@ -64,9 +64,10 @@ var stores = newHandles[*storeState]()
 
 // storeState is one store client and the transfer engine it owns.
 type storeState struct {
-	eng   *transfer.Engine // nil for a dummy client
-	c     storeClient      // a *store.Client, or a *dummyclient.Client
-	regs  regions
+	eng  *transfer.Engine // nil for a dummy client
+	c    storeClient      // a *store.Client, or a *dummyclient.Client
+	regs regions
+
 	disk  *disktier.Server // the disk tier behind our segment (store_disk.go), nil = none
 	extra *extraSegments   // segments mounted with mount_segment (store_segments.go), nil for a dummy client
 

@@ -96,13 +96,14 @@ type Client struct {
 	mu           sync.Mutex
 	durable      atomic.Bool // the master asked for object headers (stage room for them)
 	remounts     int
-	restored     int                           // objects the master took over at remounts
-	zeroed       []*pb.HeaderRef               // tombstones zeroed, to report in the next ping
-	onDisk       []*pb.HeldObject              // objects offloaded to the disk tier, to report in the next ping
-	pingFailures int                           // consecutive failed pings
-	lastPingOK   time.Time                     // last successful ping (or mount)
-	diskReads    atomic.Uint64                 // values this client read from disk tiers (DiskReads)
-	closeGrace   atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
+	restored     int              // objects the master took over at remounts
+	zeroed       []*pb.HeaderRef  // tombstones zeroed, to report in the next ping
+	onDisk       []*pb.HeldObject // objects offloaded to the disk tier, to report in the next ping
+	pingFailures int              // consecutive failed pings
+	lastPingOK   time.Time        // last successful ping (or mount)
+
+	diskReads  atomic.Uint64                 // values this client read from disk tiers (DiskReads)
+	closeGrace atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
 }
 
 // Health is the client's view of its link to the master.
