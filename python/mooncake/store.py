@@ -35,6 +35,7 @@ import os
 import random
 import socket
 import threading
+import urllib.parse
 
 from . import _native, _tensor
 from ._tensor_api import TensorAPI
@@ -823,7 +824,9 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
                            transport_endpoint=r.get("endpoint") or r.get("segment", ""))
             reps.append(ReplicaDescriptor(ReplicaStatus.COMPLETE, memory=MemoryDescriptor(d)))
         for r in info.get("disk") or []:  # a copy on a disk tier: Mooncake's LOCAL_DISK replica
-            dd = DiskDescriptor(file_path="%s/disk/object?key=%s&seq=%d" % (r.get("url", ""), key, int(r.get("seq", 0))),
+            k = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            dd = DiskDescriptor(file_path="%s/disk/object?key=%s&seq=%d" % (r.get("url", ""), urllib.parse.quote(k, safe=""),
+                                                                            int(r.get("seq", 0))),
                                 object_size=int(info.get("size", 0)))
             reps.append(ReplicaDescriptor(ReplicaStatus.COMPLETE, disk=dd, local_disk=True))
         return reps

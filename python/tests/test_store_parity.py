@@ -8,6 +8,7 @@ import os
 import tempfile
 import time
 import unittest
+import urllib.request
 
 import numpy as np
 
@@ -76,6 +77,8 @@ class SsdOffloadTest(unittest.TestCase):
                 self.assertTrue(glob.glob(os.path.join(d, "*.obj")), "no object file in the offload directory")
                 desc = s.get_replica_desc(cold)[0].get_disk_descriptor()
                 self.assertEqual(desc.object_size, 256 * KIB)
+                with urllib.request.urlopen(desc.file_path, timeout=10) as resp:  # the copy's URL serves the value
+                    self.assertEqual(resp.read(), values[cold])
                 before = s.get_offload_rpc_read_count()
                 self.assertEqual(s.get(cold), values[cold])
                 self.assertEqual(s.get_offload_rpc_read_count(), before + 1)
