@@ -152,10 +152,16 @@ def client_argv(flags):
     memory to the pool and serves the dummy clients of this host at host:port."""
     flags = dict(flags)
     proto = str(flags.pop("protocol", "tcp")).lower()
-    for name in ("metadata_server", "device_names", "rdma_devices", "threads"):
+    for name in ("metadata_server", "device_names", "rdma_devices", "threads", "start_offload_rpc_server"):
         flags.pop(name, None)  # handled by the client itself or not applicable
+    offload = _true(flags.pop("enable_offload", "false"))
     argv = ["client"] + _translate(_CLIENT, flags, "mooncake_client")
     argv += ["--transport", proto if proto in ("tcp", "shm", "auto") else "tcp"]
+    if offload:
+        # Mooncake's real client takes its SSD offload settings from the environment.
+        env = os.environ
+        argv += ["--enable-offload", "--root-fs-dir", env.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH") or "/data/file_storage",
+                 "--disk-capacity", env.get("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES") or str(2 << 40)]
     return argv
 
 

@@ -199,6 +199,17 @@ class SegmentsAndSessionsTest(unittest.TestCase):
 
 
 class MasterDiskFlagsTest(unittest.TestCase):
+    def test_client_enable_offload(self):
+        from mooncake.cli import client_argv
+        os.environ["MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"] = "/tmp/ssd"
+        try:
+            argv = client_argv({"enable_offload": "true", "start_offload_rpc_server": "true", "port": "50052"})
+        finally:
+            del os.environ["MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"]
+        self.assertEqual(argv, ["client", "--port", "50052", "--transport", "tcp", "--enable-offload",
+                                "--root-fs-dir", "/tmp/ssd", "--disk-capacity", str(2 << 40)])
+        self.assertNotIn("--enable-offload", client_argv({"enable_offload": "false"}))
+
     def test_master_disk_flags_point_to_the_client(self):
         import contextlib
         import io
