@@ -96,6 +96,23 @@
 // pending tasks, -1010 a target being unmounted). A dummy handle forwards the
 // task calls to its real client; its replica clear answers -1012.
 //
+// # SSD offload and extra segments
+//
+//	int64 mc_store_open_ex(host, metadata, global_segment_size, local_buffer_size,
+//	                       protocol, device, master, options_json) -> handle
+//	int64 mc_store_disk_reads(h)   (values read from disk tiers)
+//	int64 mc_store_mount_segment(h, path, offset, size, void **out_ids_json)
+//	int64 mc_store_allocate_segment(h, size, uint64 *allocated, void **out_ids_json)
+//	int64 mc_store_unmount_segments(h, ids_json, grace_ms)
+//
+// options_json {"disk": {"dir", "capacity", "offload_on_evict",
+// "promotion_on_hit"}} puts the storage node's disk tier (internal/disktier)
+// behind the client's segment, its reads served on a port of the client's
+// host (store_disk.go). Extra segments (store_segments.go) are a file's bytes
+// (mmap) or new memory, each mounted by a store client of its own on the
+// handle's engine under a Mooncake UUID string; unmounting is that client's
+// graceful close, then munmap.
+//
 // # Dummy clients
 //
 //	int64 mc_store_open_dummy(pool_size, local_buffer_size, real_client_addr) -> handle

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvcache-go/mooncake/internal/disktier"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -69,6 +70,9 @@ type storeState struct {
 	c    storeClient      // a *store.Client, or a *dummyclient.Client
 	regs regions
 
+	disk  *disktier.Server // the disk tier behind our segment (store_disk.go), nil = none
+	extra *extraSegments   // segments mounted with mount_segment (store_segments.go), nil for a dummy client
+
 	mu   sync.Mutex
 	bufs map[uint64][]byte // registered with register_buffer
 }
@@ -77,6 +81,7 @@ type storeState struct {
 type storeArgs struct {
 	host, metadata, protocol, device, master string
 	segmentSize, bufferSize                  uint64
+	disk                                     diskArgs // SSD offload (store_disk.go)
 }
 
 // storeEngineArgs is the configuration of a store client's transfer engine.
@@ -125,17 +130,31 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := store.New(ctx, store.Config{Master: a.master, Mover: newNestedMover(eng), SegmentSize: a.segmentSize,
-		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Logger: logger.With("store", eng.Name())})
+	disk, err := openDiskTier(a, cfg.LocalHostname)
 	if err != nil {
 		_ = eng.Close()
 		return nil, err
 	}
-	return &storeState{eng: eng, c: c, bufs: map[uint64][]byte{}}, nil
+	mover := newNestedMover(eng)
+	scfg := store.Config{Master: a.master, Mover: mover, SegmentSize: a.segmentSize,
+		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Logger: logger.With("store", eng.Name())}
+	if disk != nil {
+		scfg.Disk = disk
+		scfg.PingInterval = diskPingInterval
+	}
+	c, err := store.New(ctx, scfg)
+	if err != nil {
+		_ = eng.Close()
+		closeDisk(disk)
+		return nil, err
+	}
+	return &storeState{eng: eng, c: c, disk: disk, extra: newExtraSegments(a.master, mover), bufs: map[uint64][]byte{}}, nil
 }
 
 func (s *storeState) close() error {
+	s.extra.closeAll()
 	err := s.c.Close()
+	closeDisk(s.disk)
 	if s.eng == nil {
 		return err
 	}

@@ -86,11 +86,20 @@ type replicaJSON struct {
 	Size     uint64 `json:"size"`
 }
 
+// diskReplicaJSON is one disk-tier copy of get_replica_desc (Mooncake's
+// LOCAL_DISK replica).
+type diskReplicaJSON struct {
+	Segment string `json:"segment"`
+	URL     string `json:"url"`
+	Seq     uint64 `json:"seq"`
+}
+
 // statJSON is what get_replica_desc returns for one key.
 type statJSON struct {
-	Size     uint64        `json:"size"`
-	HardPin  bool          `json:"hard_pin"`
-	Replicas []replicaJSON `json:"replicas"`
+	Size     uint64            `json:"size"`
+	HardPin  bool              `json:"hard_pin"`
+	Replicas []replicaJSON     `json:"replicas"`
+	Disk     []diskReplicaJSON `json:"disk"`
 }
 
 // stat returns key's size and replicas as JSON.
@@ -101,9 +110,12 @@ func (s *storeState) stat(key string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := statJSON{Size: info.Size, HardPin: info.HardPin, Replicas: []replicaJSON{}}
+	out := statJSON{Size: info.Size, HardPin: info.HardPin, Replicas: []replicaJSON{}, Disk: []diskReplicaJSON{}}
 	for _, r := range info.Replicas {
 		out.Replicas = append(out.Replicas, replicaJSON{Segment: r.Segment, Endpoint: r.Endpoint, Addr: r.Addr, Size: r.Size})
+	}
+	for _, d := range info.Disk {
+		out.Disk = append(out.Disk, diskReplicaJSON{Segment: d.Segment, URL: d.URL, Seq: d.Seq})
 	}
 	return json.Marshal(out)
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -64,6 +65,7 @@ type ObjectInfo struct {
 	LeaseUntil   time.Time
 	SoftPinUntil time.Time
 	HardPin      bool
+	Disk         []DiskReplica // copies on nodes' disk tiers (disk.go)
 }
 
 // KeyInfo is one row of List.
@@ -104,6 +106,9 @@ type Client struct {
 	pingFailures int              // consecutive failed pings
 	lastPingOK   time.Time        // last successful ping (or mount)
 	taskBusy     atomic.Bool      // copy/move tasks are running (tasks.go)
+
+	diskReads  atomic.Uint64                 // values this client read from disk tiers (DiskReads)
+	closeGrace atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
 }
 
 // Health is the client's view of its link to the master.
@@ -186,7 +191,7 @@ func dialMaster(cfg Config) (*grpc.ClientConn, error) {
 // contributed segment when Config.SegmentSize > 0, and otherwise registers
 // as a live client without segments.
 func (c *Client) join(ctx context.Context) error {
-	if c.cfg.SegmentSize == 0 {
+	if c.cfg.SegmentSize == 0 && c.cfg.Segment == nil {
 		err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
 			r, err := c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID})
 			return r.GetStatus(), err
@@ -196,12 +201,13 @@ func (c *Client) join(ctx context.Context) error {
 		}
 		return nil
 	}
-	seg, err := c.mover.AllocateManaged(int(c.cfg.SegmentSize))
+	seg, err := c.contribute()
 	if err != nil {
-		return fmt.Errorf("store: allocate segment of %d bytes: %w", c.cfg.SegmentSize, err)
+		return err
 	}
 	c.segment = seg
-	c.segmentSpec = &pb.Segment{Name: c.mover.Name(), Endpoint: c.mover.Name(), Base: uint64(transfer.AddrOf(seg)), Size: uint64(len(seg))}
+	c.segmentSpec = &pb.Segment{Name: cmp.Or(c.cfg.SegmentName, c.mover.Name()), Endpoint: c.mover.Name(),
+		Base: uint64(transfer.AddrOf(seg)), Size: uint64(len(seg))}
 	if d := c.cfg.Disk; d != nil {
 		c.segmentSpec.DiskUrl, c.segmentSpec.OffloadOnEvict, c.segmentSpec.PromotionOnHit = d.URL(), d.OffloadOnEvict(), d.PromotionOnHit()
 		// A node restarting with its disk tier reports what the disk holds.
@@ -259,10 +265,40 @@ func (c *Client) release() {
 	if c.stage != nil {
 		_ = c.mover.Unregister(transfer.AddrOf(c.stage.buf))
 	}
-	if c.segment != nil {
+	switch {
+	case c.segment == nil:
+	case c.cfg.Segment != nil:
+		_ = c.mover.Unregister(transfer.AddrOf(c.segment))
+	default:
 		_ = c.mover.FreeManaged(c.segment)
 	}
 	_ = c.conn.Close()
+}
+
+// contribute is the memory of the contributed segment: Config.Segment,
+// registered with the transfer engine, or SegmentSize bytes of managed memory.
+func (c *Client) contribute() ([]byte, error) {
+	if seg := c.cfg.Segment; seg != nil {
+		if len(seg) == 0 {
+			return nil, fmt.Errorf("store: %w: empty segment memory", ErrInvalid)
+		}
+		if err := c.mover.RegisterBytes(seg, "cpu:0"); err != nil {
+			return nil, fmt.Errorf("store: register segment memory: %w", err)
+		}
+		return seg, nil
+	}
+	seg, err := c.mover.AllocateManaged(int(c.cfg.SegmentSize))
+	if err != nil {
+		return nil, fmt.Errorf("store: allocate segment of %d bytes: %w", c.cfg.SegmentSize, err)
+	}
+	return seg, nil
+}
+
+// CloseWithGrace is Close, waiting up to grace (instead of
+// Config.UnmountGrace) for readers of the segment; 0 unmounts at once.
+func (c *Client) CloseWithGrace(grace time.Duration) error {
+	c.closeGrace.Store(&grace)
+	return c.Close()
 }
 
 // Close stops pinging, unmounts the contributed segment gracefully (waiting
@@ -296,6 +332,9 @@ func (c *Client) Abort() {
 
 func (c *Client) unmountGracefully() {
 	grace := c.cfg.UnmountGrace
+	if g := c.closeGrace.Load(); g != nil {
+		grace = *g
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), grace+c.cfg.RPCTimeout)
 	defer cancel()
 	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
@@ -877,6 +916,7 @@ func infoFromPB(r *pb.ObjectInfo) ObjectInfo {
 	for _, rp := range r.Replicas {
 		o.Replicas = append(o.Replicas, Replica{Segment: rp.Segment, Endpoint: rp.Endpoint, Addr: rp.Addr, Size: rp.Size})
 	}
+	o.Disk = diskFromPB(r.Disk)
 	return o
 }
 

@@ -29,6 +29,8 @@ type Config struct {
 	Mover           Mover         // the transfer engine (required)
 	ClientID        string        // unique client id (default: random)
 	SegmentSize     uint64        // memory this client contributes to the pool (0 = pure client)
+	Segment         []byte        // memory to contribute instead of allocating SegmentSize (registered and unregistered by the client; the caller frees it after Close)
+	SegmentName     string        // name of the contributed segment (default: the transfer engine's name)
 	LocalBufferSize uint64        // registered staging buffer for Put/Get (default 64 MiB)
 	Replicas        int           // default replica count of Put (1)
 	PingInterval    time.Duration // liveness ping period (1s)

@@ -41,6 +41,26 @@ type DiskObject struct {
 	objheader.Header
 }
 
+// DiskReplica is a copy of an object on a node's disk tier (ObjectInfo.Disk).
+type DiskReplica struct {
+	Segment string // the segment whose node holds the copy
+	URL     string // the node's disk read server
+	Seq     uint64 // the object's version
+}
+
+func diskFromPB(ds []*pb.DiskCopy) []DiskReplica {
+	var out []DiskReplica
+	for _, d := range ds {
+		out = append(out, DiskReplica{Segment: d.Segment, URL: d.Url, Seq: d.Seq})
+	}
+	return out
+}
+
+// DiskReads is the number of values this client has read from disk tiers
+// (Mooncake's offload RPC read count): a read served from memory leaves it
+// unchanged.
+func (c *Client) DiskReads() uint64 { return c.diskReads.Load() }
+
 func diskToHeld(seg string, ds []DiskObject) []*pb.HeldObject {
 	out := make([]*pb.HeldObject, len(ds))
 	for i, d := range ds {
@@ -105,6 +125,7 @@ func (c *Client) readDisk(ctx context.Context, key string, d *pb.DiskCopy, crc u
 	if Checksum(buf) != crc {
 		return fmt.Errorf("%w on the disk copy on %s", ErrCorrupt, d.Segment)
 	}
+	c.diskReads.Add(1)
 	return nil
 }
 

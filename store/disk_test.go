@@ -62,14 +62,30 @@ func TestDiskTier(t *testing.T) {
 	}
 	waitfor.Cond(t, 10*time.Second, "evicted objects on disk", settled)
 	onDisk := c.master.Core().Stats().DiskObjects
+	diskOnly := 0 // Stat shows disk copies (Mooncake's LOCAL_DISK replica descriptors)
+	for k := range want {
+		info, err := cl.Stat(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Replicas) == 0 {
+			if len(info.Disk) != 1 || info.Disk[0].Segment != n.Name() || info.Disk[0].URL != n.DiskURL() || info.Disk[0].Seq == 0 {
+				t.Fatalf("stat of disk-only %s: %+v", k, info.Disk)
+			}
+			diskOnly++
+		}
+	}
+	if diskOnly == 0 {
+		t.Fatal("Stat shows no disk-only key")
+	}
 	for k, v := range want {
 		got, err := cl.Get(ctx, k)
 		if err != nil || !bytes.Equal(got, v) {
 			t.Fatalf("get %s: %v", k, err)
 		}
 	}
-	if st := c.master.Core().Stats(); st.DiskGets == 0 {
-		t.Fatalf("no read from disk: %+v", st)
+	if st := c.master.Core().Stats(); st.DiskGets == 0 || cl.DiskReads() == 0 {
+		t.Fatalf("no read from disk: %+v, client counted %d", st, cl.DiskReads())
 	}
 	// Promotion on hit: the values read from disk are put back into memory.
 	waitfor.Cond(t, 10*time.Second, "promotion", func() bool {

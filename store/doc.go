@@ -38,6 +38,11 @@
 // Master calls wait for the connection and retry while the master is
 // unreachable, within RPCTimeout.
 //
+// Config.Segment contributes memory the caller owns (under Config.SegmentName)
+// instead of allocating SegmentSize: the Python binding mounts extra segments
+// of one process this way (Mooncake's mount_segment), one client each on a
+// shared engine, and CloseWithGrace unmounts one with the caller's grace.
+//
 // A storage node passes its disk tier as Config.Disk (DiskTier, disk.go):
 // the client then copies the objects the master offloads from its segment
 // to disk, and any client reads a key held only on disk over HTTP from the

@@ -1,15 +1,19 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/kvcache-go/mooncake/internal/disktier"
 	"github.com/kvcache-go/mooncake/internal/dummyclient"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -21,6 +25,7 @@ func newClientCmd() *cobra.Command {
 		secret                                        string
 		port, rpcPort                                 int
 		verbose                                       bool
+		disk                                          diskFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "client",
@@ -29,7 +34,10 @@ func newClientCmd() *cobra.Command {
 to the pool and serves the dummy clients of this host (MooncakeDistributedStore.setup_dummy
 with the address HOST:PORT). Each dummy's memory pool is shared memory this process creates,
 registers with its transfer engine and hands over, so dummies' puts and gets of pool buffers
-move without a copy. The first line on stdout names the address and the mounted segment.`,
+move without a copy. The first line on stdout names the address and the mounted segment.
+
+With --root-fs-dir DIR --enable-offload the client's segment has a disk tier, as a
+storage node's (mooncake store): Mooncake's mooncake_client --enable_offload.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			seg, err := parseSize(segSize)
@@ -40,10 +48,14 @@ move without a copy. The first line on stdout names the address and the mounted 
 			if err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--local-buffer-size: %w", err)}
 			}
+			dcfg, err := disk.config()
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
 			log := cmdLogger(cmd, verbose)
 			addr := net.JoinHostPort(host, strconv.Itoa(port))
 			return runClient(cmd.Context(), clientConfig{master: masterAddrOr(masterAddr), secret: secretOr(secret), addr: addr, segment: seg, buffer: buf,
-				engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}, log: log},
+				engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}, log: log, disk: dcfg},
 				func(segment string) {
 					fmt.Fprintf(cmd.OutOrStdout(), "mooncake client serving dummy clients at %s; segment %s mounted size=%s master=%s\n",
 						addr, segment, formatSize(seg), masterAddrOr(masterAddr))
@@ -60,6 +72,7 @@ move without a copy. The first line on stdout names the address and the mounted 
 	f.StringVar(&transport, "transport", "auto", "transfer transport: auto, tcp, shm")
 	f.StringVar(&secret, "secret", "", secretUsage)
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
+	disk.register(f)
 	return cmd
 }
 
@@ -69,7 +82,41 @@ type clientConfig struct {
 	segment, buffer uint64
 	engine          transfer.Config
 	log             *slog.Logger
+	disk            *disktier.Config // nil = no disk tier
 }
+
+// diskFlags are the disk tier flags of `mooncake client` (those of `mooncake store`).
+type diskFlags struct {
+	dir, capacity                   string
+	enable, offloadOnEvict, promote bool
+}
+
+func (d *diskFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&d.dir, "root-fs-dir", "", "disk tier directory (Mooncake's root_fs_dir); used with --enable-offload")
+	f.BoolVar(&d.enable, "enable-offload", false, "enable the disk tier under --root-fs-dir")
+	f.BoolVar(&d.offloadOnEvict, "offload-on-evict", true, "copy objects evicted from memory to the disk tier")
+	f.BoolVar(&d.promote, "promotion-on-hit", true, "a read from the disk tier puts the value back into memory")
+	f.StringVar(&d.capacity, "disk-capacity", "10GiB", "bytes the disk tier keeps (least recently used dropped)")
+}
+
+// config is the disk tier to open (nil when --enable-offload is not set).
+func (d *diskFlags) config() (*disktier.Config, error) {
+	if !d.enable {
+		return nil, nil
+	}
+	if d.dir == "" {
+		return nil, errors.New("--enable-offload needs --root-fs-dir")
+	}
+	n, err := parseSize(d.capacity)
+	if err != nil {
+		return nil, fmt.Errorf("--disk-capacity: %w", err)
+	}
+	return &disktier.Config{Dir: d.dir, Capacity: n, OffloadOnEvict: d.offloadOnEvict, PromotionOnHit: d.promote}, nil
+}
+
+// clientDiskPing is the ping period of a client with a disk tier: offloaded
+// objects free their memory two pings after the eviction.
+const clientDiskPing = 100 * time.Millisecond
 
 // runClient runs the store client and the dummy-client server until ctx ends.
 func runClient(ctx context.Context, cfg clientConfig, ready func(segment string)) error {
@@ -77,8 +124,18 @@ func runClient(ctx context.Context, cfg clientConfig, ready func(segment string)
 	if err != nil {
 		return err
 	}
-	c, err := store.New(ctx, store.Config{Master: cfg.master, Mover: eng, SegmentSize: cfg.segment,
-		LocalBufferSize: cfg.buffer, Secret: cfg.secret, Logger: cfg.log.With("store", eng.Name())})
+	scfg := store.Config{Master: cfg.master, Mover: eng, SegmentSize: cfg.segment,
+		LocalBufferSize: cfg.buffer, Secret: cfg.secret, Logger: cfg.log.With("store", eng.Name())}
+	if cfg.disk != nil {
+		host := cmp.Or(cfg.engine.LocalHostname, "127.0.0.1")
+		d, err := disktier.Listen(*cfg.disk, net.JoinHostPort(host, "0"))
+		if err != nil {
+			return errors.Join(err, eng.Close())
+		}
+		defer d.Close()
+		scfg.Disk, scfg.PingInterval = d, clientDiskPing
+	}
+	c, err := store.New(ctx, scfg)
 	if err != nil {
 		return errors.Join(err, eng.Close())
 	}

@@ -17,7 +17,7 @@
 // target segments; see package store).
 //
 // With Config.RootFSDir and EnableOffload the node has a disk tier
-// (disk.go, Mooncake's root_fs_dir): objects the master evicts from its
+// (package internal/disktier, Mooncake's root_fs_dir): objects the master evicts from its
 // segment are copied to one file each (header and value, CRC-checked),
 // served to readers over HTTP on their own listener (DiskAddr; never the
 // transfer engine's path), kept within DiskCapacity (least recently used

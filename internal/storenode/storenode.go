@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/disktier"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -61,8 +62,7 @@ type Node struct {
 	client *store.Client
 	log    *slog.Logger
 	size   uint64
-	disk   *diskTier    // nil = no disk tier
-	diskHS *http.Server // serves disk reads
+	disk   *disktier.Server // nil = no disk tier
 
 	mu sync.Mutex
 	hl net.Listener // the listener Serve serves (nil = none)
@@ -162,9 +162,9 @@ func (n *Node) Handler() http.Handler {
 		fmt.Fprintf(w, "# HELP mooncake_storenode_remounts_total Remounts after a master restart.\n# TYPE mooncake_storenode_remounts_total counter\nmooncake_storenode_remounts_total{segment=%q} %d\n", seg, h.Remounts)
 		fmt.Fprintf(w, "# HELP mooncake_storenode_ping_failures Consecutive failed pings to the master.\n# TYPE mooncake_storenode_ping_failures gauge\nmooncake_storenode_ping_failures{segment=%q} %d\n", seg, h.PingFailures)
 		if n.disk != nil {
-			used, objects, reads := n.disk.usage()
+			used, objects, reads := n.disk.Usage()
 			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_bytes Bytes held by the disk tier.\n# TYPE mooncake_storenode_disk_bytes gauge\nmooncake_storenode_disk_bytes{segment=%q} %d\n", seg, used)
-			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_capacity_bytes Capacity of the disk tier.\n# TYPE mooncake_storenode_disk_capacity_bytes gauge\nmooncake_storenode_disk_capacity_bytes{segment=%q} %d\n", seg, n.disk.capacity)
+			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_capacity_bytes Capacity of the disk tier.\n# TYPE mooncake_storenode_disk_capacity_bytes gauge\nmooncake_storenode_disk_capacity_bytes{segment=%q} %d\n", seg, n.disk.Capacity())
 			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_objects Objects held by the disk tier.\n# TYPE mooncake_storenode_disk_objects gauge\nmooncake_storenode_disk_objects{segment=%q} %d\n", seg, objects)
 			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_reads_total Reads served from the disk tier.\n# TYPE mooncake_storenode_disk_reads_total counter\nmooncake_storenode_disk_reads_total{segment=%q} %d\n", seg, reads)
 		}
@@ -199,14 +199,6 @@ func (n *Node) Kill() error {
 
 // startDisk opens the disk tier and serves its reads on DiskAddr.
 func (n *Node) startDisk(cfg Config) error {
-	capacity := cfg.DiskCapacity
-	if capacity == 0 {
-		capacity = 10 << 30
-	}
-	d, err := openDisk(cfg.RootFSDir, capacity, cfg.OffloadOnEvict, cfg.PromotionOnHit)
-	if err != nil {
-		return err
-	}
 	addr := cfg.DiskAddr
 	if addr == "" {
 		host := cfg.Engine.LocalHostname
@@ -215,20 +207,18 @@ func (n *Node) startDisk(cfg Config) error {
 		}
 		addr = net.JoinHostPort(host, "0")
 	}
-	ln, err := net.Listen("tcp", addr)
+	d, err := disktier.Listen(disktier.Config{Dir: cfg.RootFSDir, Capacity: cfg.DiskCapacity,
+		OffloadOnEvict: cfg.OffloadOnEvict, PromotionOnHit: cfg.PromotionOnHit}, addr)
 	if err != nil {
-		return fmt.Errorf("storenode: disk tier: listen %s: %w", addr, err)
+		return fmt.Errorf("storenode: disk tier: %w", err)
 	}
-	d.url = "http://" + ln.Addr().String()
 	n.disk = d
-	n.diskHS = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = n.diskHS.Serve(ln) }()
 	return nil
 }
 
 func (n *Node) stopDisk() {
-	if n.diskHS != nil {
-		_ = n.diskHS.Close()
+	if n.disk != nil {
+		_ = n.disk.Close()
 	}
 }
 
@@ -237,7 +227,7 @@ func (n *Node) DiskURL() string {
 	if n.disk == nil {
 		return ""
 	}
-	return n.disk.url
+	return n.disk.URL()
 }
 
 // Run listens on cfg.HTTPAddr (unless empty), starts a node, serves its

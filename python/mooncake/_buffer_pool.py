@@ -23,7 +23,8 @@ import threading
 import time
 import weakref
 
-__all__ = ["BufferPool", "BufferLease", "RegisteredBufferPool"]
+__all__ = ["BufferPool", "BufferLease", "BufferLeaseView", "RegisteredBufferPool", "RegisteredBufferLease",
+           "RegisteredBufferLeaseView"]
 
 _MAX_SIZE = 1 << 48  # no single buffer beyond 256 TiB
 
@@ -225,4 +226,18 @@ class BufferPool(object):
             self._cv.notify_all()
 
 
+class BufferLeaseView(object):
+    """A view of a lease's memory (Mooncake's type of the same name): ``buffer`` is a writable
+    memoryview of it. ``BufferLease.buffer`` returns the memoryview itself."""
+
+    def __init__(self, lease):
+        self._lease = lease
+
+    @property
+    def buffer(self):
+        return self._lease.buffer
+
+
 RegisteredBufferPool = BufferPool
+RegisteredBufferLease = BufferLease
+RegisteredBufferLeaseView = BufferLeaseView

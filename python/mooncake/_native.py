@@ -70,6 +70,12 @@ _PROTOTYPES = {
     "mc_store_batch_remove": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), _c_i64, _p_i64]),
     "mc_store_stat": (_c_i64, [_c_i64, _c_str, ctypes.POINTER(_c_ptr)]),
     "mc_store_hostname": (_c_i64, [_c_i64, ctypes.c_char_p, _c_i64]),
+    # SSD offload and extra segments (binding/store_disk.go, store_segments.go)
+    "mc_store_open_ex": (_c_i64, [_c_str, _c_str, _c_u64, _c_u64, _c_str, _c_str, _c_str, _c_str]),
+    "mc_store_disk_reads": (_c_i64, [_c_i64]),
+    "mc_store_mount_segment": (_c_i64, [_c_i64, _c_str, _c_u64, _c_u64, ctypes.POINTER(_c_ptr)]),
+    "mc_store_allocate_segment": (_c_i64, [_c_i64, _c_u64, _p_u64, ctypes.POINTER(_c_ptr)]),
+    "mc_store_unmount_segments": (_c_i64, [_c_i64, _c_str, _c_i64]),
 }
 
 _lock = threading.Lock()

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 __all__ = ["parse_gflags", "master_argv", "client_argv", "metadata_server_argv", "bench_argv", "master_main",
-           "client_main", "http_metadata_server_main", "transfer_engine_bench_main", "mooncake_binary"]
+           "client_main", "main", "http_metadata_server_main", "transfer_engine_bench_main", "mooncake_binary"]
 
 
 def mooncake_binary():
@@ -93,6 +93,9 @@ _MASTER = {
     "allocation_strategy": ("--strategy", str),
 }
 _MASTER_META = ("enable_http_metadata_server", "http_metadata_server_port", "http_metadata_server_host")
+# Mooncake's master-side disk tier flags: here the tier belongs to the client or node.
+_MASTER_DISK = ("root_fs_dir", "enable_offload", "offload_on_evict", "promotion_on_hit",
+                "promotion_admission_threshold")
 
 
 def _translate(table, flags, cmd):
@@ -118,7 +121,13 @@ def _translate(table, flags, cmd):
 
 def master_argv(flags):
     """(master argv, metadata-server argv or None) for mooncake_master's flags."""
-    rest = {k: v for k, v in flags.items() if k not in _MASTER_META}
+    rest = {k: v for k, v in flags.items() if k not in _MASTER_META and k not in _MASTER_DISK}
+    disk = sorted(k for k in flags if k in _MASTER_DISK)
+    if disk:
+        sys.stderr.write("mooncake_master: %s: the disk tier is configured where the memory is, not on the "
+                         "master: setup(..., enable_ssd_offload=True, ssd_offload_path=DIR) in a client, or "
+                         "`mooncake store --root-fs-dir DIR --enable-offload` for a storage node; ignored here\n"
+                         % ", ".join("--" + k for k in disk))
     argv = ["master"] + _translate(_MASTER, rest, "mooncake_master")
     meta = None
     if _true(flags.get("enable_http_metadata_server", "false")):
@@ -143,10 +152,16 @@ def client_argv(flags):
     memory to the pool and serves the dummy clients of this host at host:port."""
     flags = dict(flags)
     proto = str(flags.pop("protocol", "tcp")).lower()
-    for name in ("metadata_server", "device_names", "rdma_devices", "threads"):
+    for name in ("metadata_server", "device_names", "rdma_devices", "threads", "start_offload_rpc_server"):
         flags.pop(name, None)  # handled by the client itself or not applicable
+    offload = _true(flags.pop("enable_offload", "false"))
     argv = ["client"] + _translate(_CLIENT, flags, "mooncake_client")
     argv += ["--transport", proto if proto in ("tcp", "shm", "auto") else "tcp"]
+    if offload:
+        # Mooncake's real client takes its SSD offload settings from the environment.
+        env = os.environ
+        argv += ["--enable-offload", "--root-fs-dir", env.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH") or "/data/file_storage",
+                 "--disk-capacity", env.get("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES") or str(2 << 40)]
     return argv
 
 
@@ -216,6 +231,10 @@ def master_main(args=None):
         m, meta = master_argv(flags)
         return [m] + ([meta] if meta else [])
     return _main(build, args)
+
+
+# Mooncake's mooncake.cli.main runs mooncake_master.
+main = master_main
 
 
 def client_main(args=None):

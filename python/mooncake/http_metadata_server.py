@@ -154,13 +154,20 @@ class KVBootstrapServer(object):
         return KVPoll.Success
 
 
+def parse_args(argv=None):
+    """The command line (Mooncake's): --port (8080), --host (0.0.0.0), --log-level (INFO)."""
+    p = argparse.ArgumentParser(description="HTTP metadata server for Mooncake",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--port", type=int, default=8080, help="Port to listen on")
+    p.add_argument("--host", default="0.0.0.0", help="Host to bind to")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                   help="Logging level")
+    return p.parse_args(argv)
+
+
 def main(argv=None):
     """Entry point (Mooncake's ``mooncake_http_metadata_server``): --port, --host, --log-level."""
-    p = argparse.ArgumentParser(description="HTTP metadata server for Mooncake")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
-    args = p.parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level))
     server = KVBootstrapServer(port=args.port, host=args.host)
     server.run()

@@ -18,8 +18,9 @@ answers on ``--port`` (all interfaces):
            /api/reconfigure {"mode": "decode"|"prefill", ...}, /api/unmount_local_disk
 
 Errors are ``{"error": message}`` with 400 (bad request), 404 or 500. The
-segment-mounting routes call the store's mount methods, which this store does
-not support yet (they answer 500 with the store's code). The HTTP server is
+segment-mounting routes call the store's mount methods (mount_segment of a
+/dev/shm file, allocate_and_mount_segment, unmount_segment; only
+/api/unmount_local_disk answers 500: draining the disk tier is not supported). The HTTP server is
 aiohttp when it is installed (as in Mooncake), otherwise the standard library's.
 """
 

@@ -18,9 +18,9 @@ Return conventions are Mooncake's:
 
 A failure never raises out of the native library: the reason is logged
 (logger ``mooncake`` and the library's stderr log). Methods whose feature
-the Go store does not have (segment mounting, put/get sessions, CUDA
-reads) log why and return
-Mooncake's failure value for their return type; docs/python.md lists them.
+the Go store does not have (draining the disk tier, CUDA reads, ...) log why
+and return Mooncake's failure value for their return type; docs/python.md
+lists every entry of Mooncake's surface with its status.
 
 ``setup()`` takes Mooncake's positional and keyword arguments, or one config
 dict / ``MooncakeConfig`` object; positional arguments left out (or ``None``)
@@ -31,9 +31,11 @@ come from ``MOONCAKE_CONFIG_PATH`` or the ``MOONCAKE_*`` environment (see
 import ctypes
 import json
 import logging
+import os
 import random
 import socket
 import threading
+import urllib.parse
 
 from . import _native, _tensor
 from ._tensor_api import TensorAPI
@@ -49,6 +51,7 @@ __all__ = [
     "ReplicaStatus", "TaskType", "TaskStatus", "QueryTaskResponse", "MemoryDescriptor", "DiskDescriptor",
     "ReplicaDescriptor", "Descriptor", "ParallelAxis", "TensorParallelism", "ReadTarget", "UUID",
     "MooncakeHostMemAllocator", "MooncakeDistributedNoFRegister", "BufferPool", "BufferLease",
+    "BufferLeaseView", "RegisteredBufferPool", "RegisteredBufferLease", "RegisteredBufferLeaseView",
     "bind_to_numa_node", "get_alloc_func_addr", "get_free_func_addr",
 ]
 
@@ -158,6 +161,27 @@ def _bool(v):
     return bool(v)
 
 
+# Mooncake's FileStorage defaults (mooncake-store/include/storage_backend.h).
+_SSD_DEFAULT_PATH = "/data/file_storage"
+_SSD_DEFAULT_CAPACITY = 2 << 40
+
+
+def _ssd_offload_options(path):
+    """The disk tier behind this client's segment for setup(enable_ssd_offload=True): the
+    directory is ssd_offload_path, else MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else Mooncake's
+    /data/file_storage; at most MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES (2 TB) are kept. Objects
+    go to disk when the master evicts them from this client's segment (offload on evict, the
+    only mode here); values read from disk are put back into memory unless
+    MOONCAKE_PROMOTION_ON_HIT is false."""
+    env = os.environ
+    directory = str(path or env.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH") or _SSD_DEFAULT_PATH)
+    capacity = parse_size(env.get("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES") or _SSD_DEFAULT_CAPACITY)
+    if capacity <= 0:
+        raise ValueError("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES must be positive")
+    return {"dir": os.path.abspath(directory), "capacity": int(capacity), "offload_on_evict": True,
+            "promotion_on_hit": _bool(env.get("MOONCAKE_PROMOTION_ON_HIT", "true"))}
+
+
 class BufferHandle(bytearray):
     """A value held in memory owned by this process (``get_buffer``'s result).
 
@@ -212,8 +236,9 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
         enable_client_http_server=False, client_http_port=9300)`` and ``setup(config)`` with a
         dict (Mooncake's keys) or a MooncakeConfig object. Positional arguments left out come
         from MOONCAKE_CONFIG_PATH / MOONCAKE_* (mooncake.config). Sizes may be strings
-        ("16MB", "4gb"). SSD offload, tenants and the client HTTP server are accepted and
-        ignored with a warning. Returns 0, or a negative code.
+        ("16MB", "4gb"). ``enable_ssd_offload=True`` puts a disk tier behind this client's
+        segment (``ssd_offload_path``, else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``); tenants
+        and the client HTTP server are accepted and ignored with a warning. Returns 0, or a negative code.
         """
         if config is None and local_hostname is not None and not isinstance(local_hostname, (str, bytes)):
             config, local_hostname = local_hostname, None
@@ -245,15 +270,25 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             return ErrorCode.INVALID_PARAMS
         if engine is not None:
             log.warning("mooncake: setup: sharing a TransferEngine is not supported; the store uses its own")
-        if ssd or ssd_offload_path:
-            log.warning("mooncake: setup: SSD offload (enable_ssd_offload=%s, ssd_offload_path=%r) is not supported "
-                        "by this store; objects are kept in memory only", ssd, ssd_offload_path)
+        disk = None
+        if ssd and cfg.global_segment_size == 0:
+            log.warning("mooncake: setup: SSD offload needs a global segment: with global_segment_size=0 this "
+                        "client holds no objects to offload; no disk tier")
+        elif ssd:
+            try:
+                disk = _ssd_offload_options(ssd_offload_path)
+            except ValueError as exc:
+                log.error("mooncake: setup: bad SSD offload setting: %s", exc)
+                return ErrorCode.INVALID_PARAMS
+        elif ssd_offload_path:
+            log.warning("mooncake: setup: ssd_offload_path %r is ignored without enable_ssd_offload=True",
+                        ssd_offload_path)
         if tenant_id not in (None, "", "default"):
             log.warning("mooncake: setup: tenants are not supported; tenant_id %r is ignored", tenant_id)
         if http:
             log.warning("mooncake: setup: the client HTTP server (port %s) is not supported; not started",
                         client_http_port)
-        return self._open(cfg)
+        return self._open(cfg, disk)
 
     def _setup_config(self, config):
         """setup(config): a dict with Mooncake's keys, or an object with MooncakeConfig's attributes."""
@@ -288,7 +323,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             enable_client_http_server=d.get("enable_client_http_server", False),
             client_http_port=d.get("client_http_port", 9300))
 
-    def _open(self, cfg):
+    def _open(self, cfg, disk=None):
         host = cfg.local_hostname
         if host and not _has_port(host) and not host.startswith("["):
             port = _free_port(host)
@@ -298,9 +333,11 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             if self._h:
                 log.error("mooncake: setup: store already set up")
                 return ErrorCode.INVALID_PARAMS
-            h = self._lib.mc_store_open(_native.cstr(host), _native.cstr(cfg.metadata_server),
-                                        cfg.global_segment_size, cfg.local_buffer_size, _native.cstr(cfg.protocol),
-                                        _native.cstr(cfg.device_name), _native.cstr(cfg.master_server_address))
+            opts = json.dumps({"disk": disk}) if disk else ""
+            h = self._lib.mc_store_open_ex(_native.cstr(host), _native.cstr(cfg.metadata_server),
+                                           cfg.global_segment_size, cfg.local_buffer_size, _native.cstr(cfg.protocol),
+                                           _native.cstr(cfg.device_name), _native.cstr(cfg.master_server_address),
+                                           _native.cstr(opts))
             if h <= 0:
                 log.error("mooncake: setup: %s", _native.last_error())
                 return int(h) if h < 0 else ErrorCode.INTERNAL_ERROR
@@ -350,6 +387,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
         with self._lock:
             h, self._h = self._h, 0
             self._regs = {}
+            self._put_sessions, self._get_sessions = {}, {}  # sessions end with the client
         if not h:
             return 0
         rc = self._lib.mc_store_close(h)
@@ -771,7 +809,8 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
                         quiet=(ErrorCode.OBJECT_NOT_FOUND,))
 
     def get_replica_desc(self, key):
-        """The replicas of key (a list of ReplicaDescriptor; empty when missing or on error)."""
+        """The replicas of key (a list of ReplicaDescriptor; empty when missing or on error): memory
+        replicas, then copies on disk tiers (``is_local_disk_replica()``)."""
         if not self._ready("get_replica_desc"):
             return []
         out = ctypes.c_void_p()
@@ -785,6 +824,12 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             d = Descriptor(size=int(r.get("size", 0)), buffer_address=int(r.get("addr", 0)),
                            transport_endpoint=r.get("endpoint") or r.get("segment", ""))
             reps.append(ReplicaDescriptor(ReplicaStatus.COMPLETE, memory=MemoryDescriptor(d)))
+        for r in info.get("disk") or []:  # a copy on a disk tier: Mooncake's LOCAL_DISK replica
+            k = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            dd = DiskDescriptor(file_path="%s/disk/object?key=%s&seq=%d" % (r.get("url", ""), urllib.parse.quote(k, safe=""),
+                                                                            int(r.get("seq", 0))),
+                                object_size=int(info.get("size", 0)))
+            reps.append(ReplicaDescriptor(ReplicaStatus.COMPLETE, disk=dd, local_disk=True))
         return reps
 
     def batch_get_replica_desc(self, keys):
@@ -842,57 +887,241 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
         raw = _native.take_bytes(out.value, n)
         return sorted(json.loads(raw)) if raw else []
 
-    # --- not supported here (Mooncake's failure value, with the reason logged) ---
+    # --- extra segments, SSD offload counters, put/get sessions (docs/python.md) ---
 
     def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
-        return self._unsupported("mount_segment", "mounting extra segments is not supported",
-                                 {"ret": ErrorCode.NOT_SUPPORTED, "segment_ids": []})
-
-    def unmount_segment(self, segment_ids, grace_period_seconds=0):
-        return self._unsupported("unmount_segment", "mounting extra segments is not supported",
-                                 ErrorCode.NOT_SUPPORTED)
+        """Maps size bytes of the file at path (from offset, a multiple of the page size) and
+        contributes them as one more segment of this client. {"ret": 0, "segment_ids": [id]};
+        {"ret": -1, "segment_ids": []} on failure (Mooncake's values)."""
+        fail = {"ret": -1, "segment_ids": []}
+        if not self._ready("mount_segment"):
+            return fail
+        out = ctypes.c_void_p()
+        n = self._lib.mc_store_mount_segment(self._h, _native.cstr(str(path)), int(offset), int(size),
+                                             ctypes.byref(out))
+        if n < 0:
+            self._rc("mount_segment", n)
+            return fail
+        return {"ret": 0, "segment_ids": json.loads(_native.take_bytes(out.value, n) or b"[]")}
 
     def allocate_and_mount_segment(self, size, protocol="tcp", location=""):
-        return self._unsupported("allocate_and_mount_segment", "mounting extra segments is not supported",
-                                 {"ret": ErrorCode.NOT_SUPPORTED, "segment_ids": [], "allocated_size": 0})
+        """Allocates size bytes (rounded up to 4 MiB, Mooncake's slab) and contributes them as one
+        more segment. {"ret": 0, "segment_ids": [id], "allocated_size": n}, or ret -1."""
+        fail = {"ret": -1, "segment_ids": [], "allocated_size": 0}
+        if not self._ready("allocate_and_mount_segment"):
+            return fail
+        out = ctypes.c_void_p()
+        allocated = ctypes.c_uint64()
+        n = self._lib.mc_store_allocate_segment(self._h, int(size), ctypes.byref(allocated), ctypes.byref(out))
+        if n < 0:
+            self._rc("allocate_and_mount_segment", n)
+            return fail
+        return {"ret": 0, "segment_ids": json.loads(_native.take_bytes(out.value, n) or b"[]"),
+                "allocated_size": int(allocated.value)}
 
-    def unmount_and_free_segment(self, segment_ids, grace_period_seconds=0):
-        return self._unsupported("unmount_and_free_segment", "mounting extra segments is not supported",
-                                 ErrorCode.NOT_SUPPORTED)
-
-    def unmount_local_disk_segment(self, grace_period_seconds=0):
-        return self._unsupported("unmount_local_disk_segment", "there is no local disk tier",
-                                 ErrorCode.NOT_SUPPORTED)
-
-    def get_offload_rpc_read_count(self):
+    def _unmount(self, what, segment_ids, grace_period_seconds):
+        if not self._ready(what):
+            return -1
+        if isinstance(segment_ids, (str, bytes)):
+            segment_ids = [segment_ids]
+        ids = [s.decode() if isinstance(s, bytes) else str(s) for s in segment_ids]
+        rc = self._lib.mc_store_unmount_segments(self._h, _native.cstr(json.dumps(ids)),
+                                                 int(grace_period_seconds) * 1000)
+        if rc < 0:
+            self._rc(what, rc)
+            return -1
         return 0
 
-    def batch_get_session_start(self, keys):
-        return self._unsupported("batch_get_session_start", "get sessions need master support not built yet",
-                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+    def unmount_segment(self, segment_ids, grace_period_seconds=0):
+        """Unmounts segments of mount_segment (waiting up to grace_period_seconds for readers)
+        and unmaps them. 0, or -1 when an id is unknown (the others are still unmounted)."""
+        return self._unmount("unmount_segment", segment_ids, grace_period_seconds)
 
-    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_src_offsets):
-        return self._unsupported("batch_get_into_multi_buffer_ranges", "get sessions are not supported",
-                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+    def unmount_and_free_segment(self, segment_ids, grace_period_seconds=0):
+        """Unmounts segments of allocate_and_mount_segment and frees their memory. 0 or -1."""
+        return self._unmount("unmount_and_free_segment", segment_ids, grace_period_seconds)
 
-    def batch_get_session_end(self, keys):
-        return self._unsupported("batch_get_session_end", "get sessions are not supported", -1)
+    def unmount_local_disk_segment(self, grace_period_seconds=0):
+        return self._unsupported("unmount_local_disk_segment",
+                                 "draining the disk tier is not supported (disk copies stay readable until "
+                                 "the client closes)", ErrorCode.NOT_SUPPORTED)
+
+    def get_offload_rpc_read_count(self):
+        """How many values this client has read from disk tiers (Mooncake's offload RPC reads)."""
+        if not self._h:
+            return 0
+        return max(0, int(self._lib.mc_store_disk_reads(self._h)))
+
+    # Put and get sessions are kept by this object: a put session stages each value in
+    # process memory until batch_put_session_end puts it (so the key is invisible until then,
+    # as in Mooncake); a get session reads each value once at its start and serves ranged
+    # reads from that copy until batch_get_session_end.
+
+    def _sessions(self):
+        with self._lock:
+            if not hasattr(self, "_put_sessions"):
+                self._put_sessions, self._get_sessions = {}, {}
+            return self._put_sessions, self._get_sessions
 
     def batch_put_session_start(self, keys, sizes, config=None):
-        return self._unsupported("batch_put_session_start", "put sessions need master support not built yet",
-                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+        """Reserves keys of these sizes for ranged writes. Per key: 0, -600 (size 0 or a
+        session already open), -705 (the key exists)."""
+        n = len(keys)
+        if not self._ready("batch_put_session_start"):
+            return []
+        if len(sizes) != n:
+            log.error("mooncake: batch_put_session_start: %d keys, %d sizes", n, len(sizes))
+            return [ErrorCode.INVALID_PARAMS] * n
+        puts, _ = self._sessions()
+        exist = self.batch_is_exist(list(keys)) if n else []
+        out = []
+        for key, size, e in zip(keys, sizes, exist):
+            k = _key(key)
+            size = int(size)
+            with self._lock:
+                busy = k in puts
+            if size <= 0 or busy or not k:  # an empty object cannot be put, as in Mooncake
+                out.append(ErrorCode.INVALID_PARAMS)
+            elif e == 1:
+                out.append(ErrorCode.OBJECT_ALREADY_EXISTS)
+            elif e < 0:
+                out.append(ErrorCode.RPC_FAIL)
+            else:
+                with self._lock:
+                    puts[k] = (bytearray(size), config)
+                out.append(0)
+        return out
 
     def batch_put_from_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_dst_offsets):
-        return self._unsupported("batch_put_from_multi_buffer_ranges", "put sessions are not supported",
-                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+        """Copies ranges of buffers into each key's put session (at all_dst_offsets). Per key:
+        the bytes written, or -600 (no session, lists of different lengths, range outside)."""
+        n = len(keys)
+        if not self._ready("batch_put_from_multi_buffer_ranges"):
+            return []
+        if not (len(all_buffer_ptrs) == len(all_sizes) == len(all_dst_offsets) == n):
+            return [ErrorCode.INVALID_PARAMS] * n
+        puts, _ = self._sessions()
+        out = []
+        for key, ptrs, sizes, offs in zip(keys, all_buffer_ptrs, all_sizes, all_dst_offsets):
+            with self._lock:
+                sess = puts.get(_key(key))
+            if sess is None or not (len(ptrs) == len(sizes) == len(offs)):
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            buf = sess[0]
+            if any(int(o) < 0 or int(z) < 0 or int(o) + int(z) > len(buf) or (int(z) and not int(p))
+                   for p, z, o in zip(ptrs, sizes, offs)):
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            base = ctypes.addressof((ctypes.c_char * max(1, len(buf))).from_buffer(buf)) if len(buf) else 0
+            total = 0
+            for p, z, o in zip(ptrs, sizes, offs):
+                if int(z):
+                    ctypes.memmove(base + int(o), int(p), int(z))
+                total += int(z)
+            out.append(total)
+        return out
 
     def batch_put_session_end(self, keys):
-        return self._unsupported("batch_put_session_end", "put sessions are not supported",
-                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+        """Puts every staged value (its key becomes readable). Per key: 0, -600 (no session), or
+        the put's code (the session stays open on failure, to retry or revoke)."""
+        if not self._ready("batch_put_session_end"):
+            return []
+        puts, _ = self._sessions()
+        out = []
+        for key in keys:
+            k = _key(key)
+            with self._lock:
+                sess = puts.get(k)
+            if sess is None:
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            rc = self.put(k, sess[0], sess[1])
+            if rc == 0:
+                with self._lock:
+                    puts.pop(k, None)
+            out.append(rc)
+        return out
 
     def batch_put_session_revoke(self, keys):
-        return self._unsupported("batch_put_session_revoke", "put sessions are not supported",
-                                 [ErrorCode.NOT_SUPPORTED] * len(keys))
+        """Drops put sessions without storing. Per key: 0, -600 (no session)."""
+        if not self._ready("batch_put_session_revoke"):
+            return []
+        puts, _ = self._sessions()
+        out = []
+        with self._lock:
+            for key in keys:
+                out.append(0 if puts.pop(_key(key), None) is not None else ErrorCode.INVALID_PARAMS)
+        return out
+
+    def batch_get_session_start(self, keys):
+        """Reads each value once for ranged reads. Per key: 0, -704 (missing), or a code."""
+        if not self._ready("batch_get_session_start"):
+            return []
+        _, gets = self._sessions()
+        out = []
+        for key in keys:
+            k = _key(key)
+            size = self.get_size(k)
+            if size < 0:
+                with self._lock:
+                    gets.pop(k, None)
+                out.append(int(size))
+                continue
+            buf = bytearray(size)
+            got = self.get_into(k, ctypes.addressof((ctypes.c_char * max(1, size)).from_buffer(buf)), size) \
+                if size else 0
+            if got < 0 or got != size:
+                with self._lock:
+                    gets.pop(k, None)
+                out.append(int(got) if got < 0 else ErrorCode.INVALID_REPLICA)
+                continue
+            with self._lock:
+                gets[k] = buf
+            out.append(0)
+        return out
+
+    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_src_offsets):
+        """Copies ranges (from all_src_offsets) of each session's value into buffers. Per key: the
+        bytes copied, or -600 (no session, lists of different lengths, a range outside). The
+        session holds a copy, so it does not expire with the read lease as Mooncake's does
+        (-707 there)."""
+        n = len(keys)
+        if not self._ready("batch_get_into_multi_buffer_ranges"):
+            return []
+        if not (len(all_buffer_ptrs) == len(all_sizes) == len(all_src_offsets) == n):
+            return [ErrorCode.INVALID_PARAMS] * n
+        _, gets = self._sessions()
+        out = []
+        for key, ptrs, sizes, offs in zip(keys, all_buffer_ptrs, all_sizes, all_src_offsets):
+            with self._lock:
+                buf = gets.get(_key(key))
+            if buf is None:
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            if not (len(ptrs) == len(sizes) == len(offs)) or any(
+                    int(o) < 0 or int(z) < 0 or int(o) + int(z) > len(buf) or (int(z) and not int(p))
+                    for p, z, o in zip(ptrs, sizes, offs)):
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            base = ctypes.addressof((ctypes.c_char * max(1, len(buf))).from_buffer(buf)) if len(buf) else 0
+            total = 0
+            for p, z, o in zip(ptrs, sizes, offs):
+                if int(z):
+                    ctypes.memmove(int(p), base + int(o), int(z))
+                total += int(z)
+            out.append(total)
+        return out
+
+    def batch_get_session_end(self, keys):
+        """Ends get sessions (drops the copies). 0 (-1 when not set up)."""
+        if not self._ready("batch_get_session_end"):
+            return -1
+        _, gets = self._sessions()
+        with self._lock:
+            for key in keys:
+                gets.pop(_key(key), None)
+        return 0
 
     # --- replica clear and copy/move tasks (the master's MasterTasks service) ---
 
@@ -1068,4 +1297,5 @@ def _get_pyclient_from_wrapper(wrapper):
     return None
 
 
-from ._buffer_pool import BufferLease, BufferPool  # noqa: E402  (needs MooncakeDistributedStore's module)
+from ._buffer_pool import (BufferLease, BufferLeaseView, BufferPool, RegisteredBufferLease,  # noqa: E402
+                           RegisteredBufferLeaseView, RegisteredBufferPool)  # (needs MooncakeDistributedStore's module)

@@ -402,10 +402,6 @@ class StoreApiTest(unittest.TestCase):
         NS = ErrorCode.NOT_SUPPORTED
         self.assertEqual(s.setup_dummy(MIB, MIB, "127.0.0.1:50052"), ErrorCode.INVALID_PARAMS)  # already set up
         self.assertLess(MooncakeDistributedStore().setup_dummy(MIB, MIB, "127.0.0.1:1"), 0)  # no real client
-        self.assertEqual(s.batch_put_session_start(["a", "b"], [1, 2]), [NS, NS])
-        self.assertEqual(s.batch_get_session_end(["a"]), -1)
-        self.assertEqual(s.mount_segment("/dev/x", MIB)["ret"], NS)
-        self.assertEqual(s.unmount_segment(["id"]), NS)
         self.assertEqual(s.get_offload_rpc_read_count(), 0)
         self.assertIsNone(s.get_tensor("k"))  # missing
         self.assertEqual(s.put_tensor("k", None), ErrorCode.INVALID_PARAMS)  # not a tensor

@@ -78,7 +78,11 @@ class StoreServiceTest(unittest.TestCase):
         code, body = _call("POST", self.base + "/api/mount", {"size": 0})
         self.assertEqual(code, 400)
         code, body = _call("POST", self.base + "/api/mount", {"size": 4096})
-        self.assertEqual(code, 500)  # mounting extra segments is not supported by this store
+        self.assertEqual(code, 200)  # one more segment of the service's client, rounded up to 4 MiB
+        mounted = json.loads(body)
+        self.assertEqual((len(mounted["segment_ids"]), mounted["allocated_size"]), (1, 4 << 20))
+        self.assertEqual(_call("POST", self.base + "/api/unmount", {"segment_ids": mounted["segment_ids"]})[0], 200)
+        self.assertEqual(_call("POST", self.base + "/api/unmount", {"segment_ids": mounted["segment_ids"]})[0], 500)
         self.assertEqual(_call("POST", self.base + "/api/mount_shm", {"name": "../x", "size": 1})[0], 400)
         code, body = _call("POST", self.base + "/api/reconfigure", {"mode": "prefill"})
         self.assertEqual((code, json.loads(body)["mode"]), (200, "prefill"))

@@ -1,6 +1,7 @@
-package storenode
+package disktier
 
 import (
+	"errors"
 	"hash/crc32"
 	"io"
 	"net/http"
@@ -26,7 +27,7 @@ func object(key string, seq uint64, n int) []byte {
 // versions, drops a corrupted file when reopened, and keeps the rest.
 func TestDiskTierCapacityChecksumsReopen(t *testing.T) {
 	dir := t.TempDir()
-	d, err := openDisk(dir, 3*(4096+64), true, true)
+	d, err := Open(Config{Dir: dir, Capacity: 3 * (4096 + 64), OffloadOnEvict: true, PromotionOnHit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestDiskTierCapacityChecksumsReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(d.handler())
+	srv := httptest.NewServer(d.Handler())
 	defer srv.Close()
 	get := func(key, seq string) (int, []byte) {
 		resp, err := http.Get(srv.URL + "/disk/object?key=" + key + "&seq=" + seq)
@@ -73,11 +74,59 @@ func TestDiskTierCapacityChecksumsReopen(t *testing.T) {
 	b, _ := os.ReadFile(f)
 	b[len(b)-1] ^= 1
 	os.WriteFile(f, b, 0o644)
-	d2, err := openDisk(dir, 1<<20, true, true)
+	if _, err := Open(Config{Dir: dir}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open of a directory in use: %v, want ErrLocked", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := Open(Config{Dir: dir, Capacity: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if h := d2.Held(); len(h) != 1 || h[0].Key != "c" || h[0].Seq != 3 {
 		t.Fatalf("reopened: %+v", h)
+	}
+}
+
+// TestListenServesAndReleases: Listen serves the tier's reads at its URL
+// and Close stops the server and releases the directory.
+func TestListenServesAndReleases(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Listen(Config{Dir: dir, OffloadOnEvict: true}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.OffloadOnEvict() || s.PromotionOnHit() || s.Capacity() != 10<<30 {
+		t.Fatalf("policies %v %v capacity %d", s.OffloadOnEvict(), s.PromotionOnHit(), s.Capacity())
+	}
+	if _, err := s.Store(object("k", 1, 100)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(s.URL() + "/disk/object?key=k&seq=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(b) != 100 {
+		t.Fatalf("read: %d, %d bytes", resp.StatusCode, len(b))
+	}
+	if _, objects, reads := s.Usage(); objects != 1 || reads != 1 {
+		t.Fatalf("usage: %d objects, %d reads", objects, reads)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get(s.URL() + "/disk/object?key=k&seq=1"); err == nil {
+		t.Fatal("reads still served after Close")
+	}
+	s2, err := Open(Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("reopen after Close: %v", err)
+	}
+	defer s2.Close()
+	if len(s2.Held()) != 1 {
+		t.Fatal("the copy did not survive Close")
 	}
 }

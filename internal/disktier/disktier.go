@@ -1,4 +1,4 @@
-package storenode
+package disktier
 
 import (
 	"cmp"
@@ -14,23 +14,36 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	"github.com/kvcache-go/mooncake/store"
 )
 
-// diskTier is the node's disk tier (Mooncake's root_fs_dir): one file per
-// object under the directory, holding the object as laid out in memory (its
-// objheader, then the value), so the CRC32C travels with it from the put to
-// the disk and back to the reader. It keeps at most capacity bytes, dropping
-// the least recently used copies. Reads are served over HTTP by their own
-// goroutines, never on the transfer engine's memory path.
-type diskTier struct {
+// Config configures a disk tier.
+type Config struct {
+	Dir            string // directory of the object files (created)
+	Capacity       uint64 // bytes kept at most (default 10 GiB)
+	URL            string // base URL its reads are served at ("http://host:port"), for store.DiskTier
+	OffloadOnEvict bool   // ask the master to offload memory evictions here
+	PromotionOnHit bool   // ask readers to put values read from here back into memory
+}
+
+// Tier is a disk tier (Mooncake's root_fs_dir): one file per object under
+// the directory, holding the object as laid out in memory (its objheader,
+// then the value), so the CRC32C travels with it from the put to the disk
+// and back to the reader. It keeps at most Capacity bytes, dropping the
+// least recently used copies. Reads are served over HTTP (Handler) by their
+// own goroutines, never on the transfer engine's memory path. It implements
+// store.DiskTier. The directory is locked (flock) while the tier is open:
+// two tiers, in one process or two, never share it.
+type Tier struct {
 	dir            string
 	capacity       uint64
 	url            string
 	offloadOnEvict bool
 	promotionOnHit bool
+	lock           *os.File // the directory's lock file, held until Close
 
 	mu      sync.Mutex
 	index   map[string]*diskEntry
@@ -49,17 +62,33 @@ type diskEntry struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-var errDiskFull = errors.New("storenode: disk tier full")
+// ErrFull is returned by Store for an object larger than the capacity.
+var ErrFull = errors.New("disktier: full")
 
-// openDisk opens (creating) the directory and indexes the valid objects in
-// it; files that fail their checksums are removed.
-func openDisk(dir string, capacity uint64, offloadOnEvict, promotionOnHit bool) (*diskTier, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("storenode: disk tier: %w", err)
+// ErrLocked is returned by Open when another open tier holds the directory.
+var ErrLocked = errors.New("disktier: directory in use by another disk tier")
+
+// Open opens (creating) the directory, locks it and indexes the valid
+// objects in it; files that fail their checksums are removed.
+func Open(cfg Config) (*Tier, error) {
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("disktier: no directory")
 	}
-	d := &diskTier{dir: dir, capacity: capacity, offloadOnEvict: offloadOnEvict, promotionOnHit: promotionOnHit, index: map[string]*diskEntry{}}
-	names, err := filepath.Glob(filepath.Join(dir, "*.obj"))
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 10 << 30
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("disktier: %w", err)
+	}
+	lock, err := lockDir(cfg.Dir)
 	if err != nil {
+		return nil, err
+	}
+	d := &Tier{dir: cfg.Dir, capacity: cfg.Capacity, url: cfg.URL, offloadOnEvict: cfg.OffloadOnEvict,
+		promotionOnHit: cfg.PromotionOnHit, lock: lock, index: map[string]*diskEntry{}}
+	names, err := filepath.Glob(filepath.Join(cfg.Dir, "*.obj"))
+	if err != nil {
+		lock.Close()
 		return nil, err
 	}
 	for _, f := range names {
@@ -80,43 +109,73 @@ func openDisk(dir string, capacity uint64, offloadOnEvict, promotionOnHit bool) 
 	return d, nil
 }
 
-func (d *diskTier) file(key string) string {
+// lockDir takes an exclusive flock on DIR/.lock (released when the file is
+// closed, or when the process ends).
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("disktier: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, dir, err)
+	}
+	return f, nil
+}
+
+// Close releases the directory (the files stay: a tier reopened on it
+// indexes them again).
+func (d *Tier) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lock == nil {
+		return nil
+	}
+	err := d.lock.Close()
+	d.lock = nil
+	return err
+}
+
+// Capacity is the most bytes the tier keeps.
+func (d *Tier) Capacity() uint64 { return d.capacity }
+
+func (d *Tier) file(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return filepath.Join(d.dir, hex.EncodeToString(sum[:16])+".obj")
 }
 
-func (d *diskTier) URL() string          { return d.url }
-func (d *diskTier) OffloadOnEvict() bool { return d.offloadOnEvict }
-func (d *diskTier) PromotionOnHit() bool { return d.promotionOnHit }
+func (d *Tier) URL() string          { return d.url }
+func (d *Tier) OffloadOnEvict() bool { return d.offloadOnEvict }
+func (d *Tier) PromotionOnHit() bool { return d.promotionOnHit }
 
 // Store writes an object (header and value) to its file, replacing an
 // older copy of the key, then drops least recently used copies beyond the
 // capacity.
-func (d *diskTier) Store(object []byte) (store.DiskObject, error) {
+func (d *Tier) Store(object []byte) (store.DiskObject, error) {
 	h, err := objheader.Decode(object)
 	if err != nil || objheader.Len(h.Key)+h.Size != uint64(len(object)) {
-		return store.DiskObject{}, fmt.Errorf("storenode: disk tier: not an object: %v", err)
+		return store.DiskObject{}, fmt.Errorf("disktier: not an object: %v", err)
 	}
 	if crc32.Checksum(object[objheader.Len(h.Key):], castagnoli) != h.CRC {
-		return store.DiskObject{}, fmt.Errorf("storenode: disk tier: %q does not match its CRC32C", h.Key)
+		return store.DiskObject{}, fmt.Errorf("disktier: %q does not match its CRC32C", h.Key)
 	}
 	if uint64(len(object)) > d.capacity {
-		return store.DiskObject{}, fmt.Errorf("%w: %q of %d bytes exceeds %d", errDiskFull, h.Key, len(object), d.capacity)
+		return store.DiskObject{}, fmt.Errorf("%w: %q of %d bytes exceeds %d", ErrFull, h.Key, len(object), d.capacity)
 	}
 	d.mu.Lock()
 	if e := d.index[h.Key]; e != nil && e.hdr.Seq > h.Seq {
 		d.mu.Unlock()
-		return store.DiskObject{}, fmt.Errorf("storenode: disk tier holds a newer %q", h.Key)
+		return store.DiskObject{}, fmt.Errorf("disktier holds a newer %q", h.Key)
 	}
 	d.mu.Unlock()
 	f := d.file(h.Key)
 	tmp := f + ".tmp"
 	if err := os.WriteFile(tmp, object, 0o644); err != nil {
-		return store.DiskObject{}, fmt.Errorf("storenode: disk tier: %w", err)
+		return store.DiskObject{}, fmt.Errorf("disktier: %w", err)
 	}
 	if err := os.Rename(tmp, f); err != nil {
 		os.Remove(tmp)
-		return store.DiskObject{}, fmt.Errorf("storenode: disk tier: %w", err)
+		return store.DiskObject{}, fmt.Errorf("disktier: %w", err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -132,7 +191,7 @@ func (d *diskTier) Store(object []byte) (store.DiskObject, error) {
 
 // evictLocked drops least recently used copies (never keep) until the tier
 // fits its capacity.
-func (d *diskTier) evictLocked(keep string) {
+func (d *Tier) evictLocked(keep string) {
 	if d.used <= d.capacity {
 		return
 	}
@@ -155,7 +214,7 @@ func (d *diskTier) evictLocked(keep string) {
 }
 
 // Delete removes the copy of key if it is version seq or older.
-func (d *diskTier) Delete(key string, seq uint64) {
+func (d *Tier) Delete(key string, seq uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e := d.index[key]
@@ -168,7 +227,7 @@ func (d *diskTier) Delete(key string, seq uint64) {
 }
 
 // Held lists the copies on disk.
-func (d *diskTier) Held() []store.DiskObject {
+func (d *Tier) Held() []store.DiskObject {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make([]store.DiskObject, 0, len(d.index))
@@ -179,7 +238,7 @@ func (d *diskTier) Held() []store.DiskObject {
 }
 
 // Dropped returns the copies dropped for capacity since the last call.
-func (d *diskTier) Dropped() []store.DiskObject {
+func (d *Tier) Dropped() []store.DiskObject {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := d.dropped
@@ -187,17 +246,17 @@ func (d *diskTier) Dropped() []store.DiskObject {
 	return out
 }
 
-// usage is the bytes and objects held (metrics).
-func (d *diskTier) usage() (used uint64, objects int, reads uint64) {
+// Usage is the bytes and objects held and the reads served (metrics).
+func (d *Tier) Usage() (used uint64, objects int, reads uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.used, len(d.index), d.reads
 }
 
-// handler serves GET /disk/object?key=K&seq=S: the value of that version
+// Handler serves GET /disk/object?key=K&seq=S: the value of that version
 // (a file whose header does not match is removed and reported as missing;
 // the reader checks the value's CRC32C).
-func (d *diskTier) handler() http.Handler {
+func (d *Tier) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /disk/object", func(w http.ResponseWriter, r *http.Request) {
 		key := r.URL.Query().Get("key")
@@ -239,4 +298,4 @@ func (d *diskTier) handler() http.Handler {
 	return mux
 }
 
-var _ store.DiskTier = (*diskTier)(nil)
+var _ store.DiskTier = (*Tier)(nil)
