@@ -311,7 +311,10 @@ func TestDiskTierNodeRestartProcess(t *testing.T) {
 	dir := t.TempDir()
 	nodeArgs := func(port string) []string {
 		return []string{"store", "--master", addr, "--segment-size", "2MiB", "--transport", "tcp", "--ping-interval", "50ms", "--http-port", "-1",
-			"--rpc-port", port, "--root-fs-dir", dir, "--enable-offload", "--disk-capacity", "1MiB"}
+			"--rpc-port", port, "--root-fs-dir", dir, "--enable-offload", "--disk-capacity", "1MiB",
+			// The reads before the kill must not promote disk copies back into
+			// memory (which would leave the disk empty and nothing to re-report).
+			"--promotion-on-hit=false"}
 	}
 	nodeRE := regexp.MustCompile(`store node mounted segment=\S+:(\d+) .* restored=(\d+)`)
 	n := startProc(t, bin, nodeArgs("0")...)
