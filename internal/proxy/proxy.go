@@ -518,25 +518,38 @@ type instanceStatus struct {
 
 func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 	var st []instanceStatus
-	okP, okD := false, false
 	for _, in := range append(append([]*instance{}, p.prefill...), p.decode...) {
 		h, eid, le := in.snapshot()
 		st = append(st, instanceStatus{Role: in.role, URL: in.url, Healthy: h, InFlight: in.inflight.Load(), EngineID: eid, Error: le})
-		if h && in.role == RolePrefill {
-			okP = true
-		}
-		if h && in.role == RoleDecode {
-			okD = true
-		}
 	}
-	code, status := http.StatusOK, "ok"
-	if !p.Ready() {
-		status = "degraded"
-	}
-	if !okP || !okD {
-		code, status = http.StatusServiceUnavailable, "unavailable"
+	status := p.health()
+	code := http.StatusOK
+	if status == "unavailable" {
+		code = http.StatusServiceUnavailable
 	}
 	httpjson.Write(w, code, map[string]any{"status": status, "instances": st})
+}
+
+// health is the proxy's state as /health and /api/summary name it:
+// "unavailable" without a healthy instance of each role, "degraded" when
+// not Ready, else "ok".
+func (p *Proxy) health() string {
+	okP, okD := false, false
+	for _, in := range p.prefill {
+		h, _, _ := in.snapshot()
+		okP = okP || h
+	}
+	for _, in := range p.decode {
+		h, _, _ := in.snapshot()
+		okD = okD || h
+	}
+	switch {
+	case !okP || !okD:
+		return "unavailable"
+	case !p.Ready():
+		return "degraded"
+	}
+	return "ok"
 }
 
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {

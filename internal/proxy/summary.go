@@ -23,6 +23,7 @@ import (
 // ScrapeTimeout each, in parallel). The data of the proxy's dashboard page.
 type SummaryJSON struct {
 	TimeUnixMs    int64          `json:"time_unix_ms"`
+	Health        string         `json:"health"` // as /health's status: ok, degraded, unavailable
 	Protocol      string         `json:"protocol"`
 	PrefillPolicy string         `json:"prefill_policy"`
 	DecodePolicy  string         `json:"decode_policy"`
@@ -106,6 +107,29 @@ type HistogramJSON struct {
 	Mean   float64   `json:"mean"`
 	Bounds []float64 `json:"bounds"`
 	Counts []uint64  `json:"counts"`
+}
+
+// Quantile estimates the q-quantile (0 <= q <= 1) by linear interpolation
+// within the bucket it falls in, as Prometheus' histogram_quantile: the
+// first bucket's lower bound is 0, a quantile above the last bound is the
+// last bound; 0 for an empty histogram.
+func (h HistogramJSON) Quantile(q float64) float64 {
+	if h.Count == 0 {
+		return 0
+	}
+	rank := q * float64(h.Count)
+	lower, below := 0.0, 0.0
+	for i, n := range h.Counts {
+		if i == len(h.Bounds) {
+			break // above the last bound
+		}
+		upper, cum := h.Bounds[i], below+float64(n)
+		if cum >= rank && n > 0 {
+			return lower + (upper-lower)*(rank-below)/(cum-below)
+		}
+		lower, below = upper, cum
+	}
+	return lower
 }
 
 // ScrapeTimeout bounds the read of one instance's /metrics for the summary.
@@ -302,7 +326,7 @@ func (p *Proxy) Summary(ctx context.Context) SummaryJSON {
 	}
 	wg.Wait()
 
-	s := SummaryJSON{TimeUnixMs: p.cfg.Clock.Now().UnixMilli(), Protocol: p.cfg.Protocol,
+	s := SummaryJSON{TimeUnixMs: p.cfg.Clock.Now().UnixMilli(), Health: p.health(), Protocol: p.cfg.Protocol,
 		PrefillPolicy: p.cfg.PrefillPolicy, DecodePolicy: p.cfg.DecodePolicy}
 	s.Pairs, s.InFlight = p.pairs.snapshot()
 	s.Requests = requestsJSON(own)
