@@ -61,8 +61,8 @@ type Node struct {
 	client *store.Client
 	log    *slog.Logger
 	size   uint64
-	disk   *diskTier    // nil = no disk tier
-	diskHS *http.Server // serves disk reads
+	disk   *diskTier         // nil = no disk tier
+	diskHS *httpserve.Server // serves disk reads (closed at once on Close and Kill)
 
 	mu sync.Mutex
 	hl net.Listener // the listener Serve serves (nil = none)
@@ -115,18 +115,7 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener) error {
 	n.mu.Lock()
 	n.hl = ln
 	n.mu.Unlock()
-	hs := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("storenode: http: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = hs.Shutdown(sctx)
-	cancel()
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := httpserve.Serve(ctx, ln, n.Handler(), time.Second); err != nil {
 		return fmt.Errorf("storenode: http: %w", err)
 	}
 	return nil
@@ -221,7 +210,7 @@ func (n *Node) startDisk(cfg Config) error {
 	}
 	d.url = "http://" + ln.Addr().String()
 	n.disk = d
-	n.diskHS = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	n.diskHS = httpserve.NewServer(d.handler())
 	go func() { _ = n.diskHS.Serve(ln) }()
 	return nil
 }
