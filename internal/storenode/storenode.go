@@ -61,8 +61,8 @@ type Node struct {
 	client *store.Client
 	log    *slog.Logger
 	size   uint64
-	disk   *diskTier         // nil = no disk tier
-	diskHS *httpserve.Server // serves disk reads (closed at once on Close and Kill)
+	disk   *diskTier    // nil = no disk tier
+	diskHS *http.Server // serves disk reads
 
 	mu sync.Mutex
 	hl net.Listener // the listener Serve serves (nil = none)
@@ -210,7 +210,7 @@ func (n *Node) startDisk(cfg Config) error {
 	}
 	d.url = "http://" + ln.Addr().String()
 	n.disk = d
-	n.diskHS = httpserve.NewServer(d.handler())
+	n.diskHS = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = n.diskHS.Serve(ln) }()
 	return nil
 }
