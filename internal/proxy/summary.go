@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -255,7 +256,7 @@ func (f families) addHistogram(h *HistogramJSON, names ...string) {
 		}
 		if h.Bounds == nil {
 			h.Bounds, h.Counts = bounds, make([]uint64, len(bounds)+1)
-		} else if !equalBounds(h.Bounds, bounds) {
+		} else if !slices.Equal(h.Bounds, bounds) {
 			continue
 		}
 		prev := uint64(0)
@@ -270,18 +271,6 @@ func (f families) addHistogram(h *HistogramJSON, names ...string) {
 	if h.Count > 0 {
 		h.Mean = h.Sum / float64(h.Count)
 	}
-}
-
-func equalBounds(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // scrape reads an instance's /metrics.
