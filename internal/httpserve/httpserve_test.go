@@ -76,11 +76,7 @@ func TestShutdownClosesFreshConnections(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	idle, err := net.Dial("tcp", ln.Addr().String()) // opened, says nothing
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idle.Close()
+	idle := dialSilent(t, ln.Addr().String())
 	type answer struct {
 		body string
 		err  error
@@ -101,15 +97,7 @@ func TestShutdownClosesFreshConnections(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the slow request did not arrive")
 	}
-	// The idle connection is in StateNew once accepted: wait until the
-	// server has it (a request on a second connection proves the accept
-	// loop went past it).
-	resp, err := http.Get("http://" + ln.Addr().String() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	http.DefaultClient.CloseIdleConnections()
+	waitAccepted(t, ln.Addr().String())
 
 	start := time.Now()
 	shut := make(chan error, 1)
@@ -163,17 +151,8 @@ func TestServeShutsDownPastSilentConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, ln, http.NotFoundHandler(), 10*time.Second) }()
-	idle, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idle.Close()
-	resp, err := http.Get("http://" + ln.Addr().String() + "/") // the accept loop is past idle
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	http.DefaultClient.CloseIdleConnections()
+	dialSilent(t, ln.Addr().String())
+	waitAccepted(t, ln.Addr().String())
 	start := time.Now()
 	cancel()
 	select {
@@ -187,4 +166,29 @@ func TestServeShutsDownPastSilentConnection(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("Serve took %v to shut down: it waited for the silent connection", took)
 	}
+}
+
+// dialSilent opens a connection to addr that sends nothing (closed when
+// the test ends).
+func dialSilent(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitAccepted returns once the server at addr has accepted the
+// connections dialled before (then in StateNew): a request on a later
+// connection gets its answer only after the accept loop went past them.
+func waitAccepted(t *testing.T, addr string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
 }
