@@ -383,22 +383,33 @@ func QueryEngineID(q map[string]json.RawMessage) (string, error) {
 	return "", errors.New("no engine id or no registered worker yet")
 }
 
-func (p *Proxy) getOK(ctx context.Context, u string, into any) error {
+// get reads u's body (at most limit bytes); an answer other than 200 is an
+// error.
+func (p *Proxy) get(ctx context.Context, u string, limit int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
+		return nil, fmt.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
+	}
+	return b, nil
+}
+
+// getOK GETs u and decodes its JSON body into into (unless nil).
+func (p *Proxy) getOK(ctx context.Context, u string, into any) error {
+	b, err := p.get(ctx, u, 1<<20)
+	if err != nil {
+		return err
 	}
 	if into != nil {
 		if err := json.Unmarshal(b, into); err != nil {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -277,22 +278,14 @@ func (f families) addHistogram(h *HistogramJSON, names ...string) {
 func (p *Proxy) scrape(ctx context.Context, in *instance) (families, error) {
 	ctx, cancel := context.WithTimeout(ctx, ScrapeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, in.url+"/metrics", nil)
+	b, err := p.get(ctx, in.url+"/metrics", 16<<20)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := p.cfg.Client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
-		return nil, fmt.Errorf("GET /metrics: %w", err)
+		return nil, fmt.Errorf("GET %s/metrics: %w", in.url, err)
 	}
 	return fams, nil
 }
