@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"testing"
 
+	"github.com/kvcache-go/mooncake/internal/dummyclient"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
@@ -59,4 +62,30 @@ func registerPattern(t *testing.T, s *storeState, step int, src, dst []byte) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// serveDummy serves real's store client to dummy handles (setup_dummy), as
+// `mooncake client` does, until the test ends; it returns the address
+// openDummy takes.
+func serveDummy(t *testing.T, real *storeState) string {
+	t.Helper()
+	addr := "binding-test-" + t.Name()
+	srv, err := dummyclient.New(dummyclient.Config{Addr: addr, Store: real.c.(*store.Client), Name: real.hostname()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return addr
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"testing"
 
@@ -14,25 +13,7 @@ import (
 // store client through the dummy-client server, as `mooncake client` does.
 func TestStoreDummy(t *testing.T) {
 	real := inProcessStore(t)
-
-	addr := "binding-test-" + t.Name()
-	srv, err := dummyclient.New(dummyclient.Config{Addr: addr, Store: real.c.(*store.Client), Name: real.hostname()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	addr := serveDummy(t, real)
 
 	if _, err := openDummy(t.Context(), 1<<20, ""); err == nil {
 		t.Fatal("setup_dummy without an address must fail")

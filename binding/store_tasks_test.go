@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/dummyclient"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 )
@@ -73,24 +71,7 @@ func TestStoreTasksInProcess(t *testing.T) {
 // its replica clear answers NOT_SUPPORTED.
 func TestStoreTasksDummy(t *testing.T) {
 	real := inProcessStore(t)
-	addr := "binding-test-" + t.Name()
-	srv, err := dummyclient.New(dummyclient.Config{Addr: addr, Store: real.c.(*store.Client), Name: real.hostname()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	addr := serveDummy(t, real)
 	d, err := openDummy(t.Context(), 4<<20, addr)
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,8 @@
 // proxy, master, store, metadata-server) it has Mooncake's standalone `client`
 // that serves setup_dummy clients (internal/dummyclient) and the store's
 // command-line client (put, get, ls, rm, stat), `status` (a summary of a
-// running cluster read from the master's admin API and the proxy's and the
-// engines' /health and /metrics) and `version` (also `--version`: the build
+// running cluster read from the master's and the proxy's GET /api/summary,
+// the dashboards' data, plus /role and /leader under --ha) and `version` (also `--version`: the build
 // info of runtime/debug, or the Version variable set with -ldflags).
 //
 // Exit codes: 0 success, 1 failure, 2 bad usage. Run makes every usage error

@@ -10,13 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/proxy"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
@@ -42,18 +43,6 @@ func httpBody(t *testing.T, url string) string {
 	return string(b)
 }
 
-// metricValue reads one sample "name value" (no labels) from Prometheus text.
-func metricValue(t *testing.T, text, name string) float64 {
-	t.Helper()
-	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(text)
-	if m == nil {
-		t.Fatalf("no %s in\n%s", name, text)
-	}
-	var v float64
-	fmt.Sscan(m[1], &v)
-	return v
-}
-
 // TestStatusAgainstRealCluster: a master with two storage nodes and a P/D
 // cluster behind a proxy, all real and on loopback; the numbers `status`
 // prints (text and JSON) are the ones their endpoints serve.
@@ -68,7 +57,7 @@ func TestStatusAgainstRealCluster(t *testing.T) {
 		startCmd(t, "store", "--master", grpcAddr, "--segment-size", "8MiB", "--http-port", "-1")
 	}
 	upLine, _ := startCmd(t, "up", "--port", "0", "--model", "tiny", "--decode", "2")
-	proxy := regexp.MustCompile(`proxy on (http://\S+)`).FindStringSubmatch(upLine)[1]
+	proxyURL := regexp.MustCompile(`proxy on (http://\S+)`).FindStringSubmatch(upLine)[1]
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	file := filepath.Join(t.TempDir(), "v")
 	if err := os.WriteFile(file, []byte("value"), 0o644); err != nil {
@@ -82,7 +71,7 @@ func TestStatusAgainstRealCluster(t *testing.T) {
 		}
 	}
 	for range 4 {
-		resp, err := http.Post(proxy+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"hello status","max_tokens":4}`))
+		resp, err := http.Post(proxyURL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"hello status","max_tokens":4}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +85,7 @@ func TestStatusAgainstRealCluster(t *testing.T) {
 		return strings.Count(httpBody(t, "http://"+admin+"/get_all_segments"), `"name"`) == 2
 	})
 
-	out, errOut, code := runStatus(t, "--master", admin, "--proxy", proxy, "--json")
+	out, errOut, code := runStatus(t, "--master", admin, "--proxy", proxyURL, "--json")
 	if code != 0 {
 		t.Fatalf("status --json: %d %s", code, errOut)
 	}
@@ -104,80 +93,78 @@ func TestStatusAgainstRealCluster(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	metrics := httpBody(t, "http://"+admin+"/metrics")
 	ms := st.Master
-	if ms == nil || ms.Error != "" {
+	if ms == nil || ms.Error != "" || ms.Summary == nil {
 		t.Fatalf("master: %+v", ms)
 	}
-	for name, got := range map[string]uint64{
-		"mooncake_master_objects": ms.Objects, "mooncake_master_capacity_bytes": ms.Memory.Capacity,
-		"mooncake_master_used_bytes": ms.Memory.Used, "mooncake_master_segments": uint64(ms.Memory.Segments),
-		"mooncake_master_puts_total": ms.Puts, "mooncake_master_evictions_total": ms.Evictions,
-	} {
-		if want := metricValue(t, metrics, name); float64(got) != want {
-			t.Errorf("%s: status %d, /metrics %v", name, got, want)
-		}
+	// The master's numbers are its /api/summary's (the dashboard's data).
+	var want master.SummaryJSON
+	if err := json.Unmarshal([]byte(httpBody(t, "http://"+admin+"/api/summary")), &want); err != nil {
+		t.Fatal(err)
 	}
-	if ms.Objects != 3 || ms.Memory.Capacity != 16<<20 || len(ms.Segments) != 2 {
-		t.Fatalf("master status %+v", ms)
+	got := *ms.Summary
+	got.TimeUnixMs = want.TimeUnixMs
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("status's master summary\n%+v\n/api/summary\n%+v", got, want)
 	}
-	var segs []segmentStatus
-	json.Unmarshal([]byte(httpBody(t, "http://"+admin+"/get_all_segments")), &segs)
-	var replicas uint64
-	for i, s := range ms.Segments {
-		replicas += s.Objects
-		found := false
-		for _, w := range segs {
-			found = found || w == s
-		}
-		if !found {
-			t.Errorf("segment %d %+v not in /get_all_segments %+v", i, s, segs)
-		}
+	if got.Objects != 3 || got.Memory.Capacity != 16<<20 || len(got.SegmentList) != 2 || got.Counters.Puts != 3 ||
+		got.Memory.Objects != 6 || got.Memory.Bytes != 6*uint64(len("value")) {
+		t.Fatalf("master summary %+v: want 3 objects x 2 replicas on 2 segments of 8 MiB", got)
+	}
+	var replicas int
+	for _, g := range got.SegmentList {
+		replicas += g.Objects
 	}
 	if replicas != 6 {
 		t.Fatalf("replicas on segments: %d, want 6 (3 keys x 2)", replicas)
 	}
 
 	ps := st.Proxy
-	if ps == nil || ps.Error != "" || ps.Health != "ok" || len(ps.Instances) != 3 {
+	if ps == nil || ps.Error != "" || ps.Summary == nil {
 		t.Fatalf("proxy: %+v", ps)
 	}
-	if ps.Requests["200"] != 4 || ps.TTFT.Count != 4 || ps.TPOT.Count == 0 || ps.FirstByte.Count != 4 || ps.TTFT.P50 <= 0 || ps.TTFT.P99 < ps.TTFT.P50 {
-		t.Fatalf("proxy figures: %+v", ps)
+	s := ps.Summary
+	if s.Health != "ok" || len(s.Instances) != 3 || s.Requests.ByCode["200"] != 4 || s.TTFT.Count != 4 || s.TPOT.Count == 0 ||
+		s.FirstByte.Count != 4 || s.TTFT.Quantile(0.5) <= 0 || s.TTFT.Quantile(0.99) < s.TTFT.Quantile(0.5) || len(s.Pairs) == 0 ||
+		s.Transfer.Pulls == 0 || s.Transfer.PullBytes <= 0 || s.Transfer.GBps <= 0 {
+		t.Fatalf("proxy figures: %+v", s)
 	}
-	var health struct {
-		Instances []struct {
-			Role, URL string
-			Healthy   bool
-		}
+	// The proxy's numbers are its /api/summary's (the engines' gauges are
+	// not compared: prefill may still be freeing the pulled KV).
+	var pw proxy.SummaryJSON
+	if err := json.Unmarshal([]byte(httpBody(t, proxyURL+"/api/summary")), &pw); err != nil {
+		t.Fatal(err)
 	}
-	json.Unmarshal([]byte(httpBody(t, proxy+"/health")), &health)
-	for i, in := range ps.Instances {
-		h := health.Instances[i]
-		if in.Role != h.Role || in.URL != h.URL || in.Healthy != h.Healthy || in.ScrapeError != "" {
-			t.Errorf("instance %d: %+v vs /health %+v", i, in, h)
-		}
-		em := httpBody(t, in.URL+"/metrics")
-		if want := metricValue(t, em, "mooncake_engine_kv_blocks_free"); in.KVFree != want {
-			t.Errorf("%s kv free %v, /metrics %v", in.URL, in.KVFree, want)
+	if !reflect.DeepEqual(s.Requests, pw.Requests) || !reflect.DeepEqual(s.Pairs, pw.Pairs) || !reflect.DeepEqual(s.TTFT, pw.TTFT) ||
+		!reflect.DeepEqual(s.FirstByte, pw.FirstByte) || s.Transfer.PullBytes != pw.Transfer.PullBytes || s.Transfer.Pulls != pw.Transfer.Pulls || s.Transfer.KVHitRate != pw.Transfer.KVHitRate || len(pw.Instances) != len(s.Instances) {
+		t.Fatalf("status's proxy summary\n%+v\n/api/summary\n%+v", s, pw)
+	}
+	for i, in := range s.Instances {
+		w := pw.Instances[i]
+		if in.Role != w.Role || in.URL != w.URL || in.Healthy != w.Healthy || !in.Scraped || in.Finished != w.Finished {
+			t.Errorf("instance %d: %+v vs /api/summary %+v", i, in, w)
 		}
 	}
 
 	// The text form prints the same numbers.
-	text, errOut, code := runStatus(t, "--master", admin, "--proxy", proxy)
+	text, errOut, code := runStatus(t, "--master", admin, "--proxy", proxyURL)
 	if code != 0 {
 		t.Fatalf("status: %d %s", code, errOut)
 	}
+	t.Logf("status:\n%s", text)
 	for _, want := range []string{
-		"master http://" + admin, fmt.Sprintf("objects %d ", ms.Objects), fmt.Sprintf("puts %d ", ms.Puts),
-		formatSize(ms.Memory.Used) + " of 16.0 MiB used", "on 2 segment(s)", ms.Segments[0].Name, ms.Segments[1].Name,
-		"proxy " + proxy + "  (ok)", "requests 4 answered (200: 4), 0 in flight", "TTFT p50 ", "(n=4)",
+		"master http://" + admin, fmt.Sprintf("objects %d ", got.Objects), fmt.Sprintf("puts %d ", got.Counters.Puts),
+		fmt.Sprintf("leased %d ", got.Leased), "6 replica(s) of " + formatSize(got.Memory.Bytes),
+		formatSize(got.Memory.Used) + " of 16.0 MiB used", "on 2 segment(s)", got.SegmentList[0].Name, got.SegmentList[1].Name,
+		"proxy " + proxyURL + "  (ok)", fmt.Sprintf("requests 4 answered (200: 4), 0 in flight on %d P/D pair(s)", len(s.Pairs)),
+		"TTFT p50 ", "(n=4)", "KV transfer " + formatGBps(s.Transfer.GBps), fmt.Sprintf("KV hit rate %.1f%%", 100*s.Transfer.KVHitRate),
+		"PREFILL", s.Pairs[0].Decode,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}
 	}
-	if strings.Count(text, "decode ") != 2 || strings.Count(text, "prefill ") != 1 {
+	if strings.Count(text, "  decode ") != 2 || strings.Count(text, "  prefill ") != 1 {
 		t.Errorf("instance rows:\n%s", text)
 	}
 
@@ -196,7 +183,7 @@ func TestStatusAgainstRealCluster(t *testing.T) {
 		t.Fatalf("gRPC port as master: %d %q", code, out)
 	}
 	// The proxy's address given as the master's: a clear error, exit 1.
-	_, errOut, code = runStatus(t, "--master", proxy, "--timeout", "2s")
+	_, errOut, code = runStatus(t, "--master", proxyURL, "--timeout", "2s")
 	if code != 1 || !strings.Contains(errOut, "no answer from the master") {
 		t.Fatalf("proxy as master: %d %q", code, errOut)
 	}
@@ -248,27 +235,5 @@ func TestStatusUnreachable(t *testing.T) {
 	var st clusterStatus
 	if code != 1 || json.Unmarshal([]byte(out), &st) != nil || st.Proxy == nil || !strings.Contains(st.Proxy.Error, "refused") || st.Master != nil {
 		t.Fatalf("--json: %d %q", code, out)
-	}
-}
-
-func TestQuantile(t *testing.T) {
-	u := func(v uint64) *uint64 { return &v }
-	f := func(v float64) *float64 { return &v }
-	h := &dto.Histogram{SampleCount: u(100), Bucket: []*dto.Bucket{
-		{UpperBound: f(0.01), CumulativeCount: u(50)},
-		{UpperBound: f(0.1), CumulativeCount: u(90)},
-		{UpperBound: f(1), CumulativeCount: u(100)},
-	}}
-	for _, c := range []struct{ q, want float64 }{{0.5, 0.01}, {0.25, 0.005}, {0.7, 0.055}, {0.99, 0.91}} {
-		if got := quantile(h, c.q); got < c.want-1e-9 || got > c.want+1e-9 {
-			t.Errorf("q%v = %v, want %v", c.q, got, c.want)
-		}
-	}
-	m := mergeHist([]*dto.Histogram{h, nil, h})
-	if m.GetSampleCount() != 200 || m.Bucket[1].GetCumulativeCount() != 180 || quantile(m, 0.5) != 0.01 {
-		t.Fatalf("merged %+v", m)
-	}
-	if q := histQuantiles(nil); q.Count != 0 {
-		t.Fatalf("nil histogram %+v", q)
 	}
 }

@@ -2,16 +2,15 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"regexp"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/kvcache-go/mooncake/internal/syncbuf"
 	"github.com/spf13/cobra"
 )
 
@@ -126,30 +125,12 @@ func TestDefaultModelsAgree(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a logger writing while a test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestMetadataServerVerbose: metadata-server takes -v like the other roles
 // and then logs each write at debug level.
 func TestMetadataServerVerbose(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		_, err := Run(ctx, []string{"metadata-server", "--port", "0", "-v"}, pw, &stderr)

@@ -137,22 +137,15 @@ func (s *Server) serve(ctx context.Context, httpLn net.Listener) error {
 	s.hl = httpLn
 	s.mu.Unlock()
 	var wg sync.WaitGroup
-	var hs *http.Server
 	if httpLn != nil {
-		hs = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second}
 		wg.Go(func() {
-			if err := hs.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := httpserve.Serve(ctx, httpLn, s.handler(), time.Second); err != nil {
 				s.log.Error("election: admin serve", "err", err)
 			}
 		})
 	}
 	wg.Go(func() { s.loop(ctx) })
 	<-ctx.Done()
-	if hs != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = hs.Shutdown(sctx)
-		cancel()
-	}
 	wg.Wait()
 	_ = s.cli.Close()
 	s.setRole(RoleStopped, leader.View{}, nil)

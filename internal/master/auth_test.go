@@ -9,9 +9,7 @@ import (
 	"time"
 
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 )
@@ -35,19 +33,7 @@ func TestBearerOK(t *testing.T) {
 // otherwise), reads and ordinary calls stay open, and the admin HTTP API
 // answers its non-GET requests 401 in the OpenAI error shape.
 func TestSecretGuardsMutatingCalls(t *testing.T) {
-	s, err := Start(ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: "s3cret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		s.Close()
-	})
-	c := pb.NewMasterServiceClient(conn)
+	s, c := startTestServer(t, "s3cret")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	with := func(secret string) context.Context {
@@ -135,7 +121,7 @@ func TestSecretGuardsMutatingCalls(t *testing.T) {
 
 // TestNoSecretLeavesCallsOpen: without a secret nothing is guarded.
 func TestNoSecretLeavesCallsOpen(t *testing.T) {
-	_, c := startTestServer(t)
+	_, c := startTestServer(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if r, err := c.RemoveAll(ctx, &pb.RemoveAllRequest{}); err != nil || r.Status.GetCode() != 0 {

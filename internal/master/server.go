@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -122,10 +121,6 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	gs := grpc.NewServer(grpc.UnaryInterceptor(secretInterceptor(s.cfg.Secret)))
 	pb.RegisterMasterServiceServer(gs, NewService(s.core))
 	pb.RegisterMasterTasksServer(gs, NewTaskService(s.core))
-	var hs *http.Server
-	if httpLn != nil {
-		hs = &http.Server{Handler: RequireSecret(s.cfg.Secret, AdminHandler(s.core)), ReadHeaderTimeout: 5 * time.Second}
-	}
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -134,9 +129,9 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 			cancel()
 		}
 	})
-	if hs != nil {
+	if httpLn != nil {
 		wg.Go(func() {
-			if err := hs.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := httpserve.Serve(ctx, httpLn, RequireSecret(s.cfg.Secret, AdminHandler(s.core)), time.Second); err != nil {
 				errc <- fmt.Errorf("master: admin serve: %w", err)
 				cancel()
 			}
@@ -146,11 +141,6 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	s.log.Info("master listening", "grpc", grpcLn.Addr().String(), "http", s.HTTPAddr())
 	<-ctx.Done()
 	gs.Stop()
-	if hs != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
-		_ = hs.Shutdown(sctx)
-		scancel()
-	}
 	wg.Wait()
 	select {
 	case err := <-errc:

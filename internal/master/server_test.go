@@ -17,9 +17,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-func startTestServer(t *testing.T) (*Server, pb.MasterServiceClient) {
+// startTestServer runs a master (gRPC and admin HTTP on free loopback
+// ports, secret as its --secret) and dials it, until the test ends.
+func startTestServer(t *testing.T, secret string) (*Server, pb.MasterServiceClient) {
 	t.Helper()
-	s, err := Start(ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"})
+	s, err := Start(ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func startTestServer(t *testing.T) (*Server, pb.MasterServiceClient) {
 func TestServerRPCAndAdmin(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs last: after the server is closed
-	s, c := startTestServer(t)
+	s, c := startTestServer(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

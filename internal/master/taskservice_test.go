@@ -12,7 +12,7 @@ import (
 )
 
 func TestTaskServiceRPC(t *testing.T) {
-	s, c := startTestServer(t)
+	s, c := startTestServer(t, "")
 	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

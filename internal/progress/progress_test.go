@@ -5,11 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
+	"github.com/kvcache-go/mooncake/internal/syncbuf"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"go.uber.org/goleak"
 )
@@ -88,26 +88,8 @@ func TestBarDrawsThrottlesAndErases(t *testing.T) {
 	}
 }
 
-// lockedBuffer is written by the ticking goroutine and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestTickRedrawsUntilStop(t *testing.T) {
-	var buf lockedBuffer
+	var buf syncbuf.Buffer
 	b := newBar(&buf, "bench transfer", 3600, nil)
 	stop := b.tick(5 * time.Millisecond)
 	waitfor.Cond(t, 10*time.Second, "two redraws", func() bool { return strings.Count(buf.String(), "bench transfer [") >= 2 })

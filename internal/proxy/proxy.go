@@ -383,22 +383,33 @@ func QueryEngineID(q map[string]json.RawMessage) (string, error) {
 	return "", errors.New("no engine id or no registered worker yet")
 }
 
-func (p *Proxy) getOK(ctx context.Context, u string, into any) error {
+// get reads u's body (at most limit bytes); an answer other than 200 is an
+// error.
+func (p *Proxy) get(ctx context.Context, u string, limit int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
+		return nil, fmt.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
+	}
+	return b, nil
+}
+
+// getOK GETs u and decodes its JSON body into into (unless nil).
+func (p *Proxy) getOK(ctx context.Context, u string, into any) error {
+	b, err := p.get(ctx, u, 1<<20)
+	if err != nil {
+		return err
 	}
 	if into != nil {
 		if err := json.Unmarshal(b, into); err != nil {
@@ -518,25 +529,38 @@ type instanceStatus struct {
 
 func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 	var st []instanceStatus
-	okP, okD := false, false
 	for _, in := range append(append([]*instance{}, p.prefill...), p.decode...) {
 		h, eid, le := in.snapshot()
 		st = append(st, instanceStatus{Role: in.role, URL: in.url, Healthy: h, InFlight: in.inflight.Load(), EngineID: eid, Error: le})
-		if h && in.role == RolePrefill {
-			okP = true
-		}
-		if h && in.role == RoleDecode {
-			okD = true
-		}
 	}
-	code, status := http.StatusOK, "ok"
-	if !p.Ready() {
-		status = "degraded"
-	}
-	if !okP || !okD {
-		code, status = http.StatusServiceUnavailable, "unavailable"
+	status := p.health()
+	code := http.StatusOK
+	if status == "unavailable" {
+		code = http.StatusServiceUnavailable
 	}
 	httpjson.Write(w, code, map[string]any{"status": status, "instances": st})
+}
+
+// health is the proxy's state as /health and /api/summary name it:
+// "unavailable" without a healthy instance of each role, "degraded" when
+// not Ready, else "ok".
+func (p *Proxy) health() string {
+	okP, okD := false, false
+	for _, in := range p.prefill {
+		h, _, _ := in.snapshot()
+		okP = okP || h
+	}
+	for _, in := range p.decode {
+		h, _, _ := in.snapshot()
+		okD = okD || h
+	}
+	switch {
+	case !okP || !okD:
+		return "unavailable"
+	case !p.Ready():
+		return "degraded"
+	}
+	return "ok"
 }
 
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {

@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +25,7 @@ import (
 // ScrapeTimeout each, in parallel). The data of the proxy's dashboard page.
 type SummaryJSON struct {
 	TimeUnixMs    int64          `json:"time_unix_ms"`
+	Health        string         `json:"health"` // as /health's status: ok, degraded, unavailable
 	Protocol      string         `json:"protocol"`
 	PrefillPolicy string         `json:"prefill_policy"`
 	DecodePolicy  string         `json:"decode_policy"`
@@ -106,6 +109,29 @@ type HistogramJSON struct {
 	Mean   float64   `json:"mean"`
 	Bounds []float64 `json:"bounds"`
 	Counts []uint64  `json:"counts"`
+}
+
+// Quantile estimates the q-quantile (0 <= q <= 1) by linear interpolation
+// within the bucket it falls in, as Prometheus' histogram_quantile: the
+// first bucket's lower bound is 0, a quantile above the last bound is the
+// last bound; 0 for an empty histogram.
+func (h HistogramJSON) Quantile(q float64) float64 {
+	if h.Count == 0 {
+		return 0
+	}
+	rank := q * float64(h.Count)
+	lower, below := 0.0, 0.0
+	for i, n := range h.Counts {
+		if i == len(h.Bounds) {
+			break // above the last bound
+		}
+		upper, cum := h.Bounds[i], below+float64(n)
+		if cum >= rank && n > 0 {
+			return lower + (upper-lower)*(rank-below)/(cum-below)
+		}
+		lower, below = upper, cum
+	}
+	return lower
 }
 
 // ScrapeTimeout bounds the read of one instance's /metrics for the summary.
@@ -231,7 +257,7 @@ func (f families) addHistogram(h *HistogramJSON, names ...string) {
 		}
 		if h.Bounds == nil {
 			h.Bounds, h.Counts = bounds, make([]uint64, len(bounds)+1)
-		} else if !equalBounds(h.Bounds, bounds) {
+		} else if !slices.Equal(h.Bounds, bounds) {
 			continue
 		}
 		prev := uint64(0)
@@ -248,38 +274,18 @@ func (f families) addHistogram(h *HistogramJSON, names ...string) {
 	}
 }
 
-func equalBounds(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // scrape reads an instance's /metrics.
 func (p *Proxy) scrape(ctx context.Context, in *instance) (families, error) {
 	ctx, cancel := context.WithTimeout(ctx, ScrapeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, in.url+"/metrics", nil)
+	b, err := p.get(ctx, in.url+"/metrics", 16<<20)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := p.cfg.Client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
-		return nil, fmt.Errorf("GET /metrics: %w", err)
+		return nil, fmt.Errorf("GET %s/metrics: %w", in.url, err)
 	}
 	return fams, nil
 }
@@ -302,7 +308,7 @@ func (p *Proxy) Summary(ctx context.Context) SummaryJSON {
 	}
 	wg.Wait()
 
-	s := SummaryJSON{TimeUnixMs: p.cfg.Clock.Now().UnixMilli(), Protocol: p.cfg.Protocol,
+	s := SummaryJSON{TimeUnixMs: p.cfg.Clock.Now().UnixMilli(), Health: p.health(), Protocol: p.cfg.Protocol,
 		PrefillPolicy: p.cfg.PrefillPolicy, DecodePolicy: p.cfg.DecodePolicy}
 	s.Pairs, s.InFlight = p.pairs.snapshot()
 	s.Requests = requestsJSON(own)

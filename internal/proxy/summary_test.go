@@ -60,7 +60,7 @@ func TestSummaryPairsAndRequests(t *testing.T) {
 		t.Fatal("completion did not end")
 	}
 	s = p.Summary(context.Background())
-	if s.InFlight != 0 || s.Pairs[0].Total != 1 || s.Requests.Total != 1 || s.Requests.OK != 1 || s.Requests.ByCode["200"] != 1 ||
+	if s.Health != "ok" || s.InFlight != 0 || s.Pairs[0].Total != 1 || s.Requests.Total != 1 || s.Requests.OK != 1 || s.Requests.ByCode["200"] != 1 ||
 		s.FirstByte.Count != 1 || len(s.FirstByte.Counts) != len(s.FirstByte.Bounds)+1 {
 		t.Fatalf("after: %+v", s)
 	}
@@ -113,5 +113,24 @@ mooncake_pd_pulls_total{result="failed"} 1
 	}
 	if v := f.value(nil, "nope"); v != 0 {
 		t.Fatalf("missing family = %v", v)
+	}
+}
+
+// TestHistogramQuantile: quantiles interpolate within the bucket they fall
+// in (from 0 below the first bound); a quantile above the last bound is the
+// last bound; an empty histogram gives 0.
+func TestHistogramQuantile(t *testing.T) {
+	h := HistogramJSON{Count: 100, Bounds: []float64{0.01, 0.1, 1}, Counts: []uint64{50, 40, 10, 0}}
+	for _, c := range []struct{ q, want float64 }{{0.5, 0.01}, {0.25, 0.005}, {0.7, 0.055}, {0.99, 0.91}, {1, 1}} {
+		if got := h.Quantile(c.q); got < c.want-1e-9 || got > c.want+1e-9 {
+			t.Errorf("q%v = %v, want %v", c.q, got, c.want)
+		}
+	}
+	above := HistogramJSON{Count: 4, Bounds: []float64{0.1, 1}, Counts: []uint64{1, 1, 2}}
+	if got := above.Quantile(0.99); got != 1 {
+		t.Errorf("q0.99 above the last bound = %v, want 1", got)
+	}
+	if got := (HistogramJSON{}).Quantile(0.5); got != 0 {
+		t.Errorf("empty: %v", got)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/engine"
 	"github.com/kvcache-go/mooncake/internal/httpjson"
+	"github.com/kvcache-go/mooncake/internal/httpserve"
 	"github.com/kvcache-go/mooncake/internal/tokenizer"
 )
 
@@ -125,8 +126,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- s.eng.Run(engCtx) }()
-	hs := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)}
+	hs := httpserve.NewServer(s.mux)
+	hs.ErrorLog = slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- hs.Serve(ln) }()
 	s.ready.Store(true)
@@ -142,9 +143,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	engErr := <-engDone
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if e := hs.Shutdown(sctx); e != nil {
-		hs.Close()
-	}
+	_ = hs.Shutdown(sctx) // closes what is left when sctx ends
 	if herr := <-httpDone; herr != nil && !errors.Is(herr, http.ErrServerClosed) && err == nil {
 		err = herr
 	}

@@ -115,18 +115,7 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener) error {
 	n.mu.Lock()
 	n.hl = ln
 	n.mu.Unlock()
-	hs := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("storenode: http: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = hs.Shutdown(sctx)
-	cancel()
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := httpserve.Serve(ctx, ln, n.Handler(), time.Second); err != nil {
 		return fmt.Errorf("storenode: http: %w", err)
 	}
 	return nil

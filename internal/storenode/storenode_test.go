@@ -9,11 +9,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/syncbuf"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"go.uber.org/goleak"
 )
@@ -47,7 +47,7 @@ func TestMountRemountUnmount(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	n, err := Start(ctx, Config{Master: srv.Addr(), SegmentSize: 1 << 20, PingInterval: 10 * time.Millisecond,
 		RPCTimeout: 300 * time.Millisecond, UnmountGrace: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
@@ -126,22 +126,4 @@ func TestMountRemountUnmount(t *testing.T) {
 	srv.Close()
 	// grpc's reconnect goroutine may still be unwinding after ClientConn.Close.
 	goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction("google.golang.org/grpc.(*addrConn).resetTransportAndUnlock"))
-}
-
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -135,6 +135,27 @@ const (
 	StatusBadRequest byte = 3
 )
 
+// Both data headers start alike: the opcode or status, the flags, two
+// reserved zero bytes, the payload CRC and the request ID (16 bytes).
+
+func putPrefix(b []byte, code, flags byte, crc uint32, id uint64) {
+	b[0], b[1], b[2], b[3] = code, flags, 0, 0
+	binary.LittleEndian.PutUint32(b[4:], crc)
+	binary.LittleEndian.PutUint64(b[8:], id)
+}
+
+func prefix(b []byte) (code, flags byte, crc uint32, id uint64) {
+	return b[0], b[1], binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint64(b[8:])
+}
+
+// checkReserved rejects unknown flags and non-zero reserved bytes.
+func checkReserved(b []byte) error {
+	if b[1]&^FlagCRC != 0 || b[2] != 0 || b[3] != 0 {
+		return fmt.Errorf("%w: reserved bits set", ErrBadFrame)
+	}
+	return nil
+}
+
 // ReqHeader is a data request.
 type ReqHeader struct {
 	Op     byte
@@ -148,9 +169,7 @@ type ReqHeader struct {
 // Put encodes h into b[:ReqHeaderSize].
 func (h *ReqHeader) Put(b []byte) {
 	_ = b[ReqHeaderSize-1]
-	b[0], b[1], b[2], b[3] = h.Op, h.Flags, 0, 0
-	binary.LittleEndian.PutUint32(b[4:], h.CRC)
-	binary.LittleEndian.PutUint64(b[8:], h.ID)
+	putPrefix(b, h.Op, h.Flags, h.CRC, h.ID)
 	binary.LittleEndian.PutUint64(b[16:], h.Addr)
 	binary.LittleEndian.PutUint64(b[24:], h.Length)
 }
@@ -160,18 +179,14 @@ func DecodeReqHeader(b []byte, maxLen uint64) (ReqHeader, error) {
 	if len(b) < ReqHeaderSize {
 		return ReqHeader{}, fmt.Errorf("%w: short request header", ErrBadFrame)
 	}
-	h := ReqHeader{
-		Op: b[0], Flags: b[1],
-		CRC:    binary.LittleEndian.Uint32(b[4:]),
-		ID:     binary.LittleEndian.Uint64(b[8:]),
-		Addr:   binary.LittleEndian.Uint64(b[16:]),
-		Length: binary.LittleEndian.Uint64(b[24:]),
-	}
+	var h ReqHeader
+	h.Op, h.Flags, h.CRC, h.ID = prefix(b)
+	h.Addr, h.Length = binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
 	if h.Op != OpRead && h.Op != OpWrite {
 		return ReqHeader{}, fmt.Errorf("%w: opcode %d", ErrBadFrame, h.Op)
 	}
-	if h.Flags&^FlagCRC != 0 || b[2] != 0 || b[3] != 0 {
-		return ReqHeader{}, fmt.Errorf("%w: reserved bits set", ErrBadFrame)
+	if err := checkReserved(b); err != nil {
+		return ReqHeader{}, err
 	}
 	if h.Length > maxLen {
 		return ReqHeader{}, fmt.Errorf("%w: slice %d > %d", ErrFrameTooLarge, h.Length, maxLen)
@@ -191,9 +206,7 @@ type RespHeader struct {
 // Put encodes h into b[:RespHeaderSize].
 func (h *RespHeader) Put(b []byte) {
 	_ = b[RespHeaderSize-1]
-	b[0], b[1], b[2], b[3] = h.Status, h.Flags, 0, 0
-	binary.LittleEndian.PutUint32(b[4:], h.CRC)
-	binary.LittleEndian.PutUint64(b[8:], h.ID)
+	putPrefix(b, h.Status, h.Flags, h.CRC, h.ID)
 	binary.LittleEndian.PutUint64(b[16:], h.Length)
 }
 
@@ -202,17 +215,14 @@ func DecodeRespHeader(b []byte, maxLen uint64) (RespHeader, error) {
 	if len(b) < RespHeaderSize {
 		return RespHeader{}, fmt.Errorf("%w: short response header", ErrBadFrame)
 	}
-	h := RespHeader{
-		Status: b[0], Flags: b[1],
-		CRC:    binary.LittleEndian.Uint32(b[4:]),
-		ID:     binary.LittleEndian.Uint64(b[8:]),
-		Length: binary.LittleEndian.Uint64(b[16:]),
-	}
+	var h RespHeader
+	h.Status, h.Flags, h.CRC, h.ID = prefix(b)
+	h.Length = binary.LittleEndian.Uint64(b[16:])
 	if h.Status > StatusBadRequest {
 		return RespHeader{}, fmt.Errorf("%w: status %d", ErrBadFrame, h.Status)
 	}
-	if h.Flags&^FlagCRC != 0 || b[2] != 0 || b[3] != 0 {
-		return RespHeader{}, fmt.Errorf("%w: reserved bits set", ErrBadFrame)
+	if err := checkReserved(b); err != nil {
+		return RespHeader{}, err
 	}
 	if h.Length > maxLen {
 		return RespHeader{}, fmt.Errorf("%w: length %d > %d", ErrFrameTooLarge, h.Length, maxLen)
