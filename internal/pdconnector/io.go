@@ -86,6 +86,9 @@ func (c *Connector) pullDone(p PullSpec, err error, resp bootstrap.PullResponse,
 	if resp.Aux != nil && err == nil {
 		c.cons.SetAux(p.ReqID, *resp.Aux)
 	}
+	if resp.Layerwise && err == nil {
+		c.cons.SetStream(p.ReqID, resp.TailNanos)
+	}
 	c.mu.Unlock()
 	switch {
 	case err == nil:
@@ -179,6 +182,7 @@ func (c *Connector) Pull(ctx context.Context, req bootstrap.PullRequest) bootstr
 func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bootstrap.PullResponse {
 	c.mu.Lock()
 	registered := c.compat != ""
+	streaming := c.prod.Streaming()
 	c.mu.Unlock()
 	if !registered {
 		return failed(bootstrap.CodeUnknown, "prefill engine not started yet")
@@ -209,6 +213,9 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	ctx, cancel := context.WithDeadline(ctx, dl.Add(-margin))
 	defer cancel()
 	c.preparePeer(ctx, req)
+	if streaming && len(req.BlockIDs) > 0 {
+		return c.serveStream(ctx, req)
+	}
 	var blocks []int
 	var numTokens int
 	for {
