@@ -179,8 +179,9 @@ type Connector struct {
 	managedMu sync.Mutex
 	managed   map[uintptr]bool
 
-	m          *metrics
-	pushFailed atomic.Uint64 // pulls answered failed (SGLang's poll state Failed, prefill side)
+	m            *metrics
+	pushFailed   atomic.Uint64 // pulls answered failed (SGLang's poll state Failed, prefill side)
+	streamWrites atomic.Uint64 // layer-wise writes done
 
 	// The goroutines of pulls, pushes and releases (each bounded by a
 	// timeout): Run cancels them when its ctx ends and waits for them.
@@ -348,8 +349,10 @@ func (c *Connector) Allocator() kvcache.Allocator {
 
 // Stats is a snapshot of the connector's state, for tests and leak checks.
 type Stats struct {
-	Held          int // producer: finished prefills whose blocks are held
-	PullsInFlight int // consumer
+	Held          int    // producer: finished prefills whose blocks are held
+	Pushing       int    // producer: transfers being written (whole, or streams attached)
+	StreamWrites  uint64 // producer: layer-wise writes done (one per batch of queued layers)
+	PullsInFlight int    // consumer
 	FreedDone     uint64
 	FreedReleased uint64
 	FreedTimeout  uint64
@@ -363,7 +366,8 @@ type Stats struct {
 func (c *Connector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Held: c.prod.Held(), FreedDone: c.prod.Freed(FreeDone), FreedReleased: c.prod.Freed(FreeReleased),
+	_, _, pushing := c.prod.Poll()
+	s := Stats{Held: c.prod.Held(), Pushing: pushing, StreamWrites: c.streamWrites.Load(), FreedDone: c.prod.Freed(FreeDone), FreedReleased: c.prod.Freed(FreeReleased),
 		FreedTimeout: c.prod.Freed(FreeTimeout)}
 	if c.cons != nil {
 		s.PullsInFlight = c.cons.InFlight()

@@ -174,6 +174,13 @@ func (p *ProducerCore) PushDone(tid string, now time.Time) {
 	if e.released {
 		reason = FreeReleased
 	}
+	if !e.held && e.released {
+		// A stream released before its prefill finished: Finished frees
+		// (and counts) it at once.
+		delete(p.entries, tid)
+		p.tombstones[tid] = now.Add(p.abortTimeout)
+		return
+	}
 	p.free(tid, e, reason, now)
 }
 

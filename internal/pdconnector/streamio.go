@@ -133,6 +133,7 @@ func (c *Connector) stream(ctx context.Context, req bootstrap.PullRequest, wake 
 			}
 			busy += time.Since(t)
 			nreq += len(reqs)
+			c.streamWrites.Add(1)
 		case StreamIdle:
 			select {
 			case <-wake:
