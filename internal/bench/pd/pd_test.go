@@ -58,23 +58,24 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestRunLinkRate: on a link of 256 KB/s a 64-token prompt's KV (32 KiB)
-// takes >= 0.1 s to write whole; streamed layer by layer it moves the same
-// bytes, and part of it (at least the first layer's) before the prefill ended.
+// TestRunLinkRate: on a link of 256 KB/s a 384-token prompt's KV (192
+// KiB) takes >= 0.5 s to write whole (the first 64 KiB burst aside);
+// streamed layer by layer it moves the same bytes, and not all of it after
+// the prefill ended.
 func TestRunLinkRate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	r, err := Run(ctx, Config{Model: "tiny", Sizes: []int{64}, Requests: 1, OutputTokens: 3, Seed: 1, LinkRate: 256e3})
+	r, err := Run(ctx, Config{Model: "tiny", Sizes: []int{384}, Requests: 1, OutputTokens: 3, Seed: 1, LinkRate: 256e3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := r.Sizes[0]
 	t.Logf("whole %+v layer %+v", s.Whole, s.Disagg)
-	if s.Whole.WriteMS < 100 || s.Disagg.Bytes != s.Whole.Bytes || s.SameGBps != 0 {
-		t.Fatalf("whole-request write %v ms of %v bytes (want >= 100 ms at 256 KB/s), layer-wise %v bytes", s.Whole.WriteMS, s.Whole.Bytes, s.Disagg.Bytes)
+	if s.Whole.WriteMS < 500 || s.Disagg.Bytes != s.Whole.Bytes || s.SameGBps != 0 {
+		t.Fatalf("whole-request write %v ms of %v bytes (want >= 500 ms at 256 KB/s), layer-wise %v bytes", s.Whole.WriteMS, s.Whole.Bytes, s.Disagg.Bytes)
 	}
-	if !s.Disagg.Layerwise || s.Disagg.TailMS > s.Whole.WriteMS {
-		t.Fatalf("layer-wise tail %v ms > whole-request write %v ms", s.Disagg.TailMS, s.Whole.WriteMS)
+	if !s.Disagg.Layerwise || s.Disagg.TailMS >= s.Whole.WriteMS {
+		t.Fatalf("layer-wise tail %v ms >= whole-request write %v ms", s.Disagg.TailMS, s.Whole.WriteMS)
 	}
 }
 
