@@ -37,6 +37,7 @@ type prodEntry struct {
 	readyCh   chan struct{}  // closed when ready or failed
 	aux       *bootstrap.Aux // the first output token prefill sampled, its logprob
 	held      bool           // the engine keeps the blocks until DrainDoneSending names reqID
+	waited    bool           // a pull waits for this prefill (StartPull answered PullWait)
 
 	// Layer-wise streaming (stream.go): the prompt's progress per layer,
 	// known from the engine's steps, and the decode it streams to.
@@ -161,6 +162,7 @@ func (p *ProducerCore) StartPull(tid string, now time.Time) (st PullState, block
 		e.pushing = true
 		return PullReady, e.blocks, e.numTokens, nil
 	}
+	e.waited = true
 	return PullWait, nil, 0, e.readyCh
 }
 
@@ -288,7 +290,7 @@ func (p *ProducerCore) Poll() (bootstrapping, waiting, transferring int) {
 			transferring++
 		case e.ready:
 			waiting++
-		case !e.failed:
+		case !e.failed && e.waited:
 			bootstrapping++
 		}
 	}
