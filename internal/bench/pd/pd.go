@@ -88,19 +88,23 @@ type SizeResult struct {
 	PrefillMS            float64 // colocated TTFT = prefill time
 	WriteGBps            float64 // disaggregated KV write GB/s (0 without a write)
 	SameGBps             float64 // the engine alone with the write's request size and count (0 without a write or with a link rate)
+	// TTFTSavedMS is the median over the requests of (whole-request TTFT -
+	// layer-wise TTFT), each pair sent back to back (less noisy than the
+	// difference of the medians when the machine's load varies).
+	TTFTSavedMS float64
 }
 
 // Hidden is the share of the whole-request transfer time that layer-wise
 // streaming hid behind the prefill, in [0, 1]: 1 - (layer-wise writes after
 // the prefill ended) / (whole-request write time). HiddenTTFT is the same
-// seen by the client: (whole-request TTFT - layer-wise TTFT) / whole-request
-// write time (noisier: it includes the run-to-run spread of the prefill).
+// seen by the client: the median paired TTFT difference (TTFTSavedMS) /
+// whole-request write time (noisier: it includes the spread of the prefill).
 func (r SizeResult) Hidden() (tail, ttft float64) {
 	if r.Whole.WriteMS <= 0 {
 		return 0, 0
 	}
 	tail = 1 - r.Disagg.TailMS/r.Whole.WriteMS
-	ttft = float64(r.Whole.TTFT-r.Disagg.TTFT) / 1e6 / r.Whole.WriteMS
+	ttft = r.TTFTSavedMS / r.Whole.WriteMS
 	return min(max(tail, 0), 1), ttft
 }
 
@@ -177,6 +181,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 42))
 	for _, n := range cfg.Sizes {
 		var colS, disS, wholeS []Sample
+		var saved []float64
 		for i := 0; i < cfg.Requests; i++ {
 			p := RandomPrompt(rng, n-1) // + BOS = n tokens
 			s, err := Request(ctx, col.URL, p, cfg.OutputTokens)
@@ -202,8 +207,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				return nil, fmt.Errorf("disaggregated (whole-request) %d tokens: kv_load %q, want remote", n, s.Load)
 			}
 			wholeS = append(wholeS, s)
+			saved = append(saved, float64(s.TTFT-disS[len(disS)-1].TTFT)/1e6)
 		}
-		sr := SizeResult{Tokens: n, Coloc: Median(colS), Disagg: Median(disS), Whole: Median(wholeS)}
+		slices.Sort(saved)
+		sr := SizeResult{Tokens: n, Coloc: Median(colS), Disagg: Median(disS), Whole: Median(wholeS), TTFTSavedMS: saved[len(saved)/2]}
 		sr.PrefillMS = float64(sr.Coloc.TTFT) / 1e6
 		dm := sr.Disagg
 		if dm.WriteMS > 0 {
