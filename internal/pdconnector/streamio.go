@@ -148,6 +148,10 @@ func (c *Connector) stream(ctx context.Context, req bootstrap.PullRequest, wake 
 			if promptLen != decodeTokens {
 				return failed(bootstrap.CodeBadRequest, "decode expects %d prompt tokens, prefill computed %d", decodeTokens, promptLen)
 			}
+			bs := c.layout.BlockSize
+			if need := (promptLen + bs - 1) / bs; req.FirstBlock+len(req.BlockIDs) != need {
+				return failed(bootstrap.CodeBadRequest, "decode asks blocks [%d,%d), the prompt has %d blocks", req.FirstBlock, req.FirstBlock+len(req.BlockIDs), need)
+			}
 			tail := min(max(now.Sub(readyAt), 0), time.Since(start))
 			c.m.pushBytes.Add(float64(bytes))
 			c.m.pushSecs.Observe(busy.Seconds())
