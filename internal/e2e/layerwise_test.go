@@ -89,7 +89,7 @@ func slowPair(t *testing.T) (pre, dec *cluster.Instance) {
 func TestLayerwiseAbortPrefillMidStream(t *testing.T) {
 	pre, dec := slowPair(t)
 	ctx := context.Background()
-	prompt := strings.Repeat("a prefill that will not finish. ", 30)
+	prompt := strings.Repeat("a prefill that will not finish. ", 12)
 	pctx, cancelPre := context.WithCancel(ctx)
 	defer cancelPre()
 	preDone := make(chan completion, 1)
@@ -124,7 +124,7 @@ func TestLayerwiseAbortPrefillMidStream(t *testing.T) {
 func TestLayerwiseReleaseMidStream(t *testing.T) {
 	pre, dec := slowPair(t)
 	ctx := context.Background()
-	prompt := strings.Repeat("a decode that will not wait. ", 30)
+	prompt := strings.Repeat("a decode that will not wait. ", 12)
 	preDone := make(chan completion, 1)
 	go func() {
 		preDone <- completeKV(t, ctx, pre.URL, prompt, 1, false, map[string]any{"do_remote_decode": true, "transfer_id": "xfer-rel"})
@@ -149,4 +149,49 @@ func TestLayerwiseReleaseMidStream(t *testing.T) {
 	if s.FreedTimeout != 0 || s.Pushing != 0 || s.FreedReleased+s.FreedDone != 1 {
 		t.Fatalf("prefill %+v", s)
 	}
+}
+
+// A prefill request preempted while its KV is streamed (its blocks are
+// freed and reused by the engine) breaks the stream: decode recomputes and
+// answers what a colocated engine does; nothing leaks on either side. The
+// pull attaches first (decode's half before prefill's), then a plain
+// request and the streamed prefill share a 16-block pool they cannot both
+// fit in: the plain one, admitted first, grows while the streamed one
+// prefills in chunks, and the streamed one (the last admitted) is
+// preempted.
+func TestLayerwisePreemptedMidStream(t *testing.T) {
+	col := startColocated(t)
+	pre, dec := pdPair(t, cluster.InstanceConfig{NumBlocks: 16, MaxNumBatchedTokens: 32, DisablePrefixCaching: true}, cluster.InstanceConfig{})
+	ctx := context.Background()
+	promptB := strings.Repeat("preempt me while streaming. ", 8)[:199] // 200 tokens with BOS: 13 blocks
+	promptA := strings.Repeat("a plain request. ", 4)[:59]              // 60 tokens, 200 with its output: 13 blocks
+	decDone := make(chan completion, 1)
+	go func() {
+		decDone <- completeKV(t, ctx, dec.URL, promptB, 6, false, map[string]any{"do_remote_prefill": true,
+			"transfer_id": "xfer-pre", "remote_bootstrap_addr": pre.BootstrapAddr(), "remote_engine_id": pre.Conn.EngineID()})
+	}()
+	waitfor.Cond(t, 20*time.Second, "decode's pull attached", func() bool { return pre.Conn.Stats().Pushing == 1 })
+	aDone := make(chan completion, 1)
+	go func() { aDone <- complete(t, ctx, pre.URL, promptA, 140, false) }()
+	waitfor.Cond(t, 20*time.Second, "the plain request running", func() bool { return pre.Engine.Stats().Running == 1 })
+	bDone := make(chan completion, 1)
+	go func() {
+		bDone <- completeKV(t, ctx, pre.URL, promptB, 1, false, map[string]any{"do_remote_decode": true, "transfer_id": "xfer-pre"})
+	}()
+	a, b, d := <-aDone, <-bDone, <-decDone
+	if a.Code != 200 || b.Code != 200 || d.Code != 200 {
+		t.Fatalf("plain %d %s, prefill half %d %s, decode %d %s", a.Code, a.Raw, b.Code, b.Raw, d.Code, d.Raw)
+	}
+	preemptions := pre.Engine.Stats().Preemptions
+	t.Logf("preemptions %d, decode kv %v", preemptions, d.KV)
+	if preemptions == 0 {
+		t.Fatal("the streamed prefill was not preempted: the test's pool arithmetic is off")
+	}
+	if d.KV["kv_load"] != "recomputed" {
+		t.Fatalf("decode kv_load %v after the prefill was preempted mid-stream, want recomputed", d.KV)
+	}
+	if want := complete(t, ctx, col.URL, promptB, 6, false); !equalInts(want.TokenIDs, d.TokenIDs) {
+		t.Fatalf("decode %v != colocated %v", d.TokenIDs, want.TokenIDs)
+	}
+	assertNoLeaks(t, pre, dec)
 }
