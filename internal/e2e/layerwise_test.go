@@ -164,7 +164,7 @@ func TestLayerwisePreemptedMidStream(t *testing.T) {
 	pre, dec := pdPair(t, cluster.InstanceConfig{NumBlocks: 16, MaxNumBatchedTokens: 32, DisablePrefixCaching: true}, cluster.InstanceConfig{})
 	ctx := context.Background()
 	promptB := strings.Repeat("preempt me while streaming. ", 8)[:199] // 200 tokens with BOS: 13 blocks
-	promptA := strings.Repeat("a plain request. ", 4)[:59]              // 60 tokens, 200 with its output: 13 blocks
+	promptA := strings.Repeat("a plain request. ", 4)[:59]             // 60 tokens, 200 with its output: 13 blocks
 	decDone := make(chan completion, 1)
 	go func() {
 		decDone <- completeKV(t, ctx, dec.URL, promptB, 6, false, map[string]any{"do_remote_prefill": true,
