@@ -50,6 +50,14 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// MaxNotifies bounds the queue of received notifications (4096).
 	MaxNotifies int
+	// LinkRate, when > 0, limits the WRITE payload bytes this engine sends
+	// over the TCP transport to that many bytes per second, all peers
+	// together: a token bucket of LinkBurst bytes (default 64 KiB) that
+	// lanes wait on before each send, as a link of that bandwidth would
+	// pace them. For benchmarks of bandwidth-limited links (`mooncake bench
+	// pd --link-rate`); shared memory and READ payloads are not limited.
+	LinkRate  float64
+	LinkBurst int
 }
 
 func (c Config) withDefaults() Config {
@@ -91,6 +99,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxNotifies == 0 {
 		c.MaxNotifies = 4096
 	}
+	if c.LinkBurst == 0 {
+		c.LinkBurst = 64 << 10
+	}
 	return c
 }
 
@@ -130,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.SliceSize < 4096 || c.SliceSize > c.MaxSlice {
 		return fmt.Errorf("transfer: config: slice size %d: want 4096..MaxSlice(%d)", c.SliceSize, c.MaxSlice)
+	}
+	if c.LinkRate < 0 || c.LinkRate != c.LinkRate || c.LinkBurst < 1 {
+		return fmt.Errorf("transfer: config: link rate %v bytes/s, burst %d: want rate >= 0 and burst >= 1", c.LinkRate, c.LinkBurst)
 	}
 	if c.SmallMax < 0 || c.MaxFrame < 4096 || c.MaxNotifies < 1 {
 		return fmt.Errorf("transfer: config: bad limits")

@@ -45,7 +45,11 @@
 // are in flight per lane (pipelined, with request ids); WRITE payloads are
 // sent straight from the registered source with writev and READ payloads are
 // read straight into the registered destination. Config.Checksum adds a
-// CRC32C per slice, end to end.
+// CRC32C per slice, end to end. Config.LinkRate (bytes/s) paces the WRITE
+// payloads the engine sends over TCP with a token bucket shared by all its
+// lanes (golang.org/x/time/rate, burst Config.LinkBurst): a lane waits for a
+// batch's bytes before sending it, so the engine behaves as if behind a
+// link of that bandwidth (benchmarks: `mooncake bench pd --link-rate`).
 //
 // # Discovery
 //

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/time/rate"
+
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
 	"github.com/kvcache-go/mooncake/internal/wire"
 )
@@ -104,6 +106,8 @@ type Engine struct {
 	bulk chan struct{}
 	// clientBulk is the same for this engine's outgoing lanes.
 	clientBulk chan struct{}
+	// link paces the TCP WRITE payloads this engine sends (Config.LinkRate); nil = unlimited.
+	link *rate.Limiter
 }
 
 type segment struct {
@@ -147,6 +151,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		replay:     newReplayGuard(2*time.Minute, time.Now),
 		bulk:       make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
 		clientBulk: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
+	}
+	if cfg.LinkRate > 0 {
+		e.link = rate.NewLimiter(rate.Limit(cfg.LinkRate), cfg.LinkBurst)
 	}
 	e.transports = e.newTransports()
 	if cfg.Transport == TransportInproc {

@@ -305,6 +305,8 @@ func TestConfigValidate(t *testing.T) {
 		"lanes":     {Lanes: -1},
 		"host:port": {LocalHostname: "127.0.0.1:1234"},
 		"no hub":    {Transport: TransportInproc},
+		"link rate": {LinkRate: -1},
+		"burst":     {LinkRate: 1e6, LinkBurst: -5},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -85,6 +85,9 @@ func (p *tcpPeer) lanes(ctx context.Context) (*tcp.Peer, error) {
 		addr = p.seg.name
 	}
 	cfg := tcp.PeerConfig{Lanes: e.cfg.Lanes, SmallMax: e.cfg.SmallMax, Checksum: e.cfg.Checksum, MaxSlice: uint64(e.cfg.MaxSlice), Bulk: e.clientBulk}
+	if e.link != nil {
+		cfg.Limiter = e.link
+	}
 	tp, err := tcp.DialPeer(ctx, cfg, func(ctx context.Context, lane int) (net.Conn, error) {
 		return e.dialLane(ctx, addr, lane)
 	})

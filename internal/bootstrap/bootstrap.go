@@ -232,6 +232,11 @@ type PullResponse struct {
 	Requests int `json:"requests"`
 	// Nanos is the time prefill spent writing.
 	Nanos int64 `json:"nanos"`
+	// Layerwise says prefill streamed the KV layer by layer while it
+	// computed; TailNanos is then how long its writes ran past the end of
+	// the prefill (the part of the transfer not hidden behind compute).
+	Layerwise bool  `json:"layerwise,omitempty"`
+	TailNanos int64 `json:"tail_nanos,omitempty"`
 	// Aux is the prefill's aux data (SGLang ships it with the KV): the
 	// first output token it sampled and its logprob.
 	Aux *Aux `json:"aux,omitempty"`

@@ -21,10 +21,13 @@ type mooncakeConnectorConfig struct {
 	FailurePolicy string  `json:"failure_policy"`  // what --kv-load-failure-policy is (recompute)
 	Transport     string  `json:"transport"`       // transport of the transfer engine (auto)
 	RPCPort       int     `json:"rpc_port"`        // rpc_port of the transfer engine (0)
+	// Layerwise: a producer streams each layer's KV while the prefill
+	// computes (true, default) or pushes whole requests after it (false).
+	Layerwise bool `json:"layerwise"`
 }
 
 func parseMooncakeConnectorConfig(role string, m map[string]any) (mooncakeConnectorConfig, error) {
-	c := mooncakeConnectorConfig{BootstrapPort: bootstrap.DefaultPort}
+	c := mooncakeConnectorConfig{BootstrapPort: bootstrap.DefaultPort, Layerwise: true}
 	if role == pdconnector.RoleConsumer {
 		c.BootstrapPort = 0 // a consumer serves no pulls; its metrics are on the engine's /metrics
 	}
@@ -81,5 +84,6 @@ func setMooncakeConnector(ic *cluster.InstanceConfig, m map[string]any, bootstra
 	ic.AbortTimeout = time.Duration(cc.AbortTimeoutS * float64(time.Second))
 	ic.PullTimeout = time.Duration(cc.PullTimeoutS * float64(time.Second))
 	ic.PDFailurePolicy = cc.FailurePolicy
+	ic.PDWholeRequest = !cc.Layerwise
 	return nil
 }

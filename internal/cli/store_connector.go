@@ -25,6 +25,7 @@ type storeConnectorConfig struct {
 	SaveQueue       int     `json:"save_queue"`        // 64
 	LocalBufferMB   int     `json:"local_buffer_mb"`   // the store client's staging buffer (64)
 	Transport       string  `json:"transport"`         // transport of the transfer engine (auto)
+	Layerwise       bool    `json:"layerwise"`         // load/save layer by layer within the step (false)
 }
 
 func parseStoreConnectorConfig(m map[string]any) (storeConnectorConfig, error) {
@@ -65,7 +66,7 @@ func storeConnector(cc storeConnectorConfig) cluster.KVConnectorFunc {
 		conn, err := storeconnector.New(storeconnector.Config{Store: cl, KeyPrefix: cc.KeyPrefix, NoSave: !cc.Save, NoLoad: !cc.Load,
 			Replicas: cc.Replicas, LookupTimeout: ms(cc.LookupTimeoutMS, time.Millisecond),
 			LoadTimeout: ms(cc.LoadTimeoutS, time.Second), SaveTimeout: ms(cc.SaveTimeoutS, time.Second),
-			SaveQueue: cc.SaveQueue, Logger: log})
+			SaveQueue: cc.SaveQueue, Layerwise: cc.Layerwise, Logger: log})
 		if err != nil {
 			cl.Close()
 			te.Close()

@@ -24,11 +24,11 @@ func TestParseStoreConnectorConfig(t *testing.T) {
 		ok   bool
 		want func(storeConnectorConfig) bool
 	}{
-		{"defaults", `{"master":"127.0.0.1:50051"}`, true, func(c storeConnectorConfig) bool { return c.Save && c.Load && c.Replicas == 0 }},
+		{"defaults", `{"master":"127.0.0.1:50051"}`, true, func(c storeConnectorConfig) bool { return c.Save && c.Load && !c.Layerwise && c.Replicas == 0 }},
 		{"all keys", `{"master":"127.0.0.1:1","key_prefix":"x/","save":false,"load":true,"replicas":2,"lookup_timeout_ms":50,
-			"load_timeout_s":1,"save_timeout_s":2,"save_queue":8,"local_buffer_mb":16,"transport":"tcp"}`, true,
+			"load_timeout_s":1,"save_timeout_s":2,"save_queue":8,"local_buffer_mb":16,"transport":"tcp","layerwise":true}`, true,
 			func(c storeConnectorConfig) bool {
-				return !c.Save && c.Load && c.Replicas == 2 && c.KeyPrefix == "x/" && c.LookupTimeoutMS == 50 && c.SaveQueue == 8 && c.LocalBufferMB == 16
+				return !c.Save && c.Load && c.Layerwise && c.Replicas == 2 && c.KeyPrefix == "x/" && c.LookupTimeoutMS == 50 && c.SaveQueue == 8 && c.LocalBufferMB == 16
 			}},
 		{"no master", `{}`, false, nil},
 		{"unknown key", `{"master":"a:1","bogus":1}`, false, nil},

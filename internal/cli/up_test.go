@@ -78,10 +78,13 @@ func TestMooncakeConnectorConfig(t *testing.T) {
 	if c, _ := parseMooncakeConnectorConfig("producer", nil); c.BootstrapPort != 8998 {
 		t.Fatalf("producer default port %d", c.BootstrapPort)
 	}
-	if c, _ := parseMooncakeConnectorConfig("consumer", nil); c.BootstrapPort != 0 {
-		t.Fatalf("consumer default port %d", c.BootstrapPort)
+	if c, _ := parseMooncakeConnectorConfig("consumer", nil); c.BootstrapPort != 0 || !c.Layerwise {
+		t.Fatalf("consumer default port %d, layerwise %v", c.BootstrapPort, c.Layerwise)
 	}
-	for _, bad := range []map[string]any{{"bootstrap_port": 1.5}, {"nope": 1.0}, {"engine_id": 3.0}, {"pull_timeout_s": -1.0}} {
+	if c, err := parseMooncakeConnectorConfig("producer", map[string]any{"layerwise": false}); err != nil || c.Layerwise {
+		t.Fatalf("layerwise false: %+v %v", c, err)
+	}
+	for _, bad := range []map[string]any{{"bootstrap_port": 1.5}, {"nope": 1.0}, {"engine_id": 3.0}, {"pull_timeout_s": -1.0}, {"layerwise": "yes"}} {
 		if _, err := parseMooncakeConnectorConfig("producer", bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

@@ -53,6 +53,13 @@ type InstanceConfig struct {
 	PDFailurePolicy string
 	// TP is the engine's tensor-parallel size (1; engine.Config.TP).
 	TP int
+	// PDWholeRequest makes a producer push each request's KV in one
+	// transfer after its prefill instead of layer by layer while it
+	// computes (pdconnector.Config.WholeRequest).
+	PDWholeRequest bool
+	// LinkRate limits what the transfer engine sends over TCP to this many
+	// bytes per second (transfer.Config.LinkRate; 0 = unlimited).
+	LinkRate float64
 	// Engine knobs (engine defaults when zero).
 	BlockSize, NumBlocks, MaxNumBatchedTokens, MaxNumSeqs, MaxModelLen, MaxWaiting int
 	DisablePrefixCaching                                                           bool
@@ -262,7 +269,8 @@ func (i *Instance) startPD(ctx context.Context, cfg InstanceConfig) (*KVConnecto
 	if host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
-	te, err := transfer.Open(ctx, transfer.Config{LocalHostname: host, RPCPort: cfg.RPCPort, Transport: cfg.Transport, Logger: cfg.Logger})
+	te, err := transfer.Open(ctx, transfer.Config{LocalHostname: host, RPCPort: cfg.RPCPort, Transport: cfg.Transport,
+		LinkRate: cfg.LinkRate, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: transfer engine: %w", err)
 	}
@@ -276,7 +284,7 @@ func (i *Instance) startPD(ctx context.Context, cfg InstanceConfig) (*KVConnecto
 	}
 	conn, err := pdconnector.New(pdconnector.Config{Role: cfg.Role, Transfer: te, EngineID: cfg.EngineID,
 		BootstrapAddr: i.bootstrap, AbortTimeout: cfg.AbortTimeout, PullTimeout: cfg.PullTimeout,
-		FailurePolicy: cfg.PDFailurePolicy, Logger: cfg.Logger})
+		FailurePolicy: cfg.PDFailurePolicy, WholeRequest: cfg.PDWholeRequest, Logger: cfg.Logger})
 	if err != nil {
 		if ln != nil {
 			ln.Close()

@@ -87,8 +87,9 @@ type WorkerConnector interface {
 	// WaitForLayerLoad blocks until layer's external KV has landed; called
 	// before the attention of that layer in every forward.
 	WaitForLayerLoad(ctx context.Context, layer int) error
-	// SaveKVLayer is called after layer's KV of this step has been written
-	// to the cache (after attention); it may start an asynchronous save.
+	// SaveKVLayer is called as soon as layer's KV of this step has been
+	// written to the cache (before that layer's attention, which only reads
+	// it); it may start an asynchronous save and must not block on I/O.
 	SaveKVLayer(ctx context.Context, layer int) error
 	// WaitForSave blocks until the saves started this step may be
 	// considered issued (end of forward).

@@ -76,7 +76,9 @@
 //	each step, execute phase:
 //	  BindConnectorMeta(meta); StartLoadKV(ctx)
 //	  forward, per layer l: Q/K/V projections, WaitForLayerLoad(ctx, l),
-//	    write this step's K/V into the cache, attention, SaveKVLayer(ctx, l)
+//	    write this step's K/V into the cache, SaveKVLayer(ctx, l), attention
+//	    (the layer's K/V are final once written: a layer-wise transfer of
+//	    layer l overlaps with the attention and MLP of l and later layers)
 //	  (a step with no tokens runs no forward but still calls the rest)
 //	  WaitForSave(ctx)
 //	  GetFinished(finishedIDs) -> (doneSending, doneRecving)

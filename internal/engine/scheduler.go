@@ -239,7 +239,7 @@ func (e *Engine) execute(ctx context.Context, out *SchedulerOutput, meta any) ([
 				}
 				return nil
 			},
-			AfterAttention: func(l int) error {
+			KVStored: func(l int) error {
 				if err := e.conn.SaveKVLayer(ctx, l); err != nil {
 					return fmt.Errorf("%w: save layer %d: %w", ErrConnector, l, err)
 				}

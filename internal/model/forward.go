@@ -29,7 +29,12 @@ type Hooks struct {
 	// BeforeAttention runs after Q/K/V of the layer are computed and before
 	// this pass's K/V are written to the cache and attention reads it.
 	BeforeAttention func(layer int) error
-	// AfterAttention runs once the layer's K/V of this pass are in the cache.
+	// KVStored runs as soon as the layer's K/V of this pass are in the
+	// cache, before attention reads them (they are not written again): a
+	// layer-wise KV transfer of the layer can start while its attention
+	// and MLP compute.
+	KVStored func(layer int) error
+	// AfterAttention runs once the layer's attention of this pass is done.
 	AfterAttention func(layer int) error
 }
 
@@ -211,6 +216,13 @@ func (p *pass) attention(l int, hooks Hooks) error {
 	}
 	for r := range p.ranks {
 		p.writeKV(l, r)
+	}
+	if hooks.KVStored != nil {
+		if err := hooks.KVStored(l); err != nil {
+			return err
+		}
+	}
+	for r := range p.ranks {
 		parFor(w, T*nh, func(wk, item int) { p.attendHead(l, r, wk, item/nh, item%nh) })
 	}
 	if hooks.AfterAttention != nil {

@@ -80,6 +80,11 @@ type Config struct {
 	// FailurePolicy is the engine's kv load failure policy (recompute or
 	// fail, default recompute), only used to report what happened.
 	FailurePolicy string
+	// WholeRequest makes a producer push a request's KV only once its
+	// prefill finished, in one transfer. By default it streams layer by
+	// layer: each layer's blocks are written as soon as the layer is
+	// computed, while the next layers compute (stream.go).
+	WholeRequest bool
 	// Clock is the cores' clock (default the real one).
 	Clock clock.Clock
 	// Logger (default discard).
@@ -166,7 +171,7 @@ type Connector struct {
 	prod           *ProducerCore
 	cons           *ConsumerCore
 	pushCancel     map[string]context.CancelFunc
-	meta           []PullSpec
+	meta           stepMeta
 	pendingInvalid []int
 	peers          map[string]bootstrap.QueryResponse // bootstrap addr -> registry
 	prepared       map[string]bool                    // decode segments handed to PreparePeer
@@ -174,8 +179,9 @@ type Connector struct {
 	managedMu sync.Mutex
 	managed   map[uintptr]bool
 
-	m          *metrics
-	pushFailed atomic.Uint64 // pulls answered failed (SGLang's poll state Failed, prefill side)
+	m            *metrics
+	pushFailed   atomic.Uint64 // pulls answered failed (SGLang's poll state Failed, prefill side)
+	streamWrites atomic.Uint64 // layer-wise writes done
 
 	// The goroutines of pulls, pushes and releases (each bounded by a
 	// timeout): Run cancels them when its ctx ends and waits for them.
@@ -343,8 +349,10 @@ func (c *Connector) Allocator() kvcache.Allocator {
 
 // Stats is a snapshot of the connector's state, for tests and leak checks.
 type Stats struct {
-	Held          int // producer: finished prefills whose blocks are held
-	PullsInFlight int // consumer
+	Held          int    // producer: finished prefills whose blocks are held
+	Pushing       int    // producer: transfers being written (whole, or streams attached)
+	StreamWrites  uint64 // producer: layer-wise writes done (one per batch of queued layers)
+	PullsInFlight int    // consumer
 	FreedDone     uint64
 	FreedReleased uint64
 	FreedTimeout  uint64
@@ -358,7 +366,8 @@ type Stats struct {
 func (c *Connector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Held: c.prod.Held(), FreedDone: c.prod.Freed(FreeDone), FreedReleased: c.prod.Freed(FreeReleased),
+	_, _, pushing := c.prod.Poll()
+	s := Stats{Held: c.prod.Held(), Pushing: pushing, StreamWrites: c.streamWrites.Load(), FreedDone: c.prod.Freed(FreeDone), FreedReleased: c.prod.Freed(FreeReleased),
 		FreedTimeout: c.prod.Freed(FreeTimeout)}
 	if c.cons != nil {
 		s.PullsInFlight = c.cons.InFlight()
@@ -401,6 +410,9 @@ func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
 	c.mu.Lock()
 	c.layout, c.compat, c.localBases, c.bases = kv.Layout, CompatHash(kv.Compat), local, bases
 	c.cons = NewConsumerCore(kv.Layout.BlockSize, c.cfg.FailurePolicy == engine.PolicyRecompute)
+	if c.cfg.Role != RoleConsumer && !c.cfg.WholeRequest {
+		c.prod.EnableStreaming(kv.Layout.NumLayers, kv.Layout.BlockSize)
+	}
 	c.mu.Unlock()
 	c.registry.SetCompatHash(c.compat)
 	c.registry.SetTP(kv.Layout.TPSize(), kvcache.BlockLayout)
@@ -423,7 +435,14 @@ func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
 
 // BindConnectorMeta implements engine.WorkerConnector.
 func (c *Connector) BindConnectorMeta(meta any) {
-	c.meta, _ = meta.([]PullSpec)
+	switch m := meta.(type) {
+	case stepMeta:
+		c.meta = m
+	case []PullSpec:
+		c.meta = stepMeta{pulls: m}
+	default:
+		c.meta = stepMeta{}
+	}
 }
 
 // StartLoadKV starts this step's pulls, each in its own goroutine (owned
@@ -435,7 +454,7 @@ func (c *Connector) StartLoadKV(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for _, p := range c.meta {
+	for _, p := range c.meta.pulls {
 		if !c.goTracked(ctx, func(ctx context.Context) { c.runPull(ctx, p) }) {
 			c.pullDone(p, errStopped, bootstrap.PullResponse{}, 0)
 		}
@@ -447,8 +466,21 @@ func (c *Connector) StartLoadKV(ctx context.Context) error {
 // and asynchronous, so nothing waits per layer.
 func (c *Connector) WaitForLayerLoad(context.Context, int) error { return nil }
 
-// SaveKVLayer implements engine.WorkerConnector: prefill pushes on demand.
-func (c *Connector) SaveKVLayer(context.Context, int) error { return nil }
+// SaveKVLayer implements engine.WorkerConnector: layer's KV of this step
+// is in the cache; with layer-wise streaming, the layer's newly complete
+// blocks of every prefill being pulled are queued for its pusher, which
+// writes them while the next layers compute. It never blocks on I/O.
+func (c *Connector) SaveKVLayer(_ context.Context, layer int) error {
+	if len(c.meta.saves) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tid := range c.meta.saves {
+		c.prod.LayerDone(tid, layer)
+	}
+	return nil
+}
 
 // WaitForSave implements engine.WorkerConnector.
 func (c *Connector) WaitForSave(context.Context) error { return nil }
@@ -482,7 +514,7 @@ func (c *Connector) GetBlockIDsWithLoadErrors() []int {
 }
 
 // ClearConnectorMeta implements engine.WorkerConnector.
-func (c *Connector) ClearConnectorMeta() { c.meta = nil }
+func (c *Connector) ClearConnectorMeta() { c.meta = stepMeta{} }
 
 // ---- engine.SchedulerConnector ----
 
@@ -506,11 +538,15 @@ func (c *Connector) UpdateStateAfterAlloc(req *engine.ReqState, blockIDs []int, 
 	c.cons.AfterAlloc(req.ID(), req.KVTransferParams(), len(req.PromptTokens()), req.NumComputedTokens(), blockIDs, n)
 }
 
-// BuildConnectorMeta hands this step's new pulls to the worker half and
-// sends the step's will-not-pull releases.
-func (c *Connector) BuildConnectorMeta(*engine.SchedulerOutput) any {
+// BuildConnectorMeta hands this step's new pulls and the prefills it
+// streams to the worker half, and sends the step's will-not-pull releases.
+func (c *Connector) BuildConnectorMeta(out *engine.SchedulerOutput) any {
+	var m stepMeta
+	if c.cfg.Role != RoleConsumer {
+		m.saves = c.scheduleStreams(out)
+	}
 	if c.cfg.Role == RoleProducer {
-		return nil
+		return m
 	}
 	c.mu.Lock()
 	pulls, rels := c.cons.TakeWork()
@@ -518,7 +554,8 @@ func (c *Connector) BuildConnectorMeta(*engine.SchedulerOutput) any {
 	for _, r := range rels {
 		c.sendRelease(r)
 	}
-	return pulls
+	m.pulls = pulls
+	return m
 }
 
 // FirstToken implements engine.FirstTokenSource: the first output token

@@ -49,6 +49,8 @@ type outcome struct {
 	nanos      int64          // ask to answer, decode's clock
 	writeNanos int64          // prefill's write time
 	writeReqs  int            // transfer requests prefill wrote
+	tailNanos  int64          // prefill's write time after its prefill ended (streamed)
+	streamed   bool           // prefill streamed the KV layer by layer
 	aux        *bootstrap.Aux // prefill's first output token and its logprob
 }
 
@@ -176,6 +178,15 @@ func (c *ConsumerCore) SetAux(reqID string, aux bootstrap.Aux) {
 	}
 }
 
+// SetStream records that prefill streamed reqID's KV layer by layer and how
+// long its writes ran past the end of its prefill.
+func (c *ConsumerCore) SetStream(reqID string, tailNanos int64) {
+	if o, ok := c.outcomes[reqID]; ok {
+		o.streamed, o.tailNanos = true, tailNanos
+		c.outcomes[reqID] = o
+	}
+}
+
 // FirstToken is the first output token prefill shipped with reqID's KV, if
 // the pull succeeded and carried one (the engine's FirstTokenSource).
 func (c *ConsumerCore) FirstToken(reqID string) (bootstrap.Aux, bool) {
@@ -222,6 +233,10 @@ func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree 
 		out["kv_pull_ms"] = float64(o.nanos) / 1e6
 		out["kv_write_ms"] = float64(o.writeNanos) / 1e6
 		out["kv_write_requests"] = o.writeReqs
+		out["kv_layerwise"] = o.streamed
+		if o.streamed {
+			out["kv_write_tail_ms"] = float64(o.tailNanos) / 1e6
+		}
 		if o.aux != nil {
 			out["aux_first_token"] = o.aux.FirstToken
 			out["aux_first_logprob"] = float64(o.aux.FirstLogprob)

@@ -48,15 +48,21 @@
 //     addresses and destination blocks.
 //   - Prefill (Pull, on the bootstrap port): checks compatibility, has the
 //     transfer engine prepare for a decode peer it has not seen
-//     (Mover.PreparePeer: open, map, dial, while the prefill computes), waits
-//     (bounded by decode's deadline minus a margin) for the prefill, writes
-//     the blocks decode lacks, answers, frees. The write plan (PlanWrites,
-//     grouped by layer; PlanLayerWrites for one layer) maps prefill's TP
-//     ranks onto decode's: each decode rank gets exactly its KV heads from
-//     the prefill ranks holding them. Blocks are head major, so with equal
-//     TP a run of consecutive blocks is one WRITE per layer and rank, and
-//     with different TP a head range of one block is one WRITE per
-//     overlapping (prefill rank, decode rank) pair; never one per token.
+//     (Mover.PreparePeer: open, map, dial, while the prefill computes), then
+//     streams layer by layer (the default, stream.go and streamio.go): the
+//     pull attaches to the transfer's prefill, and each layer's newly
+//     complete blocks are written as soon as the engine stored the layer's
+//     K/V (SaveKVLayer), while the next layers compute; with
+//     Config.WholeRequest it waits (bounded by decode's deadline minus a
+//     margin) for the prefill and writes all the blocks decode lacks. It
+//     answers once all is written, and frees. The write plan (PlanWrites,
+//     grouped by layer; PlanLayerWrites for one layer, which planLayer
+//     wraps for a streamed layer and chunk) maps prefill's TP ranks onto
+//     decode's: each decode rank gets exactly its KV heads from the prefill
+//     ranks holding them. Blocks are head major, so with equal TP a run of
+//     consecutive blocks is one WRITE per layer and rank, and with different
+//     TP a head range of one block is one WRITE per overlapping (prefill
+//     rank, decode rank) pair; never one per token.
 //   - Decode (GetFinished): the pull's end is reported as done receiving;
 //     on failure its blocks are reported invalid and the engine's
 //     kv_load_failure_policy (recompute or fail) applies. RequestFinished
@@ -70,7 +76,12 @@
 // time is an argument) tested without sockets. ProducerCore frees a
 // transfer's blocks on push done, on release (at once, or when the running
 // push ends), or after AbortTimeout (480 s) if nobody asks; a release that
-// arrives before the prefill finished frees it as soon as it does.
+// arrives before the prefill finished frees it as soon as it does. Streamed,
+// it also follows each pulled prefill through the engine's steps
+// (Scheduled, LayerDone), queues per-layer writes for the attached pull
+// (Attach, Next: complete blocks only, in layer order per step) and holds a
+// streamed request's blocks until its pusher ended (abort, release and
+// preemption mid-stream included).
 // ConsumerCore tracks pulls, outcomes and invalid blocks; a request that ends
 // while its pull runs keeps its blocks (delay free) until prefill has
 // answered, so no write can land in reused blocks. Both take time from

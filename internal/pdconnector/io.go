@@ -88,6 +88,9 @@ func (c *Connector) pullDone(p PullSpec, err error, resp bootstrap.PullResponse,
 	if resp.Aux != nil && err == nil {
 		c.cons.SetAux(p.ReqID, *resp.Aux)
 	}
+	if resp.Layerwise && err == nil {
+		c.cons.SetStream(p.ReqID, resp.TailNanos)
+	}
 	c.mu.Unlock()
 	switch {
 	case err == nil:
@@ -186,6 +189,7 @@ func (c *Connector) Pull(ctx context.Context, req bootstrap.PullRequest) bootstr
 func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bootstrap.PullResponse {
 	c.mu.Lock()
 	registered := c.compat != ""
+	streaming := c.prod.Streaming()
 	c.mu.Unlock()
 	if !registered {
 		return failed(bootstrap.CodeUnknown, "prefill engine not started yet")
@@ -220,6 +224,9 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	ctx, cancel := context.WithDeadline(ctx, dl.Add(-margin))
 	defer cancel()
 	c.preparePeer(ctx, req)
+	if streaming && len(req.BlockIDs) > 0 {
+		return c.serveStream(ctx, req)
+	}
 	var blocks []int
 	var numTokens int
 	for {
@@ -281,12 +288,7 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 	if err != nil {
 		return failed(bootstrap.CodeTransfer, "open decode segment %s: %v", req.Segment, err)
 	}
-	ranks := max(1, req.TPRanks)
-	dst := Side{FirstRank: req.TPRank, RankHeads: c.layout.NumKVHeads / req.TPSize}
-	for r := range ranks {
-		dst.Bases = append(dst.Bases, req.LayerAddrs[r*c.layout.NumLayers:(r+1)*c.layout.NumLayers])
-	}
-	src := Side{Bases: c.localBases, RankHeads: c.layout.RankHeads()}
+	src, dst := c.sides(req)
 	byLayer, err := PlanWrites(seg, src, dst, c.layout.HeadBytes(), blocks[req.FirstBlock:need], req.BlockIDs)
 	if err != nil {
 		return failed(bootstrap.CodeBadRequest, "%v", err)
@@ -307,7 +309,7 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 		}
 		return failed(code, "write %d blocks to %s: %v", len(req.BlockIDs), req.Segment, err)
 	}
-	n := int64(len(req.BlockIDs) * dst.RankHeads * ranks * c.layout.HeadBytes() * c.layout.NumLayers)
+	n := int64(len(req.BlockIDs) * dst.RankHeads * len(dst.Bases) * c.layout.HeadBytes() * c.layout.NumLayers)
 	el := time.Since(start)
 	c.m.pushBytes.Add(float64(n))
 	c.m.pushSecs.Observe(el.Seconds())
@@ -346,4 +348,14 @@ func (c *Connector) preparePeer(ctx context.Context, req bootstrap.PullRequest) 
 	if err := c.te.PreparePeer(ctx, req.Segment); err != nil {
 		c.log.Debug("preparing the transfer engine for a decode peer failed", "segment", req.Segment, "err", err)
 	}
+}
+
+// sides is the write planner's view of a pull: the local (prefill) ranks'
+// layer regions and the ranks of decode the pull covers.
+func (c *Connector) sides(req bootstrap.PullRequest) (src, dst Side) {
+	dst = Side{FirstRank: req.TPRank, RankHeads: c.layout.NumKVHeads / max(1, req.TPSize)}
+	for r := range max(1, req.TPRanks) {
+		dst.Bases = append(dst.Bases, req.LayerAddrs[r*c.layout.NumLayers:(r+1)*c.layout.NumLayers])
+	}
+	return Side{Bases: c.localBases, RankHeads: c.layout.RankHeads()}, dst
 }

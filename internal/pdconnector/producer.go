@@ -36,6 +36,17 @@ type prodEntry struct {
 	deadline  time.Time
 	readyCh   chan struct{}  // closed when ready or failed
 	aux       *bootstrap.Aux // the first output token prefill sampled, its logprob
+	held      bool           // the engine keeps the blocks until DrainDoneSending names reqID
+	waited    bool           // a pull waits for this prefill (StartPull answered PullWait)
+
+	// Layer-wise streaming (stream.go): the prompt's progress per layer,
+	// known from the engine's steps, and the decode it streams to.
+	table       []int // the request's block table (latest step)
+	promptLen   int
+	stepEnd     int   // tokens computed once this step's forward ends
+	layerTokens []int // per layer: leading prompt tokens whose KV is in the cache
+	readyAt     time.Time
+	stream      *stream // attached pull, nil before one arrived
 }
 
 // ProducerCore is the prefill side's pure state machine: per transfer_id, the
@@ -50,6 +61,8 @@ type prodEntry struct {
 // prefill finished gets PullWait and a channel closed on Finished.
 type ProducerCore struct {
 	abortTimeout time.Duration
+	layers       int // layer-wise streaming when > 0 (EnableStreaming)
+	blockSize    int
 	entries      map[string]*prodEntry
 	tombstones   map[string]time.Time // released before prefill finished -> expiry
 	gone         map[string]time.Time // freed transfers, for clear answers -> expiry
@@ -77,6 +90,9 @@ func (p *ProducerCore) entry(tid string, now time.Time) *prodEntry {
 // tokens). It returns whether the engine must keep the blocks (delay free)
 // until the request appears in DrainDoneSending.
 func (p *ProducerCore) Finished(tid, reqID string, blocks []int, numTokens int, ok bool, now time.Time) bool {
+	if _, g := p.gone[tid]; g {
+		return false // its stream ended (released, failed, timed out) before the prefill did
+	}
 	if _, dead := p.tombstones[tid]; dead {
 		delete(p.tombstones, tid)
 		p.gone[tid] = now.Add(p.abortTimeout)
@@ -91,14 +107,21 @@ func (p *ProducerCore) Finished(tid, reqID string, blocks []int, numTokens int, 
 	}
 	e.reqID, e.numTokens = reqID, numTokens
 	e.deadline = now.Add(p.abortTimeout)
+	if e.stream != nil {
+		return p.finishStreamed(e, blocks, numTokens, ok, now)
+	}
 	if !ok {
 		e.failed = true
 		close(e.readyCh)
 		return false
 	}
 	e.blocks = append([]int(nil), blocks...)
-	e.ready = true
+	e.ready, e.held, e.readyAt = true, true, now
 	close(e.readyCh)
+	if p.Streaming() {
+		// Every layer is computed: a pull that attaches later sends it all.
+		p.computedAll(e, blocks, numTokens)
+	}
 	return true
 }
 
@@ -139,6 +162,7 @@ func (p *ProducerCore) StartPull(tid string, now time.Time) (st PullState, block
 		e.pushing = true
 		return PullReady, e.blocks, e.numTokens, nil
 	}
+	e.waited = true
 	return PullWait, nil, 0, e.readyCh
 }
 
@@ -152,13 +176,20 @@ func (p *ProducerCore) PushDone(tid string, now time.Time) {
 	if e.released {
 		reason = FreeReleased
 	}
+	if !e.held && e.released {
+		// A stream released before its prefill finished: Finished frees
+		// (and counts) it at once.
+		delete(p.entries, tid)
+		p.tombstones[tid] = now.Add(p.abortTimeout)
+		return
+	}
 	p.free(tid, e, reason, now)
 }
 
 func (p *ProducerCore) free(tid string, e *prodEntry, reason string, now time.Time) {
 	delete(p.entries, tid)
 	p.gone[tid] = now.Add(p.abortTimeout)
-	if e.ready {
+	if e.held {
 		p.doneSending = append(p.doneSending, e.reqID)
 		p.freed[reason]++
 	}
@@ -179,6 +210,9 @@ func (p *ProducerCore) Release(tid string, now time.Time) (known, pushing bool) 
 	}
 	if e.pushing {
 		e.released = true
+		if e.stream != nil {
+			e.stream.poke()
+		}
 		return true, true
 	}
 	if e.ready {
@@ -236,7 +270,7 @@ func (p *ProducerCore) DrainDoneSending() []string {
 func (p *ProducerCore) Held() int {
 	n := 0
 	for _, e := range p.entries {
-		if e.ready {
+		if e.held {
 			n++
 		}
 	}
@@ -256,7 +290,7 @@ func (p *ProducerCore) Poll() (bootstrapping, waiting, transferring int) {
 			transferring++
 		case e.ready:
 			waiting++
-		case !e.failed:
+		case !e.failed && e.waited:
 			bootstrapping++
 		}
 	}

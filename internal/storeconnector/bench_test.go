@@ -14,6 +14,8 @@ import (
 // off: "cold" computes the whole prompt, "store-hit" loads 63 blocks from
 // the store (saved by another engine) and computes the last 15 tokens.
 // The ratio cold/store-hit is the speedup of prefix reuse through the store.
+// "store-hit-layerwise" loads the same blocks layer by layer during the
+// step that computes the 15 tokens (Config.Layerwise).
 func BenchmarkTTFT(b *testing.B) {
 	c := newCluster(b)
 	p := prompt(1023, 11)
@@ -27,6 +29,7 @@ func BenchmarkTTFT(b *testing.B) {
 	}{
 		{"cold", startEngine(b, nil, nil, noCache)},
 		{"store-hit", startEngine(b, storeClient(b, c), nil, noCache)},
+		{"store-hit-layerwise", startEngine(b, storeClient(b, c), layerwise, noCache)},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			i := 0

@@ -50,8 +50,18 @@ type Config struct {
 	Backoff time.Duration
 	// Replicas of each saved object (0 = the client's default).
 	Replicas int
-	Logger   *slog.Logger
-	Clock    clock.Clock // the real clock by default
+	// Layerwise loads a request's stored blocks during the step that
+	// computes the rest of its prompt, layer by layer: the forward waits
+	// per layer (WaitForLayerLoad) only for that layer's copy, the read
+	// overlaps with the first layer's projections and the copies of later
+	// layers with the compute of earlier ones. Saves copy each layer out as
+	// soon as it is computed (SaveKVLayer). Off (the default), a request
+	// waits for its whole load in WAITING_FOR_REMOTE_KVS before any compute
+	// and saves are copied once per step (WaitForSave); see
+	// docs/store-connector.md for the trade-off.
+	Layerwise bool
+	Logger    *slog.Logger
+	Clock     clock.Clock // the real clock by default
 }
 
 func (c Config) withDefaults() Config {
@@ -125,6 +135,10 @@ type Connector struct {
 	pending   []*load
 	meta      *stepMeta
 	backUntil time.Time
+	// layer-wise (Config.Layerwise), this step's:
+	syncLoads []*syncLoad
+	saveBufs  saveBatch // one buffer per block to save, filled layer by layer
+	saveLayer int       // layers copied into saveBufs
 
 	mu         sync.Mutex
 	loads      map[string]*load // in flight or finished, not yet reported
@@ -160,6 +174,7 @@ type stepMeta struct {
 type saveBatch struct {
 	hashes []kvcache.BlockHash
 	values [][]byte
+	blocks []int // layer-wise: the KV block of each value, while it is filled
 }
 
 var _ engine.Connector = (*Connector)(nil)
@@ -280,7 +295,9 @@ func (c *Connector) GetNumNewMatchedTokens(req *engine.ReqState, numLocal int) (
 	if n == 0 {
 		return 0, false, nil
 	}
-	return min(n*bs, len(prompt)-numLocal), true, nil
+	// Layer-wise loads are synchronous: the blocks land during the step
+	// that computes the rest of the prompt.
+	return min(n*bs, len(prompt)-numLocal), !c.cfg.Layerwise, nil
 }
 
 // UpdateStateAfterAlloc records the load of the external tokens' blocks.
@@ -387,6 +404,10 @@ func (c *Connector) StartLoadKV(ctx context.Context) error {
 	if c.meta == nil {
 		return nil
 	}
+	if c.cfg.Layerwise {
+		c.startSyncLoads()
+		return nil
+	}
 	for _, l := range c.meta.loads {
 		lctx, cancel := context.WithTimeout(context.Background(), c.cfg.LoadTimeout)
 		l.cancel = cancel
@@ -444,18 +465,34 @@ func (c *Connector) runLoad(ctx context.Context, l *load) {
 	}
 }
 
-// WaitForLayerLoad returns at once: loads are asynchronous.
-func (c *Connector) WaitForLayerLoad(context.Context, int) error { return nil }
+// WaitForLayerLoad returns at once for asynchronous loads; layer-wise, it
+// waits until layer's blocks of this step's loads are copied (layerwise.go).
+func (c *Connector) WaitForLayerLoad(ctx context.Context, layer int) error {
+	if !c.cfg.Layerwise {
+		return nil
+	}
+	return c.waitLayer(ctx, layer)
+}
 
-// SaveKVLayer does nothing: the blocks are copied out in WaitForSave, once
-// every layer of the step is written.
-func (c *Connector) SaveKVLayer(context.Context, int) error { return nil }
+// SaveKVLayer does nothing by default (the blocks are copied out in
+// WaitForSave, once every layer of the step is written); layer-wise, it
+// copies layer's share of the step's blocks out at once.
+func (c *Connector) SaveKVLayer(_ context.Context, layer int) error {
+	if c.cfg.Layerwise {
+		c.saveLayerCopy(layer)
+	}
+	return nil
+}
 
 // WaitForSave copies the blocks this step completed out of the KV memory
 // (one contiguous object per block: layer 0's block, then layer 1's, ...)
 // and queues them for the save worker. The copy makes the save safe
 // against the blocks being freed and reused; a full queue drops the batch.
 func (c *Connector) WaitForSave(context.Context) error {
+	if c.cfg.Layerwise {
+		c.endStep()
+		return nil
+	}
 	if c.meta == nil || len(c.meta.saves) == 0 {
 		return nil
 	}
@@ -474,6 +511,12 @@ func (c *Connector) WaitForSave(context.Context) error {
 		b.hashes = append(b.hashes, s.hash)
 		b.values = append(b.values, v)
 	}
+	c.queueSave(b)
+	return nil
+}
+
+// queueSave hands a batch to the save worker (dropped when the queue is full).
+func (c *Connector) queueSave(b saveBatch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	select {
@@ -482,7 +525,6 @@ func (c *Connector) WaitForSave(context.Context) error {
 	default:
 		c.st.DroppedSaves++
 	}
-	return nil
 }
 
 // GetFinished reports finished loads (doneRecving) and stopped loads of

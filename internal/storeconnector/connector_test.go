@@ -396,14 +396,18 @@ func TestConfigValidate(t *testing.T) {
 
 // TestConcurrentRequestsAndSalt: several requests sharing a stored prefix
 // load it at once; a request with another cache_salt loads nothing.
-func TestConcurrentRequestsAndSalt(t *testing.T) {
+func TestConcurrentRequestsAndSalt(t *testing.T) { concurrentRequestsAndSalt(t, nil) }
+
+// concurrentRequestsAndSalt runs TestConcurrentRequestsAndSalt with B's
+// connector configured by mod.
+func concurrentRequestsAndSalt(t *testing.T, mod func(*Config)) {
 	checkLeaks(t)
 	c := newCluster(t)
 	base := startEngine(t, nil, nil)
 	shared := prompt(96, 7)
 	a, _ := seeded(t, c, shared, 2)
 
-	b := startEngine(t, storeClient(t, c), nil)
+	b := startEngine(t, storeClient(t, c), mod)
 	var prompts [][]int
 	for i := range 4 {
 		prompts = append(prompts, append(slices.Clone(shared), prompt(20+i*9, 20+i)...))

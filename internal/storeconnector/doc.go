@@ -63,6 +63,25 @@
 // load cancelled and its blocks delay-freed; they are reported in
 // doneSending once the goroutine has stopped writing into them.
 //
+// # Layer-wise (Config.Layerwise)
+//
+// Loads become synchronous and per layer: the stored tokens are answered as
+// computed (not async), the request computes the rest of its prompt in the
+// same step, the load's goroutine (one BatchGet) copies the blocks layer by
+// layer, and the forward's WaitForLayerLoad(l) waits for layer l only; the
+// read overlaps with the first layer's projections, later layers' copies
+// with earlier layers' compute, and the request skips the step it would
+// spend in WAITING_FOR_REMOTE_KVS. Failed blocks are reported after the step
+// and the engine drops that request's work and recomputes from the first
+// of them; every load ends within its step (WaitForSave waits for it,
+// bounded by LoadTimeout), so the engine's step, every request of the
+// batch, waits for a slow store up to LoadTimeout: that is why it is off by
+// default. Saves copy each layer's share of the step's blocks in
+// SaveKVLayer (as soon as the layer's K/V are stored) and WaitForSave
+// queues the batch once every layer was copied. The object is still one per
+// block (all layers), so the store write itself starts after the step.
+// layerwise.go has the details.
+//
 // # Concurrency
 //
 // New starts nothing; Run(ctx) is the save worker, for as long as the

@@ -2,12 +2,21 @@
 // disaggregated prefill/decode on one machine.
 //
 // Run assembles the instances with cluster.StartInstance (one colocated
-// engine) and cluster.Up (proxy + prefill + decode), all in this process on
+// engine) and cluster.Up (proxy + prefill + decode) twice, one cluster
+// streaming the KV layer by layer (the default) and one transferring whole
+// requests (cluster.InstanceConfig.PDWholeRequest), all in this process on
 // loopback, and for each prompt size sends Config.Requests greedy streaming
-// requests (Request) to each, keeping the medians (Median): time to first
-// token, time per output token, KV bytes moved per request and the
-// prefill's KV write time and request count, read from the response's
-// kv_transfer_params.
+// requests (Request) to each of the three, interleaved, keeping the medians
+// (Median): time to first token, time per output token, KV bytes moved per
+// request and the prefill's KV write time, request count and, streamed,
+// the writes after the prefill ended (kv_write_tail_ms), read from the
+// response's kv_transfer_params. SizeResult.Hidden is the share of the
+// transfer that layer-wise streaming hid behind the prefill.
+//
+// Config.LinkRate (`--link-rate`, ParseRate) puts the clusters' KV transfer
+// on the TCP transport behind the transfer engine's token bucket
+// (transfer.Config.LinkRate): a link of that bandwidth, on which the
+// transfer can take as long as the prefill.
 //
 // Two limits are measured in the same run: the transfer engine's own
 // throughput (EngineGBps: two engines of this process, managed memory,

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +35,10 @@ type Config struct {
 	// and decode engines (0 = 1; each must divide the model's KV heads:
 	// tiny-tp splits across 4). The colocated engine runs TP 1.
 	PrefillTP, DecodeTP int
+	// LinkRate, when > 0, puts the prefill->decode KV transfer on a link of
+	// that many bytes per second: the P/D instances use the TCP transport
+	// with the transfer engine's token bucket (transfer.Config.LinkRate).
+	LinkRate float64
 }
 
 // Validate checks the run before anything starts.
@@ -44,6 +50,9 @@ func (c Config) Validate() error {
 		if n < 2 {
 			return fmt.Errorf("--sizes: %d is not a token count >= 2", n)
 		}
+	}
+	if c.LinkRate < 0 || math.IsNaN(c.LinkRate) || math.IsInf(c.LinkRate, 0) {
+		return fmt.Errorf("--link-rate: %v bytes/s", c.LinkRate)
 	}
 	if c.Requests < 1 || c.OutputTokens < 2 {
 		return errors.New("--requests must be >= 1 and --output-tokens >= 2")
@@ -67,6 +76,8 @@ type Sample struct {
 	WriteMS     float64 // prefill's KV write time (kv_write_ms)
 	PullMS      float64 // decode's KV pull time (kv_pull_ms)
 	WriteReqs   float64 // transfer requests of the write (kv_write_requests)
+	TailMS      float64 // layer-wise: prefill's writes after its prefill ended (kv_write_tail_ms)
+	Layerwise   bool    // kv_layerwise: the KV was streamed layer by layer
 	Load        string  // kv_load: "remote" when the KV came from the prefill
 	OutTokens   int
 }
@@ -81,11 +92,32 @@ type EngineFigure struct {
 
 // SizeResult is the medians at one prompt size.
 type SizeResult struct {
-	Tokens        int
-	Coloc, Disagg Sample
-	PrefillMS     float64 // colocated TTFT = prefill time
-	WriteGBps     float64 // disaggregated KV write GB/s (0 without a write)
-	SameGBps      float64 // the engine alone with the write's request size and count (0 without a write)
+	Tokens int
+	// Coloc is the colocated engine, Disagg the disaggregated cluster with
+	// layer-wise KV streaming (the default), Whole the one with
+	// whole-request transfer.
+	Coloc, Disagg, Whole Sample
+	PrefillMS            float64 // colocated TTFT = prefill time
+	WriteGBps            float64 // disaggregated KV write GB/s (0 without a write)
+	SameGBps             float64 // the engine alone with the write's request size and count (0 without a write or with a link rate)
+	// TTFTSavedMS is the median over the requests of (whole-request TTFT -
+	// layer-wise TTFT), each pair sent back to back (less noisy than the
+	// difference of the medians when the machine's load varies).
+	TTFTSavedMS float64
+}
+
+// Hidden is the share of the whole-request transfer time that layer-wise
+// streaming hid behind the prefill, in [0, 1]: 1 - (layer-wise writes after
+// the prefill ended) / (whole-request write time). HiddenTTFT is the same
+// seen by the client: the median paired TTFT difference (TTFTSavedMS) /
+// whole-request write time (noisier: it includes the spread of the prefill).
+func (r SizeResult) Hidden() (tail, ttft float64) {
+	if r.Whole.WriteMS <= 0 {
+		return 0, 0
+	}
+	tail = 1 - r.Disagg.TailMS/r.Whole.WriteMS
+	ttft = r.TTFTSavedMS / r.Whole.WriteMS
+	return min(max(tail, 0), 1), ttft
 }
 
 // Result is one run's figures.
@@ -95,14 +127,16 @@ type Result struct {
 	KVBytesPerToken          int
 	Requests, OutputTokens   int
 	PrefillTP, DecodeTP      int
+	LinkRate                 float64 // bytes/s of the P/D link (0 = unlimited)
 	Engine                   EngineFigure
 	Sizes                    []SizeResult
 }
 
-// Run starts a colocated instance (cluster.StartInstance) and a
-// proxy + prefill + decode cluster (cluster.Up) in this process, measures the
-// transfer engine's own throughput, then sends cfg.Requests requests of each
-// size to both and returns the medians. cfg must be valid.
+// Run starts a colocated instance (cluster.StartInstance) and two
+// proxy + prefill + decode clusters (cluster.Up), one streaming the KV layer
+// by layer and one transferring whole requests, in this process, measures
+// the transfer engine's own throughput, then sends cfg.Requests requests of
+// each size to the three and returns the medians. cfg must be valid.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -122,6 +156,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	blocks := (maxLen/16 + 8) * 2
 	log := slog.New(slog.DiscardHandler)
 	inst := cluster.InstanceConfig{NumBlocks: blocks, Logger: log, PullTimeout: 10 * time.Minute}
+	if cfg.LinkRate > 0 {
+		inst.Transport, inst.LinkRate = transfer.TransportTCP, cfg.LinkRate
+	}
 	col, err := cluster.StartInstance(ctx, cluster.InstanceConfig{Model: m, NumBlocks: blocks, Logger: log})
 	if err != nil {
 		return nil, err
@@ -133,10 +170,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer c.Close()
+	instW := inst
+	instW.PDWholeRequest = true
+	cw, err := cluster.Up(ctx, cluster.Config{Model: m, Tokenizer: tokenizer.ByteLevel{}, Instance: instW, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	defer cw.Close()
 	bpt := 2 * mc.NumKeyValueHeads * mc.Dim() * 4 * mc.NumHiddenLayers
 	res := &Result{Model: cfg.Model, Layers: mc.NumHiddenLayers, KVHeads: mc.NumKeyValueHeads, HeadDim: mc.Dim(),
 		KVBytesPerToken: bpt, Requests: cfg.Requests, OutputTokens: cfg.OutputTokens,
-		PrefillTP: max(1, cfg.PrefillTP), DecodeTP: max(1, cfg.DecodeTP)}
+		PrefillTP: max(1, cfg.PrefillTP), DecodeTP: max(1, cfg.DecodeTP), LinkRate: cfg.LinkRate}
 
 	// The transfer engine's own throughput, same transport, same process:
 	// one WRITE per layer of the 2048-token (or largest) KV size.
@@ -151,7 +195,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, 42))
 	for _, n := range cfg.Sizes {
-		var colS, disS []Sample
+		var colS, disS, wholeS []Sample
+		var saved []float64
 		for i := 0; i < cfg.Requests; i++ {
 			p := RandomPrompt(rng, n-1) // + BOS = n tokens
 			s, err := Request(ctx, col.URL, p, cfg.OutputTokens)
@@ -168,14 +213,25 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				return nil, fmt.Errorf("disaggregated %d tokens: kv_load %q, want remote", n, s.Load)
 			}
 			disS = append(disS, s)
+			p = RandomPrompt(rng, n-1)
+			s, err = Request(ctx, cw.URL, p, cfg.OutputTokens)
+			if err != nil {
+				return nil, fmt.Errorf("disaggregated (whole-request) %d tokens: %w", n, err)
+			}
+			if s.Load != "remote" {
+				return nil, fmt.Errorf("disaggregated (whole-request) %d tokens: kv_load %q, want remote", n, s.Load)
+			}
+			wholeS = append(wholeS, s)
+			saved = append(saved, float64(s.TTFT-disS[len(disS)-1].TTFT)/1e6)
 		}
-		sr := SizeResult{Tokens: n, Coloc: Median(colS), Disagg: Median(disS)}
+		slices.Sort(saved)
+		sr := SizeResult{Tokens: n, Coloc: Median(colS), Disagg: Median(disS), Whole: Median(wholeS), TTFTSavedMS: saved[len(saved)/2]}
 		sr.PrefillMS = float64(sr.Coloc.TTFT) / 1e6
 		dm := sr.Disagg
 		if dm.WriteMS > 0 {
 			sr.WriteGBps = dm.Bytes / (dm.WriteMS / 1e3) / 1e9
 		}
-		if dm.WriteReqs > 0 {
+		if dm.WriteReqs > 0 && cfg.LinkRate == 0 {
 			// The transfer engine alone with the same request size and count.
 			if sr.SameGBps, _, err = EngineGBps(ctx, int(dm.Bytes/dm.WriteReqs), int(dm.WriteReqs)); err != nil {
 				return nil, fmt.Errorf("transfer engine bench: %w", err)
@@ -191,7 +247,8 @@ func (s Sample) TPOTMillis() float64 {
 	return float64(s.Total-s.TTFT) / 1e6 / float64(max(1, s.OutTokens-1))
 }
 
-// Median is the per-field median of ss (outTokens of the first).
+// Median is the per-field median of ss (outTokens of the first; Total is
+// the median TTFT plus the median time after it).
 func Median(ss []Sample) Sample {
 	med := func(f func(Sample) float64) float64 {
 		v := make([]float64, len(ss))
@@ -202,12 +259,17 @@ func Median(ss []Sample) Sample {
 		return v[len(v)/2]
 	}
 	return Sample{
-		TTFT:      time.Duration(med(func(s Sample) float64 { return float64(s.TTFT) })),
-		Total:     time.Duration(med(func(s Sample) float64 { return float64(s.Total) })),
+		TTFT: time.Duration(med(func(s Sample) float64 { return float64(s.TTFT) })),
+		// Total is the median TTFT plus the median of the rest, so that
+		// TPOTMillis is the median time per output token of the samples.
+		Total: time.Duration(med(func(s Sample) float64 { return float64(s.TTFT) }) +
+			med(func(s Sample) float64 { return float64(s.Total - s.TTFT) })),
 		Bytes:     med(func(s Sample) float64 { return s.Bytes }),
 		WriteMS:   med(func(s Sample) float64 { return s.WriteMS }),
 		PullMS:    med(func(s Sample) float64 { return s.PullMS }),
 		WriteReqs: med(func(s Sample) float64 { return s.WriteReqs }),
+		TailMS:    med(func(s Sample) float64 { return s.TailMS }),
+		Layerwise: ss[0].Layerwise,
 		OutTokens: ss[0].OutTokens,
 	}
 }
@@ -267,6 +329,8 @@ func Request(ctx context.Context, base, prompt string, outTokens int) (Sample, e
 			s.WriteMS, _ = o.KV["kv_write_ms"].(float64)
 			s.PullMS, _ = o.KV["kv_pull_ms"].(float64)
 			s.WriteReqs, _ = o.KV["kv_write_requests"].(float64)
+			s.TailMS, _ = o.KV["kv_write_tail_ms"].(float64)
+			s.Layerwise, _ = o.KV["kv_layerwise"].(bool)
 		}
 	}
 	s.Total = time.Since(start)
@@ -345,4 +409,28 @@ func EngineGBps(ctx context.Context, reqSize, count int) (teGBs float64, transpo
 		return 0, "", err
 	}
 	return teGBs, transport, nil
+}
+
+// ParseRate reads a link rate: a number with an optional unit, bits
+// (Kbit, Mbit, Gbit: 10^3, 10^6, 10^9 bits per second) or bytes (KB, MB,
+// GB decimal; KiB, MiB, GiB binary; B or none: bytes) per second, an
+// optional "/s" after it: "1Gbit", "100Mbit/s", "12.5MB", "2MiB". It returns
+// bytes per second.
+func ParseRate(s string) (float64, error) {
+	t := strings.TrimSuffix(strings.TrimSpace(s), "/s")
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i < 0 {
+		i = len(t)
+	}
+	v, err := strconv.ParseFloat(t[:i], 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("link rate %q: want a number and a unit (e.g. 1Gbit, 100Mbit, 12.5MB, 2MiB)", s)
+	}
+	units := map[string]float64{"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+		"bit": 1.0 / 8, "Kbit": 1e3 / 8, "Mbit": 1e6 / 8, "Gbit": 1e9 / 8}
+	u, ok := units[strings.TrimSpace(t[i:])]
+	if !ok {
+		return 0, fmt.Errorf("link rate %q: unknown unit %q (want bit, Kbit, Mbit, Gbit, B, KB, MB, GB, KiB, MiB, GiB)", s, t[i:])
+	}
+	return v * u, nil
 }

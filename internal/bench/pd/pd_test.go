@@ -18,6 +18,7 @@ func TestValidate(t *testing.T) {
 		"tokens":   func(c *Config) { c.OutputTokens = 1 },
 		"model":    func(c *Config) { c.Model = "huge" },
 		"tp":       func(c *Config) { c.DecodeTP = 4 }, // tiny has 2 KV heads
+		"rate":     func(c *Config) { c.LinkRate = -1 },
 	} {
 		c := ok
 		mut(&c)
@@ -51,6 +52,43 @@ func TestRun(t *testing.T) {
 	for _, s := range r.Sizes {
 		if s.Disagg.Bytes != float64(s.Tokens*r.KVBytesPerToken) || s.PrefillMS <= 0 || s.SameGBps <= 0 {
 			t.Errorf("%d tokens: %+v", s.Tokens, s)
+		}
+		if !s.Disagg.Layerwise || s.Whole.Layerwise || s.Whole.Bytes != s.Disagg.Bytes || s.Whole.WriteMS <= 0 {
+			t.Errorf("%d tokens: layer-wise %+v, whole-request %+v", s.Tokens, s.Disagg, s.Whole)
+		}
+	}
+}
+
+// TestRunLinkRate: on a link of 256 KB/s a 384-token prompt's KV (192
+// KiB) takes >= 0.5 s to write whole (the first 64 KiB burst aside);
+// streamed layer by layer it moves the same bytes, and not all of it after
+// the prefill ended.
+func TestRunLinkRate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := Run(ctx, Config{Model: "tiny", Sizes: []int{384}, Requests: 1, OutputTokens: 3, Seed: 1, LinkRate: 256e3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := r.Sizes[0]
+	t.Logf("whole %+v layer %+v", s.Whole, s.Disagg)
+	if s.Whole.WriteMS < 500 || s.Disagg.Bytes != s.Whole.Bytes || s.SameGBps != 0 {
+		t.Fatalf("whole-request write %v ms of %v bytes (want >= 500 ms at 256 KB/s), layer-wise %v bytes", s.Whole.WriteMS, s.Whole.Bytes, s.Disagg.Bytes)
+	}
+	if !s.Disagg.Layerwise || s.Disagg.TailMS >= s.Whole.WriteMS {
+		t.Fatalf("layer-wise tail %v ms >= whole-request write %v ms", s.Disagg.TailMS, s.Whole.WriteMS)
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]float64{"1Gbit": 125e6, "100Mbit/s": 12.5e6, "12.5MB": 12.5e6, "2MiB": 2 << 20, "1000": 1000, "8bit": 1, "3 KB": 3000} {
+		if got, err := ParseRate(in); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "fast", "1Tbit", "-1MB", "1..2MB"} {
+		if _, err := ParseRate(in); err == nil {
+			t.Errorf("ParseRate(%q) accepted", in)
 		}
 	}
 }

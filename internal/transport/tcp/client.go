@@ -35,6 +35,18 @@ type PeerConfig struct {
 	// SmallMax, so a P stays free to poll the network for the express lane.
 	// Readers never take it (see reader).
 	Bulk chan struct{}
+	// Limiter, when set, is a token bucket (bytes) shared by all lanes of an
+	// engine: a lane waits for a batch's WRITE payload bytes before sending
+	// it, so what the engine sends averages at most the bucket's rate (a
+	// link of that bandwidth). *rate.Limiter of golang.org/x/time/rate is one.
+	Limiter Limiter
+}
+
+// Limiter is a token bucket: WaitN blocks until n tokens (n <= Burst()) are
+// available or ctx ends.
+type Limiter interface {
+	WaitN(ctx context.Context, n int) error
+	Burst() int
 }
 
 func (c *PeerConfig) defaults() {
@@ -160,6 +172,8 @@ type lane struct {
 	queued  atomic.Int64
 	wake    chan struct{}
 	done    chan struct{}
+	ctx     context.Context // ends when the lane fails (bounds the Limiter wait)
+	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	exits   atomic.Int32
 
@@ -173,6 +187,7 @@ type lane struct {
 
 func newLane(p *Peer, c net.Conn, express bool) *lane {
 	l := &lane{p: p, conn: c, express: express, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(2)
 	go l.writer()
 	go l.reader()
@@ -215,6 +230,7 @@ func (l *lane) fail(err error) {
 	l.mu.Unlock()
 	l.p.dead.Store(true)
 	close(l.done)
+	l.cancel()
 	_ = l.conn.Close()
 }
 
@@ -308,6 +324,10 @@ func (l *lane) writer() {
 			bufs = append(bufs, hdrs[start:])
 		}
 		clear(take)
+		if err := l.limit(bytes); err != nil {
+			l.fail(fmt.Errorf("tcp: write: %w: %w", ErrPeerDown, err))
+			return
+		}
 		bulk := big && !l.express && l.p.cfg.Bulk != nil
 		if bulk {
 			l.p.cfg.Bulk <- struct{}{}
@@ -323,6 +343,24 @@ func (l *lane) writer() {
 			return
 		}
 	}
+}
+
+// limit waits for n bytes' worth of the Limiter's tokens (in pieces of
+// at most its burst); it fails only when the lane does.
+func (l *lane) limit(n int) error {
+	lim := l.p.cfg.Limiter
+	if lim == nil {
+		return nil
+	}
+	burst := max(lim.Burst(), 1)
+	for n > 0 {
+		k := min(n, burst)
+		if err := lim.WaitN(l.ctx, k); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
 }
 
 func (l *lane) reader() {
