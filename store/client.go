@@ -77,7 +77,8 @@ type Client struct {
 	cfg   Config
 	log   *slog.Logger
 	conn  *grpc.ClientConn
-	rpc   pb.MasterServiceClient
+	rpc   pb.MasterServiceClient // fast: the hot calls over fastrpc when the master speaks it
+	fast  *fastMaster
 	mover Mover
 	stage *staging
 
@@ -131,7 +132,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, conn: conn, rpc: pb.NewMasterServiceClient(conn), mover: cfg.Mover,
+	fast := newFastMaster(pb.NewMasterServiceClient(conn), cfg)
+	c := &Client{cfg: cfg, log: cfg.Logger, conn: conn, rpc: fast, fast: fast, mover: cfg.Mover,
 		stop: make(chan struct{}), closed: make(chan struct{})}
 	c.stopCtx, c.stopFn = context.WithCancel(context.Background())
 	fail := func(err error) (*Client, error) {
@@ -251,6 +253,7 @@ func (c *Client) release() {
 	if c.segment != nil {
 		_ = c.mover.FreeManaged(c.segment)
 	}
+	c.fast.close()
 	_ = c.conn.Close()
 }
 
@@ -278,6 +281,7 @@ func (c *Client) Abort() {
 		close(c.stop)
 		c.stopFn()
 		c.wg.Wait()
+		c.fast.close()
 		_ = c.conn.Close()
 		close(c.closed)
 	})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
+	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"google.golang.org/grpc"
@@ -111,16 +112,25 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	gs := grpc.NewServer()
-	pb.RegisterMasterServiceServer(gs, NewService(s.core))
+	svc := NewService(s.core)
+	pb.RegisterMasterServiceServer(gs, svc)
+	// The hot calls also come on fastrpc connections to the same port.
+	mux := fastrpc.NewMux(grpcLn)
 	var hs *http.Server
 	if httpLn != nil {
 		hs = &http.Server{Handler: AdminHandler(s.core), ReadHeaderTimeout: 5 * time.Second}
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := gs.Serve(grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := gs.Serve(mux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			errc <- fmt.Errorf("master: grpc serve: %w", err)
+			cancel()
+		}
+	})
+	wg.Go(func() {
+		if err := mux.Run(ctx, svc.FastHandler()); err != nil {
+			errc <- fmt.Errorf("master: %w", err)
 			cancel()
 		}
 	})

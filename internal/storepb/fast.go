@@ -1,0 +1,16 @@
+package storepb
+
+// Method numbers of the master's hot calls on the fastrpc transport
+// (internal/fastrpc): the payloads are the same messages as the gRPC
+// methods of the same names.
+const (
+	FastPutStart uint8 = 1 + iota
+	FastPutEnd
+	FastPutRevoke
+	FastGetReplicaList
+	FastExist
+	FastBatchExist
+	FastBatchGetReplicaList
+	FastBatchPutStart
+	FastBatchPutEnd
+)
