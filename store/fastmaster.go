@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -167,4 +168,34 @@ func (m *fastMaster) BatchPutEnd(ctx context.Context, in *pb.BatchPutEndRequest,
 	return fastCall(ctx, m, pb.FastBatchPutEnd, in, func() (*pb.BatchStatus, error) {
 		return m.MasterServiceClient.BatchPutEnd(ctx, in, opts...)
 	})
+}
+
+// batchExist asks for keys' existence with FastBatchExistBits (one byte
+// per key in the answer). ok is false when the call should go over gRPC
+// instead (no fast path, not sent, connection lost).
+func (m *fastMaster) batchExist(ctx context.Context, keys []string) (out []bool, ok bool, err error) {
+	c := m.client(ctx)
+	if c == nil {
+		return nil, false, nil
+	}
+	b, err := proto.Marshal(&pb.BatchKeysRequest{Keys: keys})
+	if err != nil {
+		return nil, false, nil
+	}
+	ans, err := c.Call(ctx, pb.FastBatchExistBits, b)
+	switch {
+	case err == nil:
+	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
+		return nil, false, nil
+	default:
+		return nil, true, fmt.Errorf("store: batch exist: master rpc: %w", err)
+	}
+	if len(ans) != len(keys) {
+		return nil, true, fmt.Errorf("store: batch exist: master answered %d keys of %d", len(ans), len(keys))
+	}
+	out = make([]bool, len(keys))
+	for i, v := range ans {
+		out[i] = v == 1
+	}
+	return out, true, nil
 }

@@ -45,9 +45,11 @@ func TestFastRPCPath(t *testing.T) {
 	if store.FastConnected(slow) {
 		t.Fatal("the NoFastRPC client opened a fast connection")
 	}
-	res, err := fast.BatchExist(ctx, []string{"fast/0", "fast/1", "fast/none"})
-	if err != nil || len(res) != 3 || !res[0] || !res[1] || res[2] {
-		t.Fatalf("batch exist = %v, %v", res, err)
+	for _, cl := range []*store.Client{fast, slow} {
+		res, err := cl.BatchExist(ctx, []string{"fast/0", "fast/1", "fast/none", ""})
+		if err != nil || len(res) != 4 || !res[0] || !res[1] || res[2] || res[3] {
+			t.Fatalf("batch exist = %v, %v", res, err)
+		}
 	}
 
 	c.restartMaster()

@@ -22,6 +22,7 @@ func (s *Service) FastHandler() fastrpc.Handler {
 		pb.FastBatchGetReplicaList: fastUnary(s.BatchGetReplicaList),
 		pb.FastBatchPutStart:       fastUnary(s.BatchPutStart),
 		pb.FastBatchPutEnd:         fastUnary(s.BatchPutEnd),
+		pb.FastBatchExistBits:      s.batchExistBits,
 	}
 	return func(method uint8, payload []byte) ([]byte, uint8) {
 		f := table[method]

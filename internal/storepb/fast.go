@@ -2,7 +2,8 @@ package storepb
 
 // Method numbers of the master's hot calls on the fastrpc transport
 // (internal/fastrpc): the payloads are the same messages as the gRPC
-// methods of the same names.
+// methods of the same names, except FastBatchExistBits, whose request is a
+// BatchKeysRequest and whose answer is one byte per key (1 = exists).
 const (
 	FastPutStart uint8 = 1 + iota
 	FastPutEnd
@@ -13,4 +14,5 @@ const (
 	FastBatchGetReplicaList
 	FastBatchPutStart
 	FastBatchPutEnd
+	FastBatchExistBits
 )
