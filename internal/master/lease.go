@@ -86,5 +86,6 @@ func (m *Master) BatchExist(keys []string) []bool {
 			out[i] = true
 		}
 	}
+	m.touchChainsLocked(keys, now)
 	return out
 }

@@ -121,9 +121,11 @@ type object struct {
 	lastAccess   time.Time
 	softPinUntil time.Time
 	hardPin      bool
-	seq          uint64 // put sequence number (durable objects)
-	hdr          uint64 // header length in front of the value (0 = not durable)
-	restored     bool   // re-reported by a node, not put on this master
+	seq          uint64    // put sequence number (durable objects)
+	hdr          uint64    // header length in front of the value (0 = not durable)
+	restored     bool      // re-reported by a node, not put on this master
+	chainAt      time.Time // last access by a chain's batch (TouchChains); depth is valid while it equals lastAccess
+	depth        int       // position in its block chain at chainAt
 }
 
 // alloc is the number of bytes one replica occupies from its offset.

@@ -203,9 +203,12 @@ func (s *Service) PutEnd(_ context.Context, r *pb.PutEndRequest) (*pb.Status, er
 // BatchPutEnd implements MasterService.
 func (s *Service) BatchPutEnd(_ context.Context, r *pb.BatchPutEndRequest) (*pb.BatchStatus, error) {
 	out := &pb.BatchStatus{Results: make([]*pb.Status, len(r.Ends))}
+	keys := make([]string, len(r.Ends))
 	for i, e := range r.Ends {
 		out.Results[i] = status(s.m.PutEnd(e.ClientId, e.Key, e.Crc32C))
+		keys[i] = e.Key
 	}
+	s.m.TouchChains(keys) // one batch of a chain's blocks: one recency group
 	return out, nil
 }
 
@@ -225,6 +228,7 @@ func (s *Service) BatchGetReplicaList(_ context.Context, r *pb.BatchKeysRequest)
 	for i, k := range r.Keys {
 		out.Results[i] = infoToPB(s.m.GetReplicaList(k))
 	}
+	s.m.TouchChains(r.Keys)
 	return out, nil
 }
 
