@@ -38,6 +38,16 @@
 // Master calls wait for the connection and retry while the master is
 // unreachable, within RPCTimeout.
 //
+// # Master transports
+//
+// The hot calls (PutStart, PutEnd, PutRevoke, GetReplicaList, Exist and the
+// batch calls of puts, gets and existence) go over one fastrpc connection
+// (package internal/fastrpc) to the master's gRPC port when Config.Master is
+// a plain host:port and the master answers its preface; everything else, HA
+// addresses, Config.NoFastRPC, and any call the fast connection could not
+// send or lost (a master restart) go over gRPC (fastmaster.go). A 4 KiB
+// get is one master round trip plus one transfer, a put two plus one.
+//
 // A storage node passes its disk tier as Config.Disk (DiskTier, disk.go):
 // the client then copies the objects the master offloads from its segment
 // to disk, and any client reads a key held only on disk over HTTP from the

@@ -18,7 +18,10 @@
 // tombstones, disk copies, DiskSync) and events.go (EventSink).
 //
 // Server (server.go) is the process shell: the gRPC service (service.go,
-// MasterService in internal/storepb), the HTTP admin/metrics API
+// MasterService in internal/storepb), the same service's hot calls (puts,
+// replica lists, existence and their batches) on fastrpc connections to the
+// gRPC port (fast.go, package internal/fastrpc, which splits the listener by
+// the connections' first bytes), the HTTP admin/metrics API
 // (admin.go, written with internal/httpjson) and the ticker that drives
 // Tick. NewServer builds it without binding or starting anything;
 // Run(ctx, grpcLn, httpLn) serves on listeners the caller owns until ctx
@@ -48,9 +51,15 @@
 //     followed by rm works.
 //   - Eviction: when used/capacity passes HighWatermark (0.90) at a Tick, or
 //     a PutStart finds no space (synchronously, then retried once), about
-//     EvictionRatio (5%) of the capacity is freed in LRU order, skipping
-//     leased, unfinished and hard-pinned objects; soft-pinned objects (pin TTL
-//     30m by default, 24h max) go only after all others.
+//     EvictionRatio (5%) of the capacity is freed in the order of
+//     Config.EvictionPolicy (internal/evict: "lru", the default, or
+//     "tail-first"), skipping leased, unfinished and hard-pinned objects;
+//     soft-pinned objects (pin TTL 30m by default, 24h max) go only after
+//     all others. TailFirst knows the store connector's block keys (ChainOf,
+//     chain.go): the keys of one batch call (a batch put's end, a batch get,
+//     BatchExist) form one recency group, each with its position as its
+//     depth, and the least recent group goes first, deepest block first, so
+//     a chain shrinks from its tail; other keys go in LRU order.
 //   - Liveness: clients Ping; one silent past ClientTTL (10s) is dropped, its
 //     segments unmounted and the replicas on them removed (objects left
 //     without replicas disappear). A client the master does not know, after
