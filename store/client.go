@@ -92,6 +92,9 @@ type Client struct {
 	closeMu sync.Once
 	closed  chan struct{}
 
+	slotMu sync.Mutex
+	slots  []*putSlot // reserved by the master for our next small puts (slot.go)
+
 	mu           sync.Mutex
 	durable      atomic.Bool // the master asked for object headers (stage room for them)
 	remounts     int
@@ -265,6 +268,7 @@ func (c *Client) Close() error {
 		close(c.stop)
 		c.stopFn()
 		c.wg.Wait()
+		c.dropSlots(context.Background())
 		if c.segmentSpec != nil {
 			c.unmountGracefully()
 		}
@@ -452,10 +456,20 @@ func (c *Client) Upsert(ctx context.Context, key string, value []byte) error {
 }
 
 // put returns the number of replicas written. Its phases: make the value
-// transferable (source), allocate the replicas (putStart), write them
-// (writeReplicas, revoking the put when that fails), commit with the
-// value's CRC32C (PutEnd).
+// transferable (source), allocate the replicas (putStart, or take a slot
+// reserved by an earlier put, slot.go), write them (writeReplicas, revoking
+// the put when that fails), commit with the value's CRC32C (PutEnd, or
+// PutCommit on the fast path, which also reserves the next slot). A slot
+// the master cannot use sends the put the usual way.
 func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions, registered bool) (int, error) {
+	n, err := c.putOnce(ctx, key, value, o, registered, true)
+	if errors.Is(err, errSlotGone) {
+		n, err = c.putOnce(ctx, key, value, o, registered, false)
+	}
+	return n, err
+}
+
+func (c *Client) putOnce(ctx context.Context, key string, value []byte, o PutOptions, registered, useSlots bool) (int, error) {
 	if c.isClosed() {
 		return 0, ErrClosed
 	}
@@ -468,8 +482,17 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 		return 0, err
 	}
 	defer release()
-	resp, err := c.putStart(ctx, key, uint64(len(value)), o)
-	if err != nil {
+	rc := c.rcToPB(o)
+	slots := useSlots && slotEligible(len(value), o)
+	var sl *putSlot
+	var resp *pb.PutStartResponse
+	if slots {
+		sl = c.takeSlot(ctx, key, len(value), rc)
+	}
+	revokeKey := key
+	if sl != nil {
+		resp, revokeKey = sl.resp, sl.key
+	} else if resp, err = c.putStart(ctx, key, uint64(len(value)), o); err != nil {
 		return 0, err
 	}
 	reps := resp.Replicas
@@ -484,14 +507,26 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 	if hdr == nil {
 		var releaseHdr func()
 		if hdr, releaseHdr, err = c.header(ctx, key, resp, len(value), crc, o); err != nil {
-			c.revoke(ctx, key)
+			c.revoke(ctx, revokeKey)
 			return 0, err
 		}
 		defer releaseHdr()
 	}
 	if err := c.writeReplicas(ctx, src, reps, hdr); err != nil {
-		c.revoke(ctx, key)
+		c.revoke(ctx, revokeKey)
 		return 0, fmt.Errorf("store: put %q: %w", key, err)
+	}
+	if slots {
+		handled, err := c.commit(ctx, key, sl, crc, len(value), rc, o.Upsert)
+		switch {
+		case !handled:
+		case errors.Is(err, errSlotGone):
+			return 0, err
+		case err != nil:
+			return 0, fmt.Errorf("store: put %q: %w", key, err)
+		default:
+			return len(reps), nil
+		}
 	}
 	err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
 		return c.rpc.PutEnd(ctx, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: key, Crc32C: crc})

@@ -7,3 +7,14 @@ func FastConnected(c *Client) bool {
 	defer c.fast.mu.Unlock()
 	return c.fast.conn != nil && c.fast.conn.Err() == nil
 }
+
+// SlotKeys lists the put slots the client holds (tests).
+func SlotKeys(c *Client) []string {
+	c.slotMu.Lock()
+	defer c.slotMu.Unlock()
+	var out []string
+	for _, s := range c.slots {
+		out = append(out, s.key)
+	}
+	return out
+}

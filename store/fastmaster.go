@@ -199,3 +199,37 @@ func (m *fastMaster) batchExist(ctx context.Context, keys []string) (out []bool,
 	}
 	return out, true, nil
 }
+
+// current reports whether conn is the live fast connection.
+func (m *fastMaster) current(conn *fastrpc.Client) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return conn != nil && m.conn == conn && conn.Err() == nil
+}
+
+// putCommit sends FastPutCommit. conn is the connection that carried it,
+// nil when the fast path could not (no connection, not sent, lost before
+// the answer, refused).
+func (m *fastMaster) putCommit(ctx context.Context, req *pb.PutCommitRequest) (*pb.PutCommitResponse, *fastrpc.Client, error) {
+	c := m.client(ctx)
+	if c == nil {
+		return nil, nil, nil
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return nil, nil, nil
+	}
+	out, err := c.Call(ctx, pb.FastPutCommit, b)
+	switch {
+	case err == nil:
+	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
+		return nil, nil, nil
+	default:
+		return nil, c, fmt.Errorf("store: put %q: master rpc: %w", req.Key, err)
+	}
+	var resp pb.PutCommitResponse
+	if err := proto.Unmarshal(out, &resp); err != nil {
+		return nil, c, fmt.Errorf("store: put %q: %w", req.Key, err)
+	}
+	return &resp, c, nil
+}

@@ -90,7 +90,8 @@ type SegmentInfo struct {
 
 // Stats are the master's counters and gauges.
 type Stats struct {
-	Objects, IncompleteObjects       int
+	Objects, IncompleteObjects       int // IncompleteObjects: puts in progress, not counting put slots
+	PutSlots                         int // space reserved for clients' next small puts (slot.go)
 	Capacity, Used                   uint64
 	Segments, Clients                int
 	PutStarts, Puts, PutRevokes      uint64
@@ -183,6 +184,7 @@ type Master struct {
 	evicted  map[string]uint64 // key -> highest seq evicted, kept for RestoreWindow
 	evicting bool              // freeLocked runs for an eviction
 	tombKeys map[string]int    // keys with tombstones not yet zeroed -> how many
+	tombSeq  map[string]uint64 // keys with tombstones not yet zeroed -> highest sequence number among them (put slots)
 	disk     map[string]*diskCopy
 	offload  bool // evictLocked runs for the watermark: offload to disk where enabled
 
@@ -214,6 +216,7 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		removed:  map[string]uint64{},
 		evicted:  map[string]uint64{},
 		tombKeys: map[string]int{},
+		tombSeq:  map[string]uint64{},
 		disk:     map[string]*diskCopy{},
 		started:  clk.Now(),
 		seq:      uint64(clk.Now().UnixNano()),

@@ -5,3 +5,4 @@
 package storepb
 
 //go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative store.proto
+//go:generate protoc --go_out=. --go_opt=paths=source_relative store_fast.proto

@@ -15,4 +15,5 @@ const (
 	FastBatchPutStart
 	FastBatchPutEnd
 	FastBatchExistBits
+	FastPutCommit // PutCommitRequest -> PutCommitResponse (store_fast.proto)
 )
