@@ -44,6 +44,13 @@
 //     a new put of the key; its space is held until PutReleaseTimeout (10m)
 //     since its writer may still be writing, or freed at once when its owner
 //     has been dropped.
+//   - Put slots (slot.go): PutReserve gives a client space for its next
+//     small put (an unfinished put of a placeholder key, SlotPrefix...), and
+//     PutCommit makes the slot, once written, the key's object: a put in one
+//     round trip. A commit is refused when the key has a version at least as
+//     new as the slot's sequence number (the client then puts the usual
+//     way), and by the key's rules (exists, leased, put in progress), which
+//     free the slot and return its tombstone for the client to zero.
 //   - Get: GetReplicaList returns the replicas and the CRC and grants a read
 //     lease (10s). Remove, RemoveByRegex and RemoveAll skip or refuse leased
 //     objects (ErrObjectHasLease) unless forced; eviction never takes a
