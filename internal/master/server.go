@@ -123,7 +123,9 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	errc := make(chan error, 3)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := gs.Serve(mux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		// The mux closes the gRPC listener when ctx ends, possibly before
+		// gs.Stop: that is a clean end too.
+		if err := gs.Serve(mux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) && ctx.Err() == nil {
 			errc <- fmt.Errorf("master: grpc serve: %w", err)
 			cancel()
 		}
