@@ -9,7 +9,6 @@ import (
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
-	"google.golang.org/protobuf/proto"
 )
 
 // Put slots (see internal/master/slot.go): when a small put ends over the
@@ -61,7 +60,7 @@ func (c *Client) takeSlot(ctx context.Context, key string, size int, rc *pb.Repl
 			return true
 		case !c.fast.current(s.conn):
 			return true // the master behind it is gone, and so is the slot
-		case s.size == uint64(size) && proto.Equal(s.rc, rc) && (s.resp.HeaderLen == 0 || s.resp.HeaderLen == objheader.Len(key)):
+		case s.size == uint64(size) && sameRC(s.rc, rc) && (s.resp.HeaderLen == 0 || s.resp.HeaderLen == objheader.Len(key)):
 			got = s
 			return true
 		}
@@ -72,6 +71,14 @@ func (c *Client) takeSlot(ctx context.Context, key string, size int, rc *pb.Repl
 		c.revoke(ctx, s.key)
 	}
 	return got
+}
+
+// sameRC compares the policies of slot-eligible puts (no preferred
+// segments, no promotion) without reflection.
+func sameRC(a, b *pb.ReplicateConfig) bool {
+	return a.GetReplicas() == b.GetReplicas() && a.GetSoftPin() == b.GetSoftPin() && a.GetSoftPinTtlMs() == b.GetSoftPinTtlMs() &&
+		a.GetHardPin() == b.GetHardPin() && a.GetPromoteSeq() == b.GetPromoteSeq() &&
+		len(a.GetPreferredSegments()) == 0 && len(b.GetPreferredSegments()) == 0
 }
 
 // keepSlot stores a slot the master reserved, or gives it back when the
