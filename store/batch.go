@@ -432,6 +432,9 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 func (c *Client) BatchExist(ctx context.Context, keys []string) ([]bool, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
+	if out, ok, err := c.fast.batchExist(rctx, keys); ok {
+		return out, err
+	}
 	r, err := c.rpc.BatchExist(rctx, &pb.BatchKeysRequest{Keys: keys})
 	if err != nil {
 		return nil, fmt.Errorf("store: batch exist: master rpc: %w", err)

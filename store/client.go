@@ -83,7 +83,8 @@ type Client struct {
 	cfg   Config
 	log   *slog.Logger
 	conn  *grpc.ClientConn
-	rpc   pb.MasterServiceClient
+	rpc   pb.MasterServiceClient // fast: the hot calls over fastrpc when the master speaks it
+	fast  *fastMaster
 	mover Mover
 	stage *staging
 
@@ -96,6 +97,9 @@ type Client struct {
 	wg      sync.WaitGroup
 	closeMu sync.Once
 	closed  chan struct{}
+
+	slotMu sync.Mutex
+	slots  []*putSlot // reserved by the master for our next small puts (slot.go)
 
 	mu           sync.Mutex
 	durable      atomic.Bool // the master asked for object headers (stage room for them)
@@ -141,7 +145,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, conn: conn, rpc: pb.NewMasterServiceClient(conn), mover: cfg.Mover,
+	fast := newFastMaster(pb.NewMasterServiceClient(conn), cfg)
+	c := &Client{cfg: cfg, log: cfg.Logger, conn: conn, rpc: fast, fast: fast, mover: cfg.Mover,
 		stop: make(chan struct{}), closed: make(chan struct{})}
 	c.stopCtx, c.stopFn = context.WithCancel(context.Background())
 	fail := func(err error) (*Client, error) {
@@ -272,6 +277,7 @@ func (c *Client) release() {
 	default:
 		_ = c.mover.FreeManaged(c.segment)
 	}
+	c.fast.close()
 	_ = c.conn.Close()
 }
 
@@ -309,6 +315,7 @@ func (c *Client) Close() error {
 		close(c.stop)
 		c.stopFn()
 		c.wg.Wait()
+		c.dropSlots(context.Background())
 		if c.segmentSpec != nil {
 			c.unmountGracefully()
 		}
@@ -325,6 +332,7 @@ func (c *Client) Abort() {
 		close(c.stop)
 		c.stopFn()
 		c.wg.Wait()
+		c.fast.close()
 		_ = c.conn.Close()
 		close(c.closed)
 	})
@@ -510,10 +518,20 @@ func (c *Client) Upsert(ctx context.Context, key string, value []byte) error {
 }
 
 // put returns the number of replicas written. Its phases: make the value
-// transferable (source), allocate the replicas (putStart), write them
-// (writeReplicas, revoking the put when that fails), commit with the
-// value's CRC32C (PutEnd).
+// transferable (source), allocate the replicas (putStart, or take a slot
+// reserved by an earlier put, slot.go), write them (writeReplicas, revoking
+// the put when that fails), commit with the value's CRC32C (PutEnd, or
+// PutCommit on the fast path, which also reserves the next slot). A slot
+// the master cannot use sends the put the usual way.
 func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions, registered bool) (int, error) {
+	n, err := c.putOnce(ctx, key, value, o, registered, true)
+	if errors.Is(err, errSlotGone) {
+		n, err = c.putOnce(ctx, key, value, o, registered, false)
+	}
+	return n, err
+}
+
+func (c *Client) putOnce(ctx context.Context, key string, value []byte, o PutOptions, registered, useSlots bool) (int, error) {
 	if c.isClosed() {
 		return 0, ErrClosed
 	}
@@ -526,8 +544,17 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 		return 0, err
 	}
 	defer release()
-	resp, err := c.putStart(ctx, key, uint64(len(value)), o)
-	if err != nil {
+	rc := c.rcToPB(o)
+	slots := useSlots && slotEligible(len(value), o)
+	var sl *putSlot
+	var resp *pb.PutStartResponse
+	if slots {
+		sl = c.takeSlot(ctx, key, len(value), rc)
+	}
+	revokeKey := key
+	if sl != nil {
+		resp, revokeKey = sl.resp, sl.key
+	} else if resp, err = c.putStart(ctx, key, uint64(len(value)), o); err != nil {
 		return 0, err
 	}
 	reps := resp.Replicas
@@ -542,14 +569,26 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 	if hdr == nil {
 		var releaseHdr func()
 		if hdr, releaseHdr, err = c.header(ctx, key, resp, len(value), crc, o); err != nil {
-			c.revoke(ctx, key)
+			c.revoke(ctx, revokeKey)
 			return 0, err
 		}
 		defer releaseHdr()
 	}
 	if err := c.writeReplicas(ctx, src, reps, hdr); err != nil {
-		c.revoke(ctx, key)
+		c.revoke(ctx, revokeKey)
 		return 0, fmt.Errorf("store: put %q: %w", key, err)
+	}
+	if slots {
+		handled, err := c.commit(ctx, key, sl, crc, len(value), rc, o.Upsert)
+		switch {
+		case !handled:
+		case errors.Is(err, errSlotGone):
+			return 0, err
+		case err != nil:
+			return 0, fmt.Errorf("store: put %q: %w", key, err)
+		default:
+			return len(reps), nil
+		}
 	}
 	err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
 		return c.rpc.PutEnd(ctx, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: key, Crc32C: crc})

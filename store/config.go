@@ -38,7 +38,11 @@ type Config struct {
 	UnmountGrace    time.Duration // Close waits this long for readers of our segment (2s)
 	Disk            DiskTier      // disk tier behind the contributed segment (storage nodes; nil = none)
 	Secret          string        // cluster secret sent with every master call ("authorization: Bearer ..."); a master with one needs it for RemoveAll, RemoveByRegex and unmounts
-	Logger          *slog.Logger
+	// NoFastRPC keeps every master call on gRPC. By default the hot calls
+	// (puts, replica lists, existence) use the master's fastrpc transport on
+	// the same port when Master is a plain host:port and the master speaks it.
+	NoFastRPC bool
+	Logger    *slog.Logger
 }
 
 func (c Config) withDefaults() Config {

@@ -43,6 +43,29 @@
 // of one process this way (Mooncake's mount_segment), one client each on a
 // shared engine, and CloseWithGrace unmounts one with the caller's grace.
 //
+// # Master transports
+//
+// The hot calls (PutStart, PutEnd, PutRevoke, GetReplicaList, Exist and the
+// batch calls of puts, gets and existence) go over one fastrpc connection
+// (package internal/fastrpc) to the master's gRPC port when Config.Master is
+// a plain host:port and the master answers its preface; everything else, HA
+// addresses, Config.NoFastRPC, and any call the fast connection could not
+// send or lost (a master restart) go over gRPC (fastmaster.go). A 4 KiB
+// get is one master round trip plus one transfer.
+//
+// # Put slots
+//
+// A small put (under 64 KiB, without placement wishes) ends with PutCommit
+// on the fast path, which also reserves a slot: space for the client's next
+// put of the same size, key length and policy. That put writes into the
+// slot and commits it in one call, so a stream of small puts costs one
+// master round trip each (slot.go). The master refuses a slot older than a
+// version of the key (the put is then made the usual way), and a commit the
+// key's rules refuse has its header zeroed before the put returns, so no
+// refused value can come back after a master restart. A client holds at most
+// 8 slots, uses one only on the connection it came on and for 10 s, and
+// gives them back on Close; the master frees them with the client.
+//
 // A storage node passes its disk tier as Config.Disk (DiskTier, disk.go):
 // the client then copies the objects the master offloads from its segment
 // to disk, and any client reads a key held only on disk over HTTP from the

@@ -104,7 +104,8 @@ func printBenchStore(out io.Writer, res *benchstore.Result) {
 			fmt.Fprintf(out, "first error (median round) of %s %s %s x%d: %v\n", r.System, r.Op, formatSize(uint64(r.Size)), r.Clients, r.FirstErr)
 		}
 	}
-	fmt.Fprintf(out, "(ops/s counts keys; batch-* rows move %d keys per call (Redis: pipelined) and their p50/p99 are per call)\n", benchstore.BatchKeys)
+	fmt.Fprintf(out, "(ops/s counts keys; batch-* rows move %d keys per call (Redis: pipelined) and their p50/p99 are per call;\n"+
+		" exist rows check %d keys per call: one BatchExist, Redis pipelined EXISTS; GB/s of exist rows is not meaningful)\n", benchstore.BatchKeys, benchstore.ExistKeys)
 	fmt.Fprintln(out, "mooncake vs redis (GB/s ratio; p50 ratio, lower is better):")
 	for _, r := range results {
 		if r.System != "mooncake" {
@@ -114,7 +115,13 @@ func printBenchStore(out io.Writer, res *benchstore.Result) {
 		if op == "get-into" {
 			op = "get"
 		}
-		if p := res.Find("redis", op, r.Size, r.Clients); p != nil && p.Ops > 0 && r.Ops > 0 {
+		p := res.Find("redis", op, r.Size, r.Clients)
+		switch {
+		case p == nil || p.Ops == 0 || r.Ops == 0:
+		case op == "exist":
+			fmt.Fprintf(out, "  exist (%d keys per call) x%d: keys/s %.2fx, p50 %.2fx\n", benchstore.ExistKeys, r.Clients,
+				r.OpsPerSec()/p.OpsPerSec(), float64(r.P50)/float64(p.P50))
+		default:
 			fmt.Fprintf(out, "  %s %s x%d: GB/s %.2fx, p50 %.2fx\n", r.Op, formatSize(uint64(r.Size)), r.Clients,
 				r.GBps()/p.GBps(), float64(r.P50)/float64(p.P50))
 		}

@@ -29,7 +29,7 @@ func TestBenchStoreSmoke(t *testing.T) {
 			rows[f[0]+" "+f[1]] = true
 		}
 	}
-	for _, want := range []string{"mooncake put", "mooncake get", "mooncake get-into"} {
+	for _, want := range []string{"mooncake put", "mooncake get", "mooncake get-into", "mooncake exist"} {
 		if !rows[want] {
 			t.Fatalf("bench output lacks a %q row:\n%s", want, text)
 		}
@@ -45,12 +45,12 @@ func TestBenchStoreSmoke(t *testing.T) {
 	_, errServer := exec.LookPath("redis-server")
 	_, errBench := exec.LookPath("redis-benchmark")
 	if errServer == nil && errBench == nil {
-		for _, want := range []string{"redis put", "redis get", "redis batch-put", "redis batch-get"} {
+		for _, want := range []string{"redis put", "redis get", "redis batch-put", "redis batch-get", "redis exist"} {
 			if !rows[want] {
 				t.Fatalf("redis installed but %q not benchmarked:\n%s", want, text)
 			}
 		}
-		if !strings.Contains(text, "get 4.0 KiB x2: GB/s") {
+		if !strings.Contains(text, "get 4.0 KiB x2: GB/s") || !strings.Contains(text, "exist (1000 keys per call) x2: keys/s") {
 			t.Fatalf("no mooncake vs redis ratio:\n%s", text)
 		}
 	}

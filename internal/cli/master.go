@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvcache-go/mooncake/internal/evict"
 	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/master"
 )
@@ -21,6 +22,7 @@ func newMasterCmd() *cobra.Command {
 		port, httpPort int
 		strategy       string
 		secret         string
+		evictPolicy    string
 		verbose        bool
 		ha             haFlags
 		events         masterEventFlags
@@ -49,6 +51,7 @@ also answers /role and /leader.`,
 			}
 			cfg.Core.Strategy = master.Strategy(strategy)
 			cfg.Secret = secretOr(secret)
+			cfg.Core.EvictionPolicy = evict.Kind(evictPolicy)
 			cfg.Logger = cmdLogger(cmd, verbose)
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
@@ -89,6 +92,7 @@ also answers /role and /leader.`,
 	f.DurationVar(&cfg.Core.PutReleaseTimeout, "put-release-timeout", d.Core.PutReleaseTimeout, "the space of an unfinished put is released after this")
 	f.Float64Var(&cfg.Core.HighWatermark, "eviction-high-watermark", d.Core.HighWatermark, "evict when used/capacity passes this ratio")
 	f.Float64Var(&cfg.Core.EvictionRatio, "eviction-ratio", d.Core.EvictionRatio, "fraction of capacity one eviction frees")
+	f.StringVar(&evictPolicy, "eviction-policy", string(d.Core.EvictionPolicy), "order of eviction: lru, or tail-first (KV block chains of the store connector from their tails, then LRU)")
 	f.BoolVar(&cfg.Core.Durable, "durable-metadata", true, "objects survive a master restart or failover: nodes re-report the objects their memory holds when they remount (false: a new master starts empty, as Mooncake's)")
 	f.DurationVar(&cfg.TickInterval, "tick", 10*time.Millisecond, "period of liveness, timeout and eviction checks")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")

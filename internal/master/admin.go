@@ -164,6 +164,7 @@ func writeMetrics(w http.ResponseWriter, m *Master) {
 	}
 	metric("mooncake_master_objects", "gauge", "Complete objects.", float64(st.Objects))
 	metric("mooncake_master_pending_puts", "gauge", "Puts started and not finished.", float64(st.IncompleteObjects))
+	metric("mooncake_master_put_slots", "gauge", "Space reserved for clients' next small puts.", float64(st.PutSlots))
 	metric("mooncake_master_capacity_bytes", "gauge", "Total capacity of mounted segments.", float64(st.Capacity))
 	metric("mooncake_master_used_bytes", "gauge", "Allocated bytes in mounted segments.", float64(st.Used))
 	metric("mooncake_master_segments", "gauge", "Mounted segments.", float64(st.Segments))

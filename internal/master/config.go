@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/evict"
 )
 
 // Strategy chooses the order in which segments are tried for a put's replicas.
@@ -32,6 +34,10 @@ type Config struct {
 	Strategy          Strategy      // allocation strategy (random)
 	Seed              uint64        // seed of the random strategy
 	Align             uint64        // allocation granularity in bytes (64)
+	// EvictionPolicy orders the objects an eviction takes (internal/evict):
+	// "lru" (default) or "tail-first" (KV block chains from their tails,
+	// see ChainOf).
+	EvictionPolicy evict.Kind
 	// Durable makes objects self-describing: each allocation starts with an
 	// objheader (key, sequence number, size, CRC32C, pins) the client writes
 	// with the value, a storage node re-reports the objects it holds when it
@@ -66,6 +72,7 @@ func DefaultConfig() Config {
 		Strategy:          StrategyRandom,
 		Seed:              1,
 		Align:             64,
+		EvictionPolicy:    evict.KindLRU,
 	}
 }
 
@@ -84,6 +91,7 @@ func (c Config) withDefaults() Config {
 	c.MaxReplicas = cmp.Or(c.MaxReplicas, d.MaxReplicas)
 	c.Strategy = cmp.Or(c.Strategy, d.Strategy)
 	c.Align = cmp.Or(c.Align, d.Align)
+	c.EvictionPolicy = cmp.Or(c.EvictionPolicy, d.EvictionPolicy)
 	if c.RestoreWindow == 0 {
 		c.RestoreWindow = 2 * c.ClientTTL
 	}
@@ -113,6 +121,9 @@ func (c Config) Validate() error {
 	case StrategyRandom, StrategyFreeRatioFirst, StrategyLocalFirst:
 	default:
 		return fmt.Errorf("master: unknown allocation strategy %q", c.Strategy)
+	}
+	if _, err := evict.ParseKind(string(c.EvictionPolicy)); err != nil {
+		return fmt.Errorf("master: eviction policy: %w", err)
 	}
 	return nil
 }

@@ -24,9 +24,13 @@
 //
 // Server (server.go) is the process shell: the gRPC services (service.go,
 // MasterService, and taskservice.go, MasterTasks, in internal/storepb), the
-// HTTP admin/metrics API (admin.go, written with internal/httpjson;
-// admin_summary.go is GET /api/summary, the data of the dashboard page
-// internal/dashboard serves at /dashboard/) and the ticker that drives
+// same service's hot calls (puts, replica lists, existence and their
+// batches) on fastrpc connections to the gRPC port (fast.go, package
+// internal/fastrpc, which splits the listener by the connections' first
+// bytes), the HTTP admin/metrics API (admin.go, written with
+// internal/httpjson; admin_summary.go is GET /api/summary, the data of the
+// dashboard page internal/dashboard serves at /dashboard/) and the ticker
+// that drives
 // Tick. NewServer builds it without binding or starting anything;
 // Run(ctx, grpcLn, httpLn) serves on listeners the caller owns until ctx
 // ends (ServerConfig.Listen binds the configured addresses); Start and
@@ -48,6 +52,13 @@
 //     a new put of the key; its space is held until PutReleaseTimeout (10m)
 //     since its writer may still be writing, or freed at once when its owner
 //     has been dropped.
+//   - Put slots (slot.go): PutReserve gives a client space for its next
+//     small put (an unfinished put of a placeholder key, SlotPrefix...), and
+//     PutCommit makes the slot, once written, the key's object: a put in one
+//     round trip. A commit is refused when the key has a version at least as
+//     new as the slot's sequence number (the client then puts the usual
+//     way), and by the key's rules (exists, leased, put in progress), which
+//     free the slot and return its tombstone for the client to zero.
 //   - Get: GetReplicaList returns the replicas and the CRC and grants a read
 //     lease (10s). Remove, RemoveByRegex and RemoveAll skip or refuse leased
 //     objects (ErrObjectHasLease) unless forced; eviction never takes a
@@ -55,9 +66,15 @@
 //     followed by rm works.
 //   - Eviction: when used/capacity passes HighWatermark (0.90) at a Tick, or
 //     a PutStart finds no space (synchronously, then retried once), about
-//     EvictionRatio (5%) of the capacity is freed in LRU order, skipping
-//     leased, unfinished and hard-pinned objects; soft-pinned objects (pin TTL
-//     30m by default, 24h max) go only after all others.
+//     EvictionRatio (5%) of the capacity is freed in the order of
+//     Config.EvictionPolicy (internal/evict: "lru", the default, or
+//     "tail-first"), skipping leased, unfinished and hard-pinned objects;
+//     soft-pinned objects (pin TTL 30m by default, 24h max) go only after
+//     all others. TailFirst knows the store connector's block keys (ChainOf,
+//     chain.go): the keys of one batch call (a batch put's end, a batch get,
+//     BatchExist) form one recency group, each with its position as its
+//     depth, and the least recent group goes first, deepest block first, so
+//     a chain shrinks from its tail; other keys go in LRU order.
 //   - Liveness: clients Ping; one silent past ClientTTL (10s) is dropped, its
 //     segments unmounted and the replicas on them removed (objects left
 //     without replicas disappear). A client the master does not know, after

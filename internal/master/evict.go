@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/evict"
 )
 
 // Evict runs one eviction now (as Tick does above the watermark, offloading
@@ -37,7 +39,7 @@ func (m *Master) evictAboveWatermarkLocked(now time.Time) {
 }
 
 // evictLocked frees about EvictionRatio of the capacity (or target bytes
-// when > 0), least recently used first, never touching leased, unfinished or
+// when > 0), in the policy's order (least recently used first by default), never touching leased, unfinished or
 // hard-pinned objects and taking soft-pinned ones only after all others.
 func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 	capacity, used := m.usageLocked()
@@ -64,8 +66,9 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 }
 
 // evictionOrderLocked lists the objects eviction may take, in the order it
-// takes them: unpinned ones least recently used first, then soft-pinned
-// ones likewise. Leased, unfinished and hard-pinned objects are left out.
+// takes them: unpinned ones first, then soft-pinned ones, each in the
+// order of Config.EvictionPolicy. Leased, unfinished and hard-pinned
+// objects are left out.
 func (m *Master) evictionOrderLocked(now time.Time) []*object {
 	var plain, pinned []*object
 	for _, o := range m.objects {
@@ -78,13 +81,38 @@ func (m *Master) evictionOrderLocked(now time.Time) []*object {
 			plain = append(plain, o)
 		}
 	}
-	lru := func(a, b *object) int {
+	return append(m.policyOrder(plain), m.policyOrder(pinned)...)
+}
+
+// policyOrder orders objs by the eviction policy (internal/evict): the
+// objects enter it least recently used first, those last used at the same
+// instant (one batch call) forming one group with their chain depths
+// (TouchChains). LRU keeps that order; TailFirst takes the least recent
+// group first and, inside it, the deepest block of a chain first.
+func (m *Master) policyOrder(objs []*object) []*object {
+	slices.SortFunc(objs, func(a, b *object) int {
 		if c := a.lastAccess.Compare(b.lastAccess); c != 0 {
 			return c
 		}
 		return strings.Compare(a.key, b.key)
+	})
+	pol, err := evict.New[*object](m.cfg.EvictionPolicy)
+	if err != nil { // Validate refused it already
+		return objs
 	}
-	slices.SortFunc(plain, lru)
-	slices.SortFunc(pinned, lru)
-	return append(plain, pinned...)
+	var group uint64
+	for i, o := range objs {
+		if i == 0 || !o.lastAccess.Equal(objs[i-1].lastAccess) {
+			group++
+		}
+		pol.Add(o, evict.Meta{Group: group, Depth: o.chainDepth()})
+	}
+	out := objs[:0]
+	for {
+		o, ok := pol.Victim()
+		if !ok {
+			return out
+		}
+		out = append(out, o)
+	}
 }

@@ -92,7 +92,8 @@ type SegmentInfo struct {
 
 // Stats are the master's counters and gauges.
 type Stats struct {
-	Objects, IncompleteObjects       int
+	Objects, IncompleteObjects       int // IncompleteObjects: puts in progress, not counting put slots
+	PutSlots                         int // space reserved for clients' next small puts (slot.go)
 	Capacity, Used                   uint64
 	Segments, Clients                int
 	PutStarts, Puts, PutRevokes      uint64
@@ -123,9 +124,11 @@ type object struct {
 	lastAccess   time.Time
 	softPinUntil time.Time
 	hardPin      bool
-	seq          uint64 // put sequence number (durable objects)
-	hdr          uint64 // header length in front of the value (0 = not durable)
-	restored     bool   // re-reported by a node, not put on this master
+	seq          uint64    // put sequence number (durable objects)
+	hdr          uint64    // header length in front of the value (0 = not durable)
+	restored     bool      // re-reported by a node, not put on this master
+	chainAt      time.Time // last access by a chain's batch (TouchChains); depth is valid while it equals lastAccess
+	depth        int       // position in its block chain at chainAt
 }
 
 // alloc is the number of bytes one replica occupies from its offset.
@@ -183,6 +186,7 @@ type Master struct {
 	evicted  map[string]uint64 // key -> highest seq evicted, kept for RestoreWindow
 	evicting bool              // freeLocked runs for an eviction
 	tombKeys map[string]int    // keys with tombstones not yet zeroed -> how many
+	tombSeq  map[string]uint64 // keys with tombstones not yet zeroed -> highest sequence number among them (put slots)
 	disk     map[string]*diskCopy
 	offload  bool // evictLocked runs for the watermark: offload to disk where enabled
 
@@ -216,6 +220,7 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		removed:  map[string]uint64{},
 		evicted:  map[string]uint64{},
 		tombKeys: map[string]int{},
+		tombSeq:  map[string]uint64{},
 		disk:     map[string]*diskCopy{},
 		started:  clk.Now(),
 		seq:      uint64(clk.Now().UnixNano()),

@@ -88,11 +88,13 @@ func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr
 	}
 	s.tombs[off] = tomb{key: key, seq: seq, n: q, off: toDisk}
 	m.tombKeys[key]++
+	m.tombSeq[key] = max(m.tombSeq[key], seq)
 }
 
 func (m *Master) untombKeyLocked(key string) {
 	if m.tombKeys[key]--; m.tombKeys[key] <= 0 {
 		delete(m.tombKeys, key)
+		delete(m.tombSeq, key)
 	}
 }
 
@@ -322,6 +324,7 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 		ranges = append(ranges, offsetalloc.Range{Off: h.Offset, Len: m.cfg.Align})
 		s.tombs[h.Offset] = tomb{key: h.Key, seq: h.Seq, n: m.cfg.Align}
 		m.tombKeys[h.Key]++
+		m.tombSeq[h.Key] = max(m.tombSeq[h.Key], h.Seq)
 		res.Tombstones = append(res.Tombstones, s.ref(h.Offset, s.tombs[h.Offset]))
 	}
 	a, err := offsetalloc.NewAllocated(s.spec.Size, m.cfg.Align, ranges)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
+	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"google.golang.org/grpc"
@@ -119,13 +120,25 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	gs := grpc.NewServer(grpc.UnaryInterceptor(secretInterceptor(s.cfg.Secret)))
-	pb.RegisterMasterServiceServer(gs, NewService(s.core))
+	svc := NewService(s.core)
+	pb.RegisterMasterServiceServer(gs, svc)
 	pb.RegisterMasterTasksServer(gs, NewTaskService(s.core))
-	errc := make(chan error, 2)
+	// The hot calls also come on fastrpc connections to the same port
+	// (data-path calls only: none of them needs the cluster secret).
+	mux := fastrpc.NewMux(grpcLn)
+	errc := make(chan error, 3)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := gs.Serve(grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		// The mux closes the gRPC listener when ctx ends, possibly before
+		// gs.Stop: that is a clean end too.
+		if err := gs.Serve(mux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) && ctx.Err() == nil {
 			errc <- fmt.Errorf("master: grpc serve: %w", err)
+			cancel()
+		}
+	})
+	wg.Go(func() {
+		if err := mux.Run(ctx, svc.FastHandler()); err != nil {
+			errc <- fmt.Errorf("master: %w", err)
 			cancel()
 		}
 	})

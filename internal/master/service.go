@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Service adapts the core to the gRPC MasterService. Application errors go
@@ -201,9 +203,12 @@ func (s *Service) PutEnd(_ context.Context, r *pb.PutEndRequest) (*pb.Status, er
 // BatchPutEnd implements MasterService.
 func (s *Service) BatchPutEnd(_ context.Context, r *pb.BatchPutEndRequest) (*pb.BatchStatus, error) {
 	out := &pb.BatchStatus{Results: make([]*pb.Status, len(r.Ends))}
+	keys := make([]string, len(r.Ends))
 	for i, e := range r.Ends {
 		out.Results[i] = status(s.m.PutEnd(e.ClientId, e.Key, e.Crc32C))
+		keys[i] = e.Key
 	}
+	s.m.TouchChains(keys) // one batch of a chain's blocks: one recency group
 	return out, nil
 }
 
@@ -223,6 +228,7 @@ func (s *Service) BatchGetReplicaList(_ context.Context, r *pb.BatchKeysRequest)
 	for i, k := range r.Keys {
 		out.Results[i] = infoToPB(s.m.GetReplicaList(k))
 	}
+	s.m.TouchChains(r.Keys)
 	return out, nil
 }
 
@@ -240,11 +246,31 @@ func (s *Service) Exist(_ context.Context, r *pb.KeyRequest) (*pb.ExistResponse,
 // BatchExist implements MasterService.
 func (s *Service) BatchExist(_ context.Context, r *pb.BatchKeysRequest) (*pb.BatchExistResponse, error) {
 	out := &pb.BatchExistResponse{Results: make([]*pb.ExistResponse, len(r.Keys))}
-	for i, k := range r.Keys {
-		ok, err := s.m.Exist(k)
-		out.Results[i] = &pb.ExistResponse{Status: status(err), Exists: ok}
+	okStatus := status(nil) // shared: the answer is only marshalled
+	for i, ok := range s.m.BatchExist(r.Keys) {
+		st := okStatus
+		if err := s.m.checkKey(r.Keys[i]); err != nil {
+			st = status(err)
+		}
+		out.Results[i] = &pb.ExistResponse{Status: st, Exists: ok}
 	}
 	return out, nil
+}
+
+// batchExistBits answers fastrpc's FastBatchExistBits: one byte per key,
+// 1 when it exists (invalid keys read 0).
+func (s *Service) batchExistBits(payload []byte) ([]byte, uint8) {
+	var r pb.BatchKeysRequest
+	if err := proto.Unmarshal(payload, &r); err != nil {
+		return []byte(err.Error()), fastrpc.StatusBadRequest
+	}
+	out := make([]byte, len(r.Keys))
+	for i, ok := range s.m.BatchExist(r.Keys) {
+		if ok {
+			out[i] = 1
+		}
+	}
+	return out, fastrpc.StatusOK
 }
 
 // Remove implements MasterService.

@@ -1,5 +1,7 @@
 package master
 
+import "strings"
+
 // Stats returns the counters and current gauges.
 func (m *Master) Stats() Stats {
 	m.mu.Lock()
@@ -9,7 +11,12 @@ func (m *Master) Stats() Stats {
 
 func (m *Master) statsLocked() Stats {
 	st := m.stats
-	st.IncompleteObjects = len(m.pending)
+	for k := range m.pending {
+		if strings.HasPrefix(k, SlotPrefix) {
+			st.PutSlots++
+		}
+	}
+	st.IncompleteObjects = len(m.pending) - st.PutSlots
 	st.Objects = len(m.objects) - len(m.pending)
 	st.Capacity, st.Used = m.usageLocked()
 	st.Segments = len(m.segOrder)

@@ -6,3 +6,4 @@
 package storepb
 
 //go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative store.proto tasks.proto
+//go:generate protoc --go_out=. --go_opt=paths=source_relative store_fast.proto

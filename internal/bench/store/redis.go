@@ -221,7 +221,7 @@ type redisSet struct {
 // missing with probability e^-5 (under 1%): k(ln k + 5).
 func cover(k int) int { return int(math.Ceil(float64(k) * (math.Log(float64(k)) + 5))) }
 
-// phase measures op (put, batch-put, get, batch-get) on set for about d:
+// phase measures op (put, batch-put, get, batch-get, exist) on set for about d:
 // rate is the ops/s of this phase in an earlier round (0: none, a short
 // calibration run sizes this one). Before a get phase, unmeasured pipelined
 // SETs top the key set up to cover(keys), so that gets find their values.
@@ -232,18 +232,25 @@ func (rb *redisBench) phase(ctx context.Context, set *redisSet, op string, rate 
 		pipeline = BatchKeys
 	}
 	test := "set"
-	if strings.HasSuffix(op, "get") {
+	switch {
+	case strings.HasSuffix(op, "get"):
 		test = "get"
+	case op == "exist":
+		// Pipelined EXISTS of the SETs' keys (redis-benchmark's -r key names).
+		test, pipeline = "exists", ExistKeys
 	}
 	bench := func(test string, n, pipeline int) (csvRow, error) {
-		r, err := rb.run(ctx, strings.ToUpper(test), "-t", test, "-d", strconv.Itoa(set.size), "-c", strconv.Itoa(set.clients),
-			"-n", strconv.Itoa(n), "-r", strconv.Itoa(set.keys), "-P", strconv.Itoa(pipeline))
+		common := []string{"-c", strconv.Itoa(set.clients), "-n", strconv.Itoa(n), "-r", strconv.Itoa(set.keys), "-P", strconv.Itoa(pipeline)}
+		if test == "exists" {
+			return rb.run(ctx, "EXISTS key:__rand_int__", append(common, "EXISTS", "key:__rand_int__")...)
+		}
+		r, err := rb.run(ctx, strings.ToUpper(test), append([]string{"-t", test, "-d", strconv.Itoa(set.size)}, common...)...)
 		if err == nil && test == "set" {
 			set.sets += n
 		}
 		return r, err
 	}
-	if need := cover(set.keys) - set.sets; test == "get" && need > 0 {
+	if need := cover(set.keys) - set.sets; test != "set" && need > 0 {
 		if _, err := bench("set", need, BatchKeys); err != nil {
 			return Row{}, 0, err
 		}

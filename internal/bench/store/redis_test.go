@@ -94,7 +94,7 @@ func TestRedisPhases(t *testing.T) {
 	}
 	defer stop()
 	set := redisSet{size: 4096, clients: 2, keys: 64}
-	for _, op := range []string{"put", "batch-put", "get", "batch-get"} {
+	for _, op := range []string{"put", "batch-put", "get", "batch-get", "exist"} {
 		r, rate, err := rb.phase(ctx, &set, op, 0, 20*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)

@@ -22,6 +22,11 @@ import (
 // phases (Redis: the pipeline depth).
 const BatchKeys = 32
 
+// ExistKeys is the number of keys per call in the exist phase: one
+// BatchExist (the store connector's prefix lookup is one such call);
+// Redis: pipelined EXISTS, ExistKeys deep.
+const ExistKeys = 1000
+
 // Config is one run of the benchmark.
 type Config struct {
 	Sizes       []int         // value sizes in bytes
@@ -60,12 +65,12 @@ func (c Config) Validate() error {
 // Row is one phase's figures (the median round of its configuration).
 type Row struct {
 	System   string // mooncake or redis
-	Op       string // put, batch-put, get, batch-get, get-into (mooncake only)
+	Op       string // put, batch-put, get, batch-get, get-into (mooncake only), exist
 	Size     int    // value bytes
 	Clients  int
 	Ops      int           // keys moved
 	Elapsed  time.Duration // measured time
-	P50, P99 time.Duration // per call (batch-*: per call of BatchKeys keys)
+	P50, P99 time.Duration // per call (batch-*: per call of BatchKeys keys; exist: of ExistKeys keys, Redis: per request of the pipeline)
 	Errors   int
 	FirstErr error
 }
@@ -193,7 +198,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				prefix := fmt.Sprintf("bench/mooncake/%d/%d/r%d", size, n, round)
 				// Every put phase runs before the get phases: a get leases its
 				// key (10s), and a leased key cannot be overwritten.
-				for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into"} {
+				for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into", "exist"} {
 					if strings.HasPrefix(op, "batch") && size > 1<<20 {
 						continue
 					}
@@ -204,7 +209,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 					continue
 				}
 				set := redisSet{size: size, clients: n, keys: n * perClient}
-				for _, op := range []string{"put", "batch-put", "get", "batch-get"} {
+				for _, op := range []string{"put", "batch-put", "get", "batch-get", "exist"} {
 					if strings.HasPrefix(op, "batch") && size > 1<<20 {
 						continue
 					}
@@ -254,6 +259,13 @@ func runPhase(ctx context.Context, cls []*mooncakeKV, op string, size, perClient
 				v[i] = byte(i*13 + ci)
 			}
 			r := rand.New(rand.NewPCG(uint64(ci), 7))
+			var names, existKeys []string
+			if op == "exist" {
+				names, existKeys = make([]string, perClient), make([]string, ExistKeys)
+				for k := range names {
+					names[k] = fmt.Sprintf("%s/%d/%d", prefix, ci, k)
+				}
+			}
 			var local []time.Duration
 			keys := 0
 			errs := 0
@@ -271,6 +283,12 @@ func runPhase(ctx context.Context, cls []*mooncakeKV, op string, size, perClient
 				var err error
 				keysDone := 1
 				switch op {
+				case "exist":
+					for j := range existKeys {
+						existKeys[j] = names[r.IntN(perClient)]
+					}
+					err = cl.exist(ctx, existKeys)
+					keysDone = ExistKeys
 				case "batch-put", "batch-get":
 					nb := min(BatchKeys, perClient)
 					keys := make([]string, nb)
@@ -352,6 +370,20 @@ func (m *mooncakeKV) put(ctx context.Context, key string, v []byte) error {
 }
 
 func (m *mooncakeKV) get(ctx context.Context, key string) ([]byte, error) { return m.cl.Get(ctx, key) }
+
+// exist is one BatchExist of keys, which the put phase stored.
+func (m *mooncakeKV) exist(ctx context.Context, keys []string) error {
+	ok, err := m.cl.BatchExist(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for i, e := range ok {
+		if !e {
+			return fmt.Errorf("%s: not found", keys[i])
+		}
+	}
+	return nil
+}
 
 func (m *mooncakeKV) batchPut(ctx context.Context, keys []string, v []byte) error {
 	vals := make([][]byte, len(keys))

@@ -1,0 +1,293 @@
+package fastrpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echo answers method 1 with the payload reversed, method 2 with an
+// error status, and refuses the others.
+func echo(method uint8, p []byte) ([]byte, uint8) {
+	switch method {
+	case 1:
+		out := make([]byte, len(p))
+		for i, b := range p {
+			out[len(p)-1-i] = b
+		}
+		return out, StatusOK
+	case 2:
+		return []byte("bad"), StatusBadRequest
+	}
+	return nil, StatusUnknownMethod
+}
+
+// startMux serves echo on a loopback listener; the gRPC side accepts
+// connections and echoes their bytes back verbatim.
+func startMux(t *testing.T) (addr string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMux(ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := m.Run(ctx, echo); err != nil {
+			t.Error(err)
+		}
+	})
+	wg.Go(func() {
+		for {
+			c, err := m.GRPC().Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { defer c.Close(); _, _ = io.Copy(c, c) })
+		}
+	})
+	return ln.Addr().String(), func() { cancel(); wg.Wait() }
+}
+
+func TestCallRoundTrip(t *testing.T) {
+	addr, stop := startMux(t)
+	defer stop()
+	ctx := context.Background()
+	c, err := Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, err := c.Call(ctx, 1, []byte("abc"))
+	if err != nil || string(got) != "cba" {
+		t.Fatalf("call = %q, %v", got, err)
+	}
+	if _, err := c.Call(ctx, 2, nil); !errors.Is(err, ErrRemote) {
+		t.Fatalf("error status: %v, want ErrRemote", err)
+	}
+	if _, err := c.Call(ctx, 9, nil); !errors.Is(err, ErrRemote) {
+		t.Fatalf("unknown method: %v, want ErrRemote", err)
+	}
+	big := bytes.Repeat([]byte{1, 2, 3}, 100000)
+	if got, err := c.Call(ctx, 1, big); err != nil || len(got) != len(big) || got[0] != 3 {
+		t.Fatalf("big call: %d bytes, %v", len(got), err)
+	}
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	addr, stop := startMux(t)
+	defer stop()
+	ctx := context.Background()
+	c, err := Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				msg := fmt.Sprintf("%d-%d", g, i)
+				got, err := c.Call(ctx, 1, []byte(msg))
+				want := []byte(msg)
+				for a, b := 0, len(want)-1; a < b; a, b = a+1, b-1 {
+					want[a], want[b] = want[b], want[a]
+				}
+				if err != nil || !bytes.Equal(got, want) {
+					t.Errorf("call %s = %q, %v", msg, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Other protocols' connections reach the gRPC listener with their bytes intact.
+func TestMuxPassesOtherConnections(t *testing.T) {
+	addr, stop := startMux(t)
+	defer stop()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != msg {
+		t.Fatalf("echoed %q, %v", got, err)
+	}
+}
+
+// A server that goes away fails the waiting call with ErrConnLost and
+// later calls with ErrNotSent.
+func TestServerGone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			got <- fakeServer(c)
+		}
+	}()
+	c, err := Dial(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := <-got
+	errc := make(chan error, 1)
+	go func() { _, err := c.Call(context.Background(), 1, []byte("x")); errc <- err }()
+	// Read the preface and the request, then hang up without answering.
+	r := bufio.NewReader(srv)
+	if _, err := io.ReadFull(r, make([]byte, headerLen+1)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	if err := <-errc; !errors.Is(err, ErrConnLost) {
+		t.Fatalf("waiting call: %v, want ErrConnLost", err)
+	}
+	if _, err := c.Call(context.Background(), 1, nil); !errors.Is(err, ErrNotSent) {
+		t.Fatalf("later call: %v, want ErrNotSent", err)
+	}
+	if c.Err() == nil {
+		t.Fatal("Err() = nil after the connection ended")
+	}
+}
+
+func TestCallContextEnds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	hold := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			hold <- fakeServer(c) // never answers
+		}
+	}()
+	c, err := Dial(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer func() { (<-hold).Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Call(ctx, 1, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call past its deadline: %v", err)
+	}
+}
+
+// A frame longer than MaxFrame ends the connection on the server.
+func TestServerRefusesHugeFrame(t *testing.T) {
+	addr, stop := startMux(t)
+	defer stop()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	frame := []byte(Preface)
+	frame = append(frame, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+	if _, err := c.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, len(Preface))); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("server answered %d bytes to an oversized frame", n)
+	}
+}
+
+func FuzzReadFrame(f *testing.F) {
+	f.Add(appendFrame(nil, 1, 7, []byte("hello")))
+	f.Add([]byte{9, 0, 0, 0, 1, 2, 3})
+	f.Add([]byte{0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bufio.NewReader(bytes.NewReader(b))
+		for {
+			kind, id, payload, err := readFrame(r)
+			if err != nil {
+				return
+			}
+			// A decoded frame encodes back to the bytes it came from.
+			again := appendFrame(nil, kind, id, payload)
+			if len(again) > len(b) || !bytes.Equal(again, b[:len(again)]) {
+				t.Fatalf("frame does not round trip")
+			}
+			b = b[len(again):]
+		}
+	})
+}
+
+// The server loop on arbitrary bytes never panics and answers only whole frames.
+func FuzzServeConn(f *testing.F) {
+	f.Add(appendFrame(appendFrame(nil, 1, 1, []byte("ab")), 3, 2, nil))
+	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, z := net.Pipe()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			serveConn(z, bufio.NewReader(z), echo)
+			z.Close()
+		}()
+		go func() { _, _ = a.Write(b); _ = a.Close() }()
+		<-done
+	})
+}
+
+// fakeServer reads the client's preface and answers it.
+func fakeServer(c net.Conn) net.Conn {
+	if _, err := io.ReadFull(c, make([]byte, len(Preface))); err == nil {
+		_, _ = c.Write([]byte(Preface))
+	}
+	return c
+}
+
+// A server that does not speak fastrpc fails Dial.
+func TestDialNonFastrpcServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			_, _ = io.ReadFull(c, make([]byte, len(Preface)))
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c, err := Dial(ctx, ln.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("Dial succeeded against a server that hung up")
+	}
+}

@@ -1,0 +1,183 @@
+package fastrpc
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// Handler answers one request: the response payload and its status
+// (StatusOK, or StatusUnknownMethod / StatusBadRequest with a message).
+// It runs on the connection's reader goroutine, so it should not block.
+type Handler func(method uint8, payload []byte) (resp []byte, status uint8)
+
+// sniffTimeout bounds how long a new connection may take to send its
+// first bytes before it is handed to gRPC as is.
+const sniffTimeout = 10 * time.Second
+
+// Mux splits a listener between gRPC and fastrpc connections. NewMux
+// starts nothing; Run accepts and serves until its context ends.
+type Mux struct {
+	ln    net.Listener
+	grpc  *subListener
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // open fastrpc connections
+	wg    sync.WaitGroup
+}
+
+// NewMux wraps ln. Serve gRPC on GRPC() and call Run.
+func NewMux(ln net.Listener) *Mux {
+	return &Mux{ln: ln, grpc: &subListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})},
+		conns: map[net.Conn]struct{}{}}
+}
+
+// GRPC is the listener of the connections that are not fastrpc ones.
+// Closing it does not close the underlying listener.
+func (m *Mux) GRPC() net.Listener { return m.grpc }
+
+// Run accepts connections until ctx ends or the listener fails, serving
+// fastrpc connections with h and passing the others to GRPC(). It closes
+// the listener and every fastrpc connection, and returns once its
+// goroutines have ended: nil when ctx ended or the listener was closed.
+func (m *Mux) Run(ctx context.Context, h Handler) error {
+	stop := context.AfterFunc(ctx, func() { _ = m.ln.Close() })
+	defer stop()
+	defer m.wg.Wait()
+	defer m.closeConns()
+	defer m.grpc.Close()
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("fastrpc: accept: %w", err)
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.route(c, h)
+		}()
+	}
+}
+
+func (m *Mux) closeConns() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for c := range m.conns {
+		_ = c.Close()
+	}
+	m.conns = nil
+}
+
+// route reads the first bytes of c and serves it or hands it to gRPC.
+func (m *Mux) route(c net.Conn, h Handler) {
+	r := bufio.NewReaderSize(c, 64<<10)
+	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
+	head, _ := r.Peek(len(Preface))
+	_ = c.SetReadDeadline(time.Time{})
+	if string(head) != Preface {
+		select {
+		case m.grpc.conns <- &bufferedConn{Conn: c, r: r}:
+		case <-m.grpc.done:
+			_ = c.Close()
+		}
+		return
+	}
+	_, _ = r.Discard(len(Preface))
+	if _, err := c.Write([]byte(Preface)); err != nil { // tells the client this is a fastrpc server
+		_ = c.Close()
+		return
+	}
+	m.mu.Lock()
+	if m.conns == nil { // shutting down
+		m.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	m.conns[c] = struct{}{}
+	m.mu.Unlock()
+	serveConn(c, r, h)
+	m.mu.Lock()
+	delete(m.conns, c)
+	m.mu.Unlock()
+	_ = c.Close()
+}
+
+// serveConn answers c's requests in order until it fails or closes.
+// Answers are flushed when no whole request is left in the read buffer,
+// so the answers to pipelined requests leave together.
+func serveConn(c net.Conn, r *bufio.Reader, h Handler) {
+	w := bufio.NewWriterSize(c, 64<<10)
+	var out []byte
+	for {
+		method, id, payload, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		resp, st := h(method, payload)
+		out = appendFrame(out[:0], st, id, resp)
+		if _, err := w.Write(out); err != nil {
+			return
+		}
+		if !wholeFrameBuffered(r) {
+			if err := w.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// wholeFrameBuffered reports whether r holds a whole frame already.
+func wholeFrameBuffered(r *bufio.Reader) bool {
+	n := r.Buffered()
+	if n < headerLen {
+		return false
+	}
+	h, err := r.Peek(4)
+	if err != nil {
+		return false
+	}
+	return uint64(n) >= 4+uint64(binary.LittleEndian.Uint32(h))
+}
+
+// bufferedConn is a connection whose first bytes were read into r.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// subListener hands out the connections Mux routes to it.
+type subListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	once  sync.Once
+	done  chan struct{}
+}
+
+func (l *subListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *subListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *subListener) Addr() net.Addr { return l.addr }

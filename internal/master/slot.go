@@ -1,0 +1,151 @@
+package master
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Put slots: a put in one master round trip.
+//
+// A put is normally PutStart (space), the write, and PutEnd. A client may
+// instead hold a slot: space reserved for its next put of a given size, key
+// length and policy, allocated (with a sequence number) when its previous
+// put ended. It writes header and value into the slot and one PutCommit
+// makes the slot the key's object. A slot is an unfinished put of a
+// placeholder key (SlotPrefix + client + sequence number) owned by the
+// client, so the rules of unfinished puts hold: it is never evicted, freed
+// with its owner, and freed after PutReleaseTimeout.
+//
+// The slot's header carries the slot's sequence number, which is older than
+// any version of the key put after the reservation. A commit is refused
+// (slot gone: the client puts the usual way) when the key has, or had, a
+// version at least as new (an object, a removed or evicted version, an
+// unzeroed tombstone, a preempted put, a disk copy), so the newest sequence
+// number is always the acknowledged value, as durable metadata's restore
+// assumes. A commit the key's rules refuse (it exists and this is no upsert,
+// it is leased, a put of it is in progress) frees the slot and returns its
+// tombstones, which the client zeroes before its put returns: the header of
+// a refused put never outlives the call.
+
+// SlotPrefix starts the placeholder keys of put slots.
+const SlotPrefix = "\x00slot/"
+
+// PutReserve reserves a slot for the client's next put of size bytes under
+// a key of keyLen bytes with policy rc, and returns its placeholder key and
+// replicas (their Seq and HeaderLen as PutStart's).
+func (m *Master) PutReserve(clientID string, size uint64, keyLen int, rc ReplicateConfig) (string, []Replica, error) {
+	if keyLen < 1 || keyLen > m.cfg.MaxKeyLen {
+		return "", nil, fmt.Errorf("%w: key length %d", ErrInvalidParams, keyLen)
+	}
+	if rc.PromoteSeq != 0 {
+		return "", nil, fmt.Errorf("%w: a promotion takes no slot", ErrInvalidParams)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	slot := fmt.Sprintf("%s%s/%d", SlotPrefix, clientID, m.seq+1)
+	if err := m.validPut(slot, size, rc); err != nil {
+		return "", nil, err
+	}
+	return m.reserveLocked(clientID, slot, size, keyLen, rc, m.clock.Now())
+}
+
+func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, rc ReplicateConfig, now time.Time) (string, []Replica, error) {
+	var hdr uint64
+	if m.cfg.Durable {
+		hdr = headerLen(strings.Repeat("k", keyLen))
+	}
+	if err := m.checkFitsLocked(hdr + size); err != nil {
+		return "", nil, err
+	}
+	reps, err := m.placeOrEvictLocked(clientID, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
+	if err != nil {
+		return "", nil, err
+	}
+	m.seq++
+	o := &object{key: slot, size: size, replicas: reps, owner: clientID, created: now, lastAccess: now, hdr: hdr, seq: m.seq}
+	o.pin(rc, m.cfg.SoftPinTTL, now)
+	m.objects[slot] = o
+	m.pending[slot] = o
+	for _, r := range reps {
+		r.seg.keys[slot] = struct{}{}
+	}
+	return slot, o.descriptors(), nil
+}
+
+// PutCommit makes the slot the client wrote key's value into the key's
+// object, with the value's CRC32C and policy rc (upsert replaces a current
+// value). gone reports a slot that cannot take the put (unknown, not the
+// client's, sized for another key length, or older than a version of the
+// key): nothing was committed and the client puts the usual way. On gone
+// and on the key's refusals (ErrObjectExists, ErrObjectHasLease) the slot is
+// freed and tombs lists the headers the client must zero.
+func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateConfig, upsert bool) (tombs []HeaderRef, gone bool, err error) {
+	if err := m.checkKey(key); err != nil {
+		return nil, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	s := m.pending[slot]
+	if s == nil || s.owner != clientID || !strings.HasPrefix(slot, SlotPrefix) || len(s.replicas) == 0 {
+		return nil, true, nil
+	}
+	refuse := func(gone bool, err error) ([]HeaderRef, bool, error) {
+		m.freeLocked(s)
+		return m.tombsOfLocked(map[string]bool{slot: true}), gone, err
+	}
+	if (m.cfg.Durable && s.hdr != headerLen(key)) || m.newerThanLocked(key, s.seq) {
+		return refuse(true, nil)
+	}
+	if o := m.objects[key]; o != nil {
+		switch {
+		case !o.complete && now.Sub(o.created) < m.cfg.PutTimeout:
+			return refuse(false, fmt.Errorf("%w: put in progress for %q", ErrObjectExists, key))
+		case !o.complete:
+			return refuse(true, nil) // a zombie: the usual put preempts it
+		case !upsert:
+			return refuse(false, fmt.Errorf("%w: %q", ErrObjectExists, key))
+		case now.Before(o.leaseUntil):
+			m.stats.LeaseRejections++
+			return refuse(false, fmt.Errorf("%w: %q", ErrObjectHasLease, key))
+		}
+		m.freeLocked(o) // the older version
+	}
+	delete(m.pending, slot)
+	delete(m.objects, slot)
+	for _, r := range s.replicas {
+		delete(r.seg.keys, slot)
+		r.seg.keys[key] = struct{}{}
+	}
+	s.key, s.complete, s.crc, s.created, s.lastAccess = key, true, crc, now, now
+	s.pin(rc, m.cfg.SoftPinTTL, now)
+	m.objects[key] = s
+	m.stats.PutStarts++
+	m.stats.Puts++
+	m.dropDiskLocked(key, true)
+	m.emitStored(s)
+	return nil, false, nil
+}
+
+// newerThanLocked reports whether key has, or had, a version with a
+// sequence number of at least seq that could still be restored: an object
+// or unfinished put, a removed or evicted version the master remembers, an
+// unzeroed tombstone, a preempted put's space, or a disk copy.
+func (m *Master) newerThanLocked(key string, seq uint64) bool {
+	if o := m.objects[key]; o != nil && o.seq >= seq {
+		return true
+	}
+	if m.removed[key] >= seq || m.evicted[key] >= seq || (m.tombKeys[key] > 0 && m.tombSeq[key] >= seq) {
+		return true
+	}
+	if d := m.disk[key]; d != nil && d.seq >= seq {
+		return true
+	}
+	for _, z := range m.zombies {
+		if z.key == key && z.seq >= seq {
+			return true
+		}
+	}
+	return false
+}

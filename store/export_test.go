@@ -1,0 +1,20 @@
+package store
+
+// FastConnected reports whether the client's fastrpc connection to the
+// master is up (tests).
+func FastConnected(c *Client) bool {
+	c.fast.mu.Lock()
+	defer c.fast.mu.Unlock()
+	return c.fast.conn != nil && c.fast.conn.Err() == nil
+}
+
+// SlotKeys lists the put slots the client holds (tests).
+func SlotKeys(c *Client) []string {
+	c.slotMu.Lock()
+	defer c.slotMu.Unlock()
+	var out []string
+	for _, s := range c.slots {
+		out = append(out, s.key)
+	}
+	return out
+}

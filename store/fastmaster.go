@@ -1,0 +1,235 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/fastrpc"
+	"github.com/kvcache-go/mooncake/internal/leader"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// fastMaster is the client's master RPC: the hot calls (puts, replica
+// lists, existence) go over one fastrpc connection to the master's port
+// when the master speaks it, everything else and every call the fast path
+// could not send goes over gRPC. A call whose connection was lost after it
+// was sent (the master restarted) is retried over gRPC, as the gRPC
+// retry policy (serviceConfig) retries UNAVAILABLE: a put call the old
+// master did handle then fails with OBJECT_ALREADY_EXISTS, never twice
+// applied.
+type fastMaster struct {
+	pb.MasterServiceClient
+	addr string // "" = gRPC only (HA addresses, Config.NoFastRPC)
+
+	mu      sync.Mutex
+	conn    *fastrpc.Client
+	backoff time.Duration
+	retryAt time.Time // no dial before this after a failed one
+	closed  bool
+}
+
+// fastDialTimeout bounds one dial of the fast path (the call then goes
+// over gRPC, which waits for the master as before).
+const fastDialTimeout = time.Second
+
+func newFastMaster(rpc pb.MasterServiceClient, cfg Config) *fastMaster {
+	m := &fastMaster{MasterServiceClient: rpc}
+	if _, _, err := net.SplitHostPort(cfg.Master); err == nil && !leader.IsHA(cfg.Master) && !cfg.NoFastRPC {
+		m.addr = cfg.Master
+	}
+	return m
+}
+
+// client returns the fastrpc connection, dialling it when there is none
+// and the last failed dial is old enough; nil means use gRPC.
+func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
+	if m.addr == "" {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.conn != nil && m.conn.Err() == nil {
+		return m.conn
+	}
+	if m.conn != nil {
+		_ = m.conn.Close()
+		m.conn = nil
+	}
+	if m.closed || time.Now().Before(m.retryAt) {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, fastDialTimeout)
+	defer cancel()
+	c, err := fastrpc.Dial(dctx, m.addr)
+	if err != nil {
+		m.backoff = min(max(2*m.backoff, 100*time.Millisecond), time.Minute)
+		m.retryAt = time.Now().Add(m.backoff)
+		return nil
+	}
+	m.conn, m.backoff = c, 0
+	return c
+}
+
+func (m *fastMaster) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	if m.conn != nil {
+		_ = m.conn.Close()
+		m.conn = nil
+	}
+}
+
+// fastCall sends req as method on the fast path into a new R, or calls
+// slow (gRPC) when the fast path is unavailable, did not send it or lost
+// its connection before the answer.
+func fastCall[R any, PR interface {
+	*R
+	proto.Message
+}](ctx context.Context, m *fastMaster, method uint8, req proto.Message, slow func() (PR, error)) (PR, error) {
+	c := m.client(ctx)
+	if c == nil {
+		return slow()
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return slow()
+	}
+	out, err := c.Call(ctx, method, b)
+	switch {
+	case err == nil:
+	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
+		return slow()
+	default:
+		return nil, err
+	}
+	resp := PR(new(R))
+	if err := proto.Unmarshal(out, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (m *fastMaster) PutStart(ctx context.Context, in *pb.PutStartRequest, opts ...grpc.CallOption) (*pb.PutStartResponse, error) {
+	return fastCall(ctx, m, pb.FastPutStart, in, func() (*pb.PutStartResponse, error) {
+		return m.MasterServiceClient.PutStart(ctx, in, opts...)
+	})
+}
+
+func (m *fastMaster) PutEnd(ctx context.Context, in *pb.PutEndRequest, opts ...grpc.CallOption) (*pb.Status, error) {
+	return fastCall(ctx, m, pb.FastPutEnd, in, func() (*pb.Status, error) {
+		return m.MasterServiceClient.PutEnd(ctx, in, opts...)
+	})
+}
+
+func (m *fastMaster) PutRevoke(ctx context.Context, in *pb.PutRevokeRequest, opts ...grpc.CallOption) (*pb.Status, error) {
+	return fastCall(ctx, m, pb.FastPutRevoke, in, func() (*pb.Status, error) {
+		return m.MasterServiceClient.PutRevoke(ctx, in, opts...)
+	})
+}
+
+func (m *fastMaster) GetReplicaList(ctx context.Context, in *pb.KeyRequest, opts ...grpc.CallOption) (*pb.ObjectInfo, error) {
+	return fastCall(ctx, m, pb.FastGetReplicaList, in, func() (*pb.ObjectInfo, error) {
+		return m.MasterServiceClient.GetReplicaList(ctx, in, opts...)
+	})
+}
+
+func (m *fastMaster) Exist(ctx context.Context, in *pb.KeyRequest, opts ...grpc.CallOption) (*pb.ExistResponse, error) {
+	return fastCall(ctx, m, pb.FastExist, in, func() (*pb.ExistResponse, error) {
+		return m.MasterServiceClient.Exist(ctx, in, opts...)
+	})
+}
+
+func (m *fastMaster) BatchExist(ctx context.Context, in *pb.BatchKeysRequest, opts ...grpc.CallOption) (*pb.BatchExistResponse, error) {
+	return fastCall(ctx, m, pb.FastBatchExist, in, func() (*pb.BatchExistResponse, error) {
+		return m.MasterServiceClient.BatchExist(ctx, in, opts...)
+	})
+}
+
+func (m *fastMaster) BatchGetReplicaList(ctx context.Context, in *pb.BatchKeysRequest, opts ...grpc.CallOption) (*pb.BatchObjectInfo, error) {
+	return fastCall(ctx, m, pb.FastBatchGetReplicaList, in, func() (*pb.BatchObjectInfo, error) {
+		return m.MasterServiceClient.BatchGetReplicaList(ctx, in, opts...)
+	})
+}
+
+func (m *fastMaster) BatchPutStart(ctx context.Context, in *pb.BatchPutStartRequest, opts ...grpc.CallOption) (*pb.BatchPutStartResponse, error) {
+	return fastCall(ctx, m, pb.FastBatchPutStart, in, func() (*pb.BatchPutStartResponse, error) {
+		return m.MasterServiceClient.BatchPutStart(ctx, in, opts...)
+	})
+}
+
+func (m *fastMaster) BatchPutEnd(ctx context.Context, in *pb.BatchPutEndRequest, opts ...grpc.CallOption) (*pb.BatchStatus, error) {
+	return fastCall(ctx, m, pb.FastBatchPutEnd, in, func() (*pb.BatchStatus, error) {
+		return m.MasterServiceClient.BatchPutEnd(ctx, in, opts...)
+	})
+}
+
+// batchExist asks for keys' existence with FastBatchExistBits (one byte
+// per key in the answer). ok is false when the call should go over gRPC
+// instead (no fast path, not sent, connection lost).
+func (m *fastMaster) batchExist(ctx context.Context, keys []string) (out []bool, ok bool, err error) {
+	c := m.client(ctx)
+	if c == nil {
+		return nil, false, nil
+	}
+	b, err := proto.Marshal(&pb.BatchKeysRequest{Keys: keys})
+	if err != nil {
+		return nil, false, nil
+	}
+	ans, err := c.Call(ctx, pb.FastBatchExistBits, b)
+	switch {
+	case err == nil:
+	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
+		return nil, false, nil
+	default:
+		return nil, true, fmt.Errorf("store: batch exist: master rpc: %w", err)
+	}
+	if len(ans) != len(keys) {
+		return nil, true, fmt.Errorf("store: batch exist: master answered %d keys of %d", len(ans), len(keys))
+	}
+	out = make([]bool, len(keys))
+	for i, v := range ans {
+		out[i] = v == 1
+	}
+	return out, true, nil
+}
+
+// current reports whether conn is the live fast connection.
+func (m *fastMaster) current(conn *fastrpc.Client) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return conn != nil && m.conn == conn && conn.Err() == nil
+}
+
+// putCommit sends FastPutCommit. conn is the connection that carried it,
+// nil when the fast path could not (no connection, not sent, lost before
+// the answer, refused).
+func (m *fastMaster) putCommit(ctx context.Context, req *pb.PutCommitRequest) (*pb.PutCommitResponse, *fastrpc.Client, error) {
+	c := m.client(ctx)
+	if c == nil {
+		return nil, nil, nil
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return nil, nil, nil
+	}
+	out, err := c.Call(ctx, pb.FastPutCommit, b)
+	switch {
+	case err == nil:
+	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
+		return nil, nil, nil
+	default:
+		return nil, c, fmt.Errorf("store: put %q: master rpc: %w", req.Key, err)
+	}
+	var resp pb.PutCommitResponse
+	if err := proto.Unmarshal(out, &resp); err != nil {
+		return nil, c, fmt.Errorf("store: put %q: %w", req.Key, err)
+	}
+	return &resp, c, nil
+}

@@ -1,0 +1,72 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
+	"github.com/kvcache-go/mooncake/store"
+)
+
+// The hot calls go over fastrpc by default, over gRPC with NoFastRPC, and
+// both give the same results; a master restart breaks the fast connection
+// and the client dials it again.
+func TestFastRPCPath(t *testing.T) {
+	c := newCluster(t, master.Config{}, 2, 16<<20)
+	fast := c.client(nil)
+	slow := c.client(func(cfg *store.Config) { cfg.NoFastRPC = true })
+	ctx := context.Background()
+	for i, cl := range []*store.Client{fast, slow} {
+		key := fmt.Sprintf("fast/%d", i)
+		v := value(key, 4096)
+		if err := cl.Put(ctx, key, v); err != nil {
+			t.Fatal(err)
+		}
+		for _, other := range []*store.Client{fast, slow} {
+			got, err := other.Get(ctx, key)
+			if err != nil || !bytes.Equal(got, v) {
+				t.Fatalf("get %s: %d bytes, %v", key, len(got), err)
+			}
+		}
+		if ok, err := cl.Exist(ctx, key); err != nil || !ok {
+			t.Fatalf("exist %s = %v, %v", key, ok, err)
+		}
+		if err := cl.Put(ctx, key, v); err == nil {
+			t.Fatalf("second put of %s succeeded, want ErrExists", key)
+		}
+	}
+	if !store.FastConnected(fast) {
+		t.Fatal("the default client did not use the fast path")
+	}
+	if store.FastConnected(slow) {
+		t.Fatal("the NoFastRPC client opened a fast connection")
+	}
+	for _, cl := range []*store.Client{fast, slow} {
+		res, err := cl.BatchExist(ctx, []string{"fast/0", "fast/1", "fast/none", ""})
+		if err != nil || len(res) != 4 || !res[0] || !res[1] || res[2] || res[3] {
+			t.Fatalf("batch exist = %v, %v", res, err)
+		}
+	}
+
+	c.restartMaster()
+	waitfor.Cond(t, 10*time.Second, "nodes to remount", func() bool { return len(c.master.Core().Segments()) == 2 })
+	// The fast connection died with the old master; calls go over gRPC
+	// until the next dial succeeds (after a short backoff).
+	waitfor.Cond(t, 10*time.Second, "the fast path to be dialled again", func() bool {
+		_, err := fast.Exist(ctx, "fast/0")
+		return err == nil && store.FastConnected(fast)
+	})
+	for i := range 20 {
+		key := fmt.Sprintf("after/%d", i)
+		if err := fast.Put(ctx, key, value(key, 4096)); err != nil {
+			t.Fatalf("put after restart: %v", err)
+		}
+		if got, err := slow.Get(ctx, key); err != nil || !bytes.Equal(got, value(key, 4096)) {
+			t.Fatalf("get after restart: %d bytes, %v", len(got), err)
+		}
+	}
+}
