@@ -230,9 +230,11 @@ func fillMaster(ctx context.Context, hc *http.Client, ms *masterStatus) {
 	}
 }
 
-// grpcPort reports whether the server at url speaks first with an HTTP/2
-// SETTINGS frame, as a gRPC server does (an HTTP/1 server waits for the
-// request): the master's --port given where its admin port belongs.
+// grpcPort reports whether the server at url answers an HTTP/1 request with
+// an HTTP/2 SETTINGS frame, as a gRPC server does (the master's port also
+// serves fastrpc and hands a connection to gRPC once its first bytes are
+// not fastrpc's preface): the master's --port given where its admin port
+// belongs.
 func grpcPort(ctx context.Context, url string) bool {
 	host := strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://")
 	if i := strings.IndexByte(host, '/'); i >= 0 {
@@ -247,6 +249,9 @@ func grpcPort(ctx context.Context, url string) bool {
 	defer c.Close()
 	if d, ok := ctx.Deadline(); ok {
 		_ = c.SetReadDeadline(d)
+	}
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: mooncake\r\n\r\n"); err != nil {
+		return false
 	}
 	var hdr [9]byte // frame header: length (3), type (1), flags (1), stream (4)
 	_, err = io.ReadFull(c, hdr[:])

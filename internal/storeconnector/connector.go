@@ -455,6 +455,12 @@ func (c *Connector) runLoad(ctx context.Context, l *load) {
 		return
 	}
 	c.doneRecv = append(c.doneRecv, l.id)
+	c.loadEndedLocked(l, bad, loaded)
+}
+
+// loadEndedLocked records a load's outcome: its bad blocks are reported
+// invalid (the engine recomputes them) and the stats counted.
+func (c *Connector) loadEndedLocked(l *load, bad []int, loaded int) {
 	c.invalid = append(c.invalid, bad...)
 	c.st.LoadedTokens += uint64(loaded * c.kv.Layout.BlockSize)
 	if len(bad) > 0 {

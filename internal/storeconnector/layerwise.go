@@ -94,14 +94,7 @@ func (c *Connector) runSyncLoad(ctx context.Context, sl *syncLoad) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.invalid = append(c.invalid, bad...)
-	c.st.LoadedTokens += uint64(loaded * c.kv.Layout.BlockSize)
-	if len(bad) > 0 {
-		c.st.LoadsFailed++
-		c.cfg.Logger.Warn("store load failed for some blocks; recomputing them", "req", l.id, "blocks", len(bad), "of", len(l.blocks))
-	} else {
-		c.st.LoadsOK++
-	}
+	c.loadEndedLocked(l, bad, loaded)
 }
 
 // waitLayer waits until layer's blocks of every load of the step landed
