@@ -44,7 +44,7 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove
 	}
 	now := m.clock.Now()
 	for _, h := range dropped {
-		if d := m.disk[h.Key]; d != nil && d.seg.spec.Name == h.Segment && d.seq == h.Seq {
+		if d := m.disk[h.Key]; d != nil && d.seg.spec.Name == h.Segment && d.seg.client == c.id && d.seq == h.Seq {
 			m.dropDiskLocked(h.Key, false)
 		}
 	}
@@ -105,7 +105,7 @@ func (m *Master) dropDiskLocked(key string, tell bool) {
 // diskInfoLocked is the ObjectInfo of a key held only on disk.
 func (m *Master) diskInfoLocked(key string) (ObjectInfo, bool) {
 	d := m.disk[key]
-	if d == nil || m.segments[d.seg.spec.Name] != d.seg {
+	if d == nil || m.segments[d.seg.key] != d.seg {
 		return ObjectInfo{}, false
 	}
 	return ObjectInfo{Key: key, Size: d.size, CRC: d.crc, Complete: true, Disk: []DiskCopy{d.ref()},

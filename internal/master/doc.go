@@ -41,10 +41,19 @@
 //   - Segments: a client mounts segments it contributes (name, transfer
 //     engine endpoint, base address, size). Each has its own best-fit offset
 //     allocator (package internal/offsetalloc) with 64-byte granularity, so
-//     objects of one size fill a segment completely.
-//   - Put: PutStart allocates the replicas on distinct segments (preferred
-//     segments first, then by strategy: random, free_ratio_first,
-//     local_first); the replica count is best effort (at least one). The
+//     objects of one size fill a segment completely. As in Mooncake (which
+//     keys segments by UUID), segments of different clients (different
+//     endpoints) may share a name: each has an internal key (its name for
+//     the first, "name#N" for the others), a client has at most one segment
+//     per name, and a segment from the endpoint of another client's segment
+//     of that name replaces it (a restarted node). Whatever takes a segment
+//     name (preferred segments, replica clear, copy/move targets and
+//     sources) means every segment under it.
+//   - Put: PutStart allocates the replicas on segments of distinct names
+//     (Mooncake groups its allocators by name; preferred names first, the
+//     caller's own segment first under a shared name, then by strategy:
+//     random, free_ratio_first, local_first); the replica count is best
+//     effort (at least one). The
 //     object is invisible until PutEnd, which records the value's CRC32C.
 //     PutRevoke abandons a put. A put of an existing key fails with
 //     ErrObjectExists; Upsert replaces the value (in place when the size is

@@ -135,6 +135,7 @@ type object struct {
 func (o *object) alloc() uint64 { return o.hdr + o.size }
 
 type segment struct {
+	key           string // in Master.segments: spec.Name, or "name#N" for a later segment sharing the name
 	spec          SegmentSpec
 	client        string
 	alloc         *offsetalloc.Allocator
@@ -172,7 +173,7 @@ type Master struct {
 	objects  map[string]*object
 	pending  map[string]*object // unfinished puts
 	segments map[string]*segment
-	segOrder []*segment // sorted by name
+	segOrder []*segment // sorted by name, then key
 	clients  map[string]*client
 	zombies  []zombie
 	stats    Stats

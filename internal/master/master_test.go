@@ -656,7 +656,7 @@ func TestMountUnmount(t *testing.T) {
 		{"too small", "c", SegmentSpec{Name: "y", Endpoint: "e", Size: 8}, ErrInvalidParams},
 		{"ok", "c", spec, nil},
 		{"idempotent", "c", spec, nil},
-		{"name taken", "other", SegmentSpec{Name: "x", Endpoint: "other-endpoint", Base: 4096, Size: 1 << 20}, ErrSegmentExists},
+		{"name taken by the same client", "c", SegmentSpec{Name: "x", Endpoint: "other-endpoint", Base: 4096, Size: 1 << 20}, ErrSegmentExists},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

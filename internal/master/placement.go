@@ -41,21 +41,34 @@ func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, pref
 	return nil, fmt.Errorf("%w: %d bytes", ErrNoSpace, size)
 }
 
-// placeLocked allocates up to want replicas on distinct segments.
+// placeLocked allocates up to want replicas on segments of distinct names
+// (as Mooncake, whose allocators are grouped by segment name: segments of
+// several clients sharing a name hold at most one replica together). A
+// preferred name means any segment under it, the caller's own first.
 func (m *Master) placeLocked(clientID string, size uint64, want int, preferred []string) []replica {
 	var reps []replica
-	used := map[*segment]bool{}
+	used := map[string]bool{} // segment names holding a replica
+	tried := map[*segment]bool{}
 	try := func(s *segment) {
-		if len(reps) >= want || s == nil || s.draining || used[s] {
+		if len(reps) >= want || s == nil || s.draining || used[s.spec.Name] || tried[s] {
 			return
 		}
-		used[s] = true
+		tried[s] = true
 		if off, ok := s.alloc.Alloc(size); ok {
+			used[s.spec.Name] = true
 			reps = append(reps, replica{seg: s, off: off})
 		}
 	}
 	for _, name := range preferred {
-		try(m.segments[name])
+		named := m.namedLocked(name)
+		for _, s := range named {
+			if s.client == clientID {
+				try(s)
+			}
+		}
+		for _, s := range named {
+			try(s)
+		}
 	}
 	for _, s := range m.orderLocked(clientID) {
 		if len(reps) >= want {

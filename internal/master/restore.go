@@ -74,7 +74,7 @@ func headerLen(key string) uint64 { return objheader.Len(key) }
 // freeRangeLocked frees the n bytes at off in s. For a durable object
 // (hdr > 0) the first Align bytes stay allocated as a tombstone.
 func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr uint64) {
-	if hdr == 0 || m.segments[s.spec.Name] != s {
+	if hdr == 0 || m.segments[s.key] != s {
 		s.alloc.Free(off, n)
 		return
 	}
@@ -206,7 +206,7 @@ func (m *Master) Restore(clientID string, specs []SegmentSpec, held []HeldObject
 		if spec.Name == "" || spec.Endpoint == "" || spec.Size == 0 {
 			return res, fmt.Errorf("%w: segment needs a name, an endpoint and a size", ErrInvalidParams)
 		}
-		old := m.segments[spec.Name]
+		old := m.clients[clientID].segments[spec.Name]
 		known := old != nil && old.client == clientID && old.spec == spec
 		if err := m.mountLocked(clientID, spec); err != nil {
 			return res, err
@@ -214,12 +214,12 @@ func (m *Master) Restore(clientID string, specs []SegmentSpec, held []HeldObject
 		if known || !m.cfg.Durable {
 			continue
 		}
-		m.restoreSegmentLocked(m.segments[spec.Name], bySeg[spec.Name], now, &res)
+		m.restoreSegmentLocked(m.clients[clientID].segments[spec.Name], bySeg[spec.Name], now, &res)
 	}
 	if m.cfg.Durable && len(onDisk) > 0 {
 		rm, taken := m.diskSyncLocked(m.clients[clientID], onDisk, nil)
 		for _, h := range rm { // delivered with the next ping
-			if s := m.segments[h.Segment]; s != nil {
+			if s := m.clients[clientID].segments[h.Segment]; s != nil {
 				s.diskRemove = append(s.diskRemove, h)
 			}
 		}

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,9 +11,12 @@ import (
 )
 
 // MountSegment adds a client's segment to the pool. Mounting the same spec
-// again is a no-op. A segment under a taken name is refused, unless it comes
-// from the same transfer engine endpoint (a restarted node reusing its
-// port): then the old, stale segment and its replicas are dropped first.
+// again is a no-op. As in Mooncake, segments of different clients (different
+// transfer engine endpoints) may share a name; placement puts an object's
+// replicas under distinct names. A second segment under one name from the
+// same client is refused. A segment from the transfer engine endpoint of
+// another client's segment under the same name (a restarted node reusing
+// its port) replaces that old, stale segment and drops its replicas first.
 func (m *Master) MountSegment(clientID string, spec SegmentSpec) error {
 	if clientID == "" || spec.Name == "" || spec.Endpoint == "" || spec.Size == 0 {
 		return fmt.Errorf("%w: segment needs a client, a name, an endpoint and a size", ErrInvalidParams)
@@ -24,30 +28,60 @@ func (m *Master) MountSegment(clientID string, spec SegmentSpec) error {
 
 func (m *Master) mountLocked(clientID string, spec SegmentSpec) error {
 	now := m.clock.Now()
-	if s := m.segments[spec.Name]; s != nil {
-		switch {
-		case s.client == clientID && s.spec == spec:
-			m.touchClient(clientID, now)
-			return nil
-		case s.client != clientID && s.spec.Endpoint == spec.Endpoint:
+	if c := m.clients[clientID]; c != nil {
+		if s := c.segments[spec.Name]; s != nil {
+			if s.spec == spec {
+				m.touchClient(clientID, now)
+				return nil
+			}
+			return fmt.Errorf("%w: %q", ErrSegmentExists, spec.Name)
+		}
+	}
+	for _, s := range m.namedLocked(spec.Name) {
+		if s.client != clientID && s.spec.Endpoint == spec.Endpoint {
 			// A new process serves this transfer engine endpoint: the old
 			// owner is gone (its memory with it), so its segment is stale.
 			m.unmountLocked(s)
-		default:
-			return fmt.Errorf("%w: %q", ErrSegmentExists, spec.Name)
 		}
 	}
 	if spec.Size < m.cfg.Align {
 		return fmt.Errorf("%w: segment of %d bytes is too small", ErrInvalidParams, spec.Size)
 	}
 	c := m.touchClient(clientID, now)
-	s := &segment{spec: spec, client: clientID, alloc: offsetalloc.New(spec.Size, m.cfg.Align), keys: map[string]struct{}{},
-		tombs: map[uint64]tomb{}}
-	m.segments[spec.Name] = s
-	i, _ := slices.BinarySearchFunc(m.segOrder, spec.Name, func(a *segment, n string) int { return strings.Compare(a.spec.Name, n) })
+	s := &segment{key: m.segmentKeyLocked(spec.Name), spec: spec, client: clientID, alloc: offsetalloc.New(spec.Size, m.cfg.Align),
+		keys: map[string]struct{}{}, tombs: map[uint64]tomb{}}
+	m.segments[s.key] = s
+	i, _ := slices.BinarySearchFunc(m.segOrder, s, compareSegments)
 	m.segOrder = slices.Insert(m.segOrder, i, s)
 	c.segments[spec.Name] = s
 	return nil
+}
+
+// segmentKeyLocked is a free internal key for a new segment named name: the
+// name itself for the first segment under it, "name#2", "name#3", ... for
+// segments of other clients sharing it.
+func (m *Master) segmentKeyLocked(name string) string {
+	key := name
+	for n := 2; m.segments[key] != nil; n++ {
+		key = fmt.Sprintf("%s#%d", name, n)
+	}
+	return key
+}
+
+// compareSegments orders segOrder: by name, then by internal key.
+func compareSegments(a, b *segment) int {
+	return cmp.Or(strings.Compare(a.spec.Name, b.spec.Name), strings.Compare(a.key, b.key))
+}
+
+// namedLocked is every mounted segment named name (of any client), in
+// segOrder; the slice aliases segOrder.
+func (m *Master) namedLocked(name string) []*segment {
+	i, _ := slices.BinarySearchFunc(m.segOrder, name, func(a *segment, n string) int { return strings.Compare(a.spec.Name, n) })
+	j := i
+	for j < len(m.segOrder) && m.segOrder[j].spec.Name == name {
+		j++
+	}
+	return m.segOrder[i:j:j]
 }
 
 // RemountSegments re-registers a client and all its segments, as a client
@@ -87,14 +121,15 @@ func (m *Master) UnmountSegment(clientID, name string) error {
 // ownSegmentLocked is the segment name that clientID mounted:
 // ErrSegmentNotFound without one, ErrNotOwner when another client's.
 func (m *Master) ownSegmentLocked(clientID, name string) (*segment, error) {
-	s := m.segments[name]
-	if s == nil {
-		return nil, fmt.Errorf("%w: %q", ErrSegmentNotFound, name)
+	if c := m.clients[clientID]; c != nil {
+		if s := c.segments[name]; s != nil {
+			return s, nil
+		}
 	}
-	if s.client != clientID {
+	if len(m.namedLocked(name)) > 0 {
 		return nil, fmt.Errorf("%w: segment %q belongs to another client", ErrNotOwner, name)
 	}
-	return s, nil
+	return nil, fmt.Errorf("%w: %q", ErrSegmentNotFound, name)
 }
 
 // GracefulUnmount stops new allocations on a segment and unmounts it (in
@@ -129,9 +164,9 @@ func (m *Master) unmountLocked(s *segment) {
 		m.untombKeyLocked(tb.key)
 	}
 	m.dropSegmentDiskLocked(s)
-	delete(m.segments, s.spec.Name)
+	delete(m.segments, s.key)
 	m.segOrder = slices.DeleteFunc(m.segOrder, func(x *segment) bool { return x == s })
-	if c := m.clients[s.client]; c != nil {
+	if c := m.clients[s.client]; c != nil && c.segments[s.spec.Name] == s {
 		delete(c.segments, s.spec.Name)
 	}
 	m.zombies = slices.DeleteFunc(m.zombies, func(z zombie) bool { return z.seg == s })
@@ -157,7 +192,8 @@ func (m *Master) drainLocked(now time.Time) {
 	}
 }
 
-// Segments returns the mounted segments in name order.
+// Segments returns the mounted segments in name order (segments sharing a
+// name in the order they were first mounted).
 func (m *Master) Segments() []SegmentInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -172,13 +208,14 @@ func (s *segment) info() SegmentInfo {
 	return SegmentInfo{SegmentSpec: s.spec, Client: s.client, Used: s.alloc.Used(), Capacity: s.alloc.Size(), Objects: len(s.keys), Draining: s.draining}
 }
 
-// Segment returns one segment's info.
+// Segment returns one segment's info; when several clients share the name,
+// the first of them in Segments' order.
 func (m *Master) Segment(name string) (SegmentInfo, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.segments[name]
-	if s == nil {
+	named := m.namedLocked(name)
+	if len(named) == 0 {
 		return SegmentInfo{}, fmt.Errorf("%w: %q", ErrSegmentNotFound, name)
 	}
-	return s.info(), nil
+	return named[0].info(), nil
 }

@@ -190,12 +190,14 @@ func (m *Master) taskObjectLocked(key string) (*object, error) {
 	return o, nil
 }
 
+// taskTargetLocked checks that a segment named name can take a copy: one is
+// mounted and not all of them are being unmounted.
 func (m *Master) taskTargetLocked(key, name string) error {
-	s := m.segments[name]
-	if s == nil {
+	named := m.namedLocked(name)
+	if len(named) == 0 {
 		return fmt.Errorf("%w: %q: target segment %q is not mounted", ErrInvalidParams, key, name)
 	}
-	if s.draining {
+	if !slices.ContainsFunc(named, func(s *segment) bool { return !s.draining }) {
 		return fmt.Errorf("%w: %q: target segment %q is being unmounted", ErrUnavailable, key, name)
 	}
 	return nil
@@ -302,17 +304,25 @@ func (m *Master) startTaskLocked(t *task, now time.Time) (TaskAssignment, error)
 			undo()
 			return TaskAssignment{}, err
 		}
-		s := m.segments[name]
-		if slices.ContainsFunc(o.replicas, func(r replica) bool { return r.seg == s }) ||
-			slices.ContainsFunc(targets, func(r replica) bool { return r.seg == s }) {
+		if slices.ContainsFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == name }) ||
+			slices.ContainsFunc(targets, func(r replica) bool { return r.seg.spec.Name == name }) {
 			continue // already there
 		}
-		off, ok := s.alloc.Alloc(o.alloc())
-		if !ok {
+		placed := false
+		for _, s := range m.namedLocked(name) { // any segment of that name (several clients may share it)
+			if s.draining {
+				continue
+			}
+			if off, ok := s.alloc.Alloc(o.alloc()); ok {
+				targets = append(targets, replica{seg: s, off: off})
+				placed = true
+				break
+			}
+		}
+		if !placed {
 			undo()
 			return TaskAssignment{}, fmt.Errorf("%w: %d bytes on segment %q for %q", ErrNoSpace, o.alloc(), name, t.Key)
 		}
-		targets = append(targets, replica{seg: s, off: off})
 	}
 	t.targets, t.seq, t.asize, t.hdr = targets, o.seq, o.alloc(), o.hdr
 	t.Status, t.Updated, t.Message = TaskProcessing, now, ""
@@ -366,7 +376,7 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 	}
 	added := 0
 	for _, r := range t.targets {
-		if m.segments[r.seg.spec.Name] != r.seg || slices.ContainsFunc(o.replicas, func(x replica) bool { return x.seg == r.seg }) {
+		if m.segments[r.seg.key] != r.seg || slices.ContainsFunc(o.replicas, func(x replica) bool { return x.seg == r.seg }) {
 			m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.hdr) // unmounted meanwhile, or replicated otherwise
 			continue
 		}
