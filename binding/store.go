@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -119,11 +121,17 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	}
 	cfg.Logger = logger.With("store", a.host)
 	eng, err := transfer.Open(ctx, cfg)
+	segName := "" // the segment's name: the engine's own unless the port was taken
 	if errors.Is(err, syscall.EADDRINUSE) && cfg.RPCPort != 0 {
 		// Mooncake's engine never binds the port of local_hostname (it
 		// takes a free one), so two stores given the same host:port work
-		// there: take a free port too; get_hostname() tells which.
-		logger.Warn("store setup: port taken, using a free one", "local_hostname", a.host, "err", err)
+		// there, and their segments share that name (the master keys
+		// segments by UUID; placement spreads replicas over names). Take a
+		// free port too, and keep local_hostname as the segment's name
+		// (and get_hostname()'s answer); peers reach us by the endpoint.
+		segName = net.JoinHostPort(cfg.LocalHostname, strconv.Itoa(cfg.RPCPort))
+		logger.Warn("store setup: port taken, using a free one; the segment keeps the name", "local_hostname", a.host,
+			"segment", segName, "err", err)
 		cfg.RPCPort = 0
 		eng, err = transfer.Open(ctx, cfg)
 	}
@@ -136,7 +144,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 		return nil, err
 	}
 	mover := newNestedMover(eng)
-	scfg := store.Config{Master: a.master, Mover: mover, SegmentSize: a.segmentSize,
+	scfg := store.Config{Master: a.master, Mover: mover, SegmentSize: a.segmentSize, SegmentName: segName,
 		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Logger: logger.With("store", eng.Name())}
 	if disk != nil {
 		scfg.Disk = disk

@@ -120,10 +120,14 @@ func (s *storeState) stat(key string) ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// hostname is the client's "host:port" (its transfer engine's name).
+// hostname is the client's "host:port": its segment's name (local_hostname),
+// else its transfer engine's name.
 func (s *storeState) hostname() string {
 	if s.eng == nil {
 		return s.c.SegmentName() // a dummy client: its real client's name
+	}
+	if n := s.c.SegmentName(); n != "" {
+		return n // local_hostname, also when its port was taken (openStore)
 	}
 	return s.eng.Name()
 }

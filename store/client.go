@@ -355,7 +355,7 @@ func (c *Client) unmountGracefully() {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		si, err := c.rpc.QuerySegment(ctx, &pb.SegmentRequest{Name: c.segmentSpec.Name})
+		si, err := c.rpc.QuerySegment(ctx, &pb.SegmentRequest{Name: c.segmentSpec.Name, ClientId: c.cfg.ClientID})
 		if err != nil || si.Status.GetCode() != 0 {
 			return // gone (or master unreachable: nothing more to wait for)
 		}

@@ -208,6 +208,19 @@ func (s *segment) info() SegmentInfo {
 	return SegmentInfo{SegmentSpec: s.spec, Client: s.client, Used: s.alloc.Used(), Capacity: s.alloc.Size(), Objects: len(s.keys), Draining: s.draining}
 }
 
+// ClientSegment returns the info of clientID's segment named name:
+// ErrSegmentNotFound when it has none (other clients' may share the name).
+func (m *Master) ClientSegment(clientID, name string) (SegmentInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := m.clients[clientID]; c != nil {
+		if s := c.segments[name]; s != nil {
+			return s.info(), nil
+		}
+	}
+	return SegmentInfo{}, fmt.Errorf("%w: %q of client %q", ErrSegmentNotFound, name, clientID)
+}
+
 // Segment returns one segment's info; when several clients share the name,
 // the first of them in Segments' order.
 func (m *Master) Segment(name string) (SegmentInfo, error) {

@@ -315,9 +315,13 @@ func (s *Service) List(_ context.Context, r *pb.ListRequest) (*pb.ListResponse, 
 	return out, nil
 }
 
-// QuerySegment implements MasterService.
+// QuerySegment implements MasterService: with a client id, that client's
+// segment of the name.
 func (s *Service) QuerySegment(_ context.Context, r *pb.SegmentRequest) (*pb.SegmentInfo, error) {
 	si, err := s.m.Segment(r.Name)
+	if r.ClientId != "" {
+		si, err = s.m.ClientSegment(r.ClientId, r.Name)
+	}
 	if err != nil {
 		return &pb.SegmentInfo{Status: status(err)}, nil
 	}

@@ -55,6 +55,12 @@ func TestSharedSegmentNameMount(t *testing.T) {
 	if si, err := m.Segment("h:1"); err != nil || si.Name != "h:1" {
 		t.Fatalf("Segment(h:1) = %+v, %v", si, err)
 	}
+	if si, err := m.ClientSegment("c2", "h:1"); err != nil || si.Client != "c2" || si.Endpoint != "e2" {
+		t.Fatalf("ClientSegment(c2, h:1) = %+v, %v", si, err)
+	}
+	if _, err := m.ClientSegment("c3", "h:1"); !errors.Is(err, ErrSegmentNotFound) {
+		t.Fatalf("ClientSegment(c3, h:1): %v", err)
+	}
 	// c1 unmounts its own segment; c2's under the same name stays.
 	if err := m.UnmountSegment("c3", "h:1"); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("unmount by a client without a segment of that name: %v", err)

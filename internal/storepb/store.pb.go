@@ -2350,9 +2350,12 @@ func (x *ListResponse) GetNext() string {
 	return ""
 }
 
+// SegmentRequest names a segment; with client_id, that client's segment of
+// that name (segments of several clients may share a name).
 type SegmentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2390,6 +2393,13 @@ func (*SegmentRequest) Descriptor() ([]byte, []int) {
 func (x *SegmentRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *SegmentRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
 	}
 	return ""
 }
@@ -2667,9 +2677,10 @@ const file_store_proto_rawDesc = "" +
 	"\fListResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12.\n" +
 	"\x04keys\x18\x02 \x03(\v2\x1a.mooncake.store.v1.KeyInfoR\x04keys\x12\x12\n" +
-	"\x04next\x18\x03 \x01(\tR\x04next\"$\n" +
+	"\x04next\x18\x03 \x01(\tR\x04next\"A\n" +
 	"\x0eSegmentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xf9\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\"\xf9\x01\n" +
 	"\vSegmentInfo\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x124\n" +
 	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\x12\x1b\n" +
