@@ -69,6 +69,7 @@ var stores = newHandles[*storeState]()
 // storeState is one store client and the transfer engine it owns.
 type storeState struct {
 	eng  *transfer.Engine // nil for a dummy client
+	host string           // local_hostname when its port was taken (the engine has another), else ""
 	c    storeClient      // a *store.Client, or a *dummyclient.Client
 	regs regions
 
@@ -156,7 +157,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 		closeDisk(disk)
 		return nil, err
 	}
-	return &storeState{eng: eng, c: c, disk: disk, extra: newExtraSegments(a.master, mover), bufs: map[uint64][]byte{}}, nil
+	return &storeState{eng: eng, host: segName, c: c, disk: disk, extra: newExtraSegments(a.master, mover), bufs: map[uint64][]byte{}}, nil
 }
 
 func (s *storeState) close() error {

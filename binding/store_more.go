@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,14 +121,12 @@ func (s *storeState) stat(key string) ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// hostname is the client's "host:port": its segment's name (local_hostname),
-// else its transfer engine's name.
+// hostname is the client's "host:port", as in Mooncake its local_hostname
+// (also when that port was taken and the engine has another, openStore):
+// its transfer engine's name, which is its segment's name.
 func (s *storeState) hostname() string {
 	if s.eng == nil {
 		return s.c.SegmentName() // a dummy client: its real client's name
 	}
-	if n := s.c.SegmentName(); n != "" {
-		return n // local_hostname, also when its port was taken (openStore)
-	}
-	return s.eng.Name()
+	return cmp.Or(s.host, s.eng.Name())
 }

@@ -137,21 +137,43 @@ class StoreTasksTest(unittest.TestCase):
         self.assertEqual(unset.query_task((1, 2)), (None, ErrorCode.INVALID_PARAMS))
         s.remove("tasks/f", force=True)
 
-    def test_taken_port_falls_back(self):
+    def test_taken_port_shares_the_name(self):
         # Mooncake's test_batch_replica_clear sets up a second client on a host:port another
-        # client of the process still holds; Mooncake's engine never binds that port, ours
-        # takes a free one instead of failing.
+        # client of the process still holds. Mooncake's engine never binds that port, and both
+        # segments go under that name: ours takes a free port for the engine, and the segment
+        # and get_hostname() keep local_hostname, as there.
         want = "127.0.0.1:%d" % free_port()
         a, b = MooncakeDistributedStore(), MooncakeDistributedStore()
         try:
-            self.assertEqual(a.setup(want, "P2PHANDSHAKE", 0, "4MB", "tcp", "", self.addr), 0)
-            self.assertEqual(b.setup(want, "P2PHANDSHAKE", 0, "4MB", "tcp", "", self.addr), 0)
+            self.assertEqual(a.setup(want, "P2PHANDSHAKE", "4MB", "4MB", "tcp", "", self.addr), 0)
+            self.assertEqual(b.setup(want, "P2PHANDSHAKE", "4MB", "4MB", "tcp", "", self.addr), 0)
             self.assertEqual(a.get_hostname(), want)
-            self.assertNotEqual(b.get_hostname(), want)
-            self.assertTrue(b.get_hostname().startswith("127.0.0.1:"))
-            self.assertEqual(b.put("tasks/port", b"v"), 0)
+            self.assertEqual(b.get_hostname(), want)
+            def endpoints(key):
+                return {r.get_memory_descriptor().buffer_descriptor.transport_endpoint
+                        for r in b.get_replica_desc(key)}
+
+            # A preferred name means the caller's own segment under it: b's, whose engine
+            # (its transport endpoint) has another port.
+            cfg = ReplicateConfig()
+            cfg.replica_num = 2
+            cfg.preferred_segments = [want, self.node_seg]
+            self.assertEqual(b.put("tasks/port", b"v", config=cfg), 0)
+            eps = endpoints("tasks/port")
+            self.assertEqual(len(eps), 2, eps)
+            self.assertIn(self.node_seg, eps)
+            self.assertNotIn(want, eps)  # not a's segment
             self.assertEqual(a.get("tasks/port"), b"v")
-            self.assertEqual(a.remove("tasks/port", force=True), 0)
+            cfg = ReplicateConfig()
+            cfg.preferred_segment = want
+            self.assertEqual(a.put("tasks/port-a", b"w", config=cfg), 0)
+            self.assertEqual(endpoints("tasks/port-a"), {want})  # a's own
+            # Clearing the name clears the copy under it, whichever client holds it.
+            wait_for(lambda: b.batch_replica_clear(["tasks/port"], want) == ["tasks/port"], timeout=10)
+            self.assertEqual(endpoints("tasks/port"), {self.node_seg})
+            self.assertEqual(a.get("tasks/port"), b"v")
+            self.assertEqual(b.remove("tasks/port", force=True), 0)
+            self.assertEqual(a.remove("tasks/port-a", force=True), 0)
         finally:
             a.close()
             b.close()
