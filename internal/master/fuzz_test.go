@@ -8,8 +8,9 @@ import (
 
 // checkInvariants verifies the core's bookkeeping: every segment's used
 // bytes equal its replicas plus zombie space, key sets match replicas,
-// replicas of one object sit on distinct segments, and the pending set is
-// exactly the unfinished puts.
+// replicas of one object sit on segments of distinct names, every segment is
+// filed under its key, in segOrder and in its client's map, and the pending
+// set is exactly the unfinished puts.
 func checkInvariants(t *testing.T, m *Master) {
 	t.Helper()
 	m.mu.Lock()
@@ -23,13 +24,13 @@ func checkInvariants(t *testing.T, m *Master) {
 		if len(o.replicas) == 0 {
 			t.Fatalf("object %q without replicas", k)
 		}
-		seen := map[*segment]bool{}
+		seen := map[string]bool{}
 		for _, r := range o.replicas {
-			if seen[r.seg] {
-				t.Fatalf("object %q has two replicas on %s", k, r.seg.spec.Name)
+			if seen[r.seg.spec.Name] {
+				t.Fatalf("object %q has two replicas under the name %s", k, r.seg.spec.Name)
 			}
-			seen[r.seg] = true
-			if m.segments[r.seg.spec.Name] != r.seg {
+			seen[r.seg.spec.Name] = true
+			if m.segments[r.seg.key] != r.seg {
 				t.Fatalf("object %q has a replica on unmounted segment %s", k, r.seg.spec.Name)
 			}
 			used[r.seg] += r.seg.alloc.Rounded(o.alloc())
@@ -65,6 +66,24 @@ func checkInvariants(t *testing.T, m *Master) {
 	if len(m.segOrder) != len(m.segments) {
 		t.Fatalf("%d ordered segments, %d mounted", len(m.segOrder), len(m.segments))
 	}
+	for i, s := range m.segOrder {
+		if m.segments[s.key] != s {
+			t.Fatalf("segment %s (key %s) not filed under its key", s.spec.Name, s.key)
+		}
+		if i > 0 && compareSegments(m.segOrder[i-1], s) >= 0 {
+			t.Fatalf("segOrder out of order at %d: %s, %s", i, m.segOrder[i-1].key, s.key)
+		}
+		if c := m.clients[s.client]; c == nil || c.segments[s.spec.Name] != s {
+			t.Fatalf("segment %s (key %s) missing from client %s's map", s.spec.Name, s.key, s.client)
+		}
+	}
+	for id, c := range m.clients {
+		for name, s := range c.segments {
+			if s.client != id || s.spec.Name != name || m.segments[s.key] != s {
+				t.Fatalf("client %s files %s, a segment of %s named %s (mounted: %v)", id, name, s.client, s.spec.Name, m.segments[s.key] == s)
+			}
+		}
+	}
 }
 
 // FuzzMasterOps drives the core with arbitrary operation sequences and
@@ -74,6 +93,11 @@ func FuzzMasterOps(f *testing.F) {
 	f.Add([]byte{0, 0x10, 0, 0x21, 1, 0x10, 3, 0x10, 5, 0, 8, 9, 0, 0x35, 1, 0x35, 11, 1, 7, 0xff, 7, 0xff})
 	f.Add([]byte{0, 0x42, 0, 0x43, 0, 0x44, 9, 0, 9, 1, 7, 0x80, 7, 0x80, 10, 2, 0, 0x45})
 	f.Add([]byte{1, 0, 0x10, 1, 0x10, 0, 0x21, 1, 0x21, 13, 0, 14, 0, 4, 0x10, 14, 1, 0, 0x31, 11, 0x31, 14, 2, 13, 1})
+	// Shared names: c1 mounts s0 (endpoint e4) beside c0's, c2 s1 (e5) beside c1's, c1 a second
+	// s1 (refused); puts, a clear and copy/move by name, tasks run, c0's s0 unmounted and
+	// e4 mounted again by c0 (replacing c1's), a graceful unmount by c2.
+	f.Add([]byte{9, 0x0c, 9, 0x15, 9, 0x0d, 0, 0x82, 1, 0x82, 0, 0x43, 1, 0x43, 7, 0xff, 15, 0x12, 16, 0x0a, 16, 0x0b,
+		17, 0x02, 17, 0x0b, 10, 0x04, 9, 0x04, 12, 0x15, 7, 0xff, 14, 0x03})
 	f.Fuzz(runOps)
 }
 
@@ -90,7 +114,8 @@ func runOps(t *testing.T, ops []byte) {
 		ops = ops[1:]
 	}
 	seg := func(i byte) SegmentSpec {
-		s := SegmentSpec{Name: fmt.Sprintf("s%d", i%4), Endpoint: fmt.Sprintf("e%d", i%4), Base: uint64(i%4+1) << 30, Size: 16 << 10}
+		// Eight endpoints under four names: two clients may share a name.
+		s := SegmentSpec{Name: fmt.Sprintf("s%d", i%4), Endpoint: fmt.Sprintf("e%d", i%8), Base: uint64(i%8+1) << 30, Size: 16 << 10}
 		if durable && i%2 == 1 {
 			s.DiskURL, s.OffloadOnEvict, s.PromotionOnHit = "http://d", true, true
 		}
@@ -140,14 +165,14 @@ func runOps(t *testing.T, ops []byte) {
 			m.Tick()
 		case 8:
 			m.Ping(client)
-		case 9:
-			m.MountSegment(fmt.Sprintf("c%d", arg%4), seg(arg))
+		case 9: // client from other bits than the name: clients share names
+			m.MountSegment(fmt.Sprintf("c%d", arg/8%4), seg(arg))
 		case 10:
 			m.UnmountSegment(fmt.Sprintf("c%d", arg%4), seg(arg).Name)
 		case 11:
 			m.Upsert(client, key, size, ReplicateConfig{Replicas: int(arg%2) + 1})
 		case 12:
-			m.GracefulUnmount(fmt.Sprintf("c%d", arg%4), seg(arg).Name, time.Duration(arg)*10*time.Millisecond)
+			m.GracefulUnmount(fmt.Sprintf("c%d", arg/8%4), seg(arg).Name, time.Duration(arg)*10*time.Millisecond)
 		case 13:
 			m.Evict()
 		case 14:

@@ -37,7 +37,7 @@ func (m *Master) mountLocked(clientID string, spec SegmentSpec) error {
 			return fmt.Errorf("%w: %q", ErrSegmentExists, spec.Name)
 		}
 	}
-	for _, s := range m.namedLocked(spec.Name) {
+	for _, s := range slices.Clone(m.namedLocked(spec.Name)) { // unmountLocked edits segOrder
 		if s.client != clientID && s.spec.Endpoint == spec.Endpoint {
 			// A new process serves this transfer engine endpoint: the old
 			// owner is gone (its memory with it), so its segment is stale.

@@ -424,7 +424,8 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
         return HC_HEALTHY
 
     def get_hostname(self):
-        """This client's "host:port" (its transfer endpoint), as Mooncake returns it; "" before setup."""
+        """This client's "host:port": its local_hostname (its segment's name), as Mooncake returns it,
+        also when that port was taken and the transfer engine runs on another; "" before setup."""
         if not self._h:
             return ""
         buf = ctypes.create_string_buffer(512)
