@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -47,10 +48,19 @@ type Client struct {
 	err     error // why the connection ended (nil while it works)
 }
 
-// Dial connects to addr and sends the preface. The client's reader
-// goroutine runs until Close or the connection fails.
+// Dial connects to the server whose TCP listener is at addr and sends the
+// preface: over its same-host unix socket (LocalName(addr)) when it has
+// one on this host, over TCP otherwise. The client's reader goroutine runs
+// until Close or the connection fails.
 func Dial(ctx context.Context, addr string) (*Client, error) {
 	var d net.Dialer
+	if runtime.GOOS == "linux" {
+		if conn, err := d.DialContext(ctx, "unix", LocalName(addr)); err == nil {
+			if c, err := handshake(ctx, conn, addr); err == nil {
+				return c, nil
+			}
+		}
+	}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fastrpc: dial %s: %w", addr, err)
@@ -58,6 +68,12 @@ func Dial(ctx context.Context, addr string) (*Client, error) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	return handshake(ctx, conn, addr)
+}
+
+// handshake exchanges the preface on conn and starts the reader; conn is
+// closed when it fails.
+func handshake(ctx context.Context, conn net.Conn, addr string) (*Client, error) {
 	// The server answers the preface with its own: a server that speaks
 	// only gRPC closes the connection instead.
 	if dl, ok := ctx.Deadline(); ok {
@@ -76,6 +92,10 @@ func Dial(ctx context.Context, addr string) (*Client, error) {
 	go c.read()
 	return c, nil
 }
+
+// Network is the connection's network: "unix" (the server's same-host
+// socket) or "tcp".
+func (c *Client) Network() string { return c.conn.LocalAddr().Network() }
 
 // Err is why the connection ended, nil while it works.
 func (c *Client) Err() error {

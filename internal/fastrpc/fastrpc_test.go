@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -289,5 +290,72 @@ func TestDialNonFastrpcServer(t *testing.T) {
 	if c, err := Dial(ctx, ln.Addr().String()); err == nil {
 		c.Close()
 		t.Fatal("Dial succeeded against a server that hung up")
+	}
+}
+
+// TestLocalSocket: a server with a same-host socket is dialled there; a
+// connection that is not fastrpc is closed there; once the local socket is
+// gone, Dial uses TCP.
+func TestLocalSocket(t *testing.T) {
+	addr, stop := startMux(t)
+	defer stop()
+	ll, err := ListenLocal(addr)
+	if runtime.GOOS != "linux" {
+		if err == nil {
+			t.Fatal("ListenLocal worked off Linux")
+		}
+		t.Skip("abstract unix sockets are Linux only")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ListenLocal(addr); err == nil {
+		t.Fatal("a second ListenLocal of one address worked")
+	}
+	lm := NewLocalMux(ll)
+	if lm.GRPC() != nil {
+		t.Fatal("local mux has a gRPC listener")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := lm.Run(ctx, echo); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Network() != "unix" {
+		t.Fatalf("network %q, want unix", c.Network())
+	}
+	if got, err := c.Call(ctx, 1, []byte("xyz")); err != nil || string(got) != "zyx" {
+		t.Fatalf("call over the local socket = %q, %v", got, err)
+	}
+	raw, err := net.Dial("unix", LocalName(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = raw.Write([]byte("PRI * HTTP/2.0\r\n"))
+	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := raw.Read(make([]byte, 8)); err == nil {
+		t.Fatalf("a non-fastrpc connection on the local socket got %d bytes, want it closed", n)
+	}
+	_ = raw.Close()
+
+	cancel()
+	wg.Wait()
+	_ = c.Close()
+	c2, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if c2.Network() != "tcp" {
+		t.Fatalf("network %q after the local socket closed, want tcp", c2.Network())
+	}
+	if got, err := c2.Call(context.Background(), 1, []byte("ab")); err != nil || string(got) != "ba" {
+		t.Fatalf("call over tcp = %q, %v", got, err)
 	}
 }
