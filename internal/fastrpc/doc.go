@@ -11,6 +11,12 @@
 // requests in order on the goroutine that reads them and answers each at
 // once (answers to pipelined requests leave in one write), and the client
 // multiplexes concurrent calls on one connection, matching answers by id.
+// The client has no reader goroutine: a caller whose answer has not been
+// delivered takes the connection's read token and reads answers itself
+// (delivering the others') until its own comes, so with one call in flight
+// the answer wakes its caller straight from the netpoller. Client.Alive
+// peeks the socket, for callers that must know a connection still works
+// before they act on it (the store's put slots).
 //
 // Wire format (little endian), after the client's 8-byte preface Preface,
 // which the server sends back (a gRPC-only server closes the connection, so
