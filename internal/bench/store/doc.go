@@ -11,6 +11,11 @@
 // registered memory); batch phases are skipped above 1 MiB. Result.Rows
 // holds ops/s (keys), GB/s and p50/p99 per call.
 //
+// Before the first round every client puts a few unmeasured values (its
+// first transfer to each node fetches the node's descriptor and maps its
+// shared memory, a one-off stall of up to ~0.5 s that used to land in the
+// first round's put phase).
+//
 // Where the servers run (Config.Servers): ServersInProcess (the default,
 // rows of system SystemInProcess, "mooncake") puts the master, the nodes and
 // the clients in one Go process, so they share one scheduler and netpoller;

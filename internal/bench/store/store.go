@@ -161,6 +161,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
+	// Warm-up, not measured: a client's first transfer to a node fetches
+	// the node's descriptor and maps its shared memory (a one-off stall of
+	// up to ~0.5 s that would land in the first round's put phase).
+	for _, c := range clusters {
+		prefix := "bench-warmup/" + c.system
+		runPhase(ctx, c.system, c.mc, "put", 4096, 4*cfg.Nodes, prefix, 0)
+		_, _ = c.mc[0].cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
+	}
+
 	rb, stopRedis, err := startRedis(ctx, cfg.Redis)
 	if err != nil {
 		res.RedisSkipped = err
