@@ -785,8 +785,12 @@ func (c *Client) readAny(ctx context.Context, key string, info *pb.ObjectInfo, l
 	for i, r := range reps {
 		// Each replica gets an equal share of the lease left, so a hung
 		// node leaves time to read the next replica.
-		share := time.Until(leaseEnd) / time.Duration(len(reps)-i)
-		rctx, rcancel := context.WithTimeout(lctx, share)
+		// The last one gets all that is left: lctx itself (one timer fewer
+		// per get; a get has one replica unless asked otherwise).
+		rctx, rcancel := lctx, context.CancelFunc(func() {})
+		if left := len(reps) - i; left > 1 {
+			rctx, rcancel = context.WithTimeout(lctx, time.Until(leaseEnd)/time.Duration(left))
+		}
 		crc, err := c.readReplica(rctx, r, buf)
 		rcancel()
 		if err == nil && time.Now().After(leaseEnd) {

@@ -200,11 +200,15 @@ func (m *fastMaster) batchExist(ctx context.Context, keys []string) (out []bool,
 	return out, true, nil
 }
 
-// current reports whether conn is the live fast connection.
+// current reports whether conn is the live fast connection. It checks the
+// socket (Alive: the client has no reader goroutine that would notice a
+// master restart on its own), so a put slot is never written after the
+// master that reserved it went away.
 func (m *fastMaster) current(conn *fastrpc.Client) bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return conn != nil && m.conn == conn && conn.Err() == nil
+	same := conn != nil && m.conn == conn
+	m.mu.Unlock()
+	return same && conn.Alive()
 }
 
 // putCommit sends FastPutCommit. conn is the connection that carried it,

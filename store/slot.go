@@ -51,6 +51,14 @@ func (c *Client) takeSlot(ctx context.Context, key string, size int, rc *pb.Repl
 	c.slotMu.Lock()
 	var stale []*putSlot
 	var got *putSlot
+	var checked *fastrpc.Client // slots mostly share one connection: check it once
+	var live bool
+	current := func(conn *fastrpc.Client) bool {
+		if conn != checked {
+			checked, live = conn, c.fast.current(conn)
+		}
+		return live
+	}
 	c.slots = slices.DeleteFunc(c.slots, func(s *putSlot) bool {
 		switch {
 		case got != nil:
@@ -58,7 +66,7 @@ func (c *Client) takeSlot(ctx context.Context, key string, size int, rc *pb.Repl
 		case time.Since(s.got) > slotMaxAge:
 			stale = append(stale, s)
 			return true
-		case !c.fast.current(s.conn):
+		case !current(s.conn):
 			return true // the master behind it is gone, and so is the slot
 		case s.size == uint64(size) && sameRC(s.rc, rc) && (s.resp.HeaderLen == 0 || s.resp.HeaderLen == objheader.Len(key)):
 			got = s

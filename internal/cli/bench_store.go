@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 func newBenchStoreCmd() *cobra.Command {
 	var (
 		sizesFlag, clientsFlag, segSizeFlag, redisFlag, transport string
+		servers                                                   string
 		nodes, rounds                                             int
 		duration                                                  time.Duration
 	)
@@ -24,7 +26,8 @@ func newBenchStoreCmd() *cobra.Command {
 		Use:   "store",
 		Short: "Put/get throughput and latency of the store, next to Redis on loopback",
 		Long: `Starts a master and storage nodes in this process (loopback, real transfer
-engines), then for each value size and client count runs a put phase and a get
+engines; --servers process runs them as their own mooncake processes instead, as
+redis-server is its own process, and --servers both measures both), then for each value size and client count runs a put phase and a get
 phase of --duration each: ops/s, GB/s, p50/p99 latency. The same workload runs
 against Debian's redis-server (started on a free loopback port when installed,
 or --redis HOST:PORT) as the peer anchor, measured by Debian's redis-benchmark
@@ -54,7 +57,12 @@ the first eviction and reports the segment utilisation reached.`,
 				return &ExitError{Code: 2, Err: err}
 			}
 			cfg := benchstore.Config{Sizes: sizes, Clients: clients, SegmentSize: seg,
-				Nodes: nodes, Duration: duration, Rounds: rounds, Redis: redisFlag, Transport: transport}
+				Nodes: nodes, Duration: duration, Rounds: rounds, Redis: redisFlag, Transport: transport, Servers: servers}
+			if servers != benchstore.ServersInProcess {
+				if cfg.Binary, err = os.Executable(); err != nil {
+					return err
+				}
+			}
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
@@ -70,6 +78,7 @@ the first eviction and reports the segment utilisation reached.`,
 	f.IntVar(&rounds, "rounds", 3, "rounds per configuration, alternating the systems; the median is reported")
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis; measured with redis-benchmark`)
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
+	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients always run in this process`)
 	return cmd
 }
 
@@ -108,21 +117,21 @@ func printBenchStore(out io.Writer, res *benchstore.Result) {
 		" exist rows check %d keys per call: one BatchExist, Redis pipelined EXISTS; GB/s of exist rows is not meaningful)\n", benchstore.BatchKeys, benchstore.ExistKeys)
 	fmt.Fprintln(out, "mooncake vs redis (GB/s ratio; p50 ratio, lower is better):")
 	for _, r := range results {
-		if r.System != "mooncake" {
+		if r.System == benchstore.SystemRedis {
 			continue
 		}
 		op := r.Op
 		if op == "get-into" {
 			op = "get"
 		}
-		p := res.Find("redis", op, r.Size, r.Clients)
+		p := res.Find(benchstore.SystemRedis, op, r.Size, r.Clients)
 		switch {
 		case p == nil || p.Ops == 0 || r.Ops == 0:
 		case op == "exist":
-			fmt.Fprintf(out, "  exist (%d keys per call) x%d: keys/s %.2fx, p50 %.2fx\n", benchstore.ExistKeys, r.Clients,
+			fmt.Fprintf(out, "  %s exist (%d keys per call) x%d: keys/s %.2fx, p50 %.2fx\n", r.System, benchstore.ExistKeys, r.Clients,
 				r.OpsPerSec()/p.OpsPerSec(), float64(r.P50)/float64(p.P50))
 		default:
-			fmt.Fprintf(out, "  %s %s x%d: GB/s %.2fx, p50 %.2fx\n", r.Op, formatSize(uint64(r.Size)), r.Clients,
+			fmt.Fprintf(out, "  %s %s %s x%d: GB/s %.2fx, p50 %.2fx\n", r.System, r.Op, formatSize(uint64(r.Size)), r.Clients,
 				r.GBps()/p.GBps(), float64(r.P50)/float64(p.P50))
 		}
 	}

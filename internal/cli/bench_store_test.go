@@ -55,3 +55,35 @@ func TestBenchStoreSmoke(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchStoreSeparateProcesses runs the bench with --servers both: the
+// master and storage nodes also as their own processes of the real binary,
+// rows "mooncake-proc" next to "mooncake", with a ratio line for each.
+func TestBenchStoreSeparateProcesses(t *testing.T) {
+	bin := buildBinary(t)
+	var out bytes.Buffer
+	err := runBenchStore(t.Context(), &out, benchstore.Config{Sizes: []int{4096}, Clients: []int{2},
+		SegmentSize: 8 << 20, Nodes: 1, Duration: 30 * time.Millisecond, Rounds: 1, Redis: "off", Transport: "auto",
+		Servers: benchstore.ServersBoth, Binary: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	rows := map[string]bool{}
+	for _, line := range strings.Split(text, "\n") {
+		if f := strings.Fields(line); len(f) >= 10 {
+			rows[f[0]+" "+f[1]] = true
+		}
+	}
+	for _, want := range []string{"mooncake put", "mooncake get", "mooncake-proc put", "mooncake-proc get", "mooncake-proc exist"} {
+		if !rows[want] {
+			t.Fatalf("bench output lacks a %q row:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "first error") {
+		t.Fatalf("bench reported errors:\n%s", text)
+	}
+	if err := (benchstore.Config{Sizes: []int{1}, Clients: []int{1}, SegmentSize: 1, Nodes: 1, Duration: 1, Rounds: 1, Servers: "elsewhere"}).Validate(); err == nil {
+		t.Fatal("--servers elsewhere accepted")
+	}
+}

@@ -1,12 +1,12 @@
 package fastrpc
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -34,9 +34,17 @@ type result struct {
 // Client is one connection to a fastrpc server; concurrent calls share it.
 // Once the connection fails every call fails (ErrNotSent for new ones):
 // dial a new Client.
+//
+// There is no reader goroutine: a caller writes its request and then
+// either finds its answer delivered or takes the read token (lead) and
+// reads answers itself, delivering the others' to their channels, until
+// its own comes; then it hands the token back for the next waiting caller.
+// With one call in flight (the common case) the answer wakes its caller
+// straight from the netpoller, with no hand-off between goroutines.
 type Client struct {
 	conn net.Conn
-	done chan struct{} // closed when the reader has ended
+	lead chan struct{} // holds the read token while no caller reads
+	rd   frameReader   // read side; only the token's holder touches it
 
 	wmu  sync.Mutex
 	wbuf []byte
@@ -47,10 +55,18 @@ type Client struct {
 	err     error // why the connection ended (nil while it works)
 }
 
-// Dial connects to addr and sends the preface. The client's reader
-// goroutine runs until Close or the connection fails.
+// Dial connects to the server whose TCP listener is at addr and sends the
+// preface: over its same-host unix socket (LocalName(addr)) when it has
+// one on this host, over TCP otherwise.
 func Dial(ctx context.Context, addr string) (*Client, error) {
 	var d net.Dialer
+	if runtime.GOOS == "linux" {
+		if conn, err := d.DialContext(ctx, "unix", LocalName(addr)); err == nil {
+			if c, err := handshake(ctx, conn, addr); err == nil {
+				return c, nil
+			}
+		}
+	}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fastrpc: dial %s: %w", addr, err)
@@ -58,6 +74,11 @@ func Dial(ctx context.Context, addr string) (*Client, error) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	return handshake(ctx, conn, addr)
+}
+
+// handshake exchanges the preface on conn; conn is closed when it fails.
+func handshake(ctx context.Context, conn net.Conn, addr string) (*Client, error) {
 	// The server answers the preface with its own: a server that speaks
 	// only gRPC closes the connection instead.
 	if dl, ok := ctx.Deadline(); ok {
@@ -72,23 +93,50 @@ func Dial(ctx context.Context, addr string) (*Client, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("fastrpc: dial %s: no fastrpc server (answered %q)", addr, echo)
 	}
-	c := &Client{conn: conn, done: make(chan struct{}), pending: map[uint64]chan result{}}
-	go c.read()
+	c := &Client{conn: conn, lead: make(chan struct{}, 1), pending: map[uint64]chan result{}}
+	c.lead <- struct{}{}
 	return c, nil
 }
 
-// Err is why the connection ended, nil while it works.
+// Network is the connection's network: "unix" (the server's same-host
+// socket) or "tcp".
+func (c *Client) Network() string { return c.conn.LocalAddr().Network() }
+
+// Err is why the connection ended, nil while it works as far as the
+// client knows: with no call in flight, a connection the server closed is
+// noticed by the next call or by Alive.
 func (c *Client) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
 }
 
-// Close ends the connection and waits for the reader; calls waiting fail
-// with ErrConnLost.
+// Alive reports whether the connection still works, checking the socket
+// (one non-blocking peek, no data consumed) when no caller is reading it;
+// a connection the server closed or reset is ended (Err says why).
+func (c *Client) Alive() bool {
+	if c.Err() != nil {
+		return false
+	}
+	select {
+	case <-c.lead:
+	default:
+		return c.Err() == nil // a caller reads: it notices an end itself
+	}
+	defer func() { c.lead <- struct{}{} }()
+	if c.rd.buffered() > 0 {
+		return c.Err() == nil
+	}
+	if err := peekClosed(c.conn); err != nil {
+		c.fail(err)
+		return false
+	}
+	return c.Err() == nil
+}
+
+// Close ends the connection; calls waiting fail with ErrConnLost.
 func (c *Client) Close() error {
 	c.fail(ErrClosed)
-	<-c.done
 	return nil
 }
 
@@ -107,21 +155,67 @@ func (c *Client) fail(err error) {
 	}
 }
 
-func (c *Client) read() {
-	defer close(c.done)
-	r := bufio.NewReaderSize(c.conn, 64<<10)
+// deliver hands an answer to its call; one that no call waits for (the
+// caller gave up) is dropped.
+func (c *Client) deliver(id uint64, r result) {
+	c.mu.Lock()
+	ch := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if ch != nil {
+		ch <- r // buffered, and each call gets one result
+	}
+}
+
+// forget removes a call that gave up.
+func (c *Client) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// aLongTimeAgo is a read deadline in the past: it wakes a blocked Read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// readUntil reads answers, delivering each, until call id's arrives on ch
+// (true) or ctx ends first (false). The caller holds the read token.
+func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result) (result, bool) {
+	select {
+	case r := <-ch: // came while this caller waited for the token
+		return r, true
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return result{}, false
+	}
+	if ctx.Done() != nil {
+		// ctx's end wakes the Read; the deadline is cleared again before
+		// the token passes on, so the next reader is not cut short.
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			_ = c.conn.SetReadDeadline(aLongTimeAgo)
+			close(fired)
+		})
+		defer func() {
+			if !stop() {
+				<-fired
+				_ = c.conn.SetReadDeadline(time.Time{})
+			}
+		}()
+	}
 	for {
-		st, id, payload, err := readFrame(r)
+		st, fid, payload, err := c.rd.next(c.conn)
 		if err != nil {
+			var ne net.Error
+			if ctx.Err() != nil && errors.As(err, &ne) && ne.Timeout() {
+				return result{}, false // the frame read so far stays buffered
+			}
 			c.fail(err)
-			return
+			return <-ch, true // fail answered every waiting call
 		}
-		c.mu.Lock()
-		ch := c.pending[id]
-		delete(c.pending, id)
-		c.mu.Unlock()
-		if ch != nil { // nil: the caller gave up (ctx ended)
-			ch <- result{payload: payload, status: st}
+		c.deliver(fid, result{payload: payload, status: st})
+		if fid == id {
+			return <-ch, true
 		}
 	}
 }
@@ -151,24 +245,29 @@ func (c *Client) Call(ctx context.Context, method uint8, req []byte) ([]byte, er
 	}
 	c.wmu.Unlock()
 	if err != nil {
-		c.mu.Lock()
-		delete(c.pending, id)
-		c.mu.Unlock()
+		c.forget(id)
 		return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
+	var r result
 	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, r.err
+	case r = <-ch:
+	case <-c.lead:
+		var ok bool
+		r, ok = c.readUntil(ctx, id, ch)
+		c.lead <- struct{}{}
+		if !ok {
+			c.forget(id)
+			return nil, ctx.Err()
 		}
-		if r.status != StatusOK {
-			return nil, fmt.Errorf("%w: status %d: %s", ErrRemote, r.status, r.payload)
-		}
-		return r.payload, nil
 	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.pending, id)
-		c.mu.Unlock()
+		c.forget(id)
 		return nil, ctx.Err()
 	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.status != StatusOK {
+		return nil, fmt.Errorf("%w: status %d: %s", ErrRemote, r.status, r.payload)
+	}
+	return r.payload, nil
 }

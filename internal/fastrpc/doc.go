@@ -11,6 +11,12 @@
 // requests in order on the goroutine that reads them and answers each at
 // once (answers to pipelined requests leave in one write), and the client
 // multiplexes concurrent calls on one connection, matching answers by id.
+// The client has no reader goroutine: a caller whose answer has not been
+// delivered takes the connection's read token and reads answers itself
+// (delivering the others') until its own comes, so with one call in flight
+// the answer wakes its caller straight from the netpoller. Client.Alive
+// peeks the socket, for callers that must know a connection still works
+// before they act on it (the store's put slots).
 //
 // Wire format (little endian), after the client's 8-byte preface Preface,
 // which the server sends back (a gRPC-only server closes the connection, so
@@ -25,7 +31,17 @@
 //
 // Serving: Mux splits one listener into the gRPC server's connections and
 // fastrpc connections by their first bytes (gRPC's HTTP/2 preface "PRI *"
-// against Preface), so the master needs no second port. Calling: Dial, then
+// against Preface), so the master needs no second port. On Linux the master
+// also serves fastrpc on a same-host socket: ListenLocal binds the abstract
+// unix socket LocalName(addr) ("@mooncake-fastrpc/" + the TCP address as
+// bound; nothing on disk, freed with the listener) and NewLocalMux serves
+// it (fastrpc only: other connections are closed). Dial(addr) tries that
+// socket first and falls back to TCP: a round trip over a unix socket costs
+// about half the system-call time of loopback TCP (the kernel's TCP stack
+// is most of a small call's cost on a 2-core machine). The name is that of
+// one bound TCP address, so it leads to the server listening there; a
+// client that names the master otherwise (another address of the host, a
+// host name) uses TCP. Calling: Dial, then
 // Client.Call; an error wrapping ErrNotSent means the request never left
 // (the caller may send it another way), any other error that it may or may
 // not have been handled, as with any RPC.

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"go.uber.org/goleak"
 )
 
@@ -289,5 +291,200 @@ func TestDialNonFastrpcServer(t *testing.T) {
 	if c, err := Dial(ctx, ln.Addr().String()); err == nil {
 		c.Close()
 		t.Fatal("Dial succeeded against a server that hung up")
+	}
+}
+
+// TestLocalSocket: a server with a same-host socket is dialled there; a
+// connection that is not fastrpc is closed there; once the local socket is
+// gone, Dial uses TCP.
+func TestLocalSocket(t *testing.T) {
+	addr, stop := startMux(t)
+	defer stop()
+	ll, err := ListenLocal(addr)
+	if runtime.GOOS != "linux" {
+		if err == nil {
+			t.Fatal("ListenLocal worked off Linux")
+		}
+		t.Skip("abstract unix sockets are Linux only")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ListenLocal(addr); err == nil {
+		t.Fatal("a second ListenLocal of one address worked")
+	}
+	lm := NewLocalMux(ll)
+	if lm.GRPC() != nil {
+		t.Fatal("local mux has a gRPC listener")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := lm.Run(ctx, echo); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Network() != "unix" {
+		t.Fatalf("network %q, want unix", c.Network())
+	}
+	if got, err := c.Call(ctx, 1, []byte("xyz")); err != nil || string(got) != "zyx" {
+		t.Fatalf("call over the local socket = %q, %v", got, err)
+	}
+	raw, err := net.Dial("unix", LocalName(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = raw.Write([]byte("PRI * HTTP/2.0\r\n"))
+	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := raw.Read(make([]byte, 8)); err == nil {
+		t.Fatalf("a non-fastrpc connection on the local socket got %d bytes, want it closed", n)
+	}
+	_ = raw.Close()
+
+	cancel()
+	wg.Wait()
+	_ = c.Close()
+	c2, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if c2.Network() != "tcp" {
+		t.Fatalf("network %q after the local socket closed, want tcp", c2.Network())
+	}
+	if got, err := c2.Call(context.Background(), 1, []byte("ab")); err != nil || string(got) != "ba" {
+		t.Fatalf("call over tcp = %q, %v", got, err)
+	}
+}
+
+// oneByOne reads at most k bytes per Read, so frames arrive in pieces.
+type oneByOne struct {
+	b []byte
+	k int
+}
+
+func (o *oneByOne) Read(p []byte) (int, error) {
+	if len(o.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), o.k)], o.b)
+	o.b = o.b[n:]
+	return n, nil
+}
+
+// FuzzFrameReader: the client's resumable frameReader reads the same
+// frames as readFrame from any bytes, in any read sizes, and fails where
+// it fails.
+func FuzzFrameReader(f *testing.F) {
+	f.Add(appendFrame(appendFrame(nil, 0, 7, []byte("abc")), 1, 9, nil), uint8(1))
+	f.Add(appendFrame(nil, 0, 1, bytes.Repeat([]byte{5}, 70000)), uint8(100))
+	f.Add([]byte{3, 0, 0, 0, 1}, uint8(2))
+	f.Fuzz(func(t *testing.T, data []byte, k uint8) {
+		want := bufio.NewReader(bytes.NewReader(data))
+		var fr frameReader
+		src := &oneByOne{b: data, k: int(k%64) + 1}
+		for {
+			k1, id1, p1, err1 := readFrame(want)
+			k2, id2, p2, err2 := fr.next(src)
+			if (err1 == nil) != (err2 == nil) {
+				t.Fatalf("readFrame err %v, frameReader err %v", err1, err2)
+			}
+			if err1 != nil {
+				return
+			}
+			if k1 != k2 || id1 != id2 || !bytes.Equal(p1, p2) {
+				t.Fatalf("frames differ: %d %d %q / %d %d %q", k1, id1, p1, k2, id2, p2)
+			}
+		}
+	})
+}
+
+// TestReaderHandsOver: many concurrent calls on one connection, some
+// with short deadlines that end while they hold the read side, all
+// others still get their own answers.
+func TestReaderHandsOver(t *testing.T) {
+	addr, stop := startMux(t)
+	defer stop()
+	c, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var wg sync.WaitGroup
+	var bad sync.Map
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 300 {
+				msg := []byte(fmt.Sprintf("%d-%d", g, i))
+				ctx, cancel := context.Background(), func() {}
+				if i%7 == 0 {
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%5)*time.Microsecond)
+				}
+				got, err := c.Call(ctx, 1, msg)
+				cancel()
+				if err != nil {
+					if !errors.Is(err, context.DeadlineExceeded) {
+						bad.Store(string(msg), err.Error())
+					}
+					continue
+				}
+				if want := reverse(msg); !bytes.Equal(got, want) {
+					bad.Store(string(msg), string(got))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	bad.Range(func(k, v any) bool { t.Errorf("call %s: %v", k, v); return true })
+	if !c.Alive() || c.Err() != nil {
+		t.Fatalf("connection ended: %v", c.Err())
+	}
+}
+
+func reverse(p []byte) []byte {
+	out := make([]byte, len(p))
+	for i, b := range p {
+		out[len(p)-1-i] = b
+	}
+	return out
+}
+
+// TestAliveNoticesServerEnd: with no call in flight, Alive finds a
+// connection the server closed, and Err says so.
+func TestAliveNoticesServerEnd(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			got <- fakeServer(c)
+		}
+	}()
+	c, err := Dial(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := <-got
+	if !c.Alive() {
+		t.Fatalf("Alive = false on an open connection: %v", c.Err())
+	}
+	srv.Close()
+	if runtime.GOOS == "linux" {
+		waitfor.Cond(t, 10*time.Second, "Alive notices the end", func() bool { return !c.Alive() })
+		if c.Err() == nil {
+			t.Fatal("Err() = nil after Alive noticed the end")
+		}
+	}
+	if _, err := c.Call(context.Background(), 1, nil); err == nil {
+		t.Fatal("call on a closed connection worked")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -36,9 +37,44 @@ func NewMux(ln net.Listener) *Mux {
 		conns: map[net.Conn]struct{}{}}
 }
 
+// NewLocalMux wraps a listener of fastrpc connections only (ListenLocal's):
+// a connection that does not start with Preface is closed. GRPC returns nil.
+func NewLocalMux(ln net.Listener) *Mux {
+	return &Mux{ln: ln, conns: map[net.Conn]struct{}{}}
+}
+
 // GRPC is the listener of the connections that are not fastrpc ones.
 // Closing it does not close the underlying listener.
-func (m *Mux) GRPC() net.Listener { return m.grpc }
+func (m *Mux) GRPC() net.Listener {
+	if m.grpc == nil {
+		return nil
+	}
+	return m.grpc
+}
+
+// localPrefix starts the name of a server's same-host listener.
+const localPrefix = "@mooncake-fastrpc/"
+
+// LocalName is the Linux abstract unix socket name of the same-host
+// listener of the server whose TCP listener is at addr ("host:port",
+// exactly as bound). Dial(addr) tries it first.
+func LocalName(addr string) string { return localPrefix + addr }
+
+// ListenLocal listens on LocalName(addr), a Linux abstract unix socket:
+// same-host clients reach the server there at about half the system-call
+// cost of loopback TCP. It fails off Linux or when the name is taken; the
+// server then serves TCP only. An abstract socket leaves nothing on disk
+// and its name is freed when the listener closes.
+func ListenLocal(addr string) (net.Listener, error) {
+	if runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("fastrpc: no abstract unix sockets on %s", runtime.GOOS)
+	}
+	ln, err := net.Listen("unix", LocalName(addr))
+	if err != nil {
+		return nil, fmt.Errorf("fastrpc: listen local %s: %w", addr, err)
+	}
+	return ln, nil
+}
 
 // Run accepts connections until ctx ends or the listener fails, serving
 // fastrpc connections with h and passing the others to GRPC(). It closes
@@ -49,7 +85,9 @@ func (m *Mux) Run(ctx context.Context, h Handler) error {
 	defer stop()
 	defer m.wg.Wait()
 	defer m.closeConns()
-	defer m.grpc.Close()
+	if m.grpc != nil {
+		defer m.grpc.Close()
+	}
 	for {
 		c, err := m.ln.Accept()
 		if err != nil {
@@ -86,6 +124,10 @@ func (m *Mux) route(c net.Conn, h Handler) {
 	head, _ := r.Peek(len(Preface))
 	_ = c.SetReadDeadline(time.Time{})
 	if string(head) != Preface {
+		if m.grpc == nil { // a local listener: fastrpc only
+			_ = c.Close()
+			return
+		}
 		select {
 		case m.grpc.conns <- &bufferedConn{Conn: c, r: r}:
 		case <-m.grpc.done:

@@ -54,3 +54,59 @@ func readFrame(r *bufio.Reader) (kind uint8, id uint64, payload []byte, err erro
 	}
 	return h[4], binary.LittleEndian.Uint64(h[5:13]), payload, nil
 }
+
+// frameReader reads frames from a connection into its own buffer. A read
+// cut short (a deadline) keeps what it got, so the next call of next
+// resumes the frame: the client's read side passes between goroutines.
+type frameReader struct {
+	b    []byte
+	r, w int // unread bytes are b[r:w]
+}
+
+// buffered is the number of bytes read and not yet returned.
+func (f *frameReader) buffered() int { return f.w - f.r }
+
+// next returns the next frame; its payload is a new slice the caller owns.
+func (f *frameReader) next(src io.Reader) (kind uint8, id uint64, payload []byte, err error) {
+	for {
+		need := headerLen
+		if f.w-f.r >= 4 {
+			n := binary.LittleEndian.Uint32(f.b[f.r:])
+			if n < 9 || n > MaxFrame {
+				return 0, 0, nil, fmt.Errorf("%w: length %d", ErrFrame, n)
+			}
+			need = 4 + int(n)
+			if f.w-f.r >= need {
+				h := f.b[f.r:]
+				payload = append([]byte(nil), h[headerLen:need]...)
+				kind, id = h[4], binary.LittleEndian.Uint64(h[5:headerLen])
+				f.r += need
+				if f.r == f.w {
+					f.r, f.w = 0, 0
+					if len(f.b) > 1<<20 { // do not keep a large frame's buffer
+						f.b = nil
+					}
+				}
+				return kind, id, payload, nil
+			}
+		}
+		if len(f.b)-f.r < need { // make room for the whole frame
+			if f.r > 0 && len(f.b) >= need {
+				f.w = copy(f.b, f.b[f.r:f.w])
+				f.r = 0
+			} else {
+				nb := make([]byte, max(need, 64<<10, 2*len(f.b)))
+				f.w = copy(nb, f.b[f.r:f.w])
+				f.r, f.b = 0, nb
+			}
+		}
+		m, err := src.Read(f.b[f.w:])
+		f.w += m
+		if err != nil {
+			if errors.Is(err, io.EOF) && f.w > f.r {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, 0, nil, err
+		}
+	}
+}

@@ -126,8 +126,22 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	// The hot calls also come on fastrpc connections to the same port
 	// (data-path calls only: none of them needs the cluster secret).
 	mux := fastrpc.NewMux(grpcLn)
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	var wg sync.WaitGroup
+	// Same-host clients reach the fastrpc calls over a unix socket named
+	// after the TCP address (half the system-call cost of loopback TCP);
+	// when it cannot be bound, they use TCP.
+	if ll, err := fastrpc.ListenLocal(grpcLn.Addr().String()); err == nil {
+		lm := fastrpc.NewLocalMux(ll)
+		wg.Go(func() {
+			if err := lm.Run(ctx, svc.FastHandler()); err != nil {
+				errc <- fmt.Errorf("master: local: %w", err)
+				cancel()
+			}
+		})
+	} else {
+		s.log.Debug("master: no same-host fastrpc socket", "err", err)
+	}
 	wg.Go(func() {
 		// The mux closes the gRPC listener when ctx ends, possibly before
 		// gs.Stop: that is a clean end too.

@@ -11,6 +11,21 @@
 // registered memory); batch phases are skipped above 1 MiB. Result.Rows
 // holds ops/s (keys), GB/s and p50/p99 per call.
 //
+// Before the first round every client puts a few unmeasured values (its
+// first transfer to each node fetches the node's descriptor and maps its
+// shared memory, a one-off stall of up to ~0.5 s that used to land in the
+// first round's put phase).
+//
+// Where the servers run (Config.Servers): ServersInProcess (the default,
+// rows of system SystemInProcess, "mooncake") puts the master, the nodes and
+// the clients in one Go process, so they share one scheduler and netpoller;
+// ServersProcess (rows SystemProcess, "mooncake-proc") starts the master
+// and the nodes as their own processes of Config.Binary (`mooncake master`,
+// `mooncake store`, each waited for by its first stdout line, stopped with
+// SIGTERM), as redis-server is its own process, with the clients still in
+// this process as redis-benchmark's are in its own; ServersBoth measures
+// both in the same run, alternated round by round with Redis.
+//
 // Redis is measured by Debian's redis-benchmark (package redis-tools)
 // against redis-server started on a free loopback port (readiness is its
 // "Ready to accept connections" log line) or a running Redis

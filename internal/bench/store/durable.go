@@ -135,7 +135,7 @@ func RunDurable(ctx context.Context, c DurableConfig) (*DurableResult, error) {
 			for r := range c.Rounds {
 				for _, durable := range []bool{r%2 == 1, r%2 == 0} { // alternate which goes first
 					prefix := fmt.Sprintf("d%v/%d/%d", durable, size, n)
-					rows[durable] = append(rows[durable], runPhase(ctx, pools[durable].kv[:n], "put", size, per, prefix, c.Duration))
+					rows[durable] = append(rows[durable], runPhase(ctx, SystemInProcess, pools[durable].kv[:n], "put", size, per, prefix, c.Duration))
 				}
 			}
 			res.Put = append(res.Put, DurableRow{Size: size, Clients: n, Off: medianRow(rows[false]), On: medianRow(rows[true])})

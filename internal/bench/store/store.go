@@ -39,6 +39,13 @@ type Config struct {
 	// installed), "off" or "" (none), or HOST:PORT of a running Redis.
 	Redis     string
 	Transport string // transfer transport of clients and nodes: auto, tcp, shm
+	// Servers places the master and the storage nodes: ServersInProcess
+	// ("" too: in this process, rows of system "mooncake"),
+	// ServersProcess (each its own process of Binary, as redis-server is
+	// its own; rows of system "mooncake-proc"), or ServersBoth, alternated
+	// round by round with Redis. The clients always run in this process.
+	Servers string
+	Binary  string // the mooncake binary, for ServersProcess and ServersBoth
 }
 
 // Validate checks the run before anything starts.
@@ -56,6 +63,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("bench store: bad client count %d", n)
 		}
 	}
+	switch c.Servers {
+	case "", ServersInProcess, ServersProcess, ServersBoth:
+	default:
+		return fmt.Errorf("bench store: --servers %q: want inproc, process or both", c.Servers)
+	}
 	if c.Nodes < 1 || c.Duration <= 0 || c.Rounds < 1 || c.SegmentSize == 0 {
 		return errors.New("--nodes, --rounds and --duration must be positive")
 	}
@@ -64,7 +76,7 @@ func (c Config) Validate() error {
 
 // Row is one phase's figures (the median round of its configuration).
 type Row struct {
-	System   string // mooncake or redis
+	System   string // SystemInProcess, SystemProcess or SystemRedis
 	Op       string // put, batch-put, get, batch-get, get-into (mooncake only), exist
 	Size     int    // value bytes
 	Clients  int
@@ -121,48 +133,41 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := &Result{MemcpyGBps: limits.Memcpy(64<<20, 0, 250*time.Millisecond)}
 
-	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond})
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Close()
-	var ns []*storenode.Node
-	defer func() {
-		for _, n := range ns {
-			n.Close()
-		}
-	}()
-	for range cfg.Nodes {
-		n, err := storenode.Start(ctx, storenode.Config{Master: srv.Addr(), SegmentSize: cfg.SegmentSize,
-			Engine: transfer.Config{Transport: cfg.Transport}, UnmountGrace: 100 * time.Millisecond})
-		if err != nil {
-			return nil, err
-		}
-		ns = append(ns, n)
-	}
 	maxClients := slices.Max(cfg.Clients)
 	maxSize := slices.Max(cfg.Sizes)
-	var mc []*mooncakeKV
+	var clusters []cluster
 	defer func() {
-		for _, c := range mc {
+		for _, c := range clusters {
 			c.close()
 		}
 	}()
-	for range maxClients {
-		eng, err := transfer.Open(ctx, transfer.Config{Transport: cfg.Transport})
+	if cfg.Servers == "" || cfg.Servers == ServersInProcess || cfg.Servers == ServersBoth {
+		c, err := inProcessCluster(ctx, cfg, maxClients, maxSize)
 		if err != nil {
 			return nil, err
 		}
-		cl, err := store.New(ctx, store.Config{Master: srv.Addr(), Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond})
+		clusters = append(clusters, c)
+	}
+	if cfg.Servers == ServersProcess || cfg.Servers == ServersBoth {
+		c := cluster{system: SystemProcess}
+		addr, stop, err := startServerProcs(ctx, cfg.Binary, cfg.Nodes, cfg.SegmentSize, cfg.Transport)
 		if err != nil {
-			eng.Close()
 			return nil, err
 		}
-		kv := &mooncakeKV{cl: cl, eng: eng, buf: make([]byte, maxSize)}
-		mc = append(mc, kv)
-		if err := cl.RegisterBuffer(kv.buf); err != nil {
+		c.stop = stop
+		clusters = append(clusters, c)
+		if clusters[len(clusters)-1].mc, err = openClients(ctx, addr, maxClients, maxSize, cfg.Transport); err != nil {
 			return nil, err
 		}
+	}
+
+	// Warm-up, not measured: a client's first transfer to a node fetches
+	// the node's descriptor and maps its shared memory (a one-off stall of
+	// up to ~0.5 s that would land in the first round's put phase).
+	for _, c := range clusters {
+		prefix := "bench-warmup/" + c.system
+		runPhase(ctx, c.system, c.mc, "put", 4096, 4*cfg.Nodes, prefix, 0)
+		_, _ = c.mc[0].cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
 	}
 
 	rb, stopRedis, err := startRedis(ctx, cfg.Redis)
@@ -195,16 +200,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			// Rounds alternate the systems so that a burst of load on this
 			// shared machine hits both; the median round is reported.
 			for round := range cfg.Rounds {
-				prefix := fmt.Sprintf("bench/mooncake/%d/%d/r%d", size, n, round)
-				// Every put phase runs before the get phases: a get leases its
-				// key (10s), and a leased key cannot be overwritten.
-				for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into", "exist"} {
-					if strings.HasPrefix(op, "batch") && size > 1<<20 {
-						continue
+				for _, c := range clusters {
+					prefix := fmt.Sprintf("bench/%s/%d/%d/r%d", c.system, size, n, round)
+					// Every put phase runs before the get phases: a get leases its
+					// key (10s), and a leased key cannot be overwritten.
+					for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into", "exist"} {
+						if strings.HasPrefix(op, "batch") && size > 1<<20 {
+							continue
+						}
+						add(runPhase(ctx, c.system, c.mc[:n], op, size, perClient, prefix, cfg.Duration))
 					}
-					add(runPhase(ctx, mc[:n], op, size, perClient, prefix, cfg.Duration))
+					_, _ = c.mc[0].cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
 				}
-				_, _ = mc[0].cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
 				if rb == nil {
 					continue
 				}
@@ -243,8 +250,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 // runPhase runs op on n clients for d and gathers throughput and latency.
-func runPhase(ctx context.Context, cls []*mooncakeKV, op string, size, perClient int, prefix string, d time.Duration) Row {
-	res := Row{System: "mooncake", Op: op, Size: size, Clients: len(cls)}
+func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, size, perClient int, prefix string, d time.Duration) Row {
+	res := Row{System: system, Op: op, Size: size, Clients: len(cls)}
 	var mu sync.Mutex
 	var lats []time.Duration
 	var wg sync.WaitGroup
@@ -345,6 +352,86 @@ func runPhase(ctx context.Context, cls []*mooncakeKV, op string, size, perClient
 		res.P99 = lats[min(len(lats)-1, len(lats)*99/100)]
 	}
 	return res
+}
+
+// cluster is one master and its storage nodes, with the bench's clients.
+type cluster struct {
+	system string        // SystemInProcess or SystemProcess
+	mc     []*mooncakeKV // the clients
+	stop   func()        // stops the servers
+}
+
+func (c cluster) close() {
+	for _, m := range c.mc {
+		m.close()
+	}
+	if c.stop != nil {
+		c.stop()
+	}
+}
+
+// inProcessCluster starts a master and cfg.Nodes storage nodes in this
+// process and n clients.
+func inProcessCluster(ctx context.Context, cfg Config, n, maxSize int) (c cluster, err error) {
+	c.system = SystemInProcess
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond})
+	if err != nil {
+		return c, err
+	}
+	var ns []*storenode.Node
+	c.stop = func() {
+		for _, n := range ns {
+			n.Close()
+		}
+		srv.Close()
+	}
+	for range cfg.Nodes {
+		nd, err := storenode.Start(ctx, storenode.Config{Master: srv.Addr(), SegmentSize: cfg.SegmentSize,
+			Engine: transfer.Config{Transport: cfg.Transport}, UnmountGrace: 100 * time.Millisecond})
+		if err != nil {
+			return c, err
+		}
+		ns = append(ns, nd)
+	}
+	c.mc, err = openClients(ctx, srv.Addr(), n, maxSize, cfg.Transport)
+	return c, err
+}
+
+// openClients opens n store clients of the master at addr, each with its
+// own transfer engine and a registered buffer of maxSize bytes.
+func openClients(ctx context.Context, addr string, n, maxSize int, transport string) ([]*mooncakeKV, error) {
+	var mc []*mooncakeKV
+	for range n {
+		eng, err := transfer.Open(ctx, transfer.Config{Transport: transport})
+		if err != nil {
+			closeAll(mc)
+			return nil, err
+		}
+		cl, err := store.New(ctx, store.Config{Master: addr, Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond})
+		if err != nil {
+			eng.Close()
+			closeAll(mc)
+			return nil, err
+		}
+		kv := &mooncakeKV{cl: cl, eng: eng, buf: make([]byte, maxSize)}
+		mc = append(mc, kv)
+		if err := cl.RegisterBuffer(kv.buf); err != nil {
+			closeAll(mc)
+			return nil, err
+		}
+	}
+	return mc, nil
+}
+
+func closeAll(mc []*mooncakeKV) {
+	for _, m := range mc {
+		m.close()
+	}
 }
 
 // mooncakeKV is one store client with its own transfer engine; buf is
