@@ -71,18 +71,7 @@ const (
 
 // matmul computes out[r][c] = dot(x[r], w[c]) for x [rows][in], w [cols][in].
 func matmul(workers int, out, x, w []float32, rows, in, cols int) {
-	rt := (rows + rowTile - 1) / rowTile
-	ct := (cols + colTile - 1) / colTile
-	parFor(workers, rt*ct, func(_, t int) {
-		r0, c0 := (t/ct)*rowTile, (t%ct)*colTile
-		r1, c1 := min(r0+rowTile, rows), min(c0+colTile, cols)
-		for c := c0; c < c1; c++ {
-			wc := w[c*in : (c+1)*in]
-			for r := r0; r < r1; r++ {
-				out[r*cols+c] = dot(x[r*in:(r+1)*in], wc)
-			}
-		}
-	})
+	matmulStrided(workers, out, x, in, 0, w, in, 0, rows, in, cols)
 }
 
 // matmulStrided computes out[r][c] = dot(x[r*xStride+xOff:][:n],
