@@ -134,9 +134,8 @@ func (c *Client) batchPutStart(ctx context.Context, keys []string, values [][]by
 	if len(idx) == 0 {
 		return nil, nil
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.BatchPutStart(rctx, req)
-	cancel()
+	// A hot call: fastMaster bounds it by RPCTimeout itself.
+	resp, err := c.rpc.BatchPutStart(ctx, req)
 	if err == nil && len(resp.Results) != len(idx) {
 		err = fmt.Errorf("master answered %d of %d puts", len(resp.Results), len(idx))
 	}
@@ -212,9 +211,8 @@ func (c *Client) batchPutEnd(ctx context.Context, keys []string, values [][]byte
 	for _, i := range started {
 		ends.Ends = append(ends.Ends, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: keys[i], Crc32C: Checksum(values[i])})
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	eresp, err := c.rpc.BatchPutEnd(rctx, ends)
-	cancel()
+	// A hot call: fastMaster bounds it by RPCTimeout itself.
+	eresp, err := c.rpc.BatchPutEnd(ctx, ends)
 	for j, i := range started {
 		switch {
 		case err != nil:
@@ -353,10 +351,9 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 // deadline, half the shortest lease, bounds the batched read (the rest of
 // the lease is left for the fallbacks); ok is false when no key can be read.
 func (c *Client) batchReplicaLists(ctx context.Context, keys []string, errs []error) (infos []*pb.ObjectInfo, deadline time.Time, ok bool) {
-	rctx, cancel := c.rpcCtx(ctx)
+	// A hot call: fastMaster bounds it by RPCTimeout itself.
 	start := time.Now() // the leases start no earlier than this on the master's side
-	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.BatchKeysRequest{Keys: keys})
-	cancel()
+	resp, err := c.rpc.BatchGetReplicaList(ctx, &pb.BatchKeysRequest{Keys: keys})
 	if err == nil && len(resp.Results) != len(keys) {
 		err = fmt.Errorf("master answered %d of %d keys", len(resp.Results), len(keys))
 	}
@@ -430,12 +427,11 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 
 // BatchExist reports, in order, whether each key exists (one master call).
 func (c *Client) BatchExist(ctx context.Context, keys []string) ([]bool, error) {
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	if out, ok, err := c.fast.batchExist(rctx, keys); ok {
+	// A hot call: fastMaster bounds it by RPCTimeout itself.
+	if out, ok, err := c.fast.batchExist(ctx, keys); ok {
 		return out, err
 	}
-	r, err := c.rpc.BatchExist(rctx, &pb.BatchKeysRequest{Keys: keys})
+	r, err := c.rpc.BatchExist(ctx, &pb.BatchKeysRequest{Keys: keys})
 	if err != nil {
 		return nil, fmt.Errorf("store: batch exist: master rpc: %w", err)
 	}

@@ -641,9 +641,8 @@ func (c *Client) source(ctx context.Context, key string, value []byte, registere
 
 // putStart asks the master for the replicas of a new value of key.
 func (c *Client) putStart(ctx context.Context, key string, size uint64, o PutOptions) (*pb.PutStartResponse, error) {
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	resp, err := c.rpc.PutStart(rctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: key, Size: size,
+	// A hot call: fastMaster bounds it by RPCTimeout itself.
+	resp, err := c.rpc.PutStart(ctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: key, Size: size,
 		Config: c.rcToPB(o), Upsert: o.Upsert})
 	if err != nil {
 		return nil, fmt.Errorf("store: put %q: master rpc: %w", key, err)
@@ -761,10 +760,9 @@ func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte,
 // replicaList asks the master for key's replicas, which grants a read
 // lease, and returns when the lease ends at the latest on this side.
 func (c *Client) replicaList(ctx context.Context, key string) (*pb.ObjectInfo, time.Time, error) {
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
+	// A hot call: fastMaster bounds it by RPCTimeout itself.
 	asked := time.Now() // the lease starts no earlier than this on the master's side
-	info, err := c.rpc.GetReplicaList(rctx, &pb.KeyRequest{Key: key})
+	info, err := c.rpc.GetReplicaList(ctx, &pb.KeyRequest{Key: key})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: get %q: master rpc: %w", key, err)
 	}
@@ -920,9 +918,8 @@ func (c *Client) UnregisterBuffer(b []byte) error { return c.mover.Unregister(tr
 
 // Exist reports whether a complete object is stored under key.
 func (c *Client) Exist(ctx context.Context, key string) (bool, error) {
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	r, err := c.rpc.Exist(rctx, &pb.KeyRequest{Key: key})
+	// A hot call: fastMaster bounds it by RPCTimeout itself.
+	r, err := c.rpc.Exist(ctx, &pb.KeyRequest{Key: key})
 	if err != nil {
 		return false, fmt.Errorf("store: exist %q: master rpc: %w", key, err)
 	}

@@ -18,3 +18,13 @@ func SlotKeys(c *Client) []string {
 	}
 	return out
 }
+
+// SameFastConn reports whether two clients use one fastrpc connection.
+func SameFastConn(a, b *Client) bool {
+	a.fast.mu.Lock()
+	ca := a.fast.conn
+	a.fast.mu.Unlock()
+	b.fast.mu.Lock()
+	defer b.fast.mu.Unlock()
+	return ca != nil && ca == b.fast.conn
+}

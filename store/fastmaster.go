@@ -25,7 +25,8 @@ import (
 // applied.
 type fastMaster struct {
 	pb.MasterServiceClient
-	addr string // "" = gRPC only (HA addresses, Config.NoFastRPC)
+	addr    string        // "" = gRPC only (HA addresses, Config.NoFastRPC)
+	timeout time.Duration // bound of each hot call (Config.RPCTimeout)
 
 	mu      sync.Mutex
 	conn    *fastrpc.Client
@@ -39,15 +40,16 @@ type fastMaster struct {
 const fastDialTimeout = time.Second
 
 func newFastMaster(rpc pb.MasterServiceClient, cfg Config) *fastMaster {
-	m := &fastMaster{MasterServiceClient: rpc}
+	m := &fastMaster{MasterServiceClient: rpc, timeout: cfg.RPCTimeout}
 	if _, _, err := net.SplitHostPort(cfg.Master); err == nil && !leader.IsHA(cfg.Master) && !cfg.NoFastRPC {
 		m.addr = cfg.Master
 	}
 	return m
 }
 
-// client returns the fastrpc connection, dialling it when there is none
-// and the last failed dial is old enough; nil means use gRPC.
+// client returns the fastrpc connection, taking one from the process's
+// pool (dialling it when there is none) when this client has none and the
+// last failed dial is old enough; nil means use gRPC.
 func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 	if m.addr == "" {
 		return nil
@@ -58,7 +60,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 		return m.conn
 	}
 	if m.conn != nil {
-		_ = m.conn.Close()
+		sharedConns.release(m.addr, m.conn)
 		m.conn = nil
 	}
 	if m.closed || time.Now().Before(m.retryAt) {
@@ -66,7 +68,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 	}
 	dctx, cancel := context.WithTimeout(ctx, fastDialTimeout)
 	defer cancel()
-	c, err := fastrpc.Dial(dctx, m.addr)
+	c, err := sharedConns.get(dctx, m.addr)
 	if err != nil {
 		m.backoff = min(max(2*m.backoff, 100*time.Millisecond), time.Minute)
 		m.retryAt = time.Now().Add(m.backoff)
@@ -81,31 +83,114 @@ func (m *fastMaster) close() {
 	defer m.mu.Unlock()
 	m.closed = true
 	if m.conn != nil {
-		_ = m.conn.Close()
+		sharedConns.release(m.addr, m.conn)
 		m.conn = nil
 	}
 }
 
+// sharedConns is the process's pool of fastrpc connections: the clients
+// of one process share one connection per master address (connection
+// reuse). Concurrent calls of several clients then share the system calls
+// of both ends: the master reads their requests together and answers them
+// in one write, and the caller that reads the connection takes the others'
+// answers with its own (fastrpc.Client). On 2 cores, 8 clients of 4 KiB
+// puts or gets went from 59k/68k to 87k/88k calls per second with it
+// (docs/store.md, session E). Clients in different processes each have
+// their own connection, as before.
+var sharedConns = connPool{conns: map[string]*pooledConn{}}
+
+type connPool struct {
+	mu    sync.Mutex
+	conns map[string]*pooledConn
+}
+
+type pooledConn struct {
+	c    *fastrpc.Client
+	refs int
+}
+
+// get returns a working connection to addr, dialling one when the pool
+// has none; the caller holds a reference until it calls release.
+func (p *connPool) get(ctx context.Context, addr string) (*fastrpc.Client, error) {
+	p.mu.Lock()
+	if pc := p.conns[addr]; pc != nil && pc.c.Err() == nil {
+		pc.refs++
+		p.mu.Unlock()
+		return pc.c, nil
+	}
+	p.mu.Unlock()
+	c, err := fastrpc.Dial(ctx, addr) // outside the lock: other addresses go on
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc := p.conns[addr]; pc != nil && pc.c.Err() == nil { // another client dialled meanwhile
+		_ = c.Close()
+		pc.refs++
+		return pc.c, nil
+	}
+	// None, or a dead one: its holders close it as they notice (release).
+	p.conns[addr] = &pooledConn{c: c, refs: 1}
+	return c, nil
+}
+
+// release gives a reference back; the last one closes the connection. A
+// connection the pool no longer lists (it died and was replaced) is
+// closed at once (its calls have failed already).
+func (p *connPool) release(addr string, c *fastrpc.Client) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc := p.conns[addr]; pc != nil && pc.c == c {
+		if pc.refs--; pc.refs > 0 {
+			return
+		}
+		delete(p.conns, addr)
+	}
+	_ = c.Close()
+}
+
+// deadline is when a hot call started now gives up: RPCTimeout from now,
+// or ctx's deadline when sooner. The hot calls (the methods below) bound
+// themselves so, and their callers pass ctx as is: on the fast path the
+// bound costs no timer (fastrpc.Client.CallBy), only the gRPC fallback
+// makes a context with that deadline.
+func (m *fastMaster) deadline(ctx context.Context) time.Time {
+	d := time.Now().Add(m.timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
+	}
+	return d
+}
+
+// slowCall runs a gRPC call under the hot call's deadline.
+func slowCall[PR any](ctx context.Context, deadline time.Time, slow func(context.Context) (PR, error)) (PR, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return slow(ctx)
+}
+
 // fastCall sends req as method on the fast path into a new R, or calls
 // slow (gRPC) when the fast path is unavailable, did not send it or lost
-// its connection before the answer.
+// its connection before the answer; both within m.deadline(ctx).
 func fastCall[R any, PR interface {
 	*R
 	proto.Message
-}](ctx context.Context, m *fastMaster, method uint8, req proto.Message, slow func() (PR, error)) (PR, error) {
+}](ctx context.Context, m *fastMaster, method uint8, req proto.Message, slow func(context.Context) (PR, error)) (PR, error) {
+	deadline := m.deadline(ctx)
 	c := m.client(ctx)
 	if c == nil {
-		return slow()
+		return slowCall(ctx, deadline, slow)
 	}
 	b, err := proto.Marshal(req)
 	if err != nil {
-		return slow()
+		return slowCall(ctx, deadline, slow)
 	}
-	out, err := c.Call(ctx, method, b)
+	out, err := c.CallBy(ctx, deadline, method, b)
 	switch {
 	case err == nil:
 	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
-		return slow()
+		return slowCall(ctx, deadline, slow)
 	default:
 		return nil, err
 	}
@@ -117,55 +202,55 @@ func fastCall[R any, PR interface {
 }
 
 func (m *fastMaster) PutStart(ctx context.Context, in *pb.PutStartRequest, opts ...grpc.CallOption) (*pb.PutStartResponse, error) {
-	return fastCall(ctx, m, pb.FastPutStart, in, func() (*pb.PutStartResponse, error) {
+	return fastCall(ctx, m, pb.FastPutStart, in, func(ctx context.Context) (*pb.PutStartResponse, error) {
 		return m.MasterServiceClient.PutStart(ctx, in, opts...)
 	})
 }
 
 func (m *fastMaster) PutEnd(ctx context.Context, in *pb.PutEndRequest, opts ...grpc.CallOption) (*pb.Status, error) {
-	return fastCall(ctx, m, pb.FastPutEnd, in, func() (*pb.Status, error) {
+	return fastCall(ctx, m, pb.FastPutEnd, in, func(ctx context.Context) (*pb.Status, error) {
 		return m.MasterServiceClient.PutEnd(ctx, in, opts...)
 	})
 }
 
 func (m *fastMaster) PutRevoke(ctx context.Context, in *pb.PutRevokeRequest, opts ...grpc.CallOption) (*pb.Status, error) {
-	return fastCall(ctx, m, pb.FastPutRevoke, in, func() (*pb.Status, error) {
+	return fastCall(ctx, m, pb.FastPutRevoke, in, func(ctx context.Context) (*pb.Status, error) {
 		return m.MasterServiceClient.PutRevoke(ctx, in, opts...)
 	})
 }
 
 func (m *fastMaster) GetReplicaList(ctx context.Context, in *pb.KeyRequest, opts ...grpc.CallOption) (*pb.ObjectInfo, error) {
-	return fastCall(ctx, m, pb.FastGetReplicaList, in, func() (*pb.ObjectInfo, error) {
+	return fastCall(ctx, m, pb.FastGetReplicaList, in, func(ctx context.Context) (*pb.ObjectInfo, error) {
 		return m.MasterServiceClient.GetReplicaList(ctx, in, opts...)
 	})
 }
 
 func (m *fastMaster) Exist(ctx context.Context, in *pb.KeyRequest, opts ...grpc.CallOption) (*pb.ExistResponse, error) {
-	return fastCall(ctx, m, pb.FastExist, in, func() (*pb.ExistResponse, error) {
+	return fastCall(ctx, m, pb.FastExist, in, func(ctx context.Context) (*pb.ExistResponse, error) {
 		return m.MasterServiceClient.Exist(ctx, in, opts...)
 	})
 }
 
 func (m *fastMaster) BatchExist(ctx context.Context, in *pb.BatchKeysRequest, opts ...grpc.CallOption) (*pb.BatchExistResponse, error) {
-	return fastCall(ctx, m, pb.FastBatchExist, in, func() (*pb.BatchExistResponse, error) {
+	return fastCall(ctx, m, pb.FastBatchExist, in, func(ctx context.Context) (*pb.BatchExistResponse, error) {
 		return m.MasterServiceClient.BatchExist(ctx, in, opts...)
 	})
 }
 
 func (m *fastMaster) BatchGetReplicaList(ctx context.Context, in *pb.BatchKeysRequest, opts ...grpc.CallOption) (*pb.BatchObjectInfo, error) {
-	return fastCall(ctx, m, pb.FastBatchGetReplicaList, in, func() (*pb.BatchObjectInfo, error) {
+	return fastCall(ctx, m, pb.FastBatchGetReplicaList, in, func(ctx context.Context) (*pb.BatchObjectInfo, error) {
 		return m.MasterServiceClient.BatchGetReplicaList(ctx, in, opts...)
 	})
 }
 
 func (m *fastMaster) BatchPutStart(ctx context.Context, in *pb.BatchPutStartRequest, opts ...grpc.CallOption) (*pb.BatchPutStartResponse, error) {
-	return fastCall(ctx, m, pb.FastBatchPutStart, in, func() (*pb.BatchPutStartResponse, error) {
+	return fastCall(ctx, m, pb.FastBatchPutStart, in, func(ctx context.Context) (*pb.BatchPutStartResponse, error) {
 		return m.MasterServiceClient.BatchPutStart(ctx, in, opts...)
 	})
 }
 
 func (m *fastMaster) BatchPutEnd(ctx context.Context, in *pb.BatchPutEndRequest, opts ...grpc.CallOption) (*pb.BatchStatus, error) {
-	return fastCall(ctx, m, pb.FastBatchPutEnd, in, func() (*pb.BatchStatus, error) {
+	return fastCall(ctx, m, pb.FastBatchPutEnd, in, func(ctx context.Context) (*pb.BatchStatus, error) {
 		return m.MasterServiceClient.BatchPutEnd(ctx, in, opts...)
 	})
 }
@@ -182,7 +267,7 @@ func (m *fastMaster) batchExist(ctx context.Context, keys []string) (out []bool,
 	if err != nil {
 		return nil, false, nil
 	}
-	ans, err := c.Call(ctx, pb.FastBatchExistBits, b)
+	ans, err := c.CallBy(ctx, m.deadline(ctx), pb.FastBatchExistBits, b)
 	switch {
 	case err == nil:
 	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
@@ -223,7 +308,7 @@ func (m *fastMaster) putCommit(ctx context.Context, req *pb.PutCommitRequest) (*
 	if err != nil {
 		return nil, nil, nil
 	}
-	out, err := c.Call(ctx, pb.FastPutCommit, b)
+	out, err := c.CallBy(ctx, m.deadline(ctx), pb.FastPutCommit, b)
 	switch {
 	case err == nil:
 	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):

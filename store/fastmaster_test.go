@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,5 +69,65 @@ func TestFastRPCPath(t *testing.T) {
 		if got, err := slow.Get(ctx, key); err != nil || !bytes.Equal(got, value(key, 4096)) {
 			t.Fatalf("get after restart: %d bytes, %v", len(got), err)
 		}
+	}
+}
+
+// TestFastConnShared: clients of one process share one fastrpc connection
+// to their master; one client's Close leaves it working for the others;
+// after a master restart they share a new one; concurrent puts and gets of
+// several clients over the shared connection all get their own answers.
+func TestFastConnShared(t *testing.T) {
+	c := newCluster(t, master.Config{}, 2, 16<<20)
+	ctx := context.Background()
+	a, b, d := c.client(nil), c.client(nil), c.client(nil)
+	for _, cl := range []*store.Client{a, b, d} {
+		if err := cl.Put(ctx, fmt.Sprintf("shared/%p", cl), value("shared", 4096)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !store.SameFastConn(a, b) || !store.SameFastConn(b, d) {
+		t.Fatal("clients of one process do not share their fast connection")
+	}
+	d.Close()
+	if _, err := a.Exist(ctx, "shared/x"); err != nil || !store.FastConnected(a) || !store.SameFastConn(a, b) {
+		t.Fatalf("after another client's Close: err %v, connected %v", err, store.FastConnected(a))
+	}
+
+	c.restartMaster()
+	waitfor.Cond(t, 10*time.Second, "nodes to remount", func() bool { return len(c.master.Core().Segments()) == 2 })
+	waitfor.Cond(t, 10*time.Second, "both clients on a new fast connection", func() bool {
+		_, errA := a.Exist(ctx, "shared/x")
+		_, errB := b.Exist(ctx, "shared/x")
+		return errA == nil && errB == nil && store.FastConnected(a) && store.FastConnected(b)
+	})
+	if !store.SameFastConn(a, b) {
+		t.Fatal("after the restart the clients dialled a connection each")
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g, cl := range []*store.Client{a, b} {
+		for w := range 4 {
+			wg.Go(func() {
+				for i := range 50 {
+					key := fmt.Sprintf("shared/%d/%d/%d", g, w, i)
+					v := value(key, 4096)
+					if err := cl.Put(ctx, key, v); err != nil {
+						errs <- err
+						return
+					}
+					got, err := cl.Get(ctx, key)
+					if err != nil || !bytes.Equal(got, v) {
+						errs <- fmt.Errorf("get %s: %d bytes, %v", key, len(got), err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

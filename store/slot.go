@@ -123,9 +123,8 @@ func (c *Client) commit(ctx context.Context, key string, sl *putSlot, crc uint32
 	if c.wantSlot() {
 		req.ReserveSize, req.ReserveKeyLen = uint64(size), uint64(len(key))
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	resp, conn, err := c.fast.putCommit(rctx, req)
+	// A hot call: fastMaster bounds it by RPCTimeout itself.
+	resp, conn, err := c.fast.putCommit(ctx, req)
 	if conn == nil {
 		if sl != nil {
 			return true, errSlotGone

@@ -191,8 +191,7 @@ func (e *Engine) deadline(ctx context.Context, reqs []Request) time.Time {
 // (memcpy) to one goroutine of the batch, or runs them here when inline
 // and they total at most inlineMax bytes.
 func (b *Batch) start(ctx context.Context, inline bool) {
-	dctx, cancel := context.WithDeadline(ctx, b.deadline)
-	defer cancel()
+	var dctx context.Context // made for the first asynchronous job: a batch of local copies needs no timer
 	var local []int
 	b.mu.Lock()
 	for i := range b.tasks {
@@ -200,6 +199,11 @@ func (b *Batch) start(ctx context.Context, inline bool) {
 		if !t.job.async() {
 			local = append(local, i)
 			continue
+		}
+		if dctx == nil {
+			var cancel context.CancelFunc
+			dctx, cancel = context.WithDeadline(ctx, b.deadline)
+			defer cancel()
 		}
 		t.job.run(dctx, b, t)
 	}
@@ -239,10 +243,11 @@ func (b *Batch) arm() {
 
 // runLocal runs the synchronous jobs (in-process and shared-memory copies)
 // one after the other, skipping those not started when the batch aborts.
+// They are plain copies and take no context: the batch's deadline reaches
+// them through abort (arm's timer), between one job and the next.
 func (b *Batch) runLocal(idx []int) {
 	defer b.e.wg.Done()
-	ctx, cancel := context.WithDeadline(context.Background(), b.deadline)
-	defer cancel()
+	ctx := context.Background()
 	for _, i := range idx {
 		t := &b.tasks[i]
 		if b.aborted.Load() {

@@ -209,10 +209,17 @@ func (p *shmPeer) target(ctx context.Context, remote, n uint64) (_ *shmJob, retr
 	if !found {
 		return nil, !known
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.e.cfg.HandshakeTimeout)
-	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cl != nil && p.clSocket == d.ShmSocket {
+		// The common case: connected, and the buffer already mapped. No
+		// round trip, so no timer.
+		if sp, ok := p.cl.AcquireMapped(base, remote, n); ok {
+			return &shmJob{span: sp}, false
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.e.cfg.HandshakeTimeout)
+	defer cancel()
 	cl := p.client(ctx, d)
 	if cl == nil {
 		return nil, false

@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,7 +54,21 @@ type Client struct {
 	nextID  uint64
 	pending map[uint64]chan result
 	err     error // why the connection ended (nil while it works)
+
+	lastRecv atomic.Int64 // unix nanoseconds of the last answer read
+	rdl      time.Time    // the connection's read deadline; only the token's holder touches it
 }
+
+// RecentWindow: Alive trusts a connection that delivered an answer this
+// recently without checking the socket. A master that restarted cannot
+// have handed anything out again so soon after its last answer (it has to
+// start, take its storage nodes' segments back and take a put first).
+const RecentWindow = time.Millisecond
+
+// chPool recycles the one-answer channels of calls that received their
+// answer (a call that gave up leaves its channel to the collector: an
+// answer may still be sent to it).
+var chPool = sync.Pool{New: func() any { return make(chan result, 1) }}
 
 // Dial connects to the server whose TCP listener is at addr and sends the
 // preface: over its same-host unix socket (LocalName(addr)) when it has
@@ -111,12 +126,16 @@ func (c *Client) Err() error {
 	return c.err
 }
 
-// Alive reports whether the connection still works, checking the socket
-// (one non-blocking peek, no data consumed) when no caller is reading it;
-// a connection the server closed or reset is ended (Err says why).
+// Alive reports whether the connection still works: at once when an answer
+// arrived within RecentWindow, otherwise by checking the socket (one
+// non-blocking peek, no data consumed) when no caller is reading it; a
+// connection the server closed or reset is ended (Err says why).
 func (c *Client) Alive() bool {
 	if c.Err() != nil {
 		return false
+	}
+	if time.Now().UnixNano()-c.lastRecv.Load() < int64(RecentWindow) {
+		return true // answered just now (RecentWindow)
 	}
 	select {
 	case <-c.lead:
@@ -177,16 +196,31 @@ func (c *Client) forget(id uint64) {
 // aLongTimeAgo is a read deadline in the past: it wakes a blocked Read.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// readUntil reads answers, delivering each, until call id's arrives on ch
-// (true) or ctx ends first (false). The caller holds the read token.
-func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result) (result, bool) {
+// errDeadline: a call's deadline passed before its answer came.
+var errDeadline = fmt.Errorf("fastrpc: %w", context.DeadlineExceeded)
+
+// readUntil reads answers, delivering each, until call id's arrives on ch,
+// or fails with ctx's error or errDeadline when ctx ends or deadline (zero:
+// none) passes first. The caller holds the read token.
+//
+// The connection's read deadline is moved only when it would wake this
+// reader too late (or never): callers' deadlines are mostly "now + the RPC
+// timeout", later than the one already set, so most calls set none; one
+// set by an earlier caller that passes first wakes this reader, which
+// then moves it to its own and reads on (a frame read in part stays
+// buffered).
+func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result, deadline time.Time) (result, error) {
 	select {
 	case r := <-ch: // came while this caller waited for the token
-		return r, true
+		return r, nil
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return result{}, false
+		return result{}, err
+	}
+	if !deadline.IsZero() && (c.rdl.IsZero() || c.rdl.After(deadline)) {
+		_ = c.conn.SetReadDeadline(deadline)
+		c.rdl = deadline
 	}
 	if ctx.Done() != nil {
 		// ctx's end wakes the Read; the deadline is cleared again before
@@ -200,6 +234,7 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result) (resu
 			if !stop() {
 				<-fired
 				_ = c.conn.SetReadDeadline(time.Time{})
+				c.rdl = time.Time{}
 			}
 		}()
 	}
@@ -207,29 +242,53 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result) (resu
 		st, fid, payload, err := c.rd.next(c.conn)
 		if err != nil {
 			var ne net.Error
-			if ctx.Err() != nil && errors.As(err, &ne) && ne.Timeout() {
-				return result{}, false // the frame read so far stays buffered
+			if errors.As(err, &ne) && ne.Timeout() {
+				// The frame read so far stays buffered.
+				if err := ctx.Err(); err != nil {
+					return result{}, err
+				}
+				if !deadline.IsZero() && !time.Now().Before(deadline) {
+					return result{}, errDeadline
+				}
+				// An earlier caller's deadline (or none of this caller's):
+				// read on until this caller's own.
+				_ = c.conn.SetReadDeadline(deadline)
+				c.rdl = deadline
+				continue
 			}
 			c.fail(err)
-			return <-ch, true // fail answered every waiting call
+			return <-ch, nil // fail answered every waiting call
 		}
+		c.lastRecv.Store(time.Now().UnixNano())
 		c.deliver(fid, result{payload: payload, status: st})
 		if fid == id {
-			return <-ch, true
+			return <-ch, nil
 		}
 	}
 }
 
 // Call sends a request and waits for its answer or ctx's end.
 func (c *Client) Call(ctx context.Context, method uint8, req []byte) ([]byte, error) {
+	return c.CallBy(ctx, time.Time{}, method, req)
+}
+
+// CallBy is Call that also gives up when deadline (zero: none) passes,
+// without a timer of its own (a context.WithDeadline per call was a tenth
+// of a small store call's CPU): the caller reading the connection wakes
+// at its deadline; a caller waiting for another's read to deliver its
+// answer gives up at its ctx's end or, at the latest, when that reader's
+// deadline passes and the read passes to it. A call that gives up at its
+// deadline fails with an error wrapping context.DeadlineExceeded.
+func (c *Client) CallBy(ctx context.Context, deadline time.Time, method uint8, req []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
-	ch := make(chan result, 1)
+	ch := chPool.Get().(chan result)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
+		chPool.Put(ch)
 		return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	c.nextID++
@@ -252,17 +311,17 @@ func (c *Client) Call(ctx context.Context, method uint8, req []byte) ([]byte, er
 	select {
 	case r = <-ch:
 	case <-c.lead:
-		var ok bool
-		r, ok = c.readUntil(ctx, id, ch)
+		r, err = c.readUntil(ctx, id, ch, deadline)
 		c.lead <- struct{}{}
-		if !ok {
+		if err != nil {
 			c.forget(id)
-			return nil, ctx.Err()
+			return nil, err
 		}
 	case <-ctx.Done():
 		c.forget(id)
 		return nil, ctx.Err()
 	}
+	chPool.Put(ch) // its one answer was received
 	if r.err != nil {
 		return nil, r.err
 	}

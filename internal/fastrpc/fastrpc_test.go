@@ -488,3 +488,70 @@ func TestAliveNoticesServerEnd(t *testing.T) {
 		t.Fatal("call on a closed connection worked")
 	}
 }
+
+// TestCallByDeadline: a call whose deadline passes before the answer
+// fails with context.DeadlineExceeded (no context deadline involved); the
+// answer that comes later is dropped, and a later call with a longer
+// deadline, whose read starts under the earlier call's read deadline,
+// still gets its own answer after that deadline passed.
+func TestCallByDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			got <- fakeServer(c)
+		}
+	}()
+	c, err := Dial(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := <-got
+	defer srv.Close()
+	ctx := context.Background()
+	r := bufio.NewReader(srv)
+	answer := func() { // answers the next request, echoing its payload
+		_, id, p, err := readFrame(r)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := srv.Write(appendFrame(nil, StatusOK, id, p)); err != nil {
+			t.Error(err)
+		}
+	}
+
+	start := time.Now()
+	if _, err := c.CallBy(ctx, start.Add(30*time.Millisecond), 1, []byte("late")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call past its deadline: %v, want DeadlineExceeded", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("a 30ms deadline waited %v", waited)
+	}
+	answer() // the late call's answer: nobody waits for it any more
+
+	// The read deadline the first call left is in the past; this call's
+	// read wakes on it, moves it and reads on to its own answer.
+	done := make(chan error, 1)
+	go func() {
+		out, err := c.CallBy(ctx, time.Now().Add(10*time.Second), 1, []byte("second"))
+		if err == nil && string(out) != "second" {
+			err = fmt.Errorf("answer %q", out)
+		}
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the server is slow on purpose: longer than the first deadline
+	answer()
+	if err := <-done; err != nil {
+		t.Fatalf("second call: %v", err)
+	}
+	if c.Err() != nil {
+		t.Fatalf("connection ended: %v", c.Err())
+	}
+}

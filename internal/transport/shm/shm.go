@@ -439,6 +439,23 @@ func (cl *Client) Acquire(ctx context.Context, base, addr, n uint64) (Span, erro
 	return Span{B: m.data[off : off+n : off+n], m: m}, nil
 }
 
+// AcquireMapped is Acquire when the buffer whose base is base is mapped
+// already and [addr, addr+n) lies inside it; ok is false otherwise (call
+// Acquire, which maps the buffer or names the error). It makes no round
+// trip to the peer.
+func (cl *Client) AcquireMapped(base, addr, n uint64) (sp Span, ok bool) {
+	cl.mu.Lock()
+	m := cl.maps[base]
+	if cl.closed || cl.err != nil || m == nil || n == 0 || addr < m.Info.Addr || addr+n < addr || addr+n > m.Info.Addr+m.Info.Length {
+		cl.mu.Unlock()
+		return Span{}, false
+	}
+	m.refs.Add(1)
+	cl.mu.Unlock()
+	off := addr - m.Info.Addr
+	return Span{B: m.data[off : off+n : off+n], m: m}, true
+}
+
 // populateMappings: map peers' buffers with MAP_POPULATE (a variable so
 // that the benchmark can compare with lazy mapping).
 var populateMappings = true
