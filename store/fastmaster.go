@@ -182,7 +182,7 @@ func fastCall[R any, PR interface {
 	if c == nil {
 		return slowCall(ctx, deadline, slow)
 	}
-	b, err := proto.Marshal(req)
+	b, err := pb.Marshal(req)
 	if err != nil {
 		return slowCall(ctx, deadline, slow)
 	}
@@ -195,7 +195,7 @@ func fastCall[R any, PR interface {
 		return nil, err
 	}
 	resp := PR(new(R))
-	if err := proto.Unmarshal(out, resp); err != nil {
+	if err := pb.Unmarshal(out, resp); err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -263,7 +263,7 @@ func (m *fastMaster) batchExist(ctx context.Context, keys []string) (out []bool,
 	if c == nil {
 		return nil, false, nil
 	}
-	b, err := proto.Marshal(&pb.BatchKeysRequest{Keys: keys})
+	b, err := pb.Marshal(&pb.BatchKeysRequest{Keys: keys})
 	if err != nil {
 		return nil, false, nil
 	}
@@ -304,7 +304,7 @@ func (m *fastMaster) putCommit(ctx context.Context, req *pb.PutCommitRequest) (*
 	if c == nil {
 		return nil, nil, nil
 	}
-	b, err := proto.Marshal(req)
+	b, err := pb.Marshal(req)
 	if err != nil {
 		return nil, nil, nil
 	}
@@ -317,7 +317,7 @@ func (m *fastMaster) putCommit(ctx context.Context, req *pb.PutCommitRequest) (*
 		return nil, c, fmt.Errorf("store: put %q: master rpc: %w", req.Key, err)
 	}
 	var resp pb.PutCommitResponse
-	if err := proto.Unmarshal(out, &resp); err != nil {
+	if err := pb.Unmarshal(out, &resp); err != nil {
 		return nil, c, fmt.Errorf("store: put %q: %w", req.Key, err)
 	}
 	return &resp, c, nil

@@ -41,14 +41,14 @@ func fastUnary[Req any, PReq interface {
 }, Resp proto.Message](f func(context.Context, PReq) (Resp, error)) func([]byte) ([]byte, uint8) {
 	return func(payload []byte) ([]byte, uint8) {
 		req := PReq(new(Req))
-		if err := proto.Unmarshal(payload, req); err != nil {
+		if err := pb.Unmarshal(payload, req); err != nil {
 			return []byte(err.Error()), fastrpc.StatusBadRequest
 		}
 		resp, err := f(context.Background(), req)
 		if err != nil {
 			return []byte(err.Error()), fastrpc.StatusBadRequest
 		}
-		out, err := proto.Marshal(resp)
+		out, err := pb.Marshal(resp)
 		if err != nil {
 			return []byte(err.Error()), fastrpc.StatusBadRequest
 		}
@@ -61,7 +61,7 @@ func fastUnary[Req any, PReq interface {
 // through, a slot for the client's next put.
 func (s *Service) putCommit(payload []byte) ([]byte, uint8) {
 	var r pb.PutCommitRequest
-	if err := proto.Unmarshal(payload, &r); err != nil {
+	if err := pb.Unmarshal(payload, &r); err != nil {
 		return []byte(err.Error()), fastrpc.StatusBadRequest
 	}
 	out := &pb.PutCommitResponse{}
@@ -78,7 +78,7 @@ func (s *Service) putCommit(payload []byte) ([]byte, uint8) {
 			out.Next = &pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen}
 		}
 	}
-	b, err := proto.Marshal(out)
+	b, err := pb.Marshal(out)
 	if err != nil {
 		return []byte(err.Error()), fastrpc.StatusBadRequest
 	}
