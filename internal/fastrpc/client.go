@@ -47,8 +47,10 @@ type Client struct {
 	lead chan struct{} // holds the read token while no caller reads
 	rd   frameReader   // read side; only the token's holder touches it
 
-	wmu  sync.Mutex
-	wbuf []byte
+	wmu     sync.Mutex
+	wpend   []byte // frames waiting for the writer
+	wspare  []byte // the buffer the writer sent last, reused
+	writing bool   // a caller is writing wpend out
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -267,6 +269,43 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result, deadl
 	}
 }
 
+// send queues a request's frame and, unless another caller is writing
+// (it then sends this frame with its own, in the same write), writes the
+// queued frames until none is left: concurrent calls share write system
+// calls. An error means this frame did not leave; frames of other callers
+// lost in a failed write fail their calls through fail (ErrConnLost).
+func (c *Client) send(method uint8, id uint64, req []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.writing {
+		c.wpend = appendFrame(c.wpend, method, id, req)
+		return nil
+	}
+	c.wpend = appendFrame(c.wpend, method, id, req)
+	c.writing = true
+	defer func() { c.writing = false }()
+	first := true
+	for len(c.wpend) > 0 {
+		buf := c.wpend
+		c.wpend = c.wspare[:0]
+		c.wmu.Unlock()
+		_, err := c.conn.Write(buf)
+		c.wmu.Lock()
+		c.wspare = buf[:0]
+		if err != nil {
+			// Before anyone else writes: a torn frame is never completed.
+			c.fail(err)
+			c.wpend = c.wpend[:0]
+			if first {
+				return err // this caller's frame was in it
+			}
+			return nil // this caller's frame left; fail answered it
+		}
+		first = false
+	}
+	return nil
+}
+
 // Call sends a request and waits for its answer or ctx's end.
 func (c *Client) Call(ctx context.Context, method uint8, req []byte) ([]byte, error) {
 	return c.CallBy(ctx, time.Time{}, method, req)
@@ -296,14 +335,7 @@ func (c *Client) CallBy(ctx context.Context, deadline time.Time, method uint8, r
 	c.pending[id] = ch
 	c.mu.Unlock()
 
-	c.wmu.Lock()
-	c.wbuf = appendFrame(c.wbuf[:0], method, id, req)
-	_, err := c.conn.Write(c.wbuf)
-	if err != nil {
-		c.fail(err) // before anyone else writes: a torn frame is never completed
-	}
-	c.wmu.Unlock()
-	if err != nil {
+	if err := c.send(method, id, req); err != nil {
 		c.forget(id)
 		return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
@@ -311,6 +343,7 @@ func (c *Client) CallBy(ctx context.Context, deadline time.Time, method uint8, r
 	select {
 	case r = <-ch:
 	case <-c.lead:
+		var err error
 		r, err = c.readUntil(ctx, id, ch, deadline)
 		c.lead <- struct{}{}
 		if err != nil {
