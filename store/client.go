@@ -775,26 +775,22 @@ func (c *Client) replicaList(ctx context.Context, key string) (*pb.ObjectInfo, t
 // readAny reads the replicas into buf in order (local first) until one is
 // read whole, within the lease, with the right CRC32C.
 func (c *Client) readAny(ctx context.Context, key string, info *pb.ObjectInfo, leaseEnd time.Time, buf []byte) error {
-	// The read must end within the lease: afterwards the space may be reused.
-	lctx, lcancel := context.WithDeadline(ctx, leaseEnd)
-	defer lcancel()
+	// The read must end within the lease: afterwards the space may be
+	// reused. Each replica gets an equal share of the lease left, so a
+	// hung node leaves time to read the next replica; the last one (usually
+	// the only one) gets all that is left.
 	var errs []error
 	reps := c.order(info.Replicas)
 	for i, r := range reps {
-		// Each replica gets an equal share of the lease left, so a hung
-		// node leaves time to read the next replica.
-		// The last one gets all that is left: lctx itself (one timer fewer
-		// per get; a get has one replica unless asked otherwise).
-		rctx, rcancel := lctx, context.CancelFunc(func() {})
+		until := leaseEnd
 		if left := len(reps) - i; left > 1 {
-			rctx, rcancel = context.WithTimeout(lctx, time.Until(leaseEnd)/time.Duration(left))
+			until = time.Now().Add(time.Until(leaseEnd) / time.Duration(left))
 		}
-		crc, err := c.readReplica(rctx, r, buf)
-		rcancel()
+		crc, err := c.readReplica(ctx, until, r, buf)
 		if err == nil && time.Now().After(leaseEnd) {
 			err = ErrLeaseExpired
 		}
-		if err != nil && lctx.Err() != nil && ctx.Err() == nil {
+		if err != nil && !time.Now().Before(leaseEnd) && ctx.Err() == nil {
 			return fmt.Errorf("store: get %q: read from %s outlived the %dms lease: %w", key, r.Segment, info.LeaseTtlMs, ErrLeaseExpired)
 		}
 		if err == nil && crc != info.Crc32C {
@@ -841,6 +837,9 @@ func readFailed(key string, errs []error) error {
 
 // order puts replicas held by this process's engine first.
 func (c *Client) order(reps []*pb.Replica) []*pb.Replica {
+	if len(reps) < 2 {
+		return reps
+	}
 	out := make([]*pb.Replica, 0, len(reps))
 	me := c.mover.Name()
 	for _, r := range reps {
@@ -867,14 +866,15 @@ const (
 	pipelineParts = 4
 )
 
-// readReplica reads r into buf and returns the CRC32C of what it read.
-func (c *Client) readReplica(ctx context.Context, r *pb.Replica, buf []byte) (uint32, error) {
-	seg, err := c.mover.OpenSegment(ctx, r.Endpoint)
+// readReplica reads r into buf, ending by until, and returns the CRC32C of
+// what it read.
+func (c *Client) readReplica(ctx context.Context, until time.Time, r *pb.Replica, buf []byte) (uint32, error) {
+	seg, err := c.mover.OpenSegment(ctx, r.Endpoint) // the engine bounds a first open itself
 	if err != nil {
 		return 0, fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 	}
 	read := func(lo, hi int) error {
-		return c.mover.Transfer(ctx, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo}})
+		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo}})
 	}
 	if len(buf) < pipelineMin {
 		if err := read(0, len(buf)); err != nil {
@@ -908,6 +908,23 @@ func (c *Client) readReplica(ctx context.Context, r *pb.Replica, buf []byte) (ui
 		return 0, fmt.Errorf("%w: read: %w", ErrTransfer, err)
 	}
 	return crc, nil
+}
+
+// untilMover is a Mover that takes a deadline of its own
+// (transfer.Engine.TransferUntil): a small local copy then needs no timer.
+type untilMover interface {
+	TransferUntil(ctx context.Context, deadline time.Time, reqs []transfer.Request) error
+}
+
+// transferUntil moves reqs by deadline: with TransferUntil when the mover
+// has it, under a context with that deadline otherwise.
+func (c *Client) transferUntil(ctx context.Context, deadline time.Time, reqs []transfer.Request) error {
+	if m, ok := c.mover.(untilMover); ok {
+		return m.TransferUntil(ctx, deadline, reqs)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return c.mover.Transfer(ctx, reqs)
 }
 
 // RegisterBuffer registers memory for PutFrom and GetInto.

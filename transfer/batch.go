@@ -92,7 +92,7 @@ type task struct {
 // (newBatch), give each task to a transport (route), fix the deadline,
 // start the transports' jobs (start), and arm the deadline's timer (arm).
 func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
-	return e.submit(ctx, reqs, false)
+	return e.submit(ctx, time.Time{}, reqs, false)
 }
 
 // inlineMax is the most bytes of local copies (shared memory, in process)
@@ -101,8 +101,9 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 // store put or get spent ~10 us in that hand-off on a loaded machine).
 const inlineMax = 64 << 10
 
-// submit is Submit; inline runs small local copies before returning.
-func (e *Engine) submit(ctx context.Context, reqs []Request, inline bool) (*Batch, error) {
+// submit is Submit; inline runs small local copies before returning. A
+// non-zero until is a deadline sooner than ctx's (TransferUntil).
+func (e *Engine) submit(ctx context.Context, until time.Time, reqs []Request, inline bool) (*Batch, error) {
 	e.life.RLock()
 	defer e.life.RUnlock()
 	if e.closed.Load() {
@@ -118,6 +119,9 @@ func (e *Engine) submit(ctx context.Context, reqs []Request, inline bool) (*Batc
 	}
 	e.route(ctx, b)
 	b.deadline = e.deadline(ctx, reqs)
+	if !until.IsZero() && until.Before(b.deadline) {
+		b.deadline = until
+	}
 	b.start(ctx, inline)
 	b.arm()
 	return b, nil
@@ -389,7 +393,16 @@ func (b *Batch) Free() {
 // Transfer is Submit + Wait + Free. Small local copies (shared memory, in
 // process) run on the caller's goroutine.
 func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
-	b, err := e.submit(ctx, reqs, true)
+	return e.TransferUntil(ctx, time.Time{}, reqs)
+}
+
+// TransferUntil is Transfer with a deadline of its own (zero: none) on top
+// of ctx's: the batch fails with ErrTimeout when it passes. Unlike a
+// context.WithDeadline made for the call, it costs no timer when the
+// copies run inline (small local copies, which end before it returns);
+// other batches arm the engine's own deadline timer, as with ctx's.
+func (e *Engine) TransferUntil(ctx context.Context, deadline time.Time, reqs []Request) error {
+	b, err := e.submit(ctx, deadline, reqs, true)
 	if err != nil {
 		return err
 	}

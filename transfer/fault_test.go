@@ -352,6 +352,28 @@ func TestDeadlineOnSilentPeer(t *testing.T) {
 	b.Free()
 }
 
+// TestTransferUntilOnSilentPeer: TransferUntil's own deadline ends a
+// transfer to a peer that never answers, with no context deadline.
+func TestTransferUntilOnSilentPeer(t *testing.T) {
+	ini := openEngine(t, Config{Transport: TransportTCP})
+	name, raddr := silentPeer(t)
+	seg, err := ini.OpenSegment(ctxT(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := make([]byte, 4096)
+	_ = ini.RegisterBytes(local, "")
+	start := time.Now()
+	err = ini.TransferUntil(context.Background(), start.Add(200*time.Millisecond),
+		[]Request{{Op: OpRead, Local: AddrOf(local), Segment: seg, Remote: raddr, Length: len(local)}})
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("err = %v, want ErrTimeout", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("took %v", el)
+	}
+}
+
 func TestPeerDiesMidBatch(t *testing.T) {
 	dying := startPeer(t, 32<<20, TransportTCP)
 	healthy := startPeer(t, 1<<20, TransportTCP)

@@ -376,9 +376,10 @@ func (o *oneByOne) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// FuzzFrameReader: the client's resumable frameReader reads the same
-// frames as readFrame from any bytes, in any read sizes, and fails where
-// it fails.
+// FuzzFrameReader: the client's resumable frameReader and the server's
+// readFrameView (with a buffer small enough that long payloads take its
+// other path) read the same frames as readFrame from any bytes, in any
+// read sizes, and fail where it fails.
 func FuzzFrameReader(f *testing.F) {
 	f.Add(appendFrame(appendFrame(nil, 0, 7, []byte("abc")), 1, 9, nil), uint8(1))
 	f.Add(appendFrame(nil, 0, 1, bytes.Repeat([]byte{5}, 70000)), uint8(100))
@@ -387,17 +388,26 @@ func FuzzFrameReader(f *testing.F) {
 		want := bufio.NewReader(bytes.NewReader(data))
 		var fr frameReader
 		src := &oneByOne{b: data, k: int(k%64) + 1}
+		view := bufio.NewReaderSize(&oneByOne{b: data, k: int(k%64) + 1}, 32)
+		var big []byte
 		for {
 			k1, id1, p1, err1 := readFrame(want)
 			k2, id2, p2, err2 := fr.next(src)
-			if (err1 == nil) != (err2 == nil) {
-				t.Fatalf("readFrame err %v, frameReader err %v", err1, err2)
+			k3, id3, p3, used, err3 := readFrameView(view, &big)
+			if (err1 == nil) != (err2 == nil) || (err1 == nil) != (err3 == nil) {
+				t.Fatalf("readFrame err %v, frameReader err %v, readFrameView err %v", err1, err2, err3)
 			}
 			if err1 != nil {
 				return
 			}
 			if k1 != k2 || id1 != id2 || !bytes.Equal(p1, p2) {
 				t.Fatalf("frames differ: %d %d %q / %d %d %q", k1, id1, p1, k2, id2, p2)
+			}
+			if k1 != k3 || id1 != id3 || !bytes.Equal(p1, p3) {
+				t.Fatalf("view differs: %d %d %q / %d %d %q", k1, id1, p1, k3, id3, p3)
+			}
+			if _, err := view.Discard(used); err != nil {
+				t.Fatal(err)
 			}
 		}
 	})

@@ -15,6 +15,8 @@ import (
 // Handler answers one request: the response payload and its status
 // (StatusOK, or StatusUnknownMethod / StatusBadRequest with a message).
 // It runs on the connection's reader goroutine, so it should not block.
+// payload is valid only during the call (it is a view of the connection's
+// read buffer): a handler keeps a copy of what it keeps.
 type Handler func(method uint8, payload []byte) (resp []byte, status uint8)
 
 // sniffTimeout bounds how long a new connection may take to send its
@@ -160,15 +162,25 @@ func (m *Mux) route(c net.Conn, h Handler) {
 // so the answers to pipelined requests leave together.
 func serveConn(c net.Conn, r *bufio.Reader, h Handler) {
 	w := bufio.NewWriterSize(c, 64<<10)
-	var out []byte
+	var big []byte // payloads larger than r's buffer
+	var hdr [headerLen]byte
 	for {
-		method, id, payload, err := readFrame(r)
+		method, id, payload, used, err := readFrameView(r, &big)
 		if err != nil {
 			return
 		}
 		resp, st := h(method, payload)
-		out = appendFrame(out[:0], st, id, resp)
-		if _, err := w.Write(out); err != nil {
+		if _, err := r.Discard(used); err != nil {
+			return
+		}
+		if cap(big) > 1<<20 { // do not keep a large frame's buffer
+			big = nil
+		}
+		hdr = frameHeader(st, id, len(resp))
+		if _, err := w.Write(hdr[:]); err != nil {
+			return
+		}
+		if _, err := w.Write(resp); err != nil {
 			return
 		}
 		if !wholeFrameBuffered(r) {

@@ -55,6 +55,52 @@ func readFrame(r *bufio.Reader) (kind uint8, id uint64, payload []byte, err erro
 	return h[4], binary.LittleEndian.Uint64(h[5:13]), payload, nil
 }
 
+// frameHeader is the header of a frame with a payload of n bytes.
+func frameHeader(kind uint8, id uint64, n int) (h [headerLen]byte) {
+	binary.LittleEndian.PutUint32(h[:4], uint32(1+8+n))
+	h[4] = kind
+	binary.LittleEndian.PutUint64(h[5:], id)
+	return h
+}
+
+// readFrameView reads one frame without copying its payload: payload is a
+// view of r's buffer, valid until the caller discards used bytes of r
+// (r.Discard(used)), which it must do before reading on. A payload larger
+// than r's buffer is read into *big instead (used is then 0).
+func readFrameView(r *bufio.Reader, big *[]byte) (kind uint8, id uint64, payload []byte, used int, err error) {
+	var h [headerLen]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, 0, nil, 0, err
+	}
+	n := binary.LittleEndian.Uint32(h[:4])
+	if n < 9 || n > MaxFrame {
+		return 0, 0, nil, 0, fmt.Errorf("%w: length %d", ErrFrame, n)
+	}
+	size := int(n - 9)
+	kind, id = h[4], binary.LittleEndian.Uint64(h[5:13])
+	if size <= r.Size() {
+		payload, err = r.Peek(size)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, 0, nil, 0, err
+		}
+		return kind, id, payload, size, nil
+	}
+	if cap(*big) < size {
+		*big = make([]byte, size)
+	}
+	payload = (*big)[:size]
+	if _, err := io.ReadFull(r, payload); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, nil, 0, err
+	}
+	return kind, id, payload, 0, nil
+}
+
 // frameReader reads frames from a connection into its own buffer. A read
 // cut short (a deadline) keeps what it got, so the next call of next
 // resumes the frame: the client's read side passes between goroutines.
