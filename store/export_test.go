@@ -28,3 +28,18 @@ func SameFastConn(a, b *Client) bool {
 	defer b.fast.mu.Unlock()
 	return ca != nil && ca == b.fast.conn
 }
+
+// SetSharedLanes sets how many connections per master the pool spreads
+// clients over and returns the old value (tests).
+func SetSharedLanes(n int) int {
+	old := sharedLanes
+	sharedLanes = n
+	return old
+}
+
+// FastConn is the client's fastrpc connection, as an opaque identity (tests).
+func FastConn(c *Client) any {
+	c.fast.mu.Lock()
+	defer c.fast.mu.Unlock()
+	return c.fast.conn
+}

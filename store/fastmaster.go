@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
@@ -26,6 +28,7 @@ import (
 type fastMaster struct {
 	pb.MasterServiceClient
 	addr    string        // "" = gRPC only (HA addresses, Config.NoFastRPC)
+	lane    int           // which of the pool's connections to addr it shares
 	timeout time.Duration // bound of each hot call (Config.RPCTimeout)
 
 	mu      sync.Mutex
@@ -40,7 +43,7 @@ type fastMaster struct {
 const fastDialTimeout = time.Second
 
 func newFastMaster(rpc pb.MasterServiceClient, cfg Config) *fastMaster {
-	m := &fastMaster{MasterServiceClient: rpc, timeout: cfg.RPCTimeout}
+	m := &fastMaster{MasterServiceClient: rpc, timeout: cfg.RPCTimeout, lane: int(fastLanes.Add(1)) % sharedLanes}
 	if _, _, err := net.SplitHostPort(cfg.Master); err == nil && !leader.IsHA(cfg.Master) && !cfg.NoFastRPC {
 		m.addr = cfg.Master
 	}
@@ -60,7 +63,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 		return m.conn
 	}
 	if m.conn != nil {
-		sharedConns.release(m.addr, m.conn)
+		sharedConns.release(m.addr, m.lane, m.conn)
 		m.conn = nil
 	}
 	if m.closed || time.Now().Before(m.retryAt) {
@@ -68,7 +71,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 	}
 	dctx, cancel := context.WithTimeout(ctx, fastDialTimeout)
 	defer cancel()
-	c, err := sharedConns.get(dctx, m.addr)
+	c, err := sharedConns.get(dctx, m.addr, m.lane)
 	if err != nil {
 		m.backoff = min(max(2*m.backoff, 100*time.Millisecond), time.Minute)
 		m.retryAt = time.Now().Add(m.backoff)
@@ -83,25 +86,43 @@ func (m *fastMaster) close() {
 	defer m.mu.Unlock()
 	m.closed = true
 	if m.conn != nil {
-		sharedConns.release(m.addr, m.conn)
+		sharedConns.release(m.addr, m.lane, m.conn)
 		m.conn = nil
 	}
 }
 
 // sharedConns is the process's pool of fastrpc connections: the clients
-// of one process share one connection per master address (connection
-// reuse). Concurrent calls of several clients then share the system calls
+// of one process share a few connections per master address (connection
+// reuse), sharedLanes of them, clients spread over them in turn.
+// Concurrent calls of the clients on one connection share the system calls
 // of both ends: the master reads their requests together and answers them
-// in one write, and the caller that reads the connection takes the others'
-// answers with its own (fastrpc.Client). On 2 cores, 8 clients of 4 KiB
-// puts or gets went from 59k/68k to 87k/88k calls per second with it
+// in one write, the caller reading the connection takes the others'
+// answers with its own (fastrpc.Client), and callers that write while
+// another writes leave in its write. One connection per P (GOMAXPROCS)
+// lets the master serve them on as many goroutines at once. On 2 cores,
+// 8 clients of 4 KiB gets went from 68k calls per second with a connection
+// each to ~90k with one shared connection and ~105k with two
 // (docs/store.md, session E). Clients in different processes each have
-// their own connection, as before.
-var sharedConns = connPool{conns: map[string]*pooledConn{}}
+// their own connections, as before.
+var sharedConns = connPool{conns: map[poolKey]*pooledConn{}}
+
+// sharedLanes is the number of connections per master address in the
+// pool: one per P, at most maxSharedLanes.
+var sharedLanes = min(runtime.GOMAXPROCS(0), maxSharedLanes)
+
+const maxSharedLanes = 8
+
+// fastLanes numbers the clients, to spread them over the lanes.
+var fastLanes atomic.Int64
+
+type poolKey struct {
+	addr string
+	lane int
+}
 
 type connPool struct {
 	mu    sync.Mutex
-	conns map[string]*pooledConn
+	conns map[poolKey]*pooledConn
 }
 
 type pooledConn struct {
@@ -111,9 +132,10 @@ type pooledConn struct {
 
 // get returns a working connection to addr, dialling one when the pool
 // has none; the caller holds a reference until it calls release.
-func (p *connPool) get(ctx context.Context, addr string) (*fastrpc.Client, error) {
+func (p *connPool) get(ctx context.Context, addr string, lane int) (*fastrpc.Client, error) {
+	key := poolKey{addr, lane}
 	p.mu.Lock()
-	if pc := p.conns[addr]; pc != nil && pc.c.Err() == nil {
+	if pc := p.conns[key]; pc != nil && pc.c.Err() == nil {
 		pc.refs++
 		p.mu.Unlock()
 		return pc.c, nil
@@ -125,27 +147,28 @@ func (p *connPool) get(ctx context.Context, addr string) (*fastrpc.Client, error
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pc := p.conns[addr]; pc != nil && pc.c.Err() == nil { // another client dialled meanwhile
+	if pc := p.conns[key]; pc != nil && pc.c.Err() == nil { // another client dialled meanwhile
 		_ = c.Close()
 		pc.refs++
 		return pc.c, nil
 	}
 	// None, or a dead one: its holders close it as they notice (release).
-	p.conns[addr] = &pooledConn{c: c, refs: 1}
+	p.conns[key] = &pooledConn{c: c, refs: 1}
 	return c, nil
 }
 
 // release gives a reference back; the last one closes the connection. A
 // connection the pool no longer lists (it died and was replaced) is
 // closed at once (its calls have failed already).
-func (p *connPool) release(addr string, c *fastrpc.Client) {
+func (p *connPool) release(addr string, lane int, c *fastrpc.Client) {
+	key := poolKey{addr, lane}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pc := p.conns[addr]; pc != nil && pc.c == c {
+	if pc := p.conns[key]; pc != nil && pc.c == c {
 		if pc.refs--; pc.refs > 0 {
 			return
 		}
-		delete(p.conns, addr)
+		delete(p.conns, key)
 	}
 	_ = c.Close()
 }

@@ -77,6 +77,8 @@ func TestFastRPCPath(t *testing.T) {
 // after a master restart they share a new one; concurrent puts and gets of
 // several clients over the shared connection all get their own answers.
 func TestFastConnShared(t *testing.T) {
+	old := store.SetSharedLanes(1)
+	defer store.SetSharedLanes(old)
 	c := newCluster(t, master.Config{}, 2, 16<<20)
 	ctx := context.Background()
 	a, b, d := c.client(nil), c.client(nil), c.client(nil)
@@ -129,5 +131,30 @@ func TestFastConnShared(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestFastConnLanes: with two lanes, clients take the pool's two
+// connections in turn.
+func TestFastConnLanes(t *testing.T) {
+	old := store.SetSharedLanes(2)
+	defer store.SetSharedLanes(old)
+	c := newCluster(t, master.Config{}, 1, 16<<20)
+	ctx := context.Background()
+	conns := map[any]int{}
+	for i := range 4 {
+		cl := c.client(nil)
+		if _, err := cl.Exist(ctx, "lanes"); err != nil || !store.FastConnected(cl) {
+			t.Fatalf("client %d: %v, connected %v", i, err, store.FastConnected(cl))
+		}
+		conns[store.FastConn(cl)]++
+	}
+	if len(conns) != 2 {
+		t.Fatalf("4 clients on %d connections, want 2: %v", len(conns), conns)
+	}
+	for conn, n := range conns {
+		if n != 2 {
+			t.Fatalf("connection %p has %d clients, want 2", conn, n)
+		}
 	}
 }
