@@ -16,11 +16,19 @@ type Allocator struct {
 	align uint64
 	used  uint64
 
-	byStart map[uint64]uint64   // start -> length
-	byEnd   map[uint64]uint64   // end -> start
-	buckets map[uint64][]uint64 // length -> starts
-	pos     map[uint64]int      // start -> index in its bucket
-	lengths []uint64            // sorted distinct lengths with a non-empty bucket
+	byStart map[uint64]extent    // start -> length and place in its bucket
+	byEnd   map[uint64]uint64    // end -> start
+	buckets map[uint64]*[]uint64 // length -> starts (a pointer: appends need no map store)
+	lengths []uint64             // sorted distinct lengths with a non-empty bucket
+	spare   []*[]uint64          // emptied buckets, reused (with their capacity) for new lengths
+}
+
+// extent is a free extent's length and its index in its length's bucket.
+// One map holds both, so an insert or remove touches three maps, not four
+// (a 4 KiB put's allocation and free were a tenth of the master's CPU).
+type extent struct {
+	length uint64
+	pos    int
 }
 
 // New returns an allocator for size bytes with the given alignment (a power
@@ -36,10 +44,9 @@ func New(size, align uint64) *Allocator {
 	a := &Allocator{
 		size:    size &^ (align - 1),
 		align:   align,
-		byStart: map[uint64]uint64{},
+		byStart: map[uint64]extent{},
 		byEnd:   map[uint64]uint64{},
-		buckets: map[uint64][]uint64{},
-		pos:     map[uint64]int{},
+		buckets: map[uint64]*[]uint64{},
 	}
 	if a.size > 0 {
 		a.insert(0, a.size)
@@ -85,7 +92,7 @@ func (a *Allocator) Alloc(n uint64) (off uint64, ok bool) {
 		return 0, false
 	}
 	length := a.lengths[i]
-	b := a.buckets[length]
+	b := *a.buckets[length]
 	start := b[len(b)-1]
 	a.remove(start, length)
 	if length > need {
@@ -109,46 +116,52 @@ func (a *Allocator) Free(off, n uint64) {
 	a.used -= size
 	start := off
 	if prev, ok := a.byEnd[off]; ok { // a free extent ends where we start
-		plen := a.byStart[prev]
-		a.remove(prev, plen)
+		a.remove(prev, a.byStart[prev].length)
 		start = prev
 	}
-	if nlen, ok := a.byStart[end]; ok { // a free extent starts where we end
-		a.remove(end, nlen)
-		end += nlen
+	if next, ok := a.byStart[end]; ok { // a free extent starts where we end
+		a.remove(end, next.length)
+		end += next.length
 	}
 	a.insert(start, end-start)
 }
 
 func (a *Allocator) insert(start, length uint64) {
-	a.byStart[start] = length
 	a.byEnd[start+length] = start
 	b := a.buckets[length]
-	if len(b) == 0 {
+	if b == nil {
+		if n := len(a.spare); n > 0 {
+			b, a.spare = a.spare[n-1], a.spare[:n-1]
+		} else {
+			b = new([]uint64)
+		}
+		a.buckets[length] = b
 		i, _ := slices.BinarySearch(a.lengths, length)
 		a.lengths = slices.Insert(a.lengths, i, length)
 	}
-	a.pos[start] = len(b)
-	a.buckets[length] = append(b, start)
+	a.byStart[start] = extent{length: length, pos: len(*b)}
+	*b = append(*b, start)
 }
 
 func (a *Allocator) remove(start, length uint64) {
+	i := a.byStart[start].pos
 	delete(a.byStart, start)
 	delete(a.byEnd, start+length)
-	b := a.buckets[length]
-	i := a.pos[start]
-	last := b[len(b)-1]
-	b[i] = last
-	a.pos[last] = i
-	b = b[:len(b)-1]
-	delete(a.pos, start)
-	if len(b) == 0 {
+	bp := a.buckets[length]
+	b := *bp
+	if last := b[len(b)-1]; last != start {
+		b[i] = last
+		a.byStart[last] = extent{length: length, pos: i}
+	}
+	*bp = b[:len(b)-1]
+	if len(*bp) == 0 {
 		delete(a.buckets, length)
+		if len(a.spare) < 64 {
+			a.spare = append(a.spare, bp)
+		}
 		j, _ := slices.BinarySearch(a.lengths, length)
 		a.lengths = slices.Delete(a.lengths, j, j+1)
-		return
 	}
-	a.buckets[length] = b
 }
 
 // Range is an allocated byte range [Off, Off+Len).
@@ -186,7 +199,7 @@ func NewAllocated(size, align uint64, used []Range) (*Allocator, error) {
 
 // FreeAt is the length of the free extent starting exactly at off (0 when
 // none starts there).
-func (a *Allocator) FreeAt(off uint64) uint64 { return a.byStart[off] }
+func (a *Allocator) FreeAt(off uint64) uint64 { return a.byStart[off].length }
 
 // AllocAt reserves the n bytes at off (aligned) if they are free, as Alloc
 // would have; it reports whether it did. It finds the free extent holding
@@ -196,12 +209,12 @@ func (a *Allocator) AllocAt(off, n uint64) bool {
 	if n == 0 || off%a.align != 0 || off+need < off || off+need > a.size {
 		return false
 	}
-	start, length := off, a.byStart[off]
+	start, length := off, a.byStart[off].length
 	if length == 0 {
 		start = ^uint64(0)
-		for s, l := range a.byStart {
-			if s <= off && off < s+l {
-				start, length = s, l
+		for s, e := range a.byStart {
+			if s <= off && off < s+e.length {
+				start, length = s, e.length
 				break
 			}
 		}

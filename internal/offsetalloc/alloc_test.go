@@ -141,8 +141,11 @@ func TestRandomisedInvariants(t *testing.T) {
 		t.Fatalf("used=%d sum of live=%d", a.Used(), sum)
 	}
 	var free uint64
-	for _, l := range a.byStart {
-		free += l
+	for start, e := range a.byStart {
+		free += e.length
+		if b := a.buckets[e.length]; b == nil || e.pos >= len(*b) || (*b)[e.pos] != start {
+			t.Fatalf("extent at %d (length %d) is not at index %d of its bucket", start, e.length, e.pos)
+		}
 	}
 	if free != a.FreeBytes() {
 		t.Fatalf("free extents=%d FreeBytes=%d", free, a.FreeBytes())
@@ -163,8 +166,8 @@ func checkNoOverlap(t *testing.T, a *Allocator, live map[uint64]blk) {
 	for _, b := range live {
 		mark(b.off, a.Rounded(b.n))
 	}
-	for s, l := range a.byStart {
-		mark(s, l)
+	for s, e := range a.byStart {
+		mark(s, e.length)
 	}
 	for i, u := range used {
 		if !u {
