@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -43,7 +44,7 @@ func (m *Master) PutReserve(clientID string, size uint64, keyLen int, rc Replica
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	slot := fmt.Sprintf("%s%s/%d", SlotPrefix, clientID, m.seq+1)
+	slot := SlotPrefix + clientID + "/" + strconv.FormatUint(m.seq+1, 10)
 	if err := m.validPut(slot, size, rc); err != nil {
 		return "", nil, err
 	}
