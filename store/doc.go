@@ -46,12 +46,20 @@
 // # Master transports
 //
 // The hot calls (PutStart, PutEnd, PutRevoke, GetReplicaList, Exist and the
-// batch calls of puts, gets and existence) go over one fastrpc connection
+// batch calls of puts, gets and existence) go over a fastrpc connection
 // (package internal/fastrpc) to the master's gRPC port when Config.Master is
 // a plain host:port and the master answers its preface; everything else, HA
 // addresses, Config.NoFastRPC, and any call the fast connection could not
 // send or lost (a master restart) go over gRPC (fastmaster.go). A 4 KiB
-// get is one master round trip plus one transfer.
+// get is one master round trip plus one transfer. The clients of one
+// process share their fast connections: a pool keeps one per P
+// (GOMAXPROCS, at most 8) per master address and hands them to clients in
+// turn, so concurrent calls of several clients share system calls at both
+// ends. A hot call is bounded by RPCTimeout (or ctx's deadline when sooner)
+// without a context of its own: the fast path passes the deadline to
+// fastrpc.Client.CallBy, only the gRPC fallback makes a context. A get's
+// read is bounded by its lease through transfer.Engine.TransferUntil
+// (Movers without it get a context with the lease's deadline).
 //
 // # Put slots
 //

@@ -14,9 +14,19 @@
 // The client has no reader goroutine: a caller whose answer has not been
 // delivered takes the connection's read token and reads answers itself
 // (delivering the others') until its own comes, so with one call in flight
-// the answer wakes its caller straight from the netpoller. Client.Alive
-// peeks the socket, for callers that must know a connection still works
-// before they act on it (the store's put slots).
+// the answer wakes its caller straight from the netpoller. Concurrent
+// calls share write system calls: a caller that finds another writing
+// queues its frame, and the writer sends what was queued with its own
+// before it returns. CallBy takes a deadline instead of a context deadline
+// (no timer per call): the reader sets it as the connection's read
+// deadline only when the one set is later, and one that passes early
+// wakes the reader, which moves it and reads on. Client.Alive answers at
+// once for a connection that delivered an answer within RecentWindow and
+// peeks the socket otherwise, for callers that must know a connection
+// still works before they act on it (the store's put slots). The server
+// reads each request's payload in place (the handler gets a view of the
+// read buffer, valid during the call) and writes header and answer into
+// its buffered writer without another copy.
 //
 // Wire format (little endian), after the client's 8-byte preface Preface,
 // which the server sends back (a gRPC-only server closes the connection, so
