@@ -253,9 +253,14 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result, deadl
 					return result{}, errDeadline
 				}
 				// An earlier caller's deadline (or none of this caller's):
-				// read on until this caller's own.
+				// read on until this caller's own. ctx is checked again
+				// after the move: had it ended just before, the move may
+				// have undone the wake-up its AfterFunc set.
 				_ = c.conn.SetReadDeadline(deadline)
 				c.rdl = deadline
+				if err := ctx.Err(); err != nil {
+					return result{}, err
+				}
 				continue
 			}
 			c.fail(err)
