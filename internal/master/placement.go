@@ -47,15 +47,24 @@ func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, pref
 // preferred name means any segment under it, the caller's own first.
 func (m *Master) placeLocked(clientID string, size uint64, want int, preferred []string) []replica {
 	var reps []replica
-	used := map[string]bool{} // segment names holding a replica
-	tried := map[*segment]bool{}
+	// Names holding a replica: the replicas' own (a few). Segments tried:
+	// only preferred ones can come up twice (again in the strategy's
+	// order), so only they need a set; a put with no wishes makes none.
+	used := func(name string) bool {
+		return slices.ContainsFunc(reps, func(r replica) bool { return r.seg.spec.Name == name })
+	}
+	var tried map[*segment]bool
+	if len(preferred) > 0 {
+		tried = map[*segment]bool{}
+	}
 	try := func(s *segment) {
-		if len(reps) >= want || s == nil || s.draining || used[s.spec.Name] || tried[s] {
+		if len(reps) >= want || s == nil || s.draining || used(s.spec.Name) || tried[s] {
 			return
 		}
-		tried[s] = true
+		if tried != nil {
+			tried[s] = true
+		}
 		if off, ok := s.alloc.Alloc(size); ok {
-			used[s.spec.Name] = true
 			reps = append(reps, replica{seg: s, off: off})
 		}
 	}
