@@ -41,7 +41,7 @@ func fastUnary[Req any, PReq interface {
 }, Resp proto.Message](f func(context.Context, PReq) (Resp, error)) func([]byte) ([]byte, uint8) {
 	return func(payload []byte) ([]byte, uint8) {
 		req := PReq(new(Req))
-		if err := pb.Unmarshal(payload, req); err != nil {
+		if err := pb.UnmarshalRequest(payload, req); err != nil {
 			return []byte(err.Error()), fastrpc.StatusBadRequest
 		}
 		resp, err := f(context.Background(), req)
@@ -61,7 +61,7 @@ func fastUnary[Req any, PReq interface {
 // through, a slot for the client's next put.
 func (s *Service) putCommit(payload []byte) ([]byte, uint8) {
 	var r pb.PutCommitRequest
-	if err := pb.Unmarshal(payload, &r); err != nil {
+	if err := pb.UnmarshalRequest(payload, &r); err != nil {
 		return []byte(err.Error()), fastrpc.StatusBadRequest
 	}
 	out := &pb.PutCommitResponse{}

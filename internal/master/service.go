@@ -260,7 +260,7 @@ func (s *Service) BatchExist(_ context.Context, r *pb.BatchKeysRequest) (*pb.Bat
 // 1 when it exists (invalid keys read 0).
 func (s *Service) batchExistBits(payload []byte) ([]byte, uint8) {
 	var r pb.BatchKeysRequest
-	if err := pb.Unmarshal(payload, &r); err != nil {
+	if err := pb.UnmarshalRequest(payload, &r); err != nil {
 		return []byte(err.Error()), fastrpc.StatusBadRequest
 	}
 	out := make([]byte, len(r.Keys))

@@ -1,6 +1,13 @@
 package storepb
 
-import "google.golang.org/protobuf/proto"
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
 
 // Method numbers of the master's hot calls on the fastrpc transport
 // (internal/fastrpc): the payloads are the same messages as the gRPC
@@ -39,4 +46,120 @@ func Unmarshal(b []byte, m proto.Message) error {
 		return v.UnmarshalVT(b)
 	}
 	return proto.Unmarshal(b, m)
+}
+
+// UnmarshalRequest is Unmarshal for what a server reads off the network:
+// it also refuses strings that are not valid UTF-8 anywhere in the
+// message, as proto.Unmarshal does for proto3 strings (vtprotobuf's
+// decoder does not check): a key the gRPC path refuses must not get in
+// through fastrpc, where it would break every later gRPC answer that
+// carries it (List, for one).
+func UnmarshalRequest(b []byte, m proto.Message) error {
+	if err := Unmarshal(b, m); err != nil {
+		return err
+	}
+	if ok, known := requestUTF8(m); known {
+		if !ok {
+			return errUTF8
+		}
+		return nil
+	}
+	return validUTF8(m.ProtoReflect())
+}
+
+var errUTF8 = errors.New("storepb: a string is not valid UTF-8")
+
+// requestUTF8 checks the strings of the hot requests without reflection
+// (validUTF8 cost ~0.6 us per put, a third more than decoding it); known
+// is false for other messages. TestRequestUTF8CoversEveryString keeps it
+// in step with the messages' string fields.
+func requestUTF8(m proto.Message) (ok, known bool) {
+	v := utf8.ValidString
+	rc := func(c *ReplicateConfig) bool {
+		for _, s := range c.GetPreferredSegments() {
+			if !v(s) {
+				return false
+			}
+		}
+		return true
+	}
+	switch r := m.(type) {
+	case *KeyRequest:
+		return v(r.Key), true
+	case *BatchKeysRequest:
+		for _, k := range r.Keys {
+			if !v(k) {
+				return false, true
+			}
+		}
+		return true, true
+	case *PutCommitRequest:
+		return v(r.ClientId) && v(r.Key) && v(r.Slot) && rc(r.Config), true
+	case *PutStartRequest:
+		return putStartUTF8(r), true
+	case *PutEndRequest:
+		return v(r.ClientId) && v(r.Key), true
+	case *PutRevokeRequest:
+		return v(r.ClientId) && v(r.Key), true
+	case *BatchPutStartRequest:
+		for _, p := range r.Puts {
+			if !putStartUTF8(p) {
+				return false, true
+			}
+		}
+		return true, true
+	case *BatchPutEndRequest:
+		for _, e := range r.Ends {
+			if !v(e.GetClientId()) || !v(e.GetKey()) {
+				return false, true
+			}
+		}
+		return true, true
+	}
+	return false, false
+}
+
+func putStartUTF8(r *PutStartRequest) bool {
+	if !utf8.ValidString(r.GetClientId()) || !utf8.ValidString(r.GetKey()) {
+		return false
+	}
+	for _, s := range r.GetConfig().GetPreferredSegments() {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// validUTF8 checks every string set in m and its submessages.
+func validUTF8(m protoreflect.Message) error {
+	var err error
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Kind() == protoreflect.StringKind && fd.IsList():
+			for i := range v.List().Len() {
+				if !utf8.ValidString(v.List().Get(i).String()) {
+					err = fmt.Errorf("storepb: field %s: string is not valid UTF-8", fd.FullName())
+					return false
+				}
+			}
+		case fd.Kind() == protoreflect.StringKind && !fd.IsMap():
+			if !utf8.ValidString(v.String()) {
+				err = fmt.Errorf("storepb: field %s: string is not valid UTF-8", fd.FullName())
+				return false
+			}
+		case fd.Message() != nil && fd.IsList():
+			for i := range v.List().Len() {
+				if err = validUTF8(v.List().Get(i).Message()); err != nil {
+					return false
+				}
+			}
+		case fd.Message() != nil && !fd.IsMap():
+			if err = validUTF8(v.Message()); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	return err
 }

@@ -93,3 +93,99 @@ func dropUnknown(m protoreflect.Message) {
 		return true
 	})
 }
+
+// UnmarshalRequest refuses what proto.Unmarshal refuses for proto3
+// strings: invalid UTF-8, at the top or nested, single or repeated.
+func TestUnmarshalRequestUTF8(t *testing.T) {
+	bad := "k\xff"
+	for _, m := range []proto.Message{
+		&KeyRequest{Key: bad},
+		&BatchKeysRequest{Keys: []string{"ok", bad}},
+		&PutCommitRequest{ClientId: "c", Key: "k", Config: &ReplicateConfig{PreferredSegments: []string{bad}}},
+		&BatchPutStartRequest{Puts: []*PutStartRequest{{Key: "a"}, {Key: bad}}},
+	} {
+		b, err := proto.MarshalOptions{}.Marshal(m) // refuses too: encode by hand below
+		if err == nil {
+			t.Fatalf("%T: proto.Marshal took invalid UTF-8", m)
+		}
+		if b, err = m.(interface{ MarshalVT() ([]byte, error) }).MarshalVT(); err != nil {
+			t.Fatal(err)
+		}
+		got := m.ProtoReflect().New().Interface()
+		if err := UnmarshalRequest(b, got); err == nil {
+			t.Errorf("%T: UnmarshalRequest took invalid UTF-8", m)
+		}
+		if err := proto.Unmarshal(b, m.ProtoReflect().New().Interface()); err == nil {
+			t.Errorf("%T: proto.Unmarshal took invalid UTF-8 (the test's premise)", m)
+		}
+	}
+	good, _ := proto.Marshal(&PutCommitRequest{ClientId: "c", Key: "ключ", Config: &ReplicateConfig{PreferredSegments: []string{"s"}}})
+	if err := UnmarshalRequest(good, &PutCommitRequest{}); err != nil {
+		t.Fatalf("valid request refused: %v", err)
+	}
+}
+
+// TestRequestUTF8CoversEveryString: for each request requestUTF8 knows,
+// every string field (nested and repeated ones too) set to invalid UTF-8
+// alone makes it refuse the message, so a string field added to one of
+// them later cannot slip past it.
+func TestRequestUTF8CoversEveryString(t *testing.T) {
+	for _, m := range []proto.Message{&KeyRequest{}, &BatchKeysRequest{}, &PutCommitRequest{}, &PutStartRequest{},
+		&PutEndRequest{}, &PutRevokeRequest{}, &BatchPutStartRequest{}, &BatchPutEndRequest{}} {
+		if _, known := requestUTF8(m); !known {
+			t.Fatalf("%T: not known", m)
+		}
+		for _, path := range stringPaths(m.ProtoReflect().Descriptor(), nil) {
+			bad := m.ProtoReflect().New()
+			setPath(bad, path, "x\xff")
+			if ok, _ := requestUTF8(bad.Interface()); ok {
+				t.Errorf("%T: invalid UTF-8 in %v passed", m, path)
+			}
+			good := m.ProtoReflect().New()
+			setPath(good, path, "ok")
+			if ok, _ := requestUTF8(good.Interface()); !ok {
+				t.Errorf("%T: valid %v refused", m, path)
+			}
+		}
+	}
+}
+
+// stringPaths lists the paths to every string field under d.
+func stringPaths(d protoreflect.MessageDescriptor, prefix []protoreflect.FieldDescriptor) [][]protoreflect.FieldDescriptor {
+	var out [][]protoreflect.FieldDescriptor
+	fields := d.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		p := append(append([]protoreflect.FieldDescriptor(nil), prefix...), fd)
+		switch {
+		case fd.Kind() == protoreflect.StringKind:
+			out = append(out, p)
+		case fd.Message() != nil && !fd.IsMap() && len(prefix) < 3:
+			out = append(out, stringPaths(fd.Message(), p)...)
+		}
+	}
+	return out
+}
+
+// setPath sets the string at path to s, making the messages (one list
+// element for repeated fields) on the way.
+func setPath(m protoreflect.Message, path []protoreflect.FieldDescriptor, s string) {
+	fd := path[0]
+	if len(path) == 1 {
+		if fd.IsList() {
+			m.Mutable(fd).List().Append(protoreflect.ValueOfString(s))
+		} else {
+			m.Set(fd, protoreflect.ValueOfString(s))
+		}
+		return
+	}
+	var sub protoreflect.Message
+	if fd.IsList() {
+		l := m.Mutable(fd).List()
+		sub = l.NewElement().Message()
+		l.Append(protoreflect.ValueOfMessage(sub))
+	} else {
+		sub = m.Mutable(fd).Message()
+	}
+	setPath(sub, path[1:], s)
+}
