@@ -193,6 +193,13 @@ func slowCall[PR any](ctx context.Context, deadline time.Time, slow func(context
 	return slow(ctx)
 }
 
+// fallBack reports whether a fast call's error sends the call over gRPC:
+// the request did not leave, the master refused it, or the connection was
+// lost before the answer (a restarted master answers the retry).
+func fallBack(err error) bool {
+	return errors.Is(err, fastrpc.ErrNotSent) || errors.Is(err, fastrpc.ErrRemote) || errors.Is(err, fastrpc.ErrConnLost)
+}
+
 // fastCall sends req as method on the fast path into a new R, or calls
 // slow (gRPC) when the fast path is unavailable, did not send it or lost
 // its connection before the answer; both within m.deadline(ctx).
@@ -212,7 +219,7 @@ func fastCall[R any, PR interface {
 	out, err := c.CallBy(ctx, deadline, method, b)
 	switch {
 	case err == nil:
-	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
+	case fallBack(err):
 		return slowCall(ctx, deadline, slow)
 	default:
 		return nil, err
@@ -293,7 +300,7 @@ func (m *fastMaster) batchExist(ctx context.Context, keys []string) (out []bool,
 	ans, err := c.CallBy(ctx, m.deadline(ctx), pb.FastBatchExistBits, b)
 	switch {
 	case err == nil:
-	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
+	case fallBack(err):
 		return nil, false, nil
 	default:
 		return nil, true, fmt.Errorf("store: batch exist: master rpc: %w", err)
@@ -334,7 +341,7 @@ func (m *fastMaster) putCommit(ctx context.Context, req *pb.PutCommitRequest) (*
 	out, err := c.CallBy(ctx, m.deadline(ctx), pb.FastPutCommit, b)
 	switch {
 	case err == nil:
-	case errors.Is(err, fastrpc.ErrNotSent), errors.Is(err, fastrpc.ErrRemote), errors.Is(err, fastrpc.ErrConnLost):
+	case fallBack(err):
 		return nil, nil, nil
 	default:
 		return nil, c, fmt.Errorf("store: put %q: master rpc: %w", req.Key, err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -564,4 +565,26 @@ func TestCallByDeadline(t *testing.T) {
 	if c.Err() != nil {
 		t.Fatalf("connection ended: %v", c.Err())
 	}
+}
+
+// readFrame reads one frame the plain way: the reference the server's
+// readFrameView and the client's frameReader are checked against. The
+// payload is a new slice the caller owns.
+func readFrame(r *bufio.Reader) (kind uint8, id uint64, payload []byte, err error) {
+	var h [headerLen]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, 0, nil, err
+	}
+	n := binary.LittleEndian.Uint32(h[:4])
+	if n < 9 || n > MaxFrame {
+		return 0, 0, nil, fmt.Errorf("%w: length %d", ErrFrame, n)
+	}
+	payload = make([]byte, n-9)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, nil, err
+	}
+	return h[4], binary.LittleEndian.Uint64(h[5:13]), payload, nil
 }

@@ -29,30 +29,8 @@ var ErrFrame = errors.New("fastrpc: bad frame")
 
 // appendFrame appends one frame to b.
 func appendFrame(b []byte, kind uint8, id uint64, payload []byte) []byte {
-	b = binary.LittleEndian.AppendUint32(b, uint32(1+8+len(payload)))
-	b = append(b, kind)
-	b = binary.LittleEndian.AppendUint64(b, id)
-	return append(b, payload...)
-}
-
-// readFrame reads one frame. The payload is a new slice the caller owns.
-func readFrame(r *bufio.Reader) (kind uint8, id uint64, payload []byte, err error) {
-	var h [headerLen]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return 0, 0, nil, err
-	}
-	n := binary.LittleEndian.Uint32(h[:4])
-	if n < 9 || n > MaxFrame {
-		return 0, 0, nil, fmt.Errorf("%w: length %d", ErrFrame, n)
-	}
-	payload = make([]byte, n-9)
-	if _, err := io.ReadFull(r, payload); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return 0, 0, nil, err
-	}
-	return h[4], binary.LittleEndian.Uint64(h[5:13]), payload, nil
+	h := frameHeader(kind, id, len(payload))
+	return append(append(b, h[:]...), payload...)
 }
 
 // frameHeader is the header of a frame with a payload of n bytes.

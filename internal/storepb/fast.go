@@ -77,14 +77,6 @@ var errUTF8 = errors.New("storepb: a string is not valid UTF-8")
 // step with the messages' string fields.
 func requestUTF8(m proto.Message) (ok, known bool) {
 	v := utf8.ValidString
-	rc := func(c *ReplicateConfig) bool {
-		for _, s := range c.GetPreferredSegments() {
-			if !v(s) {
-				return false
-			}
-		}
-		return true
-	}
 	switch r := m.(type) {
 	case *KeyRequest:
 		return v(r.Key), true
@@ -96,7 +88,7 @@ func requestUTF8(m proto.Message) (ok, known bool) {
 		}
 		return true, true
 	case *PutCommitRequest:
-		return v(r.ClientId) && v(r.Key) && v(r.Slot) && rc(r.Config), true
+		return v(r.ClientId) && v(r.Key) && v(r.Slot) && configUTF8(r.Config), true
 	case *PutStartRequest:
 		return putStartUTF8(r), true
 	case *PutEndRequest:
@@ -122,10 +114,11 @@ func requestUTF8(m proto.Message) (ok, known bool) {
 }
 
 func putStartUTF8(r *PutStartRequest) bool {
-	if !utf8.ValidString(r.GetClientId()) || !utf8.ValidString(r.GetKey()) {
-		return false
-	}
-	for _, s := range r.GetConfig().GetPreferredSegments() {
+	return utf8.ValidString(r.GetClientId()) && utf8.ValidString(r.GetKey()) && configUTF8(r.GetConfig())
+}
+
+func configUTF8(c *ReplicateConfig) bool {
+	for _, s := range c.GetPreferredSegments() {
 		if !utf8.ValidString(s) {
 			return false
 		}

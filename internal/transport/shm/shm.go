@@ -431,12 +431,11 @@ func (cl *Client) Acquire(ctx context.Context, base, addr, n uint64) (Span, erro
 			return Span{}, err
 		}
 	}
-	if n == 0 || addr < m.Info.Addr || addr+n < addr || addr+n > m.Info.Addr+m.Info.Length {
+	if !m.holds(addr, n) {
 		m.release()
 		return Span{}, fmt.Errorf("shm: %#x+%d: %w", addr, n, ErrOutOfBounds)
 	}
-	off := addr - m.Info.Addr
-	return Span{B: m.data[off : off+n : off+n], m: m}, nil
+	return m.span(addr, n), nil
 }
 
 // AcquireMapped is Acquire when the buffer whose base is base is mapped
@@ -446,14 +445,24 @@ func (cl *Client) Acquire(ctx context.Context, base, addr, n uint64) (Span, erro
 func (cl *Client) AcquireMapped(base, addr, n uint64) (sp Span, ok bool) {
 	cl.mu.Lock()
 	m := cl.maps[base]
-	if cl.closed || cl.err != nil || m == nil || n == 0 || addr < m.Info.Addr || addr+n < addr || addr+n > m.Info.Addr+m.Info.Length {
+	if cl.closed || cl.err != nil || m == nil || !m.holds(addr, n) {
 		cl.mu.Unlock()
 		return Span{}, false
 	}
 	m.refs.Add(1)
 	cl.mu.Unlock()
+	return m.span(addr, n), true
+}
+
+// holds reports whether [addr, addr+n) is a non-empty range inside m.
+func (m *Mapping) holds(addr, n uint64) bool {
+	return n > 0 && addr >= m.Info.Addr && addr+n >= addr && addr+n <= m.Info.Addr+m.Info.Length
+}
+
+// span is m's [addr, addr+n), which m holds, with a reference the caller took.
+func (m *Mapping) span(addr, n uint64) Span {
 	off := addr - m.Info.Addr
-	return Span{B: m.data[off : off+n : off+n], m: m}, true
+	return Span{B: m.data[off : off+n : off+n], m: m}
 }
 
 // populateMappings: map peers' buffers with MAP_POPULATE (a variable so
