@@ -10,23 +10,35 @@ func (m *Master) touchClient(id string, now time.Time) *client {
 	c := m.clients[id]
 	if c == nil {
 		c = &client{id: id, segments: map[string]*segment{}}
+		m.liveMu.Lock()
 		m.clients[id] = c
+		m.liveMu.Unlock()
 	}
-	c.lastSeen = now
+	c.seen.Store(now.UnixNano())
 	return c
 }
 
+// forgetClientLocked removes a client from the table Ping reads; caller
+// holds mu.
+func (m *Master) forgetClientLocked(id string) {
+	m.liveMu.Lock()
+	delete(m.clients, id)
+	m.liveMu.Unlock()
+}
+
 // Ping records that a client is alive. A client the master does not know
-// (because the master restarted or dropped it) is told to remount.
+// (because the master restarted or dropped it) is told to remount. It takes
+// only liveMu, never mu: whatever metadata work holds the core's lock, a
+// live client's pings are answered and recorded.
 func (m *Master) Ping(clientID string) (viewVersion uint64, st PingStatus) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.liveMu.RLock()
 	c := m.clients[clientID]
+	m.liveMu.RUnlock()
 	if c == nil {
-		return m.stats.ViewVersion, PingNeedRemount
+		return m.viewVersion, PingNeedRemount
 	}
-	c.lastSeen = m.clock.Now()
-	return m.stats.ViewVersion, PingOK
+	c.seen.Store(m.clock.Now().UnixNano())
+	return m.viewVersion, PingOK
 }
 
 // Tick runs the periodic work at the clock's current time, in this order:
@@ -52,7 +64,7 @@ func (m *Master) Tick() {
 // unmounts their segments.
 func (m *Master) dropSilentClientsLocked(now time.Time) {
 	for id, c := range m.clients {
-		if now.Sub(c.lastSeen) <= m.cfg.ClientTTL {
+		if now.Sub(c.lastSeen()) <= m.cfg.ClientTTL {
 			continue
 		}
 		names, replicas := make([]string, 0, len(c.segments)), 0
@@ -61,11 +73,11 @@ func (m *Master) dropSilentClientsLocked(now time.Time) {
 			replicas += len(s.keys)
 			m.unmountLocked(s)
 		}
-		delete(m.clients, id)
+		m.forgetClientLocked(id)
 		m.stats.ClientsDropped++
 		slices.Sort(names)
 		m.cfg.Logger.Info("master: client dropped (silent past its TTL); its segments are unmounted and their replicas gone",
-			"client", id, "silent", now.Sub(c.lastSeen).Round(time.Millisecond), "client_ttl", m.cfg.ClientTTL,
+			"client", id, "silent", now.Sub(c.lastSeen()).Round(time.Millisecond), "client_ttl", m.cfg.ClientTTL,
 			"segments", names, "replicas", replicas)
 	}
 }

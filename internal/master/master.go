@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
@@ -148,9 +149,11 @@ type segment struct {
 
 type client struct {
 	id       string
-	lastSeen time.Time
+	seen     atomic.Int64 // unix nanoseconds of the last sign of life (Ping without mu)
 	segments map[string]*segment
 }
+
+func (c *client) lastSeen() time.Time { return time.Unix(0, c.seen.Load()) }
 
 type zombie struct {
 	seg       *segment
@@ -168,7 +171,11 @@ type Master struct {
 	cfg   Config
 	clock clock.Clock
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// liveMu guards m.clients for Ping, which takes only it: liveness never
+	// waits for mu. Writers of m.clients hold mu and liveMu; readers hold
+	// either.
+	liveMu   sync.RWMutex
 	rng      *rand.Rand
 	objects  map[string]*object
 	pending  map[string]*object // unfinished puts
@@ -190,6 +197,8 @@ type Master struct {
 	tombSeq  map[string]uint64 // keys with tombstones not yet zeroed -> highest sequence number among them (put slots)
 	disk     map[string]*diskCopy
 	offload  bool // evictLocked runs for the watermark: offload to disk where enabled
+
+	viewVersion uint64 // set by New, read without locks
 
 	tasks *taskTable // copy and move tasks (tasks.go), built on first use
 
@@ -226,7 +235,7 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		started:  clk.Now(),
 		seq:      uint64(clk.Now().UnixNano()),
 	}
-	m.stats.ViewVersion = uint64(clk.Now().UnixNano())
+	m.viewVersion = uint64(clk.Now().UnixNano())
 	if m.cfg.Logger == nil {
 		m.cfg.Logger = slog.New(slog.DiscardHandler)
 	}

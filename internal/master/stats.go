@@ -11,6 +11,7 @@ func (m *Master) Stats() Stats {
 
 func (m *Master) statsLocked() Stats {
 	st := m.stats
+	st.ViewVersion = m.viewVersion
 	for k := range m.pending {
 		if strings.HasPrefix(k, SlotPrefix) {
 			st.PutSlots++

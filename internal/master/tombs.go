@@ -48,14 +48,19 @@ func (s *segment) ref(off uint64, tb tomb) HeaderRef {
 // the tombstones it zeroed since its last heartbeat (their space is
 // released), and the answer lists the tombstones on its segments still to
 // zero.
+//
+// The sign of life is recorded first, without mu (Ping), so a heartbeat
+// that then waits for the core's lock has already kept its client alive.
 func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uint64, st PingStatus, todo []HeaderRef) {
+	if _, st := m.Ping(clientID); st != PingOK {
+		return m.viewVersion, st, nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := m.clients[clientID]
 	if c == nil {
-		return m.stats.ViewVersion, PingNeedRemount, nil
+		return m.viewVersion, PingNeedRemount, nil
 	}
-	c.lastSeen = m.clock.Now()
 	for _, z := range zeroed {
 		s := c.segments[z.Segment]
 		if s == nil {
@@ -70,12 +75,12 @@ func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uin
 	for _, s := range c.segments {
 		for off, tb := range s.tombs {
 			if len(todo) >= maxTombsPerPing {
-				return m.stats.ViewVersion, PingOK, todo
+				return m.viewVersion, PingOK, todo
 			}
 			todo = append(todo, s.ref(off, tb))
 		}
 	}
-	return m.stats.ViewVersion, PingOK, todo
+	return m.viewVersion, PingOK, todo
 }
 
 // tombsOfLocked lists the tombstones of the given keys (the removed
