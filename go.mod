@@ -23,6 +23,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require github.com/google/btree v1.1.3 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

@@ -59,7 +59,11 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove
 		case d != nil && d.seg == s && d.seq == h.Seq:
 			continue // known
 		case d != nil && d.seq == h.Seq:
+			d.seg.diskObjects--
+			d.seg.diskBytes -= d.size
 			d.seg = s // the same version, reported by a node restarted under a new name
+			s.diskObjects++
+			s.diskBytes += d.size
 			taken++
 			continue
 		case o != nil && o.seq >= h.Seq, m.removed[h.Key] >= h.Seq, d != nil && d.seq >= h.Seq:
@@ -74,6 +78,9 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove
 			d.softPinUntil = now.Add(max(h.SoftPinTTL, m.cfg.SoftPinTTL))
 		}
 		m.disk[h.Key] = d
+		s.diskObjects++
+		s.diskBytes += d.size
+		m.indexAddLocked(h.Key)
 		taken++
 		if m.cfg.Events != nil {
 			m.cfg.Events.Stored(h.Key, TierDisk)
@@ -94,6 +101,9 @@ func (m *Master) dropDiskLocked(key string, tell bool) {
 		return
 	}
 	delete(m.disk, key)
+	d.seg.diskObjects--
+	d.seg.diskBytes -= d.size
+	m.indexDropLocked(key)
 	if tell {
 		d.seg.diskRemove = append(d.seg.diskRemove, HeldObject{Segment: d.seg.spec.Name, Key: key, Seq: d.seq, Size: d.size, Disk: true})
 	}

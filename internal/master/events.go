@@ -32,6 +32,12 @@ func (m *Master) emitStored(o *object) {
 // and, during the restore window, its sequence number, so that a node
 // remounting late cannot bring back this version (or an older one).
 func (m *Master) goneLocked(o *object) {
+	if o.complete {
+		m.countLocked(o, -1)
+		if m.disk[o.key] == nil {
+			m.index.Delete(o.key)
+		}
+	}
 	if o.complete && m.cfg.Events != nil {
 		m.cfg.Events.Removed(o.key, TierMemory)
 	}

@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -77,11 +78,79 @@ func checkInvariants(t *testing.T, m *Master) {
 			t.Fatalf("segment %s (key %s) missing from client %s's map", s.spec.Name, s.key, s.client)
 		}
 	}
+	checkCounts(t, m)
 	for id, c := range m.clients {
 		for name, s := range c.segments {
 			if s.client != id || s.spec.Name != name || m.segments[s.key] != s {
 				t.Fatalf("client %s files %s, a segment of %s named %s (mounted: %v)", id, name, s.client, s.spec.Name, m.segments[s.key] == s)
 			}
+		}
+	}
+}
+
+// checkCounts recomputes by a scan what counts.go and the listing index keep
+// current, and compares; caller holds mu.
+func checkCounts(t *testing.T, m *Master) {
+	t.Helper()
+	now := m.clock.Now()
+	var want counts
+	visible := map[string]bool{}
+	for k, o := range m.objects {
+		if !o.complete {
+			if strings.HasPrefix(k, SlotPrefix) {
+				want.putSlots++
+			}
+			continue
+		}
+		visible[k] = true
+		want.replicas += len(o.replicas)
+		want.replicaBytes += o.size * uint64(len(o.replicas))
+		if o.hardPin {
+			want.hardPinned++
+		}
+	}
+	diskObjects := map[*segment]int{}
+	for k, d := range m.disk {
+		visible[k] = true
+		diskObjects[d.seg]++
+	}
+	if got := m.counts; got.replicas != want.replicas || got.replicaBytes != want.replicaBytes || got.hardPinned != want.hardPinned ||
+		got.putSlots != want.putSlots {
+		t.Fatalf("counts: replicas %d bytes %d hard %d slots %d; a scan finds %d %d %d %d", got.replicas, got.replicaBytes, got.hardPinned,
+			got.putSlots, want.replicas, want.replicaBytes, want.hardPinned, want.putSlots)
+	}
+	// Leases and soft pins: a deadline counts until up to one granule after
+	// it, so the count lies between the scan's at now and at now - granule.
+	between := func(what string, d *deadlines, deadline func(o *object) (time.Time, bool)) {
+		lo, hi := 0, 0
+		for _, o := range m.objects {
+			if t, ok := deadline(o); ok && o.complete {
+				if t.After(now) {
+					lo++
+				}
+				if t.After(now.Add(-time.Duration(d.g))) {
+					hi++
+				}
+			}
+		}
+		if n := d.live(now); n < lo || n > hi {
+			t.Fatalf("%s: counted %d, a scan finds %d to %d", what, n, lo, hi)
+		}
+	}
+	between("leased", m.counts.leases, func(o *object) (time.Time, bool) { return o.leaseUntil, true })
+	between("soft pinned", m.counts.softPins, func(o *object) (time.Time, bool) { return o.softPinUntil, !o.hardPin })
+	if m.index.Len() != len(visible) {
+		t.Fatalf("listing index holds %d keys, %d are visible", m.index.Len(), len(visible))
+	}
+	m.index.Ascend(func(k string) bool {
+		if !visible[k] {
+			t.Fatalf("listing index holds %q, not visible", k)
+		}
+		return true
+	})
+	for _, s := range m.segOrder {
+		if s.diskObjects != diskObjects[s] {
+			t.Fatalf("segment %s counts %d disk copies, %d filed", s.spec.Name, s.diskObjects, diskObjects[s])
 		}
 	}
 }

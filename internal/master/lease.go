@@ -27,9 +27,7 @@ func (m *Master) GetReplicaList(key string) (ObjectInfo, error) {
 	}
 	m.stats.Gets++
 	o.lastAccess = now
-	if until := now.Add(m.cfg.LeaseTTL); until.After(o.leaseUntil) {
-		o.leaseUntil = until
-	}
+	m.leaseLocked(o, now.Add(m.cfg.LeaseTTL))
 	info := o.info()
 	info.LeaseTTL = m.cfg.LeaseTTL
 	return info, nil

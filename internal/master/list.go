@@ -1,8 +1,9 @@
 package master
 
 import (
-	"slices"
 	"strings"
+
+	"github.com/google/btree"
 )
 
 // KeyInfo is one row of List.
@@ -12,58 +13,85 @@ type KeyInfo struct {
 	Replicas int
 }
 
+// The listing index: the keys of the visible objects (complete, in memory)
+// and of the disk-only copies, in key order (a B-tree), so that a page of a
+// listing and each chunk of a bulk removal cost O(log n + page) under the
+// lock whatever the number of objects. Unfinished puts and put slots are
+// not in it.
+
+func newIndex() *btree.BTreeG[string] {
+	return btree.NewG(32, func(a, b string) bool { return a < b })
+}
+
+// indexAddLocked puts key in the listing index.
+func (m *Master) indexAddLocked(key string) { m.index.ReplaceOrInsert(key) }
+
+// indexDropLocked takes key out of the listing index unless it is still
+// visible: a complete object in memory or a disk copy.
+func (m *Master) indexDropLocked(key string) {
+	if o := m.objects[key]; (o != nil && o.complete) || m.disk[key] != nil {
+		return
+	}
+	m.index.Delete(key)
+}
+
+// listScanFactor bounds the index entries one List page may pass over
+// (limit x listScanFactor + 1024) while it skips keys held only on disk:
+// past that the page ends early with a cursor.
+const listScanFactor = 16
+
 // List returns up to limit complete objects whose key has the prefix and
 // sorts after the cursor `after`, in key order, and the cursor of the next
-// page ("" when this is the last page). limit <= 0 means 1000. Pages come
-// from a sorted snapshot of the keys refreshed every listSnapshotTTL (or
-// when a listing starts), each key checked against the live objects, so a
-// page costs O(log n + limit) and never shows a removed key.
+// page ("" when this is the last page). limit <= 0 means 1000. A page walks
+// the ordered index from the cursor: O(log n + limit) under the lock, never
+// a removed key; keys added after a listing started appear in its later
+// pages when they sort after its cursor. A page may hold fewer than limit
+// keys and still have a next cursor (keys held only on a disk tier are
+// skipped, and a page passes over a bounded number of them).
 func (m *Master) List(prefix, after string, limit int) ([]KeyInfo, string) {
 	if limit <= 0 {
 		limit = 1000
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.refreshListSnapshotLocked(after == "")
-	return m.listPageLocked(prefix, after, limit)
-}
-
-// refreshListSnapshotLocked retakes the sorted key snapshot when there is
-// none, when a listing starts, or when it is older than listSnapshotTTL.
-func (m *Master) refreshListSnapshotLocked(starting bool) {
-	now := m.clock.Now()
-	if m.listKeys != nil && !starting && now.Sub(m.listBuilt) <= listSnapshotTTL {
-		return
-	}
-	keys := make([]string, 0, len(m.objects))
-	for k := range m.objects {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	m.listKeys, m.listBuilt = keys, now
-}
-
-// listPageLocked reads one page from the snapshot, skipping keys that are
-// gone or unfinished.
-func (m *Master) listPageLocked(prefix, after string, limit int) ([]KeyInfo, string) {
-	i, _ := slices.BinarySearch(m.listKeys, max(prefix, after))
 	var out []KeyInfo
-	for ; i < len(m.listKeys); i++ {
-		k := m.listKeys[i]
-		if k <= after {
-			continue
+	next, budget := "", limit*listScanFactor+1024
+	m.index.AscendGreaterOrEqual(max(prefix, after), func(k string) bool {
+		if k == after {
+			return true
 		}
 		if !strings.HasPrefix(k, prefix) {
-			break
+			return false
 		}
-		o := m.objects[k]
-		if o == nil || !o.complete {
-			continue
+		if len(out) == limit || budget == 0 {
+			next = k
+			return false
 		}
-		if len(out) == limit {
-			return out, out[len(out)-1].Key
+		budget--
+		if o := m.objects[k]; o != nil && o.complete {
+			out = append(out, KeyInfo{Key: k, Size: o.size, Replicas: len(o.replicas)})
 		}
-		out = append(out, KeyInfo{Key: k, Size: o.size, Replicas: len(o.replicas)})
+		return true
+	})
+	if next == "" {
+		return out, ""
 	}
-	return out, ""
+	// The next page starts after the last key this one passed.
+	if len(out) == limit {
+		return out, out[len(out)-1].Key
+	}
+	return out, m.lastBefore(next)
+}
+
+// lastBefore is the greatest indexed key smaller than k ("" when none).
+func (m *Master) lastBefore(k string) string {
+	prev := ""
+	m.index.DescendLessOrEqual(k, func(x string) bool {
+		if x == k {
+			return true
+		}
+		prev = x
+		return false
+	})
+	return prev
 }

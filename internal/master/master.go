@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/btree"
+
 	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/offsetalloc"
 )
@@ -145,6 +147,8 @@ type segment struct {
 	drainDeadline time.Time
 	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
 	diskRemove    []HeldObject    // disk copies the owner must delete (sent with its next ping)
+	diskObjects   int             // disk copies on this segment's node
+	diskBytes     uint64          // their sizes
 }
 
 type client struct {
@@ -202,14 +206,9 @@ type Master struct {
 
 	tasks *taskTable // copy and move tasks (tasks.go), built on first use
 
-	listKeys  []string  // sorted snapshot of the keys for List pagination
-	listBuilt time.Time // when listKeys was taken
+	index  *btree.BTreeG[string] // visible keys in key order (list.go)
+	counts counts                // gauges kept current (counts.go)
 }
-
-// listSnapshotTTL bounds how stale List's key snapshot may be: pages are
-// served from a sorted snapshot (checked against the live map), so keys
-// added after it was taken appear within this delay.
-const listSnapshotTTL = 2 * time.Second
 
 // New returns a master core. cfg zero fields take defaults; clk nil means
 // the system clock.
@@ -232,10 +231,13 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		tombKeys: map[string]int{},
 		tombSeq:  map[string]uint64{},
 		disk:     map[string]*diskCopy{},
+		index:    newIndex(),
 		started:  clk.Now(),
 		seq:      uint64(clk.Now().UnixNano()),
 	}
 	m.viewVersion = uint64(clk.Now().UnixNano())
+	m.counts.leases = newDeadlines(cfg.LeaseTTL)
+	m.counts.softPins = newDeadlines(max(cfg.MaxSoftPinTTL, cfg.SoftPinTTL))
 	if m.cfg.Logger == nil {
 		m.cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -744,25 +744,31 @@ func TestConcurrentOps(t *testing.T) {
 	}
 }
 
-func TestListSnapshotConsistency(t *testing.T) {
-	m, clk := newTestMaster(t, Config{ClientTTL: time.Hour}, map[string]uint64{"a": 1 << 20})
+// TestListCursorConsistency: a listing walks the live index from its
+// cursor: a key removed mid-listing is never shown, one added after the
+// cursor is, one added before it is not.
+func TestListCursorConsistency(t *testing.T) {
+	m, _ := newTestMaster(t, Config{ClientTTL: time.Hour}, map[string]uint64{"a": 1 << 20})
 	for i := range 10 {
 		mustPut(t, m, fmt.Sprintf("k%d", i), 64, ReplicateConfig{})
 	}
-	page, next := m.List("k", "", 3) // k0 k1 k2, snapshot taken
+	page, next := m.List("k", "", 3) // k0 k1 k2
 	if len(page) != 3 || next != "k2" {
 		t.Fatalf("page 1: %v %q", page, next)
 	}
 	m.Remove("k3", false)                       // removed mid-listing: never shown
-	mustPut(t, m, "k35", 64, ReplicateConfig{}) // added mid-listing: may be missed until refresh
+	mustPut(t, m, "k35", 64, ReplicateConfig{}) // added after the cursor: shown
+	mustPut(t, m, "k05", 64, ReplicateConfig{}) // added before the cursor: not in this listing
 	page, next = m.List("k", next, 3)
-	if len(page) != 3 || page[0].Key != "k4" || next != "k6" {
-		t.Fatalf("page 2 after a remove: %v %q", page, next)
+	if len(page) != 3 || page[0].Key != "k35" || page[1].Key != "k4" || next != "k5" {
+		t.Fatalf("page 2 after a remove and two puts: %v %q", page, next)
 	}
-	clk.Advance(listSnapshotTTL + time.Millisecond)
-	page, _ = m.List("k", "k3", 1) // refreshed snapshot: the new key is there
-	if len(page) != 1 || page[0].Key != "k35" {
-		t.Fatalf("after refresh: %v", page)
+	page, next = m.List("k", next, 10)
+	if len(page) != 4 || page[0].Key != "k6" || next != "" {
+		t.Fatalf("last page: %v %q", page, next)
+	}
+	if page, next := m.List("x", "", 10); len(page) != 0 || next != "" {
+		t.Fatalf("empty prefix: %v %q", page, next)
 	}
 }
 

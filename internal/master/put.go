@@ -67,7 +67,7 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 	o := &object{key: key, size: size, replicas: reps, owner: clientID, created: now, lastAccess: now, hdr: hdr, seq: m.seq}
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.objects[key] = o
-	m.pending[key] = o
+	m.addPendingLocked(o)
 	for _, r := range reps {
 		r.seg.keys[key] = struct{}{}
 	}
@@ -99,12 +99,12 @@ func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 		return fmt.Errorf("%w: %q", ErrNotOwner, key)
 	}
 	o.complete = true
-	delete(m.pending, key)
+	m.dropPendingLocked(key)
 	o.crc = crc
 	o.lastAccess = m.clock.Now()
 	m.stats.Puts++
 	m.dropDiskLocked(key, true) // the disk copy, if any, is an older version
-	m.emitStored(o)
+	m.storedLocked(o)
 	return nil
 }
 
@@ -161,7 +161,7 @@ func (m *Master) rewriteInPlaceLocked(o *object, clientID string, rc ReplicateCo
 	m.goneLocked(o) // invisible until PutEnd
 	m.seq++
 	o.complete, o.owner, o.created, o.crc, o.seq, o.restored = false, clientID, now, 0, m.seq, false
-	m.pending[o.key] = o
+	m.addPendingLocked(o)
 	o.lastAccess = now
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.stats.PutStarts++
@@ -176,7 +176,7 @@ func (m *Master) freeLocked(o *object) {
 		delete(r.seg.keys, o.key)
 	}
 	delete(m.objects, o.key)
-	delete(m.pending, o.key)
+	m.dropPendingLocked(o.key)
 }
 
 // preemptLocked forgets a zombie put but keeps its space reserved until the
@@ -188,7 +188,7 @@ func (m *Master) preemptLocked(o *object, now time.Time) {
 		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.alloc(), releaseAt: release, key: o.key, seq: o.seq, hdr: o.hdr})
 	}
 	delete(m.objects, o.key)
-	delete(m.pending, o.key)
+	m.dropPendingLocked(o.key)
 	m.stats.PutsTimedOut++
 }
 

@@ -87,7 +87,9 @@ func (m *Master) clearOnSegmentLocked(o *object, segment string) bool {
 			delete(r.seg.keys, o.key)
 		}
 	}
+	n := len(o.replicas)
 	o.replicas = slices.DeleteFunc(o.replicas, onSeg)
+	m.replicasChangedLocked(o, len(o.replicas)-n)
 	if diskHere {
 		m.dropDiskLocked(o.key, true) // the memory replicas hold this version: no removal record
 	}
@@ -96,8 +98,9 @@ func (m *Master) clearOnSegmentLocked(o *object, segment string) bool {
 		if m.cfg.Events != nil {
 			m.cfg.Events.Removed(o.key, TierMemory)
 		}
+		m.countLocked(o, -1) // its pins and lease (no replica is left)
 		delete(m.objects, o.key)
-		delete(m.pending, o.key)
+		m.dropPendingLocked(o.key)
 	}
 	return true
 }

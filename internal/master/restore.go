@@ -177,6 +177,7 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 				continue
 			}
 			o.replicas = append(o.replicas, replica{seg: s, off: h.Offset})
+			m.replicasChangedLocked(o, 1)
 			s.keys[h.Key] = struct{}{}
 			won = append(won, h)
 			continue
@@ -190,7 +191,7 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 		}
 		m.objects[h.Key] = o
 		s.keys[h.Key] = struct{}{}
-		m.emitStored(o)
+		m.storedLocked(o)
 		won = append(won, h)
 	}
 	// The allocator: the winners' bytes, plus the first Align bytes of each

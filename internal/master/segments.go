@@ -153,11 +153,13 @@ func (m *Master) unmountLocked(s *segment) {
 		if o == nil {
 			continue
 		}
+		n := len(o.replicas)
 		o.replicas = slices.DeleteFunc(o.replicas, func(r replica) bool { return r.seg == s })
+		m.replicasChangedLocked(o, len(o.replicas)-n)
 		if len(o.replicas) == 0 {
 			m.goneLocked(o)
 			delete(m.objects, key)
-			delete(m.pending, key)
+			m.dropPendingLocked(key)
 		}
 	}
 	for _, tb := range s.tombs {

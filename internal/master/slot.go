@@ -67,7 +67,7 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 	o := &object{key: slot, size: size, replicas: reps, owner: clientID, created: now, lastAccess: now, hdr: hdr, seq: m.seq}
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.objects[slot] = o
-	m.pending[slot] = o
+	m.addPendingLocked(o)
 	for _, r := range reps {
 		r.seg.keys[slot] = struct{}{}
 	}
@@ -113,7 +113,7 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 		}
 		m.freeLocked(o) // the older version
 	}
-	delete(m.pending, slot)
+	m.dropPendingLocked(slot)
 	delete(m.objects, slot)
 	for _, r := range s.replicas {
 		delete(r.seg.keys, slot)
@@ -125,7 +125,7 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	m.stats.PutStarts++
 	m.stats.Puts++
 	m.dropDiskLocked(key, true)
-	m.emitStored(s)
+	m.storedLocked(s)
 	return nil, false, nil
 }
 

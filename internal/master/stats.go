@@ -1,7 +1,5 @@
 package master
 
-import "strings"
-
 // Stats returns the counters and current gauges.
 func (m *Master) Stats() Stats {
 	m.mu.Lock()
@@ -12,11 +10,7 @@ func (m *Master) Stats() Stats {
 func (m *Master) statsLocked() Stats {
 	st := m.stats
 	st.ViewVersion = m.viewVersion
-	for k := range m.pending {
-		if strings.HasPrefix(k, SlotPrefix) {
-			st.PutSlots++
-		}
-	}
+	st.PutSlots = m.counts.putSlots
 	st.IncompleteObjects = len(m.pending) - st.PutSlots
 	st.Objects = len(m.objects) - len(m.pending)
 	st.Capacity, st.Used = m.usageLocked()

@@ -1,8 +1,8 @@
 package master
 
 // Summary is the master's state at a glance, per tier: what the dashboard
-// (GET /api/summary) shows. Taking it walks every object under the lock,
-// so it is meant for a poll every second or so, not for a hot path.
+// (GET /api/summary) shows. Its figures are
+// kept current as objects change, so taking it costs O(segments).
 type Summary struct {
 	Stats    Stats
 	Keys     int // distinct complete keys, in memory or only on a disk tier
@@ -25,44 +25,19 @@ type SegmentSummary struct {
 	DiskBytes   uint64
 }
 
-// Summary returns the counters, the gauges per tier and the segments.
+// Summary returns the counters, the gauges per tier and the segments. Every
+// figure is kept current as objects change (counts.go): it costs
+// O(segments), whatever the number of objects.
 func (m *Master) Summary() Summary {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	sum := Summary{Stats: m.statsLocked()}
-	for _, o := range m.objects {
-		if !o.complete {
-			continue
-		}
-		sum.Keys++
-		sum.Replicas += len(o.replicas)
-		sum.ReplicaBytes += o.size * uint64(len(o.replicas))
-		if o.leaseUntil.After(now) {
-			sum.Leased++
-		}
-		switch {
-		case o.hardPin:
-			sum.HardPinned++
-		case o.softPinUntil.After(now):
-			sum.SoftPinned++
-		}
-	}
-	disk := map[*segment]SegmentSummary{}
-	for k, d := range m.disk {
-		if o := m.objects[k]; o == nil || !o.complete {
-			sum.Keys++
-		}
-		sum.DiskBytes += d.size
-		s := disk[d.seg]
-		s.DiskObjects++
-		s.DiskBytes += d.size
-		disk[d.seg] = s
-	}
+	sum := Summary{Stats: m.statsLocked(), Keys: m.index.Len(), Replicas: m.counts.replicas, ReplicaBytes: m.counts.replicaBytes,
+		Leased: m.counts.leases.live(now), HardPinned: m.counts.hardPinned, SoftPinned: m.counts.softPins.live(now)}
 	sum.Segments = make([]SegmentSummary, len(m.segOrder))
 	for i, s := range m.segOrder {
-		d := disk[s]
-		sum.Segments[i] = SegmentSummary{SegmentInfo: s.info(), DiskObjects: d.DiskObjects, DiskBytes: d.DiskBytes}
+		sum.DiskBytes += s.diskBytes
+		sum.Segments[i] = SegmentSummary{SegmentInfo: s.info(), DiskObjects: s.diskObjects, DiskBytes: s.diskBytes}
 	}
 	return sum
 }

@@ -326,9 +326,7 @@ func (m *Master) startTaskLocked(t *task, now time.Time) (TaskAssignment, error)
 	}
 	t.targets, t.seq, t.asize, t.hdr = targets, o.seq, o.alloc(), o.hdr
 	t.Status, t.Updated, t.Message = TaskProcessing, now, ""
-	if until := now.Add(m.cfg.LeaseTTL); until.After(o.leaseUntil) {
-		o.leaseUntil = until // no remove or eviction while the bytes are read (best effort: FinishTask checks the version)
-	}
+	m.leaseLocked(o, now.Add(m.cfg.LeaseTTL)) // no remove or eviction while the bytes are read (best effort: FinishTask checks the version)
 	a := TaskAssignment{Task: t.Task, Size: o.size, CRC: o.crc, HeaderLen: o.hdr, Deadline: now.Add(TaskProcessingTimeout)}
 	a.Targets = slices.Clone(t.Targets)
 	a.From = Replica{Segment: from.seg.spec.Name, Endpoint: from.seg.spec.Endpoint, Addr: from.seg.spec.Base + from.off + o.hdr,
@@ -382,6 +380,7 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 		}
 		o.replicas = append(o.replicas, r)
 		r.seg.keys[o.key] = struct{}{}
+		m.replicasChangedLocked(o, 1)
 		added++
 	}
 	t.targets = nil
@@ -397,7 +396,9 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 				delete(r.seg.keys, o.key)
 			}
 		}
+		n := len(o.replicas)
 		o.replicas = slices.DeleteFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == t.Source })
+		m.replicasChangedLocked(o, len(o.replicas)-n)
 	}
 	m.finishLocked(t, TaskSuccess, fmt.Sprintf("%s of %q done: %d replica(s) added", t.verb(), t.Key, added), now)
 	return nil

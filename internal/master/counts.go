@@ -1,0 +1,139 @@
+package master
+
+import (
+	"strings"
+	"time"
+)
+
+// Status figures without scans: every figure of Stats and Summary is kept
+// up to date where objects change (storedLocked, goneLocked, the replica
+// and lease changes), so reading them costs O(1), or O(segments), whatever
+// the number of objects.
+
+// counts are the gauges of the complete objects in memory.
+type counts struct {
+	replicas     int    // memory replicas of complete objects
+	replicaBytes uint64 // their value bytes
+	hardPinned   int    // complete objects with a hard pin
+	putSlots     int    // unfinished puts that are put slots (slot.go)
+	leases       *deadlines
+	softPins     *deadlines // complete objects soft-pinned and not hard-pinned
+}
+
+// deadlineSlots is the size of a deadlines ring.
+const deadlineSlots = 4096
+
+// deadlines counts the objects whose deadline (a lease's or a soft pin's
+// end) is still ahead: O(1) per change, O(deadlineSlots) per read. A
+// deadline is rounded up to a granule of span/(deadlineSlots-2), span being
+// the longest deadline ahead of now that is ever added, so a count read at
+// now may include objects whose deadline passed less than one granule ago.
+// Each slot holds the count of one granule and the granule's number; a slot
+// is reused only by a granule deadlineSlots later, when its old one has long
+// passed.
+type deadlines struct {
+	g     int64 // granule in nanoseconds
+	epoch [deadlineSlots]int64
+	n     [deadlineSlots]int32
+}
+
+func newDeadlines(span time.Duration) *deadlines {
+	return &deadlines{g: max(1, int64(span)/(deadlineSlots-2)+1)}
+}
+
+func (d *deadlines) granule(t time.Time) int64 { return (t.UnixNano() + d.g - 1) / d.g }
+
+// add counts one more object with deadline t (delta -1: one fewer). A
+// deadline not after now is not counted.
+func (d *deadlines) add(t, now time.Time, delta int32) {
+	if !t.After(now) {
+		return
+	}
+	i := d.granule(t)
+	s := i % deadlineSlots
+	if d.epoch[s] != i {
+		if delta < 0 {
+			return // its granule's count was already dropped
+		}
+		d.epoch[s], d.n[s] = i, 0
+	}
+	d.n[s] += delta
+}
+
+// move is the change of one object's deadline from old to t.
+func (d *deadlines) move(old, t, now time.Time) {
+	d.add(old, now, -1)
+	d.add(t, now, 1)
+}
+
+// live counts the objects whose deadline is after now.
+func (d *deadlines) live(now time.Time) int {
+	cur := now.UnixNano() / d.g
+	n := 0
+	for s := range d.epoch {
+		if d.epoch[s] > cur {
+			n += int(d.n[s])
+		}
+	}
+	return n
+}
+
+// storedLocked notes that o became visible (a put ended, a slot was
+// committed, a node re-reported it): the listing index, the counts and the
+// Stored event.
+func (m *Master) storedLocked(o *object) {
+	m.indexAddLocked(o.key)
+	m.countLocked(o, 1)
+	m.emitStored(o)
+}
+
+// countLocked adds (sign 1) or takes away (sign -1) the complete object o's
+// share of the gauges.
+func (m *Master) countLocked(o *object, sign int) {
+	now := m.clock.Now()
+	m.counts.replicas += sign * len(o.replicas)
+	m.counts.replicaBytes += uint64(sign) * o.size * uint64(len(o.replicas))
+	if o.hardPin {
+		m.counts.hardPinned += sign
+	} else {
+		m.counts.softPins.add(o.softPinUntil, now, int32(sign))
+	}
+	m.counts.leases.add(o.leaseUntil, now, int32(sign))
+}
+
+// replicasChangedLocked is called after the replica list of o changed by
+// delta entries.
+func (m *Master) replicasChangedLocked(o *object, delta int) {
+	if !o.complete {
+		return
+	}
+	m.counts.replicas += delta
+	m.counts.replicaBytes += uint64(delta) * o.size
+}
+
+// leaseLocked extends o's read lease to until (when later).
+func (m *Master) leaseLocked(o *object, until time.Time) {
+	if !until.After(o.leaseUntil) {
+		return
+	}
+	if o.complete {
+		m.counts.leases.move(o.leaseUntil, until, m.clock.Now())
+	}
+	o.leaseUntil = until
+}
+
+// addPendingLocked records o as an unfinished put.
+func (m *Master) addPendingLocked(o *object) {
+	if _, ok := m.pending[o.key]; !ok && strings.HasPrefix(o.key, SlotPrefix) {
+		m.counts.putSlots++
+	}
+	m.pending[o.key] = o
+}
+
+// dropPendingLocked forgets the unfinished put of key, if any.
+func (m *Master) dropPendingLocked(key string) {
+	if _, ok := m.pending[key]; ok && strings.HasPrefix(key, SlotPrefix) {
+		m.counts.putSlots--
+	}
+	delete(m.pending, key)
+}
