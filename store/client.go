@@ -993,29 +993,44 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 }
 
 // RemoveByRegex removes the objects whose key matches the RE2 pattern
-// (leased ones only if force) and returns how many were removed.
+// (leased ones only if force) and returns how many were removed. The master
+// removes them chunk by chunk (a bounded answer each); the client zeroes each
+// chunk's headers before it asks for the next, so a removed object cannot come
+// back after a master restart. Each chunk is one master call bounded by
+// RPCTimeout; on an error the count so far is returned with it.
 func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int, error) {
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	r, err := c.rpc.RemoveByRegex(rctx, &pb.RemoveByRegexRequest{Pattern: pattern, Force: force})
-	if err != nil {
-		return 0, rpcErr("store: remove by regex", err)
-	}
-	c.zeroHeaders(ctx, r.Tombstones)
-	return int(r.Count), statusErr(r.Status)
+	return c.removePaged(ctx, "store: remove by regex", func(ctx context.Context, after string) (*pb.CountResponse, error) {
+		return c.rpc.RemoveByRegex(ctx, &pb.RemoveByRegexRequest{Pattern: pattern, Force: force, After: after, Paged: true})
+	})
 }
 
 // RemoveAll removes every object (leased ones only if force) and returns
-// how many were removed.
+// how many were removed, chunk by chunk as RemoveByRegex.
 func (c *Client) RemoveAll(ctx context.Context, force bool) (int, error) {
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	r, err := c.rpc.RemoveAll(rctx, &pb.RemoveAllRequest{Force: force})
-	if err != nil {
-		return 0, rpcErr("store: remove all", err)
+	return c.removePaged(ctx, "store: remove all", func(ctx context.Context, after string) (*pb.CountResponse, error) {
+		return c.rpc.RemoveAll(ctx, &pb.RemoveAllRequest{Force: force, After: after, Paged: true})
+	})
+}
+
+func (c *Client) removePaged(ctx context.Context, what string, page func(ctx context.Context, after string) (*pb.CountResponse, error)) (int, error) {
+	n, after := 0, ""
+	for {
+		rctx, cancel := c.rpcCtx(ctx)
+		r, err := page(rctx, after)
+		cancel()
+		if err != nil {
+			return n, rpcErr(what, err)
+		}
+		if err := statusErr(r.Status); err != nil {
+			return n, err
+		}
+		c.zeroHeaders(ctx, r.Tombstones)
+		n += int(r.Count)
+		if r.Next == "" {
+			return n, nil
+		}
+		after = r.Next
 	}
-	c.zeroHeaders(ctx, r.Tombstones)
-	return int(r.Count), statusErr(r.Status)
 }
 
 // List returns up to limit keys with the prefix after the cursor, in key

@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +149,23 @@ func checkCounts(t *testing.T, m *Master) {
 		}
 		return true
 	})
+	tombs := 0
+	for _, s := range m.segOrder {
+		for off, tb := range s.tombs {
+			tombs++
+			e := m.tombIdx[tb.key]
+			if e == nil || !slices.Contains(e.at, tombLoc{seg: s, off: off}) || e.seq < tb.seq {
+				t.Fatalf("tombstone %s@%d of %q missing from the index", s.spec.Name, off, tb.key)
+			}
+		}
+	}
+	indexed := 0
+	for _, e := range m.tombIdx {
+		indexed += len(e.at)
+	}
+	if indexed != tombs {
+		t.Fatalf("%d tombstones indexed, %d filed", indexed, tombs)
+	}
 	for _, s := range m.segOrder {
 		if s.diskObjects != diskObjects[s] {
 			t.Fatalf("segment %s counts %d disk copies, %d filed", s.spec.Name, s.diskObjects, diskObjects[s])

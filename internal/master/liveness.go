@@ -54,6 +54,7 @@ func (m *Master) Tick() {
 	m.releaseZombiesLocked(now)
 	m.drainLocked(now)
 	m.evictAboveWatermarkLocked(now)
+	m.shrinkLocked()
 	if len(m.removed) > 0 && now.Sub(m.started) >= m.cfg.RestoreWindow {
 		clear(m.removed)
 		clear(m.evicted)

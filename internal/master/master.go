@@ -147,6 +147,7 @@ type segment struct {
 	drainDeadline time.Time
 	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
 	diskRemove    []HeldObject    // disk copies the owner must delete (sent with its next ping)
+	peaks         mapPeaks        // of keys and tombs (shrink.go)
 	diskObjects   int             // disk copies on this segment's node
 	diskBytes     uint64          // their sizes
 }
@@ -192,13 +193,12 @@ type Master struct {
 
 	fruitlessUntil time.Time // no watermark eviction before this (last one freed nothing)
 
-	seq      uint64            // last put sequence number handed out
-	started  time.Time         // when the core was built
-	removed  map[string]uint64 // key -> highest seq removed, kept for RestoreWindow
-	evicted  map[string]uint64 // key -> highest seq evicted, kept for RestoreWindow
-	evicting bool              // freeLocked runs for an eviction
-	tombKeys map[string]int    // keys with tombstones not yet zeroed -> how many
-	tombSeq  map[string]uint64 // keys with tombstones not yet zeroed -> highest sequence number among them (put slots)
+	seq      uint64               // last put sequence number handed out
+	started  time.Time            // when the core was built
+	removed  map[string]uint64    // key -> highest seq removed, kept for RestoreWindow
+	evicted  map[string]uint64    // key -> highest seq evicted, kept for RestoreWindow
+	evicting bool                 // freeLocked runs for an eviction
+	tombIdx  map[string]*keyTombs // keys with tombstones not yet zeroed -> where (tombs.go)
 	disk     map[string]*diskCopy
 	offload  bool // evictLocked runs for the watermark: offload to disk where enabled
 
@@ -208,6 +208,7 @@ type Master struct {
 
 	index  *btree.BTreeG[string] // visible keys in key order (list.go)
 	counts counts                // gauges kept current (counts.go)
+	peaks  mapPeaks              // of objects, pending and tombIdx (shrink.go)
 }
 
 // New returns a master core. cfg zero fields take defaults; clk nil means
@@ -228,8 +229,7 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		clients:  map[string]*client{},
 		removed:  map[string]uint64{},
 		evicted:  map[string]uint64{},
-		tombKeys: map[string]int{},
-		tombSeq:  map[string]uint64{},
+		tombIdx:  map[string]*keyTombs{},
 		disk:     map[string]*diskCopy{},
 		index:    newIndex(),
 		started:  clk.Now(),

@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // Remove deletes a complete object. A leased object is refused with
@@ -36,7 +37,116 @@ func (m *Master) RemoveHeaders(key string, force bool) ([]HeaderRef, error) {
 	}
 	m.freeLocked(o)
 	m.stats.Removes++
+	m.shrinkLocked()
 	return m.tombsOfLocked(map[string]bool{key: true}), nil
+}
+
+// Bulk removal (RemoveByRegex, RemoveAll) walks the listing index in key
+// order, one chunk per hold of the lock: a chunk removes at most
+// RemoveChunk objects and passes over at most removeScan keys, so the lock
+// is never held for work that grows with the pool, and each chunk's answer
+// (its tombstones) is bounded. A caller gets the cursor of the next chunk
+// and goes on from there (the store client does, zeroing each chunk's
+// headers before it asks for the next); the calls without a cursor run every
+// chunk, releasing the lock between chunks. Keys put while a removal runs
+// are removed when they sort after its cursor, kept otherwise.
+
+// RemoveChunk is the most objects one chunk of a bulk removal removes.
+const RemoveChunk = 4096
+
+// removeScan is the most keys one chunk of a bulk removal passes over.
+const removeScan = 64 * 1024
+
+// RemovePage is one chunk of a bulk removal.
+type RemovePage struct {
+	Removed    int         // objects and disk-only copies removed by this chunk
+	Tombstones []HeaderRef // headers of the removed keys to zero
+	Next       string      // cursor of the next chunk; "" when the removal is done
+}
+
+// Matcher selects the keys of a bulk removal: Match tests a key, and every
+// key it can match starts with Prefix.
+type Matcher struct {
+	Prefix string
+	Match  func(key string) bool
+}
+
+// RegexMatcher compiles an RE2 pattern into a Matcher; a pattern anchored
+// at the start (^) with a literal prefix only walks the keys with it.
+func RegexMatcher(pattern string) (Matcher, error) {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return Matcher{}, fmt.Errorf("%w: bad regex: %v", ErrInvalidParams, err)
+	}
+	mt := Matcher{Match: re.MatchString}
+	if strings.HasPrefix(pattern, "^") {
+		mt.Prefix, _ = re.LiteralPrefix()
+	}
+	return mt, nil
+}
+
+// AllMatcher matches every key.
+var AllMatcher = Matcher{Match: func(string) bool { return true }}
+
+// RemovePageFrom removes one chunk of the keys mt selects that sort after
+// the cursor `after` ("" = from the start), skipping leased objects unless
+// force; limit (<= 0 or above RemoveChunk: RemoveChunk) bounds the objects
+// it removes.
+func (m *Master) RemovePageFrom(mt Matcher, force bool, after string, limit int) RemovePage {
+	if limit <= 0 || limit > RemoveChunk {
+		limit = RemoveChunk
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	var victims []string
+	next, scan := "", removeScan
+	m.index.AscendGreaterOrEqual(max(mt.Prefix, after), func(k string) bool {
+		if k == after {
+			return true
+		}
+		if !strings.HasPrefix(k, mt.Prefix) {
+			return false
+		}
+		if len(victims) == limit || scan == 0 {
+			next = k
+			return false
+		}
+		scan--
+		if mt.Match(k) {
+			victims = append(victims, k)
+		}
+		return true
+	})
+	if next != "" {
+		next = m.lastBefore(next) // the next chunk starts after the last key passed
+	}
+	page := RemovePage{Next: next}
+	durable := map[string]bool{}
+	for _, k := range victims {
+		o := m.objects[k]
+		if o == nil || !o.complete { // held only on disk
+			m.goneDiskLocked(k)
+			page.Removed++
+			continue
+		}
+		if !force && now.Before(o.leaseUntil) {
+			m.stats.LeaseRejections++
+			continue
+		}
+		m.freeLocked(o)
+		if m.disk[k] != nil {
+			m.goneDiskLocked(k)
+		}
+		if o.hdr > 0 {
+			durable[k] = true
+		}
+		page.Removed++
+	}
+	m.stats.Removes += uint64(page.Removed)
+	page.Tombstones = m.tombsOfLocked(durable)
+	m.shrinkLocked()
+	return page
 }
 
 // RemoveByRegex removes the complete objects whose key matches the RE2
@@ -47,13 +157,14 @@ func (m *Master) RemoveByRegex(pattern string, force bool) (int, error) {
 }
 
 // RemoveByRegexHeaders is RemoveByRegex that also returns the tombstones of
-// the removed keys (see RemoveHeaders).
+// the removed keys (see RemoveHeaders). It runs every chunk (see
+// RemovePageFrom), releasing the lock between chunks.
 func (m *Master) RemoveByRegexHeaders(pattern string, force bool) (int, []HeaderRef, error) {
-	re, err := regexp.Compile(pattern)
+	mt, err := RegexMatcher(pattern)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: bad regex: %v", ErrInvalidParams, err)
+		return 0, nil, err
 	}
-	n, tombs := m.removeWhere(func(k string) bool { return re.MatchString(k) }, force)
+	n, tombs := m.removeAllPages(mt, force)
 	return n, tombs, nil
 }
 
@@ -65,37 +176,21 @@ func (m *Master) RemoveAll(force bool) int {
 }
 
 // RemoveAllHeaders is RemoveAll that also returns the tombstones of the
-// removed keys (see RemoveHeaders).
+// removed keys (see RemoveHeaders), chunk by chunk as RemoveByRegexHeaders.
 func (m *Master) RemoveAllHeaders(force bool) (int, []HeaderRef) {
-	return m.removeWhere(func(string) bool { return true }, force)
+	return m.removeAllPages(AllMatcher, force)
 }
 
-func (m *Master) removeWhere(match func(string) bool, force bool) (int, []HeaderRef) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.clock.Now()
-	n := 0
-	keys := map[string]bool{}
-	for k, o := range m.objects {
-		if !o.complete || !match(k) {
-			continue
+func (m *Master) removeAllPages(mt Matcher, force bool) (int, []HeaderRef) {
+	n, after := 0, ""
+	var tombs []HeaderRef
+	for {
+		p := m.RemovePageFrom(mt, force, after, RemoveChunk)
+		n += p.Removed
+		tombs = append(tombs, p.Tombstones...)
+		if p.Next == "" {
+			return n, tombs
 		}
-		if !force && now.Before(o.leaseUntil) {
-			m.stats.LeaseRejections++
-			continue
-		}
-		m.freeLocked(o)
-		if o.hdr > 0 {
-			keys[k] = true
-		}
-		n++
+		after = p.Next
 	}
-	for k := range m.disk {
-		if match(k) && m.objects[k] == nil {
-			m.goneDiskLocked(k)
-			n++
-		}
-	}
-	m.stats.Removes += uint64(n)
-	return n, m.tombsOfLocked(keys)
 }

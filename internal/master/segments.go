@@ -162,8 +162,8 @@ func (m *Master) unmountLocked(s *segment) {
 			m.dropPendingLocked(key)
 		}
 	}
-	for _, tb := range s.tombs {
-		m.untombKeyLocked(tb.key)
+	for off, tb := range s.tombs {
+		m.untombLocked(s, off, tb.key)
 	}
 	m.dropSegmentDiskLocked(s)
 	delete(m.segments, s.key)

@@ -289,16 +289,48 @@ func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.
 	return out, nil
 }
 
-// RemoveByRegex implements MasterService.
+// RemoveByRegex implements MasterService: one chunk when paged, else every
+// chunk (see removePages).
 func (s *Service) RemoveByRegex(_ context.Context, r *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
-	n, tombs, err := s.m.RemoveByRegexHeaders(r.Pattern, r.Force)
-	return &pb.CountResponse{Status: status(err), Count: int64(n), Tombstones: refsToPB(tombs)}, nil
+	mt, err := RegexMatcher(r.Pattern)
+	if err != nil {
+		return &pb.CountResponse{Status: status(err)}, nil
+	}
+	return s.removePages(mt, r.Force, r.Paged, r.After, r.Limit), nil
 }
 
-// RemoveAll implements MasterService.
+// RemoveAll implements MasterService as RemoveByRegex does.
 func (s *Service) RemoveAll(_ context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
-	n, tombs := s.m.RemoveAllHeaders(r.Force)
-	return &pb.CountResponse{Status: status(nil), Count: int64(n), Tombstones: refsToPB(tombs)}, nil
+	return s.removePages(AllMatcher, r.Force, r.Paged, r.After, r.Limit), nil
+}
+
+// maxReplyTombstones bounds the tombstones of an unpaged bulk removal's
+// answer (~60 bytes each on the wire, far below gRPC's 4 MiB): the nodes
+// zero the others when their heartbeats bring them.
+const maxReplyTombstones = 16 * 1024
+
+// removePages runs one chunk of a bulk removal (paged) or all of them, the
+// answer bounded either way.
+func (s *Service) removePages(mt Matcher, force, paged bool, after string, limit int32) *pb.CountResponse {
+	if limit < 0 {
+		return &pb.CountResponse{Status: &pb.Status{Code: CodeInvalidParams, Message: "negative limit"}}
+	}
+	if paged {
+		p := s.m.RemovePageFrom(mt, force, after, int(limit))
+		return &pb.CountResponse{Status: status(nil), Count: int64(p.Removed), Tombstones: refsToPB(p.Tombstones), Next: p.Next}
+	}
+	out := &pb.CountResponse{Status: status(nil)}
+	for {
+		p := s.m.RemovePageFrom(mt, force, after, RemoveChunk)
+		out.Count += int64(p.Removed)
+		if room := maxReplyTombstones - len(out.Tombstones); room > 0 {
+			out.Tombstones = append(out.Tombstones, refsToPB(p.Tombstones[:min(room, len(p.Tombstones))])...)
+		}
+		if p.Next == "" {
+			return out
+		}
+		after = p.Next
+	}
 }
 
 // List implements MasterService.

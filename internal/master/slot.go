@@ -137,7 +137,7 @@ func (m *Master) newerThanLocked(key string, seq uint64) bool {
 	if o := m.objects[key]; o != nil && o.seq >= seq {
 		return true
 	}
-	if m.removed[key] >= seq || m.evicted[key] >= seq || (m.tombKeys[key] > 0 && m.tombSeq[key] >= seq) {
+	if m.removed[key] >= seq || m.evicted[key] >= seq || m.tombSeqLocked(key) >= seq {
 		return true
 	}
 	if d := m.disk[key]; d != nil && d.seq >= seq {

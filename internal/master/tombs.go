@@ -1,6 +1,9 @@
 package master
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Tombstones: freed durable objects whose header is not zeroed yet (see
 // restore.go for why they exist). This file keeps them and their indexes.
@@ -26,18 +29,69 @@ func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr
 	m.addTombLocked(s, off, tomb{key: key, seq: seq, n: q, off: toDisk})
 }
 
-// addTombLocked records the tombstone tb at offset off of s.
-func (m *Master) addTombLocked(s *segment, off uint64, tb tomb) {
-	s.tombs[off] = tb
-	m.tombKeys[tb.key]++
-	m.tombSeq[tb.key] = max(m.tombSeq[tb.key], tb.seq)
+// tombLoc is where one tombstone lies.
+type tombLoc struct {
+	seg *segment
+	off uint64
 }
 
-func (m *Master) untombKeyLocked(key string) {
-	if m.tombKeys[key]--; m.tombKeys[key] <= 0 {
-		delete(m.tombKeys, key)
-		delete(m.tombSeq, key)
+// keyTombs are the tombstones of one key (usually one): the index that
+// lets a remove return the tombstones of the keys it removed in O(keys).
+type keyTombs struct {
+	seq uint64 // highest sequence number among them (put slots, slot.go)
+	at  []tombLoc
+}
+
+// addTombLocked records the tombstone tb at offset off of s.
+func (m *Master) addTombLocked(s *segment, off uint64, tb tomb) {
+	if old, ok := s.tombs[off]; ok { // cannot happen: the space was allocated
+		m.untombLocked(s, off, old.key)
 	}
+	s.tombs[off] = tb
+	e := m.tombIdx[tb.key]
+	if e == nil {
+		e = &keyTombs{}
+		m.tombIdx[tb.key] = e
+	}
+	e.at = append(e.at, tombLoc{seg: s, off: off})
+	e.seq = max(e.seq, tb.seq)
+}
+
+// dropTombLocked forgets the tombstone at off of s (its space is the
+// caller's to free).
+func (m *Master) dropTombLocked(s *segment, off uint64) {
+	tb, ok := s.tombs[off]
+	if !ok {
+		return
+	}
+	delete(s.tombs, off)
+	m.untombLocked(s, off, tb.key)
+}
+
+// untombLocked takes the tombstone at off of s out of key's index entry.
+func (m *Master) untombLocked(s *segment, off uint64, key string) {
+	e := m.tombIdx[key]
+	if e == nil {
+		return
+	}
+	e.at = slices.DeleteFunc(e.at, func(l tombLoc) bool { return l.seg == s && l.off == off })
+	if len(e.at) == 0 {
+		delete(m.tombIdx, key)
+		return
+	}
+	e.seq = 0
+	for _, l := range e.at {
+		e.seq = max(e.seq, l.seg.tombs[l.off].seq)
+	}
+}
+
+// tombSeqLocked is the highest sequence number among key's tombstones (0
+// when it has none).
+func (m *Master) tombSeqLocked(key string) uint64 {
+	if e := m.tombIdx[key]; e != nil {
+		return e.seq
+	}
+	return 0
 }
 
 func (s *segment) ref(off uint64, tb tomb) HeaderRef {
@@ -68,8 +122,7 @@ func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uin
 		}
 		if tb, ok := s.tombs[z.Offset]; ok && tb.seq == z.Seq {
 			s.alloc.Free(z.Offset, tb.n)
-			delete(s.tombs, z.Offset)
-			m.untombKeyLocked(tb.key)
+			m.dropTombLocked(s, z.Offset)
 		}
 	}
 	for _, s := range c.segments {
@@ -85,22 +138,13 @@ func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uin
 
 // tombsOfLocked lists the tombstones of the given keys (the removed
 // object's headers and those of older versions not zeroed yet).
+// O(keys), whatever the number of tombstones.
 func (m *Master) tombsOfLocked(keys map[string]bool) []HeaderRef {
-	want := false
-	for k := range keys {
-		if m.tombKeys[k] > 0 {
-			want = true
-			break
-		}
-	}
-	if !want {
-		return nil
-	}
 	var out []HeaderRef
-	for _, s := range m.segOrder {
-		for off, tb := range s.tombs {
-			if keys[tb.key] {
-				out = append(out, s.ref(off, tb))
+	for k := range keys {
+		if e := m.tombIdx[k]; e != nil {
+			for _, l := range e.at {
+				out = append(out, l.seg.ref(l.off, l.seg.tombs[l.off]))
 			}
 		}
 	}
@@ -120,6 +164,10 @@ func (m *Master) Tombstones() []HeaderRef {
 	return out
 }
 
+// maxTombTries bounds the tombstones of one segment that reuseTombLocked
+// looks at.
+const maxTombTries = 4096
+
 // reuseTombLocked places one replica of size bytes over a header
 // tombstone and the free bytes after it, when a put needs room at once and
 // the freed objects' 64-byte tombstones fragment the space (objects of one
@@ -131,8 +179,11 @@ func (m *Master) reuseTombLocked(clientID string, size uint64) []replica {
 		if s.draining {
 			continue
 		}
-		need := s.alloc.Rounded(size)
+		need, tries := s.alloc.Rounded(size), 0
 		for off, tb := range s.tombs {
+			if tries++; tries > maxTombTries {
+				break
+			}
 			if tb.off || tb.n+s.alloc.FreeAt(off+tb.n) < need {
 				continue
 			}
@@ -140,8 +191,7 @@ func (m *Master) reuseTombLocked(clientID string, size uint64) []replica {
 			if !s.alloc.AllocAt(off, size) {
 				panic(fmt.Sprintf("master: tombstone at %d of %s could not be reused", off, s.spec.Name))
 			}
-			delete(s.tombs, off)
-			m.untombKeyLocked(tb.key)
+			m.dropTombLocked(s, off)
 			return []replica{{seg: s, off: off}}
 		}
 	}

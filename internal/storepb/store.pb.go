@@ -2014,10 +2014,19 @@ func (x *BatchRemoveResponse) GetTombstones() []*HeaderRef {
 	return nil
 }
 
+// A bulk removal runs in chunks. paged: this call removes one chunk of at
+// most limit objects (0 = the master's chunk) after the cursor `after` and
+// answers with the cursor of the next chunk (CountResponse.next, "" when
+// done); the caller zeroes each chunk's tombstones before the next.
+// Not paged: the master runs every chunk and answers with the total count
+// and at most a bounded number of tombstones (the nodes zero the rest).
 type RemoveByRegexRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pattern       string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	After         string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Paged         bool                   `protobuf:"varint,5,opt,name=paged,proto3" json:"paged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2066,9 +2075,33 @@ func (x *RemoveByRegexRequest) GetForce() bool {
 	return false
 }
 
+func (x *RemoveByRegexRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *RemoveByRegexRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RemoveByRegexRequest) GetPaged() bool {
+	if x != nil {
+		return x.Paged
+	}
+	return false
+}
+
 type RemoveAllRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Force         bool                   `protobuf:"varint,1,opt,name=force,proto3" json:"force,omitempty"`
+	After         string                 `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	Limit         int32                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Paged         bool                   `protobuf:"varint,4,opt,name=paged,proto3" json:"paged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2110,11 +2143,33 @@ func (x *RemoveAllRequest) GetForce() bool {
 	return false
 }
 
+func (x *RemoveAllRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *RemoveAllRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RemoveAllRequest) GetPaged() bool {
+	if x != nil {
+		return x.Paged
+	}
+	return false
+}
+
 type CountResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	Tombstones    []*HeaderRef           `protobuf:"bytes,3,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	Next          string                 `protobuf:"bytes,4,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2168,6 +2223,13 @@ func (x *CountResponse) GetTombstones() []*HeaderRef {
 		return x.Tombstones
 	}
 	return nil
+}
+
+func (x *CountResponse) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
 }
 
 type ListRequest struct {
@@ -2654,18 +2716,25 @@ const file_store_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x19.mooncake.store.v1.StatusR\aresults\x12<\n" +
 	"\n" +
 	"tombstones\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
-	"tombstones\"F\n" +
+	"tombstones\"\x88\x01\n" +
 	"\x14RemoveByRegexRequest\x12\x18\n" +
 	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"(\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x14\n" +
+	"\x05paged\x18\x05 \x01(\bR\x05paged\"j\n" +
 	"\x10RemoveAllRequest\x12\x14\n" +
-	"\x05force\x18\x01 \x01(\bR\x05force\"\x96\x01\n" +
+	"\x05force\x18\x01 \x01(\bR\x05force\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x14\n" +
+	"\x05paged\x18\x04 \x01(\bR\x05paged\"\xaa\x01\n" +
 	"\rCountResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12<\n" +
 	"\n" +
 	"tombstones\x18\x03 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
-	"tombstones\"Q\n" +
+	"tombstones\x12\x12\n" +
+	"\x04next\x18\x04 \x01(\tR\x04next\"Q\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +

@@ -1,0 +1,135 @@
+package master
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestRemovePaged: a bulk removal goes chunk by chunk, each bounded in the
+// objects it removes and carrying the tombstones of exactly those keys, with
+// a cursor to go on from; leased keys are skipped unless forced; a pattern
+// anchored on a literal prefix removes only keys with it.
+func TestRemovePaged(t *testing.T) {
+	m, _ := newTestMaster(t, Config{Durable: true, ClientTTL: time.Hour}, map[string]uint64{"a": 64 << 20})
+	n := 2*RemoveChunk + 100
+	for i := range n {
+		mustPut(t, m, fmt.Sprintf("obj/%06d", i), 64, ReplicateConfig{})
+	}
+	for i := range 10 {
+		mustPut(t, m, fmt.Sprintf("other/%d", i), 64, ReplicateConfig{})
+	}
+	if _, err := m.GetReplicaList("obj/000007"); err != nil { // leased
+		t.Fatal(err)
+	}
+	mt, err := RegexMatcher(`^obj/\d+$`)
+	if err != nil || mt.Prefix != "obj/" {
+		t.Fatalf("matcher %+v %v", mt.Prefix, err)
+	}
+	removed, pages, after := 0, 0, ""
+	for {
+		p := m.RemovePageFrom(mt, false, after, 0)
+		pages++
+		if p.Removed > RemoveChunk || len(p.Tombstones) != p.Removed {
+			t.Fatalf("page %d: %d removed, %d tombstones", pages, p.Removed, len(p.Tombstones))
+		}
+		removed += p.Removed
+		if p.Next == "" {
+			break
+		}
+		if p.Next <= after {
+			t.Fatalf("cursor went back: %q after %q", p.Next, after)
+		}
+		after = p.Next
+	}
+	if removed != n-1 || pages != 3 {
+		t.Fatalf("removed %d in %d pages, want %d in 3", removed, pages, n-1)
+	}
+	if ok, _ := m.Exist("obj/000007"); !ok {
+		t.Fatal("a leased key was removed without force")
+	}
+	if keys, _ := m.List("", "", 100); len(keys) != 11 {
+		t.Fatalf("%d keys left, want the leased one and other/*", len(keys))
+	}
+	if got := m.RemoveAll(true); got != 11 {
+		t.Fatalf("forced remove-all removed %d", got)
+	}
+	if st := m.Summary(); st.Keys != 0 || st.Replicas != 0 || st.Leased != 0 {
+		t.Fatalf("summary after remove-all %+v", st)
+	}
+}
+
+// TestRemovePagedSmallLimit: the limit bounds a chunk; pages never repeat
+// or skip a key.
+func TestRemovePagedSmallLimit(t *testing.T) {
+	m, _ := newTestMaster(t, Config{ClientTTL: time.Hour}, map[string]uint64{"a": 1 << 20})
+	for i := range 25 {
+		mustPut(t, m, fmt.Sprintf("k%02d", i), 64, ReplicateConfig{})
+	}
+	total, after := 0, ""
+	for {
+		p := m.RemovePageFrom(AllMatcher, false, after, 10)
+		if p.Removed > 10 {
+			t.Fatalf("page of %d past the limit", p.Removed)
+		}
+		total += p.Removed
+		if p.Next == "" {
+			break
+		}
+		after = p.Next
+	}
+	if total != 25 {
+		t.Fatalf("removed %d of 25", total)
+	}
+}
+
+// TestPingNeverWaitsForTheLock: a client's ping is answered and recorded
+// while the core's lock is held by other work.
+func TestPingNeverWaitsForTheLock(t *testing.T) {
+	m, clk := newTestMaster(t, Config{ClientTTL: time.Second}, map[string]uint64{"a": 1 << 20})
+	m.mu.Lock() // bulk work holding the lock
+	clk.Advance(900 * time.Millisecond)
+	done := make(chan PingStatus)
+	go func() {
+		_, st := m.Ping("client-a")
+		done <- st
+	}()
+	var st PingStatus
+	select {
+	case st = <-done:
+	case <-time.After(10 * time.Second):
+		m.mu.Unlock()
+		t.Fatal("Ping waited for the core's lock")
+	}
+	m.mu.Unlock()
+	if st != PingOK {
+		t.Fatalf("ping: %v", st)
+	}
+	clk.Advance(900 * time.Millisecond) // 1.8 s since mount, 0.9 s since the ping
+	m.Tick()
+	if st := m.Stats(); st.Segments != 1 || st.ClientsDropped != 0 {
+		t.Fatalf("client dropped although it pinged: %+v", st)
+	}
+}
+
+// TestMapsShrinkAfterMassRemoval: after most objects are removed the
+// object map is rebuilt at the size left.
+func TestMapsShrinkAfterMassRemoval(t *testing.T) {
+	m, _ := newTestMaster(t, Config{ClientTTL: time.Hour}, map[string]uint64{"a": 64 << 20})
+	for i := range 2 * shrinkMin {
+		mustPut(t, m, fmt.Sprintf("k%06d", i), 64, ReplicateConfig{})
+	}
+	for i := range 10 {
+		mustPut(t, m, fmt.Sprintf("z%d", i), 64, ReplicateConfig{})
+	}
+	before := fmt.Sprintf("%p", m.objects)
+	if n, err := m.RemoveByRegex(`^k`, false); err != nil || n != 2*shrinkMin {
+		t.Fatalf("removed %d: %v", n, err)
+	}
+	m.mu.Lock()
+	after, left := fmt.Sprintf("%p", m.objects), len(m.objects)
+	m.mu.Unlock()
+	if left != 10 || after == before {
+		t.Fatalf("object map of %d not rebuilt after the removal", left)
+	}
+}
