@@ -20,27 +20,46 @@ func (m *Master) Evict() uint64 {
 
 // evictAboveWatermarkLocked evicts when a put ran out of space since the
 // last Tick, or when use is above HighWatermark (unless the last such
-// eviction freed nothing less than a second ago).
+// eviction freed nothing less than a second ago), and goes on with the rest
+// of a large eviction (evictDebt), one bounded round per Tick.
 func (m *Master) evictAboveWatermarkLocked(now time.Time) {
 	capacity, used := m.usageLocked()
 	over := capacity > 0 && float64(used) > m.cfg.HighWatermark*float64(capacity)
-	if !m.evictReq && (!over || now.Before(m.fruitlessUntil)) {
+	if !m.evictReq && m.evictDebt == 0 && (!over || now.Before(m.fruitlessUntil)) {
 		return
 	}
 	m.evictReq = false
 	m.offload = true // no put is waiting for this space: evicted objects may go to disk first
-	freed := m.evictLocked(now, 0)
+	freed := m.evictLocked(now, m.evictDebt)
 	m.offload = false
 	if freed == 0 {
-		// Everything left is leased, pinned or unfinished: do not sort
-		// all objects again on every tick.
+		// Everything left is leased, pinned or unfinished: do not look at
+		// the objects again on every tick.
 		m.fruitlessUntil = now.Add(time.Second)
+		m.evictDebt = 0
 	}
 }
+
+// Eviction at scale. Up to evictExact objects, an eviction orders every
+// evictable object by the policy (exact LRU or TailFirst). Above, ordering
+// them all would hold the lock for O(n log n): a round instead samples
+// evictSample objects (a Go map's iteration starts at a random place, so
+// the sample is random), orders the sample by the policy and evicts at most
+// its first evictTake (Redis's approximated LRU, with a larger sample); one
+// call runs at most evictRounds rounds, and what is left of its target
+// becomes evictDebt, paid by the next Ticks (every 10ms).
+const (
+	evictExact  = 64 * 1024
+	evictSample = 4096
+	evictTake   = 1024
+	evictRounds = 2
+)
 
 // evictLocked frees about EvictionRatio of the capacity (or target bytes
 // when > 0), in the policy's order (least recently used first by default), never touching leased, unfinished or
 // hard-pinned objects and taking soft-pinned ones only after all others.
+// Above evictExact objects it frees at most evictRounds rounds and leaves
+// the rest to the next Ticks (evictDebt).
 func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 	capacity, used := m.usageLocked()
 	if target == 0 {
@@ -51,15 +70,41 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 		m.stats.UtilisationAtFirstEviction = float64(used) / float64(capacity)
 	}
 	var freed uint64
-	for _, o := range m.evictionOrderLocked(now) {
-		if freed >= target {
-			break
-		}
+	evictOne := func(o *object) {
 		freed += o.size * uint64(len(o.replicas))
 		m.evicting = true
 		m.freeLocked(o)
 		m.evicting = false
 		m.stats.Evictions++
+	}
+	if len(m.objects) <= evictExact {
+		for _, o := range m.evictionOrderLocked(now, -1) {
+			if freed >= target {
+				break
+			}
+			evictOne(o)
+		}
+		m.evictDebt = 0
+	} else {
+		for range evictRounds {
+			order := m.evictionOrderLocked(now, evictSample)
+			if len(order) == 0 {
+				break
+			}
+			for _, o := range order[:min(len(order), evictTake)] {
+				if freed >= target {
+					break
+				}
+				evictOne(o)
+			}
+			if freed >= target {
+				break
+			}
+		}
+		m.evictDebt = 0
+		if freed > 0 && freed < target {
+			m.evictDebt = target - freed
+		}
 	}
 	m.stats.EvictedBytes += freed
 	return freed
@@ -68,10 +113,17 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 // evictionOrderLocked lists the objects eviction may take, in the order it
 // takes them: unpinned ones first, then soft-pinned ones, each in the
 // order of Config.EvictionPolicy. Leased, unfinished and hard-pinned
-// objects are left out.
-func (m *Master) evictionOrderLocked(now time.Time) []*object {
+// objects are left out. sample > 0 looks at that many objects only.
+func (m *Master) evictionOrderLocked(now time.Time, sample int) []*object {
 	var plain, pinned []*object
+	seen := 0
 	for _, o := range m.objects {
+		if sample > 0 {
+			if seen == sample {
+				break
+			}
+			seen++
+		}
 		if !o.complete || o.hardPin || now.Before(o.leaseUntil) {
 			continue
 		}

@@ -180,16 +180,17 @@ type Master struct {
 	// liveMu guards m.clients for Ping, which takes only it: liveness never
 	// waits for mu. Writers of m.clients hold mu and liveMu; readers hold
 	// either.
-	liveMu   sync.RWMutex
-	rng      *rand.Rand
-	objects  map[string]*object
-	pending  map[string]*object // unfinished puts
-	segments map[string]*segment
-	segOrder []*segment // sorted by name, then key
-	clients  map[string]*client
-	zombies  []zombie
-	stats    Stats
-	evictReq bool // a put ran out of space: evict on the next Tick too
+	liveMu    sync.RWMutex
+	rng       *rand.Rand
+	objects   map[string]*object
+	pending   map[string]*object // unfinished puts
+	segments  map[string]*segment
+	segOrder  []*segment // sorted by name, then key
+	clients   map[string]*client
+	zombies   []zombie
+	stats     Stats
+	evictReq  bool   // a put ran out of space: evict on the next Tick too
+	evictDebt uint64 // bytes a large eviction still has to free, in the next Ticks (evict.go)
 
 	fruitlessUntil time.Time // no watermark eviction before this (last one freed nothing)
 
