@@ -102,6 +102,35 @@ func Resident(b []byte) (int, error) {
 	return n * page, nil
 }
 
+// DataRanges returns the parts of the first size bytes of a memfd that hold
+// data, as [start, end) offsets in order (SEEK_DATA and SEEK_HOLE, page
+// granular). The rest has never been written (or was punched out) and
+// reads as zeros; reading it through a mapping would allocate its pages,
+// reading only these does not. Pages swapped out count as data.
+func DataRanges(fd int, size int64) ([][2]int64, error) {
+	var out [][2]int64
+	for off := int64(0); off < size; {
+		start, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // no data past off
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("seek data: %w", err)
+		}
+		if start >= size {
+			break
+		}
+		end, err := unix.Seek(fd, start, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, fmt.Errorf("seek hole: %w", err)
+		}
+		end = min(end, size)
+		out = append(out, [2]int64{start, end})
+		off = end
+	}
+	return out, nil
+}
+
 // Free unmaps and closes what Alloc returned.
 func Free(fd int, data []byte) {
 	_ = unix.Munmap(data)

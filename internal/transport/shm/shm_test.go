@@ -206,6 +206,35 @@ func TestMappingPolicy(t *testing.T) {
 	}
 }
 
+// TestDataRanges: a 1 GiB memfd written in three places has exactly those
+// pages as data, and finding them reads nothing else.
+func TestDataRanges(t *testing.T) {
+	const size, page = 1 << 30, 4096
+	fd, data, err := Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Free(fd, data)
+	if rs, err := DataRanges(fd, size); err != nil || len(rs) != 0 {
+		t.Fatalf("fresh memfd: %v %v", rs, err)
+	}
+	data[5<<20+10] = 1
+	copy(data[700<<20-100:], make([]byte, 200)) // two pages, zeros written are data
+	data[size-1] = 1
+	want := [][2]int64{{5 << 20, 5<<20 + page}, {700<<20 - page, 700<<20 + page}, {size - page, size}}
+	rs, err := DataRanges(fd, size)
+	if err != nil || fmt.Sprint(rs) != fmt.Sprint(want) {
+		t.Fatalf("data ranges %v (%v), want %v", rs, err, want)
+	}
+	want = [][2]int64{{5 << 20, 5<<20 + page}, {700<<20 - page, 700 << 20}} // cut at the size asked
+	if rs, err := DataRanges(fd, 700<<20); err != nil || fmt.Sprint(rs) != fmt.Sprint(want) {
+		t.Fatalf("first 700 MiB: %v (%v), want %v", rs, err, want)
+	}
+	if r, err := Resident(data); err != nil || r != 4*page {
+		t.Fatalf("%d bytes resident (%v), want %d", r, err, 4*page)
+	}
+}
+
 // policy sets the mapping policy for one benchmark.
 func policy(b *testing.B, whole bool, spanMin uint64) {
 	oldWhole, oldMin := populateWhole, spanPopulateMin
