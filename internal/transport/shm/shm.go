@@ -560,9 +560,14 @@ func (m *Mapping) populate(off, n uint64) {
 // tests and benchmarks can compare policies.
 var spanPopulateMin uint64 = chunk
 
-// populateWhole maps peers' buffers with MAP_POPULATE (false; the
-// benchmarks set it to compare).
-var populateWhole = false
+// populateWhole maps peers' buffers with MAP_POPULATE (SetPopulateWhole).
+var populateWhole atomic.Bool
+
+// SetPopulateWhole makes the clients of this process map peers' buffers
+// from now on with MAP_POPULATE, the whole buffer at once (on), or lazily
+// (off, the default; see the package doc), and returns the previous
+// setting. It exists for benchmarks that compare the two policies.
+func SetPopulateWhole(on bool) (was bool) { return populateWhole.Swap(on) }
 
 // noPopulateRead: the kernel lacks MADV_POPULATE_READ.
 var noPopulateRead atomic.Bool
@@ -597,7 +602,7 @@ func (cl *Client) mapBuf(ctx context.Context, base uint64) (*Mapping, error) {
 	// owner's memfd that is still a hole. Spans are populated as they are
 	// handed out (populate).
 	flags := unix.MAP_SHARED
-	if populateWhole {
+	if populateWhole.Load() {
 		flags |= unix.MAP_POPULATE
 	}
 	data, err := unix.Mmap(r.fd, 0, int(r.m.Buf.Length), unix.PROT_READ|unix.PROT_WRITE, flags)

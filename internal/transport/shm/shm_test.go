@@ -237,9 +237,9 @@ func TestDataRanges(t *testing.T) {
 
 // policy sets the mapping policy for one benchmark.
 func policy(b *testing.B, whole bool, spanMin uint64) {
-	oldWhole, oldMin := populateWhole, spanPopulateMin
-	populateWhole, spanPopulateMin = whole, spanMin
-	b.Cleanup(func() { populateWhole, spanPopulateMin = oldWhole, oldMin })
+	oldWhole, oldMin := SetPopulateWhole(whole), spanPopulateMin
+	spanPopulateMin = spanMin
+	b.Cleanup(func() { SetPopulateWhole(oldWhole); spanPopulateMin = oldMin })
 }
 
 // policies compared by the benchmarks: "populate" maps every buffer with
