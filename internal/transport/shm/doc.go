@@ -19,7 +19,7 @@
 // (MADV_POPULATE_READ over the 64 KiB chunks it touches: on shared memory
 // read faults map the pages writable, 16 per fault), and a bitmap of the
 // chunks populated so far keeps that to the first span over each chunk.
-// A shorter span faults page by page (at most 15 faults, once). The owner's
+// A shorter span faults on each page it touches (at most 17). The owner's
 // memory therefore grows with what copies touch, and at most a chunk more
 // at either end of a span. Kernels without MADV_POPULATE_READ (before
 // 5.14) fault page by page.

@@ -556,8 +556,8 @@ func (m *Mapping) populate(off, n uint64) {
 
 // spanPopulateMin: a span at least this long is populated when it is
 // handed out (see the package doc for the figures behind the policy); a
-// shorter one faults page by page, at most 15 times. A variable so that the
-// tests and benchmarks can compare policies.
+// shorter one faults on each page it touches, at most 17. A variable so
+// that the tests and benchmarks can compare policies.
 var spanPopulateMin uint64 = chunk
 
 // populateWhole maps peers' buffers with MAP_POPULATE (SetPopulateWhole).
