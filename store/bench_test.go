@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/transport/shm"
 	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
 )
 
 // BenchmarkStore measures Put (upsert in place) and Get of one key per size
@@ -103,4 +106,68 @@ func BenchmarkBatch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkFirstOp: a new client's first operations against a storage node
+// with a 4 GiB segment on the same host: open a transfer engine, connect to
+// the master, put 1 MiB and read it back (over shared memory, mapping the
+// node's segment), with peers' buffers mapped with MAP_POPULATE
+// ("populate") and lazily (the default, "lazy"); one fresh node for each.
+// Reported: ns/op for all of it, the first iteration alone in first-ns
+// (the one that populates the node's memory), and the node's segment
+// bytes in memory after it started (start-MiB) and after the last
+// iteration (node-MiB). "populate" allocates the whole segment: run with
+// -benchtime=Nx.
+func BenchmarkFirstOp(b *testing.B) {
+	const segSize, size = 4 << 30, 1 << 20
+	for _, pc := range []struct {
+		name     string
+		populate bool
+	}{{"lazy", false}, {"populate", true}} {
+		b.Run(pc.name, func(b *testing.B) {
+			was := shm.SetPopulateWhole(pc.populate)
+			defer shm.SetPopulateWhole(was)
+			c := newClusterTB(b, master.Config{}, 1, segSize)
+			seg := c.nodes[0].Client().Segment()
+			resident := func() float64 {
+				r, err := shm.Resident(seg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return float64(r) / (1 << 20)
+			}
+			start := resident()
+			ctx := context.Background()
+			v := value("first", size)
+			var first time.Duration
+			for i := 0; b.Loop(); i++ {
+				t0 := time.Now()
+				eng, err := transfer.Open(ctx, transfer.Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				cl, err := store.New(ctx, store.Config{Master: c.master.Addr(), Mover: eng, LocalBufferSize: 4 << 20})
+				if err != nil {
+					b.Fatal(err)
+				}
+				k := fmt.Sprint("first/", i)
+				if err := cl.Put(ctx, k, v); err != nil {
+					b.Fatal(err)
+				}
+				if got, err := cl.Get(ctx, k); err != nil || len(got) != size {
+					b.Fatalf("get: %d bytes, %v", len(got), err)
+				}
+				if i == 0 {
+					first = time.Since(t0)
+				}
+				b.StopTimer()
+				_ = cl.CloseWithGrace(0)
+				eng.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(first.Nanoseconds()), "first-ns")
+			b.ReportMetric(start, "start-MiB")
+			b.ReportMetric(resident(), "node-MiB")
+		})
+	}
 }

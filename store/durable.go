@@ -128,12 +128,31 @@ func (c *Client) requeueZeroed(z []*pb.HeaderRef) {
 	c.zeroed = append(z, c.zeroed...)
 }
 
+// dataRanger is a Mover that tells which parts of a managed buffer were
+// written (transfer.Engine.ManagedDataRanges).
+type dataRanger interface {
+	ManagedDataRanges(b []byte) ([][2]int, error)
+}
+
+// segmentData is the part of the contributed segment a scan for headers
+// reads: the ranges written so far when the segment is managed memory
+// (reading the rest of a memfd would allocate every page of it), the whole
+// segment otherwise.
+func (c *Client) segmentData() [][2]int {
+	if m, ok := c.mover.(dataRanger); ok && c.cfg.Segment == nil {
+		if rs, err := m.ManagedDataRanges(c.segment); err == nil {
+			return rs
+		}
+	}
+	return [][2]int{{0, len(c.segment)}}
+}
+
 // held scans the contributed segment for the durable objects it holds.
 func (c *Client) held() []*pb.HeldObject {
 	if c.segmentSpec == nil {
 		return nil
 	}
-	found := objheader.Scan(c.segment)
+	found := objheader.ScanRanges(c.segment, c.segmentData())
 	out := make([]*pb.HeldObject, len(found))
 	for i, f := range found {
 		out[i] = &pb.HeldObject{Segment: c.segmentSpec.Name, Offset: f.Offset, Key: f.Key, Size: f.Size, Crc32C: f.CRC, Seq: f.Seq,

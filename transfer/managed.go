@@ -58,6 +58,30 @@ func (e *Engine) FreeManaged(b []byte) error {
 	return err
 }
 
+// ManagedDataRanges returns the parts of b, a buffer from AllocateManaged,
+// that have been written: [start, end) offsets into b, in order, page
+// granular. The rest reads as zeros, and reading it would allocate its
+// pages (a memfd's untouched pages are allocated by any fault, a read
+// too), so a scan of b reads only these ranges.
+func (e *Engine) ManagedDataRanges(b []byte) ([][2]int, error) {
+	addr := uint64(AddrOf(b))
+	e.managedMu.Lock()
+	defer e.managedMu.Unlock() // FreeManaged closes the fd after removing it
+	m, ok := e.managed[addr]
+	if !ok || len(b) != len(m.data) {
+		return nil, fmt.Errorf("transfer: data ranges of %#x: %w", addr, ErrNotRegistered)
+	}
+	rs, err := shm.DataRanges(m.fd, int64(len(b)))
+	if err != nil {
+		return nil, fmt.Errorf("transfer: %w", err)
+	}
+	out := make([][2]int, len(rs))
+	for i, r := range rs {
+		out[i] = [2]int{int(r[0]), int(r[1])}
+	}
+	return out, nil
+}
+
 func (e *Engine) freeAllManaged() {
 	e.managedMu.Lock()
 	all := e.managed

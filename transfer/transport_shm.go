@@ -126,8 +126,10 @@ func (p *shmPeer) client(ctx context.Context, d wire.Segment) *shm.Client {
 	return p.cl
 }
 
-// prepare maps every shareable buffer the peer lists (populated, see
-// package shm), so the first transfers take no mapping or page faults.
+// prepare maps every shareable buffer the peer lists, so the first
+// transfers make no round trip to map one. The mappings are lazy (see
+// package shm): mapping a multi-GiB segment costs the same as a small one,
+// and touches none of the peer's memory.
 func (p *shmPeer) prepare(ctx context.Context) (bool, error) {
 	d, ok := p.reachable()
 	if !ok {

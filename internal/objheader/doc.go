@@ -3,7 +3,8 @@
 // writes it in the same transfer batch as the value, before PutEnd, so an
 // acknowledged put always has a valid header on every replica; a storage
 // node that remounts on a new or restarted master scans its memory for
-// headers (Scan) and reports the objects it holds; the master zeroes the
+// headers (Scan, or ScanRanges over only the parts of its memory that were
+// ever written) and reports the objects it holds; the master zeroes the
 // header of an object it frees (through the node, or through the client
 // that removes it), so a removed object is not reported again.
 //

@@ -102,25 +102,34 @@ type Found struct {
 
 // Scan walks mem at 64-byte steps and returns every valid header whose
 // value lies inside mem and matches its CRC32C, in offset order.
-func Scan(mem []byte) []Found {
+func Scan(mem []byte) []Found { return ScanRanges(mem, [][2]int{{0, len(mem)}}) }
+
+// ScanRanges is Scan looking for headers only at offsets inside ranges
+// ([start, end) offsets into mem, in order, not overlapping): the parts of
+// mem that hold data, when the rest is known to be zeros. A value is read
+// wherever it lies.
+func ScanRanges(mem []byte, ranges [][2]int) []Found {
 	var out []Found
 	le := binary.LittleEndian
-	for off := 0; off+fixed <= len(mem); off += Align {
-		if le.Uint32(mem[off:]) != Magic {
-			continue
+	for _, r := range ranges {
+		lo, hi := max(r[0], 0), min(r[1], len(mem))
+		for off := (lo + Align - 1) &^ (Align - 1); off < hi && off+fixed <= len(mem); off += Align {
+			if le.Uint32(mem[off:]) != Magic {
+				continue
+			}
+			h, err := Decode(mem[off:])
+			if err != nil {
+				continue
+			}
+			start := uint64(off) + Len(h.Key)
+			if h.Size == 0 || h.Size > uint64(len(mem)) || start+h.Size > uint64(len(mem)) {
+				continue
+			}
+			if crc32.Checksum(mem[start:start+h.Size], castagnoli) != h.CRC {
+				continue
+			}
+			out = append(out, Found{Header: h, Offset: uint64(off)})
 		}
-		h, err := Decode(mem[off:])
-		if err != nil {
-			continue
-		}
-		start := uint64(off) + Len(h.Key)
-		if h.Size == 0 || h.Size > uint64(len(mem)) || start+h.Size > uint64(len(mem)) {
-			continue
-		}
-		if crc32.Checksum(mem[start:start+h.Size], castagnoli) != h.CRC {
-			continue
-		}
-		out = append(out, Found{Header: h, Offset: uint64(off)})
 	}
 	return out
 }

@@ -46,3 +46,44 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestScanRanges: headers are looked for only inside the ranges (a value
+// may extend past its range), and a range that is not 64-byte aligned
+// starts at the next multiple of 64.
+func TestScanRanges(t *testing.T) {
+	mem := make([]byte, 64<<10)
+	for i, off := range []int{0, 8192, 16384, 24576} {
+		key := string(rune('a' + i))
+		val := bytes.Repeat([]byte{byte(i + 1)}, 5000) // past the next 4 KiB
+		b := Encode(make([]byte, Len(key)), Header{Key: key, Seq: uint64(i + 1), Size: uint64(len(val)), CRC: crc32.Checksum(val, castagnoli)})
+		copy(mem[off:], b)
+		copy(mem[off+len(b):], val)
+	}
+	keys := func(fs []Found) (s string) {
+		for _, f := range fs {
+			s += f.Key
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		ranges [][2]int
+		want   string
+	}{
+		{"all", [][2]int{{0, len(mem)}}, "abcd"},
+		{"none", nil, ""},
+		{"two", [][2]int{{8192, 8256}, {24576, 28672}}, "bd"},
+		{"unaligned start", [][2]int{{1, 16385}}, "bc"},
+		{"end excluded", [][2]int{{8193, 16384}}, ""},
+		{"clamped", [][2]int{{-100, 1}, {24576, 1 << 30}}, "ad"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := keys(ScanRanges(mem, tc.ranges)); got != tc.want {
+				t.Fatalf("found %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if got := keys(Scan(mem)); got != "abcd" {
+		t.Fatalf("scan found %q", got)
+	}
+}

@@ -9,6 +9,12 @@
 // master stops allocating on the segment and waits for read leases on it to
 // end, up to UnmountGrace) before freeing the memory.
 //
+// The segment is reserved, not used: a memfd that nothing populates, so a
+// page is allocated by the first write to it and the node's memory tracks
+// the bytes clients wrote, not SegmentSize. Same-host clients map it lazily
+// (package internal/transport/shm), and the scan for durable objects at a
+// remount reads only the parts ever written (objheader.ScanRanges).
+//
 // Clients never ask the node for data: they read and write the segment's
 // memory directly with their own transfer engines, at the addresses the
 // master hands out. The node's CPU only serves the transfer engine, and

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -78,6 +79,56 @@ func Alloc(n int) (fd int, data []byte, err error) {
 		return -1, nil, fmt.Errorf("mmap memfd: %w", err)
 	}
 	return fd, data, nil
+}
+
+// Resident counts the bytes of b (a mapping) whose pages are in memory, per
+// mincore(2). For a mapping of a memfd that is the memory the file holds
+// in that range, whether or not this mapping has touched it.
+func Resident(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	const page = 4096
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	lo := base &^ (page - 1)
+	vec := make([]byte, (base+uintptr(len(b))-lo+page-1)/page)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, lo, base+uintptr(len(b))-lo, uintptr(unsafe.Pointer(unsafe.SliceData(vec)))); e != 0 {
+		return 0, fmt.Errorf("mincore: %w", e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n * page, nil
+}
+
+// DataRanges returns the parts of the first size bytes of a memfd that hold
+// data, as [start, end) offsets in order (SEEK_DATA and SEEK_HOLE, page
+// granular). The rest has never been written (or was punched out) and
+// reads as zeros; reading it through a mapping would allocate its pages,
+// reading only these does not. Pages swapped out count as data.
+func DataRanges(fd int, size int64) ([][2]int64, error) {
+	var out [][2]int64
+	for off := int64(0); off < size; {
+		start, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // no data past off
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("seek data: %w", err)
+		}
+		if start >= size {
+			break
+		}
+		end, err := unix.Seek(fd, start, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, fmt.Errorf("seek hole: %w", err)
+		}
+		end = min(end, size)
+		out = append(out, [2]int64{start, end})
+		off = end
+	}
+	return out, nil
 }
 
 // Free unmaps and closes what Alloc returned.
@@ -228,11 +279,14 @@ func (s *Server) Close() {
 
 // Mapping is a peer's buffer mapped into this process.
 type Mapping struct {
-	Info   BufInfo
-	data   []byte
-	refs   atomic.Int64
-	gone   atomic.Bool
-	unmapO sync.Once
+	Info BufInfo
+	data []byte
+	// populated has a bit per chunk of data whose page tables a span
+	// filled already (populate).
+	populated []atomic.Uint64
+	refs      atomic.Int64
+	gone      atomic.Bool
+	unmapO    sync.Once
 }
 
 func (m *Mapping) release() {
@@ -462,12 +516,61 @@ func (m *Mapping) holds(addr, n uint64) bool {
 // span is m's [addr, addr+n), which m holds, with a reference the caller took.
 func (m *Mapping) span(addr, n uint64) Span {
 	off := addr - m.Info.Addr
+	if n >= spanPopulateMin {
+		m.populate(off, n)
+	}
 	return Span{B: m.data[off : off+n : off+n], m: m}
 }
 
-// populateMappings: map peers' buffers with MAP_POPULATE (a variable so
-// that the benchmark can compare with lazy mapping).
-var populateMappings = true
+// chunk is the granularity at which a mapping's pages are populated.
+const chunk = 64 << 10
+
+// populate fills the page tables under the chunks of m that [off, off+n)
+// touches and that no earlier span populated (MADV_POPULATE_READ: read
+// faults, which on shared memory map the pages writable and fault in 16
+// at a time), so the copy that follows takes no fault per page. On a
+// memfd a fault on a hole allocates the page, a read fault too: what
+// this allocates beyond the copy is bounded by a chunk at either end.
+// Kernels without MADV_POPULATE_READ (before 5.14) answer EINVAL: copies
+// fault page by page there.
+func (m *Mapping) populate(off, n uint64) {
+	lo, hi := off/chunk, (off+n-1)/chunk
+	all := true
+	for c := lo; c <= hi && all; c++ {
+		all = m.populated[c/64].Load()&(1<<(c%64)) != 0
+	}
+	if all || noPopulateRead.Load() {
+		return
+	}
+	end := min((hi+1)*chunk, uint64(len(m.data)))
+	if err := unix.Madvise(m.data[lo*chunk:end], unix.MADV_POPULATE_READ); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			noPopulateRead.Store(true)
+		}
+		return
+	}
+	for c := lo; c <= hi; c++ {
+		m.populated[c/64].Or(1 << (c % 64))
+	}
+}
+
+// spanPopulateMin: a span at least this long is populated when it is
+// handed out (see the package doc for the figures behind the policy); a
+// shorter one faults on each page it touches, at most 17. A variable so
+// that the tests and benchmarks can compare policies.
+var spanPopulateMin uint64 = chunk
+
+// populateWhole maps peers' buffers with MAP_POPULATE (SetPopulateWhole).
+var populateWhole atomic.Bool
+
+// SetPopulateWhole makes the clients of this process map peers' buffers
+// from now on with MAP_POPULATE, the whole buffer at once (on), or lazily
+// (off, the default; see the package doc), and returns the previous
+// setting. It exists for benchmarks that compare the two policies.
+func SetPopulateWhole(on bool) (was bool) { return populateWhole.Swap(on) }
+
+// noPopulateRead: the kernel lacks MADV_POPULATE_READ.
+var noPopulateRead atomic.Bool
 
 func (cl *Client) mapBuf(ctx context.Context, base uint64) (*Mapping, error) {
 	cl.reqMu.Lock()
@@ -494,19 +597,19 @@ func (cl *Client) mapBuf(ctx context.Context, base uint64) (*Mapping, error) {
 	if err := unix.Fstat(r.fd, &st); err != nil || uint64(st.Size) < r.m.Buf.Length {
 		return nil, fmt.Errorf("shm: map %#x: memfd smaller than announced", base)
 	}
+	// Mapped lazily, never MAP_POPULATE: populating the whole buffer costs
+	// time in proportion to its size and allocates every page of the
+	// owner's memfd that is still a hole. Spans are populated as they are
+	// handed out (populate).
 	flags := unix.MAP_SHARED
-	if populateMappings {
-		// Fill the page tables now: otherwise the first write to each page
-		// of a peer's buffer takes a fault (a fresh 1.5 MB write ~8x a warm
-		// one). The owner's pages are usually resident already, so this
-		// only maps them.
+	if populateWhole.Load() {
 		flags |= unix.MAP_POPULATE
 	}
 	data, err := unix.Mmap(r.fd, 0, int(r.m.Buf.Length), unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil {
 		return nil, fmt.Errorf("shm: mmap: %w", err)
 	}
-	m := &Mapping{Info: *r.m.Buf, data: data}
+	m := &Mapping{Info: *r.m.Buf, data: data, populated: make([]atomic.Uint64, (r.m.Buf.Length+64*chunk-1)/(64*chunk))}
 	m.refs.Store(1)
 	cl.mu.Lock()
 	if cl.closed {
