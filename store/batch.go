@@ -32,7 +32,19 @@ func parallel(n int, f func(i int)) {
 // is allocated with one BatchPutStart, every replica is written in one
 // transfer batch and the puts are committed with one BatchPutEnd. If the
 // batched write fails, the puts are revoked and retried one by one.
+//
+// A batch of more keys than one master call carries (see batchSpans) runs
+// span by span.
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o PutOptions) []error {
+	if len(values) == len(keys) {
+		if spans := batchSpans(keys); len(spans) > 1 {
+			errs := make([]error, 0, len(keys))
+			for _, sp := range spans {
+				errs = append(errs, c.BatchPut(ctx, keys[sp[0]:sp[1]], values[sp[0]:sp[1]], o)...)
+			}
+			return errs
+		}
+	}
 	errs := make([]error, len(keys))
 	if err := c.checkBatch(len(keys), len(values)); err != nil {
 		for i := range errs {
@@ -236,6 +248,14 @@ func (c *Client) putRegistered(ctx context.Context, key string, src []byte, o Pu
 // transfer batch); keys whose first replica fails are retried one by one
 // through every replica.
 func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error) {
+	if spans := batchSpans(keys); len(spans) > 1 {
+		vals, errs := make([][]byte, 0, len(keys)), make([]error, 0, len(keys))
+		for _, sp := range spans {
+			v, e := c.BatchGet(ctx, keys[sp[0]:sp[1]])
+			vals, errs = append(vals, v...), append(errs, e...)
+		}
+		return vals, errs
+	}
 	vals := make([][]byte, len(keys))
 	var slab []byte
 	ns, errs := c.batchRead(ctx, keys, func(infos []*pb.ObjectInfo) ([][]byte, func(), error) {
@@ -282,6 +302,14 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte)
 			errs[i] = fmt.Errorf("store: %w: %d keys, %d buffers", ErrInvalid, len(keys), len(dsts))
 		}
 		return make([]int, len(keys)), errs
+	}
+	if spans := batchSpans(keys); len(spans) > 1 {
+		ns, errs := make([]int, 0, len(keys)), make([]error, 0, len(keys))
+		for _, sp := range spans {
+			n, e := c.BatchGetInto(ctx, keys[sp[0]:sp[1]], dsts[sp[0]:sp[1]])
+			ns, errs = append(ns, n...), append(errs, e...)
+		}
+		return ns, errs
 	}
 	return c.batchRead(ctx, keys, func(infos []*pb.ObjectInfo) ([][]byte, func(), error) {
 		bufs := make([][]byte, len(infos))
@@ -425,8 +453,20 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 	return retry
 }
 
-// BatchExist reports, in order, whether each key exists (one master call).
+// BatchExist reports, in order, whether each key exists (one master call
+// per span of keys, see batchSpans).
 func (c *Client) BatchExist(ctx context.Context, keys []string) ([]bool, error) {
+	if spans := batchSpans(keys); len(spans) > 1 {
+		out := make([]bool, 0, len(keys))
+		for _, sp := range spans {
+			e, err := c.BatchExist(ctx, keys[sp[0]:sp[1]])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e...)
+		}
+		return out, nil
+	}
 	// A hot call: fastMaster bounds it by RPCTimeout itself.
 	if out, ok, err := c.fast.batchExist(ctx, keys); ok {
 		return out, err
@@ -444,8 +484,16 @@ func (c *Client) BatchExist(ctx context.Context, keys []string) ([]bool, error) 
 	return out, nil
 }
 
-// BatchRemove removes each key (one master call) and returns one error per key.
+// BatchRemove removes each key (one master call per span of keys, see
+// batchSpans) and returns one error per key.
 func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []error {
+	if spans := batchSpans(keys); len(spans) > 1 {
+		errs := make([]error, 0, len(keys))
+		for _, sp := range spans {
+			errs = append(errs, c.BatchRemove(ctx, keys[sp[0]:sp[1]], force)...)
+		}
+		return errs
+	}
 	errs := make([]error, len(keys))
 	req := &pb.BatchRemoveRequest{}
 	for _, k := range keys {
@@ -466,4 +514,29 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []e
 		c.zeroHeaders(ctx, r.Tombstones)
 	}
 	return errs
+}
+
+// One master call of a batch carries at most maxBatchKeys keys of at most
+// maxBatchKeyBytes in all: its request and its answer (an object's replica
+// list is ~100 bytes a replica) stay far below gRPC's 4 MiB message limit
+// whatever the caller passes, and each span's leases start when its reads
+// do, so a batch of any size cannot outlive its leases.
+const (
+	maxBatchKeys     = 2048
+	maxBatchKeyBytes = 1 << 20
+)
+
+// batchSpans splits keys into consecutive [from, to) spans within the
+// bounds of one master call.
+func batchSpans(keys []string) [][2]int {
+	var spans [][2]int
+	from, bytes := 0, 0
+	for i, k := range keys {
+		if i > from && (i-from == maxBatchKeys || bytes+len(k) > maxBatchKeyBytes) {
+			spans = append(spans, [2]int{from, i})
+			from, bytes = i, 0
+		}
+		bytes += len(k)
+	}
+	return append(spans, [2]int{from, len(keys)})
 }
