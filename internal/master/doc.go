@@ -13,9 +13,12 @@
 // drain), liveness.go (ping, Tick and its phases), placement.go (where
 // replicas go), put.go (PutStart/PutEnd/PutRevoke/Upsert, put timeouts),
 // lease.go (reads: GetReplicaList grants leases, Query and Exist do not),
-// remove.go, evict.go, list.go, stats.go, summary.go (state at a glance
-// per tier, for the dashboard), restore.go (durable metadata:
-// Restore, tombstones, Heartbeat), disk.go (the nodes' disk tiers: offload
+// remove.go (single and chunked bulk removal), evict.go, list.go (the
+// ordered index of visible keys and List), stats.go, summary.go (state at
+// a glance per tier, for the dashboard), counts.go (the gauges kept
+// current), shrink.go (maps rebuilt after mass removal), restore.go
+// (durable metadata: Restore), tombs.go (tombstones, their index by key,
+// Heartbeat), disk.go (the nodes' disk tiers: offload
 // tombstones, disk copies, DiskSync), events.go (EventSink),
 // replicaclear.go (BatchReplicaClear), tasks.go (copy and move tasks:
 // CreateCopyTask, CreateMoveTask, QueryTask, FetchTasks, FinishTask) and
@@ -84,7 +87,7 @@
 //     BatchExist) form one recency group, each with its position as its
 //     depth, and the least recent group goes first, deepest block first, so
 //     a chain shrinks from its tail; other keys go in LRU order.
-//   - Liveness: clients Ping; one silent past ClientTTL (10s) is dropped, its
+//   - Liveness: clients Ping (recorded without mu); one silent past ClientTTL (10s) is dropped, its
 //     segments unmounted and the replicas on them removed (objects left
 //     without replicas disappear). A client the master does not know, after
 //     a master restart, gets PingNeedRemount and remounts its segments with
@@ -101,7 +104,22 @@
 //     it), so removed objects are never re-reported.
 //   - Events (events.go): an optional EventSink hears Stored/Removed per
 //     tier (Mooncake's enable_kv_events).
-//   - List (not in Mooncake): keys by prefix in key order with a cursor.
+//   - List (not in Mooncake): keys by prefix in key order with a cursor,
+//     each page O(log n + page) over the ordered index (a B-tree of the
+//     visible keys).
+//
+// # Bounded work
+//
+// No call holds the lock for work that grows with the pool. Ping and a
+// heartbeat's sign of life take only liveMu (the client table; last-seen
+// times are atomics), never mu. Bulk removal runs in chunks
+// (RemovePageFrom: at most RemoveChunk removals and removeScan keys
+// passed per hold of the lock, a cursor to go on). Stats and Summary read
+// counters kept current where objects change (counts.go): O(segments).
+// Above evictExact objects an eviction samples (evict.go). Tombstones are
+// indexed by key. Maps are rebuilt when they fall to an eighth of their
+// peak (shrink.go). What stays O(objects of one segment) under the lock:
+// unmounting a segment.
 //   - Replica clear (Mooncake's BatchReplicaClear): a client drops the
 //     replicas of keys it put, all of them or those on one segment, skipping
 //     keys in use (leased, or accessed within LeaseTTL) and unfinished ones.

@@ -9,7 +9,7 @@ import (
 // restore.go for why they exist). This file keeps them and their indexes.
 
 // maxTombsPerPing bounds the tombstones one Heartbeat answer carries.
-const maxTombsPerPing = 4096
+const maxTombsPerPing = 16 * 1024
 
 // freeRangeLocked frees the n bytes at off in s. For a durable object
 // (hdr > 0) the first Align bytes stay allocated as a tombstone.
