@@ -1,0 +1,54 @@
+package master
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkPoolSize: a put (PutStart+PutEnd), a get (GetReplicaList) and a
+// remove of one key (its header zeroed by the node's next heartbeat),
+// against pools of 10k and 1M objects: the per-call cost
+// of the core at the pool's size (ns/op per size; the ratio 1M/10k is the
+// figure).
+func BenchmarkPoolSize(b *testing.B) {
+	for _, n := range []int{10_000, 1_000_000} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			m, err := New(Config{Durable: true}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := m.MountSegment("c", SegmentSpec{Name: "s", Endpoint: "e:1", Base: 1 << 30, Size: 1 << 40}); err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				k := fmt.Sprintf("pool/%09d", i)
+				if _, err := m.PutStart("c", k, 64, ReplicateConfig{}); err != nil {
+					b.Fatal(err)
+				}
+				m.PutEnd("c", k, 1)
+			}
+			keys := make([]string, 4096)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("bench/%09d", i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				k := keys[i%len(keys)]
+				if _, err := m.PutStart("c", k, 64, ReplicateConfig{}); err != nil {
+					b.Fatal(err)
+				}
+				m.PutEnd("c", k, 1)
+				if _, err := m.GetReplicaList(k); err != nil {
+					b.Fatal(err)
+				}
+				tombs, err := m.RemoveHeaders(k, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m.Heartbeat("c", tombs) // the node zeroed the header
+
+			}
+		})
+	}
+}
