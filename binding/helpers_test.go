@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvcache-go/mooncake/internal/dummyclient"
-	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -16,10 +16,10 @@ import (
 // three close (their errors reported) when the test ends.
 func inProcessStore(t *testing.T) *storeState {
 	t.Helper()
-	mcfg := master.DefaultServerConfig()
+	mcfg := masterserver.DefaultServerConfig()
 	mcfg.Addr = "127.0.0.1:0"
 	mcfg.HTTPAddr = ""
-	m, err := master.Start(mcfg)
+	m, err := masterserver.Start(mcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
@@ -18,8 +19,8 @@ import (
 // real transfer engines (TCP on 127.0.0.1) and clients.
 type cluster struct {
 	t      testing.TB
-	master *master.Server
-	mcfg   master.ServerConfig
+	master *masterserver.Server
+	mcfg   masterserver.ServerConfig
 	nodes  []*storenode.Node
 	// transport of every engine: "" (auto: shared memory for same-host
 	// segments) or "tcp". Set before adding nodes and clients.
@@ -38,9 +39,9 @@ func newClusterTB(t testing.TB, core master.Config, nodes int, segSize uint64) *
 
 func newClusterTransport(t testing.TB, core master.Config, nodes int, segSize uint64, transport string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, transport: transport, mcfg: master.ServerConfig{Core: core, Addr: "127.0.0.1:0", HTTPAddr: "", TickInterval: 5 * time.Millisecond}}
+	c := &cluster{t: t, transport: transport, mcfg: masterserver.ServerConfig{Core: core, Addr: "127.0.0.1:0", HTTPAddr: "", TickInterval: 5 * time.Millisecond}}
 	var err error
-	c.master, err = master.Start(c.mcfg)
+	c.master, err = masterserver.Start(c.mcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func (c *cluster) restartMaster() {
 	cfg.Addr = addr
 	var err error
 	// The port is being released: retry with a deadline.
-	if !waitfor.Within(5*time.Second, func() bool { c.master, err = master.Start(cfg); return err == nil }) {
+	if !waitfor.Within(5*time.Second, func() bool { c.master, err = masterserver.Start(cfg); return err == nil }) {
 		c.t.Fatal(err)
 	}
 	// newCluster's cleanup closes c.master after the nodes and clients.

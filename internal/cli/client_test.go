@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/dummyclient"
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -20,7 +21,7 @@ import (
 // a dummy attaches, puts a value from its pool onto the client's segment and
 // reads it back, and the client stops when its context ends.
 func TestRunClientServesDummies(t *testing.T) {
-	m, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
+	m, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestRunClientDiskTier(t *testing.T) {
 	if c, err := (&diskFlags{dir: "x"}).config(); c != nil || err != nil {
 		t.Fatalf("disk tier without --enable-offload: %v %v", c, err)
 	}
-	m, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond,
+	m, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond,
 		Core: master.Config{Durable: true, HighWatermark: 0.5, EvictionRatio: 0.2}}) // offload needs durable objects
 	if err != nil {
 		t.Fatal(err)

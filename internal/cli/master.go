@@ -13,10 +13,11 @@ import (
 	"github.com/kvcache-go/mooncake/internal/evict"
 	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 )
 
 func newMasterCmd() *cobra.Command {
-	d := master.DefaultServerConfig()
+	d := masterserver.DefaultServerConfig()
 	var (
 		host           string
 		port, httpPort int
@@ -65,7 +66,7 @@ also answers /role and /leader.`,
 			if ha.enabled {
 				return runHAMaster(cmd, cfg, ha)
 			}
-			s, err := master.NewServer(cfg)
+			s, err := masterserver.NewServer(cfg)
 			if err != nil {
 				return err
 			}
@@ -121,7 +122,7 @@ func (e *masterEventFlags) register(f interface {
 // event sink at it. It returns the context the master must run under (the
 // publisher ending, on error, ends it), a suffix for the listening line, and
 // a stop function that waits for the publisher.
-func (e *masterEventFlags) start(parent context.Context, cfg *master.ServerConfig) (context.Context, string, func(), error) {
+func (e *masterEventFlags) start(parent context.Context, cfg *masterserver.ServerConfig) (context.Context, string, func(), error) {
 	if e.endpoint == "" {
 		return parent, "", func() {}, nil
 	}

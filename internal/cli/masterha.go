@@ -8,7 +8,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/election"
 	"github.com/kvcache-go/mooncake/internal/leader"
-	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -31,7 +31,7 @@ func (h *haFlags) register(f *pflag.FlagSet) {
 }
 
 // runHAMaster campaigns in etcd and serves the master while leading.
-func runHAMaster(cmd *cobra.Command, cfg master.ServerConfig, h haFlags) error {
+func runHAMaster(cmd *cobra.Command, cfg masterserver.ServerConfig, h haFlags) error {
 	if h.etcd == "" {
 		return &ExitError{Code: 2, Err: fmt.Errorf("--ha needs --etcd HOST:PORT[;HOST:PORT]")}
 	}

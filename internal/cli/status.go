@@ -17,7 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/proxy"
 )
 
@@ -122,7 +122,7 @@ type masterStatus struct {
 	Role   string `json:"role,omitempty"`   // --ha: leader or follower
 	Leader string `json:"leader,omitempty"` // --ha: the leader's gRPC address
 	// The master's /api/summary; nil on an HA follower (it serves none).
-	Summary *master.SummaryJSON `json:"summary,omitempty"`
+	Summary *masterserver.SummaryJSON `json:"summary,omitempty"`
 }
 
 type proxyStatus struct {
@@ -214,7 +214,7 @@ func fillMaster(ctx context.Context, hc *http.Client, ms *masterStatus) {
 			return
 		}
 	}
-	var sum master.SummaryJSON
+	var sum masterserver.SummaryJSON
 	err = getJSON(ctx, hc, ms.URL+"/api/summary", &sum)
 	if err == nil && sum.SegmentList == nil { // JSON, but not the master's (the proxy's has no segment_list)
 		err = errNotJSON

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/proxy"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
@@ -98,7 +98,7 @@ func TestStatusAgainstRealCluster(t *testing.T) {
 		t.Fatalf("master: %+v", ms)
 	}
 	// The master's numbers are its /api/summary's (the dashboard's data).
-	var want master.SummaryJSON
+	var want masterserver.SummaryJSON
 	if err := json.Unmarshal([]byte(httpBody(t, "http://"+admin+"/api/summary")), &want); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
@@ -82,7 +82,7 @@ func completeUsage(t *testing.T, url, prompt string) (string, int, int) {
 // instances share a master and a storage node; the second one, with a cold
 // local cache, gets the first one's prompt blocks from the store.
 func TestServeStoreConnector(t *testing.T) {
-	m, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
+	m, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

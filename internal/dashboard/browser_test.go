@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/cluster"
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	mmodel "github.com/kvcache-go/mooncake/internal/model"
 	"github.com/kvcache-go/mooncake/internal/proxy"
 	"github.com/kvcache-go/mooncake/internal/storenode"
@@ -49,12 +50,12 @@ func TestMasterDashboard(t *testing.T) {
 	}
 	waitRendered(t, ctx)
 
-	before := getJSON[master.SummaryJSON](t, base+"/api/summary")
+	before := getJSON[masterserver.SummaryJSON](t, base+"/api/summary")
 	segsBefore := getJSON[[]map[string]any](t, base+"/get_all_segments")
 	refresh(t, ctx)
 	values := readShown(t, ctx)
 	rows := readRows(t, ctx, "segment-row", "name")
-	after := getJSON[master.SummaryJSON](t, base+"/api/summary")
+	after := getJSON[masterserver.SummaryJSON](t, base+"/api/summary")
 	segsAfter := getJSON[[]map[string]any](t, base+"/get_all_segments")
 	b.screenshot(t, ctx, "master-dashboard.png")
 
@@ -63,39 +64,39 @@ func TestMasterDashboard(t *testing.T) {
 		after.Counters.Removes != 2 || after.Memory.Used == 0 {
 		t.Fatalf("summary %+v, want 10 keys with 2 replicas each on 2 segments, 3 gets, 2 removes", after)
 	}
-	fields := map[string]func(s master.SummaryJSON) float64{
-		"keys":                       func(s master.SummaryJSON) float64 { return float64(s.Keys) },
-		"objects":                    func(s master.SummaryJSON) float64 { return float64(s.Objects) },
-		"replicas":                   func(s master.SummaryJSON) float64 { return float64(s.Replicas) },
-		"replica-bytes":              func(s master.SummaryJSON) float64 { return float64(s.Memory.Bytes) },
-		"pending-puts":               func(s master.SummaryJSON) float64 { return float64(s.PendingPuts) },
-		"leased":                     func(s master.SummaryJSON) float64 { return float64(s.Leased) },
-		"evictions":                  func(s master.SummaryJSON) float64 { return float64(s.Counters.Evictions) },
-		"evicted-bytes":              func(s master.SummaryJSON) float64 { return float64(s.Counters.EvictedBytes) },
-		"segments":                   func(s master.SummaryJSON) float64 { return float64(s.Segments) },
-		"clients":                    func(s master.SummaryJSON) float64 { return float64(s.Clients) },
-		"hard-pinned":                func(s master.SummaryJSON) float64 { return float64(s.HardPinned) },
-		"soft-pinned":                func(s master.SummaryJSON) float64 { return float64(s.SoftPinned) },
-		"memory-util":                func(s master.SummaryJSON) float64 { return float64(s.Memory.Used) / float64(s.Memory.Capacity) },
-		"memory-used":                func(s master.SummaryJSON) float64 { return float64(s.Memory.Used) },
-		"memory-capacity":            func(s master.SummaryJSON) float64 { return float64(s.Memory.Capacity) },
-		"memory-objects":             func(s master.SummaryJSON) float64 { return float64(s.Memory.Objects) },
-		"high-watermark":             func(s master.SummaryJSON) float64 { return s.Config.HighWatermark },
-		"disk-objects":               func(s master.SummaryJSON) float64 { return float64(s.Disk.Objects) },
-		"disk-bytes":                 func(s master.SummaryJSON) float64 { return float64(s.Disk.Bytes) },
-		"disk-gets":                  func(s master.SummaryJSON) float64 { return float64(s.Counters.DiskGets) },
-		"puts":                       func(s master.SummaryJSON) float64 { return float64(s.Counters.Puts) },
-		"put-starts":                 func(s master.SummaryJSON) float64 { return float64(s.Counters.PutStarts) },
-		"put-revokes":                func(s master.SummaryJSON) float64 { return float64(s.Counters.PutRevokes) },
-		"puts-timed-out":             func(s master.SummaryJSON) float64 { return float64(s.Counters.PutsTimedOut) },
-		"gets":                       func(s master.SummaryJSON) float64 { return float64(s.Counters.Gets) },
-		"get-misses":                 func(s master.SummaryJSON) float64 { return float64(s.Counters.GetMisses) },
-		"removes":                    func(s master.SummaryJSON) float64 { return float64(s.Counters.Removes) },
-		"eviction-runs":              func(s master.SummaryJSON) float64 { return float64(s.Counters.EvictionRuns) },
-		"evictions-2":                func(s master.SummaryJSON) float64 { return float64(s.Counters.Evictions) },
-		"lease-rejections":           func(s master.SummaryJSON) float64 { return float64(s.Counters.LeaseRejections) },
-		"clients-dropped":            func(s master.SummaryJSON) float64 { return float64(s.Counters.ClientsDropped) },
-		"utilisation-first-eviction": func(s master.SummaryJSON) float64 { return s.Utilisation },
+	fields := map[string]func(s masterserver.SummaryJSON) float64{
+		"keys":                       func(s masterserver.SummaryJSON) float64 { return float64(s.Keys) },
+		"objects":                    func(s masterserver.SummaryJSON) float64 { return float64(s.Objects) },
+		"replicas":                   func(s masterserver.SummaryJSON) float64 { return float64(s.Replicas) },
+		"replica-bytes":              func(s masterserver.SummaryJSON) float64 { return float64(s.Memory.Bytes) },
+		"pending-puts":               func(s masterserver.SummaryJSON) float64 { return float64(s.PendingPuts) },
+		"leased":                     func(s masterserver.SummaryJSON) float64 { return float64(s.Leased) },
+		"evictions":                  func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.Evictions) },
+		"evicted-bytes":              func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.EvictedBytes) },
+		"segments":                   func(s masterserver.SummaryJSON) float64 { return float64(s.Segments) },
+		"clients":                    func(s masterserver.SummaryJSON) float64 { return float64(s.Clients) },
+		"hard-pinned":                func(s masterserver.SummaryJSON) float64 { return float64(s.HardPinned) },
+		"soft-pinned":                func(s masterserver.SummaryJSON) float64 { return float64(s.SoftPinned) },
+		"memory-util":                func(s masterserver.SummaryJSON) float64 { return float64(s.Memory.Used) / float64(s.Memory.Capacity) },
+		"memory-used":                func(s masterserver.SummaryJSON) float64 { return float64(s.Memory.Used) },
+		"memory-capacity":            func(s masterserver.SummaryJSON) float64 { return float64(s.Memory.Capacity) },
+		"memory-objects":             func(s masterserver.SummaryJSON) float64 { return float64(s.Memory.Objects) },
+		"high-watermark":             func(s masterserver.SummaryJSON) float64 { return s.Config.HighWatermark },
+		"disk-objects":               func(s masterserver.SummaryJSON) float64 { return float64(s.Disk.Objects) },
+		"disk-bytes":                 func(s masterserver.SummaryJSON) float64 { return float64(s.Disk.Bytes) },
+		"disk-gets":                  func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.DiskGets) },
+		"puts":                       func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.Puts) },
+		"put-starts":                 func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.PutStarts) },
+		"put-revokes":                func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.PutRevokes) },
+		"puts-timed-out":             func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.PutsTimedOut) },
+		"gets":                       func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.Gets) },
+		"get-misses":                 func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.GetMisses) },
+		"removes":                    func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.Removes) },
+		"eviction-runs":              func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.EvictionRuns) },
+		"evictions-2":                func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.Evictions) },
+		"lease-rejections":           func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.LeaseRejections) },
+		"clients-dropped":            func(s masterserver.SummaryJSON) float64 { return float64(s.Counters.ClientsDropped) },
+		"utilisation-first-eviction": func(s masterserver.SummaryJSON) float64 { return s.Utilisation },
 	}
 	for id, f := range fields {
 		checkShown(t, values, id, f(before), f(after))
@@ -242,7 +243,7 @@ func TestProxyDashboard(t *testing.T) {
 // admin base URL.
 func startStore(t *testing.T) string {
 	t.Helper()
-	srv, err := master.Start(master.ServerConfig{Core: master.DefaultConfig(), Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+	srv, err := masterserver.Start(masterserver.ServerConfig{Core: master.DefaultConfig(), Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		TickInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

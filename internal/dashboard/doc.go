@@ -15,7 +15,7 @@
 // from outside the process that serves them.
 //
 // Each page fetches ../api/summary every second: the master's
-// master.SummaryJSON (keys, objects, replicas, leases, pins, memory and
+// masterserver.SummaryJSON (keys, objects, replicas, leases, pins, memory and
 // disk tier, counters, segments) or the proxy's proxy.SummaryJSON
 // (requests, P/D pairs in flight, instances with their health, load and
 // engine metrics, KV transfer, TTFT/TPOT histograms). Rates (puts/s,

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/election"
 	"github.com/kvcache-go/mooncake/internal/leader"
-	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -23,7 +23,7 @@ import (
 func candidate(t *testing.T, ep, cluster string) *election.Server {
 	t.Helper()
 	s, err := election.Start(election.Config{Endpoints: []string{ep}, Cluster: cluster, LeaseTTL: time.Second,
-		Master: master.ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond}})
+		Master: masterserver.ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestElection(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	ok := election.Config{Endpoints: []string{"127.0.0.1:2379"}, Master: master.ServerConfig{Addr: "127.0.0.1:0"}}
+	ok := election.Config{Endpoints: []string{"127.0.0.1:2379"}, Master: masterserver.ServerConfig{Addr: "127.0.0.1:0"}}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestRun(t *testing.T) {
 	ep, _ := startEtcd(t)
 	cli := etcdClient(t, ep)
 	s, err := election.New(election.Config{Endpoints: []string{ep}, Cluster: "run", LeaseTTL: time.Second,
-		Master: master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond}})
+		Master: masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

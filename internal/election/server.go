@@ -14,7 +14,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/httpjson"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 	"github.com/kvcache-go/mooncake/internal/leader"
-	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -24,11 +24,11 @@ var ErrNotLeader = errors.New("not leader")
 
 // Config configures one HA master candidate.
 type Config struct {
-	Endpoints []string            // etcd endpoints host:port (required)
-	Cluster   string              // cluster id (leader.DefaultCluster)
-	LeaseTTL  time.Duration       // election lease; a dead leader is replaced after it (5s; whole seconds, >= 1s)
-	Master    master.ServerConfig // the master run while leader; its HTTPAddr is served here (see Server)
-	Advertise string              // host clients dial; "" = the gRPC listen host, 127.0.0.1 if unspecified
+	Endpoints []string                  // etcd endpoints host:port (required)
+	Cluster   string                    // cluster id (leader.DefaultCluster)
+	LeaseTTL  time.Duration             // election lease; a dead leader is replaced after it (5s; whole seconds, >= 1s)
+	Master    masterserver.ServerConfig // the master run while leader; its HTTPAddr is served here (see Server)
+	Advertise string                    // host clients dial; "" = the gRPC listen host, 127.0.0.1 if unspecified
 	Logger    *slog.Logger
 }
 
@@ -76,7 +76,7 @@ type Server struct {
 	hl     net.Listener     // the admin listener Run serves (nil = none)
 	role   Role
 	view   leader.View
-	srv    *master.Server
+	srv    *masterserver.Server
 	admin  http.Handler
 	killed bool
 	change chan struct{} // closed and replaced on every role change
@@ -203,7 +203,7 @@ func (s *Server) View() leader.View {
 }
 
 // Master is the running master while leader (nil otherwise).
-func (s *Server) Master() *master.Server {
+func (s *Server) Master() *masterserver.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.srv
@@ -226,13 +226,13 @@ func (s *Server) WaitRole(ctx context.Context, r Role) error {
 	}
 }
 
-func (s *Server) setRole(r Role, v leader.View, srv *master.Server) {
+func (s *Server) setRole(r Role, v leader.View, srv *masterserver.Server) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.role, s.view, s.srv = r, v, srv
 	s.admin = nil
 	if srv != nil {
-		s.admin = master.RequireSecret(s.cfg.Master.Secret, master.AdminHandler(srv.Core()))
+		s.admin = masterserver.RequireSecret(s.cfg.Master.Secret, masterserver.AdminHandler(srv.Core()))
 	}
 	close(s.change)
 	s.change = make(chan struct{})
@@ -346,7 +346,7 @@ func (s *Server) lead(ctx, tctx context.Context, el *concurrency.Election) error
 	mcfg := s.cfg.Master
 	mcfg.HTTPAddr = ""
 	mcfg.Logger = s.log
-	srv, err := master.Start(mcfg)
+	srv, err := masterserver.Start(mcfg)
 	if err != nil {
 		resign()
 		return fmt.Errorf("start master: %w", err)

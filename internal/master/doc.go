@@ -25,19 +25,9 @@
 // softpin.go (Mooncake's soft-pin actions on an upsert: ENABLE, DISABLE,
 // PRESERVE).
 //
-// Server (server.go) is the process shell: the gRPC services (service.go,
-// MasterService, and taskservice.go, MasterTasks, in internal/storepb), the
-// same service's hot calls (puts, replica lists, existence and their
-// batches) on fastrpc connections to the gRPC port (fast.go, package
-// internal/fastrpc, which splits the listener by the connections' first
-// bytes), the HTTP admin/metrics API (admin.go, written with
-// internal/httpjson; admin_summary.go is GET /api/summary, the data of the
-// dashboard page internal/dashboard serves at /dashboard/) and the ticker
-// that drives
-// Tick. NewServer builds it without binding or starting anything;
-// Run(ctx, grpcLn, httpLn) serves on listeners the caller owns until ctx
-// ends (ServerConfig.Listen binds the configured addresses); Start and
-// Close run it in the background for tests and embedders.
+// The process shell around it (gRPC and fastrpc services, admin HTTP, the
+// ticker that drives Tick) is package internal/masterserver, which uses
+// only the core's exported API.
 //
 // # Semantics (Mooncake Store's, with the deviations noted)
 //
@@ -128,12 +118,6 @@
 //     space is allocated then), copies the bytes and finishes it; the
 //     replicas are added only if the object is still the version copied.
 //     Deadlines, retries and limits are Mooncake's defaults (tasks.go).
-//
-// With ServerConfig.Secret set (auth.go), the RPCs NeedsSecret names (remove
-// all, remove by regex, unmount) need gRPC metadata "authorization: Bearer
-// <secret>" and fail with codes.Unauthenticated otherwise; RequireSecret
-// does the same for the admin HTTP API's non-GET requests (401, OpenAI
-// error shape). Reads and the data path stay open.
 //
 // Errors are sentinels (ErrObjectNotFound, ...) wrapped with context; they
 // are defined in internal/storeerr, shared with the store client, and Code

@@ -3,7 +3,6 @@ package master
 import (
 	"context"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -92,35 +91,5 @@ func TestLogsNodeDroppedAndUnmounted(t *testing.T) {
 	m.Tick()
 	if attrs, ok := h.find("master: segment unmounted (graceful)"); !ok || attrs["segment"].String() != "c" {
 		t.Fatalf("graceful unmount record %v (%v)", attrs, h.messages())
-	}
-}
-
-// TestServerLogsShutdown: the master process logs at INFO when it stops.
-func TestServerLogsShutdown(t *testing.T) {
-	h := &capture{}
-	cfg := DefaultServerConfig()
-	cfg.Addr, cfg.HTTPAddr, cfg.Logger = "127.0.0.1:0", "", slog.New(h)
-	s, err := NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, gl, nil) }()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
-	}
-	if attrs, ok := h.find("master stopped"); !ok || attrs["segments"].Int64() != 0 {
-		t.Fatalf("no shutdown record: %v", h.messages())
 	}
 }

@@ -248,6 +248,13 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 // Config returns the effective configuration.
 func (m *Master) Config() Config { return m.cfg }
 
+// Now is the time on the core's clock.
+func (m *Master) Now() time.Time { return m.clock.Now() }
+
+// CheckKey refuses a key the core does not accept (empty, or longer than
+// MaxKeyLen) with ErrInvalidParams.
+func (m *Master) CheckKey(key string) error { return m.checkKey(key) }
+
 func (m *Master) checkKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidParams)

@@ -1,17 +1,13 @@
 package master
 
 import (
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 )
 
 // TestSummary: keys count memory objects and disk-only copies once,
 // replicas and their bytes are per segment, leases end with their TTL,
-// pins and unfinished puts are counted apart, and /api/summary says the
-// same.
+// pins and unfinished puts are counted apart.
 func TestSummary(t *testing.T) {
 	m, clk := newTestMaster(t, Config{}, map[string]uint64{"a": 1 << 20, "b": 1 << 20})
 	if err := m.MountSegment("client-d", SegmentSpec{Name: "d", Endpoint: "ep-d", Base: 9 << 30, Size: 1 << 20, DiskURL: "http://d"}); err != nil {
@@ -53,24 +49,4 @@ func TestSummary(t *testing.T) {
 		t.Fatalf("%d leased after the lease TTL", s.Leased)
 	}
 
-	rec := httptest.NewRecorder()
-	AdminHandler(m).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/summary", nil))
-	var j SummaryJSON
-	if err := json.Unmarshal(rec.Body.Bytes(), &j); err != nil || rec.Code != http.StatusOK {
-		t.Fatalf("GET /api/summary: %d %v %s", rec.Code, err, rec.Body)
-	}
-	if j.Keys != 4 || j.Replicas != 4 || j.Memory.Objects != 4 || j.Memory.Bytes != 2110 || j.Disk.Objects != 2 || j.Disk.Bytes != 4196 ||
-		j.Objects != 3 || j.PendingPuts != 1 || j.Counters.Gets != 1 || j.Counters.Puts != 3 || len(j.SegmentList) != 3 ||
-		!j.SegmentList[2].DiskTier || j.SegmentList[2].DiskObjects != 2 || j.Memory.Capacity != 3<<20 || j.Memory.Used == 0 ||
-		j.TimeUnixMs != clk.Now().UnixMilli() {
-		t.Fatalf("/api/summary %+v", j)
-	}
-
-	for path, want := range map[string]int{"/": http.StatusFound, "/dashboard/": http.StatusOK} {
-		rec := httptest.NewRecorder()
-		AdminHandler(m).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
-		if rec.Code != want {
-			t.Fatalf("GET %s: %d, want %d", path, rec.Code, want)
-		}
-	}
 }

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvcache-go/mooncake/internal/engine"
-	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/model"
 	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
@@ -32,13 +32,13 @@ func checkLeaks(t *testing.T) {
 
 // cluster is a master and one storage node in this process.
 type cluster struct {
-	master *master.Server
+	master *masterserver.Server
 	node   *storenode.Node
 }
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
-	m, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
+	m, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/syncbuf"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"go.uber.org/goleak"
@@ -41,7 +42,7 @@ func TestConfigValidate(t *testing.T) {
 // core after a restart, and unmounts on Close; no goroutine outlives it.
 func TestMountRemountUnmount(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
+	srv, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestMountRemountUnmount(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	// The port is being released: retry with a deadline.
 	if !waitfor.Within(time.Until(deadline), func() bool {
-		srv, err = master.Start(master.ServerConfig{Addr: addr, TickInterval: 5 * time.Millisecond})
+		srv, err = masterserver.Start(masterserver.ServerConfig{Addr: addr, TickInterval: 5 * time.Millisecond})
 		return err == nil
 	}) {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -17,8 +18,8 @@ import (
 
 // benchPool is a master with two storage nodes and some clients, in process.
 type benchPool struct {
-	srv     *master.Server
-	cfg     master.ServerConfig
+	srv     *masterserver.Server
+	cfg     masterserver.ServerConfig
 	nodes   []*storenode.Node
 	kv      []*mooncakeKV
 	cls     []*store.Client
@@ -26,9 +27,9 @@ type benchPool struct {
 }
 
 func startBenchPool(ctx context.Context, durable bool, segSize uint64, clients, maxSize int, transport string) (*benchPool, error) {
-	p := &benchPool{cfg: master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Core: master.Config{Durable: durable}}}
+	p := &benchPool{cfg: masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Core: master.Config{Durable: durable}}}
 	var err error
-	if p.srv, err = master.Start(p.cfg); err != nil {
+	if p.srv, err = masterserver.Start(p.cfg); err != nil {
 		return nil, err
 	}
 	for range 2 {
@@ -178,7 +179,7 @@ func measureRestore(ctx context.Context, p *benchPool, objects int, res *Durable
 	cfg.Addr = addr
 	var err error
 	for time.Since(killed) < 10*time.Second {
-		if p.srv, err = master.Start(cfg); err == nil {
+		if p.srv, err = masterserver.Start(cfg); err == nil {
 			break
 		}
 		time.Sleep(5 * time.Millisecond) // the port is being released
@@ -202,7 +203,7 @@ func benchDiskTier(ctx context.Context, clients, rounds int, d time.Duration, tr
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond,
+	srv, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond,
 		Core: master.Config{Durable: true, HighWatermark: 1, EvictionRatio: 0.25}})
 	if err != nil {
 		return err

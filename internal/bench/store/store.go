@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/bench/limits"
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -379,7 +380,7 @@ func inProcessCluster(ctx context.Context, cfg Config, n, maxSize int) (c cluste
 			c.close()
 		}
 	}()
-	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond})
+	srv, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond})
 	if err != nil {
 		return c, err
 	}
@@ -501,7 +502,7 @@ func (m *mooncakeKV) batchGet(ctx context.Context, keys []string, size int) erro
 // measureUtilisation fills a fresh 2 x 64 MiB pool with mixed-size values
 // until the first eviction runs and returns used/capacity at that moment.
 func measureUtilisation(ctx context.Context, watermark float64, transport string) (float64, error) {
-	srv, err := master.Start(master.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond,
+	srv, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond,
 		Core: master.Config{HighWatermark: watermark}})
 	if err != nil {
 		return 0, err

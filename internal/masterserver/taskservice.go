@@ -1,7 +1,8 @@
-package master
+package masterserver
 
 import (
 	"context"
+	"github.com/kvcache-go/mooncake/internal/master"
 
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
@@ -10,11 +11,11 @@ import (
 // gRPC MasterTasks service (tasks.proto), served beside MasterService.
 type TaskService struct {
 	pb.UnimplementedMasterTasksServer
-	m *Master
+	m *master.Master
 }
 
 // NewTaskService wraps a core.
-func NewTaskService(m *Master) *TaskService { return &TaskService{m: m} }
+func NewTaskService(m *master.Master) *TaskService { return &TaskService{m: m} }
 
 var _ pb.MasterTasksServer = (*TaskService)(nil)
 
@@ -58,7 +59,7 @@ func (s *TaskService) FetchTasks(_ context.Context, r *pb.FetchTasksRequest) (*p
 	out := &pb.FetchTasksResponse{Status: status(nil)}
 	for _, a := range as {
 		out.Tasks = append(out.Tasks, &pb.TaskAssignment{Task: taskToPB(a.Task), Size: a.Size, Crc32C: a.CRC, HeaderLen: a.HeaderLen,
-			Source: replicasToPB([]Replica{a.From})[0], Targets: replicasToPB(a.To), DeadlineUnixMs: unixMs(a.Deadline)})
+			Source: replicasToPB([]master.Replica{a.From})[0], Targets: replicasToPB(a.To), DeadlineUnixMs: unixMs(a.Deadline)})
 	}
 	return out, nil
 }
@@ -68,11 +69,11 @@ func (s *TaskService) FinishTask(_ context.Context, r *pb.FinishTaskRequest) (*p
 	return status(s.m.FinishTask(r.ClientId, taskIDFromPB(r.Id), r.Failure)), nil
 }
 
-func taskIDToPB(id TaskID) *pb.TaskId { return &pb.TaskId{Hi: id.Hi, Lo: id.Lo} }
+func taskIDToPB(id master.TaskID) *pb.TaskId { return &pb.TaskId{Hi: id.Hi, Lo: id.Lo} }
 
-func taskIDFromPB(id *pb.TaskId) TaskID { return TaskID{Hi: id.GetHi(), Lo: id.GetLo()} }
+func taskIDFromPB(id *pb.TaskId) master.TaskID { return master.TaskID{Hi: id.GetHi(), Lo: id.GetLo()} }
 
-func taskToPB(t Task) *pb.TaskInfo {
+func taskToPB(t master.Task) *pb.TaskInfo {
 	return &pb.TaskInfo{Id: taskIDToPB(t.ID), Type: int32(t.Type), Status: int32(t.Status), Key: t.Key, Source: t.Source,
 		Targets: t.Targets, Client: t.Client, CreatedUnixMs: unixMs(t.Created), UpdatedUnixMs: unixMs(t.Updated), Message: t.Message}
 }

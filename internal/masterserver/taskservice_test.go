@@ -1,7 +1,8 @@
-package master
+package masterserver
 
 import (
 	"context"
+	"github.com/kvcache-go/mooncake/internal/master"
 	"slices"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestTaskServiceRPC(t *testing.T) {
 	}
 
 	bad, err := tc.CreateCopyTask(ctx, &pb.CreateCopyTaskRequest{Key: "nope", Targets: []string{"s2"}})
-	if err != nil || bad.Status.Code != CodeObjectNotFound {
+	if err != nil || bad.Status.Code != master.CodeObjectNotFound {
 		t.Fatalf("copy of a missing key: %v %v", bad, err)
 	}
 	cr, err := tc.CreateCopyTask(ctx, &pb.CreateCopyTaskRequest{Key: "k", Targets: []string{"s2"}})
@@ -46,7 +47,7 @@ func TestTaskServiceRPC(t *testing.T) {
 		t.Fatalf("create copy: %v %v", cr, err)
 	}
 	q, _ := tc.QueryTask(ctx, cr.Id)
-	if q.Status.Code != 0 || q.Task.Status != int32(TaskPending) || q.Task.Client != "n-s1" || q.Task.Key != "k" {
+	if q.Status.Code != 0 || q.Task.Status != int32(master.TaskPending) || q.Task.Client != "n-s1" || q.Task.Key != "k" {
 		t.Fatalf("query: %v", q)
 	}
 	f, _ := tc.FetchTasks(ctx, &pb.FetchTasksRequest{ClientId: "n-s1", Max: 4})
@@ -58,7 +59,7 @@ func TestTaskServiceRPC(t *testing.T) {
 		t.Fatalf("finish: %v", st)
 	}
 	q, _ = tc.QueryTask(ctx, cr.Id)
-	if q.Task.Status != int32(TaskSuccess) {
+	if q.Task.Status != int32(master.TaskSuccess) {
 		t.Fatalf("query after finish: %v", q)
 	}
 	info, _ := c.Query(ctx, &pb.KeyRequest{Key: "k"})
@@ -71,7 +72,7 @@ func TestTaskServiceRPC(t *testing.T) {
 		t.Fatalf("replicas after copy: %v", segs)
 	}
 	mv, _ := tc.CreateMoveTask(ctx, &pb.CreateMoveTaskRequest{Key: "k", Source: "s1", Target: "s1"})
-	if mv.Status.Code != CodeInvalidParams {
+	if mv.Status.Code != master.CodeInvalidParams {
 		t.Fatalf("move onto itself: %v", mv)
 	}
 	if nf, _ := tc.QueryTask(ctx, &pb.TaskId{Hi: 1, Lo: 1}); nf.Status.Code != -1400 {
@@ -86,7 +87,7 @@ func TestTaskServiceRPC(t *testing.T) {
 	if err != nil || rc.Status.Code != 0 || len(rc.ClearedKeys) != 0 {
 		t.Fatalf("clear of a leased key: %v %v", rc, err)
 	}
-	if rc, _ := tc.BatchReplicaClear(ctx, &pb.BatchReplicaClearRequest{Keys: []string{"k"}}); rc.Status.Code != CodeInvalidParams {
+	if rc, _ := tc.BatchReplicaClear(ctx, &pb.BatchReplicaClearRequest{Keys: []string{"k"}}); rc.Status.Code != master.CodeInvalidParams {
 		t.Fatalf("clear without a client id: %v", rc)
 	}
 }

@@ -1,4 +1,4 @@
-package master
+package masterserver
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func (s *Service) putCommit(payload []byte) ([]byte, uint8) {
 		tombs, gone, err := s.m.PutCommit(r.ClientId, r.Key, r.Slot, r.Crc32C, rc, r.Upsert)
 		out.Status, out.SlotGone, out.Tombstones = status(err), gone, refsToPB(tombs)
 	}
-	if out.Status.Code == 0 && !out.SlotGone && r.ReserveSize > 0 && r.ReserveKeyLen <= uint64(s.m.cfg.MaxKeyLen) {
+	if out.Status.Code == 0 && !out.SlotGone && r.ReserveSize > 0 && r.ReserveKeyLen <= uint64(s.m.Config().MaxKeyLen) {
 		if slot, reps, err := s.m.PutReserve(r.ClientId, r.ReserveSize, int(r.ReserveKeyLen), rc); err == nil && len(reps) > 0 {
 			out.NextSlot = slot
 			out.Next = &pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen}

@@ -1,9 +1,10 @@
-package master
+package masterserver
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/master"
 	"log/slog"
 	"net"
 	"sync"
@@ -19,7 +20,7 @@ import (
 // ServerConfig configures the master process: the core plus its two
 // listeners and the tick that drives periodic work.
 type ServerConfig struct {
-	Core         Config
+	Core         master.Config
 	Addr         string        // gRPC listen address (":50051"; port 0 picks one)
 	HTTPAddr     string        // admin HTTP listen address (":9003"; "" disables)
 	TickInterval time.Duration // how often Tick runs (10ms, as Mooncake's eviction check)
@@ -35,7 +36,7 @@ type ServerConfig struct {
 
 // DefaultServerConfig returns the defaults.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{Core: DefaultConfig(), Addr: ":50051", HTTPAddr: ":9003", TickInterval: 10 * time.Millisecond}
+	return ServerConfig{Core: master.DefaultConfig(), Addr: ":50051", HTTPAddr: ":9003", TickInterval: 10 * time.Millisecond}
 }
 
 // Validate checks the configuration.
@@ -73,7 +74,7 @@ func (c ServerConfig) Listen() (grpcLn, httpLn net.Listener, err error) {
 // want a server running in the background.
 type Server struct {
 	cfg  ServerConfig
-	core *Master
+	core *master.Master
 	log  *slog.Logger
 
 	mu     sync.Mutex
@@ -101,7 +102,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Core.Logger == nil {
 		cfg.Core.Logger = log
 	}
-	core, err := New(cfg.Core, cfg.Clock)
+	core, err := master.New(cfg.Core, cfg.Clock)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +233,7 @@ func (s *Server) HTTPAddr() string {
 }
 
 // Core is the server's master core.
-func (s *Server) Core() *Master { return s.core }
+func (s *Server) Core() *master.Master { return s.core }
 
 // Close stops a server started with Start and waits for its goroutines
 // (a no-op for a server driven by Run: cancel Run's context instead).

@@ -1,6 +1,9 @@
-package master
+package masterserver
 
-import "net/http"
+import (
+	"github.com/kvcache-go/mooncake/internal/master"
+	"net/http"
+)
 
 // SummaryJSON is the body of GET /api/summary: the master's state at a
 // glance (Summary), the data of the master's dashboard page.
@@ -85,10 +88,10 @@ func (a admin) summary(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, summaryJSON(a.m.Summary(), a.m))
 }
 
-func summaryJSON(s Summary, m *Master) SummaryJSON {
+func summaryJSON(s master.Summary, m *master.Master) SummaryJSON {
 	st := s.Stats
 	out := SummaryJSON{
-		TimeUnixMs: m.clock.Now().UnixMilli(), Objects: st.Objects, PendingPuts: st.IncompleteObjects,
+		TimeUnixMs: m.Now().UnixMilli(), Objects: st.Objects, PendingPuts: st.IncompleteObjects,
 		Keys: s.Keys, Replicas: s.Replicas, Leased: s.Leased, HardPinned: s.HardPinned, SoftPinned: s.SoftPinned,
 		Segments: st.Segments, Clients: st.Clients,
 		Memory: MemoryJSON{Capacity: st.Capacity, Used: st.Used, Objects: s.Replicas, Bytes: s.ReplicaBytes},

@@ -1,8 +1,9 @@
-package master
+package masterserver
 
 import (
 	"context"
 	"encoding/json"
+	"github.com/kvcache-go/mooncake/internal/master"
 	"io"
 	"net/http"
 	"strings"
@@ -62,11 +63,11 @@ func TestServerRPCAndAdmin(t *testing.T) {
 	if err != nil || info.Crc32C != 77 || info.LeaseTtlMs != 10000 {
 		t.Fatalf("get: %v %v", info, err)
 	}
-	if st, _ := c.Remove(ctx, &pb.RemoveRequest{Key: "a/1"}); st.Status.Code != CodeObjectHasLease {
+	if st, _ := c.Remove(ctx, &pb.RemoveRequest{Key: "a/1"}); st.Status.Code != master.CodeObjectHasLease {
 		t.Fatalf("remove of leased: %v", st)
 	}
 	miss, _ := c.GetReplicaList(ctx, &pb.KeyRequest{Key: "nope"})
-	if miss.Status.Code != CodeObjectNotFound {
+	if miss.Status.Code != master.CodeObjectNotFound {
 		t.Fatalf("missing key: %v", miss)
 	}
 	for _, req := range []*pb.PutStartRequest{
@@ -76,11 +77,11 @@ func TestServerRPCAndAdmin(t *testing.T) {
 		{ClientId: "w", Key: "k", Size: 1, Config: &pb.ReplicateConfig{SoftPin: true, SoftPinTtlMs: 1 << 62}},
 		{ClientId: "w", Key: "k", Size: 1, Config: &pb.ReplicateConfig{SoftPin: true, SoftPinTtlMs: -1}},
 	} {
-		if bad, _ := c.PutStart(ctx, req); bad.Status.Code != CodeInvalidParams {
+		if bad, _ := c.PutStart(ctx, req); bad.Status.Code != master.CodeInvalidParams {
 			t.Fatalf("bad put %v: %v", req, bad)
 		}
 	}
-	if st, _ := c.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: "n2"}); st.Code != CodeInvalidParams {
+	if st, _ := c.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: "n2"}); st.Code != master.CodeInvalidParams {
 		t.Fatalf("mount without a segment: %v", st)
 	}
 	be, _ := c.BatchExist(ctx, &pb.BatchKeysRequest{Keys: []string{"nope", "a/1"}})
@@ -91,7 +92,7 @@ func TestServerRPCAndAdmin(t *testing.T) {
 	if len(ls.Keys) != 1 || ls.Keys[0].Key != "a/1" {
 		t.Fatalf("list: %v", ls)
 	}
-	if ls, _ := c.List(ctx, &pb.ListRequest{Limit: -1}); ls.Status.Code != CodeInvalidParams {
+	if ls, _ := c.List(ctx, &pb.ListRequest{Limit: -1}); ls.Status.Code != master.CodeInvalidParams {
 		t.Fatalf("negative limit: %v", ls)
 	}
 
@@ -143,7 +144,7 @@ func TestServerConfigValidate(t *testing.T) {
 	if _, err := Start(ServerConfig{}); err == nil {
 		t.Fatal("empty address accepted")
 	}
-	if _, err := Start(ServerConfig{Addr: "127.0.0.1:0", Core: Config{HighWatermark: 2}}); err == nil {
+	if _, err := Start(ServerConfig{Addr: "127.0.0.1:0", Core: master.Config{HighWatermark: 2}}); err == nil {
 		t.Fatal("bad core config accepted")
 	}
 }
@@ -155,7 +156,7 @@ func TestServerRun(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	s, err := NewServer(ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TickInterval: time.Millisecond,
-		Core: Config{ClientTTL: time.Second}, Clock: clk})
+		Core: master.Config{ClientTTL: time.Second}, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestServerRun(t *testing.T) {
 		t.Fatalf("/health: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if err := s.Core().MountSegment("n1", SegmentSpec{Name: "seg1", Endpoint: "127.0.0.1:1", Size: 1 << 20}); err != nil {
+	if err := s.Core().MountSegment("n1", master.SegmentSpec{Name: "seg1", Endpoint: "127.0.0.1:1", Size: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Second) // n1 is silent past its TTL: a Tick drops it

@@ -1,6 +1,7 @@
-package master
+package masterserver
 
 import (
+	"github.com/kvcache-go/mooncake/internal/master"
 	"testing"
 
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
@@ -12,18 +13,18 @@ import (
 // panic); unknown methods and undecodable payloads are refused.
 func FuzzFastHandler(f *testing.F) {
 	put, _ := proto.Marshal(&pb.PutStartRequest{ClientId: "c", Key: "k", Size: 100})
-	commit, _ := proto.Marshal(&pb.PutCommitRequest{ClientId: "c", Key: "k", Slot: SlotPrefix + "c/1", ReserveSize: 100, ReserveKeyLen: 1})
+	commit, _ := proto.Marshal(&pb.PutCommitRequest{ClientId: "c", Key: "k", Slot: master.SlotPrefix + "c/1", ReserveSize: 100, ReserveKeyLen: 1})
 	keys, _ := proto.Marshal(&pb.BatchKeysRequest{Keys: []string{"k", "", "x"}})
 	f.Add(pb.FastPutStart, put)
 	f.Add(pb.FastPutCommit, commit)
 	f.Add(pb.FastBatchExistBits, keys)
 	f.Add(uint8(200), []byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, method uint8, payload []byte) {
-		m, err := New(Config{Durable: true}, newFakeClock())
+		m, err := master.New(master.Config{Durable: true}, newFakeClock())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.MountSegment("c", SegmentSpec{Name: "a", Endpoint: "ep", Base: 1 << 30, Size: 1 << 20}); err != nil {
+		if err := m.MountSegment("c", master.SegmentSpec{Name: "a", Endpoint: "ep", Base: 1 << 30, Size: 1 << 20}); err != nil {
 			t.Fatal(err)
 		}
 		h := NewService(m).FastHandler()

@@ -1,7 +1,8 @@
-package master
+package masterserver
 
 import (
 	"context"
+	"github.com/kvcache-go/mooncake/internal/master"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
@@ -13,11 +14,11 @@ import (
 // transport failures.
 type Service struct {
 	pb.UnimplementedMasterServiceServer
-	m *Master
+	m *master.Master
 }
 
 // NewService wraps a core.
-func NewService(m *Master) *Service { return &Service{m: m} }
+func NewService(m *master.Master) *Service { return &Service{m: m} }
 
 var _ pb.MasterServiceServer = (*Service)(nil)
 
@@ -25,22 +26,22 @@ func status(err error) *pb.Status {
 	if err == nil {
 		return &pb.Status{}
 	}
-	return &pb.Status{Code: Code(err), Message: err.Error()}
+	return &pb.Status{Code: master.Code(err), Message: err.Error()}
 }
 
-func specFromPB(s *pb.Segment) SegmentSpec {
+func specFromPB(s *pb.Segment) master.SegmentSpec {
 	if s == nil {
-		return SegmentSpec{}
+		return master.SegmentSpec{}
 	}
-	return SegmentSpec{Name: s.Name, Endpoint: s.Endpoint, Base: s.Base, Size: s.Size,
+	return master.SegmentSpec{Name: s.Name, Endpoint: s.Endpoint, Base: s.Base, Size: s.Size,
 		DiskURL: s.DiskUrl, OffloadOnEvict: s.OffloadOnEvict, PromotionOnHit: s.PromotionOnHit}
 }
 
-func rcFromPB(c *pb.ReplicateConfig) ReplicateConfig {
+func rcFromPB(c *pb.ReplicateConfig) master.ReplicateConfig {
 	if c == nil {
-		return ReplicateConfig{}
+		return master.ReplicateConfig{}
 	}
-	return ReplicateConfig{Replicas: int(c.Replicas), PreferredSegments: c.PreferredSegments, SoftPin: c.SoftPin,
+	return master.ReplicateConfig{Replicas: int(c.Replicas), PreferredSegments: c.PreferredSegments, SoftPin: c.SoftPin,
 		SoftPinTTL: msDuration(c.SoftPinTtlMs), HardPin: c.HardPin, PromoteSeq: c.PromoteSeq, KeepSoftPin: c.KeepSoftPin}
 }
 
@@ -55,7 +56,7 @@ func msDuration(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-func replicasToPB(rs []Replica) []*pb.Replica {
+func replicasToPB(rs []master.Replica) []*pb.Replica {
 	out := make([]*pb.Replica, len(rs))
 	for i, r := range rs {
 		out[i] = &pb.Replica{Segment: r.Segment, Endpoint: r.Endpoint, Addr: r.Addr, Size: r.Size}
@@ -70,7 +71,7 @@ func unixMs(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-func infoToPB(info ObjectInfo, err error) *pb.ObjectInfo {
+func infoToPB(info master.ObjectInfo, err error) *pb.ObjectInfo {
 	if err != nil {
 		return &pb.ObjectInfo{Status: status(err)}
 	}
@@ -80,7 +81,7 @@ func infoToPB(info ObjectInfo, err error) *pb.ObjectInfo {
 		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin, Disk: diskToPB(info.Disk), Promote: info.Promote}
 }
 
-func diskToPB(ds []DiskCopy) []*pb.DiskCopy {
+func diskToPB(ds []master.DiskCopy) []*pb.DiskCopy {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -91,16 +92,16 @@ func diskToPB(ds []DiskCopy) []*pb.DiskCopy {
 	return out
 }
 
-func heldFromPB(hs []*pb.HeldObject) []HeldObject {
-	out := make([]HeldObject, len(hs))
+func heldFromPB(hs []*pb.HeldObject) []master.HeldObject {
+	out := make([]master.HeldObject, len(hs))
 	for i, h := range hs {
-		out[i] = HeldObject{Segment: h.Segment, Offset: h.Offset, Key: h.Key, Size: h.Size, CRC: h.Crc32C, Seq: h.Seq,
+		out[i] = master.HeldObject{Segment: h.Segment, Offset: h.Offset, Key: h.Key, Size: h.Size, CRC: h.Crc32C, Seq: h.Seq,
 			HardPin: h.HardPin, SoftPin: h.SoftPin, SoftPinTTL: msDuration(h.SoftPinTtlMs), Disk: h.Disk}
 	}
 	return out
 }
 
-func heldToPB(hs []HeldObject) []*pb.HeldObject {
+func heldToPB(hs []master.HeldObject) []*pb.HeldObject {
 	if len(hs) == 0 {
 		return nil
 	}
@@ -111,7 +112,7 @@ func heldToPB(hs []HeldObject) []*pb.HeldObject {
 	return out
 }
 
-func refsToPB(rs []HeaderRef) []*pb.HeaderRef {
+func refsToPB(rs []master.HeaderRef) []*pb.HeaderRef {
 	if len(rs) == 0 {
 		return nil
 	}
@@ -122,10 +123,10 @@ func refsToPB(rs []HeaderRef) []*pb.HeaderRef {
 	return out
 }
 
-func refsFromPB(rs []*pb.HeaderRef) []HeaderRef {
-	out := make([]HeaderRef, len(rs))
+func refsFromPB(rs []*pb.HeaderRef) []master.HeaderRef {
+	out := make([]master.HeaderRef, len(rs))
 	for i, r := range rs {
-		out[i] = HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq}
+		out[i] = master.HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq}
 	}
 	return out
 }
@@ -133,8 +134,8 @@ func refsFromPB(rs []*pb.HeaderRef) []HeaderRef {
 // Ping implements MasterService.
 func (s *Service) Ping(_ context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
 	v, st, todo := s.m.Heartbeat(r.ClientId, refsFromPB(r.Zeroed))
-	out := &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == PingNeedRemount, Tombstones: refsToPB(todo)}
-	if st == PingOK {
+	out := &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == master.PingNeedRemount, Tombstones: refsToPB(todo)}
+	if st == master.PingOK {
 		out.DiskRemove = heldToPB(s.m.DiskSync(r.ClientId, heldFromPB(r.OnDisk), heldFromPB(r.DiskDropped)))
 	}
 	return out, nil
@@ -147,7 +148,7 @@ func (s *Service) MountSegment(_ context.Context, r *pb.MountSegmentRequest) (*p
 
 // RemountSegments implements MasterService.
 func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
-	specs := make([]SegmentSpec, len(r.Segments))
+	specs := make([]master.SegmentSpec, len(r.Segments))
 	for i, sg := range r.Segments {
 		specs[i] = specFromPB(sg)
 	}
@@ -166,7 +167,7 @@ func (s *Service) UnmountSegment(_ context.Context, r *pb.UnmountSegmentRequest)
 }
 
 func (s *Service) putStart(r *pb.PutStartRequest) *pb.PutStartResponse {
-	var reps []Replica
+	var reps []master.Replica
 	var err error
 	if r.Upsert {
 		reps, err = s.m.Upsert(r.ClientId, r.Key, r.Size, rcFromPB(r.Config))
@@ -248,7 +249,7 @@ func (s *Service) BatchExist(_ context.Context, r *pb.BatchKeysRequest) (*pb.Bat
 	okStatus := status(nil) // shared: the answer is only marshalled
 	for i, ok := range s.m.BatchExist(r.Keys) {
 		st := okStatus
-		if err := s.m.checkKey(r.Keys[i]); err != nil {
+		if err := s.m.CheckKey(r.Keys[i]); err != nil {
 			st = status(err)
 		}
 		out.Results[i] = &pb.ExistResponse{Status: st, Exists: ok}
@@ -292,7 +293,7 @@ func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.
 // RemoveByRegex implements MasterService: one chunk when paged, else every
 // chunk (see removePages).
 func (s *Service) RemoveByRegex(_ context.Context, r *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
-	mt, err := RegexMatcher(r.Pattern)
+	mt, err := master.RegexMatcher(r.Pattern)
 	if err != nil {
 		return &pb.CountResponse{Status: status(err)}, nil
 	}
@@ -301,7 +302,7 @@ func (s *Service) RemoveByRegex(_ context.Context, r *pb.RemoveByRegexRequest) (
 
 // RemoveAll implements MasterService as RemoveByRegex does.
 func (s *Service) RemoveAll(_ context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
-	return s.removePages(AllMatcher, r.Force, r.Paged, r.After, r.Limit), nil
+	return s.removePages(master.AllMatcher, r.Force, r.Paged, r.After, r.Limit), nil
 }
 
 // maxReplyTombstones bounds the tombstones of an unpaged bulk removal's
@@ -311,9 +312,9 @@ const maxReplyTombstones = 16 * 1024
 
 // removePages runs one chunk of a bulk removal (paged) or all of them, the
 // answer bounded either way.
-func (s *Service) removePages(mt Matcher, force, paged bool, after string, limit int32) *pb.CountResponse {
+func (s *Service) removePages(mt master.Matcher, force, paged bool, after string, limit int32) *pb.CountResponse {
 	if limit < 0 {
-		return &pb.CountResponse{Status: &pb.Status{Code: CodeInvalidParams, Message: "negative limit"}}
+		return &pb.CountResponse{Status: &pb.Status{Code: master.CodeInvalidParams, Message: "negative limit"}}
 	}
 	if paged {
 		p := s.m.RemovePageFrom(mt, force, after, int(limit))
@@ -321,7 +322,7 @@ func (s *Service) removePages(mt Matcher, force, paged bool, after string, limit
 	}
 	out := &pb.CountResponse{Status: status(nil)}
 	for {
-		p := s.m.RemovePageFrom(mt, force, after, RemoveChunk)
+		p := s.m.RemovePageFrom(mt, force, after, master.RemoveChunk)
 		out.Count += int64(p.Removed)
 		if room := maxReplyTombstones - len(out.Tombstones); room > 0 {
 			out.Tombstones = append(out.Tombstones, refsToPB(p.Tombstones[:min(room, len(p.Tombstones))])...)
@@ -336,7 +337,7 @@ func (s *Service) removePages(mt Matcher, force, paged bool, after string, limit
 // List implements MasterService.
 func (s *Service) List(_ context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
 	if r.Limit < 0 || r.Limit > 100000 {
-		return &pb.ListResponse{Status: &pb.Status{Code: CodeInvalidParams, Message: "limit not in [0,100000]"}}, nil
+		return &pb.ListResponse{Status: &pb.Status{Code: master.CodeInvalidParams, Message: "limit not in [0,100000]"}}, nil
 	}
 	keys, next := s.m.List(r.Prefix, r.After, int(r.Limit))
 	out := &pb.ListResponse{Status: status(nil), Next: next, Keys: make([]*pb.KeyInfo, len(keys))}

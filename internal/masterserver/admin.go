@@ -1,8 +1,9 @@
-package master
+package masterserver
 
 import (
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/master"
 	"net/http"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ import (
 //	GET /query_segment?segment=S      one segment (JSON; 404 when missing)
 //	GET /api/summary                  the state at a glance (JSON, SummaryJSON)
 //	GET /dashboard/                   the live dashboard page (/ redirects to it)
-func AdminHandler(m *Master) http.Handler {
+func AdminHandler(m *master.Master) http.Handler {
 	a := admin{m}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
@@ -64,7 +65,7 @@ func RequireSecret(secret string, h http.Handler) http.Handler {
 }
 
 // admin holds the handlers of the admin API.
-type admin struct{ m *Master }
+type admin struct{ m *master.Master }
 
 func (a admin) queryKey(w http.ResponseWriter, r *http.Request) {
 	queryOne(w, r, "key", a.m.Query, objectJSON)
@@ -125,9 +126,9 @@ func (a admin) querySegment(w http.ResponseWriter, r *http.Request) {
 
 func httpCode(err error) int {
 	switch {
-	case errors.Is(err, ErrObjectNotFound), errors.Is(err, ErrSegmentNotFound):
+	case errors.Is(err, master.ErrObjectNotFound), errors.Is(err, master.ErrSegmentNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, ErrInvalidParams):
+	case errors.Is(err, master.ErrInvalidParams):
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError
@@ -140,7 +141,7 @@ func httpError(w http.ResponseWriter, code int, msg string) {
 
 func writeJSON(w http.ResponseWriter, v any) { httpjson.Write(w, http.StatusOK, v) }
 
-func objectJSON(o ObjectInfo) map[string]any {
+func objectJSON(o master.ObjectInfo) map[string]any {
 	reps := make([]map[string]any, len(o.Replicas))
 	for i, r := range o.Replicas {
 		reps[i] = map[string]any{"segment": r.Segment, "endpoint": r.Endpoint, "addr": r.Addr, "size": r.Size}
@@ -150,13 +151,13 @@ func objectJSON(o ObjectInfo) map[string]any {
 		"lease_until_unix_ms": unixMs(o.LeaseUntil), "soft_pin_until_unix_ms": unixMs(o.SoftPinUntil), "hard_pin": o.HardPin}
 }
 
-func segmentJSON(s SegmentInfo) map[string]any {
+func segmentJSON(s master.SegmentInfo) map[string]any {
 	return map[string]any{"name": s.Name, "endpoint": s.Endpoint, "client": s.Client, "base": s.Base, "size": s.Size,
 		"capacity": s.Capacity, "used": s.Used, "objects": s.Objects, "draining": s.Draining}
 }
 
 // writeMetrics renders the core's state in the Prometheus text format.
-func writeMetrics(w http.ResponseWriter, m *Master) {
+func writeMetrics(w http.ResponseWriter, m *master.Master) {
 	st := m.Stats()
 	var b strings.Builder
 	metric := func(name, typ, help string, v float64) {

@@ -1,0 +1,25 @@
+// Package masterserver is the store master's process shell around the core
+// (package internal/master, which does no I/O): it serves the core over
+// gRPC and fastrpc, serves the admin HTTP API, and drives the core's Tick.
+// It uses only the core's exported API.
+//
+// Server (server.go) is the process shell: the gRPC services (service.go,
+// MasterService, and taskservice.go, MasterTasks, in internal/storepb), the
+// same service's hot calls (puts, replica lists, existence and their
+// batches) on fastrpc connections to the gRPC port (fast.go, package
+// internal/fastrpc, which splits the listener by the connections' first
+// bytes), the HTTP admin/metrics API (admin.go, written with
+// internal/httpjson; admin_summary.go is GET /api/summary, the data of the
+// dashboard page internal/dashboard serves at /dashboard/) and the ticker
+// that drives
+// Tick. NewServer builds it without binding or starting anything;
+// Run(ctx, grpcLn, httpLn) serves on listeners the caller owns until ctx
+// ends (ServerConfig.Listen binds the configured addresses); Start and
+// Close run it in the background for tests and embedders.
+//
+// With ServerConfig.Secret set (auth.go), the RPCs NeedsSecret names (remove
+// all, remove by regex, unmount) need gRPC metadata "authorization: Bearer
+// <secret>" and fail with codes.Unauthenticated otherwise; RequireSecret
+// does the same for the admin HTTP API's non-GET requests (401, OpenAI
+// error shape). Reads and the data path stay open.
+package masterserver
