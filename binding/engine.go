@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
@@ -58,7 +57,7 @@ type asyncBatch struct {
 
 // inprocHub is this process's directory for the "inproc" protocol: the
 // binding is the process's one API, so its engines all reach each other.
-var inprocHub = inproc.NewHub()
+var inprocHub = transfer.NewHub()
 
 // engineArgs turns Mooncake's initialize arguments into a transfer.Config.
 // Warnings name arguments that were accepted but changed.

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 )
 
 // BenchmarkTransfer: one b.Run per transport, op and block size; batches of
@@ -29,7 +27,7 @@ func BenchmarkTransfer(b *testing.B) {
 
 func benchTransfer(b *testing.B, tr string, op Opcode, bs, batch int) {
 	ctx := context.Background()
-	hub := inproc.NewHub()
+	hub := NewHub()
 	tgt, err := Open(ctx, Config{Transport: tr, InprocHub: hub})
 	if err != nil {
 		b.Fatal(err)

@@ -7,8 +7,6 @@ import (
 	"runtime"
 	"strings"
 	"time"
-
-	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 )
 
 // Metadata modes.
@@ -37,9 +35,9 @@ type Config struct {
 	Logger        *slog.Logger  // nil = discard
 	// InprocHub is the directory through which engines of this process
 	// reach each other with Transport "inproc" (required then: engines that
-	// share a hub see each other, there is no process-wide default). Other
-	// transports ignore it.
-	InprocHub *inproc.Hub
+	// share a hub see each other, there is no process-wide default; make one
+	// with NewHub). Other transports ignore it.
+	InprocHub *Hub
 
 	Lanes     int // TCP bulk lanes per peer (GOMAXPROCS-1, 1..4); one express lane is added
 	SliceSize int // TCP requests are cut into slices of this size (256 KiB)
@@ -128,7 +126,7 @@ func (c Config) Validate() error {
 	case TransportAuto, TransportTCP, TransportShm:
 	case TransportInproc:
 		if c.InprocHub == nil {
-			return fmt.Errorf("transfer: config: transport inproc needs an InprocHub (inproc.NewHub) shared by the engines that reach each other")
+			return fmt.Errorf("transfer: config: transport inproc needs an InprocHub (NewHub) shared by the engines that reach each other")
 		}
 	default:
 		return fmt.Errorf("transfer: config: transport %q: want auto, tcp, shm or inproc", c.Transport)

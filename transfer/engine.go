@@ -157,7 +157,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.transports = e.newTransports()
 	if cfg.Transport == TransportInproc {
-		if err := cfg.InprocHub.Add(e.name, e.reg); err != nil {
+		if err := cfg.InprocHub.h.Add(e.name, e.reg); err != nil {
 			_ = ln.Close()
 			return nil, fmt.Errorf("transfer: %w", err)
 		}
@@ -193,7 +193,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 // leaveHub withdraws the engine from the in-process hub.
 func (e *Engine) leaveHub() {
 	if e.cfg.Transport == TransportInproc {
-		e.cfg.InprocHub.Remove(e.name)
+		e.cfg.InprocHub.h.Remove(e.name)
 	}
 }
 
@@ -393,7 +393,7 @@ func (e *Engine) segment(id SegmentID) *segment {
 // the metadata service.
 func (e *Engine) refresh(ctx context.Context, seg *segment) error {
 	if e.cfg.Transport == TransportInproc {
-		if _, ok := e.cfg.InprocHub.Lookup(seg.name); !ok {
+		if _, ok := e.cfg.InprocHub.h.Lookup(seg.name); !ok {
 			return fmt.Errorf("transfer: open %q: %w: no in-process engine of that name", seg.name, ErrUnknownSegment)
 		}
 		seg.mu.Lock()

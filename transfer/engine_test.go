@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 )
 
 func openEngine(t *testing.T, cfg Config) *Engine {
@@ -42,7 +40,7 @@ func fill(b []byte, seed uint64) {
 
 // pair opens an initiator and a target with the given transport.
 func pair(t *testing.T, transport string, mod func(*Config)) (ini, tgt *Engine, seg SegmentID) {
-	cfg := Config{Transport: transport, InprocHub: inproc.NewHub()}
+	cfg := Config{Transport: transport, InprocHub: NewHub()}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -241,7 +239,7 @@ func TestUnknownSegment(t *testing.T) {
 	if _, err := e.OpenSegment(ctxT(t), name); !errors.Is(err, ErrUnknownSegment) {
 		t.Fatalf("err = %v, want ErrUnknownSegment", err)
 	}
-	ie := openEngine(t, Config{Transport: TransportInproc, InprocHub: inproc.NewHub()})
+	ie := openEngine(t, Config{Transport: TransportInproc, InprocHub: NewHub()})
 	if _, err := ie.OpenSegment(ctxT(t), "127.0.0.1:1"); !errors.Is(err, ErrUnknownSegment) {
 		t.Fatalf("inproc err = %v", err)
 	}

@@ -53,7 +53,7 @@ type job interface {
 func (e *Engine) newTransports() []transport {
 	switch e.cfg.Transport {
 	case TransportInproc:
-		return []transport{&inprocTransport{hub: e.cfg.InprocHub}}
+		return []transport{&inprocTransport{hub: e.cfg.InprocHub.h}}
 	case TransportTCP:
 		return []transport{&tcpTransport{e: e}}
 	}

@@ -9,6 +9,13 @@ import (
 
 // inprocTransport copies straight between engines of this process that
 // share Config.InprocHub. It claims every task.
+// Hub is the directory through which engines of one process reach each
+// other with Transport "inproc" (Config.InprocHub).
+type Hub struct{ h *inproc.Hub }
+
+// NewHub returns an empty hub.
+func NewHub() *Hub { return &Hub{h: inproc.NewHub()} }
+
 type inprocTransport struct{ hub *inproc.Hub }
 
 func (*inprocTransport) name() string { return TransportInproc }

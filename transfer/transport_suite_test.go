@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
@@ -29,7 +28,7 @@ var suiteTransports = []string{TransportTCP, TransportShm, TransportInproc}
 // (with one inproc hub between them).
 func enginePair(t *testing.T, tr string) (tgt, ini *Engine) {
 	t.Helper()
-	hub := inproc.NewHub()
+	hub := NewHub()
 	return openEngine(t, Config{Transport: tr, InprocHub: hub}), openEngine(t, Config{Transport: tr, InprocHub: hub})
 }
 

@@ -120,7 +120,7 @@ func (j *tcpJob) run(ctx context.Context, b *Batch, t *task) {
 		op := &j.ops[s]
 		off := s * size
 		end := min(off+size, t.req.Length)
-		*op = tcp.Op{Write: t.req.Op == OpWrite, Remote: t.req.Remote + uint64(off), Buf: t.local.B[off:end], Done: b, Tag: t.index}
+		*op = tcp.Op{Write: t.req.Op == OpWrite, Remote: t.req.Remote + uint64(off), Buf: t.local.B[off:end], Done: (*batchOps)(b), Tag: t.index}
 		if err == nil {
 			err = p.Enqueue(op)
 		}
@@ -136,8 +136,13 @@ func (j *tcpJob) abort(err error) {
 	}
 }
 
+// batchOps is a Batch as the tcp transport's Completer: the method stays
+// off Batch's public API.
+type batchOps Batch
+
 // OpDone implements tcp.Completer.
-func (b *Batch) OpDone(op *tcp.Op, err error) {
+func (bo *batchOps) OpDone(op *tcp.Op, err error) {
+	b := (*Batch)(bo)
 	if err != nil && b.aborted.Load() {
 		// Whatever broke the lane, this batch had already been aborted
 		// (deadline, cancel, Free): report that.

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bench/limits"
-	"github.com/kvcache-go/mooncake/internal/transport/inproc"
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
@@ -97,7 +96,7 @@ func engineConfig(c Config) transfer.Config {
 }
 
 // inprocHub lets the benchmark's in-process target and initiator reach each other.
-var inprocHub = inproc.NewHub()
+var inprocHub = transfer.NewHub()
 
 // Target is a running benchmark target.
 type Target struct {
