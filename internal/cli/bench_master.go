@@ -113,6 +113,7 @@ the bench if it dies.`,
 	f.IntVar(&cfg.Baseline, "baseline", cfg.Baseline, "first run the ops phase on a fresh pool of this many objects, the peer of ops/s at N (0: skip)")
 	f.StringVar(&cfg.Redis, "redis", cfg.Redis, `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis (flushed!)`)
 	f.BoolVar(&noRedis, "skip-redis", false, "do not measure Redis (--redis off)")
+	f.BoolVar(&cfg.Pin, "pin", false, "load the objects hard-pinned, so that no eviction takes them under the later phases")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "client processes of the clients phase")
 	f.IntVar(&cfg.WorkerClients, "worker-clients", cfg.WorkerClients, "store clients per worker process (one transfer engine each process)")
 	f.IntVar(&cfg.Probes, "probes", cfg.Probes, "new client processes timed to their first get (median)")
@@ -134,8 +135,12 @@ the bench if it dies.`,
 }
 
 func printBenchMaster(out io.Writer, r *benchmaster.Result, cfg benchmaster.Config) {
-	fmt.Fprintf(out, "master at scale: N=%d objects of %d B (%d B of segment each, header included), %d loading clients, %d node(s) x %s segment\n",
-		r.Objects, r.ValueSize, r.ObjectBytes, r.Clients, r.Nodes, formatSize(r.SegmentSize))
+	pinned := ""
+	if r.Pinned {
+		pinned = " (hard-pinned)"
+	}
+	fmt.Fprintf(out, "master at scale: N=%d objects%s of %d B (%d B of segment each, header included), %d loading clients, %d node(s) x %s segment\n",
+		r.Objects, pinned, r.ValueSize, r.ObjectBytes, r.Clients, r.Nodes, formatSize(r.SegmentSize))
 	if r.RedisSkipped != "" {
 		fmt.Fprintf(out, "redis: %s (skipped)\n", r.RedisSkipped)
 	}
@@ -247,6 +252,18 @@ func printBenchMaster(out io.Writer, r *benchmaster.Result, cfg benchmaster.Conf
 			firsts = append(firsts, fmt.Sprintf("%.0f", ms(d)))
 		}
 		text("clients", "new process to first get ms (median; all)", fmt.Sprintf("%.0f (%s)", ms(c.FirstOpMedian), strings.Join(firsts, ",")))
+	}
+	w.Flush()
+	fmt.Fprintln(out, "master after each phase (/api/summary):")
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "phase\tobjects\tsegments\tclients\tused\tcapacity\tevictions (runs; use at first)\tclients dropped\tputs timed out\t")
+	for _, s := range r.After {
+		if s.Err != "" {
+			fmt.Fprintf(w, "%s\t%s\t\n", s.Phase, s.Err)
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%s\t%d (%d; %.3f)\t%d\t%d\t\n", s.Phase, s.Objects, s.Segments, s.Clients, formatSize(s.Used), formatSize(s.Capacity),
+			s.Evictions, s.EvictionRuns, s.FirstEvictionUse, s.ClientsDropped, s.PutsTimedOut)
 	}
 	w.Flush()
 	if r.ManyCl != nil && r.ManyCl.Redis != nil {

@@ -57,7 +57,11 @@ type Config struct {
 	// Redis is "auto" (redis-server on a free loopback port when
 	// installed), "off" or "" (none), or HOST:PORT of a running Redis
 	// (flushed by the run).
-	Redis          string
+	Redis string
+	// Pin loads the objects hard-pinned (never evicted), so that an
+	// eviction the get/put load triggers cannot empty the pool under the
+	// later phases (Result.After shows evictions either way).
+	Pin            bool
 	Workers        int           // client processes of the clients phase
 	WorkerClients  int           // clients per worker process
 	Probes         int           // new client processes timed to their first get (median)

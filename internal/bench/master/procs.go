@@ -205,12 +205,19 @@ func (a *admin) get(ctx context.Context, path string) ([]byte, error) {
 
 // summary is the part of /api/summary the bench reads.
 type summary struct {
-	Objects  int `json:"objects"`
-	Segments int `json:"segments"`
-	Clients  int `json:"clients"`
+	Objects     int     `json:"objects"`
+	Segments    int     `json:"segments"`
+	Clients     int     `json:"clients"`
+	Utilisation float64 `json:"utilisation_at_first_eviction"`
+	Memory      struct {
+		Capacity uint64 `json:"capacity"`
+		Used     uint64 `json:"used"`
+	} `json:"memory"`
 	Counters struct {
 		ClientsDropped uint64 `json:"clients_dropped"`
 		Evictions      uint64 `json:"evictions"`
+		EvictionRuns   uint64 `json:"eviction_runs"`
+		PutsTimedOut   uint64 `json:"puts_timed_out"`
 	} `json:"counters"`
 }
 

@@ -8,11 +8,16 @@ type Result struct {
 	Objects      int      `json:"objects"`
 	Clients      int      `json:"clients"`
 	ValueSize    int      `json:"value_size"`
+	Pinned       bool     `json:"pinned"` // objects loaded hard-pinned (--pin)
 	Nodes        int      `json:"nodes"`
 	SegmentSize  uint64   `json:"segment_size"`
 	ObjectBytes  uint64   `json:"object_bytes"` // segment bytes per loaded object (header + value, 64 B aligned)
 	RedisSkipped string   `json:"redis_skipped,omitempty"`
 	Failures     []string `json:"failures,omitempty"` // phases that could not finish, and why
+
+	// After is the master's /api/summary after each phase: what a phase
+	// left behind (objects, evictions, dropped clients) shows here.
+	After []Snapshot `json:"after"`
 
 	Load      *LoadResult      `json:"load,omitempty"`
 	Baseline  *OpsFigures      `json:"baseline,omitempty"` // the ops phase on a fresh pool of BaselineObjects
@@ -131,4 +136,22 @@ type ClientsResult struct {
 	FirstOp       []time.Duration `json:"first_op_ns"` // per probe process: start to first successful get
 	FirstOpMedian time.Duration   `json:"first_op_median_ns"`
 	Redis         *OpsFigures     `json:"redis,omitempty"` // the same clients as connections of this process
+}
+
+// Snapshot is the master's state after a phase (/api/summary).
+type Snapshot struct {
+	Phase          string `json:"phase"`
+	Objects        int    `json:"objects"` // complete objects, loaded keys and others
+	Segments       int    `json:"segments"`
+	Clients        int    `json:"clients"`
+	Used           uint64 `json:"used"`
+	Capacity       uint64 `json:"capacity"`
+	Evictions      uint64 `json:"evictions"`       // objects evicted since the master started
+	ClientsDropped uint64 `json:"clients_dropped"` // since the master started
+	PutsTimedOut   uint64 `json:"puts_timed_out"`
+	EvictionRuns   uint64 `json:"eviction_runs"`
+	// FirstEvictionUse is used/capacity when the first eviction ran (0:
+	// none yet).
+	FirstEvictionUse float64 `json:"utilisation_at_first_eviction"`
+	Err              string  `json:"error,omitempty"` // the summary could not be read
 }

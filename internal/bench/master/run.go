@@ -44,7 +44,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 	}
 	seg := SegmentSize(cfg.Objects, cfg.ValueSize, cfg.Nodes, cfg.WorkerClients*cfg.Workers)
 	r := &run{cfg: cfg, log: log, res: &Result{Objects: cfg.Objects, Clients: cfg.Clients, ValueSize: cfg.ValueSize,
-		Nodes: cfg.Nodes, SegmentSize: seg, ObjectBytes: ObjectBytes(cfg.ValueSize)}}
+		Nodes: cfg.Nodes, SegmentSize: seg, ObjectBytes: ObjectBytes(cfg.ValueSize), Pinned: cfg.Pin}}
 
 	var err error
 	if r.redis, err = startRedis(ctx, cfg.Redis); err != nil {
@@ -78,6 +78,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 		return r.res, fmt.Errorf("bench master: load: %w", err)
 	}
 	r.present = r.res.Load.Puts
+	r.snapshot(ctx, PhaseLoad)
 	phases := []struct {
 		name string
 		f    func(context.Context) error
@@ -99,8 +100,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 		if err != nil {
 			r.fail(p.name, err)
 		}
+		r.snapshot(ctx, p.name)
 	}
 	return r.res, nil
+}
+
+// snapshot records the master's summary after phase.
+func (r *run) snapshot(ctx context.Context, phase string) {
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s, err := r.c.admin.summary(sctx)
+	sn := Snapshot{Phase: phase, Objects: s.Objects, Segments: s.Segments, Clients: s.Clients, Used: s.Memory.Used,
+		Capacity: s.Memory.Capacity, Evictions: s.Counters.Evictions, ClientsDropped: s.Counters.ClientsDropped,
+		PutsTimedOut: s.Counters.PutsTimedOut, EvictionRuns: s.Counters.EvictionRuns, FirstEvictionUse: s.Utilisation}
+	if err != nil {
+		sn.Err = err.Error()
+	}
+	r.res.After = append(r.res.After, sn)
 }
 
 func (r *run) fail(phase string, err error) {
@@ -118,7 +134,7 @@ func (r *run) baseline(ctx context.Context) error {
 		return err
 	}
 	defer c.close()
-	puts, errs, _, err := loadStore(ctx, c.cls[:r.cfg.Clients], r.cfg.Baseline, r.cfg.ValueSize)
+	puts, errs, _, err := loadStore(ctx, c.cls[:r.cfg.Clients], r.cfg.Baseline, r.cfg.ValueSize, r.cfg.Pin)
 	if err != nil {
 		return err
 	}
@@ -134,9 +150,9 @@ func (r *run) baseline(ctx context.Context) error {
 }
 
 // loadStore puts keys 0..n-1 with values of size bytes by BatchPut from
-// cls in parallel and returns the keys stored, the keys that failed and
+// cls in parallel (hard-pinned if pin) and returns the keys stored, the keys that failed and
 // the first error among them, and the time it took.
-func loadStore(ctx context.Context, cls []*client, n, size int) (puts, errs int, took time.Duration, firstErr error) {
+func loadStore(ctx context.Context, cls []*client, n, size int, pin bool) (puts, errs int, took time.Duration, firstErr error) {
 	batch := loadBatch(size)
 	v := make([]byte, size)
 	for i := range v {
@@ -166,7 +182,7 @@ func loadStore(ctx context.Context, cls []*client, n, size int) (puts, errs int,
 					keys = append(keys, key(i))
 				}
 				ok := 0
-				for _, err := range cl.cl.BatchPut(ctx, keys, vals[:len(keys)], store.PutOptions{}) {
+				for _, err := range cl.cl.BatchPut(ctx, keys, vals[:len(keys)], store.PutOptions{HardPin: pin}) {
 					if err != nil {
 						once.Do(func() { firstErr = err })
 						continue
@@ -201,7 +217,7 @@ func (r *run) load(ctx context.Context) (*LoadResult, error) {
 		return nil, err
 	}
 	var firstErr error
-	lr.Puts, lr.Errors, lr.Elapsed, firstErr = loadStore(ctx, c.cls[:r.cfg.Clients], r.cfg.Objects, r.cfg.ValueSize)
+	lr.Puts, lr.Errors, lr.Elapsed, firstErr = loadStore(ctx, c.cls[:r.cfg.Clients], r.cfg.Objects, r.cfg.ValueSize, r.cfg.Pin)
 	if firstErr != nil {
 		lr.FirstErr = firstErr.Error()
 	}
