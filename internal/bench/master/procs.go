@@ -123,6 +123,18 @@ func (p *proc) stop() {
 	}
 }
 
+// wait waits up to timeout for the process to exit by itself (a worker
+// that closed its clients, so the master sees them go), then stops it.
+func (p *proc) wait(timeout time.Duration) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		p.stop()
+	}
+}
+
 // kill sends SIGKILL and waits for the process.
 func (p *proc) kill() {
 	_ = p.cmd.Process.Kill()

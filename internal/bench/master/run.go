@@ -614,7 +614,7 @@ func (r *run) clients(ctx context.Context) error {
 			return fmt.Errorf("probe: %w", err)
 		}
 		cr.FirstOp = append(cr.FirstOp, time.Since(p.started))
-		p.stop()
+		p.wait(10 * time.Second)
 	}
 	if len(cr.FirstOp) > 0 {
 		s := slices.Clone(cr.FirstOp)
@@ -659,6 +659,10 @@ func (r *run) clients(ctx context.Context) error {
 		}
 		all.merge(o)
 	}
+	for _, w := range ws {
+		w.wait(10 * time.Second)
+	}
+	ws = nil
 	// Ops/s: every worker ran for about Duration at the same time.
 	cr.Load = all.figures("mooncake", r.cfg.Workers*r.cfg.WorkerClients)
 	if r.redis != nil {
