@@ -120,6 +120,7 @@ the bench if it dies.`,
 	f.StringVar(&cfg.Transport, "transport", cfg.Transport, "transfer transport: auto, tcp, shm")
 	f.DurationVar(&cfg.PhaseTimeout, "phase-timeout", cfg.PhaseTimeout, "deadline of each phase")
 	f.DurationVar(&cfg.RestoreTimeout, "restore-timeout", cfg.RestoreTimeout, "restart phase: deadline for every object to be back")
+	f.DurationVar(&cfg.RPCTimeout, "rpc-timeout", 0, "deadline of one master call of the listing and removing client (0: the store client's default, 5s)")
 	f.StringVar(&cfg.Binary, "binary", "", "mooncake binary for the master, nodes and workers (default: this one)")
 	f.BoolVar(&asJSON, "json", false, "print the figures as JSON (durations in ns)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress on stderr")

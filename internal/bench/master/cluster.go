@@ -23,8 +23,9 @@ type cluster struct {
 
 // startCluster starts `mooncake master` (durable metadata, :0 ports on
 // 127.0.0.1), nodes `mooncake store` processes with segSize bytes each,
-// and clients store clients plus the control client.
-func startCluster(ctx context.Context, bin, transport string, nodes int, segSize uint64, clients int) (c *cluster, err error) {
+// and clients store clients plus the control client (whose master calls
+// have ctlRPCTimeout, 0: the store's default).
+func startCluster(ctx context.Context, bin, transport string, nodes int, segSize uint64, clients int, ctlRPCTimeout time.Duration) (c *cluster, err error) {
 	c = &cluster{bin: bin, transport: transport}
 	defer func() {
 		if err != nil {
@@ -44,13 +45,13 @@ func startCluster(ctx context.Context, bin, transport string, nodes int, segSize
 		c.nodes = append(c.nodes, n)
 	}
 	for range clients {
-		cl, err := openClient(ctx, c.grpc, transport, nil, 8<<20)
+		cl, err := openClient(ctx, c.grpc, transport, nil, 8<<20, 0)
 		if err != nil {
 			return c, err
 		}
 		c.cls = append(c.cls, cl)
 	}
-	c.ctl, err = openClient(ctx, c.grpc, transport, nil, 8<<20)
+	c.ctl, err = openClient(ctx, c.grpc, transport, nil, 8<<20, ctlRPCTimeout)
 	return c, err
 }
 

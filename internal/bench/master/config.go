@@ -61,11 +61,15 @@ type Config struct {
 	// Pin loads the objects hard-pinned (never evicted), so that an
 	// eviction the get/put load triggers cannot empty the pool under the
 	// later phases (Result.After shows evictions either way).
-	Pin            bool
-	Workers        int           // client processes of the clients phase
-	WorkerClients  int           // clients per worker process
-	Probes         int           // new client processes timed to their first get (median)
-	Transport      string        // transfer transport: auto, tcp, shm
+	Pin           bool
+	Workers       int    // client processes of the clients phase
+	WorkerClients int    // clients per worker process
+	Probes        int    // new client processes timed to their first get (median)
+	Transport     string // transfer transport: auto, tcp, shm
+	// RPCTimeout is the control client's deadline of one master call (its
+	// pages of List, RemoveByRegex, RemoveAll); 0: the store client's
+	// default (5s).
+	RPCTimeout     time.Duration
 	PhaseTimeout   time.Duration // deadline of each phase
 	RestoreTimeout time.Duration // deadline of the restart phase's wait for every object
 }
@@ -88,7 +92,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench master: --clients %d: want 1..256", c.Clients)
 	case c.ValueSize < 1 || c.ValueSize > 1<<20:
 		return fmt.Errorf("bench master: --value-size %d: want 1..1MiB", c.ValueSize)
-	case c.Duration <= 0, c.PhaseTimeout <= 0, c.RestoreTimeout <= 0:
+	case c.Duration <= 0, c.PhaseTimeout <= 0, c.RestoreTimeout <= 0, c.RPCTimeout < 0:
 		return errors.New("bench master: --duration, --phase-timeout and --restore-timeout must be positive")
 	case c.Nodes < 1 || c.Workers < 1 || c.WorkerClients < 1 || c.Probes < 0 || c.Baseline < 0:
 		return errors.New("bench master: --nodes, --workers and --worker-clients must be positive, --probes and --baseline not negative")

@@ -32,8 +32,9 @@ type client struct {
 }
 
 // openClient opens a store client of the master at addr on eng, or on an
-// engine of its own when eng is nil.
-func openClient(ctx context.Context, addr, transport string, eng *transfer.Engine, bufSize uint64) (*client, error) {
+// engine of its own when eng is nil, with the given deadline of a master
+// call (0: the store's default).
+func openClient(ctx context.Context, addr, transport string, eng *transfer.Engine, bufSize uint64, rpcTimeout time.Duration) (*client, error) {
 	c := &client{}
 	mover := eng
 	if mover == nil {
@@ -44,7 +45,7 @@ func openClient(ctx context.Context, addr, transport string, eng *transfer.Engin
 		mover = c.eng
 	}
 	var err error
-	c.cl, err = store.New(ctx, store.Config{Master: addr, Mover: mover, LocalBufferSize: bufSize, UnmountGrace: 100 * time.Millisecond})
+	c.cl, err = store.New(ctx, store.Config{Master: addr, Mover: mover, LocalBufferSize: bufSize, UnmountGrace: 100 * time.Millisecond, RPCTimeout: rpcTimeout})
 	if err != nil {
 		if c.eng != nil {
 			c.eng.Close()

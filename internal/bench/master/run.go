@@ -63,7 +63,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 	}
 
 	log.Info("starting master and storage nodes", "nodes", cfg.Nodes, "segment_size", seg)
-	if r.c, err = startCluster(ctx, cfg.Binary, cfg.Transport, cfg.Nodes, seg, max(cfg.Clients, OpsClients)); err != nil {
+	if r.c, err = startCluster(ctx, cfg.Binary, cfg.Transport, cfg.Nodes, seg, max(cfg.Clients, OpsClients), cfg.RPCTimeout); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -129,7 +129,7 @@ func (r *run) baseline(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PhaseTimeout)
 	defer cancel()
 	seg := SegmentSize(r.cfg.Baseline, r.cfg.ValueSize, r.cfg.Nodes, 0)
-	c, err := startCluster(ctx, r.cfg.Binary, r.cfg.Transport, r.cfg.Nodes, seg, max(r.cfg.Clients, OpsClients))
+	c, err := startCluster(ctx, r.cfg.Binary, r.cfg.Transport, r.cfg.Nodes, seg, max(r.cfg.Clients, OpsClients), r.cfg.RPCTimeout)
 	if err != nil {
 		return err
 	}
@@ -476,17 +476,22 @@ func (r *run) remove(ctx context.Context) error {
 	t0 := time.Now()
 	n, err := r.c.ctl.cl.RemoveByRegex(ctx, RemovePattern, true)
 	rr.Elapsed, rr.Removed = time.Since(t0), n
+	removeErr := err
 	if err != nil {
 		rr.Err = err.Error()
-		return err
 	}
-	r.removed = true
+	// Listed after, also when the call failed: a call that timed out on
+	// the client may still have removed them all on the master.
 	left, err := r.c.listAll(ctx, "obj/")
 	rr.ListLeft = left
 	if err != nil {
-		return fmt.Errorf("list after: %w", err)
+		return errors.Join(removeErr, fmt.Errorf("list after: %w", err))
 	}
 	r.present = left
+	r.removed = left == r.res.Load.Puts-rr.Want
+	if removeErr != nil {
+		return fmt.Errorf("%w (%d loaded keys listed after)", removeErr, left)
+	}
 	if n != rr.Want {
 		return fmt.Errorf("removed %d objects, want %d", n, rr.Want)
 	}

@@ -52,7 +52,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 		}
 		wg.Wait()
 	}()
-	first, err := openClient(ctx, cfg.Master, cfg.Transport, eng, 1<<20)
+	first, err := openClient(ctx, cfg.Master, cfg.Transport, eng, 1<<20, 0)
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 		return nil
 	}
 	for len(cls) < cfg.Clients {
-		c, err := openClient(ctx, cfg.Master, cfg.Transport, eng, 1<<20)
+		c, err := openClient(ctx, cfg.Master, cfg.Transport, eng, 1<<20, 0)
 		if err != nil {
 			return err
 		}
