@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -25,6 +26,7 @@ const startTimeout = 30 * time.Second
 // (Pdeathsig), so none outlives it even when the bench is killed.
 type proc struct {
 	cmd     *exec.Cmd
+	errTail *tail // the end of its stderr, for failure messages
 	started time.Time
 	stdin   io.WriteCloser
 	lines   chan string   // stdout lines after the first (buffered; dropped when full)
@@ -37,13 +39,14 @@ type proc struct {
 func startProc(ctx context.Context, bin, want string, stdin bool, args ...string) (*proc, string, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = benchEnv()
-	cmd.Stderr = io.Discard
+	errTail := &tail{}
+	cmd.Stderr = errTail
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, "", err
 	}
-	p := &proc{cmd: cmd, lines: make(chan string, 16), done: make(chan struct{})}
+	p := &proc{cmd: cmd, errTail: errTail, lines: make(chan string, 16), done: make(chan struct{})}
 	if stdin {
 		if p.stdin, err = cmd.StdinPipe(); err != nil {
 			return nil, "", err
@@ -89,6 +92,32 @@ func startProc(ctx context.Context, bin, want string, stdin bool, args ...string
 		p.kill()
 		return nil, "", ctx.Err()
 	}
+}
+
+// tail keeps the last tailLen bytes written to it.
+type tail struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+const tailLen = 2048
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > tailLen {
+		t.b = append(t.b[:0], t.b[len(t.b)-tailLen:]...)
+	}
+	return len(p), nil
+}
+
+// lastLine returns the last complete non-empty line written.
+func (t *tail) lastLine() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(string(t.b)), "\n")
+	return lines[len(lines)-1]
 }
 
 // nextLine returns the process's next stdout line, waiting until deadline.

@@ -99,15 +99,17 @@ type RemoveResult struct {
 
 // RestartResult is a SIGKILLed master replaced on the same ports.
 type RestartResult struct {
-	Want          int           `json:"want"`           // objects that must come back
+	Want          int           `json:"want"`           // loaded objects present before the kill: all must come back
+	Removed       bool          `json:"removed"`        // the remove phase ran before (Want is about N/2)
 	Present       int           `json:"present"`        // of them, present when the wait ended
 	Recovered     bool          `json:"recovered"`      // all Want present before the deadline
 	Took          time.Duration `json:"recovery_ns"`    // from the kill to the last one present (or to the deadline)
 	Deadline      time.Duration `json:"deadline_ns"`    // --restore-timeout
-	RemovedBack   int           `json:"removed_back"`   // removed objects present again (must be 0)
-	RemovedTested int           `json:"removed_tested"` // removed objects checked
+	RemovedBack   int           `json:"removed_back"`   // loaded objects absent before the kill (removed, evicted) present again (must be 0)
+	RemovedTested int           `json:"removed_tested"` // loaded objects absent before the kill, checked
 	RSSAfter      uint64        `json:"master_rss_after"`
 	FirstErr      string        `json:"first_error,omitempty"`
+	NodeLog       []string      `json:"node_log,omitempty"` // each node's last stderr line when not recovered
 }
 
 // RemoveAllResult is RemoveAll under the get/put load.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -499,18 +500,19 @@ func (r *run) remove(ctx context.Context) error {
 }
 
 // restart SIGKILLs the master, starts a new one on the same ports and
-// waits, until cfg.RestoreTimeout after the kill, for every object that
-// was not removed to exist again; then checks that no removed one does.
+// waits, until cfg.RestoreTimeout after the kill, for every loaded object
+// that existed before the kill to exist again; then checks that none of
+// those absent before (removed, or evicted) is back.
 func (r *run) restart(ctx context.Context) error {
-	var want, gone []int32
-	for i := range int32(r.cfg.Objects) {
-		if r.removed && i%2 == 0 {
-			gone = append(gone, i)
-		} else {
-			want = append(want, i)
-		}
+	all := make([]int32, r.cfg.Objects)
+	for i := range all {
+		all[i] = int32(i)
 	}
-	rr := &RestartResult{Want: len(want), Deadline: r.cfg.RestoreTimeout}
+	want, gone, err := r.c.existCount(ctx, all)
+	if err != nil {
+		return fmt.Errorf("exist before the kill: %w", err)
+	}
+	rr := &RestartResult{Want: len(want), Deadline: r.cfg.RestoreTimeout, Removed: r.removed}
 	r.res.Restart = rr
 	t0 := time.Now()
 	deadline := t0.Add(r.cfg.RestoreTimeout)
@@ -543,7 +545,11 @@ func (r *run) restart(ctx context.Context) error {
 		rr.RSSAfter = rss
 	}
 	if !rr.Recovered {
-		return fmt.Errorf("%d of %d objects not back within %v (first error: %s)", len(missing), len(want), r.cfg.RestoreTimeout, rr.FirstErr)
+		for i, n := range r.c.nodes {
+			rr.NodeLog = append(rr.NodeLog, fmt.Sprintf("node %d: %s", i, n.errTail.lastLine()))
+		}
+		return fmt.Errorf("%d of %d objects not back within %v (first error: %s; last node log lines: %s)", len(missing), len(want),
+			r.cfg.RestoreTimeout, rr.FirstErr, strings.Join(rr.NodeLog, "; "))
 	}
 	back, _, err := r.c.existCount(ctx, gone)
 	rr.RemovedBack, rr.RemovedTested = len(back), len(gone)
