@@ -58,7 +58,7 @@ the bench if it dies.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if isWorker {
-				worker.Transport, worker.Clients, worker.Duration = cfg.Transport, cfg.WorkerClients, cfg.Duration
+				worker.Transport, worker.Clients, worker.Duration, worker.Pin = cfg.Transport, cfg.WorkerClients, cfg.Duration, cfg.Pin
 				return benchmaster.RunWorker(cmd.Context(), worker, cmd.InOrStdin(), cmd.OutOrStdout())
 			}
 			if phases != "" && phases != "all" {
@@ -113,7 +113,7 @@ the bench if it dies.`,
 	f.IntVar(&cfg.Baseline, "baseline", cfg.Baseline, "first run the ops phase on a fresh pool of this many objects, the peer of ops/s at N (0: skip)")
 	f.StringVar(&cfg.Redis, "redis", cfg.Redis, `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis (flushed!)`)
 	f.BoolVar(&noRedis, "skip-redis", false, "do not measure Redis (--redis off)")
-	f.BoolVar(&cfg.Pin, "pin", false, "load the objects hard-pinned, so that no eviction takes them under the later phases")
+	f.BoolVar(&cfg.Pin, "pin", false, "load the objects, and the keys the get/put loads read, hard-pinned: no eviction takes them under the later phases")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "client processes of the clients phase")
 	f.IntVar(&cfg.WorkerClients, "worker-clients", cfg.WorkerClients, "store clients per worker process (one transfer engine each process)")
 	f.IntVar(&cfg.Probes, "probes", cfg.Probes, "new client processes timed to their first get (median)")

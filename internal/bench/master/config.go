@@ -58,9 +58,10 @@ type Config struct {
 	// installed), "off" or "" (none), or HOST:PORT of a running Redis
 	// (flushed by the run).
 	Redis string
-	// Pin loads the objects hard-pinned (never evicted), so that an
-	// eviction the get/put load triggers cannot empty the pool under the
-	// later phases (Result.After shows evictions either way).
+	// Pin loads the objects, and the keys the get/put loads read,
+	// hard-pinned (never evicted), so that an eviction the get/put load
+	// triggers cannot empty the pool under the later phases
+	// (Result.After shows evictions either way).
 	Pin           bool
 	Workers       int    // client processes of the clients phase
 	WorkerClients int    // clients per worker process

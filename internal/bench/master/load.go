@@ -135,16 +135,29 @@ func opsKey(prefix, kind string, ci, k int) string {
 	return fmt.Sprintf("%s/%s/%03d/%03d", prefix, kind, ci, k)
 }
 
+// pinPutter is a kv that can store hard-pinned values (the store).
+type pinPutter interface {
+	putPinned(ctx context.Context, key string, value []byte) error
+}
+
+func (c *client) putPinned(ctx context.Context, key string, v []byte) error {
+	return c.cl.PutWith(ctx, key, v, store.PutOptions{Upsert: true, HardPin: true})
+}
+
 // preloadOps writes every client's get keys (keys per client) so that
-// the load's gets find them.
-func preloadOps[K kv](ctx context.Context, cls []K, prefix string, keys int) error {
+// the load's gets find them; hard-pinned if pin and the kv can.
+func preloadOps[K kv](ctx context.Context, cls []K, prefix string, keys int, pin bool) error {
 	v := opsValue()
 	var wg sync.WaitGroup
 	errs := make([]error, len(cls))
 	for ci, c := range cls {
 		wg.Go(func() {
 			for k := range keys {
-				if err := c.put(ctx, opsKey(prefix, "get", ci, k), v); err != nil {
+				put := c.put
+				if p, ok := any(c).(pinPutter); ok && pin {
+					put = p.putPinned
+				}
+				if err := put(ctx, opsKey(prefix, "get", ci, k), v); err != nil {
 					errs[ci] = fmt.Errorf("preload: %w", err)
 					return
 				}

@@ -142,7 +142,7 @@ func (r *run) baseline(ctx context.Context) error {
 	if errs > 0 || puts != r.cfg.Baseline {
 		return fmt.Errorf("loaded %d of %d objects (%d errors)", puts, r.cfg.Baseline, errs)
 	}
-	if err := preloadOps(ctx, c.opsClients(), opsPrefix, OpsKeys); err != nil {
+	if err := preloadOps(ctx, c.opsClients(), opsPrefix, OpsKeys, r.cfg.Pin); err != nil {
 		return err
 	}
 	f := opsLoad(ctx, c.opsClients(), opsPrefix, OpsKeys, r.cfg.Duration, nil).figures("mooncake", OpsClients)
@@ -322,7 +322,7 @@ func (r *run) loadRedis(ctx context.Context) (*RedisLoad, error) {
 // Redis, and opens the Redis connections.
 func (r *run) ensureOps(ctx context.Context) error {
 	if !r.opsReady {
-		if err := preloadOps(ctx, r.c.opsClients(), opsPrefix, OpsKeys); err != nil {
+		if err := preloadOps(ctx, r.c.opsClients(), opsPrefix, OpsKeys, r.cfg.Pin); err != nil {
 			return err
 		}
 		r.opsReady = true
@@ -335,7 +335,7 @@ func (r *run) ensureOps(ctx context.Context) error {
 			}
 			r.rconn = append(r.rconn, rc)
 		}
-		if err := preloadOps(ctx, r.rconn, opsPrefix, OpsKeys); err != nil {
+		if err := preloadOps(ctx, r.rconn, opsPrefix, OpsKeys, false); err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
 		r.rOpsOK = true
@@ -613,7 +613,7 @@ func (r *run) removeAll(ctx context.Context) error {
 // get/put load from cfg.Workers processes of cfg.WorkerClients clients.
 func (r *run) clients(ctx context.Context) error {
 	c := r.c
-	if err := c.ctl.put(ctx, probeKey, opsValue()); err != nil {
+	if err := c.ctl.putPinned(ctx, probeKey, opsValue()); err != nil {
 		return fmt.Errorf("probe key: %w", err)
 	}
 	cr := &ClientsResult{Processes: r.cfg.Workers, PerProcess: r.cfg.WorkerClients}
@@ -641,7 +641,7 @@ func (r *run) clients(ctx context.Context) error {
 	}()
 	for id := range r.cfg.Workers {
 		w, _, err := startProc(ctx, r.cfg.Binary, workerFirstOp, true, append(common, "--worker-id", fmt.Sprint(id),
-			"--worker-clients", fmt.Sprint(r.cfg.WorkerClients), "--duration", r.cfg.Duration.String())...)
+			"--worker-clients", fmt.Sprint(r.cfg.WorkerClients), "--duration", r.cfg.Duration.String(), fmt.Sprintf("--pin=%t", r.cfg.Pin))...)
 		if err != nil {
 			return fmt.Errorf("worker %d: %w", id, err)
 		}
@@ -702,7 +702,7 @@ func (r *run) clientsRedis(ctx context.Context, n int) (*OpsFigures, error) {
 		}
 		conns = append(conns, rc)
 	}
-	if err := preloadOps(ctx, conns, "w", WorkerKeys); err != nil {
+	if err := preloadOps(ctx, conns, "w", WorkerKeys, false); err != nil {
 		return nil, err
 	}
 	f := opsLoad(ctx, conns, "w", WorkerKeys, r.cfg.Duration, nil).figures("redis", n)

@@ -30,6 +30,7 @@ type WorkerConfig struct {
 	Clients   int           // store clients, on one transfer engine
 	Duration  time.Duration // of its get/put load
 	Probe     bool          // exit after the first get
+	Pin       bool          // write its get keys hard-pinned
 }
 
 // RunWorker is a worker process: it opens a transfer engine and a store
@@ -72,7 +73,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 		cls = append(cls, c)
 	}
 	prefix := workerPrefix(cfg.ID)
-	if err := preloadOps(ctx, cls, prefix, WorkerKeys); err != nil {
+	if err := preloadOps(ctx, cls, prefix, WorkerKeys, cfg.Pin); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, workerReady)
