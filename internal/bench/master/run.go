@@ -449,6 +449,22 @@ func (r *run) bulk(ctx context.Context) error {
 		}
 		b.Redis = rb
 	}
+	var bad []string
+	for _, n := range b.Counted {
+		if n != r.res.Load.Puts {
+			bad = append(bad, fmt.Sprintf("a listing counted %d keys, want %d", n, r.res.Load.Puts))
+			break
+		}
+	}
+	if b.Lost > 0 {
+		bad = append(bad, fmt.Sprintf("%d objects lost", b.Lost))
+	}
+	if b.NodesDropped > 0 || b.Segments != r.cfg.Nodes {
+		bad = append(bad, fmt.Sprintf("%d clients dropped, %d of %d segments mounted", b.NodesDropped, b.Segments, r.cfg.Nodes))
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "; "))
+	}
 	return nil
 }
 
@@ -514,6 +530,9 @@ func (r *run) restart(ctx context.Context) error {
 	}
 	rr := &RestartResult{Want: len(want), Deadline: r.cfg.RestoreTimeout, Removed: r.removed}
 	r.res.Restart = rr
+	if len(want) == 0 {
+		return errors.New("no loaded object left to restore: nothing measured")
+	}
 	t0 := time.Now()
 	deadline := t0.Add(r.cfg.RestoreTimeout)
 	if err := r.c.restartMaster(ctx, deadline); err != nil {
