@@ -121,6 +121,10 @@ func dialRedis(ctx context.Context, addr string) (*respConn, error) {
 
 func (r *respConn) close() { r.c.Close() }
 
+// maxBulk is the largest bulk string accepted (Redis's default
+// proto-max-bulk-len).
+const maxBulk = 512 << 20
+
 // write queues one command (an array of bulk strings).
 func (r *respConn) write(args ...[]byte) {
 	r.w.WriteByte('*')
@@ -158,6 +162,9 @@ func (r *respConn) read() ([]byte, error) {
 		}
 		if n < 0 {
 			return nil, nil
+		}
+		if n > maxBulk {
+			return nil, fmt.Errorf("redis: bulk of %d bytes", n)
 		}
 		b := make([]byte, n+2)
 		if _, err := io.ReadFull(r.r, b); err != nil {
@@ -252,7 +259,11 @@ func (r *respConn) arrayLen() (int, error) {
 	if len(line) < 4 || line[0] != '*' {
 		return 0, fmt.Errorf("redis: want an array, got %q", line)
 	}
-	return strconv.Atoi(string(line[1 : len(line)-2]))
+	n, err := strconv.Atoi(string(line[1 : len(line)-2]))
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("redis: array length %q", line[1:len(line)-2])
+	}
+	return n, nil
 }
 
 func (r *respConn) expectArray(n int) error {
