@@ -26,6 +26,7 @@ var benchCommands = []func() *cobra.Command{
 	newBenchServeCmd,        // reference engine (issue 3)
 	newBenchStoreCmd,        // store vs redis (issue 5)
 	newBenchStoreDurableCmd, // store durable metadata on vs off, disk tier (issue 14)
+	newBenchMasterCmd,       // master at pool scale, real processes, vs redis
 	newBenchTransferCmd,     // transfer engine (issue 2)
 	newBenchPDCmd,           // P/D disaggregation (issue 4)
 	newBenchTraceCmd,        // trace-driven cache policies and KV-aware routing

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	benchmaster "github.com/kvcache-go/mooncake/internal/bench/master"
+)
+
+// TestBenchMasterSmall runs `mooncake bench master` with every phase at
+// 2k objects against the real binary's processes and checks the figures:
+// every object stored, listed, present and back after the restart, the
+// removals counted exactly, the master's memory per object measured, and
+// Redis measured next to it when redis-server is installed (always under
+// CI, where scripts/deps.sh installs it). The objects are hard-pinned
+// (--pin): the master evicts under the 4 KiB upsert load with the pool
+// nearly empty (docs/store.md, "Master at scale"), which would make the
+// counts below depend on timing.
+func TestBenchMasterSmall(t *testing.T) {
+	bin := buildBinary(t)
+	const n = 2000
+	var out strings.Builder
+	code, err := Run(t.Context(), []string{"bench", "master", "--binary", bin, "--objects", "2000", "--clients", "4",
+		"--duration", "200ms", "--baseline", "1000", "--workers", "2", "--worker-clients", "4", "--probes", "2",
+		"--restore-timeout", "30s", "--phase-timeout", "60s", "--pin", "--json", "--quiet"}, &out, io.Discard)
+	if code != 0 {
+		t.Fatalf("bench master: exit %d: %v\n%s", code, err, out.String())
+	}
+	var r benchmaster.Result
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(r.Failures) > 0 {
+		t.Fatalf("failures: %v", r.Failures)
+	}
+	if !r.Pinned || len(r.After) != len(benchmaster.AllPhases) || r.After[0].Phase != "load" || r.After[0].Objects != n || r.After[0].Segments != 1 {
+		t.Fatalf("pinned %v, master after each phase %+v", r.Pinned, r.After)
+	}
+	if r.ObjectBytes != 128 {
+		t.Errorf("object bytes %d, want 128 (64 B header + 64 B value)", r.ObjectBytes)
+	}
+	l := r.Load
+	if l == nil || l.Puts != n || l.Errors != 0 || !(l.PutsPerSec > 0) || !(l.RSSPerObject > 0) {
+		t.Fatalf("load %+v", l)
+	}
+	if r.Baseline == nil || r.BaseN != 1000 || !(r.Baseline.OpsPerSec > 0) {
+		t.Fatalf("baseline %+v at %d", r.Baseline, r.BaseN)
+	}
+	if o := r.Ops; o == nil || !(o.Mooncake.OpsPerSec > 0) || o.Mooncake.Errors != 0 || o.Mooncake.GetP99 <= 0 || o.Mooncake.PutP99 <= 0 {
+		t.Fatalf("ops %+v", o)
+	}
+	b := r.Bulk
+	if b == nil || b.Listings < 1 || b.Lost != 0 || b.Present != n || b.NodesDropped != 0 || b.Segments != 1 || b.Polls < 1 || b.PollErrors != 0 {
+		t.Fatalf("bulk %+v", b)
+	}
+	for _, c := range b.Counted {
+		if c != n {
+			t.Fatalf("a listing counted %d keys, want %d", c, n)
+		}
+	}
+	if rm := r.Remove; rm == nil || rm.Removed != n/2 || rm.Want != n/2 || rm.ListLeft != n/2 {
+		t.Fatalf("remove %+v", rm)
+	}
+	if rs := r.Restart; rs == nil || !rs.Recovered || rs.Present != n/2 || rs.RemovedBack != 0 || rs.RemovedTested != n/2 || rs.Took <= 0 {
+		t.Fatalf("restart %+v", rs)
+	}
+	if ra := r.RemoveAll; ra == nil || ra.Removed < n/2 || ra.ListLeft != 0 || ra.NodesDropped != 0 || ra.Segments != 1 {
+		t.Fatalf("removeall %+v", ra)
+	}
+	c := r.ManyCl
+	if c == nil || c.Load.Clients != 8 || !(c.Load.OpsPerSec > 0) || c.Load.Errors != 0 || len(c.FirstOp) != 2 || c.FirstOpMedian <= 0 {
+		t.Fatalf("clients %+v", c)
+	}
+
+	_, errRedis := exec.LookPath("redis-server")
+	if errRedis != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-server not found (CI is set): scripts/deps.sh installs it")
+		}
+		if r.RedisSkipped == "" {
+			t.Fatal("redis-server absent but Redis not reported skipped")
+		}
+		t.Log("redis-server not installed: Redis figures not checked")
+		return
+	}
+	if r.RedisSkipped != "" {
+		t.Fatalf("redis skipped: %s", r.RedisSkipped)
+	}
+	if l.Redis == nil || !(l.Redis.BytesPerKey > 0) || !(l.Redis.SetsPerSec > 0) {
+		t.Fatalf("redis load %+v", l.Redis)
+	}
+	if r.Ops.Redis == nil || !(r.Ops.Redis.OpsPerSec > 0) || r.Ops.Redis.Errors != 0 {
+		t.Fatalf("redis ops %+v", r.Ops.Redis)
+	}
+	if b.Redis == nil || b.Redis.Counted != n {
+		t.Fatalf("redis scan %+v, want %d keys", b.Redis, n)
+	}
+	if r.RemoveAll.Redis == nil || c.Redis == nil || c.Redis.Clients != 8 {
+		t.Fatalf("redis removeall %+v, clients %+v", r.RemoveAll.Redis, c.Redis)
+	}
+}
+
+// TestBenchMasterFlags checks that bad settings exit 2 before anything
+// starts.
+func TestBenchMasterFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--objects", "0"},
+		{"--clients", "0"},
+		{"--phases", "load,nope"},
+		{"--value-size", "0"},
+	} {
+		code, err := Run(t.Context(), append([]string{"bench", "master", "--binary", "/nonexistent"}, args...), io.Discard, io.Discard)
+		if code != 2 {
+			t.Errorf("%v: exit %d (%v), want 2", args, code, err)
+		}
+	}
+}
