@@ -69,9 +69,12 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 	if m.stats.UtilisationAtFirstEviction == 0 && capacity > 0 {
 		m.stats.UtilisationAtFirstEviction = float64(used) / float64(capacity)
 	}
-	var freed uint64
+	var freed uint64 // allocated bytes, as the target
 	evictOne := func(o *object) {
-		freed += o.size * uint64(len(o.replicas))
+		for _, r := range o.replicas {
+			freed += r.seg.alloc.Rounded(o.alloc())
+		}
+		m.stats.EvictedBytes += o.size * uint64(len(o.replicas))
 		m.evicting = true
 		m.freeLocked(o)
 		m.evicting = false
@@ -106,7 +109,6 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 			m.evictDebt = target - freed
 		}
 	}
-	m.stats.EvictedBytes += freed
 	return freed
 }
 

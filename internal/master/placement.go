@@ -23,18 +23,24 @@ func (m *Master) checkFitsLocked(size uint64) error {
 	return nil
 }
 
-// placeOrEvictLocked places up to want replicas; when none fits it evicts
-// synchronously and tries once more, and when that fails too it asks the
-// next Tick to evict again and fails with ErrNoSpace.
+// placeOrEvictLocked places up to want replicas; when none fits it reuses
+// a tombstone's space, then evicts synchronously and tries both once more,
+// and when that fails too it asks the next Tick to evict again and fails
+// with ErrNoSpace.
 func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, preferred []string, now time.Time) ([]replica, error) {
 	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
+		return reps, nil
+	}
+	// Freed objects' 64-byte tombstones (headers the node has not zeroed
+	// yet) fragment the space before any eviction is due: reuse one first.
+	if reps := m.reuseTombLocked(clientID, size); len(reps) > 0 {
 		return reps, nil
 	}
 	m.evictLocked(now, 0)
 	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
 		return reps, nil
 	}
-	if reps := m.reuseTombLocked(clientID, size); len(reps) > 0 {
+	if reps := m.reuseTombLocked(clientID, size); len(reps) > 0 { // the evicted objects' own
 		return reps, nil
 	}
 	m.evictReq = true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -185,6 +186,11 @@ func writeMetrics(w http.ResponseWriter, m *master.Master) {
 	metric("mooncake_master_utilisation_at_first_eviction", "gauge", "used/capacity when the first eviction ran.", st.UtilisationAtFirstEviction)
 	metric("mooncake_master_disk_objects", "gauge", "Keys held only on a disk tier.", float64(st.DiskObjects))
 	metric("mooncake_master_disk_gets_total", "counter", "Reads answered with a disk copy.", float64(st.DiskGets))
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	metric("go_memstats_heap_inuse_bytes", "gauge", "Bytes in in-use heap spans.", float64(ms.HeapInuse))
+	metric("go_memstats_heap_alloc_bytes", "gauge", "Bytes of allocated heap objects.", float64(ms.HeapAlloc))
+	metric("go_memstats_sys_bytes", "gauge", "Bytes obtained from the system.", float64(ms.Sys))
 	b.WriteString("# HELP mooncake_master_segment_capacity_bytes Capacity per segment.\n# TYPE mooncake_master_segment_capacity_bytes gauge\n")
 	segs := m.Segments()
 	for _, s := range segs {
