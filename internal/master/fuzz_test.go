@@ -138,8 +138,8 @@ func checkCounts(t *testing.T, m *Master) {
 			t.Fatalf("%s: counted %d, a scan finds %d to %d", what, n, lo, hi)
 		}
 	}
-	between("leased", m.counts.leases, func(o *object) (time.Time, bool) { return o.leaseUntil, true })
-	between("soft pinned", m.counts.softPins, func(o *object) (time.Time, bool) { return o.softPinUntil, !o.hardPin })
+	between("leased", m.counts.leases, func(o *object) (time.Time, bool) { return o.leaseUntil.time(), true })
+	between("soft pinned", m.counts.softPins, func(o *object) (time.Time, bool) { return o.softPinUntil.time(), !o.hardPin })
 	if m.index.Len() != len(visible) {
 		t.Fatalf("listing index holds %d keys, %d are visible", m.index.Len(), len(visible))
 	}

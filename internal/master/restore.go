@@ -185,9 +185,9 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 			m.freeLocked(o)
 		}
 		o = &object{key: h.Key, size: h.Size, crc: h.CRC, complete: true, replicas: []replica{{seg: s, off: h.Offset}},
-			created: now, lastAccess: now, hardPin: h.HardPin, seq: h.Seq, hdr: headerLen(h.Key), restored: true}
+			created: nanoOf(now), lastAccess: nanoOf(now), hardPin: h.HardPin, seq: h.Seq, hdr: uint32(headerLen(h.Key)), restored: true}
 		if h.SoftPin {
-			o.softPinUntil = now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL))
+			o.softPinUntil = nanoOf(now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL)))
 		}
 		m.objects[h.Key] = o
 		s.keys[h.Key] = struct{}{}

@@ -181,7 +181,7 @@ func (m *Master) drainLocked(now time.Time) {
 		}
 		busy := false
 		for key := range s.keys {
-			if o := m.objects[key]; o != nil && now.Before(o.leaseUntil) {
+			if o := m.objects[key]; o != nil && o.leaseUntil.after(now) {
 				busy = true
 				break
 			}
