@@ -114,6 +114,7 @@ type Stats struct {
 type replica struct {
 	seg *segment
 	off uint64
+	at  int // index of the object in seg.objects
 }
 
 type object struct {
@@ -190,7 +191,7 @@ type segment struct {
 	spec          SegmentSpec
 	client        string
 	alloc         *offsetalloc.Allocator
-	keys          map[string]struct{}
+	objects       []*object // with a replica here, in no order; each replica knows its index (segobjects.go)
 	draining      bool
 	drainDeadline time.Time
 	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset

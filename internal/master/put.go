@@ -70,7 +70,7 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 	m.objects[key] = o
 	m.addPendingLocked(o)
 	for _, r := range reps {
-		r.seg.keys[key] = struct{}{}
+		r.seg.add(o)
 	}
 	m.stats.PutStarts++
 	return o.descriptors(), nil
@@ -174,7 +174,7 @@ func (m *Master) freeLocked(o *object) {
 	m.goneLocked(o)
 	for _, r := range o.replicas {
 		m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header())
-		delete(r.seg.keys, o.key)
+		r.seg.drop(o)
 	}
 	delete(m.objects, o.key)
 	m.dropPendingLocked(o.key)
@@ -185,7 +185,7 @@ func (m *Master) freeLocked(o *object) {
 func (m *Master) preemptLocked(o *object, now time.Time) {
 	release := o.created.time().Add(m.cfg.PutReleaseTimeout)
 	for _, r := range o.replicas {
-		delete(r.seg.keys, o.key)
+		r.seg.drop(o)
 		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.alloc(), releaseAt: release, key: o.key, seq: o.seq, hdr: o.header()})
 	}
 	delete(m.objects, o.key)

@@ -84,7 +84,7 @@ func (m *Master) clearOnSegmentLocked(o *object, segment string) bool {
 	for _, r := range o.replicas {
 		if onSeg(r) {
 			m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header())
-			delete(r.seg.keys, o.key)
+			r.seg.drop(o)
 		}
 	}
 	n := len(o.replicas)

@@ -178,7 +178,7 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 			}
 			o.replicas = append(o.replicas, replica{seg: s, off: h.Offset})
 			m.replicasChangedLocked(o, 1)
-			s.keys[h.Key] = struct{}{}
+			s.add(o)
 			won = append(won, h)
 			continue
 		default: // the master knows an older version: this one replaces it
@@ -190,7 +190,7 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 			o.softPinUntil = nanoOf(now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL)))
 		}
 		m.objects[h.Key] = o
-		s.keys[h.Key] = struct{}{}
+		s.add(o)
 		m.storedLocked(o)
 		won = append(won, h)
 	}

@@ -70,7 +70,7 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 	m.objects[slot] = o
 	m.addPendingLocked(o)
 	for _, r := range reps {
-		r.seg.keys[slot] = struct{}{}
+		r.seg.add(o)
 	}
 	return slot, o.descriptors(), nil
 }
@@ -116,10 +116,6 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	}
 	m.dropPendingLocked(slot)
 	delete(m.objects, slot)
-	for _, r := range s.replicas {
-		delete(r.seg.keys, slot)
-		r.seg.keys[key] = struct{}{}
-	}
 	s.key, s.complete, s.crc, s.created = key, true, crc, nanoOf(now)
 	s.touch(now)
 	s.pin(rc, m.cfg.SoftPinTTL, now)

@@ -379,7 +379,7 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 			continue
 		}
 		o.replicas = append(o.replicas, r)
-		r.seg.keys[o.key] = struct{}{}
+		r.seg.add(o)
 		m.replicasChangedLocked(o, 1)
 		added++
 	}
@@ -393,7 +393,7 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 		for _, r := range o.replicas {
 			if r.seg.spec.Name == t.Source {
 				m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header())
-				delete(r.seg.keys, o.key)
+				r.seg.drop(o)
 			}
 		}
 		n := len(o.replicas)
