@@ -140,7 +140,8 @@ type object struct {
 // order; memory_test.go measures the whole per object. Keep the fixed-size
 // fields together and mind the padding when adding one.
 
-// nanotime is a point in time as Unix nanoseconds, 0 for none.
+// nanotime is a point in time as Unix nanoseconds (years 1678 to 2262), 0
+// for none.
 type nanotime int64
 
 func nanoOf(t time.Time) nanotime {
