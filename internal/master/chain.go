@@ -1,6 +1,9 @@
 package master
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Chains of KV blocks. The store connector (internal/storeconnector.Key)
 // names a block PREFIX + compat hash (32 hex digits) + "/" + block hash
@@ -56,7 +59,8 @@ func (m *Master) touchChainsLocked(keys []string, now time.Time) {
 		if depth == nil {
 			depth = map[string]int{}
 		}
-		o.lastAccess, o.chainAt, o.depth = now, now, depth[chain]
+		o.touch(now)
+		o.chained, o.depth = true, uint32(min(depth[chain], math.MaxUint32))
 		depth[chain]++
 	}
 }
@@ -64,8 +68,8 @@ func (m *Master) touchChainsLocked(keys []string, now time.Time) {
 // chainDepth is the object's depth in its chain as of its last access (0
 // when that access was not a chain's batch).
 func (o *object) chainDepth() int {
-	if !o.chainAt.IsZero() && o.chainAt.Equal(o.lastAccess) {
-		return o.depth
+	if o.chained {
+		return int(o.depth)
 	}
 	return 0
 }

@@ -29,7 +29,7 @@ type Config struct {
 	MaxSoftPinTTL     time.Duration // largest soft pin TTL accepted (24h)
 	HighWatermark     float64       // eviction fires when used/capacity passes this (0.90)
 	EvictionRatio     float64       // fraction of capacity one eviction frees (0.05)
-	MaxKeyLen         int           // longest key in bytes (4096)
+	MaxKeyLen         int           // longest key in bytes (4096; at most 1 MiB)
 	MaxReplicas       int           // largest replica count accepted (16)
 	Strategy          Strategy      // allocation strategy (random)
 	Seed              uint64        // seed of the random strategy
@@ -76,6 +76,10 @@ func DefaultConfig() Config {
 	}
 }
 
+// maxKeyLenLimit bounds Config.MaxKeyLen: an object keeps the length of its
+// header (which holds the key) in 32 bits.
+const maxKeyLenLimit = 1 << 20
+
 // withDefaults fills zero fields from DefaultConfig.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
@@ -114,6 +118,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: eviction ratio %v not in (0,1]", c.EvictionRatio)
 	case c.MaxKeyLen < 1 || c.MaxReplicas < 1:
 		return fmt.Errorf("master: max key length and max replicas must be positive")
+	case c.MaxKeyLen > maxKeyLenLimit:
+		return fmt.Errorf("master: max key length %d above %d", c.MaxKeyLen, maxKeyLenLimit)
 	case c.Align&(c.Align-1) != 0:
 		return fmt.Errorf("master: alignment %d is not a power of two", c.Align)
 	}

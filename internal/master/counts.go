@@ -96,9 +96,9 @@ func (m *Master) countLocked(o *object, sign int) {
 	if o.hardPin {
 		m.counts.hardPinned += sign
 	} else {
-		m.counts.softPins.add(o.softPinUntil, now, int32(sign))
+		m.counts.softPins.add(o.softPinUntil.time(), now, int32(sign))
 	}
-	m.counts.leases.add(o.leaseUntil, now, int32(sign))
+	m.counts.leases.add(o.leaseUntil.time(), now, int32(sign))
 }
 
 // replicasChangedLocked is called after the replica list of o changed by
@@ -113,13 +113,13 @@ func (m *Master) replicasChangedLocked(o *object, delta int) {
 
 // leaseLocked extends o's read lease to until (when later).
 func (m *Master) leaseLocked(o *object, until time.Time) {
-	if !until.After(o.leaseUntil) {
+	if !nanoOf(until).after(o.leaseUntil.time()) {
 		return
 	}
 	if o.complete {
-		m.counts.leases.move(o.leaseUntil, until, m.clock.Now())
+		m.counts.leases.move(o.leaseUntil.time(), until, m.clock.Now())
 	}
-	o.leaseUntil = until
+	o.leaseUntil = nanoOf(until)
 }
 
 // addPendingLocked records o as an unfinished put.

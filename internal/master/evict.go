@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -126,10 +127,10 @@ func (m *Master) evictionOrderLocked(now time.Time, sample int) []*object {
 			}
 			seen++
 		}
-		if !o.complete || o.hardPin || now.Before(o.leaseUntil) {
+		if !o.complete || o.hardPin || o.leaseUntil.after(now) {
 			continue
 		}
-		if now.Before(o.softPinUntil) {
+		if o.softPinUntil.after(now) {
 			pinned = append(pinned, o)
 		} else {
 			plain = append(plain, o)
@@ -145,7 +146,7 @@ func (m *Master) evictionOrderLocked(now time.Time, sample int) []*object {
 // group first and, inside it, the deepest block of a chain first.
 func (m *Master) policyOrder(objs []*object) []*object {
 	slices.SortFunc(objs, func(a, b *object) int {
-		if c := a.lastAccess.Compare(b.lastAccess); c != 0 {
+		if c := cmp.Compare(a.lastAccess, b.lastAccess); c != 0 {
 			return c
 		}
 		return strings.Compare(a.key, b.key)
@@ -156,7 +157,7 @@ func (m *Master) policyOrder(objs []*object) []*object {
 	}
 	var group uint64
 	for i, o := range objs {
-		if i == 0 || !o.lastAccess.Equal(objs[i-1].lastAccess) {
+		if i == 0 || o.lastAccess != objs[i-1].lastAccess {
 			group++
 		}
 		pol.Add(o, evict.Meta{Group: group, Depth: o.chainDepth()})

@@ -61,8 +61,13 @@ func checkInvariants(t *testing.T, m *Master) {
 		if used[s] != s.alloc.Used() {
 			t.Fatalf("segment %s: allocator says %d used, objects+zombies+tombstones %d", s.spec.Name, s.alloc.Used(), used[s])
 		}
-		if len(s.keys) != len(keys[s]) {
-			t.Fatalf("segment %s: %d keys filed, %d replicas", s.spec.Name, len(s.keys), len(keys[s]))
+		if len(s.objects) != len(keys[s]) {
+			t.Fatalf("segment %s: %d objects listed, %d replicas", s.spec.Name, len(s.objects), len(keys[s]))
+		}
+		for i, o := range s.objects {
+			if m.objects[o.key] != o || !keys[s][o.key] || o.replicaOn(s).at != i {
+				t.Fatalf("segment %s: list entry %d (%q) is not an object with a replica there pointing back", s.spec.Name, i, o.key)
+			}
 		}
 	}
 	if len(m.segOrder) != len(m.segments) {
@@ -138,8 +143,8 @@ func checkCounts(t *testing.T, m *Master) {
 			t.Fatalf("%s: counted %d, a scan finds %d to %d", what, n, lo, hi)
 		}
 	}
-	between("leased", m.counts.leases, func(o *object) (time.Time, bool) { return o.leaseUntil, true })
-	between("soft pinned", m.counts.softPins, func(o *object) (time.Time, bool) { return o.softPinUntil, !o.hardPin })
+	between("leased", m.counts.leases, func(o *object) (time.Time, bool) { return o.leaseUntil.time(), true })
+	between("soft pinned", m.counts.softPins, func(o *object) (time.Time, bool) { return o.softPinUntil.time(), !o.hardPin })
 	if m.index.Len() != len(visible) {
 		t.Fatalf("listing index holds %d keys, %d are visible", m.index.Len(), len(visible))
 	}

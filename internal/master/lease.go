@@ -26,7 +26,7 @@ func (m *Master) GetReplicaList(key string) (ObjectInfo, error) {
 		return ObjectInfo{}, fmt.Errorf("%w: %q", ErrObjectNotFound, key)
 	}
 	m.stats.Gets++
-	o.lastAccess = now
+	o.touch(now)
 	m.leaseLocked(o, now.Add(m.cfg.LeaseTTL))
 	info := o.info()
 	info.LeaseTTL = m.cfg.LeaseTTL
@@ -61,7 +61,7 @@ func (m *Master) Exist(key string) (bool, error) {
 		_, ok := m.diskInfoLocked(key)
 		return ok, nil
 	}
-	o.lastAccess = m.clock.Now()
+	o.touch(m.clock.Now())
 	return true, nil
 }
 
@@ -78,7 +78,7 @@ func (m *Master) BatchExist(keys []string) []bool {
 			continue
 		}
 		if o := m.objects[k]; o != nil && o.complete {
-			o.lastAccess = now
+			o.touch(now)
 			out[i] = true
 		} else if _, ok := m.diskInfoLocked(k); ok {
 			out[i] = true

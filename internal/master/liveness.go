@@ -71,7 +71,7 @@ func (m *Master) dropSilentClientsLocked(now time.Time) {
 		names, replicas := make([]string, 0, len(c.segments)), 0
 		for _, s := range c.segments {
 			names = append(names, s.spec.Name)
-			replicas += len(s.keys)
+			replicas += len(s.objects)
 			m.unmountLocked(s)
 		}
 		m.forgetClientLocked(id)

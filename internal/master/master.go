@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/google/btree"
 
@@ -113,36 +114,85 @@ type Stats struct {
 type replica struct {
 	seg *segment
 	off uint64
+	at  int // index of the object in seg.objects
 }
 
 type object struct {
-	key          string
-	size         uint64
-	crc          uint32
-	complete     bool
-	replicas     []replica
-	owner        string
-	created      time.Time
-	leaseUntil   time.Time
-	lastAccess   time.Time
-	softPinUntil time.Time
-	hardPin      bool
-	seq          uint64    // put sequence number (durable objects)
-	hdr          uint64    // header length in front of the value (0 = not durable)
-	restored     bool      // re-reported by a node, not put on this master
-	chainAt      time.Time // last access by a chain's batch (TouchChains); depth is valid while it equals lastAccess
-	depth        int       // position in its block chain at chainAt
+	key      string
+	replicas []replica
+	size     uint64
+	seq      uint64                // put sequence number (durable objects)
+	owner    unique.Handle[string] // client that put it, interned (zero: restored); see ownerID
+	// Times as Unix nanoseconds (8 bytes each where a time.Time takes 24).
+	created, lastAccess, leaseUntil, softPinUntil nanotime
+
+	crc      uint32 // CRC32C of the value, set by PutEnd
+	hdr      uint32 // header length in front of the value (0 = not durable); Config.Validate caps MaxKeyLen
+	depth    uint32 // position in its block chain at its last access, valid while chained
+	complete bool
+	hardPin  bool
+	restored bool // re-reported by a node, not put on this master
+	chained  bool // the last access was a chain's batch (TouchChains): depth is valid
+}
+
+// The object's layout is what the master's memory per object is made of:
+// 112 bytes (a size class of the allocator) with the fields above in this
+// order; memory_test.go measures the whole per object. Keep the fixed-size
+// fields together and mind the padding when adding one.
+
+// nanotime is a point in time as Unix nanoseconds (years 1678 to 2262), 0
+// for none.
+type nanotime int64
+
+func nanoOf(t time.Time) nanotime {
+	if t.IsZero() {
+		return 0
+	}
+	return nanotime(t.UnixNano())
+}
+
+// time is n as a time.Time (the zero Time for 0).
+func (n nanotime) time() time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(n))
+}
+
+// after reports whether n is later than t: now.Before(deadline) reads
+// deadline.after(now).
+func (n nanotime) after(t time.Time) bool { return n > nanoOf(t) }
+
+// touch records an access at now. A chain's depth stays valid only while
+// the last access is the chain batch's (chain.go).
+func (o *object) touch(now time.Time) {
+	if n := nanoOf(now); n != o.lastAccess {
+		o.lastAccess, o.chained = n, false
+	}
+}
+
+// ownerID is the ID of the client that put the object ("" for a restored
+// one).
+func (o *object) ownerID() string {
+	if o.owner == (unique.Handle[string]{}) {
+		return ""
+	}
+	return o.owner.Value()
 }
 
 // alloc is the number of bytes one replica occupies from its offset.
-func (o *object) alloc() uint64 { return o.hdr + o.size }
+func (o *object) alloc() uint64 { return o.header() + o.size }
+
+// header is the length of the object header in front of the value (0 when
+// not durable).
+func (o *object) header() uint64 { return uint64(o.hdr) }
 
 type segment struct {
 	key           string // in Master.segments: spec.Name, or "name#N" for a later segment sharing the name
 	spec          SegmentSpec
 	client        string
 	alloc         *offsetalloc.Allocator
-	keys          map[string]struct{}
+	objects       []*object // with a replica here, in no order; each replica knows its index (segobjects.go)
 	draining      bool
 	drainDeadline time.Time
 	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
@@ -278,13 +328,14 @@ func (m *Master) usageLocked() (capacity, used uint64) {
 func (o *object) descriptors() []Replica {
 	out := make([]Replica, len(o.replicas))
 	for i, r := range o.replicas {
-		out[i] = Replica{Segment: r.seg.spec.Name, Endpoint: r.seg.spec.Endpoint, Addr: r.seg.spec.Base + r.off + o.hdr, Size: o.size,
-			HeaderLen: o.hdr, Seq: o.seq}
+		out[i] = Replica{Segment: r.seg.spec.Name, Endpoint: r.seg.spec.Endpoint, Addr: r.seg.spec.Base + r.off + o.header(), Size: o.size,
+			HeaderLen: o.header(), Seq: o.seq}
 	}
 	return out
 }
 
 func (o *object) info() ObjectInfo {
 	return ObjectInfo{Key: o.key, Size: o.size, CRC: o.crc, Complete: o.complete, Replicas: o.descriptors(),
-		Created: o.created, LastAccess: o.lastAccess, LeaseUntil: o.leaseUntil, SoftPinUntil: o.softPinUntil, HardPin: o.hardPin}
+		Created: o.created.time(), LastAccess: o.lastAccess.time(), LeaseUntil: o.leaseUntil.time(), SoftPinUntil: o.softPinUntil.time(),
+		HardPin: o.hardPin}
 }

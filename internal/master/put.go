@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unique"
 )
 
 // validPut checks the parameters of a put.
@@ -38,7 +39,7 @@ func (m *Master) PutStart(clientID, key string, size uint64, rc ReplicateConfig)
 	defer m.mu.Unlock()
 	now := m.clock.Now()
 	if o := m.objects[key]; o != nil {
-		if o.complete || now.Sub(o.created) < m.cfg.PutTimeout {
+		if o.complete || now.Sub(o.created.time()) < m.cfg.PutTimeout {
 			return nil, fmt.Errorf("%w: %q", ErrObjectExists, key)
 		}
 		m.preemptLocked(o, now) // a zombie put: take the key over
@@ -64,12 +65,12 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 		return nil, err
 	}
 	m.seq++
-	o := &object{key: key, size: size, replicas: reps, owner: clientID, created: now, lastAccess: now, hdr: hdr, seq: m.seq}
+	o := &object{key: key, size: size, replicas: reps, owner: unique.Make(clientID), created: nanoOf(now), lastAccess: nanoOf(now), hdr: uint32(hdr), seq: m.seq}
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.objects[key] = o
 	m.addPendingLocked(o)
 	for _, r := range reps {
-		r.seg.keys[key] = struct{}{}
+		r.seg.add(o)
 	}
 	m.stats.PutStarts++
 	return o.descriptors(), nil
@@ -78,9 +79,9 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 // pin sets the object's pins from a put's policy (a soft pin of
 // defaultTTL when the policy names none).
 func (o *object) pin(rc ReplicateConfig, defaultTTL time.Duration, now time.Time) {
-	o.hardPin, o.softPinUntil = rc.HardPin, time.Time{}
+	o.hardPin, o.softPinUntil = rc.HardPin, 0
 	if rc.SoftPin {
-		o.softPinUntil = now.Add(cmp.Or(rc.SoftPinTTL, defaultTTL))
+		o.softPinUntil = nanoOf(now.Add(cmp.Or(rc.SoftPinTTL, defaultTTL)))
 	}
 }
 
@@ -95,13 +96,13 @@ func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 	if o.complete {
 		return fmt.Errorf("%w: %q", ErrObjectExists, key)
 	}
-	if o.owner != clientID {
+	if o.ownerID() != clientID {
 		return fmt.Errorf("%w: %q", ErrNotOwner, key)
 	}
 	o.complete = true
 	m.dropPendingLocked(key)
 	o.crc = crc
-	o.lastAccess = m.clock.Now()
+	o.touch(m.clock.Now())
 	m.stats.Puts++
 	m.dropDiskLocked(key, true) // the disk copy, if any, is an older version
 	m.storedLocked(o)
@@ -116,7 +117,7 @@ func (m *Master) PutRevoke(clientID, key string) error {
 	if o == nil || o.complete {
 		return fmt.Errorf("%w: no put in progress for %q", ErrObjectNotFound, key)
 	}
-	if o.owner != clientID {
+	if o.ownerID() != clientID {
 		return fmt.Errorf("%w: %q", ErrNotOwner, key)
 	}
 	m.freeLocked(o)
@@ -139,11 +140,11 @@ func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) (
 	defer m.keepSoftPinLocked(key, rc, m.committedSoftPinLocked(key), now)
 	if o := m.objects[key]; o != nil {
 		switch {
-		case !o.complete && now.Sub(o.created) < m.cfg.PutTimeout:
+		case !o.complete && now.Sub(o.created.time()) < m.cfg.PutTimeout:
 			return nil, fmt.Errorf("%w: put in progress for %q", ErrObjectExists, key)
 		case !o.complete:
 			m.preemptLocked(o, now)
-		case now.Before(o.leaseUntil):
+		case o.leaseUntil.after(now):
 			m.stats.LeaseRejections++
 			return nil, fmt.Errorf("%w: %q", ErrObjectHasLease, key)
 		case o.size == size && len(o.replicas) >= max(rc.Replicas, 1):
@@ -160,9 +161,9 @@ func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) (
 func (m *Master) rewriteInPlaceLocked(o *object, clientID string, rc ReplicateConfig, now time.Time) []Replica {
 	m.goneLocked(o) // invisible until PutEnd
 	m.seq++
-	o.complete, o.owner, o.created, o.crc, o.seq, o.restored = false, clientID, now, 0, m.seq, false
+	o.complete, o.owner, o.created, o.crc, o.seq, o.restored = false, unique.Make(clientID), nanoOf(now), 0, m.seq, false
 	m.addPendingLocked(o)
-	o.lastAccess = now
+	o.touch(now)
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.stats.PutStarts++
 	return o.descriptors()
@@ -172,8 +173,8 @@ func (m *Master) rewriteInPlaceLocked(o *object, clientID string, rc ReplicateCo
 func (m *Master) freeLocked(o *object) {
 	m.goneLocked(o)
 	for _, r := range o.replicas {
-		m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.hdr)
-		delete(r.seg.keys, o.key)
+		m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header())
+		r.seg.drop(o)
 	}
 	delete(m.objects, o.key)
 	m.dropPendingLocked(o.key)
@@ -182,10 +183,10 @@ func (m *Master) freeLocked(o *object) {
 // preemptLocked forgets a zombie put but keeps its space reserved until the
 // release timeout, since its writer may still be writing.
 func (m *Master) preemptLocked(o *object, now time.Time) {
-	release := o.created.Add(m.cfg.PutReleaseTimeout)
+	release := o.created.time().Add(m.cfg.PutReleaseTimeout)
 	for _, r := range o.replicas {
-		delete(r.seg.keys, o.key)
-		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.alloc(), releaseAt: release, key: o.key, seq: o.seq, hdr: o.hdr})
+		r.seg.drop(o)
+		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.alloc(), releaseAt: release, key: o.key, seq: o.seq, hdr: o.header()})
 	}
 	delete(m.objects, o.key)
 	m.dropPendingLocked(o.key)
@@ -196,10 +197,10 @@ func (m *Master) preemptLocked(o *object, now time.Time) {
 // will finish (their owner is gone) or that are past PutReleaseTimeout.
 func (m *Master) expirePutsLocked(now time.Time) {
 	for _, o := range m.pending {
-		if now.Sub(o.created) < m.cfg.PutTimeout {
+		if now.Sub(o.created.time()) < m.cfg.PutTimeout {
 			continue
 		}
-		if _, alive := m.clients[o.owner]; !alive || now.Sub(o.created) >= m.cfg.PutReleaseTimeout {
+		if _, alive := m.clients[o.ownerID()]; !alive || now.Sub(o.created.time()) >= m.cfg.PutReleaseTimeout {
 			m.freeLocked(o) // nobody will finish it, or it is far too late
 			m.stats.PutsTimedOut++
 		}

@@ -31,7 +31,7 @@ func (m *Master) RemoveHeaders(key string, force bool) ([]HeaderRef, error) {
 	if o == nil || (!o.complete && !force) {
 		return nil, fmt.Errorf("%w: %q", ErrObjectNotFound, key)
 	}
-	if !force && m.clock.Now().Before(o.leaseUntil) {
+	if !force && o.leaseUntil.after(m.clock.Now()) {
 		m.stats.LeaseRejections++
 		return nil, fmt.Errorf("%w: %q", ErrObjectHasLease, key)
 	}
@@ -130,7 +130,7 @@ func (m *Master) RemovePageFrom(mt Matcher, force bool, after string, limit int)
 			page.Removed++
 			continue
 		}
-		if !force && now.Before(o.leaseUntil) {
+		if !force && o.leaseUntil.after(now) {
 			m.stats.LeaseRejections++
 			continue
 		}

@@ -33,7 +33,7 @@ func (m *Master) BatchReplicaClear(clientID string, keys []string, segment strin
 			continue
 		}
 		o := m.objects[key]
-		if o == nil || o.owner != clientID || !o.complete || m.inUseLocked(o, now) {
+		if o == nil || o.ownerID() != clientID || !o.complete || m.inUseLocked(o, now) {
 			continue
 		}
 		var ok bool
@@ -56,7 +56,7 @@ func (m *Master) BatchReplicaClear(clientID string, keys []string, segment strin
 // inUseLocked reports whether replica clear must leave o alone: a read
 // lease is held, or it was accessed within the last LeaseTTL.
 func (m *Master) inUseLocked(o *object, now time.Time) bool {
-	return now.Before(o.leaseUntil) || now.Before(o.lastAccess.Add(m.cfg.LeaseTTL))
+	return o.leaseUntil.after(now) || now.Before(o.lastAccess.time().Add(m.cfg.LeaseTTL))
 }
 
 // clearAllLocked removes o and its disk copy.
@@ -83,8 +83,8 @@ func (m *Master) clearOnSegmentLocked(o *object, segment string) bool {
 	}
 	for _, r := range o.replicas {
 		if onSeg(r) {
-			m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.hdr)
-			delete(r.seg.keys, o.key)
+			m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header())
+			r.seg.drop(o)
 		}
 	}
 	n := len(o.replicas)

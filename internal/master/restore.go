@@ -178,19 +178,19 @@ func (m *Master) restoreSegmentLocked(s *segment, held []HeldObject, now time.Ti
 			}
 			o.replicas = append(o.replicas, replica{seg: s, off: h.Offset})
 			m.replicasChangedLocked(o, 1)
-			s.keys[h.Key] = struct{}{}
+			s.add(o)
 			won = append(won, h)
 			continue
 		default: // the master knows an older version: this one replaces it
 			m.freeLocked(o)
 		}
 		o = &object{key: h.Key, size: h.Size, crc: h.CRC, complete: true, replicas: []replica{{seg: s, off: h.Offset}},
-			created: now, lastAccess: now, hardPin: h.HardPin, seq: h.Seq, hdr: headerLen(h.Key), restored: true}
+			created: nanoOf(now), lastAccess: nanoOf(now), hardPin: h.HardPin, seq: h.Seq, hdr: uint32(headerLen(h.Key)), restored: true}
 		if h.SoftPin {
-			o.softPinUntil = now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL))
+			o.softPinUntil = nanoOf(now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL)))
 		}
 		m.objects[h.Key] = o
-		s.keys[h.Key] = struct{}{}
+		s.add(o)
 		m.storedLocked(o)
 		won = append(won, h)
 	}

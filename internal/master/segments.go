@@ -49,7 +49,7 @@ func (m *Master) mountLocked(clientID string, spec SegmentSpec) error {
 	}
 	c := m.touchClient(clientID, now)
 	s := &segment{key: m.segmentKeyLocked(spec.Name), spec: spec, client: clientID, alloc: offsetalloc.New(spec.Size, m.cfg.Align),
-		keys: map[string]struct{}{}, tombs: map[uint64]tomb{}}
+		tombs: map[uint64]tomb{}}
 	m.segments[s.key] = s
 	i, _ := slices.BinarySearchFunc(m.segOrder, s, compareSegments)
 	m.segOrder = slices.Insert(m.segOrder, i, s)
@@ -113,7 +113,7 @@ func (m *Master) UnmountSegment(clientID, name string) error {
 	if err != nil {
 		return err
 	}
-	m.cfg.Logger.Info("master: segment unmounted", "segment", name, "client", clientID, "replicas", len(s.keys))
+	m.cfg.Logger.Info("master: segment unmounted", "segment", name, "client", clientID, "replicas", len(s.objects))
 	m.unmountLocked(s)
 	return nil
 }
@@ -148,20 +148,17 @@ func (m *Master) GracefulUnmount(clientID, name string, grace time.Duration) err
 }
 
 func (m *Master) unmountLocked(s *segment) {
-	for key := range s.keys {
-		o := m.objects[key]
-		if o == nil {
-			continue
-		}
+	for _, o := range s.objects { // s goes: its list is not kept up to date
 		n := len(o.replicas)
 		o.replicas = slices.DeleteFunc(o.replicas, func(r replica) bool { return r.seg == s })
 		m.replicasChangedLocked(o, len(o.replicas)-n)
 		if len(o.replicas) == 0 {
 			m.goneLocked(o)
-			delete(m.objects, key)
-			m.dropPendingLocked(key)
+			delete(m.objects, o.key)
+			m.dropPendingLocked(o.key)
 		}
 	}
+	s.objects = nil
 	for off, tb := range s.tombs {
 		m.untombLocked(s, off, tb.key)
 	}
@@ -180,15 +177,15 @@ func (m *Master) drainLocked(now time.Time) {
 			continue
 		}
 		busy := false
-		for key := range s.keys {
-			if o := m.objects[key]; o != nil && now.Before(o.leaseUntil) {
+		for _, o := range s.objects {
+			if o.leaseUntil.after(now) {
 				busy = true
 				break
 			}
 		}
 		if !busy || !now.Before(s.drainDeadline) {
 			m.cfg.Logger.Info("master: segment unmounted (graceful)", "segment", s.spec.Name, "client", s.client,
-				"replicas", len(s.keys), "grace_expired", busy)
+				"replicas", len(s.objects), "grace_expired", busy)
 			m.unmountLocked(s)
 		}
 	}
@@ -207,7 +204,7 @@ func (m *Master) Segments() []SegmentInfo {
 }
 
 func (s *segment) info() SegmentInfo {
-	return SegmentInfo{SegmentSpec: s.spec, Client: s.client, Used: s.alloc.Used(), Capacity: s.alloc.Size(), Objects: len(s.keys), Draining: s.draining}
+	return SegmentInfo{SegmentSpec: s.spec, Client: s.client, Used: s.alloc.Used(), Capacity: s.alloc.Size(), Objects: len(s.objects), Draining: s.draining}
 }
 
 // ClientSegment returns the info of clientID's segment named name:

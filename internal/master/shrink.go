@@ -10,21 +10,22 @@ package master
 // shrinkMin is the peak below which maps are left alone.
 const shrinkMin = 8192
 
-// shrinkLocked rebuilds the object, pending and per-segment key and
-// tombstone maps that fell far below their peak.
+// shrinkLocked rebuilds the object, pending and per-segment tombstone maps
+// that fell far below their peak, and the segments' object lists that fill
+// at most an eighth of their capacity.
 func (m *Master) shrinkLocked() {
 	m.peaks.objects = shrunk(&m.objects, m.peaks.objects)
 	m.peaks.pending = shrunk(&m.pending, m.peaks.pending)
 	m.peaks.tombIdx = shrunk(&m.tombIdx, m.peaks.tombIdx)
 	for _, s := range m.segOrder {
-		s.peaks.keys = shrunk(&s.keys, s.peaks.keys)
+		s.objects = shrunkSlice(s.objects)
 		s.peaks.tombs = shrunk(&s.tombs, s.peaks.tombs)
 	}
 }
 
 // mapPeaks are the largest sizes of maps since they were last rebuilt.
 type mapPeaks struct {
-	objects, pending, tombIdx, keys, tombs int
+	objects, pending, tombIdx, tombs int
 }
 
 // shrunk rebuilds *mp when it holds at most an eighth of peak, and returns
@@ -43,4 +44,13 @@ func shrunk[K comparable, V any](mp *map[K]V, peak int) int {
 	}
 	*mp = c
 	return n
+}
+
+// shrunkSlice is s reallocated to its length when it fills at most an
+// eighth of a capacity of at least shrinkMin, else s.
+func shrunkSlice[T any](s []T) []T {
+	if cap(s) < shrinkMin || len(s) > cap(s)/8 {
+		return s
+	}
+	return append([]T(nil), s...)
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unique"
 )
 
 // Put slots: a put in one master round trip.
@@ -64,12 +65,12 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 		return "", nil, err
 	}
 	m.seq++
-	o := &object{key: slot, size: size, replicas: reps, owner: clientID, created: now, lastAccess: now, hdr: hdr, seq: m.seq}
+	o := &object{key: slot, size: size, replicas: reps, owner: unique.Make(clientID), created: nanoOf(now), lastAccess: nanoOf(now), hdr: uint32(hdr), seq: m.seq}
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.objects[slot] = o
 	m.addPendingLocked(o)
 	for _, r := range reps {
-		r.seg.keys[slot] = struct{}{}
+		r.seg.add(o)
 	}
 	return slot, o.descriptors(), nil
 }
@@ -89,25 +90,25 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	defer m.mu.Unlock()
 	now := m.clock.Now()
 	s := m.pending[slot]
-	if s == nil || s.owner != clientID || !strings.HasPrefix(slot, SlotPrefix) || len(s.replicas) == 0 {
+	if s == nil || s.ownerID() != clientID || !strings.HasPrefix(slot, SlotPrefix) || len(s.replicas) == 0 {
 		return nil, true, nil
 	}
 	refuse := func(gone bool, err error) ([]HeaderRef, bool, error) {
 		m.freeLocked(s)
 		return m.tombsOfLocked(map[string]bool{slot: true}), gone, err
 	}
-	if (m.cfg.Durable && s.hdr != headerLen(key)) || m.newerThanLocked(key, s.seq) {
+	if (m.cfg.Durable && s.header() != headerLen(key)) || m.newerThanLocked(key, s.seq) {
 		return refuse(true, nil)
 	}
 	if o := m.objects[key]; o != nil {
 		switch {
-		case !o.complete && now.Sub(o.created) < m.cfg.PutTimeout:
+		case !o.complete && now.Sub(o.created.time()) < m.cfg.PutTimeout:
 			return refuse(false, fmt.Errorf("%w: put in progress for %q", ErrObjectExists, key))
 		case !o.complete:
 			return refuse(true, nil) // a zombie: the usual put preempts it
 		case !upsert:
 			return refuse(false, fmt.Errorf("%w: %q", ErrObjectExists, key))
-		case now.Before(o.leaseUntil):
+		case o.leaseUntil.after(now):
 			m.stats.LeaseRejections++
 			return refuse(false, fmt.Errorf("%w: %q", ErrObjectHasLease, key))
 		}
@@ -115,11 +116,8 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	}
 	m.dropPendingLocked(slot)
 	delete(m.objects, slot)
-	for _, r := range s.replicas {
-		delete(r.seg.keys, slot)
-		r.seg.keys[key] = struct{}{}
-	}
-	s.key, s.complete, s.crc, s.created, s.lastAccess = key, true, crc, now, now
+	s.key, s.complete, s.crc, s.created = key, true, crc, nanoOf(now)
+	s.touch(now)
 	s.pin(rc, m.cfg.SoftPinTTL, now)
 	m.objects[key] = s
 	m.stats.PutStarts++

@@ -12,7 +12,7 @@ import "time"
 // (zero when there is none).
 func (m *Master) committedSoftPinLocked(key string) time.Time {
 	if o := m.objects[key]; o != nil && o.complete {
-		return o.softPinUntil
+		return o.softPinUntil.time()
 	}
 	return time.Time{}
 }
@@ -25,6 +25,6 @@ func (m *Master) keepSoftPinLocked(key string, rc ReplicateConfig, prev, now tim
 		return
 	}
 	if o := m.objects[key]; o != nil && !o.complete {
-		o.softPinUntil = prev
+		o.softPinUntil = nanoOf(prev)
 	}
 }

@@ -324,16 +324,16 @@ func (m *Master) startTaskLocked(t *task, now time.Time) (TaskAssignment, error)
 			return TaskAssignment{}, fmt.Errorf("%w: %d bytes on segment %q for %q", ErrNoSpace, o.alloc(), name, t.Key)
 		}
 	}
-	t.targets, t.seq, t.asize, t.hdr = targets, o.seq, o.alloc(), o.hdr
+	t.targets, t.seq, t.asize, t.hdr = targets, o.seq, o.alloc(), o.header()
 	t.Status, t.Updated, t.Message = TaskProcessing, now, ""
 	m.leaseLocked(o, now.Add(m.cfg.LeaseTTL)) // no remove or eviction while the bytes are read (best effort: FinishTask checks the version)
-	a := TaskAssignment{Task: t.Task, Size: o.size, CRC: o.crc, HeaderLen: o.hdr, Deadline: now.Add(TaskProcessingTimeout)}
+	a := TaskAssignment{Task: t.Task, Size: o.size, CRC: o.crc, HeaderLen: o.header(), Deadline: now.Add(TaskProcessingTimeout)}
 	a.Targets = slices.Clone(t.Targets)
-	a.From = Replica{Segment: from.seg.spec.Name, Endpoint: from.seg.spec.Endpoint, Addr: from.seg.spec.Base + from.off + o.hdr,
-		Size: o.size, HeaderLen: o.hdr, Seq: o.seq}
+	a.From = Replica{Segment: from.seg.spec.Name, Endpoint: from.seg.spec.Endpoint, Addr: from.seg.spec.Base + from.off + o.header(),
+		Size: o.size, HeaderLen: o.header(), Seq: o.seq}
 	for _, r := range targets {
-		a.To = append(a.To, Replica{Segment: r.seg.spec.Name, Endpoint: r.seg.spec.Endpoint, Addr: r.seg.spec.Base + r.off + o.hdr,
-			Size: o.size, HeaderLen: o.hdr, Seq: o.seq})
+		a.To = append(a.To, Replica{Segment: r.seg.spec.Name, Endpoint: r.seg.spec.Endpoint, Addr: r.seg.spec.Base + r.off + o.header(),
+			Size: o.size, HeaderLen: o.header(), Seq: o.seq})
 	}
 	return a, nil
 }
@@ -375,11 +375,11 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 	added := 0
 	for _, r := range t.targets {
 		if m.segments[r.seg.key] != r.seg || slices.ContainsFunc(o.replicas, func(x replica) bool { return x.seg == r.seg }) {
-			m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.hdr) // unmounted meanwhile, or replicated otherwise
+			m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header()) // unmounted meanwhile, or replicated otherwise
 			continue
 		}
 		o.replicas = append(o.replicas, r)
-		r.seg.keys[o.key] = struct{}{}
+		r.seg.add(o)
 		m.replicasChangedLocked(o, 1)
 		added++
 	}
@@ -392,8 +392,8 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 		}
 		for _, r := range o.replicas {
 			if r.seg.spec.Name == t.Source {
-				m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.hdr)
-				delete(r.seg.keys, o.key)
+				m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header())
+				r.seg.drop(o)
 			}
 		}
 		n := len(o.replicas)

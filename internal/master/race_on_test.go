@@ -1,0 +1,6 @@
+//go:build race
+
+package master
+
+// raceEnabled: the race detector is on (memory figures would be distorted).
+const raceEnabled = true
