@@ -95,8 +95,8 @@
 //   - Events (events.go): an optional EventSink hears Stored/Removed per
 //     tier (Mooncake's enable_kv_events).
 //   - List (not in Mooncake): keys by prefix in key order with a cursor,
-//     each page O(log n + page) over the ordered index (a B-tree of the
-//     visible keys).
+//     over the ordered index (a B-tree of the visible keys), the lock held
+//     for at most listHold keys at a time.
 //
 // # Bounded work
 //

@@ -40,22 +40,51 @@ func (m *Master) indexDropLocked(key string) {
 // past that the page ends early with a cursor.
 const listScanFactor = 16
 
+// listHold is the most index entries one hold of the lock passes over
+// while a List page is built: a page of any size lets other calls in every
+// listHold keys.
+const listHold = 512
+
 // List returns up to limit complete objects whose key has the prefix and
 // sorts after the cursor `after`, in key order, and the cursor of the next
 // page ("" when this is the last page). limit <= 0 means 1000. A page walks
-// the ordered index from the cursor: O(log n + limit) under the lock, never
-// a removed key; keys added after a listing started appear in its later
-// pages when they sort after its cursor. A page may hold fewer than limit
+// the ordered index from the cursor, taking the lock for at most listHold
+// keys at a time: O(log n + listHold) per hold, never a removed key; keys
+// added after a listing started appear in its later pages (or later in its
+// page) when they sort after its cursor. A page may hold fewer than limit
 // keys and still have a next cursor (keys held only on a disk tier are
 // skipped, and a page passes over a bounded number of them).
 func (m *Master) List(prefix, after string, limit int) ([]KeyInfo, string) {
 	if limit <= 0 {
 		limit = 1000
 	}
+	var out []KeyInfo
+	budget := limit*listScanFactor + 1024
+	cursor := after
+	for {
+		step := min(listHold, budget)
+		rows, last, passed, more := m.listStep(prefix, cursor, limit-len(out), step)
+		out = append(out, rows...)
+		budget -= passed
+		switch {
+		case !more:
+			return out, ""
+		case len(out) == limit:
+			return out, out[len(out)-1].Key
+		case budget <= 0:
+			return out, last // the next page starts after the last key passed
+		}
+		cursor = last
+	}
+}
+
+// listStep passes over at most pass index entries with the prefix after
+// the cursor under one hold of the lock, and returns the complete objects
+// among them (at most want), the last key it passed, how many it passed,
+// and whether keys with the prefix are left after that one.
+func (m *Master) listStep(prefix, after string, want, pass int) (rows []KeyInfo, last string, passed int, more bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []KeyInfo
-	next, budget := "", limit*listScanFactor+1024
 	m.index.AscendGreaterOrEqual(max(prefix, after), func(k string) bool {
 		if k == after {
 			return true
@@ -63,24 +92,18 @@ func (m *Master) List(prefix, after string, limit int) ([]KeyInfo, string) {
 		if !strings.HasPrefix(k, prefix) {
 			return false
 		}
-		if len(out) == limit || budget == 0 {
-			next = k
+		if len(rows) == want || passed == pass {
+			more = true
 			return false
 		}
-		budget--
+		passed++
+		last = k
 		if o := m.objects[k]; o != nil && o.complete {
-			out = append(out, KeyInfo{Key: k, Size: o.size, Replicas: len(o.replicas)})
+			rows = append(rows, KeyInfo{Key: k, Size: o.size, Replicas: len(o.replicas)})
 		}
 		return true
 	})
-	if next == "" {
-		return out, ""
-	}
-	// The next page starts after the last key this one passed.
-	if len(out) == limit {
-		return out, out[len(out)-1].Key
-	}
-	return out, m.lastBefore(next)
+	return rows, last, passed, more
 }
 
 // lastBefore is the greatest indexed key smaller than k ("" when none).

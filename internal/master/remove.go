@@ -52,10 +52,10 @@ func (m *Master) RemoveHeaders(key string, force bool) ([]HeaderRef, error) {
 // are removed when they sort after its cursor, kept otherwise.
 
 // RemoveChunk is the most objects one chunk of a bulk removal removes.
-const RemoveChunk = 4096
+const RemoveChunk = 2048
 
 // removeScan is the most keys one chunk of a bulk removal passes over.
-const removeScan = 64 * 1024
+const removeScan = 16 * 1024
 
 // RemovePage is one chunk of a bulk removal.
 type RemovePage struct {

@@ -133,3 +133,27 @@ func TestMapsShrinkAfterMassRemoval(t *testing.T) {
 		t.Fatalf("object map of %d not rebuilt after the removal", left)
 	}
 }
+
+// TestListPagesAcrossHolds: a page larger than one hold of the lock is
+// whole and in order, and the last page ends the listing.
+func TestListPagesAcrossHolds(t *testing.T) {
+	m, _ := newTestMaster(t, Config{ClientTTL: time.Hour}, map[string]uint64{"a": 64 << 20})
+	n := 3*listHold + 7
+	for i := range n {
+		mustPut(t, m, fmt.Sprintf("k%06d", i), 64, ReplicateConfig{})
+	}
+	mustPut(t, m, "z", 64, ReplicateConfig{})
+	page, next := m.List("k", "", 2*listHold+1)
+	if len(page) != 2*listHold+1 || next != page[len(page)-1].Key || page[0].Key != "k000000" {
+		t.Fatalf("first page: %d keys, next %q", len(page), next)
+	}
+	for i := 1; i < len(page); i++ {
+		if page[i-1].Key >= page[i].Key {
+			t.Fatalf("out of order at %d: %s %s", i, page[i-1].Key, page[i].Key)
+		}
+	}
+	rest, next := m.List("k", next, 10*listHold)
+	if len(rest) != n-len(page) || next != "" {
+		t.Fatalf("second page: %d keys, next %q; want %d and the end", len(rest), next, n-len(page))
+	}
+}
