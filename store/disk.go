@@ -36,9 +36,15 @@ type DiskTier interface {
 	Dropped() []DiskObject
 }
 
-// DiskObject is one object on a disk tier.
+// DiskObject is one object on a disk tier: what its header says.
 type DiskObject struct {
-	objheader.Header
+	Key        string
+	Seq        uint64 // the put's sequence number (its version)
+	Size       uint64 // value bytes
+	CRC        uint32 // CRC32C of the value
+	HardPin    bool
+	SoftPin    bool
+	SoftPinTTL time.Duration
 }
 
 // DiskReplica is a copy of an object on a node's disk tier (ObjectInfo.Disk).

@@ -186,7 +186,7 @@ func (d *Tier) Store(object []byte) (store.DiskObject, error) {
 	d.index[h.Key] = &diskEntry{hdr: h, file: f, bytes: uint64(len(object)), used: d.tick}
 	d.used += uint64(len(object))
 	d.evictLocked(h.Key)
-	return store.DiskObject{Header: h}, nil
+	return diskObject(h), nil
 }
 
 // evictLocked drops least recently used copies (never keep) until the tier
@@ -209,7 +209,7 @@ func (d *Tier) evictLocked(keep string) {
 		os.Remove(e.file)
 		delete(d.index, e.hdr.Key)
 		d.used -= e.bytes
-		d.dropped = append(d.dropped, store.DiskObject{Header: e.hdr})
+		d.dropped = append(d.dropped, diskObject(e.hdr))
 	}
 }
 
@@ -232,7 +232,7 @@ func (d *Tier) Held() []store.DiskObject {
 	defer d.mu.Unlock()
 	out := make([]store.DiskObject, 0, len(d.index))
 	for _, e := range d.index {
-		out = append(out, store.DiskObject{Header: e.hdr})
+		out = append(out, diskObject(e.hdr))
 	}
 	return out
 }
@@ -299,3 +299,8 @@ func (d *Tier) Handler() http.Handler {
 }
 
 var _ store.DiskTier = (*Tier)(nil)
+
+// diskObject is the store's view of an object's header.
+func diskObject(h objheader.Header) store.DiskObject {
+	return store.DiskObject{Key: h.Key, Seq: h.Seq, Size: h.Size, CRC: h.CRC, HardPin: h.HardPin, SoftPin: h.SoftPin, SoftPinTTL: h.SoftPinTTL}
+}
