@@ -740,12 +740,25 @@ func (x *MountSegmentRequest) GetSegment() *Segment {
 	return nil
 }
 
+// A remount re-reports the durable objects the client's segments hold
+// (master restart or failover) in chunks, each within a few MiB: the first
+// call (restore_id 0) carries the segments and the first chunk and opens a
+// restore session; the following calls carry restore_id and chunk 1, 2, ...
+// Each segment's objects are sent in offset order across the chunks. The
+// call with more false ends the session. A single call with restore_id 0
+// and more false is a whole remount.
 type RemountSegmentsRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	Segments []*Segment             `protobuf:"bytes,2,rep,name=segments,proto3" json:"segments,omitempty"`
-	// The durable objects the client's segments hold (master restart or failover).
-	Objects       []*HeldObject `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	// The durable objects of this chunk.
+	Objects []*HeldObject `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	// The session, from the first call's answer (0 on the first call).
+	RestoreId uint64 `protobuf:"varint,4,opt,name=restore_id,json=restoreId,proto3" json:"restore_id,omitempty"`
+	// The chunk's number in the session (0 on the first call).
+	Chunk uint32 `protobuf:"varint,5,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// More chunks follow.
+	More          bool `protobuf:"varint,6,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -801,13 +814,36 @@ func (x *RemountSegmentsRequest) GetObjects() []*HeldObject {
 	return nil
 }
 
+func (x *RemountSegmentsRequest) GetRestoreId() uint64 {
+	if x != nil {
+		return x.RestoreId
+	}
+	return 0
+}
+
+func (x *RemountSegmentsRequest) GetChunk() uint32 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *RemountSegmentsRequest) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type RemountSegmentsResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Status   *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	Restored int64                  `protobuf:"varint,2,opt,name=restored,proto3" json:"restored,omitempty"`
 	Dropped  int64                  `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	// Headers of refused objects to zero.
-	Tombstones    []*HeaderRef `protobuf:"bytes,4,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	Tombstones []*HeaderRef `protobuf:"bytes,4,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	// The restore session (the first call's answer while more chunks follow).
+	RestoreId     uint64 `protobuf:"varint,5,opt,name=restore_id,json=restoreId,proto3" json:"restore_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -868,6 +904,13 @@ func (x *RemountSegmentsResponse) GetTombstones() []*HeaderRef {
 		return x.Tombstones
 	}
 	return nil
+}
+
+func (x *RemountSegmentsResponse) GetRestoreId() uint64 {
+	if x != nil {
+		return x.RestoreId
+	}
+	return 0
 }
 
 type UnmountSegmentRequest struct {
@@ -2624,18 +2667,24 @@ const file_store_proto_rawDesc = "" +
 	" \x01(\bR\x04disk\"h\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
-	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"\xa6\x01\n" +
+	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"\xef\x01\n" +
 	"\x16RemountSegmentsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x126\n" +
 	"\bsegments\x18\x02 \x03(\v2\x1a.mooncake.store.v1.SegmentR\bsegments\x127\n" +
-	"\aobjects\x18\x03 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\aobjects\"\xc0\x01\n" +
+	"\aobjects\x18\x03 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\aobjects\x12\x1d\n" +
+	"\n" +
+	"restore_id\x18\x04 \x01(\x04R\trestoreId\x12\x14\n" +
+	"\x05chunk\x18\x05 \x01(\rR\x05chunk\x12\x12\n" +
+	"\x04more\x18\x06 \x01(\bR\x04more\"\xdf\x01\n" +
 	"\x17RemountSegmentsResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x1a\n" +
 	"\brestored\x18\x02 \x01(\x03R\brestored\x12\x18\n" +
 	"\adropped\x18\x03 \x01(\x03R\adropped\x12<\n" +
 	"\n" +
 	"tombstones\x18\x04 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
-	"tombstones\"c\n" +
+	"tombstones\x12\x1d\n" +
+	"\n" +
+	"restore_id\x18\x05 \x01(\x04R\trestoreId\"c\n" +
 	"\x15UnmountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
