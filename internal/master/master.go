@@ -260,6 +260,9 @@ type Master struct {
 	index  *btree.BTreeG[string] // visible keys in key order (list.go)
 	counts counts                // gauges kept current (counts.go)
 	peaks  mapPeaks              // of objects, pending and tombIdx (shrink.go)
+
+	// Restore sessions (restore_session.go).
+	restore restoreTable
 }
 
 // New returns a master core. cfg zero fields take defaults; clk nil means

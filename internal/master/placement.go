@@ -64,7 +64,7 @@ func (m *Master) placeLocked(clientID string, size uint64, want int, preferred [
 		tried = map[*segment]bool{}
 	}
 	try := func(s *segment) {
-		if len(reps) >= want || s == nil || s.draining || used(s.spec.Name) || tried[s] {
+		if len(reps) >= want || s == nil || s.draining || m.restoringLocked(s) || used(s.spec.Name) || tried[s] {
 			return
 		}
 		if tried != nil {
@@ -94,9 +94,13 @@ func (m *Master) placeLocked(clientID string, size uint64, want int, preferred [
 	return reps
 }
 
-// orderLocked is the order in which the strategy tries segments.
+// orderLocked is the order in which the strategy tries segments (those
+// being restored left out).
 func (m *Master) orderLocked(clientID string) []*segment {
 	order := slices.Clone(m.segOrder)
+	if len(m.restore.segs) > 0 {
+		order = slices.DeleteFunc(order, m.restoringLocked)
+	}
 	switch m.cfg.Strategy {
 	case StrategyFreeRatioFirst:
 		slices.SortStableFunc(order, func(a, b *segment) int {

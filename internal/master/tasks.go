@@ -310,7 +310,7 @@ func (m *Master) startTaskLocked(t *task, now time.Time) (TaskAssignment, error)
 		}
 		placed := false
 		for _, s := range m.namedLocked(name) { // any segment of that name (several clients may share it)
-			if s.draining {
+			if s.draining || m.restoringLocked(s) {
 				continue
 			}
 			if off, ok := s.alloc.Alloc(o.alloc()); ok {

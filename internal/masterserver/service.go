@@ -146,15 +146,35 @@ func (s *Service) MountSegment(_ context.Context, r *pb.MountSegmentRequest) (*p
 	return status(s.m.MountSegment(r.ClientId, specFromPB(r.Segment))), nil
 }
 
-// RemountSegments implements MasterService.
+// RemountSegments implements MasterService: one call of a restore session
+// (see RemountSegmentsRequest). The first call (RestoreId 0) opens it with
+// the segments, every call decides its chunk of objects, and the call
+// without More closes it.
 func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
-	specs := make([]master.SegmentSpec, len(r.Segments))
-	for i, sg := range r.Segments {
-		specs[i] = specFromPB(sg)
+	id := r.RestoreId
+	if id == 0 {
+		specs := make([]master.SegmentSpec, len(r.Segments))
+		for i, sg := range r.Segments {
+			specs[i] = specFromPB(sg)
+		}
+		var err error
+		if id, err = s.m.RestoreBegin(r.ClientId, specs); err != nil {
+			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
+		}
 	}
-	res, err := s.m.Restore(r.ClientId, specs, heldFromPB(r.Objects))
-	return &pb.RemountSegmentsResponse{Status: status(err), Restored: int64(res.Restored), Dropped: int64(res.Dropped),
-		Tombstones: refsToPB(res.Tombstones)}, nil
+	res, err := s.m.RestoreChunk(r.ClientId, id, r.Chunk, heldFromPB(r.Objects))
+	if err == nil && !r.More {
+		var end master.RestoreResult
+		end, err = s.m.RestoreEnd(r.ClientId, id)
+		res.Restored, res.Dropped = res.Restored+end.Restored, res.Dropped+end.Dropped
+		res.Tombstones = append(res.Tombstones, end.Tombstones...)
+	}
+	out := &pb.RemountSegmentsResponse{Status: status(err), Restored: int64(res.Restored), Dropped: int64(res.Dropped),
+		Tombstones: refsToPB(res.Tombstones)}
+	if err == nil && r.More {
+		out.RestoreId = id
+	}
+	return out, nil
 }
 
 // UnmountSegment implements MasterService.

@@ -1,0 +1,490 @@
+package master
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Restore sessions: a remount's reports in chunks (see restore.go).
+//
+// A session belongs to one client and lives from RestoreBegin to
+// RestoreEnd. Between calls it keeps O(1) state per segment (a cursor: the
+// last decided offset, the last kept report and the refused reports that
+// still overlap it), never the reports themselves. A session with no call
+// for ClientTTL expires, and a new RestoreBegin of its client replaces it:
+// either way the segments it left half restored are dropped (unmounted,
+// their objects forgotten without counting as removed), so that the next
+// remount finds them unknown and restores them from the start.
+
+// RestoreChunkObjects is how many reports the master decides under one
+// hold of its lock: a larger chunk (or a whole remount in one message) is
+// decided in parts of this size. Deciding a report is a few map operations
+// (about 1.5 µs), so a part holds the lock for a few milliseconds.
+const RestoreChunkObjects = 4096
+
+// restoreTable holds the restore sessions (one Master field).
+type restoreTable struct {
+	sessions map[string]*restoreSession // by client id
+	segs     map[*segment]bool          // segments being restored: no placement on them
+	lastID   uint64
+}
+
+// restoringLocked reports whether s is being restored: placement, copy
+// and move targets and tombstone reuse leave it alone until the restore
+// ends, since its undecided part still holds objects to come.
+func (m *Master) restoringLocked(s *segment) bool {
+	return len(m.restore.segs) > 0 && m.restore.segs[s]
+}
+
+type restoreSession struct {
+	id      uint64
+	client  string
+	next    uint32 // the chunk number expected next
+	expires time.Time
+	cursors map[string]*restoreCursor // by segment name
+}
+
+// restoreCursor is where the restore of one segment stands.
+type restoreCursor struct {
+	s      *segment
+	pos    uint64       // offsets below pos are decided; [pos, pos+Align) is allocated (a fence), the rest is free
+	last   *HeldObject  // kept report whose overlaps may not all be known yet
+	losers []HeldObject // refused reports at offsets >= pos, their tombstones not decided
+}
+
+// errRestoreSession wraps the refusals of a restore call: no such session
+// (it expired, was replaced, or began on another master) or a chunk out
+// of order. The client remounts from the start.
+var errRestoreSession = fmt.Errorf("%w: restore session", ErrInvalidParams)
+
+// Restore is RemountSegments for a node that reports the durable objects it
+// holds, all at once: RestoreBegin, RestoreChunk for each
+// RestoreChunkObjects reports (sorted by segment and offset first) and
+// RestoreEnd, each under its own hold of the lock. Segments the master
+// does not know yet are mounted and restored from the reports; reports for
+// a segment the master already knows are ignored (it already knows what
+// lives there). Without Config.Durable it is RemountSegments.
+func (m *Master) Restore(clientID string, specs []SegmentSpec, held []HeldObject) (RestoreResult, error) {
+	id, err := m.RestoreBegin(clientID, specs)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	held = slices.Clone(held)
+	sortHeld(held)
+	var res RestoreResult
+	for n := 0; n*RestoreChunkObjects < len(held); n++ {
+		r, err := m.RestoreChunk(clientID, id, uint32(n), held[n*RestoreChunkObjects:min(len(held), (n+1)*RestoreChunkObjects)])
+		res.add(r)
+		if err != nil {
+			return res, err
+		}
+	}
+	r, err := m.RestoreEnd(clientID, id)
+	res.add(r)
+	return res, err
+}
+
+// sortHeld orders reports by segment and offset (disk copies last).
+func sortHeld(held []HeldObject) {
+	slices.SortStableFunc(held, func(a, b HeldObject) int {
+		if a.Disk != b.Disk {
+			if a.Disk {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.Segment, b.Segment), cmp.Compare(a.Offset, b.Offset))
+	})
+}
+
+// RestoreBegin opens a restore session for clientID and mounts specs as
+// RemountSegments does; with Config.Durable, each segment the master did
+// not know is restored from the session's reports. A session the client
+// had open is dropped first. It returns the session's id.
+func (m *Master) RestoreBegin(clientID string, specs []SegmentSpec) (uint64, error) {
+	if clientID == "" {
+		return 0, fmt.Errorf("%w: empty client id", ErrInvalidParams)
+	}
+	for _, spec := range specs {
+		if spec.Name == "" || spec.Endpoint == "" || spec.Size == 0 {
+			return 0, fmt.Errorf("%w: segment needs a name, an endpoint and a size", ErrInvalidParams)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	m.expireRestoresLocked(now)
+	if old := m.restore.sessions[clientID]; old != nil {
+		m.abandonRestoreLocked(old, "replaced by a new remount")
+	}
+	m.touchClient(clientID, now)
+	m.restore.lastID = max(m.restore.lastID+1, uint64(now.UnixNano())) // ids differ across master restarts
+	sess := &restoreSession{id: m.restore.lastID, client: clientID, expires: now.Add(m.cfg.ClientTTL), cursors: map[string]*restoreCursor{}}
+	if m.restore.sessions == nil {
+		m.restore.sessions, m.restore.segs = map[string]*restoreSession{}, map[*segment]bool{}
+	}
+	m.restore.sessions[clientID] = sess
+	for _, spec := range specs {
+		old := m.clients[clientID].segments[spec.Name]
+		known := old != nil && old.client == clientID && old.spec == spec
+		if err := m.mountLocked(clientID, spec); err != nil {
+			m.abandonRestoreLocked(sess, "mount refused")
+			return 0, err
+		}
+		if known || !m.cfg.Durable {
+			continue
+		}
+		s := m.clients[clientID].segments[spec.Name]
+		if !s.alloc.AllocAt(0, m.cfg.Align) { // cannot happen: the segment was just mounted, empty
+			panic(fmt.Sprintf("master: restore %s: new segment not empty", spec.Name))
+		}
+		sess.cursors[spec.Name] = &restoreCursor{s: s}
+		m.restore.segs[s] = true
+	}
+	return sess.id, nil
+}
+
+// RestoreChunk decides chunk n (0, 1, ... in order) of session id's
+// reports. Each segment's reports must come in offset order across the
+// chunks (a chunk is sorted first; a report behind what earlier chunks
+// decided is dropped). The reports are decided in parts of
+// RestoreChunkObjects, each under its own hold of the lock. A chunk number
+// already applied is answered with an empty result (a repeated call); a
+// session that is unknown, expired, replaced or given a chunk out of order
+// is refused with ErrInvalidParams and dropped.
+// Disk copies (HeldObject.Disk) are recorded as DiskSync does.
+func (m *Master) RestoreChunk(clientID string, id uint64, n uint32, held []HeldObject) (RestoreResult, error) {
+	mem := make([]HeldObject, 0, len(held))
+	var onDisk []HeldObject
+	for _, h := range held {
+		if h.Disk {
+			onDisk = append(onDisk, h)
+		} else {
+			mem = append(mem, h)
+		}
+	}
+	sortHeld(mem)
+	sess, err := m.restoreNext(clientID, id, n)
+	if sess == nil {
+		return RestoreResult{}, err
+	}
+	var res RestoreResult
+	for len(mem)+len(onDisk) > 0 {
+		k := min(len(mem), RestoreChunkObjects)
+		d := min(len(onDisk), RestoreChunkObjects-k)
+		if err := m.restorePart(clientID, sess, mem[:k], onDisk[:d], &res); err != nil {
+			return res, err
+		}
+		mem, onDisk = mem[k:], onDisk[d:]
+	}
+	return res, nil
+}
+
+// restoreNext checks that chunk n is the next of session id and counts it
+// taken; it returns a nil session for a chunk already taken.
+func (m *Master) restoreNext(clientID string, id uint64, n uint32) (*restoreSession, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sess, err := m.sessionLocked(clientID, id, m.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case n < sess.next:
+		return nil, nil
+	case n > sess.next:
+		m.abandonRestoreLocked(sess, fmt.Sprintf("chunk %d out of order, want %d", n, sess.next))
+		return nil, fmt.Errorf("%w: chunk %d out of order, want %d", errRestoreSession, n, sess.next)
+	}
+	sess.next++
+	return sess, nil
+}
+
+// restorePart decides up to RestoreChunkObjects reports of sess under one
+// hold of the lock.
+func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk []HeldObject, res *RestoreResult) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.restore.sessions[clientID] != sess {
+		return fmt.Errorf("%w %d of %q: dropped during the call", errRestoreSession, sess.id, clientID)
+	}
+	now := m.clock.Now()
+	for _, h := range mem {
+		cur := sess.cursors[h.Segment]
+		if cur == nil {
+			continue // a segment the master knew, or not the client's
+		}
+		if m.segments[cur.s.key] != cur.s { // unmounted meanwhile
+			delete(sess.cursors, h.Segment)
+			delete(m.restore.segs, cur.s)
+			continue
+		}
+		m.restoreStepLocked(cur, sess, h, now, res)
+	}
+	if m.cfg.Durable && len(onDisk) > 0 {
+		c := m.clients[clientID]
+		rm, taken := m.diskSyncLocked(c, onDisk, nil)
+		for _, h := range rm { // delivered with the next ping
+			if s := c.segments[h.Segment]; s != nil {
+				s.diskRemove = append(s.diskRemove, h)
+			}
+		}
+		res.Restored += taken
+		res.Dropped += len(onDisk) - taken
+	}
+	return nil
+}
+
+// RestoreEnd closes session id: the last kept reports are decided and the
+// space past them is freed.
+func (m *Master) RestoreEnd(clientID string, id uint64) (RestoreResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	sess, err := m.sessionLocked(clientID, id, now)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	var res RestoreResult
+	for _, cur := range sess.cursors {
+		if m.segments[cur.s.key] != cur.s {
+			continue
+		}
+		m.settleLocked(cur, sess, ^uint64(0), now, &res)
+		if cur.pos < cur.s.alloc.Size() {
+			cur.s.alloc.Free(cur.pos, m.cfg.Align) // the fence
+		}
+	}
+	m.dropSessionLocked(sess)
+	return res, nil
+}
+
+// sessionLocked is client's session id, live: its deadline is pushed back.
+func (m *Master) sessionLocked(clientID string, id uint64, now time.Time) (*restoreSession, error) {
+	m.expireRestoresLocked(now)
+	sess := m.restore.sessions[clientID]
+	if sess == nil || sess.id != id {
+		m.cfg.Logger.Warn("master: restore call refused: no such session", "client", clientID, "session", id)
+		return nil, fmt.Errorf("%w %d of %q: none (expired, replaced or begun on another master)", errRestoreSession, id, clientID)
+	}
+	sess.expires = now.Add(m.cfg.ClientTTL)
+	m.touchClient(clientID, now)
+	return sess, nil
+}
+
+// expireRestoresLocked drops the sessions past their deadline.
+func (m *Master) expireRestoresLocked(now time.Time) {
+	for _, sess := range m.restore.sessions {
+		if now.After(sess.expires) {
+			m.abandonRestoreLocked(sess, "expired")
+		}
+	}
+}
+
+// abandonRestoreLocked drops sess and the segments it left half restored:
+// they are unmounted, and their restored objects are forgotten without
+// being remembered as removed, so that the node's next remount brings them
+// back. It costs O(objects restored so far) under the lock, as any unmount.
+func (m *Master) abandonRestoreLocked(sess *restoreSession, reason string) {
+	m.dropSessionLocked(sess)
+	n := 0
+	for _, cur := range sess.cursors {
+		s := cur.s
+		if m.segments[s.key] != s {
+			continue
+		}
+		n++
+		// unmountLocked remembers the keys it drops as removed during the
+		// restore window: not these, which were only half restored.
+		type prior struct {
+			key string
+			seq uint64
+			had bool
+		}
+		var keep []prior
+		for _, o := range s.objects {
+			if o.restored {
+				seq, had := m.removed[o.key]
+				keep = append(keep, prior{o.key, seq, had})
+			}
+		}
+		m.unmountLocked(s)
+		for _, p := range keep {
+			if p.had {
+				m.removed[p.key] = p.seq
+			} else {
+				delete(m.removed, p.key)
+			}
+		}
+	}
+	m.cfg.Logger.Warn("master: restore session dropped", "client", sess.client, "session", sess.id, "reason", reason,
+		"segments_unmounted", n, "chunks_applied", sess.next)
+}
+
+func (m *Master) dropSessionLocked(sess *restoreSession) {
+	delete(m.restore.sessions, sess.client)
+	for _, cur := range sess.cursors {
+		delete(m.restore.segs, cur.s)
+	}
+}
+
+// restoreStepLocked takes report h of cur's segment (in offset order).
+func (m *Master) restoreStepLocked(cur *restoreCursor, sess *restoreSession, h HeldObject, now time.Time, res *RestoreResult) {
+	s := cur.s
+	end := h.Offset + headerLen(h.Key) + h.Size
+	if m.checkKey(h.Key) != nil || h.Size == 0 || h.Offset%m.cfg.Align != 0 || end < h.Offset || end > s.alloc.Size() ||
+		h.Offset < cur.pos || (cur.last != nil && h.Offset < cur.last.Offset) {
+		res.Dropped++ // malformed, outside the segment, or behind what is decided
+		return
+	}
+	m.seq = max(m.seq, h.Seq)
+	if l := cur.last; l != nil {
+		if l.Offset+m.restoreSpan(s, *l) > h.Offset { // overlapping reports: the newer wins
+			if h.Seq > l.Seq {
+				cur.losers = append(cur.losers, *l)
+				*l = h
+			} else {
+				cur.losers = append(cur.losers, h)
+			}
+			return
+		}
+		m.settleLocked(cur, sess, h.Offset, now, res)
+	}
+	cur.last = &h
+}
+
+func (m *Master) restoreSpan(s *segment, h HeldObject) uint64 {
+	return s.alloc.Rounded(headerLen(h.Key) + h.Size)
+}
+
+// settleLocked decides cur's last kept report (no later report can overlap
+// it: the next one starts at before) and the refused reports before
+// before, and allocates their bytes in offset order: the winner's object,
+// and a tombstone for each refused header outside it.
+func (m *Master) settleLocked(cur *restoreCursor, sess *restoreSession, before uint64, now time.Time, res *RestoreResult) {
+	s := cur.s
+	var won *HeldObject
+	if h := cur.last; h != nil {
+		cur.last = nil
+		if m.takeOverLocked(s, sess, *h, now, res) {
+			won = h
+			res.Restored++
+		} else {
+			cur.losers = append(cur.losers, *h)
+		}
+	}
+	type item struct {
+		off, n uint64
+		tomb   *HeldObject
+	}
+	var items []item
+	if won != nil {
+		items = append(items, item{off: won.Offset, n: m.restoreSpan(s, *won)})
+	}
+	slices.SortStableFunc(cur.losers, func(a, b HeldObject) int { return cmp.Compare(a.Offset, b.Offset) })
+	var carry []HeldObject
+	prev := ^uint64(0)
+	for i := range cur.losers {
+		l := &cur.losers[i]
+		if l.Offset >= before {
+			carry = append(carry, *l) // may still lie inside a later winner
+			continue
+		}
+		res.Dropped++
+		if won != nil && l.Offset >= won.Offset && l.Offset < won.Offset+m.restoreSpan(s, *won) {
+			continue // inside a live object: its bytes are that object's
+		}
+		if l.Offset == prev || l.Offset < cur.pos {
+			continue
+		}
+		prev = l.Offset
+		items = append(items, item{off: l.Offset, n: m.cfg.Align, tomb: l})
+	}
+	slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.off, b.off) })
+	for _, it := range items {
+		m.restoreTakeLocked(cur, it.off, it.n)
+		if it.tomb != nil {
+			m.addTombLocked(s, it.off, tomb{key: it.tomb.Key, seq: it.tomb.Seq, n: m.cfg.Align})
+			res.Tombstones = append(res.Tombstones, s.ref(it.off, s.tombs[it.off]))
+		}
+	}
+	cur.losers = carry
+}
+
+// restoreTakeLocked allocates [off, off+n) (aligned, at or past cur.pos)
+// in cur's segment and moves the fence past it, in O(1): the free extent
+// past the fence starts right after it (nothing else allocates on a
+// segment being restored, and the fence keeps frees below it from merging
+// with that extent).
+func (m *Master) restoreTakeLocked(cur *restoreCursor, off, n uint64) {
+	a, align := cur.s.alloc, m.cfg.Align
+	ok := true
+	if end := off + n; end > cur.pos+align {
+		ok = a.AllocAt(cur.pos+align, end-cur.pos-align)
+	}
+	if off > cur.pos {
+		a.Free(cur.pos, off-cur.pos) // the fence and the gap before off
+	}
+	cur.pos = off + n
+	if ok && cur.pos < a.Size() {
+		ok = a.AllocAt(cur.pos, align)
+	}
+	if !ok { // cannot happen: see above
+		panic(fmt.Sprintf("master: restore %s: [%d,+%d) not free past the fence", cur.s.spec.Name, off, n))
+	}
+}
+
+// takeOverLocked makes report h of s an object, or one more replica of
+// one, unless the master knows a newer version of its key or the key was
+// removed; it reports whether it did.
+func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, now time.Time, res *RestoreResult) bool {
+	o := m.objects[h.Key]
+	switch {
+	case m.removed[h.Key] >= h.Seq, m.evicted[h.Key] >= h.Seq:
+		return false
+	case o == nil:
+	case !o.restored || !o.complete || o.seq > h.Seq:
+		return false // a put on this master, or a newer version
+	case o.seq == h.Seq:
+		if o.size != h.Size || o.crc != h.CRC || slices.ContainsFunc(o.replicas, func(r replica) bool { return r.seg == s }) {
+			return false
+		}
+		o.replicas = append(o.replicas, replica{seg: s, off: h.Offset})
+		m.replicasChangedLocked(o, 1)
+		s.add(o)
+		return true
+	default: // the master knows an older version: this one replaces it
+		m.replaceRestoredLocked(o, sess, res)
+	}
+	o = &object{key: h.Key, size: h.Size, crc: h.CRC, complete: true, replicas: []replica{{seg: s, off: h.Offset}},
+		created: nanoOf(now), lastAccess: nanoOf(now), hardPin: h.HardPin, seq: h.Seq, hdr: uint32(headerLen(h.Key)), restored: true}
+	if h.SoftPin {
+		o.softPinUntil = nanoOf(now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL)))
+	}
+	m.objects[h.Key] = o
+	s.add(o)
+	m.storedLocked(o)
+	return true
+}
+
+// replaceRestoredLocked frees o, an older version of a key being restored.
+// Its replicas that this session took over count as dropped after all, and
+// their tombstones go back to the node with the call's answer.
+func (m *Master) replaceRestoredLocked(o *object, sess *restoreSession, res *RestoreResult) {
+	var ours []replica
+	for _, r := range o.replicas {
+		if cur := sess.cursors[r.seg.spec.Name]; cur != nil && cur.s == r.seg {
+			ours = append(ours, r)
+		}
+	}
+	m.freeLocked(o)
+	for _, r := range ours {
+		res.Restored--
+		res.Dropped++
+		if tb, ok := r.seg.tombs[r.off]; ok {
+			res.Tombstones = append(res.Tombstones, r.seg.ref(r.off, tb))
+		}
+	}
+}
