@@ -109,6 +109,7 @@ type Client struct {
 	onDisk       []*pb.HeldObject // objects offloaded to the disk tier, to report in the next ping
 	pingFailures int              // consecutive failed pings
 	lastPingOK   time.Time        // last successful ping (or mount)
+	remountSt    remountState     // remount.go
 	taskBusy     atomic.Bool      // copy/move tasks are running (tasks.go)
 
 	diskReads  atomic.Uint64                 // values this client read from disk tiers (DiskReads)
@@ -117,16 +118,17 @@ type Client struct {
 
 // Health is the client's view of its link to the master.
 type Health struct {
-	Remounts     int       // remounts after NEED_REMOUNT
-	PingFailures int       // consecutive failed pings (0 when the master answers)
-	LastPingOK   time.Time // last time the master answered
+	Remounts       int       // remounts after NEED_REMOUNT
+	RemountPending bool      // a remount failed: the master may not know all our objects yet
+	PingFailures   int       // consecutive failed pings (0 when the master answers)
+	LastPingOK     time.Time // last time the master answered
 }
 
 // Health reports the state of the client's link to the master.
 func (c *Client) Health() Health {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Health{Remounts: c.remounts, PingFailures: c.pingFailures, LastPingOK: c.lastPingOK}
+	return Health{Remounts: c.remounts, RemountPending: c.remountSt.pending, PingFailures: c.pingFailures, LastPingOK: c.lastPingOK}
 }
 
 // New connects to the master, registers the staging buffer, contributes and
@@ -215,16 +217,12 @@ func (c *Client) join(ctx context.Context) error {
 		Base: uint64(transfer.AddrOf(seg)), Size: uint64(len(seg))}
 	if d := c.cfg.Disk; d != nil {
 		c.segmentSpec.DiskUrl, c.segmentSpec.OffloadOnEvict, c.segmentSpec.PromotionOnHit = d.URL(), d.OffloadOnEvict(), d.PromotionOnHit()
-		// A node restarting with its disk tier reports what the disk holds.
-		var res *pb.RemountSegmentsResponse
-		err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-			var err error
-			res, err = c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: []*pb.Segment{c.segmentSpec},
-				Objects: diskToHeld(c.segmentSpec.Name, d.Held())})
-			return res.GetStatus(), err
-		})
+		// A node restarting with its disk tier reports what the disk holds
+		// (in chunks, as a remount).
+		var st remountStats
+		st, err = c.remount(ctx, []*pb.Segment{c.segmentSpec}, diskToHeld(c.segmentSpec.Name, d.Held()))
 		if err == nil {
-			c.restored += int(res.GetRestored())
+			c.restored += int(st.restored)
 		}
 	} else {
 		err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
@@ -412,28 +410,9 @@ func (c *Client) ping(ctx context.Context) error {
 			c.cfg.Disk.Delete(h.Key, h.Seq)
 		}
 	}
-	if !resp.NeedRemount {
-		return nil
-	}
-	var segs []*pb.Segment
-	if c.segmentSpec != nil {
-		segs = append(segs, c.segmentSpec)
-	}
-	held := c.held() // a new or restarted master learns what our memory holds
-	rst, err := c.rpc.RemountSegments(ctx, &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs, Objects: held})
-	if err != nil {
-		return fmt.Errorf("store: remount: %w", err)
-	}
-	if err := statusErr(rst.Status); err != nil {
-		return fmt.Errorf("store: remount: %w", err)
-	}
-	c.zeroOwn(rst.Tombstones)
-	c.mu.Lock()
-	c.remounts++
-	c.restored += int(rst.Restored)
-	c.mu.Unlock()
-	c.log.Info("store: remounted after NEED_REMOUNT", "client", c.cfg.ClientID, "segments", len(segs),
-		"held", len(held), "restored", rst.Restored, "dropped", rst.Dropped)
+	// Each remount call has its own RPCTimeout: a large segment's restore
+	// outlasts one ping's deadline. Close still interrupts it.
+	c.remountOnPing(c.stopCtx, resp.NeedRemount)
 	return nil
 }
 

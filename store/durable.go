@@ -21,7 +21,8 @@ import (
 //     they return, so a removed object is never re-reported;
 //   - a client contributing a segment zeroes the headers the master lists
 //     in its ping answers (and says so in its next ping), and when it
-//     remounts it scans its segment and reports the objects it holds.
+//     remounts it scans its segment and reports the objects it holds, in
+//     chunks of bounded size (remount.go).
 
 // header stages the header of a durable put (nil when the master is not
 // durable) and returns it with its release.

@@ -43,3 +43,15 @@ func FastConn(c *Client) any {
 	defer c.fast.mu.Unlock()
 	return c.fast.conn
 }
+
+// LastRemount is what the client's last successful remount after
+// NEED_REMOUNT sent: calls, largest and total request bytes (tests).
+func LastRemount(c *Client) (calls, maxBytes, totalBytes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.remountSt.last
+	return st.calls, st.maxBytes, st.bytes
+}
+
+// RemountChunkBytes is the bound on one remount message's reports.
+const RemountChunkBytes = remountChunkBytes
