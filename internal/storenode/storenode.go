@@ -149,6 +149,11 @@ func (n *Node) Handler() http.Handler {
 		seg := n.Name()
 		fmt.Fprintf(w, "# HELP mooncake_storenode_segment_bytes Memory contributed to the pool.\n# TYPE mooncake_storenode_segment_bytes gauge\nmooncake_storenode_segment_bytes{segment=%q} %d\n", seg, n.size)
 		fmt.Fprintf(w, "# HELP mooncake_storenode_remounts_total Remounts after a master restart.\n# TYPE mooncake_storenode_remounts_total counter\nmooncake_storenode_remounts_total{segment=%q} %d\n", seg, h.Remounts)
+		pending := 0
+		if h.RemountPending {
+			pending = 1
+		}
+		fmt.Fprintf(w, "# HELP mooncake_storenode_remount_pending 1 while a failed remount waits for its retry (the master may not know all the node's objects).\n# TYPE mooncake_storenode_remount_pending gauge\nmooncake_storenode_remount_pending{segment=%q} %d\n", seg, pending)
 		fmt.Fprintf(w, "# HELP mooncake_storenode_ping_failures Consecutive failed pings to the master.\n# TYPE mooncake_storenode_ping_failures gauge\nmooncake_storenode_ping_failures{segment=%q} %d\n", seg, h.PingFailures)
 		if n.disk != nil {
 			used, objects, reads := n.disk.Usage()

@@ -104,7 +104,7 @@ func TestMountRemountUnmount(t *testing.T) {
 	}
 	waitfor.Cond(t, time.Until(deadline.Add(5*time.Second)), "node to remount on the restarted master", remounted)
 	waitHealth(200)
-	if _, body := get("/metrics"); !strings.Contains(body, "mooncake_storenode_remounts_total") {
+	if _, body := get("/metrics"); !strings.Contains(body, "mooncake_storenode_remounts_total") || !strings.Contains(body, "mooncake_storenode_remount_pending{") {
 		t.Fatalf("/metrics after remount: %s", body)
 	}
 	stopHTTP()
