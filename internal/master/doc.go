@@ -87,11 +87,19 @@
 //     lost), each unmount, and the Server logs "master stopped" on shutdown.
 //   - Durable metadata (Config.Durable, restore.go): allocations start with
 //     an objheader the client writes with the value; a remounting node
-//     reports what its memory holds and Restore rebuilds the segment (newest
-//     sequence number wins; keys removed on this master stay removed); a
-//     freed object's header stays allocated as a tombstone until it is
-//     zeroed (by the removing client, or by the node after Heartbeat lists
-//     it), so removed objects are never re-reported.
+//     reports what its memory holds and the master rebuilds the segment
+//     (newest sequence number wins; keys removed on this master stay
+//     removed); a freed object's header stays allocated as a tombstone
+//     until it is zeroed (by the removing client, or by the node after
+//     Heartbeat lists it), so removed objects are never re-reported. The
+//     reports come in bounded chunks through a restore session
+//     (restore_session.go: RestoreBegin, RestoreChunk, RestoreEnd; Restore
+//     runs one whole), decided in offset order as they arrive, at most
+//     RestoreChunkObjects per hold of the lock; the segment takes no new
+//     objects until its session ends. A session idle for ClientTTL, or
+//     replaced by the client's next remount, is dropped with the segments
+//     it left half restored (their objects not counted as removed), and
+//     the next remount starts over.
 //   - Events (events.go): an optional EventSink hears Stored/Removed per
 //     tier (Mooncake's enable_kv_events).
 //   - List (not in Mooncake): keys by prefix in key order with a cursor,
@@ -108,8 +116,10 @@
 // counters kept current where objects change (counts.go): O(segments).
 // Above evictExact objects an eviction samples (evict.go). Tombstones are
 // indexed by key. Maps are rebuilt when they fall to an eighth of their
-// peak (shrink.go). What stays O(objects of one segment) under the lock:
-// unmounting a segment.
+// peak (shrink.go). Restart recovery decides a node's re-report in parts
+// of RestoreChunkObjects per hold of the lock (restore_session.go). What
+// stays O(objects of one segment) under the lock: unmounting a segment
+// (also a segment a dropped restore session left half restored).
 //   - Replica clear (Mooncake's BatchReplicaClear): a client drops the
 //     replicas of keys it put, all of them or those on one segment, skipping
 //     keys in use (leased, or accessed within LeaseTTL) and unfinished ones.
