@@ -30,7 +30,9 @@ func TestDurableFailoverManyObjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	durable := func() *election.Server {
-		s, err := election.Start(election.Config{Endpoints: []string{ep}, Cluster: "dfo", LeaseTTL: time.Second,
+		// A graceful hand-over does not wait for the lease; a long one keeps
+		// a loaded machine from losing the leader (and its memory) midway.
+		s, err := election.Start(election.Config{Endpoints: []string{ep}, Cluster: "dfo", LeaseTTL: 5 * time.Second,
 			Master: masterserver.ServerConfig{Core: master.Config{Durable: true}, Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond}})
 		if err != nil {
 			t.Fatal(err)
@@ -90,7 +92,8 @@ func TestDurableFailoverManyObjects(t *testing.T) {
 		vals, errs := cl.BatchGet(ctx, keys[i:min(n, i+1000)])
 		for j, v := range vals {
 			if want := fmt.Appendf(nil, "v%07d", i+j); errs[j] != nil || !bytes.Equal(v, want) {
-				t.Fatalf("get %s: %q %v", keys[i+j], v, errs[j])
+				_, qerr := b.Master().Core().Query(keys[i+j])
+				t.Fatalf("get %s: %q %v (stats %+v, query %v, health %+v)", keys[i+j], v, errs[j], b.Master().Core().Stats(), qerr, node.Client().Health())
 			}
 		}
 	}
