@@ -16,7 +16,9 @@ import (
 // for ClientTTL expires, and a new RestoreBegin of its client replaces it:
 // either way the segments it left half restored are dropped (unmounted,
 // their objects forgotten without counting as removed), so that the next
-// remount finds them unknown and restores them from the start.
+// remount finds them unknown and restores them from the start. Expiry is
+// checked at each restore call; a client that died mid-restore is also
+// dropped, with its segments, once silent for ClientTTL (Tick), as any.
 
 // RestoreChunkObjects is how many reports the master decides under one
 // hold of its lock: a larger chunk (or a whole remount in one message) is
