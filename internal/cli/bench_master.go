@@ -262,6 +262,7 @@ func printBenchMaster(out io.Writer, r *benchmaster.Result, cfg benchmaster.Conf
 		sig := map[string]string{benchmaster.FailoverKill: "SIGKILL", benchmaster.FailoverStop: "SIGSTOP"}[fo.Signal]
 		text("failover", sig+" the leader: objects back", fmt.Sprintf("%d of %d, %s", fo.Present, fo.Want, state))
 		text("failover", fmt.Sprintf("election ms (standby leads; lease %v)", fo.Lease), fmt.Sprintf("%.0f (view %d -> %d)", ms(fo.Election), fo.OldView, fo.NewView))
+		text("failover", "nodes remounted on it ms", fmt.Sprintf("%.0f (%.0f after the election)", ms(fo.Remount), ms(fo.Remount-fo.Election)))
 		text("failover", "failover ms (every object back)", fmt.Sprintf("%.0f (%.0f after the election)", ms(fo.Took), ms(fo.Took-fo.Election)))
 		text("failover", "removed objects back", fmt.Sprintf("%d of %d", fo.RemovedBack, fo.RemovedTested))
 		if fo.OldLeader != "" {

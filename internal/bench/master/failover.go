@@ -12,7 +12,8 @@ import (
 
 // failover stops the HA leader (SIGKILL, or SIGSTOP with FailoverStop),
 // times the standby's election (until its /role says it leads: its master
-// listens and its view is published) and the wait, until
+// listens and its view is published), the nodes' remount on it (its
+// /api/summary has every segment) and the wait, until
 // cfg.RestoreTimeout after the signal, for every loaded object that
 // existed before to exist again through the new leader; then checks that
 // none absent before is back and restores two candidates: a new standby in
@@ -70,6 +71,10 @@ func (r *run) failover(ctx context.Context) error {
 	if nr, err := c.admin.role(ctx); err == nil {
 		fr.NewView = nr.View
 	}
+	if err := c.waitMounted(ctx, len(c.nodes), deadline); err != nil {
+		return fmt.Errorf("nodes on the new leader: %w", err)
+	}
+	fr.Remount = time.Since(t0)
 	missing, took, firstErr := c.waitPresent(ctx, want, t0, deadline)
 	fr.Took, fr.FirstErr = took, firstErr
 	fr.Present, fr.Recovered = len(want)-len(missing), len(missing) == 0
@@ -113,6 +118,33 @@ func (r *run) failover(ctx context.Context) error {
 		return fmt.Errorf("the new leader after the old one resumed: %+v %v, want leader of view %d", nr, err, fr.NewView)
 	}
 	return nil
+}
+
+// waitMounted polls the serving master's /api/summary until it has
+// nodes segments mounted, or deadline.
+func (c *cluster) waitMounted(ctx context.Context, nodes int, deadline time.Time) error {
+	tick := time.NewTicker(4 * haPoll)
+	defer tick.Stop()
+	last := ""
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		s, err := c.admin.summary(sctx)
+		cancel()
+		if err == nil && s.Segments >= nodes {
+			return nil
+		}
+		if last = fmt.Sprintf("%d segments", s.Segments); err != nil {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d segments not mounted by the deadline (last: %s)", nodes, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // waitRole polls cd's /role until it reports role or deadline.

@@ -130,7 +130,8 @@ type FailoverResult struct {
 	Want          int           `json:"want"`         // loaded objects present before: all must be back
 	Removed       bool          `json:"removed"`      // the remove phase ran before (Want is about N/2)
 	Election      time.Duration `json:"election_ns"`  // from the signal to the standby serving as leader (its /role)
-	Took          time.Duration `json:"failover_ns"`  // from the signal to the last object present (or to the deadline)
+	Remount       time.Duration `json:"remount_ns"`   // from the signal to every node's segment mounted on the new leader (its /api/summary)
+	Took          time.Duration `json:"failover_ns"`  // from the signal to the last object present through the clients (or to the deadline)
 	Present       int           `json:"present"`      // of Want, present when the wait ended
 	Recovered     bool          `json:"recovered"`    // all Want present before the deadline
 	Deadline      time.Duration `json:"deadline_ns"`  // --restore-timeout
