@@ -119,6 +119,7 @@ func TestBenchMasterFlags(t *testing.T) {
 		{"--ha", "--ha-lease", "1500ms"},
 		{"--ha", "--failover", "pause"},
 		{"--ha", "--etcd", ""},
+		{"--ha", "--etcd", "127.0.0.1:2379;nohostport"},
 	} {
 		code, err := Run(t.Context(), append([]string{"bench", "master", "--binary", "/nonexistent"}, args...), io.Discard, io.Discard)
 		if code != 2 {

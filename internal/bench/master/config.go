@@ -3,6 +3,7 @@ package master
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -127,6 +128,13 @@ func (c Config) Validate() error {
 	}
 	if !c.HA {
 		return nil
+	}
+	if c.Etcd != "auto" {
+		for ep := range strings.FieldsFuncSeq(c.Etcd, func(r rune) bool { return r == ';' || r == ',' }) {
+			if _, _, err := net.SplitHostPort(ep); err != nil {
+				return fmt.Errorf("bench master: --etcd %q: want auto or HOST:PORT[;HOST:PORT]", c.Etcd)
+			}
+		}
 	}
 	switch {
 	case c.Etcd == "":
