@@ -87,7 +87,7 @@ type Config struct {
 	// phase runs instead of the restart phase.
 	HA             bool
 	Etcd           string        // with HA: "auto" (Debian's etcd on free loopback ports) or HOST:PORT[;HOST:PORT] of a running etcd
-	HALease        time.Duration // with HA: the candidates' --ha-lease (whole seconds)
+	HALease        time.Duration // with HA: the candidates' --ha-lease (whole seconds; etcd raises it to its minimum TTL, 2 s with Debian's defaults)
 	FailoverSignal string        // with HA: FailoverKill or FailoverStop
 }
 
