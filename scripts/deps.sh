@@ -16,6 +16,7 @@ need=()
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)  # Mooncake's own test files
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)  # bench store: the Redis anchor
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)  # bench master --ha: a real etcd for the failover phase
 command -v gcc >/dev/null 2>&1 || need+=(gcc)  # cgo: the Python binding's C ABI (binding/)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)  # internal/testbed: namespaces, veths, tc
 command -v nft >/dev/null 2>&1 || need+=(nftables)  # internal/testbed: partitions

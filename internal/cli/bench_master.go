@@ -46,11 +46,21 @@ runs the phases (--phases, load always first):
   remove     RemoveByRegex of the even-numbered keys: time and count
   restart    SIGKILL the master, a new one on the same ports: time until
              every remaining object exists again (--restore-timeout), no
-             removed one back
+             removed one back (not with --ha)
+  failover   --ha only: SIGKILL the leading master (--failover stop: SIGSTOP
+             it): time until the standby leads (election) and until every
+             remaining object exists again through it (--restore-timeout),
+             no removed one back; then a new standby (kill) or the old
+             leader resumed, which must step down
   removeall  RemoveAll under the load: time, count, nodes dropped; Redis FLUSHALL
   clients    --workers processes x --worker-clients clients, 4 KiB gets and
              upserts: ops/s and p99; a new client process's time to its
              first get (median of --probes); Redis: as many connections
+
+With --ha the master is two ` + "`mooncake master --ha`" + ` candidates of one
+cluster in etcd (--etcd auto: Debian's etcd started on free loopback ports;
+or HOST:PORT of a running one), the nodes and clients addressing them as
+etcd://HOST:PORT/CLUSTER, and the failover phase replaces the restart phase.
 
 Redis is Debian's redis-server started on a free loopback port (--redis auto),
 skipped when absent. Every process is stopped at the end, and killed with
@@ -119,7 +129,11 @@ the bench if it dies.`,
 	f.IntVar(&cfg.Probes, "probes", cfg.Probes, "new client processes timed to their first get (median)")
 	f.StringVar(&cfg.Transport, "transport", cfg.Transport, "transfer transport: auto, tcp, shm")
 	f.DurationVar(&cfg.PhaseTimeout, "phase-timeout", cfg.PhaseTimeout, "deadline of each phase")
-	f.DurationVar(&cfg.RestoreTimeout, "restore-timeout", cfg.RestoreTimeout, "restart phase: deadline for every object to be back")
+	f.DurationVar(&cfg.RestoreTimeout, "restore-timeout", cfg.RestoreTimeout, "restart and failover phases: deadline for every object to be back")
+	f.BoolVar(&cfg.HA, "ha", false, "two `mooncake master --ha` candidates in etcd, nodes and clients on etcd://; the failover phase instead of restart")
+	f.StringVar(&cfg.Etcd, "etcd", cfg.Etcd, `with --ha: "auto" (start Debian's etcd on free loopback ports) or HOST:PORT[;HOST:PORT] of a running etcd`)
+	f.DurationVar(&cfg.HALease, "ha-lease", cfg.HALease, "with --ha: the candidates' election lease (whole seconds): a crashed leader is replaced after it")
+	f.StringVar(&cfg.FailoverSignal, "failover", cfg.FailoverSignal, "with --ha: how the failover phase stops the leader: kill (SIGKILL) or stop (SIGSTOP, resumed after)")
 	f.DurationVar(&cfg.RPCTimeout, "rpc-timeout", 0, "deadline of one master call of the listing and removing client (0: the store client's default, 5s)")
 	f.StringVar(&cfg.Binary, "binary", "", "mooncake binary for the master, nodes and workers (default: this one)")
 	f.BoolVar(&asJSON, "json", false, "print the figures as JSON (durations in ns)")
@@ -142,6 +156,9 @@ func printBenchMaster(out io.Writer, r *benchmaster.Result, cfg benchmaster.Conf
 	}
 	fmt.Fprintf(out, "master at scale: N=%d objects%s of %d B (%d B of segment each, header included), %d loading clients, %d node(s) x %s segment\n",
 		r.Objects, pinned, r.ValueSize, r.ObjectBytes, r.Clients, r.Nodes, formatSize(r.SegmentSize))
+	if r.HA != nil {
+		fmt.Fprintf(out, "ha: %d master candidates, cluster %s, etcd %s, lease %v\n", r.HA.Candidates, r.HA.Cluster, r.HA.Etcd, r.HA.Lease)
+	}
 	if r.RedisSkipped != "" {
 		fmt.Fprintf(out, "redis: %s (skipped)\n", r.RedisSkipped)
 	}
@@ -236,6 +253,26 @@ func printBenchMaster(out io.Writer, r *benchmaster.Result, cfg benchmaster.Conf
 		text("restart", "recovery time", fmt.Sprintf("%.0f ms", ms(rs.Took)))
 		text("restart", "removed objects back", fmt.Sprintf("%d of %d", rs.RemovedBack, rs.RemovedTested))
 		text("restart", "master RSS after", formatSize(rs.RSSAfter))
+	}
+	if fo := r.Failover; fo != nil {
+		state := "recovered"
+		if !fo.Recovered {
+			state = fmt.Sprintf("NOT recovered within %v", fo.Deadline)
+		}
+		sig := map[string]string{benchmaster.FailoverKill: "SIGKILL", benchmaster.FailoverStop: "SIGSTOP"}[fo.Signal]
+		text("failover", sig+" the leader: objects back", fmt.Sprintf("%d of %d, %s", fo.Present, fo.Want, state))
+		text("failover", fmt.Sprintf("election ms (standby leads; lease %v)", fo.Lease), fmt.Sprintf("%.0f (view %d -> %d)", ms(fo.Election), fo.OldView, fo.NewView))
+		text("failover", "nodes remounted on it ms", fmt.Sprintf("%.0f (%.0f after the election)", ms(fo.Remount), ms(fo.Remount-fo.Election)))
+		text("failover", "failover ms (every object back)", fmt.Sprintf("%.0f (%.0f after the election)", ms(fo.Took), ms(fo.Took-fo.Election)))
+		text("failover", "removed objects back", fmt.Sprintf("%d of %d", fo.RemovedBack, fo.RemovedTested))
+		if fo.OldLeader != "" {
+			old := fo.OldLeader
+			if fo.StepDown > 0 {
+				old += fmt.Sprintf(" %.0f ms after SIGCONT", ms(fo.StepDown))
+			}
+			text("failover", "old leader", old)
+		}
+		text("failover", "new leader RSS", formatSize(fo.RSSAfter))
 	}
 	if ra := r.RemoveAll; ra != nil {
 		var rf *float64

@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	benchmaster "github.com/kvcache-go/mooncake/internal/bench/master"
+	"github.com/kvcache-go/mooncake/internal/etcdtest"
 )
 
 // TestBenchMasterSmall runs `mooncake bench master` with every phase at
-// 2k objects against the real binary's processes and checks the figures:
+// 2k objects (failover, which needs --ha, aside: TestBenchMasterFailover) against the real binary's processes and checks the figures:
 // every object stored, listed, present and back after the restart, the
 // removals counted exactly, the master's memory per object measured, and
 // Redis measured next to it when redis-server is installed (always under
@@ -37,7 +39,7 @@ func TestBenchMasterSmall(t *testing.T) {
 	if len(r.Failures) > 0 {
 		t.Fatalf("failures: %v", r.Failures)
 	}
-	if !r.Pinned || len(r.After) != len(benchmaster.AllPhases) || r.After[0].Phase != "load" || r.After[0].Objects != n || r.After[0].Segments != 1 {
+	if !r.Pinned || len(r.After) != len(benchmaster.AllPhases)-1 || r.Failover != nil || r.After[0].Phase != "load" || r.After[0].Objects != n || r.After[0].Segments != 1 {
 		t.Fatalf("pinned %v, master after each phase %+v", r.Pinned, r.After)
 	}
 	if r.ObjectBytes != 128 {
@@ -112,10 +114,81 @@ func TestBenchMasterFlags(t *testing.T) {
 		{"--clients", "0"},
 		{"--phases", "load,nope"},
 		{"--value-size", "0"},
+		{"--phases", "failover"},
+		{"--ha", "--phases", "restart"},
+		{"--ha", "--ha-lease", "1500ms"},
+		{"--ha", "--failover", "pause"},
+		{"--ha", "--etcd", ""},
+		{"--ha", "--etcd", "127.0.0.1:2379;nohostport"},
 	} {
 		code, err := Run(t.Context(), append([]string{"bench", "master", "--binary", "/nonexistent"}, args...), io.Discard, io.Discard)
 		if code != 2 {
 			t.Errorf("%v: exit %d (%v), want 2", args, code, err)
 		}
+	}
+}
+
+// TestBenchMasterFailover runs `mooncake bench master --ha` at 2k objects:
+// two `mooncake master --ha` candidates in a real etcd, the node and the
+// clients on etcd://, the even keys removed, then the leader SIGKILLed
+// (and, in the second case, SIGSTOPped and resumed): the standby must
+// lead, every object present before must be back through it, none removed
+// may return, and the old leader must be replaced or step down. The etcd
+// is Debian's, started by the bench (--etcd auto), when installed (always
+// under CI, where scripts/deps.sh installs etcd-server); otherwise an
+// embedded one of this test process (--etcd HOST:PORT).
+func TestBenchMasterFailover(t *testing.T) {
+	bin := buildBinary(t)
+	etcdFlag := "auto"
+	if _, err := exec.LookPath("etcd"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("etcd not found (CI is set): scripts/deps.sh installs etcd-server")
+		}
+		t.Log("etcd not installed: the bench runs on an embedded etcd")
+		etcdFlag, _ = etcdtest.Start(t)
+	}
+	const n = 2000
+	for _, tc := range []struct{ signal, oldLeader string }{
+		{"kill", "replaced by a new standby"},
+		{"stop", "resumed, stepped down to follower"},
+	} {
+		t.Run(tc.signal, func(t *testing.T) {
+			var out strings.Builder
+			code, err := Run(t.Context(), []string{"bench", "master", "--binary", bin, "--objects", "2000", "--clients", "4",
+				"--ha", "--etcd", etcdFlag, "--ha-lease", "1s", "--failover", tc.signal, "--phases", "remove,failover",
+				"--baseline", "0", "--skip-redis", "--restore-timeout", "30s", "--phase-timeout", "60s", "--pin", "--json", "--quiet"},
+				&out, io.Discard)
+			if code != 0 {
+				t.Fatalf("bench master --ha: exit %d: %v\n%s", code, err, out.String())
+			}
+			var r benchmaster.Result
+			if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+				t.Fatalf("%v: %s", err, out.String())
+			}
+			if len(r.Failures) > 0 || r.Restart != nil {
+				t.Fatalf("failures %v, restart %+v", r.Failures, r.Restart)
+			}
+			if r.HA == nil || r.HA.Candidates != 2 || r.HA.Cluster == "" || r.HA.Lease != time.Second {
+				t.Fatalf("ha %+v", r.HA)
+			}
+			if len(r.After) != 3 || r.After[2].Phase != "failover" || r.After[2].Objects != n/2 || r.After[2].Segments != 1 {
+				t.Fatalf("master after each phase %+v", r.After)
+			}
+			f := r.Failover
+			if f == nil || f.Signal != tc.signal || !f.Recovered || f.Want != n/2 || f.Present != n/2 || f.RemovedBack != 0 ||
+				f.RemovedTested != n/2 || f.NewView <= f.OldView || f.OldLeader != tc.oldLeader {
+				t.Fatalf("failover %+v", f)
+			}
+			// The standby cannot lead before the leader's lease expired:
+			// at least 2/3 of the 1 s TTL after the signal (the session
+			// renews it every third of it).
+			if f.Election < 600*time.Millisecond || f.Remount < f.Election || f.Took < f.Remount || f.RSSAfter == 0 {
+				t.Fatalf("failover times: election %v, remount %v, all back %v, RSS %d", f.Election, f.Remount, f.Took, f.RSSAfter)
+			}
+			t.Logf("%s: election %v, remount %v, every object back %v, step down %v", tc.signal, f.Election, f.Remount, f.Took, f.StepDown)
+			if tc.signal == "stop" && f.StepDown <= 0 {
+				t.Fatalf("step down %v", f.StepDown)
+			}
+		})
 	}
 }

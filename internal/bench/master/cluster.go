@@ -2,6 +2,8 @@ package master
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -13,45 +15,96 @@ import (
 // bench's store clients.
 type cluster struct {
 	bin, transport string
-	grpc, http     string // the master's addresses (kept across a restart)
-	master         *proc
+	grpc, http     string // the address clients dial (HA: etcd://...) and the serving master's admin HTTP
+	master         *proc  // the serving master (HA: the leader's process)
+	ha             *haCluster
 	nodes          []*proc
-	admin          *admin
+	admin          *admin    // the serving master's admin API (HA: the leader's)
 	cls            []*client // loaders; the first OpsClients also run the get/put load
 	ctl            *client   // lists, counts, removes
 }
 
-// startCluster starts `mooncake master` (durable metadata, :0 ports on
-// 127.0.0.1), nodes `mooncake store` processes with segSize bytes each,
-// and clients store clients plus the control client (whose master calls
-// have ctlRPCTimeout, 0: the store's default).
-func startCluster(ctx context.Context, bin, transport string, nodes int, segSize uint64, clients int, ctlRPCTimeout time.Duration) (c *cluster, err error) {
-	c = &cluster{bin: bin, transport: transport}
+// haCluster is the `mooncake master --ha` candidates of an HA run.
+type haCluster struct {
+	etcd, id string        // etcd endpoints, cluster id
+	lease    time.Duration // --ha-lease
+	cands    []*candidate
+}
+
+// candidate is one `mooncake master --ha` process.
+type candidate struct {
+	p      *proc
+	http   string
+	admin  *admin
+	paused bool // SIGSTOPped, not yet resumed
+}
+
+// clusterConfig is what startCluster starts.
+type clusterConfig struct {
+	bin, transport string
+	nodes          int
+	segSize        uint64
+	clients        int
+	ctlRPCTimeout  time.Duration // the control client's master call deadline (0: the store's default)
+	ha             *haConfig     // nil: one plain master
+}
+
+// haConfig is the election of an HA cluster.
+type haConfig struct {
+	etcd, id string
+	lease    time.Duration
+}
+
+// candidates is the number of master candidates of an HA cluster.
+const candidates = 2
+
+// startCluster starts the master (durable metadata, :0 ports on
+// 127.0.0.1; with cfg.ha two candidates, the first waited for until it
+// leads), cfg.nodes `mooncake store` processes with cfg.segSize bytes
+// each, and cfg.clients store clients plus the control client.
+func startCluster(ctx context.Context, cfg clusterConfig) (c *cluster, err error) {
+	c = &cluster{bin: cfg.bin, transport: cfg.transport}
 	defer func() {
 		if err != nil {
 			c.close()
 		}
 	}()
-	if err := c.startMaster(ctx, "0", "0"); err != nil {
-		return c, err
+	if cfg.ha == nil {
+		if err := c.startMaster(ctx, "0", "0"); err != nil {
+			return c, err
+		}
+	} else {
+		c.ha = &haCluster{etcd: cfg.ha.etcd, id: cfg.ha.id, lease: cfg.ha.lease}
+		c.grpc = "etcd://" + cfg.ha.etcd + "/" + cfg.ha.id
+		for i := range candidates {
+			cd, err := c.startCandidate(ctx)
+			if err != nil {
+				return c, err
+			}
+			if i == 0 {
+				if err := c.waitLeader(ctx, []*candidate{cd}, time.Now().Add(startTimeout)); err != nil {
+					return c, err
+				}
+			}
+		}
 	}
-	for range nodes {
-		n, _, err := startProc(ctx, bin, "store node mounted", false, "store", "--master", c.grpc,
-			"--segment-size", strconv.FormatUint(segSize, 10), "--transport", transport,
+	for range cfg.nodes {
+		n, _, err := startProc(ctx, cfg.bin, "store node mounted", false, "store", "--master", c.grpc,
+			"--segment-size", strconv.FormatUint(cfg.segSize, 10), "--transport", cfg.transport,
 			"--http-port", "-1", "--unmount-grace", "100ms")
 		if err != nil {
 			return c, err
 		}
 		c.nodes = append(c.nodes, n)
 	}
-	for range clients {
-		cl, err := openClient(ctx, c.grpc, transport, nil, 8<<20, 0)
+	for range cfg.clients {
+		cl, err := openClient(ctx, c.grpc, cfg.transport, nil, 8<<20, 0)
 		if err != nil {
 			return c, err
 		}
 		c.cls = append(c.cls, cl)
 	}
-	c.ctl, err = openClient(ctx, c.grpc, transport, nil, 8<<20, ctlRPCTimeout)
+	c.ctl, err = openClient(ctx, c.grpc, cfg.transport, nil, 8<<20, cfg.ctlRPCTimeout)
 	return c, err
 }
 
@@ -72,7 +125,83 @@ func (c *cluster) startMaster(ctx context.Context, grpcPort, httpPort string) er
 	return nil
 }
 
-// killMaster SIGKILLs the master and starts a new one on the same ports.
+// startCandidate starts one more `mooncake master --ha` candidate of the
+// cluster (free ports, durable metadata) and adds it to c.ha.cands.
+func (c *cluster) startCandidate(ctx context.Context) (*candidate, error) {
+	p, line, err := startProc(ctx, c.bin, "master candidate", false, "master", "--ha", "--etcd", c.ha.etcd,
+		"--cluster", c.ha.id, "--ha-lease", c.ha.lease.String(), "--host", "127.0.0.1", "--port", "0",
+		"--http-port", "0", "--durable-metadata=true")
+	if err != nil {
+		return nil, err
+	}
+	cd := &candidate{p: p, http: fieldOf(line, "http")}
+	c.ha.cands = append(c.ha.cands, cd)
+	if cd.http == "" {
+		return nil, fmt.Errorf("master candidate: no http= in %q", line)
+	}
+	cd.admin = newAdmin(cd.http)
+	return cd, nil
+}
+
+// roleOf is a candidate's /role.
+type roleOf struct {
+	Role string `json:"role"`
+	Addr string `json:"addr"`
+	View int64  `json:"view"`
+}
+
+func (a *admin) role(ctx context.Context) (roleOf, error) {
+	var r roleOf
+	b, err := a.get(ctx, "/role")
+	if err != nil {
+		return r, err
+	}
+	return r, json.Unmarshal(b, &r)
+}
+
+// haPoll is how often the candidates' /role is read while waiting for a
+// leader: the resolution of the failover phase's election time.
+const haPoll = 5 * time.Millisecond
+
+// waitLeader polls the /role of cands until one reports that it leads (it
+// serves: a candidate says so once its master listens and its view is
+// published), makes it the serving master and returns; an error when none
+// does by deadline.
+func (c *cluster) waitLeader(ctx context.Context, cands []*candidate, deadline time.Time) error {
+	tick := time.NewTicker(haPoll)
+	defer tick.Stop()
+	for {
+		for _, cd := range cands {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			r, err := cd.admin.role(rctx)
+			cancel()
+			if err == nil && r.Role == "leader" {
+				c.master, c.http, c.admin = cd.p, cd.http, cd.admin
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no master candidate leads")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// leader is the candidate that is the serving master (nil: none).
+func (c *cluster) leader() *candidate {
+	for _, cd := range c.ha.cands {
+		if cd.p == c.master {
+			return cd
+		}
+	}
+	return nil
+}
+
+// restartMaster SIGKILLs the master and starts a new one on the same ports.
 // A port still held is retried until deadline.
 func (c *cluster) restartMaster(ctx context.Context, deadline time.Time) error {
 	c.master.kill()
@@ -97,7 +226,7 @@ func (c *cluster) restartMaster(ctx context.Context, deadline time.Time) error {
 }
 
 // close closes the clients, then stops the nodes (they unmount) and the
-// master.
+// master or the candidates (a paused one is resumed to handle SIGTERM).
 func (c *cluster) close() {
 	var wg sync.WaitGroup
 	for _, cl := range c.cls {
@@ -111,9 +240,16 @@ func (c *cluster) close() {
 		wg.Go(n.stop)
 	}
 	wg.Wait()
-	if c.master != nil {
-		c.master.stop()
+	if c.ha == nil {
+		if c.master != nil {
+			c.master.stop()
+		}
+		return
 	}
+	for _, cd := range c.ha.cands {
+		wg.Go(cd.p.stop)
+	}
+	wg.Wait()
 }
 
 // opsClients are the clients of the get/put load.
@@ -163,6 +299,41 @@ func (c *cluster) existCount(ctx context.Context, idx []int32) (present, absent 
 	}
 	wg.Wait()
 	return present, absent, firstErr
+}
+
+// waitPresent checks want with existCount every 200 ms until all are
+// present or deadline, and returns those still missing, the time from t0
+// to the last check, and the first error of a check ("": none).
+func (c *cluster) waitPresent(ctx context.Context, want []int32, t0, deadline time.Time) (missing []int32, took time.Duration, firstErr string) {
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	missing = want
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, absent, err := c.existCount(dctx, missing)
+		if err != nil && firstErr == "" {
+			firstErr = err.Error()
+		}
+		missing = absent
+		took = time.Since(t0)
+		if len(missing) == 0 || dctx.Err() != nil {
+			return missing, took, firstErr
+		}
+		select {
+		case <-dctx.Done():
+		case <-tick.C:
+		}
+	}
+}
+
+// allIndices is 0..n-1, every loaded key.
+func allIndices(n int) []int32 {
+	all := make([]int32, n)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	return all
 }
 
 // listAll lists every key with prefix by pages of ListPage and returns how

@@ -3,6 +3,7 @@ package master
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -18,12 +19,19 @@ const (
 	PhaseBulk      = "bulk"
 	PhaseRemove    = "remove"
 	PhaseRestart   = "restart"
+	PhaseFailover  = "failover"
 	PhaseRemoveAll = "removeall"
 	PhaseClients   = "clients"
 )
 
 // AllPhases lists every phase in run order.
-var AllPhases = []string{PhaseLoad, PhaseOps, PhaseBulk, PhaseRemove, PhaseRestart, PhaseRemoveAll, PhaseClients}
+var AllPhases = []string{PhaseLoad, PhaseOps, PhaseBulk, PhaseRemove, PhaseRestart, PhaseFailover, PhaseRemoveAll, PhaseClients}
+
+// How the failover phase stops the leader (Config.FailoverSignal).
+const (
+	FailoverKill = "kill" // SIGKILL: a crash; a new standby is started after
+	FailoverStop = "stop" // SIGSTOP: a hung leader; SIGCONT after, and it must step down
+)
 
 // Workload constants of the phases.
 const (
@@ -72,14 +80,23 @@ type Config struct {
 	// default (5s).
 	RPCTimeout     time.Duration
 	PhaseTimeout   time.Duration // deadline of each phase
-	RestoreTimeout time.Duration // deadline of the restart phase's wait for every object
+	RestoreTimeout time.Duration // deadline of the restart and failover phases' wait for every object
+
+	// HA runs two `mooncake master --ha` candidates of one cluster on
+	// Etcd, the nodes and clients addressing them as etcd://: the failover
+	// phase runs instead of the restart phase.
+	HA             bool
+	Etcd           string        // with HA: "auto" (Debian's etcd on free loopback ports) or HOST:PORT[;HOST:PORT] of a running etcd
+	HALease        time.Duration // with HA: the candidates' --ha-lease (whole seconds; etcd raises it to its minimum TTL, 2 s with Debian's defaults)
+	FailoverSignal string        // with HA: FailoverKill or FailoverStop
 }
 
 // DefaultConfig returns the command's defaults.
 func DefaultConfig() Config {
 	return Config{Objects: 1_000_000, Clients: 8, ValueSize: 64, Duration: 5 * time.Second, Nodes: 1, Baseline: 10_000,
 		Redis: "auto", Workers: 8, WorkerClients: 32, Probes: 5, Transport: "auto",
-		PhaseTimeout: 10 * time.Minute, RestoreTimeout: 2 * time.Minute}
+		PhaseTimeout: 10 * time.Minute, RestoreTimeout: 2 * time.Minute,
+		Etcd: "auto", HALease: 5 * time.Second, FailoverSignal: FailoverKill}
 }
 
 // Validate checks the run before anything starts.
@@ -102,12 +119,41 @@ func (c Config) Validate() error {
 		if !slices.Contains(AllPhases, p) {
 			return fmt.Errorf("bench master: unknown phase %q (want %s)", p, strings.Join(AllPhases, ","))
 		}
+		if p == PhaseFailover && !c.HA {
+			return errors.New("bench master: the failover phase needs --ha")
+		}
+		if p == PhaseRestart && c.HA {
+			return errors.New("bench master: no restart phase with --ha (the failover phase replaces it)")
+		}
+	}
+	if !c.HA {
+		return nil
+	}
+	if c.Etcd != "auto" {
+		for ep := range strings.FieldsFuncSeq(c.Etcd, func(r rune) bool { return r == ';' || r == ',' }) {
+			if _, _, err := net.SplitHostPort(ep); err != nil {
+				return fmt.Errorf("bench master: --etcd %q: want auto or HOST:PORT[;HOST:PORT]", c.Etcd)
+			}
+		}
+	}
+	switch {
+	case c.Etcd == "":
+		return errors.New("bench master: --ha needs --etcd auto or HOST:PORT[;HOST:PORT]")
+	case c.HALease < time.Second || c.HALease%time.Second != 0:
+		return fmt.Errorf("bench master: --ha-lease %v: want whole seconds, at least 1s", c.HALease)
+	case c.FailoverSignal != FailoverKill && c.FailoverSignal != FailoverStop:
+		return fmt.Errorf("bench master: --failover %q: want %s or %s", c.FailoverSignal, FailoverKill, FailoverStop)
 	}
 	return nil
 }
 
-// runs reports whether phase p is selected.
+// runs reports whether phase p is selected: the restart phase only
+// without HA, the failover phase only with it.
 func (c Config) runs(p string) bool {
+	switch {
+	case p == PhaseRestart && c.HA, p == PhaseFailover && !c.HA:
+		return false
+	}
 	return p == PhaseLoad || len(c.Phases) == 0 || slices.Contains(c.Phases, p)
 }
 

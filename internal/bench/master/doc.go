@@ -21,6 +21,21 @@
 // the run goes on and Result.RedisSkipped says why), spoken to by a small
 // RESP client of this package (respConn).
 //
+// # High availability
+//
+// Config.HA replaces the master by two `mooncake master --ha` candidates
+// of one cluster (id bench-PID-NANOS; Config.HALease their --ha-lease),
+// the first waited for until its /role says it leads; the nodes, the
+// bench's clients and the workers address them as
+// etcd://ENDPOINTS/CLUSTER, and the serving master's admin API is the
+// leader's. The etcd is Config.Etcd: "auto" starts Debian's etcd (a single
+// member, data in a temporary directory, Pdeathsig too) on free loopback
+// ports and waits for its /health (ErrEtcdMissing when not installed:
+// Run fails), or the endpoints of a running etcd. etcd is stopped after
+// the candidates, which resign on SIGTERM. The baseline's pool is an HA
+// cluster of its own (id suffix -baseline). The failover phase runs
+// instead of the restart phase.
+//
 // # Phases
 //
 // The load phase always runs first; Config.Phases picks the others, which
@@ -55,6 +70,20 @@
 //     existed before are back or Config.RestoreTimeout after the kill
 //     passed (reported as not recovered, with each node's last log line);
 //     none of those absent before (removed, evicted) may come back.
+//   - failover (Config.HA): BatchExist over all keys, then the leader is
+//     SIGKILLed (Config.FailoverSignal FailoverKill) or SIGSTOPped
+//     (FailoverStop: a hung leader, its connections left open); the
+//     election time runs until the standby's /role says it leads (polled
+//     every 5 ms; it says so once its master listens and its view is in
+//     etcd), the remount time until its /api/summary has every node's
+//     segment, the failover time until BatchExist, through the new leader,
+//     finds every object present before (or Config.RestoreTimeout after
+//     the signal: not recovered, with each node's last log line); none of
+//     those absent before may come back. Then two candidates again: a new
+//     standby in place of a killed leader, or the stopped one resumed
+//     (SIGCONT, also on every failure path), which must report follower
+//     within Config.RestoreTimeout (the time it took is reported) while
+//     the new leader keeps its view.
 //   - removeall: RemoveAll under the get/put load: time, count, clients
 //     dropped, segments, keys listed after. Redis: FLUSHALL.
 //   - clients: Config.Probes worker processes, one after the other, timed

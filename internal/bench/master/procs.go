@@ -140,9 +140,11 @@ func (p *proc) nextLine(ctx context.Context, timeout time.Duration) (string, err
 // pid is the process id.
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
-// stop sends SIGTERM and waits for the process, killing it after 10 s.
+// stop sends SIGTERM (and SIGCONT, in case it is stopped) and waits for
+// the process, killing it after 10 s.
 func (p *proc) stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	t := time.NewTimer(10 * time.Second)
 	defer t.Stop()
 	select {

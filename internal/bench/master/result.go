@@ -14,6 +14,7 @@ type Result struct {
 	ObjectBytes  uint64   `json:"object_bytes"` // segment bytes per loaded object (header + value, 64 B aligned)
 	RedisSkipped string   `json:"redis_skipped,omitempty"`
 	Failures     []string `json:"failures,omitempty"` // phases that could not finish, and why
+	HA           *HASetup `json:"ha,omitempty"`       // --ha: the election the masters ran
 
 	// After is the master's /api/summary after each phase: what a phase
 	// left behind (objects, evictions, dropped clients) shows here.
@@ -26,6 +27,7 @@ type Result struct {
 	Bulk      *BulkResult      `json:"bulk,omitempty"`
 	Remove    *RemoveResult    `json:"remove,omitempty"`
 	Restart   *RestartResult   `json:"restart,omitempty"`
+	Failover  *FailoverResult  `json:"failover,omitempty"`
 	RemoveAll *RemoveAllResult `json:"removeall,omitempty"`
 	ManyCl    *ClientsResult   `json:"many_clients,omitempty"`
 }
@@ -108,6 +110,38 @@ type RestartResult struct {
 	RemovedBack   int           `json:"removed_back"`   // loaded objects absent before the kill (removed, evicted) present again (must be 0)
 	RemovedTested int           `json:"removed_tested"` // loaded objects absent before the kill, checked
 	RSSAfter      uint64        `json:"master_rss_after"`
+	FirstErr      string        `json:"first_error,omitempty"`
+	NodeLog       []string      `json:"node_log,omitempty"` // each node's last stderr line when not recovered
+}
+
+// HASetup is the election of an HA run.
+type HASetup struct {
+	Etcd       string        `json:"etcd"`    // endpoints
+	Cluster    string        `json:"cluster"` // the cluster id of the candidates
+	Lease      time.Duration `json:"lease_ns"`
+	Candidates int           `json:"candidates"`
+}
+
+// FailoverResult is the HA leader stopped (SIGKILL or SIGSTOP) and the
+// standby taking over.
+type FailoverResult struct {
+	Signal        string        `json:"signal"` // kill (SIGKILL) or stop (SIGSTOP, SIGCONT after)
+	Lease         time.Duration `json:"lease_ns"`
+	Want          int           `json:"want"`         // loaded objects present before: all must be back
+	Removed       bool          `json:"removed"`      // the remove phase ran before (Want is about N/2)
+	Election      time.Duration `json:"election_ns"`  // from the signal to the standby serving as leader (its /role)
+	Remount       time.Duration `json:"remount_ns"`   // from the signal to every node's segment mounted on the new leader (its /api/summary)
+	Took          time.Duration `json:"failover_ns"`  // from the signal to the last object present through the clients (or to the deadline)
+	Present       int           `json:"present"`      // of Want, present when the wait ended
+	Recovered     bool          `json:"recovered"`    // all Want present before the deadline
+	Deadline      time.Duration `json:"deadline_ns"`  // --restore-timeout
+	OldView       int64         `json:"old_view"`     // the view version of the stopped leader
+	NewView       int64         `json:"new_view"`     // and of the new one
+	RemovedBack   int           `json:"removed_back"` // loaded objects absent before present again (must be 0)
+	RemovedTested int           `json:"removed_tested"`
+	OldLeader     string        `json:"old_leader,omitempty"`   // what became of the old leader after
+	StepDown      time.Duration `json:"step_down_ns,omitempty"` // stop: from SIGCONT to the old leader reporting follower
+	RSSAfter      uint64        `json:"master_rss_after"`       // the new leader's
 	FirstErr      string        `json:"first_error,omitempty"`
 	NodeLog       []string      `json:"node_log,omitempty"` // each node's last stderr line when not recovered
 }

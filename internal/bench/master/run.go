@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +25,8 @@ type run struct {
 	res   *Result
 	c     *cluster
 	redis *redisServer
+	etcd  *etcdServer // HA runs
+	haID  string      // HA runs: the cluster id (the baseline's has a suffix)
 	rconn []*respConn // OpsClients connections of the get/put load (nil: no Redis)
 
 	removed  bool // the remove phase removed the even keys
@@ -56,6 +59,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 		defer r.redis.stop()
 	}
 
+	if cfg.HA {
+		if r.etcd, err = startEtcd(ctx, cfg.Etcd); err != nil {
+			return nil, fmt.Errorf("bench master: --ha: %w", err)
+		}
+		defer r.etcd.stop()
+		r.haID = fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano())
+		r.res.HA = &HASetup{Etcd: r.etcd.endpoints, Cluster: r.haID, Lease: cfg.HALease, Candidates: candidates}
+	}
+
 	if cfg.Baseline > 0 && cfg.runs(PhaseOps) {
 		log.Info("baseline: ops phase on a fresh pool", "objects", cfg.Baseline)
 		if err := r.baseline(ctx); err != nil {
@@ -64,7 +76,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 	}
 
 	log.Info("starting master and storage nodes", "nodes", cfg.Nodes, "segment_size", seg)
-	if r.c, err = startCluster(ctx, cfg.Binary, cfg.Transport, cfg.Nodes, seg, max(cfg.Clients, OpsClients), cfg.RPCTimeout); err != nil {
+	if r.c, err = startCluster(ctx, r.clusterConfig(seg, "")); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -84,7 +96,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 		name string
 		f    func(context.Context) error
 	}{
-		{PhaseOps, r.ops}, {PhaseBulk, r.bulk}, {PhaseRemove, r.remove}, {PhaseRestart, r.restart},
+		{PhaseOps, r.ops}, {PhaseBulk, r.bulk}, {PhaseRemove, r.remove}, {PhaseRestart, r.restart}, {PhaseFailover, r.failover},
 		{PhaseRemoveAll, r.removeAll}, {PhaseClients, r.clients},
 	}
 	for _, p := range phases {
@@ -104,6 +116,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 		r.snapshot(ctx, p.name)
 	}
 	return r.res, nil
+}
+
+// clusterConfig is the cluster of this run with segments of seg bytes;
+// an HA cluster's id gets idSuffix.
+func (r *run) clusterConfig(seg uint64, idSuffix string) clusterConfig {
+	cc := clusterConfig{bin: r.cfg.Binary, transport: r.cfg.Transport, nodes: r.cfg.Nodes, segSize: seg,
+		clients: max(r.cfg.Clients, OpsClients), ctlRPCTimeout: r.cfg.RPCTimeout}
+	if r.cfg.HA {
+		cc.ha = &haConfig{etcd: r.etcd.endpoints, id: r.haID + idSuffix, lease: r.cfg.HALease}
+	}
+	return cc
 }
 
 // snapshot records the master's summary after phase.
@@ -130,7 +153,7 @@ func (r *run) baseline(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PhaseTimeout)
 	defer cancel()
 	seg := SegmentSize(r.cfg.Baseline, r.cfg.ValueSize, r.cfg.Nodes, 0)
-	c, err := startCluster(ctx, r.cfg.Binary, r.cfg.Transport, r.cfg.Nodes, seg, max(r.cfg.Clients, OpsClients), r.cfg.RPCTimeout)
+	c, err := startCluster(ctx, r.clusterConfig(seg, "-baseline"))
 	if err != nil {
 		return err
 	}
@@ -432,11 +455,7 @@ func (r *run) bulk(ctx context.Context) error {
 		return err
 	}
 	b.NodesDropped, b.Segments = after.Counters.ClientsDropped-before.Counters.ClientsDropped, after.Segments
-	all := make([]int32, r.cfg.Objects)
-	for i := range all {
-		all[i] = int32(i)
-	}
-	present, _, err := c.existCount(ctx, all)
+	present, _, err := c.existCount(ctx, allIndices(r.cfg.Objects))
 	b.Present, b.Lost = len(present), r.res.Load.Puts-len(present)
 	r.present = len(present)
 	if err != nil {
@@ -520,11 +539,7 @@ func (r *run) remove(ctx context.Context) error {
 // that existed before the kill to exist again; then checks that none of
 // those absent before (removed, or evicted) is back.
 func (r *run) restart(ctx context.Context) error {
-	all := make([]int32, r.cfg.Objects)
-	for i := range all {
-		all[i] = int32(i)
-	}
-	want, gone, err := r.c.existCount(ctx, all)
+	want, gone, err := r.c.existCount(ctx, allIndices(r.cfg.Objects))
 	if err != nil {
 		return fmt.Errorf("exist before the kill: %w", err)
 	}
@@ -538,26 +553,8 @@ func (r *run) restart(ctx context.Context) error {
 	if err := r.c.restartMaster(ctx, deadline); err != nil {
 		return err
 	}
-	dctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	missing := want
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		_, absent, err := r.c.existCount(dctx, missing)
-		if err != nil && rr.FirstErr == "" {
-			rr.FirstErr = err.Error()
-		}
-		missing = absent
-		rr.Took = time.Since(t0)
-		if len(missing) == 0 || dctx.Err() != nil {
-			break
-		}
-		select {
-		case <-dctx.Done():
-		case <-tick.C:
-		}
-	}
+	missing, took, firstErr := r.c.waitPresent(ctx, want, t0, deadline)
+	rr.Took, rr.FirstErr = took, firstErr
 	rr.Present, rr.Recovered = len(want)-len(missing), len(missing) == 0
 	r.present = rr.Present
 	if rss, err := vmRSS(r.c.master.pid()); err == nil {
