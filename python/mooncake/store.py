@@ -1126,23 +1126,6 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
 
     # --- replica clear and copy/move tasks (the master's MasterTasks service) ---
 
-    _TASK_PROTOTYPES = {
-        "mc_store_replica_clear": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p),
-                                                    ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]),
-        "mc_store_create_copy_task": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64,
-                                                       ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_uint64)]),
-        "mc_store_create_move_task": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                                                       ctypes.POINTER(ctypes.c_uint64)]),
-        "mc_store_query_task": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64,
-                                                 ctypes.POINTER(ctypes.c_void_p)]),
-    }
-
-    def _task_fn(self, name):
-        fn = getattr(self._lib, name)
-        if fn.argtypes is None:
-            fn.restype, fn.argtypes = self._TASK_PROTOTYPES[name]
-        return fn
-
     def batch_replica_clear(self, keys, segment_name=""):
         """Clears the replicas of keys this client put: every copy with segment_name "" (the
         objects are removed), else only the copies on that segment (an object left without a
@@ -1155,7 +1138,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
         if not keys:
             return []
         out = ctypes.c_void_p()
-        n = self._task_fn("mc_store_replica_clear")(self._h, len(keys), _keys(keys), _key(segment_name or ""),
+        n = self._lib.mc_store_replica_clear(self._h, len(keys), _keys(keys), _key(segment_name or ""),
                                                     ctypes.byref(out))
         if n < 0:
             self._rc("batch_replica_clear", n)
@@ -1172,7 +1155,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             return UUID(0, 0), ErrorCode.INVALID_PARAMS
         targets = [str(t) for t in targets]
         tid = (ctypes.c_uint64 * 2)()
-        rc = self._task_fn("mc_store_create_copy_task")(self._h, _key(key), len(targets), _keys(targets), tid)
+        rc = self._lib.mc_store_create_copy_task(self._h, _key(key), len(targets), _keys(targets), tid)
         if rc < 0:
             return UUID(0, 0), self._rc("create_copy_task", rc)
         return UUID(tid[0], tid[1]), 0
@@ -1184,7 +1167,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
         if not self._ready("create_move_task"):
             return UUID(0, 0), ErrorCode.INVALID_PARAMS
         tid = (ctypes.c_uint64 * 2)()
-        rc = self._task_fn("mc_store_create_move_task")(self._h, _key(key), _key(source), _key(target), tid)
+        rc = self._lib.mc_store_create_move_task(self._h, _key(key), _key(source), _key(target), tid)
         if rc < 0:
             return UUID(0, 0), self._rc("create_move_task", rc)
         return UUID(tid[0], tid[1]), 0
@@ -1203,7 +1186,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
         if not self._ready("query_task"):
             return None, ErrorCode.INVALID_PARAMS
         out = ctypes.c_void_p()
-        n = self._task_fn("mc_store_query_task")(self._h, hi, lo, ctypes.byref(out))
+        n = self._lib.mc_store_query_task(self._h, hi, lo, ctypes.byref(out))
         if n < 0:
             return None, self._rc("query_task", n)
         t = json.loads(_native.take_bytes(out.value, n) or b"{}")
