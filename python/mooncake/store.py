@@ -23,7 +23,7 @@ and return Mooncake's failure value for their return type; docs/python.md
 lists every entry of Mooncake's surface with its status.
 
 ``setup()`` takes Mooncake's positional and keyword arguments, or one config
-dict / ``MooncakeConfig`` object; positional arguments left out (or ``None``)
+dict / ``mooncake.mooncake_config.MooncakeConfig`` object; positional arguments left out (or ``None``)
 come from ``MOONCAKE_CONFIG_PATH`` or the ``MOONCAKE_*`` environment (see
 ``mooncake.config``).
 """
@@ -42,7 +42,8 @@ from ._tensor_api import TensorAPI
 from ._store_types import (UUID, Descriptor, DiskDescriptor, MemoryDescriptor, ObjectDataType, ParallelAxis,
                            QueryTaskResponse, ReadTarget, ReplicaDescriptor, ReplicaStatus, ReplicateConfig,
                            SoftPinAction, TaskStatus, TaskType, TensorParallelism)
-from .config import MooncakeConfig, parse_size
+from . import config as _config
+from .config import parse_size
 
 log = logging.getLogger("mooncake")
 
@@ -248,7 +249,7 @@ class MooncakeDistributedStore(TensorAPI, _native.Closable):
             log.error("mooncake: setup: store already set up")
             return ErrorCode.INVALID_PARAMS
         try:
-            cfg = MooncakeConfig.load_from_env()
+            cfg = _config.load_from_env()
             if local_hostname is not None:
                 cfg.local_hostname = str(local_hostname)
             if metadata_server is not None:
