@@ -60,22 +60,28 @@
 //
 // # Store client
 //
-//	int64 mc_store_open(host, metadata, global_segment_size, local_buffer_size,
-//	                    protocol, device, master)            -> handle
-//	int64 mc_store_put(h, key, ptr, size, config_json); mc_store_get(h, key, void **out)
+//	int64 mc_store_open_ex(host, metadata, global_segment_size, local_buffer_size,
+//	                       protocol, device, master, options_json) -> handle
+//	int64 mc_store_put_ex(h, key, ptr, size, config_json); mc_store_get(h, key, void **out)
 //	int64 mc_store_get_into(h, key, ptr, size) -> bytes read
-//	mc_store_batch_put, mc_store_batch_get_into, mc_store_exist, mc_store_batch_exist,
-//	mc_store_get_size, mc_store_remove, mc_store_remove_regex, mc_store_remove_all,
-//	mc_store_list (JSON array of keys), mc_store_health, mc_store_close
+//	mc_store_batch_put_ex, mc_store_batch_get_into, mc_store_exist, mc_store_batch_exist,
+//	mc_store_get_size, mc_store_stat (JSON: size, replicas), mc_store_remove,
+//	mc_store_batch_remove, mc_store_remove_regex, mc_store_remove_all,
+//	mc_store_list (JSON array of keys), mc_store_hostname, mc_store_health, mc_store_close
 //	mc_store_register_buffer(h, ptr, size), mc_store_unregister_buffer(h, ptr)
+//
+// config_json is Mooncake's ReplicateConfig as the Python layer sends it
+// (putConfigJSON: replica_num, soft_pin, soft_pin_ttl_ms, with_hard_pin,
+// preferred_segments, prefer_alloc_in_same_node, upsert, keep_soft_pin; ""
+// for the defaults).
 //
 // Each store client owns a transfer engine (protocol as above) that always
 // uses the P2P handshake: storage nodes and clients are reached directly by
 // their "host:port" segment names, so the metadata argument of
-// mc_store_open is ignored with a warning (Mooncake configurations often name
-// an HTTP or etcd metadata server). A put of a
-// key that exists returns 0 and keeps the stored value (Mooncake's put; the
-// Go client reports ErrExists). Memory registered with
+// mc_store_open_ex is ignored with a warning (Mooncake configurations often
+// name an HTTP or etcd metadata server). A put of a key that exists returns
+// 0 and keeps the stored value (Mooncake's put; the Go client reports
+// ErrExists); an upsert replaces it. Memory registered with
 // mc_store_register_buffer is sent and received in place; other memory of
 // 64 KiB or more is registered for the duration of one call, smaller values
 // go through the client's staging buffer. A batch (mc_store_batch_put_ex,
@@ -98,15 +104,13 @@
 //
 // # SSD offload and extra segments
 //
-//	int64 mc_store_open_ex(host, metadata, global_segment_size, local_buffer_size,
-//	                       protocol, device, master, options_json) -> handle
 //	int64 mc_store_disk_reads(h)   (values read from disk tiers)
 //	int64 mc_store_mount_segment(h, path, offset, size, void **out_ids_json)
 //	int64 mc_store_allocate_segment(h, size, uint64 *allocated, void **out_ids_json)
 //	int64 mc_store_unmount_segments(h, ids_json, grace_ms)
 //
-// options_json {"disk": {"dir", "capacity", "offload_on_evict",
-// "promotion_on_hit"}} puts the storage node's disk tier (internal/disktier)
+// mc_store_open_ex's options_json {"disk": {"dir", "capacity",
+// "offload_on_evict", "promotion_on_hit"}} puts the storage node's disk tier (internal/disktier)
 // behind the client's segment, its reads served on a port of the client's
 // host (store_disk.go). Extra segments (store_segments.go) are a file's bytes
 // (mmap) or new memory, each mounted by a store client of its own on the

@@ -7,21 +7,21 @@ import (
 // FuzzPutOptions: any ReplicateConfig text from a caller parses or fails
 // with INVALID_PARAMS; it never panics.
 func FuzzPutOptions(f *testing.F) {
-	for _, s := range []string{"", "{}", `{"replica_num":2,"with_soft_pin":true,"preferred_segments":["a"]}`,
-		`{"replica_num":-1}`, `[1,2]`, `{"preferred_segments":null}`, "\x00", `{"replica_num":1e99}`} {
+	for _, s := range []string{"", "{}", `{"replica_num":2,"soft_pin":true,"preferred_segments":["a"]}`,
+		`{"soft_pin_ttl_ms":-1,"upsert":true}`, `{"replica_num":-1}`, `[1,2]`, `{"preferred_segments":null}`,
+		"\x00", `{"replica_num":1e99}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		var s *storeState
-		o, err := s.putOptions(in)
+		o, err := putOptions(in)
 		if err != nil {
 			if codeOf(err) != codeInvalidParams {
 				t.Fatalf("putOptions(%q): %v maps to %d", in, err, codeOf(err))
 			}
 			return
 		}
-		if o.Replicas < 0 || o.Replicas > 64 {
-			t.Fatalf("putOptions(%q) accepted %d replicas", in, o.Replicas)
+		if o.Replicas < 0 || o.Replicas > 64 || o.SoftPinTTL < 0 {
+			t.Fatalf("putOptions(%q) accepted %+v", in, o)
 		}
 	})
 }

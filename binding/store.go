@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -178,66 +180,64 @@ func (s *storeState) ctx(int) (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.Background())
 }
 
-// replicateJSON is the ReplicateConfig the Python layer sends.
-type replicateJSON struct {
+// putConfigJSON is the ReplicateConfig the Python layer sends with a put
+// (mc_store_put_ex, mc_store_batch_put_ex). Fields the Go client has no
+// counterpart for (disk and NoF replica counts, data type, group ids) are
+// logged by Python and not sent.
+type putConfigJSON struct {
 	ReplicaNum        int      `json:"replica_num"`
-	WithSoftPin       bool     `json:"with_soft_pin"`
-	WithHardPin       bool     `json:"with_hard_pin"`
+	SoftPin           bool     `json:"soft_pin"`
+	SoftPinTTLMs      int64    `json:"soft_pin_ttl_ms"`
+	HardPin           bool     `json:"with_hard_pin"`
 	PreferredSegments []string `json:"preferred_segments"`
 	SameNode          bool     `json:"prefer_alloc_in_same_node"`
+	Upsert            bool     `json:"upsert"`
+	KeepSoftPin       bool     `json:"keep_soft_pin"` // SoftPinAction PRESERVE
 }
 
-// decodeConfig unmarshals a ReplicateConfig (JSON) into r and checks the
-// replica count that replicas reads from it; "" leaves r zero (defaults).
-func decodeConfig(cfg string, r any, replicas func() int) error {
-	if cfg == "" {
-		return nil
-	}
-	if err := json.Unmarshal([]byte(cfg), r); err != nil {
-		return errInvalid("replicate config: " + err.Error())
-	}
-	if n := replicas(); n < 0 || n > 64 {
-		return errInvalid(fmt.Sprintf("replica_num %d", n))
-	}
-	return nil
-}
-
-// putOptions parses a ReplicateConfig ("" = defaults).
-func (s *storeState) putOptions(cfg string) (store.PutOptions, error) {
+// putOptions parses a put configuration ("" = defaults).
+func putOptions(cfg string) (store.PutOptions, error) {
 	var o store.PutOptions
-	var r replicateJSON
-	if err := decodeConfig(cfg, &r, func() int { return r.ReplicaNum }); err != nil {
-		return o, err
+	if cfg == "" {
+		return o, nil
+	}
+	var r putConfigJSON
+	if err := json.Unmarshal([]byte(cfg), &r); err != nil {
+		return o, errInvalid("replicate config: " + err.Error())
+	}
+	if r.ReplicaNum < 0 || r.ReplicaNum > 64 {
+		return o, errInvalid(fmt.Sprintf("replica_num %d", r.ReplicaNum))
+	}
+	if r.SoftPinTTLMs < 0 {
+		return o, errInvalid(fmt.Sprintf("soft_pin_ttl_ms %d", r.SoftPinTTLMs))
 	}
 	o.Replicas = r.ReplicaNum
-	o.SoftPin = r.WithSoftPin
-	o.HardPin = r.WithHardPin
+	o.SoftPin = r.SoftPin
+	o.SoftPinTTL = time.Duration(r.SoftPinTTLMs) * time.Millisecond
+	o.HardPin = r.HardPin
 	o.PreferredSegments = r.PreferredSegments
-	if r.SameNode && s != nil && s.c.Segment() != nil {
-		o.PreferredSegments = append([]string{s.c.SegmentName()}, o.PreferredSegments...)
-	}
+	o.PreferLocal = r.SameNode
+	o.Upsert = r.Upsert
+	o.KeepSoftPin = r.KeepSoftPin && !r.SoftPin
 	return o, nil
 }
 
-// put stores value under key. Memory inside a registered buffer is sent
-// from where it is; other memory goes through the staging buffer. As in
-// Mooncake, a put of a key that exists succeeds and keeps the old value.
-func (s *storeState) put(key string, value []byte, cfg string) error {
+// put stores value under key with o. Memory inside a registered buffer is
+// sent from where it is. A plain put of a key that exists succeeds and
+// keeps the old value (Mooncake's behaviour); an upsert replaces it.
+func (s *storeState) put(key string, value []byte, o store.PutOptions) error {
 	if key == "" {
 		return errInvalid("empty key")
 	}
-	o, err := s.putOptions(cfg)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx(len(value))
 	defer cancel()
+	var err error
 	if len(value) > 0 && s.regs.contains(uint64(transfer.AddrOf(value)), uint64(len(value))) {
 		err = s.c.PutFrom(ctx, key, value, o)
 	} else {
 		err = s.c.PutWith(ctx, key, value, o)
 	}
-	if errors.Is(err, store.ErrExists) {
+	if !o.Upsert && errors.Is(err, store.ErrExists) {
 		return nil
 	}
 	return err
@@ -348,6 +348,48 @@ func (s *storeState) size(key string) (int64, error) {
 	return int64(info.Size), nil
 }
 
+// replicaJSON is one replica of get_replica_desc.
+type replicaJSON struct {
+	Segment  string `json:"segment"`
+	Endpoint string `json:"endpoint"`
+	Addr     uint64 `json:"addr"`
+	Size     uint64 `json:"size"`
+}
+
+// diskReplicaJSON is one disk-tier copy of get_replica_desc (Mooncake's
+// LOCAL_DISK replica).
+type diskReplicaJSON struct {
+	Segment string `json:"segment"`
+	URL     string `json:"url"`
+	Seq     uint64 `json:"seq"`
+}
+
+// statJSON is what get_replica_desc returns for one key.
+type statJSON struct {
+	Size     uint64            `json:"size"`
+	HardPin  bool              `json:"hard_pin"`
+	Replicas []replicaJSON     `json:"replicas"`
+	Disk     []diskReplicaJSON `json:"disk"`
+}
+
+// stat returns key's size and replicas as JSON.
+func (s *storeState) stat(key string) ([]byte, error) {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	info, err := s.c.Stat(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	out := statJSON{Size: info.Size, HardPin: info.HardPin, Replicas: []replicaJSON{}, Disk: []diskReplicaJSON{}}
+	for _, r := range info.Replicas {
+		out.Replicas = append(out.Replicas, replicaJSON{Segment: r.Segment, Endpoint: r.Endpoint, Addr: r.Addr, Size: r.Size})
+	}
+	for _, d := range info.Disk {
+		out.Disk = append(out.Disk, diskReplicaJSON{Segment: d.Segment, URL: d.URL, Seq: d.Seq})
+	}
+	return json.Marshal(out)
+}
+
 func (s *storeState) remove(key string, force bool) error {
 	ctx, cancel := s.ctx(0)
 	defer cancel()
@@ -364,6 +406,13 @@ func (s *storeState) removeAll(force bool) (int, error) {
 	ctx, cancel := s.ctx(0)
 	defer cancel()
 	return s.c.RemoveAll(ctx, force)
+}
+
+// batchRemove removes keys and returns one error per key.
+func (s *storeState) batchRemove(keys []string, force bool) []error {
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	return s.c.BatchRemove(ctx, keys, force)
 }
 
 // list returns every key with the prefix, in key order, as a JSON array.
@@ -394,6 +443,16 @@ func (s *storeState) health() error {
 	defer cancel()
 	_, err := s.c.Exist(ctx, "__mooncake_health_check__")
 	return err
+}
+
+// hostname is the client's "host:port", as in Mooncake its local_hostname
+// (also when that port was taken and the engine has another, openStore):
+// its transfer engine's name, which is its segment's name.
+func (s *storeState) hostname() string {
+	if s.eng == nil {
+		return s.c.SegmentName() // a dummy client: its real client's name
+	}
+	return cmp.Or(s.host, s.eng.Name())
 }
 
 func storeByHandle(h int64) (*storeState, error) {

@@ -101,15 +101,15 @@ type batchPutter interface {
 	BatchPut(ctx context.Context, keys []string, values [][]byte, o store.PutOptions) []error
 }
 
-// batchPutMin is the batch size from which batchPutEx uses the batched put.
+// batchPutMin is the batch size from which batchPut uses the batched put.
 const batchPutMin = 2
 
-// batchPutEx puts a batch with the client's batched put when it has one,
+// batchPut puts a batch with the client's batched put when it has one,
 // the batch is large enough and every value lies in memory registered with
 // register_buffer (sent in place, see nestedMover); ok is false when the
-// caller should put key by key instead. As putEx, a plain put of a key that
+// caller should put key by key instead. As with put, a plain put of a key that
 // exists succeeds.
-func (s *storeState) batchPutEx(keys []string, ptrs []unsafe.Pointer, sizes []uint64, o store.PutOptions) (errs []error, ok bool) {
+func (s *storeState) batchPut(keys []string, ptrs []unsafe.Pointer, sizes []uint64, o store.PutOptions) (errs []error, ok bool) {
 	bp, has := s.c.(batchPutter)
 	if !has || len(keys) < batchPutMin {
 		return nil, false

@@ -65,16 +65,16 @@ func TestBatchPutAndGetOfRegisteredBuffers(t *testing.T) {
 	for i := range n {
 		ps[i], ds[i], sizes[i] = unsafe.Pointer(&src[i*size]), unsafe.Pointer(&dst[i*size]), size
 	}
-	errs, ok := s.batchPutEx(keys, ps, sizes, store.PutOptions{})
+	errs, ok := s.batchPut(keys, ps, sizes, store.PutOptions{})
 	if !ok {
-		t.Fatal("batchPutEx did not take the batched path")
+		t.Fatal("batchPut did not take the batched path")
 	}
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("put %s: %v", keys[i], err)
 		}
 	}
-	if errs, _ := s.batchPutEx(keys, ps, sizes, store.PutOptions{}); errs[0] != nil {
+	if errs, _ := s.batchPut(keys, ps, sizes, store.PutOptions{}); errs[0] != nil {
 		t.Fatalf("a put of existing keys must succeed: %v", errs[0])
 	}
 	ns, gerrs, ok := s.batchGetInto(keys, ds, sizes)
@@ -90,7 +90,7 @@ func TestBatchPutAndGetOfRegisteredBuffers(t *testing.T) {
 		t.Fatal("data differs")
 	}
 	// unregistered memory is not taken by the batched paths
-	if _, ok := s.batchPutEx(keys[:2], []unsafe.Pointer{unsafe.Pointer(&make([]byte, 8)[0]), ps[1]}, []uint64{8, size}, store.PutOptions{}); ok {
-		t.Fatal("batchPutEx took unregistered memory")
+	if _, ok := s.batchPut(keys[:2], []unsafe.Pointer{unsafe.Pointer(&make([]byte, 8)[0]), ps[1]}, []uint64{8, size}, store.PutOptions{}); ok {
+		t.Fatal("batchPut took unregistered memory")
 	}
 }

@@ -6,8 +6,6 @@ package main
 import "C"
 
 import (
-	"context"
-	"encoding/json"
 	"net"
 	"time"
 
@@ -35,11 +33,6 @@ type diskArgs struct {
 	PromotionOnHit bool   `json:"promotion_on_hit"` // readers put values read from disk back into memory
 }
 
-// openExArgs is the JSON of mc_store_open_ex's options.
-type openExArgs struct {
-	Disk diskArgs `json:"disk"`
-}
-
 // openDiskTier opens the disk tier of a setup with SSD offload and serves
 // its reads on host (a free port); nil when the setup has none. A client
 // that contributes no segment has nothing to offload: the option is
@@ -64,30 +57,6 @@ func closeDisk(d *disktier.Server) {
 			logger.Warn("store: close disk tier", "err", err)
 		}
 	}
-}
-
-// mc_store_open_ex is mc_store_open with options (JSON: {"disk": {"dir",
-// "capacity", "offload_on_evict", "promotion_on_hit"}}).
-//
-//export mc_store_open_ex
-func mc_store_open_ex(host, metadata *C.char, segmentSize, bufferSize C.uint64_t, protocol, device, master, options *C.char) C.int64_t {
-	return C.int64_t(guard("store setup", func() (int64, error) {
-		var o openExArgs
-		if opts := goString(options); opts != "" {
-			if err := json.Unmarshal([]byte(opts), &o); err != nil {
-				return 0, errInvalid("setup options: " + err.Error())
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		s, err := openStore(ctx, storeArgs{host: goString(host), metadata: goString(metadata), protocol: goString(protocol),
-			device: goString(device), master: goString(master), segmentSize: uint64(segmentSize), bufferSize: uint64(bufferSize),
-			disk: o.Disk})
-		if err != nil {
-			return 0, err
-		}
-		return stores.add(s), nil
-	}))
 }
 
 // diskReads is the number of values this client read from disk tiers (0

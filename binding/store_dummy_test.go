@@ -32,7 +32,7 @@ func TestStoreDummy(t *testing.T) {
 		t.Fatalf("dummy hostname %q, real %q", d.hostname(), real.hostname())
 	}
 	// inline values
-	if err := d.put("dk", []byte("dummy value"), ""); err != nil {
+	if err := d.put("dk", []byte("dummy value"), store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := real.get("dk"); err != nil || string(v) != "dummy value" {
@@ -42,7 +42,7 @@ func TestStoreDummy(t *testing.T) {
 	pool := d.c.(*dummyclient.Client)
 	src, dst := pool.Alloc(1<<20), pool.Alloc(1<<20)
 	registerPattern(t, d, 7, src, dst)
-	if err := d.putEx("pooled", src, store.PutOptions{}); err != nil {
+	if err := d.put("pooled", src, store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := d.getInto("pooled", dst); err != nil || n != len(src) || !bytes.Equal(dst, src) {

@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 	"unsafe"
@@ -26,13 +27,31 @@ func view(p unsafe.Pointer, n C.uint64_t) ([]byte, error) {
 	return unsafe.Slice((*byte)(p), int(n)), nil
 }
 
-//export mc_store_open
-func mc_store_open(host, metadata *C.char, segmentSize, bufferSize C.uint64_t, protocol, device, master *C.char) C.int64_t {
+// openExArgs is the JSON of mc_store_open_ex's options.
+type openExArgs struct {
+	Disk diskArgs `json:"disk"`
+}
+
+// mc_store_open_ex opens a store client (Mooncake's setup) and returns its
+// handle: host, metadata, protocol and device as for mc_engine_open, a
+// global segment of segmentSize bytes (0: none), a staging buffer of
+// bufferSize bytes, the master's address, and options (JSON, see
+// openExArgs; "" for none).
+//
+//export mc_store_open_ex
+func mc_store_open_ex(host, metadata *C.char, segmentSize, bufferSize C.uint64_t, protocol, device, master, options *C.char) C.int64_t {
 	return C.int64_t(guard("store setup", func() (int64, error) {
+		var o openExArgs
+		if opts := goString(options); opts != "" {
+			if err := json.Unmarshal([]byte(opts), &o); err != nil {
+				return 0, errInvalid("setup options: " + err.Error())
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		s, err := openStore(ctx, storeArgs{host: goString(host), metadata: goString(metadata), protocol: goString(protocol),
-			device: goString(device), master: goString(master), segmentSize: uint64(segmentSize), bufferSize: uint64(bufferSize)})
+			device: goString(device), master: goString(master), segmentSize: uint64(segmentSize), bufferSize: uint64(bufferSize),
+			disk: o.Disk})
 		if err != nil {
 			return 0, err
 		}
@@ -52,28 +71,70 @@ func mc_store_health(h C.int64_t) C.int64_t {
 	})
 }
 
-//export mc_store_put
-func mc_store_put(h C.int64_t, key *C.char, p unsafe.Pointer, n C.uint64_t, cfg *C.char) C.int64_t {
+// mc_store_hostname copies the client's "host:port" into buf (NUL-terminated,
+// truncated to capacity) and returns its full length.
+//
+//export mc_store_hostname
+func mc_store_hostname(h C.int64_t, buf *C.char, capacity C.int64_t) C.int64_t {
+	var name string
+	rc := withStore(h, "get hostname", func(s *storeState) (int64, error) {
+		name = s.hostname()
+		return 0, nil
+	})
+	if rc < 0 {
+		return rc
+	}
+	if buf != nil && capacity > 0 {
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(capacity))
+		k := copy(dst[:len(dst)-1], name)
+		dst[k] = 0
+	}
+	return C.int64_t(len(name))
+}
+
+// mc_store_put_ex stores n bytes at p under key with a put configuration
+// (JSON, see putConfigJSON). 0 or a negative code.
+//
+//export mc_store_put_ex
+func mc_store_put_ex(h C.int64_t, key *C.char, p unsafe.Pointer, n C.uint64_t, cfg *C.char) C.int64_t {
 	return withStore(h, "put", func(s *storeState) (int64, error) {
+		o, err := putOptions(goString(cfg))
+		if err != nil {
+			return 0, err
+		}
 		v, err := view(p, n)
 		if err != nil {
 			return 0, err
 		}
-		return 0, s.put(goString(key), v, goString(cfg))
+		return 0, s.put(goString(key), v, o)
 	})
 }
 
-//export mc_store_batch_put
-func mc_store_batch_put(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer, sizes *C.uint64_t, cfg *C.char, out *C.int64_t) C.int64_t {
+// mc_store_batch_put_ex is mc_store_put_ex for n keys; out gets one code per key.
+//
+//export mc_store_batch_put_ex
+func mc_store_batch_put_ex(h, n C.int64_t, keys **C.char, ptrs *unsafe.Pointer, sizes *C.uint64_t, cfg *C.char, out *C.int64_t) C.int64_t {
 	return withStore(h, "batch put", func(s *storeState) (int64, error) {
 		if n <= 0 || keys == nil || ptrs == nil || sizes == nil || out == nil {
 			return 0, errInvalid("batch put: empty batch or NULL array")
 		}
+		o, err := putOptions(goString(cfg))
+		if err != nil {
+			return 0, err
+		}
 		k := int(n)
 		ks, ps, ns, rs := cStrings(keys, k), unsafe.Slice(ptrs, k), u64s(sizes, k), i64s(out, k)
-		c := goString(cfg)
+		if errs, ok := s.batchPut(ks, ps, ns, o); ok {
+			for i, err := range errs {
+				rs[i] = 0
+				if err != nil {
+					rs[i] = record("batch put", err)
+				}
+			}
+			return 0, nil
+		}
 		eachView("batch put", ps, ns, rs, func(i int, v []byte) (int64, error) {
-			return 0, s.put(ks[i], v, c)
+			return 0, s.put(ks[i], v, o)
 		})
 		return 0, nil
 	})
@@ -180,6 +241,15 @@ func mc_store_get_size(h C.int64_t, key *C.char) C.int64_t {
 	})
 }
 
+// mc_store_stat hands key's size and replicas (JSON) through out.
+//
+//export mc_store_stat
+func mc_store_stat(h C.int64_t, key *C.char, out *unsafe.Pointer) C.int64_t {
+	return storeBytes(h, "get replica desc", out, func(s *storeState) ([]byte, error) {
+		return s.stat(goString(key))
+	})
+}
+
 //export mc_store_remove
 func mc_store_remove(h C.int64_t, key *C.char, force C.int64_t) C.int64_t {
 	return withStore(h, "remove", func(s *storeState) (int64, error) {
@@ -200,6 +270,27 @@ func mc_store_remove_all(h C.int64_t, force C.int64_t) C.int64_t {
 	return withStore(h, "remove all", func(s *storeState) (int64, error) {
 		n, err := s.removeAll(force != 0)
 		return int64(n), err
+	})
+}
+
+// mc_store_batch_remove removes n keys; out gets one code per key.
+//
+//export mc_store_batch_remove
+func mc_store_batch_remove(h, n C.int64_t, keys **C.char, force C.int64_t, out *C.int64_t) C.int64_t {
+	return withStore(h, "batch remove", func(s *storeState) (int64, error) {
+		if n <= 0 || keys == nil || out == nil {
+			return 0, errInvalid("batch remove: empty batch or NULL array")
+		}
+		errs := s.batchRemove(cStrings(keys, int(n)), force != 0)
+		rs := i64s(out, int(n))
+		for i := range rs {
+			var e error
+			if i < len(errs) {
+				e = errs[i]
+			}
+			rs[i] = guard("batch remove", func() (int64, error) { return 0, e })
+		}
+		return 0, nil
 	})
 }
 

@@ -17,7 +17,7 @@ func TestStoreTasksInProcess(t *testing.T) {
 	if raw, err := s.replicaClear(nil, ""); err != nil || string(raw) != "[]" {
 		t.Fatalf("clear of no keys: %s %v", raw, err)
 	}
-	if err := s.put("k", []byte("value"), ""); err != nil {
+	if err := s.put("k", []byte("value"), store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Just written: in use, so nothing is cleared.
@@ -78,7 +78,7 @@ func TestStoreTasksDummy(t *testing.T) {
 	}
 	defer d.close()
 
-	if err := d.put("dk", []byte("dummy value"), ""); err != nil {
+	if err := d.put("dk", []byte("dummy value"), store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	info, err := real.c.Stat(t.Context(), "dk")

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -50,7 +52,7 @@ func TestPutOptions(t *testing.T) {
 		wantErr bool
 	}{
 		{"", store.PutOptions{}, false},
-		{`{"replica_num":2,"with_soft_pin":true,"preferred_segments":["a","b"]}`,
+		{`{"replica_num":2,"soft_pin":true,"preferred_segments":["a","b"]}`,
 			store.PutOptions{Replicas: 2, SoftPin: true, PreferredSegments: []string{"a", "b"}}, false},
 		{`{"replica_num":1,"with_hard_pin":true}`, store.PutOptions{Replicas: 1, HardPin: true}, false},
 		{`{"replica_num":-1}`, store.PutOptions{}, true},
@@ -60,8 +62,7 @@ func TestPutOptions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
-			var s *storeState
-			got, err := s.putOptions(tc.in)
+			got, err := putOptions(tc.in)
 			if tc.wantErr {
 				if codeOf(err) != codeInvalidParams {
 					t.Fatalf("want invalid params, got %v", err)
@@ -85,10 +86,10 @@ func TestStoreInProcess(t *testing.T) {
 	s := inProcessStore(t)
 
 	v := bytes.Repeat([]byte("mooncake"), 1000)
-	if err := s.put("k1", v, ""); err != nil {
+	if err := s.put("k1", v, store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.put("k1", []byte("other"), ""); err != nil {
+	if err := s.put("k1", []byte("other"), store.PutOptions{}); err != nil {
 		t.Fatalf("put of an existing key must succeed (Mooncake semantics): %v", err)
 	}
 	got, err := s.get("k1")
@@ -105,7 +106,7 @@ func TestStoreInProcess(t *testing.T) {
 	}
 	// A large unregistered destination is registered for the read (and released after).
 	big := bytes.Repeat([]byte{7, 1, 3}, 40000)
-	if err := s.put("big", big, ""); err != nil {
+	if err := s.put("big", big, store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	bdst := make([]byte, 128<<10)
@@ -129,7 +130,7 @@ func TestStoreInProcess(t *testing.T) {
 		t.Fatalf("getInto registered = %d %v", n, err)
 	}
 	copy(reg[32768:], "from registered memory")
-	if err := s.put("k2", reg[32768:32768+22], ""); err != nil {
+	if err := s.put("k2", reg[32768:32768+22], store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.unregisterBuffer(uint64(transfer.AddrOf(reg))); err != nil {
@@ -175,7 +176,7 @@ func TestStoreInProcess(t *testing.T) {
 	if err := s.health(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.put("", v, ""); codeOf(err) != codeInvalidParams {
+	if err := s.put("", v, store.PutOptions{}); codeOf(err) != codeInvalidParams {
 		t.Fatalf("empty key: %v", err)
 	}
 	if _, err := storeByHandle(12345); !errors.Is(err, errBadHandle) {
@@ -214,5 +215,85 @@ func TestStoreEngineArgs(t *testing.T) {
 				t.Fatalf("metadata %q transport %q warnings %q", cfg.Metadata, cfg.Transport, warns)
 			}
 		})
+	}
+}
+
+// TestPutOptionsFields: every field of putConfigJSON reaches store.PutOptions.
+func TestPutOptionsFields(t *testing.T) {
+	o, err := putOptions("")
+	if err != nil || o.Replicas != 0 || o.Upsert || o.SoftPin {
+		t.Fatalf("empty config: %+v, %v", o, err)
+	}
+	o, err = putOptions(`{"replica_num":2,"soft_pin":true,"soft_pin_ttl_ms":1500,"with_hard_pin":true,` +
+		`"preferred_segments":["a:1"],"prefer_alloc_in_same_node":true,"upsert":true}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Replicas != 2 || !o.SoftPin || o.SoftPinTTL != 1500*time.Millisecond || !o.HardPin || !o.PreferLocal ||
+		!o.Upsert || len(o.PreferredSegments) != 1 || o.PreferredSegments[0] != "a:1" {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, bad := range []string{`{`, `{"replica_num":-1}`, `{"replica_num":65}`, `{"soft_pin_ttl_ms":-5}`} {
+		if _, err := putOptions(bad); !errors.Is(err, errInvalidParams) {
+			t.Errorf("%s: got %v, want errInvalidParams", bad, err)
+		}
+	}
+}
+
+// TestStorePutOptionsInProcess checks that put passes upsert, soft pin (with its
+// TTL) and hard pin through to the store, and the batch remove, stat and
+// hostname calls, against an in-process master and storage node.
+func TestStorePutOptionsInProcess(t *testing.T) {
+	s := inProcessStore(t)
+
+	if h := s.hostname(); !strings.HasPrefix(h, "127.0.0.1:") {
+		t.Fatalf("hostname %q, want 127.0.0.1:<port>", h)
+	}
+	o, err := putOptions(`{"replica_num":1,"soft_pin":true,"soft_pin_ttl_ms":60000}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := s.put("pinned", []byte("v1"), o); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.c.Stat(t.Context(), "pinned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if until := info.SoftPinUntil; until.Before(start.Add(50*time.Second)) || until.After(time.Now().Add(61*time.Second)) {
+		t.Fatalf("soft pin until %v, want about a minute from %v", until, start)
+	}
+	if err := s.put("pinned", []byte("v2"), store.PutOptions{}); err != nil {
+		t.Fatalf("plain put of an existing key: %v", err)
+	}
+	if got, _ := s.get("pinned"); string(got) != "v1" {
+		t.Fatalf("plain put replaced the value: %q", got)
+	}
+	// Upsert (no get before it, so no read lease is held) replaces the value and pins it.
+	if err := s.put("hp", []byte("old"), store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o, _ = putOptions(`{"with_hard_pin":true,"upsert":true}`)
+	if err := s.put("hp", []byte("new"), o); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = s.c.Stat(t.Context(), "hp"); err != nil || !info.HardPin {
+		t.Fatalf("after upsert with hard pin: %+v, %v", info, err)
+	}
+	if got, _ := s.get("hp"); string(got) != "new" {
+		t.Fatalf("upsert did not replace the value: %q", got)
+	}
+	raw, err := s.stat("pinned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st statJSON
+	if err := json.Unmarshal(raw, &st); err != nil || len(st.Replicas) != 1 || st.Size == 0 {
+		t.Fatalf("stat %s: %v", raw, err)
+	}
+	errs := s.batchRemove([]string{"pinned", "hp", "missing"}, true)
+	if len(errs) != 3 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], store.ErrNotFound) {
+		t.Fatalf("batch remove: %v", errs)
 	}
 }

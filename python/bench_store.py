@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Store batch benchmark from Python: batch_put_from / batch_get_into of 32 values
 of 1 MiB through MooncakeDistributedStore, as a ratio of the Go store client's
-BatchPut / BatchGetInto of the same batch (python/bench_store_go), measured in
+BatchPut / BatchGetInto of the same batch (cmd/bench_store_go), measured in
 the same run against the same master and storage node. It also times the Go
 client's per-key PutFrom/GetInto from registered buffers, 8 at a time: what the
 binding runs below cgo, so python / go-per-key is the cost of Python and cgo alone.
@@ -53,7 +53,7 @@ def start(argv, ready):
 def go_binary():
     path = os.environ.get("MOONCAKE_BENCH_STORE_GO") or os.path.join(ROOT, "bin", "bench_store_go")
     if not os.path.exists(path):
-        subprocess.check_call([os.environ.get("GO", "go"), "build", "-o", path, "./python/bench_store_go"], cwd=ROOT)
+        subprocess.check_call([os.environ.get("GO", "go"), "build", "-o", path, "./cmd/bench_store_go"], cwd=ROOT)
     return path
 
 

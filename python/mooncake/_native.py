@@ -45,13 +45,11 @@ _PROTOTYPES = {
     "mc_engine_notifies": (_c_i64, [_c_i64, ctypes.POINTER(_c_ptr)]),
     "mc_engine_topology": (_c_i64, [_c_i64, ctypes.POINTER(_c_ptr)]),
     # store client
-    "mc_store_open": (_c_i64, [_c_str, _c_str, _c_u64, _c_u64, _c_str, _c_str, _c_str]),
+    "mc_store_open_ex": (_c_i64, [_c_str, _c_str, _c_u64, _c_u64, _c_str, _c_str, _c_str, _c_str]),
     "mc_store_close": (_c_i64, [_c_i64]),
     "mc_store_open_dummy": (_c_i64, [_c_u64, _c_u64, _c_str]),
     "mc_store_alloc_from_pool": (_c_ptr, [_c_i64, _c_u64]),
     "mc_store_health": (_c_i64, [_c_i64]),
-    "mc_store_put": (_c_i64, [_c_i64, _c_str, _c_ptr, _c_u64, _c_str]),
-    "mc_store_batch_put": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), ctypes.POINTER(_c_ptr), _p_u64, _c_str, _p_i64]),
     "mc_store_get": (_c_i64, [_c_i64, _c_str, ctypes.POINTER(_c_ptr)]),
     "mc_store_get_into": (_c_i64, [_c_i64, _c_str, _c_ptr, _c_u64]),
     "mc_store_batch_get_into": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), ctypes.POINTER(_c_ptr), _p_u64, _p_i64]),
@@ -70,12 +68,15 @@ _PROTOTYPES = {
     "mc_store_batch_remove": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), _c_i64, _p_i64]),
     "mc_store_stat": (_c_i64, [_c_i64, _c_str, ctypes.POINTER(_c_ptr)]),
     "mc_store_hostname": (_c_i64, [_c_i64, ctypes.c_char_p, _c_i64]),
-    # SSD offload and extra segments (binding/store_disk.go, store_segments.go)
-    "mc_store_open_ex": (_c_i64, [_c_str, _c_str, _c_u64, _c_u64, _c_str, _c_str, _c_str, _c_str]),
     "mc_store_disk_reads": (_c_i64, [_c_i64]),
     "mc_store_mount_segment": (_c_i64, [_c_i64, _c_str, _c_u64, _c_u64, ctypes.POINTER(_c_ptr)]),
     "mc_store_allocate_segment": (_c_i64, [_c_i64, _c_u64, _p_u64, ctypes.POINTER(_c_ptr)]),
     "mc_store_unmount_segments": (_c_i64, [_c_i64, _c_str, _c_i64]),
+    # replica clear and copy/move tasks
+    "mc_store_replica_clear": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_str), _c_str, ctypes.POINTER(_c_ptr)]),
+    "mc_store_create_copy_task": (_c_i64, [_c_i64, _c_str, _c_i64, ctypes.POINTER(_c_str), _p_u64]),
+    "mc_store_create_move_task": (_c_i64, [_c_i64, _c_str, _c_str, _c_str, _p_u64]),
+    "mc_store_query_task": (_c_i64, [_c_i64, _c_u64, _c_u64, ctypes.POINTER(_c_ptr)]),
 }
 
 _lock = threading.Lock()

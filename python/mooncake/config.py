@@ -1,6 +1,9 @@
-"""Configuration of the store client, read the way Mooncake reads it.
+"""The settings ``MooncakeDistributedStore.setup()`` falls back on, read leniently.
 
-Sources, in order of precedence:
+``mooncake.mooncake_config.MooncakeConfig`` (Mooncake's class) is the one config
+type; this module reads it without Mooncake's required fields, so that
+``setup()`` with arguments left out works from defaults alone. Sources, in order
+of precedence:
 
 1. the JSON file named by ``$MOONCAKE_CONFIG_PATH`` (keys ``local_hostname``,
    ``metadata_server``, ``global_segment_size``, ``local_buffer_size``,
@@ -10,16 +13,21 @@ Sources, in order of precedence:
    ``MOONCAKE_LOCAL_BUFFER_SIZE``, ``MOONCAKE_LOCAL_HOSTNAME``;
 3. the defaults below.
 
-Sizes accept an int or a string with a binary unit: ``"4gb"``, ``"512MB"``,
-``"3.125 GiB"``, ``"65536"`` (1 kb = 1024 bytes, as in Mooncake).
+A value left out, ``None`` or blank takes its default. Sizes accept an int or a
+string with a binary unit: ``"4gb"``, ``"512MB"``, ``"3.125 GiB"``, ``"65536"``
+(1 kb = 1024 bytes, as in Mooncake).
 """
 
 import json
 import os
 import re
 
-DEFAULT_GLOBAL_SEGMENT_SIZE = 3355443200  # 3.125 GiB
-DEFAULT_LOCAL_BUFFER_SIZE = 1073741824  # 1 GiB
+from .mooncake_config import DEFAULT_GLOBAL_SEGMENT_SIZE, DEFAULT_LOCAL_BUFFER_SIZE, MooncakeConfig
+
+__all__ = ["parse_size", "from_dict", "from_file", "load_from_env", "DEFAULT_GLOBAL_SEGMENT_SIZE",
+           "DEFAULT_LOCAL_BUFFER_SIZE", "DEFAULT_MASTER", "DEFAULT_METADATA_SERVER", "DEFAULT_PROTOCOL",
+           "DEFAULT_LOCAL_HOSTNAME"]
+
 DEFAULT_MASTER = "127.0.0.1:50051"
 DEFAULT_METADATA_SERVER = "P2PHANDSHAKE"
 DEFAULT_PROTOCOL = "tcp"
@@ -63,73 +71,59 @@ def parse_size(value):
     return int(float(m.group(1)) * _UNITS[unit])
 
 
-class MooncakeConfig(object):
-    """Store client settings; field names match Mooncake's config file keys."""
+def _config(local_hostname=None, metadata_server=None, global_segment_size=None, local_buffer_size=None,
+            protocol=None, device_name=None, master_server_address=None):
+    """A MooncakeConfig of the seven setup fields, defaults for those None or blank."""
+    def text(v, default):
+        v = "" if v is None else str(v)
+        return v if v.strip() else default
 
-    FIELDS = (
-        "local_hostname",
-        "metadata_server",
-        "global_segment_size",
-        "local_buffer_size",
-        "protocol",
-        "device_name",
-        "master_server_address",
+    def size(v, default):
+        return default if v is None or (isinstance(v, str) and not v.strip()) else parse_size(v)
+
+    return MooncakeConfig(
+        local_hostname=text(local_hostname, DEFAULT_LOCAL_HOSTNAME),
+        metadata_server=text(metadata_server, DEFAULT_METADATA_SERVER),
+        global_segment_size=size(global_segment_size, DEFAULT_GLOBAL_SEGMENT_SIZE),
+        local_buffer_size=size(local_buffer_size, DEFAULT_LOCAL_BUFFER_SIZE),
+        protocol=text(protocol, DEFAULT_PROTOCOL),
+        device_name=text(device_name, ""),
+        master_server_address=text(master_server_address, DEFAULT_MASTER),
     )
 
-    def __init__(self, local_hostname=DEFAULT_LOCAL_HOSTNAME, metadata_server=DEFAULT_METADATA_SERVER,
-                 global_segment_size=DEFAULT_GLOBAL_SEGMENT_SIZE, local_buffer_size=DEFAULT_LOCAL_BUFFER_SIZE,
-                 protocol=DEFAULT_PROTOCOL, device_name="", master_server_address=DEFAULT_MASTER):
-        self.local_hostname = str(local_hostname)
-        self.metadata_server = str(metadata_server)
-        self.global_segment_size = parse_size(global_segment_size)
-        self.local_buffer_size = parse_size(local_buffer_size)
-        self.protocol = str(protocol)
-        self.device_name = str(device_name or "")
-        self.master_server_address = str(master_server_address)
 
-    def __repr__(self):
-        return "MooncakeConfig(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in self.FIELDS)
+def from_dict(d):
+    """A MooncakeConfig from a dict of Mooncake's config keys; unknown keys are ignored.
 
-    def __eq__(self, other):
-        return isinstance(other, MooncakeConfig) and all(
-            getattr(self, f) == getattr(other, f) for f in self.FIELDS)
+    Raises ValueError for a non-dict and for a bad size.
+    """
+    if not isinstance(d, dict):
+        raise ValueError("mooncake config must be a JSON object")
+    # Older Mooncake files spell the master key "master_server_addr".
+    return _config(d.get("local_hostname"), d.get("metadata_server"), d.get("global_segment_size"),
+                   d.get("local_buffer_size"), d.get("protocol"), d.get("device_name"),
+                   d.get("master_server_address") or d.get("master_server_addr"))
 
-    def to_dict(self):
-        return dict((f, getattr(self, f)) for f in self.FIELDS)
 
-    @classmethod
-    def from_dict(cls, d):
-        """Builds a config from a dict of Mooncake config keys; unknown keys are ignored."""
-        if not isinstance(d, dict):
-            raise ValueError("mooncake config must be a JSON object")
-        kwargs = {}
-        for f in cls.FIELDS:
-            if f in d and d[f] is not None:
-                kwargs[f] = d[f]
-        # Older Mooncake files spell the master key "master_server_addr".
-        if "master_server_address" not in kwargs and d.get("master_server_addr"):
-            kwargs["master_server_address"] = d["master_server_addr"]
-        return cls(**kwargs)
+def from_file(path):
+    """A MooncakeConfig from a Mooncake JSON config file (as from_dict)."""
+    with open(path) as f:
+        return from_dict(json.load(f))
 
-    @classmethod
-    def from_file(cls, path):
-        """Reads a Mooncake JSON config file."""
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
 
-    @classmethod
-    def load_from_env(cls, environ=None):
-        """Reads MOONCAKE_CONFIG_PATH when set, else the MOONCAKE_* variables."""
-        env = os.environ if environ is None else environ
-        path = env.get("MOONCAKE_CONFIG_PATH")
-        if path:
-            return cls.from_file(path)
-        return cls(
-            local_hostname=env.get("MOONCAKE_LOCAL_HOSTNAME") or DEFAULT_LOCAL_HOSTNAME,
-            metadata_server=env.get("MOONCAKE_TE_META_DATA_SERVER") or DEFAULT_METADATA_SERVER,
-            global_segment_size=env.get("MOONCAKE_GLOBAL_SEGMENT_SIZE") or DEFAULT_GLOBAL_SEGMENT_SIZE,
-            local_buffer_size=env.get("MOONCAKE_LOCAL_BUFFER_SIZE") or DEFAULT_LOCAL_BUFFER_SIZE,
-            protocol=env.get("MOONCAKE_PROTOCOL") or DEFAULT_PROTOCOL,
-            device_name=env.get("MOONCAKE_DEVICE") or "",
-            master_server_address=env.get("MOONCAKE_MASTER") or DEFAULT_MASTER,
-        )
+def load_from_env(environ=None):
+    """MOONCAKE_CONFIG_PATH's file when set, else the MOONCAKE_* variables of environ
+    (default os.environ), else the defaults."""
+    env = os.environ if environ is None else environ
+    path = env.get("MOONCAKE_CONFIG_PATH")
+    if path:
+        return from_file(path)
+    return _config(
+        local_hostname=env.get("MOONCAKE_LOCAL_HOSTNAME"),
+        metadata_server=env.get("MOONCAKE_TE_META_DATA_SERVER"),
+        global_segment_size=env.get("MOONCAKE_GLOBAL_SEGMENT_SIZE"),
+        local_buffer_size=env.get("MOONCAKE_LOCAL_BUFFER_SIZE"),
+        protocol=env.get("MOONCAKE_PROTOCOL"),
+        device_name=env.get("MOONCAKE_DEVICE"),
+        master_server_address=env.get("MOONCAKE_MASTER"),
+    )

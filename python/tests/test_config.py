@@ -3,8 +3,9 @@ import os
 import tempfile
 import unittest
 
-from mooncake.config import (DEFAULT_GLOBAL_SEGMENT_SIZE, DEFAULT_LOCAL_BUFFER_SIZE, MooncakeConfig,
-                             parse_size)
+from mooncake import config
+from mooncake.config import DEFAULT_GLOBAL_SEGMENT_SIZE, DEFAULT_LOCAL_BUFFER_SIZE, parse_size
+from mooncake.mooncake_config import MooncakeConfig
 
 
 class ParseSizeTest(unittest.TestCase):
@@ -37,12 +38,21 @@ class ParseSizeTest(unittest.TestCase):
 
 class ConfigTest(unittest.TestCase):
     def test_defaults_from_empty_env(self):
-        cfg = MooncakeConfig.load_from_env({})
+        cfg = config.load_from_env({})
         self.assertEqual(cfg.master_server_address, "127.0.0.1:50051")
         self.assertEqual(cfg.metadata_server, "P2PHANDSHAKE")
         self.assertEqual(cfg.protocol, "tcp")
         self.assertEqual(cfg.global_segment_size, DEFAULT_GLOBAL_SEGMENT_SIZE)
         self.assertEqual(cfg.local_buffer_size, DEFAULT_LOCAL_BUFFER_SIZE)
+        self.assertIsInstance(cfg, MooncakeConfig)
+
+    def test_blank_values_take_defaults(self):
+        cfg = config.from_dict({"local_hostname": " ", "protocol": "", "global_segment_size": None,
+                                "master_server_addr": "127.0.0.1:7001"})
+        self.assertEqual(cfg.local_hostname, "127.0.0.1")
+        self.assertEqual(cfg.protocol, "tcp")
+        self.assertEqual(cfg.global_segment_size, DEFAULT_GLOBAL_SEGMENT_SIZE)
+        self.assertEqual(cfg.master_server_address, "127.0.0.1:7001")
 
     def test_env(self):
         env = {
@@ -54,7 +64,7 @@ class ConfigTest(unittest.TestCase):
             "MOONCAKE_TE_META_DATA_SERVER": "http://127.0.0.1:8080/metadata",
             "MOONCAKE_LOCAL_HOSTNAME": "127.0.0.2",
         }
-        cfg = MooncakeConfig.load_from_env(env)
+        cfg = config.load_from_env(env)
         self.assertEqual(cfg, MooncakeConfig(
             local_hostname="127.0.0.2", metadata_server="http://127.0.0.1:8080/metadata",
             global_segment_size=4 << 30, local_buffer_size=256 << 20, protocol="rdma",
@@ -67,7 +77,7 @@ class ConfigTest(unittest.TestCase):
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(data, f)
         try:
-            cfg = MooncakeConfig.load_from_env({"MOONCAKE_CONFIG_PATH": f.name, "MOONCAKE_MASTER": "x:1"})
+            cfg = config.load_from_env({"MOONCAKE_CONFIG_PATH": f.name, "MOONCAKE_MASTER": "x:1"})
         finally:
             os.unlink(f.name)
         self.assertEqual(cfg.master_server_address, "127.0.0.1:9999")
@@ -80,11 +90,11 @@ class ConfigTest(unittest.TestCase):
             f.write("[1, 2]")
         try:
             with self.assertRaises(ValueError):
-                MooncakeConfig.load_from_env({"MOONCAKE_CONFIG_PATH": f.name})
+                config.load_from_env({"MOONCAKE_CONFIG_PATH": f.name})
         finally:
             os.unlink(f.name)
         with self.assertRaises(ValueError):
-            MooncakeConfig.from_dict({"global_segment_size": "lots"})
+            config.from_dict({"global_segment_size": "lots"})
 
 
 if __name__ == "__main__":
