@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,4 +144,48 @@ func SeedDecodeBody(req map[string]any, prefillAnswer []byte) ([]byte, error) {
 		return nil, errNoSeedParams
 	}
 	return decodeBody(req, kv), nil
+}
+
+// decodeObject parses a JSON object, keeping numbers exact.
+func decodeObject(raw []byte) (map[string]any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		return nil, fmt.Errorf("request body is not a JSON object: %v", err)
+	}
+	if m == nil {
+		return nil, errors.New("request body is not a JSON object")
+	}
+	if d.More() {
+		return nil, errors.New("request body has trailing data after the JSON object")
+	}
+	return m, nil
+}
+
+// BuildBodies returns the two halves of a P/D request: the prefill body
+// (max_tokens 1, no streaming, do_remote_decode) and the decode body (the
+// original request plus do_remote_prefill and where to pull from).
+func BuildBodies(req map[string]any, transferID, bootstrapAddr, engineID string) (prefill, decode []byte) {
+	pb := make(map[string]any, len(req)+2)
+	db := make(map[string]any, len(req)+1)
+	for k, v := range req {
+		pb[k], db[k] = v, v
+	}
+	pb["max_tokens"] = 1
+	if _, ok := pb["max_completion_tokens"]; ok {
+		pb["max_completion_tokens"] = 1
+	}
+	pb["stream"] = false
+	delete(pb, "stream_options")
+	pb["kv_transfer_params"] = map[string]any{
+		"do_remote_decode": true, "do_remote_prefill": false, "transfer_id": transferID,
+	}
+	db["kv_transfer_params"] = map[string]any{
+		"do_remote_decode": false, "do_remote_prefill": true, "transfer_id": transferID,
+		"remote_bootstrap_addr": bootstrapAddr, "remote_engine_id": engineID,
+	}
+	prefill, _ = json.Marshal(pb)
+	decode, _ = json.Marshal(db)
+	return prefill, decode
 }
