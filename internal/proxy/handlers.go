@@ -32,7 +32,7 @@ func (p *Proxy) Handler() http.Handler {
 }
 
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
-	in, _, err := p.choose(&RoundRobin{}, RoleDecode, p.decode, nil, 0)
+	in, _, err := p.choose(picked{&RoundRobin{}}, RoleDecode, p.decode, nil, 0)
 	if err != nil {
 		httpjson.Error(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
 		return

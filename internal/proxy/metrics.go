@@ -30,6 +30,14 @@ func (p *Proxy) initMetrics() {
 		Name: "mooncake_proxy_decode_first_byte_seconds", Help: "Time from request arrival to decode's response headers.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 	})
+	p.instanceGauges()
+	p.eventMetrics()
+	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mRejected, p.mSLO, p.mDisconnect, p.mTTFB)
+}
+
+// instanceGauges exports each instance's health and in-flight count, and
+// the conductor's queue per prefill instance.
+func (p *Proxy) instanceGauges() {
 	gauge := func(name, help string, f func(*instance) float64) {
 		for _, in := range append(append([]*instance{}, p.prefill...), p.decode...) {
 			in := in
@@ -47,7 +55,7 @@ func (p *Proxy) initMetrics() {
 	gauge("mooncake_proxy_instance_inflight", "Requests in flight on the instance.", func(in *instance) float64 {
 		return float64(in.inflight.Load())
 	})
-	if c, ok := p.pPol.(*Conductor); ok {
+	if c := p.conductor; c != nil {
 		for _, in := range p.prefill {
 			in := in
 			p.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -56,6 +64,11 @@ func (p *Proxy) initMetrics() {
 			}, func() float64 { s, _ := c.Queue(in.url); return s }))
 		}
 	}
+}
+
+// eventMetrics exports the KV event streams of the prefill instances that
+// publish them.
+func (p *Proxy) eventMetrics() {
 	for _, in := range p.prefill {
 		if in.events == "" {
 			continue
@@ -77,5 +90,4 @@ func (p *Proxy) initMetrics() {
 			Help: "Blocks a prefill instance holds, as its KV events say.", ConstLabels: prometheus.Labels{"instance": in.url}},
 			func() float64 { return float64(p.events.Blocks(in.url)) }))
 	}
-	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mRejected, p.mSLO, p.mDisconnect, p.mTTFB)
 }

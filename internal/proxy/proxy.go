@@ -59,17 +59,19 @@ func (in *instance) snapshot() (healthy bool, engineID, lastErr string) {
 }
 
 // Proxy is the OpenAI-compatible front door of a P/D cluster. Build it with
-// New, call Start to begin health checks, serve Handler, and Close it.
+// New and Run it; or, serving Handler some other way (tests with httptest),
+// call CheckNow for the health checks and Close it at the end.
 type Proxy struct {
-	cfg     Config
-	log     *slog.Logger
-	prefill []*instance
-	decode  []*instance
-	pPol    Policy
-	dPol    Policy
-	events  *kvevents.Index // fed by the prefill instances' KV events (nil: none)
-	subsMu  sync.Mutex
-	subs    map[string]*kvevents.Subscriber
+	cfg       Config
+	log       *slog.Logger
+	prefill   []*instance
+	decode    []*instance
+	pPol      Policy
+	dPol      Policy
+	conductor *Conductor      // pPol when it is the conductor (its queue gauges), else nil
+	events    *kvevents.Index // fed by the prefill instances' KV events (nil: none)
+	subsMu    sync.Mutex
+	subs      map[string]*kvevents.Subscriber
 
 	reg         *prometheus.Registry
 	mRequests   *prometheus.CounterVec
@@ -97,31 +99,49 @@ func New(cfg Config) (*Proxy, error) {
 	cfg = cfg.withDefaults()
 	p := &Proxy{cfg: cfg, log: cfg.Logger}
 	for _, s := range cfg.Prefill {
-		sp, _ := ParsePrefillSpec(s)
+		sp, err := ParsePrefillSpec(s)
+		if err != nil {
+			return nil, err
+		}
 		p.prefill = append(p.prefill, &instance{role: RolePrefill, url: sp.URL, bootstrap: sp.Bootstrap, events: sp.Events, replay: sp.Replay})
-	}
-	for _, s := range cfg.Decode {
-		u, _ := parseBaseURL(s)
-		p.decode = append(p.decode, &instance{role: RoleDecode, url: u})
-	}
-	for _, s := range cfg.Prefill {
-		if sp, _ := ParsePrefillSpec(s); sp.Events != "" {
+		if sp.Events != "" && p.events == nil {
 			p.events = kvevents.NewIndex()
-			break
 		}
 	}
-	p.pPol, _ = NewPolicy(cfg.PrefillPolicy)
-	switch {
-	case cfg.PrefillPolicy == PolicyConductor && p.events != nil:
-		p.pPol = NewConductor(ConductorConfig{Cost: cfg.Cost, BlockBytes: cfg.EventBlockSize, Matched: p.events.Matched})
-	case cfg.PrefillPolicy == PolicyConductor:
-		p.pPol = NewConductor(ConductorConfig{Cost: cfg.Cost, BlockBytes: cfg.BlockBytes})
-	case cfg.PrefillPolicy == PolicyKVAware && p.events != nil:
-		p.pPol = NewKVAware(KVAwareConfig{Matched: p.events.Matched})
+	for _, s := range cfg.Decode {
+		u, err := parseBaseURL(s)
+		if err != nil {
+			return nil, err
+		}
+		p.decode = append(p.decode, &instance{role: RoleDecode, url: u})
 	}
-	p.dPol, _ = NewPolicy(cfg.DecodePolicy)
+	var err error
+	if p.pPol, p.conductor, err = prefillPolicy(cfg, p.events); err != nil {
+		return nil, err
+	}
+	if p.dPol, err = NewPolicy(cfg.DecodePolicy); err != nil {
+		return nil, err
+	}
 	p.initMetrics()
 	return p, nil
+}
+
+// prefillPolicy is cfg.PrefillPolicy, fed by the instances' KV events when
+// events is not nil, and the conductor when it is one (for its metrics).
+func prefillPolicy(cfg Config, events *kvevents.Index) (Policy, *Conductor, error) {
+	switch {
+	case cfg.PrefillPolicy == PolicyConductor:
+		cc := ConductorConfig{Cost: cfg.Cost, BlockBytes: cfg.BlockBytes}
+		if events != nil {
+			cc.BlockBytes, cc.Matched = cfg.EventBlockSize, events.Matched
+		}
+		c := NewConductor(cc)
+		return c, c, nil
+	case cfg.PrefillPolicy == PolicyKVAware && events != nil:
+		return picked{NewKVAware(KVAwareConfig{Matched: events.Matched})}, nil, nil
+	}
+	pol, err := NewPolicy(cfg.PrefillPolicy)
+	return pol, nil, err
 }
 
 // Run checks the instances' health every HealthInterval and serves Handler

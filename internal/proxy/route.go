@@ -9,6 +9,24 @@ import (
 // instance has ended, however it ended (it releases the conductor's queue
 // estimate; a no-op for other policies).
 func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint64, promptTokens int) (_ *instance, done func(), _ error) {
+	cands, loads, err := p.candidates(role, pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	plan := pol.Plan(blocks, promptTokens, loads)
+	in := cands[plan.Index]
+	if slo := p.cfg.TTFTSLO; slo > 0 && plan.TTFT > slo.Seconds() {
+		p.mSLO.Inc()
+		return nil, nil, fmt.Errorf("%w: predicted time to first token %.3fs exceeds the TTFT SLO %v on every healthy %s instance (best %s: %.3fs queued + %.3fs prefill of %d tokens, %d cached); retry later",
+			ErrTTFTSLO, plan.TTFT, slo, role, in.url, plan.Queue, plan.Prefill, promptTokens, plan.PrefixTokens)
+	}
+	return in, pol.Dispatch(in.url, blocks, plan), nil
+}
+
+// candidates are the instances of pool a request may go to, with their
+// loads: healthy (prefill: with an engine id where the protocol names it)
+// and under Config.MaxInFlight. None is ErrNoInstance or ErrOverloaded.
+func (p *Proxy) candidates(role string, pool []*instance) ([]*instance, []Load, error) {
 	var cands []*instance
 	var loads []Load
 	for _, in := range pool {
@@ -21,32 +39,20 @@ func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint6
 		p.mNoInst.WithLabelValues(role).Inc()
 		return nil, nil, fmt.Errorf("%w: no healthy %s instance available (0 of %d healthy)", ErrNoInstance, role, len(pool))
 	}
-	if max := p.cfg.MaxInFlight; max > 0 {
-		var c2 []*instance
-		var l2 []Load
-		for i, l := range loads {
-			if l.InFlight < max {
-				c2, l2 = append(c2, cands[i]), append(l2, l)
-			}
-		}
-		if len(c2) == 0 {
-			p.mRejected.WithLabelValues(role).Inc()
-			return nil, nil, fmt.Errorf("%w: every healthy %s instance (%d) has %d requests in flight; retry later", ErrOverloaded, role, len(cands), max)
-		}
-		cands, loads = c2, l2
+	max := p.cfg.MaxInFlight
+	if max <= 0 {
+		return cands, loads, nil
 	}
-	if c, ok := pol.(*Conductor); ok {
-		plan := c.Plan(blocks, promptTokens, loads)
-		in := cands[plan.Index]
-		if slo := p.cfg.TTFTSLO; slo > 0 && plan.TTFT > slo.Seconds() {
-			p.mSLO.Inc()
-			return nil, nil, fmt.Errorf("%w: predicted time to first token %.3fs exceeds the TTFT SLO %v on every healthy %s instance (best %s: %.3fs queued + %.3fs prefill of %d tokens, %d cached); retry later",
-				ErrTTFTSLO, plan.TTFT, slo, role, in.url, plan.Queue, plan.Prefill, promptTokens, plan.PrefixTokens)
+	var c2 []*instance
+	var l2 []Load
+	for i, l := range loads {
+		if l.InFlight < max {
+			c2, l2 = append(c2, cands[i]), append(l2, l)
 		}
-		c.Routed(in.url, blocks)
-		return in, c.Enqueue(in.url, plan.Prefill), nil
 	}
-	in := cands[pol.Pick(blocks, loads)]
-	pol.Routed(in.url, blocks)
-	return in, func() {}, nil
+	if len(c2) == 0 {
+		p.mRejected.WithLabelValues(role).Inc()
+		return nil, nil, fmt.Errorf("%w: every healthy %s instance (%d) has %d requests in flight; retry later", ErrOverloaded, role, len(cands), max)
+	}
+	return c2, l2, nil
 }
