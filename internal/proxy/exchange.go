@@ -27,7 +27,7 @@ type prefillResult struct {
 type exchange struct {
 	r                *http.Request
 	endpoint         string
-	req              map[string]any
+	req              Body
 	pre, dec         *instance
 	tid              string // the pairing key (Halves.Key)
 	hdr              http.Header
@@ -49,7 +49,7 @@ type exchange struct {
 	rejected  bool // prefill's 4xx cancelled decode
 }
 
-func (p *Proxy) newExchange(r *http.Request, endpoint string, req map[string]any, pre, dec *instance) *exchange {
+func (p *Proxy) newExchange(r *http.Request, endpoint string, req Body, pre, dec *instance) *exchange {
 	_, engineID, _ := pre.snapshot()
 	h, _ := BuildHalves(p.cfg.Protocol, req, Target{Bootstrap: pre.bootstrap, EngineID: engineID}, uuid.NewString(), rand.Uint64())
 	x := &exchange{r: r, endpoint: endpoint, req: req, pre: pre, dec: dec, tid: h.Key, hdr: r.Header,

@@ -88,7 +88,7 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 
 // readRequest reads and parses the client's JSON object; on failure it
 // writes the error and returns nil and the status.
-func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request) (map[string]any, int) {
+func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request) (Body, int) {
 	if r.Method != http.MethodPost {
 		return nil, httpjson.Error(w, http.StatusMethodNotAllowed, "invalid_request_error", "use POST")
 	}

@@ -184,6 +184,12 @@ type instanceStatus struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// healthJSON is the /health answer (fields in the order a map gave).
+type healthJSON struct {
+	Instances []instanceStatus `json:"instances"`
+	Status    string           `json:"status"`
+}
+
 func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 	var st []instanceStatus
 	for _, in := range append(append([]*instance{}, p.prefill...), p.decode...) {
@@ -195,7 +201,7 @@ func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if status == "unavailable" {
 		code = http.StatusServiceUnavailable
 	}
-	httpjson.Write(w, code, map[string]any{"status": status, "instances": st})
+	httpjson.Write(w, code, healthJSON{Status: status, Instances: st})
 }
 
 // health is the proxy's state as /health and /api/summary name it:

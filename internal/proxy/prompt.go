@@ -11,17 +11,10 @@ import (
 // PromptTokens is the prompt as our engines tokenize it (the byte-level
 // tokenizer: BOS and the text's bytes, the chat template for messages, or
 // the token ids given), for the KV-event prefix index.
-func PromptTokens(endpoint string, req map[string]any) []int {
+func PromptTokens(endpoint string, req Body) []int {
 	var tk tokenizer.ByteLevel
 	if strings.HasSuffix(endpoint, "/chat/completions") {
-		msgs, _ := req["messages"].([]any)
-		var out []tokenizer.Message
-		for _, m := range msgs {
-			mm, _ := m.(map[string]any)
-			role, _ := mm["role"].(string)
-			out = append(out, tokenizer.Message{Role: role, Content: contentText(mm["content"])})
-		}
-		return tk.ApplyChat(out)
+		return tk.ApplyChat(chatMessages(req))
 	}
 	switch pr := req["prompt"].(type) {
 	case string:
@@ -44,6 +37,20 @@ func PromptTokens(endpoint string, req map[string]any) []int {
 	return nil
 }
 
+// chatMessages are a chat request's messages, role and text. A message's
+// content is an open JSON value (a string or a list of parts), read by its
+// type.
+func chatMessages(req Body) []tokenizer.Message {
+	msgs, _ := req["messages"].([]any)
+	var out []tokenizer.Message
+	for _, m := range msgs {
+		mm, _ := m.(map[string]any)
+		role, _ := mm["role"].(string)
+		out = append(out, tokenizer.Message{Role: role, Content: contentText(mm["content"])})
+	}
+	return out
+}
+
 // contentText is a chat message's content: the string, or the text parts
 // of a list of parts joined; other shapes give "".
 func contentText(content any) string {
@@ -64,16 +71,13 @@ func contentText(content any) string {
 
 // PromptText extracts the prompt text of a completions or chat request, for
 // prefix hashing. Unknown shapes give "".
-func PromptText(endpoint string, req map[string]any) string {
+func PromptText(endpoint string, req Body) string {
 	var sb strings.Builder
 	if strings.HasSuffix(endpoint, "/chat/completions") {
-		msgs, _ := req["messages"].([]any)
-		for _, m := range msgs {
-			mm, _ := m.(map[string]any)
-			role, _ := mm["role"].(string)
-			sb.WriteString(role)
+		for _, m := range chatMessages(req) {
+			sb.WriteString(m.Role)
 			sb.WriteByte(0)
-			sb.WriteString(contentText(mm["content"]))
+			sb.WriteString(m.Content)
 			sb.WriteByte(0)
 		}
 		return sb.String()
