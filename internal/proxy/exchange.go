@@ -49,9 +49,12 @@ type exchange struct {
 	rejected  bool // prefill's 4xx cancelled decode
 }
 
-func (p *Proxy) newExchange(r *http.Request, endpoint string, req Body, pre, dec *instance) *exchange {
+func (p *Proxy) newExchange(r *http.Request, endpoint string, req Body, pre, dec *instance) (*exchange, error) {
 	_, engineID, _ := pre.snapshot()
-	h, _ := BuildHalves(p.cfg.Protocol, req, Target{Bootstrap: pre.bootstrap, EngineID: engineID}, uuid.NewString(), rand.Uint64())
+	h, err := BuildHalves(p.cfg.Protocol, req, Target{Bootstrap: pre.bootstrap, EngineID: engineID}, uuid.NewString(), rand.Uint64())
+	if err != nil {
+		return nil, err
+	}
 	x := &exchange{r: r, endpoint: endpoint, req: req, pre: pre, dec: dec, tid: h.Key, hdr: r.Header,
 		t0: p.cfg.Clock.Now(), preDone: make(chan prefillResult, 1)}
 	x.preBody, x.decBody = h.Prefill, h.Decode
@@ -62,7 +65,7 @@ func (p *Proxy) newExchange(r *http.Request, endpoint string, req Body, pre, dec
 	x.decCtx, x.decCancel = context.WithCancelCause(r.Context())
 	x.preCtx, x.preCancel = p.life.detach(r.Context(), p.cfg.RequestTimeout)
 	x.stopOnClient = context.AfterFunc(r.Context(), x.preCancel)
-	return x
+	return x, nil
 }
 
 // startPrefill sends the prefill half in the background; a 4xx answer

@@ -80,7 +80,11 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 	}
 	defer decDoneQueue()
 	defer p.pairs.start(pre.url, dec.url)()
-	x := p.newExchange(r, endpoint, req, pre, dec)
+	x, err := p.newExchange(r, endpoint, req, pre, dec)
+	if err != nil {
+		preDoneQueue()
+		return httpjson.Error(w, http.StatusInternalServerError, "internal_error", err.Error())
+	}
 	defer x.decCancel(nil)
 	p.startPrefill(x, preDoneQueue)
 	return p.relayDecode(w, x)
