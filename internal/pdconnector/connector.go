@@ -167,6 +167,8 @@ type Connector struct {
 	localBases [][]uint64 // [rank][layer] of this engine's KV regions
 	bases      []uint64   // the same, rank major, as sent in a pull
 
+	hooks hooks // the role's halves (halves.go)
+
 	mu             sync.Mutex
 	prod           *ProducerCore
 	cons           *ConsumerCore
@@ -211,6 +213,7 @@ func New(cfg Config) (*Connector, error) {
 		peers: map[string]bootstrap.QueryResponse{}, managed: map[uintptr]bool{}, prepared: map[string]bool{},
 		prod: NewProducerCore(cfg.AbortTimeout), cancels: map[uint64]context.CancelFunc{},
 		registry: bootstrap.NewRegistry(cfg.EngineID, "", 1)}
+	c.hooks = newHooks(c, cfg.Role)
 	c.boot.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
 	c.m = newMetrics(c)
 	return c, nil
@@ -235,13 +238,13 @@ func (c *Connector) Run(ctx context.Context, ln net.Listener) error {
 	switch {
 	case ln != nil:
 		srv := &bootstrap.Server{Registry: c.registry, Metrics: promhttp.HandlerFor(c.m.reg, promhttp.HandlerOpts{}), Logger: c.log}
-		if c.cfg.Role != RoleConsumer {
+		if c.hooks.servesPulls() {
 			srv.Handler = c
 		}
 		if err = srv.Serve(ctx, ln); err != nil {
 			err = fmt.Errorf("pdconnector: bootstrap server: %w", err)
 		}
-	case c.cfg.Role != RoleConsumer:
+	case c.hooks.servesPulls():
 		err = fmt.Errorf("%w: a %s needs a bootstrap listener", ErrConfig, c.cfg.Role)
 	default:
 		<-ctx.Done()
@@ -410,20 +413,13 @@ func (c *Connector) RegisterKVCaches(kv engine.KVCaches) error {
 	c.mu.Lock()
 	c.layout, c.compat, c.localBases, c.bases = kv.Layout, CompatHash(kv.Compat), local, bases
 	c.cons = NewConsumerCore(kv.Layout.BlockSize, c.cfg.FailurePolicy == engine.PolicyRecompute)
-	if c.cfg.Role != RoleConsumer && !c.cfg.WholeRequest {
-		c.prod.EnableStreaming(kv.Layout.NumLayers, kv.Layout.BlockSize)
-	}
+	err := c.hooks.registered(kv.Layout)
 	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	c.registry.SetCompatHash(c.compat)
 	c.registry.SetTP(kv.Layout.TPSize(), kvcache.BlockLayout)
-	if c.cfg.Role != RoleConsumer {
-		// SGLang's decode engines find the pull address through GET /route.
-		host, port, _ := net.SplitHostPort(c.cfg.BootstrapAddr)
-		p, _ := strconv.Atoi(port)
-		if err := c.registry.PutRoute(bootstrap.RouteInfo{RankIP: host, RankPort: p, PageSize: kv.Layout.BlockSize, KVCacheDType: kvDType}); err != nil {
-			return fmt.Errorf("pdconnector: SGLang route: %w", err)
-		}
-	}
 	for r := range kv.Layout.TPSize() {
 		if err := c.registry.Register(bootstrap.RegisterRequest{EngineID: c.cfg.EngineID,
 			Worker: bootstrap.Worker{TPRank: r, Addr: c.te.Name()}}); err != nil {
@@ -520,41 +516,19 @@ func (c *Connector) ClearConnectorMeta() { c.meta = stepMeta{} }
 
 // GetNumNewMatchedTokens implements engine.SchedulerConnector.
 func (c *Connector) GetNumNewMatchedTokens(req *engine.ReqState, numLocal int) (int, bool, error) {
-	if c.cfg.Role == RoleProducer {
-		return 0, false, nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cons.Match(req.ID(), req.KVTransferParams(), len(req.PromptTokens()), numLocal)
+	return c.hooks.match(req, numLocal)
 }
 
 // UpdateStateAfterAlloc implements engine.SchedulerConnector.
 func (c *Connector) UpdateStateAfterAlloc(req *engine.ReqState, blockIDs []int, n int) {
-	if c.cfg.Role == RoleProducer {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cons.AfterAlloc(req.ID(), req.KVTransferParams(), len(req.PromptTokens()), req.NumComputedTokens(), blockIDs, n)
+	c.hooks.afterAlloc(req, blockIDs, n)
 }
 
 // BuildConnectorMeta hands this step's new pulls and the prefills it
 // streams to the worker half, and sends the step's will-not-pull releases.
 func (c *Connector) BuildConnectorMeta(out *engine.SchedulerOutput) any {
 	var m stepMeta
-	if c.cfg.Role != RoleConsumer {
-		m.saves = c.scheduleStreams(out)
-	}
-	if c.cfg.Role == RoleProducer {
-		return m
-	}
-	c.mu.Lock()
-	pulls, rels := c.cons.TakeWork()
-	c.mu.Unlock()
-	for _, r := range rels {
-		c.sendRelease(r)
-	}
-	m.pulls = pulls
+	c.hooks.meta(out, &m)
 	return m
 }
 
@@ -562,93 +536,27 @@ func (c *Connector) BuildConnectorMeta(out *engine.SchedulerOutput) any {
 // prefill shipped with a pulled request's KV (aux data), so decode starts
 // from the next position instead of recomputing the last prompt one.
 func (c *Connector) FirstToken(req *engine.ReqState) (int, float32, bool) {
-	if c.cfg.Role == RoleProducer {
-		return 0, 0, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	aux, ok := c.cons.FirstToken(req.ID())
-	return aux.FirstToken, aux.FirstLogprob, ok
+	return c.hooks.firstToken(req)
 }
 
 // UpdateConnectorOutput implements engine.SchedulerConnector.
 func (c *Connector) UpdateConnectorOutput(engine.ConnectorOutput) {}
 
-// prefillResult is the prefill half's response kv_transfer_params: what
-// each contract's proxy forwards to decode. One map serves them all: ours
-// and vLLM's reworked connector read transfer_id, remote_bootstrap_addr and
-// remote_engine_id; vLLM's seed connector remote_host and remote_port (the
-// bootstrap port) and pairs by request id (transfer_id carries it too).
-func (c *Connector) prefillResult(tid, contract string, blockIDs []int) map[string]any {
-	host, port, _ := net.SplitHostPort(c.cfg.BootstrapAddr)
-	p, _ := strconv.Atoi(port)
-	out := map[string]any{"do_remote_prefill": true, "do_remote_decode": false, "transfer_id": tid,
-		"remote_engine_id": c.cfg.EngineID, "remote_bootstrap_addr": c.cfg.BootstrapAddr,
-		"remote_host": host, "remote_port": p, "tp_size": c.layout.TPSize(), "remote_block_ids": append([]int{}, blockIDs...)}
-	if contract == ContractSGLang {
-		out["bootstrap_host"], out["bootstrap_port"] = host, p
-	}
-	return out
-}
-
 // PrepareParams is the engine server's kv_transfer_params hook for this
-// connector (server.Config.PrepareKV): see the package function.
+// connector (server.Config.PrepareKV): see the package function. The
+// params arrive and leave as the JSON edge's open map.
 func (c *Connector) PrepareParams(params map[string]any) (map[string]any, bool, error) {
 	return PrepareParams(c.cfg.Role, params)
 }
 
 // RequestFinished holds a prefill's blocks for decode's pull (producer) or
 // keeps a decode request's blocks while a pull may still write into them
-// (consumer), and returns what happened as kv_transfer_params.
+// (consumer), and returns what happened as kv_transfer_params: the typed
+// answer of its half, marshalled into the engine's open map.
 func (c *Connector) RequestFinished(req *engine.ReqState, blockIDs []int) (bool, map[string]any) {
-	params := req.KVTransferParams()
-	if c.cfg.Role != RoleConsumer {
-		if tid, contract, ok, err := prefillKey(req.ID(), params); ok {
-			if err != nil || tid == "" {
-				return false, nil
-			}
-			ok := req.NumComputedTokens() >= len(req.PromptTokens())
-			c.mu.Lock()
-			delay := c.prod.Finished(tid, req.ID(), blockIDs, len(req.PromptTokens()), ok, c.clock.Now())
-			if all, n, lps := req.AllTokens(), len(req.PromptTokens()), req.OutputLogprobs(); delay && len(all) > n && len(lps) > 0 {
-				c.prod.SetAux(tid, bootstrap.Aux{FirstToken: all[n], FirstLogprob: lps[0]})
-			}
-			c.mu.Unlock()
-			return delay, c.prefillResult(tid, contract, blockIDs)
-		}
+	_, delay, a := c.hooks.finished(req, blockIDs)
+	if a == nil {
+		return delay, nil
 	}
-	if c.cfg.Role == RoleProducer {
-		return false, nil
-	}
-	c.mu.Lock()
-	delay, rel, out := c.cons.Finished(req.ID(), params)
-	c.mu.Unlock()
-	if aux, ok := out["aux_first_token"].(int); ok {
-		// Prefill's sampled first token against ours: taken as is when the
-		// whole prompt arrived (first_token_from_prefill); otherwise decode
-		// computed its own, equal for greedy decoding on compatible engines
-		// (a check of the whole transfer).
-		all, n := req.AllTokens(), len(req.PromptTokens())
-		match := len(all) > n && all[n] == aux
-		out["aux_first_token_match"] = match
-		if !match && len(all) > n {
-			c.m.auxMismatch.Inc()
-		}
-	}
-	if out != nil && req.NumOutputTokens() > 0 {
-		from := req.FirstTokenFromConnector()
-		out["first_token_from_prefill"] = from
-		src := "decode"
-		if from {
-			src = "prefill"
-		}
-		c.m.firstToken.WithLabelValues(src).Inc()
-	}
-	if rel != nil {
-		c.sendRelease(*rel)
-	}
-	if load, ok := out["kv_load"].(string); ok {
-		c.m.loads.WithLabelValues(load).Inc()
-	}
-	return delay, out
+	return delay, a.wire()
 }

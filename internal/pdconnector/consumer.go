@@ -42,16 +42,28 @@ type consPull struct {
 	aborted bool
 }
 
-type outcome struct {
-	load       string
-	err        string
-	bytes      int64
-	nanos      int64          // ask to answer, decode's clock
-	writeNanos int64          // prefill's write time
-	writeReqs  int            // transfer requests prefill wrote
-	tailNanos  int64          // prefill's write time after its prefill ended (streamed)
-	streamed   bool           // prefill streamed the KV layer by layer
-	aux        *bootstrap.Aux // prefill's first output token and its logprob
+// LoadReport is what a decode request's response tells of its KV load
+// (its kv_transfer_params; wire gives the JSON fields).
+type LoadReport struct {
+	TransferID string
+	Load       string         // kv_load: LoadRemote, LoadLocal, ...
+	Error      string         // kv_load_error: why the pull failed
+	Bytes      int64          // pulled
+	Nanos      int64          // ask to answer, decode's clock
+	WriteNanos int64          // prefill's write time
+	WriteReqs  int            // transfer requests prefill wrote
+	TailNanos  int64          // prefill's write time after its prefill ended (streamed)
+	Streamed   bool           // prefill streamed the KV layer by layer
+	Aux        *bootstrap.Aux // prefill's first output token and its logprob
+}
+
+// FirstToken is prefill's first output token, when the pull succeeded and
+// carried one.
+func (r LoadReport) FirstToken() (bootstrap.Aux, bool) {
+	if r.Load == LoadRemote && r.Aux != nil {
+		return *r.Aux, true
+	}
+	return bootstrap.Aux{}, false
 }
 
 // ConsumerCore is the decode side's pure state machine: which requests pull
@@ -63,7 +75,7 @@ type ConsumerCore struct {
 	pulls     map[string]*consPull
 	queued    []PullSpec
 	releases  []ReleaseSpec
-	outcomes  map[string]outcome
+	outcomes  map[string]LoadReport
 	doneRecv  []string
 	doneSend  []string
 	invalid   []int
@@ -74,43 +86,32 @@ type ConsumerCore struct {
 // recompute tells it the engine's load failure policy (for reporting).
 func NewConsumerCore(blockSize int, recompute bool) *ConsumerCore {
 	return &ConsumerCore{blockSize: blockSize, recompute: recompute, pulls: map[string]*consPull{},
-		outcomes: map[string]outcome{}, counts: map[string]uint64{}}
+		outcomes: map[string]LoadReport{}, counts: map[string]uint64{}}
 }
 
-// Match answers GetNumNewMatchedTokens for a request with prompt length
-// promptLen and numLocal tokens found in the local prefix cache.
-func (c *ConsumerCore) Match(reqID string, params map[string]any, promptLen, numLocal int) (int, bool, error) {
-	rp, ok, err := ParseRemote(reqID, params)
-	if !ok {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, err
-	}
+// Match answers GetNumNewMatchedTokens for a remote-prefill request with
+// prompt length promptLen and numLocal tokens found in the local prefix
+// cache.
+func (c *ConsumerCore) Match(reqID string, promptLen, numLocal int) (int, bool) {
 	if _, done := c.outcomes[reqID]; done {
-		return 0, false, nil // pulled (or failed) once already: recompute after preemption
+		return 0, false // pulled (or failed) once already: recompute after preemption
 	}
-	_ = rp
 	remaining := promptLen - numLocal
 	if remaining <= 1 {
-		return 0, false, nil // full hit: the last token is recomputed anyway
+		return 0, false // full hit: the last token is recomputed anyway
 	}
-	return remaining, true, nil
+	return remaining, true
 }
 
-// AfterAlloc records the pull of a request whose blocks are allocated.
-// numLocal is its local hit (whole blocks); n the tokens promised by Match.
-// With n == 0 and remote params (full hit) a release is queued instead.
-func (c *ConsumerCore) AfterAlloc(reqID string, params map[string]any, promptLen, numLocal int, blockIDs []int, n int) {
-	rp, ok, err := ParseRemote(reqID, params)
-	if !ok || err != nil {
-		return
-	}
+// AfterAlloc records the pull of a remote-prefill request whose blocks are
+// allocated. numLocal is its local hit (whole blocks); n the tokens
+// promised by Match. With n == 0 (full hit) a release is queued instead.
+func (c *ConsumerCore) AfterAlloc(reqID string, rp RemoteParams, promptLen, numLocal int, blockIDs []int, n int) {
 	if _, done := c.outcomes[reqID]; done {
 		return
 	}
 	if n == 0 {
-		c.outcomes[reqID] = outcome{load: LoadLocal}
+		c.outcomes[reqID] = LoadReport{Load: LoadLocal}
 		c.releases = append(c.releases, ReleaseSpec{Bootstrap: rp.Bootstrap, TransferID: rp.TransferID})
 		c.counts["full_hit"]++
 		return
@@ -156,7 +157,7 @@ func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, write
 	}
 	c.doneRecv = append(c.doneRecv, reqID)
 	if errMsg == "" {
-		c.outcomes[reqID] = outcome{load: LoadRemote, bytes: bytes, nanos: nanos, writeNanos: writeNanos, writeReqs: writeReqs}
+		c.outcomes[reqID] = LoadReport{Load: LoadRemote, Bytes: bytes, Nanos: nanos, WriteNanos: writeNanos, WriteReqs: writeReqs}
 		c.counts["ok"]++
 		return
 	}
@@ -165,7 +166,7 @@ func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, write
 	if c.recompute {
 		load = LoadRecomputed
 	}
-	c.outcomes[reqID] = outcome{load: load, err: errMsg}
+	c.outcomes[reqID] = LoadReport{Load: load, Error: errMsg}
 	c.counts["failed"]++
 }
 
@@ -173,7 +174,7 @@ func (c *ConsumerCore) PullDone(reqID string, errMsg string, bytes, nanos, write
 // logprob) of a pulled request.
 func (c *ConsumerCore) SetAux(reqID string, aux bootstrap.Aux) {
 	if o, ok := c.outcomes[reqID]; ok {
-		o.aux = &aux
+		o.Aux = &aux
 		c.outcomes[reqID] = o
 	}
 }
@@ -182,7 +183,7 @@ func (c *ConsumerCore) SetAux(reqID string, aux bootstrap.Aux) {
 // long its writes ran past the end of its prefill.
 func (c *ConsumerCore) SetStream(reqID string, tailNanos int64) {
 	if o, ok := c.outcomes[reqID]; ok {
-		o.streamed, o.tailNanos = true, tailNanos
+		o.Streamed, o.TailNanos = true, tailNanos
 		c.outcomes[reqID] = o
 	}
 }
@@ -190,59 +191,35 @@ func (c *ConsumerCore) SetStream(reqID string, tailNanos int64) {
 // FirstToken is the first output token prefill shipped with reqID's KV, if
 // the pull succeeded and carried one (the engine's FirstTokenSource).
 func (c *ConsumerCore) FirstToken(reqID string) (bootstrap.Aux, bool) {
-	if o, ok := c.outcomes[reqID]; ok && o.load == LoadRemote && o.aux != nil {
-		return *o.aux, true
-	}
-	return bootstrap.Aux{}, false
+	return c.outcomes[reqID].FirstToken()
 }
 
-// Finished handles RequestFinished on the decode side. It returns whether
-// the engine must keep the blocks (a pull is still writing into them), a
-// release to send to prefill (or nil), and the params for the response.
-func (c *ConsumerCore) Finished(reqID string, params map[string]any) (delayFree bool, rel *ReleaseSpec, out map[string]any) {
-	rp, ok, _ := ParseRemote(reqID, params)
-	if !ok {
-		return false, nil, nil
-	}
-	out = map[string]any{"transfer_id": rp.TransferID}
+// Finished handles RequestFinished of a remote-prefill request. It
+// returns whether the engine must keep the blocks (a pull is still writing
+// into them), a release to send to prefill (or nil), and the report for the
+// response.
+func (c *ConsumerCore) Finished(reqID string, rp RemoteParams) (delayFree bool, rel *ReleaseSpec, rep LoadReport) {
 	if p := c.pulls[reqID]; p != nil {
 		rel = &ReleaseSpec{Bootstrap: rp.Bootstrap, TransferID: rp.TransferID}
-		out["kv_load"] = LoadAborted
+		rep = LoadReport{TransferID: rp.TransferID, Load: LoadAborted}
 		if p.state == pullQueued {
 			delete(c.pulls, reqID)
 			c.dropQueued(reqID)
 			c.counts["aborted"]++
-			return false, rel, out
+			return false, rel, rep
 		}
 		p.aborted = true
-		return true, rel, out
+		return true, rel, rep
 	}
-	o, had := c.outcomes[reqID]
+	rep, had := c.outcomes[reqID]
 	delete(c.outcomes, reqID)
+	rep.TransferID = rp.TransferID
 	if !had {
 		// Finished before any match (rejected, aborted while waiting).
-		out["kv_load"] = LoadAborted
-		return false, &ReleaseSpec{Bootstrap: rp.Bootstrap, TransferID: rp.TransferID}, out
+		rep.Load = LoadAborted
+		return false, &ReleaseSpec{Bootstrap: rp.Bootstrap, TransferID: rp.TransferID}, rep
 	}
-	out["kv_load"] = o.load
-	if o.err != "" {
-		out["kv_load_error"] = o.err
-	}
-	if o.load == LoadRemote {
-		out["kv_pull_bytes"] = o.bytes
-		out["kv_pull_ms"] = float64(o.nanos) / 1e6
-		out["kv_write_ms"] = float64(o.writeNanos) / 1e6
-		out["kv_write_requests"] = o.writeReqs
-		out["kv_layerwise"] = o.streamed
-		if o.streamed {
-			out["kv_write_tail_ms"] = float64(o.tailNanos) / 1e6
-		}
-		if o.aux != nil {
-			out["aux_first_token"] = o.aux.FirstToken
-			out["aux_first_logprob"] = float64(o.aux.FirstLogprob)
-		}
-	}
-	return false, nil, out
+	return false, nil, rep
 }
 
 func (c *ConsumerCore) dropQueued(reqID string) {

@@ -180,12 +180,13 @@ func TestProducerFailedPrefill(t *testing.T) {
 
 func TestConsumerPull(t *testing.T) {
 	params := map[string]any{"do_remote_prefill": true, "transfer_id": "x", "remote_bootstrap_addr": "h:1", "remote_engine_id": "e"}
+	rp, _, _ := ParseRemote("r", params)
 	c := NewConsumerCore(16, true)
-	n, async, err := c.Match("r", params, 40, 16)
-	if err != nil || n != 24 || !async {
-		t.Fatalf("Match = %d %v %v", n, async, err)
+	n, async := c.Match("r", 40, 16)
+	if n != 24 || !async {
+		t.Fatalf("Match = %d %v", n, async)
 	}
-	c.AfterAlloc("r", params, 40, 16, []int{7, 8, 9}, n)
+	c.AfterAlloc("r", rp, 40, 16, []int{7, 8, 9}, n)
 	pulls, rels := c.TakeWork()
 	want := PullSpec{ReqID: "r", TransferID: "x", Bootstrap: "h:1", EngineID: "e", NumTokens: 40, FirstBlock: 1, BlockIDs: []int{8, 9}, Contract: ContractMooncake}
 	if len(pulls) != 1 || !reflect.DeepEqual(pulls[0], want) || len(rels) != 0 {
@@ -200,10 +201,11 @@ func TestConsumerPull(t *testing.T) {
 		t.Fatalf("drain %v %v %v", ds, dr, inv)
 	}
 	// Preempted later: recompute locally, never pull twice.
-	if n, async, _ := c.Match("r", params, 40, 0); n != 0 || async {
+	if n, async := c.Match("r", 40, 0); n != 0 || async {
 		t.Fatalf("second match %d %v", n, async)
 	}
-	delay, rel, out := c.Finished("r", params)
+	delay, rel, rep := c.Finished("r", rp)
+	out := rep.wire()
 	if delay || rel != nil || out["kv_load"] != LoadRemote || out["kv_pull_bytes"] != int64(1000) || out["kv_write_ms"] != 1.0 || out["kv_write_requests"] != 2 {
 		t.Fatalf("finished %v %v %v", delay, rel, out)
 	}
@@ -213,14 +215,15 @@ func TestConsumerPull(t *testing.T) {
 // engine only after a successful pull; it is reported in the response.
 func TestConsumerFirstToken(t *testing.T) {
 	params := map[string]any{"do_remote_prefill": true, "transfer_id": "x", "remote_bootstrap_addr": "h:1"}
+	rp, _, _ := ParseRemote("r", params)
 	aux := bootstrap.Aux{FirstToken: 9, FirstLogprob: -1.5}
 	for _, errMsg := range []string{"", "boom"} {
 		c := NewConsumerCore(16, true)
 		if _, ok := c.FirstToken("r"); ok {
 			t.Fatal("first token before any pull")
 		}
-		c.Match("r", params, 20, 0)
-		c.AfterAlloc("r", params, 20, 0, []int{3, 4}, 20)
+		c.Match("r", 20, 0)
+		c.AfterAlloc("r", rp, 20, 0, []int{3, 4}, 20)
 		c.TakeWork()
 		c.PullDone("r", errMsg, 10, 0, 0, 1)
 		c.SetAux("r", aux)
@@ -228,7 +231,8 @@ func TestConsumerFirstToken(t *testing.T) {
 		if ok != (errMsg == "") || (ok && got != aux) {
 			t.Fatalf("pull error %q: FirstToken = %+v %v", errMsg, got, ok)
 		}
-		_, _, out := c.Finished("r", params)
+		_, _, rep := c.Finished("r", rp)
+		out := rep.wire()
 		if errMsg == "" && (out["aux_first_token"] != 9 || out["aux_first_logprob"] != -1.5) {
 			t.Fatalf("finished params %v", out)
 		}
@@ -240,17 +244,19 @@ func TestConsumerFirstToken(t *testing.T) {
 
 func TestConsumerFailurePolicies(t *testing.T) {
 	params := map[string]any{"do_remote_prefill": true, "transfer_id": "x", "remote_bootstrap_addr": "h:1"}
+	rp, _, _ := ParseRemote("r", params)
 	for _, recompute := range []bool{true, false} {
 		c := NewConsumerCore(16, recompute)
-		c.Match("r", params, 20, 0)
-		c.AfterAlloc("r", params, 20, 0, []int{3, 4}, 20)
+		c.Match("r", 20, 0)
+		c.AfterAlloc("r", rp, 20, 0, []int{3, 4}, 20)
 		c.TakeWork()
 		c.PullDone("r", "boom", 0, 0, 0, 0)
 		_, dr, inv := c.Drain()
 		if !reflect.DeepEqual(dr, []string{"r"}) || !reflect.DeepEqual(inv, []int{3, 4}) {
 			t.Fatalf("drain %v %v", dr, inv)
 		}
-		_, _, out := c.Finished("r", params)
+		_, _, rep := c.Finished("r", rp)
+		out := rep.wire()
 		want := LoadFailed
 		if recompute {
 			want = LoadRecomputed
@@ -266,24 +272,26 @@ func TestConsumerFailurePolicies(t *testing.T) {
 
 func TestConsumerFullHitAndAbort(t *testing.T) {
 	params := map[string]any{"do_remote_prefill": true, "transfer_id": "x", "remote_bootstrap_addr": "h:1"}
+	rp, _, _ := ParseRemote("r", params)
 	c := NewConsumerCore(16, true)
 	// Full hit: 33 tokens, 32 local: only the last token is missing.
-	if n, async, _ := c.Match("r", params, 33, 32); n != 0 || async {
+	if n, async := c.Match("r", 33, 32); n != 0 || async {
 		t.Fatalf("full hit match %d %v", n, async)
 	}
-	c.AfterAlloc("r", params, 33, 32, []int{1, 2, 3}, 0)
+	c.AfterAlloc("r", rp, 33, 32, []int{1, 2, 3}, 0)
 	pulls, rels := c.TakeWork()
 	if len(pulls) != 0 || len(rels) != 1 || rels[0].TransferID != "x" {
 		t.Fatalf("full hit work %v %v", pulls, rels)
 	}
-	if _, _, out := c.Finished("r", params); out["kv_load"] != LoadLocal {
-		t.Fatalf("full hit params %v", out)
+	if _, _, rep := c.Finished("r", rp); rep.wire()["kv_load"] != LoadLocal {
+		t.Fatalf("full hit params %v", rep)
 	}
 	// Abort while running: blocks kept until the pull ends.
-	c.Match("a", params, 20, 0)
-	c.AfterAlloc("a", params, 20, 0, []int{5, 6}, 20)
+	c.Match("a", 20, 0)
+	c.AfterAlloc("a", rp, 20, 0, []int{5, 6}, 20)
 	c.TakeWork()
-	delay, rel, out := c.Finished("a", params)
+	delay, rel, rep := c.Finished("a", rp)
+	out := rep.wire()
 	if !delay || rel == nil || out["kv_load"] != LoadAborted {
 		t.Fatalf("abort %v %v %v", delay, rel, out)
 	}
@@ -293,9 +301,9 @@ func TestConsumerFullHitAndAbort(t *testing.T) {
 		t.Fatalf("abort drain %v %v %v", ds, dr, inv)
 	}
 	// Abort while queued: freed at once, never started.
-	c.Match("q", params, 20, 0)
-	c.AfterAlloc("q", params, 20, 0, []int{5, 6}, 20)
-	if delay, rel, _ := c.Finished("q", params); delay || rel == nil {
+	c.Match("q", 20, 0)
+	c.AfterAlloc("q", rp, 20, 0, []int{5, 6}, 20)
+	if delay, rel, _ := c.Finished("q", rp); delay || rel == nil {
 		t.Fatal("queued abort")
 	}
 	if pulls, _ := c.TakeWork(); len(pulls) != 0 {
@@ -307,14 +315,13 @@ func TestConsumerFullHitAndAbort(t *testing.T) {
 }
 
 func TestConsumerParams(t *testing.T) {
-	c := NewConsumerCore(16, true)
-	if n, a, err := c.Match("r", nil, 10, 0); n != 0 || a || err != nil {
+	if _, ok, err := ParseRemote("r", nil); ok || err != nil {
 		t.Fatal("plain request matched")
 	}
-	if _, _, err := c.Match("r", map[string]any{"do_remote_prefill": true}, 10, 0); err == nil {
+	if _, _, err := ParseRemote("r", map[string]any{"do_remote_prefill": true}); err == nil {
 		t.Fatal("missing transfer id accepted")
 	}
-	if _, _, err := c.Match("r", map[string]any{"do_remote_prefill": "yes", "transfer_id": "x"}, 10, 0); err != nil {
+	if _, ok, err := ParseRemote("r", map[string]any{"do_remote_prefill": "yes", "transfer_id": "x"}); ok || err != nil {
 		t.Fatal("non-bool flag treated as remote")
 	}
 }

@@ -18,7 +18,10 @@
 // body, folded into the params by the server; PrepareParams turns them into
 // this engine's half by its role). Without a transfer id the halves pair by
 // the request id, which the server takes from X-Request-Id; an SGLang
-// transfer is "sglang-room-<room>". A prefill half answers one map with the
+// transfer is "sglang-room-<room>". The parsers (params.go) are the only
+// code that reads the params' open map: the cores take RemoteParams and
+// report typed LoadReports, and the answers are typed (answer.go) until one
+// marshal step into the engine's map. A prefill half answers with the
 // fields of every variant (transfer_id, remote_engine_id,
 // remote_bootstrap_addr, remote_host, remote_port, tp_size,
 // remote_block_ids), so whichever proxy forwards it, decode can pull.
@@ -37,6 +40,11 @@
 // aux_first_logprob, aux_first_token_match and first_token_from_prefill;
 // mooncake_pd_first_token_total{source="prefill"|"decode"} counts where
 // finished remote-prefill requests got their first token.
+//
+// The role's behaviour is composed of two halves (halves.go): producerHalf
+// (prefill) and consumerHalf (decode) each implement the hooks their side
+// needs; RoleBoth is both. The Connector's engine hooks delegate to them
+// and never test the role.
 //
 //   - Prefill (RequestFinished): a finished prefill's blocks are held
 //     (delay free) under its transfer id.

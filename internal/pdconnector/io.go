@@ -186,6 +186,58 @@ func (c *Connector) Pull(ctx context.Context, req bootstrap.PullRequest) bootstr
 	return resp
 }
 
+// waitPrefill waits for the prefill of transfer tid to finish and returns
+// its blocks and prompt length; ok false carries the failed answer
+// (prefill failed, already pulled, gone, or not in time).
+func (c *Connector) waitPrefill(ctx context.Context, tid string) (blocks []int, numTokens int, _ bootstrap.PullResponse, ok bool) {
+	for {
+		c.mu.Lock()
+		st, b, n, ch := c.prod.StartPull(tid, c.clock.Now())
+		c.mu.Unlock()
+		switch st {
+		case PullFailed:
+			return nil, 0, failed(bootstrap.CodePrefillError, "prefill of %s failed or was aborted", tid), false
+		case PullBusy:
+			return nil, 0, failed(bootstrap.CodeBadRequest, "transfer %s is already being pulled", tid), false
+		case PullGone:
+			return nil, 0, failed(bootstrap.CodeUnknown, "transfer %s was released or timed out", tid), false
+		case PullWait:
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				if c.isStopped() {
+					return nil, 0, failed(bootstrap.CodeAborted, "prefill engine %s is shutting down", c.cfg.EngineID), false
+				}
+				return nil, 0, failed(bootstrap.CodeTimeout, "prefill of %s did not finish in time", tid), false
+			}
+		}
+		return b, n, bootstrap.PullResponse{}, true
+	}
+}
+
+// incompatible answers a pull whose decode engine cannot take this
+// engine's KV: another protocol, model or layout, a TP size that does not
+// divide the KV heads, or blocks of the wrong size.
+func (c *Connector) incompatible(req bootstrap.PullRequest) (bootstrap.PullResponse, bool) {
+	if req.ProtocolVersion != bootstrap.ProtocolVersion || req.CompatHash != c.compat {
+		return failed(bootstrap.CodeIncompatible, "incompatible peer: decode has compatibility %s (protocol %d), prefill engine %s has %s (protocol %d)",
+			req.CompatHash, req.ProtocolVersion, c.cfg.EngineID, c.compat, bootstrap.ProtocolVersion), true
+	}
+	if req.KVLayout != kvcache.BlockLayout {
+		return failed(bootstrap.CodeIncompatible, "decode KV layout %q, prefill engine %s has %q", req.KVLayout, c.cfg.EngineID, kvcache.BlockLayout), true
+	}
+	if c.layout.NumKVHeads%req.TPSize != 0 {
+		return failed(bootstrap.CodeIncompatible, "decode tp_size %d does not divide the %d KV heads", req.TPSize, c.layout.NumKVHeads), true
+	}
+	if want := c.layout.NumKVHeads / req.TPSize * c.layout.HeadBytes(); len(req.BlockIDs) > 0 &&
+		(req.BlockBytes != want || len(req.LayerAddrs) != max(1, req.TPRanks)*c.layout.NumLayers) {
+		return failed(bootstrap.CodeIncompatible, "decode block %d bytes x %d layer regions for %d of %d TP ranks, prefill expects %d bytes x %d layers per rank",
+			req.BlockBytes, len(req.LayerAddrs), max(1, req.TPRanks), req.TPSize, want, c.layout.NumLayers), true
+	}
+	return bootstrap.PullResponse{}, false
+}
+
 func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bootstrap.PullResponse {
 	c.mu.Lock()
 	registered := c.compat != ""
@@ -194,20 +246,8 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	if !registered {
 		return failed(bootstrap.CodeUnknown, "prefill engine not started yet")
 	}
-	if req.ProtocolVersion != bootstrap.ProtocolVersion || req.CompatHash != c.compat {
-		return failed(bootstrap.CodeIncompatible, "incompatible peer: decode has compatibility %s (protocol %d), prefill engine %s has %s (protocol %d)",
-			req.CompatHash, req.ProtocolVersion, c.cfg.EngineID, c.compat, bootstrap.ProtocolVersion)
-	}
-	if req.KVLayout != kvcache.BlockLayout {
-		return failed(bootstrap.CodeIncompatible, "decode KV layout %q, prefill engine %s has %q", req.KVLayout, c.cfg.EngineID, kvcache.BlockLayout)
-	}
-	if c.layout.NumKVHeads%req.TPSize != 0 {
-		return failed(bootstrap.CodeIncompatible, "decode tp_size %d does not divide the %d KV heads", req.TPSize, c.layout.NumKVHeads)
-	}
-	if want := c.layout.NumKVHeads / req.TPSize * c.layout.HeadBytes(); len(req.BlockIDs) > 0 &&
-		(req.BlockBytes != want || len(req.LayerAddrs) != max(1, req.TPRanks)*c.layout.NumLayers) {
-		return failed(bootstrap.CodeIncompatible, "decode block %d bytes x %d layer regions for %d of %d TP ranks, prefill expects %d bytes x %d layers per rank",
-			req.BlockBytes, len(req.LayerAddrs), max(1, req.TPRanks), req.TPSize, want, c.layout.NumLayers)
+	if resp, bad := c.incompatible(req); bad {
+		return resp
 	}
 	// A stopping connector answers its pulls at once.
 	ctx, done, running := c.track(ctx)
@@ -227,32 +267,9 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	if streaming && len(req.BlockIDs) > 0 {
 		return c.serveStream(ctx, req)
 	}
-	var blocks []int
-	var numTokens int
-	for {
-		c.mu.Lock()
-		st, b, n, ch := c.prod.StartPull(req.TransferID, c.clock.Now())
-		c.mu.Unlock()
-		switch st {
-		case PullFailed:
-			return failed(bootstrap.CodePrefillError, "prefill of %s failed or was aborted", req.TransferID)
-		case PullBusy:
-			return failed(bootstrap.CodeBadRequest, "transfer %s is already being pulled", req.TransferID)
-		case PullGone:
-			return failed(bootstrap.CodeUnknown, "transfer %s was released or timed out", req.TransferID)
-		case PullWait:
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				if c.isStopped() {
-					return failed(bootstrap.CodeAborted, "prefill engine %s is shutting down", c.cfg.EngineID)
-				}
-				return failed(bootstrap.CodeTimeout, "prefill of %s did not finish in time", req.TransferID)
-			}
-		}
-		blocks, numTokens = b, n
-		break
+	blocks, numTokens, resp, ok := c.waitPrefill(ctx, req.TransferID)
+	if !ok {
+		return resp
 	}
 	pushCtx, pushCancel := context.WithCancel(ctx)
 	defer pushCancel()
@@ -260,7 +277,7 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	c.pushCancel[req.TransferID] = pushCancel
 	aux, hasAux := c.prod.Aux(req.TransferID)
 	c.mu.Unlock()
-	resp := c.push(pushCtx, req, blocks, numTokens)
+	resp = c.push(pushCtx, req, blocks, numTokens)
 	if hasAux && resp.Status == bootstrap.StatusDone {
 		resp.Aux = &aux
 	}

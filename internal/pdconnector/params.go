@@ -28,6 +28,12 @@ const (
 	ContractSGLang = "sglang"
 )
 
+// The parsers below are the JSON edge of the params: the engine hands a
+// request's kv_transfer_params over as its open map
+// (engine.ReqState.KVTransferParams; any client field may be in it), and
+// they read it into RemoteParams or a prefill key. Nothing past them (the
+// cores, the halves' logic) sees the map.
+
 // errBadParams wraps every malformed kv_transfer_params.
 var errBadParams = errors.New("pdconnector: malformed kv_transfer_params")
 

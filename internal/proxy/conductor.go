@@ -116,7 +116,8 @@ func NewConductor(cfg ConductorConfig) *Conductor {
 }
 
 // Plan predicts TTFT on every candidate for a prompt of promptTokens tokens
-// whose prefix hashes are blocks, and returns the best. cands is never empty.
+// whose prefix hashes are blocks, and returns the best. cands is never
+// empty. It implements Policy with Dispatch.
 func (c *Conductor) Plan(blocks []uint64, promptTokens int, cands []Load) Plan {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -140,13 +141,21 @@ func (c *Conductor) Plan(blocks []uint64, promptTokens int, cands []Load) Plan {
 	return best
 }
 
-// Pick implements Policy, taking the prompt length from its whole blocks.
+// Pick returns the index of the candidate Plan chooses, taking the prompt
+// length from its whole blocks.
 func (c *Conductor) Pick(blocks []uint64, cands []Load) int {
 	return c.Plan(blocks, len(blocks)*c.cfg.BlockBytes, cands).Index
 }
 
-// Routed implements Policy: instance id now holds blocks.
+// Routed records that instance id now holds blocks.
 func (c *Conductor) Routed(id string, blocks []uint64) { c.kv.Routed(id, blocks) }
+
+// Dispatch implements Policy: instance id now holds blocks and has plan's
+// prefill seconds queued until done is called.
+func (c *Conductor) Dispatch(id string, blocks []uint64, plan Plan) (done func()) {
+	c.Routed(id, blocks)
+	return c.Enqueue(id, plan.Prefill)
+}
 
 // Enqueue adds seconds of predicted prefill work to instance id's queue and
 // returns the func that removes it; calling that func more than once is

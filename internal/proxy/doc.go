@@ -73,7 +73,12 @@
 //
 // # Policies
 //
-// Policy is a pure interface (no I/O, no clock): round-robin, least-loaded
+// Policy is a pure interface (no I/O, no clock) of two methods: Plan picks
+// a candidate and says what it predicts there (TTFT, queue, prefill, cached
+// prefix: zero for policies that predict nothing), Dispatch records where
+// the request went and returns the func to call when it ended. Every policy
+// fits it, the conductor included, so routing (route.go) treats them alike:
+// round-robin, least-loaded
 // (fewest in-flight requests, ties shared) and kvcache-aware, Mooncake's
 // conductor reduced to what a proxy can know: prompts are cut into 64-byte
 // text blocks hashed in a chain, the proxy remembers (LRU) which blocks it
@@ -86,8 +91,8 @@
 // byte-level tokenizer), n the rest of the prompt, T_prefill the CostModel
 // Fixed + PerToken*n + PerTokenPair*(n*p + n*n/2) (assumed coefficients,
 // Config.Cost), and T_queue the sum of the predicted T_prefill of requests
-// dispatched to the instance whose prefill half has not ended. choose hands
-// the caller a done func that removes the request's share when the prefill
+// dispatched to the instance whose prefill half has not ended. Dispatch
+// hands the caller a done func that removes the request's share when the prefill
 // half ends, however it ends, so the queue cannot leak. With Config.TTFTSLO
 // > 0 a request whose best TTFT_est exceeds it gets 429 (rate_limit_error)
 // before any upstream is contacted, counted in
@@ -105,6 +110,15 @@
 // and the live dashboard page at /dashboard/ (internal/dashboard; /
 // redirects to it). Errors are OpenAI error objects (internal/httpjson),
 // the same shape as the engine's.
+//
+// # Files
+//
+// proxy.go (Proxy, New, Run, Close), health.go (probes, rotation, /health),
+// route.go (candidates and the policy's choice), handlers.go (the HTTP
+// mux, request reading, relaying), exchange.go (one P/D request: both
+// halves, disconnects, releases), protocol.go (what each protocol sends
+// upstream, typed), prompt.go (the prompt as text and tokens, for prefix
+// hashing), events.go (following KV events), metrics.go, summary.go.
 //
 // # Lifecycle
 //

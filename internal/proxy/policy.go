@@ -14,14 +14,43 @@ type Load struct {
 	InFlight int
 }
 
-// Policy chooses one instance among healthy candidates. It is pure (no I/O,
-// no clock): Pick sees the prompt's prefix-block hashes and the candidates'
-// loads and returns an index into cands; Routed tells it where the request
-// went so cache-aware policies can learn. cands is never empty.
+// Policy chooses one instance among healthy candidates for a request. It
+// is pure (no I/O, no clock). Plan sees the prompt's prefix-block hashes,
+// its length in tokens and the candidates' loads (cands is never empty) and
+// returns its choice, cands[Plan.Index], with what it predicts there (zero
+// where it predicts nothing: a zero TTFT is never over an SLO). Dispatch
+// tells it the request went to instance id as planned, so that cache-aware
+// policies learn and queue-aware ones count it; done is called once that
+// request ended, however it ended.
 type Policy interface {
+	Plan(blocks []uint64, promptTokens int, cands []Load) Plan
+	Dispatch(id string, blocks []uint64, plan Plan) (done func())
+}
+
+// picker is a policy that predicts nothing: RoundRobin, LeastLoaded and
+// KVAware pick an index and learn where requests went.
+type picker interface {
 	Pick(blocks []uint64, cands []Load) int
 	Routed(id string, blocks []uint64)
 }
+
+// picked fits a picker to Policy: a Plan with only an Index, nothing
+// queued.
+type picked struct{ picker }
+
+func (p picked) Plan(blocks []uint64, _ int, cands []Load) Plan {
+	return Plan{Index: p.Pick(blocks, cands)}
+}
+
+func (p picked) Dispatch(id string, blocks []uint64, _ Plan) func() {
+	p.Routed(id, blocks)
+	return func() {}
+}
+
+var (
+	_ Policy = picked{}
+	_ Policy = (*Conductor)(nil)
+)
 
 // Policy names accepted by Config.PrefillPolicy / Config.DecodePolicy.
 const (
@@ -35,11 +64,11 @@ const (
 func NewPolicy(name string) (Policy, error) {
 	switch name {
 	case PolicyRoundRobin, "":
-		return &RoundRobin{}, nil
+		return picked{&RoundRobin{}}, nil
 	case PolicyLeastLoaded:
-		return &LeastLoaded{}, nil
+		return picked{&LeastLoaded{}}, nil
 	case PolicyKVAware:
-		return NewKVAware(KVAwareConfig{}), nil
+		return picked{NewKVAware(KVAwareConfig{})}, nil
 	case PolicyConductor:
 		return NewConductor(ConductorConfig{}), nil
 	}
@@ -53,7 +82,7 @@ type RoundRobin struct {
 	next uint64
 }
 
-// Pick implements Policy.
+// Pick returns the index of the chosen candidate.
 func (p *RoundRobin) Pick(_ []uint64, cands []Load) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -62,7 +91,7 @@ func (p *RoundRobin) Pick(_ []uint64, cands []Load) int {
 	return i
 }
 
-// Routed implements Policy (no-op).
+// Routed does nothing: the policy does not learn.
 func (p *RoundRobin) Routed(string, []uint64) {}
 
 // LeastLoaded picks the candidate with the fewest requests in flight; ties
@@ -71,7 +100,7 @@ type LeastLoaded struct {
 	rr RoundRobin // where the search starts
 }
 
-// Pick implements Policy.
+// Pick returns the index of the chosen candidate.
 func (p *LeastLoaded) Pick(hashes []uint64, cands []Load) int {
 	start := p.rr.Pick(hashes, cands)
 	best := start
@@ -84,8 +113,12 @@ func (p *LeastLoaded) Pick(hashes []uint64, cands []Load) int {
 	return best
 }
 
-// Routed implements Policy (no-op).
+// Routed does nothing: the policy does not learn.
 func (p *LeastLoaded) Routed(string, []uint64) {}
+
+// MatchFunc reports how many leading blocks an instance holds, from a
+// source other than the policy's own bookkeeping (kvevents.Index.Matched).
+type MatchFunc func(id string, blocks []uint64) int
 
 // KVAwareConfig tunes KVAware. Zero fields take defaults.
 type KVAwareConfig struct {
@@ -109,10 +142,6 @@ type KVAwareConfig struct {
 //
 // where matchedPrefix is the longest run of leading blocks the instance has
 // seen. Ties go to the lowest index after a round-robin rotation.
-// MatchFunc reports how many leading blocks an instance holds, from a
-// source other than the policy's own bookkeeping (kvevents.Index.Matched).
-type MatchFunc func(id string, blocks []uint64) int
-
 type KVAware struct {
 	cfg  KVAwareConfig
 	rr   RoundRobin // where the search starts
@@ -156,7 +185,7 @@ func (p *KVAware) matchedLocked(id string, blocks []uint64) int {
 	return n
 }
 
-// Pick implements Policy.
+// Pick returns the index of the chosen candidate.
 func (p *KVAware) Pick(blocks []uint64, cands []Load) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -172,7 +201,7 @@ func (p *KVAware) Pick(blocks []uint64, cands []Load) int {
 	return best
 }
 
-// Routed implements Policy: instance id now holds blocks.
+// Routed records that instance id now holds blocks.
 func (p *KVAware) Routed(id string, blocks []uint64) {
 	if p.cfg.Matched != nil {
 		return
