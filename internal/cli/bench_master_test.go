@@ -19,8 +19,7 @@ import (
 // removals counted exactly, the master's memory per object measured, and
 // Redis measured next to it when redis-server is installed (always under
 // CI, where scripts/deps.sh installs it). The objects are hard-pinned
-// (--pin): the master evicts under the 4 KiB upsert load with the pool
-// nearly empty (docs/store.md, "Master at scale"), which would make the
+// (--pin) so that no eviction under the 4 KiB upsert load can make the
 // counts below depend on timing.
 func TestBenchMasterSmall(t *testing.T) {
 	bin := buildBinary(t)
