@@ -80,13 +80,14 @@ type KeyInfo struct {
 // keeps mounted (remounting after a master restart) until Close. All
 // methods are safe for concurrent use.
 type Client struct {
-	cfg   Config
-	log   *slog.Logger
-	conn  *grpc.ClientConn
-	rpc   pb.MasterServiceClient // fast: the hot calls over fastrpc when the master speaks it
-	fast  *fastMaster
-	mover Mover
-	stage *staging
+	cfg       Config
+	log       *slog.Logger
+	conn      *grpc.ClientConn
+	rpc       pb.MasterServiceClient // fast: the hot calls over fastrpc when the master speaks it
+	fast      *fastMaster
+	drainMore atomic.Bool // the last ping brought a full batch of tombstones: ping again at once (pingLoop)
+	mover     Mover
+	stage     *staging
 
 	segment     []byte // contributed memory (nil for a pure client)
 	segmentSpec *pb.Segment
@@ -405,6 +406,7 @@ func (c *Client) ping(ctx context.Context) error {
 		return fmt.Errorf("store: ping master: %w", err)
 	}
 	c.zeroOwn(resp.Tombstones)
+	c.drainMore.Store(len(resp.Tombstones) >= drainBatch)
 	if c.cfg.Disk != nil {
 		for _, h := range resp.DiskRemove {
 			c.cfg.Disk.Delete(h.Key, h.Seq)
@@ -415,6 +417,14 @@ func (c *Client) ping(ctx context.Context) error {
 	c.remountOnPing(c.stopCtx, resp.NeedRemount)
 	return nil
 }
+
+// drainBatch is the tombstone count of a ping's answer from which the
+// client pings again at once (the master sends at most 16,384 per answer);
+// maxDrainPings bounds those extra pings per tick.
+const (
+	drainBatch    = 4096
+	maxDrainPings = 16
+)
 
 func (c *Client) pingLoop() {
 	defer c.wg.Done()
@@ -429,6 +439,13 @@ func (c *Client) pingLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PingInterval+c.cfg.RPCTimeout)
 		stopPing := context.AfterFunc(c.stopCtx, cancel) // Close interrupts a ping stuck on a dead master
 		err := c.ping(ctx)
+		// A full answer of tombstones means the node's segment has more to
+		// zero than one ping a tick drains (keys freed faster than that):
+		// report those and fetch the next ones at once, a bounded number of
+		// times per tick.
+		for extra := 0; err == nil && extra < maxDrainPings && c.drainMore.Load(); extra++ {
+			err = c.ping(ctx)
+		}
 		if err == nil {
 			c.pollTasks(ctx)
 		}

@@ -57,6 +57,11 @@ const RemoveChunk = 2048
 // removeScan is the most keys one chunk of a bulk removal passes over.
 const removeScan = 16 * 1024
 
+// MaxPageTombstones bounds the tombstones of one chunk of a bulk removal
+// (about 60 bytes each on the wire): a chunk ends early once its keys carry
+// this many, so its answer stays far below gRPC's 4 MiB.
+const MaxPageTombstones = 16 * 1024
+
 // RemovePage is one chunk of a bulk removal.
 type RemovePage struct {
 	Removed    int         // objects and disk-only copies removed by this chunk
@@ -123,7 +128,15 @@ func (m *Master) RemovePageFrom(mt Matcher, force bool, after string, limit int)
 	}
 	page := RemovePage{Next: next}
 	durable := map[string]bool{}
-	for _, k := range victims {
+	tombs := 0
+	for i, k := range victims {
+		if tombs >= MaxPageTombstones {
+			// A key freed often while its node could not zero the old
+			// headers fast enough carries many: the chunk ends here, its
+			// answer bounded, and the next goes on after the last key taken.
+			page.Next = victims[i-1]
+			break
+		}
 		o := m.objects[k]
 		if o == nil || !o.complete { // held only on disk
 			m.goneDiskLocked(k)
@@ -140,6 +153,9 @@ func (m *Master) RemovePageFrom(mt Matcher, force bool, after string, limit int)
 		}
 		if o.hdr > 0 {
 			durable[k] = true
+			if e := m.tombIdx[k]; e != nil {
+				tombs += len(e.at)
+			}
 		}
 		page.Removed++
 	}

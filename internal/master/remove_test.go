@@ -157,3 +157,37 @@ func TestListPagesAcrossHolds(t *testing.T) {
 		t.Fatalf("second page: %d keys, next %q; want %d and the end", len(rest), next, n-len(page))
 	}
 }
+
+// TestRemovePageBoundsTombstones: keys that carry many unzeroed tombstones
+// (freed often while their node lagged behind) end a chunk early, so its
+// answer stays bounded, and the next chunk goes on from there.
+func TestRemovePageBoundsTombstones(t *testing.T) {
+	m, _ := newTestMaster(t, Config{Durable: true, ClientTTL: time.Hour}, map[string]uint64{"a": 256 << 20})
+	const perKey = 3000
+	for _, k := range []string{"hot/a", "hot/b", "hot/c", "hot/d", "hot/e", "hot/f", "hot/g"} {
+		for i := range perKey { // each upsert (a new size) frees the last version: one more tombstone
+			if _, err := m.Upsert("w", k, uint64(64+64*(i%2)), ReplicateConfig{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.PutEnd("w", k, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	removed, pages, after := 0, 0, ""
+	for {
+		p := m.RemovePageFrom(AllMatcher, true, after, 0)
+		pages++
+		if len(p.Tombstones) > MaxPageTombstones+perKey {
+			t.Fatalf("page %d carries %d tombstones", pages, len(p.Tombstones))
+		}
+		removed += p.Removed
+		if p.Next == "" {
+			break
+		}
+		after = p.Next
+	}
+	if removed != 7 || pages < 2 {
+		t.Fatalf("removed %d keys in %d pages; want 7 in several", removed, pages)
+	}
+}

@@ -305,7 +305,9 @@ func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.
 	for i, rm := range r.Removes {
 		tombs, err := s.m.RemoveHeaders(rm.Key, rm.Force)
 		out.Results[i] = status(err)
-		out.Tombstones = append(out.Tombstones, refsToPB(tombs)...)
+		if room := maxReplyTombstones - len(out.Tombstones); room > 0 { // the nodes zero the rest
+			out.Tombstones = append(out.Tombstones, refsToPB(tombs[:min(room, len(tombs))])...)
+		}
 	}
 	return out, nil
 }
