@@ -29,14 +29,6 @@ func SameFastConn(a, b *Client) bool {
 	return ca != nil && ca == b.fast.conn
 }
 
-// SetSharedLanes sets how many connections per master the pool spreads
-// clients over and returns the old value (tests).
-func SetSharedLanes(n int) int {
-	old := sharedLanes
-	sharedLanes = n
-	return old
-}
-
 // FastConn is the client's fastrpc connection, as an opaque identity (tests).
 func FastConn(c *Client) any {
 	c.fast.mu.Lock()
