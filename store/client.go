@@ -114,8 +114,8 @@ type Client struct {
 	remountSt    remountState     // remount.go
 	taskBusy     atomic.Bool      // copy/move tasks are running (tasks.go)
 
-	diskReads  atomic.Uint64                 // values this client read from disk tiers (DiskReads)
-	closeGrace atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
+	diskReads     atomic.Uint64                 // values this client read from disk tiers (DiskReads)
+	graceOverride atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
 }
 
 // Health is the client's view of its link to the master.
@@ -303,7 +303,7 @@ func (c *Client) contribute() ([]byte, error) {
 // CloseWithGrace is Close, waiting up to grace (instead of
 // Config.UnmountGrace) for readers of the segment; 0 unmounts at once.
 func (c *Client) CloseWithGrace(grace time.Duration) error {
-	c.closeGrace.Store(&grace)
+	c.graceOverride.Store(&grace)
 	return c.Close()
 }
 
@@ -315,9 +315,12 @@ func (c *Client) Close() error {
 		close(c.stop)
 		c.stopFn()
 		c.wg.Wait()
-		c.dropSlots(context.Background())
+		// Close has no caller's context: its calls are bounded instead.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.stopCtx), c.closeGrace()+2*c.cfg.RPCTimeout)
+		defer cancel()
+		c.dropSlots(ctx)
 		if c.segmentSpec != nil {
-			c.unmountGracefully()
+			c.unmountGracefully(ctx)
 		}
 		c.release()
 		close(c.closed)
@@ -338,12 +341,19 @@ func (c *Client) Abort() {
 	})
 }
 
-func (c *Client) unmountGracefully() {
-	grace := c.cfg.UnmountGrace
-	if g := c.closeGrace.Load(); g != nil {
-		grace = *g
+// closeGrace is how long Close waits for readers of the segment.
+func (c *Client) closeGrace() time.Duration {
+	if g := c.graceOverride.Load(); g != nil {
+		return *g
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), grace+c.cfg.RPCTimeout)
+	return c.cfg.UnmountGrace
+}
+
+// unmountGracefully unmounts the segment and waits, within ctx, until the
+// master has let it go.
+func (c *Client) unmountGracefully(ctx context.Context) {
+	grace := c.closeGrace()
+	ctx, cancel := context.WithTimeout(ctx, grace+c.cfg.RPCTimeout)
 	defer cancel()
 	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
 		return c.rpc.UnmountSegment(ctx, &pb.UnmountSegmentRequest{ClientId: c.cfg.ClientID, Name: c.segmentSpec.Name, GraceMs: grace.Milliseconds()})
@@ -428,8 +438,8 @@ func (c *Client) pingLoop() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PingInterval+c.cfg.RPCTimeout)
-		stopPing := context.AfterFunc(c.stopCtx, cancel) // Close interrupts a ping stuck on a dead master
+		// Under stopCtx: Close interrupts a ping stuck on a dead master.
+		ctx, cancel := context.WithTimeout(c.stopCtx, c.cfg.PingInterval+c.cfg.RPCTimeout)
 		err := c.ping(ctx)
 		if err == nil {
 			c.pollTasks(ctx)
@@ -444,7 +454,6 @@ func (c *Client) pingLoop() {
 		if err != nil {
 			c.log.Debug("store: ping", "err", err)
 		}
-		stopPing()
 		cancel()
 	}
 }
