@@ -47,8 +47,9 @@ type Config struct {
 	// ConnPool is where the client takes its fastrpc connection from
 	// (default DefaultConnPool(): shared by the process's clients).
 	ConnPool *ConnPool
-	// Clock times leases and put slots (default the wall clock; tests pass
-	// a clock.Fake).
+	// Clock times read leases and put slots (default the wall clock). A
+	// fake one (clock.Fake) must stay near the wall clock: a lease's end
+	// becomes the deadline of its read.
 	Clock  clock.Clock
 	Logger *slog.Logger
 }

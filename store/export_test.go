@@ -47,3 +47,6 @@ func LastRemount(c *Client) (calls, maxBytes, totalBytes int) {
 
 // RemountChunkBytes is the bound on one remount message's reports.
 const RemountChunkBytes = remountChunkBytes
+
+// SlotMaxAge is how long a client uses a put slot.
+const SlotMaxAge = slotMaxAge

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/leader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
@@ -34,7 +33,6 @@ type fastMaster struct {
 	pool    *ConnPool     // where the fastrpc connection comes from
 	lane    int           // which of the pool's connections to addr it shares
 	timeout time.Duration // bound of each hot call (Config.RPCTimeout)
-	clock   clock.Clock
 
 	mu      sync.Mutex
 	conn    *fastrpc.Client
@@ -53,7 +51,7 @@ var _ putRPC = (*fastMaster)(nil)
 // gRPC fallback) when Master is a plain host:port and NoFastRPC is not
 // set, gRPC only otherwise.
 func newFastMaster(rpc pb.MasterServiceClient, cfg Config) *fastMaster {
-	m := &fastMaster{MasterServiceClient: rpc, timeout: cfg.RPCTimeout, clock: cfg.Clock}
+	m := &fastMaster{MasterServiceClient: rpc, timeout: cfg.RPCTimeout}
 	if _, _, err := net.SplitHostPort(cfg.Master); err == nil && !leader.IsHA(cfg.Master) && !cfg.NoFastRPC {
 		m.addr, m.pool = cfg.Master, cfg.ConnPool
 		m.lane = m.pool.lane()
@@ -77,7 +75,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 		m.pool.release(m.addr, m.lane, m.conn)
 		m.conn = nil
 	}
-	if m.closed || m.clock.Now().Before(m.retryAt) {
+	if m.closed || time.Now().Before(m.retryAt) {
 		return nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, fastDialTimeout)
@@ -85,7 +83,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 	c, err := m.pool.get(dctx, m.addr, m.lane)
 	if err != nil {
 		m.backoff = min(max(2*m.backoff, 100*time.Millisecond), time.Minute)
-		m.retryAt = m.clock.Now().Add(m.backoff)
+		m.retryAt = time.Now().Add(m.backoff)
 		return nil
 	}
 	m.conn, m.backoff = c, 0
@@ -102,13 +100,14 @@ func (m *fastMaster) close() {
 	}
 }
 
-// deadline is when a hot call started now gives up: RPCTimeout from now,
+// deadline is when a hot call started now gives up (by the wall clock: it
+// becomes a socket deadline): RPCTimeout from now,
 // or ctx's deadline when sooner. The hot calls (the methods below) bound
 // themselves so, and their callers pass ctx as is: on the fast path the
 // bound costs no timer (fastrpc.Client.CallBy), only the gRPC fallback
 // makes a context with that deadline.
 func (m *fastMaster) deadline(ctx context.Context) time.Time {
-	d := m.clock.Now().Add(m.timeout)
+	d := time.Now().Add(m.timeout)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
 		return cd
 	}
