@@ -30,7 +30,7 @@ func parallel(n int, f func(i int)) {
 // BatchPut stores values[i] under keys[i] and returns one error per key
 // (nil on success). The values are copied into one registered slab, space
 // is allocated with one BatchPutStart, every replica is written in one
-// transfer batch and the puts are committed with one BatchPutEnd. If the
+// transfer batch and the puts are committed with one BatchPutCommit. If the
 // batched write fails, the puts are revoked and retried one by one.
 //
 // A batch of more keys than one master call carries (see batchSpans) runs
@@ -63,7 +63,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 		c.revokeAndRetry(ctx, keys, srcs, started, o, errs)
 		return errs
 	}
-	c.batchPutEnd(ctx, keys, values, started, errs)
+	c.batchPutCommit(ctx, keys, values, started, errs)
 	return errs
 }
 
@@ -173,7 +173,7 @@ func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, i
 			continue
 		}
 		started = append(started, i)
-		hdr, release, err := c.header(ctx, keys[i], r, len(srcs[i]), Checksum(srcs[i]), o)
+		hdr, release, err := c.stageHeader(ctx, keys[i], r, len(srcs[i]), Checksum(srcs[i]), o, nil)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -207,7 +207,7 @@ func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, i
 func (c *Client) revokeAndRetry(ctx context.Context, keys []string, srcs [][]byte, started []int, o PutOptions, errs []error) {
 	rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
 	for _, i := range started {
-		_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: keys[i]})
+		_ = c.puts.revoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: keys[i]})
 	}
 	cancel()
 	parallel(len(started), func(j int) {
@@ -216,21 +216,21 @@ func (c *Client) revokeAndRetry(ctx context.Context, keys []string, srcs [][]byt
 	})
 }
 
-// batchPutEnd commits the written puts with their CRC32C in one
-// BatchPutEnd and records each outcome in errs.
-func (c *Client) batchPutEnd(ctx context.Context, keys []string, values [][]byte, started []int, errs []error) {
-	ends := &pb.BatchPutEndRequest{}
+// batchPutCommit commits the written puts with their CRC32C in one
+// BatchPutCommit and records each outcome in errs.
+func (c *Client) batchPutCommit(ctx context.Context, keys []string, values [][]byte, started []int, errs []error) {
+	req := &pb.BatchPutCommitRequest{}
 	for _, i := range started {
-		ends.Ends = append(ends.Ends, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: keys[i], Crc32C: Checksum(values[i])})
+		req.Commits = append(req.Commits, &pb.PutCommitRequest{ClientId: c.cfg.ClientID, Key: keys[i], Crc32C: Checksum(values[i])})
 	}
 	// A hot call: fastMaster bounds it by RPCTimeout itself.
-	eresp, err := c.rpc.BatchPutEnd(ctx, ends)
+	resp, err := c.rpc.BatchPutCommit(ctx, req)
 	for j, i := range started {
 		switch {
 		case err != nil:
 			errs[i] = fmt.Errorf("store: put %q: master rpc: %w", keys[i], err)
-		case j < len(eresp.Results):
-			if e := statusErr(eresp.Results[j]); e != nil {
+		case j < len(resp.Results):
+			if e := statusErr(resp.Results[j].GetStatus()); e != nil {
 				errs[i] = fmt.Errorf("store: put %q: %w", keys[i], e)
 			}
 		}
@@ -380,7 +380,7 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 // the lease is left for the fallbacks); ok is false when no key can be read.
 func (c *Client) batchReplicaLists(ctx context.Context, keys []string, errs []error) (infos []*pb.ObjectInfo, deadline time.Time, ok bool) {
 	// A hot call: fastMaster bounds it by RPCTimeout itself.
-	start := time.Now() // the leases start no earlier than this on the master's side
+	start := c.clock.Now() // the leases start no earlier than this on the master's side
 	resp, err := c.rpc.BatchGetReplicaList(ctx, &pb.BatchKeysRequest{Keys: keys})
 	if err == nil && len(resp.Results) != len(keys) {
 		err = fmt.Errorf("master answered %d of %d keys", len(resp.Results), len(keys))

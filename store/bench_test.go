@@ -125,8 +125,6 @@ func BenchmarkFirstOp(b *testing.B) {
 		populate bool
 	}{{"lazy", false}, {"populate", true}} {
 		b.Run(pc.name, func(b *testing.B) {
-			was := shm.SetPopulateWhole(pc.populate)
-			defer shm.SetPopulateWhole(was)
 			c := newClusterTB(b, master.Config{}, 1, segSize)
 			seg := c.nodes[0].Client().Segment()
 			resident := func() float64 {
@@ -142,7 +140,7 @@ func BenchmarkFirstOp(b *testing.B) {
 			var first time.Duration
 			for i := 0; b.Loop(); i++ {
 				t0 := time.Now()
-				eng, err := transfer.Open(ctx, transfer.Config{})
+				eng, err := transfer.Open(ctx, transfer.Config{ShmPopulateWhole: pc.populate})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/leader"
-	"github.com/kvcache-go/mooncake/internal/objheader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/transfer"
 	"google.golang.org/grpc"
@@ -84,8 +84,10 @@ type Client struct {
 	log       *slog.Logger
 	conn      *grpc.ClientConn
 	rpc       pb.MasterServiceClient // fast: the hot calls over fastrpc when the master speaks it
+	puts      putRPC                 // fast: the put calls, on the transport chosen at New (put.go)
 	fast      *fastMaster
 	drainMore atomic.Bool // the last ping brought a full batch of tombstones: ping again at once (pingLoop)
+	clock     clock.Clock // lease timing and slot ages
 	mover     Mover
 	stage     *staging
 
@@ -113,8 +115,8 @@ type Client struct {
 	remountSt    remountState     // remount.go
 	taskBusy     atomic.Bool      // copy/move tasks are running (tasks.go)
 
-	diskReads  atomic.Uint64                 // values this client read from disk tiers (DiskReads)
-	closeGrace atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
+	diskReads     atomic.Uint64                 // values this client read from disk tiers (DiskReads)
+	graceOverride atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
 }
 
 // Health is the client's view of its link to the master.
@@ -149,7 +151,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	fast := newFastMaster(pb.NewMasterServiceClient(conn), cfg)
-	c := &Client{cfg: cfg, log: cfg.Logger, conn: conn, rpc: fast, fast: fast, mover: cfg.Mover,
+	c := &Client{cfg: cfg, log: cfg.Logger, conn: conn, rpc: fast, puts: fast, fast: fast, clock: cfg.Clock, mover: cfg.Mover,
 		stop: make(chan struct{}), closed: make(chan struct{})}
 	c.stopCtx, c.stopFn = context.WithCancel(context.Background())
 	fail := func(err error) (*Client, error) {
@@ -165,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := c.join(ctx); err != nil {
 		return fail(err)
 	}
-	c.lastPingOK = time.Now()
+	c.lastPingOK = c.clock.Now()
 	c.wg.Add(1)
 	go c.pingLoop()
 	return c, nil
@@ -302,7 +304,7 @@ func (c *Client) contribute() ([]byte, error) {
 // CloseWithGrace is Close, waiting up to grace (instead of
 // Config.UnmountGrace) for readers of the segment; 0 unmounts at once.
 func (c *Client) CloseWithGrace(grace time.Duration) error {
-	c.closeGrace.Store(&grace)
+	c.graceOverride.Store(&grace)
 	return c.Close()
 }
 
@@ -314,9 +316,12 @@ func (c *Client) Close() error {
 		close(c.stop)
 		c.stopFn()
 		c.wg.Wait()
-		c.dropSlots(context.Background())
+		// Close has no caller's context: its calls are bounded instead.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.stopCtx), c.closeGrace()+2*c.cfg.RPCTimeout)
+		defer cancel()
+		c.dropSlots(ctx)
 		if c.segmentSpec != nil {
-			c.unmountGracefully()
+			c.unmountGracefully(ctx)
 		}
 		c.release()
 		close(c.closed)
@@ -337,12 +342,19 @@ func (c *Client) Abort() {
 	})
 }
 
-func (c *Client) unmountGracefully() {
-	grace := c.cfg.UnmountGrace
-	if g := c.closeGrace.Load(); g != nil {
-		grace = *g
+// closeGrace is how long Close waits for readers of the segment.
+func (c *Client) closeGrace() time.Duration {
+	if g := c.graceOverride.Load(); g != nil {
+		return *g
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), grace+c.cfg.RPCTimeout)
+	return c.cfg.UnmountGrace
+}
+
+// unmountGracefully unmounts the segment and waits, within ctx, until the
+// master has let it go.
+func (c *Client) unmountGracefully(ctx context.Context) {
+	grace := c.closeGrace()
+	ctx, cancel := context.WithTimeout(ctx, grace+c.cfg.RPCTimeout)
 	defer cancel()
 	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
 		return c.rpc.UnmountSegment(ctx, &pb.UnmountSegmentRequest{ClientId: c.cfg.ClientID, Name: c.segmentSpec.Name, GraceMs: grace.Milliseconds()})
@@ -436,8 +448,8 @@ func (c *Client) pingLoop() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PingInterval+c.cfg.RPCTimeout)
-		stopPing := context.AfterFunc(c.stopCtx, cancel) // Close interrupts a ping stuck on a dead master
+		// Under stopCtx: Close interrupts a ping stuck on a dead master.
+		ctx, cancel := context.WithTimeout(c.stopCtx, c.cfg.PingInterval+c.cfg.RPCTimeout)
 		err := c.ping(ctx)
 		// A full answer of tombstones means the node's segment has more to
 		// zero than one ping a tick drains (keys freed faster than that):
@@ -453,13 +465,12 @@ func (c *Client) pingLoop() {
 		if err != nil {
 			c.pingFailures++
 		} else {
-			c.pingFailures, c.lastPingOK = 0, time.Now()
+			c.pingFailures, c.lastPingOK = 0, c.clock.Now()
 		}
 		c.mu.Unlock()
 		if err != nil {
 			c.log.Debug("store: ping", "err", err)
 		}
-		stopPing()
 		cancel()
 	}
 }
@@ -486,200 +497,6 @@ func (c *Client) rcToPB(o PutOptions) *pb.ReplicateConfig {
 	}
 	return &pb.ReplicateConfig{Replicas: int32(n), PreferredSegments: pref, SoftPin: o.SoftPin,
 		SoftPinTtlMs: o.SoftPinTTL.Milliseconds(), HardPin: o.HardPin, PromoteSeq: o.promoteSeq, KeepSoftPin: o.KeepSoftPin}
-}
-
-// Put stores value under key with the default options. A put of an
-// existing key fails with ErrExists.
-func (c *Client) Put(ctx context.Context, key string, value []byte) error {
-	return c.PutWith(ctx, key, value, PutOptions{})
-}
-
-// PutWith stores value under key with the given options and returns after
-// every replica is written and the object is visible.
-func (c *Client) PutWith(ctx context.Context, key string, value []byte, o PutOptions) error {
-	_, err := c.put(ctx, key, value, o, false)
-	return err
-}
-
-// PutFrom stores src, which must lie inside memory registered with
-// RegisterBuffer, without copying it into the staging buffer.
-func (c *Client) PutFrom(ctx context.Context, key string, src []byte, o PutOptions) error {
-	_, err := c.put(ctx, key, src, o, true)
-	return err
-}
-
-// Upsert stores value under key, replacing any current value.
-func (c *Client) Upsert(ctx context.Context, key string, value []byte) error {
-	return c.PutWith(ctx, key, value, PutOptions{Upsert: true})
-}
-
-// put returns the number of replicas written. Its phases: make the value
-// transferable (source), allocate the replicas (putStart, or take a slot
-// reserved by an earlier put, slot.go), write them (writeReplicas, revoking
-// the put when that fails), commit with the value's CRC32C (PutEnd, or
-// PutCommit on the fast path, which also reserves the next slot). A slot
-// the master cannot use sends the put the usual way.
-func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions, registered bool) (int, error) {
-	n, err := c.putOnce(ctx, key, value, o, registered, true)
-	if errors.Is(err, errSlotGone) {
-		n, err = c.putOnce(ctx, key, value, o, registered, false)
-	}
-	return n, err
-}
-
-func (c *Client) putOnce(ctx context.Context, key string, value []byte, o PutOptions, registered, useSlots bool) (int, error) {
-	if c.isClosed() {
-		return 0, ErrClosed
-	}
-	if len(value) == 0 {
-		return 0, fmt.Errorf("store: %w: empty value", ErrInvalid)
-	}
-	crc := Checksum(value)
-	src, room, release, err := c.source(ctx, key, value, registered)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	rc := c.rcToPB(o)
-	slots := useSlots && slotEligible(len(value), o)
-	var sl *putSlot
-	var resp *pb.PutStartResponse
-	if slots {
-		sl = c.takeSlot(ctx, key, len(value), rc)
-	}
-	revokeKey := key
-	if sl != nil {
-		resp, revokeKey = sl.resp, sl.key
-	} else if resp, err = c.putStart(ctx, key, uint64(len(value)), o); err != nil {
-		return 0, err
-	}
-	reps := resp.Replicas
-	var hdr []byte
-	if resp.HeaderLen > 0 {
-		c.durable.Store(true)
-		if uint64(len(room)) == resp.HeaderLen {
-			hdr = room // staged in front of the value: one write per replica
-			objheaderEncode(hdr, key, resp, len(value), crc, o)
-		}
-	}
-	if hdr == nil {
-		var releaseHdr func()
-		if hdr, releaseHdr, err = c.header(ctx, key, resp, len(value), crc, o); err != nil {
-			c.revoke(ctx, revokeKey)
-			return 0, err
-		}
-		defer releaseHdr()
-	}
-	if err := c.writeReplicas(ctx, src, reps, hdr); err != nil {
-		c.revoke(ctx, revokeKey)
-		return 0, fmt.Errorf("store: put %q: %w", key, err)
-	}
-	if slots {
-		handled, err := c.commit(ctx, key, sl, crc, len(value), rc, o.Upsert)
-		switch {
-		case !handled:
-		case errors.Is(err, errSlotGone):
-			return 0, err
-		case err != nil:
-			return 0, fmt.Errorf("store: put %q: %w", key, err)
-		default:
-			return len(reps), nil
-		}
-	}
-	err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-		return c.rpc.PutEnd(ctx, &pb.PutEndRequest{ClientId: c.cfg.ClientID, Key: key, Crc32C: crc})
-	})
-	if err != nil {
-		return 0, fmt.Errorf("store: put %q: %w", key, err)
-	}
-	return len(reps), nil
-}
-
-// source returns registered memory holding value, and what to undo when
-// the put is over: value itself when registered (by the caller, or here in
-// place from directMin up), a registered private copy when it is too big
-// for the staging buffer, or a piece of the staging buffer. room is the
-// staged space right in front of src kept for a durable object header (nil
-// when none), so that header and value go out in one write.
-func (c *Client) source(ctx context.Context, key string, value []byte, registered bool) (src, room []byte, release func(), err error) {
-	if registered {
-		return value, nil, func() {}, nil
-	}
-	if len(value) >= directMin && c.mover.RegisterBytes(value, "cpu:0") == nil {
-		return value, nil, func() { _ = c.mover.Unregister(transfer.AddrOf(value)) }, nil
-	}
-	if len(value) > len(c.stage.buf) {
-		// Too big for the staging buffer and not registrable in place (the
-		// same slice is being put concurrently): write from a private copy.
-		cp := append([]byte(nil), value...)
-		if err := c.mover.RegisterBytes(cp, "cpu:0"); err != nil {
-			return nil, nil, nil, fmt.Errorf("store: put %q: register a copy of the value: %w", key, err)
-		}
-		return cp, nil, func() { _ = c.mover.Unregister(transfer.AddrOf(cp)) }, nil
-	}
-	n := 0
-	if c.durable.Load() {
-		n = int(objheader.Len(key)) // room for the header right in front of the value
-	}
-	st, err := c.stage.take(ctx, n+len(value))
-	if errors.Is(err, ErrBufferTooSmall) && n > 0 {
-		n = 0
-		st, err = c.stage.take(ctx, len(value))
-	}
-	if errors.Is(err, ErrBufferTooSmall) {
-		return nil, nil, nil, fmt.Errorf("store: value of %d bytes exceeds the staging buffer (%d): %w", len(value), len(c.stage.buf), err)
-	} else if err != nil {
-		return nil, nil, nil, err
-	}
-	copy(st[n:], value)
-	return st[n:], st[:n:n], func() { c.stage.put(st) }, nil
-}
-
-// putStart asks the master for the replicas of a new value of key.
-func (c *Client) putStart(ctx context.Context, key string, size uint64, o PutOptions) (*pb.PutStartResponse, error) {
-	// A hot call: fastMaster bounds it by RPCTimeout itself.
-	resp, err := c.rpc.PutStart(ctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: key, Size: size,
-		Config: c.rcToPB(o), Upsert: o.Upsert})
-	if err != nil {
-		return nil, fmt.Errorf("store: put %q: master rpc: %w", key, err)
-	}
-	if err := statusErr(resp.Status); err != nil {
-		return nil, fmt.Errorf("store: put %q: %w", key, err)
-	}
-	return resp, nil
-}
-
-// revoke abandons a started put, even when ctx has ended (best effort).
-func (c *Client) revoke(ctx context.Context, key string) {
-	rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
-	defer cancel()
-	_, _ = c.rpc.PutRevoke(rctx, &pb.PutRevokeRequest{ClientId: c.cfg.ClientID, Key: key})
-}
-
-// writeReplicas writes src, and the object header hdr when not nil, to
-// every replica in one transfer batch.
-func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Replica, hdr []byte) error {
-	reqs := make([]transfer.Request, 0, 2*len(reps))
-	segs := make([]transfer.SegmentID, len(reps))
-	for i, r := range reps {
-		seg, err := c.mover.OpenSegment(ctx, r.Endpoint)
-		if err != nil {
-			return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
-		}
-		segs[i] = seg
-		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src)})
-	}
-	if hdr != nil && transfer.AddrOf(hdr)+uintptr(len(hdr)) == transfer.AddrOf(src) {
-		for i := range reqs { // header and value are adjacent: one write each
-			reqs[i].Local, reqs[i].Remote, reqs[i].Length = transfer.AddrOf(hdr), reqs[i].Remote-uint64(len(hdr)), len(hdr)+len(src)
-		}
-	} else {
-		reqs = append(reqs, headerWrites(hdr, reps, segs)...)
-	}
-	if err := c.mover.Transfer(ctx, reqs); err != nil {
-		return fmt.Errorf("%w: write: %w", ErrTransfer, err)
-	}
-	return nil
 }
 
 // directMin is the value size from which Put and Get register the caller's
@@ -757,7 +574,7 @@ func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte,
 // lease, and returns when the lease ends at the latest on this side.
 func (c *Client) replicaList(ctx context.Context, key string) (*pb.ObjectInfo, time.Time, error) {
 	// A hot call: fastMaster bounds it by RPCTimeout itself.
-	asked := time.Now() // the lease starts no earlier than this on the master's side
+	asked := c.clock.Now() // the lease starts no earlier than this on the master's side
 	info, err := c.rpc.GetReplicaList(ctx, &pb.KeyRequest{Key: key})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: get %q: master rpc: %w", key, err)
@@ -780,13 +597,15 @@ func (c *Client) readAny(ctx context.Context, key string, info *pb.ObjectInfo, l
 	for i, r := range reps {
 		until := leaseEnd
 		if left := len(reps) - i; left > 1 {
-			until = time.Now().Add(time.Until(leaseEnd) / time.Duration(left))
+			now := c.clock.Now()
+			until = now.Add(leaseEnd.Sub(now) / time.Duration(left))
 		}
 		crc, err := c.readReplica(ctx, until, r, buf)
-		if err == nil && time.Now().After(leaseEnd) {
+		now := c.clock.Now()
+		if err == nil && now.After(leaseEnd) {
 			err = ErrLeaseExpired
 		}
-		if err != nil && !time.Now().Before(leaseEnd) && ctx.Err() == nil {
+		if err != nil && !now.Before(leaseEnd) && ctx.Err() == nil {
 			return fmt.Errorf("store: get %q: read from %s outlived the %dms lease: %w", key, r.Segment, info.LeaseTtlMs, ErrLeaseExpired)
 		}
 		if err == nil && crc != info.Crc32C {

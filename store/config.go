@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/clock"
+
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
@@ -42,7 +44,14 @@ type Config struct {
 	// (puts, replica lists, existence) use the master's fastrpc transport on
 	// the same port when Master is a plain host:port and the master speaks it.
 	NoFastRPC bool
-	Logger    *slog.Logger
+	// ConnPool is where the client takes its fastrpc connection from
+	// (default DefaultConnPool(): shared by the process's clients).
+	ConnPool *ConnPool
+	// Clock times read leases and put slots (default the wall clock). A
+	// fake one (clock.Fake) must stay near the wall clock: a lease's end
+	// becomes the deadline of its read.
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -61,6 +70,10 @@ func (c Config) withDefaults() Config {
 	if c.UnmountGrace == 0 {
 		c.UnmountGrace = 2 * time.Second
 	}
+	if c.ConnPool == nil {
+		c.ConnPool = DefaultConnPool()
+	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

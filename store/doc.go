@@ -4,11 +4,12 @@
 //
 // # Data path
 //
-// The master never carries values. A put asks the master for space
-// (PutStart: one replica per distinct segment, best effort), writes the value
-// to every replica's segment memory with the transfer engine (one batched
-// WRITE), then commits it with its CRC32C (PutEnd); a failed write revokes
-// the put. A get asks for the replica list (GetReplicaList, which grants a
+// The master never carries values. A put is one pipeline (put.go): it
+// reserves space (PutStart: one replica per distinct segment, best effort;
+// or a put slot, below), writes the object header (durable masters) and
+// the value to every replica's segment memory with the transfer engine (one
+// batched WRITE), then commits it with its CRC32C (PutCommit); a failed
+// write revokes the space (PutRevoke). A get asks for the replica list (GetReplicaList, which grants a
 // read lease, 10s by default), READs the first replica (one held by this
 // process's engine first; from 1 MiB as 4 parts in flight together, each
 // part checksummed as it arrives), verifies the CRC32C and, when the read fails or
@@ -45,17 +46,20 @@
 //
 // # Master transports
 //
-// The hot calls (PutStart, PutEnd, PutRevoke, GetReplicaList, Exist and the
-// batch calls of puts, gets and existence) go over a fastrpc connection
+// The hot calls (PutStart, PutCommit, PutRevoke, GetReplicaList, Exist and
+// the batch calls of puts, gets and existence) go over a fastrpc connection
 // (package internal/fastrpc) to the master's gRPC port when Config.Master is
 // a plain host:port and the master answers its preface; everything else, HA
 // addresses, Config.NoFastRPC, and any call the fast connection could not
-// send or lost (a master restart) go over gRPC (fastmaster.go). A 4 KiB
-// get is one master round trip plus one transfer. The clients of one
-// process share their fast connections: a pool keeps one per P
-// (GOMAXPROCS, at most 8) per master address and hands them to clients in
-// turn, so concurrent calls of several clients share system calls at both
-// ends. A hot call is bounded by RPCTimeout (or ctx's deadline when sooner)
+// send or lost (a master restart) go over gRPC (fastmaster.go). Both
+// transports carry the same calls and messages; the choice is made once,
+// when the client is made, and the put pipeline sees only the putRPC
+// interface (reserve, commit, revoke). A 4 KiB get is one master round trip
+// plus one transfer. Clients share fast connections through a ConnPool
+// (Config.ConnPool; by default the process-wide DefaultConnPool), which
+// keeps one per P (GOMAXPROCS, at most 8) per master address and hands them
+// to clients in turn, so concurrent calls of several clients share system
+// calls at both ends. A hot call is bounded by RPCTimeout (or ctx's deadline when sooner)
 // without a context of its own: the fast path passes the deadline to
 // fastrpc.Client.CallBy, only the gRPC fallback makes a context. A get's
 // read is bounded by its lease through transfer.Engine.TransferUntil
@@ -63,16 +67,18 @@
 //
 // # Put slots
 //
-// A small put (under 64 KiB, without placement wishes) ends with PutCommit
-// on the fast path, which also reserves a slot: space for the client's next
-// put of the same size, key length and policy. That put writes into the
-// slot and commits it in one call, so a stream of small puts costs one
-// master round trip each (slot.go). The master refuses a slot older than a
+// A slot is a way to reserve space. A small put (under 64 KiB, without
+// placement wishes) committed on the fast path asks its PutCommit to also
+// reserve a slot: space for the client's next put of the same size, key
+// length and policy. That put writes into the slot and commits it with the
+// same PutCommit, with no PutStart, so a stream of small puts costs one
+// master round trip each (slot.go). Over gRPC no slot is asked for. The master refuses a slot older than a
 // version of the key (the put is then made the usual way), and a commit the
 // key's rules refuse has its header zeroed before the put returns, so no
 // refused value can come back after a master restart. A client holds at most
-// 8 slots, uses one only on the connection it came on and for 10 s, and
-// gives them back on Close; the master frees them with the client.
+// 8 slots, uses one only while the connection it came on is live and for
+// 10 s (timed by Config.Clock), and gives them back on Close; the master
+// frees them with the client.
 //
 // A storage node passes its disk tier as Config.Disk (DiskTier, disk.go):
 // the client then copies the objects the master offloads from its segment

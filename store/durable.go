@@ -12,10 +12,10 @@ import (
 // Durable metadata, client side (the master's Config.Durable; see
 // internal/objheader and internal/master/restore.go):
 //
-//   - a put whose PutStart answer carries a header length writes the
-//     object's header (key, sequence number, size, CRC32C, pins) at each
-//     replica's address minus that length, in the same transfer batch as
-//     the value and before PutEnd;
+//   - a put whose reserved space (PutStart's answer, or a slot's) carries a
+//     header length writes the object's header (key, sequence number, size,
+//     CRC32C, pins) at each replica's address minus that length, in the
+//     same transfer batch as the value and before PutCommit;
 //   - Remove, BatchRemove, RemoveByRegex and RemoveAll zero the headers the
 //     master returns (the removed objects' and older versions') before
 //     they return, so a removed object is never re-reported;
@@ -24,21 +24,28 @@ import (
 //     remounts it scans its segment and reports the objects it holds, in
 //     chunks of bounded size (remount.go).
 
-// header stages the header of a durable put (nil when the master is not
-// durable) and returns it with its release.
-func (c *Client) header(ctx context.Context, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions) ([]byte, func(), error) {
+// stageHeader stages the object header of a put into space resp of a
+// durable master (nil when the master keeps no headers) and returns it
+// with its release: in room, the staged space right in front of the value,
+// when the header fits it, in a piece of the staging buffer otherwise.
+func (c *Client) stageHeader(ctx context.Context, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions, room []byte) ([]byte, func(), error) {
 	if resp.HeaderLen == 0 {
 		return nil, func() {}, nil
 	}
+	c.durable.Store(true) // later puts stage room for their headers
 	if resp.HeaderLen != objheader.Len(key) {
 		return nil, nil, fmt.Errorf("store: put %q: master header length %d, want %d", key, resp.HeaderLen, objheader.Len(key))
 	}
-	b, err := c.stage.take(ctx, int(resp.HeaderLen))
-	if err != nil {
-		return nil, nil, fmt.Errorf("store: put %q: stage header: %w", key, err)
+	b, release := room, func() {}
+	if uint64(len(room)) != resp.HeaderLen {
+		var err error
+		if b, err = c.stage.take(ctx, int(resp.HeaderLen)); err != nil {
+			return nil, nil, fmt.Errorf("store: put %q: stage header: %w", key, err)
+		}
+		release = func() { c.stage.put(b) }
 	}
 	objheaderEncode(b, key, resp, size, crc, o)
-	return b, func() { c.stage.put(b) }, nil
+	return b, release, nil
 }
 
 func objheaderEncode(b []byte, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions) {

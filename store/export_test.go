@@ -29,14 +29,6 @@ func SameFastConn(a, b *Client) bool {
 	return ca != nil && ca == b.fast.conn
 }
 
-// SetSharedLanes sets how many connections per master the pool spreads
-// clients over and returns the old value (tests).
-func SetSharedLanes(n int) int {
-	old := sharedLanes
-	sharedLanes = n
-	return old
-}
-
 // FastConn is the client's fastrpc connection, as an opaque identity (tests).
 func FastConn(c *Client) any {
 	c.fast.mu.Lock()
@@ -55,3 +47,6 @@ func LastRemount(c *Client) (calls, maxBytes, totalBytes int) {
 
 // RemountChunkBytes is the bound on one remount message's reports.
 const RemountChunkBytes = remountChunkBytes
+
+// SlotMaxAge is how long a client uses a put slot.
+const SlotMaxAge = slotMaxAge

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
@@ -25,9 +23,14 @@ import (
 // retry policy (serviceConfig) retries UNAVAILABLE: a put call the old
 // master did handle then fails with OBJECT_ALREADY_EXISTS, never twice
 // applied.
+//
+// It is also the put pipeline's putRPC (put.go): the choice of transport is
+// made once, when the client is made (newFastMaster), and the rule of
+// falling back to gRPC is fastCall's.
 type fastMaster struct {
 	pb.MasterServiceClient
 	addr    string        // "" = gRPC only (HA addresses, Config.NoFastRPC)
+	pool    *ConnPool     // where the fastrpc connection comes from
 	lane    int           // which of the pool's connections to addr it shares
 	timeout time.Duration // bound of each hot call (Config.RPCTimeout)
 
@@ -42,15 +45,21 @@ type fastMaster struct {
 // over gRPC, which waits for the master as before).
 const fastDialTimeout = time.Second
 
+var _ putRPC = (*fastMaster)(nil)
+
+// newFastMaster chooses the transport of the hot calls: fastrpc (with the
+// gRPC fallback) when Master is a plain host:port and NoFastRPC is not
+// set, gRPC only otherwise.
 func newFastMaster(rpc pb.MasterServiceClient, cfg Config) *fastMaster {
-	m := &fastMaster{MasterServiceClient: rpc, timeout: cfg.RPCTimeout, lane: int(fastLanes.Add(1)) % sharedLanes}
+	m := &fastMaster{MasterServiceClient: rpc, timeout: cfg.RPCTimeout}
 	if _, _, err := net.SplitHostPort(cfg.Master); err == nil && !leader.IsHA(cfg.Master) && !cfg.NoFastRPC {
-		m.addr = cfg.Master
+		m.addr, m.pool = cfg.Master, cfg.ConnPool
+		m.lane = m.pool.lane()
 	}
 	return m
 }
 
-// client returns the fastrpc connection, taking one from the process's
+// client returns the fastrpc connection, taking one from the client's
 // pool (dialling it when there is none) when this client has none and the
 // last failed dial is old enough; nil means use gRPC.
 func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
@@ -63,7 +72,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 		return m.conn
 	}
 	if m.conn != nil {
-		sharedConns.release(m.addr, m.lane, m.conn)
+		m.pool.release(m.addr, m.lane, m.conn)
 		m.conn = nil
 	}
 	if m.closed || time.Now().Before(m.retryAt) {
@@ -71,7 +80,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 	}
 	dctx, cancel := context.WithTimeout(ctx, fastDialTimeout)
 	defer cancel()
-	c, err := sharedConns.get(dctx, m.addr, m.lane)
+	c, err := m.pool.get(dctx, m.addr, m.lane)
 	if err != nil {
 		m.backoff = min(max(2*m.backoff, 100*time.Millisecond), time.Minute)
 		m.retryAt = time.Now().Add(m.backoff)
@@ -86,94 +95,13 @@ func (m *fastMaster) close() {
 	defer m.mu.Unlock()
 	m.closed = true
 	if m.conn != nil {
-		sharedConns.release(m.addr, m.lane, m.conn)
+		m.pool.release(m.addr, m.lane, m.conn)
 		m.conn = nil
 	}
 }
 
-// sharedConns is the process's pool of fastrpc connections: the clients
-// of one process share a few connections per master address (connection
-// reuse), sharedLanes of them, clients spread over them in turn.
-// Concurrent calls of the clients on one connection share the system calls
-// of both ends: the master reads their requests together and answers them
-// in one write, the caller reading the connection takes the others'
-// answers with its own (fastrpc.Client), and callers that write while
-// another writes leave in its write. One connection per P (GOMAXPROCS)
-// lets the master serve them on as many goroutines at once. On 2 cores,
-// 8 clients of 4 KiB gets went from 68k calls per second with a connection
-// each to ~90k with one shared connection and ~105k with two
-// (docs/store.md, session E). Clients in different processes each have
-// their own connections, as before.
-var sharedConns = connPool{conns: map[poolKey]*pooledConn{}}
-
-// sharedLanes is the number of connections per master address in the
-// pool: one per P, at most maxSharedLanes.
-var sharedLanes = min(runtime.GOMAXPROCS(0), maxSharedLanes)
-
-const maxSharedLanes = 8
-
-// fastLanes numbers the clients, to spread them over the lanes.
-var fastLanes atomic.Int64
-
-type poolKey struct {
-	addr string
-	lane int
-}
-
-type connPool struct {
-	mu    sync.Mutex
-	conns map[poolKey]*pooledConn
-}
-
-type pooledConn struct {
-	c    *fastrpc.Client
-	refs int
-}
-
-// get returns a working connection to addr, dialling one when the pool
-// has none; the caller holds a reference until it calls release.
-func (p *connPool) get(ctx context.Context, addr string, lane int) (*fastrpc.Client, error) {
-	key := poolKey{addr, lane}
-	p.mu.Lock()
-	if pc := p.conns[key]; pc != nil && pc.c.Err() == nil {
-		pc.refs++
-		p.mu.Unlock()
-		return pc.c, nil
-	}
-	p.mu.Unlock()
-	c, err := fastrpc.Dial(ctx, addr) // outside the lock: other addresses go on
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if pc := p.conns[key]; pc != nil && pc.c.Err() == nil { // another client dialled meanwhile
-		_ = c.Close()
-		pc.refs++
-		return pc.c, nil
-	}
-	// None, or a dead one: its holders close it as they notice (release).
-	p.conns[key] = &pooledConn{c: c, refs: 1}
-	return c, nil
-}
-
-// release gives a reference back; the last one closes the connection. A
-// connection the pool no longer lists (it died and was replaced) is
-// closed at once (its calls have failed already).
-func (p *connPool) release(addr string, lane int, c *fastrpc.Client) {
-	key := poolKey{addr, lane}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if pc := p.conns[key]; pc != nil && pc.c == c {
-		if pc.refs--; pc.refs > 0 {
-			return
-		}
-		delete(p.conns, key)
-	}
-	_ = c.Close()
-}
-
-// deadline is when a hot call started now gives up: RPCTimeout from now,
+// deadline is when a hot call started now gives up (by the wall clock: it
+// becomes a socket deadline): RPCTimeout from now,
 // or ctx's deadline when sooner. The hot calls (the methods below) bound
 // themselves so, and their callers pass ctx as is: on the fast path the
 // bound costs no timer (fastrpc.Client.CallBy), only the gRPC fallback
@@ -207,46 +135,89 @@ func fastCall[R any, PR interface {
 	*R
 	proto.Message
 }](ctx context.Context, m *fastMaster, method uint8, req proto.Message, slow func(context.Context) (PR, error)) (PR, error) {
+	resp, _, err := fastCallOn(ctx, m, method, req, slow)
+	return resp, err
+}
+
+// fastCallOn is fastCall that also returns the fastrpc connection that
+// carried the call (nil when gRPC did).
+func fastCallOn[R any, PR interface {
+	*R
+	proto.Message
+}](ctx context.Context, m *fastMaster, method uint8, req proto.Message, slow func(context.Context) (PR, error)) (PR, *fastrpc.Client, error) {
 	deadline := m.deadline(ctx)
 	c := m.client(ctx)
 	if c == nil {
-		return slowCall(ctx, deadline, slow)
+		resp, err := slowCall(ctx, deadline, slow)
+		return resp, nil, err
 	}
 	b, err := pb.Marshal(req)
 	if err != nil {
-		return slowCall(ctx, deadline, slow)
+		resp, err := slowCall(ctx, deadline, slow)
+		return resp, nil, err
 	}
 	out, err := c.CallBy(ctx, deadline, method, b)
 	switch {
 	case err == nil:
 	case fallBack(err):
-		return slowCall(ctx, deadline, slow)
+		resp, err := slowCall(ctx, deadline, slow)
+		return resp, nil, err
 	default:
-		return nil, err
+		return nil, c, err
 	}
 	resp := PR(new(R))
 	if err := pb.Unmarshal(out, resp); err != nil {
-		return nil, err
+		return nil, c, err
 	}
-	return resp, nil
+	return resp, c, nil
 }
 
-func (m *fastMaster) PutStart(ctx context.Context, in *pb.PutStartRequest, opts ...grpc.CallOption) (*pb.PutStartResponse, error) {
+// reserve implements putRPC with PutStart.
+func (m *fastMaster) reserve(ctx context.Context, in *pb.PutStartRequest) (*pb.PutStartResponse, error) {
 	return fastCall(ctx, m, pb.FastPutStart, in, func(ctx context.Context) (*pb.PutStartResponse, error) {
-		return m.MasterServiceClient.PutStart(ctx, in, opts...)
+		return m.MasterServiceClient.PutStart(ctx, in)
 	})
 }
 
-func (m *fastMaster) PutEnd(ctx context.Context, in *pb.PutEndRequest, opts ...grpc.CallOption) (*pb.Status, error) {
-	return fastCall(ctx, m, pb.FastPutEnd, in, func(ctx context.Context) (*pb.Status, error) {
-		return m.MasterServiceClient.PutEnd(ctx, in, opts...)
+// commit implements putRPC with PutCommit. A slot is asked for only
+// on the fast path: over gRPC the reservation is left out of the request,
+// and the answer's link is nil.
+func (m *fastMaster) commit(ctx context.Context, in *pb.PutCommitRequest) (*pb.PutCommitResponse, putLink, error) {
+	resp, c, err := fastCallOn(ctx, m, pb.FastPutCommit, in, func(ctx context.Context) (*pb.PutCommitResponse, error) {
+		if in.ReserveSize != 0 {
+			in = &pb.PutCommitRequest{ClientId: in.ClientId, Key: in.Key, Slot: in.Slot, Crc32C: in.Crc32C, Config: in.Config, Upsert: in.Upsert}
+		}
+		return m.MasterServiceClient.PutCommit(ctx, in)
 	})
+	if c == nil || resp == nil {
+		return resp, nil, err
+	}
+	return resp, fastLink{m, c}, err
 }
 
-func (m *fastMaster) PutRevoke(ctx context.Context, in *pb.PutRevokeRequest, opts ...grpc.CallOption) (*pb.Status, error) {
-	return fastCall(ctx, m, pb.FastPutRevoke, in, func(ctx context.Context) (*pb.Status, error) {
-		return m.MasterServiceClient.PutRevoke(ctx, in, opts...)
+// revoke implements putRPC with PutRevoke.
+func (m *fastMaster) revoke(ctx context.Context, in *pb.PutRevokeRequest) error {
+	_, err := fastCall(ctx, m, pb.FastPutRevoke, in, func(ctx context.Context) (*pb.Status, error) {
+		return m.MasterServiceClient.PutRevoke(ctx, in)
 	})
+	return err
+}
+
+// fastLink is the fastrpc connection a slot came on.
+type fastLink struct {
+	m *fastMaster
+	c *fastrpc.Client
+}
+
+// live reports whether the connection is still the client's live fast
+// connection. It checks the socket (Alive: the client has no reader
+// goroutine that would notice a master restart on its own), so a put slot
+// is never written after the master that reserved it went away.
+func (l fastLink) live() bool {
+	l.m.mu.Lock()
+	same := l.m.conn == l.c
+	l.m.mu.Unlock()
+	return same && l.c.Alive()
 }
 
 func (m *fastMaster) GetReplicaList(ctx context.Context, in *pb.KeyRequest, opts ...grpc.CallOption) (*pb.ObjectInfo, error) {
@@ -279,9 +250,9 @@ func (m *fastMaster) BatchPutStart(ctx context.Context, in *pb.BatchPutStartRequ
 	})
 }
 
-func (m *fastMaster) BatchPutEnd(ctx context.Context, in *pb.BatchPutEndRequest, opts ...grpc.CallOption) (*pb.BatchStatus, error) {
-	return fastCall(ctx, m, pb.FastBatchPutEnd, in, func(ctx context.Context) (*pb.BatchStatus, error) {
-		return m.MasterServiceClient.BatchPutEnd(ctx, in, opts...)
+func (m *fastMaster) BatchPutCommit(ctx context.Context, in *pb.BatchPutCommitRequest, opts ...grpc.CallOption) (*pb.BatchPutCommitResponse, error) {
+	return fastCall(ctx, m, pb.FastBatchPutCommit, in, func(ctx context.Context) (*pb.BatchPutCommitResponse, error) {
+		return m.MasterServiceClient.BatchPutCommit(ctx, in, opts...)
 	})
 }
 
@@ -313,42 +284,4 @@ func (m *fastMaster) batchExist(ctx context.Context, keys []string) (out []bool,
 		out[i] = v == 1
 	}
 	return out, true, nil
-}
-
-// current reports whether conn is the live fast connection. It checks the
-// socket (Alive: the client has no reader goroutine that would notice a
-// master restart on its own), so a put slot is never written after the
-// master that reserved it went away.
-func (m *fastMaster) current(conn *fastrpc.Client) bool {
-	m.mu.Lock()
-	same := conn != nil && m.conn == conn
-	m.mu.Unlock()
-	return same && conn.Alive()
-}
-
-// putCommit sends FastPutCommit. conn is the connection that carried it,
-// nil when the fast path could not (no connection, not sent, lost before
-// the answer, refused).
-func (m *fastMaster) putCommit(ctx context.Context, req *pb.PutCommitRequest) (*pb.PutCommitResponse, *fastrpc.Client, error) {
-	c := m.client(ctx)
-	if c == nil {
-		return nil, nil, nil
-	}
-	b, err := pb.Marshal(req)
-	if err != nil {
-		return nil, nil, nil
-	}
-	out, err := c.CallBy(ctx, m.deadline(ctx), pb.FastPutCommit, b)
-	switch {
-	case err == nil:
-	case fallBack(err):
-		return nil, nil, nil
-	default:
-		return nil, c, fmt.Errorf("store: put %q: master rpc: %w", req.Key, err)
-	}
-	var resp pb.PutCommitResponse
-	if err := pb.Unmarshal(out, &resp); err != nil {
-		return nil, c, fmt.Errorf("store: put %q: %w", req.Key, err)
-	}
-	return &resp, c, nil
 }

@@ -77,11 +77,10 @@ func TestFastRPCPath(t *testing.T) {
 // after a master restart they share a new one; concurrent puts and gets of
 // several clients over the shared connection all get their own answers.
 func TestFastConnShared(t *testing.T) {
-	old := store.SetSharedLanes(1)
-	defer store.SetSharedLanes(old)
+	pool := withPool(store.NewConnPool(1))
 	c := newCluster(t, master.Config{}, 2, 16<<20)
 	ctx := context.Background()
-	a, b, d := c.client(nil), c.client(nil), c.client(nil)
+	a, b, d := c.client(pool), c.client(pool), c.client(pool)
 	for _, cl := range []*store.Client{a, b, d} {
 		if err := cl.Put(ctx, fmt.Sprintf("shared/%p", cl), value("shared", 4096)); err != nil {
 			t.Fatal(err)
@@ -137,13 +136,12 @@ func TestFastConnShared(t *testing.T) {
 // TestFastConnLanes: with two lanes, clients take the pool's two
 // connections in turn.
 func TestFastConnLanes(t *testing.T) {
-	old := store.SetSharedLanes(2)
-	defer store.SetSharedLanes(old)
+	pool := withPool(store.NewConnPool(2))
 	c := newCluster(t, master.Config{}, 1, 16<<20)
 	ctx := context.Background()
 	conns := map[any]int{}
 	for i := range 4 {
-		cl := c.client(nil)
+		cl := c.client(pool)
 		if _, err := cl.Exist(ctx, "lanes"); err != nil || !store.FastConnected(cl) {
 			t.Fatalf("client %d: %v, connected %v", i, err, store.FastConnected(cl))
 		}
@@ -157,4 +155,9 @@ func TestFastConnLanes(t *testing.T) {
 			t.Fatalf("connection %p has %d clients, want 2", conn, n)
 		}
 	}
+}
+
+// withPool makes a cluster's clients take their fast connections from p.
+func withPool(p *store.ConnPool) func(*store.Config) {
+	return func(cfg *store.Config) { cfg.ConnPool = p }
 }

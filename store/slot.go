@@ -6,19 +6,19 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
 
-// Put slots (see internal/master/slot.go): when a small put ends over the
-// fast path, the master also reserves space for the client's next put of
-// the same size, key length and policy. That put writes into the slot and
-// commits it with one call instead of PutStart + PutEnd: one master round
-// trip per put. A slot is used only on the fastrpc connection it came on
-// (a master restart ends it, and the new master does not know the slot),
-// and only within slotMaxAge; the master refuses a commit whose slot is
-// older than a version of the key (the put is then made the usual way).
+// Put slots (see internal/master/slot.go) are a way to reserve space: when
+// a small put commits over the fast path, the master also reserves space
+// for the client's next put of the same size, key length and policy. That
+// put writes into the slot and commits it, with no PutStart: one master
+// round trip per put. A slot is written only while the connection it came
+// on is live (a master restart ends it, and the new master does not know
+// the slot), and only within slotMaxAge; the master refuses a commit whose
+// slot is older than a version of the key (the put is then made the usual
+// way).
 
 // slotMaxAge bounds how long a slot is used (the master frees unfinished
 // puts, slots included, only after PutReleaseTimeout, 10 min by default).
@@ -35,7 +35,7 @@ type putSlot struct {
 	resp *pb.PutStartResponse // replicas, sequence number, header length
 	size uint64               // value size it was reserved for
 	rc   *pb.ReplicateConfig  // policy it was reserved with
-	conn *fastrpc.Client      // the connection it came on
+	link putLink              // the connection it came on
 	got  time.Time
 }
 
@@ -51,22 +51,23 @@ func (c *Client) takeSlot(ctx context.Context, key string, size int, rc *pb.Repl
 	c.slotMu.Lock()
 	var stale []*putSlot
 	var got *putSlot
-	var checked *fastrpc.Client // slots mostly share one connection: check it once
+	var checked putLink // slots mostly share one connection: check it once
 	var live bool
-	current := func(conn *fastrpc.Client) bool {
-		if conn != checked {
-			checked, live = conn, c.fast.current(conn)
+	current := func(l putLink) bool {
+		if l != checked {
+			checked, live = l, l.live()
 		}
 		return live
 	}
+	now := c.clock.Now()
 	c.slots = slices.DeleteFunc(c.slots, func(s *putSlot) bool {
 		switch {
 		case got != nil:
 			return false
-		case time.Since(s.got) > slotMaxAge:
+		case now.Sub(s.got) > slotMaxAge:
 			stale = append(stale, s)
 			return true
-		case !current(s.conn):
+		case !current(s.link):
 			return true // the master behind it is gone, and so is the slot
 		case s.size == uint64(size) && sameRC(s.rc, rc) && (s.resp.HeaderLen == 0 || s.resp.HeaderLen == objheader.Len(key)):
 			got = s
@@ -90,10 +91,10 @@ func sameRC(a, b *pb.ReplicateConfig) bool {
 }
 
 // keepSlot stores a slot the master reserved, or gives it back when the
-// client holds enough.
+// client holds enough (or it came on no link to write it over).
 func (c *Client) keepSlot(ctx context.Context, s *putSlot) {
 	c.slotMu.Lock()
-	full := len(c.slots) >= maxSlots || c.isClosed()
+	full := len(c.slots) >= maxSlots || c.isClosed() || s.link == nil
 	if !full {
 		c.slots = append(c.slots, s)
 	}
@@ -110,43 +111,6 @@ func (c *Client) wantSlot() bool {
 	return len(c.slots) < maxSlots
 }
 
-// commit ends a put over the fast path: the key's own put in progress
-// (slot nil) or the slot written. handled is false when the fast path could
-// not carry it (the caller ends the put over gRPC, or, with a slot, makes
-// the put again the usual way). A slot refused by the key's rules has its
-// header zeroed here. errSlotGone: make the put again the usual way.
-func (c *Client) commit(ctx context.Context, key string, sl *putSlot, crc uint32, size int, rc *pb.ReplicateConfig, upsert bool) (handled bool, err error) {
-	req := &pb.PutCommitRequest{ClientId: c.cfg.ClientID, Key: key, Crc32C: crc, Config: rc, Upsert: upsert}
-	if sl != nil {
-		req.Slot = sl.key
-	}
-	if c.wantSlot() {
-		req.ReserveSize, req.ReserveKeyLen = uint64(size), uint64(len(key))
-	}
-	// A hot call: fastMaster bounds it by RPCTimeout itself.
-	resp, conn, err := c.fast.putCommit(ctx, req)
-	if conn == nil {
-		if sl != nil {
-			return true, errSlotGone
-		}
-		return false, nil
-	}
-	if err != nil {
-		return true, err
-	}
-	c.zeroHeaders(ctx, resp.Tombstones)
-	if resp.SlotGone {
-		return true, errSlotGone
-	}
-	if err := statusErr(resp.Status); err != nil {
-		return true, err
-	}
-	if resp.NextSlot != "" && resp.Next != nil {
-		c.keepSlot(ctx, &putSlot{key: resp.NextSlot, resp: resp.Next, size: uint64(size), rc: rc, conn: conn, got: time.Now()})
-	}
-	return true, nil
-}
-
 // dropSlots gives the held slots back (Close).
 func (c *Client) dropSlots(ctx context.Context) {
 	c.slotMu.Lock()
@@ -154,7 +118,7 @@ func (c *Client) dropSlots(ctx context.Context) {
 	c.slots = nil
 	c.slotMu.Unlock()
 	for _, s := range slots {
-		if c.fast.current(s.conn) {
+		if s.link.live() {
 			c.revoke(ctx, s.key)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
@@ -84,5 +85,35 @@ func TestPutSlots(t *testing.T) {
 	}
 	if len(store.SlotKeys(cl)) != 1 {
 		t.Fatalf("no slot held after puts on the new master: %v", store.SlotKeys(cl))
+	}
+}
+
+// A slot older than its maximum age by the client's clock is given back
+// and the put is made the usual way (the client reserves a new slot).
+func TestPutSlotAge(t *testing.T) {
+	c := newCluster(t, master.Config{}, 1, 16<<20)
+	clk := clock.NewFake(time.Now())
+	cl := c.client(func(cfg *store.Config) { cfg.Clock = clk })
+	ctx := context.Background()
+	if err := cl.Put(ctx, "age/0", value("age/0", 4096)); err != nil {
+		t.Fatal(err)
+	}
+	first := store.SlotKeys(cl)
+	if len(first) != 1 {
+		t.Fatalf("slots after the first put: %v", first)
+	}
+	clk.Advance(store.SlotMaxAge + time.Second)
+	if err := cl.Put(ctx, "age/1", value("age/1", 4096)); err != nil {
+		t.Fatal(err)
+	}
+	st := c.master.Core().Stats()
+	if st.PutRevokes != 1 || st.PutSlots != 1 {
+		t.Fatalf("after a put past the slot's age: %d revokes, %d slots, want 1 and 1", st.PutRevokes, st.PutSlots)
+	}
+	if now := store.SlotKeys(cl); len(now) != 1 || slices.Equal(now, first) {
+		t.Fatalf("slots before %v, after %v: want one new slot", first, now)
+	}
+	if got, err := cl.Get(ctx, "age/1"); err != nil || !bytes.Equal(got, value("age/1", 4096)) {
+		t.Fatalf("get: %d bytes, %v", len(got), err)
 	}
 }

@@ -38,6 +38,10 @@ type Config struct {
 	// share a hub see each other, there is no process-wide default; make one
 	// with NewHub). Other transports ignore it.
 	InprocHub *Hub
+	// ShmPopulateWhole maps peers' buffers over shared memory whole, with
+	// MAP_POPULATE, instead of lazily (the default; see
+	// internal/transport/shm). For benchmarks that compare the two.
+	ShmPopulateWhole bool
 
 	Lanes     int // TCP bulk lanes per peer (GOMAXPROCS-1, 1..4); one express lane is added
 	SliceSize int // TCP requests are cut into slices of this size (256 KiB)

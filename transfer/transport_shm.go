@@ -115,7 +115,7 @@ func (p *shmPeer) client(ctx context.Context, d wire.Segment) *shm.Client {
 		p.cl = nil
 	}
 	if p.cl == nil {
-		cl, err := shm.Dial(ctx, d.ShmSocket, p.e.auth())
+		cl, err := shm.Dial(ctx, d.ShmSocket, p.e.auth(), shm.DialOptions{PopulateWhole: p.e.cfg.ShmPopulateWhole})
 		if err != nil {
 			p.e.log.Warn("transfer: shared memory to peer unavailable, using tcp", "peer", p.seg.name, "err", err)
 			p.failedSocket = d.ShmSocket

@@ -61,6 +61,9 @@
 //     new as the slot's sequence number (the client then puts the usual
 //     way), and by the key's rules (exists, leased, put in progress), which
 //     free the slot and return its tombstone for the client to zero.
+//     On the wire (internal/masterserver) one PutCommit call ends every put:
+//     without a slot it is PutEnd, with one PutCommit, and either may also
+//     ask for PutReserve.
 //   - Get: GetReplicaList returns the replicas and the CRC and grants a read
 //     lease (10s). Remove, RemoveByRegex and RemoveAll skip or refuse leased
 //     objects (ErrObjectHasLease) unless forced; eviction never takes a

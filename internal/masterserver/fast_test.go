@@ -1,8 +1,10 @@
 package masterserver
 
 import (
-	"github.com/kvcache-go/mooncake/internal/master"
+	"context"
 	"testing"
+
+	"github.com/kvcache-go/mooncake/internal/master"
 
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
@@ -27,9 +29,9 @@ func FuzzFastHandler(f *testing.F) {
 		if err := m.MountSegment("c", master.SegmentSpec{Name: "a", Endpoint: "ep", Base: 1 << 30, Size: 1 << 20}); err != nil {
 			t.Fatal(err)
 		}
-		h := NewService(m).FastHandler()
+		h := NewService(m).FastHandler(context.Background())
 		resp, st := h(method, payload)
-		if st == fastrpc.StatusOK && (method == 0 || method > pb.FastPutCommit) {
+		if st == fastrpc.StatusOK && (method == 0 || method > pb.FastLast) {
 			t.Fatalf("method %d answered OK", method)
 		}
 		if st != fastrpc.StatusOK && len(resp) == 0 {

@@ -135,7 +135,7 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	if ll, err := fastrpc.ListenLocal(grpcLn.Addr().String()); err == nil {
 		lm := fastrpc.NewLocalMux(ll)
 		wg.Go(func() {
-			if err := lm.Run(ctx, svc.FastHandler()); err != nil {
+			if err := lm.Run(ctx, svc.FastHandler(ctx)); err != nil {
 				errc <- fmt.Errorf("master: local: %w", err)
 				cancel()
 			}
@@ -152,7 +152,7 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 		}
 	})
 	wg.Go(func() {
-		if err := mux.Run(ctx, svc.FastHandler()); err != nil {
+		if err := mux.Run(ctx, svc.FastHandler(ctx)); err != nil {
 			errc <- fmt.Errorf("master: %w", err)
 			cancel()
 		}

@@ -56,8 +56,8 @@ func TestServerRPCAndAdmin(t *testing.T) {
 	if err != nil || ps.Status.Code != 0 || len(ps.Replicas) != 1 || ps.Replicas[0].Addr != 1<<20 {
 		t.Fatalf("put start: %v %v", ps, err)
 	}
-	if st, _ := c.PutEnd(ctx, &pb.PutEndRequest{ClientId: "w", Key: "a/1", Crc32C: 77}); st.Code != 0 {
-		t.Fatalf("put end: %v", st)
+	if r, err := c.PutCommit(ctx, &pb.PutCommitRequest{ClientId: "w", Key: "a/1", Crc32C: 77}); err != nil || r.Status.GetCode() != 0 {
+		t.Fatalf("put commit: %v %v", r, err)
 	}
 	info, err := c.GetReplicaList(ctx, &pb.KeyRequest{Key: "a/1"})
 	if err != nil || info.Crc32C != 77 || info.LeaseTtlMs != 10000 {

@@ -215,17 +215,37 @@ func (s *Service) BatchPutStart(_ context.Context, r *pb.BatchPutStartRequest) (
 	return out, nil
 }
 
-// PutEnd implements MasterService.
-func (s *Service) PutEnd(_ context.Context, r *pb.PutEndRequest) (*pb.Status, error) {
-	return status(s.m.PutEnd(r.ClientId, r.Key, r.Crc32C)), nil
+// PutCommit implements MasterService: the end of a put (the key's own put
+// in progress, or a slot written before), then, when asked and the put
+// went through, a slot for the client's next put.
+func (s *Service) PutCommit(_ context.Context, r *pb.PutCommitRequest) (*pb.PutCommitResponse, error) {
+	return s.putCommit(r), nil
 }
 
-// BatchPutEnd implements MasterService.
-func (s *Service) BatchPutEnd(_ context.Context, r *pb.BatchPutEndRequest) (*pb.BatchStatus, error) {
-	out := &pb.BatchStatus{Results: make([]*pb.Status, len(r.Ends))}
-	keys := make([]string, len(r.Ends))
-	for i, e := range r.Ends {
-		out.Results[i] = status(s.m.PutEnd(e.ClientId, e.Key, e.Crc32C))
+func (s *Service) putCommit(r *pb.PutCommitRequest) *pb.PutCommitResponse {
+	out := &pb.PutCommitResponse{}
+	rc := rcFromPB(r.Config)
+	if r.Slot == "" {
+		out.Status = status(s.m.PutEnd(r.ClientId, r.Key, r.Crc32C))
+	} else {
+		tombs, gone, err := s.m.PutCommit(r.ClientId, r.Key, r.Slot, r.Crc32C, rc, r.Upsert)
+		out.Status, out.SlotGone, out.Tombstones = status(err), gone, refsToPB(tombs)
+	}
+	if out.Status.Code == 0 && !out.SlotGone && r.ReserveSize > 0 && r.ReserveKeyLen <= uint64(s.m.Config().MaxKeyLen) {
+		if slot, reps, err := s.m.PutReserve(r.ClientId, r.ReserveSize, int(r.ReserveKeyLen), rc); err == nil && len(reps) > 0 {
+			out.NextSlot = slot
+			out.Next = &pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen}
+		}
+	}
+	return out
+}
+
+// BatchPutCommit implements MasterService: PutCommit of each put, in order.
+func (s *Service) BatchPutCommit(_ context.Context, r *pb.BatchPutCommitRequest) (*pb.BatchPutCommitResponse, error) {
+	out := &pb.BatchPutCommitResponse{Results: make([]*pb.PutCommitResponse, len(r.Commits))}
+	keys := make([]string, len(r.Commits))
+	for i, e := range r.Commits {
+		out.Results[i] = s.putCommit(e)
 		keys[i] = e.Key
 	}
 	s.m.TouchChains(keys) // one batch of a chain's blocks: one recency group

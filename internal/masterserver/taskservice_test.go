@@ -34,8 +34,8 @@ func TestTaskServiceRPC(t *testing.T) {
 	if err != nil || ps.Status.Code != 0 {
 		t.Fatalf("put start: %v %v", ps, err)
 	}
-	if st, _ := c.PutEnd(ctx, &pb.PutEndRequest{ClientId: "w", Key: "k", Crc32C: 7}); st.Code != 0 {
-		t.Fatalf("put end: %v", st)
+	if r, err := c.PutCommit(ctx, &pb.PutCommitRequest{ClientId: "w", Key: "k", Crc32C: 7}); err != nil || r.Status.GetCode() != 0 {
+		t.Fatalf("put commit: %v %v", r, err)
 	}
 
 	bad, err := tc.CreateCopyTask(ctx, &pb.CreateCopyTaskRequest{Key: "nope", Targets: []string{"s2"}})

@@ -1,6 +1,6 @@
 // Package objheader is the self-describing header a durable store object
 // carries in segment memory, in front of its value. The store client
-// writes it in the same transfer batch as the value, before PutEnd, so an
+// writes it in the same transfer batch as the value, before PutCommit, so an
 // acknowledged put always has a valid header on every replica; a storage
 // node that remounts on a new or restarted master scans its memory for
 // headers (Scan, or ScanRanges over only the parts of its memory that were

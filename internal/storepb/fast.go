@@ -14,16 +14,17 @@ import (
 // BatchKeysRequest and whose answer is one byte per key (1 = exists).
 const (
 	FastPutStart uint8 = 1 + iota
-	FastPutEnd
+	FastPutCommit
 	FastPutRevoke
 	FastGetReplicaList
 	FastExist
 	FastBatchExist
 	FastBatchGetReplicaList
 	FastBatchPutStart
-	FastBatchPutEnd
+	FastBatchPutCommit
 	FastBatchExistBits
-	FastPutCommit // PutCommitRequest -> PutCommitResponse (store_fast.proto)
+
+	FastLast = FastBatchExistBits // the highest method number
 )
 
 // Marshal encodes m with its generated fast codec (vtprotobuf's MarshalVT,
@@ -88,11 +89,9 @@ func requestUTF8(m proto.Message) (ok, known bool) {
 		}
 		return true, true
 	case *PutCommitRequest:
-		return v(r.ClientId) && v(r.Key) && v(r.Slot) && configUTF8(r.Config), true
+		return putCommitUTF8(r), true
 	case *PutStartRequest:
 		return putStartUTF8(r), true
-	case *PutEndRequest:
-		return v(r.ClientId) && v(r.Key), true
 	case *PutRevokeRequest:
 		return v(r.ClientId) && v(r.Key), true
 	case *BatchPutStartRequest:
@@ -102,9 +101,9 @@ func requestUTF8(m proto.Message) (ok, known bool) {
 			}
 		}
 		return true, true
-	case *BatchPutEndRequest:
-		for _, e := range r.Ends {
-			if !v(e.GetClientId()) || !v(e.GetKey()) {
+	case *BatchPutCommitRequest:
+		for _, e := range r.Commits {
+			if !putCommitUTF8(e) {
 				return false, true
 			}
 		}
@@ -115,6 +114,10 @@ func requestUTF8(m proto.Message) (ok, known bool) {
 
 func putStartUTF8(r *PutStartRequest) bool {
 	return utf8.ValidString(r.GetClientId()) && utf8.ValidString(r.GetKey()) && configUTF8(r.GetConfig())
+}
+
+func putCommitUTF8(r *PutCommitRequest) bool {
+	return utf8.ValidString(r.GetClientId()) && utf8.ValidString(r.GetKey()) && utf8.ValidString(r.GetSlot()) && configUTF8(r.GetConfig())
 }
 
 func configUTF8(c *ReplicateConfig) bool {

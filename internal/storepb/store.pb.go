@@ -1209,29 +1209,40 @@ func (x *BatchPutStartResponse) GetResults() []*PutStartResponse {
 	return nil
 }
 
-type PutEndRequest struct {
+// PutCommitRequest ends a put: the key's own put in progress (slot empty),
+// or a value written into a slot reserved before (slot set): the slot
+// becomes the key's object. reserve_size > 0 asks for a new slot for the
+// next put (a value of that size under a key of reserve_key_len bytes, with
+// this config); only the fastrpc transport asks (a slot is tied to the
+// connection it came on).
+type PutCommitRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Crc32C        uint32                 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Slot          string                 `protobuf:"bytes,3,opt,name=slot,proto3" json:"slot,omitempty"`
+	Crc32C        uint32                 `protobuf:"varint,4,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Config        *ReplicateConfig       `protobuf:"bytes,5,opt,name=config,proto3" json:"config,omitempty"`
+	Upsert        bool                   `protobuf:"varint,6,opt,name=upsert,proto3" json:"upsert,omitempty"`
+	ReserveSize   uint64                 `protobuf:"varint,7,opt,name=reserve_size,json=reserveSize,proto3" json:"reserve_size,omitempty"`
+	ReserveKeyLen uint64                 `protobuf:"varint,8,opt,name=reserve_key_len,json=reserveKeyLen,proto3" json:"reserve_key_len,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *PutEndRequest) Reset() {
-	*x = PutEndRequest{}
+func (x *PutCommitRequest) Reset() {
+	*x = PutCommitRequest{}
 	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *PutEndRequest) String() string {
+func (x *PutCommitRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*PutEndRequest) ProtoMessage() {}
+func (*PutCommitRequest) ProtoMessage() {}
 
-func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
+func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1243,53 +1254,98 @@ func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use PutEndRequest.ProtoReflect.Descriptor instead.
-func (*PutEndRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use PutCommitRequest.ProtoReflect.Descriptor instead.
+func (*PutCommitRequest) Descriptor() ([]byte, []int) {
 	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
-func (x *PutEndRequest) GetClientId() string {
+func (x *PutCommitRequest) GetClientId() string {
 	if x != nil {
 		return x.ClientId
 	}
 	return ""
 }
 
-func (x *PutEndRequest) GetKey() string {
+func (x *PutCommitRequest) GetKey() string {
 	if x != nil {
 		return x.Key
 	}
 	return ""
 }
 
-func (x *PutEndRequest) GetCrc32C() uint32 {
+func (x *PutCommitRequest) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *PutCommitRequest) GetCrc32C() uint32 {
 	if x != nil {
 		return x.Crc32C
 	}
 	return 0
 }
 
-type BatchPutEndRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ends          []*PutEndRequest       `protobuf:"bytes,1,rep,name=ends,proto3" json:"ends,omitempty"`
+func (x *PutCommitRequest) GetConfig() *ReplicateConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *PutCommitRequest) GetUpsert() bool {
+	if x != nil {
+		return x.Upsert
+	}
+	return false
+}
+
+func (x *PutCommitRequest) GetReserveSize() uint64 {
+	if x != nil {
+		return x.ReserveSize
+	}
+	return 0
+}
+
+func (x *PutCommitRequest) GetReserveKeyLen() uint64 {
+	if x != nil {
+		return x.ReserveKeyLen
+	}
+	return 0
+}
+
+type PutCommitResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// The slot cannot take this put (unknown, expired, or the key has a
+	// version newer than the slot): put the usual way.
+	SlotGone bool `protobuf:"varint,2,opt,name=slot_gone,json=slotGone,proto3" json:"slot_gone,omitempty"`
+	// Headers the client wrote into a slot the master did not commit: the
+	// client zeroes them before the put returns.
+	Tombstones []*HeaderRef `protobuf:"bytes,3,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
+	// The next slot (absent when none was asked or none could be placed):
+	// its placeholder key in slot, the rest as PutStart's answer.
+	NextSlot      string            `protobuf:"bytes,4,opt,name=next_slot,json=nextSlot,proto3" json:"next_slot,omitempty"`
+	Next          *PutStartResponse `protobuf:"bytes,5,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *BatchPutEndRequest) Reset() {
-	*x = BatchPutEndRequest{}
+func (x *PutCommitResponse) Reset() {
+	*x = PutCommitResponse{}
 	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *BatchPutEndRequest) String() string {
+func (x *PutCommitResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*BatchPutEndRequest) ProtoMessage() {}
+func (*PutCommitResponse) ProtoMessage() {}
 
-func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
+func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1301,14 +1357,130 @@ func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use BatchPutEndRequest.ProtoReflect.Descriptor instead.
-func (*BatchPutEndRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use PutCommitResponse.ProtoReflect.Descriptor instead.
+func (*PutCommitResponse) Descriptor() ([]byte, []int) {
 	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
-func (x *BatchPutEndRequest) GetEnds() []*PutEndRequest {
+func (x *PutCommitResponse) GetStatus() *Status {
 	if x != nil {
-		return x.Ends
+		return x.Status
+	}
+	return nil
+}
+
+func (x *PutCommitResponse) GetSlotGone() bool {
+	if x != nil {
+		return x.SlotGone
+	}
+	return false
+}
+
+func (x *PutCommitResponse) GetTombstones() []*HeaderRef {
+	if x != nil {
+		return x.Tombstones
+	}
+	return nil
+}
+
+func (x *PutCommitResponse) GetNextSlot() string {
+	if x != nil {
+		return x.NextSlot
+	}
+	return ""
+}
+
+func (x *PutCommitResponse) GetNext() *PutStartResponse {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+type BatchPutCommitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commits       []*PutCommitRequest    `protobuf:"bytes,1,rep,name=commits,proto3" json:"commits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchPutCommitRequest) Reset() {
+	*x = BatchPutCommitRequest{}
+	mi := &file_store_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchPutCommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchPutCommitRequest) ProtoMessage() {}
+
+func (x *BatchPutCommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchPutCommitRequest.ProtoReflect.Descriptor instead.
+func (*BatchPutCommitRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *BatchPutCommitRequest) GetCommits() []*PutCommitRequest {
+	if x != nil {
+		return x.Commits
+	}
+	return nil
+}
+
+type BatchPutCommitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*PutCommitResponse   `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchPutCommitResponse) Reset() {
+	*x = BatchPutCommitResponse{}
+	mi := &file_store_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchPutCommitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchPutCommitResponse) ProtoMessage() {}
+
+func (x *BatchPutCommitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchPutCommitResponse.ProtoReflect.Descriptor instead.
+func (*BatchPutCommitResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *BatchPutCommitResponse) GetResults() []*PutCommitResponse {
+	if x != nil {
+		return x.Results
 	}
 	return nil
 }
@@ -1323,7 +1495,7 @@ type PutRevokeRequest struct {
 
 func (x *PutRevokeRequest) Reset() {
 	*x = PutRevokeRequest{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1507,7 @@ func (x *PutRevokeRequest) String() string {
 func (*PutRevokeRequest) ProtoMessage() {}
 
 func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1520,7 @@ func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRevokeRequest.ProtoReflect.Descriptor instead.
 func (*PutRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutRevokeRequest) GetClientId() string {
@@ -1365,50 +1537,6 @@ func (x *PutRevokeRequest) GetKey() string {
 	return ""
 }
 
-type BatchStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*Status              `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BatchStatus) Reset() {
-	*x = BatchStatus{}
-	mi := &file_store_proto_msgTypes[19]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BatchStatus) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BatchStatus) ProtoMessage() {}
-
-func (x *BatchStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BatchStatus.ProtoReflect.Descriptor instead.
-func (*BatchStatus) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
-}
-
-func (x *BatchStatus) GetResults() []*Status {
-	if x != nil {
-		return x.Results
-	}
-	return nil
-}
-
 type KeyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1418,7 +1546,7 @@ type KeyRequest struct {
 
 func (x *KeyRequest) Reset() {
 	*x = KeyRequest{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1558,7 @@ func (x *KeyRequest) String() string {
 func (*KeyRequest) ProtoMessage() {}
 
 func (x *KeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1571,7 @@ func (x *KeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
 func (*KeyRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KeyRequest) GetKey() string {
@@ -1462,7 +1590,7 @@ type BatchKeysRequest struct {
 
 func (x *BatchKeysRequest) Reset() {
 	*x = BatchKeysRequest{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1602,7 @@ func (x *BatchKeysRequest) String() string {
 func (*BatchKeysRequest) ProtoMessage() {}
 
 func (x *BatchKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1615,7 @@ func (x *BatchKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchKeysRequest.ProtoReflect.Descriptor instead.
 func (*BatchKeysRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchKeysRequest) GetKeys() []string {
@@ -1521,7 +1649,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1661,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1674,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ObjectInfo) GetStatus() *Status {
@@ -1658,7 +1786,7 @@ type DiskCopy struct {
 
 func (x *DiskCopy) Reset() {
 	*x = DiskCopy{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1798,7 @@ func (x *DiskCopy) String() string {
 func (*DiskCopy) ProtoMessage() {}
 
 func (x *DiskCopy) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1811,7 @@ func (x *DiskCopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskCopy.ProtoReflect.Descriptor instead.
 func (*DiskCopy) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DiskCopy) GetUrl() string {
@@ -1716,7 +1844,7 @@ type BatchObjectInfo struct {
 
 func (x *BatchObjectInfo) Reset() {
 	*x = BatchObjectInfo{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1856,7 @@ func (x *BatchObjectInfo) String() string {
 func (*BatchObjectInfo) ProtoMessage() {}
 
 func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1869,7 @@ func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchObjectInfo.ProtoReflect.Descriptor instead.
 func (*BatchObjectInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BatchObjectInfo) GetResults() []*ObjectInfo {
@@ -1761,7 +1889,7 @@ type ExistResponse struct {
 
 func (x *ExistResponse) Reset() {
 	*x = ExistResponse{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1901,7 @@ func (x *ExistResponse) String() string {
 func (*ExistResponse) ProtoMessage() {}
 
 func (x *ExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1914,7 @@ func (x *ExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistResponse.ProtoReflect.Descriptor instead.
 func (*ExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExistResponse) GetStatus() *Status {
@@ -1812,7 +1940,7 @@ type BatchExistResponse struct {
 
 func (x *BatchExistResponse) Reset() {
 	*x = BatchExistResponse{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +1952,7 @@ func (x *BatchExistResponse) String() string {
 func (*BatchExistResponse) ProtoMessage() {}
 
 func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +1965,7 @@ func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchExistResponse.ProtoReflect.Descriptor instead.
 func (*BatchExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BatchExistResponse) GetResults() []*ExistResponse {
@@ -1857,7 +1985,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +1997,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +2010,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{27}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveRequest) GetKey() string {
@@ -1908,7 +2036,7 @@ type BatchRemoveRequest struct {
 
 func (x *BatchRemoveRequest) Reset() {
 	*x = BatchRemoveRequest{}
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2048,7 @@ func (x *BatchRemoveRequest) String() string {
 func (*BatchRemoveRequest) ProtoMessage() {}
 
 func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2061,7 @@ func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
 func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{28}
+	return file_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BatchRemoveRequest) GetRemoves() []*RemoveRequest {
@@ -1956,7 +2084,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2096,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2109,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{29}
+	return file_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RemoveResponse) GetStatus() *Status {
@@ -2015,7 +2143,7 @@ type BatchRemoveResponse struct {
 
 func (x *BatchRemoveResponse) Reset() {
 	*x = BatchRemoveResponse{}
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2155,7 @@ func (x *BatchRemoveResponse) String() string {
 func (*BatchRemoveResponse) ProtoMessage() {}
 
 func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2168,7 @@ func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveResponse.ProtoReflect.Descriptor instead.
 func (*BatchRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{30}
+	return file_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BatchRemoveResponse) GetResults() []*Status {
@@ -2076,7 +2204,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2216,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2229,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{31}
+	return file_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -2151,7 +2279,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2291,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2304,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{32}
+	return file_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -2219,7 +2347,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2359,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2372,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{33}
+	return file_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CountResponse) GetStatus() *Status {
@@ -2286,7 +2414,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2426,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2439,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{34}
+	return file_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -2346,7 +2474,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2486,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2499,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{35}
+	return file_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KeyInfo) GetKey() string {
@@ -2406,7 +2534,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2546,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2559,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{36}
+	return file_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListResponse) GetStatus() *Status {
@@ -2467,7 +2595,7 @@ type SegmentRequest struct {
 
 func (x *SegmentRequest) Reset() {
 	*x = SegmentRequest{}
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2607,7 @@ func (x *SegmentRequest) String() string {
 func (*SegmentRequest) ProtoMessage() {}
 
 func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2620,7 @@ func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentRequest.ProtoReflect.Descriptor instead.
 func (*SegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{37}
+	return file_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SegmentRequest) GetName() string {
@@ -2524,7 +2652,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2664,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2677,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{38}
+	return file_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SegmentInfo) GetStatus() *Status {
@@ -2704,18 +2832,31 @@ const file_store_proto_rawDesc = "" +
 	"\x14BatchPutStartRequest\x126\n" +
 	"\x04puts\x18\x01 \x03(\v2\".mooncake.store.v1.PutStartRequestR\x04puts\"V\n" +
 	"\x15BatchPutStartResponse\x12=\n" +
-	"\aresults\x18\x01 \x03(\v2#.mooncake.store.v1.PutStartResponseR\aresults\"V\n" +
-	"\rPutEndRequest\x12\x1b\n" +
+	"\aresults\x18\x01 \x03(\v2#.mooncake.store.v1.PutStartResponseR\aresults\"\x8c\x02\n" +
+	"\x10PutCommitRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
-	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\"J\n" +
-	"\x12BatchPutEndRequest\x124\n" +
-	"\x04ends\x18\x01 \x03(\v2 .mooncake.store.v1.PutEndRequestR\x04ends\"A\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04slot\x18\x03 \x01(\tR\x04slot\x12\x16\n" +
+	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\x12:\n" +
+	"\x06config\x18\x05 \x01(\v2\".mooncake.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
+	"\x06upsert\x18\x06 \x01(\bR\x06upsert\x12!\n" +
+	"\freserve_size\x18\a \x01(\x04R\vreserveSize\x12&\n" +
+	"\x0freserve_key_len\x18\b \x01(\x04R\rreserveKeyLen\"\xf7\x01\n" +
+	"\x11PutCommitResponse\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x1b\n" +
+	"\tslot_gone\x18\x02 \x01(\bR\bslotGone\x12<\n" +
+	"\n" +
+	"tombstones\x18\x03 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
+	"tombstones\x12\x1b\n" +
+	"\tnext_slot\x18\x04 \x01(\tR\bnextSlot\x127\n" +
+	"\x04next\x18\x05 \x01(\v2#.mooncake.store.v1.PutStartResponseR\x04next\"V\n" +
+	"\x15BatchPutCommitRequest\x12=\n" +
+	"\acommits\x18\x01 \x03(\v2#.mooncake.store.v1.PutCommitRequestR\acommits\"X\n" +
+	"\x16BatchPutCommitResponse\x12>\n" +
+	"\aresults\x18\x01 \x03(\v2$.mooncake.store.v1.PutCommitResponseR\aresults\"A\n" +
 	"\x10PutRevokeRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"B\n" +
-	"\vBatchStatus\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.mooncake.store.v1.StatusR\aresults\"\x1e\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\x1e\n" +
 	"\n" +
 	"KeyRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"&\n" +
@@ -2806,7 +2947,7 @@ const file_store_proto_rawDesc = "" +
 	"\x04used\x18\x04 \x01(\x04R\x04used\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x12\x18\n" +
 	"\aobjects\x18\x06 \x01(\x03R\aobjects\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining2\xa3\r\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining2\xc5\r\n" +
 	"\rMasterService\x12G\n" +
 	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponse\x12Q\n" +
 	"\fMountSegment\x12&.mooncake.store.v1.MountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12h\n" +
@@ -2814,9 +2955,9 @@ const file_store_proto_rawDesc = "" +
 	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12Q\n" +
 	"\fQuerySegment\x12!.mooncake.store.v1.SegmentRequest\x1a\x1e.mooncake.store.v1.SegmentInfo\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12b\n" +
-	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12E\n" +
-	"\x06PutEnd\x12 .mooncake.store.v1.PutEndRequest\x1a\x19.mooncake.store.v1.Status\x12T\n" +
-	"\vBatchPutEnd\x12%.mooncake.store.v1.BatchPutEndRequest\x1a\x1e.mooncake.store.v1.BatchStatus\x12K\n" +
+	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12V\n" +
+	"\tPutCommit\x12#.mooncake.store.v1.PutCommitRequest\x1a$.mooncake.store.v1.PutCommitResponse\x12e\n" +
+	"\x0eBatchPutCommit\x12(.mooncake.store.v1.BatchPutCommitRequest\x1a).mooncake.store.v1.BatchPutCommitResponse\x12K\n" +
 	"\tPutRevoke\x12#.mooncake.store.v1.PutRevokeRequest\x1a\x19.mooncake.store.v1.Status\x12N\n" +
 	"\x0eGetReplicaList\x12\x1d.mooncake.store.v1.KeyRequest\x1a\x1d.mooncake.store.v1.ObjectInfo\x12^\n" +
 	"\x13BatchGetReplicaList\x12#.mooncake.store.v1.BatchKeysRequest\x1a\".mooncake.store.v1.BatchObjectInfo\x12E\n" +
@@ -2842,7 +2983,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_store_proto_goTypes = []any{
 	(*Status)(nil),                  // 0: mooncake.store.v1.Status
 	(*Segment)(nil),                 // 1: mooncake.store.v1.Segment
@@ -2860,29 +3001,30 @@ var file_store_proto_goTypes = []any{
 	(*PutStartResponse)(nil),        // 13: mooncake.store.v1.PutStartResponse
 	(*BatchPutStartRequest)(nil),    // 14: mooncake.store.v1.BatchPutStartRequest
 	(*BatchPutStartResponse)(nil),   // 15: mooncake.store.v1.BatchPutStartResponse
-	(*PutEndRequest)(nil),           // 16: mooncake.store.v1.PutEndRequest
-	(*BatchPutEndRequest)(nil),      // 17: mooncake.store.v1.BatchPutEndRequest
-	(*PutRevokeRequest)(nil),        // 18: mooncake.store.v1.PutRevokeRequest
-	(*BatchStatus)(nil),             // 19: mooncake.store.v1.BatchStatus
-	(*KeyRequest)(nil),              // 20: mooncake.store.v1.KeyRequest
-	(*BatchKeysRequest)(nil),        // 21: mooncake.store.v1.BatchKeysRequest
-	(*ObjectInfo)(nil),              // 22: mooncake.store.v1.ObjectInfo
-	(*DiskCopy)(nil),                // 23: mooncake.store.v1.DiskCopy
-	(*BatchObjectInfo)(nil),         // 24: mooncake.store.v1.BatchObjectInfo
-	(*ExistResponse)(nil),           // 25: mooncake.store.v1.ExistResponse
-	(*BatchExistResponse)(nil),      // 26: mooncake.store.v1.BatchExistResponse
-	(*RemoveRequest)(nil),           // 27: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),      // 28: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveResponse)(nil),          // 29: mooncake.store.v1.RemoveResponse
-	(*BatchRemoveResponse)(nil),     // 30: mooncake.store.v1.BatchRemoveResponse
-	(*RemoveByRegexRequest)(nil),    // 31: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),        // 32: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),           // 33: mooncake.store.v1.CountResponse
-	(*ListRequest)(nil),             // 34: mooncake.store.v1.ListRequest
-	(*KeyInfo)(nil),                 // 35: mooncake.store.v1.KeyInfo
-	(*ListResponse)(nil),            // 36: mooncake.store.v1.ListResponse
-	(*SegmentRequest)(nil),          // 37: mooncake.store.v1.SegmentRequest
-	(*SegmentInfo)(nil),             // 38: mooncake.store.v1.SegmentInfo
+	(*PutCommitRequest)(nil),        // 16: mooncake.store.v1.PutCommitRequest
+	(*PutCommitResponse)(nil),       // 17: mooncake.store.v1.PutCommitResponse
+	(*BatchPutCommitRequest)(nil),   // 18: mooncake.store.v1.BatchPutCommitRequest
+	(*BatchPutCommitResponse)(nil),  // 19: mooncake.store.v1.BatchPutCommitResponse
+	(*PutRevokeRequest)(nil),        // 20: mooncake.store.v1.PutRevokeRequest
+	(*KeyRequest)(nil),              // 21: mooncake.store.v1.KeyRequest
+	(*BatchKeysRequest)(nil),        // 22: mooncake.store.v1.BatchKeysRequest
+	(*ObjectInfo)(nil),              // 23: mooncake.store.v1.ObjectInfo
+	(*DiskCopy)(nil),                // 24: mooncake.store.v1.DiskCopy
+	(*BatchObjectInfo)(nil),         // 25: mooncake.store.v1.BatchObjectInfo
+	(*ExistResponse)(nil),           // 26: mooncake.store.v1.ExistResponse
+	(*BatchExistResponse)(nil),      // 27: mooncake.store.v1.BatchExistResponse
+	(*RemoveRequest)(nil),           // 28: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),      // 29: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveResponse)(nil),          // 30: mooncake.store.v1.RemoveResponse
+	(*BatchRemoveResponse)(nil),     // 31: mooncake.store.v1.BatchRemoveResponse
+	(*RemoveByRegexRequest)(nil),    // 32: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),        // 33: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),           // 34: mooncake.store.v1.CountResponse
+	(*ListRequest)(nil),             // 35: mooncake.store.v1.ListRequest
+	(*KeyInfo)(nil),                 // 36: mooncake.store.v1.KeyInfo
+	(*ListResponse)(nil),            // 37: mooncake.store.v1.ListResponse
+	(*SegmentRequest)(nil),          // 38: mooncake.store.v1.SegmentRequest
+	(*SegmentInfo)(nil),             // 39: mooncake.store.v1.SegmentInfo
 }
 var file_store_proto_depIdxs = []int32{
 	4,  // 0: mooncake.store.v1.PingRequest.zeroed:type_name -> mooncake.store.v1.HeaderRef
@@ -2901,71 +3043,75 @@ var file_store_proto_depIdxs = []int32{
 	2,  // 13: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.Replica
 	12, // 14: mooncake.store.v1.BatchPutStartRequest.puts:type_name -> mooncake.store.v1.PutStartRequest
 	13, // 15: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResponse
-	16, // 16: mooncake.store.v1.BatchPutEndRequest.ends:type_name -> mooncake.store.v1.PutEndRequest
-	0,  // 17: mooncake.store.v1.BatchStatus.results:type_name -> mooncake.store.v1.Status
-	0,  // 18: mooncake.store.v1.ObjectInfo.status:type_name -> mooncake.store.v1.Status
-	2,  // 19: mooncake.store.v1.ObjectInfo.replicas:type_name -> mooncake.store.v1.Replica
-	23, // 20: mooncake.store.v1.ObjectInfo.disk:type_name -> mooncake.store.v1.DiskCopy
-	22, // 21: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
-	0,  // 22: mooncake.store.v1.ExistResponse.status:type_name -> mooncake.store.v1.Status
-	25, // 23: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
-	27, // 24: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
-	0,  // 25: mooncake.store.v1.RemoveResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 26: mooncake.store.v1.RemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	23, // 27: mooncake.store.v1.RemoveResponse.disk:type_name -> mooncake.store.v1.DiskCopy
-	0,  // 28: mooncake.store.v1.BatchRemoveResponse.results:type_name -> mooncake.store.v1.Status
-	4,  // 29: mooncake.store.v1.BatchRemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	0,  // 30: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 31: mooncake.store.v1.CountResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	0,  // 32: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
-	35, // 33: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
-	0,  // 34: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
-	1,  // 35: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
-	5,  // 36: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
-	8,  // 37: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	9,  // 38: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
-	11, // 39: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	37, // 40: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
-	12, // 41: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	14, // 42: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	16, // 43: mooncake.store.v1.MasterService.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	17, // 44: mooncake.store.v1.MasterService.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	18, // 45: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	20, // 46: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	21, // 47: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
-	20, // 48: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
-	20, // 49: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
-	21, // 50: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
-	27, // 51: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	28, // 52: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	31, // 53: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	32, // 54: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	34, // 55: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
-	6,  // 56: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
-	0,  // 57: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
-	10, // 58: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.RemountSegmentsResponse
-	0,  // 59: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
-	38, // 60: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
-	13, // 61: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	15, // 62: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	0,  // 63: mooncake.store.v1.MasterService.PutEnd:output_type -> mooncake.store.v1.Status
-	19, // 64: mooncake.store.v1.MasterService.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatus
-	0,  // 65: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
-	22, // 66: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
-	24, // 67: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
-	22, // 68: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
-	25, // 69: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
-	26, // 70: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
-	29, // 71: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.RemoveResponse
-	30, // 72: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchRemoveResponse
-	33, // 73: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	33, // 74: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	36, // 75: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
-	56, // [56:76] is the sub-list for method output_type
-	36, // [36:56] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	3,  // 16: mooncake.store.v1.PutCommitRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
+	0,  // 17: mooncake.store.v1.PutCommitResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 18: mooncake.store.v1.PutCommitResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	13, // 19: mooncake.store.v1.PutCommitResponse.next:type_name -> mooncake.store.v1.PutStartResponse
+	16, // 20: mooncake.store.v1.BatchPutCommitRequest.commits:type_name -> mooncake.store.v1.PutCommitRequest
+	17, // 21: mooncake.store.v1.BatchPutCommitResponse.results:type_name -> mooncake.store.v1.PutCommitResponse
+	0,  // 22: mooncake.store.v1.ObjectInfo.status:type_name -> mooncake.store.v1.Status
+	2,  // 23: mooncake.store.v1.ObjectInfo.replicas:type_name -> mooncake.store.v1.Replica
+	24, // 24: mooncake.store.v1.ObjectInfo.disk:type_name -> mooncake.store.v1.DiskCopy
+	23, // 25: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
+	0,  // 26: mooncake.store.v1.ExistResponse.status:type_name -> mooncake.store.v1.Status
+	26, // 27: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
+	28, // 28: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
+	0,  // 29: mooncake.store.v1.RemoveResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 30: mooncake.store.v1.RemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	24, // 31: mooncake.store.v1.RemoveResponse.disk:type_name -> mooncake.store.v1.DiskCopy
+	0,  // 32: mooncake.store.v1.BatchRemoveResponse.results:type_name -> mooncake.store.v1.Status
+	4,  // 33: mooncake.store.v1.BatchRemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	0,  // 34: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 35: mooncake.store.v1.CountResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	0,  // 36: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
+	36, // 37: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
+	0,  // 38: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
+	1,  // 39: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
+	5,  // 40: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
+	8,  // 41: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	9,  // 42: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
+	11, // 43: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	38, // 44: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
+	12, // 45: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	14, // 46: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	16, // 47: mooncake.store.v1.MasterService.PutCommit:input_type -> mooncake.store.v1.PutCommitRequest
+	18, // 48: mooncake.store.v1.MasterService.BatchPutCommit:input_type -> mooncake.store.v1.BatchPutCommitRequest
+	20, // 49: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	21, // 50: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	22, // 51: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
+	21, // 52: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
+	21, // 53: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
+	22, // 54: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
+	28, // 55: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	29, // 56: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	32, // 57: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	33, // 58: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	35, // 59: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
+	6,  // 60: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
+	0,  // 61: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
+	10, // 62: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.RemountSegmentsResponse
+	0,  // 63: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
+	39, // 64: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
+	13, // 65: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	15, // 66: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	17, // 67: mooncake.store.v1.MasterService.PutCommit:output_type -> mooncake.store.v1.PutCommitResponse
+	19, // 68: mooncake.store.v1.MasterService.BatchPutCommit:output_type -> mooncake.store.v1.BatchPutCommitResponse
+	0,  // 69: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
+	23, // 70: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
+	25, // 71: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
+	23, // 72: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
+	26, // 73: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
+	27, // 74: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
+	30, // 75: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.RemoveResponse
+	31, // 76: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchRemoveResponse
+	34, // 77: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	34, // 78: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	37, // 79: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
+	60, // [60:80] is the sub-list for method output_type
+	40, // [40:60] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -2979,7 +3125,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

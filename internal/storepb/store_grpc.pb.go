@@ -30,8 +30,8 @@ const (
 	MasterService_QuerySegment_FullMethodName        = "/mooncake.store.v1.MasterService/QuerySegment"
 	MasterService_PutStart_FullMethodName            = "/mooncake.store.v1.MasterService/PutStart"
 	MasterService_BatchPutStart_FullMethodName       = "/mooncake.store.v1.MasterService/BatchPutStart"
-	MasterService_PutEnd_FullMethodName              = "/mooncake.store.v1.MasterService/PutEnd"
-	MasterService_BatchPutEnd_FullMethodName         = "/mooncake.store.v1.MasterService/BatchPutEnd"
+	MasterService_PutCommit_FullMethodName           = "/mooncake.store.v1.MasterService/PutCommit"
+	MasterService_BatchPutCommit_FullMethodName      = "/mooncake.store.v1.MasterService/BatchPutCommit"
 	MasterService_PutRevoke_FullMethodName           = "/mooncake.store.v1.MasterService/PutRevoke"
 	MasterService_GetReplicaList_FullMethodName      = "/mooncake.store.v1.MasterService/GetReplicaList"
 	MasterService_BatchGetReplicaList_FullMethodName = "/mooncake.store.v1.MasterService/BatchGetReplicaList"
@@ -56,8 +56,8 @@ type MasterServiceClient interface {
 	QuerySegment(ctx context.Context, in *SegmentRequest, opts ...grpc.CallOption) (*SegmentInfo, error)
 	PutStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResponse, error)
 	BatchPutStart(ctx context.Context, in *BatchPutStartRequest, opts ...grpc.CallOption) (*BatchPutStartResponse, error)
-	PutEnd(ctx context.Context, in *PutEndRequest, opts ...grpc.CallOption) (*Status, error)
-	BatchPutEnd(ctx context.Context, in *BatchPutEndRequest, opts ...grpc.CallOption) (*BatchStatus, error)
+	PutCommit(ctx context.Context, in *PutCommitRequest, opts ...grpc.CallOption) (*PutCommitResponse, error)
+	BatchPutCommit(ctx context.Context, in *BatchPutCommitRequest, opts ...grpc.CallOption) (*BatchPutCommitResponse, error)
 	PutRevoke(ctx context.Context, in *PutRevokeRequest, opts ...grpc.CallOption) (*Status, error)
 	// Grants a read lease.
 	GetReplicaList(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*ObjectInfo, error)
@@ -151,20 +151,20 @@ func (c *masterServiceClient) BatchPutStart(ctx context.Context, in *BatchPutSta
 	return out, nil
 }
 
-func (c *masterServiceClient) PutEnd(ctx context.Context, in *PutEndRequest, opts ...grpc.CallOption) (*Status, error) {
+func (c *masterServiceClient) PutCommit(ctx context.Context, in *PutCommitRequest, opts ...grpc.CallOption) (*PutCommitResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Status)
-	err := c.cc.Invoke(ctx, MasterService_PutEnd_FullMethodName, in, out, cOpts...)
+	out := new(PutCommitResponse)
+	err := c.cc.Invoke(ctx, MasterService_PutCommit_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (c *masterServiceClient) BatchPutEnd(ctx context.Context, in *BatchPutEndRequest, opts ...grpc.CallOption) (*BatchStatus, error) {
+func (c *masterServiceClient) BatchPutCommit(ctx context.Context, in *BatchPutCommitRequest, opts ...grpc.CallOption) (*BatchPutCommitResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(BatchStatus)
-	err := c.cc.Invoke(ctx, MasterService_BatchPutEnd_FullMethodName, in, out, cOpts...)
+	out := new(BatchPutCommitResponse)
+	err := c.cc.Invoke(ctx, MasterService_BatchPutCommit_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -292,8 +292,8 @@ type MasterServiceServer interface {
 	QuerySegment(context.Context, *SegmentRequest) (*SegmentInfo, error)
 	PutStart(context.Context, *PutStartRequest) (*PutStartResponse, error)
 	BatchPutStart(context.Context, *BatchPutStartRequest) (*BatchPutStartResponse, error)
-	PutEnd(context.Context, *PutEndRequest) (*Status, error)
-	BatchPutEnd(context.Context, *BatchPutEndRequest) (*BatchStatus, error)
+	PutCommit(context.Context, *PutCommitRequest) (*PutCommitResponse, error)
+	BatchPutCommit(context.Context, *BatchPutCommitRequest) (*BatchPutCommitResponse, error)
 	PutRevoke(context.Context, *PutRevokeRequest) (*Status, error)
 	// Grants a read lease.
 	GetReplicaList(context.Context, *KeyRequest) (*ObjectInfo, error)
@@ -338,11 +338,11 @@ func (UnimplementedMasterServiceServer) PutStart(context.Context, *PutStartReque
 func (UnimplementedMasterServiceServer) BatchPutStart(context.Context, *BatchPutStartRequest) (*BatchPutStartResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BatchPutStart not implemented")
 }
-func (UnimplementedMasterServiceServer) PutEnd(context.Context, *PutEndRequest) (*Status, error) {
-	return nil, status.Error(codes.Unimplemented, "method PutEnd not implemented")
+func (UnimplementedMasterServiceServer) PutCommit(context.Context, *PutCommitRequest) (*PutCommitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutCommit not implemented")
 }
-func (UnimplementedMasterServiceServer) BatchPutEnd(context.Context, *BatchPutEndRequest) (*BatchStatus, error) {
-	return nil, status.Error(codes.Unimplemented, "method BatchPutEnd not implemented")
+func (UnimplementedMasterServiceServer) BatchPutCommit(context.Context, *BatchPutCommitRequest) (*BatchPutCommitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchPutCommit not implemented")
 }
 func (UnimplementedMasterServiceServer) PutRevoke(context.Context, *PutRevokeRequest) (*Status, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutRevoke not implemented")
@@ -524,38 +524,38 @@ func _MasterService_BatchPutStart_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
-func _MasterService_PutEnd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(PutEndRequest)
+func _MasterService_PutCommit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutCommitRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(MasterServiceServer).PutEnd(ctx, in)
+		return srv.(MasterServiceServer).PutCommit(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: MasterService_PutEnd_FullMethodName,
+		FullMethod: MasterService_PutCommit_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(MasterServiceServer).PutEnd(ctx, req.(*PutEndRequest))
+		return srv.(MasterServiceServer).PutCommit(ctx, req.(*PutCommitRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
-func _MasterService_BatchPutEnd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(BatchPutEndRequest)
+func _MasterService_BatchPutCommit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchPutCommitRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(MasterServiceServer).BatchPutEnd(ctx, in)
+		return srv.(MasterServiceServer).BatchPutCommit(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: MasterService_BatchPutEnd_FullMethodName,
+		FullMethod: MasterService_BatchPutCommit_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(MasterServiceServer).BatchPutEnd(ctx, req.(*BatchPutEndRequest))
+		return srv.(MasterServiceServer).BatchPutCommit(ctx, req.(*BatchPutCommitRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -794,12 +794,12 @@ var MasterService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _MasterService_BatchPutStart_Handler,
 		},
 		{
-			MethodName: "PutEnd",
-			Handler:    _MasterService_PutEnd_Handler,
+			MethodName: "PutCommit",
+			Handler:    _MasterService_PutCommit_Handler,
 		},
 		{
-			MethodName: "BatchPutEnd",
-			Handler:    _MasterService_BatchPutEnd_Handler,
+			MethodName: "BatchPutCommit",
+			Handler:    _MasterService_BatchPutCommit_Handler,
 		},
 		{
 			MethodName: "PutRevoke",

@@ -313,6 +313,7 @@ func (s Span) Release() {
 // Client is one connection to a same-host peer's Server.
 type Client struct {
 	c       *net.UnixConn
+	opt     DialOptions
 	replies chan reply
 	reqMu   sync.Mutex // one Map request at a time
 	wg      sync.WaitGroup
@@ -330,13 +331,13 @@ type reply struct {
 }
 
 // Dial connects to a peer's server and authenticates.
-func Dial(ctx context.Context, path string, auth *wire.Auth) (*Client, error) {
+func Dial(ctx context.Context, path string, auth *wire.Auth, opt DialOptions) (*Client, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", path)
 	if err != nil {
 		return nil, fmt.Errorf("shm: dial %s: %w", path, err)
 	}
-	cl := &Client{c: nc.(*net.UnixConn), replies: make(chan reply, 1), maps: map[uint64]*Mapping{}, byID: map[uint64]*Mapping{}}
+	cl := &Client{c: nc.(*net.UnixConn), opt: opt, replies: make(chan reply, 1), maps: map[uint64]*Mapping{}, byID: map[uint64]*Mapping{}}
 	cl.wg.Add(1)
 	go cl.reader()
 	r, err := cl.roundTrip(ctx, Msg{Auth: auth})
@@ -560,14 +561,13 @@ func (m *Mapping) populate(off, n uint64) {
 // that the tests and benchmarks can compare policies.
 var spanPopulateMin uint64 = chunk
 
-// populateWhole maps peers' buffers with MAP_POPULATE (SetPopulateWhole).
-var populateWhole atomic.Bool
-
-// SetPopulateWhole makes the clients of this process map peers' buffers
-// from now on with MAP_POPULATE, the whole buffer at once (on), or lazily
-// (off, the default; see the package doc), and returns the previous
-// setting. It exists for benchmarks that compare the two policies.
-func SetPopulateWhole(on bool) (was bool) { return populateWhole.Swap(on) }
+// DialOptions tune a Client.
+type DialOptions struct {
+	// PopulateWhole maps peers' buffers with MAP_POPULATE, the whole buffer
+	// at once, instead of lazily (the default; see the package doc). It
+	// exists for benchmarks that compare the two policies.
+	PopulateWhole bool
+}
 
 // noPopulateRead: the kernel lacks MADV_POPULATE_READ.
 var noPopulateRead atomic.Bool
@@ -602,7 +602,7 @@ func (cl *Client) mapBuf(ctx context.Context, base uint64) (*Mapping, error) {
 	// owner's memfd that is still a hole. Spans are populated as they are
 	// handed out (populate).
 	flags := unix.MAP_SHARED
-	if populateWhole.Load() {
+	if cl.opt.PopulateWhole {
 		flags |= unix.MAP_POPULATE
 	}
 	data, err := unix.Mmap(r.fd, 0, int(r.m.Buf.Length), unix.PROT_READ|unix.PROT_WRITE, flags)

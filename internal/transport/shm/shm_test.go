@@ -55,7 +55,7 @@ func TestMapCopyRevoke(t *testing.T) {
 	s := startServer(t, o, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := Dial(ctx, s.Path(), nil)
+	cl, err := Dial(ctx, s.Path(), nil, DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,13 +101,13 @@ func TestAuth(t *testing.T) {
 	s := startServer(t, &owner{fd: fd, data: data, id: 1}, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := Dial(ctx, s.Path(), &wire.Auth{MAC: []byte("bad")}); !errors.Is(err, ErrAuth) {
+	if _, err := Dial(ctx, s.Path(), &wire.Auth{MAC: []byte("bad")}, DialOptions{}); !errors.Is(err, ErrAuth) {
 		t.Fatalf("bad secret: %v", err)
 	}
-	if _, err := Dial(ctx, s.Path(), nil); !errors.Is(err, ErrAuth) {
+	if _, err := Dial(ctx, s.Path(), nil, DialOptions{}); !errors.Is(err, ErrAuth) {
 		t.Fatalf("no secret: %v", err)
 	}
-	cl, err := Dial(ctx, s.Path(), &wire.Auth{MAC: []byte("ok")})
+	cl, err := Dial(ctx, s.Path(), &wire.Auth{MAC: []byte("ok")}, DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestMappingPolicy(t *testing.T) {
 			s := startServer(t, &owner{fd: fd, data: data, id: 3}, false)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			cl, err := Dial(ctx, s.Path(), nil)
+			cl, err := Dial(ctx, s.Path(), nil, DialOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -252,11 +252,13 @@ func smallPages(t *testing.T, data []byte) {
 	}
 }
 
-// policy sets the mapping policy for one benchmark.
-func policy(b *testing.B, whole bool, spanMin uint64) {
-	oldWhole, oldMin := SetPopulateWhole(whole), spanPopulateMin
+// policy sets the mapping policy for one benchmark and returns the
+// options its clients dial with.
+func policy(b *testing.B, whole bool, spanMin uint64) DialOptions {
+	oldMin := spanPopulateMin
 	spanPopulateMin = spanMin
-	b.Cleanup(func() { SetPopulateWhole(oldWhole); spanPopulateMin = oldMin })
+	b.Cleanup(func() { spanPopulateMin = oldMin })
+	return DialOptions{PopulateWhole: whole}
 }
 
 // policies compared by the benchmarks: "populate" maps every buffer with
@@ -285,7 +287,7 @@ func BenchmarkFirstOp(b *testing.B) {
 	for _, size := range []int{n, 64 << 20, 1 << 30, 4 << 30} {
 		for _, pc := range policies {
 			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, pc.name), func(b *testing.B) {
-				policy(b, pc.whole, pc.spanMin)
+				opt := policy(b, pc.whole, pc.spanMin)
 				ctx := context.Background()
 				var writeNS time.Duration
 				var ownMiB float64
@@ -303,7 +305,7 @@ func BenchmarkFirstOp(b *testing.B) {
 					s := startServer(b, &owner{fd: fd, data: data, id: uint64(i + 1)}, false)
 					base := registry.AddrOf(data)
 					b.StartTimer()
-					cl, err := Dial(ctx, s.Path(), nil)
+					cl, err := Dial(ctx, s.Path(), nil, opt)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -351,8 +353,8 @@ func BenchmarkWarmCopy(b *testing.B) {
 		src := make([]byte, n)
 		for _, pc := range policies[1:] {
 			b.Run(fmt.Sprintf("%dKiB/%s", n>>10, pc.name), func(b *testing.B) {
-				policy(b, pc.whole, pc.spanMin)
-				cl, err := Dial(ctx, s.Path(), nil)
+				opt := policy(b, pc.whole, pc.spanMin)
+				cl, err := Dial(ctx, s.Path(), nil, opt)
 				if err != nil {
 					b.Fatal(err)
 				}
