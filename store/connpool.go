@@ -19,7 +19,7 @@ import (
 // connection per P (GOMAXPROCS) lets the master serve them on as many
 // goroutines at once. On 2 cores, 8 clients of 4 KiB gets went from 68k
 // calls per second with a connection each to ~90k with one shared
-// connection and ~105k with two (docs/store.md, session E).
+// connection and ~105k with two (docs/store.md, "Small objects: the master fast path").
 //
 // A Config without a ConnPool uses DefaultConnPool. All methods are safe
 // for concurrent use; a pool needs no closing (a connection is closed when
