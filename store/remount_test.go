@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
+	"github.com/kvcache-go/mooncake/internal/logtest"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"google.golang.org/grpc"
 )
 
 // fakeRemountMaster answers RemountSegments (the rest of the interface is
@@ -41,37 +41,7 @@ func (f *fakeRemountMaster) RemountSegments(_ context.Context, r *pb.RemountSegm
 	return out, nil
 }
 
-// logRecords keeps the records of a slog.Logger.
-type logRecords struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.recs = append(l.recs, r)
-	return nil
-}
-func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logRecords) WithGroup(string) slog.Handler      { return l }
-
-func (l *logRecords) at(level slog.Level) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, r := range l.recs {
-		if r.Level == level {
-			s := r.Message
-			r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func fakeClient(f *fakeRemountMaster, logs *logRecords) *Client {
+func fakeClient(f *fakeRemountMaster, logs *logtest.Recorder) *Client {
 	return &Client{cfg: Config{ClientID: "node-1", PingInterval: 20 * time.Millisecond, RPCTimeout: time.Second}, rpc: f, log: slog.New(logs)}
 }
 
@@ -95,7 +65,7 @@ func TestRemountChunks(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &fakeRemountMaster{}
-			c := fakeClient(f, &logRecords{})
+			c := fakeClient(f, &logtest.Recorder{})
 			held := make([]*pb.HeldObject, tt.n)
 			for i := range held {
 				held[i] = &pb.HeldObject{Segment: "seg", Offset: uint64(i) * 4096, Key: fmt.Sprint(strings.Repeat("k", tt.keyLen), i), Size: 100, Seq: uint64(i)}
@@ -140,7 +110,7 @@ func TestRemountChunks(t *testing.T) {
 // first call); a success clears it.
 func TestRemountRefusedBacksOff(t *testing.T) {
 	f := &fakeRemountMaster{refuse: errors.New("grpc: received message larger than max")}
-	logs := &logRecords{}
+	logs := &logtest.Recorder{}
 	c := fakeClient(f, logs)
 	ctx := context.Background()
 	for range 100 { // a tight ping loop: one try
@@ -149,7 +119,7 @@ func TestRemountRefusedBacksOff(t *testing.T) {
 	if len(f.reqs) != 1 || !c.Health().RemountPending {
 		t.Fatalf("%d remount calls in a tight loop, pending %v", len(f.reqs), c.Health().RemountPending)
 	}
-	warns := logs.at(slog.LevelWarn)
+	warns := logs.At(slog.LevelWarn)
 	if len(warns) != 1 || !strings.Contains(warns[0], "larger than max") {
 		t.Fatalf("warnings: %q", warns)
 	}

@@ -1,60 +1,19 @@
 package master
 
 import (
-	"context"
 	"log/slog"
 	"slices"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/logtest"
 )
-
-// capture is a slog.Handler that keeps every record at INFO and above.
-type capture struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (c *capture) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
-func (c *capture) Handle(_ context.Context, r slog.Record) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.recs = append(c.recs, r.Clone())
-	return nil
-}
-func (c *capture) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c *capture) WithGroup(string) slog.Handler      { return c }
-
-// find returns the attributes of the first INFO record whose message is msg.
-func (c *capture) find(msg string) (map[string]slog.Value, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range c.recs {
-		if r.Message != msg || r.Level != slog.LevelInfo {
-			continue
-		}
-		attrs := map[string]slog.Value{}
-		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value; return true })
-		return attrs, true
-	}
-	return nil, false
-}
-
-func (c *capture) messages() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for _, r := range c.recs {
-		out = append(out, r.Message)
-	}
-	return out
-}
 
 // TestLogsNodeDroppedAndUnmounted: a client silent past its TTL is logged
 // at INFO with its segments and the replicas lost; a graceful unmount and a
 // plain unmount are logged too.
 func TestLogsNodeDroppedAndUnmounted(t *testing.T) {
-	h := &capture{}
+	h := &logtest.Recorder{}
 	cfg := DefaultConfig()
 	cfg.ClientTTL = 3 * time.Second
 	cfg.Logger = slog.New(h)
@@ -69,9 +28,9 @@ func TestLogsNodeDroppedAndUnmounted(t *testing.T) {
 	}
 	clk.Advance(2 * time.Second) // client-a silent 4s > 3s
 	m.Tick()
-	attrs, ok := h.find("master: client dropped (silent past its TTL); its segments are unmounted and their replicas gone")
+	attrs, ok := h.Find(slog.LevelInfo, "master: client dropped (silent past its TTL); its segments are unmounted and their replicas gone")
 	if !ok {
-		t.Fatalf("no INFO record of the drop: %v", h.messages())
+		t.Fatalf("no INFO record of the drop: %v", h.Messages())
 	}
 	if attrs["client"].String() != "client-a" || attrs["replicas"].Int64() != 1 || attrs["client_ttl"].Duration() != 3*time.Second {
 		t.Fatalf("drop record %v", attrs)
@@ -82,14 +41,14 @@ func TestLogsNodeDroppedAndUnmounted(t *testing.T) {
 	if err := m.UnmountSegment("client-b", "b"); err != nil {
 		t.Fatal(err)
 	}
-	if attrs, ok := h.find("master: segment unmounted"); !ok || attrs["segment"].String() != "b" || attrs["replicas"].Int64() != 1 {
-		t.Fatalf("unmount record %v (%v)", attrs, h.messages())
+	if attrs, ok := h.Find(slog.LevelInfo, "master: segment unmounted"); !ok || attrs["segment"].String() != "b" || attrs["replicas"].Int64() != 1 {
+		t.Fatalf("unmount record %v (%v)", attrs, h.Messages())
 	}
 	if err := m.GracefulUnmount("client-c", "c", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	m.Tick()
-	if attrs, ok := h.find("master: segment unmounted (graceful)"); !ok || attrs["segment"].String() != "c" {
-		t.Fatalf("graceful unmount record %v (%v)", attrs, h.messages())
+	if attrs, ok := h.Find(slog.LevelInfo, "master: segment unmounted (graceful)"); !ok || attrs["segment"].String() != "c" {
+		t.Fatalf("graceful unmount record %v (%v)", attrs, h.Messages())
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/logtest"
 )
 
 // restoreSpec is the segment of the chunked restore tests (1 MiB).
@@ -188,7 +190,7 @@ func TestRestoreAbandoned(t *testing.T) {
 	all := []HeldObject{rep(0, "a", 1), rep(4096, "b", 1), rep(8192, "c", 1), rep(12288, "d", 1)}
 	for _, how := range []string{"expired", "replaced"} {
 		t.Run(how, func(t *testing.T) {
-			logs := &capture{}
+			logs := &logtest.Recorder{}
 			clk := newFakeClock()
 			m, err := New(Config{Durable: true, Logger: slog.New(logs)}, clk)
 			if err != nil {
@@ -235,11 +237,9 @@ func TestRestoreAbandoned(t *testing.T) {
 }
 
 // warnReasons lists the restore warnings: "dropped: reason" or "refused".
-func warnReasons(c *capture) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func warnReasons(c *logtest.Recorder) []string {
 	var out []string
-	for _, r := range c.recs {
+	for _, r := range c.Records() {
 		switch {
 		case r.Level != slog.LevelWarn:
 		case r.Message == "master: restore session dropped":
