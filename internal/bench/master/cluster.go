@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/bench/benchproc"
 	"net"
 	"strconv"
 	"sync"
@@ -117,7 +118,7 @@ func (c *cluster) startMaster(ctx context.Context, grpcPort, httpPort string) er
 		return err
 	}
 	c.master = m
-	c.grpc, c.http = fieldOf(line, "grpc"), fieldOf(line, "http")
+	c.grpc, c.http = benchproc.Field(line, "grpc"), benchproc.Field(line, "http")
 	if c.grpc == "" || c.http == "" {
 		return fmt.Errorf("master: no grpc= or http= in %q", line)
 	}
@@ -134,7 +135,7 @@ func (c *cluster) startCandidate(ctx context.Context) (*candidate, error) {
 	if err != nil {
 		return nil, err
 	}
-	cd := &candidate{p: p, http: fieldOf(line, "http")}
+	cd := &candidate{p: p, http: benchproc.Field(line, "http")}
 	c.ha.cands = append(c.ha.cands, cd)
 	if cd.http == "" {
 		return nil, fmt.Errorf("master candidate: no http= in %q", line)

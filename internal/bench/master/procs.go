@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/bench/benchproc"
 	"io"
 	"net/http"
 	"os"
@@ -38,7 +39,7 @@ type proc struct {
 // pipe (workers wait on it).
 func startProc(ctx context.Context, bin, want string, stdin bool, args ...string) (*proc, string, error) {
 	cmd := exec.Command(bin, args...)
-	cmd.Env = benchEnv()
+	cmd.Env = benchproc.Env()
 	errTail := &tail{}
 	cmd.Stderr = errTail
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -170,29 +171,6 @@ func (p *proc) wait(timeout time.Duration) {
 func (p *proc) kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done
-}
-
-// benchEnv is this process's environment without the settings that would
-// point the servers elsewhere or lock them (the clients send no secret).
-func benchEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "MOONCAKE_SECRET=") || strings.HasPrefix(kv, "MOONCAKE_MASTER=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// fieldOf returns the value of "name=value" in a space-separated line.
-func fieldOf(line, name string) string {
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, name+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // vmRSS returns VmRSS of process pid in bytes (/proc/PID/status).

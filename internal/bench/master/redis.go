@@ -5,19 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/bench/benchproc"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 )
 
 // ErrRedisMissing is Result.RedisSkipped when redis-server is not
 // installed (Debian: apt-get install redis-server).
-var ErrRedisMissing = errors.New("redis-server not installed (apt-get install redis-server)")
+var ErrRedisMissing = benchproc.ErrRedisServerMissing
 
 // redisServer is a redis-server of the bench on a free loopback port.
 type redisServer struct {
@@ -40,63 +37,14 @@ func startRedis(ctx context.Context, mode string) (*redisServer, error) {
 		}
 		return &redisServer{addr: mode, stop: func() {}}, nil
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	r, err := benchproc.StartRedis(ctx)
+	if errors.Is(err, benchproc.ErrRedisServerMissing) {
 		return nil, ErrRedisMissing
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir, err := os.MkdirTemp("", "mooncake-bench-master-redis")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--protected-mode", "no", "--maxmemory", "0", "--logfile", "")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	ready, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		seen := false
-		for sc.Scan() {
-			if !seen && strings.Contains(sc.Text(), "Ready to accept connections") {
-				seen = true
-				close(ready)
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		_ = cmd.Wait()
-		close(done)
-	}()
-	rs := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), pid: cmd.Process.Pid,
-		stop: func() { _ = cmd.Process.Kill(); <-done; os.RemoveAll(dir) }}
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	select {
-	case <-ready:
-		return rs, nil
-	case <-done:
-		rs.stop()
-		return nil, errors.New("redis-server exited at start")
-	case <-t.C:
-		rs.stop()
-		return nil, fmt.Errorf("redis-server did not report ready on port %d within 10s", port)
-	case <-ctx.Done():
-		rs.stop()
-		return nil, ctx.Err()
-	}
+	return &redisServer{addr: r.Addr, pid: r.PID, stop: r.Stop}, nil
 }
 
 // respConn is a minimal Redis client: the few commands the bench sends

@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/bench/benchproc"
 	"io"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -43,7 +43,7 @@ type serverProc struct {
 // SIGTERM when stopped (stop) and is killed 5 s later.
 func startProc(ctx context.Context, bin, want string, args ...string) (*serverProc, string, error) {
 	cmd := exec.Command(bin, args...)
-	cmd.Env = benchEnv()
+	cmd.Env = benchproc.Env()
 	cmd.Stderr = io.Discard
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -96,29 +96,6 @@ func (p *serverProc) stop() {
 	}
 }
 
-// benchEnv is this process's environment without the settings that would
-// point the servers elsewhere or lock them (the clients send no secret).
-func benchEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "MOONCAKE_SECRET=") || strings.HasPrefix(kv, "MOONCAKE_MASTER=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// fieldOf returns the value of "name=value" in a space-separated line.
-func fieldOf(line, name string) string {
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, name+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
 // startServerProcs starts `bin master` and nodes `bin store` processes and
 // returns the master's address and a function that stops them all (nodes
 // first, so that they unmount).
@@ -137,7 +114,7 @@ func startServerProcs(ctx context.Context, bin string, nodes int, segSize uint64
 		return "", nil, err
 	}
 	procs = append(procs, m)
-	addr = fieldOf(line, "grpc")
+	addr = benchproc.Field(line, "grpc")
 	if addr == "" {
 		stop()
 		return "", nil, fmt.Errorf("master: no grpc= in %q", line)

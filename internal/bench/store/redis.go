@@ -1,20 +1,18 @@
 package store
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/bench/benchproc"
 	"io"
 	"math"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -58,69 +56,16 @@ func startRedis(ctx context.Context, mode string) (*redisBench, func(), error) {
 		c.Close()
 		return rb, nil, nil
 	}
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis-server not installed (apt-get install redis-server)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := benchproc.StartRedis(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir, err := os.MkdirTemp("", "mooncake-bench-redis")
+	rb.host, rb.port, err = net.SplitHostPort(r.Addr)
 	if err != nil {
+		r.Stop()
 		return nil, nil, err
 	}
-	cmd := exec.Command(server, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--protected-mode", "no", "--maxmemory", "0", "--logfile", "")
-	// Redis must not outlive the bench, even when the bench is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	// Readiness is redis-server's own log line; the log is drained to the
-	// end so that the server never blocks on it.
-	ready := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		seen := false
-		for sc.Scan() {
-			if !seen && strings.Contains(sc.Text(), "Ready to accept connections") {
-				seen = true
-				close(ready)
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		_ = cmd.Wait()
-		close(done)
-	}()
-	stop := func() {
-		_ = cmd.Process.Kill()
-		<-done
-		os.RemoveAll(dir)
-	}
-	select {
-	case <-ready:
-	case <-done:
-		stop()
-		return nil, nil, errors.New("redis-server exited at start")
-	case <-time.After(10 * time.Second):
-		stop()
-		return nil, nil, fmt.Errorf("redis-server did not report ready on port %d within 10s", port)
-	case <-ctx.Done():
-		stop()
-		return nil, nil, ctx.Err()
-	}
-	rb.host, rb.port = "127.0.0.1", strconv.Itoa(port)
-	return rb, stop, nil
+	return rb, r.Stop, nil
 }
 
 // csvRow is one test's line of redis-benchmark --csv.
