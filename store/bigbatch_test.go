@@ -53,3 +53,22 @@ func TestBatchAboveMessageLimit(t *testing.T) {
 		t.Fatalf("after remove: first %v last %v %v", ex[0], ex[n-1], err)
 	}
 }
+
+// TestCloseLeaves: a closing client, pure or contributing a segment, is
+// forgotten by the master at once (not dropped after its TTL).
+func TestCloseLeaves(t *testing.T) {
+	c := newCluster(t, master.Config{}, 1, 4<<20)
+	before := c.master.Core().Stats().Clients
+	cl := c.client(nil)
+	if n := c.master.Core().Stats().Clients; n != before+1 {
+		t.Fatalf("%d clients after a new one, want %d", n, before+1)
+	}
+	cl.Close()
+	if n := c.master.Core().Stats().Clients; n != before {
+		t.Fatalf("%d clients after Close, want %d", n, before)
+	}
+	c.nodes[0].Close()
+	if st := c.master.Core().Stats(); st.Clients != before-1 || st.ClientsDropped != 0 || st.Segments != 0 {
+		t.Fatalf("after the node's Close: %+v", st)
+	}
+}

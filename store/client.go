@@ -323,6 +323,7 @@ func (c *Client) Close() error {
 		if c.segmentSpec != nil {
 			c.unmountGracefully(ctx)
 		}
+		c.leave(ctx)
 		c.release()
 		close(c.closed)
 	})
@@ -352,6 +353,17 @@ func (c *Client) closeGrace() time.Duration {
 
 // unmountGracefully unmounts the segment and waits, within ctx, until the
 // master has let it go.
+// leave tells the master this client is gone (its segment unmounted), so
+// that it is not dropped, and counted as dropped, after its TTL; a master
+// that cannot be reached drops it then.
+func (c *Client) leave(ctx context.Context) {
+	if err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
+		return c.rpc.Leave(ctx, &pb.LeaveRequest{ClientId: c.cfg.ClientID})
+	}); err != nil {
+		c.log.Debug("store: leave", "err", err)
+	}
+}
+
 func (c *Client) unmountGracefully(ctx context.Context) {
 	grace := c.closeGrace()
 	ctx, cancel := context.WithTimeout(ctx, grace+c.cfg.RPCTimeout)

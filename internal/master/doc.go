@@ -80,7 +80,8 @@
 //     BatchExist) form one recency group, each with its position as its
 //     depth, and the least recent group goes first, deepest block first, so
 //     a chain shrinks from its tail; other keys go in LRU order.
-//   - Liveness: clients Ping (recorded without mu); one silent past ClientTTL (10s) is dropped, its
+//   - Liveness: clients Ping (recorded without mu); a closing client Leaves;
+//     one silent past ClientTTL (10s) is dropped, its
 //     segments unmounted and the replicas on them removed (objects left
 //     without replicas disappear). A client the master does not know, after
 //     a master restart, gets PingNeedRemount and remounts its segments with

@@ -26,6 +26,24 @@ func (m *Master) forgetClientLocked(id string) {
 	m.liveMu.Unlock()
 }
 
+// Leave forgets a client that is closing: it stops counting as live at
+// once and is not dropped (nor counted as dropped) after ClientTTL. A client
+// that still has mounted segments is kept (its segments are unmounted first,
+// or dropped with it after its TTL); it reports whether the client is gone.
+func (m *Master) Leave(clientID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.clients[clientID]
+	if c == nil {
+		return true
+	}
+	if len(c.segments) > 0 {
+		return false
+	}
+	m.forgetClientLocked(clientID)
+	return true
+}
+
 // Ping records that a client is alive. A client the master does not know
 // (because the master restarted or dropped it) is told to remount. It takes
 // only liveMu, never mu: whatever metadata work holds the core's lock, a

@@ -191,3 +191,33 @@ func TestRemovePageBoundsTombstones(t *testing.T) {
 		t.Fatalf("removed %d keys in %d pages; want 7 in several", removed, pages)
 	}
 }
+
+// TestLeave: a client without segments that leaves is forgotten at once and
+// never counted as dropped; one with a mounted segment stays until it is
+// unmounted.
+func TestLeave(t *testing.T) {
+	m, clk := newTestMaster(t, Config{ClientTTL: time.Second}, map[string]uint64{"a": 1 << 20})
+	if _, err := m.Restore("pure", nil, nil); err != nil { // a client without segments registers
+		t.Fatal(err)
+	}
+	if st := m.Stats(); st.Clients != 2 {
+		t.Fatalf("%d clients, want the node and the pure client", st.Clients)
+	}
+	if !m.Leave("pure") || m.Leave("client-a") {
+		t.Fatal("Leave: the pure client should go, the node with a segment stay")
+	}
+	if _, st := m.Ping("pure"); st != PingNeedRemount {
+		t.Fatal("a client that left is still known")
+	}
+	if err := m.UnmountSegment("client-a", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !m.Leave("client-a") {
+		t.Fatal("the node without its segment did not leave")
+	}
+	clk.Advance(2 * time.Second)
+	m.Tick()
+	if st := m.Stats(); st.Clients != 0 || st.ClientsDropped != 0 {
+		t.Fatalf("after leaving and the TTL: %+v", st)
+	}
+}

@@ -2,6 +2,7 @@ package masterserver
 
 import (
 	"context"
+	"fmt"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"time"
 
@@ -184,6 +185,17 @@ func (s *Service) UnmountSegment(_ context.Context, r *pb.UnmountSegmentRequest)
 		return status(s.m.GracefulUnmount(r.ClientId, r.Name, grace)), nil
 	}
 	return status(s.m.UnmountSegment(r.ClientId, r.Name)), nil
+}
+
+// Leave implements MasterService: a closing client without segments is
+// forgotten at once. It needs no secret: a client forgotten while alive is
+// told to remount by its next ping and registers again.
+func (s *Service) Leave(_ context.Context, r *pb.LeaveRequest) (*pb.Status, error) {
+	if r.ClientId == "" {
+		return status(fmt.Errorf("%w: empty client id", master.ErrInvalidParams)), nil
+	}
+	s.m.Leave(r.ClientId)
+	return status(nil), nil
 }
 
 func (s *Service) putStart(r *pb.PutStartRequest) *pb.PutStartResponse {

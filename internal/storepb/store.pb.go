@@ -913,6 +913,50 @@ func (x *RemountSegmentsResponse) GetRestoreId() uint64 {
 	return 0
 }
 
+type LeaveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveRequest) Reset() {
+	*x = LeaveRequest{}
+	mi := &file_store_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveRequest) ProtoMessage() {}
+
+func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
+func (*LeaveRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LeaveRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
 type UnmountSegmentRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -925,7 +969,7 @@ type UnmountSegmentRequest struct {
 
 func (x *UnmountSegmentRequest) Reset() {
 	*x = UnmountSegmentRequest{}
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +981,7 @@ func (x *UnmountSegmentRequest) String() string {
 func (*UnmountSegmentRequest) ProtoMessage() {}
 
 func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +994,7 @@ func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*UnmountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{11}
+	return file_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UnmountSegmentRequest) GetClientId() string {
@@ -988,7 +1032,7 @@ type PutStartRequest struct {
 
 func (x *PutStartRequest) Reset() {
 	*x = PutStartRequest{}
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1044,7 @@ func (x *PutStartRequest) String() string {
 func (*PutStartRequest) ProtoMessage() {}
 
 func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1057,7 @@ func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartRequest.ProtoReflect.Descriptor instead.
 func (*PutStartRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{12}
+	return file_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PutStartRequest) GetClientId() string {
@@ -1065,7 +1109,7 @@ type PutStartResponse struct {
 
 func (x *PutStartResponse) Reset() {
 	*x = PutStartResponse{}
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1121,7 @@ func (x *PutStartResponse) String() string {
 func (*PutStartResponse) ProtoMessage() {}
 
 func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1134,7 @@ func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResponse.ProtoReflect.Descriptor instead.
 func (*PutStartResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{13}
+	return file_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PutStartResponse) GetStatus() *Status {
@@ -1130,7 +1174,7 @@ type BatchPutStartRequest struct {
 
 func (x *BatchPutStartRequest) Reset() {
 	*x = BatchPutStartRequest{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1186,7 @@ func (x *BatchPutStartRequest) String() string {
 func (*BatchPutStartRequest) ProtoMessage() {}
 
 func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1199,7 @@ func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutStartRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchPutStartRequest) GetPuts() []*PutStartRequest {
@@ -1174,7 +1218,7 @@ type BatchPutStartResponse struct {
 
 func (x *BatchPutStartResponse) Reset() {
 	*x = BatchPutStartResponse{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1230,7 @@ func (x *BatchPutStartResponse) String() string {
 func (*BatchPutStartResponse) ProtoMessage() {}
 
 func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1243,7 @@ func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutStartResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BatchPutStartResponse) GetResults() []*PutStartResponse {
@@ -1231,7 +1275,7 @@ type PutCommitRequest struct {
 
 func (x *PutCommitRequest) Reset() {
 	*x = PutCommitRequest{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1287,7 @@ func (x *PutCommitRequest) String() string {
 func (*PutCommitRequest) ProtoMessage() {}
 
 func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1300,7 @@ func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCommitRequest.ProtoReflect.Descriptor instead.
 func (*PutCommitRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PutCommitRequest) GetClientId() string {
@@ -1334,7 +1378,7 @@ type PutCommitResponse struct {
 
 func (x *PutCommitResponse) Reset() {
 	*x = PutCommitResponse{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1390,7 @@ func (x *PutCommitResponse) String() string {
 func (*PutCommitResponse) ProtoMessage() {}
 
 func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1403,7 @@ func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCommitResponse.ProtoReflect.Descriptor instead.
 func (*PutCommitResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutCommitResponse) GetStatus() *Status {
@@ -1406,7 +1450,7 @@ type BatchPutCommitRequest struct {
 
 func (x *BatchPutCommitRequest) Reset() {
 	*x = BatchPutCommitRequest{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1462,7 @@ func (x *BatchPutCommitRequest) String() string {
 func (*BatchPutCommitRequest) ProtoMessage() {}
 
 func (x *BatchPutCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1475,7 @@ func (x *BatchPutCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutCommitRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutCommitRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BatchPutCommitRequest) GetCommits() []*PutCommitRequest {
@@ -1450,7 +1494,7 @@ type BatchPutCommitResponse struct {
 
 func (x *BatchPutCommitResponse) Reset() {
 	*x = BatchPutCommitResponse{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1506,7 @@ func (x *BatchPutCommitResponse) String() string {
 func (*BatchPutCommitResponse) ProtoMessage() {}
 
 func (x *BatchPutCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1519,7 @@ func (x *BatchPutCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutCommitResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutCommitResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchPutCommitResponse) GetResults() []*PutCommitResponse {
@@ -1495,7 +1539,7 @@ type PutRevokeRequest struct {
 
 func (x *PutRevokeRequest) Reset() {
 	*x = PutRevokeRequest{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1551,7 @@ func (x *PutRevokeRequest) String() string {
 func (*PutRevokeRequest) ProtoMessage() {}
 
 func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1564,7 @@ func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRevokeRequest.ProtoReflect.Descriptor instead.
 func (*PutRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutRevokeRequest) GetClientId() string {
@@ -1546,7 +1590,7 @@ type KeyRequest struct {
 
 func (x *KeyRequest) Reset() {
 	*x = KeyRequest{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1602,7 @@ func (x *KeyRequest) String() string {
 func (*KeyRequest) ProtoMessage() {}
 
 func (x *KeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1615,7 @@ func (x *KeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
 func (*KeyRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KeyRequest) GetKey() string {
@@ -1590,7 +1634,7 @@ type BatchKeysRequest struct {
 
 func (x *BatchKeysRequest) Reset() {
 	*x = BatchKeysRequest{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1646,7 @@ func (x *BatchKeysRequest) String() string {
 func (*BatchKeysRequest) ProtoMessage() {}
 
 func (x *BatchKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1659,7 @@ func (x *BatchKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchKeysRequest.ProtoReflect.Descriptor instead.
 func (*BatchKeysRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BatchKeysRequest) GetKeys() []string {
@@ -1649,7 +1693,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1705,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1718,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ObjectInfo) GetStatus() *Status {
@@ -1786,7 +1830,7 @@ type DiskCopy struct {
 
 func (x *DiskCopy) Reset() {
 	*x = DiskCopy{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1842,7 @@ func (x *DiskCopy) String() string {
 func (*DiskCopy) ProtoMessage() {}
 
 func (x *DiskCopy) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1855,7 @@ func (x *DiskCopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskCopy.ProtoReflect.Descriptor instead.
 func (*DiskCopy) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DiskCopy) GetUrl() string {
@@ -1844,7 +1888,7 @@ type BatchObjectInfo struct {
 
 func (x *BatchObjectInfo) Reset() {
 	*x = BatchObjectInfo{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1900,7 @@ func (x *BatchObjectInfo) String() string {
 func (*BatchObjectInfo) ProtoMessage() {}
 
 func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1913,7 @@ func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchObjectInfo.ProtoReflect.Descriptor instead.
 func (*BatchObjectInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BatchObjectInfo) GetResults() []*ObjectInfo {
@@ -1889,7 +1933,7 @@ type ExistResponse struct {
 
 func (x *ExistResponse) Reset() {
 	*x = ExistResponse{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1945,7 @@ func (x *ExistResponse) String() string {
 func (*ExistResponse) ProtoMessage() {}
 
 func (x *ExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +1958,7 @@ func (x *ExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistResponse.ProtoReflect.Descriptor instead.
 func (*ExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExistResponse) GetStatus() *Status {
@@ -1940,7 +1984,7 @@ type BatchExistResponse struct {
 
 func (x *BatchExistResponse) Reset() {
 	*x = BatchExistResponse{}
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +1996,7 @@ func (x *BatchExistResponse) String() string {
 func (*BatchExistResponse) ProtoMessage() {}
 
 func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2009,7 @@ func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchExistResponse.ProtoReflect.Descriptor instead.
 func (*BatchExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{27}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BatchExistResponse) GetResults() []*ExistResponse {
@@ -1985,7 +2029,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2041,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2054,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{28}
+	return file_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveRequest) GetKey() string {
@@ -2036,7 +2080,7 @@ type BatchRemoveRequest struct {
 
 func (x *BatchRemoveRequest) Reset() {
 	*x = BatchRemoveRequest{}
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2092,7 @@ func (x *BatchRemoveRequest) String() string {
 func (*BatchRemoveRequest) ProtoMessage() {}
 
 func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2105,7 @@ func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
 func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{29}
+	return file_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BatchRemoveRequest) GetRemoves() []*RemoveRequest {
@@ -2084,7 +2128,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2140,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2153,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{30}
+	return file_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveResponse) GetStatus() *Status {
@@ -2143,7 +2187,7 @@ type BatchRemoveResponse struct {
 
 func (x *BatchRemoveResponse) Reset() {
 	*x = BatchRemoveResponse{}
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2199,7 @@ func (x *BatchRemoveResponse) String() string {
 func (*BatchRemoveResponse) ProtoMessage() {}
 
 func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2212,7 @@ func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveResponse.ProtoReflect.Descriptor instead.
 func (*BatchRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{31}
+	return file_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BatchRemoveResponse) GetResults() []*Status {
@@ -2204,7 +2248,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2260,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2273,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{32}
+	return file_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -2279,7 +2323,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2335,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2348,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{33}
+	return file_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -2347,7 +2391,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2403,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2416,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{34}
+	return file_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CountResponse) GetStatus() *Status {
@@ -2414,7 +2458,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2470,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2483,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{35}
+	return file_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -2474,7 +2518,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2530,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2543,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{36}
+	return file_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KeyInfo) GetKey() string {
@@ -2534,7 +2578,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2590,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2603,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{37}
+	return file_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListResponse) GetStatus() *Status {
@@ -2595,7 +2639,7 @@ type SegmentRequest struct {
 
 func (x *SegmentRequest) Reset() {
 	*x = SegmentRequest{}
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2651,7 @@ func (x *SegmentRequest) String() string {
 func (*SegmentRequest) ProtoMessage() {}
 
 func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2664,7 @@ func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentRequest.ProtoReflect.Descriptor instead.
 func (*SegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{38}
+	return file_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SegmentRequest) GetName() string {
@@ -2652,7 +2696,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2708,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2721,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{39}
+	return file_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SegmentInfo) GetStatus() *Status {
@@ -2812,7 +2856,9 @@ const file_store_proto_rawDesc = "" +
 	"tombstones\x18\x04 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
 	"tombstones\x12\x1d\n" +
 	"\n" +
-	"restore_id\x18\x05 \x01(\x04R\trestoreId\"c\n" +
+	"restore_id\x18\x05 \x01(\x04R\trestoreId\"+\n" +
+	"\fLeaveRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\"c\n" +
 	"\x15UnmountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -2947,12 +2993,13 @@ const file_store_proto_rawDesc = "" +
 	"\x04used\x18\x04 \x01(\x04R\x04used\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x12\x18\n" +
 	"\aobjects\x18\x06 \x01(\x03R\aobjects\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining2\xc5\r\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining2\x8a\x0e\n" +
 	"\rMasterService\x12G\n" +
 	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponse\x12Q\n" +
 	"\fMountSegment\x12&.mooncake.store.v1.MountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12h\n" +
 	"\x0fRemountSegments\x12).mooncake.store.v1.RemountSegmentsRequest\x1a*.mooncake.store.v1.RemountSegmentsResponse\x12U\n" +
-	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12Q\n" +
+	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12C\n" +
+	"\x05Leave\x12\x1f.mooncake.store.v1.LeaveRequest\x1a\x19.mooncake.store.v1.Status\x12Q\n" +
 	"\fQuerySegment\x12!.mooncake.store.v1.SegmentRequest\x1a\x1e.mooncake.store.v1.SegmentInfo\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12b\n" +
 	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12V\n" +
@@ -2983,7 +3030,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_store_proto_goTypes = []any{
 	(*Status)(nil),                  // 0: mooncake.store.v1.Status
 	(*Segment)(nil),                 // 1: mooncake.store.v1.Segment
@@ -2996,35 +3043,36 @@ var file_store_proto_goTypes = []any{
 	(*MountSegmentRequest)(nil),     // 8: mooncake.store.v1.MountSegmentRequest
 	(*RemountSegmentsRequest)(nil),  // 9: mooncake.store.v1.RemountSegmentsRequest
 	(*RemountSegmentsResponse)(nil), // 10: mooncake.store.v1.RemountSegmentsResponse
-	(*UnmountSegmentRequest)(nil),   // 11: mooncake.store.v1.UnmountSegmentRequest
-	(*PutStartRequest)(nil),         // 12: mooncake.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),        // 13: mooncake.store.v1.PutStartResponse
-	(*BatchPutStartRequest)(nil),    // 14: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),   // 15: mooncake.store.v1.BatchPutStartResponse
-	(*PutCommitRequest)(nil),        // 16: mooncake.store.v1.PutCommitRequest
-	(*PutCommitResponse)(nil),       // 17: mooncake.store.v1.PutCommitResponse
-	(*BatchPutCommitRequest)(nil),   // 18: mooncake.store.v1.BatchPutCommitRequest
-	(*BatchPutCommitResponse)(nil),  // 19: mooncake.store.v1.BatchPutCommitResponse
-	(*PutRevokeRequest)(nil),        // 20: mooncake.store.v1.PutRevokeRequest
-	(*KeyRequest)(nil),              // 21: mooncake.store.v1.KeyRequest
-	(*BatchKeysRequest)(nil),        // 22: mooncake.store.v1.BatchKeysRequest
-	(*ObjectInfo)(nil),              // 23: mooncake.store.v1.ObjectInfo
-	(*DiskCopy)(nil),                // 24: mooncake.store.v1.DiskCopy
-	(*BatchObjectInfo)(nil),         // 25: mooncake.store.v1.BatchObjectInfo
-	(*ExistResponse)(nil),           // 26: mooncake.store.v1.ExistResponse
-	(*BatchExistResponse)(nil),      // 27: mooncake.store.v1.BatchExistResponse
-	(*RemoveRequest)(nil),           // 28: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),      // 29: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveResponse)(nil),          // 30: mooncake.store.v1.RemoveResponse
-	(*BatchRemoveResponse)(nil),     // 31: mooncake.store.v1.BatchRemoveResponse
-	(*RemoveByRegexRequest)(nil),    // 32: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),        // 33: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),           // 34: mooncake.store.v1.CountResponse
-	(*ListRequest)(nil),             // 35: mooncake.store.v1.ListRequest
-	(*KeyInfo)(nil),                 // 36: mooncake.store.v1.KeyInfo
-	(*ListResponse)(nil),            // 37: mooncake.store.v1.ListResponse
-	(*SegmentRequest)(nil),          // 38: mooncake.store.v1.SegmentRequest
-	(*SegmentInfo)(nil),             // 39: mooncake.store.v1.SegmentInfo
+	(*LeaveRequest)(nil),            // 11: mooncake.store.v1.LeaveRequest
+	(*UnmountSegmentRequest)(nil),   // 12: mooncake.store.v1.UnmountSegmentRequest
+	(*PutStartRequest)(nil),         // 13: mooncake.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),        // 14: mooncake.store.v1.PutStartResponse
+	(*BatchPutStartRequest)(nil),    // 15: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),   // 16: mooncake.store.v1.BatchPutStartResponse
+	(*PutCommitRequest)(nil),        // 17: mooncake.store.v1.PutCommitRequest
+	(*PutCommitResponse)(nil),       // 18: mooncake.store.v1.PutCommitResponse
+	(*BatchPutCommitRequest)(nil),   // 19: mooncake.store.v1.BatchPutCommitRequest
+	(*BatchPutCommitResponse)(nil),  // 20: mooncake.store.v1.BatchPutCommitResponse
+	(*PutRevokeRequest)(nil),        // 21: mooncake.store.v1.PutRevokeRequest
+	(*KeyRequest)(nil),              // 22: mooncake.store.v1.KeyRequest
+	(*BatchKeysRequest)(nil),        // 23: mooncake.store.v1.BatchKeysRequest
+	(*ObjectInfo)(nil),              // 24: mooncake.store.v1.ObjectInfo
+	(*DiskCopy)(nil),                // 25: mooncake.store.v1.DiskCopy
+	(*BatchObjectInfo)(nil),         // 26: mooncake.store.v1.BatchObjectInfo
+	(*ExistResponse)(nil),           // 27: mooncake.store.v1.ExistResponse
+	(*BatchExistResponse)(nil),      // 28: mooncake.store.v1.BatchExistResponse
+	(*RemoveRequest)(nil),           // 29: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),      // 30: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveResponse)(nil),          // 31: mooncake.store.v1.RemoveResponse
+	(*BatchRemoveResponse)(nil),     // 32: mooncake.store.v1.BatchRemoveResponse
+	(*RemoveByRegexRequest)(nil),    // 33: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),        // 34: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),           // 35: mooncake.store.v1.CountResponse
+	(*ListRequest)(nil),             // 36: mooncake.store.v1.ListRequest
+	(*KeyInfo)(nil),                 // 37: mooncake.store.v1.KeyInfo
+	(*ListResponse)(nil),            // 38: mooncake.store.v1.ListResponse
+	(*SegmentRequest)(nil),          // 39: mooncake.store.v1.SegmentRequest
+	(*SegmentInfo)(nil),             // 40: mooncake.store.v1.SegmentInfo
 }
 var file_store_proto_depIdxs = []int32{
 	4,  // 0: mooncake.store.v1.PingRequest.zeroed:type_name -> mooncake.store.v1.HeaderRef
@@ -3041,74 +3089,76 @@ var file_store_proto_depIdxs = []int32{
 	3,  // 11: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
 	0,  // 12: mooncake.store.v1.PutStartResponse.status:type_name -> mooncake.store.v1.Status
 	2,  // 13: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.Replica
-	12, // 14: mooncake.store.v1.BatchPutStartRequest.puts:type_name -> mooncake.store.v1.PutStartRequest
-	13, // 15: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResponse
+	13, // 14: mooncake.store.v1.BatchPutStartRequest.puts:type_name -> mooncake.store.v1.PutStartRequest
+	14, // 15: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResponse
 	3,  // 16: mooncake.store.v1.PutCommitRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
 	0,  // 17: mooncake.store.v1.PutCommitResponse.status:type_name -> mooncake.store.v1.Status
 	4,  // 18: mooncake.store.v1.PutCommitResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	13, // 19: mooncake.store.v1.PutCommitResponse.next:type_name -> mooncake.store.v1.PutStartResponse
-	16, // 20: mooncake.store.v1.BatchPutCommitRequest.commits:type_name -> mooncake.store.v1.PutCommitRequest
-	17, // 21: mooncake.store.v1.BatchPutCommitResponse.results:type_name -> mooncake.store.v1.PutCommitResponse
+	14, // 19: mooncake.store.v1.PutCommitResponse.next:type_name -> mooncake.store.v1.PutStartResponse
+	17, // 20: mooncake.store.v1.BatchPutCommitRequest.commits:type_name -> mooncake.store.v1.PutCommitRequest
+	18, // 21: mooncake.store.v1.BatchPutCommitResponse.results:type_name -> mooncake.store.v1.PutCommitResponse
 	0,  // 22: mooncake.store.v1.ObjectInfo.status:type_name -> mooncake.store.v1.Status
 	2,  // 23: mooncake.store.v1.ObjectInfo.replicas:type_name -> mooncake.store.v1.Replica
-	24, // 24: mooncake.store.v1.ObjectInfo.disk:type_name -> mooncake.store.v1.DiskCopy
-	23, // 25: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
+	25, // 24: mooncake.store.v1.ObjectInfo.disk:type_name -> mooncake.store.v1.DiskCopy
+	24, // 25: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
 	0,  // 26: mooncake.store.v1.ExistResponse.status:type_name -> mooncake.store.v1.Status
-	26, // 27: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
-	28, // 28: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
+	27, // 27: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
+	29, // 28: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
 	0,  // 29: mooncake.store.v1.RemoveResponse.status:type_name -> mooncake.store.v1.Status
 	4,  // 30: mooncake.store.v1.RemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	24, // 31: mooncake.store.v1.RemoveResponse.disk:type_name -> mooncake.store.v1.DiskCopy
+	25, // 31: mooncake.store.v1.RemoveResponse.disk:type_name -> mooncake.store.v1.DiskCopy
 	0,  // 32: mooncake.store.v1.BatchRemoveResponse.results:type_name -> mooncake.store.v1.Status
 	4,  // 33: mooncake.store.v1.BatchRemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
 	0,  // 34: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
 	4,  // 35: mooncake.store.v1.CountResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
 	0,  // 36: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
-	36, // 37: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
+	37, // 37: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
 	0,  // 38: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
 	1,  // 39: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
 	5,  // 40: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
 	8,  // 41: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
 	9,  // 42: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
-	11, // 43: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	38, // 44: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
-	12, // 45: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	14, // 46: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	16, // 47: mooncake.store.v1.MasterService.PutCommit:input_type -> mooncake.store.v1.PutCommitRequest
-	18, // 48: mooncake.store.v1.MasterService.BatchPutCommit:input_type -> mooncake.store.v1.BatchPutCommitRequest
-	20, // 49: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	21, // 50: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	22, // 51: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
-	21, // 52: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
-	21, // 53: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
-	22, // 54: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
-	28, // 55: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	29, // 56: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	32, // 57: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	33, // 58: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	35, // 59: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
-	6,  // 60: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
-	0,  // 61: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
-	10, // 62: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.RemountSegmentsResponse
-	0,  // 63: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
-	39, // 64: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
-	13, // 65: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	15, // 66: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	17, // 67: mooncake.store.v1.MasterService.PutCommit:output_type -> mooncake.store.v1.PutCommitResponse
-	19, // 68: mooncake.store.v1.MasterService.BatchPutCommit:output_type -> mooncake.store.v1.BatchPutCommitResponse
-	0,  // 69: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
-	23, // 70: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
-	25, // 71: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
-	23, // 72: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
-	26, // 73: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
-	27, // 74: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
-	30, // 75: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.RemoveResponse
-	31, // 76: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchRemoveResponse
-	34, // 77: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	34, // 78: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	37, // 79: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
-	60, // [60:80] is the sub-list for method output_type
-	40, // [40:60] is the sub-list for method input_type
+	12, // 43: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	11, // 44: mooncake.store.v1.MasterService.Leave:input_type -> mooncake.store.v1.LeaveRequest
+	39, // 45: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
+	13, // 46: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	15, // 47: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	17, // 48: mooncake.store.v1.MasterService.PutCommit:input_type -> mooncake.store.v1.PutCommitRequest
+	19, // 49: mooncake.store.v1.MasterService.BatchPutCommit:input_type -> mooncake.store.v1.BatchPutCommitRequest
+	21, // 50: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	22, // 51: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	23, // 52: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
+	22, // 53: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
+	22, // 54: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
+	23, // 55: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
+	29, // 56: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	30, // 57: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	33, // 58: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	34, // 59: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	36, // 60: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
+	6,  // 61: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
+	0,  // 62: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
+	10, // 63: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.RemountSegmentsResponse
+	0,  // 64: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
+	0,  // 65: mooncake.store.v1.MasterService.Leave:output_type -> mooncake.store.v1.Status
+	40, // 66: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
+	14, // 67: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	16, // 68: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	18, // 69: mooncake.store.v1.MasterService.PutCommit:output_type -> mooncake.store.v1.PutCommitResponse
+	20, // 70: mooncake.store.v1.MasterService.BatchPutCommit:output_type -> mooncake.store.v1.BatchPutCommitResponse
+	0,  // 71: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
+	24, // 72: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
+	26, // 73: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
+	24, // 74: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
+	27, // 75: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
+	28, // 76: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
+	31, // 77: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.RemoveResponse
+	32, // 78: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchRemoveResponse
+	35, // 79: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	35, // 80: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	38, // 81: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
+	61, // [61:82] is the sub-list for method output_type
+	40, // [40:61] is the sub-list for method input_type
 	40, // [40:40] is the sub-list for extension type_name
 	40, // [40:40] is the sub-list for extension extendee
 	0,  // [0:40] is the sub-list for field type_name
@@ -3125,7 +3175,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	MasterService_MountSegment_FullMethodName        = "/mooncake.store.v1.MasterService/MountSegment"
 	MasterService_RemountSegments_FullMethodName     = "/mooncake.store.v1.MasterService/RemountSegments"
 	MasterService_UnmountSegment_FullMethodName      = "/mooncake.store.v1.MasterService/UnmountSegment"
+	MasterService_Leave_FullMethodName               = "/mooncake.store.v1.MasterService/Leave"
 	MasterService_QuerySegment_FullMethodName        = "/mooncake.store.v1.MasterService/QuerySegment"
 	MasterService_PutStart_FullMethodName            = "/mooncake.store.v1.MasterService/PutStart"
 	MasterService_BatchPutStart_FullMethodName       = "/mooncake.store.v1.MasterService/BatchPutStart"
@@ -53,6 +54,9 @@ type MasterServiceClient interface {
 	MountSegment(ctx context.Context, in *MountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
 	RemountSegments(ctx context.Context, in *RemountSegmentsRequest, opts ...grpc.CallOption) (*RemountSegmentsResponse, error)
 	UnmountSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
+	// Leave: a closing client without mounted segments is forgotten at once
+	// (not dropped later as silent).
+	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*Status, error)
 	QuerySegment(ctx context.Context, in *SegmentRequest, opts ...grpc.CallOption) (*SegmentInfo, error)
 	PutStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResponse, error)
 	BatchPutStart(ctx context.Context, in *BatchPutStartRequest, opts ...grpc.CallOption) (*BatchPutStartResponse, error)
@@ -115,6 +119,16 @@ func (c *masterServiceClient) UnmountSegment(ctx context.Context, in *UnmountSeg
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Status)
 	err := c.cc.Invoke(ctx, MasterService_UnmountSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterServiceClient) Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*Status, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Status)
+	err := c.cc.Invoke(ctx, MasterService_Leave_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -289,6 +303,9 @@ type MasterServiceServer interface {
 	MountSegment(context.Context, *MountSegmentRequest) (*Status, error)
 	RemountSegments(context.Context, *RemountSegmentsRequest) (*RemountSegmentsResponse, error)
 	UnmountSegment(context.Context, *UnmountSegmentRequest) (*Status, error)
+	// Leave: a closing client without mounted segments is forgotten at once
+	// (not dropped later as silent).
+	Leave(context.Context, *LeaveRequest) (*Status, error)
 	QuerySegment(context.Context, *SegmentRequest) (*SegmentInfo, error)
 	PutStart(context.Context, *PutStartRequest) (*PutStartResponse, error)
 	BatchPutStart(context.Context, *BatchPutStartRequest) (*BatchPutStartResponse, error)
@@ -328,6 +345,9 @@ func (UnimplementedMasterServiceServer) RemountSegments(context.Context, *Remoun
 }
 func (UnimplementedMasterServiceServer) UnmountSegment(context.Context, *UnmountSegmentRequest) (*Status, error) {
 	return nil, status.Error(codes.Unimplemented, "method UnmountSegment not implemented")
+}
+func (UnimplementedMasterServiceServer) Leave(context.Context, *LeaveRequest) (*Status, error) {
+	return nil, status.Error(codes.Unimplemented, "method Leave not implemented")
 }
 func (UnimplementedMasterServiceServer) QuerySegment(context.Context, *SegmentRequest) (*SegmentInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method QuerySegment not implemented")
@@ -466,6 +486,24 @@ func _MasterService_UnmountSegment_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MasterServiceServer).UnmountSegment(ctx, req.(*UnmountSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MasterService_Leave_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServiceServer).Leave(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MasterService_Leave_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServiceServer).Leave(ctx, req.(*LeaveRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -780,6 +818,10 @@ var MasterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UnmountSegment",
 			Handler:    _MasterService_UnmountSegment_Handler,
+		},
+		{
+			MethodName: "Leave",
+			Handler:    _MasterService_Leave_Handler,
 		},
 		{
 			MethodName: "QuerySegment",
