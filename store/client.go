@@ -80,16 +80,15 @@ type KeyInfo struct {
 // keeps mounted (remounting after a master restart) until Close. All
 // methods are safe for concurrent use.
 type Client struct {
-	cfg       Config
-	log       *slog.Logger
-	conn      *grpc.ClientConn
-	rpc       pb.MasterServiceClient // fast: the hot calls over fastrpc when the master speaks it
-	puts      putRPC                 // fast: the put calls, on the transport chosen at New (put.go)
-	fast      *fastMaster
-	drainMore atomic.Bool // the last ping brought a full batch of tombstones: ping again at once (pingLoop)
-	clock     clock.Clock // lease timing and slot ages
-	mover     Mover
-	stage     *staging
+	cfg   Config
+	log   *slog.Logger
+	conn  *grpc.ClientConn
+	rpc   pb.MasterServiceClient // fast: the hot calls over fastrpc when the master speaks it
+	puts  putRPC                 // fast: the put calls, on the transport chosen at New (put.go)
+	fast  *fastMaster
+	clock clock.Clock // lease timing and slot ages
+	mover Mover
+	stage *staging
 
 	segment     []byte // contributed memory (nil for a pure client)
 	segmentSpec *pb.Segment
@@ -416,7 +415,9 @@ func rpcErr(what string, err error) error {
 	return fmt.Errorf("%s: master rpc: %w", what, err)
 }
 
-func (c *Client) ping(ctx context.Context) error {
+// ping reports the client alive (and the tombstones it zeroed) and handles
+// the answer; more says it brought a full batch of tombstones.
+func (c *Client) ping(ctx context.Context) (more bool, err error) {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	zeroed := c.takeZeroed()
@@ -427,10 +428,9 @@ func (c *Client) ping(ctx context.Context) error {
 		c.mu.Lock()
 		c.onDisk = append(onDisk, c.onDisk...) // dropped copies are re-reported by Held at the next remount
 		c.mu.Unlock()
-		return fmt.Errorf("store: ping master: %w", err)
+		return false, fmt.Errorf("store: ping master: %w", err)
 	}
 	c.zeroOwn(resp.Tombstones)
-	c.drainMore.Store(len(resp.Tombstones) >= drainBatch)
 	if c.cfg.Disk != nil {
 		for _, h := range resp.DiskRemove {
 			c.cfg.Disk.Delete(h.Key, h.Seq)
@@ -439,7 +439,7 @@ func (c *Client) ping(ctx context.Context) error {
 	// Each remount call has its own RPCTimeout: a large segment's restore
 	// outlasts one ping's deadline. Close still interrupts it.
 	c.remountOnPing(c.stopCtx, resp.NeedRemount)
-	return nil
+	return len(resp.Tombstones) >= drainBatch, nil
 }
 
 // drainBatch is the tombstone count of a ping's answer from which the
@@ -462,13 +462,13 @@ func (c *Client) pingLoop() {
 		}
 		// Under stopCtx: Close interrupts a ping stuck on a dead master.
 		ctx, cancel := context.WithTimeout(c.stopCtx, c.cfg.PingInterval+c.cfg.RPCTimeout)
-		err := c.ping(ctx)
+		more, err := c.ping(ctx)
 		// A full answer of tombstones means the node's segment has more to
 		// zero than one ping a tick drains (keys freed faster than that):
 		// report those and fetch the next ones at once, a bounded number of
 		// times per tick.
-		for extra := 0; err == nil && extra < maxDrainPings && c.drainMore.Load(); extra++ {
-			err = c.ping(ctx)
+		for extra := 0; err == nil && more && extra < maxDrainPings; extra++ {
+			more, err = c.ping(ctx)
 		}
 		if err == nil {
 			c.pollTasks(ctx)

@@ -105,16 +105,3 @@ func (m *Master) listStep(prefix, after string, want, pass int) (rows []KeyInfo,
 	})
 	return rows, last, passed, more
 }
-
-// lastBefore is the greatest indexed key smaller than k ("" when none).
-func (m *Master) lastBefore(k string) string {
-	prev := ""
-	m.index.DescendLessOrEqual(k, func(x string) bool {
-		if x == k {
-			return true
-		}
-		prev = x
-		return false
-	})
-	return prev
-}

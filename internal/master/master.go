@@ -197,7 +197,7 @@ type segment struct {
 	drainDeadline time.Time
 	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
 	diskRemove    []HeldObject    // disk copies the owner must delete (sent with its next ping)
-	peaks         mapPeaks        // of keys and tombs (shrink.go)
+	peaks         mapPeaks        // of tombs (shrink.go)
 	diskObjects   int             // disk copies on this segment's node
 	diskBytes     uint64          // their sizes
 }

@@ -105,7 +105,7 @@ func (m *Master) RemovePageFrom(mt Matcher, force bool, after string, limit int)
 	defer m.mu.Unlock()
 	now := m.clock.Now()
 	var victims []string
-	next, scan := "", removeScan
+	last, more, scan := "", false, removeScan
 	m.index.AscendGreaterOrEqual(max(mt.Prefix, after), func(k string) bool {
 		if k == after {
 			return true
@@ -114,19 +114,20 @@ func (m *Master) RemovePageFrom(mt Matcher, force bool, after string, limit int)
 			return false
 		}
 		if len(victims) == limit || scan == 0 {
-			next = k
+			more = true
 			return false
 		}
 		scan--
+		last = k
 		if mt.Match(k) {
 			victims = append(victims, k)
 		}
 		return true
 	})
-	if next != "" {
-		next = m.lastBefore(next) // the next chunk starts after the last key passed
+	page := RemovePage{}
+	if more {
+		page.Next = last // the next chunk starts after the last key passed
 	}
-	page := RemovePage{Next: next}
 	durable := map[string]bool{}
 	tombs := 0
 	for i, k := range victims {
