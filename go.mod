@@ -23,7 +23,7 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require github.com/google/btree v1.1.3 // indirect
+require github.com/google/btree v1.1.3
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -78,5 +78,5 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
+	sigs.k8s.io/yaml v1.6.0
 )
