@@ -100,6 +100,9 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	if (m.cfg.Durable && s.header() != headerLen(key)) || m.newerThanLocked(key, s.seq) {
 		return refuse(true, nil)
 	}
+	if err := m.tenantAdmitLocked(key, s.size*uint64(len(s.replicas)), m.objects[key]); err != nil {
+		return refuse(false, err)
+	}
 	if o := m.objects[key]; o != nil {
 		switch {
 		case !o.complete && now.Sub(o.created.time()) < m.cfg.PutTimeout:
