@@ -2,6 +2,7 @@ package masterserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"github.com/kvcache-go/mooncake/internal/master"
@@ -14,6 +15,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 	"google.golang.org/grpc"
 )
 
@@ -32,6 +34,14 @@ type ServerConfig struct {
 	// or the HTTP header on the admin API's non-GET requests, answered 401
 	// otherwise). Reads stay open.
 	Secret string
+	// Tenants, when set, turns tenants on (tenants.go): every call needs a
+	// credential, keys are scoped to the caller's tenant, and the core
+	// enforces the tenants' quotas. The cluster secret is then the admin
+	// credential. nil: no tenants (one default tenant, the raw key space).
+	Tenants *tenant.Source
+	// TLS, when set, serves gRPC and fastrpc over TLS on Addr (the
+	// same-host fastrpc socket is not served). nil: plaintext.
+	TLS *tls.Config
 }
 
 // DefaultServerConfig returns the defaults.
@@ -102,6 +112,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Core.Logger == nil {
 		cfg.Core.Logger = log
 	}
+	if cfg.Tenants != nil && cfg.Core.Events != nil {
+		cfg.Core.Events = rawEvents{cfg.Core.Events}
+	}
 	core, err := master.New(cfg.Core, cfg.Clock)
 	if err != nil {
 		return nil, err
@@ -120,20 +133,40 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	gs := grpc.NewServer(grpc.UnaryInterceptor(secretInterceptor(s.cfg.Secret)))
 	svc := NewService(s.core)
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(secretInterceptor(s.cfg.Secret))}
+	var auth *authn
+	if s.cfg.Tenants != nil {
+		auth = &authn{secret: s.cfg.Secret, src: s.cfg.Tenants, now: clock.Or(s.cfg.Clock).Now}
+		opts[0] = grpc.UnaryInterceptor(tenantInterceptor(auth))
+		s.core.SetTenantQuotas(tenantQuotas{s.cfg.Tenants})
+	}
+	addr := grpcLn.Addr().String()
+	if s.cfg.TLS != nil {
+		grpcLn = tls.NewListener(grpcLn, s.cfg.TLS)
+		opts = append(opts, grpc.Creds(tlsCreds{}))
+	}
+	gs := grpc.NewServer(opts...)
 	pb.RegisterMasterServiceServer(gs, svc)
 	pb.RegisterMasterTasksServer(gs, NewTaskService(s.core))
 	// The hot calls also come on fastrpc connections to the same port
 	// (data-path calls only: none of them needs the cluster secret).
 	mux := fastrpc.NewMux(grpcLn)
+	if auth != nil {
+		mux.SetAuthenticator(svc.fastAuthenticator(ctx, auth))
+	}
 	errc := make(chan error, 4)
 	var wg sync.WaitGroup
 	// Same-host clients reach the fastrpc calls over a unix socket named
 	// after the TCP address (half the system-call cost of loopback TCP);
-	// when it cannot be bound, they use TCP.
-	if ll, err := fastrpc.ListenLocal(grpcLn.Addr().String()); err == nil {
+	// when it cannot be bound, they use TCP. A TLS master serves TCP only.
+	if s.cfg.TLS != nil {
+		s.log.Debug("master: TLS: no same-host fastrpc socket")
+	} else if ll, err := fastrpc.ListenLocal(addr); err == nil {
 		lm := fastrpc.NewLocalMux(ll)
+		if auth != nil {
+			lm.SetAuthenticator(svc.fastAuthenticator(ctx, auth))
+		}
 		wg.Go(func() {
 			if err := lm.Run(ctx, svc.FastHandler(ctx)); err != nil {
 				errc <- fmt.Errorf("master: local: %w", err)
@@ -159,14 +192,18 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	})
 	if httpLn != nil {
 		wg.Go(func() {
-			if err := httpserve.Serve(ctx, httpLn, RequireSecret(s.cfg.Secret, AdminHandler(s.core)), time.Second); err != nil {
+			h := RequireSecret(s.cfg.Secret, AdminHandler(s.core))
+			if auth != nil {
+				h = requireAdmin(auth, AdminHandler(s.core))
+			}
+			if err := httpserve.Serve(ctx, httpLn, h, time.Second); err != nil {
 				errc <- fmt.Errorf("master: admin serve: %w", err)
 				cancel()
 			}
 		})
 	}
 	wg.Go(func() { s.tick(ctx) })
-	s.log.Info("master listening", "grpc", grpcLn.Addr().String(), "http", s.HTTPAddr())
+	s.log.Info("master listening", "grpc", addr, "http", s.HTTPAddr(), "tenants", auth != nil, "tls", s.cfg.TLS != nil)
 	<-ctx.Done()
 	gs.Stop()
 	wg.Wait()

@@ -1101,8 +1101,13 @@ type PutStartResponse struct {
 	Replicas []*Replica             `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// Durable masters: the put's sequence number and the length of the
 	// object header the client writes at each replica's addr - header_len.
-	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
-	HeaderLen     uint64 `protobuf:"varint,4,opt,name=header_len,json=headerLen,proto3" json:"header_len,omitempty"`
+	Seq       uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	HeaderLen uint64 `protobuf:"varint,4,opt,name=header_len,json=headerLen,proto3" json:"header_len,omitempty"`
+	// Tenants: the namespace the caller's keys live under on the master
+	// ("" without tenants, and for admins). A durable put's header carries
+	// key_prefix + key, so that a restart restores the object in its
+	// tenant's namespace; header_len counts it.
+	KeyPrefix     string `protobuf:"bytes,21,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1163,6 +1168,13 @@ func (x *PutStartResponse) GetHeaderLen() uint64 {
 		return x.HeaderLen
 	}
 	return 0
+}
+
+func (x *PutStartResponse) GetKeyPrefix() string {
+	if x != nil {
+		return x.KeyPrefix
+	}
+	return ""
 }
 
 type BatchPutStartRequest struct {
@@ -2868,13 +2880,15 @@ const file_store_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12:\n" +
 	"\x06config\x18\x04 \x01(\v2\".mooncake.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
-	"\x06upsert\x18\x05 \x01(\bR\x06upsert\"\xae\x01\n" +
+	"\x06upsert\x18\x05 \x01(\bR\x06upsert\"\xcd\x01\n" +
 	"\x10PutStartResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x126\n" +
 	"\breplicas\x18\x02 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
-	"header_len\x18\x04 \x01(\x04R\theaderLen\"N\n" +
+	"header_len\x18\x04 \x01(\x04R\theaderLen\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\x15 \x01(\tR\tkeyPrefix\"N\n" +
 	"\x14BatchPutStartRequest\x126\n" +
 	"\x04puts\x18\x01 \x03(\v2\".mooncake.store.v1.PutStartRequestR\x04puts\"V\n" +
 	"\x15BatchPutStartResponse\x12=\n" +

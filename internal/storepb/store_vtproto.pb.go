@@ -1021,6 +1021,15 @@ func (m *PutStartResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.KeyPrefix) > 0 {
+		i -= len(m.KeyPrefix)
+		copy(dAtA[i:], m.KeyPrefix)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.KeyPrefix)))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xaa
+	}
 	if m.HeaderLen != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.HeaderLen))
 		i--
@@ -3000,6 +3009,10 @@ func (m *PutStartResponse) SizeVT() (n int) {
 	}
 	if m.HeaderLen != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.HeaderLen))
+	}
+	l = len(m.KeyPrefix)
+	if l > 0 {
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -6162,6 +6175,38 @@ func (m *PutStartResponse) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 21:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field KeyPrefix", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.KeyPrefix = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
