@@ -21,6 +21,7 @@ func newBenchStoreCmd() *cobra.Command {
 		servers                                                   string
 		nodes, rounds                                             int
 		duration                                                  time.Duration
+		security                                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "store",
@@ -52,6 +53,15 @@ the first eviction and reports the segment utilisation reached.`,
 				}
 				clients = append(clients, n)
 			}
+			if security {
+				res, err := benchstore.RunSecurity(cmd.Context(), benchstore.SecurityConfig{Sizes: sizes, Clients: clients,
+					Rounds: rounds, Duration: duration, Transport: transport})
+				if err != nil {
+					return err
+				}
+				printBenchStoreSecurity(cmd.OutOrStdout(), res)
+				return nil
+			}
 			seg, err := parseSize(segSizeFlag)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
@@ -78,6 +88,7 @@ the first eviction and reports the segment utilisation reached.`,
 	f.IntVar(&rounds, "rounds", 3, "rounds per configuration, alternating the systems; the median is reported")
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis; measured with redis-benchmark`)
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
+	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts (on/off ratios, pools side by side in this process)")
 	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients always run in this process`)
 	return cmd
 }
@@ -143,5 +154,22 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.1fus", float64(d)/1e3)
 	default:
 		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	}
+}
+
+func printBenchStoreSecurity(out io.Writer, res *benchstore.SecurityResult) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "feature\top\tsize\tclients\toff ops/s\ton ops/s\ton/off\toff p50\ton p50\terrors\t")
+	for _, r := range res.Rows {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.3f\t%s\t%s\t%d\t\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients,
+			r.Off.OpsPerSec(), r.On.OpsPerSec(), r.Ratio(), fmtDur(r.Off.P50), fmtDur(r.On.P50), r.Off.Errors+r.On.Errors)
+	}
+	w.Flush()
+	for _, r := range res.Rows {
+		for _, x := range []benchstore.Row{r.Off, r.On} {
+			if x.FirstErr != nil {
+				fmt.Fprintf(out, "first error of %s %s %s x%d: %v\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients, x.FirstErr)
+			}
+		}
 	}
 }

@@ -29,6 +29,7 @@ func newMasterCmd() *cobra.Command {
 		verbose        bool
 		ha             haFlags
 		events         masterEventFlags
+		security       masterSecurityFlags
 	)
 	cfg := d
 	cmd := &cobra.Command{
@@ -64,6 +65,11 @@ GOMEMLIMIT in the environment applies too.`,
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
+			stopSecurity, err := security.apply(cmd.Context(), &cfg, cfg.Logger)
+			if err != nil {
+				return err
+			}
+			defer stopSecurity()
 			ctx, eventsAddr, stopEvents, err := events.start(cmd.Context(), &cfg)
 			if err != nil {
 				return err
@@ -107,6 +113,7 @@ GOMEMLIMIT in the environment applies too.`,
 	f.StringVar(&secret, "secret", "", "cluster secret (default $MOONCAKE_SECRET): when set, remove all, remove by regex and unmount (gRPC) and every non-GET admin HTTP call need \"authorization: Bearer <secret>\"; reads stay open")
 	ha.register(f)
 	events.register(f)
+	security.register(f)
 	return cmd
 }
 

@@ -31,8 +31,9 @@ type Files struct {
 // Enabled reports whether the files ask for TLS at all.
 func (f Files) Enabled() bool { return f.Cert != "" || f.Key != "" || f.CA != "" }
 
-// ALPN protocols of the master's port.
-var alpn = []string{"h2", "mcfrpc"}
+// ALPN are the protocols of the master's port (a server configuration
+// made elsewhere must offer them: gRPC clients require "h2").
+var ALPN = []string{"h2", "mcfrpc"}
 
 func loadPool(path string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(path)
@@ -58,7 +59,7 @@ func Server(f Files) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: alpn}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: ALPN}
 	if f.CA != "" {
 		if c.ClientCAs, err = loadPool(f.CA); err != nil {
 			return nil, err
