@@ -44,6 +44,9 @@ type devState struct {
 	arenaMu sync.Mutex
 	arenas  []*stageArena
 	all     []*stageArena
+	// ipc: exported handles of registered device buffers and the peers'
+	// allocations opened here (device_ipc.go).
+	ipc ipcState
 }
 
 type stageArena struct {
@@ -63,6 +66,7 @@ func (e *Engine) stopDevice() {
 		return
 	}
 	e.devs.pinned.close()
+	e.closeIPC()
 	for _, a := range e.devs.all {
 		_, _ = e.reg.Unregister(registry.AddrOf(a.mem))
 		_ = e.devs.dev.HostFree(0, a.mem)
@@ -112,6 +116,7 @@ func (e *Engine) RegisterDevice(addr uintptr, length int, location string) error
 	if _, err := e.reg.RegisterDevice(uint64(addr), uint64(length), location, ord); err != nil {
 		return fmt.Errorf("transfer: %w", err)
 	}
+	e.exportIPC(addr, ord, base)
 	e.republish()
 	return nil
 }
@@ -130,6 +135,13 @@ func (e *Engine) isDevice(addr uintptr) bool {
 // copies with the driver, straight to in-process peers, staged through
 // pinned host buffers otherwise. It reports whether t was routed.
 func (e *Engine) pickDevice(t *task) bool {
+	if e.devs == nil {
+		return false
+	}
+	if j := e.ipcJobFor(t); j != nil {
+		t.transport, t.job = TransportShm, j
+		return true
+	}
 	if _, _, _, ok := t.local.Device(); !ok {
 		return false
 	}

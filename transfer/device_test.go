@@ -1,9 +1,12 @@
 package transfer
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/kvcache-go/mooncake/internal/cuda"
@@ -215,4 +218,86 @@ func TestDeviceBounds(t *testing.T) {
 		t.Fatalf("RegisterDevice without a driver: %v", err)
 	}
 	_ = fmt.Sprint()
+}
+
+// runDevicePeerProcess is a target engine in its own process with a device
+// buffer of the simulated driver at lib; it prints "<segment> <addr> <len>".
+func runDevicePeerProcess(size int, lib string) int {
+	d, err := cuda.Load(lib)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer d.Close()
+	e, err := Open(context.Background(), Config{Transport: os.Getenv("TRANSFER_TEST_TRANSPORT"), Device: d})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	p, err := d.MemAlloc(0, size)
+	if err == nil {
+		err = e.Register(p, size, "")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("%s %d %d\n", e.Name(), p, size)
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	_ = e.Close()
+	_ = d.MemFree(0, p)
+	return 0
+}
+
+// TestDeviceAcrossProcesses: a peer process holds device memory. Over
+// shared memory the engine opens it with CUDA IPC and copies device to
+// device; over TCP the peer stages it through its pinned buffers. What one
+// path writes, the other reads back.
+func TestDeviceAcrossProcesses(t *testing.T) {
+	lib := cudatest.Library(t)
+	d, err := cuda.Load(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() }) // after the engines' cleanups
+	const n = 3<<20 + 100
+	t.Setenv("TRANSFER_TEST_CUDA", lib)
+	peer := startPeer(t, n, TransportAuto)
+	local := allocDev(t, d, 0, n)
+	byIPC := openEngine(t, Config{Device: d})
+	byTCP := openEngine(t, Config{Device: d, Transport: TransportTCP, StageChunk: 1 << 20})
+	src := make([]byte, n)
+	fill(src, 7)
+	local.set(t, src)
+	for _, e := range []*Engine{byIPC, byTCP} {
+		if err := e.Register(local.p, n, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seg, err := byIPC.OpenSegment(ctxT(t), peer.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := byIPC.Submit(ctxT(t), []Request{{Op: OpWrite, Local: local.p, Segment: seg, Remote: peer.addr, Length: n}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Wait(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if tr := b.Transport(0); tr != TransportShm {
+		t.Fatalf("same-host device write went over %s, want shm (CUDA IPC)", tr)
+	}
+	b.Free()
+	local.set(t, make([]byte, n))
+	seg2, err := byTCP.OpenSegment(ctxT(t), peer.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := byTCP.Transfer(ctxT(t), []Request{{Op: OpRead, Local: local.p, Segment: seg2, Remote: peer.addr, Length: n}}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(local.get(t), src) {
+		t.Fatal("read back over TCP differs from what was written over CUDA IPC")
+	}
 }

@@ -326,6 +326,9 @@ func (e *Engine) descriptor() wire.Segment {
 	for i, b := range bs {
 		s.Buffers[i] = wire.Buffer{Name: "buf" + strconv.FormatUint(b.ID, 10), Addr: b.Addr, Length: b.Length,
 			Location: b.Location, Shareable: b.Shareable, ID: b.ID}
+		if b.Device {
+			e.describeDevice(&s.Buffers[i])
+		}
 	}
 	return s
 }
