@@ -63,7 +63,7 @@ type Config struct {
 	// Device, when set, is the GPU driver (*cuda.Driver): device memory may
 	// then be registered and moved like host memory (see device.go).
 	// StageChunk and StageBuffers shape the pinned staging of device memory
-	// that crosses a host transport: chunks of StageChunk bytes (4 MiB)
+	// that crosses a host transport: chunks of StageChunk bytes (1 MiB)
 	// through StageBuffers buffers (3) per transfer in flight.
 	Device       Device
 	StageChunk   int

@@ -29,7 +29,7 @@ var _ Device = (*cuda.Driver)(nil)
 
 // Defaults of the device staging (Config.StageChunk, Config.StageBuffers).
 const (
-	DefaultStageChunk   = 4 << 20
+	DefaultStageChunk   = 1 << 20
 	DefaultStageBuffers = 3
 )
 

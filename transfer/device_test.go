@@ -68,7 +68,7 @@ func TestDeviceEitherSide(t *testing.T) {
 		t.Run(tr, func(t *testing.T) {
 			d, ini, tgt, seg := devPair(t, tr)
 			lDev := allocDev(t, d, 0, n)
-			rDev := allocDev(t, d, 1, n)
+			rDev := allocDev(t, d, cudatest.SecondDevice(d), n)
 			lHost := make([]byte, n)
 			rHost, err := tgt.AllocateManaged(n) // shared memory reaches it on "auto"
 			if err != nil {
@@ -85,8 +85,8 @@ func TestDeviceEitherSide(t *testing.T) {
 			if err := tgt.Register(rDev.p, rDev.n, ""); err != nil {
 				t.Fatal(err)
 			}
-			if bs := tgt.Buffers(); !hasLocation(bs, "cuda:1") {
-				t.Fatalf("target buffers %+v: no cuda:1 buffer", bs)
+			if loc := fmt.Sprintf("cuda:%d", rDev.dev); !hasLocation(tgt.Buffers(), loc) {
+				t.Fatalf("target buffers %+v: no %s buffer", tgt.Buffers(), loc)
 			}
 			rHostAddr := uint64(AddrOf(rHost))
 			cases := []struct {
@@ -139,7 +139,7 @@ func TestDevicePDKVCache(t *testing.T) {
 			d, prefill, decode, seg := devPair(t, tr)
 			const layers, blocks, block = 4, 32, 16 << 10
 			pKV := allocDev(t, d, 0, layers*blocks*block)
-			dKV := allocDev(t, d, 1, layers*blocks*block)
+			dKV := allocDev(t, d, cudatest.SecondDevice(d), layers*blocks*block)
 			if err := prefill.Register(pKV.p, pKV.n, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +175,7 @@ func TestDevicePDKVCache(t *testing.T) {
 func TestDeviceBounds(t *testing.T) {
 	d, ini, tgt, seg := devPair(t, TransportTCP)
 	m := allocDev(t, d, 0, 1<<20)
-	if err := ini.RegisterDevice(m.p, 2<<20, ""); !errors.Is(err, ErrInvalid) {
+	if err := ini.RegisterDevice(m.p, 64<<20, ""); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("registering beyond the allocation: %v", err)
 	}
 	host := make([]byte, 64)
@@ -188,7 +188,7 @@ func TestDeviceBounds(t *testing.T) {
 	if err := ini.RegisterDevice(m.p+4096, 16, ""); err == nil {
 		t.Fatal("overlapping device registration accepted")
 	}
-	r := allocDev(t, d, 1, 1<<20)
+	r := allocDev(t, d, cudatest.SecondDevice(d), 1<<20)
 	if err := tgt.Register(r.p, 1<<19, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,6 @@ func TestDeviceBounds(t *testing.T) {
 	if err := plain.RegisterDevice(m.p, 16, ""); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("RegisterDevice without a driver: %v", err)
 	}
-	_ = fmt.Sprint()
 }
 
 // runDevicePeerProcess is a target engine in its own process with a device

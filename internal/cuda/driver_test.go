@@ -56,7 +56,7 @@ func pattern(n int, seed byte) []byte {
 }
 
 func TestSimulatedDriver(t *testing.T) {
-	d := cudatest.Driver(t)
+	d := cudatest.Simulated(t)
 	if n, err := d.DeviceCount(); err != nil || n != 2 {
 		t.Fatalf("DeviceCount = %d, %v", n, err)
 	}
@@ -129,7 +129,7 @@ func TestSimulatedDriver(t *testing.T) {
 // be read from the host: in process the fault is at the device address,
 // and a child process that reads it dies of SIGSEGV.
 func TestSimulatedDeviceTraps(t *testing.T) {
-	d := cudatest.Driver(t)
+	d := cudatest.Simulated(t)
 	p, err := d.MemAlloc(0, 4096)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestSimulatedDeviceTraps(t *testing.T) {
 	}()
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "CUDATEST_CHILD=touch", "CUDATEST_LIB="+cudatest.Library(t))
+	cmd.Env = append(os.Environ(), "CUDATEST_CHILD=touch", "CUDATEST_LIB="+cudatest.SimulatedLibrary(t))
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Success() {
@@ -186,7 +186,7 @@ func touchChild() {
 // TestIPC opens a device allocation of this process in a child process,
 // which writes into it through the driver.
 func TestIPC(t *testing.T) {
-	lib := cudatest.Library(t)
+	lib := cudatest.SimulatedLibrary(t)
 	d, err := cuda.Load(lib)
 	if err != nil {
 		t.Fatal(err)

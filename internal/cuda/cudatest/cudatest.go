@@ -24,9 +24,53 @@ var source []byte
 // Source is the simulated driver's C source (for builds outside Go tests).
 func Source() []byte { return source }
 
-// Library builds the simulated driver into a temporary directory of t and
-// returns the library's path. It skips t when gcc is not installed.
+// RealEnv names the environment variable that turns the device tests of
+// other packages to the real driver: MOONCAKE_GPU_TESTS=real makes Library
+// and Driver return libcuda.so.1 (skipping where there is none), so the
+// same tests prove the path on a GPU (scripts/gpu-check.sh).
+const RealEnv = "MOONCAKE_GPU_TESTS"
+
+// Real reports whether the tests run against the real driver.
+func Real() bool { return os.Getenv(RealEnv) == "real" }
+
+// Library returns the driver library the device tests use: the simulated
+// one (see SimulatedLibrary), or with MOONCAKE_GPU_TESTS=real the real
+// libcuda.so.1, skipping t when it cannot be loaded or has no device.
 func Library(t testing.TB) string {
+	t.Helper()
+	if !Real() {
+		return SimulatedLibrary(t)
+	}
+	d, err := cuda.Load(cuda.DefaultLibrary)
+	if err != nil {
+		t.Skipf("%s=real but no CUDA driver: %v", RealEnv, err)
+	}
+	defer d.Close()
+	if n, err := d.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("%s=real but no CUDA device (%d, %v)", RealEnv, n, err)
+	}
+	return cuda.DefaultLibrary
+}
+
+// SecondDevice is the ordinal tests use for "another GPU": 1 where the
+// driver has two devices (the simulated one has), else 0.
+func SecondDevice(d *cuda.Driver) int {
+	if n, err := d.DeviceCount(); err == nil && n > 1 {
+		return 1
+	}
+	return 0
+}
+
+// Simulated builds and loads the simulated driver (whatever RealEnv says);
+// it is closed when t ends.
+func Simulated(t testing.TB) *cuda.Driver {
+	t.Helper()
+	return load(t, SimulatedLibrary(t))
+}
+
+// SimulatedLibrary builds the simulated driver into a temporary directory
+// of t and returns the library's path. It skips t when gcc is not installed.
+func SimulatedLibrary(t testing.TB) string {
 	t.Helper()
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
@@ -44,11 +88,17 @@ func Library(t testing.TB) string {
 	return lib
 }
 
-// Driver builds and loads the simulated driver; it is closed when t ends.
-// Use one Driver per test: each load has its own device memory table.
+// Driver loads the driver of Library; it is closed when t ends. Use one
+// Driver per test: each load of the simulated one has its own device
+// memory table.
 func Driver(t testing.TB) *cuda.Driver {
 	t.Helper()
-	d, err := cuda.Load(Library(t))
+	return load(t, Library(t))
+}
+
+func load(t testing.TB, lib string) *cuda.Driver {
+	t.Helper()
+	d, err := cuda.Load(lib)
 	if err != nil {
 		t.Fatal(err)
 	}
