@@ -8,11 +8,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"runtime"
 	"sync/atomic"
 	"time"
 
