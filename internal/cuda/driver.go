@@ -319,3 +319,12 @@ func (d *Driver) IPCOpen(dev int, h IPCHandle) (uintptr, error) {
 func (d *Driver) IPCClose(dev int, p uintptr) error {
 	return d.on(dev, func() int32 { return d.cuIpcCloseMemHandle(uint64(p)) }, "cuIpcCloseMemHandle")
 }
+
+// HostAddr is the address of b's first byte (0 when empty), for telling
+// host memory from device memory in tests and callers.
+func HostAddr(b []byte) uintptr {
+	if len(b) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+}
