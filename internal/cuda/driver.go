@@ -63,6 +63,7 @@ type Driver struct {
 	cuIpcGetMemHandle         func(h *IPCHandle, p uint64) int32
 	cuIpcOpenMemHandle        func(p *uint64, h IPCHandle, flags uint32) int32
 	cuIpcCloseMemHandle       func(p uint64) int32
+	cuStreamSynchronize       func(stream uintptr) int32
 
 	mu   sync.Mutex
 	ctxs map[int]uintptr // device ordinal -> retained primary context
@@ -108,6 +109,7 @@ func Load(path string) (d *Driver, err error) {
 		{&d.cuIpcGetMemHandle, "cuIpcGetMemHandle"},
 		{&d.cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2"},
 		{&d.cuIpcCloseMemHandle, "cuIpcCloseMemHandle"},
+		{&d.cuStreamSynchronize, "cuStreamSynchronize"},
 	}
 	for _, s := range syms {
 		if _, err := purego.Dlsym(lib, s.name); err != nil {
@@ -327,4 +329,10 @@ func HostAddr(b []byte) uintptr {
 		return 0
 	}
 	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// StreamSynchronize waits until every operation queued on stream (a
+// CUstream / cudaStream_t; 0 is the default stream) of device dev ended.
+func (d *Driver) StreamSynchronize(dev int, stream uintptr) error {
+	return d.on(dev, func() int32 { return d.cuStreamSynchronize(stream) }, "cuStreamSynchronize")
 }
