@@ -317,7 +317,7 @@ func (e *Engine) descriptor() wire.Segment {
 	}
 	for i, b := range bs {
 		s.Buffers[i] = wire.Buffer{Name: "buf" + strconv.FormatUint(b.ID, 10), Addr: b.Addr, Length: b.Length,
-			Location: b.Location, Shareable: b.Shareable, ID: b.ID}
+			Location: b.Location, Shareable: b.Shareable && e.cfg.Grants == nil, ID: b.ID}
 	}
 	return s
 }

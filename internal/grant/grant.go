@@ -370,6 +370,8 @@ func (s *Set) Install(b []byte) error {
 	}
 	for i := range s.gs {
 		if s.gs[i].Nonce == g.Nonce {
+			// Sent again: it becomes the newest.
+			s.gs = append(append(s.gs[:i], s.gs[i+1:]...), g)
 			return nil
 		}
 	}
