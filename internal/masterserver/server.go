@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"google.golang.org/grpc"
@@ -32,6 +33,9 @@ type ServerConfig struct {
 	// or the HTTP header on the admin API's non-GET requests, answered 401
 	// otherwise). Reads stay open.
 	Secret string
+	// Grants, when set, is the key the master signs data-path grants with
+	// (grants.go); the storage nodes verify them with the same keys.
+	Grants *grant.Keyring
 }
 
 // DefaultServerConfig returns the defaults.
@@ -122,8 +126,11 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	defer cancel()
 	gs := grpc.NewServer(grpc.UnaryInterceptor(secretInterceptor(s.cfg.Secret)))
 	svc := NewService(s.core)
+	svc.grants = newGranter(s.cfg.Grants, s.cfg.Clock, s.core.Config().PutTimeout)
 	pb.RegisterMasterServiceServer(gs, svc)
-	pb.RegisterMasterTasksServer(gs, NewTaskService(s.core))
+	tsvc := NewTaskService(s.core)
+	tsvc.grants = svc.grants
+	pb.RegisterMasterTasksServer(gs, tsvc)
 	// The hot calls also come on fastrpc connections to the same port
 	// (data-path calls only: none of them needs the cluster secret).
 	mux := fastrpc.NewMux(grpcLn)

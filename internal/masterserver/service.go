@@ -15,7 +15,8 @@ import (
 // transport failures.
 type Service struct {
 	pb.UnimplementedMasterServiceServer
-	m *master.Master
+	m      *master.Master
+	grants *granter // nil: no data-path grants (grants.go)
 }
 
 // NewService wraps a core.
@@ -210,7 +211,7 @@ func (s *Service) putStart(r *pb.PutStartRequest) *pb.PutStartResponse {
 	if len(reps) > 0 {
 		out.Seq, out.HeaderLen = reps[0].Seq, reps[0].HeaderLen
 	}
-	return out
+	return s.grants.put(out)
 }
 
 // PutStart implements MasterService.
@@ -241,12 +242,12 @@ func (s *Service) putCommit(r *pb.PutCommitRequest) *pb.PutCommitResponse {
 		out.Status = status(s.m.PutEnd(r.ClientId, r.Key, r.Crc32C))
 	} else {
 		tombs, gone, err := s.m.PutCommit(r.ClientId, r.Key, r.Slot, r.Crc32C, rc, r.Upsert)
-		out.Status, out.SlotGone, out.Tombstones = status(err), gone, refsToPB(tombs)
+		out.Status, out.SlotGone, out.Tombstones = status(err), gone, s.grants.tombs(refsToPB(tombs))
 	}
 	if out.Status.Code == 0 && !out.SlotGone && r.ReserveSize > 0 && r.ReserveKeyLen <= uint64(s.m.Config().MaxKeyLen) {
 		if slot, reps, err := s.m.PutReserve(r.ClientId, r.ReserveSize, int(r.ReserveKeyLen), rc); err == nil && len(reps) > 0 {
 			out.NextSlot = slot
-			out.Next = &pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen}
+			out.Next = s.grants.put(&pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen})
 		}
 	}
 	return out
@@ -271,14 +272,14 @@ func (s *Service) PutRevoke(_ context.Context, r *pb.PutRevokeRequest) (*pb.Stat
 
 // GetReplicaList implements MasterService.
 func (s *Service) GetReplicaList(_ context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
-	return infoToPB(s.m.GetReplicaList(r.Key)), nil
+	return s.grants.info(infoToPB(s.m.GetReplicaList(r.Key))), nil
 }
 
 // BatchGetReplicaList implements MasterService.
 func (s *Service) BatchGetReplicaList(_ context.Context, r *pb.BatchKeysRequest) (*pb.BatchObjectInfo, error) {
 	out := &pb.BatchObjectInfo{Results: make([]*pb.ObjectInfo, len(r.Keys))}
 	for i, k := range r.Keys {
-		out.Results[i] = infoToPB(s.m.GetReplicaList(k))
+		out.Results[i] = s.grants.info(infoToPB(s.m.GetReplicaList(k)))
 	}
 	s.m.TouchChains(r.Keys)
 	return out, nil
@@ -328,7 +329,7 @@ func (s *Service) batchExistBits(payload []byte) ([]byte, uint8) {
 // Remove implements MasterService.
 func (s *Service) Remove(_ context.Context, r *pb.RemoveRequest) (*pb.RemoveResponse, error) {
 	tombs, err := s.m.RemoveHeaders(r.Key, r.Force)
-	return &pb.RemoveResponse{Status: status(err), Tombstones: refsToPB(tombs)}, nil
+	return &pb.RemoveResponse{Status: status(err), Tombstones: s.grants.tombs(refsToPB(tombs))}, nil
 }
 
 // BatchRemove implements MasterService.
@@ -338,7 +339,7 @@ func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.
 		tombs, err := s.m.RemoveHeaders(rm.Key, rm.Force)
 		out.Results[i] = status(err)
 		if room := maxReplyTombstones - len(out.Tombstones); room > 0 { // the nodes zero the rest
-			out.Tombstones = append(out.Tombstones, refsToPB(tombs[:min(room, len(tombs))])...)
+			out.Tombstones = append(out.Tombstones, s.grants.tombs(refsToPB(tombs[:min(room, len(tombs))]))...)
 		}
 	}
 	return out, nil
@@ -372,14 +373,14 @@ func (s *Service) removePages(mt master.Matcher, force, paged bool, after string
 	}
 	if paged {
 		p := s.m.RemovePageFrom(mt, force, after, int(limit))
-		return &pb.CountResponse{Status: status(nil), Count: int64(p.Removed), Tombstones: refsToPB(p.Tombstones), Next: p.Next}
+		return &pb.CountResponse{Status: status(nil), Count: int64(p.Removed), Tombstones: s.grants.tombs(refsToPB(p.Tombstones)), Next: p.Next}
 	}
 	out := &pb.CountResponse{Status: status(nil)}
 	for {
 		p := s.m.RemovePageFrom(mt, force, after, master.RemoveChunk)
 		out.Count += int64(p.Removed)
 		if room := maxReplyTombstones - len(out.Tombstones); room > 0 {
-			out.Tombstones = append(out.Tombstones, refsToPB(p.Tombstones[:min(room, len(p.Tombstones))])...)
+			out.Tombstones = append(out.Tombstones, s.grants.tombs(refsToPB(p.Tombstones[:min(room, len(p.Tombstones))]))...)
 		}
 		if p.Next == "" {
 			return out
