@@ -89,7 +89,7 @@ func deniedTotal(t *testing.T, n *storenode.Node) int {
 // serving both clients.
 func TestGrantsStore(t *testing.T) {
 	keys := grantKeys(t)
-	const lease = 400 * time.Millisecond
+	const lease = 3 * time.Second
 	c := newGrantCluster(t, master.Config{LeaseTTL: lease}, 1, 4<<20, keys)
 	node := c.nodes[0]
 	victim, attacker := grantClient(c), grantClient(c)
@@ -185,7 +185,7 @@ func TestGrantsStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return buf, eng.Transfer(ctx, []transfer.Request{{Op: op, Local: transfer.AddrOf(buf), Segment: sid, Remote: remote, Length: n, Grant: g}})
+		return buf, eng.Transfer(ctx, []transfer.Request{{Op: op, Local: transfer.AddrOf(buf), Segment: sid, Remote: remote, Length: n, Grant: string(g)}})
 	}
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
@@ -202,6 +202,7 @@ func TestGrantsStore(t *testing.T) {
 		})
 	}
 	// Legit uses of the same grants pass: the checks are exact, not blanket.
+	mine = info("mine")
 	if got, err := run(transfer.OpRead, mine.Addr, int(mine.Size), mine.Grant); err != nil || !bytes.Equal(got, value("mine", 64<<10)) {
 		t.Fatalf("own read with own grant: %v", err)
 	}

@@ -55,10 +55,11 @@ type Request struct {
 	Remote  uint64 // address inside ONE buffer registered by the peer
 	Length  int
 	// Grant is an encoded grant (package internal/grant) covering the
-	// remote extent, for a peer that checks grants (Config.Grants); nil
-	// otherwise. Requests of a batch that share one grant should share
-	// its slice: it is then sent once per lane.
-	Grant []byte
+	// remote extent, for a peer that checks grants (Config.Grants); ""
+	// otherwise. Requests that share one grant should share the string
+	// (not copies of it): a lane sends a grant once and then recognises
+	// it by its data pointer.
+	Grant string
 }
 
 // Batch is a submitted set of requests. Poll it with Status or block with

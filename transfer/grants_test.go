@@ -7,7 +7,14 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/grant"
+	"github.com/kvcache-go/mooncake/internal/wire"
 )
+
+func TestGrantFitsAFrame(t *testing.T) {
+	if grant.MaxEncoded > wire.MaxGrant {
+		t.Fatalf("a grant may be %d bytes, a lane takes %d", grant.MaxEncoded, wire.MaxGrant)
+	}
+}
 
 func testKeys(t testing.TB, key string) *grant.Keyring {
 	t.Helper()
@@ -90,7 +97,7 @@ func TestGrantsAdversarial(t *testing.T) {
 		if op == OpWrite {
 			fill(local, 99)
 		}
-		err = ini.Transfer(ctxT(t), []Request{{Op: op, Local: AddrOf(local), Segment: seg, Remote: remote, Length: n, Grant: g}})
+		err = ini.Transfer(ctxT(t), []Request{{Op: op, Local: AddrOf(local), Segment: seg, Remote: remote, Length: n, Grant: string(g)}})
 		_ = ini.Close()
 		return err
 	}
@@ -138,7 +145,7 @@ func TestGrantsAdversarial(t *testing.T) {
 	if err := ini.RegisterBytes(local, ""); err != nil {
 		t.Fatal(err)
 	}
-	b, err := ini.Submit(ctxT(t), []Request{{Op: OpRead, Local: AddrOf(local), Segment: seg, Remote: base + objA, Length: objLen, Grant: readA}})
+	b, err := ini.Submit(ctxT(t), []Request{{Op: OpRead, Local: AddrOf(local), Segment: seg, Remote: base + objA, Length: objLen, Grant: string(readA)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +160,7 @@ func TestGrantsAdversarial(t *testing.T) {
 		t.Fatal("granted read returned wrong bytes")
 	}
 	fill(local, 5)
-	if err := ini.Transfer(ctxT(t), []Request{{Op: OpWrite, Local: AddrOf(local), Segment: seg, Remote: base + objA, Length: objLen, Grant: writeA}}); err != nil {
+	if err := ini.Transfer(ctxT(t), []Request{{Op: OpWrite, Local: AddrOf(local), Segment: seg, Remote: base + objA, Length: objLen, Grant: string(writeA)}}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(mem[objA:objA+objLen], local[:objLen]) || !bytes.Equal(mem[:objA], orig[:objA]) || !bytes.Equal(mem[objA+objLen:], orig[objA+objLen:]) {
@@ -191,9 +198,10 @@ func TestGrantsLargeTransfer(t *testing.T) {
 		_ = ini.RegisterBytes(local, "")
 		_ = ini.RegisterBytes(back, "")
 		fill(local, 3)
-		var g []byte
+		var g string
 		if on {
-			g, _ = keys.Encode(grant.Grant{Segment: tgt.Name(), Addr: uint64(AddrOf(remote)), Length: size, Mode: grant.Read | grant.Write, Expires: time.Now().Add(time.Minute)})
+			b, _ := keys.Encode(grant.Grant{Segment: tgt.Name(), Addr: uint64(AddrOf(remote)), Length: size, Mode: grant.Read | grant.Write, Expires: time.Now().Add(time.Minute)})
+			g = string(b)
 		}
 		if err := ini.Transfer(ctxT(t), []Request{{Op: OpWrite, Local: AddrOf(local), Segment: seg, Remote: uint64(AddrOf(remote)), Length: size, Grant: g}}); err != nil {
 			t.Fatal(err)

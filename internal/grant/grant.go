@@ -3,6 +3,7 @@ package grant
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,6 +11,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,8 +39,10 @@ const (
 	fixedLen   = 1 + 1 + 1 + 4 + 8*5 + 1 + 1
 	MaxSegment = 255
 	MaxTenant  = 255
+	// MaxExtents bounds the extents of one grant beyond the first.
+	MaxExtents = 1024
 	// MaxEncoded bounds an encoded grant.
-	MaxEncoded = fixedLen + MaxSegment + MaxTenant + macLen
+	MaxEncoded = fixedLen + MaxSegment + MaxTenant + 2 + 16*MaxExtents + macLen
 )
 
 // Errors; test with errors.Is.
@@ -65,15 +70,46 @@ type Grant struct {
 	Tenant  string
 	Lease   uint64 // request or lease id, for the issuer's bookkeeping
 	Nonce   uint64 // random, unique per grant
+	// Extents are more extents the grant covers, beyond [Addr,
+	// Addr+Length): sorted by address, not overlapping (the KV blocks of
+	// one P/D request are one grant).
+	Extents []Extent
 }
 
-// Covers reports whether g allows mode on [addr, addr+n).
+// Extent is [Addr, Addr+Length).
+type Extent struct{ Addr, Length uint64 }
+
+func (x Extent) covers(addr, end uint64) bool { return addr >= x.Addr && end <= x.Addr+x.Length }
+
+// Covers reports whether g allows mode on [addr, addr+n) (inside one of
+// its extents).
 func (g *Grant) Covers(mode Mode, addr, n uint64) bool {
-	if g.Mode&mode != mode || n == 0 || addr < g.Addr {
+	end := addr + n
+	if g.Mode&mode != mode || n == 0 || end < addr {
 		return false
 	}
-	end := addr + n
-	return end > addr && end <= g.Addr+g.Length
+	if (Extent{g.Addr, g.Length}).covers(addr, end) {
+		return true
+	}
+	// The last extent starting at or before addr.
+	i := sort.Search(len(g.Extents), func(i int) bool { return g.Extents[i].Addr > addr })
+	return i > 0 && g.Extents[i-1].covers(addr, end)
+}
+
+// ExtentsOf sorts extents, merges those that touch or overlap and drops
+// empty ones: the form Grant.Extents takes.
+func ExtentsOf(xs []Extent) []Extent {
+	xs = slices.DeleteFunc(slices.Clone(xs), func(x Extent) bool { return x.Length == 0 })
+	slices.SortFunc(xs, func(a, b Extent) int { return cmp.Compare(a.Addr, b.Addr) })
+	out := xs[:0]
+	for _, x := range xs {
+		if k := len(out) - 1; k >= 0 && x.Addr <= out[k].Addr+out[k].Length {
+			out[k].Length = max(out[k].Addr+out[k].Length, x.Addr+x.Length) - out[k].Addr
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
 }
 
 // Keyring holds the shared keys by id. Safe for concurrent use; read-only
@@ -146,8 +182,11 @@ func NewKeyHex() string {
 // Encode signs g with the keyring's current key (setting g.KeyID, and a
 // random Nonce when zero) and returns its encoding.
 func (k *Keyring) Encode(g Grant) ([]byte, error) {
-	if len(g.Segment) > MaxSegment || len(g.Tenant) > MaxTenant {
-		return nil, fmt.Errorf("%w: segment or tenant name too long", ErrMalformed)
+	if len(g.Segment) > MaxSegment || len(g.Tenant) > MaxTenant || len(g.Extents) > MaxExtents {
+		return nil, fmt.Errorf("%w: segment or tenant name too long, or too many extents", ErrMalformed)
+	}
+	if err := checkExtents(g); err != nil {
+		return nil, err
 	}
 	g.KeyID = k.current
 	if g.Nonce == 0 {
@@ -171,6 +210,11 @@ func (k *Keyring) sign(g Grant, key []byte) []byte {
 	b = append(b, g.Segment...)
 	b = append(b, byte(len(g.Tenant)))
 	b = append(b, g.Tenant...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(g.Extents)))
+	for _, x := range g.Extents {
+		b = binary.BigEndian.AppendUint64(b, x.Addr)
+		b = binary.BigEndian.AppendUint64(b, x.Length)
+	}
 	m := hmac.New(sha256.New, key)
 	m.Write(b)
 	return m.Sum(b)
@@ -210,12 +254,37 @@ func Decode(b []byte) (Grant, int, error) {
 	p += sl
 	tl := int(b[p])
 	p++
-	if p+tl+macLen != len(b) {
+	if p+tl+2+macLen > len(b) {
 		return g, 0, fmt.Errorf("%w: tenant length %d", ErrMalformed, tl)
 	}
 	g.Tenant = string(b[p : p+tl])
 	p += tl
+	nx := int(binary.BigEndian.Uint16(b[p:]))
+	p += 2
+	if nx > MaxExtents || p+16*nx+macLen != len(b) {
+		return g, 0, fmt.Errorf("%w: %d extents in %d bytes", ErrMalformed, nx, len(b)-p-macLen)
+	}
+	if nx > 0 {
+		g.Extents = make([]Extent, nx)
+		for i := range g.Extents {
+			g.Extents[i] = Extent{binary.BigEndian.Uint64(b[p:]), binary.BigEndian.Uint64(b[p+8:])}
+			p += 16
+		}
+	}
+	if err := checkExtents(g); err != nil {
+		return g, 0, err
+	}
 	return g, p, nil
+}
+
+// checkExtents: non-empty, no overflow, sorted, not overlapping.
+func checkExtents(g Grant) error {
+	for i, x := range g.Extents {
+		if x.Length == 0 || x.Addr+x.Length < x.Addr || (i > 0 && x.Addr < g.Extents[i-1].Addr+g.Extents[i-1].Length) {
+			return fmt.Errorf("%w: extent %d %#x+%d", ErrMalformed, i, x.Addr, x.Length)
+		}
+	}
+	return nil
 }
 
 // Verifier checks grants against a keyring and a clock. Safe for

@@ -181,6 +181,8 @@ func FuzzDecode(f *testing.F) {
 	keys := ring(f, 1, "0123456789abcdef0123")
 	g, _ := keys.Encode(Grant{Segment: "127.0.0.1:1234", Addr: 1 << 40, Length: 4096, Mode: Read | Write, Expires: time.Unix(2000, 0), Tenant: "acme", Lease: 3})
 	f.Add(g)
+	gx, _ := keys.Encode(Grant{Segment: "d:1", Addr: 64, Length: 64, Extents: []Extent{{256, 64}, {1024, 4096}}, Mode: Write, Flags: FlagOneShot, Expires: time.Unix(2000, 0)})
+	f.Add(gx)
 	f.Add([]byte{})
 	f.Add(g[:len(g)-1])
 	v := NewVerifier(keys, func() time.Time { return time.Unix(1000, 0) })
@@ -192,7 +194,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if n+macLen != len(b) || d.Length == 0 || d.Addr+d.Length < d.Addr {
+		if n+macLen != len(b) || d.Length == 0 || d.Addr+d.Length < d.Addr || checkExtents(d) != nil {
 			t.Fatalf("decoded %+v n=%d len=%d", d, n, len(b))
 		}
 		// Re-signing the decoded fields gives the same signed bytes.
@@ -206,4 +208,43 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestExtents(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	keys := ring(t, 1, "0123456789abcdef0123")
+	v := NewVerifier(keys, c.now)
+	xs := ExtentsOf([]Extent{{500, 100}, {100, 50}, {150, 10}, {0, 0}, {900, 10}, {550, 100}})
+	want := []Extent{{100, 60}, {500, 150}, {900, 10}}
+	if len(xs) != len(want) {
+		t.Fatalf("ExtentsOf = %v", xs)
+	}
+	for i := range want {
+		if xs[i] != want[i] {
+			t.Fatalf("ExtentsOf = %v", xs)
+		}
+	}
+	b, err := keys.Encode(Grant{Segment: "d", Addr: xs[0].Addr, Length: xs[0].Length, Extents: xs[1:], Mode: Write, Expires: c.t.Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := v.NewSet("d")
+	if err := s.Install(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr, n uint64
+		ok      bool
+	}{
+		{100, 60, true}, {120, 10, true}, {500, 150, true}, {600, 50, true}, {900, 10, true},
+		{99, 2, false}, {155, 10, false}, {160, 1, false}, {499, 1, false}, {640, 11, false}, {905, 10, false}, {0, 1, false},
+		{1 << 40, 1, false},
+	} {
+		if err := s.Allow(Write, tc.addr, tc.n); (err == nil) != tc.ok {
+			t.Errorf("Allow(%d, %d) = %v", tc.addr, tc.n, err)
+		}
+	}
+	if _, err := keys.Encode(Grant{Segment: "d", Addr: 1, Length: 1, Extents: []Extent{{10, 5}, {12, 5}}, Mode: Write}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("overlapping extents encoded: %v", err)
+	}
 }

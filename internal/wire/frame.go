@@ -142,7 +142,7 @@ const (
 	StatusDenied     byte = 4 // no valid grant covers the range
 
 	// MaxGrant bounds an OpGrant payload.
-	MaxGrant = 1024
+	MaxGrant = 20 << 10
 )
 
 // Both data headers start alike: the opcode or status, the flags, two

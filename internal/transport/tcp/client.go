@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvcache-go/mooncake/internal/wire"
 )
@@ -84,8 +85,8 @@ type Op struct {
 	Tries  int // free for the Completer (retry bookkeeping)
 	// Grant, when set, is an encoded grant (package internal/grant) that
 	// covers the slice: the lane sends it (OpGrant) before the slice unless
-	// it sent the same grant (the same backing array) recently.
-	Grant []byte
+	// it sent the same grant (the same string data) recently.
+	Grant string
 
 	id   uint64
 	lane *lane
@@ -306,7 +307,7 @@ func (l *lane) writer() {
 		hdrs, bufs = hdrs[:0], bufs[:0]
 		start := 0
 		for _, op := range take {
-			if op.Grant != nil && !l.sentGrant(op.Grant) {
+			if op.Grant != "" && !l.sentGrant(op.Grant) {
 				var b [wire.ReqHeaderSize]byte
 				(&wire.ReqHeader{Op: wire.OpGrant, Length: uint64(len(op.Grant))}).Put(b[:])
 				hdrs = append(hdrs, b[:]...)
@@ -358,10 +359,11 @@ func (l *lane) writer() {
 }
 
 // sentGrant reports whether the lane sent g recently, and remembers it
-// as sent. Grants are told apart by their backing array: the same grant
-// in a new array is sent again, which costs bytes, not correctness.
-func (l *lane) sentGrant(g []byte) bool {
-	p := &g[0]
+// as sent. Grants are told apart by their data pointer (the ring keeps
+// the strings alive, so a pointer is not reused while remembered): the
+// same grant in a copy is sent again, which costs bytes, not correctness.
+func (l *lane) sentGrant(g string) bool {
+	p := unsafe.StringData(g)
 	for _, s := range l.sent {
 		if s == p {
 			return true
