@@ -720,7 +720,7 @@ func (c *Client) readReplica(ctx context.Context, until time.Time, r *pb.Replica
 		return 0, fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 	}
 	read := func(lo, hi int) error {
-		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo}})
+		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo, Grant: string(r.Grant)}})
 	}
 	if len(buf) < pipelineMin {
 		if err := read(0, len(buf)); err != nil {

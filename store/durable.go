@@ -73,7 +73,7 @@ func headerWrites(hdr []byte, reps []*pb.Replica, segs []transfer.SegmentID) []t
 	}
 	reqs := make([]transfer.Request, len(reps))
 	for i, r := range reps {
-		reqs[i] = transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(hdr), Segment: segs[i], Remote: r.Addr - uint64(len(hdr)), Length: len(hdr)}
+		reqs[i] = transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(hdr), Segment: segs[i], Remote: r.Addr - uint64(len(hdr)), Length: len(hdr), Grant: string(r.Grant)}
 	}
 	return reqs
 }
@@ -99,7 +99,7 @@ func (c *Client) zeroHeaders(ctx context.Context, refs []*pb.HeaderRef) {
 			c.log.Warn("store: zero removed header", "segment", r.Endpoint, "err", err)
 			continue
 		}
-		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(zero), Segment: seg, Remote: r.Addr, Length: len(zero)})
+		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(zero), Segment: seg, Remote: r.Addr, Length: len(zero), Grant: string(r.Grant)})
 	}
 	if err := c.mover.Transfer(ctx, reqs); err != nil {
 		c.log.Warn("store: zero removed headers", "n", len(reqs), "err", err)

@@ -2,6 +2,8 @@ package transfer
 
 import (
 	"fmt"
+
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"log/slog"
 	"net"
 	"runtime"
@@ -68,6 +70,15 @@ type Config struct {
 	Device       Device
 	StageChunk   int
 	StageBuffers int
+	// Grants, when set, makes this engine's memory capability-checked:
+	// every incoming READ and WRITE must lie inside a grant (package
+	// internal/grant) for this segment, of the right mode, installed on the
+	// connection that carries it, signed with one of the verifier's keys
+	// and still valid; others fail at the initiator with ErrDenied and
+	// touch nothing. Shared memory is then not offered to peers (a peer
+	// that mapped a memfd could touch all of it): they use TCP. Not with
+	// Transport "inproc". See grants.go.
+	Grants *grant.Verifier
 }
 
 func (c Config) withDefaults() Config {
@@ -143,6 +154,9 @@ func (c Config) Validate() error {
 	switch c.Transport {
 	case TransportAuto, TransportTCP, TransportShm:
 	case TransportInproc:
+		if c.Grants != nil {
+			return fmt.Errorf("transfer: config: transport inproc does not check grants")
+		}
 		if c.InprocHub == nil {
 			return fmt.Errorf("transfer: config: transport inproc needs an InprocHub (NewHub) shared by the engines that reach each other")
 		}

@@ -325,8 +325,8 @@ func (e *Engine) descriptor() wire.Segment {
 	}
 	for i, b := range bs {
 		s.Buffers[i] = wire.Buffer{Name: "buf" + strconv.FormatUint(b.ID, 10), Addr: b.Addr, Length: b.Length,
-			Location: b.Location, Shareable: b.Shareable, ID: b.ID}
-		if b.Device {
+			Location: b.Location, Shareable: b.Shareable && e.cfg.Grants == nil, ID: b.ID}
+		if b.Device && e.cfg.Grants == nil {
 			e.describeDevice(&s.Buffers[i])
 		}
 	}

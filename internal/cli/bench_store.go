@@ -18,7 +18,7 @@ import (
 func newBenchStoreCmd() *cobra.Command {
 	var (
 		sizesFlag, clientsFlag, segSizeFlag, redisFlag, transport string
-		servers                                                   string
+		servers, grants                                           string
 		nodes, rounds                                             int
 		duration                                                  time.Duration
 		security                                                  bool
@@ -67,7 +67,7 @@ the first eviction and reports the segment utilisation reached.`,
 				return &ExitError{Code: 2, Err: err}
 			}
 			cfg := benchstore.Config{Sizes: sizes, Clients: clients, SegmentSize: seg,
-				Nodes: nodes, Duration: duration, Rounds: rounds, Redis: redisFlag, Transport: transport, Servers: servers}
+				Nodes: nodes, Duration: duration, Rounds: rounds, Redis: redisFlag, Transport: transport, Servers: servers, Grants: grants}
 			if servers != benchstore.ServersInProcess {
 				if cfg.Binary, err = os.Executable(); err != nil {
 					return err
@@ -90,6 +90,7 @@ the first eviction and reports the segment utilisation reached.`,
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
 	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts (on/off ratios, pools side by side in this process)")
 	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients always run in this process`)
+	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed`)
 	return cmd
 }
 
@@ -145,6 +146,28 @@ func printBenchStore(out io.Writer, res *benchstore.Result) {
 			fmt.Fprintf(out, "  %s %s %s x%d: GB/s %.2fx, p50 %.2fx\n", r.System, r.Op, formatSize(uint64(r.Size)), r.Clients,
 				r.GBps()/p.GBps(), float64(r.P50)/float64(p.P50))
 		}
+	}
+	printGrantRatios(out, res)
+}
+
+// printGrantRatios prints grants on vs off (ops/s ratio) for every phase
+// measured both ways (--grants both).
+func printGrantRatios(out io.Writer, res *benchstore.Result) {
+	header := false
+	for _, r := range res.Rows {
+		if r.System != benchstore.SystemGrants {
+			continue
+		}
+		off := res.Find(benchstore.SystemInProcess, r.Op, r.Size, r.Clients)
+		if off == nil || off.Ops == 0 || r.Ops == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(out, "grants on vs off (ops/s ratio, same run; p50 ratio, lower is better):")
+			header = true
+		}
+		fmt.Fprintf(out, "  %s %s x%d: ops/s %.3fx, p50 %.2fx\n", r.Op, formatSize(uint64(r.Size)), r.Clients,
+			r.OpsPerSec()/off.OpsPerSec(), float64(r.P50)/float64(off.P50))
 	}
 }
 

@@ -25,6 +25,7 @@ func newMasterCmd() *cobra.Command {
 		port, httpPort int
 		strategy       string
 		secret         string
+		grantKeyFile   string
 		evictPolicy    string
 		verbose        bool
 		ha             haFlags
@@ -60,6 +61,11 @@ GOMEMLIMIT in the environment applies too.`,
 			}
 			cfg.Core.Strategy = master.Strategy(strategy)
 			cfg.Secret = secretOr(secret)
+			keys, err := grantKeys(grantKeyFile)
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			cfg.Grants = keys
 			cfg.Core.EvictionPolicy = evict.Kind(evictPolicy)
 			cfg.Logger = cmdLogger(cmd, verbose)
 			if err := cfg.Validate(); err != nil {
@@ -111,6 +117,7 @@ GOMEMLIMIT in the environment applies too.`,
 	f.DurationVar(&cfg.TickInterval, "tick", 10*time.Millisecond, "period of liveness, timeout and eviction checks")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	f.StringVar(&secret, "secret", "", "cluster secret (default $MOONCAKE_SECRET): when set, remove all, remove by regex and unmount (gRPC) and every non-GET admin HTTP call need \"authorization: Bearer <secret>\"; reads stay open")
+	f.StringVar(&grantKeyFile, "grant-key-file", "", grantKeyUsage)
 	ha.register(f)
 	events.register(f)
 	security.register(f)

@@ -20,6 +20,7 @@ type Service struct {
 	// segTenant is the tenant that mounted each segment (tenants on):
 	// only it, or an admin, may unmount it.
 	segTenant sync.Map // segment name -> tenant name
+	grants    *granter // nil: no data-path grants (grants.go)
 }
 
 // NewService wraps a core.
@@ -230,7 +231,7 @@ func (s *Service) putStart(ns string, r *pb.PutStartRequest) *pb.PutStartRespons
 	if len(reps) > 0 {
 		out.Seq, out.HeaderLen = reps[0].Seq, reps[0].HeaderLen
 	}
-	return out
+	return s.grants.put(out)
 }
 
 // PutStart implements MasterService.
@@ -263,13 +264,13 @@ func (s *Service) putCommit(ns string, r *pb.PutCommitRequest) *pb.PutCommitResp
 		out.Status = status(s.m.PutEnd(r.ClientId, key, r.Crc32C))
 	} else {
 		tombs, gone, err := s.m.PutCommit(r.ClientId, key, r.Slot, r.Crc32C, rc, r.Upsert)
-		out.Status, out.SlotGone, out.Tombstones = status(err), gone, refsToPB(tombs)
+		out.Status, out.SlotGone, out.Tombstones = status(err), gone, s.grants.tombs(refsToPB(tombs))
 	}
 	keyLen := r.ReserveKeyLen + uint64(len(ns)) // the slot's header carries the namespace too
 	if out.Status.Code == 0 && !out.SlotGone && r.ReserveSize > 0 && r.ReserveKeyLen > 0 && keyLen <= uint64(s.m.Config().MaxKeyLen) {
 		if slot, reps, err := s.m.PutReserve(r.ClientId, r.ReserveSize, int(keyLen), rc); err == nil && len(reps) > 0 {
 			out.NextSlot = slot
-			out.Next = &pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen, KeyPrefix: ns}
+			out.Next = s.grants.put(&pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen, KeyPrefix: ns})
 		}
 	}
 	return out
@@ -297,7 +298,7 @@ func (s *Service) PutRevoke(ctx context.Context, r *pb.PutRevokeRequest) (*pb.St
 func (s *Service) GetReplicaList(ctx context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
 	ns := callerOf(ctx).Namespace
 	info, err := s.m.GetReplicaList(scope(ns, r.Key))
-	return infoToPB(ns, info, err), nil
+	return s.grants.info(infoToPB(ns, info, err)), nil
 }
 
 // BatchGetReplicaList implements MasterService.
@@ -307,7 +308,7 @@ func (s *Service) BatchGetReplicaList(ctx context.Context, r *pb.BatchKeysReques
 	out := &pb.BatchObjectInfo{Results: make([]*pb.ObjectInfo, len(keys))}
 	for i, k := range keys {
 		info, err := s.m.GetReplicaList(k)
-		out.Results[i] = infoToPB(ns, info, err)
+		out.Results[i] = s.grants.info(infoToPB(ns, info, err))
 	}
 	s.m.TouchChains(keys)
 	return out, nil
@@ -360,7 +361,7 @@ func (s *Service) batchExistBits(ns string, payload []byte) ([]byte, uint8) {
 // Remove implements MasterService.
 func (s *Service) Remove(ctx context.Context, r *pb.RemoveRequest) (*pb.RemoveResponse, error) {
 	tombs, err := s.m.RemoveHeaders(scope(callerOf(ctx).Namespace, r.Key), r.Force)
-	return &pb.RemoveResponse{Status: status(err), Tombstones: refsToPB(tombs)}, nil
+	return &pb.RemoveResponse{Status: status(err), Tombstones: s.grants.tombs(refsToPB(tombs))}, nil
 }
 
 // BatchRemove implements MasterService.
@@ -371,7 +372,7 @@ func (s *Service) BatchRemove(ctx context.Context, r *pb.BatchRemoveRequest) (*p
 		tombs, err := s.m.RemoveHeaders(scope(ns, rm.Key), rm.Force)
 		out.Results[i] = status(err)
 		if room := maxReplyTombstones - len(out.Tombstones); room > 0 { // the nodes zero the rest
-			out.Tombstones = append(out.Tombstones, refsToPB(tombs[:min(room, len(tombs))])...)
+			out.Tombstones = append(out.Tombstones, s.grants.tombs(refsToPB(tombs[:min(room, len(tombs))]))...)
 		}
 	}
 	return out, nil
@@ -415,14 +416,14 @@ func (s *Service) removePages(ns string, mt master.Matcher, force, paged bool, a
 		if next != "" {
 			next = unscope(ns, next)
 		}
-		return &pb.CountResponse{Status: status(nil), Count: int64(p.Removed), Tombstones: refsToPB(p.Tombstones), Next: next}
+		return &pb.CountResponse{Status: status(nil), Count: int64(p.Removed), Tombstones: s.grants.tombs(refsToPB(p.Tombstones)), Next: next}
 	}
 	out := &pb.CountResponse{Status: status(nil)}
 	for {
 		p := s.m.RemovePageFrom(mt, force, after, master.RemoveChunk)
 		out.Count += int64(p.Removed)
 		if room := maxReplyTombstones - len(out.Tombstones); room > 0 {
-			out.Tombstones = append(out.Tombstones, refsToPB(p.Tombstones[:min(room, len(p.Tombstones))])...)
+			out.Tombstones = append(out.Tombstones, s.grants.tombs(refsToPB(p.Tombstones[:min(room, len(p.Tombstones))]))...)
 		}
 		if p.Next == "" {
 			return out

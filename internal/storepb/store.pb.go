@@ -172,11 +172,16 @@ func (x *Segment) GetPromotionOnHit() bool {
 }
 
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Segment       string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
-	Endpoint      string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Addr          uint64                 `protobuf:"varint,3,opt,name=addr,proto3" json:"addr,omitempty"`
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Segment  string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	Endpoint string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Addr     uint64                 `protobuf:"varint,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Size     uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// A signed grant (internal/grant) for this replica's extent, when the
+	// master has a grant key: WRITE on a placement, READ on a replica list.
+	// The client passes it with its transfers; storage nodes that check
+	// grants refuse transfers without one.
+	Grant         []byte `protobuf:"bytes,5,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -237,6 +242,13 @@ func (x *Replica) GetSize() uint64 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *Replica) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type ReplicateConfig struct {
@@ -345,7 +357,9 @@ type HeaderRef struct {
 	Seq      uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Evicted to the disk tier: the node copies the object to disk before
 	// zeroing its header (the whole object stays allocated until then).
-	Offload       bool `protobuf:"varint,6,opt,name=offload,proto3" json:"offload,omitempty"`
+	Offload bool `protobuf:"varint,6,opt,name=offload,proto3" json:"offload,omitempty"`
+	// A WRITE grant for the header, for the client that zeroes it.
+	Grant         []byte `protobuf:"bytes,7,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -420,6 +434,13 @@ func (x *HeaderRef) GetOffload() bool {
 		return x.Offload
 	}
 	return false
+}
+
+func (x *HeaderRef) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type PingRequest struct {
@@ -2800,12 +2821,13 @@ const file_store_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x19\n" +
 	"\bdisk_url\x18\x05 \x01(\tR\adiskUrl\x12(\n" +
 	"\x10offload_on_evict\x18\x06 \x01(\bR\x0eoffloadOnEvict\x12(\n" +
-	"\x10promotion_on_hit\x18\a \x01(\bR\x0epromotionOnHit\"g\n" +
+	"\x10promotion_on_hit\x18\a \x01(\bR\x0epromotionOnHit\"}\n" +
 	"\aReplica\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\x04R\x04addr\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\xfe\x01\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x14\n" +
+	"\x05grant\x18\x05 \x01(\fR\x05grant\"\xfe\x01\n" +
 	"\x0fReplicateConfig\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12-\n" +
 	"\x12preferred_segments\x18\x02 \x03(\tR\x11preferredSegments\x12\x19\n" +
@@ -2814,14 +2836,15 @@ const file_store_proto_rawDesc = "" +
 	"\bhard_pin\x18\x05 \x01(\bR\ahardPin\x12\x1f\n" +
 	"\vpromote_seq\x18\x06 \x01(\x04R\n" +
 	"promoteSeq\x12\"\n" +
-	"\rkeep_soft_pin\x18\a \x01(\bR\vkeepSoftPin\"\x99\x01\n" +
+	"\rkeep_soft_pin\x18\a \x01(\bR\vkeepSoftPin\"\xaf\x01\n" +
 	"\tHeaderRef\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\x04R\x04addr\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x18\n" +
-	"\aoffload\x18\x06 \x01(\bR\aoffload\"\xda\x01\n" +
+	"\aoffload\x18\x06 \x01(\bR\aoffload\x12\x14\n" +
+	"\x05grant\x18\a \x01(\fR\x05grant\"\xda\x01\n" +
 	"\vPingRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
 	"\x06zeroed\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\x06zeroed\x126\n" +

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -47,7 +48,19 @@ type Config struct {
 	// round by round with Redis. The clients always run in this process.
 	Servers string
 	Binary  string // the mooncake binary, for ServersProcess and ServersBoth
+	// Grants: GrantsOff ("" too) runs the in-process cluster without
+	// data-path grants; GrantsOn with them (the master signs, the nodes
+	// check; rows SystemGrants); GrantsBoth runs both clusters, alternated
+	// round by round, so their ratio comes from one run.
+	Grants string
 }
+
+// Grants settings (Config.Grants).
+const (
+	GrantsOff  = "off"
+	GrantsOn   = "on"
+	GrantsBoth = "both"
+)
 
 // Validate checks the run before anything starts.
 func (c Config) Validate() error {
@@ -68,6 +81,11 @@ func (c Config) Validate() error {
 	case "", ServersInProcess, ServersProcess, ServersBoth:
 	default:
 		return fmt.Errorf("bench store: --servers %q: want inproc, process or both", c.Servers)
+	}
+	switch c.Grants {
+	case "", GrantsOff, GrantsOn, GrantsBoth:
+	default:
+		return fmt.Errorf("bench store: --grants %q: want off, on or both", c.Grants)
 	}
 	if c.Nodes < 1 || c.Duration <= 0 || c.Rounds < 1 || c.SegmentSize == 0 {
 		return errors.New("--nodes, --rounds and --duration must be positive")
@@ -143,11 +161,24 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 	if cfg.Servers == "" || cfg.Servers == ServersInProcess || cfg.Servers == ServersBoth {
-		c, err := inProcessCluster(ctx, cfg, maxClients, maxSize)
-		if err != nil {
-			return nil, err
+		if cfg.Grants != GrantsOn {
+			c, err := inProcessCluster(ctx, cfg, maxClients, maxSize, nil)
+			if err != nil {
+				return nil, err
+			}
+			clusters = append(clusters, c)
 		}
-		clusters = append(clusters, c)
+		if cfg.Grants == GrantsOn || cfg.Grants == GrantsBoth {
+			keys, err := grant.ParseKeys([]byte("1:" + grant.NewKeyHex()))
+			if err != nil {
+				return nil, err
+			}
+			c, err := inProcessCluster(ctx, cfg, maxClients, maxSize, keys)
+			if err != nil {
+				return nil, err
+			}
+			clusters = append(clusters, c)
+		}
 	}
 	if cfg.Servers == ServersProcess || cfg.Servers == ServersBoth {
 		c := cluster{system: SystemProcess}
@@ -372,15 +403,20 @@ func (c cluster) close() {
 }
 
 // inProcessCluster starts a master and cfg.Nodes storage nodes in this
-// process and n clients.
-func inProcessCluster(ctx context.Context, cfg Config, n, maxSize int) (c cluster, err error) {
+// process and n clients; with keys, the master signs grants and the nodes
+// check them (rows SystemGrants).
+func inProcessCluster(ctx context.Context, cfg Config, n, maxSize int, keys *grant.Keyring) (c cluster, err error) {
 	c.system = SystemInProcess
+	var verifier *grant.Verifier
+	if keys != nil {
+		c.system, verifier = SystemGrants, grant.NewVerifier(keys, nil)
+	}
 	defer func() {
 		if err != nil {
 			c.close()
 		}
 	}()
-	srv, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond})
+	srv, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Grants: keys})
 	if err != nil {
 		return c, err
 	}
@@ -393,7 +429,7 @@ func inProcessCluster(ctx context.Context, cfg Config, n, maxSize int) (c cluste
 	}
 	for range cfg.Nodes {
 		nd, err := storenode.Start(ctx, storenode.Config{Master: srv.Addr(), SegmentSize: cfg.SegmentSize,
-			Engine: transfer.Config{Transport: cfg.Transport}, UnmountGrace: 100 * time.Millisecond})
+			Engine: transfer.Config{Transport: cfg.Transport, Grants: verifier}, UnmountGrace: 100 * time.Millisecond})
 		if err != nil {
 			return c, err
 		}

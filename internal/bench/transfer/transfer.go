@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"io"
 	"os"
 	"os/exec"
@@ -41,6 +42,17 @@ type Config struct {
 	Device       string
 	TargetDevice string
 	CUDALib      string
+	// GrantKey, when set (hex, at least 16 bytes), turns data-path grants
+	// on: the target checks them, the initiator sends one grant per thread
+	// for the extent that thread moves.
+	GrantKey string
+}
+
+func (c *Config) grantKeys() (*grant.Keyring, error) {
+	if c.GrantKey == "" {
+		return nil, nil
+	}
+	return grant.ParseKeys([]byte("1:" + c.GrantKey))
 }
 
 // Validate checks the run.
@@ -121,7 +133,15 @@ type Target struct {
 // StartTarget opens the target engine, registers its buffer (managed memory
 // for shm) and starts the raw-TCP baseline sink.
 func StartTarget(ctx context.Context, c Config) (*Target, error) {
-	e, err := transfer.Open(ctx, engineConfig(c))
+	ecfg := engineConfig(c)
+	keys, err := c.grantKeys()
+	if err != nil {
+		return nil, err
+	}
+	if keys != nil {
+		ecfg.Grants = grant.NewVerifier(keys, nil)
+	}
+	e, err := transfer.Open(ctx, ecfg)
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +315,10 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 	if c.Op == "read" {
 		op = transfer.OpRead
 	}
+	keys, err := c.grantKeys()
+	if err != nil {
+		return Result{}, err
+	}
 	// The machine's limit is measured before and after the run (half each)
 	// and averaged, so that load changes during the run cancel out.
 	bd := min(max(c.Duration/2, 500*time.Millisecond), 2*time.Second) / 2
@@ -329,9 +353,19 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 			defer wg.Done()
 			reqs := make([]transfer.Request, c.BatchSize)
 			rbase := target.Addr + uint64((th%remoteSlots)*per)
+			var g string
+			if keys != nil {
+				b, err := keys.Encode(grant.Grant{Segment: target.Segment, Addr: rbase, Length: uint64(per), Mode: grant.Read | grant.Write,
+					Expires: time.Now().Add(c.Duration + 5*time.Minute)})
+				if err != nil {
+					errs[th] = err
+					return
+				}
+				g = string(b)
+			}
 			for i := range reqs {
 				reqs[i] = transfer.Request{Op: op, Local: localBase + uintptr(th*per+i*c.BlockSize), Segment: seg,
-					Remote: rbase + uint64(i*c.BlockSize), Length: c.BlockSize}
+					Remote: rbase + uint64(i*c.BlockSize), Length: c.BlockSize, Grant: g}
 			}
 			for runCtx.Err() == nil {
 				t0 := time.Now()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
 	"github.com/kvcache-go/mooncake/internal/wire"
 )
@@ -41,6 +42,12 @@ type ServerConfig struct {
 	Bulk    chan struct{}
 	BulkMin uint64
 	Express bool
+	// Grants, when set, makes the lane capability-checked: every READ and
+	// WRITE must lie inside a grant for Segment that the peer installed on
+	// this lane (OpGrant) and that is still valid; others are answered
+	// StatusDenied without touching memory (a WRITE's payload is drained).
+	Grants  *grant.Verifier
+	Segment string
 }
 
 // BulkStall bounds how long a lane may hold a bulk token while moving one payload.
@@ -64,7 +71,12 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 		hb        [wire.ReqHeaderSize]byte
 		lastLarge bool
 		o         = &outbox{out: make([]byte, 0, 64<<10)}
+		gs        *grant.Set
+		gbuf      []byte
 	)
+	if cfg.Grants != nil {
+		gs = cfg.Grants.NewSet(cfg.Segment)
+	}
 	defer o.release()
 	st, _ := mem.(Stager)
 	for {
@@ -94,7 +106,32 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			_ = o.flush(conn, cfg)
 			return err
 		}
+		if h.Op == wire.OpGrant {
+			// Verified once here; the lane's READs and WRITEs are then
+			// checked against the set with a few comparisons each. A grant
+			// that does not verify is counted by the verifier and dropped.
+			if gbuf == nil {
+				gbuf = make([]byte, wire.MaxGrant)
+			}
+			if _, err := io.ReadFull(r, gbuf[:h.Length]); err != nil {
+				return err
+			}
+			if gs != nil {
+				_ = gs.Install(gbuf[:h.Length])
+			}
+			continue
+		}
 		lastLarge = h.Op == wire.OpWrite && h.Length > inlineMax
+		if gs != nil && !allowed(gs, h) {
+			if h.Op == wire.OpWrite {
+				if _, err := io.CopyN(io.Discard, r, int64(h.Length)); err != nil {
+					return err
+				}
+				lastLarge = false
+			}
+			o.header(&wire.RespHeader{ID: h.ID, Status: wire.StatusDenied})
+			continue
+		}
 		if h.Op != wire.OpWrite {
 			// READ: the response (and its payload) joins the outbox; the
 			// payload is sent by the next flush, gathered with its neighbours
@@ -125,6 +162,15 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			return err
 		}
 	}
+}
+
+// allowed reports whether the lane's grants cover request h.
+func allowed(gs *grant.Set, h wire.ReqHeader) bool {
+	mode := grant.Read
+	if h.Op == wire.OpWrite {
+		mode = grant.Write
+	}
+	return gs.Allow(mode, h.Addr, h.Length) == nil
 }
 
 // outbox gathers a lane's responses: headers and small READ payloads are
@@ -278,6 +324,9 @@ var (
 	ErrPeerDown  = errors.New("peer connection lost")
 	ErrProtocol  = errors.New("protocol error")
 	ErrBadStatus = errors.New("peer reported a bad request")
+	// ErrDenied: the peer checks grants and none of this lane's covered
+	// the slice.
+	ErrDenied = errors.New("peer refused: no grant covers the range")
 )
 
 func statusErr(s byte) error {
@@ -288,6 +337,8 @@ func statusErr(s byte) error {
 		return ErrRejected
 	case wire.StatusChecksum:
 		return ErrChecksum
+	case wire.StatusDenied:
+		return ErrDenied
 	default:
 		return fmt.Errorf("%w (status %d)", ErrBadStatus, s)
 	}
