@@ -170,14 +170,17 @@ func (x *Index) store(s *stream, in storedIn) {
 		s.stats.OwnersFull += n
 		return
 	}
-	seqs := make([]uint64, len(in.hashes))
+	if cap(x.seqBuf) < len(in.hashes) {
+		x.seqBuf = make([]uint64, len(in.hashes))
+	}
+	seqs := x.seqBuf[:len(in.hashes)]
 	bs := in.id.BlockSize
 	switch {
 	case len(in.tokens) > 0 && len(in.tokens) == len(in.hashes)*bs:
 		var parent uint64
 		hasParent := false
 		if in.parent != nil && !in.root {
-			a, ok := h.alias[hashKey(*in.parent)]
+			a, ok := lookup(c, h, hashKey(*in.parent))
 			if !ok {
 				s.stats.Orphaned += n
 				x.releaseIfEmpty(s, c, h)
@@ -185,7 +188,13 @@ func (x *Index) store(s *stream, in storedIn) {
 			}
 			parent, hasParent = a.seq, true
 		}
-		toks := Tokens32(in.tokens)
+		if cap(x.tokBuf) < len(in.tokens) {
+			x.tokBuf = make([]uint32, len(in.tokens))
+		}
+		toks := x.tokBuf[:len(in.tokens)]
+		for i, v := range in.tokens {
+			toks[i] = uint32(v)
+		}
 		for i := range in.hashes {
 			parent = x.h.Next(parent, hasParent, toks[i*bs:(i+1)*bs])
 			hasParent = true
@@ -212,12 +221,13 @@ func (x *Index) store(s *stream, in storedIn) {
 	}
 	bit := uint64(1) << h.slot
 	for i, hh := range in.hashes {
-		if seqs[i] == 0 && s.reg.Kind.shared() {
+		seq := seqs[i]
+		if seq == 0 && s.reg.Kind.shared() {
 			continue // unresolved, counted
 		}
 		k := hashKey(hh)
-		a, had := h.alias[k]
-		if had && a.seq != seqs[i] {
+		a, had := lookup(c, h, k)
+		if had && a.seq != seq {
 			// The publisher reuses a hash for other content: the old block is gone.
 			x.dropAlias(c, h, k, a, bit)
 			a, had = alias{}, false
@@ -226,17 +236,39 @@ func (x *Index) store(s *stream, in storedIn) {
 			s.stats.StoredDuplicate++
 			continue
 		}
-		if !x.setBit(c, seqs[i], t, bit) {
+		if !x.setBit(c, seq, t, bit) {
 			s.stats.CapacityDropped++
 			continue
 		}
-		a.seq = seqs[i]
-		a.tiers |= 1 << t
-		h.alias[k] = a
+		if k != seq {
+			p, _ := h.alias.Ptr(k)
+			p.seq = seq
+			p.tiers |= 1 << t
+		}
 		h.live[t]++
 		s.stats.BlocksStored++
 	}
 	x.releaseIfEmpty(s, c, h)
+}
+
+// lookup is what h holds under published key k: its alias, or the block
+// k itself when the publisher names blocks by their sequence hash.
+func lookup(c *ctx, h *held, k uint64) (alias, bool) {
+	if a, ok := h.alias.Get(k); ok {
+		return a, true
+	}
+	e := c.blocks.Find(k)
+	if e == nil {
+		return alias{}, false
+	}
+	a := alias{seq: k}
+	bit := uint64(1) << h.slot
+	for t := Tier(0); t < numTiers; t++ {
+		if e[t]&bit != 0 {
+			a.tiers |= 1 << t
+		}
+	}
+	return a, a.tiers != 0
 }
 
 func (x *Index) dropAlias(c *ctx, h *held, k uint64, a alias, bit uint64) {
@@ -246,12 +278,12 @@ func (x *Index) dropAlias(c *ctx, h *held, k uint64, a alias, bit uint64) {
 			h.live[t]--
 		}
 	}
-	delete(h.alias, k)
+	h.alias.Delete(k)
 }
 
 // releaseIfEmpty frees a slot taken for an event that indexed nothing.
 func (x *Index) releaseIfEmpty(s *stream, c *ctx, h *held) {
-	if len(h.alias) == 0 {
+	if h.total() == 0 {
 		x.freeSlot(s, c, h)
 	}
 }
@@ -266,21 +298,21 @@ func (x *Index) remove(s *stream, medium string, hs []kvevents.Hash) {
 		k := hashKey(hh)
 		found := false
 		for c, h := range s.in {
-			a, ok := h.alias[k]
+			a, ok := lookup(c, h, k)
 			if !ok || a.tiers&(1<<t) == 0 {
 				continue
 			}
 			found = true
 			x.clearBit(c, a.seq, t, uint64(1)<<h.slot)
-			a.tiers &^= 1 << t
 			h.live[t]--
-			if a.tiers == 0 {
-				delete(h.alias, k)
-			} else {
-				h.alias[k] = a
+			if a.seq != k {
+				p := h.alias.Find(k)
+				if p.tiers &^= 1 << t; p.tiers == 0 {
+					h.alias.Delete(k)
+				}
 			}
 			s.stats.BlocksRemoved++
-			if len(h.alias) == 0 {
+			if h.total() == 0 {
 				x.freeSlot(s, c, h)
 			}
 			break
@@ -316,7 +348,7 @@ func (x *Index) resolveKey(c *ctx, h kvevents.Hash) (uint64, bool) {
 			continue
 		}
 		if oh := o.in[c]; oh != nil {
-			if a, ok := oh.alias[k]; ok {
+			if a, ok := oh.alias.Get(k); ok {
 				return a.seq, true
 			}
 		}

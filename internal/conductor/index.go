@@ -142,18 +142,23 @@ type masks [numTiers]uint64
 // ctx is one context's blocks and owners.
 type ctx struct {
 	id     Identity
-	blocks map[uint64]masks // sequence hash -> owners per tier
+	blocks table[masks] // sequence hash -> owners per tier
 	owners [MaxOwners]*stream
 	used   uint64 // owner slots in use
 	shared uint64 // slots of shared pools
 }
 
-// held is what one stream holds in one context.
+// held is what one stream holds in one context. Blocks published under
+// their own sequence hash (standard publishers) are only bits in the
+// context's table; alias keeps the others: published hash key -> sequence
+// hash and the tiers held.
 type held struct {
 	slot  uint8
-	alias map[uint64]alias // published hash key -> sequence hash and tiers
+	alias table[alias]
 	live  [numTiers]int
 }
+
+func (h *held) total() int { return h.live[0] + h.live[1] + h.live[2] }
 
 type alias struct {
 	seq   uint64
@@ -199,6 +204,9 @@ type Index struct {
 	streams map[StreamKey]*stream
 	ctxs    map[Identity]*ctx
 	blocks  int // distinct blocks over all contexts
+
+	seqBuf []uint64 // scratch of Apply (x.mu held)
+	tokBuf []uint32
 }
 
 // New returns an empty index.
@@ -271,7 +279,7 @@ func (x *Index) Stats() map[StreamKey]StreamStats {
 		st := s.stats
 		st.Live = 0
 		for _, h := range s.in {
-			st.Live += len(h.alias)
+			st.Live += h.total()
 		}
 		out[k] = st
 	}
@@ -293,28 +301,51 @@ func (x *Index) dropStream(s *stream) {
 }
 
 // dropHeld clears s's bits in c, in tier t or in every tier (t ==
-// numTiers); the slot is freed when nothing is left.
+// numTiers); the slot is freed when nothing is left. It scans the
+// context's blocks: a clear costs what the context holds.
 func (x *Index) dropHeld(s *stream, c *ctx, t Tier) {
 	h := s.in[c]
 	if h == nil {
 		return
 	}
 	bit := uint64(1) << h.slot
-	for k, a := range h.alias {
+	var seqs []uint64
+	c.blocks.Range(func(k uint64, m masks) bool {
 		for tt := Tier(0); tt < numTiers; tt++ {
-			if (t == numTiers || t == tt) && a.tiers&(1<<tt) != 0 {
-				x.clearBit(c, a.seq, tt, bit)
-				a.tiers &^= 1 << tt
-				h.live[tt]--
+			if (t == numTiers || t == tt) && m[tt]&bit != 0 {
+				seqs = append(seqs, k)
+				break
 			}
 		}
-		if a.tiers == 0 {
-			delete(h.alias, k)
-		} else {
-			h.alias[k] = a
+		return true
+	})
+	for _, k := range seqs {
+		for tt := Tier(0); tt < numTiers; tt++ {
+			if t == numTiers || t == tt {
+				x.clearBit(c, k, tt, bit)
+			}
 		}
 	}
-	if len(h.alias) == 0 {
+	if t == numTiers {
+		h.alias = table[alias]{}
+		h.live = [numTiers]int{}
+	} else {
+		h.live[t] = 0
+		var keys []uint64
+		h.alias.Range(func(k uint64, a alias) bool {
+			if a.tiers&(1<<t) != 0 {
+				keys = append(keys, k)
+			}
+			return true
+		})
+		for _, k := range keys {
+			p := h.alias.Find(k)
+			if p.tiers &^= 1 << t; p.tiers == 0 {
+				h.alias.Delete(k)
+			}
+		}
+	}
+	if h.total() == 0 {
 		x.freeSlot(s, c, h)
 	}
 }
@@ -325,37 +356,35 @@ func (x *Index) freeSlot(s *stream, c *ctx, h *held) {
 	c.shared &^= bit
 	c.owners[h.slot] = nil
 	delete(s.in, c)
-	if c.used == 0 && len(c.blocks) == 0 {
+	if c.used == 0 && c.blocks.Len() == 0 {
 		delete(x.ctxs, c.id)
 	}
 }
 
 func (x *Index) clearBit(c *ctx, seq uint64, t Tier, bit uint64) {
-	e, ok := c.blocks[seq]
-	if !ok {
+	e := c.blocks.Find(seq)
+	if e == nil {
 		return
 	}
 	e[t] &^= bit
-	if e == (masks{}) {
-		delete(c.blocks, seq)
+	if *e == (masks{}) {
+		c.blocks.Delete(seq)
 		x.blocks--
-		return
 	}
-	c.blocks[seq] = e
 }
 
 // setBit marks seq held by bit in tier t; false when the block is new and
 // the index is at capacity.
 func (x *Index) setBit(c *ctx, seq uint64, t Tier, bit uint64) bool {
-	e, ok := c.blocks[seq]
-	if !ok {
+	e := c.blocks.Find(seq)
+	if e == nil {
 		if x.cfg.MaxBlocks > 0 && x.blocks >= x.cfg.MaxBlocks {
 			return false
 		}
 		x.blocks++
+		e, _ = c.blocks.Ptr(seq)
 	}
 	e[t] |= bit
-	c.blocks[seq] = e
 	return true
 }
 
@@ -364,7 +393,7 @@ func (x *Index) setBit(c *ctx, seq uint64, t Tier, bit uint64) bool {
 func (x *Index) heldIn(s *stream, id Identity) (*ctx, *held) {
 	c := x.ctxs[id]
 	if c == nil {
-		c = &ctx{id: id, blocks: map[uint64]masks{}}
+		c = &ctx{id: id}
 		x.ctxs[id] = c
 	}
 	if h := s.in[c]; h != nil {
@@ -379,7 +408,7 @@ func (x *Index) heldIn(s *stream, id Identity) (*ctx, *held) {
 		c.shared |= 1 << slot
 	}
 	c.owners[slot] = s
-	h := &held{slot: slot, alias: map[uint64]alias{}}
+	h := &held{slot: slot}
 	s.in[c] = h
 	return c, h
 }

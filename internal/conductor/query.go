@@ -146,28 +146,37 @@ func walk(c *ctx, track uint64, n int, seqAt func(i int, prev uint64) uint64, le
 	dev, host, disk := track, uint64(0), uint64(0)
 	shared := c.shared
 	var seq uint64
+	// Hashes are computed a chunk ahead of the lookups, so that the
+	// table's cache misses of one chunk overlap.
+	var chunk [32]uint64
 	i := 0
-	for ; i < n && dev|host|disk != 0; i++ {
-		seq = seqAt(i, seq)
-		e := c.blocks[seq] // zero masks when absent
-		H, K := e[TierHost], e[TierDisk]
-		if H&shared != 0 {
-			H = ^uint64(0)
+	for i < n && dev|host|disk != 0 {
+		m := min(len(chunk), n-i)
+		for j := 0; j < m; j++ {
+			seq = seqAt(i+j, seq)
+			chunk[j] = seq
 		}
-		if K&shared != 0 {
-			K = ^uint64(0)
+		for j := 0; j < m && dev|host|disk != 0; j, i = j+1, i+1 {
+			e, _ := c.blocks.Get(chunk[j]) // zero masks when absent
+			H, K := e[TierHost], e[TierDisk]
+			if H&shared != 0 {
+				H = ^uint64(0)
+			}
+			if K&shared != 0 {
+				K = ^uint64(0)
+			}
+			devFall := dev &^ e[TierDevice]
+			dev &= e[TierDevice]
+			record(devFall, i, &lens[TierDevice])
+			hc := host | devFall
+			hostFall := hc &^ H
+			host = hc & H
+			record(hostFall, i, &lens[TierHost])
+			dc := disk | hostFall
+			out := dc &^ K
+			disk = dc & K
+			record(out, i, &lens[TierDisk])
 		}
-		devFall := dev &^ e[TierDevice]
-		dev &= e[TierDevice]
-		record(devFall, i, &lens[TierDevice])
-		hc := host | devFall
-		hostFall := hc &^ H
-		host = hc & H
-		record(hostFall, i, &lens[TierHost])
-		dc := disk | hostFall
-		out := dc &^ K
-		disk = dc & K
-		record(out, i, &lens[TierDisk])
 	}
 	record(dev, i, &lens[TierDevice])
 	record(dev|host, i, &lens[TierHost])
@@ -252,7 +261,7 @@ func (x *Index) GlobalView() View {
 	v := View{Contexts: []ContextView{}, Blocks: x.blocks}
 	for _, c := range x.ctxs {
 		cv := ContextView{Tenant: c.id.Tenant, Model: c.id.Model, Lora: c.id.Lora, Salt: c.id.Salt, BlockSize: c.id.BlockSize,
-			PrefixCount: len(c.blocks), Instances: map[string][]int{}, Blocks: map[string]int{}}
+			PrefixCount: c.blocks.Len(), Instances: map[string][]int{}, Blocks: map[string]int{}}
 		for _, o := range c.owners {
 			if o == nil {
 				continue
