@@ -70,4 +70,3 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
-

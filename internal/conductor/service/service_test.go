@@ -20,7 +20,9 @@ import (
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak)) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak))
+}
 
 // start runs a service on a loopback port until the test ends.
 func start(t *testing.T) (*Service, string) {
