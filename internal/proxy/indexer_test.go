@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/conductor/service"
+	"github.com/kvcache-go/mooncake/internal/kvevents"
+	"github.com/kvcache-go/mooncake/internal/tokenizer"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
+)
+
+func TestParseIndexerAnswer(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want map[string]TierBlocks
+	}{
+		{`{"default": {"a": {"longest_matched": 256, "GPU": 128, "DP": {"0": 128}, "CPU": 256, "DISK": 0}}}`, map[string]TierBlocks{"a": {2, 4, 4}}},
+		{`{"instances": {"a": {"longest_matched": 64, "gpu": 64, "cpu": 64, "disk": 64}, "b": {"longest_matched": 192}}}`,
+			map[string]TierBlocks{"a": {1, 1, 1}, "b": {0, 0, 3}}},
+		{`{"default": {}}`, map[string]TierBlocks{}},
+	} {
+		got, err := parseIndexerAnswer([]byte(c.body), 64)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: %v %v, want %v", c.body, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{`[]`, `{"default": 3}`, `{"instances": []}`} {
+		if _, err := parseIndexerAnswer([]byte(bad), 64); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+// Tiers weigh: a device prefix beats the same prefix on the host, which
+// beats the same on disk, which beats nothing; the conductor loads a
+// host prefix when that beats recomputing it.
+func TestPoliciesWeighTiers(t *testing.T) {
+	blocks := make([]uint64, 10)
+	kv := NewKVAware(KVAwareConfig{})
+	for _, c := range []struct {
+		a, b TierBlocks
+		want int
+	}{
+		{TierBlocks{8, 8, 8}, TierBlocks{0, 8, 8}, 0},
+		{TierBlocks{0, 0, 8}, TierBlocks{0, 8, 8}, 1},
+		{TierBlocks{0, 0, 0}, TierBlocks{0, 0, 4}, 1},
+		{TierBlocks{2, 2, 2}, TierBlocks{0, 8, 8}, 1}, // 6 host blocks at 0.75 beat 2 on device
+	} {
+		a, b := c.a, c.b
+		if got := kv.Pick(blocks, []Load{{ID: "a", Cached: &a}, {ID: "b", Cached: &b}}); got != c.want {
+			t.Errorf("kvcache-aware %v vs %v: picked %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+	cond := NewConductor(ConductorConfig{BlockBytes: 16})
+	dev, host, none := TierBlocks{8, 8, 8}, TierBlocks{0, 8, 8}, TierBlocks{}
+	p := cond.Plan(blocks, 160, []Load{{ID: "a", Cached: &none}, {ID: "b", Cached: &host}, {ID: "c", Cached: &dev}})
+	if p.Index != 2 || p.PrefixTokens != 128 {
+		t.Fatalf("conductor: %+v", p)
+	}
+	p = cond.Plan(blocks, 160, []Load{{ID: "a", Cached: &none}, {ID: "b", Cached: &host}})
+	m := DefaultCostModel()
+	if want := m.Prefill(32, 128) + m.Load(128, 0); p.Index != 1 || p.PrefixTokens != 128 || p.Prefill < want-1e-12 || p.Prefill > want+1e-12 {
+		t.Fatalf("conductor host: %+v (want prefill %v)", p, want)
+	}
+	// Disk slower than recomputing: not taken.
+	slowDisk := NewConductor(ConductorConfig{BlockBytes: 16, Cost: CostModel{Fixed: 0.01, PerToken: 1e-5, DiskPerToken: 1e-4}})
+	disk := TierBlocks{0, 0, 8}
+	if p := slowDisk.Plan(blocks, 160, []Load{{ID: "a", Cached: &disk}}); p.PrefixTokens != 0 {
+		t.Fatalf("slow disk taken: %+v", p)
+	}
+}
+
+// The proxy routes with a remote `mooncake conductor` over HTTP, fed by a
+// real ZMQ publisher: the prompt goes to the instance holding it.
+func TestProxyRoutesWithRemoteIndexer(t *testing.T) {
+	svc := service.New(service.Config{})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); svc.Run(ctx, ln) }()
+	defer func() { cancel(); wg.Wait() }()
+	indexURL := "http://" + ln.Addr().String()
+
+	pub, err := kvevents.NewPublisher(kvevents.Config{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); pub.Run(ctx) }()
+	<-pub.Ready()
+	ep, rep := pub.Endpoints()
+
+	a, b, d := newFake(t, true), newFake(t, true), newFake(t, false, "x")
+	for _, r := range []struct{ id, ep string }{{"engine-a", "tcp://127.0.0.1:1"}, {"engine-b", ep}} {
+		body, _ := json.Marshal(map[string]any{"endpoint": r.ep, "replay_endpoint": rep, "type": "vLLM", "modelname": "tiny",
+			"instance_id": r.id, "block_size": 16, "dp_rank": 0})
+		resp, err := http.Post(indexURL+"/register", "application/json", strings.NewReader(string(body)))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("register %s: %v %v", r.id, err, resp)
+		}
+		resp.Body.Close()
+	}
+	prompt := strings.Repeat("This prefix is cached on engine b, the indexer knows it. ", 3)
+	toks := tokenizer.ByteLevel{}.Encode(prompt, true)
+	n := len(toks) / 16
+	var hs []kvevents.Hash
+	for i := 0; i < n; i++ {
+		hs = append(hs, kvevents.IntHash(uint64(1000+i)))
+	}
+	pub.Publish(kvevents.BlockStored{BlockHashes: hs, TokenIDs: toks[:16*n], BlockSize: 16, Medium: "GPU"})
+	waitfor.Cond(t, 10*time.Second, "the indexer holds b's blocks", func() bool {
+		pub.Publish()
+		return svc.Index().Blocks() == n
+	})
+
+	p, err := New(Config{Prefill: []string{a.spec() + ",id=engine-a", b.spec() + ",id=engine-b"}, Decode: []string{d.srv.URL},
+		PrefillPolicy: PolicyConductor, Indexer: IndexerConfig{URL: indexURL}, HealthInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, _ := net.Listen("tcp", "127.0.0.1:0")
+	pctx, pcancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx, pl) }()
+	defer func() { pcancel(); <-done }()
+	waitfor.Cond(t, 10*time.Second, "proxy ready", p.Ready)
+	body, _ := json.Marshal(map[string]any{"model": "tiny", "prompt": prompt, "max_tokens": 3})
+	for i := 0; i < 3; i++ {
+		if code, out, _ := post(t, "http://"+pl.Addr().String()+"/v1/completions", string(body)); code != 200 {
+			t.Fatalf("%d %s", code, out)
+		}
+		waitfor.Cond(t, 5*time.Second, "prefill half done", func() bool {
+			return p.prefill[0].inflight.Load() == 0 && p.prefill[1].inflight.Load() == 0
+		})
+	}
+	waitfor.Cond(t, 5*time.Second, "prefill halves", func() bool { return len(b.got())+len(a.got()) == 3 })
+	if len(b.got()) != 3 {
+		t.Fatalf("prefill halves: a %d, b %d; want all on b", len(a.got()), len(b.got()))
+	}
+	if m := metrics(t, "http://"+pl.Addr().String()); !strings.Contains(m, `mooncake_proxy_indexer_queries_total{result="ok"} 3`) {
+		t.Fatalf("indexer metrics:\n%s", m)
+	}
+	// The indexer gone: requests still route (without it), counted.
+	cancel()
+	if code, out, _ := post(t, "http://"+pl.Addr().String()+"/v1/completions", string(body)); code != 200 {
+		t.Fatalf("without the indexer: %d %s", code, out)
+	}
+	if m := metrics(t, "http://"+pl.Addr().String()); !strings.Contains(m, `mooncake_proxy_indexer_queries_total{result="error"} 1`) {
+		t.Fatalf("indexer error not counted:\n%s", m)
+	}
+}
