@@ -41,6 +41,7 @@ type BPE struct {
 	gpt2         bool
 	added        map[byte][]addedToken // by first byte, longest first
 	byteChar     [256]string
+	prefix       []int // special tokens before a prompt (post processor)
 
 	mu    sync.Mutex
 	cache map[string][]int // pre-token -> ids (bounded)
@@ -68,9 +69,10 @@ func LoadBPE(path string) (*BPE, error) {
 			ID      int    `json:"id"`
 			Content string `json:"content"`
 		} `json:"added_tokens"`
-		Normalizer   *struct{ Type string } `json:"normalizer"`
-		PreTokenizer json.RawMessage        `json:"pre_tokenizer"`
-		Model        struct {
+		Normalizer    *struct{ Type string } `json:"normalizer"`
+		PreTokenizer  json.RawMessage        `json:"pre_tokenizer"`
+		PostProcessor json.RawMessage        `json:"post_processor"`
+		Model         struct {
 			Type         string          `json:"type"`
 			Vocab        map[string]int  `json:"vocab"`
 			Merges       json.RawMessage `json:"merges"`
@@ -124,7 +126,58 @@ func LoadBPE(path string) (*BPE, error) {
 	for b, r := range byteToRune() {
 		t.byteChar[b] = string(r)
 	}
+	t.prefix = templatePrefix(f.PostProcessor)
 	return t, nil
+}
+
+// templatePrefix reads the special tokens a TemplateProcessing post
+// processor (alone or in a Sequence) puts before a single sequence: Llama
+// 3's <|begin_of_text|>.
+func templatePrefix(raw json.RawMessage) []int {
+	var pp struct {
+		Type       string            `json:"type"`
+		Processors []json.RawMessage `json:"processors"`
+		Single     []struct {
+			SpecialToken *struct{ ID string } `json:"SpecialToken"`
+			Sequence     *struct{ ID string } `json:"Sequence"`
+		} `json:"single"`
+		SpecialTokens map[string]struct {
+			IDs []int `json:"ids"`
+		} `json:"special_tokens"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &pp) != nil {
+		return nil
+	}
+	switch pp.Type {
+	case "Sequence":
+		for _, p := range pp.Processors {
+			if ids := templatePrefix(p); ids != nil {
+				return ids
+			}
+		}
+	case "TemplateProcessing":
+		var ids []int
+		for _, piece := range pp.Single {
+			if piece.Sequence != nil {
+				break
+			}
+			if piece.SpecialToken != nil {
+				ids = append(ids, pp.SpecialTokens[piece.SpecialToken.ID].IDs...)
+			}
+		}
+		if ids == nil {
+			ids = []int{}
+		}
+		return ids
+	}
+	return nil
+}
+
+// EncodePrompt is Encode with the special tokens the file's post
+// processor puts before a prompt (add_special_tokens, as engines encode a
+// completion prompt).
+func (t *BPE) EncodePrompt(text string) []int {
+	return append(append([]int(nil), t.prefix...), t.Encode(text)...)
 }
 
 // preTokenizer accepts Sequence[Split(pattern, Isolated), ByteLevel(no

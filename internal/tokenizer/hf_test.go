@@ -84,6 +84,9 @@ func TestBPEGPT2Style(t *testing.T) {
 		"added_tokens":  []map[string]any{{"id": 300, "content": "<|endoftext|>"}},
 		"pre_tokenizer": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
 		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{"h e", "he l", "hel l", "hell o", sp + " w"}},
+		"post_processor": map[string]any{"type": "Sequence", "processors": []any{map[string]any{"type": "ByteLevel"},
+			map[string]any{"type": "TemplateProcessing", "single": []any{map[string]any{"SpecialToken": map[string]any{"id": "<|endoftext|>"}},
+				map[string]any{"Sequence": map[string]any{"id": "A"}}}, "special_tokens": map[string]any{"<|endoftext|>": map[string]any{"ids": []int{300}}}}}},
 	})
 	p := filepath.Join(t.TempDir(), "tokenizer.json")
 	os.WriteFile(p, body, 0o644)
@@ -95,6 +98,9 @@ func TestBPEGPT2Style(t *testing.T) {
 	want := []int{259, 260, 'o', 300, '\'', 's', ' ', ' ', 'x'}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v want %v", got, want)
+	}
+	if got := tk.EncodePrompt("hello"); !reflect.DeepEqual(got, []int{300, 259}) {
+		t.Fatalf("prompt with the template's BOS: %v", got)
 	}
 }
 
