@@ -76,6 +76,13 @@ type Config struct {
 	// prefix it reports per instance (a prefill spec's id= names the
 	// instance there; default its URL) instead of the embedded index.
 	Indexer IndexerConfig
+	// Tokenizer is how prompts become the token ids KV blocks are named by
+	// (with KV events or an indexer): TokenizerByteLevel (ours, default),
+	// TokenizerEngine (POST /tokenize to a healthy prefill instance, as
+	// vLLM and our engine answer), or the path of the model's
+	// tokenizer.json (completion prompts encoded here; chat requests, which
+	// need the model's chat template, still ask the engine).
+	Tokenizer string
 	// Tiers weighs host and disk blocks for the kvcache-aware policy
 	// (zero: DefaultTierWeights).
 	Tiers TierWeights

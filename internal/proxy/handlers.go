@@ -67,9 +67,9 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 	blocks, promptTokens := PromptBlocks(prompt, p.cfg.BlockBytes), len(prompt)
 	var cached map[string]TierBlocks
 	if p.events != nil || p.indexer != nil {
-		toks := PromptTokens(endpoint, req)
+		toks := p.promptTokens(r.Context(), endpoint, req)
 		blocks, promptTokens = kvevents.PromptBlocks("", p.cfg.EventBlockSize, toks), len(toks)
-		if p.indexer != nil {
+		if p.indexer != nil && toks != nil {
 			cached = p.queryIndexer(r.Context(), req, toks)
 		}
 	}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/conductor"
 	"github.com/kvcache-go/mooncake/internal/conductor/service"
 	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/tokenizer"
@@ -157,4 +159,110 @@ func TestProxyRoutesWithRemoteIndexer(t *testing.T) {
 	if m := metrics(t, "http://"+pl.Addr().String()); !strings.Contains(m, `mooncake_proxy_indexer_queries_total{result="error"} 1`) {
 		t.Fatalf("indexer error not counted:\n%s", m)
 	}
+}
+
+// With a real tokenizer.json (Llama 3's), the proxy names the blocks the
+// engines announce with their own token ids, through a remote conductor:
+// a repeated prefix goes to the instance holding it. (Skipped without the
+// file: scripts/fetch-tokenizers.sh.)
+func TestProxyRealTokenizerRoutesRepeatedPrefix(t *testing.T) {
+	path := "../tokenizer/testdata/hf/llama3/tokenizer.json"
+	bpe, err := tokenizer.LoadBPE(path)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skipf("%v (run scripts/fetch-tokenizers.sh)", err)
+	}
+	svc := service.New(service.Config{})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); svc.Run(ctx, ln) }()
+	defer func() { cancel(); wg.Wait() }()
+	indexURL := "http://" + ln.Addr().String()
+
+	a, b, c, d := newFake(t, true), newFake(t, true), newFake(t, true), newFake(t, false, "x")
+	pubs := map[string]*kvevents.Publisher{}
+	for _, id := range []string{"a", "b", "c"} {
+		pub, err := kvevents.NewPublisher(kvevents.Config{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", BlockSize: 16, MapEncoding: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); pub.Run(ctx) }()
+		<-pub.Ready()
+		ep, rep := pub.Endpoints()
+		pubs[id] = pub
+		body, _ := json.Marshal(map[string]any{"endpoint": ep, "replay_endpoint": rep, "type": "vLLM", "modelname": "llama3",
+			"instance_id": id, "block_size": 16, "dp_rank": 0})
+		resp, err := http.Post(indexURL+"/register", "application/json", strings.NewReader(string(body)))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("register %s: %v %v", id, err, resp)
+		}
+		resp.Body.Close()
+	}
+	// Engine c has served a long document (its blocks on the device, as
+	// vLLM announces them: its own hashes, the token ids); engine a holds
+	// the same blocks on the host only.
+	doc := strings.Repeat("Mooncake's conductor routes requests to the instance that already holds their prefix; ", 8)
+	toks := bpe.EncodePrompt(doc)
+	n := len(toks) / 16
+	stored := func(medium string) kvevents.BlockStored {
+		var hs []kvevents.Hash
+		for i := 0; i < n; i++ {
+			hs = append(hs, kvevents.BytesHash([]byte(fmt.Sprintf("sha-%d", i))))
+		}
+		return kvevents.BlockStored{BlockHashes: hs, TokenIDs: toks[:16*n], BlockSize: 16, Medium: medium}
+	}
+	pubs["c"].Publish(stored("GPU"))
+	pubs["a"].Publish(stored("CPU"))
+	waitfor.Cond(t, 10*time.Second, "the conductor holds the blocks", func() bool {
+		for _, p := range pubs {
+			p.Publish()
+		}
+		st := svc.Index().Stats()
+		return st[conductorKey("c")].Live == n && st[conductorKey("a")].Live == n
+	})
+	p, err := New(Config{Prefill: []string{a.spec() + ",id=a", b.spec() + ",id=b", c.spec() + ",id=c"}, Decode: []string{d.srv.URL},
+		PrefillPolicy: PolicyKVAware, Tokenizer: path, Indexer: IndexerConfig{URL: indexURL}, HealthInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, _ := net.Listen("tcp", "127.0.0.1:0")
+	pctx, pcancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx, pl) }()
+	defer func() { pcancel(); <-done }()
+	waitfor.Cond(t, 10*time.Second, "proxy ready", p.Ready)
+	// The document with a new question after it: the prefix is c's.
+	body, _ := json.Marshal(map[string]any{"model": "llama3", "prompt": doc + "What does it route on?", "max_tokens": 3})
+	for i := 0; i < 3; i++ {
+		if code, out, _ := post(t, "http://"+pl.Addr().String()+"/v1/completions", string(body)); code != 200 {
+			t.Fatalf("%d %s", code, out)
+		}
+		waitfor.Cond(t, 5*time.Second, "prefill half done", func() bool {
+			return p.prefill[0].inflight.Load()+p.prefill[1].inflight.Load()+p.prefill[2].inflight.Load() == 0
+		})
+	}
+	waitfor.Cond(t, 5*time.Second, "prefill halves", func() bool { return len(a.got())+len(b.got())+len(c.got()) == 3 })
+	if len(c.got()) != 3 {
+		t.Fatalf("prefill halves: a %d, b %d, c %d; want all on c (device)", len(a.got()), len(b.got()), len(c.got()))
+	}
+	// c gone from rotation: the host copy on a beats nothing on b.
+	c.healthy.Store(false)
+	p.CheckNow(context.Background())
+	p.CheckNow(context.Background())
+	if code, out, _ := post(t, "http://"+pl.Addr().String()+"/v1/completions", string(body)); code != 200 {
+		t.Fatalf("%d %s", code, out)
+	}
+	waitfor.Cond(t, 5*time.Second, "prefill half", func() bool { return len(a.got())+len(b.got()) == 1 })
+	if len(a.got()) != 1 {
+		t.Fatalf("without c: a %d, b %d; want a (host copy)", len(a.got()), len(b.got()))
+	}
+}
+
+func conductorKey(id string) conductor.StreamKey {
+	return conductor.StreamKey{Instance: id, Tenant: conductor.DefaultTenant}
 }

@@ -80,6 +80,7 @@ type Proxy struct {
 	conductor *Conductor      // pPol when it is the conductor (its queue gauges), else nil
 	events    *kvevents.Index // fed by the prefill instances' KV events (nil: none)
 	indexer   *indexer        // a remote indexer (nil: none)
+	tok       *promptTokenizer
 	subsMu    sync.Mutex
 	subs      map[string]*kvevents.Subscriber
 
@@ -92,6 +93,7 @@ type Proxy struct {
 	mDisconnect prometheus.Counter
 	mTTFB       prometheus.Histogram
 	mIndexer    *prometheus.CounterVec
+	mTokenize   prometheus.Counter
 	pairs       pairTable // exchanges per (prefill, decode) pair, for the summary
 
 	// life cancels the background upstream requests (prefill halves that
@@ -129,7 +131,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Indexer.URL != "" {
 		p.indexer = &indexer{cfg: cfg.Indexer, client: cfg.Client}
 	}
-	var err error
+	tok, err := newPromptTokenizer(cfg.Tokenizer, cfg.Client)
+	if err != nil {
+		return nil, err
+	}
+	p.tok = tok
 	if p.pPol, p.conductor, err = prefillPolicy(cfg, p.events); err != nil {
 		return nil, err
 	}

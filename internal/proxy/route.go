@@ -78,3 +78,22 @@ func (p *Proxy) queryIndexer(ctx context.Context, req Body, toks []int) map[stri
 	p.mIndexer.WithLabelValues("ok").Inc()
 	return cached
 }
+
+// promptTokens is the request's prompt as its engine tokenizes it
+// (Config.Tokenizer); nil when that failed (counted).
+func (p *Proxy) promptTokens(ctx context.Context, endpoint string, req Body) []int {
+	var engineURL string
+	for _, in := range p.prefill {
+		if h, _, _ := in.snapshot(); h {
+			engineURL = in.url
+			break
+		}
+	}
+	toks, err := p.tok.tokens(ctx, endpoint, req, engineURL)
+	if err != nil {
+		p.mTokenize.Inc()
+		p.log.Debug("prompt not tokenized: routing without cache information", "err", err)
+		return nil
+	}
+	return toks
+}
