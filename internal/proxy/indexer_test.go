@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -265,4 +266,52 @@ func TestProxyRealTokenizerRoutesRepeatedPrefix(t *testing.T) {
 
 func conductorKey(id string) conductor.StreamKey {
 	return conductor.StreamKey{Instance: id, Tenant: conductor.DefaultTenant}
+}
+
+// The engine mode asks a prefill instance's POST /tokenize, with the
+// request's prompt or messages; token ids given are used as they are.
+func TestEngineTokenizer(t *testing.T) {
+	var got []map[string]any
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		got = append(got, body)
+		mu.Unlock()
+		if r.URL.Path != "/tokenize" || body["model"] == "broken" {
+			http.Error(w, `{"error": "no"}`, 400)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"count": 3, "tokens": []int{7, 8, 9}})
+	}))
+	defer srv.Close()
+	tk, err := newPromptTokenizer(TokenizerEngine, srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if ids, err := tk.tokens(ctx, "/v1/chat/completions", Body{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}, srv.URL); err != nil || fmt.Sprint(ids) != "[7 8 9]" {
+		t.Fatalf("chat: %v %v", ids, err)
+	}
+	if ids, err := tk.tokens(ctx, "/v1/completions", Body{"prompt": "abc"}, srv.URL); err != nil || fmt.Sprint(ids) != "[7 8 9]" {
+		t.Fatalf("prompt: %v %v", ids, err)
+	}
+	if ids, err := tk.tokens(ctx, "/v1/completions", Body{"prompt": []any{json.Number("5"), json.Number("6")}}, srv.URL); err != nil || fmt.Sprint(ids) != "[5 6]" {
+		t.Fatalf("ids: %v %v", ids, err)
+	}
+	if _, err := tk.tokens(ctx, "/v1/completions", Body{"model": "broken", "prompt": "x"}, srv.URL); err == nil {
+		t.Fatal("a refused tokenize is not an error")
+	}
+	if _, err := tk.tokens(ctx, "/v1/completions", Body{"prompt": "x"}, ""); err == nil {
+		t.Fatal("no engine is not an error")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 || got[0]["messages"] == nil || got[0]["model"] != "m" || got[1]["prompt"] != "abc" {
+		t.Fatalf("bodies sent: %v", got)
+	}
+	if _, err := newPromptTokenizer("/nonexistent/tokenizer.json", nil); err == nil {
+		t.Fatal("a missing tokenizer file accepted")
+	}
 }
