@@ -138,7 +138,7 @@ func TestRestoreChunked(t *testing.T) {
 }
 
 // TestRestoreChunkTwice: a chunk sent twice (a retried call) is taken
-// once; a chunk out of order ends the session.
+// once; a chunk past the window ends the session.
 func TestRestoreChunkTwice(t *testing.T) {
 	m, _ := newDurable(t)
 	id, err := m.RestoreBegin("c", []SegmentSpec{restoreSpec})
@@ -168,10 +168,10 @@ func TestRestoreChunkTwice(t *testing.T) {
 		}
 	}
 
-	// Out of order: refused, and the session is gone.
+	// Past the window: refused, and the session is gone.
 	m2, _ := newDurable(t)
 	id, _ = m2.RestoreBegin("c", []SegmentSpec{restoreSpec})
-	if _, err := m2.RestoreChunk("c", id, 1, c1); !errors.Is(err, ErrInvalidParams) {
+	if _, err := m2.RestoreChunk("c", id, RestoreWindow, c1); !errors.Is(err, ErrInvalidParams) {
 		t.Fatalf("chunk out of order: %v", err)
 	}
 	if _, err := m2.RestoreChunk("c", id, 0, c0); !errors.Is(err, ErrInvalidParams) {

@@ -159,14 +159,18 @@ func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (
 
 // RemountSegments implements MasterService: one call of a restore session
 // (see RemountSegmentsRequest). The first call (RestoreId 0) opens it with
-// the segments, every call decides its chunk of objects, and the call
-// without More closes it.
+// the segments (sized by Total) and answers the window of chunks the
+// client may send ahead; every call decides its chunk of objects in chunk
+// order (a chunk ahead waits for its turn, at most a client TTL), and the
+// call without More closes it.
 func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
 	caller := callerOf(ctx)
 	for _, sg := range r.Segments {
 		s.segTenant.Store(sg.GetName(), caller.Name)
 	}
 	r.Objects = ownHeld(caller, r.Objects)
+	ctx, cancel := context.WithTimeout(ctx, s.m.Config().ClientTTL)
+	defer cancel()
 	id := r.RestoreId
 	if id == 0 {
 		specs := make([]master.SegmentSpec, len(r.Segments))
@@ -177,17 +181,24 @@ func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequ
 		if id, err = s.m.RestoreBegin(r.ClientId, specs); err != nil {
 			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
 		}
+		if r.Total > 0 {
+			if err := s.m.RestoreExpect(r.ClientId, id, r.Total); err != nil {
+				return &pb.RemountSegmentsResponse{Status: status(err)}, nil
+			}
+		}
 	}
-	res, err := s.m.RestoreChunk(r.ClientId, id, r.Chunk, heldFromPB(r.Objects))
+	res, err := s.m.RestoreChunkContext(ctx, r.ClientId, id, r.Chunk, heldFromPB(r.Objects))
 	if err == nil && !r.More {
 		var end master.RestoreResult
-		end, err = s.m.RestoreEnd(r.ClientId, id)
+		end, err = s.m.RestoreEndContext(ctx, r.ClientId, id)
 		res.Restored, res.Dropped = res.Restored+end.Restored, res.Dropped+end.Dropped
 		res.Tombstones = append(res.Tombstones, end.Tombstones...)
 	}
 	out := &pb.RemountSegmentsResponse{Status: status(err), Restored: int64(res.Restored), Dropped: int64(res.Dropped),
 		Tombstones: refsToPB(res.Tombstones)}
-	if err == nil && r.More {
+	if err == nil && r.More && r.RestoreId == 0 {
+		out.RestoreId, out.Window = id, master.RestoreWindow
+	} else if err == nil && r.More {
 		out.RestoreId = id
 	}
 	return out, nil
