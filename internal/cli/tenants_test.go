@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/etcdtest"
+	"github.com/kvcache-go/mooncake/internal/leader"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 	"github.com/kvcache-go/mooncake/internal/tlsconf/tlstest"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
@@ -63,5 +67,53 @@ func TestTenantsProcesses(t *testing.T) {
 	})
 	if _, e, code := as("token-a-0001", "ls"); code == 0 || !strings.Contains(e, "unauthorized") {
 		t.Fatalf("rotated-out token: %d %q", code, e)
+	}
+}
+
+// TestPolicyFromEtcd: the policy read from an etcd key, and read again
+// after the key changed; a missing key is an error.
+func TestPolicyFromEtcd(t *testing.T) {
+	ep, _ := etcdtest.Start(t)
+	cli, err := leader.NewEtcdClient([]string{ep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "mooncake-store/c1/tenants", "version: 1\ntenants: [{name: a, tokens: [{token: token-a-0001}]}]"); err != nil {
+		t.Fatal(err)
+	}
+	load, closeLoad, err := policyLoader("etcd://" + ep + "/mooncake-store/c1/tenants")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLoad()
+	src, err := tenant.NewSource(ctx, tenant.SourceConfig{Load: load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Set().Authenticate("token-a-0001", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "mooncake-store/c1/tenants", "version: 1\ntenants: [{name: a, tokens: [{token: token-a-0002}]}]"); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := src.Reload(ctx); !changed || err != nil {
+		t.Fatalf("reload: %v %v", changed, err)
+	}
+	if _, err := src.Set().Authenticate("token-a-0001", time.Now()); err == nil {
+		t.Fatal("the old token still works")
+	}
+	missing, closeMissing, err := policyLoader("etcd://" + ep + "/nothing-here")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeMissing()
+	if _, err := missing(ctx); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("missing key: %v", err)
+	}
+	if _, _, err := policyLoader("etcd://nokey"); err == nil {
+		t.Fatal("a URL without a key was accepted")
 	}
 }
