@@ -194,7 +194,7 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 		wg.Go(func() {
 			h := RequireSecret(s.cfg.Secret, AdminHandler(s.core))
 			if auth != nil {
-				h = requireAdmin(auth, AdminHandler(s.core))
+				h = requireAdmin(auth, tenantAdmin(s.cfg.Tenants, s.core, AdminHandler(s.core)))
 			}
 			if err := httpserve.Serve(ctx, httpLn, h, time.Second); err != nil {
 				errc <- fmt.Errorf("master: admin serve: %w", err)
