@@ -86,7 +86,8 @@ type storeState struct {
 type storeArgs struct {
 	host, metadata, protocol, device, master string
 	segmentSize, bufferSize                  uint64
-	disk                                     diskArgs // SSD offload (store_disk.go)
+	disk                                     diskArgs     // SSD offload (store_disk.go)
+	security                                 securityArgs // tenant token and TLS (store_security.go)
 }
 
 // storeEngineArgs is the configuration of a store client's transfer engine.
@@ -119,6 +120,10 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	if err != nil {
 		return nil, err
 	}
+	sec, err := a.security.resolve()
+	if err != nil {
+		return nil, err
+	}
 	for _, w := range warns {
 		logger.Warn("store setup", "note", w)
 	}
@@ -148,7 +153,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	}
 	mover := newNestedMover(eng)
 	scfg := store.Config{Master: a.master, Mover: mover, SegmentSize: a.segmentSize, SegmentName: segName,
-		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Logger: logger.With("store", eng.Name())}
+		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Token: sec.token, TLS: sec.tls, Logger: logger.With("store", eng.Name())}
 	if disk != nil {
 		scfg.Disk = disk
 		scfg.PingInterval = diskPingInterval
@@ -159,7 +164,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 		closeDisk(disk)
 		return nil, err
 	}
-	return &storeState{eng: eng, host: segName, c: c, disk: disk, extra: newExtraSegments(a.master, mover), bufs: map[uint64][]byte{}}, nil
+	return &storeState{eng: eng, host: segName, c: c, disk: disk, extra: newExtraSegments(a.master, mover, sec), bufs: map[uint64][]byte{}}, nil
 }
 
 func (s *storeState) close() error {

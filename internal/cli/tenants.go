@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/kvcache-go/mooncake/internal/leader"
 	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/tenant"
 	"github.com/kvcache-go/mooncake/internal/tlsconf"
@@ -29,7 +31,7 @@ type masterSecurityFlags struct {
 }
 
 func (f *masterSecurityFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.tenants, "tenants", "", "tenant policy file (YAML or JSON; docs/security.md): every call then needs a tenant token or the cluster secret, keys are scoped to the caller's tenant and quotas apply; re-read when it changes (--tenants-reload) and on SIGHUP")
+	fs.StringVar(&f.tenants, "tenants", "", "tenant policy (YAML or JSON; docs/security.md): a file, or an etcd key etcd://HOST:PORT[;HOST:PORT]/KEY; every call then needs a tenant token or the cluster secret, keys are scoped to the caller's tenant and quotas apply; re-read when it changes (--tenants-reload) and on SIGHUP")
 	fs.DurationVar(&f.reload, "tenants-reload", time.Second, "how often the tenant policy file is checked for changes")
 	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM certificate of the master: gRPC and fastrpc over TLS (default: plaintext)")
 	fs.StringVar(&f.tls.Key, "tls-key", "", "PEM private key of --tls-cert")
@@ -46,12 +48,17 @@ func (f *masterSecurityFlags) apply(ctx context.Context, cfg *masterserver.Serve
 	if f.tenants == "" {
 		return func() {}, nil
 	}
-	src, err := tenant.NewSource(ctx, tenant.SourceConfig{Load: tenant.FileLoader(f.tenants), Interval: f.reload,
+	load, closeLoad, err := policyLoader(f.tenants)
+	if err != nil {
+		return nil, &ExitError{Code: 2, Err: fmt.Errorf("--tenants: %w", err)}
+	}
+	src, err := tenant.NewSource(ctx, tenant.SourceConfig{Load: load, Interval: f.reload,
 		OnError: func(err error) { log.Error("master: tenant policy not reloaded (the one in force stays)", "err", err) },
 		OnChange: func(s *tenant.Set, gen int64) {
 			log.Info("master: tenant policy in force", "tenants", len(s.Tenants()), "generation", gen)
 		}})
 	if err != nil {
+		closeLoad()
 		return nil, &ExitError{Code: 2, Err: fmt.Errorf("--tenants: %w", err)}
 	}
 	cfg.Tenants = src
@@ -76,7 +83,36 @@ func (f *masterSecurityFlags) apply(ctx context.Context, cfg *masterserver.Serve
 		signal.Stop(hup)
 		cancel()
 		wg.Wait()
+		closeLoad()
 	}, nil
+}
+
+// policyLoader reads the tenant policy from a file, or from an etcd key
+// given as etcd://HOST:PORT[;HOST:PORT]/KEY (the client of the master's
+// HA election, internal/leader).
+func policyLoader(where string) (tenant.Loader, func(), error) {
+	rest, ok := strings.CutPrefix(where, "etcd://")
+	if !ok {
+		return tenant.FileLoader(where), func() {}, nil
+	}
+	hosts, key, ok := strings.Cut(rest, "/")
+	if !ok || hosts == "" || key == "" {
+		return nil, nil, fmt.Errorf("want etcd://HOST:PORT[;HOST:PORT]/KEY, got %q", where)
+	}
+	cli, err := leader.NewEtcdClient(strings.FieldsFunc(hosts, func(r rune) bool { return r == ';' || r == ',' }))
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context) ([]byte, error) {
+		r, err := cli.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("etcd get %s: %w", key, err)
+		}
+		if len(r.Kvs) == 0 {
+			return nil, fmt.Errorf("etcd key %s: not found", key)
+		}
+		return r.Kvs[0].Value, nil
+	}, func() { _ = cli.Close() }, nil
 }
 
 // clientSecurityFlags are a store client's credential and TLS flags.

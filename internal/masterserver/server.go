@@ -8,6 +8,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/master"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -199,11 +200,7 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	})
 	if httpLn != nil {
 		wg.Go(func() {
-			h := RequireSecret(s.cfg.Secret, AdminHandler(s.core))
-			if auth != nil {
-				h = requireAdmin(auth, AdminHandler(s.core))
-			}
-			if err := httpserve.Serve(ctx, httpLn, h, time.Second); err != nil {
+			if err := httpserve.Serve(ctx, httpLn, s.AdminHTTP(), time.Second); err != nil {
 				errc <- fmt.Errorf("master: admin serve: %w", err)
 				cancel()
 			}
@@ -274,6 +271,18 @@ func (s *Server) HTTPAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return httpserve.Addr(s.hl)
+}
+
+// AdminHTTP is the admin HTTP API as this server guards it: AdminHandler
+// behind RequireSecret, or, with tenants, with the tenants' figures and
+// behind the admin role (requireAdmin). HA candidates serve it for their
+// term's master.
+func (s *Server) AdminHTTP() http.Handler {
+	if s.cfg.Tenants != nil {
+		a := &authn{secret: s.cfg.Secret, src: s.cfg.Tenants, now: clock.Or(s.cfg.Clock).Now}
+		return requireAdmin(a, tenantAdmin(s.cfg.Tenants, s.core, AdminHandler(s.core)))
+	}
+	return RequireSecret(s.cfg.Secret, AdminHandler(s.core))
 }
 
 // Core is the server's master core.

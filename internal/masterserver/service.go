@@ -211,11 +211,17 @@ func (s *Service) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentReques
 			return status(fmt.Errorf("%w: %q", master.ErrSegmentNotFound, r.Name)), nil
 		}
 	}
+	var err error
 	if r.GraceMs > 0 {
 		grace := min(time.Duration(min(r.GraceMs, maxWireMs))*time.Millisecond, time.Hour)
-		return status(s.m.GracefulUnmount(r.ClientId, r.Name, grace)), nil
+		err = s.m.GracefulUnmount(r.ClientId, r.Name, grace)
+	} else {
+		err = s.m.UnmountSegment(r.ClientId, r.Name)
 	}
-	return status(s.m.UnmountSegment(r.ClientId, r.Name)), nil
+	if err == nil {
+		s.segTenant.Delete(r.Name)
+	}
+	return status(err), nil
 }
 
 // Leave implements MasterService: a closing client without segments is

@@ -272,3 +272,76 @@ func (e rawEvents) Removed(key string, t master.Tier) {
 		e.next.Removed(key, t)
 	}
 }
+
+// tenantQuotaJSON is one tenant's row of GET /api/v1/tenant_quotas
+// (Mooncake's tenant quota snapshot fields where they exist).
+type tenantQuotaJSON struct {
+	TenantID            string `json:"tenant_id"`
+	RequestedQuotaBytes uint64 `json:"requested_quota_bytes"`
+	ChargedBytes        uint64 `json:"charged_bytes"`
+	MaxObjects          uint64 `json:"max_objects"`
+	Objects             int    `json:"objects"`
+	OverQuota           bool   `json:"over_quota"`
+	Admin               bool   `json:"admin"`
+}
+
+// tenantAdmin adds the tenants' figures to the admin API: GET
+// /api/v1/tenant_quotas[?tenant_id=T] (Mooncake's {"success", "data"}
+// shape) and per-tenant gauges after the /metrics of next.
+func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.Handler {
+	rows := func() []tenantQuotaJSON {
+		used := map[string]master.TenantUsage{}
+		for _, u := range m.TenantUsages() {
+			used[u.Tenant] = u
+		}
+		var out []tenantQuotaJSON
+		for _, t := range src.Set().Tenants() {
+			u := used[t.Name]
+			out = append(out, tenantQuotaJSON{TenantID: t.Name, RequestedQuotaBytes: t.QuotaBytes, ChargedBytes: u.Bytes,
+				MaxObjects: t.QuotaObjects, Objects: u.Objects, Admin: t.Admin,
+				OverQuota: (t.QuotaBytes > 0 && u.Bytes > t.QuotaBytes) || (t.QuotaObjects > 0 && uint64(u.Objects) > t.QuotaObjects)})
+		}
+		return out
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	mux.HandleFunc("GET /api/v1/tenant_quotas", func(w http.ResponseWriter, r *http.Request) {
+		all := rows()
+		id := r.URL.Query().Get("tenant_id")
+		if id == "" {
+			httpjson.Write(w, http.StatusOK, map[string]any{"success": true, "data": all})
+			return
+		}
+		for _, row := range all {
+			if row.TenantID == id {
+				httpjson.Write(w, http.StatusOK, map[string]any{"success": true, "data": row})
+				return
+			}
+		}
+		httpjson.Write(w, http.StatusNotFound, map[string]any{"success": false, "error": "TENANT_NOT_REGISTERED"})
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r)
+		all := rows()
+		for _, g := range []struct {
+			name, help string
+			v          func(tenantQuotaJSON) float64
+		}{
+			{"mooncake_tenant_quota_requested_bytes", "Byte quota of the tenant (0: none).", func(t tenantQuotaJSON) float64 { return float64(t.RequestedQuotaBytes) }},
+			{"mooncake_tenant_quota_charged_bytes", "Memory bytes charged to the tenant (replicas of its objects and puts in progress).", func(t tenantQuotaJSON) float64 { return float64(t.ChargedBytes) }},
+			{"mooncake_tenant_objects", "Objects charged to the tenant.", func(t tenantQuotaJSON) float64 { return float64(t.Objects) }},
+			{"mooncake_tenant_quota_over_quota", "1 when the tenant holds more than a quota (after a policy change).", func(t tenantQuotaJSON) float64 {
+				if t.OverQuota {
+					return 1
+				}
+				return 0
+			}},
+		} {
+			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", g.name, g.help, g.name)
+			for _, t := range all {
+				fmt.Fprintf(w, "%s{tenant_id=%q} %g\n", g.name, t.TenantID, g.v(t))
+			}
+		}
+	})
+	return mux
+}

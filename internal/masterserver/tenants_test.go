@@ -3,7 +3,10 @@ package masterserver
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,9 +125,6 @@ func TestTenantRPCs(t *testing.T) {
 	if r, err := c.Query(a, &pb.KeyRequest{Key: "k"}); err != nil || r.Key != "k" {
 		t.Fatalf("a's query: %v %v", r, err)
 	}
-	if st, err := c.UnmountSegment(a, &pb.UnmountSegmentRequest{ClientId: "ca", Name: "seg-a"}); err != nil || st.Code != 0 {
-		t.Fatalf("a unmounting its segment: %v %v", st, err)
-	}
 	for tok, want := range map[string]int{"": http.StatusUnauthorized, "token-a-0001": http.StatusForbidden, "the-secret": http.StatusOK} {
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+s.HTTPAddr()+"/get_all_keys", nil)
 		if tok != "" {
@@ -138,6 +138,36 @@ func TestTenantRPCs(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Fatalf("admin API with %q: %d, want %d", tok, resp.StatusCode, want)
 		}
+	}
+	// The tenants' figures, for the admin.
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+s.HTTPAddr()+"/api/v1/tenant_quotas?tenant_id=a", nil)
+	req.Header.Set("Authorization", "Bearer the-secret")
+	qr, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q struct {
+		Success bool
+		Data    tenantQuotaJSON
+	}
+	err = json.NewDecoder(qr.Body).Decode(&q)
+	qr.Body.Close()
+	if err != nil || !q.Success || q.Data.TenantID != "a" || q.Data.Objects != 1 || q.Data.ChargedBytes != 10 {
+		t.Fatalf("tenant_quotas: %+v %v", q, err)
+	}
+	req, _ = http.NewRequestWithContext(ctx, "GET", "http://"+s.HTTPAddr()+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer the-secret")
+	mr, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(mr.Body)
+	mr.Body.Close()
+	if !strings.Contains(string(body), `mooncake_tenant_quota_charged_bytes{tenant_id="a"} 10`) {
+		t.Fatalf("metrics lack the tenant gauges:\n%s", body)
+	}
+	if st, err := c.UnmountSegment(a, &pb.UnmountSegmentRequest{ClientId: "ca", Name: "seg-a"}); err != nil || st.Code != 0 {
+		t.Fatalf("a unmounting its segment: %v %v", st, err)
 	}
 	resp, err := http.Get("http://" + s.HTTPAddr() + "/health")
 	if err != nil || resp.StatusCode != http.StatusOK {
