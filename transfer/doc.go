@@ -74,6 +74,14 @@
 // minutes, or one already seen, is refused, so a recorded handshake cannot
 // be replayed. The secret is never sent; the data itself is not encrypted.
 //
+// With Config.Grants (a grant.Verifier, package internal/grant) the engine
+// checks capabilities too: each incoming READ/WRITE must lie inside a grant
+// for this segment, of its mode, unexpired (and, one-shot, still live),
+// that the peer sent on the same lane (Request.Grant); otherwise the
+// initiator's task fails with ErrDenied and nothing is touched. The lane
+// verifies a grant once and then checks slices against its verified
+// grants; such an engine offers no shared memory (grants.go).
+//
 // # Failure
 //
 // Every batch has a deadline: the ctx deadline given to Submit, or

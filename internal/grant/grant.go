@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
 	"sort"
 	"strconv"
@@ -116,7 +117,22 @@ func ExtentsOf(xs []Extent) []Extent {
 // after construction.
 type Keyring struct {
 	keys    map[uint32][]byte
+	macs    map[uint32]*sync.Pool // of HMAC states per key (hmac.New costs more than the MAC of a grant)
 	current uint32
+}
+
+// mac appends HMAC-SHA256(key id, msg) to dst; ok is false for an unknown id.
+func (k *Keyring) mac(dst []byte, id uint32, msg []byte) ([]byte, bool) {
+	p, ok := k.macs[id]
+	if !ok {
+		return dst, false
+	}
+	h := p.Get().(hash.Hash)
+	h.Reset()
+	h.Write(msg)
+	dst = h.Sum(dst)
+	p.Put(h)
+	return dst, true
 }
 
 // NewKeyring returns a keyring of keys (id -> key, each at least 16 bytes).
@@ -125,13 +141,15 @@ func NewKeyring(keys map[uint32][]byte) (*Keyring, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("grant: no keys")
 	}
-	k := &Keyring{keys: map[uint32][]byte{}}
+	k := &Keyring{keys: map[uint32][]byte{}, macs: map[uint32]*sync.Pool{}}
 	first := true
 	for id, b := range keys {
 		if len(b) < 16 {
 			return nil, fmt.Errorf("grant: key %d is %d bytes, want >= 16", id, len(b))
 		}
-		k.keys[id] = bytes.Clone(b)
+		key := bytes.Clone(b)
+		k.keys[id] = key
+		k.macs[id] = &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}
 		if first || id > k.current {
 			k.current, first = id, false
 		}
@@ -194,10 +212,11 @@ func (k *Keyring) Encode(g Grant) ([]byte, error) {
 		_, _ = rand.Read(r[:])
 		g.Nonce = binary.BigEndian.Uint64(r[:]) | 1
 	}
-	return k.sign(g, k.keys[g.KeyID]), nil
+	return k.sign(g), nil
 }
 
-func (k *Keyring) sign(g Grant, key []byte) []byte {
+// sign encodes g and appends its MAC under key g.KeyID (which must exist).
+func (k *Keyring) sign(g Grant) []byte {
 	b := make([]byte, 0, fixedLen+len(g.Segment)+len(g.Tenant)+macLen)
 	b = append(b, version, byte(g.Mode), g.Flags)
 	b = binary.BigEndian.AppendUint32(b, g.KeyID)
@@ -215,9 +234,8 @@ func (k *Keyring) sign(g Grant, key []byte) []byte {
 		b = binary.BigEndian.AppendUint64(b, x.Addr)
 		b = binary.BigEndian.AppendUint64(b, x.Length)
 	}
-	m := hmac.New(sha256.New, key)
-	m.Write(b)
-	return m.Sum(b)
+	b, _ = k.mac(b, g.KeyID, b)
+	return b
 }
 
 // Decode parses an encoded grant without checking its signature: the
@@ -334,13 +352,12 @@ func (v *Verifier) verify(b []byte, segment string) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	key, ok := v.keys.keys[g.KeyID]
+	var buf [macLen]byte
+	sum, ok := v.keys.mac(buf[:0], g.KeyID, b[:n])
 	if !ok {
 		return Grant{}, fmt.Errorf("%w: %d", ErrUnknownKey, g.KeyID)
 	}
-	m := hmac.New(sha256.New, key)
-	m.Write(b[:n])
-	if !hmac.Equal(m.Sum(nil), b[n:]) {
+	if !hmac.Equal(sum, b[n:]) {
 		return Grant{}, ErrBadMAC
 	}
 	if segment != "" && g.Segment != segment {
@@ -418,12 +435,15 @@ func (v *Verifier) Stats() Stats {
 // maxSet bounds the grants one Set keeps (the oldest goes first).
 const maxSet = 64
 
-// Set is the verified grants of one connection. Not safe for concurrent
-// use (one connection is served by one goroutine).
+// Set is the verified grants of one connection: a ring of the maxSet
+// newest. Not safe for concurrent use (one connection is served by one
+// goroutine).
 type Set struct {
 	v       *Verifier
 	segment string
-	gs      []Grant // newest last
+	ring    [maxSet]Grant
+	n       int // grants in the ring
+	next    int // where the next one goes
 }
 
 // NewSet returns an empty set for a connection to segment.
@@ -431,47 +451,34 @@ func (v *Verifier) NewSet(segment string) *Set {
 	return &Set{v: v, segment: segment}
 }
 
-// Install verifies an encoded grant and keeps it.
+// Install verifies an encoded grant and keeps it (the oldest goes when
+// the ring is full).
 func (s *Set) Install(b []byte) error {
 	g, err := s.v.Verify(b, s.segment)
 	if err != nil {
 		return err
 	}
-	for i := range s.gs {
-		if s.gs[i].Nonce == g.Nonce {
+	for i := range s.n {
+		if s.ring[i].Nonce == g.Nonce && s.ring[i].KeyID == g.KeyID {
 			// Sent again: it becomes the newest.
-			s.gs = append(append(s.gs[:i], s.gs[i+1:]...), g)
-			return nil
+			s.ring[i] = Grant{}
+			break
 		}
 	}
-	if len(s.gs) >= maxSet {
-		// Drop expired grants; if none, the oldest.
-		now := s.v.now()
-		k := 0
-		for _, x := range s.gs {
-			if now.Before(x.Expires) {
-				s.gs[k] = x
-				k++
-			}
-		}
-		if k == len(s.gs) {
-			copy(s.gs, s.gs[1:])
-			k--
-		}
-		s.gs = s.gs[:k]
-	}
-	s.gs = append(s.gs, g)
+	s.ring[s.next] = g
+	s.next = (s.next + 1) % maxSet
+	s.n = min(s.n+1, maxSet)
 	return nil
 }
 
-// Allow returns nil when a cached grant that has not expired (and, if
+// Allow returns nil when a kept grant that has not expired (and, if
 // one-shot, is still live) allows mode on [addr, addr+n), ErrDenied
-// otherwise.
+// otherwise. It looks at the newest grants first.
 func (s *Set) Allow(mode Mode, addr, n uint64) error {
 	var now time.Time
-	for i := len(s.gs) - 1; i >= 0; i-- {
-		g := &s.gs[i]
-		if !g.Covers(mode, addr, n) {
+	for k := 1; k <= s.n; k++ {
+		g := &s.ring[(s.next-k+maxSet)%maxSet]
+		if g.Mode == 0 || !g.Covers(mode, addr, n) {
 			continue
 		}
 		if now.IsZero() {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bench/limits"
@@ -53,7 +54,13 @@ type Config struct {
 	// check; rows SystemGrants); GrantsBoth runs both clusters, alternated
 	// round by round, so their ratio comes from one run.
 	Grants string
+	// Ops, when set, limits the phases to these (put, batch-put, get,
+	// batch-get, get-into, exist); the put phase always runs before gets.
+	Ops []string
 }
+
+// runs reports whether op is one of the configured phases.
+func (c Config) runs(op string) bool { return len(c.Ops) == 0 || slices.Contains(c.Ops, op) }
 
 // Grants settings (Config.Grants).
 const (
@@ -82,6 +89,11 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("bench store: --servers %q: want inproc, process or both", c.Servers)
 	}
+	for _, op := range c.Ops {
+		if !slices.Contains([]string{"put", "batch-put", "get", "batch-get", "get-into", "exist"}, op) {
+			return fmt.Errorf("bench store: --ops: unknown phase %q", op)
+		}
+	}
 	switch c.Grants {
 	case "", GrantsOff, GrantsOn, GrantsBoth:
 	default:
@@ -104,6 +116,28 @@ type Row struct {
 	P50, P99 time.Duration // per call (batch-*: per call of BatchKeys keys; exist: of ExistKeys keys, Redis: per request of the pipeline)
 	Errors   int
 	FirstErr error
+	// CPU is the CPU time (user + system) this process spent during the
+	// phase: with the servers in process (SystemInProcess, SystemGrants)
+	// it covers master, nodes and clients, so CPU per key compares two
+	// configurations even on a machine whose other load makes ops/s noisy.
+	CPU time.Duration
+}
+
+// CPUPerOp is the process CPU time per key.
+func (r Row) CPUPerOp() time.Duration {
+	if r.Ops == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(r.Ops)
+}
+
+// cpuTime is this process's CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // OpsPerSec is keys per second.
@@ -237,7 +271,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 					// Every put phase runs before the get phases: a get leases its
 					// key (10s), and a leased key cannot be overwritten.
 					for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into", "exist"} {
-						if strings.HasPrefix(op, "batch") && size > 1<<20 {
+						if strings.HasPrefix(op, "batch") && size > 1<<20 || !cfg.runs(op) && op != "put" {
 							continue
 						}
 						add(runPhase(ctx, c.system, c.mc[:n], op, size, perClient, prefix, cfg.Duration))
@@ -249,7 +283,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				}
 				set := redisSet{size: size, clients: n, keys: n * perClient}
 				for _, op := range []string{"put", "batch-put", "get", "batch-get", "exist"} {
-					if strings.HasPrefix(op, "batch") && size > 1<<20 {
+					if strings.HasPrefix(op, "batch") && size > 1<<20 || !cfg.runs(op) && op != "put" {
 						continue
 					}
 					k := phaseKey{"redis", op, size, n}
@@ -287,7 +321,7 @@ func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, 
 	var mu sync.Mutex
 	var lats []time.Duration
 	var wg sync.WaitGroup
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	deadline := start.Add(d)
 	for ci, cl := range cls {
 		wg.Add(1)
@@ -377,7 +411,7 @@ func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, 
 		}()
 	}
 	wg.Wait()
-	res.Elapsed = time.Since(start)
+	res.Elapsed, res.CPU = time.Since(start), cpuTime()-cpu0
 	if len(lats) > 0 {
 		slices.Sort(lats)
 		res.P50 = lats[len(lats)/2]
