@@ -18,7 +18,7 @@ import (
 func newBenchStoreCmd() *cobra.Command {
 	var (
 		sizesFlag, clientsFlag, segSizeFlag, redisFlag, transport string
-		servers, grants, opsFlag                                  string
+		servers, grants, opsFlag, device, cudaLib                 string
 		nodes, rounds                                             int
 		duration                                                  time.Duration
 		security                                                  bool
@@ -67,7 +67,8 @@ the first eviction and reports the segment utilisation reached.`,
 				return &ExitError{Code: 2, Err: err}
 			}
 			cfg := benchstore.Config{Sizes: sizes, Clients: clients, SegmentSize: seg,
-				Nodes: nodes, Duration: duration, Rounds: rounds, Redis: redisFlag, Transport: transport, Servers: servers, Grants: grants}
+				Nodes: nodes, Duration: duration, Rounds: rounds, Redis: redisFlag, Transport: transport, Servers: servers, Grants: grants,
+				Device: device, CUDALib: cudaLib}
 			if opsFlag != "" {
 				cfg.Ops = strings.Split(opsFlag, ",")
 			}
@@ -87,6 +88,8 @@ the first eviction and reports the segment utilisation reached.`,
 	f.StringVar(&clientsFlag, "clients", "1,8", "concurrent client counts")
 	f.StringVar(&segSizeFlag, "segment-size", "512MiB", "segment size of each storage node")
 	f.IntVar(&nodes, "nodes", 2, "storage nodes")
+	f.StringVar(&device, "device", "cpu", "cuda adds the phases put-device and get-into-device (values from and into GPU memory)")
+	f.StringVar(&cudaLib, "cuda-lib", os.Getenv("MOONCAKE_CUDA_LIB"), "CUDA driver library (default libcuda.so.1; $MOONCAKE_CUDA_LIB)")
 	f.DurationVar(&duration, "duration", 500*time.Millisecond, "duration of each phase")
 	f.IntVar(&rounds, "rounds", 3, "rounds per configuration, alternating the systems; the median is reported")
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis; measured with redis-benchmark`)

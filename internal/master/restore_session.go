@@ -241,7 +241,9 @@ func (m *Master) RestoreChunkContext(ctx context.Context, clientID string, id ui
 // and its disk copies, outside the lock. A chunk of memory reports already
 // in that order (a node sends its scan's order) is used as it is.
 func splitHeld(held []HeldObject) (mem, onDisk []HeldObject) {
-	cmpMem := func(a, b HeldObject) int { return cmp.Or(cmp.Compare(a.Segment, b.Segment), cmp.Compare(a.Offset, b.Offset)) }
+	cmpMem := func(a, b HeldObject) int {
+		return cmp.Or(cmp.Compare(a.Segment, b.Segment), cmp.Compare(a.Offset, b.Offset))
+	}
 	if !slices.ContainsFunc(held, func(h HeldObject) bool { return h.Disk }) {
 		if slices.IsSortedFunc(held, cmpMem) {
 			return held, nil

@@ -95,7 +95,10 @@ def _store(master):
 
 
 def store(master):
-    import numpy as np
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
     s = _store(master)
     n = 1 << 20
     buf, out = _cuda.alloc(n), _cuda.alloc(n)
@@ -121,6 +124,10 @@ def store(master):
     for i in range(4):
         check(back[(3 - i) * blk:(4 - i) * blk] == blocks[i * blk:(i + 1) * blk], "batch block %d" % i)
     # tensor objects read into a device buffer (a host copy without torch CUDA)
+    if np is None:
+        print("numpy not installed: tensor checks skipped")
+        s.close()
+        return
     arr = np.arange(1000, dtype=np.float32)
     check(s.put_tensor("t", arr) == 0, "put_tensor")
     t = s.get_tensor_into("t", out, n)
