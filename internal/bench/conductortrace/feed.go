@@ -2,15 +2,17 @@
 // `mooncake conductor`: N simulated prefill instances publish their cache
 // events over ZMQ (kvevents.Publisher, one each, vLLM's wire format) to a
 // conductor service on loopback, registered with it over HTTP, and the
-// router reads every request's cached prefixes with POST /query over HTTP.
+// router reads every request's cached prefixes with POST /query_by_hash
+// over HTTP.
 // It is a tracesim.PrefixFeed: `mooncake bench trace --conductor` runs the
 // cache-aware and conductor routers on it, next to the same routers fed by
 // an in-process index (their hit rates must be equal: same events, same
 // prefixes) and to round-robin and least-loaded.
 //
 // A trace block id is already a chained identity, so each block travels as
-// a one-token block (token = its id) with no parent, block_size 1; the
-// conductor recomputes its standard hash chain from those tokens.
+// a one-token block (token = its id) with no parent, block_size 1: the
+// conductor names it by the standard local hash of that token, and the
+// router asks by those hashes.
 package conductortrace
 
 import (
@@ -21,9 +23,11 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/conductor"
 	"github.com/kvcache-go/mooncake/internal/conductor/service"
 	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/tracesim"
@@ -45,8 +49,21 @@ type Feed struct {
 	// Queries and Batches count what went over the wire.
 	Queries, Batches int
 
+	svc    *service.Service
+	hasher conductor.Hasher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+}
+
+// Streams reports the conductor's view of each instance's event stream:
+// batches applied, gaps, replayed, and the blocks lost (clears).
+func (f *Feed) Streams() string {
+	var sb strings.Builder
+	st := f.svc.Index().Stats()
+	for k, s := range f.svc.SubStats() {
+		fmt.Fprintf(&sb, "%s: %+v %+v\n", k, s, st[k])
+	}
+	return sb.String()
 }
 
 var _ tracesim.PrefixFeed = (*Feed)(nil)
@@ -58,6 +75,7 @@ func New(n int) (*Feed, error) {
 	f := &Feed{n: n, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, cancel: cancel,
 		pending: make([][]kvevents.Event, n), sent: make([]uint64, n)}
 	svc := service.New(service.Config{})
+	f.svc, f.hasher = svc, conductor.NewHasher(conductor.DefaultSeed)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		cancel()
@@ -122,7 +140,7 @@ func (e events) Removed(id int64) {
 // Prefixes publishes the pending events, waits until the conductor has
 // applied every batch (GET /registrations; a batch lost on the PUB socket
 // is recovered by the subscriber's replay, which a heartbeat batch
-// triggers), then asks POST /query.
+// triggers), then asks POST /query_by_hash.
 func (f *Feed) Prefixes(ids []int64, into []int) error {
 	for i, evs := range f.pending {
 		if len(evs) > 0 {
@@ -135,15 +153,18 @@ func (f *Feed) Prefixes(ids []int64, into []int) error {
 	if err := f.sync(); err != nil {
 		return err
 	}
-	toks := make([]int, len(ids))
+	// Each block was announced without a parent (its id is the chained
+	// identity), so the conductor named it by its local hash: query by
+	// those hashes.
+	seqs := make([]uint64, len(ids))
 	for i, id := range ids {
-		toks[i] = int(id)
+		seqs[i] = f.hasher.Local([]uint32{uint32(id)})
 	}
-	body, _ := json.Marshal(map[string]any{"model": "trace", "block_size": 1, "token_ids": toks})
+	body, _ := json.Marshal(map[string]any{"model": "trace", "block_size": 1, "seq_hashes": seqs})
 	var ans map[string]map[string]struct {
 		GPU int `json:"GPU"`
 	}
-	if err := f.post("/query", body, &ans); err != nil {
+	if err := f.post("/query_by_hash", body, &ans); err != nil {
 		return err
 	}
 	f.Queries++

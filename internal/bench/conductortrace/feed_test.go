@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	benchtrace "github.com/kvcache-go/mooncake/internal/bench/trace"
 	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/tracesim"
 )
@@ -17,9 +18,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(
 // requests of Mooncake's conversation trace (small caches, so evictions
 // flow too).
 func TestConductorFeedMatchesEmbeddedIndex(t *testing.T) {
-	f, err := os.Open("../../../../shared/traces/conversation_trace.jsonl")
+	wd, _ := os.Getwd()
+	path, err := benchtrace.FindTrace(os.Getenv("MOONCAKE_TRACE"), wd)
 	if err != nil {
-		t.Skipf("trace: %v", err)
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skipf("%v (or set MOONCAKE_TRACE)", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer f.Close()
 	tr, err := tracesim.ReadAll(f, 300)
