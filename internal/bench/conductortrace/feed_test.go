@@ -11,7 +11,9 @@ import (
 	"github.com/kvcache-go/mooncake/internal/tracesim"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak)) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak))
+}
 
 // Routing fed by a conductor over ZMQ and HTTP picks as routing fed by the
 // in-process index: the same hits, request by request, on the first
