@@ -173,12 +173,7 @@ func (c *Client) held() []*pb.HeldObject {
 	if c.segmentSpec == nil {
 		return nil
 	}
-	found := objheader.ScanRanges(c.segment, c.segmentData())
-	out := make([]*pb.HeldObject, len(found))
-	for i, f := range found {
-		out[i] = &pb.HeldObject{Segment: c.segmentSpec.Name, Offset: f.Offset, Key: f.Key, Size: f.Size, Crc32C: f.CRC, Seq: f.Seq,
-			HardPin: f.HardPin, SoftPin: f.SoftPin, SoftPinTtlMs: f.SoftPinTTL.Milliseconds()}
-	}
+	out := scanHeld(c.segment, c.segmentData(), c.segmentSpec.Name, scanPiece)
 	if c.cfg.Disk != nil {
 		out = append(out, diskToHeld(c.segmentSpec.Name, c.cfg.Disk.Held())...)
 	}

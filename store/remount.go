@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/objheader"
 
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
@@ -158,6 +163,82 @@ func (c *Client) remountAnswer(req *pb.RemountSegmentsRequest, resp *pb.RemountS
 	st.restored += resp.Restored
 	st.dropped += resp.Dropped
 	return nil
+}
+
+// scanPiece is the least bytes of segment data one goroutine of scanHeld
+// scans: below it a scan is not split.
+const scanPiece = 16 << 20
+
+// scanHeld scans ranges of mem for valid headers (objheader.ScanRanges) as
+// reports of segment name, in offset order. The data is cut in pieces of
+// at least minPiece bytes scanned by up to GOMAXPROCS goroutines (a header belongs to the piece
+// its offset lies in; its value is read wherever it lies), and the
+// reports of a piece are allocated together.
+func scanHeld(mem []byte, ranges [][2]int, name string, minPiece int) []*pb.HeldObject {
+	var total int
+	for _, r := range ranges {
+		total += max(0, min(r[1], len(mem))-max(r[0], 0))
+	}
+	workers := min(runtime.GOMAXPROCS(0), max(1, total/minPiece))
+	pieces := cutRanges(ranges, len(mem), max(minPiece, (total/(4*workers)+objheader.Align-1)&^(objheader.Align-1)))
+	found := make([][]*pb.HeldObject, len(pieces))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(pieces); i = int(next.Add(1)) - 1 {
+				fs := objheader.ScanRanges(mem, pieces[i])
+				objs := make([]pb.HeldObject, len(fs))
+				out := make([]*pb.HeldObject, len(fs))
+				for j, f := range fs {
+					h := &objs[j]
+					h.Segment, h.Offset, h.Key, h.Size, h.Crc32C, h.Seq = name, f.Offset, f.Key, f.Size, f.CRC, f.Seq
+					h.HardPin, h.SoftPin, h.SoftPinTtlMs = f.HardPin, f.SoftPin, f.SoftPinTTL.Milliseconds()
+					out[j] = h
+				}
+				found[i] = out
+			}
+		})
+	}
+	wg.Wait()
+	var n int
+	for _, f := range found {
+		n += len(f)
+	}
+	out := make([]*pb.HeldObject, 0, n)
+	for _, f := range found {
+		out = append(out, f...)
+	}
+	return out
+}
+
+// cutRanges cuts ranges (in order, within [0, size)) into pieces of about
+// piece bytes each, at multiples of objheader.Align, in order.
+func cutRanges(ranges [][2]int, size, piece int) [][][2]int {
+	var out [][][2]int
+	var cur [][2]int
+	have := 0
+	for _, r := range ranges {
+		lo, hi := max(r[0], 0), min(r[1], size)
+		for lo < hi {
+			end := hi
+			if lo+piece-have < hi {
+				end = (lo + piece - have + objheader.Align - 1) &^ (objheader.Align - 1)
+				end = min(end, hi)
+			}
+			cur = append(cur, [2]int{lo, end})
+			have += end - lo
+			lo = end
+			if have >= piece {
+				out = append(out, cur)
+				cur, have = nil, 0
+			}
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
 }
 
 // remountState is where the ping loop stands with remounting (guarded by

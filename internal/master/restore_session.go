@@ -54,6 +54,7 @@ type restoreSession struct {
 	client   string
 	next     uint32 // the chunk number to take next: those below are taken (decided, or being decided if deciding)
 	deciding bool   // chunk next-1 is being decided (the lock released between its parts)
+	waiting  int    // calls waiting for their turn
 	turn     chan struct{}
 	expires  time.Time
 	cursors  map[string]*restoreCursor // by segment name
@@ -68,10 +69,11 @@ func (sess *restoreSession) wake() {
 
 // restoreCursor is where the restore of one segment stands.
 type restoreCursor struct {
-	s      *segment
-	pos    uint64       // offsets below pos are decided; [pos, pos+Align) is allocated (a fence), the rest is free
-	last   *HeldObject  // kept report whose overlaps may not all be known yet
-	losers []HeldObject // refused reports at offsets >= pos, their tombstones not decided
+	s       *segment
+	pos     uint64     // offsets below pos are decided; [pos, pos+Align) is allocated (a fence), the rest is free
+	last    HeldObject // kept report whose overlaps may not all be known yet (if hasLast)
+	hasLast bool
+	losers  []HeldObject // refused reports at offsets >= pos, their tombstones not decided
 }
 
 // errRestoreSession wraps the refusals of a restore call: no such session
@@ -196,8 +198,7 @@ func (m *Master) reserveObjectsLocked(n int) {
 	for k, v := range m.objects {
 		c[k] = v
 	}
-	m.objects = c
-	m.peaks.objects = max(m.peaks.objects, len(c)+n) // shrinkLocked rebuilds it if the hint was too large
+	m.objects = c // not counted in its peak: shrinkLocked would rebuild it while it fills
 }
 
 // RestoreChunk decides chunk n (0, 1, ... in order) of session id's
@@ -268,49 +269,53 @@ func splitHeld(held []HeldObject) (mem, onDisk []HeldObject) {
 // takes it; it returns a nil session for a chunk already taken.
 func (m *Master) restoreTake(ctx context.Context, clientID string, id uint64, n uint32) (*restoreSession, error) {
 	for {
-		sess, turn, err := m.restoreTry(clientID, id, n)
-		if sess != nil || err != nil || turn == nil {
+		sess, waiting, turn, err := m.restoreTry(clientID, id, n)
+		if err != nil || waiting == nil {
 			return sess, err
 		}
 		var why string
 		select {
 		case <-turn:
-			continue
 		case <-ctx.Done():
 			why = fmt.Sprintf("chunk %d given up while waiting for its turn: %v", n, ctx.Err())
 		}
 		m.mu.Lock()
-		if cur := m.restore.sessions[clientID]; cur != nil && cur.id == id {
-			m.abandonRestoreLocked(cur, why)
+		waiting.waiting--
+		if why != "" && m.restore.sessions[clientID] == waiting {
+			m.abandonRestoreLocked(waiting, why)
 		}
 		m.mu.Unlock()
+		if why == "" {
+			continue
+		}
 		return nil, fmt.Errorf("%w %d of %q: %s", errRestoreSession, id, clientID, why)
 	}
 }
 
 // restoreTry takes chunk n if its turn has come; otherwise it returns the
-// channel that signals the next change of turn (nil: chunk n was taken
-// already, or refused with err).
-func (m *Master) restoreTry(clientID string, id uint64, n uint32) (*restoreSession, chan struct{}, error) {
+// session to wait on, counted waiting, and the channel closed at its next
+// change of turn (nil: chunk n was taken already, or refused with err).
+func (m *Master) restoreTry(clientID string, id uint64, n uint32) (taken, waiting *restoreSession, turn chan struct{}, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	sess, err := m.sessionLocked(clientID, id, m.clock.Now())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	switch {
 	case n < sess.next:
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	case n-sess.next >= RestoreWindow:
 		m.abandonRestoreLocked(sess, fmt.Sprintf("chunk %d out of order, want %d", n, sess.next))
-		return nil, nil, fmt.Errorf("%w: chunk %d out of order, want %d", errRestoreSession, n, sess.next)
+		return nil, nil, nil, fmt.Errorf("%w: chunk %d out of order, want %d", errRestoreSession, n, sess.next)
 	case n > sess.next || sess.deciding:
-		return nil, sess.turn, nil
+		sess.waiting++
+		return nil, sess, sess.turn, nil
 	}
 	sess.next++
 	sess.deciding = true
 	sess.wake()
-	return sess, nil, nil
+	return sess, nil, nil, nil
 }
 
 // restoreDecided ends the decision of the chunk sess took last.
@@ -479,13 +484,13 @@ func (m *Master) restoreStepLocked(cur *restoreCursor, sess *restoreSession, h H
 	s := cur.s
 	end := h.Offset + headerLen(h.Key) + h.Size
 	if m.checkKey(h.Key) != nil || h.Size == 0 || h.Offset%m.cfg.Align != 0 || end < h.Offset || end > s.alloc.Size() ||
-		h.Offset < cur.pos || (cur.last != nil && h.Offset < cur.last.Offset) {
+		h.Offset < cur.pos || (cur.hasLast && h.Offset < cur.last.Offset) {
 		res.Dropped++ // malformed, outside the segment, or behind what is decided
 		return
 	}
 	m.seq = max(m.seq, h.Seq)
-	if l := cur.last; l != nil {
-		if l.Offset+m.restoreSpan(s, *l) > h.Offset { // overlapping reports: the newer wins
+	if cur.hasLast {
+		if l := &cur.last; l.Offset+m.restoreSpan(s, *l) > h.Offset { // overlapping reports: the newer wins
 			if h.Seq > l.Seq {
 				cur.losers = append(cur.losers, *l)
 				*l = h
@@ -496,7 +501,7 @@ func (m *Master) restoreStepLocked(cur *restoreCursor, sess *restoreSession, h H
 		}
 		m.settleLocked(cur, sess, h.Offset, now, res)
 	}
-	cur.last = &h
+	cur.last, cur.hasLast = h, true
 }
 
 func (m *Master) restoreSpan(s *segment, h HeldObject) uint64 {
@@ -510,14 +515,21 @@ func (m *Master) restoreSpan(s *segment, h HeldObject) uint64 {
 func (m *Master) settleLocked(cur *restoreCursor, sess *restoreSession, before uint64, now time.Time, res *RestoreResult) {
 	s := cur.s
 	var won *HeldObject
-	if h := cur.last; h != nil {
-		cur.last = nil
+	if cur.hasLast {
+		h := &cur.last
+		cur.hasLast = false
 		if m.takeOverLocked(s, sess, *h, now, res) {
 			won = h
 			res.Restored++
 		} else {
 			cur.losers = append(cur.losers, *h)
 		}
+	}
+	if len(cur.losers) == 0 { // the common case: one report, no overlap
+		if won != nil {
+			m.restoreTakeLocked(cur, won.Offset, m.restoreSpan(s, *won))
+		}
+		return
 	}
 	type item struct {
 		off, n uint64
@@ -564,17 +576,15 @@ func (m *Master) settleLocked(cur *restoreCursor, sess *restoreSession, before u
 // with that extent).
 func (m *Master) restoreTakeLocked(cur *restoreCursor, off, n uint64) {
 	a, align := cur.s.alloc, m.cfg.Align
+	end := off + n
 	ok := true
-	if end := off + n; end > cur.pos+align {
-		ok = a.AllocAt(cur.pos+align, end-cur.pos-align)
+	if hi := min(end+align, a.Size()); hi > cur.pos+align { // the bytes past the fence and the next fence, in one step
+		ok = a.AllocAt(cur.pos+align, hi-cur.pos-align)
 	}
 	if off > cur.pos {
 		a.Free(cur.pos, off-cur.pos) // the fence and the gap before off
 	}
-	cur.pos = off + n
-	if ok && cur.pos < a.Size() {
-		ok = a.AllocAt(cur.pos, align)
-	}
+	cur.pos = end
 	if !ok { // cannot happen: see above
 		panic(fmt.Sprintf("master: restore %s: [%d,+%d) not free past the fence", cur.s.spec.Name, off, n))
 	}
