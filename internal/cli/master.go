@@ -31,6 +31,7 @@ func newMasterCmd() *cobra.Command {
 		ha             haFlags
 		events         masterEventFlags
 		security       masterSecurityFlags
+		maxMemory      maxMemoryFlag
 	)
 	cfg := d
 	cmd := &cobra.Command{
@@ -68,6 +69,9 @@ GOMEMLIMIT in the environment applies too.`,
 			cfg.Grants = keys
 			cfg.Core.EvictionPolicy = evict.Kind(evictPolicy)
 			cfg.Logger = cmdLogger(cmd, verbose)
+			if err := maxMemory.apply(&cfg.Core); err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
@@ -118,6 +122,8 @@ GOMEMLIMIT in the environment applies too.`,
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	f.StringVar(&secret, "secret", "", "cluster secret (default $MOONCAKE_SECRET): when set, remove all, remove by regex and unmount (gRPC) and every non-GET admin HTTP call need \"authorization: Bearer <secret>\"; reads stay open")
 	f.StringVar(&grantKeyFile, "grant-key-file", "", grantKeyUsage)
+	registerMooncakeMasterFlags(f, &cfg.Core)
+	maxMemory.register(f)
 	ha.register(f)
 	events.register(f)
 	security.register(f)
