@@ -108,7 +108,7 @@
 //     tier (Mooncake's enable_kv_events).
 //   - List (not in Mooncake): keys by prefix in key order with a cursor,
 //     over the ordered index (a B-tree of the visible keys), the lock held
-//     for at most listHold keys at a time.
+//     for at most listHold keys at a time, yielding between holds.
 //
 // # Bounded work
 //
