@@ -88,7 +88,7 @@ the first eviction and reports the segment utilisation reached.`,
 	f.IntVar(&rounds, "rounds", 3, "rounds per configuration, alternating the systems; the median is reported")
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis; measured with redis-benchmark`)
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
-	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts (on/off ratios, pools side by side in this process)")
+	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts, over TCP (tls) and against the same-host socket (tls-vs-local) (on/off ratios, pools side by side in this process)")
 	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients always run in this process`)
 	return cmd
 }

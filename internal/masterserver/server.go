@@ -43,6 +43,9 @@ type ServerConfig struct {
 	// TLS, when set, serves gRPC and fastrpc over TLS on Addr (the
 	// same-host fastrpc socket is not served). nil: plaintext.
 	TLS *tls.Config
+	// NoLocalSocket: do not serve the same-host fastrpc socket (clients
+	// on this host use TCP).
+	NoLocalSocket bool
 }
 
 // DefaultServerConfig returns the defaults.
@@ -161,8 +164,8 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	// Same-host clients reach the fastrpc calls over a unix socket named
 	// after the TCP address (half the system-call cost of loopback TCP);
 	// when it cannot be bound, they use TCP. A TLS master serves TCP only.
-	if s.cfg.TLS != nil {
-		s.log.Debug("master: TLS: no same-host fastrpc socket")
+	if s.cfg.TLS != nil || s.cfg.NoLocalSocket {
+		s.log.Debug("master: no same-host fastrpc socket", "tls", s.cfg.TLS != nil)
 	} else if ll, err := fastrpc.ListenLocal(addr); err == nil {
 		lm := fastrpc.NewLocalMux(ll)
 		if auth != nil {
