@@ -234,6 +234,9 @@ func (s *storeState) put(key string, value []byte, o store.PutOptions) error {
 	if key == "" {
 		return errInvalid("empty key")
 	}
+	if ok, err := s.devicePut(key, value, o); ok {
+		return err
+	}
 	ctx, cancel := s.ctx(len(value))
 	defer cancel()
 	var err error
@@ -262,6 +265,9 @@ const directGetMin = 64 << 10
 // registered buffer is filled by the transfer engine directly; other memory
 // is filled by a copy.
 func (s *storeState) getInto(key string, dst []byte) (int, error) {
+	if n, ok, err := s.deviceGetInto(key, dst); ok {
+		return n, err
+	}
 	ctx, cancel := s.ctx(len(dst))
 	defer cancel()
 	if len(dst) > 0 && s.regs.contains(uint64(transfer.AddrOf(dst)), uint64(len(dst))) {
@@ -309,6 +315,13 @@ func (s *storeState) registerBuffer(b []byte) error {
 	if err := s.regs.add(a, uint64(len(b))); err != nil {
 		return err
 	}
+	if _, dev := deviceOrdinal(a); dev {
+		// Device memory: recorded only (store_cuda.go); never the engine's.
+		s.mu.Lock()
+		s.bufs[a] = nil
+		s.mu.Unlock()
+		return nil
+	}
 	if err := s.c.RegisterBuffer(b); err != nil {
 		s.regs.remove(a)
 		return err
@@ -328,6 +341,9 @@ func (s *storeState) unregisterBuffer(a uint64) error {
 		return errInvalid(fmt.Sprintf("0x%x is not a registered buffer", a))
 	}
 	s.regs.remove(a)
+	if b == nil { // device memory (registerBuffer)
+		return nil
+	}
 	return s.c.UnregisterBuffer(b)
 }
 

@@ -719,8 +719,9 @@ func (c *Client) readReplica(ctx context.Context, until time.Time, r *pb.Replica
 	if err != nil {
 		return 0, fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 	}
+	g := string(r.Grant) // one string: the pipelined parts share it, so a lane sends it once
 	read := func(lo, hi int) error {
-		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo}})
+		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo, Grant: g}})
 	}
 	if len(buf) < pipelineMin {
 		if err := read(0, len(buf)); err != nil {

@@ -61,6 +61,9 @@ type Config struct {
 	// becomes the deadline of its read.
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Device is the GPU driver for PutFromDevice, GetIntoDevice and their
+	// batch forms (device.go); nil: none.
+	Device DeviceCopier
 }
 
 func (c Config) withDefaults() Config {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/transfer"
 	"github.com/spf13/cobra"
@@ -20,7 +21,7 @@ func newStoreNodeCmd() *cobra.Command {
 		rootFSDir, diskCapacity              string
 		enableOffload, offloadOnEvict        bool
 		promotionOnHit                       bool
-		secret                               string
+		secret, grantKeyFile                 string
 		security                             clientSecurityFlags
 	)
 	cmd := &cobra.Command{
@@ -49,6 +50,13 @@ a node restarted on the same DIR re-reports them.`,
 				RootFSDir: rootFSDir, EnableOffload: enableOffload, OffloadOnEvict: offloadOnEvict, PromotionOnHit: promotionOnHit}
 			if cfg.Token, cfg.TLS, err = security.resolve(); err != nil {
 				return err
+			}
+			keys, err := grantKeys(grantKeyFile)
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			if keys != nil {
+				cfg.Engine.Grants = grant.NewVerifier(keys, nil)
 			}
 			if cfg.DiskCapacity, err = parseSize(diskCapacity); err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--disk-capacity: %w", err)}
@@ -80,6 +88,7 @@ a node restarted on the same DIR re-reports them.`,
 	f.StringVar(&diskCapacity, "disk-capacity", "10GiB", "bytes the disk tier keeps (least recently used dropped)")
 	f.StringVar(&secret, "secret", "", secretUsage)
 	security.register(f)
+	f.StringVar(&grantKeyFile, "grant-key-file", "", grantKeyUsage)
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	return cmd
 }

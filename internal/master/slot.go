@@ -60,6 +60,9 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 	if err := m.checkFitsLocked(hdr + size); err != nil {
 		return "", nil, err
 	}
+	if err := m.memoryAdmitLocked(); err != nil {
+		return "", nil, err
+	}
 	reps, err := m.placeOrEvictLocked(clientID, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
 	if err != nil {
 		return "", nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/internal/tenant"
@@ -46,6 +47,9 @@ type ServerConfig struct {
 	// NoLocalSocket: do not serve the same-host fastrpc socket (clients
 	// on this host use TCP).
 	NoLocalSocket bool
+	// Grants, when set, is the key the master signs data-path grants with
+	// (grants.go); the storage nodes verify them with the same keys.
+	Grants *grant.Keyring
 }
 
 // DefaultServerConfig returns the defaults.
@@ -151,8 +155,11 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 		opts = append(opts, grpc.Creds(tlsCreds{}))
 	}
 	gs := grpc.NewServer(opts...)
+	svc.grants = newGranter(s.cfg.Grants, s.cfg.Clock, s.core.Config().PutTimeout)
 	pb.RegisterMasterServiceServer(gs, svc)
-	pb.RegisterMasterTasksServer(gs, NewTaskService(s.core))
+	tsvc := NewTaskService(s.core)
+	tsvc.grants = svc.grants
+	pb.RegisterMasterTasksServer(gs, tsvc)
 	// The hot calls also come on fastrpc connections to the same port
 	// (data-path calls only: none of them needs the cluster secret).
 	mux := fastrpc.NewMux(grpcLn)

@@ -20,6 +20,7 @@ type Service struct {
 	// segTenant is the tenant that mounted each segment (tenants on):
 	// only it, or an admin, may unmount it.
 	segTenant sync.Map // segment name -> tenant name
+	grants    *granter // nil: no data-path grants (grants.go)
 }
 
 // NewService wraps a core.
@@ -158,14 +159,18 @@ func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (
 
 // RemountSegments implements MasterService: one call of a restore session
 // (see RemountSegmentsRequest). The first call (RestoreId 0) opens it with
-// the segments, every call decides its chunk of objects, and the call
-// without More closes it.
+// the segments (sized by Total) and answers the window of chunks the
+// client may send ahead; every call decides its chunk of objects in chunk
+// order (a chunk ahead waits for its turn, at most a client TTL), and the
+// call without More closes it.
 func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
 	caller := callerOf(ctx)
 	for _, sg := range r.Segments {
 		s.segTenant.Store(sg.GetName(), caller.Name)
 	}
 	r.Objects = ownHeld(caller, r.Objects)
+	ctx, cancel := context.WithTimeout(ctx, s.m.Config().ClientTTL)
+	defer cancel()
 	id := r.RestoreId
 	if id == 0 {
 		specs := make([]master.SegmentSpec, len(r.Segments))
@@ -176,17 +181,24 @@ func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequ
 		if id, err = s.m.RestoreBegin(r.ClientId, specs); err != nil {
 			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
 		}
+		if r.Total > 0 {
+			if err := s.m.RestoreExpect(r.ClientId, id, r.Total); err != nil {
+				return &pb.RemountSegmentsResponse{Status: status(err)}, nil
+			}
+		}
 	}
-	res, err := s.m.RestoreChunk(r.ClientId, id, r.Chunk, heldFromPB(r.Objects))
+	res, err := s.m.RestoreChunkContext(ctx, r.ClientId, id, r.Chunk, heldFromPB(r.Objects))
 	if err == nil && !r.More {
 		var end master.RestoreResult
-		end, err = s.m.RestoreEnd(r.ClientId, id)
+		end, err = s.m.RestoreEndContext(ctx, r.ClientId, id)
 		res.Restored, res.Dropped = res.Restored+end.Restored, res.Dropped+end.Dropped
 		res.Tombstones = append(res.Tombstones, end.Tombstones...)
 	}
 	out := &pb.RemountSegmentsResponse{Status: status(err), Restored: int64(res.Restored), Dropped: int64(res.Dropped),
 		Tombstones: refsToPB(res.Tombstones)}
-	if err == nil && r.More {
+	if err == nil && r.More && r.RestoreId == 0 {
+		out.RestoreId, out.Window = id, master.RestoreWindow
+	} else if err == nil && r.More {
 		out.RestoreId = id
 	}
 	return out, nil
@@ -236,7 +248,7 @@ func (s *Service) putStart(ns string, r *pb.PutStartRequest) *pb.PutStartRespons
 	if len(reps) > 0 {
 		out.Seq, out.HeaderLen = reps[0].Seq, reps[0].HeaderLen
 	}
-	return out
+	return s.grants.put(out)
 }
 
 // PutStart implements MasterService.
@@ -269,13 +281,13 @@ func (s *Service) putCommit(ns string, r *pb.PutCommitRequest) *pb.PutCommitResp
 		out.Status = status(s.m.PutEnd(r.ClientId, key, r.Crc32C))
 	} else {
 		tombs, gone, err := s.m.PutCommit(r.ClientId, key, r.Slot, r.Crc32C, rc, r.Upsert)
-		out.Status, out.SlotGone, out.Tombstones = status(err), gone, refsToPB(tombs)
+		out.Status, out.SlotGone, out.Tombstones = status(err), gone, s.grants.tombs(refsToPB(tombs))
 	}
 	keyLen := r.ReserveKeyLen + uint64(len(ns)) // the slot's header carries the namespace too
 	if out.Status.Code == 0 && !out.SlotGone && r.ReserveSize > 0 && r.ReserveKeyLen > 0 && keyLen <= uint64(s.m.Config().MaxKeyLen) {
 		if slot, reps, err := s.m.PutReserve(r.ClientId, r.ReserveSize, int(keyLen), rc); err == nil && len(reps) > 0 {
 			out.NextSlot = slot
-			out.Next = &pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen, KeyPrefix: ns}
+			out.Next = s.grants.put(&pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen, KeyPrefix: ns})
 		}
 	}
 	return out
@@ -303,7 +315,7 @@ func (s *Service) PutRevoke(ctx context.Context, r *pb.PutRevokeRequest) (*pb.St
 func (s *Service) GetReplicaList(ctx context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
 	ns := callerOf(ctx).Namespace
 	info, err := s.m.GetReplicaList(scope(ns, r.Key))
-	return infoToPB(ns, info, err), nil
+	return s.grants.info(infoToPB(ns, info, err)), nil
 }
 
 // BatchGetReplicaList implements MasterService.
@@ -313,7 +325,7 @@ func (s *Service) BatchGetReplicaList(ctx context.Context, r *pb.BatchKeysReques
 	out := &pb.BatchObjectInfo{Results: make([]*pb.ObjectInfo, len(keys))}
 	for i, k := range keys {
 		info, err := s.m.GetReplicaList(k)
-		out.Results[i] = infoToPB(ns, info, err)
+		out.Results[i] = s.grants.info(infoToPB(ns, info, err))
 	}
 	s.m.TouchChains(keys)
 	return out, nil
@@ -366,7 +378,7 @@ func (s *Service) batchExistBits(ns string, payload []byte) ([]byte, uint8) {
 // Remove implements MasterService.
 func (s *Service) Remove(ctx context.Context, r *pb.RemoveRequest) (*pb.RemoveResponse, error) {
 	tombs, err := s.m.RemoveHeaders(scope(callerOf(ctx).Namespace, r.Key), r.Force)
-	return &pb.RemoveResponse{Status: status(err), Tombstones: refsToPB(tombs)}, nil
+	return &pb.RemoveResponse{Status: status(err), Tombstones: s.grants.tombs(refsToPB(tombs))}, nil
 }
 
 // BatchRemove implements MasterService.
@@ -377,7 +389,7 @@ func (s *Service) BatchRemove(ctx context.Context, r *pb.BatchRemoveRequest) (*p
 		tombs, err := s.m.RemoveHeaders(scope(ns, rm.Key), rm.Force)
 		out.Results[i] = status(err)
 		if room := maxReplyTombstones - len(out.Tombstones); room > 0 { // the nodes zero the rest
-			out.Tombstones = append(out.Tombstones, refsToPB(tombs[:min(room, len(tombs))])...)
+			out.Tombstones = append(out.Tombstones, s.grants.tombs(refsToPB(tombs[:min(room, len(tombs))]))...)
 		}
 	}
 	return out, nil
@@ -421,14 +433,14 @@ func (s *Service) removePages(ns string, mt master.Matcher, force, paged bool, a
 		if next != "" {
 			next = unscope(ns, next)
 		}
-		return &pb.CountResponse{Status: status(nil), Count: int64(p.Removed), Tombstones: refsToPB(p.Tombstones), Next: next}
+		return &pb.CountResponse{Status: status(nil), Count: int64(p.Removed), Tombstones: s.grants.tombs(refsToPB(p.Tombstones)), Next: next}
 	}
 	out := &pb.CountResponse{Status: status(nil)}
 	for {
 		p := s.m.RemovePageFrom(mt, force, after, master.RemoveChunk)
 		out.Count += int64(p.Removed)
 		if room := maxReplyTombstones - len(out.Tombstones); room > 0 {
-			out.Tombstones = append(out.Tombstones, refsToPB(p.Tombstones[:min(room, len(p.Tombstones))])...)
+			out.Tombstones = append(out.Tombstones, s.grants.tombs(refsToPB(p.Tombstones[:min(room, len(p.Tombstones))]))...)
 		}
 		if p.Next == "" {
 			return out

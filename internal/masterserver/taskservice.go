@@ -15,7 +15,8 @@ import (
 // gRPC MasterTasks service (tasks.proto), served beside MasterService.
 type TaskService struct {
 	pb.UnimplementedMasterTasksServer
-	m *master.Master
+	m      *master.Master
+	grants *granter // nil: no data-path grants (grants.go)
 }
 
 // NewTaskService wraps a core.
@@ -71,8 +72,10 @@ func (s *TaskService) FetchTasks(_ context.Context, r *pb.FetchTasksRequest) (*p
 	as := s.m.FetchTasks(r.ClientId, n)
 	out := &pb.FetchTasksResponse{Status: status(nil)}
 	for _, a := range as {
-		out.Tasks = append(out.Tasks, &pb.TaskAssignment{Task: taskToPB(a.Task), Size: a.Size, Crc32C: a.CRC, HeaderLen: a.HeaderLen,
-			Source: replicasToPB([]master.Replica{a.From})[0], Targets: replicasToPB(a.To), DeadlineUnixMs: unixMs(a.Deadline)})
+		ta := &pb.TaskAssignment{Task: taskToPB(a.Task), Size: a.Size, Crc32C: a.CRC, HeaderLen: a.HeaderLen,
+			Source: replicasToPB([]master.Replica{a.From})[0], Targets: replicasToPB(a.To), DeadlineUnixMs: unixMs(a.Deadline)}
+		s.grants.task(ta)
+		out.Tasks = append(out.Tasks, ta)
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"log/slog"
 	"net"
 	"net/http"
@@ -158,6 +159,11 @@ func (n *Node) Handler() http.Handler {
 		}
 		fmt.Fprintf(w, "# HELP mooncake_storenode_remount_pending 1 while a failed remount waits for its retry (the master may not know all the node's objects).\n# TYPE mooncake_storenode_remount_pending gauge\nmooncake_storenode_remount_pending{segment=%q} %d\n", seg, pending)
 		fmt.Fprintf(w, "# HELP mooncake_storenode_ping_failures Consecutive failed pings to the master.\n# TYPE mooncake_storenode_ping_failures gauge\nmooncake_storenode_ping_failures{segment=%q} %d\n", seg, h.PingFailures)
+		if g := n.eng.GrantStats(); g != (grant.Stats{}) {
+			fmt.Fprintf(w, "# HELP mooncake_storenode_grants_verified_total Data-path grants that verified.\n# TYPE mooncake_storenode_grants_verified_total counter\nmooncake_storenode_grants_verified_total{segment=%q} %d\n", seg, g.Verified)
+			fmt.Fprintf(w, "# HELP mooncake_storenode_grants_refused_total Data-path grants refused (forged, expired, unknown key, other segment, revoked).\n# TYPE mooncake_storenode_grants_refused_total counter\nmooncake_storenode_grants_refused_total{segment=%q} %d\n", seg, g.Refused)
+			fmt.Fprintf(w, "# HELP mooncake_storenode_transfers_denied_total Incoming READs and WRITEs no valid grant covered (nothing touched).\n# TYPE mooncake_storenode_transfers_denied_total counter\nmooncake_storenode_transfers_denied_total{segment=%q} %d\n", seg, g.Denied)
+		}
 		if n.disk != nil {
 			used, objects, reads := n.disk.Usage()
 			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_bytes Bytes held by the disk tier.\n# TYPE mooncake_storenode_disk_bytes gauge\nmooncake_storenode_disk_bytes{segment=%q} %d\n", seg, used)
