@@ -189,12 +189,18 @@ func fmtDur(d time.Duration) string {
 
 func printBenchStoreSecurity(out io.Writer, res *benchstore.SecurityResult) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "feature\top\tsize\tclients\toff ops/s\ton ops/s\ton/off\toff p50\ton p50\terrors\t")
+	fmt.Fprintln(w, "feature\top\tsize\tclients\toff ops/s\ton ops/s\ton/off\toff cpu/key\ton cpu/key\tcpu on/off\toff p50\ton p50\terrors\t")
 	for _, r := range res.Rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.3f\t%s\t%s\t%d\t\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients,
-			r.Off.OpsPerSec(), r.On.OpsPerSec(), r.Ratio(), fmtDur(r.Off.P50), fmtDur(r.On.P50), r.Off.Errors+r.On.Errors)
+		cpu := 0.0
+		if r.Off.CPUPerOp() > 0 {
+			cpu = float64(r.On.CPUPerOp()) / float64(r.Off.CPUPerOp())
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.3f\t%s\t%s\t%.3f\t%s\t%s\t%d\t\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients,
+			r.Off.OpsPerSec(), r.On.OpsPerSec(), r.Ratio(), fmtDur(r.Off.CPUPerOp()), fmtDur(r.On.CPUPerOp()), cpu,
+			fmtDur(r.Off.P50), fmtDur(r.On.P50), r.Off.Errors+r.On.Errors)
 	}
 	w.Flush()
+	fmt.Fprintln(out, "(cpu/key: this process's CPU time per key, master, nodes and clients included; it compares the two even when other load makes ops/s noisy)")
 	for _, r := range res.Rows {
 		for _, x := range []benchstore.Row{r.Off, r.On} {
 			if x.FirstErr != nil {
