@@ -134,4 +134,14 @@
 // the sentinels ErrNotFound, ErrExists, ErrHasLease, ErrNoSpace, ErrTooLarge,
 // ErrInvalid and ErrLeaseExpired (the sentinels of internal/storeerr, so the
 // master's errors.Is checks and the client's agree).
+//
+// Tenants and TLS (docs/security.md): Config.Token is the client's tenant
+// credential, sent with every gRPC call and once per fastrpc connection
+// (the pool keeps connections of different credentials apart); the master
+// then scopes every key to the tenant, and a put over the tenant's quota
+// fails with ErrQuotaExceeded (TENANT_QUOTA_EXCEEDED -1700). A refused
+// credential is ErrUnauthorized on every call. With a durable master the
+// object header carries the key as the master stores it (the namespace
+// PutStartResponse.key_prefix names, in front). Config.TLS reaches the
+// master over TLS (no same-host socket then).
 package store

@@ -23,6 +23,7 @@ type poolSecurity struct {
 	tenants        *tenant.Source
 	secret, token  string // the storage nodes' cluster secret, the clients' tenant token
 	srvTLS, cliTLS *tls.Config
+	noLocal        bool // no same-host fastrpc socket (TCP, as TLS)
 }
 
 // SecurityConfig configures RunSecurity.
@@ -36,7 +37,7 @@ type SecurityConfig struct {
 // SecurityRow is one configuration measured without and with a security
 // feature (median rounds).
 type SecurityRow struct {
-	Feature       string // "tenants" or "tls"
+	Feature       string // "tenants", "tls" (against plaintext TCP) or "tls-vs-local" (against the same-host socket)
 	Op            string // put, get
 	Size, Clients int
 	Off, On       Row
@@ -56,9 +57,10 @@ type SecurityResult struct{ Rows []SecurityRow }
 // RunSecurity measures what the control plane's security costs: store put
 // and get with tenants on (a tenant policy, clients with a token, keys in
 // the tenant's namespace, quota accounting) vs off, and 4 KiB puts with
-// the master's port on TLS vs plaintext. Three pools run in this process
-// (durable metadata on, the master's default); rounds alternate which
-// goes first and the median is reported.
+// the master's port on TLS vs plaintext TCP ("tls") and vs plaintext with
+// the same-host socket a TLS master gives up ("tls-vs-local"). Four pools
+// run in this process (durable metadata on, the master's default); rounds
+// alternate which goes first and the median is reported.
 func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error) {
 	const segSize = 256 << 20
 	maxClients, maxSize := slices.Max(c.Clients), slices.Max(c.Sizes)
@@ -74,6 +76,7 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 		"off":     {},
 		"tenants": {tenants: tenant.Static(set), secret: "bench-cluster-secret", token: "bench-token-0001"},
 		"tls":     {srvTLS: srvTLS, cliTLS: cliTLS},
+		"tcp":     {noLocal: true},
 	}
 	pools := map[string]*benchPool{}
 	for name, sec := range secs {
@@ -85,13 +88,13 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 		pools[name] = p
 	}
 	res := &SecurityResult{}
-	compare := func(feature, op string, size, n int) {
+	compare := func(feature, base, on, op string, size, n int) {
 		per := max(1, int(segSize/4)/size/n)
 		rows := map[string][]Row{}
 		for r := range c.Rounds {
-			order := []string{"off", feature}
+			order := []string{base, on}
 			if r%2 == 1 {
-				order = []string{feature, "off"}
+				order = []string{on, base}
 			}
 			for _, name := range order {
 				prefix := fmt.Sprintf("s/%s/%d/%d", feature, size, n)
@@ -102,16 +105,17 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 				}
 			}
 		}
-		res.Rows = append(res.Rows, SecurityRow{Feature: feature, Op: op, Size: size, Clients: n, Off: medianRow(rows["off"]), On: medianRow(rows[feature])})
+		res.Rows = append(res.Rows, SecurityRow{Feature: feature, Op: op, Size: size, Clients: n, Off: medianRow(rows[base]), On: medianRow(rows[on])})
 	}
 	for _, size := range c.Sizes {
 		for _, n := range c.Clients {
-			compare("tenants", "put", size, n)
-			compare("tenants", "get", size, n)
+			compare("tenants", "off", "tenants", "put", size, n)
+			compare("tenants", "off", "tenants", "get", size, n)
 		}
 	}
 	for _, n := range c.Clients {
-		compare("tls", "put", 4096, n)
+		compare("tls", "tcp", "tls", "put", 4096, n)
+		compare("tls-vs-local", "off", "tls", "put", 4096, n)
 	}
 	return res, nil
 }
