@@ -24,6 +24,11 @@
 // GetInto move bytes straight from/to memory the caller registered with
 // RegisterBuffer (zero copy, as Mooncake's put_from/get_into).
 //
+// When the master signs data-path grants (internal/grant), every replica
+// it hands out carries one (pb.Replica.Grant) and the client sends it with
+// the transfers to that replica (transfer.Request.Grant); storage nodes
+// that check grants refuse transfers without one (docs/security.md).
+//
 // # Liveness
 //
 // The client pings the master every PingInterval. When the master answers

@@ -22,4 +22,12 @@
 // <secret>" and fail with codes.Unauthenticated otherwise; RequireSecret
 // does the same for the admin HTTP API's non-GET requests (401, OpenAI
 // error shape). Reads and the data path stay open.
+//
+// With ServerConfig.Grants (a grant.Keyring), the service signs a data-path
+// grant for exactly the extents it hands out, at the wire conversion
+// (grants.go): WRITE with each placement (PutStart, a PutCommit's next
+// slot; for PutTimeout), READ with each replica list (until the read
+// lease ends), WRITE on tombstone headers, READ/WRITE on task sources and
+// targets (until the task's deadline). Storage nodes holding the same keys
+// refuse transfers without them. The core knows nothing of grants.
 package masterserver
