@@ -23,6 +23,10 @@
 // registered for the transfer instead, so no extra copy is made. PutFrom and
 // GetInto move bytes straight from/to memory the caller registered with
 // RegisterBuffer (zero copy, as Mooncake's put_from/get_into).
+// PutFromDevice, GetIntoDevice and their batch forms take GPU memory
+// (Config.Device, a *cuda.Driver): the value is copied between the device
+// and host memory with the driver and put or read, and checksummed, there
+// (device.go).
 //
 // When the master signs data-path grants (internal/grant), every replica
 // it hands out carries one (pb.Replica.Grant) and the client sends it with

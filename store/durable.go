@@ -33,6 +33,10 @@ func (c *Client) stageHeader(ctx context.Context, key string, resp *pb.PutStartR
 		return nil, func() {}, nil
 	}
 	c.durable.Store(true) // later puts stage room for their headers
+	if p := c.keyPrefix.Load(); (p == nil && resp.KeyPrefix != "") || (p != nil && *p != resp.KeyPrefix) {
+		c.keyPrefix.Store(&resp.KeyPrefix)
+	}
+	key = resp.KeyPrefix + key // the key as the master stores it (its tenant's namespace)
 	if resp.HeaderLen != objheader.Len(key) {
 		return nil, nil, fmt.Errorf("store: put %q: master header length %d, want %d", key, resp.HeaderLen, objheader.Len(key))
 	}
@@ -46,6 +50,15 @@ func (c *Client) stageHeader(ctx context.Context, key string, resp *pb.PutStartR
 	}
 	objheaderEncode(b, key, resp, size, crc, o)
 	return b, release, nil
+}
+
+// headerKey is key as the master stores it: behind the tenant namespace
+// the master reported, if any.
+func (c *Client) headerKey(key string) string {
+	if p := c.keyPrefix.Load(); p != nil {
+		return *p + key
+	}
+	return key
 }
 
 func objheaderEncode(b []byte, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions) {
@@ -160,12 +173,7 @@ func (c *Client) held() []*pb.HeldObject {
 	if c.segmentSpec == nil {
 		return nil
 	}
-	found := objheader.ScanRanges(c.segment, c.segmentData())
-	out := make([]*pb.HeldObject, len(found))
-	for i, f := range found {
-		out[i] = &pb.HeldObject{Segment: c.segmentSpec.Name, Offset: f.Offset, Key: f.Key, Size: f.Size, Crc32C: f.CRC, Seq: f.Seq,
-			HardPin: f.HardPin, SoftPin: f.SoftPin, SoftPinTtlMs: f.SoftPinTTL.Milliseconds()}
-	}
+	out := scanHeld(c.segment, c.segmentData(), c.segmentSpec.Name, scanPiece)
 	if c.cfg.Disk != nil {
 		out = append(out, diskToHeld(c.segmentSpec.Name, c.cfg.Disk.Held())...)
 	}

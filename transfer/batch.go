@@ -165,7 +165,7 @@ func (e *Engine) checkRequest(t *task) error {
 	if t.seg == nil {
 		return fmt.Errorf("%w: segment id %d not opened", ErrUnknownSegment, r.Segment)
 	}
-	sp, err := e.reg.Acquire(uint64(r.Local), uint64(r.Length))
+	sp, err := e.reg.AcquireAny(uint64(r.Local), uint64(r.Length))
 	if err != nil {
 		return fmt.Errorf("local %#x+%d: %w: %w", r.Local, r.Length, ErrNotRegistered, err)
 	}

@@ -52,6 +52,18 @@
 // batch's bytes before sending it, so the engine behaves as if behind a
 // link of that bandwidth (benchmarks: `mooncake bench pd --link-rate`).
 //
+// # GPU memory
+//
+// With Config.Device (a *cuda.Driver), device memory is registered
+// (RegisterDevice, or Register of a device address) and moved like host
+// memory, never dereferenced: a request whose local side is device memory
+// is staged through a registered pinned arena in chunks, the GPU copy of
+// one chunk overlapping the host transfer of the next (cuda.Stage); lanes
+// serving this engine's device memory stage it through pinned buffers
+// (tcp.Stager); a same-host peer's device memory is opened with CUDA IPC
+// (its handle is in the descriptor) and copied device to device; an
+// in-process peer's is copied directly (device.go, device_ipc.go).
+//
 // # Discovery
 //
 // Config.Metadata "P2PHANDSHAKE" (default): OpenSegment("host:port") asks
@@ -93,7 +105,8 @@
 //
 // # Status of this package
 //
-// Done: the API of helpers/transfer-api.md; in-process, TCP (lanes,
+// Done: the API of helpers/transfer-api.md; GPU memory (staged, CUDA IPC,
+// in process); in-process, TCP (lanes,
 // pipelining, slicing, express lane, writev, checksums, secrets) and shared
 // memory (memfd + SCM_RIGHTS, TCP fallback) transports; P2P handshake, HTTP
 // metadata and etcd discovery; bounds checking; deadlines. Not done: RDMA,

@@ -29,7 +29,7 @@ func newBenchTransferCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "transfer",
-		Short: "Transfer engine throughput and latency (tcp, shm, inproc) vs. this machine's limit",
+		Short: "Transfer engine throughput and latency (tcp, shm, inproc; host or GPU memory) vs. this machine's limit",
 		Long: `Runs a target engine and an initiator. Without --target the bench starts its own
 target (a second process for tcp and shm, re-executing this binary with --mode target).
 --mode target prints "TARGET <segment> <addr> <len> <sink>" and serves until stdin closes
@@ -92,6 +92,7 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 				if c.Secret != "" {
 					args = append(args, "--secret", c.Secret)
 				}
+				args = append(args, "--device", c.Device, "--target-device", c.TargetDevice, "--cuda-lib", c.CUDALib)
 				if c.GrantKey != "" {
 					args = append(args, "--grant-key", c.GrantKey)
 				}
@@ -155,6 +156,9 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 	f.BoolVar(&underLoad, "small-during-large", false, "measure --block-size sync writes while a 64 MiB stream runs (latency under load)")
 	f.IntVar(&c.SliceSize, "slice-size", 0, "TCP slice size in bytes (0: engine default)")
 	f.IntVar(&c.Lanes, "lanes", 0, "TCP bulk lanes per peer (0: engine default)")
+	f.StringVar(&c.Device, "device", "cpu", "initiator's buffer: cpu or cuda (GPU 0; the baseline is then pinned cuMemcpy)")
+	f.StringVar(&c.TargetDevice, "target-device", "", "target's buffer: cpu or cuda (default: as --device)")
+	f.StringVar(&c.CUDALib, "cuda-lib", os.Getenv("MOONCAKE_CUDA_LIB"), "CUDA driver library (default libcuda.so.1; $MOONCAKE_CUDA_LIB)")
 	f.StringVar(&grants, "grants", "off", `data-path grants: "off", "on" (the target checks a grant per request, the initiator sends one per thread), or "both": alternating rounds against a target without and one with grants, the median of each and their ratio`)
 	f.StringVar(&c.GrantKey, "grant-key", "", "grant key in hex (the target of --grants on; made up when not given)")
 	_ = f.MarkHidden("grant-key")

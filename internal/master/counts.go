@@ -99,6 +99,7 @@ func (m *Master) countLocked(o *object, sign int) {
 		m.counts.softPins.add(o.softPinUntil.time(), now, int32(sign))
 	}
 	m.counts.leases.add(o.leaseUntil.time(), now, int32(sign))
+	m.tenantCountLocked(o, sign)
 }
 
 // replicasChangedLocked is called after the replica list of o changed by
@@ -109,6 +110,7 @@ func (m *Master) replicasChangedLocked(o *object, delta int) {
 	}
 	m.counts.replicas += delta
 	m.counts.replicaBytes += uint64(delta) * o.size
+	m.tenantReplicasLocked(o, delta)
 }
 
 // leaseLocked extends o's read lease to until (when later).
@@ -128,6 +130,7 @@ func (m *Master) addPendingLocked(o *object) {
 		m.counts.putSlots++
 	}
 	m.pending[o.key] = o
+	m.tenantPendingLocked(o)
 }
 
 // dropPendingLocked forgets the unfinished put of key, if any.
@@ -136,4 +139,5 @@ func (m *Master) dropPendingLocked(key string) {
 		m.counts.putSlots--
 	}
 	delete(m.pending, key)
+	m.tenantUnpendLocked(key)
 }

@@ -136,7 +136,7 @@ func (m *Master) evictionOrderLocked(now time.Time, sample int) []*object {
 			plain = append(plain, o)
 		}
 	}
-	return append(m.policyOrder(plain), m.policyOrder(pinned)...)
+	return m.tenantOverShareFirstLocked(append(m.policyOrder(plain), m.policyOrder(pinned)...), now)
 }
 
 // policyOrder orders objs by the eviction policy (internal/evict): the

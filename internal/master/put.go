@@ -60,6 +60,12 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 	if err := m.checkFitsLocked(hdr + size); err != nil {
 		return nil, err
 	}
+	if err := m.memoryAdmitLocked(); err != nil {
+		return nil, err
+	}
+	if err := m.tenantAdmitLocked(key, size*uint64(max(rc.Replicas, 1)), nil); err != nil {
+		return nil, err
+	}
 	reps, err := m.placeOrEvictLocked(clientID, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
 	if err != nil {
 		return nil, err

@@ -60,6 +60,9 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 	if err := m.checkFitsLocked(hdr + size); err != nil {
 		return "", nil, err
 	}
+	if err := m.memoryAdmitLocked(); err != nil {
+		return "", nil, err
+	}
 	reps, err := m.placeOrEvictLocked(clientID, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
 	if err != nil {
 		return "", nil, err
@@ -99,6 +102,9 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	}
 	if (m.cfg.Durable && s.header() != headerLen(key)) || m.newerThanLocked(key, s.seq) {
 		return refuse(true, nil)
+	}
+	if err := m.tenantAdmitLocked(key, s.size*uint64(len(s.replicas)), m.objects[key]); err != nil {
+		return refuse(false, err)
 	}
 	if o := m.objects[key]; o != nil {
 		switch {

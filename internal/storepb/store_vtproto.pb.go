@@ -717,6 +717,11 @@ func (m *RemountSegmentsRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Total != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Total))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.More {
 		i--
 		if m.More {
@@ -800,6 +805,11 @@ func (m *RemountSegmentsResponse) MarshalToSizedBufferVT(dAtA []byte) (int, erro
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Window != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Window))
+		i--
+		dAtA[i] = 0x30
 	}
 	if m.RestoreId != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RestoreId))
@@ -1034,6 +1044,15 @@ func (m *PutStartResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.KeyPrefix) > 0 {
+		i -= len(m.KeyPrefix)
+		copy(dAtA[i:], m.KeyPrefix)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.KeyPrefix)))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xaa
 	}
 	if m.HeaderLen != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.HeaderLen))
@@ -2905,6 +2924,9 @@ func (m *RemountSegmentsRequest) SizeVT() (n int) {
 	if m.More {
 		n += 2
 	}
+	if m.Total != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Total))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2933,6 +2955,9 @@ func (m *RemountSegmentsResponse) SizeVT() (n int) {
 	}
 	if m.RestoreId != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.RestoreId))
+	}
+	if m.Window != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Window))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -3022,6 +3047,10 @@ func (m *PutStartResponse) SizeVT() (n int) {
 	}
 	if m.HeaderLen != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.HeaderLen))
+	}
+	l = len(m.KeyPrefix)
+	if l > 0 {
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -5508,6 +5537,25 @@ func (m *RemountSegmentsRequest) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.More = bool(v != 0)
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Total", wireType)
+			}
+			m.Total = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Total |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -5682,6 +5730,25 @@ func (m *RemountSegmentsResponse) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.RestoreId |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Window", wireType)
+			}
+			m.Window = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Window |= uint32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
@@ -6252,6 +6319,38 @@ func (m *PutStartResponse) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 21:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field KeyPrefix", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.KeyPrefix = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

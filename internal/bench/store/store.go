@@ -57,6 +57,12 @@ type Config struct {
 	// Ops, when set, limits the phases to these (put, batch-put, get,
 	// batch-get, get-into, exist); the put phase always runs before gets.
 	Ops []string
+	// Device "cuda" adds the phases put-device and get-into-device: each
+	// client puts from and gets into a buffer of GPU memory (device 0 of
+	// the CUDA driver at CUDALib, "" libcuda.so.1) through
+	// store.PutFromDevice and GetIntoDevice (device.go). "" or "cpu": none.
+	Device  string
+	CUDALib string
 }
 
 // runs reports whether op is one of the configured phases.
@@ -102,7 +108,7 @@ func (c Config) Validate() error {
 	if c.Nodes < 1 || c.Duration <= 0 || c.Rounds < 1 || c.SegmentSize == 0 {
 		return errors.New("--nodes, --rounds and --duration must be positive")
 	}
-	return nil
+	return c.validateDevice()
 }
 
 // Row is one phase's figures (the median round of its configuration).
@@ -222,7 +228,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		c.stop = stop
 		clusters = append(clusters, c)
-		if clusters[len(clusters)-1].mc, err = openClients(ctx, addr, maxClients, maxSize, cfg.Transport); err != nil {
+		if clusters[len(clusters)-1].mc, err = openClients(ctx, addr, maxClients, maxSize, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -270,8 +276,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 					prefix := fmt.Sprintf("bench/%s/%d/%d/r%d", c.system, size, n, round)
 					// Every put phase runs before the get phases: a get leases its
 					// key (10s), and a leased key cannot be overwritten.
-					for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into", "exist"} {
-						if strings.HasPrefix(op, "batch") && size > 1<<20 || !cfg.runs(op) && op != "put" {
+					for _, op := range []string{"put", "batch-put", "put-device", "get", "batch-get", "get-into", "get-into-device", "exist"} {
+						if strings.HasPrefix(op, "batch") && size > 1<<20 || strings.HasSuffix(op, "device") && c.mc[0].dev == nil || !cfg.runs(op) && op != "put" {
 							continue
 						}
 						add(runPhase(ctx, c.system, c.mc[:n], op, size, perClient, prefix, cfg.Duration))
@@ -343,12 +349,12 @@ func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, 
 			keys := 0
 			errs := 0
 			var firstErr error
-			for i := 0; time.Now().Before(deadline) || i < perClient && op == "put"; i++ {
+			for i := 0; time.Now().Before(deadline) || i < perClient && (op == "put" || op == "put-device"); i++ {
 				if ctx.Err() != nil {
 					break
 				}
 				k := i % perClient
-				if op != "put" {
+				if op != "put" && op != "put-device" {
 					k = r.IntN(perClient)
 				}
 				key := fmt.Sprintf("%s/%d/%d", prefix, ci, k)
@@ -377,6 +383,14 @@ func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, 
 					keysDone = nb
 				case "put":
 					err = cl.put(ctx, key, v)
+				case "put-device":
+					err = cl.putDevice(ctx, key, size)
+				case "get-into-device":
+					var n int
+					n, err = cl.getIntoDevice(ctx, key)
+					if err == nil && n != size {
+						err = fmt.Errorf("got %d bytes, want %d", n, size)
+					}
 				case "get-into":
 					var n int
 					n, err = cl.getInto(ctx, key)
@@ -469,27 +483,34 @@ func inProcessCluster(ctx context.Context, cfg Config, n, maxSize int, keys *gra
 		}
 		ns = append(ns, nd)
 	}
-	c.mc, err = openClients(ctx, srv.Addr(), n, maxSize, cfg.Transport)
+	c.mc, err = openClients(ctx, srv.Addr(), n, maxSize, cfg)
 	return c, err
 }
 
 // openClients opens n store clients of the master at addr, each with its
 // own transfer engine and a registered buffer of maxSize bytes.
-func openClients(ctx context.Context, addr string, n, maxSize int, transport string) ([]*mooncakeKV, error) {
+func openClients(ctx context.Context, addr string, n, maxSize int, cfg Config) ([]*mooncakeKV, error) {
 	var mc []*mooncakeKV
 	for range n {
-		eng, err := transfer.Open(ctx, transfer.Config{Transport: transport})
+		eng, err := transfer.Open(ctx, transfer.Config{Transport: cfg.Transport})
 		if err != nil {
 			closeAll(mc)
 			return nil, err
 		}
-		cl, err := store.New(ctx, store.Config{Master: addr, Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond})
+		scfg := store.Config{Master: addr, Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond}
+		dev, err := cfg.deviceBuffer(&scfg, maxSize)
 		if err != nil {
 			eng.Close()
 			closeAll(mc)
 			return nil, err
 		}
-		kv := &mooncakeKV{cl: cl, eng: eng, buf: make([]byte, maxSize)}
+		cl, err := store.New(ctx, scfg)
+		if err != nil {
+			eng.Close()
+			closeAll(mc)
+			return nil, err
+		}
+		kv := &mooncakeKV{cl: cl, eng: eng, buf: make([]byte, maxSize), dev: dev}
 		mc = append(mc, kv)
 		if err := cl.RegisterBuffer(kv.buf); err != nil {
 			closeAll(mc)
@@ -511,11 +532,13 @@ type mooncakeKV struct {
 	cl  *store.Client
 	eng *transfer.Engine
 	buf []byte
+	dev *deviceBuf // GPU memory of the device phases (nil without)
 }
 
 func (m *mooncakeKV) close() {
 	m.cl.Close()
 	m.eng.Close()
+	m.dev.free()
 }
 
 // getInto reads into the client's registered buffer (zero copy, no allocation).

@@ -20,6 +20,17 @@ type Memory interface {
 
 var _ Memory = (*registry.Registry)(nil)
 
+// Stager is a Memory that holds memory the host cannot touch (GPU memory):
+// a lane that serves one asks it, knowing the request's direction, for a
+// span of host bytes standing in for the memory. AcquireRead's span holds
+// a copy of [addr, addr+n); AcquireWrite's span receives the payload, and
+// commit (nil for host memory) puts it in place once it arrived whole and
+// checked. Host memory is returned as Acquire returns it.
+type Stager interface {
+	AcquireRead(addr, n uint64) (registry.Span, error)
+	AcquireWrite(addr, n uint64) (span registry.Span, commit func() error, err error)
+}
+
 // ServerConfig bounds what a lane accepts.
 type ServerConfig struct {
 	MaxSlice uint64 // largest slice accepted; longer requests end the lane
@@ -67,6 +78,7 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 		gs = cfg.Grants.NewSet(cfg.Segment)
 	}
 	defer o.release()
+	st, _ := mem.(Stager)
 	for {
 		// Flush when no whole request header is buffered (the next read
 		// may block), or when enough READ payload is gathered (in place or
@@ -124,7 +136,7 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			// READ: the response (and its payload) joins the outbox; the
 			// payload is sent by the next flush, gathered with its neighbours
 			// into one writev.
-			o.addRead(mem, h)
+			o.addRead(mem, st, h)
 			continue
 		}
 		// A WRITE payload may block on the peer: send gathered READ payloads
@@ -141,7 +153,7 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			// A peer that stalls mid-payload must not keep the token.
 			_ = conn.SetDeadline(time.Now().Add(BulkStall))
 		}
-		err = serveWrite(conn, r, mem, h, o)
+		err = serveWrite(conn, r, mem, st, h, o)
 		if bulk {
 			_ = conn.SetDeadline(time.Time{})
 			<-cfg.Bulk
@@ -182,9 +194,15 @@ func (o *outbox) header(resp *wire.RespHeader) {
 // addRead applies one READ request. Slices of out taken into iov stay valid
 // when a later append moves out: they keep the old array, which no one
 // writes again before the flush.
-func (o *outbox) addRead(mem Memory, h wire.ReqHeader) {
+func (o *outbox) addRead(mem Memory, st Stager, h wire.ReqHeader) {
 	resp := wire.RespHeader{ID: h.ID}
-	span, err := mem.Acquire(h.Addr, h.Length)
+	var span registry.Span
+	var err error
+	if st != nil {
+		span, err = st.AcquireRead(h.Addr, h.Length)
+	} else {
+		span, err = mem.Acquire(h.Addr, h.Length)
+	}
 	if err != nil {
 		resp.Status = wire.StatusRejected
 		o.header(&resp)
@@ -249,9 +267,16 @@ func (o *outbox) release() {
 }
 
 // serveWrite applies one WRITE request and appends its response to the outbox.
-func serveWrite(conn net.Conn, r *bufio.Reader, mem Memory, h wire.ReqHeader, o *outbox) error {
+func serveWrite(conn net.Conn, r *bufio.Reader, mem Memory, st Stager, h wire.ReqHeader, o *outbox) error {
 	resp := wire.RespHeader{ID: h.ID}
-	span, aerr := mem.Acquire(h.Addr, h.Length)
+	var span registry.Span
+	var commit func() error
+	var aerr error
+	if st != nil {
+		span, commit, aerr = st.AcquireWrite(h.Addr, h.Length)
+	} else {
+		span, aerr = mem.Acquire(h.Addr, h.Length)
+	}
 	if aerr != nil {
 		if _, err := io.CopyN(io.Discard, r, int64(h.Length)); err != nil {
 			return err
@@ -261,6 +286,9 @@ func serveWrite(conn net.Conn, r *bufio.Reader, mem Memory, h wire.ReqHeader, o 
 		err := readPayload(r, conn, span.B)
 		if err == nil && h.Flags&wire.FlagCRC != 0 && wire.CRC32C(span.B) != h.CRC {
 			resp.Status = wire.StatusChecksum
+		}
+		if err == nil && resp.Status == wire.StatusOK && commit != nil && commit() != nil {
+			resp.Status = wire.StatusRejected
 		}
 		span.Release()
 		if err != nil {
