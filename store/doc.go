@@ -28,6 +28,11 @@
 // and host memory with the driver and put or read, and checksummed, there
 // (device.go).
 //
+// When the master signs data-path grants (internal/grant), every replica
+// it hands out carries one (pb.Replica.Grant) and the client sends it with
+// the transfers to that replica (transfer.Request.Grant); storage nodes
+// that check grants refuse transfers without one (docs/security.md).
+//
 // # Liveness
 //
 // The client pings the master every PingInterval. When the master answers
