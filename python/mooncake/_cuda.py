@@ -17,7 +17,9 @@ _supported = None
 
 
 def supported():
-    """True when the library has a usable CUDA device (SUPPORT_CUDA)."""
+    """True when the CUDA driver library loads and a device node exists (SUPPORT_CUDA).
+
+    Checked without initialising CUDA, so importing before a fork is safe."""
     global _supported
     if _supported is None:
         try:
