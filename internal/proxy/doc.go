@@ -132,7 +132,8 @@
 // mux, request reading, relaying), exchange.go (one P/D request: both
 // halves, disconnects, releases), protocol.go (what each protocol sends
 // upstream, typed), prompt.go (the prompt as text and tokens, for prefix
-// hashing), events.go (following KV events), metrics.go, summary.go.
+// hashing), tokens.go (the configured tokenizer), indexer.go (the remote
+// indexer client), events.go (following KV events), metrics.go, summary.go.
 //
 // # Lifecycle
 //
