@@ -80,7 +80,8 @@ func gpuCopy(dst, src, n uint64) error {
 // mc_cuda_supported is SUPPORT_CUDA: 1 when a CUDA device is usable. It
 // is asked at import time, so it does not initialise CUDA (a process that
 // did could not fork children that use CUDA, as vLLM's do): the driver
-// library must load and an NVIDIA device node must exist. With
+// library must load and an NVIDIA device must be listed (/dev/nvidiaN or
+// /proc/driver/nvidia/gpus). With
 // $MOONCAKE_CUDA_LIB set (a simulated or chosen driver) that driver is
 // loaded and asked for its devices.
 //
@@ -92,7 +93,9 @@ func mc_cuda_supported() C.int64_t {
 		}
 		return 0
 	}
-	if devs, _ := filepath.Glob("/dev/nvidia[0-9]*"); len(devs) > 0 && cuda.Present("") {
+	devs, _ := filepath.Glob("/dev/nvidia[0-9]*")
+	gpus, _ := filepath.Glob("/proc/driver/nvidia/gpus/*")
+	if len(devs)+len(gpus) > 0 && cuda.Present("") {
 		return 1
 	}
 	return 0

@@ -30,9 +30,23 @@ def supported():
     return _supported
 
 
+_has_device_call = None
+
+
 def device_of(ptr):
-    """The CUDA device ordinal of address ptr, or -1 for host memory."""
-    if not ptr or not supported():
+    """The CUDA device ordinal of address ptr, or -1 for host memory.
+
+    Asks the library's driver (initialising it on first use) whatever
+    SUPPORT_CUDA says: a device pointer must never be read as host memory."""
+    global _has_device_call
+    if not ptr:
+        return -1
+    if _has_device_call is None:
+        try:
+            _has_device_call = getattr(_native.lib(), "mc_cuda_device", None) is not None
+        except ImportError:
+            _has_device_call = False
+    if not _has_device_call:
         return -1
     return int(_native.lib().mc_cuda_device(int(ptr)))
 
