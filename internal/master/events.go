@@ -22,9 +22,9 @@ type EventSink interface {
 	Removed(key string, tier Tier)
 }
 
-func (m *Master) emitStored(o *object) {
+func (m *Master) emitStored(key string) {
 	if m.cfg.Events != nil {
-		m.cfg.Events.Stored(o.key, TierMemory)
+		m.cfg.Events.Stored(key, TierMemory)
 	}
 }
 
@@ -32,20 +32,19 @@ func (m *Master) emitStored(o *object) {
 // and, during the restore window, its sequence number, so that a node
 // remounting late cannot bring back this version (or an older one).
 func (m *Master) goneLocked(o *object) {
+	key := m.keyOf(o)
 	if o.complete {
 		m.countLocked(o, -1)
-		if m.disk[o.key] == nil {
-			m.index.Delete(o.key)
-		}
+		m.unindexObjectLocked(o, key)
 	}
 	if o.complete && m.cfg.Events != nil {
-		m.cfg.Events.Removed(o.key, TierMemory)
+		m.cfg.Events.Removed(key, TierMemory)
 	}
 	if m.cfg.Durable && m.clock.Now().Sub(m.started) < m.cfg.RestoreWindow {
 		gone := m.removed
 		if m.evicting {
 			gone = m.evicted // its copy may still reach the disk tier
 		}
-		gone[o.key] = max(gone[o.key], o.seq)
+		gone[key] = max(gone[key], o.seq)
 	}
 }
