@@ -44,12 +44,17 @@ func newDeadlines(span time.Duration) *deadlines {
 func (d *deadlines) granule(t time.Time) int64 { return (t.UnixNano() + d.g - 1) / d.g }
 
 // add counts one more object with deadline t (delta -1: one fewer). A
-// deadline not after now is not counted.
+// deadline whose granule has passed (live no longer counts it) is not
+// counted, and not taken away: the rule is the same at both ends, so a
+// deadline that passed between them leaves no count behind.
 func (d *deadlines) add(t, now time.Time, delta int32) {
-	if !t.After(now) {
+	if t.IsZero() {
 		return
 	}
 	i := d.granule(t)
+	if i <= now.UnixNano()/d.g {
+		return
+	}
 	s := i % deadlineSlots
 	if d.epoch[s] != i {
 		if delta < 0 {

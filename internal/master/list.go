@@ -84,7 +84,7 @@ func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
 // indexObjectLocked lists o, which became visible.
 func (m *Master) indexObjectLocked(o *object, key string) {
 	m.index.mem.ReplaceOrInsert(o.id)
-	if m.disk[key] != nil {
+	if m.index.disk.Len() > 0 {
 		m.index.disk.Delete(key)
 	}
 }
@@ -105,13 +105,12 @@ func (m *Master) indexAddLocked(key string) {
 	}
 }
 
-// indexDropLocked takes key out of the listing index unless it is still
-// visible: a complete object in memory or a disk copy.
+// indexDropLocked takes key, whose disk copy went, out of the keys held
+// only on disk (a complete object in memory keeps it listed).
 func (m *Master) indexDropLocked(key string) {
-	if o := m.objects.get(key); (o != nil && o.complete) || m.disk[key] != nil {
-		return
+	if m.disk[key] == nil {
+		m.index.disk.Delete(key)
 	}
-	m.index.disk.Delete(key)
 }
 
 // listScanFactor bounds the index entries one List page may pass over

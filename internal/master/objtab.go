@@ -58,8 +58,31 @@ func newObjTable() *objTable {
 		owners: []string{""}, ownerRefs: []int32{0}, next: 1}
 }
 
+// Records lie in chunks that never move: below recChunk IDs, chunks of 64,
+// 64, 128, ... 32768 records (a small master does not hold 6 MiB of
+// records), then chunks of recChunk.
+const smallChunks = recShift - 5 // chunks below ID recChunk
+
+// chunkOf is the chunk of ID id and its first ID.
+func chunkOf(id uint32) (chunk int, base uint32) {
+	if id >= recChunk {
+		return smallChunks - 1 + int(id>>recShift), id &^ (recChunk - 1)
+	}
+	c := bits.Len32(id >> 6)
+	if c == 0 {
+		return 0, 0
+	}
+	return c, 64 << (c - 1)
+}
+
 // at is the record of ID id.
-func (t *objTable) at(id uint32) *object { return &t.recs[id>>recShift][id&(recChunk-1)] }
+func (t *objTable) at(id uint32) *object {
+	if id >= recChunk {
+		return &t.recs[smallChunks-1+int(id>>recShift)][id&(recChunk-1)]
+	}
+	c, base := chunkOf(id)
+	return &t.recs[c][id-base]
+}
 
 // len is the number of objects.
 func (t *objTable) len() int { return t.n }
@@ -108,8 +131,8 @@ func (t *objTable) add(key string, rec object) *object {
 		id, t.free = t.free[k-1], t.free[:k-1]
 	} else {
 		id = t.next
-		if int(id>>recShift) == len(t.recs) {
-			t.recs = append(t.recs, make([]object, recChunk))
+		if c, base := chunkOf(id); c == len(t.recs) {
+			t.recs = append(t.recs, make([]object, max(64, min(recChunk, int(base)))))
 		}
 		t.next++
 	}
@@ -316,7 +339,7 @@ func (t *objTable) compact() {
 	if len(t.slots) > minSlots && t.n*32 < len(t.slots) {
 		t.rehash(max(minSlots, 1<<bits.Len(uint(t.n*2))))
 	}
-	if t.keyDd > arenaChunk && t.keyDd > t.keyLive {
+	if t.keyDd > arenaCompactMin && t.keyDd > t.keyLive {
 		old := t.arena
 		t.arena, t.keyLive, t.keyDd = nil, 0, 0
 		t.each(func(o *object) bool {
@@ -325,6 +348,10 @@ func (t *objTable) compact() {
 		})
 	}
 }
+
+// arenaCompactMin is the freed key bytes below which the arena is not
+// compacted (the tests lower it, to compact often).
+var arenaCompactMin uint64 = arenaChunk
 
 // keyLess orders two keys of the arena.
 func keyLess(a, b []byte) bool { return bytes.Compare(a, b) < 0 }
