@@ -383,7 +383,7 @@ func checkObjectTable(t *testing.T, m *Master) map[string]*object {
 			t.Fatalf("lookup of %q does not find record %d", k, id)
 		}
 		out[k] = o
-		keyBytes += uint64(o.keyLen)
+		keyBytes += uint64(o.key.len())
 		if o.owner != 0 {
 			owners[o.owner]++
 		}

@@ -135,7 +135,7 @@ type object struct {
 
 	r0 [1]replica // the first replica (objTable.reps)
 
-	keyChunk, keyOff, keyLen uint32 // the key in the table's arena
+	key                      keyLoc // where the key lies in the table's arena
 	id                       uint32 // the record's ID
 	owner                    uint32 // client that put it, interned (objTable.owner; 0: restored)
 	crc                      uint32 // CRC32C of the value, set by PutEnd
@@ -147,6 +147,19 @@ type object struct {
 	restored                 bool // re-reported by a node, not put on this master
 	chained                  bool // the last access was a chain's batch (TouchChains): depth is valid
 }
+
+// keyLoc is where a key lies in the object table's arena: its chunk (23
+// bits), its offset in the chunk (20) and its length (21; Config.MaxKeyLen
+// is at most arenaChunk).
+type keyLoc uint64
+
+func makeKeyLoc(chunk, off, n int) keyLoc {
+	return keyLoc(uint64(chunk)<<41 | uint64(off)<<21 | uint64(n))
+}
+
+func (k keyLoc) chunk() int { return int(k >> 41) }
+func (k keyLoc) off() int   { return int(k>>21) & (1<<20 - 1) }
+func (k keyLoc) len() int   { return int(k) & (1<<21 - 1) }
 
 // The record's layout is what the master's memory per object is made of:
 // 96 bytes with the fields above in this order; memory_test.go measures the

@@ -117,7 +117,7 @@ func liveHeap() uint64 {
 // TestObjectLayout keeps the object struct within its allocator size class
 // (master.go): one more field or some padding costs every object 16 bytes.
 func TestObjectLayout(t *testing.T) {
-	if got, want := unsafe.Sizeof(object{}), uintptr(112); got > want {
+	if got, want := unsafe.Sizeof(object{}), uintptr(96); got > want {
 		t.Fatalf("object is %d bytes, want at most %d", got, want)
 	}
 }

@@ -94,7 +94,8 @@ func (t *objTable) hash(key string) uint32 {
 // keyBytes is o's key in the arena (valid until the arena is compacted;
 // never written over).
 func (t *objTable) keyBytes(o *object) []byte {
-	return t.arena[o.keyChunk][o.keyOff : o.keyOff+o.keyLen]
+	k := o.key
+	return t.arena[k.chunk()][k.off() : k.off()+k.len()]
 }
 
 // key is o's key as a string of its own.
@@ -157,7 +158,7 @@ func putKey[S string | []byte](t *objTable, o *object, key S) {
 	}
 	off := len(t.arena[c])
 	t.arena[c] = append(t.arena[c], key...)
-	o.keyChunk, o.keyOff, o.keyLen = uint32(c), uint32(off), uint32(len(key))
+	o.key = makeKeyLoc(c, off, len(key))
 	t.keyLive += uint64(len(key))
 }
 
@@ -222,8 +223,8 @@ func (t *objTable) del(o *object) {
 }
 
 func (t *objTable) dropKeyOf(o *object) {
-	t.keyLive -= uint64(o.keyLen)
-	t.keyDd += uint64(o.keyLen)
+	t.keyLive -= uint64(o.key.len())
+	t.keyDd += uint64(o.key.len())
 }
 
 // rekey gives o the key key (not in the table).
@@ -343,7 +344,8 @@ func (t *objTable) compact() {
 		old := t.arena
 		t.arena, t.keyLive, t.keyDd = nil, 0, 0
 		t.each(func(o *object) bool {
-			putKey(t, o, old[o.keyChunk][o.keyOff:o.keyOff+o.keyLen])
+			k := o.key
+			putKey(t, o, old[k.chunk()][k.off():k.off()+k.len()])
 			return true
 		})
 	}
