@@ -19,11 +19,11 @@ import (
 // number of objects, and the heap per object is its record, its key's bytes,
 // and about 12 bytes of hash slot.
 //
-// A record's slot and its key's bytes are reused only after the caller's
-// hold of the lock: free leaves both as they were (a caller may read a
-// freed object's fields until it allocates again), and the arena is
-// compacted (compactLocked, from shrinkLocked) once its dead bytes exceed
-// its live ones.
+// A freed record keeps its fields (but its owner and side-table replicas)
+// until the next add reuses it, and its key's bytes until the arena is
+// compacted (compact, from Master.shrinkLocked, once the arena's dead bytes
+// exceed its live ones): a caller may read a freed object's key and fields
+// until it adds an object or shrinks the table.
 type objTable struct {
 	recs [][]object // chunks of recChunk records; ID 0 is never used
 	next uint32     // records handed out so far (IDs below it exist)
@@ -31,7 +31,7 @@ type objTable struct {
 	n    int        // live records
 
 	arena          [][]byte // key bytes, chunks of arenaChunk, appended to
-	keyLive, keyDd uint64   // bytes of live and of freed keys in the arena
+	keyLive, keyDead uint64   // bytes of live and of freed keys in the arena
 
 	slots []uint64 // hash index: 0 empty, else hash<<32 | ID
 	seed  maphash.Seed
@@ -224,7 +224,7 @@ func (t *objTable) del(o *object) {
 
 func (t *objTable) dropKeyOf(o *object) {
 	t.keyLive -= uint64(o.key.len())
-	t.keyDd += uint64(o.key.len())
+	t.keyDead += uint64(o.key.len())
 }
 
 // rekey gives o the key key (not in the table).
@@ -340,9 +340,9 @@ func (t *objTable) compact() {
 	if len(t.slots) > minSlots && t.n*32 < len(t.slots) {
 		t.rehash(max(minSlots, 1<<bits.Len(uint(t.n*2))))
 	}
-	if t.keyDd > arenaCompactMin && t.keyDd > t.keyLive {
+	if t.keyDead > arenaCompactMin && t.keyDead > t.keyLive {
 		old := t.arena
-		t.arena, t.keyLive, t.keyDd = nil, 0, 0
+		t.arena, t.keyLive, t.keyDead = nil, 0, 0
 		t.each(func(o *object) bool {
 			k := o.key
 			putKey(t, o, old[k.chunk()][k.off():k.off()+k.len()])
