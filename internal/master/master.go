@@ -135,17 +135,17 @@ type object struct {
 
 	r0 [1]replica // the first replica (objTable.reps)
 
-	key                      keyLoc // where the key lies in the table's arena
-	id                       uint32 // the record's ID
-	owner                    uint32 // client that put it, interned (objTable.owner; 0: restored)
-	crc                      uint32 // CRC32C of the value, set by PutEnd
-	hdr                      uint32 // header length in front of the value (0 = not durable); Config.Validate caps MaxKeyLen
-	depth                    uint16 // position in its block chain at its last access (capped), valid while chained
-	nrep                     uint8  // replicas
-	complete                 bool
-	hardPin                  bool
-	restored                 bool // re-reported by a node, not put on this master
-	chained                  bool // the last access was a chain's batch (TouchChains): depth is valid
+	key      keyLoc // where the key lies in the table's arena
+	id       uint32 // the record's ID
+	owner    uint32 // client that put it, interned (objTable.owner; 0: restored)
+	crc      uint32 // CRC32C of the value, set by PutEnd
+	hdr      uint32 // header length in front of the value (0 = not durable); Config.Validate caps MaxKeyLen
+	depth    uint16 // position in its block chain at its last access (capped), valid while chained
+	nrep     uint8  // replicas
+	complete bool
+	hardPin  bool
+	restored bool // re-reported by a node, not put on this master
+	chained  bool // the last access was a chain's batch (TouchChains): depth is valid
 }
 
 // keyLoc is where a key lies in the object table's arena: its chunk (23

@@ -30,7 +30,7 @@ type objTable struct {
 	free []uint32   // IDs of freed records, reused last-freed first
 	n    int        // live records
 
-	arena          [][]byte // key bytes, chunks of arenaChunk, appended to
+	arena            [][]byte // key bytes, chunks of arenaChunk, appended to
 	keyLive, keyDead uint64   // bytes of live and of freed keys in the arena
 
 	slots []uint64 // hash index: 0 empty, else hash<<32 | ID
