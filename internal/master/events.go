@@ -30,8 +30,9 @@ func (m *Master) emitStored(key string) {
 
 // goneLocked notes that o stops being visible: a Removed event when it was,
 // and, during the restore window, its sequence number, so that a node
-// remounting late cannot bring back this version (or an older one).
-func (m *Master) goneLocked(o *object) {
+// remounting late cannot bring back this version (or an older one). It
+// returns o's key.
+func (m *Master) goneLocked(o *object) string {
 	key := m.keyOf(o)
 	if o.complete {
 		m.countLocked(o, -1)
@@ -47,4 +48,5 @@ func (m *Master) goneLocked(o *object) {
 		}
 		gone[key] = max(gone[key], o.seq)
 	}
+	return key
 }

@@ -351,6 +351,11 @@ func (t *objTable) compact() {
 	}
 }
 
+// maxObjectReplicas is the most replicas one object holds (its record
+// counts them in a byte): Config.Validate caps MaxReplicas, and copy tasks
+// and restores add none past it.
+const maxObjectReplicas = 255
+
 // arenaCompactMin is the freed key bytes below which the arena is not
 // compacted (the tests lower it, to compact often).
 var arenaCompactMin uint64 = arenaChunk

@@ -182,8 +182,7 @@ func (m *Master) rewriteInPlaceLocked(o *object, key, clientID string, rc Replic
 
 // freeLocked releases an object's space and forgets it.
 func (m *Master) freeLocked(o *object) {
-	m.goneLocked(o)
-	key := m.keyOf(o)
+	key := m.goneLocked(o)
 	for _, r := range m.reps(o) {
 		m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header())
 		m.segDrop(m.segOf(r), o)

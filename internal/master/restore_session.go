@@ -451,7 +451,7 @@ func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, 
 	case !o.restored || !o.complete || o.seq > h.Seq:
 		return false // a put on this master, or a newer version
 	case o.seq == h.Seq:
-		if o.size != h.Size || o.crc != h.CRC || slices.ContainsFunc(m.reps(o), func(r replica) bool { return r.seg == s.id }) {
+		if o.size != h.Size || o.crc != h.CRC || slices.ContainsFunc(m.reps(o), func(r replica) bool { return r.seg == s.id }) || o.nrep == maxObjectReplicas {
 			return false
 		}
 		m.objects.setReps(o, append(m.reps(o), replica{seg: s.id, off: h.Offset}))

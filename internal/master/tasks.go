@@ -374,8 +374,9 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 	}
 	added := 0
 	for _, r := range t.targets {
-		if m.segments[r.seg.key] != r.seg || slices.ContainsFunc(m.reps(o), func(x replica) bool { return x.seg == r.seg.id }) {
-			m.freeRangeLocked(r.seg, r.off, o.alloc(), t.Key, o.seq, o.header()) // unmounted meanwhile, or replicated otherwise
+		if m.segments[r.seg.key] != r.seg || slices.ContainsFunc(m.reps(o), func(x replica) bool { return x.seg == r.seg.id }) ||
+			o.nrep == maxObjectReplicas {
+			m.freeRangeLocked(r.seg, r.off, o.alloc(), t.Key, o.seq, o.header()) // unmounted meanwhile, replicated otherwise, or full
 			continue
 		}
 		m.objects.setReps(o, append(m.reps(o), replica{seg: r.seg.id, off: r.off}))
