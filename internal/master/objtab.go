@@ -20,10 +20,11 @@ import (
 // and about 12 bytes of hash slot.
 //
 // A freed record keeps its fields (but its owner and side-table replicas)
-// until the next add reuses it, and its key's bytes until the arena is
-// compacted (compact, from Master.shrinkLocked, once the arena's dead bytes
-// exceed its live ones): a caller may read a freed object's key and fields
-// until it adds an object or shrinks the table.
+// and its key's bytes until the next add reuses it (with those bytes, when
+// the new key fits in them) or the arena is compacted (compact, from
+// Master.shrinkLocked, once the arena's dead bytes exceed its live ones): a
+// caller may read a freed object's key and fields until it adds an object
+// or shrinks the table.
 type objTable struct {
 	recs [][]object // chunks of recChunk records; ID 0 is never used
 	next uint32     // records handed out so far (IDs below it exist)
@@ -128,8 +129,10 @@ func (t *objTable) add(key string, rec object) *object {
 		t.rehash(max(minSlots, len(t.slots)*2))
 	}
 	var id uint32
+	var old keyLoc // the key space of the freed record reused, if any
 	if k := len(t.free); k > 0 {
 		id, t.free = t.free[k-1], t.free[:k-1]
+		old = t.at(id).key
 	} else {
 		id = t.next
 		if c, base := chunkOf(id); c == len(t.recs) {
@@ -141,7 +144,16 @@ func (t *objTable) add(key string, rec object) *object {
 	*o = rec
 	o.id, o.nrep, o.owner = id, 0, 0
 	o.r0 = [1]replica{}
-	t.putKey(o, key)
+	if old.len() >= len(key) && len(key) > 0 {
+		// The freed key's bytes take the new key: keys of one length
+		// (the usual case) churn without growing the arena.
+		copy(t.arena[old.chunk()][old.off():], key)
+		o.key = makeKeyLoc(old.chunk(), old.off(), len(key))
+		t.keyDead -= uint64(len(key))
+		t.keyLive += uint64(len(key))
+	} else {
+		t.putKey(o, key)
+	}
 	t.n++
 	t.insertSlot(t.hash(key), id)
 	return o
@@ -343,6 +355,9 @@ func (t *objTable) compact() {
 	if t.keyDead > arenaCompactMin && t.keyDead > t.keyLive {
 		old := t.arena
 		t.arena, t.keyLive, t.keyDead = nil, 0, 0
+		for _, id := range t.free {
+			t.at(id).key = 0 // its bytes are not copied: no space to reuse
+		}
 		t.each(func(o *object) bool {
 			k := o.key
 			putKey(t, o, old[k.chunk()][k.off():k.off()+k.len()])
