@@ -99,6 +99,9 @@ func engineArgs(host, metadata, protocol, device string) (transfer.Config, []str
 		warns = append(warns, fmt.Sprintf("device filter %q ignored (no RDMA devices)", device))
 	}
 	cfg.Timeout = transferTimeout(os.Getenv("MC_TRANSFER_TIMEOUT"))
+	if d := gpuDriver(); d != nil {
+		cfg.Device = d // device memory is registered and moved like host memory
+	}
 	return cfg, warns, cfg.Validate()
 }
 

@@ -86,7 +86,8 @@ type storeState struct {
 type storeArgs struct {
 	host, metadata, protocol, device, master string
 	segmentSize, bufferSize                  uint64
-	disk                                     diskArgs // SSD offload (store_disk.go)
+	disk                                     diskArgs     // SSD offload (store_disk.go)
+	security                                 securityArgs // tenant token and TLS (store_security.go)
 }
 
 // storeEngineArgs is the configuration of a store client's transfer engine.
@@ -119,6 +120,10 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	if err != nil {
 		return nil, err
 	}
+	sec, err := a.security.resolve()
+	if err != nil {
+		return nil, err
+	}
 	for _, w := range warns {
 		logger.Warn("store setup", "note", w)
 	}
@@ -148,7 +153,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	}
 	mover := newNestedMover(eng)
 	scfg := store.Config{Master: a.master, Mover: mover, SegmentSize: a.segmentSize, SegmentName: segName,
-		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Logger: logger.With("store", eng.Name())}
+		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Token: sec.token, TLS: sec.tls, Logger: logger.With("store", eng.Name())}
 	if disk != nil {
 		scfg.Disk = disk
 		scfg.PingInterval = diskPingInterval
@@ -159,7 +164,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 		closeDisk(disk)
 		return nil, err
 	}
-	return &storeState{eng: eng, host: segName, c: c, disk: disk, extra: newExtraSegments(a.master, mover), bufs: map[uint64][]byte{}}, nil
+	return &storeState{eng: eng, host: segName, c: c, disk: disk, extra: newExtraSegments(a.master, mover, sec), bufs: map[uint64][]byte{}}, nil
 }
 
 func (s *storeState) close() error {
@@ -229,6 +234,9 @@ func (s *storeState) put(key string, value []byte, o store.PutOptions) error {
 	if key == "" {
 		return errInvalid("empty key")
 	}
+	if ok, err := s.devicePut(key, value, o); ok {
+		return err
+	}
 	ctx, cancel := s.ctx(len(value))
 	defer cancel()
 	var err error
@@ -257,6 +265,9 @@ const directGetMin = 64 << 10
 // registered buffer is filled by the transfer engine directly; other memory
 // is filled by a copy.
 func (s *storeState) getInto(key string, dst []byte) (int, error) {
+	if n, ok, err := s.deviceGetInto(key, dst); ok {
+		return n, err
+	}
 	ctx, cancel := s.ctx(len(dst))
 	defer cancel()
 	if len(dst) > 0 && s.regs.contains(uint64(transfer.AddrOf(dst)), uint64(len(dst))) {
@@ -304,6 +315,13 @@ func (s *storeState) registerBuffer(b []byte) error {
 	if err := s.regs.add(a, uint64(len(b))); err != nil {
 		return err
 	}
+	if _, dev := deviceOrdinal(a); dev {
+		// Device memory: recorded only (store_cuda.go); never the engine's.
+		s.mu.Lock()
+		s.bufs[a] = nil
+		s.mu.Unlock()
+		return nil
+	}
 	if err := s.c.RegisterBuffer(b); err != nil {
 		s.regs.remove(a)
 		return err
@@ -323,6 +341,9 @@ func (s *storeState) unregisterBuffer(a uint64) error {
 		return errInvalid(fmt.Sprintf("0x%x is not a registered buffer", a))
 	}
 	s.regs.remove(a)
+	if b == nil { // device memory (registerBuffer)
+		return nil
+	}
 	return s.c.UnregisterBuffer(b)
 }
 

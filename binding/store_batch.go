@@ -26,7 +26,7 @@ const batchGetMin = 2
 // the errors.
 func (s *storeState) batchGetInto(keys []string, ptrs []unsafe.Pointer, sizes []uint64) (ns []int, errs []error, ok bool) {
 	bg, has := s.c.(batchGetter)
-	if !has || len(keys) < batchGetMin {
+	if !has || len(keys) < batchGetMin || anyDevice(ptrs) {
 		return nil, nil, false
 	}
 	dsts := make([][]byte, len(keys))
@@ -111,7 +111,7 @@ const batchPutMin = 2
 // exists succeeds.
 func (s *storeState) batchPut(keys []string, ptrs []unsafe.Pointer, sizes []uint64, o store.PutOptions) (errs []error, ok bool) {
 	bp, has := s.c.(batchPutter)
-	if !has || len(keys) < batchPutMin {
+	if !has || len(keys) < batchPutMin || anyDevice(ptrs) {
 		return nil, false
 	}
 	values := make([][]byte, len(keys))

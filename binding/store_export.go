@@ -30,6 +30,7 @@ func view(p unsafe.Pointer, n C.uint64_t) ([]byte, error) {
 // openExArgs is the JSON of mc_store_open_ex's options.
 type openExArgs struct {
 	Disk diskArgs `json:"disk"`
+	securityArgs
 }
 
 // mc_store_open_ex opens a store client (Mooncake's setup) and returns its
@@ -51,7 +52,7 @@ func mc_store_open_ex(host, metadata *C.char, segmentSize, bufferSize C.uint64_t
 		defer cancel()
 		s, err := openStore(ctx, storeArgs{host: goString(host), metadata: goString(metadata), protocol: goString(protocol),
 			device: goString(device), master: goString(master), segmentSize: uint64(segmentSize), bufferSize: uint64(bufferSize),
-			disk: o.Disk})
+			disk: o.Disk, security: o.securityArgs})
 		if err != nil {
 			return 0, err
 		}

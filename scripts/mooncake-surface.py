@@ -47,7 +47,8 @@ NOTES = [
     (r"mooncake\.(mooncake_ep_buffer|mooncake_elastic_buffer)", r".*",
      "%s: no module (CUDA expert-parallel buffers)" % GPU),
     (r"mooncake\.store", r"MooncakeDistributedStore\.(get_tensor_into_cuda|batch_get_tensor_into_cuda)",
-     "%s: returns -600, as Mooncake without CUDA" % GPU),
+     "done with a GPU (any client, not only a dummy one: read and checked in host memory, then copied into the "
+     "CUDA tensor); -600 without one, as Mooncake without CUDA"),
     (r"mooncake\.store", r"MooncakeDistributedStore\.unmount_local_disk_segment",
      "partial: -1012 (draining the disk tier is not supported; its copies stay readable until close)"),
     (r"mooncake\.store", r"MooncakeDistributedStore\.(batch_put_session_\w+|batch_get_session_\w+|"
@@ -79,12 +80,15 @@ NOTES = [
     (r"mooncake\.store", r"DiskDescriptor(\..*)?", "done: returned for disk-tier copies "
                                                    "(file_path is the copy's URL)"),
     (r"mooncake\.engine", r"TransferEngine\.(transfer_write_on_cuda|transfer_read_on_cuda|"
-                          r"batch_transfer_write_on_cuda|batch_transfer_read_on_cuda|warmup_efa_segment)",
-     "%s: returns -1" % GPU),
+                          r"batch_transfer_write_on_cuda|batch_transfer_read_on_cuda)",
+     "done with a GPU: waits for the stream's earlier work, moves the bytes, returns when they are in place "
+     "(RuntimeError on failure); -1 without one"),
+    (r"mooncake\.engine", r"TransferEngine\.warmup_efa_segment", "%s: returns -1" % GPU),
     (r"mooncake\.engine", r"TransferEngine\.(get_engine|get_engine_ptr)",
      "partial: an opaque handle; a store cannot share it"),
     (r"mooncake\.engine", r"SharedSegment(\..*)?", "%s: supported() is False, create() returns None" % GPU),
-    (r"mooncake\.engine", r"SUPPORT_\w+", "done: False (no CUDA, HIP, EFA, MNNVL, MUSA, NVLink here)"),
+    (r"mooncake\.engine", r"SUPPORT_CUDA", "done: True when the CUDA driver library and a device are present (checked without initialising CUDA), else False"),
+    (r"mooncake\.engine", r"SUPPORT_\w+", "done: False (no HIP, EFA, MNNVL, MUSA, NVLink here)"),
     (r"mooncake\.engine", r"(RpcInterface|CoroRPCInterface|ReceivedData|ReceivedTensor|create_rpc_client|"
                           r"create_rpc_server)(\..*)?", "missing: Mooncake's coro_rpc interface"),
     (r"mooncake\.engine", r"(TransferEngine\.)?InnerTransferEngine", "partial: what get_engine() returns"),

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
+	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/leader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/transfer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
@@ -104,7 +106,8 @@ type Client struct {
 	slots  []*putSlot // reserved by the master for our next small puts (slot.go)
 
 	mu           sync.Mutex
-	durable      atomic.Bool // the master asked for object headers (stage room for them)
+	durable      atomic.Bool            // the master asked for object headers (stage room for them)
+	keyPrefix    atomic.Pointer[string] // the tenant namespace the master reported (headers carry it)
 	remounts     int
 	restored     int              // objects the master took over at remounts
 	zeroed       []*pb.HeaderRef  // tombstones zeroed, to report in the next ping
@@ -180,13 +183,26 @@ func dialMaster(cfg Config) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w: %w", ErrInvalid, err)
 	}
-	if cfg.Secret != "" {
-		bearer := "Bearer " + cfg.Secret
+	// A refused credential reads as ErrUnauthorized (errors.Is) on every
+	// call, the gRPC status kept.
+	opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, callOpts...)
+		if grpcstatus.Code(err) == codes.Unauthenticated {
+			return unauthorizedErr{grpcstatus.Convert(err)}
+		}
+		return err
+	}))
+	if cred := cfg.credential(); cred != "" {
+		bearer := "Bearer " + cred
 		opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 			return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", bearer), method, req, reply, cc, callOpts...)
 		}))
 	}
-	conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
 			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))...)
@@ -411,6 +427,9 @@ func (c *Client) call(ctx context.Context, f func(context.Context) (*pb.Status, 
 func rpcErr(what string, err error) error {
 	if grpcstatus.Code(err) == codes.Unauthenticated {
 		return fmt.Errorf("%w: %s", ErrUnauthorized, grpcstatus.Convert(err).Message())
+	}
+	if errors.Is(err, fastrpc.ErrUnauthenticated) {
+		return fmt.Errorf("%w: %v", ErrUnauthorized, err)
 	}
 	return fmt.Errorf("%s: master rpc: %w", what, err)
 }
@@ -700,8 +719,9 @@ func (c *Client) readReplica(ctx context.Context, until time.Time, r *pb.Replica
 	if err != nil {
 		return 0, fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 	}
+	g := string(r.Grant) // one string: the pipelined parts share it, so a lane sends it once
 	read := func(lo, hi int) error {
-		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo}})
+		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo, Grant: g}})
 	}
 	if len(buf) < pipelineMin {
 		if err := read(0, len(buf)); err != nil {

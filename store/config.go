@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -40,6 +41,14 @@ type Config struct {
 	UnmountGrace    time.Duration // Close waits this long for readers of our segment (2s)
 	Disk            DiskTier      // disk tier behind the contributed segment (storage nodes; nil = none)
 	Secret          string        // cluster secret sent with every master call ("authorization: Bearer ..."); a master with one needs it for RemoveAll, RemoveByRegex and unmounts
+	// Token is the tenant credential (a bearer token of the master's
+	// tenant policy), sent with every master call instead of Secret and
+	// once per fastrpc connection. The client then sees only its tenant's
+	// keys, and its puts count against its tenant's quota.
+	Token string
+	// TLS, when set, reaches the master over TLS (gRPC and fastrpc; the
+	// same-host fastrpc socket is not used). nil: plaintext.
+	TLS *tls.Config
 	// NoFastRPC keeps every master call on gRPC. By default the hot calls
 	// (puts, replica lists, existence) use the master's fastrpc transport on
 	// the same port when Master is a plain host:port and the master speaks it.
@@ -52,6 +61,9 @@ type Config struct {
 	// becomes the deadline of its read.
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Device is the GPU driver for PutFromDevice, GetIntoDevice and their
+	// batch forms (device.go); nil: none.
+	Device DeviceCopier
 }
 
 func (c Config) withDefaults() Config {
@@ -78,6 +90,14 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
+}
+
+// credential is what the client sends as its bearer token.
+func (c Config) credential() string {
+	if c.Token != "" {
+		return c.Token
+	}
+	return c.Secret
 }
 
 // Validate reports the first invalid field.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,8 @@ func (p *ConnPool) lane() int { return int(p.next.Add(1)) % p.lanes }
 type poolKey struct {
 	addr string
 	lane int
+	cred string      // connections of different credentials are never shared
+	tls  *tls.Config // nor those of different TLS configurations
 }
 
 type pooledConn struct {
@@ -66,8 +69,8 @@ type pooledConn struct {
 
 // get returns a working connection to addr, dialling one when the pool
 // has none; the caller holds a reference until it calls release.
-func (p *ConnPool) get(ctx context.Context, addr string, lane int) (*fastrpc.Client, error) {
-	key := poolKey{addr, lane}
+func (p *ConnPool) get(ctx context.Context, addr string, lane int, o fastrpc.DialOptions) (*fastrpc.Client, error) {
+	key := poolKey{addr, lane, string(o.Credential), o.TLS}
 	p.mu.Lock()
 	if pc := p.conns[key]; pc != nil && pc.c.Err() == nil {
 		pc.refs++
@@ -75,7 +78,7 @@ func (p *ConnPool) get(ctx context.Context, addr string, lane int) (*fastrpc.Cli
 		return pc.c, nil
 	}
 	p.mu.Unlock()
-	c, err := fastrpc.Dial(ctx, addr) // outside the lock: other addresses go on
+	c, err := fastrpc.DialWith(ctx, addr, o) // outside the lock: other addresses go on
 	if err != nil {
 		return nil, err
 	}
@@ -94,8 +97,8 @@ func (p *ConnPool) get(ctx context.Context, addr string, lane int) (*fastrpc.Cli
 // release gives a reference back; the last one closes the connection. A
 // connection the pool no longer lists (it died and was replaced) is
 // closed at once (its calls have failed already).
-func (p *ConnPool) release(addr string, lane int, c *fastrpc.Client) {
-	key := poolKey{addr, lane}
+func (p *ConnPool) release(addr string, lane int, o fastrpc.DialOptions, c *fastrpc.Client) {
+	key := poolKey{addr, lane, string(o.Credential), o.TLS}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pc := p.conns[key]; pc != nil && pc.c == c {

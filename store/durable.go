@@ -33,6 +33,10 @@ func (c *Client) stageHeader(ctx context.Context, key string, resp *pb.PutStartR
 		return nil, func() {}, nil
 	}
 	c.durable.Store(true) // later puts stage room for their headers
+	if p := c.keyPrefix.Load(); (p == nil && resp.KeyPrefix != "") || (p != nil && *p != resp.KeyPrefix) {
+		c.keyPrefix.Store(&resp.KeyPrefix)
+	}
+	key = resp.KeyPrefix + key // the key as the master stores it (its tenant's namespace)
 	if resp.HeaderLen != objheader.Len(key) {
 		return nil, nil, fmt.Errorf("store: put %q: master header length %d, want %d", key, resp.HeaderLen, objheader.Len(key))
 	}
@@ -48,6 +52,15 @@ func (c *Client) stageHeader(ctx context.Context, key string, resp *pb.PutStartR
 	return b, release, nil
 }
 
+// headerKey is key as the master stores it: behind the tenant namespace
+// the master reported, if any.
+func (c *Client) headerKey(key string) string {
+	if p := c.keyPrefix.Load(); p != nil {
+		return *p + key
+	}
+	return key
+}
+
 func objheaderEncode(b []byte, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions) {
 	objheader.Encode(b, objheader.Header{Key: key, Seq: resp.Seq, Size: uint64(size), CRC: crc,
 		HardPin: o.HardPin, SoftPin: o.SoftPin, SoftPinTTL: o.SoftPinTTL})
@@ -60,7 +73,7 @@ func headerWrites(hdr []byte, reps []*pb.Replica, segs []transfer.SegmentID) []t
 	}
 	reqs := make([]transfer.Request, len(reps))
 	for i, r := range reps {
-		reqs[i] = transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(hdr), Segment: segs[i], Remote: r.Addr - uint64(len(hdr)), Length: len(hdr)}
+		reqs[i] = transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(hdr), Segment: segs[i], Remote: r.Addr - uint64(len(hdr)), Length: len(hdr), Grant: string(r.Grant)}
 	}
 	return reqs
 }
@@ -86,7 +99,7 @@ func (c *Client) zeroHeaders(ctx context.Context, refs []*pb.HeaderRef) {
 			c.log.Warn("store: zero removed header", "segment", r.Endpoint, "err", err)
 			continue
 		}
-		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(zero), Segment: seg, Remote: r.Addr, Length: len(zero)})
+		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(zero), Segment: seg, Remote: r.Addr, Length: len(zero), Grant: string(r.Grant)})
 	}
 	if err := c.mover.Transfer(ctx, reqs); err != nil {
 		c.log.Warn("store: zero removed headers", "n", len(reqs), "err", err)
@@ -160,12 +173,7 @@ func (c *Client) held() []*pb.HeldObject {
 	if c.segmentSpec == nil {
 		return nil
 	}
-	found := objheader.ScanRanges(c.segment, c.segmentData())
-	out := make([]*pb.HeldObject, len(found))
-	for i, f := range found {
-		out[i] = &pb.HeldObject{Segment: c.segmentSpec.Name, Offset: f.Offset, Key: f.Key, Size: f.Size, Crc32C: f.CRC, Seq: f.Seq,
-			HardPin: f.HardPin, SoftPin: f.SoftPin, SoftPinTtlMs: f.SoftPinTTL.Milliseconds()}
-	}
+	out := scanHeld(c.segment, c.segmentData(), c.segmentSpec.Name, scanPiece)
 	if c.cfg.Disk != nil {
 		out = append(out, diskToHeld(c.segmentSpec.Name, c.cfg.Disk.Held())...)
 	}

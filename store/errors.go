@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 
+	grpcstatus "google.golang.org/grpc/status"
+
 	"github.com/kvcache-go/mooncake/internal/storeerr"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
@@ -22,7 +24,10 @@ var (
 	ErrTransfer       = errors.New("store: transfer failed")
 	ErrBufferTooSmall = errors.New("store: destination buffer too small")
 	ErrClosed         = errors.New("store: client closed")
-	ErrUnauthorized   = errors.New("store: unauthorized") // the master needs the cluster secret (Config.Secret) for this call
+	ErrUnauthorized   = errors.New("store: unauthorized") // the master needs the cluster secret (Config.Secret) or a tenant token (Config.Token) for this call
+	// ErrQuotaExceeded: the put would take the client's tenant past its
+	// bytes or objects quota (Mooncake's TENANT_QUOTA_EXCEEDED, -1700).
+	ErrQuotaExceeded = storeerr.ErrTenantQuotaExceeded
 )
 
 // RemoteError is an error reported by the master: Mooncake's numeric code
@@ -43,3 +48,11 @@ func statusErr(st *pb.Status) error {
 	}
 	return &RemoteError{Code: st.Code, Message: st.Message}
 }
+
+// unauthorizedErr is a master call's Unauthenticated status: it is
+// ErrUnauthorized for errors.Is and keeps its gRPC status.
+type unauthorizedErr struct{ st *grpcstatus.Status }
+
+func (e unauthorizedErr) Error() string                  { return "store: unauthorized: " + e.st.Message() }
+func (e unauthorizedErr) Is(target error) bool           { return target == ErrUnauthorized }
+func (e unauthorizedErr) GRPCStatus() *grpcstatus.Status { return e.st }

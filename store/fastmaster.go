@@ -29,10 +29,11 @@ import (
 // falling back to gRPC is fastCall's.
 type fastMaster struct {
 	pb.MasterServiceClient
-	addr    string        // "" = gRPC only (HA addresses, Config.NoFastRPC)
-	pool    *ConnPool     // where the fastrpc connection comes from
-	lane    int           // which of the pool's connections to addr it shares
-	timeout time.Duration // bound of each hot call (Config.RPCTimeout)
+	addr    string              // "" = gRPC only (HA addresses, Config.NoFastRPC)
+	pool    *ConnPool           // where the fastrpc connection comes from
+	lane    int                 // which of the pool's connections to addr it shares
+	dial    fastrpc.DialOptions // credential and TLS of its connections
+	timeout time.Duration       // bound of each hot call (Config.RPCTimeout)
 
 	mu      sync.Mutex
 	conn    *fastrpc.Client
@@ -55,6 +56,10 @@ func newFastMaster(rpc pb.MasterServiceClient, cfg Config) *fastMaster {
 	if _, _, err := net.SplitHostPort(cfg.Master); err == nil && !leader.IsHA(cfg.Master) && !cfg.NoFastRPC {
 		m.addr, m.pool = cfg.Master, cfg.ConnPool
 		m.lane = m.pool.lane()
+		m.dial.TLS = cfg.TLS
+		if cred := cfg.credential(); cred != "" {
+			m.dial.Credential = []byte(cred)
+		}
 	}
 	return m
 }
@@ -72,7 +77,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 		return m.conn
 	}
 	if m.conn != nil {
-		m.pool.release(m.addr, m.lane, m.conn)
+		m.pool.release(m.addr, m.lane, m.dial, m.conn)
 		m.conn = nil
 	}
 	if m.closed || time.Now().Before(m.retryAt) {
@@ -80,7 +85,7 @@ func (m *fastMaster) client(ctx context.Context) *fastrpc.Client {
 	}
 	dctx, cancel := context.WithTimeout(ctx, fastDialTimeout)
 	defer cancel()
-	c, err := m.pool.get(dctx, m.addr, m.lane)
+	c, err := m.pool.get(dctx, m.addr, m.lane, m.dial)
 	if err != nil {
 		m.backoff = min(max(2*m.backoff, 100*time.Millisecond), time.Minute)
 		m.retryAt = time.Now().Add(m.backoff)
@@ -95,7 +100,7 @@ func (m *fastMaster) close() {
 	defer m.mu.Unlock()
 	m.closed = true
 	if m.conn != nil {
-		m.pool.release(m.addr, m.lane, m.conn)
+		m.pool.release(m.addr, m.lane, m.dial, m.conn)
 		m.conn = nil
 	}
 }
@@ -162,6 +167,8 @@ func fastCallOn[R any, PR interface {
 	case fallBack(err):
 		resp, err := slowCall(ctx, deadline, slow)
 		return resp, nil, err
+	case errors.Is(err, fastrpc.ErrUnauthenticated):
+		return nil, c, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	default:
 		return nil, c, err
 	}

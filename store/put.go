@@ -207,7 +207,7 @@ func (c *Client) source(ctx context.Context, key string, value []byte, registere
 	}
 	n := 0
 	if c.durable.Load() {
-		n = int(objheader.Len(key)) // room for the header right in front of the value
+		n = int(objheader.Len(c.headerKey(key))) // room for the header right in front of the value
 	}
 	st, err := c.stage.take(ctx, n+len(value))
 	if errors.Is(err, ErrBufferTooSmall) && n > 0 {
@@ -234,7 +234,7 @@ func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Repli
 			return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 		}
 		segs[i] = seg
-		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src)})
+		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src), Grant: string(r.Grant)})
 	}
 	if hdr != nil && transfer.AddrOf(hdr)+uintptr(len(hdr)) == transfer.AddrOf(src) {
 		for i := range reqs { // header and value are adjacent: one write each

@@ -146,3 +146,87 @@ func TestRemountRefusedBacksOff(t *testing.T) {
 		t.Fatalf("remounted again without a reason: %d calls", len(f.reqs))
 	}
 }
+
+// windowMaster is a master that grants a window: it answers the first call
+// with window and holds each later call until another is in flight with
+// it (at most a few seconds), so that the calls' overlap shows; it fails
+// the call of chunk failAt (0: none).
+type windowMaster struct {
+	pb.MasterServiceClient
+	window uint32
+	failAt uint32
+
+	mu          sync.Mutex
+	cond        *sync.Cond
+	inflight    int
+	maxInflight int
+	chunks      map[uint32]int // reports per chunk
+	total       uint64
+}
+
+func (w *windowMaster) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequest, _ ...grpc.CallOption) (*pb.RemountSegmentsResponse, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.RestoreId == 0 {
+		w.total = r.Total
+		w.chunks[r.Chunk] = len(r.Objects)
+		return &pb.RemountSegmentsResponse{Status: &pb.Status{}, Restored: int64(len(r.Objects)), RestoreId: 9, Window: w.window}, nil
+	}
+	w.inflight++
+	w.maxInflight = max(w.maxInflight, w.inflight)
+	w.cond.Broadcast()
+	deadline := time.Now().Add(3 * time.Second)
+	stop := context.AfterFunc(ctx, func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() })
+	defer stop()
+	timer := time.AfterFunc(time.Until(deadline), func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() })
+	defer timer.Stop()
+	for r.More && w.maxInflight < 2 && ctx.Err() == nil && time.Now().Before(deadline) {
+		w.cond.Wait()
+	}
+	w.inflight--
+	w.chunks[r.Chunk] = len(r.Objects)
+	if r.Chunk == w.failAt {
+		return &pb.RemountSegmentsResponse{Status: &pb.Status{Code: 3, Message: "refused"}}, nil
+	}
+	return &pb.RemountSegmentsResponse{Status: &pb.Status{}, Restored: int64(len(r.Objects)), RestoreId: 9}, nil
+}
+
+// TestRemountPipelined: with a window granted, a remount keeps several
+// chunk calls in flight (never more than the window or its own bound),
+// announces its total in the first call, and sends every report once; a
+// refused chunk fails the remount once every call in flight has ended.
+func TestRemountPipelined(t *testing.T) {
+	held := make([]*pb.HeldObject, 10*remountChunkObjects+5)
+	for i := range held {
+		held[i] = &pb.HeldObject{Segment: "seg", Offset: uint64(i) * 4096, Key: fmt.Sprint("k", i), Size: 100, Seq: uint64(i)}
+	}
+	seg := []*pb.Segment{{Name: "seg", Endpoint: "ep", Size: 1 << 40}}
+	for _, tt := range []struct {
+		window, failAt uint32
+		wantMax        int
+	}{{2, 0, 2}, {8, 0, remountWindow}, {8, 4, remountWindow}} {
+		w := &windowMaster{window: tt.window, failAt: tt.failAt, chunks: map[uint32]int{}}
+		w.cond = sync.NewCond(&w.mu)
+		c := &Client{cfg: Config{ClientID: "node-1", RPCTimeout: 10 * time.Second}, rpc: w, log: slog.New(&logtest.Recorder{})}
+		st, err := c.remount(context.Background(), seg, held)
+		w.mu.Lock()
+		if w.inflight != 0 || w.maxInflight < 2 || w.maxInflight > tt.wantMax || w.total != uint64(len(held)) {
+			t.Fatalf("window %d: %d calls still in flight, at most %d at once (want 2..%d), total %d announced", tt.window, w.inflight, w.maxInflight, tt.wantMax, w.total)
+		}
+		if tt.failAt != 0 {
+			if err == nil || !strings.Contains(err.Error(), "refused") {
+				t.Fatalf("window %d: a refused chunk: %v", tt.window, err)
+			}
+			w.mu.Unlock()
+			continue
+		}
+		sent := 0
+		for n := range uint32(len(w.chunks)) {
+			sent += w.chunks[n]
+		}
+		if err != nil || sent != len(held) || st.restored != int64(len(held)) || st.calls != len(w.chunks) {
+			t.Fatalf("window %d: %v, %d reports in %d chunks, stats %+v", tt.window, err, sent, len(w.chunks), st)
+		}
+		w.mu.Unlock()
+	}
+}

@@ -69,7 +69,7 @@ func (c *Client) takeSlot(ctx context.Context, key string, size int, rc *pb.Repl
 			return true
 		case !current(s.link):
 			return true // the master behind it is gone, and so is the slot
-		case s.size == uint64(size) && sameRC(s.rc, rc) && (s.resp.HeaderLen == 0 || s.resp.HeaderLen == objheader.Len(key)):
+		case s.size == uint64(size) && sameRC(s.rc, rc) && (s.resp.HeaderLen == 0 || s.resp.HeaderLen == objheader.Len(s.resp.KeyPrefix+key)):
 			got = s
 			return true
 		}

@@ -224,7 +224,7 @@ func (c *Client) copyOut(ctx context.Context, a *pb.TaskAssignment) error {
 		if err != nil {
 			return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, t.Endpoint, err)
 		}
-		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: t.Addr - hdr, Length: len(src)})
+		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: t.Addr - hdr, Length: len(src), Grant: string(t.Grant)})
 	}
 	if len(reqs) == 0 {
 		return nil

@@ -54,6 +54,12 @@ type Request struct {
 	Segment SegmentID
 	Remote  uint64 // address inside ONE buffer registered by the peer
 	Length  int
+	// Grant is an encoded grant (package internal/grant) covering the
+	// remote extent, for a peer that checks grants (Config.Grants); ""
+	// otherwise. Requests that share one grant should share the string
+	// (not copies of it): a lane sends a grant once and then recognises
+	// it by its data pointer.
+	Grant string
 }
 
 // Batch is a submitted set of requests. Poll it with Status or block with
@@ -159,7 +165,7 @@ func (e *Engine) checkRequest(t *task) error {
 	if t.seg == nil {
 		return fmt.Errorf("%w: segment id %d not opened", ErrUnknownSegment, r.Segment)
 	}
-	sp, err := e.reg.Acquire(uint64(r.Local), uint64(r.Length))
+	sp, err := e.reg.AcquireAny(uint64(r.Local), uint64(r.Length))
 	if err != nil {
 		return fmt.Errorf("local %#x+%d: %w: %w", r.Local, r.Length, ErrNotRegistered, err)
 	}
@@ -300,10 +306,13 @@ func (b *Batch) sliceDone(t *task, err error) {
 func mapErr(err error) error {
 	switch {
 	case errors.Is(err, ErrTimeout), errors.Is(err, ErrClosed), errors.Is(err, ErrCanceled),
-		errors.Is(err, ErrOutOfBounds), errors.Is(err, ErrPeerDown), errors.Is(err, ErrAuth):
+		errors.Is(err, ErrOutOfBounds), errors.Is(err, ErrPeerDown), errors.Is(err, ErrAuth),
+		errors.Is(err, ErrDenied):
 		return err
 	case errors.Is(err, tcp.ErrRejected), errors.Is(err, registry.ErrOutOfBounds), errors.Is(err, registry.ErrNotRegistered):
 		return fmt.Errorf("%w: %w", ErrOutOfBounds, err)
+	case errors.Is(err, tcp.ErrDenied):
+		return fmt.Errorf("%w: %w", ErrDenied, err)
 	case errors.Is(err, tcp.ErrChecksum):
 		return fmt.Errorf("%w: %w", ErrChecksum, err)
 	case errors.Is(err, tcp.ErrPeerDown), errors.Is(err, tcp.ErrProtocol):

@@ -2,6 +2,8 @@ package transfer
 
 import (
 	"fmt"
+
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"log/slog"
 	"net"
 	"runtime"
@@ -60,6 +62,23 @@ type Config struct {
 	// pd --link-rate`); shared memory and READ payloads are not limited.
 	LinkRate  float64
 	LinkBurst int
+	// Device, when set, is the GPU driver (*cuda.Driver): device memory may
+	// then be registered and moved like host memory (see device.go).
+	// StageChunk and StageBuffers shape the pinned staging of device memory
+	// that crosses a host transport: chunks of StageChunk bytes (1 MiB)
+	// through StageBuffers buffers (3) per transfer in flight.
+	Device       Device
+	StageChunk   int
+	StageBuffers int
+	// Grants, when set, makes this engine's memory capability-checked:
+	// every incoming READ and WRITE must lie inside a grant (package
+	// internal/grant) for this segment, of the right mode, installed on the
+	// connection that carries it, signed with one of the verifier's keys
+	// and still valid; others fail at the initiator with ErrDenied and
+	// touch nothing. Shared memory is then not offered to peers (a peer
+	// that mapped a memfd could touch all of it): they use TCP. Not with
+	// Transport "inproc". See grants.go.
+	Grants *grant.Verifier
 }
 
 func (c Config) withDefaults() Config {
@@ -104,6 +123,12 @@ func (c Config) withDefaults() Config {
 	if c.LinkBurst == 0 {
 		c.LinkBurst = 64 << 10
 	}
+	if c.StageChunk == 0 {
+		c.StageChunk = DefaultStageChunk
+	}
+	if c.StageBuffers == 0 {
+		c.StageBuffers = DefaultStageBuffers
+	}
 	return c
 }
 
@@ -129,6 +154,9 @@ func (c Config) Validate() error {
 	switch c.Transport {
 	case TransportAuto, TransportTCP, TransportShm:
 	case TransportInproc:
+		if c.Grants != nil {
+			return fmt.Errorf("transfer: config: transport inproc does not check grants")
+		}
 		if c.InprocHub == nil {
 			return fmt.Errorf("transfer: config: transport inproc needs an InprocHub (NewHub) shared by the engines that reach each other")
 		}
@@ -146,6 +174,9 @@ func (c Config) Validate() error {
 	}
 	if c.LinkRate < 0 || c.LinkRate != c.LinkRate || c.LinkBurst < 1 {
 		return fmt.Errorf("transfer: config: link rate %v bytes/s, burst %d: want rate >= 0 and burst >= 1", c.LinkRate, c.LinkBurst)
+	}
+	if c.StageChunk < 4096 || c.StageBuffers < 1 {
+		return fmt.Errorf("transfer: config: stage chunk %d, buffers %d: want >= 4096 and >= 1", c.StageChunk, c.StageBuffers)
 	}
 	if c.SmallMax < 0 || c.MaxFrame < 4096 || c.MaxNotifies < 1 {
 		return fmt.Errorf("transfer: config: bad limits")

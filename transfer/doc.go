@@ -52,6 +52,18 @@
 // batch's bytes before sending it, so the engine behaves as if behind a
 // link of that bandwidth (benchmarks: `mooncake bench pd --link-rate`).
 //
+// # GPU memory
+//
+// With Config.Device (a *cuda.Driver), device memory is registered
+// (RegisterDevice, or Register of a device address) and moved like host
+// memory, never dereferenced: a request whose local side is device memory
+// is staged through a registered pinned arena in chunks, the GPU copy of
+// one chunk overlapping the host transfer of the next (cuda.Stage); lanes
+// serving this engine's device memory stage it through pinned buffers
+// (tcp.Stager); a same-host peer's device memory is opened with CUDA IPC
+// (its handle is in the descriptor) and copied device to device; an
+// in-process peer's is copied directly (device.go, device_ipc.go).
+//
 // # Discovery
 //
 // Config.Metadata "P2PHANDSHAKE" (default): OpenSegment("host:port") asks
@@ -74,6 +86,14 @@
 // minutes, or one already seen, is refused, so a recorded handshake cannot
 // be replayed. The secret is never sent; the data itself is not encrypted.
 //
+// With Config.Grants (a grant.Verifier, package internal/grant) the engine
+// checks capabilities too: each incoming READ/WRITE must lie inside a grant
+// for this segment, of its mode, unexpired (and, one-shot, still live),
+// that the peer sent on the same lane (Request.Grant); otherwise the
+// initiator's task fails with ErrDenied and nothing is touched. The lane
+// verifies a grant once and then checks slices against its verified
+// grants; such an engine offers no shared memory (grants.go).
+//
 // # Failure
 //
 // Every batch has a deadline: the ctx deadline given to Submit, or
@@ -85,7 +105,8 @@
 //
 // # Status of this package
 //
-// Done: the API of helpers/transfer-api.md; in-process, TCP (lanes,
+// Done: the API of helpers/transfer-api.md; GPU memory (staged, CUDA IPC,
+// in process); in-process, TCP (lanes,
 // pipelining, slicing, express lane, writev, checksums, secrets) and shared
 // memory (memfd + SCM_RIGHTS, TCP fallback) transports; P2P handshake, HTTP
 // metadata and etcd discovery; bounds checking; deadlines. Not done: RDMA,

@@ -108,6 +108,8 @@ type Engine struct {
 	clientBulk chan struct{}
 	// link paces the TCP WRITE payloads this engine sends (Config.LinkRate); nil = unlimited.
 	link *rate.Limiter
+	// devs is the device support (Config.Device); nil without (device.go).
+	devs *devState
 }
 
 type segment struct {
@@ -156,8 +158,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		e.link = rate.NewLimiter(rate.Limit(cfg.LinkRate), cfg.LinkBurst)
 	}
 	e.transports = e.newTransports()
+	e.startDevice()
 	if cfg.Transport == TransportInproc {
-		if err := cfg.InprocHub.h.Add(e.name, e.reg); err != nil {
+		if err := cfg.InprocHub.h.Add(e.name, e.laneMemory()); err != nil {
 			_ = ln.Close()
 			return nil, fmt.Errorf("transfer: %w", err)
 		}
@@ -241,6 +244,7 @@ func (e *Engine) Close() error {
 	}
 	e.stopShm()
 	e.freeAllManaged()
+	e.stopDevice()
 	return err
 }
 
@@ -266,10 +270,14 @@ func (e *Engine) RegisterBytes(b []byte, location string) error {
 }
 
 // Register registers length bytes of raw memory at addr (for bindings that
-// hand us C or numpy memory). The memory must stay valid until Unregister.
+// hand us C or numpy memory). With Config.Device, an address the driver
+// says is device memory is registered as such (RegisterDevice). The memory must stay valid until Unregister.
 func (e *Engine) Register(addr uintptr, length int, location string) error {
 	if addr == 0 || length <= 0 {
 		return fmt.Errorf("transfer: register %#x+%d: %w", addr, length, ErrInvalid)
+	}
+	if e.isDevice(addr) {
+		return e.RegisterDevice(addr, length, location)
 	}
 	return e.RegisterBytes(registry.RawBytes(addr, length), location)
 }
@@ -290,7 +298,7 @@ func (e *Engine) Unregister(addr uintptr) error {
 
 // Buffers lists this engine's registered buffers.
 func (e *Engine) Buffers() []BufferDesc {
-	bs := e.reg.Buffers()
+	bs := e.published()
 	out := make([]BufferDesc, len(bs))
 	for i, b := range bs {
 		out[i] = BufferDesc{Addr: b.Addr, Length: b.Length, Location: b.Location, Shareable: b.Shareable}
@@ -299,7 +307,7 @@ func (e *Engine) Buffers() []BufferDesc {
 }
 
 func (e *Engine) descriptor() wire.Segment {
-	bs := e.reg.Buffers()
+	bs := e.published()
 	s := wire.Segment{
 		Name:            e.name,
 		Protocol:        "tcp",
@@ -317,7 +325,10 @@ func (e *Engine) descriptor() wire.Segment {
 	}
 	for i, b := range bs {
 		s.Buffers[i] = wire.Buffer{Name: "buf" + strconv.FormatUint(b.ID, 10), Addr: b.Addr, Length: b.Length,
-			Location: b.Location, Shareable: b.Shareable, ID: b.ID}
+			Location: b.Location, Shareable: b.Shareable && e.cfg.Grants == nil, ID: b.ID}
+		if b.Device && e.cfg.Grants == nil {
+			e.describeDevice(&s.Buffers[i])
+		}
 	}
 	return s
 }

@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 // buffer, prints "<segment> <addr> <len>" and serves until stdin closes.
 func runPeerProcess() int {
 	size, _ := strconv.Atoi(os.Getenv("TRANSFER_TEST_PEER"))
+	if lib := os.Getenv("TRANSFER_TEST_CUDA"); lib != "" {
+		return runDevicePeerProcess(size, lib)
+	}
 	e, err := Open(context.Background(), Config{Transport: os.Getenv("TRANSFER_TEST_TRANSPORT")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

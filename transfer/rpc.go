@@ -101,8 +101,9 @@ func (e *Engine) serveConn(c net.Conn) {
 			return
 		}
 		_ = c.SetDeadline(time.Time{})
-		if err := tcp.ServeLane(c, br, e.reg, tcp.ServerConfig{MaxSlice: uint64(e.cfg.MaxSlice),
-			Bulk: e.bulk, BulkMin: uint64(e.cfg.SmallMax), Express: req.Lane.Index == 0}); err != nil && !e.closed.Load() {
+		if err := tcp.ServeLane(c, br, e.laneMemory(), tcp.ServerConfig{MaxSlice: uint64(e.cfg.MaxSlice),
+			Bulk: e.bulk, BulkMin: uint64(e.cfg.SmallMax), Express: req.Lane.Index == 0,
+			Grants: e.cfg.Grants, Segment: e.name}); err != nil && !e.closed.Load() {
 			e.log.Debug("transfer: lane ended", "remote", c.RemoteAddr(), "err", err)
 		}
 	}

@@ -74,6 +74,9 @@ func (e *Engine) newSegment(name string) *segment {
 
 // pickTransport gives t to the first transport whose handle claims it.
 func (e *Engine) pickTransport(ctx context.Context, t *task) {
+	if e.pickDevice(t) {
+		return
+	}
 	for i, p := range t.seg.peers {
 		if j := p.claim(ctx, t); j != nil {
 			t.transport = e.transports[i].name()

@@ -50,7 +50,7 @@ func (e *Engine) revokeShared(id uint64) {
 // shmLookup answers a peer's map request: the managed buffer containing addr.
 func (e *Engine) shmLookup(addr uint64) (shm.BufInfo, int, error) {
 	b, ok := e.reg.Lookup(addr)
-	if !ok || !b.Shareable {
+	if !ok || !b.Shareable || e.cfg.Grants != nil {
 		return shm.BufInfo{}, -1, fmt.Errorf("%#x: %w", addr, shm.ErrNotShareable)
 	}
 	e.managedMu.Lock()

@@ -120,7 +120,7 @@ func (j *tcpJob) run(ctx context.Context, b *Batch, t *task) {
 		op := &j.ops[s]
 		off := s * size
 		end := min(off+size, t.req.Length)
-		*op = tcp.Op{Write: t.req.Op == OpWrite, Remote: t.req.Remote + uint64(off), Buf: t.local.B[off:end], Done: (*batchOps)(b), Tag: t.index}
+		*op = tcp.Op{Write: t.req.Op == OpWrite, Remote: t.req.Remote + uint64(off), Buf: t.local.B[off:end], Done: (*batchOps)(b), Tag: t.index, Grant: t.req.Grant}
 		if err == nil {
 			err = p.Enqueue(op)
 		}

@@ -175,6 +175,10 @@ type PullRequest struct {
 	// (full hit): prefill frees and answers done.
 	FirstBlock int   `json:"first_block"`
 	BlockIDs   []int `json:"block_ids"`
+	// Grants, when decode checks grants, are one-shot grants (package
+	// internal/grant) that cover exactly decode's destination blocks of
+	// this pull; prefill sends with each WRITE the one that covers it.
+	Grants [][]byte `json:"grants,omitempty"`
 	// TimeoutMS is how long decode waits for the answer; prefill answers
 	// (done or failed) and stops writing before it.
 	TimeoutMS int64 `json:"timeout_ms"`

@@ -18,9 +18,10 @@ import (
 func newBenchStoreCmd() *cobra.Command {
 	var (
 		sizesFlag, clientsFlag, segSizeFlag, redisFlag, transport string
-		servers                                                   string
+		servers, grants, opsFlag, device, cudaLib                 string
 		nodes, rounds                                             int
 		duration                                                  time.Duration
+		security                                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "store",
@@ -52,12 +53,25 @@ the first eviction and reports the segment utilisation reached.`,
 				}
 				clients = append(clients, n)
 			}
+			if security {
+				res, err := benchstore.RunSecurity(cmd.Context(), benchstore.SecurityConfig{Sizes: sizes, Clients: clients,
+					Rounds: rounds, Duration: duration, Transport: transport})
+				if err != nil {
+					return err
+				}
+				printBenchStoreSecurity(cmd.OutOrStdout(), res)
+				return nil
+			}
 			seg, err := parseSize(segSizeFlag)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
 			cfg := benchstore.Config{Sizes: sizes, Clients: clients, SegmentSize: seg,
-				Nodes: nodes, Duration: duration, Rounds: rounds, Redis: redisFlag, Transport: transport, Servers: servers}
+				Nodes: nodes, Duration: duration, Rounds: rounds, Redis: redisFlag, Transport: transport, Servers: servers, Grants: grants,
+				Device: device, CUDALib: cudaLib}
+			if opsFlag != "" {
+				cfg.Ops = strings.Split(opsFlag, ",")
+			}
 			if servers != benchstore.ServersInProcess {
 				if cfg.Binary, err = os.Executable(); err != nil {
 					return err
@@ -74,11 +88,16 @@ the first eviction and reports the segment utilisation reached.`,
 	f.StringVar(&clientsFlag, "clients", "1,8", "concurrent client counts")
 	f.StringVar(&segSizeFlag, "segment-size", "512MiB", "segment size of each storage node")
 	f.IntVar(&nodes, "nodes", 2, "storage nodes")
+	f.StringVar(&device, "device", "cpu", "cuda adds the phases put-device and get-into-device (values from and into GPU memory)")
+	f.StringVar(&cudaLib, "cuda-lib", os.Getenv("MOONCAKE_CUDA_LIB"), "CUDA driver library (default libcuda.so.1; $MOONCAKE_CUDA_LIB)")
 	f.DurationVar(&duration, "duration", 500*time.Millisecond, "duration of each phase")
 	f.IntVar(&rounds, "rounds", 3, "rounds per configuration, alternating the systems; the median is reported")
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis; measured with redis-benchmark`)
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
+	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts, over TCP (tls) and against the same-host socket (tls-vs-local) (on/off ratios, pools side by side in this process)")
 	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients always run in this process`)
+	f.StringVar(&opsFlag, "ops", "", "phases to run, comma-separated (put, batch-put, get, batch-get, get-into, exist; default all; put always runs)")
+	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed`)
 	return cmd
 }
 
@@ -135,6 +154,28 @@ func printBenchStore(out io.Writer, res *benchstore.Result) {
 				r.GBps()/p.GBps(), float64(r.P50)/float64(p.P50))
 		}
 	}
+	printGrantRatios(out, res)
+}
+
+// printGrantRatios prints grants on vs off (ops/s ratio) for every phase
+// measured both ways (--grants both).
+func printGrantRatios(out io.Writer, res *benchstore.Result) {
+	header := false
+	for _, r := range res.Rows {
+		if r.System != benchstore.SystemGrants {
+			continue
+		}
+		off := res.Find(benchstore.SystemInProcess, r.Op, r.Size, r.Clients)
+		if off == nil || off.Ops == 0 || r.Ops == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(out, "grants on vs off (same run: ops/s ratio; p50 and CPU time per key ratios, lower is better):")
+			header = true
+		}
+		fmt.Fprintf(out, "  %s %s x%d: ops/s %.3fx, p50 %.2fx, cpu/key %.3fx (%s vs %s)\n", r.Op, formatSize(uint64(r.Size)), r.Clients,
+			r.OpsPerSec()/off.OpsPerSec(), float64(r.P50)/float64(off.P50), float64(r.CPUPerOp())/float64(off.CPUPerOp()), fmtDur(r.CPUPerOp()), fmtDur(off.CPUPerOp()))
+	}
 }
 
 func fmtDur(d time.Duration) string {
@@ -143,5 +184,28 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.1fus", float64(d)/1e3)
 	default:
 		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	}
+}
+
+func printBenchStoreSecurity(out io.Writer, res *benchstore.SecurityResult) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "feature\top\tsize\tclients\toff ops/s\ton ops/s\ton/off\toff cpu/key\ton cpu/key\tcpu on/off\toff p50\ton p50\terrors\t")
+	for _, r := range res.Rows {
+		cpu := 0.0
+		if r.Off.CPUPerOp() > 0 {
+			cpu = float64(r.On.CPUPerOp()) / float64(r.Off.CPUPerOp())
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.3f\t%s\t%s\t%.3f\t%s\t%s\t%d\t\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients,
+			r.Off.OpsPerSec(), r.On.OpsPerSec(), r.Ratio(), fmtDur(r.Off.CPUPerOp()), fmtDur(r.On.CPUPerOp()), cpu,
+			fmtDur(r.Off.P50), fmtDur(r.On.P50), r.Off.Errors+r.On.Errors)
+	}
+	w.Flush()
+	fmt.Fprintln(out, "(cpu/key: this process's CPU time per key, master, nodes and clients included; it compares the two even when other load makes ops/s noisy)")
+	for _, r := range res.Rows {
+		for _, x := range []benchstore.Row{r.Off, r.On} {
+			if x.FirstErr != nil {
+				fmt.Fprintf(out, "first error of %s %s %s x%d: %v\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients, x.FirstErr)
+			}
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvcache-go/mooncake/internal/bench/conductortrace"
 	benchtrace "github.com/kvcache-go/mooncake/internal/bench/trace"
 	"github.com/kvcache-go/mooncake/internal/tracesim"
 )
@@ -21,6 +22,7 @@ type benchTraceFlags struct {
 	limit      int
 	capacities string
 	asJSON     bool
+	conductor  bool // also route through a real conductor service
 	slo        time.Duration
 	bandwidth  float64 // GB/s
 	cfg        tracesim.RouteConfig
@@ -56,6 +58,7 @@ See internal/tracesim's package doc for every definition.`,
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N requests of the file (0: all)")
 	fl.StringVar(&f.capacities, "capacities", "inf,100000,50000,30000,20000,10000,5000,1000", "global pool sizes in blocks for the cache policy table")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object per result row")
+	fl.BoolVar(&f.conductor, "conductor", false, "also run cache-aware and conductor fed by a real `mooncake conductor`: the instances publish KV events over ZMQ, the router queries it over HTTP (rows \"(conductor over HTTP)\"; their hit rates equal the \"(kv events)\" rows')")
 	fl.IntVar(&f.cfg.Instances, "instances", d.Instances, "prefill instances for the routing simulation")
 	fl.IntVar(&f.cfg.CapacityBlocks, "capacity", d.CapacityBlocks, "LRU cache per prefill instance in blocks (0: unlimited)")
 	fl.DurationVar(&f.slo, "slo", time.Duration(d.SLOSeconds*float64(time.Second)), "TTFT SLO")
@@ -107,6 +110,23 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 	}
 	if err != nil {
 		return usage(err)
+	}
+	if f.conductor {
+		for _, rt := range []tracesim.Router{tracesim.CacheAware, tracesim.Conductor} {
+			feed, err := conductortrace.New(cfg.Instances)
+			if err != nil {
+				return err
+			}
+			rcfg := cfg
+			rcfg.Feed = feed
+			rr, err := tracesim.SimulateRouting(tr.Requests, rt, rcfg)
+			feed.Close()
+			if err != nil {
+				return err
+			}
+			res.Route = append(res.Route, rr)
+			res.RouteNames = append(res.RouteNames, rt.String()+" (conductor over HTTP)")
+		}
 	}
 	ideal := res.IdealHitRate
 	rows := []map[string]any{{

@@ -1,10 +1,16 @@
 package cli
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"strconv"
+
+	"github.com/kvcache-go/mooncake/internal/grant"
 
 	"github.com/spf13/cobra"
 
@@ -19,10 +25,11 @@ func newBenchTransferCmd() *cobra.Command {
 		c                        benchtransfer.Config
 		block, bufSize, mode, tg string
 		asJSON, underLoad        bool
+		grants                   string
 	)
 	cmd := &cobra.Command{
 		Use:   "transfer",
-		Short: "Transfer engine throughput and latency (tcp, shm, inproc) vs. this machine's limit",
+		Short: "Transfer engine throughput and latency (tcp, shm, inproc; host or GPU memory) vs. this machine's limit",
 		Long: `Runs a target engine and an initiator. Without --target the bench starts its own
 target (a second process for tcp and shm, re-executing this binary with --mode target).
 --mode target prints "TARGET <segment> <addr> <len> <sink>" and serves until stdin closes
@@ -43,6 +50,9 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 			if err := c.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
+			if grants != "off" && grants != "on" && grants != "both" {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--grants %q: want off, on or both", grants)}
+			}
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
 			switch mode {
@@ -53,22 +63,21 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 			default:
 				return &ExitError{Code: 2, Err: fmt.Errorf("--mode %q: want target or initiator", mode)}
 			}
-			var info benchtransfer.TargetInfo
-			switch {
-			case tg != "":
-				// Separate target: find its buffer through the handshake.
-				info, err = benchtransfer.Discover(ctx, c, tg)
-				if err != nil {
-					return err
+			start := func(c benchtransfer.Config) (benchtransfer.TargetInfo, func(), error) {
+				var info benchtransfer.TargetInfo
+				switch {
+				case tg != "":
+					// Separate target: find its buffer through the handshake.
+					info, err := benchtransfer.Discover(ctx, c, tg)
+					return info, func() {}, err
+				case c.Transport == "inproc":
+					t, err := benchtransfer.StartTarget(ctx, c)
+					if err != nil {
+						return info, nil, err
+					}
+					info, _ = benchtransfer.ParseLine(t.Line())
+					return info, func() { _ = t.Close() }, nil
 				}
-			case c.Transport == "inproc":
-				t, err := benchtransfer.StartTarget(ctx, c)
-				if err != nil {
-					return err
-				}
-				defer t.Close()
-				info, _ = benchtransfer.ParseLine(t.Line())
-			default:
 				exe, err := os.Executable()
 				if err != nil {
 					exe = os.Args[0]
@@ -83,13 +92,23 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 				if c.Secret != "" {
 					args = append(args, "--secret", c.Secret)
 				}
-				var stop func()
-				info, stop, err = benchtransfer.SpawnTarget(ctx, exe, args)
-				if err != nil {
-					return err
+				args = append(args, "--device", c.Device, "--target-device", c.TargetDevice, "--cuda-lib", c.CUDALib)
+				if c.GrantKey != "" {
+					args = append(args, "--grant-key", c.GrantKey)
 				}
-				defer stop()
+				return benchtransfer.SpawnTarget(ctx, exe, args)
 			}
+			if grants == "both" {
+				return benchTransferGrants(ctx, out, c, start, asJSON)
+			}
+			if grants == "on" && c.GrantKey == "" {
+				c.GrantKey = grant.NewKeyHex()
+			}
+			info, stop, err := start(c)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			if underLoad {
 				r, err := benchtransfer.SmallDuringLarge(ctx, c, info, c.BlockSize, c.Duration)
 				if err != nil {
@@ -137,5 +156,49 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 	f.BoolVar(&underLoad, "small-during-large", false, "measure --block-size sync writes while a 64 MiB stream runs (latency under load)")
 	f.IntVar(&c.SliceSize, "slice-size", 0, "TCP slice size in bytes (0: engine default)")
 	f.IntVar(&c.Lanes, "lanes", 0, "TCP bulk lanes per peer (0: engine default)")
+	f.StringVar(&c.Device, "device", "cpu", "initiator's buffer: cpu or cuda (GPU 0; the baseline is then pinned cuMemcpy)")
+	f.StringVar(&c.TargetDevice, "target-device", "", "target's buffer: cpu or cuda (default: as --device)")
+	f.StringVar(&c.CUDALib, "cuda-lib", os.Getenv("MOONCAKE_CUDA_LIB"), "CUDA driver library (default libcuda.so.1; $MOONCAKE_CUDA_LIB)")
+	f.StringVar(&grants, "grants", "off", `data-path grants: "off", "on" (the target checks a grant per request, the initiator sends one per thread), or "both": alternating rounds against a target without and one with grants, the median of each and their ratio`)
+	f.StringVar(&c.GrantKey, "grant-key", "", "grant key in hex (the target of --grants on; made up when not given)")
+	_ = f.MarkHidden("grant-key")
 	return cmd
+}
+
+// benchTransferGrants runs the initiator against a target without grants
+// and one with them, alternating for 3 rounds of --duration each, and
+// prints the median of each and their ratio.
+func benchTransferGrants(ctx context.Context, out io.Writer, c benchtransfer.Config,
+	start func(benchtransfer.Config) (benchtransfer.TargetInfo, func(), error), asJSON bool) error {
+	on := c
+	on.GrantKey = grant.NewKeyHex()
+	c.GrantKey = ""
+	var res [2][]benchtransfer.Result
+	for round := range 3 {
+		for k, cfg := range []benchtransfer.Config{c, on} {
+			info, stop, err := start(cfg)
+			if err != nil {
+				return err
+			}
+			r, err := benchtransfer.RunInitiator(ctx, cfg, info)
+			stop()
+			if err != nil {
+				return fmt.Errorf("round %d, grants %v: %w", round, k == 1, err)
+			}
+			res[k] = append(res[k], r)
+		}
+	}
+	med := func(rs []benchtransfer.Result) benchtransfer.Result {
+		slices.SortFunc(rs, func(a, b benchtransfer.Result) int { return cmp.Compare(a.GBPerS, b.GBPerS) })
+		return rs[len(rs)/2]
+	}
+	off, with := med(res[0]), med(res[1])
+	if asJSON {
+		b, _ := json.Marshal(map[string]any{"off": off, "on": with, "ratio": with.GBPerS / off.GBPerS})
+		fmt.Fprintln(out, string(b))
+		return nil
+	}
+	fmt.Fprintf(out, "grants off: %s\ngrants on:  %s\ngrants on vs off: GB/s %.3fx, p50 %.2fx (median of 3 alternating rounds)\n",
+		off, with, with.GBPerS/off.GBPerS, with.P50us/off.P50us)
+	return nil
 }

@@ -9,6 +9,7 @@ var extraCommands = []func() *cobra.Command{
 	newServeCmd,          // reference inference engine
 	newModelCmd,          // model init
 	newProxyCmd,          // P/D proxy
+	newConductorCmd,      // KV cache indexer service (Indexer API)
 	newUpCmd,             // whole P/D cluster in one process
 	newMasterCmd,         // store master
 	newStoreNodeCmd,      // store storage node

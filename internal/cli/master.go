@@ -26,10 +26,13 @@ func newMasterCmd() *cobra.Command {
 		port, httpPort int
 		strategy       string
 		secret         string
+		grantKeyFile   string
 		evictPolicy    string
 		verbose        bool
 		ha             haFlags
 		events         masterEventFlags
+		security       masterSecurityFlags
+		maxMemory      maxMemoryFlag
 	)
 	cfg := d
 	cmd := &cobra.Command{
@@ -61,11 +64,24 @@ GOMEMLIMIT in the environment applies too.`,
 			}
 			cfg.Core.Strategy = master.Strategy(strategy)
 			cfg.Secret = secretOr(secret)
+			keys, err := grantKeys(grantKeyFile)
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			cfg.Grants = keys
 			cfg.Core.EvictionPolicy = evict.Kind(evictPolicy)
 			cfg.Logger = cmdLogger(cmd, verbose)
+			if err := maxMemory.apply(&cfg.Core); err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
+			stopSecurity, err := security.apply(cmd.Context(), &cfg, cfg.Logger)
+			if err != nil {
+				return err
+			}
+			defer stopSecurity()
 			ctx, eventsAddr, stopEvents, err := events.start(cmd.Context(), &cfg)
 			if err != nil {
 				return err
@@ -107,8 +123,12 @@ GOMEMLIMIT in the environment applies too.`,
 	f.DurationVar(&cfg.TickInterval, "tick", 10*time.Millisecond, "period of liveness, timeout and eviction checks")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	f.StringVar(&secret, "secret", "", "cluster secret (default $MOONCAKE_SECRET): when set, remove all, remove by regex and unmount (gRPC) and every non-GET admin HTTP call need \"authorization: Bearer <secret>\"; reads stay open")
+	f.StringVar(&grantKeyFile, "grant-key-file", "", grantKeyUsage)
+	registerMooncakeMasterFlags(f, &cfg.Core)
+	maxMemory.register(f)
 	ha.register(f)
 	events.register(f)
+	security.register(f)
 	return cmd
 }
 

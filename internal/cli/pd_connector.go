@@ -24,6 +24,10 @@ type mooncakeConnectorConfig struct {
 	// Layerwise: a producer streams each layer's KV while the prefill
 	// computes (true, default) or pushes whole requests after it (false).
 	Layerwise bool `json:"layerwise"`
+	// KVGrants: a consumer's transfer engine refuses writes into its KV
+	// cache outside the blocks of a pull it asked for (one-shot grants;
+	// docs/security.md). Off by default.
+	KVGrants bool `json:"kv_grants"`
 }
 
 func parseMooncakeConnectorConfig(role string, m map[string]any) (mooncakeConnectorConfig, error) {
@@ -85,5 +89,6 @@ func setMooncakeConnector(ic *cluster.InstanceConfig, m map[string]any, bootstra
 	ic.PullTimeout = time.Duration(cc.PullTimeoutS * float64(time.Second))
 	ic.PDFailurePolicy = cc.FailurePolicy
 	ic.PDWholeRequest = !cc.Layerwise
+	ic.PDGrants = cc.KVGrants
 	return nil
 }

@@ -33,6 +33,11 @@ time to first token: queued predicted prefill seconds + T_prefill(uncached token
 with T_prefill = cost-fixed + cost-per-token*n + cost-per-token-pair*(n*p + n*n/2), a prompt byte
 counted as a token. --ttft-slo 30s then answers 429 when even the best prediction exceeds 30s.
 
+--indexer-url http://HOST:13333 routes prefill on a remote KV cache indexer speaking Mooncake's
+Indexer API (mooncake conductor, Mooncake's or Dynamo's): each prompt's token ids are POSTed to
+/query and the tiered prefix it reports per instance (GPU, host CPU, disk) is weighed: a host hit
+costs a load (--cost-host-per-token, --tier-weight-host), a disk hit more.
+
 --protocol picks what is sent upstream, so the proxy can front real vLLM or SGLang instances:
 mooncake (ours: transfer_id, remote_bootstrap_addr, remote_engine_id), vllm (vLLM's example
 proxy: X-Request-Id pairing, bootstrap_server_host/port), vllm-transfer-id (vLLM's reworked
@@ -69,6 +74,17 @@ the exact bodies.`,
 	f.Float64Var(&cfg.Cost.Fixed, "cost-fixed", def.Fixed, "conductor cost model: assumed prefill seconds per request")
 	f.Float64Var(&cfg.Cost.PerToken, "cost-per-token", def.PerToken, "conductor cost model: assumed prefill seconds per uncached prompt token (a byte)")
 	f.Float64Var(&cfg.Cost.PerTokenPair, "cost-per-token-pair", def.PerTokenPair, "conductor cost model: assumed seconds per (new token, attended position) pair")
+	f.Float64Var(&cfg.Cost.HostPerToken, "cost-host-per-token", def.HostPerToken, "conductor cost model: assumed seconds to load one cached token from host memory (indexer tiers)")
+	f.Float64Var(&cfg.Cost.DiskPerToken, "cost-disk-per-token", def.DiskPerToken, "conductor cost model: assumed seconds to load one cached token from disk (indexer tiers)")
+	tw := proxy.DefaultTierWeights()
+	f.Float64Var(&cfg.Tiers.Host, "tier-weight-host", tw.Host, "kvcache-aware: worth of a host-cached block relative to a device one (indexer tiers)")
+	f.Float64Var(&cfg.Tiers.Disk, "tier-weight-disk", tw.Disk, "kvcache-aware: worth of a disk-cached block relative to a device one (indexer tiers)")
+	f.StringVar(&cfg.Tokenizer, "tokenizer", proxy.TokenizerByteLevel, "how prompts become token ids for KV events and the indexer: byte-level (ours), engine (POST /tokenize to a prefill instance) or the path of the model's tokenizer.json")
+	f.StringVar(&cfg.Indexer.URL, "indexer-url", "", "route prefill on a remote KV cache indexer speaking Mooncake's Indexer API (mooncake conductor); a prefill spec's id=NAME is its instance_id there")
+	f.StringVar(&cfg.Indexer.Model, "indexer-model", "", "model name of indexer queries (default: the request's model)")
+	f.IntVar(&cfg.Indexer.BlockSize, "indexer-block-size", 0, "the engines' block size in tokens for indexer queries (default 16)")
+	f.StringVar(&cfg.Indexer.Tenant, "indexer-tenant", "", "tenant_id of indexer queries (default: the indexer's)")
+	f.DurationVar(&cfg.Indexer.Timeout, "indexer-timeout", 200*time.Millisecond, "bound on one indexer query; on failure the request is routed without it")
 	f.StringVar(&cfg.DecodePolicy, "decode-policy", proxy.PolicyLeastLoaded, "round-robin, least-loaded or kvcache-aware")
 	f.DurationVar(&cfg.HealthInterval, "health-interval", 2*time.Second, "period of the instance health checks")
 	f.IntVar(&cfg.FailAfter, "fail-after", 2, "failed health checks before an instance leaves rotation")

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/transfer"
 	"github.com/spf13/cobra"
@@ -20,7 +21,8 @@ func newStoreNodeCmd() *cobra.Command {
 		rootFSDir, diskCapacity              string
 		enableOffload, offloadOnEvict        bool
 		promotionOnHit                       bool
-		secret                               string
+		secret, grantKeyFile                 string
+		security                             clientSecurityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "store",
@@ -46,6 +48,16 @@ a node restarted on the same DIR re-reports them.`,
 			cfg := storenode.Config{Master: masterAddrOr(masterAddr), Secret: secretOr(secret), SegmentSize: size, PingInterval: ping, UnmountGrace: grace, Logger: log,
 				Engine:    transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log},
 				RootFSDir: rootFSDir, EnableOffload: enableOffload, OffloadOnEvict: offloadOnEvict, PromotionOnHit: promotionOnHit}
+			if cfg.Token, cfg.TLS, err = security.resolve(); err != nil {
+				return err
+			}
+			keys, err := grantKeys(grantKeyFile)
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			if keys != nil {
+				cfg.Engine.Grants = grant.NewVerifier(keys, nil)
+			}
 			if cfg.DiskCapacity, err = parseSize(diskCapacity); err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--disk-capacity: %w", err)}
 			}
@@ -75,6 +87,8 @@ a node restarted on the same DIR re-reports them.`,
 	f.BoolVar(&promotionOnHit, "promotion-on-hit", true, "a read from the disk tier puts the value back into memory")
 	f.StringVar(&diskCapacity, "disk-capacity", "10GiB", "bytes the disk tier keeps (least recently used dropped)")
 	f.StringVar(&secret, "secret", "", secretUsage)
+	security.register(f)
+	f.StringVar(&grantKeyFile, "grant-key-file", "", grantKeyUsage)
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	return cmd
 }

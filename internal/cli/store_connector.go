@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/cluster"
 	"github.com/kvcache-go/mooncake/internal/storeconnector"
+	"github.com/kvcache-go/mooncake/internal/tlsconf"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -26,6 +27,10 @@ type storeConnectorConfig struct {
 	LocalBufferMB   int     `json:"local_buffer_mb"`   // the store client's staging buffer (64)
 	Transport       string  `json:"transport"`         // transport of the transfer engine (auto)
 	Layerwise       bool    `json:"layerwise"`         // load/save layer by layer within the step (false)
+	TenantToken     string  `json:"tenant_token"`      // a master with tenants: the token ($MOONCAKE_TENANT_TOKEN)
+	TLSCA           string  `json:"tls_ca"`            // the master over TLS: CA of its certificate
+	TLSCert         string  `json:"tls_cert"`          // mutual TLS: client certificate
+	TLSKey          string  `json:"tls_key"`           // and its key
 }
 
 func parseStoreConnectorConfig(m map[string]any) (storeConnectorConfig, error) {
@@ -56,8 +61,14 @@ func storeConnector(cc storeConnectorConfig) cluster.KVConnectorFunc {
 		if err != nil {
 			return nil, err
 		}
+		sec := clientSecurityFlags{token: cc.TenantToken, tls: tlsconf.Files{CA: cc.TLSCA, Cert: cc.TLSCert, Key: cc.TLSKey}}
+		token, tlsCfg, err := sec.resolve()
+		if err != nil {
+			te.Close()
+			return nil, fmt.Errorf("store connector: %w", err)
+		}
 		cl, err := store.New(ctx, store.Config{Master: cc.Master, Mover: te, LocalBufferSize: uint64(cc.LocalBufferMB) << 20,
-			Replicas: cc.Replicas, Logger: log})
+			Replicas: cc.Replicas, Token: token, TLS: tlsCfg, Logger: log})
 		if err != nil {
 			te.Close()
 			return nil, fmt.Errorf("store connector: %w", err)

@@ -85,14 +85,18 @@ type storeSession struct {
 	cl  *store.Client
 }
 
-func openStore(ctx context.Context, masterFlag, secret string, rpcTimeout time.Duration) (*storeSession, error) {
+func openStore(ctx context.Context, masterFlag, secret string, sec *clientSecurityFlags, rpcTimeout time.Duration) (*storeSession, error) {
+	token, tlsCfg, err := sec.resolve()
+	if err != nil {
+		return nil, err
+	}
 	eng, err := transfer.Open(ctx, transfer.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("open transfer engine: %w", err)
 	}
 	addr := masterAddrOr(masterFlag)
 	cl, err := store.New(ctx, store.Config{Master: addr, Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: rpcTimeout,
-		Secret: secretOr(secret)})
+		Secret: secretOr(secret), Token: token, TLS: tlsCfg})
 	if err != nil {
 		eng.Close()
 		if strings.Contains(err.Error(), "connection refused") {
@@ -112,6 +116,7 @@ func (s *storeSession) close() {
 func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, s *storeSession, args []string) error) (*cobra.Command, *string) {
 	var masterFlag, secret string
 	var rpcTimeout time.Duration
+	var security clientSecurityFlags
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -120,7 +125,7 @@ func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
 			cmd.SetContext(ctx)
-			s, err := openStore(ctx, masterFlag, secret, rpcTimeout)
+			s, err := openStore(ctx, masterFlag, secret, &security, rpcTimeout)
 			if err != nil {
 				return err
 			}
@@ -131,6 +136,7 @@ func storeCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.
 	cmd.Flags().StringVar(&masterFlag, "master", "", "master address HOST:PORT or HA cluster etcd://HOST:PORT[;HOST:PORT][/CLUSTER] (default $MOONCAKE_MASTER or "+defaultMaster+")")
 	cmd.Flags().DurationVar(&rpcTimeout, "timeout", 5*time.Second, "deadline of each master call (an unreachable master fails after this)")
 	cmd.Flags().StringVar(&secret, "secret", "", secretUsage)
+	security.register(cmd.Flags())
 	return cmd, &masterFlag
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"log/slog"
 	"net"
 	"strconv"
@@ -57,6 +58,11 @@ type InstanceConfig struct {
 	// transfer after its prefill instead of layer by layer while it
 	// computes (pdconnector.Config.WholeRequest).
 	PDWholeRequest bool
+	// PDGrants makes a consumer's (or both's) transfer engine refuse every
+	// write into its KV cache that is not covered by a one-shot grant the
+	// connector minted for a pull (pdconnector.Config.Grants), under a key
+	// made at start and never shared.
+	PDGrants bool
 	// LinkRate limits what the transfer engine sends over TCP to this many
 	// bytes per second (transfer.Config.LinkRate; 0 = unlimited).
 	LinkRate float64
@@ -269,8 +275,16 @@ func (i *Instance) startPD(ctx context.Context, cfg InstanceConfig) (*KVConnecto
 	if host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
+	var grants *grant.Verifier
+	if cfg.PDGrants && cfg.Role != pdconnector.RoleProducer {
+		keys, err := grant.ParseKeys([]byte("1:" + grant.NewKeyHex()))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: grant key: %w", err)
+		}
+		grants = grant.NewVerifier(keys, nil)
+	}
 	te, err := transfer.Open(ctx, transfer.Config{LocalHostname: host, RPCPort: cfg.RPCPort, Transport: cfg.Transport,
-		LinkRate: cfg.LinkRate, Logger: cfg.Logger})
+		LinkRate: cfg.LinkRate, Logger: cfg.Logger, Grants: grants})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: transfer engine: %w", err)
 	}
@@ -284,7 +298,7 @@ func (i *Instance) startPD(ctx context.Context, cfg InstanceConfig) (*KVConnecto
 	}
 	conn, err := pdconnector.New(pdconnector.Config{Role: cfg.Role, Transfer: te, EngineID: cfg.EngineID,
 		BootstrapAddr: i.bootstrap, AbortTimeout: cfg.AbortTimeout, PullTimeout: cfg.PullTimeout,
-		FailurePolicy: cfg.PDFailurePolicy, WholeRequest: cfg.PDWholeRequest, Logger: cfg.Logger})
+		FailurePolicy: cfg.PDFailurePolicy, WholeRequest: cfg.PDWholeRequest, Grants: grants, Logger: cfg.Logger})
 	if err != nil {
 		if ln != nil {
 			ln.Close()

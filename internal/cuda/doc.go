@@ -10,7 +10,11 @@
 //     address device memory, and of which device: cuPointerGetAttribute),
 //     MemAlloc/MemFree (device memory, for tests and benchmarks),
 //     HostAlloc/HostFree (pinned host memory: cuMemHostAlloc), and
-//     synchronous copies between device and host (cuMemcpyDtoH/HtoD).
+//     synchronous copies between device and host (cuMemcpyDtoH/HtoD), device
+//     to device (CopyDevice: cuMemcpyDtoD, cuMemcpyPeer between devices),
+//     AddressRange (the allocation holding an address), CUDA IPC handles
+//     (IPCHandleOf, IPCOpen, IPCClose: another process of the host maps an
+//     allocation) and StreamSynchronize.
 //     Every call makes the device's primary context current on a locked OS
 //     thread first, so goroutines may call from anywhere.
 //   - Stage is the pure pipeline that moves device memory over a host-only
@@ -19,12 +23,13 @@
 //     overlaps draining chunk i (a network send, or a host-to-device copy).
 //     It knows nothing of CUDA: callers pass the fill and drain steps.
 //
-// # Status
+// # Users and tests
 //
-// The transfer engine and the store client do not route device pointers
-// through this package yet; see docs/transfer.md. The package's tests run a
-// fake driver (a small C library built by the test with gcc, exporting the
-// same symbols) so the dlopen and calling conventions are exercised on any
-// host; TestRealDriver runs against the real libcuda.so.1 and skips, saying
-// so, where there is none.
+// The transfer engine (transfer.Config.Device), the store client
+// (store.Config.Device), the Python binding and `mooncake bench transfer
+// --device cuda` reach device memory through a *Driver; docs/transfer.md
+// ("GPU memory") has the design. The tests run against the simulated
+// driver of package cudatest (a C library built with gcc whose device
+// memory traps host access); TestRealDriver runs against the real
+// libcuda.so.1 and skips, saying so, where there is none.
 package cuda

@@ -57,6 +57,13 @@ type Driver struct {
 	cuMemFreeHost             func(p unsafe.Pointer) int32
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) int32
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) int32
+	cuMemcpyDtoD              func(dst, src uint64, n uint64) int32
+	cuMemcpyPeer              func(dst uint64, dstCtx uintptr, src uint64, srcCtx uintptr, n uint64) int32
+	cuMemGetAddressRange      func(base *uint64, size *uint64, p uint64) int32
+	cuIpcGetMemHandle         func(h *IPCHandle, p uint64) int32
+	cuIpcOpenMemHandle        func(p *uint64, h IPCHandle, flags uint32) int32
+	cuIpcCloseMemHandle       func(p uint64) int32
+	cuStreamSynchronize       func(stream uintptr) int32
 
 	mu   sync.Mutex
 	ctxs map[int]uintptr // device ordinal -> retained primary context
@@ -96,6 +103,13 @@ func Load(path string) (d *Driver, err error) {
 		{&d.cuMemFreeHost, "cuMemFreeHost"},
 		{&d.cuMemcpyDtoH, "cuMemcpyDtoH_v2"},
 		{&d.cuMemcpyHtoD, "cuMemcpyHtoD_v2"},
+		{&d.cuMemcpyDtoD, "cuMemcpyDtoD_v2"},
+		{&d.cuMemcpyPeer, "cuMemcpyPeer"},
+		{&d.cuMemGetAddressRange, "cuMemGetAddressRange_v2"},
+		{&d.cuIpcGetMemHandle, "cuIpcGetMemHandle"},
+		{&d.cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2"},
+		{&d.cuIpcCloseMemHandle, "cuIpcCloseMemHandle"},
+		{&d.cuStreamSynchronize, "cuStreamSynchronize"},
 	}
 	for _, s := range syms {
 		if _, err := purego.Dlsym(lib, s.name); err != nil {
@@ -248,4 +262,94 @@ func (d *Driver) CopyFromHost(dev int, dst uintptr, src []byte) error {
 	return d.on(dev, func() int32 {
 		return d.cuMemcpyHtoD(uint64(dst), unsafe.Pointer(unsafe.SliceData(src)), uint64(len(src)))
 	}, "cuMemcpyHtoD")
+}
+
+// CopyDevice copies n bytes from device address src (on device srcDev) to
+// device address dst (on device dstDev) without a host round trip:
+// cuMemcpyDtoD within one device, cuMemcpyPeer between two.
+func (d *Driver) CopyDevice(dstDev int, dst uintptr, srcDev int, src uintptr, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	if dstDev == srcDev {
+		return d.on(dstDev, func() int32 { return d.cuMemcpyDtoD(uint64(dst), uint64(src), uint64(n)) }, "cuMemcpyDtoD")
+	}
+	dc, err := d.context(dstDev)
+	if err != nil {
+		return err
+	}
+	sc, err := d.context(srcDev)
+	if err != nil {
+		return err
+	}
+	return d.on(dstDev, func() int32 { return d.cuMemcpyPeer(uint64(dst), dc, uint64(src), sc, uint64(n)) }, "cuMemcpyPeer")
+}
+
+// AddressRange returns the allocation that holds device address p: its
+// base and size (cuMemGetAddressRange).
+func (d *Driver) AddressRange(dev int, p uintptr) (base uintptr, size int, err error) {
+	var b, n uint64
+	err = d.on(dev, func() int32 { return d.cuMemGetAddressRange(&b, &n, uint64(p)) }, "cuMemGetAddressRange")
+	return uintptr(b), int(n), err
+}
+
+// IPCHandle names a device allocation to other processes of the host
+// (CUipcMemHandle).
+type IPCHandle struct{ Reserved [64]byte }
+
+// ipcLazyEnablePeerAccess is CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.
+const ipcLazyEnablePeerAccess = 1
+
+// IPCHandleOf returns the handle of the allocation whose base is p (see
+// AddressRange), for another process to open with IPCOpen.
+func (d *Driver) IPCHandleOf(dev int, p uintptr) (IPCHandle, error) {
+	var h IPCHandle
+	err := d.on(dev, func() int32 { return d.cuIpcGetMemHandle(&h, uint64(p)) }, "cuIpcGetMemHandle")
+	return h, err
+}
+
+// IPCOpen maps another process's allocation into this one, on device dev,
+// and returns its base here. Close it with IPCClose. A process cannot open
+// its own handles (the driver refuses).
+func (d *Driver) IPCOpen(dev int, h IPCHandle) (uintptr, error) {
+	var p uint64
+	err := d.on(dev, func() int32 { return d.cuIpcOpenMemHandle(&p, h, ipcLazyEnablePeerAccess) }, "cuIpcOpenMemHandle")
+	return uintptr(p), err
+}
+
+// IPCClose unmaps an allocation opened with IPCOpen.
+func (d *Driver) IPCClose(dev int, p uintptr) error {
+	return d.on(dev, func() int32 { return d.cuIpcCloseMemHandle(uint64(p)) }, "cuIpcCloseMemHandle")
+}
+
+// HostAddr is the address of b's first byte (0 when empty), for telling
+// host memory from device memory in tests and callers.
+func HostAddr(b []byte) uintptr {
+	if len(b) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// StreamSynchronize waits until every operation queued on stream (a
+// CUstream / cudaStream_t; 0 is the default stream) of device dev ended.
+func (d *Driver) StreamSynchronize(dev int, stream uintptr) error {
+	return d.on(dev, func() int32 { return d.cuStreamSynchronize(stream) }, "cuStreamSynchronize")
+}
+
+// Present reports whether the driver library at path ("": DefaultLibrary)
+// can be opened and exports cuInit, without initialising the driver: a
+// process that checks it may still fork children that use CUDA (CUDA
+// cannot be used in a child forked after cuInit).
+func Present(path string) bool {
+	if path == "" {
+		path = DefaultLibrary
+	}
+	lib, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return false
+	}
+	defer purego.Dlclose(lib)
+	_, err = purego.Dlsym(lib, "cuInit")
+	return err == nil
 }

@@ -232,7 +232,7 @@ func (s *Server) setRole(r Role, v leader.View, srv *masterserver.Server) {
 	s.role, s.view, s.srv = r, v, srv
 	s.admin = nil
 	if srv != nil {
-		s.admin = masterserver.RequireSecret(s.cfg.Master.Secret, masterserver.AdminHandler(srv.Core()))
+		s.admin = srv.AdminHTTP()
 	}
 	close(s.change)
 	s.change = make(chan struct{})

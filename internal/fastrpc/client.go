@@ -2,6 +2,7 @@ package fastrpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -76,11 +77,31 @@ var chPool = sync.Pool{New: func() any { return make(chan result, 1) }}
 // preface: over its same-host unix socket (LocalName(addr)) when it has
 // one on this host, over TCP otherwise.
 func Dial(ctx context.Context, addr string) (*Client, error) {
+	return DialWith(ctx, addr, DialOptions{})
+}
+
+// DialOptions are a connection's credential and transport security.
+type DialOptions struct {
+	// Credential, when set, is sent in a MethodHello frame right after the
+	// preface; a refusal fails the dial with ErrUnauthenticated.
+	Credential []byte
+	// TLS, when set, wraps the TCP connection in TLS (the same-host socket
+	// is not used: a TLS master does not serve it).
+	TLS *tls.Config
+}
+
+// ErrUnauthenticated: the server refused the connection's credential.
+var ErrUnauthenticated = errors.New("fastrpc: unauthenticated")
+
+// DialWith is Dial with a credential and TLS.
+func DialWith(ctx context.Context, addr string, o DialOptions) (*Client, error) {
 	var d net.Dialer
-	if runtime.GOOS == "linux" {
+	if runtime.GOOS == "linux" && o.TLS == nil {
 		if conn, err := d.DialContext(ctx, "unix", LocalName(addr)); err == nil {
-			if c, err := handshake(ctx, conn, addr); err == nil {
+			if c, err := handshake(ctx, conn, addr, o.Credential); err == nil {
 				return c, nil
+			} else if errors.Is(err, ErrUnauthenticated) {
+				return nil, err
 			}
 		}
 	}
@@ -91,26 +112,55 @@ func Dial(ctx context.Context, addr string) (*Client, error) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return handshake(ctx, conn, addr)
+	if o.TLS != nil {
+		cfg := o.TLS
+		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("fastrpc: dial %s: tls: %w", addr, err)
+		}
+		conn = tc
+	}
+	return handshake(ctx, conn, addr, o.Credential)
 }
 
-// handshake exchanges the preface on conn; conn is closed when it fails.
-func handshake(ctx context.Context, conn net.Conn, addr string) (*Client, error) {
+// handshake exchanges the preface on conn, and the credential frame when
+// there is one; conn is closed when it fails.
+func handshake(ctx context.Context, conn net.Conn, addr string, cred []byte) (*Client, error) {
 	// The server answers the preface with its own: a server that speaks
 	// only gRPC closes the connection instead.
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
+	defer func() { _ = conn.SetDeadline(time.Time{}) }()
 	echo := make([]byte, len(Preface))
-	if _, err := conn.Write([]byte(Preface)); err == nil {
+	out := []byte(Preface)
+	if cred != nil {
+		out = appendFrame(out, MethodHello, 0, cred)
+	}
+	if _, err := conn.Write(out); err == nil {
 		_, err = io.ReadFull(conn, echo)
 	}
-	_ = conn.SetDeadline(time.Time{})
 	if string(echo) != Preface {
 		_ = conn.Close()
 		return nil, fmt.Errorf("fastrpc: dial %s: no fastrpc server (answered %q)", addr, echo)
 	}
 	c := &Client{conn: conn, lead: make(chan struct{}, 1), pending: map[uint64]chan result{}}
+	if cred != nil {
+		st, _, payload, err := c.rd.next(conn)
+		if err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("fastrpc: dial %s: credential: %w", addr, err)
+		}
+		if st != StatusOK {
+			_ = conn.Close()
+			return nil, fmt.Errorf("%w: %s", ErrUnauthenticated, payload)
+		}
+	}
 	c.lead <- struct{}{}
 	return c, nil
 }
@@ -362,6 +412,9 @@ func (c *Client) CallBy(ctx context.Context, deadline time.Time, method uint8, r
 	chPool.Put(ch) // its one answer was received
 	if r.err != nil {
 		return nil, r.err
+	}
+	if r.status == StatusUnauthenticated {
+		return nil, fmt.Errorf("%w: %s", ErrUnauthenticated, r.payload)
 	}
 	if r.status != StatusOK {
 		return nil, fmt.Errorf("%w: status %d: %s", ErrRemote, r.status, r.payload)

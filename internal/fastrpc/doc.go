@@ -35,6 +35,19 @@
 //	request:  length u32 | method u8 | id u64 | payload   (length counts method, id and payload)
 //	response: length u32 | status u8 | id u64 | payload   (status: StatusOK, StatusUnknownMethod, StatusBadRequest)
 //
+// Credentials and TLS: a server whose Mux has an Authenticator
+// (SetAuthenticator) reads each connection's first frame as its credential
+// (method MethodHello, payload a bearer token) and serves the connection
+// with the handler the Authenticator returns, decided once per connection;
+// a refusal, or a first frame that is not MethodHello, is answered
+// StatusUnauthenticated and ends the connection, as does a handler's
+// StatusUnauthenticated answer later (a credential revoked while the
+// connection was open). DialWith sends the credential frame after the
+// preface and fails with ErrUnauthenticated when it is refused. For TLS the
+// server wraps its listener in crypto/tls before NewMux (the split by first
+// bytes then reads decrypted bytes) and DialWith wraps the TCP connection
+// (DialOptions.TLS); a TLS client does not use the same-host socket.
+//
 // Frames are at most MaxFrame bytes; a longer length, or a preface that is
 // not Preface, ends the connection. Requests are handled in order, so
 // answers come back in order, but the client does not rely on it.

@@ -19,6 +19,13 @@ import (
 // read buffer): a handler keeps a copy of what it keeps.
 type Handler func(method uint8, payload []byte) (resp []byte, status uint8)
 
+// Authenticator decides a connection's handler from its credential frame
+// (MethodHello's payload; nil when the first frame is not one). conn is the
+// connection as accepted (a *tls.Conn on a TLS listener: its
+// ConnectionState carries the client certificate of mutual TLS). An error
+// is answered StatusUnauthenticated with its text and ends the connection.
+type Authenticator func(conn net.Conn, credential []byte) (Handler, error)
+
 // sniffTimeout bounds how long a new connection may take to send its
 // first bytes before it is handed to gRPC as is.
 const sniffTimeout = 10 * time.Second
@@ -31,7 +38,13 @@ type Mux struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{} // open fastrpc connections
 	wg    sync.WaitGroup
+	auth  Authenticator
 }
+
+// SetAuthenticator makes every fastrpc connection present a credential
+// frame first, and serves it with the handler auth returns instead of
+// Run's. Call it before Run.
+func (m *Mux) SetAuthenticator(auth Authenticator) { m.auth = auth }
 
 // NewMux wraps ln. Serve gRPC on GRPC() and call Run.
 func NewMux(ln net.Listener) *Mux {
@@ -150,12 +163,62 @@ func (m *Mux) route(c net.Conn, h Handler) {
 	}
 	m.conns[c] = struct{}{}
 	m.mu.Unlock()
-	serveConn(c, r, h)
+	if ch, ok := m.authenticate(c, r, h); ok {
+		serveConn(c, r, ch)
+	}
 	m.mu.Lock()
 	delete(m.conns, c)
 	m.mu.Unlock()
 	_ = c.Close()
 }
+
+// authenticate reads the credential frame of a connection when the Mux has
+// an Authenticator, and returns the connection's handler; false when the
+// connection must end. Without an Authenticator it returns h.
+func (m *Mux) authenticate(c net.Conn, r *bufio.Reader, h Handler) (Handler, bool) {
+	if m.auth == nil {
+		return h, true
+	}
+	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
+	var big []byte
+	method, id, payload, used, err := readFrameView(r, &big)
+	_ = c.SetReadDeadline(time.Time{})
+	if err != nil {
+		return nil, false
+	}
+	var cred []byte
+	if method == MethodHello {
+		cred = payload
+	}
+	ch, aerr := m.auth(netConnOf(c), cred)
+	if _, err := r.Discard(used); err != nil {
+		return nil, false
+	}
+	st, resp := uint8(StatusOK), []byte(nil)
+	if aerr != nil {
+		st, resp = StatusUnauthenticated, []byte(aerr.Error())
+	}
+	hdr := frameHeader(st, id, len(resp))
+	if _, err := c.Write(append(hdr[:], resp...)); err != nil || aerr != nil {
+		return nil, false
+	}
+	if method != MethodHello { // a first request without a credential: answered, refused
+		return nil, false
+	}
+	return ch, true
+}
+
+// netConnOf unwraps a connection Mux buffered.
+func netConnOf(c net.Conn) net.Conn {
+	if b, ok := c.(*bufferedConn); ok {
+		return b.Conn
+	}
+	return c
+}
+
+// NetConn is the connection as accepted (for a gRPC server's credentials:
+// the *tls.Conn of a TLS listener).
+func (b *bufferedConn) NetConn() net.Conn { return b.Conn }
 
 // serveConn answers c's requests in order until it fails or closes.
 // Answers are flushed when no whole request is left in the read buffer,
@@ -169,7 +232,13 @@ func serveConn(c net.Conn, r *bufio.Reader, h Handler) {
 		if err != nil {
 			return
 		}
-		resp, st := h(method, payload)
+		var resp []byte
+		var st uint8
+		if method == MethodHello { // a credential frame to a server without an Authenticator
+			st = StatusOK
+		} else {
+			resp, st = h(method, payload)
+		}
 		if _, err := r.Discard(used); err != nil {
 			return
 		}
@@ -181,6 +250,10 @@ func serveConn(c net.Conn, r *bufio.Reader, h Handler) {
 			return
 		}
 		if _, err := w.Write(resp); err != nil {
+			return
+		}
+		if st == StatusUnauthenticated { // the credential no longer holds: answer and end
+			_ = w.Flush()
 			return
 		}
 		if !wholeFrameBuffered(r) {

@@ -22,7 +22,16 @@ const (
 	StatusOK            = 0
 	StatusUnknownMethod = 1
 	StatusBadRequest    = 2
+	// StatusUnauthenticated answers a connection's credential frame that a
+	// server with an Authenticator refused, or a first request without one;
+	// the server then closes the connection.
+	StatusUnauthenticated = 3
 )
+
+// MethodHello is the credential frame: its payload is the connection's
+// credential (a bearer token), sent once, first, by a client that has one.
+// A server without an Authenticator answers it StatusOK and ignores it.
+const MethodHello uint8 = 0xFF
 
 // ErrFrame is a malformed frame: too long or too short.
 var ErrFrame = errors.New("fastrpc: bad frame")

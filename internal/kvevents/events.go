@@ -81,17 +81,24 @@ type BlockStored struct {
 	LoraID          *int
 	Medium          string
 	LoraName        string
+	// GroupIdx is the KV cache group of hybrid models (nil: the only one);
+	// KVCacheSpecKind names its kind ("full_attention", "sliding_window",
+	// ...). A prefix index keeps full-attention groups only.
+	GroupIdx        *int
+	KVCacheSpecKind string
 }
 
 // BlockRemoved: blocks left the prefix cache.
 type BlockRemoved struct {
 	BlockHashes []Hash
 	Medium      string
+	GroupIdx    *int
 }
 
 // AllBlocksCleared: the prefix cache was reset.
 type AllBlocksCleared struct{}
 
+func (Standard) tag() string         { return "Standard" }
 func (BlockStored) tag() string      { return TagBlockStored }
 func (BlockRemoved) tag() string     { return TagBlockRemoved }
 func (AllBlocksCleared) tag() string { return TagAllBlocksCleared }
@@ -135,17 +142,30 @@ func Encode(b Batch, mapEncoding bool) ([]byte, error) {
 				lora = *e.LoraID
 			}
 			if mapEncoding {
-				evs = append(evs, map[string]any{"type": TagBlockStored, "block_hashes": hashes(e.BlockHashes), "parent_block_hash": parent,
-					"token_ids": e.TokenIDs, "block_size": e.BlockSize, "lora_id": lora, "medium": nilOr(e.Medium), "lora_name": nilOr(e.LoraName)})
+				m := map[string]any{"type": TagBlockStored, "block_hashes": hashes(e.BlockHashes), "parent_block_hash": parent,
+					"token_ids": e.TokenIDs, "block_size": e.BlockSize, "lora_id": lora, "medium": nilOr(e.Medium), "lora_name": nilOr(e.LoraName)}
+				if e.GroupIdx != nil {
+					m["group_idx"] = *e.GroupIdx
+				}
+				if e.KVCacheSpecKind != "" {
+					m["kv_cache_spec_kind"] = e.KVCacheSpecKind
+				}
+				evs = append(evs, m)
 			} else {
 				evs = append(evs, []any{TagBlockStored, hashes(e.BlockHashes), parent, e.TokenIDs, e.BlockSize, lora, nilOr(e.Medium)})
 			}
 		case BlockRemoved:
 			if mapEncoding {
-				evs = append(evs, map[string]any{"type": TagBlockRemoved, "block_hashes": hashes(e.BlockHashes), "medium": nilOr(e.Medium)})
+				m := map[string]any{"type": TagBlockRemoved, "block_hashes": hashes(e.BlockHashes), "medium": nilOr(e.Medium)}
+				if e.GroupIdx != nil {
+					m["group_idx"] = *e.GroupIdx
+				}
+				evs = append(evs, m)
 			} else {
 				evs = append(evs, []any{TagBlockRemoved, hashes(e.BlockHashes), nilOr(e.Medium)})
 			}
+		case Standard:
+			evs = append(evs, e.wire())
 		case AllBlocksCleared:
 			if mapEncoding {
 				evs = append(evs, map[string]any{"type": TagAllBlocksCleared})
@@ -241,8 +261,9 @@ func Decode(payload []byte) (Batch, error) {
 
 // fields of each event in the array encoding, after the tag.
 var arrayFields = map[string][]string{
-	TagBlockStored:      {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"},
-	TagBlockRemoved:     {"block_hashes", "medium"},
+	TagBlockStored: {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
+		"extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"},
+	TagBlockRemoved:     {"block_hashes", "medium", "group_idx"},
 	TagAllBlocksCleared: {},
 }
 
@@ -270,6 +291,9 @@ func decodeEvent(e any) (Event, error) {
 		}
 	case map[string]any:
 		m = x
+		if et, ok := m["event_type"].(string); ok {
+			return decodeStandard(m, et)
+		}
 		t, ok := m["type"].(string)
 		if !ok {
 			return nil, fmt.Errorf("tag is %T", m["type"])
@@ -315,6 +339,10 @@ func decodeEvent(e any) (Event, error) {
 		}
 		s.Medium, _ = m["medium"].(string)
 		s.LoraName, _ = m["lora_name"].(string)
+		if g, ok := toInt(m["group_idx"]); ok {
+			s.GroupIdx = &g
+		}
+		s.KVCacheSpecKind, _ = m["kv_cache_spec_kind"].(string)
 		if len(s.TokenIDs) != 0 && len(s.TokenIDs) != len(s.BlockHashes)*s.BlockSize {
 			return nil, fmt.Errorf("%d token ids for %d blocks of %d", len(s.TokenIDs), len(s.BlockHashes), s.BlockSize)
 		}
@@ -325,7 +353,11 @@ func decodeEvent(e any) (Event, error) {
 			return nil, err
 		}
 		med, _ := m["medium"].(string)
-		return BlockRemoved{BlockHashes: hs, Medium: med}, nil
+		r := BlockRemoved{BlockHashes: hs, Medium: med}
+		if g, ok := toInt(m["group_idx"]); ok {
+			r.GroupIdx = &g
+		}
+		return r, nil
 	case TagAllBlocksCleared:
 		return AllBlocksCleared{}, nil
 	}

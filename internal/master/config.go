@@ -51,6 +51,9 @@ type Config struct {
 	RestoreWindow time.Duration
 	// Events receives stored/removed notifications (nil = none).
 	Events EventSink
+	// Memory bounds the master's own memory: new objects are refused with
+	// ErrNoSpace above its admission mark (memlimit.go; zero = no limit).
+	Memory MemoryLimit
 	// Logger receives the membership changes an operator must see at INFO:
 	// a client dropped after ClientTTL, a segment unmounted (nil = none).
 	Logger *slog.Logger

@@ -104,6 +104,7 @@ func (m *Master) countLocked(o *object, sign int) {
 		m.counts.softPins.add(o.softPinUntil.time(), now, int32(sign))
 	}
 	m.counts.leases.add(o.leaseUntil.time(), now, int32(sign))
+	m.tenantCountLocked(o, sign)
 }
 
 // replicasChangedLocked is called after the replica list of o changed by
@@ -114,6 +115,7 @@ func (m *Master) replicasChangedLocked(o *object, delta int) {
 	}
 	m.counts.replicas += delta
 	m.counts.replicaBytes += uint64(delta) * o.size
+	m.tenantReplicasLocked(o, delta)
 }
 
 // leaseLocked extends o's read lease to until (when later).
@@ -133,6 +135,7 @@ func (m *Master) addPendingLocked(o *object, key string) {
 		m.counts.putSlots++
 	}
 	m.pending[key] = o.id
+	m.tenantPendingLocked(o, key)
 }
 
 // dropPendingLocked forgets the unfinished put of key, if any.
@@ -141,4 +144,5 @@ func (m *Master) dropPendingLocked(key string) {
 		m.counts.putSlots--
 	}
 	delete(m.pending, key)
+	m.tenantUnpendLocked(key)
 }

@@ -136,7 +136,7 @@ func (m *Master) evictionOrderLocked(now time.Time, sample int) []*object {
 	} else {
 		m.objects.each(take)
 	}
-	return append(m.policyOrder(plain), m.policyOrder(pinned)...)
+	return m.tenantOverShareFirstLocked(append(m.policyOrder(plain), m.policyOrder(pinned)...), now)
 }
 
 // policyOrder orders objs by the eviction policy (internal/evict): the

@@ -2,6 +2,7 @@ package master
 
 import (
 	"math"
+	"runtime"
 	"strings"
 
 	"github.com/google/btree"
@@ -120,8 +121,12 @@ const listScanFactor = 16
 
 // listHold is the most index entries one hold of the lock passes over
 // while a List page is built: a page of any size lets other calls in every
-// listHold keys.
-const listHold = 512
+// listHold keys. Between two holds the listing yields its processor
+// (runtime.Gosched), so that a call woken by the unlock takes the lock
+// before the listing takes it again (a sync.Mutex lets the running
+// goroutine barge ahead of a waiter for up to 1 ms). Smaller holds cost
+// the listing more lock round trips; see docs/store.md for the figures.
+const listHold = 128
 
 // List returns up to limit complete objects whose key has the prefix and
 // sorts after the cursor `after`, in key order, and the cursor of the next
@@ -153,6 +158,7 @@ func (m *Master) List(prefix, after string, limit int) ([]KeyInfo, string) {
 			return out, last // the next page starts after the last key passed
 		}
 		cursor = last
+		runtime.Gosched()
 	}
 }
 

@@ -243,6 +243,8 @@ type zombie struct {
 type Master struct {
 	cfg   Config
 	clock clock.Clock
+	// tenants is the per-tenant accounting (tenants.go); nil: off.
+	tenants *tenantBook
 
 	mu sync.Mutex
 	// liveMu guards m.clients for Ping, which takes only it: liveness never

@@ -44,6 +44,8 @@ type objTable struct {
 	ownerIdx  map[string]uint32
 	ownerFree []uint32
 
+	reserved int // objects the hash index was sized for (reserve)
+
 	probe []byte // the key probeID stands for in a search of the listing index (list.go)
 }
 
@@ -157,6 +159,15 @@ func (t *objTable) add(key string, rec object) *object {
 	t.n++
 	t.insertSlot(t.hash(key), id)
 	return o
+}
+
+// reserve sizes the hash index for n more objects; compact leaves it that
+// size until they came (or the table empties).
+func (t *objTable) reserve(n int) {
+	t.reserved = t.n + n
+	if need := (t.n + n) * 8 / 7; need > len(t.slots) {
+		t.rehash(max(minSlots, 1<<bits.Len(uint(need))))
+	}
 }
 
 // putKey copies key into the arena as o's key.
@@ -349,7 +360,10 @@ func (t *objTable) compact() {
 		t.seed, t.probe = seed, probe
 		return
 	}
-	if len(t.slots) > minSlots && t.n*32 < len(t.slots) {
+	if t.n >= t.reserved {
+		t.reserved = 0
+	}
+	if len(t.slots) > minSlots && t.n*32 < len(t.slots) && t.reserved == 0 {
 		t.rehash(max(minSlots, 1<<bits.Len(uint(t.n*2))))
 	}
 	if t.keyDead > arenaCompactMin && t.keyDead > t.keyLive {

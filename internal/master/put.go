@@ -59,6 +59,12 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 	if err := m.checkFitsLocked(hdr + size); err != nil {
 		return nil, err
 	}
+	if err := m.memoryAdmitLocked(); err != nil {
+		return nil, err
+	}
+	if err := m.tenantAdmitLocked(key, size*uint64(max(rc.Replicas, 1)), nil); err != nil {
+		return nil, err
+	}
 	reps, err := m.placeOrEvictLocked(clientID, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
 	if err != nil {
 		return nil, err
@@ -67,8 +73,8 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 	o := m.objects.add(key, object{size: size, created: nanoOf(now), lastAccess: nanoOf(now), hdr: uint32(hdr), seq: m.seq})
 	m.objects.setOwner(o, clientID)
 	o.pin(rc, m.cfg.SoftPinTTL, now)
-	m.addPendingLocked(o, key)
 	m.placeReplicasLocked(o, reps)
+	m.addPendingLocked(o, key)
 	m.stats.PutStarts++
 	return m.descriptors(o), nil
 }

@@ -2,6 +2,7 @@ package master
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -26,6 +27,14 @@ import (
 // (about 2 µs), so a part holds the lock for under 10 ms.
 const RestoreChunkObjects = 4096
 
+// RestoreWindow is how many chunks past the one being decided a session
+// takes: a client may have that many calls in flight, so that the next
+// chunks travel and are decoded while the master decides one. A chunk that
+// arrives early waits for its turn (the chunks before it decided); one
+// further ahead is refused. A waiting chunk holds its reports (a bounded
+// message each), not the lock.
+const RestoreWindow = 8
+
 // restoreTable holds the restore sessions (one Master field).
 type restoreTable struct {
 	sessions map[string]*restoreSession // by client id
@@ -41,19 +50,30 @@ func (m *Master) restoringLocked(s *segment) bool {
 }
 
 type restoreSession struct {
-	id      uint64
-	client  string
-	next    uint32 // the chunk number expected next
-	expires time.Time
-	cursors map[string]*restoreCursor // by segment name
+	id       uint64
+	client   string
+	next     uint32 // the chunk number to take next: those below are taken (decided, or being decided if deciding)
+	deciding bool   // chunk next-1 is being decided (the lock released between its parts)
+	waiting  int    // calls waiting for their turn
+	turn     chan struct{}
+	expires  time.Time
+	cursors  map[string]*restoreCursor // by segment name
+}
+
+// wake tells the calls waiting for their turn in sess that it changed
+// (a chunk taken or decided, or the session dropped).
+func (sess *restoreSession) wake() {
+	close(sess.turn)
+	sess.turn = make(chan struct{})
 }
 
 // restoreCursor is where the restore of one segment stands.
 type restoreCursor struct {
-	s      *segment
-	pos    uint64       // offsets below pos are decided; [pos, pos+Align) is allocated (a fence), the rest is free
-	last   *HeldObject  // kept report whose overlaps may not all be known yet
-	losers []HeldObject // refused reports at offsets >= pos, their tombstones not decided
+	s       *segment
+	pos     uint64     // offsets below pos are decided; [pos, pos+Align) is allocated (a fence), the rest is free
+	last    HeldObject // kept report whose overlaps may not all be known yet (if hasLast)
+	hasLast bool
+	losers  []HeldObject // refused reports at offsets >= pos, their tombstones not decided
 }
 
 // errRestoreSession wraps the refusals of a restore call: no such session
@@ -123,7 +143,8 @@ func (m *Master) RestoreBegin(clientID string, specs []SegmentSpec) (uint64, err
 	}
 	m.touchClient(clientID, now)
 	m.restore.lastID = max(m.restore.lastID+1, uint64(now.UnixNano())) // ids differ across master restarts
-	sess := &restoreSession{id: m.restore.lastID, client: clientID, expires: now.Add(m.cfg.ClientTTL), cursors: map[string]*restoreCursor{}}
+	sess := &restoreSession{id: m.restore.lastID, client: clientID, expires: now.Add(m.cfg.ClientTTL), cursors: map[string]*restoreCursor{},
+		turn: make(chan struct{})}
 	if m.restore.sessions == nil {
 		m.restore.sessions, m.restore.segs = map[string]*restoreSession{}, map[*segment]bool{}
 	}
@@ -148,30 +169,59 @@ func (m *Master) RestoreBegin(clientID string, specs []SegmentSpec) (uint64, err
 	return sess.id, nil
 }
 
+// RestoreExpect tells session id how many reports it will carry in all (a
+// hint, bounded by what its segments can hold): when the master holds few
+// objects yet, as after a restart, it sizes its object table for them
+// once instead of growing it step by step while the reports arrive.
+func (m *Master) RestoreExpect(clientID string, id uint64, objects uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sess, err := m.sessionLocked(clientID, id, m.clock.Now())
+	if err != nil {
+		return err
+	}
+	var room uint64 // the most objects the session's segments can hold: 2 x Align bytes at least each
+	for _, cur := range sess.cursors {
+		room += cur.s.alloc.Size() / (2 * m.cfg.Align)
+	}
+	m.reserveObjectsLocked(int(min(objects, room)))
+	return nil
+}
+
+// reserveObjectsLocked sizes the object table for n more objects when it
+// holds at most a part's worth (the copy is then O(part)).
+func (m *Master) reserveObjectsLocked(n int) {
+	if n <= RestoreChunkObjects || m.objects.len() > RestoreChunkObjects {
+		return
+	}
+	m.objects.reserve(n)
+}
+
 // RestoreChunk decides chunk n (0, 1, ... in order) of session id's
 // reports. Each segment's reports must come in offset order across the
 // chunks (a chunk is sorted first; a report behind what earlier chunks
 // decided is dropped). The reports are decided in parts of
 // RestoreChunkObjects, each under its own hold of the lock. A chunk number
-// already applied is answered with an empty result (a repeated call); a
-// session that is unknown, expired, replaced or given a chunk out of order
-// is refused with ErrInvalidParams and dropped.
-// Disk copies (HeldObject.Disk) are recorded as DiskSync does.
+// already taken is answered with an empty result (a repeated call); a
+// chunk up to RestoreWindow ahead of the next one waits until the chunks
+// before it are decided; a session that is unknown, expired, replaced or
+// given a chunk further ahead is refused with ErrInvalidParams and
+// dropped. Disk copies (HeldObject.Disk) are recorded as DiskSync does.
+// It is RestoreChunkContext with no end to the wait but the session's.
 func (m *Master) RestoreChunk(clientID string, id uint64, n uint32, held []HeldObject) (RestoreResult, error) {
-	mem := make([]HeldObject, 0, len(held))
-	var onDisk []HeldObject
-	for _, h := range held {
-		if h.Disk {
-			onDisk = append(onDisk, h)
-		} else {
-			mem = append(mem, h)
-		}
-	}
-	sortHeld(mem)
-	sess, err := m.restoreNext(clientID, id, n)
+	return m.RestoreChunkContext(context.Background(), clientID, id, n, held)
+}
+
+// RestoreChunkContext is RestoreChunk whose wait for its turn also ends
+// with ctx (a server passes its call's): a chunk given up drops the
+// session, since the chunks after it cannot be decided either.
+func (m *Master) RestoreChunkContext(ctx context.Context, clientID string, id uint64, n uint32, held []HeldObject) (RestoreResult, error) {
+	mem, onDisk := splitHeld(held)
+	sess, err := m.restoreTake(ctx, clientID, id, n)
 	if sess == nil {
 		return RestoreResult{}, err
 	}
+	defer m.restoreDecided(sess)
 	var res RestoreResult
 	for len(mem)+len(onDisk) > 0 {
 		k := min(len(mem), RestoreChunkObjects)
@@ -184,24 +234,92 @@ func (m *Master) RestoreChunk(clientID string, id uint64, n uint32, held []HeldO
 	return res, nil
 }
 
-// restoreNext checks that chunk n is the next of session id and counts it
-// taken; it returns a nil session for a chunk already taken.
-func (m *Master) restoreNext(clientID string, id uint64, n uint32) (*restoreSession, error) {
+// splitHeld returns a chunk's memory reports sorted by segment and offset
+// and its disk copies, outside the lock. A chunk of memory reports already
+// in that order (a node sends its scan's order) is used as it is.
+func splitHeld(held []HeldObject) (mem, onDisk []HeldObject) {
+	cmpMem := func(a, b HeldObject) int {
+		return cmp.Or(cmp.Compare(a.Segment, b.Segment), cmp.Compare(a.Offset, b.Offset))
+	}
+	if !slices.ContainsFunc(held, func(h HeldObject) bool { return h.Disk }) {
+		if slices.IsSortedFunc(held, cmpMem) {
+			return held, nil
+		}
+		mem = slices.Clone(held)
+		slices.SortStableFunc(mem, cmpMem)
+		return mem, nil
+	}
+	mem = make([]HeldObject, 0, len(held))
+	for _, h := range held {
+		if h.Disk {
+			onDisk = append(onDisk, h)
+		} else {
+			mem = append(mem, h)
+		}
+	}
+	slices.SortStableFunc(mem, cmpMem)
+	return mem, onDisk
+}
+
+// restoreTake waits until chunk n is the next of session id to decide and
+// takes it; it returns a nil session for a chunk already taken.
+func (m *Master) restoreTake(ctx context.Context, clientID string, id uint64, n uint32) (*restoreSession, error) {
+	for {
+		sess, waiting, turn, err := m.restoreTry(clientID, id, n)
+		if err != nil || waiting == nil {
+			return sess, err
+		}
+		var why string
+		select {
+		case <-turn:
+		case <-ctx.Done():
+			why = fmt.Sprintf("chunk %d given up while waiting for its turn: %v", n, ctx.Err())
+		}
+		m.mu.Lock()
+		waiting.waiting--
+		if why != "" && m.restore.sessions[clientID] == waiting {
+			m.abandonRestoreLocked(waiting, why)
+		}
+		m.mu.Unlock()
+		if why == "" {
+			continue
+		}
+		return nil, fmt.Errorf("%w %d of %q: %s", errRestoreSession, id, clientID, why)
+	}
+}
+
+// restoreTry takes chunk n if its turn has come; otherwise it returns the
+// session to wait on, counted waiting, and the channel closed at its next
+// change of turn (nil: chunk n was taken already, or refused with err).
+func (m *Master) restoreTry(clientID string, id uint64, n uint32) (taken, waiting *restoreSession, turn chan struct{}, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	sess, err := m.sessionLocked(clientID, id, m.clock.Now())
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	switch {
 	case n < sess.next:
-		return nil, nil
-	case n > sess.next:
+		return nil, nil, nil, nil
+	case n-sess.next >= RestoreWindow:
 		m.abandonRestoreLocked(sess, fmt.Sprintf("chunk %d out of order, want %d", n, sess.next))
-		return nil, fmt.Errorf("%w: chunk %d out of order, want %d", errRestoreSession, n, sess.next)
+		return nil, nil, nil, fmt.Errorf("%w: chunk %d out of order, want %d", errRestoreSession, n, sess.next)
+	case n > sess.next || sess.deciding:
+		sess.waiting++
+		return nil, sess, sess.turn, nil
 	}
 	sess.next++
-	return sess, nil
+	sess.deciding = true
+	sess.wake()
+	return sess, nil, nil, nil
+}
+
+// restoreDecided ends the decision of the chunk sess took last.
+func (m *Master) restoreDecided(sess *restoreSession) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sess.deciding = false
+	sess.wake()
 }
 
 // restorePart decides up to RestoreChunkObjects reports of sess under one
@@ -240,14 +358,38 @@ func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk 
 }
 
 // RestoreEnd closes session id: the last kept reports are decided and the
-// space past them is freed.
+// space past them is freed. A chunk still being decided (a repeated last
+// call) is waited for.
 func (m *Master) RestoreEnd(clientID string, id uint64) (RestoreResult, error) {
+	return m.RestoreEndContext(context.Background(), clientID, id)
+}
+
+// RestoreEndContext is RestoreEnd whose wait for a chunk being decided
+// also ends with ctx.
+func (m *Master) RestoreEndContext(ctx context.Context, clientID string, id uint64) (RestoreResult, error) {
+	for {
+		res, turn, err := m.restoreEndTry(clientID, id)
+		if turn == nil {
+			return res, err
+		}
+		select {
+		case <-turn:
+		case <-ctx.Done():
+			return RestoreResult{}, fmt.Errorf("%w %d of %q: end given up while a chunk was decided: %v", errRestoreSession, id, clientID, ctx.Err())
+		}
+	}
+}
+
+func (m *Master) restoreEndTry(clientID string, id uint64) (RestoreResult, chan struct{}, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
 	sess, err := m.sessionLocked(clientID, id, now)
 	if err != nil {
-		return RestoreResult{}, err
+		return RestoreResult{}, nil, err
+	}
+	if sess.deciding {
+		return RestoreResult{}, sess.turn, nil
 	}
 	var res RestoreResult
 	for _, cur := range sess.cursors {
@@ -260,7 +402,7 @@ func (m *Master) RestoreEnd(clientID string, id uint64) (RestoreResult, error) {
 		}
 	}
 	m.dropSessionLocked(sess)
-	return res, nil
+	return res, nil, nil
 }
 
 // sessionLocked is client's session id, live: its deadline is pushed back.
@@ -328,6 +470,7 @@ func (m *Master) abandonRestoreLocked(sess *restoreSession, reason string) {
 
 func (m *Master) dropSessionLocked(sess *restoreSession) {
 	delete(m.restore.sessions, sess.client)
+	sess.wake()
 	for _, cur := range sess.cursors {
 		delete(m.restore.segs, cur.s)
 	}
@@ -338,13 +481,13 @@ func (m *Master) restoreStepLocked(cur *restoreCursor, sess *restoreSession, h H
 	s := cur.s
 	end := h.Offset + headerLen(h.Key) + h.Size
 	if m.checkKey(h.Key) != nil || h.Size == 0 || h.Offset%m.cfg.Align != 0 || end < h.Offset || end > s.alloc.Size() ||
-		h.Offset < cur.pos || (cur.last != nil && h.Offset < cur.last.Offset) {
+		h.Offset < cur.pos || (cur.hasLast && h.Offset < cur.last.Offset) {
 		res.Dropped++ // malformed, outside the segment, or behind what is decided
 		return
 	}
 	m.seq = max(m.seq, h.Seq)
-	if l := cur.last; l != nil {
-		if l.Offset+m.restoreSpan(s, *l) > h.Offset { // overlapping reports: the newer wins
+	if cur.hasLast {
+		if l := &cur.last; l.Offset+m.restoreSpan(s, *l) > h.Offset { // overlapping reports: the newer wins
 			if h.Seq > l.Seq {
 				cur.losers = append(cur.losers, *l)
 				*l = h
@@ -355,7 +498,7 @@ func (m *Master) restoreStepLocked(cur *restoreCursor, sess *restoreSession, h H
 		}
 		m.settleLocked(cur, sess, h.Offset, now, res)
 	}
-	cur.last = &h
+	cur.last, cur.hasLast = h, true
 }
 
 func (m *Master) restoreSpan(s *segment, h HeldObject) uint64 {
@@ -369,14 +512,21 @@ func (m *Master) restoreSpan(s *segment, h HeldObject) uint64 {
 func (m *Master) settleLocked(cur *restoreCursor, sess *restoreSession, before uint64, now time.Time, res *RestoreResult) {
 	s := cur.s
 	var won *HeldObject
-	if h := cur.last; h != nil {
-		cur.last = nil
+	if cur.hasLast {
+		h := &cur.last
+		cur.hasLast = false
 		if m.takeOverLocked(s, sess, *h, now, res) {
 			won = h
 			res.Restored++
 		} else {
 			cur.losers = append(cur.losers, *h)
 		}
+	}
+	if len(cur.losers) == 0 { // the common case: one report, no overlap
+		if won != nil {
+			m.restoreTakeLocked(cur, won.Offset, m.restoreSpan(s, *won))
+		}
+		return
 	}
 	type item struct {
 		off, n uint64
@@ -423,17 +573,15 @@ func (m *Master) settleLocked(cur *restoreCursor, sess *restoreSession, before u
 // with that extent).
 func (m *Master) restoreTakeLocked(cur *restoreCursor, off, n uint64) {
 	a, align := cur.s.alloc, m.cfg.Align
+	end := off + n
 	ok := true
-	if end := off + n; end > cur.pos+align {
-		ok = a.AllocAt(cur.pos+align, end-cur.pos-align)
+	if hi := min(end+align, a.Size()); hi > cur.pos+align { // the bytes past the fence and the next fence, in one step
+		ok = a.AllocAt(cur.pos+align, hi-cur.pos-align)
 	}
 	if off > cur.pos {
 		a.Free(cur.pos, off-cur.pos) // the fence and the gap before off
 	}
-	cur.pos = off + n
-	if ok && cur.pos < a.Size() {
-		ok = a.AllocAt(cur.pos, align)
-	}
+	cur.pos = end
 	if !ok { // cannot happen: see above
 		panic(fmt.Sprintf("master: restore %s: [%d,+%d) not free past the fence", cur.s.spec.Name, off, n))
 	}

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/logtest"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 // restoreSpec is the segment of the chunked restore tests (1 MiB).
@@ -138,7 +140,7 @@ func TestRestoreChunked(t *testing.T) {
 }
 
 // TestRestoreChunkTwice: a chunk sent twice (a retried call) is taken
-// once; a chunk out of order ends the session.
+// once; a chunk past the window ends the session.
 func TestRestoreChunkTwice(t *testing.T) {
 	m, _ := newDurable(t)
 	id, err := m.RestoreBegin("c", []SegmentSpec{restoreSpec})
@@ -168,10 +170,10 @@ func TestRestoreChunkTwice(t *testing.T) {
 		}
 	}
 
-	// Out of order: refused, and the session is gone.
+	// Past the window: refused, and the session is gone.
 	m2, _ := newDurable(t)
 	id, _ = m2.RestoreBegin("c", []SegmentSpec{restoreSpec})
-	if _, err := m2.RestoreChunk("c", id, 1, c1); !errors.Is(err, ErrInvalidParams) {
+	if _, err := m2.RestoreChunk("c", id, RestoreWindow, c1); !errors.Is(err, ErrInvalidParams) {
 		t.Fatalf("chunk out of order: %v", err)
 	}
 	if _, err := m2.RestoreChunk("c", id, 0, c0); !errors.Is(err, ErrInvalidParams) {
@@ -462,4 +464,147 @@ func checkRestored(t *testing.T, m *Master) {
 	t.Helper()
 	checkNoOverlap(t, m)
 	checkInvariants(t, m)
+}
+
+// TestRestorePipelined: chunks sent at once, within the window and in any
+// order (a node with several calls in flight), restore exactly what the
+// same chunks sent one after the other do.
+func TestRestorePipelined(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 10 {
+		var held []HeldObject
+		for off := uint64(0); off < 256<<10; off += 64 * uint64(1+rng.IntN(40)) {
+			held = append(held, HeldObject{Segment: "a", Offset: off, Key: fmt.Sprint("k", rng.IntN(30)), Size: uint64(1 + rng.IntN(4000)), CRC: 1, Seq: uint64(1 + rng.IntN(50))})
+		}
+		var chunks [][]HeldObject
+		for j := 0; j < len(held); j += 5 {
+			chunks = append(chunks, held[j:min(len(held), j+5)])
+		}
+		seq, _ := newDurable(t)
+		want := restoreChunks(t, seq, "c", chunks...)
+
+		m, _ := newDurable(t)
+		id, err := m.RestoreBegin("c", []SegmentSpec{restoreSpec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.RestoreExpect("c", id, uint64(len(held))); err != nil {
+			t.Fatal(err)
+		}
+		results := make([]RestoreResult, len(chunks))
+		for g := 0; g < len(chunks); g += RestoreWindow {
+			group := rng.Perm(min(RestoreWindow, len(chunks)-g))
+			errs := make(chan error, len(group))
+			for _, i := range group {
+				go func() {
+					var err error
+					results[g+i], err = m.RestoreChunkContext(t.Context(), "c", id, uint32(g+i), chunks[g+i])
+					errs <- err
+				}()
+			}
+			for range group {
+				if err := <-errs; err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+		}
+		var got RestoreResult
+		for _, r := range results {
+			got.add(r)
+		}
+		end, err := m.RestoreEnd("c", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.add(end)
+		checkRestored(t, m)
+		if got.Restored != want.Restored || got.Dropped != want.Dropped || !slices.Equal(tombOffsets(got.Tombstones), tombOffsets(want.Tombstones)) {
+			t.Fatalf("round %d: pipelined %d restored, %d dropped, tombstones %v; one by one %d, %d, %v", round,
+				got.Restored, got.Dropped, tombOffsets(got.Tombstones), want.Restored, want.Dropped, tombOffsets(want.Tombstones))
+		}
+		if a, b := m.Stats(), seq.Stats(); a.Objects != b.Objects || a.Used != b.Used {
+			t.Fatalf("round %d: pipelined %+v, one by one %+v", round, a, b)
+		}
+		for i := range 30 {
+			k := fmt.Sprint("k", i)
+			a, errA := m.Query(k)
+			b, errB := seq.Query(k)
+			if (errA == nil) != (errB == nil) || (errA == nil && (a.Replicas[0].Addr != b.Replicas[0].Addr || a.Replicas[0].Seq != b.Replicas[0].Seq)) {
+				t.Fatalf("round %d: %s pipelined %+v %v, one by one %+v %v", round, k, a, errA, b, errB)
+			}
+		}
+	}
+}
+
+// TestRestoreCutWhileWaiting: a chunk waiting for one that never comes (the
+// node's calls cut in the middle of a session) drops the session when its
+// call gives up, as does a new remount of the node; the next remount
+// restores everything.
+func TestRestoreCutWhileWaiting(t *testing.T) {
+	all := []HeldObject{rep(0, "a", 1), rep(4096, "b", 1), rep(8192, "c", 1), rep(12288, "d", 1)}
+	for _, how := range []string{"given up", "replaced"} {
+		t.Run(how, func(t *testing.T) {
+			m, _ := newDurable(t)
+			id, err := m.RestoreBegin("c", []SegmentSpec{restoreSpec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.RestoreChunk("c", id, 0, all[:1]); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { // chunk 2 waits for chunk 1, which is never sent
+				_, err := m.RestoreChunkContext(ctx, "c", id, 2, all[2:])
+				done <- err
+			}()
+			waitfor.Cond(t, 10*time.Second, "chunk 2 waiting for its turn", func() bool { return m.restoreWaiting("c") })
+			var next uint64
+			if how == "given up" {
+				cancel()
+			} else if next, err = m.RestoreBegin("c", []SegmentSpec{restoreSpec}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrInvalidParams) {
+					t.Fatalf("waiting chunk: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiting chunk did not end")
+			}
+			if how == "given up" {
+				if len(m.Segments()) != 0 || m.Stats().Objects != 0 || len(m.restore.sessions) != 0 {
+					t.Fatalf("after the cut: %d segments, %d objects, %d sessions", len(m.Segments()), m.Stats().Objects, len(m.restore.sessions))
+				}
+				res := restoreChunks(t, m, "c", all[:2], all[2:])
+				if res.Restored != 4 {
+					t.Fatalf("next remount: %+v", res)
+				}
+			} else {
+				for i, c := range [][]HeldObject{all[:2], all[2:]} {
+					if _, err := m.RestoreChunk("c", next, uint32(i), c); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := m.RestoreEnd("c", next); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st := m.Stats(); st.Objects != 4 || len(m.restore.sessions)+len(m.restore.segs) != 0 {
+				t.Fatalf("after the next remount: %+v, %d sessions", st, len(m.restore.sessions))
+			}
+			checkRestored(t, m)
+		})
+	}
+}
+
+// restoreWaiting reports whether client's session has a chunk waiting for
+// its turn.
+func (m *Master) restoreWaiting(client string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sess := m.restore.sessions[client]
+	return sess != nil && sess.waiting > 0
 }

@@ -59,6 +59,9 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 	if err := m.checkFitsLocked(hdr + size); err != nil {
 		return "", nil, err
 	}
+	if err := m.memoryAdmitLocked(); err != nil {
+		return "", nil, err
+	}
 	reps, err := m.placeOrEvictLocked(clientID, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
 	if err != nil {
 		return "", nil, err
@@ -67,8 +70,8 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 	o := m.objects.add(slot, object{size: size, created: nanoOf(now), lastAccess: nanoOf(now), hdr: uint32(hdr), seq: m.seq})
 	m.objects.setOwner(o, clientID)
 	o.pin(rc, m.cfg.SoftPinTTL, now)
-	m.addPendingLocked(o, slot)
 	m.placeReplicasLocked(o, reps)
+	m.addPendingLocked(o, slot)
 	return slot, m.descriptors(o), nil
 }
 
@@ -100,6 +103,9 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	}
 	if (m.cfg.Durable && s.header() != headerLen(key)) || m.newerThanLocked(key, s.seq) {
 		return refuse(true, nil)
+	}
+	if err := m.tenantAdmitLocked(key, s.size*uint64(s.nrep), m.objects.get(key)); err != nil {
+		return refuse(false, err)
 	}
 	if o := m.objects.get(key); o != nil {
 		switch {

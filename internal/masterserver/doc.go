@@ -22,4 +22,26 @@
 // <secret>" and fail with codes.Unauthenticated otherwise; RequireSecret
 // does the same for the admin HTTP API's non-GET requests (401, OpenAI
 // error shape). Reads and the data path stay open.
+//
+// With ServerConfig.Tenants (tenants.go; package internal/tenant holds the
+// policy) every call needs a credential: a bearer token in gRPC metadata,
+// a credential frame once per fastrpc connection (fastrpc.Authenticator),
+// or a client certificate a tenant names; the caller's tenant rides in the
+// call's context and the service scopes every key to its namespace (a
+// tenant sees, lists, counts and removes only its own keys; another's read
+// as absent). The cluster secret and admin tenants use the raw key space.
+// The core gets the tenants' quotas (master.SetTenantQuotas); the object
+// event sink sees raw-key-space events only; the admin HTTP API needs the
+// admin role. With ServerConfig.TLS the gRPC listener is wrapped in
+// crypto/tls before the fastrpc split (gRPC sees the handshake's state
+// through tlsCreds), and the same-host fastrpc socket is not served.
+// docs/security.md is the manual.
+//
+// With ServerConfig.Grants (a grant.Keyring), the service signs a data-path
+// grant for exactly the extents it hands out, at the wire conversion
+// (grants.go): WRITE with each placement (PutStart, a PutCommit's next
+// slot; for PutTimeout), READ with each replica list (until the read
+// lease ends), WRITE on tombstone headers, READ/WRITE on task sources and
+// targets (until the task's deadline). Storage nodes holding the same keys
+// refuse transfers without them. The core knows nothing of grants.
 package masterserver

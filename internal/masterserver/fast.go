@@ -11,7 +11,11 @@ import (
 // FastHandler serves the hot calls (puts, replica lists, existence) on the
 // fastrpc transport, with the same messages and the same code as their
 // gRPC methods. ctx is the server's: the handlers run under it.
+//
+// The handler serves the tenant ctx carries (withCaller; tenant.Default
+// when none): with tenants, one handler per authenticated connection.
 func (s *Service) FastHandler(ctx context.Context) fastrpc.Handler {
+	ns := callerOf(ctx).Namespace
 	table := map[uint8]func([]byte) ([]byte, uint8){
 		pb.FastPutStart:            fastUnary(ctx, s.PutStart),
 		pb.FastPutCommit:           fastUnary(ctx, s.PutCommit),
@@ -22,7 +26,7 @@ func (s *Service) FastHandler(ctx context.Context) fastrpc.Handler {
 		pb.FastBatchGetReplicaList: fastUnary(ctx, s.BatchGetReplicaList),
 		pb.FastBatchPutStart:       fastUnary(ctx, s.BatchPutStart),
 		pb.FastBatchPutCommit:      fastUnary(ctx, s.BatchPutCommit),
-		pb.FastBatchExistBits:      s.batchExistBits,
+		pb.FastBatchExistBits:      func(p []byte) ([]byte, uint8) { return s.batchExistBits(ns, p) },
 	}
 	return func(method uint8, payload []byte) ([]byte, uint8) {
 		f := table[method]

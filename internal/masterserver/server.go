@@ -2,18 +2,22 @@ package masterserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/httpserve"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 	"google.golang.org/grpc"
 )
 
@@ -32,6 +36,20 @@ type ServerConfig struct {
 	// or the HTTP header on the admin API's non-GET requests, answered 401
 	// otherwise). Reads stay open.
 	Secret string
+	// Tenants, when set, turns tenants on (tenants.go): every call needs a
+	// credential, keys are scoped to the caller's tenant, and the core
+	// enforces the tenants' quotas. The cluster secret is then the admin
+	// credential. nil: no tenants (one default tenant, the raw key space).
+	Tenants *tenant.Source
+	// TLS, when set, serves gRPC and fastrpc over TLS on Addr (the
+	// same-host fastrpc socket is not served). nil: plaintext.
+	TLS *tls.Config
+	// NoLocalSocket: do not serve the same-host fastrpc socket (clients
+	// on this host use TCP).
+	NoLocalSocket bool
+	// Grants, when set, is the key the master signs data-path grants with
+	// (grants.go); the storage nodes verify them with the same keys.
+	Grants *grant.Keyring
 }
 
 // DefaultServerConfig returns the defaults.
@@ -102,6 +120,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Core.Logger == nil {
 		cfg.Core.Logger = log
 	}
+	if cfg.Tenants != nil && cfg.Core.Events != nil {
+		cfg.Core.Events = rawEvents{cfg.Core.Events}
+	}
 	core, err := master.New(cfg.Core, cfg.Clock)
 	if err != nil {
 		return nil, err
@@ -120,20 +141,43 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	gs := grpc.NewServer(grpc.UnaryInterceptor(secretInterceptor(s.cfg.Secret)))
 	svc := NewService(s.core)
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(secretInterceptor(s.cfg.Secret))}
+	var auth *authn
+	if s.cfg.Tenants != nil {
+		auth = &authn{secret: s.cfg.Secret, src: s.cfg.Tenants, now: clock.Or(s.cfg.Clock).Now}
+		opts[0] = grpc.UnaryInterceptor(tenantInterceptor(auth))
+		s.core.SetTenantQuotas(tenantQuotas{s.cfg.Tenants})
+	}
+	addr := grpcLn.Addr().String()
+	if s.cfg.TLS != nil {
+		grpcLn = tls.NewListener(grpcLn, s.cfg.TLS)
+		opts = append(opts, grpc.Creds(tlsCreds{}))
+	}
+	gs := grpc.NewServer(opts...)
+	svc.grants = newGranter(s.cfg.Grants, s.cfg.Clock, s.core.Config().PutTimeout)
 	pb.RegisterMasterServiceServer(gs, svc)
-	pb.RegisterMasterTasksServer(gs, NewTaskService(s.core))
+	tsvc := NewTaskService(s.core)
+	tsvc.grants = svc.grants
+	pb.RegisterMasterTasksServer(gs, tsvc)
 	// The hot calls also come on fastrpc connections to the same port
 	// (data-path calls only: none of them needs the cluster secret).
 	mux := fastrpc.NewMux(grpcLn)
+	if auth != nil {
+		mux.SetAuthenticator(svc.fastAuthenticator(ctx, auth))
+	}
 	errc := make(chan error, 4)
 	var wg sync.WaitGroup
 	// Same-host clients reach the fastrpc calls over a unix socket named
 	// after the TCP address (half the system-call cost of loopback TCP);
-	// when it cannot be bound, they use TCP.
-	if ll, err := fastrpc.ListenLocal(grpcLn.Addr().String()); err == nil {
+	// when it cannot be bound, they use TCP. A TLS master serves TCP only.
+	if s.cfg.TLS != nil || s.cfg.NoLocalSocket {
+		s.log.Debug("master: no same-host fastrpc socket", "tls", s.cfg.TLS != nil)
+	} else if ll, err := fastrpc.ListenLocal(addr); err == nil {
 		lm := fastrpc.NewLocalMux(ll)
+		if auth != nil {
+			lm.SetAuthenticator(svc.fastAuthenticator(ctx, auth))
+		}
 		wg.Go(func() {
 			if err := lm.Run(ctx, svc.FastHandler(ctx)); err != nil {
 				errc <- fmt.Errorf("master: local: %w", err)
@@ -159,14 +203,14 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	})
 	if httpLn != nil {
 		wg.Go(func() {
-			if err := httpserve.Serve(ctx, httpLn, RequireSecret(s.cfg.Secret, AdminHandler(s.core)), time.Second); err != nil {
+			if err := httpserve.Serve(ctx, httpLn, s.AdminHTTP(), time.Second); err != nil {
 				errc <- fmt.Errorf("master: admin serve: %w", err)
 				cancel()
 			}
 		})
 	}
 	wg.Go(func() { s.tick(ctx) })
-	s.log.Info("master listening", "grpc", grpcLn.Addr().String(), "http", s.HTTPAddr())
+	s.log.Info("master listening", "grpc", addr, "http", s.HTTPAddr(), "tenants", auth != nil, "tls", s.cfg.TLS != nil)
 	<-ctx.Done()
 	gs.Stop()
 	wg.Wait()
@@ -230,6 +274,18 @@ func (s *Server) HTTPAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return httpserve.Addr(s.hl)
+}
+
+// AdminHTTP is the admin HTTP API as this server guards it: AdminHandler
+// behind RequireSecret, or, with tenants, with the tenants' figures and
+// behind the admin role (requireAdmin). HA candidates serve it for their
+// term's master.
+func (s *Server) AdminHTTP() http.Handler {
+	if s.cfg.Tenants != nil {
+		a := &authn{secret: s.cfg.Secret, src: s.cfg.Tenants, now: clock.Or(s.cfg.Clock).Now}
+		return requireAdmin(a, tenantAdmin(s.cfg.Tenants, s.core, AdminHandler(s.core)))
+	}
+	return RequireSecret(s.cfg.Secret, AdminHandler(s.core))
 }
 
 // Core is the server's master core.

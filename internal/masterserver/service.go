@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/kvcache-go/mooncake/internal/master"
+	"sync"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
@@ -16,6 +17,10 @@ import (
 type Service struct {
 	pb.UnimplementedMasterServiceServer
 	m *master.Master
+	// segTenant is the tenant that mounted each segment (tenants on):
+	// only it, or an admin, may unmount it.
+	segTenant sync.Map // segment name -> tenant name
+	grants    *granter // nil: no data-path grants (grants.go)
 }
 
 // NewService wraps a core.
@@ -72,11 +77,11 @@ func unixMs(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-func infoToPB(info master.ObjectInfo, err error) *pb.ObjectInfo {
+func infoToPB(ns string, info master.ObjectInfo, err error) *pb.ObjectInfo {
 	if err != nil {
 		return &pb.ObjectInfo{Status: status(err)}
 	}
-	return &pb.ObjectInfo{Status: status(nil), Key: info.Key, Size: info.Size, Crc32C: info.CRC, Replicas: replicasToPB(info.Replicas),
+	return &pb.ObjectInfo{Status: status(nil), Key: unscope(ns, info.Key), Size: info.Size, Crc32C: info.CRC, Replicas: replicasToPB(info.Replicas),
 		LeaseTtlMs: info.LeaseTTL.Milliseconds(), Complete: info.Complete, CreatedUnixMs: unixMs(info.Created),
 		LastAccessUnixMs: unixMs(info.LastAccess), LeaseUntilUnixMs: unixMs(info.LeaseUntil),
 		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin, Disk: diskToPB(info.Disk), Promote: info.Promote}
@@ -133,25 +138,39 @@ func refsFromPB(rs []*pb.HeaderRef) []master.HeaderRef {
 }
 
 // Ping implements MasterService.
-func (s *Service) Ping(_ context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
+func (s *Service) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
 	v, st, todo := s.m.Heartbeat(r.ClientId, refsFromPB(r.Zeroed))
 	out := &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == master.PingNeedRemount, Tombstones: refsToPB(todo)}
 	if st == master.PingOK {
-		out.DiskRemove = heldToPB(s.m.DiskSync(r.ClientId, heldFromPB(r.OnDisk), heldFromPB(r.DiskDropped)))
+		t := callerOf(ctx)
+		out.DiskRemove = heldToPB(s.m.DiskSync(r.ClientId, heldFromPB(ownHeld(t, r.OnDisk)), heldFromPB(ownHeld(t, r.DiskDropped))))
 	}
 	return out, nil
 }
 
 // MountSegment implements MasterService.
-func (s *Service) MountSegment(_ context.Context, r *pb.MountSegmentRequest) (*pb.Status, error) {
-	return status(s.m.MountSegment(r.ClientId, specFromPB(r.Segment))), nil
+func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.Status, error) {
+	err := s.m.MountSegment(r.ClientId, specFromPB(r.Segment))
+	if err == nil {
+		s.segTenant.Store(r.Segment.GetName(), callerOf(ctx).Name)
+	}
+	return status(err), nil
 }
 
 // RemountSegments implements MasterService: one call of a restore session
 // (see RemountSegmentsRequest). The first call (RestoreId 0) opens it with
-// the segments, every call decides its chunk of objects, and the call
-// without More closes it.
-func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
+// the segments (sized by Total) and answers the window of chunks the
+// client may send ahead; every call decides its chunk of objects in chunk
+// order (a chunk ahead waits for its turn, at most a client TTL), and the
+// call without More closes it.
+func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
+	caller := callerOf(ctx)
+	for _, sg := range r.Segments {
+		s.segTenant.Store(sg.GetName(), caller.Name)
+	}
+	r.Objects = ownHeld(caller, r.Objects)
+	ctx, cancel := context.WithTimeout(ctx, s.m.Config().ClientTTL)
+	defer cancel()
 	id := r.RestoreId
 	if id == 0 {
 		specs := make([]master.SegmentSpec, len(r.Segments))
@@ -162,29 +181,47 @@ func (s *Service) RemountSegments(_ context.Context, r *pb.RemountSegmentsReques
 		if id, err = s.m.RestoreBegin(r.ClientId, specs); err != nil {
 			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
 		}
+		if r.Total > 0 {
+			if err := s.m.RestoreExpect(r.ClientId, id, r.Total); err != nil {
+				return &pb.RemountSegmentsResponse{Status: status(err)}, nil
+			}
+		}
 	}
-	res, err := s.m.RestoreChunk(r.ClientId, id, r.Chunk, heldFromPB(r.Objects))
+	res, err := s.m.RestoreChunkContext(ctx, r.ClientId, id, r.Chunk, heldFromPB(r.Objects))
 	if err == nil && !r.More {
 		var end master.RestoreResult
-		end, err = s.m.RestoreEnd(r.ClientId, id)
+		end, err = s.m.RestoreEndContext(ctx, r.ClientId, id)
 		res.Restored, res.Dropped = res.Restored+end.Restored, res.Dropped+end.Dropped
 		res.Tombstones = append(res.Tombstones, end.Tombstones...)
 	}
 	out := &pb.RemountSegmentsResponse{Status: status(err), Restored: int64(res.Restored), Dropped: int64(res.Dropped),
 		Tombstones: refsToPB(res.Tombstones)}
-	if err == nil && r.More {
+	if err == nil && r.More && r.RestoreId == 0 {
+		out.RestoreId, out.Window = id, master.RestoreWindow
+	} else if err == nil && r.More {
 		out.RestoreId = id
 	}
 	return out, nil
 }
 
 // UnmountSegment implements MasterService.
-func (s *Service) UnmountSegment(_ context.Context, r *pb.UnmountSegmentRequest) (*pb.Status, error) {
+func (s *Service) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentRequest) (*pb.Status, error) {
+	if t := callerOf(ctx); t.Namespace != "" {
+		if owner, _ := s.segTenant.Load(r.Name); owner != t.Name {
+			return status(fmt.Errorf("%w: %q", master.ErrSegmentNotFound, r.Name)), nil
+		}
+	}
+	var err error
 	if r.GraceMs > 0 {
 		grace := min(time.Duration(min(r.GraceMs, maxWireMs))*time.Millisecond, time.Hour)
-		return status(s.m.GracefulUnmount(r.ClientId, r.Name, grace)), nil
+		err = s.m.GracefulUnmount(r.ClientId, r.Name, grace)
+	} else {
+		err = s.m.UnmountSegment(r.ClientId, r.Name)
 	}
-	return status(s.m.UnmountSegment(r.ClientId, r.Name)), nil
+	if err == nil {
+		s.segTenant.Delete(r.Name)
+	}
+	return status(err), nil
 }
 
 // Leave implements MasterService: a closing client without segments is
@@ -198,31 +235,33 @@ func (s *Service) Leave(_ context.Context, r *pb.LeaveRequest) (*pb.Status, erro
 	return status(nil), nil
 }
 
-func (s *Service) putStart(r *pb.PutStartRequest) *pb.PutStartResponse {
+func (s *Service) putStart(ns string, r *pb.PutStartRequest) *pb.PutStartResponse {
 	var reps []master.Replica
 	var err error
+	key := scope(ns, r.Key)
 	if r.Upsert {
-		reps, err = s.m.Upsert(r.ClientId, r.Key, r.Size, rcFromPB(r.Config))
+		reps, err = s.m.Upsert(r.ClientId, key, r.Size, rcFromPB(r.Config))
 	} else {
-		reps, err = s.m.PutStart(r.ClientId, r.Key, r.Size, rcFromPB(r.Config))
+		reps, err = s.m.PutStart(r.ClientId, key, r.Size, rcFromPB(r.Config))
 	}
-	out := &pb.PutStartResponse{Status: status(err), Replicas: replicasToPB(reps)}
+	out := &pb.PutStartResponse{Status: status(err), Replicas: replicasToPB(reps), KeyPrefix: ns}
 	if len(reps) > 0 {
 		out.Seq, out.HeaderLen = reps[0].Seq, reps[0].HeaderLen
 	}
-	return out
+	return s.grants.put(out)
 }
 
 // PutStart implements MasterService.
-func (s *Service) PutStart(_ context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
-	return s.putStart(r), nil
+func (s *Service) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
+	return s.putStart(callerOf(ctx).Namespace, r), nil
 }
 
 // BatchPutStart implements MasterService.
-func (s *Service) BatchPutStart(_ context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
+func (s *Service) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
+	ns := callerOf(ctx).Namespace
 	out := &pb.BatchPutStartResponse{Results: make([]*pb.PutStartResponse, len(r.Puts))}
 	for i, p := range r.Puts {
-		out.Results[i] = s.putStart(p)
+		out.Results[i] = s.putStart(ns, p)
 	}
 	return out, nil
 }
@@ -230,78 +269,89 @@ func (s *Service) BatchPutStart(_ context.Context, r *pb.BatchPutStartRequest) (
 // PutCommit implements MasterService: the end of a put (the key's own put
 // in progress, or a slot written before), then, when asked and the put
 // went through, a slot for the client's next put.
-func (s *Service) PutCommit(_ context.Context, r *pb.PutCommitRequest) (*pb.PutCommitResponse, error) {
-	return s.putCommit(r), nil
+func (s *Service) PutCommit(ctx context.Context, r *pb.PutCommitRequest) (*pb.PutCommitResponse, error) {
+	return s.putCommit(callerOf(ctx).Namespace, r), nil
 }
 
-func (s *Service) putCommit(r *pb.PutCommitRequest) *pb.PutCommitResponse {
+func (s *Service) putCommit(ns string, r *pb.PutCommitRequest) *pb.PutCommitResponse {
 	out := &pb.PutCommitResponse{}
 	rc := rcFromPB(r.Config)
+	key := scope(ns, r.Key)
 	if r.Slot == "" {
-		out.Status = status(s.m.PutEnd(r.ClientId, r.Key, r.Crc32C))
+		out.Status = status(s.m.PutEnd(r.ClientId, key, r.Crc32C))
 	} else {
-		tombs, gone, err := s.m.PutCommit(r.ClientId, r.Key, r.Slot, r.Crc32C, rc, r.Upsert)
-		out.Status, out.SlotGone, out.Tombstones = status(err), gone, refsToPB(tombs)
+		tombs, gone, err := s.m.PutCommit(r.ClientId, key, r.Slot, r.Crc32C, rc, r.Upsert)
+		out.Status, out.SlotGone, out.Tombstones = status(err), gone, s.grants.tombs(refsToPB(tombs))
 	}
-	if out.Status.Code == 0 && !out.SlotGone && r.ReserveSize > 0 && r.ReserveKeyLen <= uint64(s.m.Config().MaxKeyLen) {
-		if slot, reps, err := s.m.PutReserve(r.ClientId, r.ReserveSize, int(r.ReserveKeyLen), rc); err == nil && len(reps) > 0 {
+	keyLen := r.ReserveKeyLen + uint64(len(ns)) // the slot's header carries the namespace too
+	if out.Status.Code == 0 && !out.SlotGone && r.ReserveSize > 0 && r.ReserveKeyLen > 0 && keyLen <= uint64(s.m.Config().MaxKeyLen) {
+		if slot, reps, err := s.m.PutReserve(r.ClientId, r.ReserveSize, int(keyLen), rc); err == nil && len(reps) > 0 {
 			out.NextSlot = slot
-			out.Next = &pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen}
+			out.Next = s.grants.put(&pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen, KeyPrefix: ns})
 		}
 	}
 	return out
 }
 
 // BatchPutCommit implements MasterService: PutCommit of each put, in order.
-func (s *Service) BatchPutCommit(_ context.Context, r *pb.BatchPutCommitRequest) (*pb.BatchPutCommitResponse, error) {
+func (s *Service) BatchPutCommit(ctx context.Context, r *pb.BatchPutCommitRequest) (*pb.BatchPutCommitResponse, error) {
+	ns := callerOf(ctx).Namespace
 	out := &pb.BatchPutCommitResponse{Results: make([]*pb.PutCommitResponse, len(r.Commits))}
 	keys := make([]string, len(r.Commits))
 	for i, e := range r.Commits {
-		out.Results[i] = s.putCommit(e)
-		keys[i] = e.Key
+		out.Results[i] = s.putCommit(ns, e)
+		keys[i] = scope(ns, e.Key)
 	}
 	s.m.TouchChains(keys) // one batch of a chain's blocks: one recency group
 	return out, nil
 }
 
 // PutRevoke implements MasterService.
-func (s *Service) PutRevoke(_ context.Context, r *pb.PutRevokeRequest) (*pb.Status, error) {
-	return status(s.m.PutRevoke(r.ClientId, r.Key)), nil
+func (s *Service) PutRevoke(ctx context.Context, r *pb.PutRevokeRequest) (*pb.Status, error) {
+	return status(s.m.PutRevoke(r.ClientId, scope(callerOf(ctx).Namespace, r.Key))), nil
 }
 
 // GetReplicaList implements MasterService.
-func (s *Service) GetReplicaList(_ context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
-	return infoToPB(s.m.GetReplicaList(r.Key)), nil
+func (s *Service) GetReplicaList(ctx context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
+	ns := callerOf(ctx).Namespace
+	info, err := s.m.GetReplicaList(scope(ns, r.Key))
+	return s.grants.info(infoToPB(ns, info, err)), nil
 }
 
 // BatchGetReplicaList implements MasterService.
-func (s *Service) BatchGetReplicaList(_ context.Context, r *pb.BatchKeysRequest) (*pb.BatchObjectInfo, error) {
-	out := &pb.BatchObjectInfo{Results: make([]*pb.ObjectInfo, len(r.Keys))}
-	for i, k := range r.Keys {
-		out.Results[i] = infoToPB(s.m.GetReplicaList(k))
+func (s *Service) BatchGetReplicaList(ctx context.Context, r *pb.BatchKeysRequest) (*pb.BatchObjectInfo, error) {
+	ns := callerOf(ctx).Namespace
+	keys := scopeKeys(ns, r.Keys)
+	out := &pb.BatchObjectInfo{Results: make([]*pb.ObjectInfo, len(keys))}
+	for i, k := range keys {
+		info, err := s.m.GetReplicaList(k)
+		out.Results[i] = s.grants.info(infoToPB(ns, info, err))
 	}
-	s.m.TouchChains(r.Keys)
+	s.m.TouchChains(keys)
 	return out, nil
 }
 
 // Query implements MasterService.
-func (s *Service) Query(_ context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
-	return infoToPB(s.m.Query(r.Key)), nil
+func (s *Service) Query(ctx context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
+	ns := callerOf(ctx).Namespace
+	info, err := s.m.Query(scope(ns, r.Key))
+	return infoToPB(ns, info, err), nil
 }
 
 // Exist implements MasterService.
-func (s *Service) Exist(_ context.Context, r *pb.KeyRequest) (*pb.ExistResponse, error) {
-	ok, err := s.m.Exist(r.Key)
+func (s *Service) Exist(ctx context.Context, r *pb.KeyRequest) (*pb.ExistResponse, error) {
+	ok, err := s.m.Exist(scope(callerOf(ctx).Namespace, r.Key))
 	return &pb.ExistResponse{Status: status(err), Exists: ok}, nil
 }
 
 // BatchExist implements MasterService.
-func (s *Service) BatchExist(_ context.Context, r *pb.BatchKeysRequest) (*pb.BatchExistResponse, error) {
-	out := &pb.BatchExistResponse{Results: make([]*pb.ExistResponse, len(r.Keys))}
+func (s *Service) BatchExist(ctx context.Context, r *pb.BatchKeysRequest) (*pb.BatchExistResponse, error) {
+	keys := scopeKeys(callerOf(ctx).Namespace, r.Keys)
+	out := &pb.BatchExistResponse{Results: make([]*pb.ExistResponse, len(keys))}
 	okStatus := status(nil) // shared: the answer is only marshalled
-	for i, ok := range s.m.BatchExist(r.Keys) {
+	for i, ok := range s.m.BatchExist(keys) {
 		st := okStatus
-		if err := s.m.CheckKey(r.Keys[i]); err != nil {
+		if err := s.m.CheckKey(keys[i]); err != nil {
 			st = status(err)
 		}
 		out.Results[i] = &pb.ExistResponse{Status: st, Exists: ok}
@@ -311,13 +361,13 @@ func (s *Service) BatchExist(_ context.Context, r *pb.BatchKeysRequest) (*pb.Bat
 
 // batchExistBits answers fastrpc's FastBatchExistBits: one byte per key,
 // 1 when it exists (invalid keys read 0).
-func (s *Service) batchExistBits(payload []byte) ([]byte, uint8) {
+func (s *Service) batchExistBits(ns string, payload []byte) ([]byte, uint8) {
 	var r pb.BatchKeysRequest
 	if err := pb.UnmarshalRequest(payload, &r); err != nil {
 		return []byte(err.Error()), fastrpc.StatusBadRequest
 	}
 	out := make([]byte, len(r.Keys))
-	for i, ok := range s.m.BatchExist(r.Keys) {
+	for i, ok := range s.m.BatchExist(scopeKeys(ns, r.Keys)) {
 		if ok {
 			out[i] = 1
 		}
@@ -326,19 +376,20 @@ func (s *Service) batchExistBits(payload []byte) ([]byte, uint8) {
 }
 
 // Remove implements MasterService.
-func (s *Service) Remove(_ context.Context, r *pb.RemoveRequest) (*pb.RemoveResponse, error) {
-	tombs, err := s.m.RemoveHeaders(r.Key, r.Force)
-	return &pb.RemoveResponse{Status: status(err), Tombstones: refsToPB(tombs)}, nil
+func (s *Service) Remove(ctx context.Context, r *pb.RemoveRequest) (*pb.RemoveResponse, error) {
+	tombs, err := s.m.RemoveHeaders(scope(callerOf(ctx).Namespace, r.Key), r.Force)
+	return &pb.RemoveResponse{Status: status(err), Tombstones: s.grants.tombs(refsToPB(tombs))}, nil
 }
 
 // BatchRemove implements MasterService.
-func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.BatchRemoveResponse, error) {
+func (s *Service) BatchRemove(ctx context.Context, r *pb.BatchRemoveRequest) (*pb.BatchRemoveResponse, error) {
+	ns := callerOf(ctx).Namespace
 	out := &pb.BatchRemoveResponse{Results: make([]*pb.Status, len(r.Removes))}
 	for i, rm := range r.Removes {
-		tombs, err := s.m.RemoveHeaders(rm.Key, rm.Force)
+		tombs, err := s.m.RemoveHeaders(scope(ns, rm.Key), rm.Force)
 		out.Results[i] = status(err)
 		if room := maxReplyTombstones - len(out.Tombstones); room > 0 { // the nodes zero the rest
-			out.Tombstones = append(out.Tombstones, refsToPB(tombs[:min(room, len(tombs))])...)
+			out.Tombstones = append(out.Tombstones, s.grants.tombs(refsToPB(tombs[:min(room, len(tombs))]))...)
 		}
 	}
 	return out, nil
@@ -346,17 +397,17 @@ func (s *Service) BatchRemove(_ context.Context, r *pb.BatchRemoveRequest) (*pb.
 
 // RemoveByRegex implements MasterService: one chunk when paged, else every
 // chunk (see removePages).
-func (s *Service) RemoveByRegex(_ context.Context, r *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
+func (s *Service) RemoveByRegex(ctx context.Context, r *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
 	mt, err := master.RegexMatcher(r.Pattern)
 	if err != nil {
 		return &pb.CountResponse{Status: status(err)}, nil
 	}
-	return s.removePages(mt, r.Force, r.Paged, r.After, r.Limit), nil
+	return s.removePages(callerOf(ctx).Namespace, mt, r.Force, r.Paged, r.After, r.Limit), nil
 }
 
 // RemoveAll implements MasterService as RemoveByRegex does.
-func (s *Service) RemoveAll(_ context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
-	return s.removePages(master.AllMatcher, r.Force, r.Paged, r.After, r.Limit), nil
+func (s *Service) RemoveAll(ctx context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
+	return s.removePages(callerOf(ctx).Namespace, master.AllMatcher, r.Force, r.Paged, r.After, r.Limit), nil
 }
 
 // maxReplyTombstones bounds the tombstones of an unpaged bulk removal's
@@ -366,20 +417,30 @@ const maxReplyTombstones = 16 * 1024
 
 // removePages runs one chunk of a bulk removal (paged) or all of them, the
 // answer bounded either way.
-func (s *Service) removePages(mt master.Matcher, force, paged bool, after string, limit int32) *pb.CountResponse {
+// A tenant's removal walks its own namespace only (scopeMatcher), its
+// cursors being keys as the tenant knows them.
+func (s *Service) removePages(ns string, mt master.Matcher, force, paged bool, after string, limit int32) *pb.CountResponse {
 	if limit < 0 {
 		return &pb.CountResponse{Status: &pb.Status{Code: master.CodeInvalidParams, Message: "negative limit"}}
 	}
+	mt = scopeMatcher(ns, mt)
+	if after != "" {
+		after = scope(ns, after)
+	}
 	if paged {
 		p := s.m.RemovePageFrom(mt, force, after, int(limit))
-		return &pb.CountResponse{Status: status(nil), Count: int64(p.Removed), Tombstones: refsToPB(p.Tombstones), Next: p.Next}
+		next := p.Next
+		if next != "" {
+			next = unscope(ns, next)
+		}
+		return &pb.CountResponse{Status: status(nil), Count: int64(p.Removed), Tombstones: s.grants.tombs(refsToPB(p.Tombstones)), Next: next}
 	}
 	out := &pb.CountResponse{Status: status(nil)}
 	for {
 		p := s.m.RemovePageFrom(mt, force, after, master.RemoveChunk)
 		out.Count += int64(p.Removed)
 		if room := maxReplyTombstones - len(out.Tombstones); room > 0 {
-			out.Tombstones = append(out.Tombstones, refsToPB(p.Tombstones[:min(room, len(p.Tombstones))])...)
+			out.Tombstones = append(out.Tombstones, s.grants.tombs(refsToPB(p.Tombstones[:min(room, len(p.Tombstones))]))...)
 		}
 		if p.Next == "" {
 			return out
@@ -389,14 +450,22 @@ func (s *Service) removePages(mt master.Matcher, force, paged bool, after string
 }
 
 // List implements MasterService.
-func (s *Service) List(_ context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
+func (s *Service) List(ctx context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
 	if r.Limit < 0 || r.Limit > 100000 {
 		return &pb.ListResponse{Status: &pb.Status{Code: master.CodeInvalidParams, Message: "limit not in [0,100000]"}}, nil
 	}
-	keys, next := s.m.List(r.Prefix, r.After, int(r.Limit))
+	ns := callerOf(ctx).Namespace
+	after := r.After
+	if after != "" {
+		after = scope(ns, after)
+	}
+	keys, next := s.m.List(scope(ns, r.Prefix), after, int(r.Limit))
+	if next != "" {
+		next = unscope(ns, next)
+	}
 	out := &pb.ListResponse{Status: status(nil), Next: next, Keys: make([]*pb.KeyInfo, len(keys))}
 	for i, k := range keys {
-		out.Keys[i] = &pb.KeyInfo{Key: k.Key, Size: k.Size, Replicas: int32(k.Replicas)}
+		out.Keys[i] = &pb.KeyInfo{Key: unscope(ns, k.Key), Size: k.Size, Replicas: int32(k.Replicas)}
 	}
 	return out, nil
 }

@@ -2,7 +2,11 @@ package masterserver
 
 import (
 	"context"
+	"fmt"
+	"strings"
+
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/storeerr"
 
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
@@ -11,7 +15,8 @@ import (
 // gRPC MasterTasks service (tasks.proto), served beside MasterService.
 type TaskService struct {
 	pb.UnimplementedMasterTasksServer
-	m *master.Master
+	m      *master.Master
+	grants *granter // nil: no data-path grants (grants.go)
 }
 
 // NewTaskService wraps a core.
@@ -23,29 +28,38 @@ var _ pb.MasterTasksServer = (*TaskService)(nil)
 const maxFetch = 64
 
 // BatchReplicaClear implements MasterTasksServer.
-func (s *TaskService) BatchReplicaClear(_ context.Context, r *pb.BatchReplicaClearRequest) (*pb.BatchReplicaClearResponse, error) {
-	keys, tombs, err := s.m.BatchReplicaClear(r.ClientId, r.Keys, r.Segment)
+func (s *TaskService) BatchReplicaClear(ctx context.Context, r *pb.BatchReplicaClearRequest) (*pb.BatchReplicaClearResponse, error) {
+	ns := callerOf(ctx).Namespace
+	keys, tombs, err := s.m.BatchReplicaClear(r.ClientId, scopeKeys(ns, r.Keys), r.Segment)
+	for i, k := range keys {
+		keys[i] = unscope(ns, k)
+	}
 	return &pb.BatchReplicaClearResponse{Status: status(err), ClearedKeys: keys, Tombstones: refsToPB(tombs)}, nil
 }
 
 // CreateCopyTask implements MasterTasksServer.
-func (s *TaskService) CreateCopyTask(_ context.Context, r *pb.CreateCopyTaskRequest) (*pb.CreateTaskResponse, error) {
-	id, err := s.m.CreateCopyTask(r.Key, r.Targets)
+func (s *TaskService) CreateCopyTask(ctx context.Context, r *pb.CreateCopyTaskRequest) (*pb.CreateTaskResponse, error) {
+	id, err := s.m.CreateCopyTask(scope(callerOf(ctx).Namespace, r.Key), r.Targets)
 	return &pb.CreateTaskResponse{Status: status(err), Id: taskIDToPB(id)}, nil
 }
 
 // CreateMoveTask implements MasterTasksServer.
-func (s *TaskService) CreateMoveTask(_ context.Context, r *pb.CreateMoveTaskRequest) (*pb.CreateTaskResponse, error) {
-	id, err := s.m.CreateMoveTask(r.Key, r.Source, r.Target)
+func (s *TaskService) CreateMoveTask(ctx context.Context, r *pb.CreateMoveTaskRequest) (*pb.CreateTaskResponse, error) {
+	id, err := s.m.CreateMoveTask(scope(callerOf(ctx).Namespace, r.Key), r.Source, r.Target)
 	return &pb.CreateTaskResponse{Status: status(err), Id: taskIDToPB(id)}, nil
 }
 
 // QueryTask implements MasterTasksServer.
-func (s *TaskService) QueryTask(_ context.Context, r *pb.TaskId) (*pb.QueryTaskResponse, error) {
+func (s *TaskService) QueryTask(ctx context.Context, r *pb.TaskId) (*pb.QueryTaskResponse, error) {
 	t, err := s.m.QueryTask(taskIDFromPB(r))
+	ns := callerOf(ctx).Namespace
+	if err == nil && !strings.HasPrefix(t.Key, ns) { // another tenant's task reads as unknown
+		err = fmt.Errorf("%w: %x%x", storeerr.ErrTaskNotFound, r.GetHi(), r.GetLo())
+	}
 	if err != nil {
 		return &pb.QueryTaskResponse{Status: status(err)}, nil
 	}
+	t.Key = unscope(ns, t.Key)
 	return &pb.QueryTaskResponse{Status: status(nil), Task: taskToPB(t)}, nil
 }
 
@@ -58,8 +72,10 @@ func (s *TaskService) FetchTasks(_ context.Context, r *pb.FetchTasksRequest) (*p
 	as := s.m.FetchTasks(r.ClientId, n)
 	out := &pb.FetchTasksResponse{Status: status(nil)}
 	for _, a := range as {
-		out.Tasks = append(out.Tasks, &pb.TaskAssignment{Task: taskToPB(a.Task), Size: a.Size, Crc32C: a.CRC, HeaderLen: a.HeaderLen,
-			Source: replicasToPB([]master.Replica{a.From})[0], Targets: replicasToPB(a.To), DeadlineUnixMs: unixMs(a.Deadline)})
+		ta := &pb.TaskAssignment{Task: taskToPB(a.Task), Size: a.Size, Crc32C: a.CRC, HeaderLen: a.HeaderLen,
+			Source: replicasToPB([]master.Replica{a.From})[0], Targets: replicasToPB(a.To), DeadlineUnixMs: unixMs(a.Deadline)}
+		s.grants.task(ta)
+		out.Tasks = append(out.Tasks, ta)
 	}
 	return out, nil
 }

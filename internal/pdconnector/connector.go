@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"log/slog"
 	"net"
 	"net/http"
@@ -85,6 +86,12 @@ type Config struct {
 	// layer: each layer's blocks are written as soon as the layer is
 	// computed, while the next layers compute (stream.go).
 	WholeRequest bool
+	// Grants, for a consumer, is the grant verifier of its transfer engine
+	// (the one given to transfer.Config.Grants): each pull then carries a
+	// one-shot grant for exactly its destination blocks, released when the
+	// pull ends, and the engine refuses every other write (grants.go).
+	// Nil: no grants.
+	Grants *grant.Verifier
 	// Clock is the cores' clock (default the real one).
 	Clock clock.Clock
 	// Logger (default discard).

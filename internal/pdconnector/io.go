@@ -137,6 +137,13 @@ func (c *Connector) pull(ctx context.Context, p PullSpec) (bootstrap.PullRespons
 		Segment: c.te.Name(), LayerAddrs: c.bases, BlockBytes: c.layout.BlockBytes(),
 		NumTokens: p.NumTokens, FirstBlock: p.FirstBlock, BlockIDs: p.BlockIDs,
 		TimeoutMS: max(1, time.Until(dl).Milliseconds())}
+	release, err := c.mintPullGrants(&req, dl)
+	if err != nil {
+		return bootstrap.PullResponse{}, fmt.Errorf("pdconnector: grant the blocks of %s: %w", p.TransferID, err)
+	}
+	// Returning means prefill answered (it stopped writing) or the
+	// deadline passed: no write is due any more.
+	defer release()
 	resp, err := c.boot.Pull(ctx, p.Bootstrap, req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -314,6 +321,7 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 	for _, l := range byLayer {
 		reqs = append(reqs, l...)
 	}
+	decodePullGrants(req.Grants).attach(reqs)
 	// A decode restarted under the same segment name, or one that
 	// registered memory since the engine looked, is the transfer engine's
 	// business: it refetches the peer's descriptor itself.

@@ -109,6 +109,7 @@ func (c *Connector) stream(ctx context.Context, req bootstrap.PullRequest, wake 
 		return c.streamFailed(ctx, tid, "open decode segment %s: %v", req.Segment, err)
 	}
 	_, dst := c.sides(req)
+	grants := decodePullGrants(req.Grants)
 	bb := dst.RankHeads * len(dst.Bases) * c.layout.HeadBytes() // one block of one layer, every rank the pull covers
 	var busy time.Duration
 	var bytes int64
@@ -128,6 +129,7 @@ func (c *Connector) stream(ctx context.Context, req bootstrap.PullRequest, wake 
 				reqs = append(reqs, r...)
 				bytes += int64(len(w.Src) * bb)
 			}
+			grants.attach(reqs)
 			t := time.Now()
 			if err := c.te.Transfer(ctx, reqs); err != nil {
 				return c.streamFailed(ctx, tid, "write %d requests to %s: %v", len(reqs), req.Segment, err)

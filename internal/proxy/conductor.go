@@ -15,17 +15,31 @@ import (
 // prefix and to the new tokens before it). The coefficients are assumptions,
 // not measurements; calibrate them per deployment with the
 // --cost-* flags of `mooncake proxy`.
+//
+// A prefix cached below the device must be loaded first: HostPerToken and
+// DiskPerToken are the seconds to bring one cached token's KV up from host
+// memory and from disk (Load).
 type CostModel struct {
 	Fixed        float64 // seconds per request
 	PerToken     float64 // seconds per uncached token
 	PerTokenPair float64 // seconds per (new token, attended position) pair
+	HostPerToken float64 // seconds per cached token loaded from host memory
+	DiskPerToken float64 // seconds per cached token loaded from disk
 }
 
 // DefaultCostModel is the assumed model when none is given: 10 ms per
 // request, 60 us per token, 0.5 ns per token pair (a mid-size model on one
-// accelerator; the tracesim defaults).
+// accelerator; the tracesim defaults); loading a cached token's KV (about
+// 0.5 MB for a 7B model) 15 us from host memory (~30 GB/s) and 40 us from
+// disk (~12 GB/s of NVMe).
 func DefaultCostModel() CostModel {
-	return CostModel{Fixed: 0.010, PerToken: 60e-6, PerTokenPair: 0.5e-9}
+	return CostModel{Fixed: 0.010, PerToken: 60e-6, PerTokenPair: 0.5e-9, HostPerToken: 15e-6, DiskPerToken: 40e-6}
+}
+
+// Load returns the predicted seconds to bring host tokens up from host
+// memory and disk tokens from disk.
+func (m CostModel) Load(host, disk int) float64 {
+	return m.HostPerToken*float64(host) + m.DiskPerToken*float64(disk)
 }
 
 // Prefill returns the predicted seconds to compute n new tokens after a
@@ -36,7 +50,7 @@ func (m CostModel) Prefill(n, p int) float64 {
 }
 
 func (m CostModel) valid() bool {
-	for _, v := range []float64{m.Fixed, m.PerToken, m.PerTokenPair} {
+	for _, v := range []float64{m.Fixed, m.PerToken, m.PerTokenPair, m.HostPerToken, m.DiskPerToken} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 			return false
 		}
@@ -76,7 +90,9 @@ type Plan struct {
 //
 // where T_queue is the sum of the predicted prefill seconds of the requests
 // dispatched to the instance and not yet answered, prefix_len comes from the
-// same prefix-block index as KVAware, and input_len is the prompt length in
+// same prefix-block index as KVAware (or a remote indexer's tiered answer:
+// then T_prefill includes loading the host and disk parts of the prefix,
+// CostModel.Load, each taken only where loading beats recomputing), and input_len is the prompt length in
 // tokens (bytes: our tokenizer is byte-level, so a byte is a token; for a
 // subword tokenizer this over-counts by ~4x, which a smaller PerToken
 // absorbs). T_transfer is 0: the proxy never moves a cache between prefill
@@ -128,12 +144,32 @@ func (c *Conductor) Plan(blocks []uint64, promptTokens int, cands []Load) Plan {
 	best := Plan{Index: -1}
 	for k := 0; k < len(cands); k++ {
 		i := (start + k) % len(cands)
-		prefix := c.kv.Matched(cands[i].ID, blocks) * c.cfg.BlockBytes
+		var prefix int
+		var load float64
+		if cached := cands[i].Cached; cached != nil {
+			// A tiered prefix: use the part worth loading. Each lower-tier
+			// run is taken only when loading it beats computing it.
+			prefix = cached.Device * c.cfg.BlockBytes
+			if h := (cached.Host - cached.Device) * c.cfg.BlockBytes; h > 0 && c.cfg.Cost.HostPerToken < c.cfg.Cost.PerToken {
+				prefix += h
+				load += c.cfg.Cost.Load(h, 0)
+				if d := (cached.Disk - cached.Host) * c.cfg.BlockBytes; d > 0 && c.cfg.Cost.DiskPerToken < c.cfg.Cost.PerToken {
+					prefix += d
+					load += c.cfg.Cost.Load(0, d)
+				}
+			} else if d := (cached.Disk - cached.Host) * c.cfg.BlockBytes; h == 0 && d > 0 && c.cfg.Cost.DiskPerToken < c.cfg.Cost.PerToken {
+				prefix += d
+				load += c.cfg.Cost.Load(0, d)
+			}
+			prefix = min(prefix, promptTokens)
+		} else {
+			prefix = c.kv.Matched(cands[i].ID, blocks) * c.cfg.BlockBytes
+		}
 		var q float64
 		if e := c.queue[cands[i].ID]; e != nil {
 			q = e.seconds
 		}
-		pre := c.cfg.Cost.Prefill(promptTokens-prefix, prefix)
+		pre := c.cfg.Cost.Prefill(promptTokens-prefix, prefix) + load
 		if best.Index < 0 || q+pre < best.TTFT {
 			best = Plan{Index: i, TTFT: q + pre, Queue: q, Prefill: pre, PrefixTokens: prefix}
 		}

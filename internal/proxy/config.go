@@ -71,6 +71,21 @@ type Config struct {
 	// byte-level tokenizer and cut into blocks of this size, named by our
 	// block identity (kvevents.Index).
 	EventBlockSize int
+	// Indexer, if its URL is set, is a remote KV cache indexer speaking
+	// Mooncake's Indexer API: the prefill policy routes on the tiered
+	// prefix it reports per instance (a prefill spec's id= names the
+	// instance there; default its URL) instead of the embedded index.
+	Indexer IndexerConfig
+	// Tokenizer is how prompts become the token ids KV blocks are named by
+	// (with KV events or an indexer): TokenizerByteLevel (ours, default),
+	// TokenizerEngine (POST /tokenize to a healthy prefill instance, as
+	// vLLM and our engine answer), or the path of the model's
+	// tokenizer.json (completion prompts encoded here; chat requests, which
+	// need the model's chat template, still ask the engine).
+	Tokenizer string
+	// Tiers weighs host and disk blocks for the kvcache-aware policy
+	// (zero: DefaultTierWeights).
+	Tiers TierWeights
 	// Client sends upstream requests (default: a dedicated http.Client).
 	Client *http.Client
 	// Logger receives operational logs (default: discard).
@@ -110,6 +125,13 @@ func (c Config) withDefaults() Config {
 	if c.EventBlockSize <= 0 {
 		c.EventBlockSize = 16
 	}
+	if c.Indexer.BlockSize <= 0 {
+		c.Indexer.BlockSize = c.EventBlockSize
+	}
+	if c.Indexer.Timeout <= 0 {
+		c.Indexer.Timeout = 200 * time.Millisecond
+	}
+	c.Indexer.URL = strings.TrimRight(c.Indexer.URL, "/")
 	if c.Client == nil {
 		c.Client = &http.Client{Transport: &http.Transport{
 			Proxy:               nil,
@@ -170,6 +192,14 @@ func (c Config) Validate() error {
 	if c.TTFTSLO > 0 && c.PrefillPolicy != PolicyConductor {
 		return fmt.Errorf("%w: a TTFT SLO needs the conductor prefill policy (got %q)", ErrConfig, c.PrefillPolicy)
 	}
+	if c.Indexer.URL != "" {
+		if _, err := parseBaseURL(c.Indexer.URL); err != nil {
+			return fmt.Errorf("%w: indexer URL %q is not http(s)://host:port", ErrConfig, c.Indexer.URL)
+		}
+	}
+	if c.Tiers.Host < 0 || c.Tiers.Disk < 0 || c.Tiers.Host > 1 || c.Tiers.Disk > 1 {
+		return fmt.Errorf("%w: tier weights must be in [0, 1]", ErrConfig)
+	}
 	if !c.Cost.valid() {
 		return fmt.Errorf("%w: cost model coefficients must be finite and >= 0", ErrConfig)
 	}
@@ -185,9 +215,10 @@ type PrefillSpec struct {
 	Bootstrap string // host:port of its bootstrap registry
 	Events    string // its KV event PUB endpoint (tcp://HOST:PORT), "" none
 	Replay    string // its KV event replay endpoint, "" none
+	ID        string // its instance_id at a remote indexer ("" the URL)
 }
 
-// ParsePrefillSpec parses "URL[,bootstrap=HOST:PORT][,events=tcp://HOST:PORT[,replay=tcp://HOST:PORT]]".
+// ParsePrefillSpec parses "URL[,bootstrap=HOST:PORT][,events=tcp://HOST:PORT[,replay=tcp://HOST:PORT]][,id=NAME]".
 func ParsePrefillSpec(s string) (PrefillSpec, error) {
 	parts := strings.Split(s, ",")
 	base, err := parseBaseURL(parts[0])
@@ -198,6 +229,10 @@ func ParsePrefillSpec(s string) (PrefillSpec, error) {
 	sp := PrefillSpec{URL: base, Bootstrap: net.JoinHostPort(u.Hostname(), strconv.Itoa(DefaultBootstrapPort))}
 	for _, kv := range parts[1:] {
 		k, v, ok := strings.Cut(kv, "=")
+		if ok && k == "id" && v != "" {
+			sp.ID = v
+			continue
+		}
 		if ok && (k == "events" || k == "replay") {
 			if !strings.HasPrefix(v, "tcp://") {
 				return PrefillSpec{}, fmt.Errorf("%w: prefill spec %q: %s %q is not tcp://HOST:PORT", ErrConfig, s, k, v)
@@ -210,7 +245,7 @@ func ParsePrefillSpec(s string) (PrefillSpec, error) {
 			continue
 		}
 		if !ok || k != "bootstrap" {
-			return PrefillSpec{}, fmt.Errorf("%w: prefill spec %q: unknown option %q (want bootstrap=HOST:PORT, events=tcp://HOST:PORT or replay=tcp://HOST:PORT)", ErrConfig, s, kv)
+			return PrefillSpec{}, fmt.Errorf("%w: prefill spec %q: unknown option %q (want bootstrap=HOST:PORT, events=tcp://HOST:PORT, replay=tcp://HOST:PORT or id=NAME)", ErrConfig, s, kv)
 		}
 		host, port, err := net.SplitHostPort(v)
 		if err != nil || host == "" {

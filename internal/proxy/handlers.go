@@ -32,7 +32,7 @@ func (p *Proxy) Handler() http.Handler {
 }
 
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
-	in, _, err := p.choose(picked{&RoundRobin{}}, RoleDecode, p.decode, nil, 0)
+	in, _, err := p.choose(picked{&RoundRobin{}}, RoleDecode, p.decode, nil, 0, nil)
 	if err != nil {
 		httpjson.Error(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
 		return
@@ -65,15 +65,19 @@ func (p *Proxy) generate(w http.ResponseWriter, r *http.Request, endpoint string
 	// Prompt length in tokens ~ bytes (the byte-level tokenizer; see Conductor).
 	prompt := PromptText(endpoint, req)
 	blocks, promptTokens := PromptBlocks(prompt, p.cfg.BlockBytes), len(prompt)
-	if p.events != nil {
-		toks := PromptTokens(endpoint, req)
+	var cached map[string]TierBlocks
+	if p.events != nil || p.indexer != nil {
+		toks := p.promptTokens(r.Context(), endpoint, req)
 		blocks, promptTokens = kvevents.PromptBlocks("", p.cfg.EventBlockSize, toks), len(toks)
+		if p.indexer != nil && toks != nil {
+			cached = p.queryIndexer(r.Context(), req, toks)
+		}
 	}
-	pre, preDoneQueue, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks, promptTokens)
+	pre, preDoneQueue, err := p.choose(p.pPol, RolePrefill, p.prefill, blocks, promptTokens, cached)
 	if err != nil {
 		return writeChooseError(w, err)
 	}
-	dec, decDoneQueue, err := p.choose(p.dPol, RoleDecode, p.decode, blocks, promptTokens)
+	dec, decDoneQueue, err := p.choose(p.dPol, RoleDecode, p.decode, blocks, promptTokens, nil)
 	if err != nil {
 		preDoneQueue()
 		return writeChooseError(w, err)

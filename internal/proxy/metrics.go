@@ -30,6 +30,13 @@ func (p *Proxy) initMetrics() {
 		Name: "mooncake_proxy_decode_first_byte_seconds", Help: "Time from request arrival to decode's response headers.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 	})
+	p.mIndexer = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mooncake_proxy_indexer_queries_total", Help: "Queries to the remote KV cache indexer by result (ok, error: the request was routed without it).",
+	}, []string{"result"})
+	p.mTokenize = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "mooncake_proxy_tokenize_errors_total", Help: "Prompts that could not be tokenized (engine /tokenize failed): routed without cache information.",
+	})
+	p.reg.MustRegister(p.mIndexer, p.mTokenize)
 	p.instanceGauges()
 	p.eventMetrics()
 	p.reg.MustRegister(p.mRequests, p.mUpErrors, p.mNoInst, p.mRejected, p.mSLO, p.mDisconnect, p.mTTFB)

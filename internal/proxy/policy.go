@@ -8,10 +8,38 @@ import (
 )
 
 // Load is what a Policy sees of one candidate instance: its stable ID (the
-// instance URL) and the number of requests the proxy has in flight on it.
+// instance URL), the number of requests the proxy has in flight on it and,
+// when an indexer answered for this request, the prompt's leading blocks
+// cached there per tier (nil: the policy uses its own prefix index).
 type Load struct {
 	ID       string
 	InFlight int
+	Cached   *TierBlocks
+}
+
+// TierBlocks is a prompt's cached prefix on one instance, in blocks,
+// cumulative over tiers as the indexer reports them: Device blocks on its
+// accelerator, Host the prefix extended with host-memory blocks (its own
+// or a shared pool's) from the first device miss, Disk extended again with
+// disk blocks. Device <= Host <= Disk.
+type TierBlocks struct {
+	Device, Host, Disk int
+}
+
+// TierWeights are what a block is worth to the kvcache-aware score by
+// where it is cached: a device block 1 (nothing to do), a host block less
+// (it must be copied up first), a disk block less again.
+type TierWeights struct {
+	Host, Disk float64
+}
+
+// DefaultTierWeights: a host block is worth 0.75 of a device block, a disk
+// block 0.5 (assumptions: calibrate per deployment).
+func DefaultTierWeights() TierWeights { return TierWeights{Host: 0.75, Disk: 0.5} }
+
+// weighted is the prefix's worth in device blocks.
+func (w TierWeights) weighted(c TierBlocks) float64 {
+	return float64(c.Device) + w.Host*float64(c.Host-c.Device) + w.Disk*float64(c.Disk-c.Host)
 }
 
 // Policy chooses one instance among healthy candidates for a request. It
@@ -132,6 +160,9 @@ type KVAwareConfig struct {
 	// KV events, kvevents.Index.Matched) instead of the policy's own
 	// bookkeeping; Routed then records nothing.
 	Matched MatchFunc
+	// Tiers weighs blocks a remote indexer reports cached on host or disk
+	// (Load.Cached); zero: DefaultTierWeights.
+	Tiers TierWeights
 }
 
 // KVAware is the conductor-style cache-aware policy: it remembers which
@@ -141,7 +172,9 @@ type KVAwareConfig struct {
 //	score = InFlight*QueueCostBlocks + (len(blocks) - matchedPrefix)
 //
 // where matchedPrefix is the longest run of leading blocks the instance has
-// seen. Ties go to the lowest index after a round-robin rotation.
+// seen, or, when a remote indexer answered (Load.Cached), the tiered prefix
+// weighed by Tiers (device 1, host 0.75, disk 0.5 by default). Ties go to
+// the lowest index after a round-robin rotation.
 type KVAware struct {
 	cfg  KVAwareConfig
 	rr   RoundRobin // where the search starts
@@ -156,6 +189,9 @@ func NewKVAware(cfg KVAwareConfig) *KVAware {
 	}
 	if cfg.MaxBlocksPerInstance <= 0 {
 		cfg.MaxBlocksPerInstance = 65536
+	}
+	if cfg.Tiers == (TierWeights{}) {
+		cfg.Tiers = DefaultTierWeights()
 	}
 	return &KVAware{cfg: cfg, inst: make(map[string]*blockLRU)}
 }
@@ -190,10 +226,16 @@ func (p *KVAware) Pick(blocks []uint64, cands []Load) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	start := p.rr.Pick(blocks, cands)
-	best, bestScore := -1, 0
+	best, bestScore := -1, 0.0
 	for k := 0; k < len(cands); k++ {
 		i := (start + k) % len(cands)
-		score := cands[i].InFlight*p.cfg.QueueCostBlocks + len(blocks) - p.matchedLocked(cands[i].ID, blocks)
+		var matched float64
+		if c := cands[i].Cached; c != nil {
+			matched = p.cfg.Tiers.weighted(*c)
+		} else {
+			matched = float64(p.matchedLocked(cands[i].ID, blocks))
+		}
+		score := float64(cands[i].InFlight*p.cfg.QueueCostBlocks+len(blocks)) - matched
 		if best < 0 || score < bestScore {
 			best, bestScore = i, score
 		}

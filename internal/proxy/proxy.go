@@ -36,12 +36,21 @@ var (
 // as malformed (4xx): the client gets prefill's answer.
 var errPrefillRejected = errors.New("proxy: prefill rejected the request")
 
+// indexerID is the instance's instance_id at a remote indexer.
+func (in *instance) indexerID() string {
+	if in.indexID != "" {
+		return in.indexID
+	}
+	return in.url
+}
+
 type instance struct {
 	role      string
 	url       string
 	bootstrap string // prefill only
 	events    string // prefill only: KV event endpoints ("" none)
 	replay    string
+	indexID   string // prefill only: its instance_id at a remote indexer ("" the URL)
 
 	inflight atomic.Int64
 
@@ -70,6 +79,8 @@ type Proxy struct {
 	dPol      Policy
 	conductor *Conductor      // pPol when it is the conductor (its queue gauges), else nil
 	events    *kvevents.Index // fed by the prefill instances' KV events (nil: none)
+	indexer   *indexer        // a remote indexer (nil: none)
+	tok       *promptTokenizer
 	subsMu    sync.Mutex
 	subs      map[string]*kvevents.Subscriber
 
@@ -81,6 +92,8 @@ type Proxy struct {
 	mSLO        prometheus.Counter
 	mDisconnect prometheus.Counter
 	mTTFB       prometheus.Histogram
+	mIndexer    *prometheus.CounterVec
+	mTokenize   prometheus.Counter
 	pairs       pairTable // exchanges per (prefill, decode) pair, for the summary
 
 	// life cancels the background upstream requests (prefill halves that
@@ -103,7 +116,7 @@ func New(cfg Config) (*Proxy, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.prefill = append(p.prefill, &instance{role: RolePrefill, url: sp.URL, bootstrap: sp.Bootstrap, events: sp.Events, replay: sp.Replay})
+		p.prefill = append(p.prefill, &instance{role: RolePrefill, url: sp.URL, bootstrap: sp.Bootstrap, events: sp.Events, replay: sp.Replay, indexID: sp.ID})
 		if sp.Events != "" && p.events == nil {
 			p.events = kvevents.NewIndex()
 		}
@@ -115,7 +128,14 @@ func New(cfg Config) (*Proxy, error) {
 		}
 		p.decode = append(p.decode, &instance{role: RoleDecode, url: u})
 	}
-	var err error
+	if cfg.Indexer.URL != "" {
+		p.indexer = &indexer{cfg: cfg.Indexer, client: cfg.Client}
+	}
+	tok, err := newPromptTokenizer(cfg.Tokenizer, cfg.Client)
+	if err != nil {
+		return nil, err
+	}
+	p.tok = tok
 	if p.pPol, p.conductor, err = prefillPolicy(cfg, p.events); err != nil {
 		return nil, err
 	}
@@ -135,10 +155,15 @@ func prefillPolicy(cfg Config, events *kvevents.Index) (Policy, *Conductor, erro
 		if events != nil {
 			cc.BlockBytes, cc.Matched = cfg.EventBlockSize, events.Matched
 		}
+		if cfg.Indexer.URL != "" {
+			cc.BlockBytes = cfg.Indexer.BlockSize
+		}
 		c := NewConductor(cc)
 		return c, c, nil
 	case cfg.PrefillPolicy == PolicyKVAware && events != nil:
-		return picked{NewKVAware(KVAwareConfig{Matched: events.Matched})}, nil, nil
+		return picked{NewKVAware(KVAwareConfig{Matched: events.Matched, Tiers: cfg.Tiers})}, nil, nil
+	case cfg.PrefillPolicy == PolicyKVAware:
+		return picked{NewKVAware(KVAwareConfig{Tiers: cfg.Tiers})}, nil, nil
 	}
 	pol, err := NewPolicy(cfg.PrefillPolicy)
 	return pol, nil, err

@@ -17,10 +17,13 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak))
+}
 
 // fakeEngine is a hand-written fake of an engine's OpenAI server (and, for
 // prefill, of its bootstrap registry).

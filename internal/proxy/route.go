@@ -1,17 +1,25 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 )
 
 // choose picks an instance of role for a prompt of promptTokens tokens with
-// prefix hashes blocks. done must be called when the request to the chosen
+// prefix hashes blocks and, when a remote indexer answered, the prefix
+// cached per instance (by indexer instance id; nil: none). done must be called when the request to the chosen
 // instance has ended, however it ended (it releases the conductor's queue
 // estimate; a no-op for other policies).
-func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint64, promptTokens int) (_ *instance, done func(), _ error) {
+func (p *Proxy) choose(pol Policy, role string, pool []*instance, blocks []uint64, promptTokens int, cached map[string]TierBlocks) (_ *instance, done func(), _ error) {
 	cands, loads, err := p.candidates(role, pool)
 	if err != nil {
 		return nil, nil, err
+	}
+	if cached != nil {
+		for i, in := range cands {
+			c := cached[in.indexerID()] // absent: nothing cached there
+			loads[i].Cached = &c
+		}
 	}
 	plan := pol.Plan(blocks, promptTokens, loads)
 	in := cands[plan.Index]
@@ -55,4 +63,37 @@ func (p *Proxy) candidates(role string, pool []*instance) ([]*instance, []Load, 
 		return nil, nil, fmt.Errorf("%w: every healthy %s instance (%d) has %d requests in flight; retry later", ErrOverloaded, role, len(cands), max)
 	}
 	return c2, l2, nil
+}
+
+// queryIndexer asks the remote indexer where the prompt's tokens are
+// cached; nil (route without it) when it fails, counted.
+func (p *Proxy) queryIndexer(ctx context.Context, req Body, toks []int) map[string]TierBlocks {
+	model, _ := req["model"].(string)
+	cached, err := p.indexer.query(ctx, model, toks)
+	if err != nil {
+		p.mIndexer.WithLabelValues("error").Inc()
+		p.log.Debug("indexer query failed: routing without it", "err", err)
+		return nil
+	}
+	p.mIndexer.WithLabelValues("ok").Inc()
+	return cached
+}
+
+// promptTokens is the request's prompt as its engine tokenizes it
+// (Config.Tokenizer); nil when that failed (counted).
+func (p *Proxy) promptTokens(ctx context.Context, endpoint string, req Body) []int {
+	var engineURL string
+	for _, in := range p.prefill {
+		if h, _, _ := in.snapshot(); h {
+			engineURL = in.url
+			break
+		}
+	}
+	toks, err := p.tok.tokens(ctx, endpoint, req, engineURL)
+	if err != nil {
+		p.mTokenize.Inc()
+		p.log.Debug("prompt not tokenized: routing without cache information", "err", err)
+		return nil
+	}
+	return toks
 }

@@ -5,7 +5,9 @@
 // serving, 503 before and during shutdown), GET /metrics (Prometheus text:
 // time to first token and time per output token histograms, running and
 // waiting requests, KV blocks used/free/cached, prefix-cache hit rate,
-// token and request counters).
+// token and request counters), POST /tokenize (vLLM's: {"prompt"} or
+// {"messages"} to {"count", "max_model_len", "tokens", "token_strs"}, the
+// ids the same request would run with, for routers that name KV blocks).
 //
 // Requests: prompt as a string (encoded with the byte-level tokenizer after
 // <|bos|>) or as token ids; messages for chat (string content or text parts,

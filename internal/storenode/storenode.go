@@ -2,8 +2,10 @@ package storenode
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +22,8 @@ import (
 type Config struct {
 	Master       string          // master gRPC address "host:port", or "etcd://h1:2379;h2:2379[/CLUSTER]" for an HA cluster
 	Secret       string          // cluster secret the master needs for the unmount on Close (store.Config.Secret)
+	Token        string          // tenant credential (store.Config.Token); "" with tenants on: Secret is the credential
+	TLS          *tls.Config     // reach the master over TLS (store.Config.TLS); nil: plaintext
 	SegmentSize  uint64          // bytes contributed to the pool
 	Engine       transfer.Config // the node's transfer engine
 	PingInterval time.Duration   // liveness ping period (1s)
@@ -83,7 +87,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Engine.Logger = cfg.Logger
 	}
 	n := &Node{size: cfg.SegmentSize, log: cfg.Logger}
-	scfg := store.Config{Master: cfg.Master, Secret: cfg.Secret, SegmentSize: cfg.SegmentSize,
+	scfg := store.Config{Master: cfg.Master, Secret: cfg.Secret, Token: cfg.Token, TLS: cfg.TLS, SegmentSize: cfg.SegmentSize,
 		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, RPCTimeout: cfg.RPCTimeout, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger}
 	if cfg.EnableOffload {
 		if err := n.startDisk(cfg); err != nil {
@@ -155,6 +159,11 @@ func (n *Node) Handler() http.Handler {
 		}
 		fmt.Fprintf(w, "# HELP mooncake_storenode_remount_pending 1 while a failed remount waits for its retry (the master may not know all the node's objects).\n# TYPE mooncake_storenode_remount_pending gauge\nmooncake_storenode_remount_pending{segment=%q} %d\n", seg, pending)
 		fmt.Fprintf(w, "# HELP mooncake_storenode_ping_failures Consecutive failed pings to the master.\n# TYPE mooncake_storenode_ping_failures gauge\nmooncake_storenode_ping_failures{segment=%q} %d\n", seg, h.PingFailures)
+		if g := n.eng.GrantStats(); g != (grant.Stats{}) {
+			fmt.Fprintf(w, "# HELP mooncake_storenode_grants_verified_total Data-path grants that verified.\n# TYPE mooncake_storenode_grants_verified_total counter\nmooncake_storenode_grants_verified_total{segment=%q} %d\n", seg, g.Verified)
+			fmt.Fprintf(w, "# HELP mooncake_storenode_grants_refused_total Data-path grants refused (forged, expired, unknown key, other segment, revoked).\n# TYPE mooncake_storenode_grants_refused_total counter\nmooncake_storenode_grants_refused_total{segment=%q} %d\n", seg, g.Refused)
+			fmt.Fprintf(w, "# HELP mooncake_storenode_transfers_denied_total Incoming READs and WRITEs no valid grant covered (nothing touched).\n# TYPE mooncake_storenode_transfers_denied_total counter\nmooncake_storenode_transfers_denied_total{segment=%q} %d\n", seg, g.Denied)
+		}
 		if n.disk != nil {
 			used, objects, reads := n.disk.Usage()
 			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_bytes Bytes held by the disk tier.\n# TYPE mooncake_storenode_disk_bytes gauge\nmooncake_storenode_disk_bytes{segment=%q} %d\n", seg, used)

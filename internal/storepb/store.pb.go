@@ -172,11 +172,16 @@ func (x *Segment) GetPromotionOnHit() bool {
 }
 
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Segment       string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
-	Endpoint      string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Addr          uint64                 `protobuf:"varint,3,opt,name=addr,proto3" json:"addr,omitempty"`
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Segment  string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	Endpoint string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Addr     uint64                 `protobuf:"varint,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Size     uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// A signed grant (internal/grant) for this replica's extent, when the
+	// master has a grant key: WRITE on a placement, READ on a replica list.
+	// The client passes it with its transfers; storage nodes that check
+	// grants refuse transfers without one.
+	Grant         []byte `protobuf:"bytes,5,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -237,6 +242,13 @@ func (x *Replica) GetSize() uint64 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *Replica) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type ReplicateConfig struct {
@@ -345,7 +357,9 @@ type HeaderRef struct {
 	Seq      uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Evicted to the disk tier: the node copies the object to disk before
 	// zeroing its header (the whole object stays allocated until then).
-	Offload       bool `protobuf:"varint,6,opt,name=offload,proto3" json:"offload,omitempty"`
+	Offload bool `protobuf:"varint,6,opt,name=offload,proto3" json:"offload,omitempty"`
+	// A WRITE grant for the header, for the client that zeroes it.
+	Grant         []byte `protobuf:"bytes,7,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -420,6 +434,13 @@ func (x *HeaderRef) GetOffload() bool {
 		return x.Offload
 	}
 	return false
+}
+
+func (x *HeaderRef) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type PingRequest struct {
@@ -746,7 +767,10 @@ func (x *MountSegmentRequest) GetSegment() *Segment {
 // restore session; the following calls carry restore_id and chunk 1, 2, ...
 // Each segment's objects are sent in offset order across the chunks. The
 // call with more false ends the session. A single call with restore_id 0
-// and more false is a whole remount.
+// and more false is a whole remount. A master that answers the first call
+// with window > 0 takes the following chunks up to window ahead of the one
+// it decides: the client may have that many calls in flight at once; the
+// master decides them in chunk order.
 type RemountSegmentsRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -758,7 +782,10 @@ type RemountSegmentsRequest struct {
 	// The chunk's number in the session (0 on the first call).
 	Chunk uint32 `protobuf:"varint,5,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	// More chunks follow.
-	More          bool `protobuf:"varint,6,opt,name=more,proto3" json:"more,omitempty"`
+	More bool `protobuf:"varint,6,opt,name=more,proto3" json:"more,omitempty"`
+	// First call: how many objects the whole session reports (a hint the
+	// master sizes its tables by; 0: unknown).
+	Total         uint64 `protobuf:"varint,7,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -835,6 +862,13 @@ func (x *RemountSegmentsRequest) GetMore() bool {
 	return false
 }
 
+func (x *RemountSegmentsRequest) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
 type RemountSegmentsResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Status   *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -843,7 +877,10 @@ type RemountSegmentsResponse struct {
 	// Headers of refused objects to zero.
 	Tombstones []*HeaderRef `protobuf:"bytes,4,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
 	// The restore session (the first call's answer while more chunks follow).
-	RestoreId     uint64 `protobuf:"varint,5,opt,name=restore_id,json=restoreId,proto3" json:"restore_id,omitempty"`
+	RestoreId uint64 `protobuf:"varint,5,opt,name=restore_id,json=restoreId,proto3" json:"restore_id,omitempty"`
+	// First call's answer: how many chunks past the one being decided the
+	// master takes (0: send the next chunk only after this answer).
+	Window        uint32 `protobuf:"varint,6,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -909,6 +946,13 @@ func (x *RemountSegmentsResponse) GetTombstones() []*HeaderRef {
 func (x *RemountSegmentsResponse) GetRestoreId() uint64 {
 	if x != nil {
 		return x.RestoreId
+	}
+	return 0
+}
+
+func (x *RemountSegmentsResponse) GetWindow() uint32 {
+	if x != nil {
+		return x.Window
 	}
 	return 0
 }
@@ -1101,8 +1145,13 @@ type PutStartResponse struct {
 	Replicas []*Replica             `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// Durable masters: the put's sequence number and the length of the
 	// object header the client writes at each replica's addr - header_len.
-	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
-	HeaderLen     uint64 `protobuf:"varint,4,opt,name=header_len,json=headerLen,proto3" json:"header_len,omitempty"`
+	Seq       uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	HeaderLen uint64 `protobuf:"varint,4,opt,name=header_len,json=headerLen,proto3" json:"header_len,omitempty"`
+	// Tenants: the namespace the caller's keys live under on the master
+	// ("" without tenants, and for admins). A durable put's header carries
+	// key_prefix + key, so that a restart restores the object in its
+	// tenant's namespace; header_len counts it.
+	KeyPrefix     string `protobuf:"bytes,21,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1163,6 +1212,13 @@ func (x *PutStartResponse) GetHeaderLen() uint64 {
 		return x.HeaderLen
 	}
 	return 0
+}
+
+func (x *PutStartResponse) GetKeyPrefix() string {
+	if x != nil {
+		return x.KeyPrefix
+	}
+	return ""
 }
 
 type BatchPutStartRequest struct {
@@ -2788,12 +2844,13 @@ const file_store_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x19\n" +
 	"\bdisk_url\x18\x05 \x01(\tR\adiskUrl\x12(\n" +
 	"\x10offload_on_evict\x18\x06 \x01(\bR\x0eoffloadOnEvict\x12(\n" +
-	"\x10promotion_on_hit\x18\a \x01(\bR\x0epromotionOnHit\"g\n" +
+	"\x10promotion_on_hit\x18\a \x01(\bR\x0epromotionOnHit\"}\n" +
 	"\aReplica\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\x04R\x04addr\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\xfe\x01\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x14\n" +
+	"\x05grant\x18\x05 \x01(\fR\x05grant\"\xfe\x01\n" +
 	"\x0fReplicateConfig\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12-\n" +
 	"\x12preferred_segments\x18\x02 \x03(\tR\x11preferredSegments\x12\x19\n" +
@@ -2802,14 +2859,15 @@ const file_store_proto_rawDesc = "" +
 	"\bhard_pin\x18\x05 \x01(\bR\ahardPin\x12\x1f\n" +
 	"\vpromote_seq\x18\x06 \x01(\x04R\n" +
 	"promoteSeq\x12\"\n" +
-	"\rkeep_soft_pin\x18\a \x01(\bR\vkeepSoftPin\"\x99\x01\n" +
+	"\rkeep_soft_pin\x18\a \x01(\bR\vkeepSoftPin\"\xaf\x01\n" +
 	"\tHeaderRef\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\x04R\x04addr\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x18\n" +
-	"\aoffload\x18\x06 \x01(\bR\aoffload\"\xda\x01\n" +
+	"\aoffload\x18\x06 \x01(\bR\aoffload\x12\x14\n" +
+	"\x05grant\x18\a \x01(\fR\x05grant\"\xda\x01\n" +
 	"\vPingRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
 	"\x06zeroed\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\x06zeroed\x126\n" +
@@ -2839,7 +2897,7 @@ const file_store_proto_rawDesc = "" +
 	" \x01(\bR\x04disk\"h\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
-	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"\xef\x01\n" +
+	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"\x85\x02\n" +
 	"\x16RemountSegmentsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x126\n" +
 	"\bsegments\x18\x02 \x03(\v2\x1a.mooncake.store.v1.SegmentR\bsegments\x127\n" +
@@ -2847,7 +2905,8 @@ const file_store_proto_rawDesc = "" +
 	"\n" +
 	"restore_id\x18\x04 \x01(\x04R\trestoreId\x12\x14\n" +
 	"\x05chunk\x18\x05 \x01(\rR\x05chunk\x12\x12\n" +
-	"\x04more\x18\x06 \x01(\bR\x04more\"\xdf\x01\n" +
+	"\x04more\x18\x06 \x01(\bR\x04more\x12\x14\n" +
+	"\x05total\x18\a \x01(\x04R\x05total\"\xf7\x01\n" +
 	"\x17RemountSegmentsResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x1a\n" +
 	"\brestored\x18\x02 \x01(\x03R\brestored\x12\x18\n" +
@@ -2856,7 +2915,8 @@ const file_store_proto_rawDesc = "" +
 	"tombstones\x18\x04 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
 	"tombstones\x12\x1d\n" +
 	"\n" +
-	"restore_id\x18\x05 \x01(\x04R\trestoreId\"+\n" +
+	"restore_id\x18\x05 \x01(\x04R\trestoreId\x12\x16\n" +
+	"\x06window\x18\x06 \x01(\rR\x06window\"+\n" +
 	"\fLeaveRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"c\n" +
 	"\x15UnmountSegmentRequest\x12\x1b\n" +
@@ -2868,13 +2928,15 @@ const file_store_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12:\n" +
 	"\x06config\x18\x04 \x01(\v2\".mooncake.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
-	"\x06upsert\x18\x05 \x01(\bR\x06upsert\"\xae\x01\n" +
+	"\x06upsert\x18\x05 \x01(\bR\x06upsert\"\xcd\x01\n" +
 	"\x10PutStartResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x126\n" +
 	"\breplicas\x18\x02 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
-	"header_len\x18\x04 \x01(\x04R\theaderLen\"N\n" +
+	"header_len\x18\x04 \x01(\x04R\theaderLen\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\x15 \x01(\tR\tkeyPrefix\"N\n" +
 	"\x14BatchPutStartRequest\x126\n" +
 	"\x04puts\x18\x01 \x03(\v2\".mooncake.store.v1.PutStartRequestR\x04puts\"V\n" +
 	"\x15BatchPutStartResponse\x12=\n" +

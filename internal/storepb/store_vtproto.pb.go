@@ -177,6 +177,13 @@ func (m *Replica) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.Grant) > 0 {
+		i -= len(m.Grant)
+		copy(dAtA[i:], m.Grant)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Grant)))
+		i--
+		dAtA[i] = 0x2a
+	}
 	if m.Size != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Size))
 		i--
@@ -320,6 +327,13 @@ func (m *HeaderRef) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.Grant) > 0 {
+		i -= len(m.Grant)
+		copy(dAtA[i:], m.Grant)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Grant)))
+		i--
+		dAtA[i] = 0x3a
 	}
 	if m.Offload {
 		i--
@@ -703,6 +717,11 @@ func (m *RemountSegmentsRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Total != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Total))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.More {
 		i--
 		if m.More {
@@ -786,6 +805,11 @@ func (m *RemountSegmentsResponse) MarshalToSizedBufferVT(dAtA []byte) (int, erro
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Window != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Window))
+		i--
+		dAtA[i] = 0x30
 	}
 	if m.RestoreId != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RestoreId))
@@ -1020,6 +1044,15 @@ func (m *PutStartResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.KeyPrefix) > 0 {
+		i -= len(m.KeyPrefix)
+		copy(dAtA[i:], m.KeyPrefix)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.KeyPrefix)))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xaa
 	}
 	if m.HeaderLen != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.HeaderLen))
@@ -2660,6 +2693,10 @@ func (m *Replica) SizeVT() (n int) {
 	if m.Size != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Size))
 	}
+	l = len(m.Grant)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2723,6 +2760,10 @@ func (m *HeaderRef) SizeVT() (n int) {
 	}
 	if m.Offload {
 		n += 2
+	}
+	l = len(m.Grant)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2883,6 +2924,9 @@ func (m *RemountSegmentsRequest) SizeVT() (n int) {
 	if m.More {
 		n += 2
 	}
+	if m.Total != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Total))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2911,6 +2955,9 @@ func (m *RemountSegmentsResponse) SizeVT() (n int) {
 	}
 	if m.RestoreId != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.RestoreId))
+	}
+	if m.Window != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Window))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -3000,6 +3047,10 @@ func (m *PutStartResponse) SizeVT() (n int) {
 	}
 	if m.HeaderLen != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.HeaderLen))
+	}
+	l = len(m.KeyPrefix)
+	if l > 0 {
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -4049,6 +4100,40 @@ func (m *Replica) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 5:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Grant", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Grant = append(m.Grant[:0], dAtA[iNdEx:postIndex]...)
+			if m.Grant == nil {
+				m.Grant = []byte{}
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -4441,6 +4526,40 @@ func (m *HeaderRef) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.Offload = bool(v != 0)
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Grant", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Grant = append(m.Grant[:0], dAtA[iNdEx:postIndex]...)
+			if m.Grant == nil {
+				m.Grant = []byte{}
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -5418,6 +5537,25 @@ func (m *RemountSegmentsRequest) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.More = bool(v != 0)
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Total", wireType)
+			}
+			m.Total = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Total |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -5592,6 +5730,25 @@ func (m *RemountSegmentsResponse) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.RestoreId |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Window", wireType)
+			}
+			m.Window = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Window |= uint32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
@@ -6162,6 +6319,38 @@ func (m *PutStartResponse) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 21:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field KeyPrefix", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.KeyPrefix = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -28,7 +28,20 @@ type instanceEvents struct {
 	i int
 }
 
-func (f *eventFeed) instance(i int) CacheEvents { return instanceEvents{f, i} }
+func (f *eventFeed) Events(i int) CacheEvents { return instanceEvents{f, i} }
+
+// Prefixes flushes the pending events into the index and reads each
+// instance's prefix of ids from it.
+func (f *eventFeed) Prefixes(ids []int64, into []int) error {
+	if err := f.flush(); err != nil {
+		return err
+	}
+	keys := f.keys(ids)
+	for i := range into {
+		into[i] = f.index.Matched(f.name(i), keys)
+	}
+	return nil
+}
 
 func (e instanceEvents) Stored(id int64) {
 	e.f.pending[e.i] = append(e.f.pending[e.i], kvevents.BlockStored{BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(id))},

@@ -87,6 +87,20 @@ type RouteConfig struct {
 	// msgpack-encoded and decoded, into a kvevents.Index) instead of
 	// reading the caches (its own bookkeeping).
 	EventsFed bool
+	// Feed, if set, is where the router learns the prefixes instead (a
+	// remote indexer fed over the network, internal/bench/conductortrace);
+	// it overrides EventsFed. A feed serves one run.
+	Feed PrefixFeed
+}
+
+// PrefixFeed is a router's view of the instances' caches built from their
+// cache events.
+type PrefixFeed interface {
+	// Events is what instance i's cache announces its changes to.
+	Events(instance int) CacheEvents
+	// Prefixes sets into[i] to the leading blocks of ids instance i holds,
+	// once everything announced so far is applied.
+	Prefixes(ids []int64, into []int) error
 }
 
 // DefaultRouteConfig returns the defaults: 4 instances of 10000 blocks; a
@@ -258,16 +272,17 @@ func SimulateRouting(reqs []Request, r Router, c RouteConfig) (RouteResult, erro
 		return RouteResult{}, err
 	}
 	caches := make([]*Cache, c.Instances)
-	var feed *eventFeed
-	if c.EventsFed {
+	feed := c.Feed
+	if feed == nil && c.EventsFed {
 		feed = newEventFeed(c.Instances)
 	}
 	for i := range caches {
 		caches[i] = NewCache(LRU, c.CapacityBlocks)
 		if feed != nil {
-			caches[i].Events = feed.instance(i)
+			caches[i].Events = feed.Events(i)
 		}
 	}
+	fed := make([]int, c.Instances)
 	freeAt := make([]float64, c.Instances)
 	views := make([]InstanceView, c.Instances)
 	res := RouteResult{Router: r}
@@ -277,17 +292,15 @@ func SimulateRouting(reqs []Request, r Router, c RouteConfig) (RouteResult, erro
 		now := float64(req.Timestamp) / 1000
 		res.Requests++
 		isolated += c.Cost.Prefill(req.InputLength, 0)
-		var keys []uint64
 		if feed != nil {
-			if err := feed.flush(); err != nil {
+			if err := feed.Prefixes(req.HashIDs, fed); err != nil {
 				return res, err
 			}
-			keys = feed.keys(req.HashIDs)
 		}
 		for i := range views {
 			views[i] = InstanceView{Queue: max(0, freeAt[i]-now), Prefix: caches[i].Prefix(req.HashIDs)}
 			if feed != nil {
-				views[i].Prefix = feed.index.Matched(feed.name(i), keys)
+				views[i].Prefix = fed[i]
 			}
 		}
 		ch := c.Pick(r, req.InputLength, views, k)

@@ -126,6 +126,12 @@ const (
 
 	OpRead  byte = 0
 	OpWrite byte = 1
+	// OpGrant installs a grant (package internal/grant) on the lane: its
+	// payload (Length bytes, at most MaxGrant) is the encoded grant. The
+	// server sends no response; a grant that does not verify is dropped,
+	// and the READs and WRITEs it was meant to cover are answered
+	// StatusDenied.
+	OpGrant byte = 2
 
 	FlagCRC byte = 1
 
@@ -133,6 +139,10 @@ const (
 	StatusRejected   byte = 1 // bounds check failed or not registered
 	StatusChecksum   byte = 2 // payload CRC mismatch
 	StatusBadRequest byte = 3
+	StatusDenied     byte = 4 // no valid grant covers the range
+
+	// MaxGrant bounds an OpGrant payload.
+	MaxGrant = 20 << 10
 )
 
 // Both data headers start alike: the opcode or status, the flags, two
@@ -182,8 +192,11 @@ func DecodeReqHeader(b []byte, maxLen uint64) (ReqHeader, error) {
 	var h ReqHeader
 	h.Op, h.Flags, h.CRC, h.ID = prefix(b)
 	h.Addr, h.Length = binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
-	if h.Op != OpRead && h.Op != OpWrite {
+	if h.Op != OpRead && h.Op != OpWrite && h.Op != OpGrant {
 		return ReqHeader{}, fmt.Errorf("%w: opcode %d", ErrBadFrame, h.Op)
+	}
+	if h.Op == OpGrant && h.Length > MaxGrant {
+		return ReqHeader{}, fmt.Errorf("%w: grant of %d bytes", ErrFrameTooLarge, h.Length)
 	}
 	if err := checkReserved(b); err != nil {
 		return ReqHeader{}, err
@@ -218,7 +231,7 @@ func DecodeRespHeader(b []byte, maxLen uint64) (RespHeader, error) {
 	var h RespHeader
 	h.Status, h.Flags, h.CRC, h.ID = prefix(b)
 	h.Length = binary.LittleEndian.Uint64(b[16:])
-	if h.Status > StatusBadRequest {
+	if h.Status > StatusDenied {
 		return RespHeader{}, fmt.Errorf("%w: status %d", ErrBadFrame, h.Status)
 	}
 	if err := checkReserved(b); err != nil {

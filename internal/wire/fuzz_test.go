@@ -57,7 +57,7 @@ func FuzzDecodeHeaders(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		const max = 1 << 20
 		if h, err := DecodeReqHeader(in, max); err == nil {
-			if h.Length > max || (h.Op != OpRead && h.Op != OpWrite) {
+			if h.Length > max || (h.Op != OpRead && h.Op != OpWrite && h.Op != OpGrant) || (h.Op == OpGrant && h.Length > MaxGrant) {
 				t.Fatalf("accepted %+v", h)
 			}
 			var out [ReqHeaderSize]byte
@@ -67,7 +67,7 @@ func FuzzDecodeHeaders(f *testing.F) {
 			}
 		}
 		if h, err := DecodeRespHeader(in, max); err == nil {
-			if h.Length > max || h.Status > StatusBadRequest {
+			if h.Length > max || h.Status > StatusDenied {
 				t.Fatalf("accepted %+v", h)
 			}
 			var out [RespHeaderSize]byte

@@ -19,6 +19,11 @@ type Buffer struct {
 	Location  string `json:"location,omitempty"`
 	Shareable bool   `json:"shareable,omitempty"`
 	ID        uint64 `json:"id,omitempty"`
+	// CUDAIPC is, for GPU memory, the hex CUDA IPC handle of the allocation
+	// holding the buffer, and AllocBase that allocation's base address:
+	// same-host peers open it and copy device to device.
+	CUDAIPC   string `json:"cuda_ipc,omitempty"`
+	AllocBase uint64 `json:"alloc_base,omitempty"`
 }
 
 // Segment describes a peer engine and its registered buffers.

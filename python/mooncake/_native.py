@@ -44,6 +44,13 @@ _PROTOTYPES = {
     "mc_engine_notify": (_c_i64, [_c_i64, _c_str, _c_str, _c_ptr, _c_i64]),
     "mc_engine_notifies": (_c_i64, [_c_i64, ctypes.POINTER(_c_ptr)]),
     "mc_engine_topology": (_c_i64, [_c_i64, ctypes.POINTER(_c_ptr)]),
+    # GPU memory (_cuda)
+    "mc_cuda_supported": (_c_i64, []),
+    "mc_cuda_device": (_c_i64, [_c_u64]),
+    "mc_cuda_memcpy": (_c_i64, [_c_u64, _c_u64, _c_u64]),
+    "mc_cuda_stream_sync": (_c_i64, [_c_i64, _c_u64]),
+    "mc_cuda_alloc": (_c_u64, [_c_i64, _c_u64]),
+    "mc_cuda_free": (_c_i64, [_c_i64, _c_u64]),
     # store client
     "mc_store_open_ex": (_c_i64, [_c_str, _c_str, _c_u64, _c_u64, _c_str, _c_str, _c_str, _c_str]),
     "mc_store_close": (_c_i64, [_c_i64]),

@@ -3,7 +3,7 @@
 import ctypes
 import json
 
-from . import _native
+from . import _cuda, _native
 from ._store_base import ErrorCode, _buffer_ptr, _key, _keys, log
 from ._store_types import ReplicateConfig, SoftPinAction
 
@@ -90,8 +90,9 @@ class PutMixin(object):
                                                                                      not metadata_buffer_ptr):
             log.error("mooncake: put_from_with_metadata: bad buffer")
             return ErrorCode.INVALID_PARAMS
-        value = ctypes.string_at(int(metadata_buffer_ptr), int(metadata_size)) if metadata_size else b""
-        value += ctypes.string_at(int(buffer_ptr), int(size)) if size else b""
+        # either may be device memory: _cuda reads it with the driver
+        value = _cuda.to_host(int(metadata_buffer_ptr), int(metadata_size)) if metadata_size else b""
+        value += _cuda.to_host(int(buffer_ptr), int(size)) if size else b""
         keep, ptr, n = _buffer_ptr(value)
         rc = self._put1("put_from_with_metadata", key, ptr, n, config, False, False)
         del keep

@@ -77,7 +77,7 @@ class SetupMixin(object):
     def setup(self, local_hostname=None, metadata_server=None, global_segment_size=None, local_buffer_size=None,
               protocol=None, rdma_devices=None, master_server_addr=None, engine=None, enable_ssd_offload=False,
               ssd_offload_path="", tenant_id="default", enable_client_http_server=False, client_http_port=9300,
-              config=None):
+              config=None, tenant_token=None):
         """Connects to the master and, when global_segment_size > 0, contributes that much memory.
 
         Mooncake's two forms: ``setup(local_hostname, metadata_server, global_segment_size,
@@ -87,8 +87,11 @@ class SetupMixin(object):
         dict (Mooncake's keys) or a MooncakeConfig object. Positional arguments left out come
         from MOONCAKE_CONFIG_PATH / MOONCAKE_* (mooncake.config). Sizes may be strings
         ("16MB", "4gb"). ``enable_ssd_offload=True`` puts a disk tier behind this client's
-        segment (``ssd_offload_path``, else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``); tenants
-        and the client HTTP server are accepted and ignored with a warning. Returns 0, or a negative code.
+        segment (``ssd_offload_path``, else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``). A master with
+        tenants (docs/security.md) knows a client's tenant by its token: ``tenant_token`` (else the
+        config's, else ``MOONCAKE_TENANT_TOKEN``); ``tenant_id`` is not a credential and only
+        logged. The client HTTP server is accepted and ignored with a warning. Returns 0, or a
+        negative code.
         """
         if config is None and local_hostname is not None and not isinstance(local_hostname, (str, bytes)):
             config, local_hostname = local_hostname, None
@@ -113,6 +116,8 @@ class SetupMixin(object):
                 cfg.device_name = str(rdma_devices)
             if master_server_addr is not None:
                 cfg.master_server_address = str(master_server_addr)
+            if tenant_token is not None:
+                cfg.tenant_token = str(tenant_token)
             ssd = _bool(enable_ssd_offload)
             http = _bool(enable_client_http_server)
         except (ValueError, OSError) as exc:
@@ -133,8 +138,9 @@ class SetupMixin(object):
         elif ssd_offload_path:
             log.warning("mooncake: setup: ssd_offload_path %r is ignored without enable_ssd_offload=True",
                         ssd_offload_path)
-        if tenant_id not in (None, "", "default"):
-            log.warning("mooncake: setup: tenants are not supported; tenant_id %r is ignored", tenant_id)
+        if tenant_id not in (None, "", "default") and not cfg.tenant_token:
+            log.warning("mooncake: setup: tenant_id %r is not a credential: a master with tenants knows a "
+                        "client's tenant by its token (tenant_token or MOONCAKE_TENANT_TOKEN); ignored", tenant_id)
         if http:
             log.warning("mooncake: setup: the client HTTP server (port %s) is not supported; not started",
                         client_http_port)
@@ -146,7 +152,7 @@ class SetupMixin(object):
             d = {}
             for k in ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size", "protocol",
                       "device_name", "master_server_address", "enable_ssd_offload", "ssd_offload_path", "tenant_id",
-                      "enable_client_http_server", "client_http_port"):
+                      "enable_client_http_server", "client_http_port", "tenant_token"):
                 if getattr(config, k, None) is not None:
                     d[k] = getattr(config, k)
             config = d
@@ -158,7 +164,7 @@ class SetupMixin(object):
         known = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size", "protocol",
                  "rdma_devices", "device_name", "master_server_addr", "master_server_address", "ipc_socket_path",
                  "enable_ssd_offload", "ssd_offload_path", "tenant_id", "enable_client_http_server",
-                 "client_http_port"}
+                 "client_http_port", "tenant_token"}
         for k in sorted(set(d) - known):
             log.warning("mooncake: setup: unknown config key %r ignored", k)
         if d.get("ipc_socket_path"):
@@ -171,7 +177,7 @@ class SetupMixin(object):
             enable_ssd_offload=d.get("enable_ssd_offload", False), ssd_offload_path=d.get("ssd_offload_path") or "",
             tenant_id=d.get("tenant_id") or "default",
             enable_client_http_server=d.get("enable_client_http_server", False),
-            client_http_port=d.get("client_http_port", 9300))
+            client_http_port=d.get("client_http_port", 9300), tenant_token=d.get("tenant_token"))
 
     def _open(self, cfg, disk=None):
         host = cfg.local_hostname
@@ -183,7 +189,12 @@ class SetupMixin(object):
             if self._h:
                 log.error("mooncake: setup: store already set up")
                 return ErrorCode.INVALID_PARAMS
-            opts = json.dumps({"disk": disk}) if disk else ""
+            o = {}
+            if disk:
+                o["disk"] = disk
+            if getattr(cfg, "tenant_token", ""):
+                o["token"] = cfg.tenant_token
+            opts = json.dumps(o) if o else ""
             h = self._lib.mc_store_open_ex(_native.cstr(host), _native.cstr(cfg.metadata_server),
                                            cfg.global_segment_size, cfg.local_buffer_size, _native.cstr(cfg.protocol),
                                            _native.cstr(cfg.device_name), _native.cstr(cfg.master_server_address),

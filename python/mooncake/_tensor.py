@@ -190,10 +190,17 @@ def shape_of(t):
 
 
 def inspect(t, what="tensor", require_contiguous=False):
-    """An Inspected for a CPU torch tensor or numpy array; TensorError when unsupported."""
+    """An Inspected for a torch tensor or numpy array; TensorError when unsupported.
+
+    A CUDA tensor is copied to host memory first (the object is encoded and
+    checksummed there); other devices are refused.
+    """
     if _is_torch(t):
-        if getattr(t, "device", None) is not None and str(t.device) != "cpu":
-            raise TensorError("%s is on %s: only CPU tensors are supported" % (what, t.device))
+        dev = str(getattr(t, "device", "cpu"))
+        if dev.startswith("cuda"):
+            t = t.detach().to("cpu")
+        elif dev != "cpu":
+            raise TensorError("%s is on %s: only CPU and CUDA tensors are supported" % (what, t.device))
         if require_contiguous and not t.is_contiguous():
             raise TensorError("%s must be contiguous" % what)
         t = t.contiguous()
@@ -257,9 +264,41 @@ def decode(buf, total=None, copy=False):
 
 
 def decode_at(ptr, total):
-    """A tensor viewing process memory [ptr, +total) (the *_into calls)."""
+    """A tensor viewing process memory [ptr, +total) (the *_into calls).
+
+    In device memory (a CUDA buffer): a CUDA tensor viewing the buffer when
+    torch has CUDA, else a host copy; the header is read with the driver.
+    """
+    from . import _cuda
+    dev = _cuda.device_of(ptr) if total else -1
+    if dev >= 0:
+        return _decode_device(ptr, total, dev)
     buf = (ctypes.c_char * total).from_address(ptr) if total else bytearray()
     return decode(buf, total)
+
+
+class _CudaArray(object):
+    """Device memory described by __cuda_array_interface__ (torch.as_tensor views it)."""
+
+    def __init__(self, ptr, shape, typestr):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (int(ptr), False),
+                                         "version": 3, "strides": None}
+
+
+def _decode_device(ptr, total, dev):
+    from . import _cuda
+    torch = _torch()
+    if torch is None or not torch.cuda.is_available():
+        return decode(bytearray(_cuda.to_host(ptr, total)), total)  # no CUDA torch: a host copy
+    h = Header.parse(_cuda.to_host(ptr, min(total, HEADER_SIZE)), total)
+    name, _size, storage, tname = _DTYPES[h.dtype]
+    tdt = getattr(torch, tname, None)
+    if tdt is None:
+        raise TensorError("dtype %s needs a torch that has it" % name)
+    if h.data_bytes == 0:
+        return torch.empty(h.local_shape, dtype=tdt, device="cuda:%d" % dev)
+    raw = torch.as_tensor(_CudaArray(ptr + h.data_offset, (h.data_bytes,), "|u1"), device="cuda:%d" % dev)
+    return raw.view(tdt).reshape(h.local_shape)
 
 
 def shard_range(dim, rank, count):

@@ -9,6 +9,7 @@ mismatched arguments gives ``[-600] * len(keys)``.
 import ctypes
 import logging
 
+from . import _cuda
 from . import _tensor as T
 
 log = logging.getLogger("mooncake")
@@ -232,7 +233,7 @@ class TensorAPI(object):
         """The tensor in [ptr, +size) (a validated object), or raises TensorError."""
         if not ptr or size < T.HEADER_SIZE:
             raise T.TensorError("%s: buffer is null or smaller than the tensor header" % what)
-        return T.decode_at(int(ptr), int(size))
+        return T.decode_at(int(ptr), int(size))  # device memory: read with the driver
 
     def _put_from(self, what, keys, ptrs, sizes, upsert=False, config=None):
         keys = list(keys)
@@ -377,12 +378,51 @@ class TensorAPI(object):
         return self.batch_get_tensor_into([T.tp_key(k, tp_rank) for k in base_keys], buffer_ptrs, sizes)
 
     def get_tensor_into_cuda(self, key, tensor):
-        _fail("get_tensor_into_cuda", "CUDA IPC tensor reads need CUDA and a dummy client")
+        """Reads the tensor stored under key into an existing CUDA tensor of the same dtype and
+        size (its data only). Bytes read, or negative. The object is read and checked in host
+        memory, then copied to the device."""
+        return self.batch_get_tensor_into_cuda([key], [tensor])[0]
         return _INVALID
 
     def batch_get_tensor_into_cuda(self, keys, tensors_list):
-        _fail("batch_get_tensor_into_cuda", "CUDA IPC tensor reads need CUDA and a dummy client")
-        return [_INVALID] * len(keys)
+        what = "batch_get_tensor_into_cuda"
+        keys = list(keys)
+        tensors = list(tensors_list) if tensors_list is not None else []
+        out = [_INVALID] * len(keys)
+        if not self._is_set_up(what):
+            return out
+        if len(keys) != len(tensors):
+            _fail(what, "keys and tensors differ in length")
+            return out
+        if not _cuda.supported():
+            _fail(what, "no CUDA device (SUPPORT_CUDA is False)")
+            return out
+        for i, (k, t) in enumerate(zip(keys, tensors)):
+            try:
+                ptr, nbytes = int(t.data_ptr()), int(t.numel() * t.element_size())
+                if not t.is_contiguous() or (nbytes and _cuda.device_of(ptr) < 0):
+                    raise T.TensorError("destination for %s is not a contiguous CUDA tensor" % k)
+            except (AttributeError, T.TensorError) as e:
+                _fail(what, e)
+                continue
+            rc, data = self._get_rc(k)
+            if rc < 0:
+                if rc != -704:
+                    _fail(what, "get %s failed: %d" % (k, rc))
+                out[i] = rc
+                continue
+            try:
+                h = T.Header.parse(data, rc)
+                if h.data_bytes != nbytes or T.dtype_code(t) != h.dtype:
+                    raise T.TensorError("%s: stored tensor (%d bytes, dtype %d) does not fit the destination "
+                                        "(%d bytes, dtype %d)" % (k, h.data_bytes, h.dtype, nbytes, T.dtype_code(t)))
+                if nbytes:
+                    _cuda.from_host(ptr, bytes(data[h.data_offset:h.data_offset + nbytes]))
+            except (T.TensorError, ValueError, OSError) as e:
+                _fail(what, e)
+                continue
+            out[i] = nbytes
+        return out
 
     # --- parallelism descriptors ----------------------------------------------
 

@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 
-from . import _native
+from . import _cuda, _native
 
 log = logging.getLogger("mooncake")
 
@@ -25,9 +25,12 @@ __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "InnerTransferE
            "SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_EFA", "SUPPORT_MNNVL", "SUPPORT_MUSA", "SUPPORT_INTRA_NVLINK",
            "SUPPORT_CXL", "SharedSegment"]
 
-# Hardware transports this build has (Mooncake's module constants): none of
-# them; TCP and shared memory need no flag.
-SUPPORT_CUDA = False
+# Hardware transports this build has (Mooncake's module constants). CUDA:
+# True when the library found a usable GPU (see _cuda): device memory is then
+# registered and moved like host memory, staged through pinned host buffers
+# over TCP and copied device to device on one host. The others: none; TCP
+# and shared memory need no flag.
+SUPPORT_CUDA = _cuda.supported()
 SUPPORT_HIP = False
 SUPPORT_EFA = False
 SUPPORT_MNNVL = False
@@ -292,7 +295,11 @@ class TransferEngine(_native.Closable):
         if not self._ranges.contains(dest, n):
             log.error("mooncake: write_bytes_to_buffer: [0x%x,+%d) is not inside a registered buffer", dest, n)
             return -1
-        ctypes.memmove(dest, data, n)
+        try:
+            _cuda.from_host(dest, data[:n])  # a plain memmove for host memory
+        except OSError as e:
+            log.error("mooncake: write_bytes_to_buffer: %s", e)
+            return -1
         return 0
 
     def read_bytes_from_buffer(self, source_address, length):
@@ -301,7 +308,11 @@ class TransferEngine(_native.Closable):
         if n < 0 or not self._ranges.contains(src, n):
             log.error("mooncake: read_bytes_from_buffer: [0x%x,+%d) is not inside a registered buffer", src, n)
             return b""
-        return ctypes.string_at(src, n)
+        try:
+            return _cuda.to_host(src, n)  # a plain read for host memory
+        except OSError as e:
+            log.error("mooncake: read_bytes_from_buffer: %s", e)
+            return b""
 
     # --- transfers -------------------------------------------------------
 
@@ -398,27 +409,46 @@ class TransferEngine(_native.Closable):
         return self._async("batch_transfer_async", target_hostname, int(opcode), buffers, peer_buffer_addresses,
                            lengths)
 
-    # CUDA transfers (stream-ordered): this build has no CUDA (SUPPORT_CUDA is False).
+    # CUDA transfers, ordered with a stream. Mooncake queues the transfer as a
+    # host callback of the stream and returns; here the call waits for the
+    # stream's earlier work (cuStreamSynchronize), moves the bytes and
+    # returns when they are in place, so work queued on the stream after the
+    # call sees them too (the same order, with the caller's thread held for
+    # the transfer). Failures raise RuntimeError (Mooncake ends the process).
 
     def _no_cuda(self, what):
-        log.error("mooncake: %s: CUDA is not supported by this build (SUPPORT_CUDA is False)", what)
+        log.error("mooncake: %s: CUDA is not available (SUPPORT_CUDA is False)", what)
         return -1
+
+    def _on_cuda(self, what, target, op, buffers, peer_addresses, lengths, stream_ptr):
+        if not SUPPORT_CUDA:
+            return self._no_cuda(what)
+        dev = max(0, _cuda.device_of(buffers[0]) if len(buffers) else 0)
+        if _cuda.stream_sync(dev, stream_ptr) != 0:
+            raise RuntimeError("%s: waiting for the stream failed: %s" % (what, _native.last_error()))
+        if self._sync(what, target, op, buffers, peer_addresses, lengths) != 0:
+            raise RuntimeError("%s: transfer failed: %s" % (what, _native.last_error()))
+        return None
 
     def transfer_write_on_cuda(self, target_hostname, buffer, peer_buffer_address, length, stream_ptr=0,
                                transport_hint=""):
-        return self._no_cuda("transfer_write_on_cuda")
+        return self._on_cuda("transfer_write_on_cuda", target_hostname, TransferOpcode.Write,
+                             [buffer], [peer_buffer_address], [length], stream_ptr)
 
     def transfer_read_on_cuda(self, target_hostname, buffer, peer_buffer_address, length, stream_ptr=0,
                               transport_hint=""):
-        return self._no_cuda("transfer_read_on_cuda")
+        return self._on_cuda("transfer_read_on_cuda", target_hostname, TransferOpcode.Read,
+                             [buffer], [peer_buffer_address], [length], stream_ptr)
 
     def batch_transfer_write_on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0,
                                      transport_hint=""):
-        return self._no_cuda("batch_transfer_write_on_cuda")
+        return self._on_cuda("batch_transfer_write_on_cuda", target_hostname, TransferOpcode.Write,
+                             list(buffers), list(peer_buffer_addresses), list(lengths), stream_ptr)
 
     def batch_transfer_read_on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0,
                                     transport_hint=""):
-        return self._no_cuda("batch_transfer_read_on_cuda")
+        return self._on_cuda("batch_transfer_read_on_cuda", target_hostname, TransferOpcode.Read,
+                             list(buffers), list(peer_buffer_addresses), list(lengths), stream_ptr)
 
     def warmup_efa_segment(self, segment_name):
         """EFA is not supported by this build (SUPPORT_EFA is False): -1."""

@@ -21,7 +21,7 @@ Behaves as Mooncake's module does:
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 logger = logging.getLogger("mooncake.mooncake_config")
@@ -102,6 +102,9 @@ class MooncakeConfig:
     tenant_id: str = "default"
     enable_client_http_server: bool = False
     client_http_port: int = DEFAULT_CLIENT_HTTP_PORT
+    # Not a Mooncake field: the bearer token of a master with tenants (the
+    # master tells tenants apart by token; tenant_id is not a credential).
+    tenant_token: str = field(default="", repr=False)
 
     def __post_init__(self):
         if not isinstance(self.protocol, str) or not self.protocol.strip():
@@ -142,6 +145,7 @@ class MooncakeConfig:
             tenant_id="default" if tenant is None else str(tenant),
             enable_client_http_server=_parse_bool(d.get("enable_client_http_server", False)),
             client_http_port=int(d.get("client_http_port", DEFAULT_CLIENT_HTTP_PORT)),
+            tenant_token=str(d.get("tenant_token") or ""),
         )
 
     @staticmethod
@@ -167,4 +171,5 @@ class MooncakeConfig:
             tenant_id=os.getenv("MOONCAKE_TENANT_ID", "default"),
             enable_client_http_server=_parse_bool(os.getenv("MOONCAKE_ENABLE_CLIENT_HTTP_SERVER", "false")),
             client_http_port=int(os.getenv("MOONCAKE_CLIENT_HTTP_PORT", DEFAULT_CLIENT_HTTP_PORT)),
+            tenant_token=os.getenv("MOONCAKE_TENANT_TOKEN", ""),
         )

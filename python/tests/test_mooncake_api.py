@@ -181,9 +181,11 @@ class MooncakeConfigModuleTest(unittest.TestCase):
 
 class EngineSurfaceTest(unittest.TestCase):
     def test_constants_and_types(self):
-        for flag in ("SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_EFA", "SUPPORT_MNNVL", "SUPPORT_MUSA",
+        for flag in ("SUPPORT_HIP", "SUPPORT_EFA", "SUPPORT_MNNVL", "SUPPORT_MUSA",
                      "SUPPORT_INTRA_NVLINK", "SUPPORT_CXL"):
             self.assertIs(getattr(mc_engine, flag), False, flag)
+        # SUPPORT_CUDA: whether the library found a usable GPU (tests/test_cuda.py).
+        self.assertIs(mc_engine.SUPPORT_CUDA, mooncake._cuda.supported())
         self.assertIs(TransferEngine.TransferOpcode, TransferOpcode)
         self.assertEqual((int(mc_engine.Read), int(mc_engine.Write)), (0, 1))
         self.assertEqual(TransferOpcode.WRITE, TransferOpcode.Write)
@@ -196,8 +198,9 @@ class EngineSurfaceTest(unittest.TestCase):
         logging.getLogger("mooncake").setLevel(logging.CRITICAL)
         try:
             self.assertIsNone(e.get_engine())
-            self.assertEqual(e.transfer_write_on_cuda("x", 0, 0, 1, stream_ptr=0, transport_hint="rdma"), -1)
-            self.assertEqual(e.batch_transfer_read_on_cuda("x", [0], [0], [1]), -1)
+            if not mc_engine.SUPPORT_CUDA:
+                self.assertEqual(e.transfer_write_on_cuda("x", 0, 0, 1, stream_ptr=0, transport_hint="rdma"), -1)
+                self.assertEqual(e.batch_transfer_read_on_cuda("x", [0], [0], [1]), -1)
             self.assertEqual(e.warmup_efa_segment(segment_name="x"), -1)
         finally:
             logging.getLogger("mooncake").setLevel(logging.NOTSET)

@@ -8,7 +8,10 @@
 // (the median round by GB/s is reported), phases of Config.Duration each:
 // put (upsert of a key set taking a quarter of the pool), batch-put
 // (BatchKeys keys per call), get, batch-get and, store only, get-into (into
-// registered memory); batch phases are skipped above 1 MiB. Result.Rows
+// registered memory); batch phases are skipped above 1 MiB. With Config.Device
+// "cuda" (`--device cuda`) the store also runs put-device and get-into-device:
+// the same puts and gets from and into a GPU buffer of each client
+// (store.PutFromDevice, GetIntoDevice), next to the host rows. Result.Rows
 // holds ops/s (keys), GB/s and p50/p99 per call.
 //
 // Before the first round every client puts a few unmeasured values (its

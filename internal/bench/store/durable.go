@@ -26,14 +26,15 @@ type benchPool struct {
 	closers []func()
 }
 
-func startBenchPool(ctx context.Context, durable bool, segSize uint64, clients, maxSize int, transport string) (*benchPool, error) {
-	p := &benchPool{cfg: masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Core: master.Config{Durable: durable}}}
+func startBenchPool(ctx context.Context, durable bool, segSize uint64, clients, maxSize int, transport string, sec poolSecurity) (*benchPool, error) {
+	p := &benchPool{cfg: masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Core: master.Config{Durable: durable},
+		Tenants: sec.tenants, Secret: sec.secret, TLS: sec.srvTLS, NoLocalSocket: sec.noLocal}}
 	var err error
 	if p.srv, err = masterserver.Start(p.cfg); err != nil {
 		return nil, err
 	}
 	for range 2 {
-		n, err := storenode.Start(ctx, storenode.Config{Master: p.srv.Addr(), SegmentSize: segSize, PingInterval: 50 * time.Millisecond,
+		n, err := storenode.Start(ctx, storenode.Config{Master: p.srv.Addr(), Secret: sec.secret, TLS: sec.cliTLS, SegmentSize: segSize, PingInterval: 50 * time.Millisecond,
 			Engine: transfer.Config{Transport: transport}, UnmountGrace: 100 * time.Millisecond})
 		if err != nil {
 			p.close()
@@ -47,7 +48,8 @@ func startBenchPool(ctx context.Context, durable bool, segSize uint64, clients, 
 			p.close()
 			return nil, err
 		}
-		cl, err := store.New(ctx, store.Config{Master: p.srv.Addr(), Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond})
+		cl, err := store.New(ctx, store.Config{Master: p.srv.Addr(), Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond,
+			Token: sec.token, TLS: sec.cliTLS})
 		if err != nil {
 			eng.Close()
 			p.close()
@@ -122,7 +124,7 @@ func RunDurable(ctx context.Context, c DurableConfig) (*DurableResult, error) {
 	maxClients, maxSize := slices.Max(c.Clients), slices.Max(c.Sizes)
 	pools := map[bool]*benchPool{}
 	for _, durable := range []bool{false, true} {
-		p, err := startBenchPool(ctx, durable, segSize, maxClients, maxSize, c.Transport)
+		p, err := startBenchPool(ctx, durable, segSize, maxClients, maxSize, c.Transport, poolSecurity{})
 		if err != nil {
 			return nil, err
 		}

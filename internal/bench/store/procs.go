@@ -23,8 +23,9 @@ const (
 
 // System names of the rows.
 const (
-	SystemInProcess = "mooncake"      // servers in the bench process
-	SystemProcess   = "mooncake-proc" // servers as their own processes, as redis-server is
+	SystemInProcess = "mooncake"        // servers in the bench process
+	SystemProcess   = "mooncake-proc"   // servers as their own processes, as redis-server is
+	SystemGrants    = "mooncake-grants" // in this process, data-path grants on
 	SystemRedis     = "redis"
 )
 

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/bench/limits"
@@ -47,7 +49,31 @@ type Config struct {
 	// round by round with Redis. The clients always run in this process.
 	Servers string
 	Binary  string // the mooncake binary, for ServersProcess and ServersBoth
+	// Grants: GrantsOff ("" too) runs the in-process cluster without
+	// data-path grants; GrantsOn with them (the master signs, the nodes
+	// check; rows SystemGrants); GrantsBoth runs both clusters, alternated
+	// round by round, so their ratio comes from one run.
+	Grants string
+	// Ops, when set, limits the phases to these (put, batch-put, get,
+	// batch-get, get-into, exist); the put phase always runs before gets.
+	Ops []string
+	// Device "cuda" adds the phases put-device and get-into-device: each
+	// client puts from and gets into a buffer of GPU memory (device 0 of
+	// the CUDA driver at CUDALib, "" libcuda.so.1) through
+	// store.PutFromDevice and GetIntoDevice (device.go). "" or "cpu": none.
+	Device  string
+	CUDALib string
 }
+
+// runs reports whether op is one of the configured phases.
+func (c Config) runs(op string) bool { return len(c.Ops) == 0 || slices.Contains(c.Ops, op) }
+
+// Grants settings (Config.Grants).
+const (
+	GrantsOff  = "off"
+	GrantsOn   = "on"
+	GrantsBoth = "both"
+)
 
 // Validate checks the run before anything starts.
 func (c Config) Validate() error {
@@ -69,10 +95,20 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("bench store: --servers %q: want inproc, process or both", c.Servers)
 	}
+	for _, op := range c.Ops {
+		if !slices.Contains([]string{"put", "batch-put", "get", "batch-get", "get-into", "exist"}, op) {
+			return fmt.Errorf("bench store: --ops: unknown phase %q", op)
+		}
+	}
+	switch c.Grants {
+	case "", GrantsOff, GrantsOn, GrantsBoth:
+	default:
+		return fmt.Errorf("bench store: --grants %q: want off, on or both", c.Grants)
+	}
 	if c.Nodes < 1 || c.Duration <= 0 || c.Rounds < 1 || c.SegmentSize == 0 {
 		return errors.New("--nodes, --rounds and --duration must be positive")
 	}
-	return nil
+	return c.validateDevice()
 }
 
 // Row is one phase's figures (the median round of its configuration).
@@ -86,6 +122,28 @@ type Row struct {
 	P50, P99 time.Duration // per call (batch-*: per call of BatchKeys keys; exist: of ExistKeys keys, Redis: per request of the pipeline)
 	Errors   int
 	FirstErr error
+	// CPU is the CPU time (user + system) this process spent during the
+	// phase: with the servers in process (SystemInProcess, SystemGrants)
+	// it covers master, nodes and clients, so CPU per key compares two
+	// configurations even on a machine whose other load makes ops/s noisy.
+	CPU time.Duration
+}
+
+// CPUPerOp is the process CPU time per key.
+func (r Row) CPUPerOp() time.Duration {
+	if r.Ops == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(r.Ops)
+}
+
+// cpuTime is this process's CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // OpsPerSec is keys per second.
@@ -143,11 +201,24 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 	if cfg.Servers == "" || cfg.Servers == ServersInProcess || cfg.Servers == ServersBoth {
-		c, err := inProcessCluster(ctx, cfg, maxClients, maxSize)
-		if err != nil {
-			return nil, err
+		if cfg.Grants != GrantsOn {
+			c, err := inProcessCluster(ctx, cfg, maxClients, maxSize, nil)
+			if err != nil {
+				return nil, err
+			}
+			clusters = append(clusters, c)
 		}
-		clusters = append(clusters, c)
+		if cfg.Grants == GrantsOn || cfg.Grants == GrantsBoth {
+			keys, err := grant.ParseKeys([]byte("1:" + grant.NewKeyHex()))
+			if err != nil {
+				return nil, err
+			}
+			c, err := inProcessCluster(ctx, cfg, maxClients, maxSize, keys)
+			if err != nil {
+				return nil, err
+			}
+			clusters = append(clusters, c)
+		}
 	}
 	if cfg.Servers == ServersProcess || cfg.Servers == ServersBoth {
 		c := cluster{system: SystemProcess}
@@ -157,7 +228,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		c.stop = stop
 		clusters = append(clusters, c)
-		if clusters[len(clusters)-1].mc, err = openClients(ctx, addr, maxClients, maxSize, cfg.Transport); err != nil {
+		if clusters[len(clusters)-1].mc, err = openClients(ctx, addr, maxClients, maxSize, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -205,8 +276,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 					prefix := fmt.Sprintf("bench/%s/%d/%d/r%d", c.system, size, n, round)
 					// Every put phase runs before the get phases: a get leases its
 					// key (10s), and a leased key cannot be overwritten.
-					for _, op := range []string{"put", "batch-put", "get", "batch-get", "get-into", "exist"} {
-						if strings.HasPrefix(op, "batch") && size > 1<<20 {
+					for _, op := range []string{"put", "batch-put", "put-device", "get", "batch-get", "get-into", "get-into-device", "exist"} {
+						if strings.HasPrefix(op, "batch") && size > 1<<20 || strings.HasSuffix(op, "device") && c.mc[0].dev == nil || !cfg.runs(op) && op != "put" {
 							continue
 						}
 						add(runPhase(ctx, c.system, c.mc[:n], op, size, perClient, prefix, cfg.Duration))
@@ -218,7 +289,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				}
 				set := redisSet{size: size, clients: n, keys: n * perClient}
 				for _, op := range []string{"put", "batch-put", "get", "batch-get", "exist"} {
-					if strings.HasPrefix(op, "batch") && size > 1<<20 {
+					if strings.HasPrefix(op, "batch") && size > 1<<20 || !cfg.runs(op) && op != "put" {
 						continue
 					}
 					k := phaseKey{"redis", op, size, n}
@@ -256,7 +327,7 @@ func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, 
 	var mu sync.Mutex
 	var lats []time.Duration
 	var wg sync.WaitGroup
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	deadline := start.Add(d)
 	for ci, cl := range cls {
 		wg.Add(1)
@@ -278,12 +349,12 @@ func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, 
 			keys := 0
 			errs := 0
 			var firstErr error
-			for i := 0; time.Now().Before(deadline) || i < perClient && op == "put"; i++ {
+			for i := 0; time.Now().Before(deadline) || i < perClient && (op == "put" || op == "put-device"); i++ {
 				if ctx.Err() != nil {
 					break
 				}
 				k := i % perClient
-				if op != "put" {
+				if op != "put" && op != "put-device" {
 					k = r.IntN(perClient)
 				}
 				key := fmt.Sprintf("%s/%d/%d", prefix, ci, k)
@@ -312,6 +383,14 @@ func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, 
 					keysDone = nb
 				case "put":
 					err = cl.put(ctx, key, v)
+				case "put-device":
+					err = cl.putDevice(ctx, key, size)
+				case "get-into-device":
+					var n int
+					n, err = cl.getIntoDevice(ctx, key)
+					if err == nil && n != size {
+						err = fmt.Errorf("got %d bytes, want %d", n, size)
+					}
 				case "get-into":
 					var n int
 					n, err = cl.getInto(ctx, key)
@@ -346,7 +425,7 @@ func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, 
 		}()
 	}
 	wg.Wait()
-	res.Elapsed = time.Since(start)
+	res.Elapsed, res.CPU = time.Since(start), cpuTime()-cpu0
 	if len(lats) > 0 {
 		slices.Sort(lats)
 		res.P50 = lats[len(lats)/2]
@@ -372,15 +451,20 @@ func (c cluster) close() {
 }
 
 // inProcessCluster starts a master and cfg.Nodes storage nodes in this
-// process and n clients.
-func inProcessCluster(ctx context.Context, cfg Config, n, maxSize int) (c cluster, err error) {
+// process and n clients; with keys, the master signs grants and the nodes
+// check them (rows SystemGrants).
+func inProcessCluster(ctx context.Context, cfg Config, n, maxSize int, keys *grant.Keyring) (c cluster, err error) {
 	c.system = SystemInProcess
+	var verifier *grant.Verifier
+	if keys != nil {
+		c.system, verifier = SystemGrants, grant.NewVerifier(keys, nil)
+	}
 	defer func() {
 		if err != nil {
 			c.close()
 		}
 	}()
-	srv, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond})
+	srv, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Grants: keys})
 	if err != nil {
 		return c, err
 	}
@@ -393,33 +477,40 @@ func inProcessCluster(ctx context.Context, cfg Config, n, maxSize int) (c cluste
 	}
 	for range cfg.Nodes {
 		nd, err := storenode.Start(ctx, storenode.Config{Master: srv.Addr(), SegmentSize: cfg.SegmentSize,
-			Engine: transfer.Config{Transport: cfg.Transport}, UnmountGrace: 100 * time.Millisecond})
+			Engine: transfer.Config{Transport: cfg.Transport, Grants: verifier}, UnmountGrace: 100 * time.Millisecond})
 		if err != nil {
 			return c, err
 		}
 		ns = append(ns, nd)
 	}
-	c.mc, err = openClients(ctx, srv.Addr(), n, maxSize, cfg.Transport)
+	c.mc, err = openClients(ctx, srv.Addr(), n, maxSize, cfg)
 	return c, err
 }
 
 // openClients opens n store clients of the master at addr, each with its
 // own transfer engine and a registered buffer of maxSize bytes.
-func openClients(ctx context.Context, addr string, n, maxSize int, transport string) ([]*mooncakeKV, error) {
+func openClients(ctx context.Context, addr string, n, maxSize int, cfg Config) ([]*mooncakeKV, error) {
 	var mc []*mooncakeKV
 	for range n {
-		eng, err := transfer.Open(ctx, transfer.Config{Transport: transport})
+		eng, err := transfer.Open(ctx, transfer.Config{Transport: cfg.Transport})
 		if err != nil {
 			closeAll(mc)
 			return nil, err
 		}
-		cl, err := store.New(ctx, store.Config{Master: addr, Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond})
+		scfg := store.Config{Master: addr, Mover: eng, LocalBufferSize: uint64(2*maxSize + 1<<20), UnmountGrace: 100 * time.Millisecond}
+		dev, err := cfg.deviceBuffer(&scfg, maxSize)
 		if err != nil {
 			eng.Close()
 			closeAll(mc)
 			return nil, err
 		}
-		kv := &mooncakeKV{cl: cl, eng: eng, buf: make([]byte, maxSize)}
+		cl, err := store.New(ctx, scfg)
+		if err != nil {
+			eng.Close()
+			closeAll(mc)
+			return nil, err
+		}
+		kv := &mooncakeKV{cl: cl, eng: eng, buf: make([]byte, maxSize), dev: dev}
 		mc = append(mc, kv)
 		if err := cl.RegisterBuffer(kv.buf); err != nil {
 			closeAll(mc)
@@ -441,11 +532,13 @@ type mooncakeKV struct {
 	cl  *store.Client
 	eng *transfer.Engine
 	buf []byte
+	dev *deviceBuf // GPU memory of the device phases (nil without)
 }
 
 func (m *mooncakeKV) close() {
 	m.cl.Close()
 	m.eng.Close()
+	m.dev.free()
 }
 
 // getInto reads into the client's registered buffer (zero copy, no allocation).

@@ -45,16 +45,17 @@ func SmallDuringLarge(ctx context.Context, c Config, target TargetInfo, small in
 		return LoadResult{}, err
 	}
 	defer e.Close()
-	local, err := allocate(e, c.Transport, LargeSize+small)
+	local, free, err := c.allocate(e, c.Device, LargeSize+small)
 	if err != nil {
 		return LoadResult{}, err
 	}
+	defer free()
 	seg, err := e.OpenSegment(ctx, target.Segment)
 	if err != nil {
 		return LoadResult{}, err
 	}
-	large := []transfer.Request{{Op: transfer.OpWrite, Local: transfer.AddrOf(local), Segment: seg, Remote: target.Addr, Length: LargeSize}}
-	smallReq := []transfer.Request{{Op: transfer.OpWrite, Local: transfer.AddrOf(local[LargeSize:]), Segment: seg, Remote: target.Addr + LargeSize, Length: small}}
+	large := []transfer.Request{{Op: transfer.OpWrite, Local: local, Segment: seg, Remote: target.Addr, Length: LargeSize}}
+	smallReq := []transfer.Request{{Op: transfer.OpWrite, Local: local + LargeSize, Segment: seg, Remote: target.Addr + LargeSize, Length: small}}
 	// Warm up both paths (dials the lanes).
 	if err := e.Transfer(ctx, smallReq); err != nil {
 		return LoadResult{}, err

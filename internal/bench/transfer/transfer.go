@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +35,24 @@ type Config struct {
 	Lanes      int
 	SliceSize  int       // TCP slice size (0: engine default)
 	Progress   io.Writer // progress lines (nil: none)
+	// Device is where the initiator's buffer lives: "cpu" (or "") or
+	// "cuda" (device 0 of the CUDA driver). TargetDevice is the target's
+	// ("": the same as Device). CUDALib is the driver library ("":
+	// libcuda.so.1). See device.go.
+	Device       string
+	TargetDevice string
+	CUDALib      string
+	// GrantKey, when set (hex, at least 16 bytes), turns data-path grants
+	// on: the target checks them, the initiator sends one grant per thread
+	// for the extent that thread moves.
+	GrantKey string
+}
+
+func (c *Config) grantKeys() (*grant.Keyring, error) {
+	if c.GrantKey == "" {
+		return nil, nil
+	}
+	return grant.ParseKeys([]byte("1:" + c.GrantKey))
 }
 
 // Validate checks the run.
@@ -53,7 +73,7 @@ func (c *Config) Validate() error {
 	if c.bufferSize() < c.BlockSize*c.BatchSize {
 		return errors.New("bench transfer: buffer smaller than one batch")
 	}
-	return nil
+	return c.validateDevice()
 }
 
 func (c *Config) bufferSize() int {
@@ -80,6 +100,8 @@ type Result struct {
 	Ratio           float64 `json:"ratio"`
 	Baseline        string  `json:"baseline"`
 	ServedTransport string  `json:"served_transport"`
+	Device          string  `json:"device,omitempty"`
+	TargetDevice    string  `json:"target_device,omitempty"`
 }
 
 func (r Result) String() string {
@@ -92,7 +114,8 @@ func engineConfig(c Config) transfer.Config {
 	if tr == "shm" {
 		tr = transfer.TransportShm
 	}
-	return transfer.Config{Transport: tr, Checksum: c.Checksum, Secret: c.Secret, Lanes: c.Lanes, SliceSize: c.SliceSize, InprocHub: inprocHub}
+	return transfer.Config{Transport: tr, Checksum: c.Checksum, Secret: c.Secret, Lanes: c.Lanes, SliceSize: c.SliceSize, InprocHub: inprocHub,
+		Device: c.driverOrNil()}
 }
 
 // inprocHub lets the benchmark's in-process target and initiator reach each other.
@@ -101,24 +124,35 @@ var inprocHub = transfer.NewHub()
 // Target is a running benchmark target.
 type Target struct {
 	Engine *transfer.Engine
-	Buf    []byte
+	Addr   uintptr // its registered buffer (host or device memory)
+	Len    int
 	Sink   *limits.Sink // raw TCP sink for the baseline
+	free   func()
 }
 
 // StartTarget opens the target engine, registers its buffer (managed memory
 // for shm) and starts the raw-TCP baseline sink.
 func StartTarget(ctx context.Context, c Config) (*Target, error) {
-	e, err := transfer.Open(ctx, engineConfig(c))
+	ecfg := engineConfig(c)
+	keys, err := c.grantKeys()
 	if err != nil {
 		return nil, err
 	}
-	t := &Target{Engine: e}
-	if t.Buf, err = allocate(e, c.Transport, c.bufferSize()); err != nil {
+	if keys != nil {
+		ecfg.Grants = grant.NewVerifier(keys, nil)
+	}
+	e, err := transfer.Open(ctx, ecfg)
+	if err != nil {
+		return nil, err
+	}
+	t := &Target{Engine: e, Len: c.bufferSize()}
+	if t.Addr, t.free, err = c.allocate(e, c.targetDevice(), t.Len); err != nil {
 		_ = e.Close()
 		return nil, err
 	}
 	if t.Sink, err = limits.ListenSink(c.BlockSize); err != nil {
 		_ = e.Close()
+		t.free()
 		return nil, err
 	}
 	return t, nil
@@ -126,21 +160,29 @@ func StartTarget(ctx context.Context, c Config) (*Target, error) {
 
 // Line is what a target process prints for its initiator.
 func (t *Target) Line() string {
-	return fmt.Sprintf("TARGET %s %d %d %s", t.Engine.Name(), transfer.AddrOf(t.Buf), len(t.Buf), t.Sink.Addr())
+	return fmt.Sprintf("TARGET %s %d %d %s", t.Engine.Name(), t.Addr, t.Len, t.Sink.Addr())
 }
 
 // Close stops the target.
 func (t *Target) Close() error {
 	_ = t.Sink.Close()
-	return t.Engine.Close()
+	err := t.Engine.Close()
+	t.free()
+	return err
 }
 
-func allocate(e *transfer.Engine, transport string, n int) ([]byte, error) {
-	if transport == "shm" {
-		return e.AllocateManaged(n)
+// allocate registers n bytes with e on device ("cpu" or "cuda"): managed
+// memory for shm, a Go slice for other host runs, device memory for cuda.
+func (c *Config) allocate(e *transfer.Engine, device string, n int) (uintptr, func(), error) {
+	if device == "cuda" {
+		return c.allocateDevice(e, n)
+	}
+	if c.Transport == "shm" {
+		b, err := e.AllocateManaged(n)
+		return transfer.AddrOf(b), func() {}, err
 	}
 	b := make([]byte, n)
-	return b, e.RegisterBytes(b, "cpu:0")
+	return transfer.AddrOf(b), func() { runtime.KeepAlive(b) }, e.RegisterBytes(b, "cpu:0")
 }
 
 // ServeTarget is the target mode of a child process: it starts a target,
@@ -256,10 +298,11 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 	}
 	defer e.Close()
 	per := c.BatchSize * c.BlockSize
-	localBuf, err := allocate(e, c.Transport, max(per*c.Threads, 1<<20))
+	localBase, free, err := c.allocate(e, c.Device, max(per*c.Threads, 1<<20))
 	if err != nil {
 		return Result{}, err
 	}
+	defer free()
 	seg, err := e.OpenSegment(ctx, target.Segment)
 	if err != nil {
 		return Result{}, err
@@ -272,10 +315,17 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 	if c.Op == "read" {
 		op = transfer.OpRead
 	}
+	keys, err := c.grantKeys()
+	if err != nil {
+		return Result{}, err
+	}
 	// The machine's limit is measured before and after the run (half each)
 	// and averaged, so that load changes during the run cancel out.
 	bd := min(max(c.Duration/2, 500*time.Millisecond), 2*time.Second) / 2
 	limit := func() (float64, error) {
+		if c.device() {
+			return c.pinnedCopyLimit(bd)
+		}
 		if c.Transport == "tcp" {
 			return limits.RawTCP(ctx, target.Sink, c.BlockSize, bd)
 		}
@@ -303,9 +353,19 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 			defer wg.Done()
 			reqs := make([]transfer.Request, c.BatchSize)
 			rbase := target.Addr + uint64((th%remoteSlots)*per)
+			var g string
+			if keys != nil {
+				b, err := keys.Encode(grant.Grant{Segment: target.Segment, Addr: rbase, Length: uint64(per), Mode: grant.Read | grant.Write,
+					Expires: time.Now().Add(c.Duration + 5*time.Minute)})
+				if err != nil {
+					errs[th] = err
+					return
+				}
+				g = string(b)
+			}
 			for i := range reqs {
-				reqs[i] = transfer.Request{Op: op, Local: transfer.AddrOf(localBuf[th*per+i*c.BlockSize:]), Segment: seg,
-					Remote: rbase + uint64(i*c.BlockSize), Length: c.BlockSize}
+				reqs[i] = transfer.Request{Op: op, Local: localBase + uintptr(th*per+i*c.BlockSize), Segment: seg,
+					Remote: rbase + uint64(i*c.BlockSize), Length: c.BlockSize, Grant: g}
 			}
 			for runCtx.Err() == nil {
 				t0 := time.Now()
@@ -373,6 +433,10 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 	r.Baseline = "single-thread memcpy"
 	if c.Transport == "tcp" {
 		r.Baseline = "raw Go loopback TCP, 1 connection"
+	}
+	if c.device() {
+		r.Baseline = "pinned cuMemcpy, the slower direction"
+		r.Device, r.TargetDevice = c.deviceName(), c.targetDevice()
 	}
 	if r.BaselineGBPerS > 0 {
 		r.Ratio = r.GBPerS / r.BaselineGBPerS

@@ -59,8 +59,18 @@ func (h *Hub) Lookup(name string) (Memory, bool) {
 	return m, ok
 }
 
+// Stager is a Memory with memory the host cannot touch (GPU memory), seen
+// through host copies: the same contract as tcp.Stager.
+type Stager interface {
+	AcquireRead(addr, n uint64) (registry.Span, error)
+	AcquireWrite(addr, n uint64) (span registry.Span, commit func() error, err error)
+}
+
 // Copy moves len(local) bytes between local and the peer's [remote, remote+len).
 func Copy(mem Memory, write bool, local []byte, remote uint64) error {
+	if st, ok := mem.(Stager); ok {
+		return copyStaged(st, write, local, remote)
+	}
 	s, err := mem.Acquire(remote, uint64(len(local)))
 	if err != nil {
 		return err
@@ -72,4 +82,26 @@ func Copy(mem Memory, write bool, local []byte, remote uint64) error {
 	}
 	s.Release()
 	return nil
+}
+
+func copyStaged(st Stager, write bool, local []byte, remote uint64) error {
+	if !write {
+		s, err := st.AcquireRead(remote, uint64(len(local)))
+		if err != nil {
+			return err
+		}
+		copy(local, s.B)
+		s.Release()
+		return nil
+	}
+	s, commit, err := st.AcquireWrite(remote, uint64(len(local)))
+	if err != nil {
+		return err
+	}
+	copy(s.B, local)
+	if commit != nil {
+		err = commit()
+	}
+	s.Release()
+	return err
 }

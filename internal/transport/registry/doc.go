@@ -13,6 +13,14 @@
 // (new Acquires fail) and then waits until every Span on it is released, so
 // after Unregister returns no transport reads or writes that memory again.
 //
+// Device memory (GPU memory, RegisterDevice) is registered by address and
+// length only, with its device ordinal: the registry never makes bytes of
+// it. Acquire refuses it (ErrDevice), so a transport that does not know
+// device memory fails the request instead of touching it; AcquireAny
+// returns a device span (Span.Device) for callers that copy with the
+// driver, and Span.Staged shows a host copy of it under the same
+// acquisition.
+//
 // The registry does no I/O and never logs; it is safe for concurrent use.
 // Lookups take a read lock and a binary search over the sorted buffers.
 package registry

@@ -17,6 +17,9 @@ var (
 	ErrNotRegistered = errors.New("memory not registered")
 	// ErrOverlap: a new buffer overlaps one already registered.
 	ErrOverlap = errors.New("buffer overlaps a registered buffer")
+	// ErrDevice: Acquire of device memory, which the host cannot touch
+	// (AcquireAny returns it as a device span to copy with the driver).
+	ErrDevice = errors.New("device memory: no host access")
 )
 
 // Buffer describes one registered buffer.
@@ -26,6 +29,10 @@ type Buffer struct {
 	Location  string
 	Shareable bool   // backed by a memfd that same-host peers may map
 	ID        uint64 // unique per registry, never reused
+	// Device: GPU memory of device Ordinal, reached only through the
+	// driver's copies (RegisterDevice); the registry never views it as bytes.
+	Device  bool
+	Ordinal int
 }
 
 type region struct {
@@ -46,17 +53,44 @@ func (r *region) release() {
 }
 
 // Span is a checked view of registered memory. Release it when done.
+// A span of device memory (AcquireAny) has no bytes: B is nil and Device
+// says where it is.
 type Span struct {
-	B []byte
-	r *region
+	B   []byte
+	r   *region
+	dev uint64 // device address of the span's first byte (device spans)
+	n   uint64 // its length (device spans)
+	fin func() // run by Release (Staged)
 }
 
 // Release ends the access; the Span must not be used afterwards.
 func (s Span) Release() {
+	if s.fin != nil {
+		s.fin()
+	}
 	if s.r != nil {
 		s.r.release()
 	}
 }
+
+// Device reports whether the span is device memory and, if so, its device
+// address, length and device ordinal.
+func (s Span) Device() (addr uint64, n uint64, ordinal int, ok bool) {
+	if s.r == nil || !s.r.Device {
+		return 0, 0, 0, false
+	}
+	return s.dev, s.n, s.r.Ordinal, true
+}
+
+// Staged returns a span that keeps s's buffer acquired and shows b in its
+// place (a host copy of device memory); fin runs at Release, before the
+// buffer is released. s must not be released separately.
+func (s Span) Staged(b []byte, fin func()) Span {
+	return Span{B: b, r: s.r, fin: fin}
+}
+
+// HostSpan is a span over b that no registry holds (Release does nothing).
+func HostSpan(b []byte) Span { return Span{B: b} }
 
 // BufferID is the ID of the buffer the span lies in.
 func (s Span) BufferID() uint64 {
@@ -100,8 +134,12 @@ func (g *Registry) Register(b []byte, location string, shareable bool) (Buffer, 
 	if len(b) == 0 {
 		return Buffer{}, fmt.Errorf("register: %w: zero length", ErrOutOfBounds)
 	}
-	addr := AddrOf(b)
-	n := uint64(len(b))
+	return g.add(AddrOf(b), uint64(len(b)), b, location, shareable, -1)
+}
+
+// add registers [addr, addr+n): host memory b, or device memory of device
+// ordinal when b is nil.
+func (g *Registry) add(addr, n uint64, b []byte, location string, shareable bool, ordinal int) (Buffer, error) {
 	if addr+n < addr {
 		return Buffer{}, fmt.Errorf("register: %w: address overflow", ErrOutOfBounds)
 	}
@@ -122,12 +160,25 @@ func (g *Registry) Register(b []byte, location string, shareable bool) (Buffer, 
 	}
 	g.nextID++
 	r := &region{Buffer: Buffer{Addr: addr, Length: n, Location: location, Shareable: shareable, ID: g.nextID}, data: b}
+	if b == nil {
+		r.Device, r.Ordinal = true, ordinal
+	}
 	r.cond = sync.NewCond(&r.mu)
 	g.regions = append(g.regions, nil)
 	copy(g.regions[i+1:], g.regions[i:])
 	g.regions[i] = r
 	g.version.Add(1)
 	return r.Buffer, nil
+}
+
+// RegisterDevice adds n bytes of device memory at device address addr, on
+// device ordinal. The same checks as Register apply; Acquire refuses it
+// (ErrDevice) and AcquireAny returns device spans.
+func (g *Registry) RegisterDevice(addr, n uint64, location string, ordinal int) (Buffer, error) {
+	if n == 0 || addr == 0 {
+		return Buffer{}, fmt.Errorf("register device %#x+%d: %w: zero address or length", addr, n, ErrOutOfBounds)
+	}
+	return g.add(addr, n, nil, location, false, ordinal)
 }
 
 // Unregister removes the buffer that starts at addr and waits until every
@@ -153,8 +204,18 @@ func (g *Registry) Unregister(addr uint64) (Buffer, error) {
 }
 
 // Acquire checks that [addr, addr+n) lies inside one registered buffer and
-// returns a Span over it.
+// returns a Span over it. Device memory is refused with ErrDevice.
 func (g *Registry) Acquire(addr, n uint64) (Span, error) {
+	return g.acquire(addr, n, false)
+}
+
+// AcquireAny is Acquire that also accepts device memory: the span of a
+// device buffer has no bytes (see Span.Device).
+func (g *Registry) AcquireAny(addr, n uint64) (Span, error) {
+	return g.acquire(addr, n, true)
+}
+
+func (g *Registry) acquire(addr, n uint64, device bool) (Span, error) {
 	if n == 0 {
 		return Span{}, fmt.Errorf("%w: zero length at %#x", ErrOutOfBounds, addr)
 	}
@@ -171,6 +232,15 @@ func (g *Registry) Acquire(addr, n uint64) (Span, error) {
 	if end > r.Addr+r.Length {
 		g.mu.RUnlock()
 		return Span{}, fmt.Errorf("%w: %#x+%d exceeds buffer %#x+%d", ErrOutOfBounds, addr, n, r.Addr, r.Length)
+	}
+	if r.Device {
+		if !device {
+			g.mu.RUnlock()
+			return Span{}, fmt.Errorf("%w: %#x+%d (%s)", ErrDevice, addr, n, r.Location)
+		}
+		r.refs.Add(1)
+		g.mu.RUnlock()
+		return Span{r: r, dev: addr, n: n}, nil
 	}
 	r.refs.Add(1)
 	g.mu.RUnlock()

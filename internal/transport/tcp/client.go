@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvcache-go/mooncake/internal/wire"
 )
@@ -82,6 +83,10 @@ type Op struct {
 	Done   Completer
 	Tag    int // free for the Completer
 	Tries  int // free for the Completer (retry bookkeeping)
+	// Grant, when set, is an encoded grant (package internal/grant) that
+	// covers the slice: the lane sends it (OpGrant) before the slice unless
+	// it sent the same grant (the same string data) recently.
+	Grant string
 
 	id   uint64
 	lane *lane
@@ -176,6 +181,11 @@ type lane struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	exits   atomic.Int32
+
+	// sent is the grants this lane sent last (by their first byte's
+	// address), a ring written by the writer goroutine only.
+	sent  [8]*byte
+	sentN int
 
 	mu       sync.Mutex
 	queue    []*Op
@@ -294,8 +304,15 @@ func (l *lane) writer() {
 		}
 		l.mu.Unlock()
 
-		hdrs = hdrs[:0]
+		hdrs, bufs = hdrs[:0], bufs[:0]
+		start := 0
 		for _, op := range take {
+			if op.Grant != "" && !l.sentGrant(op.Grant) {
+				var b [wire.ReqHeaderSize]byte
+				(&wire.ReqHeader{Op: wire.OpGrant, Length: uint64(len(op.Grant))}).Put(b[:])
+				hdrs = append(hdrs, b[:]...)
+				hdrs = append(hdrs, op.Grant...)
+			}
 			h := wire.ReqHeader{Op: wire.OpRead, ID: op.id, Addr: op.Remote, Length: uint64(len(op.Buf))}
 			if op.Write {
 				h.Op = wire.OpWrite
@@ -309,16 +326,12 @@ func (l *lane) writer() {
 			var b [wire.ReqHeaderSize]byte
 			h.Put(b[:])
 			hdrs = append(hdrs, b[:]...)
-		}
-		bufs = bufs[:0]
-		start := 0
-		for i, op := range take {
-			if !op.Write {
-				continue
+			if op.Write {
+				// Earlier slices of hdrs stay valid if this append moved
+				// it: they keep the old array, which nothing writes again.
+				bufs = append(bufs, hdrs[start:], op.Buf)
+				start = len(hdrs)
 			}
-			end := (i + 1) * wire.ReqHeaderSize
-			bufs = append(bufs, hdrs[start:end], op.Buf)
-			start = end
 		}
 		if start < len(hdrs) {
 			bufs = append(bufs, hdrs[start:])
@@ -343,6 +356,22 @@ func (l *lane) writer() {
 			return
 		}
 	}
+}
+
+// sentGrant reports whether the lane sent g recently, and remembers it
+// as sent. Grants are told apart by their data pointer (the ring keeps
+// the strings alive, so a pointer is not reused while remembered): the
+// same grant in a copy is sent again, which costs bytes, not correctness.
+func (l *lane) sentGrant(g string) bool {
+	p := unsafe.StringData(g)
+	for _, s := range l.sent {
+		if s == p {
+			return true
+		}
+	}
+	l.sent[l.sentN%len(l.sent)] = p
+	l.sentN++
+	return false
 }
 
 // limit waits for n bytes' worth of the Limiter's tokens (in pieces of

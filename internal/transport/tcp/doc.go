@@ -21,6 +21,13 @@
 // the connection and keeps serving others. Response headers are batched and
 // flushed when the lane has no more input.
 //
+// Grants (ServerConfig.Grants): an OpGrant request carries an encoded grant
+// (internal/grant) and gets no response; the server verifies it once and
+// keeps it in the lane's grant.Set, and answers StatusDenied to every READ
+// or WRITE no kept grant covers, before touching memory. The client sends
+// an Op's Grant in front of its slice unless the lane sent that grant
+// (the same string) recently.
+//
 // Client (Peer): lane 0 is the express lane, used only by small slices
 // (<= SmallMax) so that a small transfer never queues behind a large stream;
 // small slices go to whichever lane has the fewest bytes queued, large ones to

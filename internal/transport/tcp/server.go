@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
 	"github.com/kvcache-go/mooncake/internal/wire"
 )
@@ -18,6 +19,17 @@ type Memory interface {
 }
 
 var _ Memory = (*registry.Registry)(nil)
+
+// Stager is a Memory that holds memory the host cannot touch (GPU memory):
+// a lane that serves one asks it, knowing the request's direction, for a
+// span of host bytes standing in for the memory. AcquireRead's span holds
+// a copy of [addr, addr+n); AcquireWrite's span receives the payload, and
+// commit (nil for host memory) puts it in place once it arrived whole and
+// checked. Host memory is returned as Acquire returns it.
+type Stager interface {
+	AcquireRead(addr, n uint64) (registry.Span, error)
+	AcquireWrite(addr, n uint64) (span registry.Span, commit func() error, err error)
+}
 
 // ServerConfig bounds what a lane accepts.
 type ServerConfig struct {
@@ -30,6 +42,12 @@ type ServerConfig struct {
 	Bulk    chan struct{}
 	BulkMin uint64
 	Express bool
+	// Grants, when set, makes the lane capability-checked: every READ and
+	// WRITE must lie inside a grant for Segment that the peer installed on
+	// this lane (OpGrant) and that is still valid; others are answered
+	// StatusDenied without touching memory (a WRITE's payload is drained).
+	Grants  *grant.Verifier
+	Segment string
 }
 
 // BulkStall bounds how long a lane may hold a bulk token while moving one payload.
@@ -53,8 +71,14 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 		hb        [wire.ReqHeaderSize]byte
 		lastLarge bool
 		o         = &outbox{out: make([]byte, 0, 64<<10)}
+		gs        *grant.Set
+		gbuf      []byte
 	)
+	if cfg.Grants != nil {
+		gs = cfg.Grants.NewSet(cfg.Segment)
+	}
 	defer o.release()
+	st, _ := mem.(Stager)
 	for {
 		// Flush when no whole request header is buffered (the next read
 		// may block), or when enough READ payload is gathered (in place or
@@ -82,12 +106,37 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			_ = o.flush(conn, cfg)
 			return err
 		}
+		if h.Op == wire.OpGrant {
+			// Verified once here; the lane's READs and WRITEs are then
+			// checked against the set with a few comparisons each. A grant
+			// that does not verify is counted by the verifier and dropped.
+			if gbuf == nil {
+				gbuf = make([]byte, wire.MaxGrant)
+			}
+			if _, err := io.ReadFull(r, gbuf[:h.Length]); err != nil {
+				return err
+			}
+			if gs != nil {
+				_ = gs.Install(gbuf[:h.Length])
+			}
+			continue
+		}
 		lastLarge = h.Op == wire.OpWrite && h.Length > inlineMax
+		if gs != nil && !allowed(gs, h) {
+			if h.Op == wire.OpWrite {
+				if _, err := io.CopyN(io.Discard, r, int64(h.Length)); err != nil {
+					return err
+				}
+				lastLarge = false
+			}
+			o.header(&wire.RespHeader{ID: h.ID, Status: wire.StatusDenied})
+			continue
+		}
 		if h.Op != wire.OpWrite {
 			// READ: the response (and its payload) joins the outbox; the
 			// payload is sent by the next flush, gathered with its neighbours
 			// into one writev.
-			o.addRead(mem, h)
+			o.addRead(mem, st, h)
 			continue
 		}
 		// A WRITE payload may block on the peer: send gathered READ payloads
@@ -104,7 +153,7 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			// A peer that stalls mid-payload must not keep the token.
 			_ = conn.SetDeadline(time.Now().Add(BulkStall))
 		}
-		err = serveWrite(conn, r, mem, h, o)
+		err = serveWrite(conn, r, mem, st, h, o)
 		if bulk {
 			_ = conn.SetDeadline(time.Time{})
 			<-cfg.Bulk
@@ -113,6 +162,15 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			return err
 		}
 	}
+}
+
+// allowed reports whether the lane's grants cover request h.
+func allowed(gs *grant.Set, h wire.ReqHeader) bool {
+	mode := grant.Read
+	if h.Op == wire.OpWrite {
+		mode = grant.Write
+	}
+	return gs.Allow(mode, h.Addr, h.Length) == nil
 }
 
 // outbox gathers a lane's responses: headers and small READ payloads are
@@ -136,9 +194,15 @@ func (o *outbox) header(resp *wire.RespHeader) {
 // addRead applies one READ request. Slices of out taken into iov stay valid
 // when a later append moves out: they keep the old array, which no one
 // writes again before the flush.
-func (o *outbox) addRead(mem Memory, h wire.ReqHeader) {
+func (o *outbox) addRead(mem Memory, st Stager, h wire.ReqHeader) {
 	resp := wire.RespHeader{ID: h.ID}
-	span, err := mem.Acquire(h.Addr, h.Length)
+	var span registry.Span
+	var err error
+	if st != nil {
+		span, err = st.AcquireRead(h.Addr, h.Length)
+	} else {
+		span, err = mem.Acquire(h.Addr, h.Length)
+	}
 	if err != nil {
 		resp.Status = wire.StatusRejected
 		o.header(&resp)
@@ -203,9 +267,16 @@ func (o *outbox) release() {
 }
 
 // serveWrite applies one WRITE request and appends its response to the outbox.
-func serveWrite(conn net.Conn, r *bufio.Reader, mem Memory, h wire.ReqHeader, o *outbox) error {
+func serveWrite(conn net.Conn, r *bufio.Reader, mem Memory, st Stager, h wire.ReqHeader, o *outbox) error {
 	resp := wire.RespHeader{ID: h.ID}
-	span, aerr := mem.Acquire(h.Addr, h.Length)
+	var span registry.Span
+	var commit func() error
+	var aerr error
+	if st != nil {
+		span, commit, aerr = st.AcquireWrite(h.Addr, h.Length)
+	} else {
+		span, aerr = mem.Acquire(h.Addr, h.Length)
+	}
 	if aerr != nil {
 		if _, err := io.CopyN(io.Discard, r, int64(h.Length)); err != nil {
 			return err
@@ -215,6 +286,9 @@ func serveWrite(conn net.Conn, r *bufio.Reader, mem Memory, h wire.ReqHeader, o 
 		err := readPayload(r, conn, span.B)
 		if err == nil && h.Flags&wire.FlagCRC != 0 && wire.CRC32C(span.B) != h.CRC {
 			resp.Status = wire.StatusChecksum
+		}
+		if err == nil && resp.Status == wire.StatusOK && commit != nil && commit() != nil {
+			resp.Status = wire.StatusRejected
 		}
 		span.Release()
 		if err != nil {
@@ -250,6 +324,9 @@ var (
 	ErrPeerDown  = errors.New("peer connection lost")
 	ErrProtocol  = errors.New("protocol error")
 	ErrBadStatus = errors.New("peer reported a bad request")
+	// ErrDenied: the peer checks grants and none of this lane's covered
+	// the slice.
+	ErrDenied = errors.New("peer refused: no grant covers the range")
 )
 
 func statusErr(s byte) error {
@@ -260,6 +337,8 @@ func statusErr(s byte) error {
 		return ErrRejected
 	case wire.StatusChecksum:
 		return ErrChecksum
+	case wire.StatusDenied:
+		return ErrDenied
 	default:
 		return fmt.Errorf("%w (status %d)", ErrBadStatus, s)
 	}

@@ -1,0 +1,147 @@
+package store
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"math/big"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/tenant"
+	"github.com/kvcache-go/mooncake/internal/tlsconf"
+)
+
+// poolSecurity is a bench pool's tenants and TLS (zero: neither).
+type poolSecurity struct {
+	tenants        *tenant.Source
+	secret, token  string // the storage nodes' cluster secret, the clients' tenant token
+	srvTLS, cliTLS *tls.Config
+	noLocal        bool // no same-host fastrpc socket (TCP, as TLS)
+}
+
+// SecurityConfig configures RunSecurity.
+type SecurityConfig struct {
+	Sizes, Clients []int
+	Rounds         int
+	Duration       time.Duration
+	Transport      string // auto, tcp, shm
+}
+
+// SecurityRow is one configuration measured without and with a security
+// feature (median rounds).
+type SecurityRow struct {
+	Feature       string // "tenants", "tls" (against plaintext TCP) or "tls-vs-local" (against the same-host socket)
+	Op            string // put, get
+	Size, Clients int
+	Off, On       Row
+}
+
+// Ratio is On's ops/s over Off's.
+func (r SecurityRow) Ratio() float64 {
+	if r.Off.Ops == 0 {
+		return 0
+	}
+	return r.On.OpsPerSec() / r.Off.OpsPerSec()
+}
+
+// SecurityResult is what RunSecurity measured.
+type SecurityResult struct{ Rows []SecurityRow }
+
+// RunSecurity measures what the control plane's security costs: store put
+// and get with tenants on (a tenant policy, clients with a token, keys in
+// the tenant's namespace, quota accounting) vs off, and 4 KiB puts with
+// the master's port on TLS vs plaintext TCP ("tls") and vs plaintext with
+// the same-host socket a TLS master gives up ("tls-vs-local"). Four pools
+// run in this process (durable metadata on, the master's default); rounds
+// alternate which goes first and the median is reported.
+func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error) {
+	const segSize = 256 << 20
+	maxClients, maxSize := slices.Max(c.Clients), slices.Max(c.Sizes)
+	set, err := tenant.Parse([]byte("version: 1\ntenants: [{name: bench, quota: 1TB, tokens: [{token: bench-token-0001}]}]"))
+	if err != nil {
+		return nil, err
+	}
+	srvTLS, cliTLS, err := selfSignedTLS()
+	if err != nil {
+		return nil, err
+	}
+	secs := map[string]poolSecurity{
+		"off":     {},
+		"tenants": {tenants: tenant.Static(set), secret: "bench-cluster-secret", token: "bench-token-0001"},
+		"tls":     {srvTLS: srvTLS, cliTLS: cliTLS},
+		"tcp":     {noLocal: true},
+	}
+	pools := map[string]*benchPool{}
+	for name, sec := range secs {
+		p, err := startBenchPool(ctx, true, segSize, maxClients, maxSize, c.Transport, sec)
+		if err != nil {
+			return nil, fmt.Errorf("bench store security: %s pool: %w", name, err)
+		}
+		defer p.close()
+		pools[name] = p
+	}
+	res := &SecurityResult{}
+	compare := func(feature, base, on, op string, size, n int) {
+		per := max(1, int(segSize/4)/size/n)
+		rows := map[string][]Row{}
+		for r := range c.Rounds {
+			order := []string{base, on}
+			if r%2 == 1 {
+				order = []string{on, base}
+			}
+			for _, name := range order {
+				prefix := fmt.Sprintf("s/%s/%d/%d", feature, size, n)
+				if op == "get" { // the keys the put phase wrote
+					rows[name] = append(rows[name], runPhase(ctx, SystemInProcess, pools[name].kv[:n], "get-into", size, per, prefix, c.Duration))
+				} else {
+					rows[name] = append(rows[name], runPhase(ctx, SystemInProcess, pools[name].kv[:n], "put", size, per, prefix, c.Duration))
+				}
+			}
+		}
+		res.Rows = append(res.Rows, SecurityRow{Feature: feature, Op: op, Size: size, Clients: n, Off: medianRow(rows[base]), On: medianRow(rows[on])})
+	}
+	for _, size := range c.Sizes {
+		for _, n := range c.Clients {
+			compare("tenants", "off", "tenants", "put", size, n)
+			compare("tenants", "off", "tenants", "get", size, n)
+		}
+	}
+	for _, n := range c.Clients {
+		compare("tls", "tcp", "tls", "put", 4096, n)
+		compare("tls-vs-local", "off", "tls", "put", 4096, n)
+	}
+	return res, nil
+}
+
+// selfSignedTLS makes a throwaway certificate for 127.0.0.1 and the
+// client configuration that trusts it.
+func selfSignedTLS() (*tls.Config, *tls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench-master"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	srv := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}},
+		MinVersion: tls.VersionTLS12, NextProtos: tlsconf.ALPN}
+	return srv, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}

@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kvcache-go/mooncake/internal/leader"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
+	"github.com/kvcache-go/mooncake/internal/tenant"
+	"github.com/kvcache-go/mooncake/internal/tlsconf"
+)
+
+// tokenEnv is the environment variable of a client's tenant token.
+const tokenEnv = "MOONCAKE_TENANT_TOKEN"
+
+// masterSecurityFlags are the master's tenants and TLS flags.
+type masterSecurityFlags struct {
+	tenants string
+	reload  time.Duration
+	tls     tlsconf.Files
+}
+
+func (f *masterSecurityFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.tenants, "tenants", "", "tenant policy (YAML or JSON; docs/security.md): a file, or an etcd key etcd://HOST:PORT[;HOST:PORT]/KEY; every call then needs a tenant token or the cluster secret, keys are scoped to the caller's tenant and quotas apply; re-read when it changes (--tenants-reload) and on SIGHUP")
+	fs.DurationVar(&f.reload, "tenants-reload", time.Second, "how often the tenant policy file is checked for changes")
+	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM certificate of the master: gRPC and fastrpc over TLS (default: plaintext)")
+	fs.StringVar(&f.tls.Key, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&f.tls.CA, "tls-client-ca", "", "PEM CA of client certificates (mutual TLS; a certificate named in a tenant's cert_names is its credential)")
+	fs.BoolVar(&f.tls.RequireClientCert, "tls-require-client-cert", false, "refuse clients without a certificate signed by --tls-client-ca")
+}
+
+// apply sets the configuration's tenants and TLS and starts the policy's
+// reloading (its file polled, SIGHUP); stop ends it.
+func (f *masterSecurityFlags) apply(ctx context.Context, cfg *masterserver.ServerConfig, log *slog.Logger) (stop func(), err error) {
+	if cfg.TLS, err = tlsconf.Server(f.tls); err != nil {
+		return nil, &ExitError{Code: 2, Err: err}
+	}
+	if f.tenants == "" {
+		return func() {}, nil
+	}
+	load, closeLoad, err := policyLoader(f.tenants)
+	if err != nil {
+		return nil, &ExitError{Code: 2, Err: fmt.Errorf("--tenants: %w", err)}
+	}
+	src, err := tenant.NewSource(ctx, tenant.SourceConfig{Load: load, Interval: f.reload,
+		OnError: func(err error) { log.Error("master: tenant policy not reloaded (the one in force stays)", "err", err) },
+		OnChange: func(s *tenant.Set, gen int64) {
+			log.Info("master: tenant policy in force", "tenants", len(s.Tenants()), "generation", gen)
+		}})
+	if err != nil {
+		closeLoad()
+		return nil, &ExitError{Code: 2, Err: fmt.Errorf("--tenants: %w", err)}
+	}
+	cfg.Tenants = src
+	ctx, cancel := context.WithCancel(ctx)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = src.Run(ctx) })
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if _, err := src.Reload(ctx); err != nil {
+					log.Error("master: tenant policy not reloaded on SIGHUP (the one in force stays)", "err", err)
+				}
+			}
+		}
+	})
+	return func() {
+		signal.Stop(hup)
+		cancel()
+		wg.Wait()
+		closeLoad()
+	}, nil
+}
+
+// policyLoader reads the tenant policy from a file, or from an etcd key
+// given as etcd://HOST:PORT[;HOST:PORT]/KEY (the client of the master's
+// HA election, internal/leader).
+func policyLoader(where string) (tenant.Loader, func(), error) {
+	rest, ok := strings.CutPrefix(where, "etcd://")
+	if !ok {
+		return tenant.FileLoader(where), func() {}, nil
+	}
+	hosts, key, ok := strings.Cut(rest, "/")
+	if !ok || hosts == "" || key == "" {
+		return nil, nil, fmt.Errorf("want etcd://HOST:PORT[;HOST:PORT]/KEY, got %q", where)
+	}
+	cli, err := leader.NewEtcdClient(strings.FieldsFunc(hosts, func(r rune) bool { return r == ';' || r == ',' }))
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context) ([]byte, error) {
+		r, err := cli.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("etcd get %s: %w", key, err)
+		}
+		if len(r.Kvs) == 0 {
+			return nil, fmt.Errorf("etcd key %s: not found", key)
+		}
+		return r.Kvs[0].Value, nil
+	}, func() { _ = cli.Close() }, nil
+}
+
+// clientSecurityFlags are a store client's credential and TLS flags.
+type clientSecurityFlags struct {
+	token string
+	tls   tlsconf.Files
+}
+
+func (f *clientSecurityFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.token, "token", "", "tenant token for a master with tenants (default $"+tokenEnv+")")
+	fs.StringVar(&f.tls.CA, "tls-ca", "", "PEM CA of the master's certificate: reach the master over TLS")
+	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM client certificate (mutual TLS)")
+	fs.StringVar(&f.tls.Key, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&f.tls.ServerName, "tls-server-name", "", "name the master's certificate is checked against (default: the host of --master)")
+}
+
+// resolve returns the token (the flag, else $MOONCAKE_TENANT_TOKEN) and
+// the TLS configuration (nil: plaintext).
+func (f *clientSecurityFlags) resolve() (string, *tls.Config, error) {
+	c, err := tlsconf.Client(f.tls)
+	if err != nil {
+		return "", nil, &ExitError{Code: 2, Err: err}
+	}
+	tok := f.token
+	if tok == "" {
+		tok = os.Getenv(tokenEnv)
+	}
+	return tok, c, nil
+}

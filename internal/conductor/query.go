@@ -1,0 +1,286 @@
+package conductor
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Query asks which instances hold a prompt's prefix.
+type Query struct {
+	Identity
+	// Instance, if set, restricts the answer to that instance.
+	Instance string
+	// Tokens are the prompt's token ids (Query); only complete blocks count.
+	Tokens []uint32
+	// SeqHashes are the prompt's rolling sequence hashes (QueryHashes).
+	SeqHashes []uint64
+}
+
+// TierMatch is a matched prefix in tokens, cumulative over tiers: GPU is
+// the prefix on the device, CPU that prefix extended by host blocks from
+// the first device miss, DISK extended again by disk blocks. GPU <= CPU <=
+// DISK.
+type TierMatch struct {
+	GPU  int `json:"GPU"`
+	CPU  int `json:"CPU"`
+	DISK int `json:"DISK"`
+}
+
+// InstanceMatch is one instance's answer: the best of its DP ranks per
+// tier, LongestMatched (the best cumulative prefix, DISK), DP (each
+// rank's cumulative prefix) and Ranks (each rank's tiers).
+type InstanceMatch struct {
+	LongestMatched int `json:"longest_matched"`
+	TierMatch
+	DP    map[string]int       `json:"DP"`
+	Ranks map[string]TierMatch `json:"rank_matches"`
+}
+
+// Result maps tenant -> instance -> match: the /query answer.
+type Result map[string]map[string]InstanceMatch
+
+// candidate is one (instance, rank) a query reports on.
+type candidate struct {
+	instance string
+	rank     int
+	slot     int // -1: holds nothing in the context
+}
+
+// Query matches a prompt's tokens against every instance registered for
+// the query's tenant and model (or the one it names): per DP rank, the
+// device prefix first, then host blocks from the first device miss, then
+// disk blocks, each tier's count cumulative. Shared pool blocks (Mooncake
+// publishers) count for every instance. Block hashes are computed lazily:
+// the walk stops at the first block no candidate can extend.
+func (x *Index) Query(q Query) (Result, error) {
+	if q.BlockSize <= 0 {
+		return nil, fmt.Errorf("%w: block_size must be greater than zero", ErrInvalid)
+	}
+	n := len(q.Tokens) / q.BlockSize
+	bs := q.BlockSize
+	h := x.h
+	return x.match(q, n, func(i int, prev uint64) uint64 {
+		return h.Next(prev, i > 0, q.Tokens[i*bs:(i+1)*bs])
+	})
+}
+
+// QueryHashes is Query with the prompt's sequence hashes given.
+func (x *Index) QueryHashes(q Query) (Result, error) {
+	if q.BlockSize <= 0 {
+		return nil, fmt.Errorf("%w: block_size must be greater than zero", ErrInvalid)
+	}
+	return x.match(q, len(q.SeqHashes), func(i int, _ uint64) uint64 { return q.SeqHashes[i] })
+}
+
+func (x *Index) match(q Query, n int, seqAt func(i int, prev uint64) uint64) (Result, error) {
+	if q.Model == "" {
+		return nil, fmt.Errorf("%w: model is required", ErrInvalid)
+	}
+	id := q.Identity.norm()
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	cands, err := x.candidates(id, q.Instance)
+	if err != nil {
+		return nil, err
+	}
+	c := x.ctxs[id]
+	var track uint64
+	for i := range cands {
+		cands[i].slot = -1
+		if c == nil {
+			continue
+		}
+		s := x.streams[StreamKey{Instance: cands[i].instance, Tenant: id.Tenant, DPRank: cands[i].rank}]
+		if hd := s.in[c]; hd != nil {
+			cands[i].slot = int(hd.slot)
+			track |= 1 << hd.slot
+		}
+	}
+	if c != nil && c.shared != 0 {
+		// Candidates that hold nothing here still reach the shared pool's
+		// blocks: walk them on a free slot (its bits are 0 in every mask).
+		free := ^(c.used | track)
+		for i := range cands {
+			if cands[i].slot < 0 && free != 0 {
+				b := bits.TrailingZeros64(free)
+				free &^= 1 << b
+				cands[i].slot = b
+				track |= 1 << b
+			}
+		}
+	}
+	var lens [numTiers][MaxOwners]int32 // blocks matched per slot, per tier (cumulative)
+	if track != 0 {
+		walk(c, track, n, seqAt, &lens)
+	}
+	out := make(map[string]InstanceMatch, len(cands))
+	for _, cd := range cands {
+		m, ok := out[cd.instance]
+		if !ok {
+			m = InstanceMatch{DP: map[string]int{}, Ranks: map[string]TierMatch{}}
+		}
+		var tm TierMatch
+		if cd.slot >= 0 {
+			tm = TierMatch{GPU: int(lens[TierDevice][cd.slot]) * q.BlockSize, CPU: int(lens[TierHost][cd.slot]) * q.BlockSize,
+				DISK: int(lens[TierDisk][cd.slot]) * q.BlockSize}
+		}
+		r := strconv.Itoa(cd.rank)
+		m.DP[r] = tm.DISK
+		m.Ranks[r] = tm
+		m.GPU, m.CPU, m.DISK = max(m.GPU, tm.GPU), max(m.CPU, tm.CPU), max(m.DISK, tm.DISK)
+		m.LongestMatched = m.DISK
+		out[cd.instance] = m
+	}
+	return Result{id.Tenant: out}, nil
+}
+
+// walk advances every tracked slot through the blocks: a slot in the
+// device phase stays while the block is on its device, then falls to the
+// host phase (the same block checked on its host tier or a shared pool's),
+// then to the disk phase, then out. lens records, per tier, the blocks
+// matched when the slot left that tier's phase (cumulative).
+func walk(c *ctx, track uint64, n int, seqAt func(i int, prev uint64) uint64, lens *[numTiers][MaxOwners]int32) {
+	dev, host, disk := track, uint64(0), uint64(0)
+	shared := c.shared
+	var seq uint64
+	// Hashes are computed a chunk ahead of the lookups, so that the
+	// table's cache misses of one chunk overlap.
+	var chunk [32]uint64
+	i := 0
+	for i < n && dev|host|disk != 0 {
+		m := min(len(chunk), n-i)
+		for j := 0; j < m; j++ {
+			seq = seqAt(i+j, seq)
+			chunk[j] = seq
+		}
+		for j := 0; j < m && dev|host|disk != 0; j, i = j+1, i+1 {
+			e, _ := c.blocks.Get(chunk[j]) // zero masks when absent
+			H, K := e[TierHost], e[TierDisk]
+			if H&shared != 0 {
+				H = ^uint64(0)
+			}
+			if K&shared != 0 {
+				K = ^uint64(0)
+			}
+			devFall := dev &^ e[TierDevice]
+			dev &= e[TierDevice]
+			record(devFall, i, &lens[TierDevice])
+			hc := host | devFall
+			hostFall := hc &^ H
+			host = hc & H
+			record(hostFall, i, &lens[TierHost])
+			dc := disk | hostFall
+			out := dc &^ K
+			disk = dc & K
+			record(out, i, &lens[TierDisk])
+		}
+	}
+	record(dev, i, &lens[TierDevice])
+	record(dev|host, i, &lens[TierHost])
+	record(dev|host|disk, i, &lens[TierDisk])
+}
+
+func record(set uint64, i int, to *[MaxOwners]int32) {
+	for set != 0 {
+		b := bits.TrailingZeros64(set)
+		to[b] = int32(i)
+		set &= set - 1
+	}
+}
+
+// candidates are the (instance, rank) pairs a query reports on: engine
+// publishers registered for its tenant and model with its block size.
+// (x.mu held.)
+func (x *Index) candidates(id Identity, instance string) ([]candidate, error) {
+	var out []candidate
+	sizes := map[int]bool{}
+	modelKnown, instKnown := false, false
+	for _, s := range x.streams {
+		r := s.reg
+		if r.Kind.shared() || r.Tenant != id.Tenant || r.Model != id.Model {
+			continue
+		}
+		modelKnown = true
+		if instance != "" && r.Instance != instance {
+			continue
+		}
+		instKnown = true
+		sizes[r.BlockSize] = true
+		if r.BlockSize == id.BlockSize {
+			out = append(out, candidate{instance: r.Instance, rank: r.DPRank})
+		}
+	}
+	if instance != "" && !instKnown {
+		return nil, fmt.Errorf("%w: %q is not registered for tenant %q and model %q", ErrUnknownInstance, instance, id.Tenant, id.Model)
+	}
+	if modelKnown && len(out) == 0 {
+		var l []string
+		for s := range sizes {
+			l = append(l, strconv.Itoa(s))
+		}
+		sort.Strings(l)
+		return nil, fmt.Errorf("%w: %d asked, registered: %s", ErrBlockSize, id.BlockSize, strings.Join(l, ", "))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].instance != out[j].instance {
+			return out[i].instance < out[j].instance
+		}
+		return out[i].rank < out[j].rank
+	})
+	return out, nil
+}
+
+// ContextView describes one context in GlobalView.
+type ContextView struct {
+	Tenant      string           `json:"tenant_id"`
+	Model       string           `json:"model_name"`
+	Lora        string           `json:"lora_name"`
+	Salt        string           `json:"additional_salt"`
+	BlockSize   int              `json:"block_size"`
+	PrefixCount int              `json:"prefix_count"`
+	Instances   map[string][]int `json:"instances"`
+	Blocks      map[string]int   `json:"blocks"` // blocks held per tier, summed over owners
+}
+
+// View is the /global_view answer.
+type View struct {
+	ContextCount int           `json:"context_count"`
+	Contexts     []ContextView `json:"contexts"`
+	Blocks       int           `json:"blocks"`
+}
+
+// GlobalView lists every context with its block count and owners. Its
+// cost grows with contexts and owners, not blocks (counts are kept as
+// blocks come and go).
+func (x *Index) GlobalView() View {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	v := View{Contexts: []ContextView{}, Blocks: x.blocks}
+	for _, c := range x.ctxs {
+		cv := ContextView{Tenant: c.id.Tenant, Model: c.id.Model, Lora: c.id.Lora, Salt: c.id.Salt, BlockSize: c.id.BlockSize,
+			PrefixCount: c.blocks.Len(), Instances: map[string][]int{}, Blocks: map[string]int{}}
+		for _, o := range c.owners {
+			if o == nil {
+				continue
+			}
+			cv.Instances[o.reg.Instance] = append(cv.Instances[o.reg.Instance], o.reg.DPRank)
+			h := o.in[c]
+			for t := Tier(0); t < numTiers; t++ {
+				cv.Blocks[t.String()] += h.live[t]
+			}
+		}
+		for _, r := range cv.Instances {
+			sort.Ints(r)
+		}
+		v.Contexts = append(v.Contexts, cv)
+	}
+	sort.Slice(v.Contexts, func(i, j int) bool {
+		a, b := v.Contexts[i], v.Contexts[j]
+		return fmt.Sprint(a.Tenant, a.Model, a.Lora, a.Salt, a.BlockSize) < fmt.Sprint(b.Tenant, b.Model, b.Lora, b.Salt, b.BlockSize)
+	})
+	v.ContextCount = len(v.Contexts)
+	return v
+}

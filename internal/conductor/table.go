@@ -1,0 +1,177 @@
+package conductor
+
+// table is an open-addressing hash table from u64 keys to values of V,
+// linear probing, deletion by backward shift (no tombstones), grown at 3/4
+// load. Hand-written rather than a Go map because the index's keys are
+// already hashes and its entries are small: one slot of key and value
+// sits in one cache line, a lookup touches one line, and memory per block
+// is a third of a map's. Key 0 lives outside the slots (0 marks empty).
+type table[V any] struct {
+	slots   []slot[V]
+	shift   uint // 64 - log2(len(slots))
+	n       int  // keys in slots
+	hasZero bool
+	zero    V
+}
+
+type slot[V any] struct {
+	key uint64
+	val V
+}
+
+const fib = 0x9E3779B97F4A7C15
+
+func (t *table[V]) Len() int {
+	if t.hasZero {
+		return t.n + 1
+	}
+	return t.n
+}
+
+func (t *table[V]) home(k uint64) int { return int((k * fib) >> t.shift) }
+
+// Get returns the value of k.
+func (t *table[V]) Get(k uint64) (V, bool) {
+	if k == 0 {
+		return t.zero, t.hasZero
+	}
+	if t.n == 0 {
+		var z V
+		return z, false
+	}
+	mask := len(t.slots) - 1
+	for i := t.home(k); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.key == k {
+			return s.val, true
+		}
+		if s.key == 0 {
+			var z V
+			return z, false
+		}
+	}
+}
+
+// Find returns a pointer to k's value, nil when absent. The pointer is
+// valid until the next insertion or deletion.
+func (t *table[V]) Find(k uint64) *V {
+	if k == 0 {
+		if t.hasZero {
+			return &t.zero
+		}
+		return nil
+	}
+	if t.n == 0 {
+		return nil
+	}
+	mask := len(t.slots) - 1
+	for i := t.home(k); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.key == k {
+			return &s.val
+		}
+		if s.key == 0 {
+			return nil
+		}
+	}
+}
+
+// Ptr returns a pointer to k's value, inserting the zero value when k is
+// absent (inserted true). The pointer is valid until the next insertion.
+func (t *table[V]) Ptr(k uint64) (v *V, inserted bool) {
+	if k == 0 {
+		ins := !t.hasZero
+		t.hasZero = true
+		return &t.zero, ins
+	}
+	if 4*(t.n+1) > 3*len(t.slots) {
+		t.grow()
+	}
+	mask := len(t.slots) - 1
+	for i := t.home(k); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.key == k {
+			return &s.val, false
+		}
+		if s.key == 0 {
+			s.key = k
+			t.n++
+			return &s.val, true
+		}
+	}
+}
+
+// Delete removes k.
+func (t *table[V]) Delete(k uint64) {
+	if k == 0 {
+		var z V
+		t.hasZero, t.zero = false, z
+		return
+	}
+	if t.n == 0 {
+		return
+	}
+	mask := len(t.slots) - 1
+	i := t.home(k)
+	for {
+		if t.slots[i].key == k {
+			break
+		}
+		if t.slots[i].key == 0 {
+			return
+		}
+		i = (i + 1) & mask
+	}
+	// Backward shift: move later entries of the run into the hole when
+	// the hole lies between their home and them.
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		kj := t.slots[j].key
+		if kj == 0 {
+			break
+		}
+		h := t.home(kj)
+		if (j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j)) {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = slot[V]{}
+	t.n--
+}
+
+// Range calls f for every key and value until it returns false. f must
+// not insert or delete.
+func (t *table[V]) Range(f func(k uint64, v V) bool) {
+	if t.hasZero && !f(0, t.zero) {
+		return
+	}
+	for i := range t.slots {
+		if t.slots[i].key != 0 && !f(t.slots[i].key, t.slots[i].val) {
+			return
+		}
+	}
+}
+
+func (t *table[V]) grow() {
+	old := t.slots
+	size := 2 * len(old)
+	if size < 16 {
+		size = 16
+	}
+	t.slots = make([]slot[V], size)
+	t.shift = 64
+	for s := size; s > 1; s >>= 1 {
+		t.shift--
+	}
+	mask := size - 1
+	for _, s := range old {
+		if s.key == 0 {
+			continue
+		}
+		i := t.home(s.key)
+		for t.slots[i].key != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+	}
+}

@@ -1,0 +1,184 @@
+package fastrpc
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kvcache-go/mooncake/internal/tlsconf"
+	"github.com/kvcache-go/mooncake/internal/tlsconf/tlstest"
+)
+
+// startAuthMux serves echo behind an Authenticator that takes the
+// credential "good" (and, on TLS, a client certificate named "cert-ok"),
+// on a TLS listener when srvTLS is set. revoked, once true, makes the
+// handler of authenticated connections refuse their next request.
+func startAuthMux(t *testing.T, srvTLS *tls.Config, revoked *atomic.Bool) (addr string, stop func()) {
+	t.Helper()
+	var ln net.Listener
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	if srvTLS != nil {
+		ln = tls.NewListener(ln, srvTLS)
+	}
+	m := NewMux(ln)
+	m.SetAuthenticator(func(c net.Conn, cred []byte) (Handler, error) {
+		ok := string(cred) == "good"
+		if tc, isTLS := c.(*tls.Conn); isTLS {
+			for _, n := range tlsconf.Names(tc.ConnectionState()) {
+				ok = ok || n == "cert-ok"
+			}
+		}
+		if !ok {
+			return nil, fmt.Errorf("credential %q refused", cred)
+		}
+		return func(method uint8, p []byte) ([]byte, uint8) {
+			if revoked != nil && revoked.Load() {
+				return []byte("credential revoked"), StatusUnauthenticated
+			}
+			return echo(method, p)
+		}, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := m.Run(ctx, echo); err != nil {
+			t.Error(err)
+		}
+	})
+	wg.Go(func() {
+		for {
+			c, err := m.GRPC().Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	})
+	return addr, func() { cancel(); wg.Wait() }
+}
+
+func TestAuthenticatedConnections(t *testing.T) {
+	var revoked atomic.Bool
+	addr, stop := startAuthMux(t, nil, &revoked)
+	defer stop()
+	ctx := context.Background()
+	for name, cred := range map[string][]byte{"no credential": nil, "wrong": []byte("bad"), "empty": {}} {
+		c, err := DialWith(ctx, addr, DialOptions{Credential: cred})
+		if cred == nil {
+			// Without a credential frame the dial succeeds (the preface is
+			// fine); the first call is refused and ends the connection.
+			if err != nil {
+				t.Fatalf("%s: dial %v", name, err)
+			}
+			if _, err := c.Call(ctx, 1, []byte("x")); !errors.Is(err, ErrUnauthenticated) {
+				t.Fatalf("%s: call %v, want ErrUnauthenticated", name, err)
+			}
+			_ = c.Close()
+			continue
+		}
+		if !errors.Is(err, ErrUnauthenticated) {
+			t.Fatalf("%s: dial %v, want ErrUnauthenticated", name, err)
+		}
+	}
+	c, err := DialWith(ctx, addr, DialOptions{Credential: []byte("good")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := c.Call(ctx, 1, []byte("abc")); err != nil || string(got) != "cba" {
+		t.Fatalf("call %q %v", got, err)
+	}
+	revoked.Store(true)
+	if _, err := c.Call(ctx, 1, []byte("abc")); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("after revocation: %v", err)
+	}
+	if _, err := c.Call(ctx, 1, []byte("abc")); err == nil {
+		t.Fatal("a revoked connection still serves")
+	}
+}
+
+// TestCredentialToPlainServer: a client with a credential works against a
+// server that has no Authenticator (the frame is ignored).
+func TestCredentialToPlainServer(t *testing.T) {
+	addr, stop := startMux(t)
+	defer stop()
+	c, err := DialWith(context.Background(), addr, DialOptions{Credential: []byte("anything")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := c.Call(context.Background(), 1, []byte("ab")); err != nil || string(got) != "ba" {
+		t.Fatalf("call %q %v", got, err)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "test")
+	srvCert, srvKey := ca.Issue("master")
+	srv, err := tlsconf.Server(tlsconf.Files{Cert: srvCert, Key: srvKey, CA: ca.File})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startAuthMux(t, srv, nil)
+	defer stop()
+	ctx := context.Background()
+
+	// A client trusting the CA, with a token.
+	cli, err := tlsconf.Client(tlsconf.Files{CA: ca.File})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DialWith(ctx, addr, DialOptions{TLS: cli, Credential: []byte("good")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte{7, 8}, 1<<17)
+	if got, err := c.Call(ctx, 1, big); err != nil || len(got) != len(big) || got[0] != 8 {
+		t.Fatalf("call over TLS: %d %v", len(got), err)
+	}
+	_ = c.Close()
+
+	// mTLS: a client certificate named cert-ok needs no token.
+	cc, ck := ca.Issue("cert-ok")
+	mcli, err := tlsconf.Client(tlsconf.Files{CA: ca.File, Cert: cc, Key: ck})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = DialWith(ctx, addr, DialOptions{TLS: mcli, Credential: []byte{}})
+	if err != nil {
+		t.Fatalf("mTLS identity: %v", err)
+	}
+	_ = c.Close()
+
+	// A client that does not trust the server's CA is refused by its own
+	// check; a client with a certificate from another CA by the server's.
+	other := tlstest.NewCA(t, "other")
+	bad, _ := tlsconf.Client(tlsconf.Files{CA: other.File})
+	if _, err := DialWith(ctx, addr, DialOptions{TLS: bad, Credential: []byte("good")}); err == nil {
+		t.Fatal("a server certificate from an untrusted CA was accepted")
+	}
+	oc, ok := other.Issue("cert-ok")
+	forged, _ := tlsconf.Client(tlsconf.Files{CA: ca.File, Cert: oc, Key: ok})
+	if _, err := DialWith(ctx, addr, DialOptions{TLS: forged, Credential: []byte{}}); err == nil {
+		t.Fatal("a client certificate from another CA was accepted")
+	}
+	// Plaintext to a TLS port fails; the server keeps serving.
+	if _, err := DialWith(ctx, addr, DialOptions{Credential: []byte("good")}); err == nil {
+		t.Fatal("plaintext fastrpc to a TLS port worked")
+	}
+	c, err = DialWith(ctx, addr, DialOptions{TLS: cli, Credential: []byte("good")})
+	if err != nil {
+		t.Fatalf("after refusals: %v", err)
+	}
+	_ = c.Close()
+}

@@ -1,0 +1,244 @@
+package master
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/storeerr"
+	"github.com/kvcache-go/mooncake/internal/tenant"
+)
+
+// Per-tenant accounts (package internal/tenant names the tenants and their
+// key namespaces). A tenant's charge is the memory bytes of its objects'
+// replicas (value bytes times replicas, as Mooncake's charged_bytes) and
+// its object count, complete objects and unfinished puts alike; it is kept
+// where the gauges of counts.go change, so admission costs O(1). A key's
+// tenant is read off its namespace prefix (tenant.Split); keys outside
+// every namespace (the raw key space: admins, and every caller when no
+// policy is configured) are not charged. Put slots (slot.go) are charged
+// when they are committed to a key.
+
+// Tenant quota errors (storeerr).
+var (
+	ErrTenantQuotaExceeded = storeerr.ErrTenantQuotaExceeded
+	ErrTenantNotRegistered = storeerr.ErrTenantNotRegistered
+)
+
+// TenantQuotas gives a tenant's limits (0: none); ok is false for a name
+// that has no policy, whose puts are refused with ErrTenantNotRegistered.
+// It is called with the master's lock held, so it must not block or call
+// the master.
+type TenantQuotas interface {
+	Limits(tenant string) (bytes, objects uint64, ok bool)
+}
+
+// TenantUsage is one tenant's account.
+type TenantUsage struct {
+	Tenant  string
+	Bytes   uint64 // memory bytes charged (replicas of complete objects and unfinished puts)
+	Objects int    // objects charged
+	Over    bool   // above its share at the last eviction (see evictionOrderLocked)
+}
+
+type tenantAcct struct {
+	bytes   uint64
+	objects int
+}
+
+type tenantBook struct {
+	q       TenantQuotas
+	acct    map[string]*tenantAcct
+	pending map[string]uint64 // charge of each unfinished put, by key
+}
+
+// SetTenantQuotas turns per-tenant accounting and strict admission on
+// (q nil: off, the default). Call it before the master takes puts: the
+// accounts start from the objects present now.
+func (m *Master) SetTenantQuotas(q TenantQuotas) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q == nil {
+		m.tenants = nil
+		return
+	}
+	m.tenants = &tenantBook{q: q, acct: map[string]*tenantAcct{}, pending: map[string]uint64{}}
+	m.objects.each(func(o *object) bool {
+		if o.complete {
+			m.tenantCountLocked(o, 1)
+		} else if key := m.keyOf(o); m.pending[key] == o.id {
+			m.tenantPendingLocked(o, key)
+		}
+		return true
+	})
+}
+
+// TenantUsages lists the accounts of the tenants that hold anything.
+func (m *Master) TenantUsages() []TenantUsage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tenants == nil {
+		return nil
+	}
+	out := make([]TenantUsage, 0, len(m.tenants.acct))
+	for name, a := range m.tenants.acct {
+		out = append(out, TenantUsage{Tenant: name, Bytes: a.bytes, Objects: a.objects})
+	}
+	slices.SortFunc(out, func(a, b TenantUsage) int {
+		if a.Tenant < b.Tenant {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+func (b *tenantBook) account(name string) *tenantAcct {
+	a := b.acct[name]
+	if a == nil {
+		a = &tenantAcct{}
+		b.acct[name] = a
+	}
+	return a
+}
+
+// charge adds n bytes and k objects (negative: takes them away) to name.
+func (b *tenantBook) charge(name string, n int64, k int) {
+	a := b.account(name)
+	a.bytes = uint64(max(int64(a.bytes)+n, 0))
+	a.objects = max(a.objects+k, 0)
+	if a.bytes == 0 && a.objects == 0 {
+		delete(b.acct, name)
+	}
+}
+
+// tenantCountLocked is countLocked's part for the tenant of o.
+func (m *Master) tenantCountLocked(o *object, sign int) {
+	if m.tenants == nil {
+		return
+	}
+	if t, _ := tenant.Split(m.keyOf(o)); t != "" {
+		m.tenants.charge(t, int64(sign)*int64(o.size)*int64(o.nrep), sign)
+	}
+}
+
+// tenantReplicasLocked is replicasChangedLocked's part.
+func (m *Master) tenantReplicasLocked(o *object, delta int) {
+	if m.tenants == nil {
+		return
+	}
+	if t, _ := tenant.Split(m.keyOf(o)); t != "" {
+		m.tenants.charge(t, int64(delta)*int64(o.size), 0)
+	}
+}
+
+// tenantPendingLocked is addPendingLocked's part: an unfinished put is
+// charged what it holds until it ends (dropPendingLocked).
+func (m *Master) tenantPendingLocked(o *object, key string) {
+	if m.tenants == nil {
+		return
+	}
+	t, _ := tenant.Split(key)
+	if t == "" {
+		return
+	}
+	if old, ok := m.tenants.pending[key]; ok {
+		m.tenants.charge(t, -int64(old), -1)
+	}
+	c := o.size * uint64(o.nrep)
+	m.tenants.pending[key] = c
+	m.tenants.charge(t, int64(c), 1)
+}
+
+// tenantUnpendLocked is dropPendingLocked's part.
+func (m *Master) tenantUnpendLocked(key string) {
+	if m.tenants == nil {
+		return
+	}
+	c, ok := m.tenants.pending[key]
+	if !ok {
+		return
+	}
+	delete(m.tenants.pending, key)
+	t, _ := tenant.Split(key)
+	m.tenants.charge(t, -int64(c), -1)
+}
+
+// tenantAdmitLocked is strict admission: a put of key holding n more
+// bytes (and one more object unless it replaces one, credit being what the
+// replaced object is charged) fails at once when it would take the key's
+// tenant past a quota.
+func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
+	if m.tenants == nil {
+		return nil
+	}
+	t, _ := tenant.Split(key)
+	if t == "" {
+		return nil
+	}
+	qb, qo, ok := m.tenants.q.Limits(t)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrTenantNotRegistered, t)
+	}
+	var used uint64
+	objects := 1
+	if a := m.tenants.acct[t]; a != nil {
+		used, objects = a.bytes, a.objects+1
+	}
+	if credit != nil && credit.complete {
+		used -= min(used, credit.size*uint64(credit.nrep))
+		objects--
+	}
+	if qb > 0 && used+n > qb {
+		return fmt.Errorf("%w: tenant %q holds %d of %d bytes, the put needs %d", ErrTenantQuotaExceeded, t, used, qb, n)
+	}
+	if qo > 0 && uint64(objects) > qo {
+		return fmt.Errorf("%w: tenant %q holds %d of %d objects", ErrTenantQuotaExceeded, t, objects-1, qo)
+	}
+	return nil
+}
+
+// tenantOverShareFirstLocked reorders an eviction order so that the
+// objects of the tenants above their share come first (in their order),
+// then the others (in theirs). A tenant's share is its byte quota scaled
+// down, when the quotas add up to more than the capacity, in proportion
+// (Mooncake's effective quota); a tenant without a byte quota shares what
+// the quotas leave equally with the other such tenants.
+func (m *Master) tenantOverShareFirstLocked(order []*object, now time.Time) []*object {
+	if m.tenants == nil || len(m.tenants.acct) == 0 {
+		return order
+	}
+	capacity, _ := m.usageLocked()
+	var sumQuota uint64
+	unquoted := 0
+	quota := make(map[string]uint64, len(m.tenants.acct))
+	for name := range m.tenants.acct {
+		qb, _, _ := m.tenants.q.Limits(name)
+		quota[name] = qb
+		if qb == 0 {
+			unquoted++
+		}
+		sumQuota += qb
+	}
+	over := make(map[string]bool, len(quota))
+	for name, qb := range quota {
+		share := qb
+		switch {
+		case qb > 0 && sumQuota > capacity:
+			share = uint64(float64(qb) / float64(sumQuota) * float64(capacity))
+		case qb == 0:
+			share = (capacity - min(capacity, sumQuota)) / uint64(unquoted)
+		}
+		over[name] = m.tenants.acct[name].bytes > share
+	}
+	first := make([]*object, 0, len(order))
+	var rest []*object
+	for _, o := range order {
+		if t, _ := tenant.Split(m.keyOf(o)); t != "" && over[t] {
+			first = append(first, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	return append(first, rest...)
+}

@@ -1,0 +1,123 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/tenant"
+)
+
+type quotaMap map[string][2]uint64
+
+func (q quotaMap) Limits(t string) (uint64, uint64, bool) {
+	l, ok := q[t]
+	return l[0], l[1], ok
+}
+
+func TestTenantQuotaAdmission(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Durable = false
+	m, _ := newTestMaster(t, cfg, map[string]uint64{"s1": 1 << 20})
+	m.SetTenantQuotas(quotaMap{"a": {10 << 10, 0}, "b": {0, 3}})
+	a, b := tenant.Namespace("a"), tenant.Namespace("b")
+	// a: 10 KiB. Two 4 KiB puts fit, the third fails at once.
+	mustPut(t, m, a+"1", 4<<10, ReplicateConfig{})
+	mustPut(t, m, a+"2", 4<<10, ReplicateConfig{})
+	if _, err := m.PutStart("w", a+"3", 4<<10, ReplicateConfig{}); !errors.Is(err, ErrTenantQuotaExceeded) || Code(err) != -1700 {
+		t.Fatalf("over quota: %v (code %d)", err, Code(err))
+	}
+	// An unfinished put is charged too.
+	if _, err := m.PutStart("w", a+"3", 2<<10, ReplicateConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PutStart("w", a+"4", 1, ReplicateConfig{}); !errors.Is(err, ErrTenantQuotaExceeded) {
+		t.Fatalf("pending not charged: %v", err)
+	}
+	if err := m.PutRevoke("w", a+"3"); err != nil {
+		t.Fatal(err)
+	}
+	// b: 3 objects, any size; a's exhaustion does not touch b.
+	for i := range 3 {
+		mustPut(t, m, fmt.Sprintf("%s%d", b, i), 64<<10, ReplicateConfig{})
+	}
+	if _, err := m.PutStart("w", b+"x", 1, ReplicateConfig{}); !errors.Is(err, ErrTenantQuotaExceeded) {
+		t.Fatalf("object quota: %v", err)
+	}
+	// Removal gives room back.
+	if err := m.Remove(a+"1", false); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, m, a+"5", 4<<10, ReplicateConfig{})
+	// Unknown tenants and the raw key space.
+	if _, err := m.PutStart("w", tenant.Namespace("gone")+"k", 1, ReplicateConfig{}); !errors.Is(err, ErrTenantNotRegistered) || Code(err) != -1701 {
+		t.Fatalf("unregistered: %v", err)
+	}
+	mustPut(t, m, "raw-key", 128<<10, ReplicateConfig{})
+	got := map[string]TenantUsage{}
+	for _, u := range m.TenantUsages() {
+		got[u.Tenant] = u
+	}
+	if got["a"].Bytes != 8<<10 || got["a"].Objects != 2 || got["b"].Objects != 3 || got["b"].Bytes != 3*64<<10 || len(got) != 2 {
+		t.Fatalf("usage %+v", got)
+	}
+	// Accounting rebuilt from the objects present gives the same figures.
+	m.SetTenantQuotas(quotaMap{"a": {10 << 10, 0}, "b": {0, 3}})
+	for _, u := range m.TenantUsages() {
+		if u != got[u.Tenant] {
+			t.Fatalf("rebuilt %+v, kept %+v", u, got[u.Tenant])
+		}
+	}
+}
+
+// TestTenantSlotCommitAdmission: a put through a slot is admitted at its
+// commit.
+func TestTenantSlotCommitAdmission(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Durable = false
+	m, _ := newTestMaster(t, cfg, map[string]uint64{"s1": 1 << 20})
+	m.SetTenantQuotas(quotaMap{"a": {6 << 10, 0}})
+	a := tenant.Namespace("a")
+	mustPut(t, m, a+"1", 4<<10, ReplicateConfig{})
+	slot, _, err := m.PutReserve("w", 4<<10, len(a)+1, ReplicateConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, gone, err := m.PutCommit("w", a+"2", slot, 0, ReplicateConfig{}, false); gone || !errors.Is(err, ErrTenantQuotaExceeded) {
+		t.Fatalf("commit over quota: gone %v, %v", gone, err)
+	}
+	if ok, _ := m.Exist(a + "2"); ok {
+		t.Fatal("a refused commit left the key")
+	}
+}
+
+// TestTenantEvictionOverShareFirst: eviction takes the objects of the
+// tenant above its share before older objects of a tenant within it.
+func TestTenantEvictionOverShareFirst(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Durable = false
+	cfg.EvictionRatio = 0.1
+	m, clk := newTestMaster(t, cfg, map[string]uint64{"s1": 2 << 20})
+	m.SetTenantQuotas(quotaMap{"small": {1 << 20, 0}, "big": {0, 0}})
+	s, b := tenant.Namespace("small"), tenant.Namespace("big")
+	for i := range 4 { // small: 256 KiB of its 1 MiB, written first (least recent)
+		mustPut(t, m, fmt.Sprintf("%s%d", s, i), 64<<10, ReplicateConfig{})
+	}
+	clk.Advance(time.Second)
+	for i := range 20 { // big: 1.25 MiB; its share is what the quotas leave, 1 MiB
+		mustPut(t, m, fmt.Sprintf("%s%d", b, i), 64<<10, ReplicateConfig{})
+	}
+	clk.Advance(time.Second)
+	if freed := m.Evict(); freed == 0 {
+		t.Fatal("nothing evicted")
+	}
+	for i := range 4 {
+		if ok, _ := m.Exist(fmt.Sprintf("%s%d", s, i)); !ok {
+			t.Fatalf("small's object %d was evicted while big is above its share", i)
+		}
+	}
+	if ok, _ := m.Exist(b + "0"); ok {
+		t.Fatal("big's least recent object survived")
+	}
+}

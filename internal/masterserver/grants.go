@@ -1,0 +1,124 @@
+package masterserver
+
+import (
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/clock"
+	"github.com/kvcache-go/mooncake/internal/grant"
+	"github.com/kvcache-go/mooncake/internal/objheader"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+)
+
+// Data-path grants (ServerConfig.Grants): the master signs, at the wire
+// conversion, a grant for exactly the extents it hands out, so a storage
+// node that checks grants lets the client touch those bytes and nothing
+// else. The core knows nothing of it.
+//
+//   - Placements (PutStart, the slot of a PutCommit): WRITE on the header
+//     and value, [addr-header_len, addr+size), for PutTimeout: an
+//     unfinished put older than that may be preempted, and the space of an
+//     unfinished put is not reused before PutReleaseTimeout.
+//   - Replica lists (GetReplicaList, BatchGetReplicaList): READ on
+//     [addr, addr+size) until the read lease the call granted ends: a
+//     leased object is neither evicted nor removed (unless forced), so the
+//     extent cannot be reallocated while the grant is valid.
+//   - Tombstones handed to the remover: WRITE on the header, for
+//     headerGrantTTL.
+//   - Tasks: READ on the source, WRITE on the targets, until the task's
+//     deadline.
+//
+// Revocation is by expiry. The bound: a WRITE grant outlives the removal
+// (or revocation) of its put by at most PutTimeout; a READ grant outlives
+// its object only after a forced removal, by at most the lease.
+//
+// Expiry is wall-clock time (the storage node checks it against its own
+// clock): the core's lease, on the core's clock, is converted as a
+// duration from now. Clocks of the master and the nodes must agree to well
+// within the lease TTL.
+
+// headerGrantTTL bounds a tombstone's header grant.
+const headerGrantTTL = 5 * time.Second
+
+type granter struct {
+	keys   *grant.Keyring
+	clock  clock.Clock // the core's
+	putTTL time.Duration
+}
+
+// newGranter returns nil (no grants) without keys.
+func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *granter {
+	if keys == nil {
+		return nil
+	}
+	return &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL}
+}
+
+func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, expires time.Time) []byte {
+	if n == 0 || endpoint == "" {
+		return nil
+	}
+	b, err := g.keys.Encode(grant.Grant{Segment: endpoint, Addr: addr, Length: n, Mode: mode, Expires: expires})
+	if err != nil {
+		return nil // a name too long for a grant: the node refuses the transfer
+	}
+	return b
+}
+
+// put grants WRITE on each placement's header and value.
+func (g *granter) put(out *pb.PutStartResponse) *pb.PutStartResponse {
+	if g == nil || out == nil {
+		return out
+	}
+	exp := time.Now().Add(g.putTTL)
+	for _, r := range out.Replicas {
+		r.Grant = g.sign(r.Endpoint, r.Addr-out.HeaderLen, r.Size+out.HeaderLen, grant.Write, exp)
+	}
+	return out
+}
+
+// info grants READ on each replica until the lease the call granted ends.
+func (g *granter) info(out *pb.ObjectInfo) *pb.ObjectInfo {
+	if g == nil || out == nil || out.LeaseUntilUnixMs == 0 {
+		return out
+	}
+	left := time.UnixMilli(out.LeaseUntilUnixMs).Sub(g.clock.Now())
+	if left <= 0 {
+		return out
+	}
+	exp := time.Now().Add(left)
+	for _, r := range out.Replicas {
+		r.Grant = g.sign(r.Endpoint, r.Addr, r.Size, grant.Read, exp)
+	}
+	return out
+}
+
+// tombs grants WRITE on each tombstone's header.
+func (g *granter) tombs(refs []*pb.HeaderRef) []*pb.HeaderRef {
+	if g == nil {
+		return refs
+	}
+	exp := time.Now().Add(headerGrantTTL)
+	for _, r := range refs {
+		r.Grant = g.sign(r.Endpoint, r.Addr, objheader.Align, grant.Write, exp)
+	}
+	return refs
+}
+
+// task grants READ on a task's source and WRITE on its targets (headers
+// included) until its deadline.
+func (g *granter) task(a *pb.TaskAssignment) {
+	if g == nil || a.DeadlineUnixMs == 0 {
+		return
+	}
+	left := time.UnixMilli(a.DeadlineUnixMs).Sub(g.clock.Now())
+	if left <= 0 {
+		return
+	}
+	exp := time.Now().Add(left)
+	if s := a.Source; s != nil {
+		s.Grant = g.sign(s.Endpoint, s.Addr-a.HeaderLen, s.Size+a.HeaderLen, grant.Read, exp)
+	}
+	for _, t := range a.Targets {
+		t.Grant = g.sign(t.Endpoint, t.Addr-a.HeaderLen, t.Size+a.HeaderLen, grant.Write, exp)
+	}
+}

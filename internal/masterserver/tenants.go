@@ -1,0 +1,347 @@
+package masterserver
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/kvcache-go/mooncake/internal/fastrpc"
+	"github.com/kvcache-go/mooncake/internal/httpjson"
+	"github.com/kvcache-go/mooncake/internal/master"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
+	"github.com/kvcache-go/mooncake/internal/tlsconf"
+)
+
+// Tenants (ServerConfig.Tenants). Every gRPC call carries "authorization:
+// Bearer <token>" (or comes over mutual TLS with a certificate a tenant's
+// cert_names list); every fastrpc connection presents the token once, in
+// its credential frame. The caller's tenant rides in the call's context
+// (callerOf), and the service puts its Namespace in front of every key it
+// is given and takes it off every key it returns, so a tenant sees, lists,
+// removes and counts only its own keys, and a key of another tenant reads
+// as absent. The cluster secret (ServerConfig.Secret), and tokens of
+// tenants marked admin, are the admin role: the raw key space (every
+// tenant's keys, with their namespaces) and the cluster-wide calls.
+
+// clusterAdmin is the identity of the cluster secret.
+var clusterAdmin = &tenant.Tenant{Name: "_cluster", Admin: true}
+
+type callerKey struct{}
+
+// withCaller attaches the caller's tenant to ctx.
+func withCaller(ctx context.Context, t *tenant.Tenant) context.Context {
+	return context.WithValue(ctx, callerKey{}, t)
+}
+
+// callerOf is the tenant of the call (tenant.Default without tenants).
+func callerOf(ctx context.Context) *tenant.Tenant {
+	if t, ok := ctx.Value(callerKey{}).(*tenant.Tenant); ok {
+		return t
+	}
+	return tenant.Default
+}
+
+// authn resolves credentials to tenants.
+type authn struct {
+	secret string
+	src    *tenant.Source
+	now    func() time.Time
+}
+
+// resolve maps a bearer token (and the names of a verified client
+// certificate) to a tenant, and tells until when the answer holds (zero:
+// until the policy changes).
+func (a *authn) resolve(token string, certNames []string) (*tenant.Tenant, time.Time, error) {
+	if a.secret != "" && subtle.ConstantTimeCompare([]byte(token), []byte(a.secret)) == 1 {
+		return clusterAdmin, time.Time{}, nil
+	}
+	set := a.src.Set()
+	if token != "" || len(certNames) == 0 {
+		t, err := set.Authenticate(token, a.now())
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		return t, set.Expires(token), nil
+	}
+	if t := set.ByCert(certNames...); t != nil {
+		return t, time.Time{}, nil
+	}
+	return nil, time.Time{}, fmt.Errorf("%w: certificate %v names no tenant", tenant.ErrUnauthenticated, certNames)
+}
+
+// certNamesOf are the client certificate names of a connection's TLS state.
+func certNamesOf(info credentials.AuthInfo) []string {
+	if ti, ok := info.(credentials.TLSInfo); ok {
+		return tlsconf.Names(ti.State)
+	}
+	return nil
+}
+
+// tenantInterceptor authenticates every call and attaches its tenant (the
+// service decides what the tenant may do).
+func tenantInterceptor(a *authn) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		var token string
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if v := md.Get("authorization"); len(v) > 0 {
+				token = tenant.Bearer(v[0])
+			}
+		}
+		var names []string
+		if p, ok := peer.FromContext(ctx); ok && p.AuthInfo != nil {
+			names = certNamesOf(p.AuthInfo)
+		}
+		t, _, err := a.resolve(token, names)
+		if err != nil {
+			return nil, grpcstatus.Errorf(codes.Unauthenticated, "master: %v", err)
+		}
+		return handler(withCaller(ctx, t), req)
+	}
+}
+
+// fastAuthenticator authenticates each fastrpc connection once, from its
+// credential frame (or its client certificate), and serves it with a
+// handler bound to its tenant. The decision is checked again when the
+// policy changes (a rotated-out token ends the connection) and when its
+// token expires.
+func (s *Service) fastAuthenticator(ctx context.Context, a *authn) fastrpc.Authenticator {
+	return func(c net.Conn, cred []byte) (fastrpc.Handler, error) {
+		var names []string
+		if tc, ok := c.(*tls.Conn); ok {
+			names = tlsconf.Names(tc.ConnectionState())
+		}
+		token := string(cred)
+		t, exp, err := a.resolve(token, names)
+		if err != nil {
+			return nil, fmt.Errorf("master: %w", err)
+		}
+		h := s.FastHandler(withCaller(ctx, t))
+		gen := a.src.Generation()
+		return func(method uint8, payload []byte) ([]byte, uint8) {
+			if g := a.src.Generation(); g != gen || (!exp.IsZero() && !a.now().Before(exp)) {
+				nt, nexp, err := a.resolve(token, names)
+				if err != nil || nt.Name != t.Name || nt.Admin != t.Admin {
+					return []byte(fmt.Sprintf("master: credential no longer valid: %v", err)), fastrpc.StatusUnauthenticated
+				}
+				gen, exp = g, nexp
+			}
+			return h(method, payload)
+		}, nil
+	}
+}
+
+// requireAdmin guards the admin HTTP API with tenants on: every request
+// but /health and /metrics needs the admin role (the listing pages show
+// every tenant's keys); a tenant's token is answered 403.
+func requireAdmin(a *authn, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" || r.URL.Path == "/metrics" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		t, _, err := a.resolve(tenant.Bearer(r.Header.Get("Authorization")), nil)
+		switch {
+		case err != nil:
+			httpjson.Error(w, http.StatusUnauthorized, "authentication_error", "master: "+err.Error())
+		case !t.Admin:
+			httpjson.Error(w, http.StatusForbidden, "permission_error", "master: the admin API needs the admin role")
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// tlsCreds is gRPC's view of connections the master's TLS listener already
+// secured (the listener is shared with fastrpc, so the handshake happens
+// before gRPC sees the connection): it hands the connection on with its
+// TLS state as the peer's AuthInfo.
+type tlsCreds struct{}
+
+func (tlsCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, fmt.Errorf("master: server-side credentials only")
+}
+
+func (tlsCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	inner := c
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		inner = nc.NetConn()
+	}
+	tc, ok := inner.(*tls.Conn)
+	if !ok {
+		return nil, nil, fmt.Errorf("master: a plaintext connection on the TLS port")
+	}
+	return c, credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+}
+
+func (tlsCreds) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+}
+func (c tlsCreds) Clone() credentials.TransportCredentials { return c }
+func (tlsCreds) OverrideServerName(string) error           { return nil }
+
+// tenantQuotas adapts the policy in force to the core's quotas.
+type tenantQuotas struct{ src *tenant.Source }
+
+func (q tenantQuotas) Limits(name string) (uint64, uint64, bool) {
+	t := q.src.Set().Lookup(name)
+	if t == nil {
+		return 0, 0, false
+	}
+	return t.QuotaBytes, t.QuotaObjects, true
+}
+
+// Key scoping: the service's view of one caller's namespace.
+
+// scope is the key a tenant's key is stored under.
+func scope(ns, key string) string {
+	if ns == "" {
+		return key
+	}
+	return ns + key
+}
+
+// unscope is the key as the caller knows it.
+func unscope(ns, key string) string { return strings.TrimPrefix(key, ns) }
+
+func scopeKeys(ns string, keys []string) []string {
+	if ns == "" {
+		return keys
+	}
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = ns + k
+	}
+	return out
+}
+
+// scopeMatcher confines a bulk removal's matcher to a namespace: it sees
+// the keys as the tenant knows them and walks only the namespace.
+func scopeMatcher(ns string, mt master.Matcher) master.Matcher {
+	if ns == "" {
+		return mt
+	}
+	match := mt.Match
+	return master.Matcher{Prefix: ns + mt.Prefix, Match: func(k string) bool {
+		return strings.HasPrefix(k, ns) && match(k[len(ns):])
+	}}
+}
+
+// ownHeld keeps the objects a non-admin caller may re-report: those in its
+// own namespace (a node's memory or disk could otherwise place objects in
+// another tenant's namespace).
+func ownHeld(t *tenant.Tenant, hs []*pb.HeldObject) []*pb.HeldObject {
+	if t.Namespace == "" {
+		return hs
+	}
+	out := hs[:0:0]
+	for _, h := range hs {
+		if strings.HasPrefix(h.Key, t.Namespace) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// rawEvents passes on the object events of the raw key space only: the
+// event stream (internal/kvevents over ZeroMQ) has no credentials, so with
+// tenants on, no tenant's key, nor the fact that it exists, is published
+// on it.
+type rawEvents struct{ next master.EventSink }
+
+func (e rawEvents) Stored(key string, t master.Tier) {
+	if tn, _ := tenant.Split(key); tn == "" {
+		e.next.Stored(key, t)
+	}
+}
+
+func (e rawEvents) Removed(key string, t master.Tier) {
+	if tn, _ := tenant.Split(key); tn == "" {
+		e.next.Removed(key, t)
+	}
+}
+
+// tenantQuotaJSON is one tenant's row of GET /api/v1/tenant_quotas
+// (Mooncake's tenant quota snapshot fields where they exist).
+type tenantQuotaJSON struct {
+	TenantID            string `json:"tenant_id"`
+	RequestedQuotaBytes uint64 `json:"requested_quota_bytes"`
+	ChargedBytes        uint64 `json:"charged_bytes"`
+	MaxObjects          uint64 `json:"max_objects"`
+	Objects             int    `json:"objects"`
+	OverQuota           bool   `json:"over_quota"`
+	Admin               bool   `json:"admin"`
+}
+
+// tenantAdmin adds the tenants' figures to the admin API: GET
+// /api/v1/tenant_quotas[?tenant_id=T] (Mooncake's {"success", "data"}
+// shape) and per-tenant gauges after the /metrics of next.
+func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.Handler {
+	rows := func() []tenantQuotaJSON {
+		used := map[string]master.TenantUsage{}
+		for _, u := range m.TenantUsages() {
+			used[u.Tenant] = u
+		}
+		var out []tenantQuotaJSON
+		for _, t := range src.Set().Tenants() {
+			u := used[t.Name]
+			out = append(out, tenantQuotaJSON{TenantID: t.Name, RequestedQuotaBytes: t.QuotaBytes, ChargedBytes: u.Bytes,
+				MaxObjects: t.QuotaObjects, Objects: u.Objects, Admin: t.Admin,
+				OverQuota: (t.QuotaBytes > 0 && u.Bytes > t.QuotaBytes) || (t.QuotaObjects > 0 && uint64(u.Objects) > t.QuotaObjects)})
+		}
+		return out
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	mux.HandleFunc("GET /api/v1/tenant_quotas", func(w http.ResponseWriter, r *http.Request) {
+		all := rows()
+		id := r.URL.Query().Get("tenant_id")
+		if id == "" {
+			httpjson.Write(w, http.StatusOK, map[string]any{"success": true, "data": all})
+			return
+		}
+		for _, row := range all {
+			if row.TenantID == id {
+				httpjson.Write(w, http.StatusOK, map[string]any{"success": true, "data": row})
+				return
+			}
+		}
+		httpjson.Write(w, http.StatusNotFound, map[string]any{"success": false, "error": "TENANT_NOT_REGISTERED"})
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r)
+		all := rows()
+		for _, g := range []struct {
+			name, help string
+			v          func(tenantQuotaJSON) float64
+		}{
+			{"mooncake_tenant_quota_requested_bytes", "Byte quota of the tenant (0: none).", func(t tenantQuotaJSON) float64 { return float64(t.RequestedQuotaBytes) }},
+			{"mooncake_tenant_quota_charged_bytes", "Memory bytes charged to the tenant (replicas of its objects and puts in progress).", func(t tenantQuotaJSON) float64 { return float64(t.ChargedBytes) }},
+			{"mooncake_tenant_objects", "Objects charged to the tenant.", func(t tenantQuotaJSON) float64 { return float64(t.Objects) }},
+			{"mooncake_tenant_quota_over_quota", "1 when the tenant holds more than a quota (after a policy change).", func(t tenantQuotaJSON) float64 {
+				if t.OverQuota {
+					return 1
+				}
+				return 0
+			}},
+		} {
+			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", g.name, g.help, g.name)
+			for _, t := range all {
+				fmt.Fprintf(w, "%s{tenant_id=%q} %g\n", g.name, t.TenantID, g.v(t))
+			}
+		}
+	})
+	return mux
+}

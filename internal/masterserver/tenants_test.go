@@ -1,0 +1,237 @@
+package masterserver
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/kvcache-go/mooncake/internal/fastrpc"
+	"github.com/kvcache-go/mooncake/internal/master"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
+	"github.com/kvcache-go/mooncake/internal/tlsconf"
+	"github.com/kvcache-go/mooncake/internal/tlsconf/tlstest"
+)
+
+const testPolicy = `version: 1
+tenants:
+  - name: a
+    tokens: [{token: token-a-0001}]
+    cert_names: [client-a]
+  - name: b
+    tokens: [{token: token-b-0001}]
+`
+
+type recEvents struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (r *recEvents) Stored(key string, _ master.Tier) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keys = append(r.keys, key)
+}
+func (r *recEvents) Removed(string, master.Tier) {}
+
+func startTenantServer(t *testing.T, srvTLS *tls.Config, ev master.EventSink) *Server {
+	t.Helper()
+	set, err := tenant.Parse([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := master.DefaultConfig()
+	core.Events = ev
+	s, err := Start(ServerConfig{Core: core, Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: "the-secret", Tenants: tenant.Static(set), TLS: srvTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func dialGRPC(t *testing.T, addr string, creds credentials.TransportCredentials) pb.MasterServiceClient {
+	t.Helper()
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewMasterServiceClient(conn)
+}
+
+func bearer(ctx context.Context, tok string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+}
+
+// TestTenantRPCs: unauthenticated calls are refused, a tenant cannot
+// unmount another's segment, events of tenant keys stay off the open
+// stream, and the admin HTTP API needs the admin role.
+func TestTenantRPCs(t *testing.T) {
+	ev := &recEvents{}
+	s := startTenantServer(t, nil, ev)
+	c := dialGRPC(t, s.Addr(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Exist(ctx, &pb.KeyRequest{Key: "k"}); grpcstatus.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no credential: %v", err)
+	}
+	if _, err := c.Exist(bearer(ctx, "token-a-0002"), &pb.KeyRequest{Key: "k"}); grpcstatus.Code(err) != codes.Unauthenticated {
+		t.Fatalf("wrong credential: %v", err)
+	}
+	a, b, admin := bearer(ctx, "token-a-0001"), bearer(ctx, "token-b-0001"), bearer(ctx, "the-secret")
+	seg := &pb.Segment{Name: "seg-a", Endpoint: "127.0.0.1:1", Base: 1 << 30, Size: 1 << 20}
+	if st, err := c.MountSegment(a, &pb.MountSegmentRequest{ClientId: "ca", Segment: seg}); err != nil || st.Code != 0 {
+		t.Fatalf("mount: %v %v", st, err)
+	}
+	if st, err := c.UnmountSegment(b, &pb.UnmountSegmentRequest{ClientId: "ca", Name: "seg-a"}); err != nil || st.Code != master.CodeSegmentNotFound {
+		t.Fatalf("b unmounting a's segment: %v %v", st, err)
+	}
+	for _, ctx := range []context.Context{a, admin} {
+		r, err := c.PutStart(ctx, &pb.PutStartRequest{ClientId: "ca", Key: "k", Size: 10})
+		if err != nil || r.Status.Code != 0 {
+			t.Fatalf("put: %v %v", r, err)
+		}
+		if st, err := c.PutCommit(ctx, &pb.PutCommitRequest{ClientId: "ca", Key: "k"}); err != nil || st.Status.Code != 0 {
+			t.Fatalf("commit: %v %v", st, err)
+		}
+	}
+	ev.mu.Lock()
+	got := append([]string(nil), ev.keys...)
+	ev.mu.Unlock()
+	if len(got) != 1 || got[0] != "k" {
+		t.Fatalf("events published %q, want the admin's raw key only", got)
+	}
+	// The tenant's object: visible as "k" to a only.
+	if r, err := c.Exist(b, &pb.KeyRequest{Key: "k"}); err != nil || r.Exists {
+		t.Fatalf("b sees a raw or a's key: %v %v", r, err)
+	}
+	if r, err := c.Query(a, &pb.KeyRequest{Key: "k"}); err != nil || r.Key != "k" {
+		t.Fatalf("a's query: %v %v", r, err)
+	}
+	for tok, want := range map[string]int{"": http.StatusUnauthorized, "token-a-0001": http.StatusForbidden, "the-secret": http.StatusOK} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+s.HTTPAddr()+"/get_all_keys", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("admin API with %q: %d, want %d", tok, resp.StatusCode, want)
+		}
+	}
+	// The tenants' figures, for the admin.
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+s.HTTPAddr()+"/api/v1/tenant_quotas?tenant_id=a", nil)
+	req.Header.Set("Authorization", "Bearer the-secret")
+	qr, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q struct {
+		Success bool
+		Data    tenantQuotaJSON
+	}
+	err = json.NewDecoder(qr.Body).Decode(&q)
+	qr.Body.Close()
+	if err != nil || !q.Success || q.Data.TenantID != "a" || q.Data.Objects != 1 || q.Data.ChargedBytes != 10 {
+		t.Fatalf("tenant_quotas: %+v %v", q, err)
+	}
+	req, _ = http.NewRequestWithContext(ctx, "GET", "http://"+s.HTTPAddr()+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer the-secret")
+	mr, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(mr.Body)
+	mr.Body.Close()
+	if !strings.Contains(string(body), `mooncake_tenant_quota_charged_bytes{tenant_id="a"} 10`) {
+		t.Fatalf("metrics lack the tenant gauges:\n%s", body)
+	}
+	if st, err := c.UnmountSegment(a, &pb.UnmountSegmentRequest{ClientId: "ca", Name: "seg-a"}); err != nil || st.Code != 0 {
+		t.Fatalf("a unmounting its segment: %v %v", st, err)
+	}
+	resp, err := http.Get("http://" + s.HTTPAddr() + "/health")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("health stays open: %v", err)
+	}
+	resp.Body.Close()
+}
+
+// TestTenantTLS: with TLS on, gRPC and fastrpc work for clients that trust
+// the master's CA, a client certificate named in the policy is a tenant's
+// credential, and plaintext, an untrusted server certificate or a client
+// certificate of another CA are refused while the master keeps serving.
+func TestTenantTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "test")
+	sc, sk := ca.Issue("master")
+	srvTLS, err := tlsconf.Server(tlsconf.Files{Cert: sc, Key: sk, CA: ca.File})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startTenantServer(t, srvTLS, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cliTLS, err := tlsconf.Client(tlsconf.Files{CA: ca.File})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dialGRPC(t, s.Addr(), credentials.NewTLS(cliTLS))
+	if r, err := c.Exist(bearer(ctx, "token-a-0001"), &pb.KeyRequest{Key: "k"}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("gRPC over TLS: %v %v", r, err)
+	}
+	fc, err := fastrpc.DialWith(ctx, s.Addr(), fastrpc.DialOptions{TLS: cliTLS, Credential: []byte("token-a-0001")})
+	if err != nil {
+		t.Fatalf("fastrpc over TLS: %v", err)
+	}
+	req, _ := pb.Marshal(&pb.KeyRequest{Key: "k"})
+	if _, err := fc.Call(ctx, pb.FastExist, req); err != nil {
+		t.Fatalf("fastrpc call over TLS: %v", err)
+	}
+	fc.Close()
+	// mTLS: the certificate named client-a is tenant a, no token needed.
+	cc, ck := ca.Issue("client-a")
+	mTLS, _ := tlsconf.Client(tlsconf.Files{CA: ca.File, Cert: cc, Key: ck})
+	mc := dialGRPC(t, s.Addr(), credentials.NewTLS(mTLS))
+	if r, err := mc.Exist(ctx, &pb.KeyRequest{Key: "k"}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("mTLS identity: %v %v", r, err)
+	}
+	// Refusals.
+	if _, err := dialGRPC(t, s.Addr(), nil).Exist(bearer(ctx, "token-a-0001"), &pb.KeyRequest{Key: "k"}); err == nil {
+		t.Fatal("plaintext gRPC to the TLS port worked")
+	}
+	other := tlstest.NewCA(t, "other")
+	untrusting, _ := tlsconf.Client(tlsconf.Files{CA: other.File})
+	if _, err := dialGRPC(t, s.Addr(), credentials.NewTLS(untrusting)).Exist(bearer(ctx, "token-a-0001"), &pb.KeyRequest{Key: "k"}); err == nil {
+		t.Fatal("a client accepted a master certificate from a CA it does not trust")
+	}
+	oc, ok := other.Issue("client-a")
+	forged, _ := tlsconf.Client(tlsconf.Files{CA: ca.File, Cert: oc, Key: ok})
+	if _, err := dialGRPC(t, s.Addr(), credentials.NewTLS(forged)).Exist(ctx, &pb.KeyRequest{Key: "k"}); err == nil {
+		t.Fatal("a client certificate from another CA was accepted")
+	}
+	if _, err := fastrpc.DialWith(ctx, s.Addr(), fastrpc.DialOptions{TLS: forged, Credential: []byte{}}); err == nil {
+		t.Fatal("fastrpc: a client certificate from another CA was accepted")
+	}
+	if r, err := c.Exist(bearer(ctx, "token-b-0001"), &pb.KeyRequest{Key: "k"}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("the master stopped serving after refusals: %v %v", r, err)
+	}
+}

@@ -1,0 +1,107 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/tokenizer"
+)
+
+// Tokenizer modes of Config.Tokenizer besides a tokenizer.json path.
+const (
+	TokenizerByteLevel = "byte-level" // ours, the reference engine's (default)
+	TokenizerEngine    = "engine"     // ask a prefill instance: POST /tokenize
+)
+
+// promptTokenizer gives a request's prompt token ids as its engine will
+// see them, for naming KV blocks.
+type promptTokenizer struct {
+	mode   string
+	bpe    *tokenizer.BPE
+	client *http.Client
+}
+
+func newPromptTokenizer(spec string, client *http.Client) (*promptTokenizer, error) {
+	switch spec {
+	case "", TokenizerByteLevel:
+		return &promptTokenizer{mode: TokenizerByteLevel}, nil
+	case TokenizerEngine:
+		return &promptTokenizer{mode: TokenizerEngine, client: client}, nil
+	}
+	bpe, err := tokenizer.LoadBPE(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tokenizer %q: %v", ErrConfig, spec, err)
+	}
+	return &promptTokenizer{mode: "file", bpe: bpe, client: client}, nil
+}
+
+// tokens returns the prompt's ids. A tokenizer.json encodes completion
+// prompts itself (with its template's specials); chat requests need the
+// model's chat template, which only the engine applies, so they (and the
+// engine mode) ask engineURL's POST /tokenize (vLLM's, ours). nil on
+// failure: the request is routed without cache information.
+func (t *promptTokenizer) tokens(ctx context.Context, endpoint string, req Body, engineURL string) ([]int, error) {
+	chat := strings.HasSuffix(endpoint, "/chat/completions")
+	switch {
+	case t.mode == TokenizerByteLevel:
+		return PromptTokens(endpoint, req), nil
+	case t.mode == "file" && !chat:
+		switch pr := req["prompt"].(type) {
+		case string:
+			return t.bpe.EncodePrompt(pr), nil
+		case []any:
+			return PromptTokens(endpoint, req), nil // token ids given
+		}
+		return nil, fmt.Errorf("prompt of type %T", req["prompt"])
+	}
+	if engineURL == "" {
+		return nil, fmt.Errorf("no engine to ask for tokens")
+	}
+	body := map[string]any{}
+	if m, ok := req["model"]; ok {
+		body["model"] = m
+	}
+	if chat {
+		body["messages"] = req["messages"]
+	} else {
+		if ids := PromptTokens(endpoint, req); ids != nil {
+			if _, isText := req["prompt"].(string); !isText {
+				return ids, nil
+			}
+		}
+		body["prompt"] = req["prompt"]
+	}
+	raw, _ := json.Marshal(body)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, engineURL+"/tokenize", bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := t.client.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("tokenize: %s: %s", resp.Status, bytes.TrimSpace(out))
+	}
+	var tr struct {
+		Tokens []int `json:"tokens"`
+	}
+	if err := json.Unmarshal(out, &tr); err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	return tr.Tokens, nil
+}

@@ -1,0 +1,340 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
+	"github.com/kvcache-go/mooncake/internal/storenode"
+	"github.com/kvcache-go/mooncake/internal/tenant"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+)
+
+const clusterSecret = "cluster-secret-1"
+
+// tenantPolicy: tenant a with a 256 KiB quota, b without one, ops admin.
+const tenantPolicy = `version: 1
+tenants:
+  - name: a
+    quota: 256KB
+    tokens: [{token: token-a-first}]
+  - name: b
+    tokens: [{token: token-b-first}]
+  - name: ops
+    admin: true
+    tokens: [{token: token-ops-first}]
+`
+
+// tenantCluster is a cluster with tenants on: the policy in a file the
+// test may rewrite (reload with src.Reload), storage nodes holding the
+// cluster secret.
+type tenantCluster struct {
+	*cluster
+	src    *tenant.Source
+	policy string
+}
+
+func newTenantCluster(t *testing.T, core master.Config, nodes int, segSize uint64) *tenantCluster {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(path, []byte(tenantPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src, err := tenant.NewSource(context.Background(), tenant.SourceConfig{Load: tenant.FileLoader(path)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, mcfg: masterserver.ServerConfig{Core: core, Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond,
+		Secret: clusterSecret, Tenants: src}}
+	c.master, err = masterserver.Start(c.mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.master.Close() })
+	for range nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n, err := storenode.Start(ctx, storenode.Config{Master: c.master.Addr(), Secret: clusterSecret, SegmentSize: segSize,
+			PingInterval: 20 * time.Millisecond, UnmountGrace: 200 * time.Millisecond})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, n)
+		t.Cleanup(func() { n.Close() })
+	}
+	return &tenantCluster{cluster: c, src: src, policy: path}
+}
+
+func (c *tenantCluster) rewrite(t *testing.T, policy string) {
+	t.Helper()
+	if err := os.WriteFile(c.policy, []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := c.src.Reload(context.Background()); err != nil || !changed {
+		t.Fatalf("reload: %v %v", changed, err)
+	}
+}
+
+func (c *tenantCluster) tenantClient(token string) *store.Client {
+	return c.client(func(cfg *store.Config) { cfg.Token = token })
+}
+
+func listKeys(t *testing.T, cl *store.Client) []string {
+	t.Helper()
+	ks, _, err := cl.List(ctxT(t), "", "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.Key
+	}
+	return out
+}
+
+// TestTenantsIsolation: two tenants with valid credentials (and the
+// storage nodes' transfer engine) cannot see, read, list, count or remove
+// each other's keys, the same key name is two objects, and the admin sees
+// the raw key space.
+func TestTenantsIsolation(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			c := newTenantCluster(t, master.Config{Durable: durable}, 1, 4<<20)
+			ctx := ctxT(t)
+			a, b := c.tenantClient("token-a-first"), c.tenantClient("token-b-first")
+			admin := c.client(func(cfg *store.Config) { cfg.Secret = clusterSecret })
+
+			va, vb := value("a", 4096), value("b", 4096)
+			for _, k := range []string{"same/key", "a-secret/1", "a-secret/2"} {
+				if err := a.Put(ctx, k, va); err != nil {
+					t.Fatalf("a put %s: %v", k, err)
+				}
+			}
+			if err := b.Put(ctx, "same/key", vb); err != nil {
+				t.Fatalf("b put of a key a also has: %v", err)
+			}
+			if err := b.PutWith(ctx, "b-own", vb, store.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := a.Get(ctx, "same/key"); err != nil || !bytes.Equal(got, va) {
+				t.Fatalf("a reads its same/key: %v", err)
+			}
+			if got, err := b.Get(ctx, "same/key"); err != nil || !bytes.Equal(got, vb) {
+				t.Fatalf("b reads its same/key: %v", err)
+			}
+			// b probes a's keys every way it can.
+			if _, err := b.Get(ctx, "a-secret/1"); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("b get of a's key: %v", err)
+			}
+			if ok, err := b.Exist(ctx, "a-secret/1"); ok || err != nil {
+				t.Fatalf("b exist of a's key: %v %v", ok, err)
+			}
+			if oks, err := b.BatchExist(ctx, []string{"a-secret/1", "a-secret/2", "b-own"}); err != nil || oks[0] || oks[1] || !oks[2] {
+				t.Fatalf("b batch exist: %v %v", oks, err)
+			}
+			if _, err := b.Stat(ctx, "a-secret/2"); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("b stat of a's key: %v", err)
+			}
+			if got := listKeys(t, b); strings.Join(got, ",") != "b-own,same/key" {
+				t.Fatalf("b lists %q", got)
+			}
+			// Keys that spell another namespace are just keys of b's.
+			if _, err := b.Get(ctx, tenant.Namespace("a")+"a-secret/1"); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("b get through a spelt namespace: %v", err)
+			}
+			if err := b.Remove(ctx, "a-secret/1", true); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("b remove of a's key: %v", err)
+			}
+			if n, err := b.RemoveByRegex(ctx, "^a-secret/.*", true); err != nil || n != 0 {
+				t.Fatalf("b regex removal of a's keys: %d %v", n, err)
+			}
+			if n, err := b.RemoveByRegex(ctx, ".*", true); err != nil || n != 2 {
+				t.Fatalf("b regex removal of everything: %d %v", n, err)
+			}
+			if got := listKeys(t, a); strings.Join(got, ",") != "a-secret/1,a-secret/2,same/key" {
+				t.Fatalf("after b's removals a lists %q", got)
+			}
+			if err := b.Put(ctx, "b-again", vb); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := b.RemoveAll(ctx, true); err != nil || n != 1 {
+				t.Fatalf("b remove all: %d %v", n, err)
+			}
+			for _, k := range []string{"a-secret/1", "a-secret/2", "same/key"} {
+				if got, err := a.Get(ctx, k); err != nil || !bytes.Equal(got, va) {
+					t.Fatalf("a's %s after b's remove all: %v", k, err)
+				}
+			}
+			// The admin sees the raw key space, namespaces included, and
+			// removes across tenants.
+			all := listKeys(t, admin)
+			if len(all) != 3 || !strings.HasPrefix(all[0], tenant.Namespace("a")) {
+				t.Fatalf("admin lists %q", all)
+			}
+			if n, err := admin.RemoveAll(ctx, true); err != nil || n != 3 {
+				t.Fatalf("admin remove all: %d %v", n, err)
+			}
+			if ok, _ := a.Exist(ctx, "same/key"); ok {
+				t.Fatal("a's key survived the admin's remove all")
+			}
+		})
+	}
+}
+
+// TestTenantsDurableRestart: after a master restart, the node re-reports
+// a tenant's object into that tenant's namespace (the header carries it).
+func TestTenantsDurableRestart(t *testing.T) {
+	c := newTenantCluster(t, master.Config{Durable: true}, 1, 4<<20)
+	ctx := ctxT(t)
+	a := c.tenantClient("token-a-first")
+	if err := a.Put(ctx, "kept", value("kept", 8192)); err != nil {
+		t.Fatal(err)
+	}
+	c.restartMaster()
+	b := c.tenantClient("token-b-first")
+	waitfor.Cond(t, 10*time.Second, "a's object restored into its namespace", func() bool {
+		got, err := a.Get(ctx, "kept")
+		return err == nil && bytes.Equal(got, value("kept", 8192))
+	})
+	if ok, _ := b.Exist(ctx, "kept"); ok {
+		t.Fatal("a's restored object is visible to b")
+	}
+}
+
+// TestTenantQuotaUnderLoad: tenant a fills its quota and is refused with
+// ErrQuotaExceeded (Mooncake's -1700) at once, while tenant b puts under
+// load at the same time and never fails.
+func TestTenantQuotaUnderLoad(t *testing.T) {
+	c := newTenantCluster(t, master.Config{}, 1, 8<<20)
+	ctx := ctxT(t)
+	a, b := c.tenantClient("token-a-first"), c.tenantClient("token-b-first")
+	var wg sync.WaitGroup
+	bErr := make(chan error, 1)
+	stop := make(chan struct{})
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := fmt.Sprintf("b/%d", i)
+			if err := b.Put(ctx, k, value(k, 16<<10)); err != nil {
+				bErr <- fmt.Errorf("b put %d: %w", i, err)
+				return
+			}
+			if i%8 == 7 { // keep b's use bounded: it has no quota, the pool has
+				if _, err := b.RemoveByRegex(ctx, "^b/", true); err != nil {
+					bErr <- err
+					return
+				}
+			}
+		}
+	})
+	var refused error
+	stored := 0
+	for i := range 64 {
+		err := a.Put(ctx, fmt.Sprintf("a/%d", i), value("a", 16<<10))
+		if err != nil {
+			refused = err
+			break
+		}
+		stored++
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-bErr:
+		t.Fatalf("tenant b failed while a was at its quota: %v", err)
+	default:
+	}
+	var re *store.RemoteError
+	if !errors.Is(refused, store.ErrQuotaExceeded) || !errors.As(refused, &re) || re.Code != -1700 {
+		t.Fatalf("a's put over quota: %v", refused)
+	}
+	if stored != 16 { // 256 KiB / 16 KiB
+		t.Fatalf("a stored %d puts of 16 KiB under a 256 KiB quota", stored)
+	}
+	// Removing gives a room again; b still works.
+	if err := a.Remove(ctx, "a/0", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Put(ctx, "a/again", value("a", 16<<10)); err != nil {
+		t.Fatalf("a after freeing room: %v", err)
+	}
+	if err := b.Put(ctx, "b/last", value("b", 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTenantCredentials: no, wrong and expired tokens are refused; a token
+// rotated out stops working on connections already open; the master goes
+// on serving the others.
+func TestTenantCredentials(t *testing.T) {
+	c := newTenantCluster(t, master.Config{}, 1, 4<<20)
+	ctx := ctxT(t)
+	newClient := func(token string) (*store.Client, error) {
+		eng, err := transfer.Open(ctx, transfer.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eng.Close() })
+		cl, err := store.New(ctx, store.Config{Master: c.master.Addr(), Mover: eng, Token: token, LocalBufferSize: 1 << 20,
+			PingInterval: 20 * time.Millisecond, RPCTimeout: 2 * time.Second})
+		if err == nil {
+			t.Cleanup(func() { cl.Close() })
+		}
+		return cl, err
+	}
+	for _, tok := range []string{"", "token-a-firsT", "Bearer token-a-first"} {
+		if _, err := newClient(tok); !errors.Is(err, store.ErrUnauthorized) {
+			t.Fatalf("token %q: %v, want ErrUnauthorized", tok, err)
+		}
+	}
+	a, err := newClient("token-a-first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.tenantClient("token-b-first")
+	if err := a.Put(ctx, "k", value("k", 4096)); err != nil {
+		t.Fatal(err)
+	}
+	// Rotate a's token: the new one works at once, the old one stops on
+	// the open connections too (fastrpc and gRPC), b is untouched.
+	c.rewrite(t, strings.Replace(tenantPolicy, "token-a-first", "token-a-second", 1))
+	if err := a.Put(ctx, "k2", value("k2", 4096)); !errors.Is(err, store.ErrUnauthorized) {
+		t.Fatalf("put with a rotated-out token: %v", err)
+	}
+	if _, err := a.Get(ctx, "k"); err == nil {
+		t.Fatal("get with a rotated-out token worked")
+	}
+	a2, err := newClient("token-a-second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a2.Get(ctx, "k"); err != nil || !bytes.Equal(got, value("k", 4096)) {
+		t.Fatalf("a's new token reads a's key: %v", err)
+	}
+	if err := b.Put(ctx, "b", value("b", 4096)); err != nil {
+		t.Fatalf("b after the rotation: %v", err)
+	}
+	// An expired token.
+	c.rewrite(t, strings.Replace(tenantPolicy, "[{token: token-a-first}]", "[{token: token-a-third, expires: 2000-01-01T00:00:00Z}]", 1))
+	if _, err := newClient("token-a-third"); !errors.Is(err, store.ErrUnauthorized) {
+		t.Fatalf("expired token: %v", err)
+	}
+	if err := b.Put(ctx, "b2", value("b", 4096)); err != nil {
+		t.Fatalf("b after refusals: %v", err)
+	}
+}
