@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -56,7 +57,9 @@ master down to 5 for a large one) unless the environment sets GOGC; a
 GOMEMLIMIT in the environment applies too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			go tuneMasterGC(cmd.Context(), os.Getenv("GOGC"))
+			gcCtx, stopGC := context.WithCancel(cmp.Or(cmd.Context(), context.Background()))
+			defer stopGC()
+			go tuneMasterGC(gcCtx, os.Getenv("GOGC"))
 			cfg.Addr = net.JoinHostPort(host, strconv.Itoa(port))
 			cfg.HTTPAddr = ""
 			if httpPort >= 0 {
