@@ -51,7 +51,7 @@ type tenantAcct struct {
 type tenantBook struct {
 	q       TenantQuotas
 	acct    map[string]*tenantAcct
-	pending map[string]uint64 // charge of each unfinished put, by key
+	pending map[string]uint64     // charge of each unfinished put, by key
 	rejects map[string]*[3]uint64 // refused puts by tenant: bytes, objects, unregistered
 }
 
