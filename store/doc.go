@@ -28,6 +28,11 @@
 // and host memory with the driver and put or read, and checksummed, there
 // (device.go).
 //
+// When the master signs data-path grants (internal/grant), every replica
+// it hands out carries one (pb.Replica.Grant) and the client sends it with
+// the transfers to that replica (transfer.Request.Grant); storage nodes
+// that check grants refuse transfers without one (docs/security.md).
+//
 // # Liveness
 //
 // The client pings the master every PingInterval. When the master answers
@@ -35,8 +40,10 @@
 // client remounts its segment. With a durable master (the default of
 // `mooncake master`) every put also writes the object's header (package
 // internal/objheader) in front of the value, in the same transfer batch;
-// a remounting client scans its segment and reports the objects it holds,
-// so the restarted master serves them again; removes zero the headers of
+// a remounting client scans its segment (in pieces, over GOMAXPROCS
+// goroutines) and reports the objects it holds in bounded chunks, up to
+// the master's window of calls in flight (remount.go), so the restarted
+// master serves them again; removes zero the headers of
 // the removed objects before returning, and the client zeroes the
 // tombstones its pings bring (durable.go). A non-durable restarted master
 // has no objects: gets of earlier keys fail with ErrNotFound, never stale.

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,19 +25,24 @@ import (
 )
 
 // newGrantCluster is a cluster whose master signs grants and whose storage
-// nodes check them (all engines share one transfer-engine secret).
-func newGrantCluster(t *testing.T, core master.Config, nodes int, segSize uint64, keys *grant.Keyring) *cluster {
+// nodes check them (all engines share one transfer-engine secret); with
+// keys nil, the same cluster without grants.
+func newGrantCluster(t testing.TB, core master.Config, nodes int, segSize uint64, keys *grant.Keyring, transport string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, mcfg: masterserver.ServerConfig{Core: core, Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond, Grants: keys}}
+	c := &cluster{t: t, transport: transport, mcfg: masterserver.ServerConfig{Core: core, Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond, Grants: keys}}
 	var err error
 	if c.master, err = masterserver.Start(c.mcfg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.master.Close() })
+	var v *grant.Verifier
+	if keys != nil {
+		v = grant.NewVerifier(keys, nil)
+	}
 	for range nodes {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		n, err := storenode.Start(ctx, storenode.Config{Master: c.master.Addr(), SegmentSize: segSize,
-			Engine:       transfer.Config{Secret: grantTestSecret, Grants: grant.NewVerifier(keys, nil)},
+			Engine:       transfer.Config{Secret: grantTestSecret, Grants: v, Transport: c.transport},
 			PingInterval: 20 * time.Millisecond, UnmountGrace: 200 * time.Millisecond})
 		cancel()
 		if err != nil {
@@ -49,7 +56,7 @@ func newGrantCluster(t *testing.T, core master.Config, nodes int, segSize uint64
 
 const grantTestSecret = "transfer-engine-secret"
 
-func grantKeys(t *testing.T) *grant.Keyring {
+func grantKeys(t testing.TB) *grant.Keyring {
 	t.Helper()
 	k, err := grant.ParseKeys([]byte("1:" + grant.NewKeyHex() + "\n2:" + grant.NewKeyHex()))
 	if err != nil {
@@ -60,12 +67,13 @@ func grantKeys(t *testing.T) *grant.Keyring {
 
 func grantClient(c *cluster) *store.Client {
 	return c.client(func(cfg *store.Config) {
-		eng, err := transfer.Open(context.Background(), transfer.Config{Secret: grantTestSecret})
+		eng, err := transfer.Open(context.Background(), transfer.Config{Secret: grantTestSecret, Transport: c.transport})
 		if err != nil {
 			c.t.Fatal(err)
 		}
 		c.t.Cleanup(func() { eng.Close() })
 		cfg.Mover = eng
+		cfg.LocalBufferSize = 4 << 20
 	})
 }
 
@@ -90,7 +98,7 @@ func deniedTotal(t *testing.T, n *storenode.Node) int {
 func TestGrantsStore(t *testing.T) {
 	keys := grantKeys(t)
 	const lease = 3 * time.Second
-	c := newGrantCluster(t, master.Config{LeaseTTL: lease}, 1, 4<<20, keys)
+	c := newGrantCluster(t, master.Config{LeaseTTL: lease}, 1, 4<<20, keys, "")
 	node := c.nodes[0]
 	victim, attacker := grantClient(c), grantClient(c)
 	ctx := ctxT(t)
@@ -229,5 +237,76 @@ func TestGrantsStore(t *testing.T) {
 	}
 	if err := attacker.Put(ctx, "after", value("after", 4096)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkGrants: put (upsert) and get of 4 KiB and 1 MiB by 1 and 8
+// clients, grants off and on, over TCP (a node with grants offers no
+// shared memory, so the off runs use TCP too). The off and on runs of one
+// configuration follow each other; compare them run by run (invoke the
+// test binary several times: scripts/bench-grants.sh).
+func BenchmarkGrants(b *testing.B) {
+	for _, size := range []int{4 << 10, 1 << 20} {
+		for _, clients := range []int{1, 8} {
+			for _, op := range []string{"put", "get"} {
+				for _, on := range []bool{false, true} {
+					b.Run(fmt.Sprintf("%s/%dKiB/x%d/grants=%v", op, size>>10, clients, on), func(b *testing.B) {
+						benchGrants(b, op, size, clients, on)
+					})
+				}
+			}
+		}
+	}
+}
+
+func benchGrants(b *testing.B, op string, size, clients int, on bool) {
+	var keys *grant.Keyring
+	if on {
+		keys = grantKeys(b)
+	}
+	// The same cluster either way but for the grants: engine secret, TCP
+	// (a node with grants offers no shared memory).
+	c := newGrantCluster(b, master.Config{}, 1, 128<<20, keys, transfer.TransportTCP)
+	ctx := context.Background()
+	cls := make([]*store.Client, clients)
+	v := value("bench", size)
+	for i := range cls {
+		cls[i] = grantClient(c)
+		if err := cls[i].Put(ctx, fmt.Sprintf("bench-%d", i), v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make([]error, clients)
+	for i, cl := range cls {
+		n := b.N / clients
+		if i < b.N%clients {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("bench-%d", i)
+			for range n {
+				var err error
+				if op == "get" {
+					_, err = cl.Get(ctx, key)
+				} else {
+					err = cl.PutWith(ctx, key, v, store.PutOptions{Upsert: true})
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
 	}
 }

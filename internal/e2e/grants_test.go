@@ -29,6 +29,9 @@ func TestDisaggregatedWithGrants(t *testing.T) {
 	if st.Verified == 0 || st.Denied != 0 || st.Refused != 0 {
 		t.Fatalf("decode grant stats %+v: want grants verified, none refused", st)
 	}
+	if v := metricValue(t, c.Decode[0].URL, "mooncake_pd_kv_grants_verified_total"); v != float64(st.Verified) {
+		t.Fatalf("decode /metrics says %v grants verified, the engine %d", v, st.Verified)
+	}
 	if st := c.Prefill[0].TE.GrantStats(); st.Verified != 0 {
 		t.Fatalf("prefill checks grants: %+v", st)
 	}

@@ -119,6 +119,19 @@ type Keyring struct {
 	keys    map[uint32][]byte
 	macs    map[uint32]*sync.Pool // of HMAC states per key (hmac.New costs more than the MAC of a grant)
 	current uint32
+	// nonces: a random base plus a counter, unique for this keyring
+	// without a call into the kernel per grant.
+	nonceBase uint64
+	nonceSeq  atomic.Uint64
+}
+
+// nonce returns a fresh non-zero nonce.
+func (k *Keyring) nonce() uint64 {
+	for {
+		if n := k.nonceBase + k.nonceSeq.Add(1); n != 0 {
+			return n
+		}
+	}
 }
 
 // mac appends HMAC-SHA256(key id, msg) to dst; ok is false for an unknown id.
@@ -142,6 +155,9 @@ func NewKeyring(keys map[uint32][]byte) (*Keyring, error) {
 		return nil, errors.New("grant: no keys")
 	}
 	k := &Keyring{keys: map[uint32][]byte{}, macs: map[uint32]*sync.Pool{}}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	k.nonceBase = binary.BigEndian.Uint64(r[:])
 	first := true
 	for id, b := range keys {
 		if len(b) < 16 {
@@ -208,16 +224,14 @@ func (k *Keyring) Encode(g Grant) ([]byte, error) {
 	}
 	g.KeyID = k.current
 	if g.Nonce == 0 {
-		var r [8]byte
-		_, _ = rand.Read(r[:])
-		g.Nonce = binary.BigEndian.Uint64(r[:]) | 1
+		g.Nonce = k.nonce()
 	}
 	return k.sign(g), nil
 }
 
 // sign encodes g and appends its MAC under key g.KeyID (which must exist).
 func (k *Keyring) sign(g Grant) []byte {
-	b := make([]byte, 0, fixedLen+len(g.Segment)+len(g.Tenant)+macLen)
+	b := make([]byte, 0, fixedLen+len(g.Segment)+len(g.Tenant)+2+16*len(g.Extents)+macLen)
 	b = append(b, version, byte(g.Mode), g.Flags)
 	b = binary.BigEndian.AppendUint32(b, g.KeyID)
 	b = binary.BigEndian.AppendUint64(b, g.Addr)
@@ -407,9 +421,7 @@ func (v *Verifier) Live(nonce uint64) bool {
 func (v *Verifier) MintOneShot(g Grant) ([]byte, Grant, error) {
 	g.Flags |= FlagOneShot
 	if g.Nonce == 0 {
-		var r [8]byte
-		_, _ = rand.Read(r[:])
-		g.Nonce = binary.BigEndian.Uint64(r[:]) | 1
+		g.Nonce = v.keys.nonce()
 	}
 	b, err := v.keys.Encode(g)
 	if err != nil {

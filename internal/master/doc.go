@@ -99,7 +99,10 @@
 //     reports come in bounded chunks through a restore session
 //     (restore_session.go: RestoreBegin, RestoreChunk, RestoreEnd; Restore
 //     runs one whole), decided in offset order as they arrive, at most
-//     RestoreChunkObjects per hold of the lock; the segment takes no new
+//     RestoreChunkObjects per hold of the lock; up to RestoreWindow chunks
+//     may be in flight (RestoreChunkContext: an early one waits for its
+//     turn, decoded, outside the lock), and RestoreExpect sizes the object
+//     table from the session's announced total; the segment takes no new
 //     objects until its session ends. A session idle for ClientTTL, or
 //     replaced by the client's next remount, is dropped with the segments
 //     it left half restored (their objects not counted as removed), and
@@ -108,7 +111,7 @@
 //     tier (Mooncake's enable_kv_events).
 //   - List (not in Mooncake): keys by prefix in key order with a cursor,
 //     over the ordered index (a B-tree of the visible keys), the lock held
-//     for at most listHold keys at a time.
+//     for at most listHold keys at a time, yielding between holds.
 //
 // # Bounded work
 //

@@ -36,4 +36,12 @@
 // crypto/tls before the fastrpc split (gRPC sees the handshake's state
 // through tlsCreds), and the same-host fastrpc socket is not served.
 // docs/security.md is the manual.
+//
+// With ServerConfig.Grants (a grant.Keyring), the service signs a data-path
+// grant for exactly the extents it hands out, at the wire conversion
+// (grants.go): WRITE with each placement (PutStart, a PutCommit's next
+// slot; for PutTimeout), READ with each replica list (until the read
+// lease ends), WRITE on tombstone headers, READ/WRITE on task sources and
+// targets (until the task's deadline). Storage nodes holding the same keys
+// refuse transfers without them. The core knows nothing of grants.
 package masterserver

@@ -99,6 +99,15 @@
 // around the cores; the engine calls its hooks from one goroutine. The
 // transfer engine is seen through Mover, the few methods the connector uses.
 //
+// # Grants
+//
+// With Config.Grants (the grant.Verifier of decode's transfer engine), a
+// consumer mints, for each pull, one-shot WRITE grants for exactly the
+// pull's destination blocks in every layer and rank it covers
+// (PullRequest.Grants), and releases them when the pull ends; its engine
+// refuses every other write into its KV cache. Prefill attaches to each
+// WRITE the grant that covers it (grants.go). No key leaves decode.
+//
 // # Lifecycle
 //
 // New checks the config and builds the connector; it binds no port and

@@ -6,6 +6,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/bootstrap"
 	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/transfer"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Grants for P/D (Config.Grants). Decode owns its KV cache, so it both
@@ -92,5 +93,21 @@ func (p pullGrants) attach(reqs []transfer.Request) {
 				break
 			}
 		}
+	}
+}
+
+// grantCollectors are the decode engine's grant counters (none without
+// grants).
+func grantCollectors(v *grant.Verifier) []prometheus.Collector {
+	if v == nil {
+		return nil
+	}
+	counter := func(name, help string, f func(grant.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(v.Stats())) })
+	}
+	return []prometheus.Collector{
+		counter("mooncake_pd_kv_grants_verified_total", "Decode side: one-shot KV grants that verified on arrival.", func(s grant.Stats) uint64 { return s.Verified }),
+		counter("mooncake_pd_kv_grants_refused_total", "Decode side: KV grants refused on arrival (forged, expired, released, other key or segment).", func(s grant.Stats) uint64 { return s.Refused }),
+		counter("mooncake_pd_kv_writes_denied_total", "Decode side: writes into the KV cache no live grant covered (nothing written).", func(s grant.Stats) uint64 { return s.Denied }),
 	}
 }

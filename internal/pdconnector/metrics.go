@@ -44,6 +44,7 @@ func newMetrics(c *Connector) *metrics {
 	m.firstToken = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_first_token_total",
 		Help: "Decode side: finished remote-prefill requests by where their first output token came from (prefill: shipped with the KV; decode: computed here)."}, []string{"source"})
 	m.add(m.auxMismatch, m.firstToken)
+	m.add(grantCollectors(c.cfg.Grants)...)
 	m.add(m.pulls, m.loads, m.pullBytes, m.pullSecs, m.pushes, m.pushBytes, m.pushSecs, m.releases)
 	for _, r := range []string{FreeDone, FreeReleased, FreeTimeout} {
 		r := r

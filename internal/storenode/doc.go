@@ -37,4 +37,10 @@
 // listening on Config.HTTPAddr (the `mooncake store` command). Kill
 // simulates a crash in tests (no unmount, no more pings: the master drops
 // the node after its client TTL).
+//
+// Config.Engine.Grants (a grant.Verifier with the master's grant keys;
+// `mooncake store --grant-key-file`) makes the node's transfer engine refuse
+// every READ/WRITE of its segment that no master-signed grant covers; the
+// counts are on /metrics (mooncake_storenode_grants_*,
+// mooncake_storenode_transfers_denied_total).
 package storenode
