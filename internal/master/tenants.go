@@ -38,7 +38,9 @@ type TenantUsage struct {
 	Tenant  string
 	Bytes   uint64 // memory bytes charged (replicas of complete objects and unfinished puts)
 	Objects int    // objects charged
-	Over    bool   // above its share at the last eviction (see evictionOrderLocked)
+	// Puts refused at admission since the accounting started: over the
+	// bytes quota, over the objects quota, tenant not registered.
+	RejectedBytes, RejectedObjects, RejectedUnregistered uint64
 }
 
 type tenantAcct struct {
@@ -49,7 +51,22 @@ type tenantAcct struct {
 type tenantBook struct {
 	q       TenantQuotas
 	acct    map[string]*tenantAcct
-	pending map[string]uint64 // charge of each unfinished put, by key
+	pending map[string]uint64     // charge of each unfinished put, by key
+	rejects map[string]*[3]uint64 // refused puts by tenant: bytes, objects, unregistered
+}
+
+// reject counts a refused put of tenant t for reason (0 bytes, 1 objects,
+// 2 unregistered).
+func (b *tenantBook) reject(t string, reason int) {
+	r := b.rejects[t]
+	if r == nil {
+		if len(b.rejects) >= 4*tenant.MaxTenants { // names of tenants long gone: start over
+			clear(b.rejects)
+		}
+		r = new([3]uint64)
+		b.rejects[t] = r
+	}
+	r[reason]++
 }
 
 // SetTenantQuotas turns per-tenant accounting and strict admission on
@@ -62,7 +79,7 @@ func (m *Master) SetTenantQuotas(q TenantQuotas) {
 		m.tenants = nil
 		return
 	}
-	m.tenants = &tenantBook{q: q, acct: map[string]*tenantAcct{}, pending: map[string]uint64{}}
+	m.tenants = &tenantBook{q: q, acct: map[string]*tenantAcct{}, pending: map[string]uint64{}, rejects: map[string]*[3]uint64{}}
 	m.objects.each(func(o *object) bool {
 		if o.complete {
 			m.tenantCountLocked(o, 1)
@@ -73,7 +90,8 @@ func (m *Master) SetTenantQuotas(q TenantQuotas) {
 	})
 }
 
-// TenantUsages lists the accounts of the tenants that hold anything.
+// TenantUsages lists the accounts of the tenants that hold anything or
+// had puts refused.
 func (m *Master) TenantUsages() []TenantUsage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -83,6 +101,13 @@ func (m *Master) TenantUsages() []TenantUsage {
 	out := make([]TenantUsage, 0, len(m.tenants.acct))
 	for name, a := range m.tenants.acct {
 		out = append(out, TenantUsage{Tenant: name, Bytes: a.bytes, Objects: a.objects})
+	}
+	for name, r := range m.tenants.rejects {
+		i := slices.IndexFunc(out, func(u TenantUsage) bool { return u.Tenant == name })
+		if i < 0 {
+			out, i = append(out, TenantUsage{Tenant: name}), len(out)
+		}
+		out[i].RejectedBytes, out[i].RejectedObjects, out[i].RejectedUnregistered = r[0], r[1], r[2]
 	}
 	slices.SortFunc(out, func(a, b TenantUsage) int {
 		if a.Tenant < b.Tenant {
@@ -178,6 +203,7 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 	}
 	qb, qo, ok := m.tenants.q.Limits(t)
 	if !ok {
+		m.tenants.reject(t, 2)
 		return fmt.Errorf("%w: %q", ErrTenantNotRegistered, t)
 	}
 	var used uint64
@@ -190,9 +216,11 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 		objects--
 	}
 	if qb > 0 && used+n > qb {
+		m.tenants.reject(t, 0)
 		return fmt.Errorf("%w: tenant %q holds %d of %d bytes, the put needs %d", ErrTenantQuotaExceeded, t, used, qb, n)
 	}
 	if qo > 0 && uint64(objects) > qo {
+		m.tenants.reject(t, 1)
 		return fmt.Errorf("%w: tenant %q holds %d of %d objects", ErrTenantQuotaExceeded, t, objects-1, qo)
 	}
 	return nil
