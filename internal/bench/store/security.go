@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/tenant"
 	"github.com/kvcache-go/mooncake/internal/tlsconf"
 )
@@ -23,6 +24,8 @@ type poolSecurity struct {
 	tenants        *tenant.Source
 	secret, token  string // the storage nodes' cluster secret, the clients' tenant token
 	srvTLS, cliTLS *tls.Config
+	grants         *grant.Keyring // data-path grants: the master signs, the nodes check
+	transport      string         // overrides the pool's transport ("" = the run's)
 }
 
 // SecurityConfig configures RunSecurity.
@@ -36,7 +39,7 @@ type SecurityConfig struct {
 // SecurityRow is one configuration measured without and with a security
 // feature (median rounds).
 type SecurityRow struct {
-	Feature       string // "tenants" or "tls"
+	Feature       string // "tenants", "tls" or "grants"
 	Op            string // put, get
 	Size, Clients int
 	Off, On       Row
@@ -55,8 +58,9 @@ type SecurityResult struct{ Rows []SecurityRow }
 
 // RunSecurity measures what the control plane's security costs: store put
 // and get with tenants on (a tenant policy, clients with a token, keys in
-// the tenant's namespace, quota accounting) vs off, and 4 KiB puts with
-// the master's port on TLS vs plaintext. Three pools run in this process
+// the tenant's namespace, quota accounting) vs off, with data-path grants
+// on vs off (both pools on TCP: a node with grants offers no shared
+// memory), and 4 KiB puts with the master's port on TLS vs plaintext. Three pools run in this process
 // (durable metadata on, the master's default); rounds alternate which
 // goes first and the median is reported.
 func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error) {
@@ -70,8 +74,16 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 	if err != nil {
 		return nil, err
 	}
+	gkeys, err := grant.ParseKeys([]byte("1:" + grant.NewKeyHex()))
+	if err != nil {
+		return nil, err
+	}
 	secs := map[string]poolSecurity{
-		"off":     {},
+		"off": {},
+		// Grants take shared memory away (a node with grants offers none),
+		// so they are compared with a pool on TCP too.
+		"grants":  {grants: gkeys, transport: "tcp"},
+		"off-tcp": {transport: "tcp"},
 		"tenants": {tenants: tenant.Static(set), secret: "bench-cluster-secret", token: "bench-token-0001"},
 		"tls":     {srvTLS: srvTLS, cliTLS: cliTLS},
 	}
@@ -88,10 +100,14 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 	compare := func(feature, op string, size, n int) {
 		per := max(1, int(segSize/4)/size/n)
 		rows := map[string][]Row{}
+		off := "off"
+		if feature == "grants" {
+			off = "off-tcp"
+		}
 		for r := range c.Rounds {
-			order := []string{"off", feature}
+			order := []string{off, feature}
 			if r%2 == 1 {
-				order = []string{feature, "off"}
+				order = []string{feature, off}
 			}
 			for _, name := range order {
 				prefix := fmt.Sprintf("s/%s/%d/%d", feature, size, n)
@@ -102,12 +118,14 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 				}
 			}
 		}
-		res.Rows = append(res.Rows, SecurityRow{Feature: feature, Op: op, Size: size, Clients: n, Off: medianRow(rows["off"]), On: medianRow(rows[feature])})
+		res.Rows = append(res.Rows, SecurityRow{Feature: feature, Op: op, Size: size, Clients: n, Off: medianRow(rows[off]), On: medianRow(rows[feature])})
 	}
 	for _, size := range c.Sizes {
 		for _, n := range c.Clients {
 			compare("tenants", "put", size, n)
 			compare("tenants", "get", size, n)
+			compare("grants", "put", size, n)
+			compare("grants", "get", size, n)
 		}
 	}
 	for _, n := range c.Clients {
