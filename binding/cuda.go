@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/kvcache-go/mooncake/internal/cuda"
@@ -76,11 +77,25 @@ func gpuCopy(dst, src, n uint64) error {
 	return nil
 }
 
-// mc_cuda_supported is SUPPORT_CUDA: 1 when a CUDA device is usable.
+// mc_cuda_supported is SUPPORT_CUDA: 1 when a CUDA device is usable. It
+// is asked at import time, so it does not initialise CUDA (a process that
+// did could not fork children that use CUDA, as vLLM's do): the driver
+// library must load and an NVIDIA device must be listed (/dev/nvidiaN or
+// /proc/driver/nvidia/gpus). With
+// $MOONCAKE_CUDA_LIB set (a simulated or chosen driver) that driver is
+// loaded and asked for its devices.
 //
 //export mc_cuda_supported
 func mc_cuda_supported() C.int64_t {
-	if gpuDriver() != nil {
+	if os.Getenv("MOONCAKE_CUDA_LIB") != "" {
+		if gpuDriver() != nil {
+			return 1
+		}
+		return 0
+	}
+	devs, _ := filepath.Glob("/dev/nvidia[0-9]*")
+	gpus, _ := filepath.Glob("/proc/driver/nvidia/gpus/*")
+	if len(devs)+len(gpus) > 0 && cuda.Present("") {
 		return 1
 	}
 	return 0

@@ -87,7 +87,7 @@ NOTES = [
     (r"mooncake\.engine", r"TransferEngine\.(get_engine|get_engine_ptr)",
      "partial: an opaque handle; a store cannot share it"),
     (r"mooncake\.engine", r"SharedSegment(\..*)?", "%s: supported() is False, create() returns None" % GPU),
-    (r"mooncake\.engine", r"SUPPORT_CUDA", "done: True when the library finds a usable CUDA device, else False"),
+    (r"mooncake\.engine", r"SUPPORT_CUDA", "done: True when the CUDA driver library and a device are present (checked without initialising CUDA), else False"),
     (r"mooncake\.engine", r"SUPPORT_\w+", "done: False (no HIP, EFA, MNNVL, MUSA, NVLink here)"),
     (r"mooncake\.engine", r"(RpcInterface|CoroRPCInterface|ReceivedData|ReceivedTensor|create_rpc_client|"
                           r"create_rpc_server)(\..*)?", "missing: Mooncake's coro_rpc interface"),

@@ -40,8 +40,10 @@
 // client remounts its segment. With a durable master (the default of
 // `mooncake master`) every put also writes the object's header (package
 // internal/objheader) in front of the value, in the same transfer batch;
-// a remounting client scans its segment and reports the objects it holds,
-// so the restarted master serves them again; removes zero the headers of
+// a remounting client scans its segment (in pieces, over GOMAXPROCS
+// goroutines) and reports the objects it holds in bounded chunks, up to
+// the master's window of calls in flight (remount.go), so the restarted
+// master serves them again; removes zero the headers of
 // the removed objects before returning, and the client zeroes the
 // tombstones its pings bring (durable.go). A non-durable restarted master
 // has no objects: gets of earlier keys fail with ErrNotFound, never stale.
@@ -137,4 +139,14 @@
 // the sentinels ErrNotFound, ErrExists, ErrHasLease, ErrNoSpace, ErrTooLarge,
 // ErrInvalid and ErrLeaseExpired (the sentinels of internal/storeerr, so the
 // master's errors.Is checks and the client's agree).
+//
+// Tenants and TLS (docs/security.md): Config.Token is the client's tenant
+// credential, sent with every gRPC call and once per fastrpc connection
+// (the pool keeps connections of different credentials apart); the master
+// then scopes every key to the tenant, and a put over the tenant's quota
+// fails with ErrQuotaExceeded (TENANT_QUOTA_EXCEEDED -1700). A refused
+// credential is ErrUnauthorized on every call. With a durable master the
+// object header carries the key as the master stores it (the namespace
+// PutStartResponse.key_prefix names, in front). Config.TLS reaches the
+// master over TLS (no same-host socket then).
 package store

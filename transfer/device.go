@@ -273,7 +273,7 @@ func (s *devState) arena(e *Engine) (*stageArena, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transfer: pinned staging memory: %w", err)
 	}
-	if _, err := e.reg.Register(mem, "cpu:staging", false); err != nil {
+	if _, err := e.reg.Register(mem, stagingLocation, false); err != nil {
 		_ = s.dev.HostFree(0, mem)
 		return nil, fmt.Errorf("transfer: %w", err)
 	}
@@ -291,6 +291,25 @@ func (s *devState) release(a *stageArena) {
 	s.arenaMu.Lock()
 	s.arenas = append(s.arenas, a)
 	s.arenaMu.Unlock()
+}
+
+// stagingLocation tags the pinned staging arenas in the registry: they are
+// this engine's own, never listed to peers (published).
+const stagingLocation = "cpu:staging"
+
+// published is the registered buffers peers see: all but staging arenas.
+func (e *Engine) published() []registry.Buffer {
+	bs := e.reg.Buffers()
+	if e.devs == nil {
+		return bs
+	}
+	out := bs[:0]
+	for _, b := range bs {
+		if b.Location != stagingLocation {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // deviceMemory serves peers' requests on this engine's memory when some of

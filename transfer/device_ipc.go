@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/hex"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kvcache-go/mooncake/internal/cuda"
 	"github.com/kvcache-go/mooncake/internal/wire"
@@ -36,6 +38,44 @@ type ipcState struct {
 	mu       sync.Mutex
 	exported map[uint64]ipcExport // by registered buffer address
 	opened   map[string]ipcOpened // peers' allocations, by handle
+	// index holds, per peer segment, the device buffers its descriptor
+	// offers over IPC, sorted by address, for the descriptor it was made of.
+	index map[*segment]ipcIndex
+}
+
+type ipcIndex struct {
+	desc time.Time // seg.descAt of the descriptor indexed
+	bufs []wire.Buffer
+}
+
+// ipcBuffer returns the IPC-offered device buffer of seg's descriptor d
+// (fetched at descAt) that holds [remote, remote+n), if any.
+func (s *ipcState) ipcBuffer(seg *segment, d wire.Segment, descAt time.Time, remote, n uint64) (wire.Buffer, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ix, ok := s.index[seg]
+	if !ok || !ix.desc.Equal(descAt) {
+		ix = ipcIndex{desc: descAt}
+		for _, b := range d.Buffers {
+			if b.CUDAIPC != "" {
+				ix.bufs = append(ix.bufs, b)
+			}
+		}
+		sort.Slice(ix.bufs, func(i, j int) bool { return ix.bufs[i].Addr < ix.bufs[j].Addr })
+		if s.index == nil {
+			s.index = map[*segment]ipcIndex{}
+		}
+		s.index[seg] = ix
+	}
+	i := sort.Search(len(ix.bufs), func(i int) bool { return ix.bufs[i].Addr > remote }) - 1
+	if i < 0 {
+		return wire.Buffer{}, false
+	}
+	b := ix.bufs[i]
+	if remote-b.Addr >= b.Length || n > b.Addr+b.Length-remote {
+		return wire.Buffer{}, false
+	}
+	return b, true
 }
 
 // exportIPC records the IPC handle of the allocation (base) holding a newly
@@ -84,7 +124,7 @@ func (e *Engine) closeIPC() {
 			_ = d.IPCClose(o.dev, o.base)
 		}
 	}
-	s.opened, s.exported = nil, nil
+	s.opened, s.exported, s.index = nil, nil, nil
 }
 
 // open returns the local base of a peer's allocation, opening it once.
@@ -124,31 +164,27 @@ func (e *Engine) ipcJobFor(t *task) job {
 		return nil
 	}
 	t.seg.mu.Lock()
-	desc := t.seg.desc
+	desc, descAt := t.seg.desc, t.seg.descAt
 	t.seg.mu.Unlock()
 	if desc.HostID != e.hostID {
 		return nil
 	}
-	remote, n := t.req.Remote, uint64(t.req.Length)
-	for _, b := range desc.Buffers {
-		if b.CUDAIPC == "" || remote < b.Addr || remote-b.Addr >= b.Length || n > b.Addr+b.Length-remote {
-			continue
-		}
-		dev := locationOrdinal(b.Location)
-		var at uintptr
-		if desc.PID == os.Getpid() {
-			at = uintptr(remote)
-		} else {
-			base, err := e.devs.ipc.open(d, b.CUDAIPC, dev)
-			if err != nil {
-				e.log.Debug("transfer: CUDA IPC open failed, staging instead", "peer", t.seg.name, "err", err)
-				return nil
-			}
-			at = base + uintptr(remote-b.AllocBase)
-		}
-		return &ipcJob{d: e.devs.dev, at: at, dev: dev}
+	remote := t.req.Remote
+	b, ok := e.devs.ipc.ipcBuffer(t.seg, desc, descAt, remote, uint64(t.req.Length))
+	if !ok {
+		return nil
 	}
-	return nil
+	dev := locationOrdinal(b.Location)
+	at := uintptr(remote) // a peer in this process: its own addresses
+	if desc.PID != os.Getpid() {
+		base, err := e.devs.ipc.open(d, b.CUDAIPC, dev)
+		if err != nil {
+			e.log.Debug("transfer: CUDA IPC open failed, staging instead", "peer", t.seg.name, "err", err)
+			return nil
+		}
+		at = base + uintptr(remote-b.AllocBase)
+	}
+	return &ipcJob{d: e.devs.dev, at: at, dev: dev}
 }
 
 // locationOrdinal reads N from "cuda:N" (0 otherwise).

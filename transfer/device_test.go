@@ -116,6 +116,10 @@ func TestDeviceEitherSide(t *testing.T) {
 					t.Fatalf("%s: bytes differ", c.name)
 				}
 			}
+			// The pinned staging arenas are the engine's own: never listed.
+			if hasLocation(ini.Buffers(), stagingLocation) {
+				t.Fatalf("staging arena listed: %+v", ini.Buffers())
+			}
 		})
 	}
 }

@@ -298,7 +298,7 @@ func (e *Engine) Unregister(addr uintptr) error {
 
 // Buffers lists this engine's registered buffers.
 func (e *Engine) Buffers() []BufferDesc {
-	bs := e.reg.Buffers()
+	bs := e.published()
 	out := make([]BufferDesc, len(bs))
 	for i, b := range bs {
 		out[i] = BufferDesc{Addr: b.Addr, Length: b.Length, Location: b.Location, Shareable: b.Shareable}
@@ -307,7 +307,7 @@ func (e *Engine) Buffers() []BufferDesc {
 }
 
 func (e *Engine) descriptor() wire.Segment {
-	bs := e.reg.Buffers()
+	bs := e.published()
 	s := wire.Segment{
 		Name:            e.name,
 		Protocol:        "tcp",

@@ -94,7 +94,7 @@ the first eviction and reports the segment utilisation reached.`,
 	f.IntVar(&rounds, "rounds", 3, "rounds per configuration, alternating the systems; the median is reported")
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis; measured with redis-benchmark`)
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
-	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) and data-path grants (both pools on TCP) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts (on/off ratios, pools side by side in this process)")
+	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) and data-path grants (both pools' transfers on TCP) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts, over TCP (tls) and against the same-host socket (tls-vs-local) (on/off ratios, pools side by side in this process)")
 	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients always run in this process`)
 	f.StringVar(&opsFlag, "ops", "", "phases to run, comma-separated (put, batch-put, get, batch-get, get-into, exist; default all; put always runs)")
 	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed`)
@@ -189,16 +189,18 @@ func fmtDur(d time.Duration) string {
 
 func printBenchStoreSecurity(out io.Writer, res *benchstore.SecurityResult) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "feature\top\tsize\tclients\toff ops/s\ton ops/s\ton/off\toff p50\ton p50\tcpu/key on/off\terrors\t")
+	fmt.Fprintln(w, "feature\top\tsize\tclients\toff ops/s\ton ops/s\ton/off\toff cpu/key\ton cpu/key\tcpu on/off\toff p50\ton p50\terrors\t")
 	for _, r := range res.Rows {
 		cpu := 0.0
 		if r.Off.CPUPerOp() > 0 {
 			cpu = float64(r.On.CPUPerOp()) / float64(r.Off.CPUPerOp())
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.3f\t%s\t%s\t%.3f\t%d\t\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients,
-			r.Off.OpsPerSec(), r.On.OpsPerSec(), r.Ratio(), fmtDur(r.Off.P50), fmtDur(r.On.P50), cpu, r.Off.Errors+r.On.Errors)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.3f\t%s\t%s\t%.3f\t%s\t%s\t%d\t\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients,
+			r.Off.OpsPerSec(), r.On.OpsPerSec(), r.Ratio(), fmtDur(r.Off.CPUPerOp()), fmtDur(r.On.CPUPerOp()), cpu,
+			fmtDur(r.Off.P50), fmtDur(r.On.P50), r.Off.Errors+r.On.Errors)
 	}
 	w.Flush()
+	fmt.Fprintln(out, "(cpu/key: this process's CPU time per key, master, nodes and clients included; it compares the two even when other load makes ops/s noisy)")
 	for _, r := range res.Rows {
 		for _, x := range []benchstore.Row{r.Off, r.On} {
 			if x.FirstErr != nil {

@@ -226,6 +226,26 @@ func (x *Index) store(s *stream, in storedIn) {
 			continue // unresolved, counted
 		}
 		k := hashKey(hh)
+		if k == seq && h.alias.n == 0 && !h.alias.hasZero {
+			// A block named by its sequence hash: one probe of the table.
+			e := c.blocks.Find(seq)
+			if e != nil && e[t]&bit != 0 {
+				s.stats.StoredDuplicate++
+				continue
+			}
+			if e == nil {
+				if x.cfg.MaxBlocks > 0 && x.blocks >= x.cfg.MaxBlocks {
+					s.stats.CapacityDropped++
+					continue
+				}
+				x.blocks++
+				e, _ = c.blocks.Ptr(seq)
+			}
+			e[t] |= bit
+			h.live[t]++
+			s.stats.BlocksStored++
+			continue
+		}
 		a, had := lookup(c, h, k)
 		if had && a.seq != seq {
 			// The publisher reuses a hash for other content: the old block is gone.
@@ -298,6 +318,25 @@ func (x *Index) remove(s *stream, medium string, hs []kvevents.Hash) {
 		k := hashKey(hh)
 		found := false
 		for c, h := range s.in {
+			bit := uint64(1) << h.slot
+			if h.alias.n == 0 && !h.alias.hasZero {
+				// Named by its sequence hash: one probe of the table.
+				e := c.blocks.Find(k)
+				if e == nil || e[t]&bit == 0 {
+					continue
+				}
+				found = true
+				if e[t] &^= bit; *e == (masks{}) {
+					c.blocks.Delete(k)
+					x.blocks--
+				}
+				h.live[t]--
+				s.stats.BlocksRemoved++
+				if h.total() == 0 {
+					x.freeSlot(s, c, h)
+				}
+				break
+			}
 			a, ok := lookup(c, h, k)
 			if !ok || a.tiers&(1<<t) == 0 {
 				continue

@@ -336,3 +336,20 @@ func HostAddr(b []byte) uintptr {
 func (d *Driver) StreamSynchronize(dev int, stream uintptr) error {
 	return d.on(dev, func() int32 { return d.cuStreamSynchronize(stream) }, "cuStreamSynchronize")
 }
+
+// Present reports whether the driver library at path ("": DefaultLibrary)
+// can be opened and exports cuInit, without initialising the driver: a
+// process that checks it may still fork children that use CUDA (CUDA
+// cannot be used in a child forked after cuInit).
+func Present(path string) bool {
+	if path == "" {
+		path = DefaultLibrary
+	}
+	lib, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return false
+	}
+	defer purego.Dlclose(lib)
+	_, err = purego.Dlsym(lib, "cuInit")
+	return err == nil
+}

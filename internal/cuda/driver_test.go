@@ -331,3 +331,12 @@ var sink byte
 func hostView(p uintptr, n int) []byte {
 	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), n)
 }
+
+func TestPresent(t *testing.T) {
+	if !cuda.Present(cudatest.SimulatedLibrary(t)) {
+		t.Fatal("the simulated driver is not Present")
+	}
+	if cuda.Present("libc.so.6") || cuda.Present(filepath.Join(t.TempDir(), "none.so")) {
+		t.Fatal("a library without cuInit, or none, is Present")
+	}
+}

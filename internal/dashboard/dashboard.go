@@ -18,10 +18,11 @@ var static embed.FS
 type Page string
 
 // The pages: Master is served by the master's admin HTTP API, Proxy by the
-// proxy.
+// proxy, Conductor by `mooncake conductor`.
 const (
-	Master Page = "master"
-	Proxy  Page = "proxy"
+	Master    Page = "master"
+	Proxy     Page = "proxy"
+	Conductor Page = "conductor"
 )
 
 // Prefix is where Mount serves a page: GET /dashboard/ is the page, GET

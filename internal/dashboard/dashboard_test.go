@@ -20,10 +20,10 @@ func get(t *testing.T, h http.Handler, path string) *http.Response {
 // TestMount: / redirects to the page, the page and its files are served,
 // the other page and paths outside the directory are not.
 func TestMount(t *testing.T) {
-	for _, p := range []Page{Master, Proxy} {
+	for _, p := range []Page{Master, Proxy, Conductor} {
 		mux := http.NewServeMux()
 		Mount(mux, p)
-		other := map[Page]Page{Master: Proxy, Proxy: Master}[p]
+		other := map[Page]Page{Master: Proxy, Proxy: Master, Conductor: Master}[p]
 		for _, tc := range []struct {
 			path     string
 			code     int
@@ -66,7 +66,7 @@ func firstLine(b []byte) string {
 // the page (a typo would leave a number unshown, silently).
 func TestPageIDs(t *testing.T) {
 	used := regexp.MustCompile(`\b(?:set|el)\("([a-z0-9-]+)"`)
-	for _, p := range []Page{Master, Proxy} {
+	for _, p := range []Page{Master, Proxy, Conductor} {
 		html, err := fs.ReadFile(static, "static/"+string(p)+".html")
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +76,7 @@ func TestPageIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids := used.FindAllStringSubmatch(string(js), -1)
-		if len(ids) < 20 {
+		if len(ids) < map[Page]int{Master: 20, Proxy: 20, Conductor: 10}[p] {
 			t.Fatalf("%s.js fills only %d elements by id", p, len(ids))
 		}
 		for _, id := range ids {

@@ -16,6 +16,12 @@
 //	array (older, msgspec array_like):  [ts, [["BlockStored", [h...], parent, [tok...], 16, null, "GPU"], ...], 0]
 //	map   (newer):                      {"ts": ..., "events": [{"type": "BlockStored", "block_hashes": [...], ...}], "data_parallel_rank": 0}
 //
+// Decode also reads the standardized events (Standard: a map with
+// event_type stored / removed / cleared, the envelope and seq_hashes,
+// base_block_idx, parent_hash, token_ids, object_key; Mooncake's store
+// master sends them, with legacy aliases), in either batch encoding, and
+// vLLM's newer fields (extra_keys, group_idx, kv_cache_spec_kind).
+//
 // A block hash is an integer (older vLLM, 64-bit) or bytes (newer vLLM, and
 // ours: the 32-byte SHA-256 chain of docs/kv-block-identity.md). Encode
 // writes either encoding (Config.MapEncoding) with bytes hashes.

@@ -88,6 +88,10 @@ func FuzzDecode(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x90, 0xc0})
+	for _, m := range []bool{false, true} {
+		b, _ := Encode(standardSample(), m)
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := Decode(b)
 		if err != nil {

@@ -205,11 +205,17 @@ func ParseKeyHash(key string) (uint64, bool) {
 			return 0, false
 		}
 		v, err := strconv.ParseUint(h, 16, 64)
-		return v, err == nil
+		if err != nil {
+			return 0, false
+		}
+		return v, true
 	}
 	if len(key) == 0 || len(key) > 20 {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(key, 10, 64)
-	return v, err == nil
+	if err != nil {
+		return 0, false
+	}
+	return v, true
 }

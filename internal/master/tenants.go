@@ -63,13 +63,14 @@ func (m *Master) SetTenantQuotas(q TenantQuotas) {
 		return
 	}
 	m.tenants = &tenantBook{q: q, acct: map[string]*tenantAcct{}, pending: map[string]uint64{}}
-	for _, o := range m.objects {
+	m.objects.each(func(o *object) bool {
 		if o.complete {
 			m.tenantCountLocked(o, 1)
-		} else if _, ok := m.pending[o.key]; ok {
-			m.tenantPendingLocked(o)
+		} else if key := m.keyOf(o); m.pending[key] == o.id {
+			m.tenantPendingLocked(o, key)
 		}
-	}
+		return true
+	})
 }
 
 // TenantUsages lists the accounts of the tenants that hold anything.
@@ -116,8 +117,8 @@ func (m *Master) tenantCountLocked(o *object, sign int) {
 	if m.tenants == nil {
 		return
 	}
-	if t, _ := tenant.Split(o.key); t != "" {
-		m.tenants.charge(t, int64(sign)*int64(o.size)*int64(len(o.replicas)), sign)
+	if t, _ := tenant.Split(m.keyOf(o)); t != "" {
+		m.tenants.charge(t, int64(sign)*int64(o.size)*int64(o.nrep), sign)
 	}
 }
 
@@ -126,26 +127,26 @@ func (m *Master) tenantReplicasLocked(o *object, delta int) {
 	if m.tenants == nil {
 		return
 	}
-	if t, _ := tenant.Split(o.key); t != "" {
+	if t, _ := tenant.Split(m.keyOf(o)); t != "" {
 		m.tenants.charge(t, int64(delta)*int64(o.size), 0)
 	}
 }
 
 // tenantPendingLocked is addPendingLocked's part: an unfinished put is
 // charged what it holds until it ends (dropPendingLocked).
-func (m *Master) tenantPendingLocked(o *object) {
+func (m *Master) tenantPendingLocked(o *object, key string) {
 	if m.tenants == nil {
 		return
 	}
-	t, _ := tenant.Split(o.key)
+	t, _ := tenant.Split(key)
 	if t == "" {
 		return
 	}
-	if old, ok := m.tenants.pending[o.key]; ok {
+	if old, ok := m.tenants.pending[key]; ok {
 		m.tenants.charge(t, -int64(old), -1)
 	}
-	c := o.size * uint64(len(o.replicas))
-	m.tenants.pending[o.key] = c
+	c := o.size * uint64(o.nrep)
+	m.tenants.pending[key] = c
 	m.tenants.charge(t, int64(c), 1)
 }
 
@@ -185,7 +186,7 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 		used, objects = a.bytes, a.objects+1
 	}
 	if credit != nil && credit.complete {
-		used -= min(used, credit.size*uint64(len(credit.replicas)))
+		used -= min(used, credit.size*uint64(credit.nrep))
 		objects--
 	}
 	if qb > 0 && used+n > qb {
@@ -233,7 +234,7 @@ func (m *Master) tenantOverShareFirstLocked(order []*object, now time.Time) []*o
 	first := make([]*object, 0, len(order))
 	var rest []*object
 	for _, o := range order {
-		if t, _ := tenant.Split(o.key); t != "" && over[t] {
+		if t, _ := tenant.Split(m.keyOf(o)); t != "" && over[t] {
 			first = append(first, o)
 		} else {
 			rest = append(rest, o)

@@ -44,6 +44,9 @@ type ServerConfig struct {
 	// TLS, when set, serves gRPC and fastrpc over TLS on Addr (the
 	// same-host fastrpc socket is not served). nil: plaintext.
 	TLS *tls.Config
+	// NoLocalSocket: do not serve the same-host fastrpc socket (clients
+	// on this host use TCP).
+	NoLocalSocket bool
 	// Grants, when set, is the key the master signs data-path grants with
 	// (grants.go); the storage nodes verify them with the same keys.
 	Grants *grant.Keyring
@@ -168,8 +171,8 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	// Same-host clients reach the fastrpc calls over a unix socket named
 	// after the TCP address (half the system-call cost of loopback TCP);
 	// when it cannot be bound, they use TCP. A TLS master serves TCP only.
-	if s.cfg.TLS != nil {
-		s.log.Debug("master: TLS: no same-host fastrpc socket")
+	if s.cfg.TLS != nil || s.cfg.NoLocalSocket {
+		s.log.Debug("master: no same-host fastrpc socket", "tls", s.cfg.TLS != nil)
 	} else if ll, err := fastrpc.ListenLocal(addr); err == nil {
 		lm := fastrpc.NewLocalMux(ll)
 		if auth != nil {

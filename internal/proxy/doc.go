@@ -60,6 +60,20 @@
 // it, and /metrics: mooncake_proxy_kv_event_batches_total{instance,result}
 // (applied, gap, replayed, dropped, bad) and mooncake_proxy_kv_event_blocks.
 //
+// # Remote indexer and tokenizers
+//
+// Config.Indexer (--indexer-url) points the prefill policy at a KV cache
+// indexer speaking Mooncake's Indexer API (`mooncake conductor`,
+// Mooncake's, Dynamo's): per request one POST /query with the prompt's
+// token ids; its tiered answer (GPU, CPU, DISK per instance, a prefill
+// spec's id= naming the instance there) becomes Load.Cached in blocks, and
+// the policies weigh the tiers (kvcache-aware: TierWeights; conductor: the
+// load time of the host and disk parts, CostModel.Load, where loading
+// beats recomputing). A failed query routes without it (counted).
+// Config.Tokenizer picks how prompts become token ids (tokens.go): our
+// byte-level tokenizer, the engine's POST /tokenize, or the model's
+// tokenizer.json (tokenizer.BPE; chat requests still ask the engine).
+//
 // # Instances and health
 //
 // A decode instance is a base URL. A prefill instance is a base URL,
@@ -118,7 +132,8 @@
 // mux, request reading, relaying), exchange.go (one P/D request: both
 // halves, disconnects, releases), protocol.go (what each protocol sends
 // upstream, typed), prompt.go (the prompt as text and tokens, for prefix
-// hashing), events.go (following KV events), metrics.go, summary.go.
+// hashing), tokens.go (the configured tokenizer), indexer.go (the remote
+// indexer client), events.go (following KV events), metrics.go, summary.go.
 //
 // # Lifecycle
 //

@@ -108,7 +108,9 @@ func parseIndexerAnswer(raw []byte, blockSize int) (map[string]TierBlocks, error
 			if !ok {
 				disk = max(host, longest)
 			}
-			host, disk = max(host, dev), max(disk, host)
+			dev = max(dev, 0)
+			host = max(host, dev)
+			disk = max(disk, host)
 			out[id] = TierBlocks{Device: dev / blockSize, Host: host / blockSize, Disk: disk / blockSize}
 		}
 	}

@@ -315,3 +315,22 @@ func TestEngineTokenizer(t *testing.T) {
 		t.Fatal("a missing tokenizer file accepted")
 	}
 }
+
+// FuzzIndexerAnswer: any answer parses or errors, and what parses is
+// ordered (Device <= Host <= Disk).
+func FuzzIndexerAnswer(f *testing.F) {
+	f.Add([]byte(`{"default": {"a": {"longest_matched": 256, "GPU": 128, "DP": {"0": 128}, "CPU": 256, "DISK": 0}}}`))
+	f.Add([]byte(`{"instances": {"a": {"gpu": 64}}}`))
+	f.Add([]byte(`{"x": {"a": {"GPU": -5, "CPU": 1e30}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := parseIndexerAnswer(b, 16)
+		if err != nil {
+			return
+		}
+		for id, c := range m {
+			if c.Device > c.Host || c.Host > c.Disk {
+				t.Fatalf("%s: %+v from %s", id, c, b)
+			}
+		}
+	})
+}

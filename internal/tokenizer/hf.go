@@ -74,7 +74,7 @@ func LoadBPE(path string) (*BPE, error) {
 		PostProcessor json.RawMessage        `json:"post_processor"`
 		Model         struct {
 			Type         string          `json:"type"`
-			Vocab        map[string]int  `json:"vocab"`
+			Vocab        json.RawMessage `json:"vocab"`
 			Merges       json.RawMessage `json:"merges"`
 			IgnoreMerges bool            `json:"ignore_merges"`
 			ByteFallback bool            `json:"byte_fallback"`
@@ -87,7 +87,7 @@ func LoadBPE(path string) (*BPE, error) {
 	if f.Model.Type != "BPE" || f.Model.ByteFallback || (f.Model.Prefix != nil && *f.Model.Prefix != "") {
 		return nil, fmt.Errorf("%w: %s: model %s (byte_fallback %v): only byte-level BPE is implemented", ErrUnsupported, path, f.Model.Type, f.Model.ByteFallback)
 	}
-	t := &BPE{vocab: f.Model.Vocab, ranks: map[string]int{}, ignoreMerges: f.Model.IgnoreMerges, added: map[byte][]addedToken{}, cache: map[string][]int{}}
+	t := &BPE{ranks: make(map[string]int, len(f.Model.Merges)/12), ignoreMerges: f.Model.IgnoreMerges, added: map[byte][]addedToken{}, cache: map[string][]int{}}
 	if n := f.Normalizer; n != nil {
 		if n.Type != "NFC" {
 			return nil, fmt.Errorf("%w: %s: normalizer %s", ErrUnsupported, path, n.Type)
@@ -98,16 +98,12 @@ func LoadBPE(path string) (*BPE, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnsupported, path, err)
 	}
 	// merges: ["a b", ...] (older files) or [["a", "b"], ...].
-	var ms []string
-	if err := json.Unmarshal(f.Model.Merges, &ms); err != nil {
-		var pairs [][2]string
-		if err := json.Unmarshal(f.Model.Merges, &pairs); err != nil {
-			return nil, fmt.Errorf("%w: %s: merges: %v", ErrUnsupported, path, err)
-		}
-		ms = make([]string, len(pairs))
-		for i, p := range pairs {
-			ms[i] = p[0] + " " + p[1]
-		}
+	ms, err := scanMerges(f.Model.Merges)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: merges: %v", ErrUnsupported, path, err)
+	}
+	if t.vocab, err = scanVocab(f.Model.Vocab); err != nil {
+		return nil, fmt.Errorf("%w: %s: vocab: %v", ErrUnsupported, path, err)
 	}
 	for i, m := range ms {
 		if _, dup := t.ranks[m]; !dup {

@@ -119,3 +119,22 @@ func BenchmarkBPEEncode(b *testing.B) {
 		tk.Encode(text)
 	}
 }
+
+func TestJSONScanner(t *testing.T) {
+	v, err := scanVocab([]byte(`{"a\"b": 1, "\u00e9": 2, "\ud83d\ude80": 3, "x\\\/y\n\t": -4 , "plain" :5}`))
+	want := map[string]int{"a\"b": 1, "é": 2, "🚀": 3, "x\\/y\n\t": -4, "plain": 5}
+	if err != nil || !reflect.DeepEqual(v, want) {
+		t.Fatalf("vocab %v %v", v, err)
+	}
+	m, err := scanMerges([]byte(` [ "a b", ["c d", "e"], "\u0120 t" ] `))
+	if err != nil || !reflect.DeepEqual(m, []string{"a b", "c d e", "Ġ t"}) {
+		t.Fatalf("merges %q %v", m, err)
+	}
+	for _, bad := range []string{`{`, `{"a" 1}`, `{"a": x}`, `{"a": 1,}`, `["a"`, `[["a"]]`, `["\x"]`, "[\"\x01\"]", `["\u12"]`} {
+		_, e1 := scanVocab([]byte(bad))
+		_, e2 := scanMerges([]byte(bad))
+		if e1 == nil && e2 == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

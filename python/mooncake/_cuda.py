@@ -17,7 +17,9 @@ _supported = None
 
 
 def supported():
-    """True when the library has a usable CUDA device (SUPPORT_CUDA)."""
+    """True when the CUDA driver library loads and a device node exists (SUPPORT_CUDA).
+
+    Checked without initialising CUDA, so importing before a fork is safe."""
     global _supported
     if _supported is None:
         try:
@@ -28,9 +30,23 @@ def supported():
     return _supported
 
 
+_has_device_call = None
+
+
 def device_of(ptr):
-    """The CUDA device ordinal of address ptr, or -1 for host memory."""
-    if not ptr or not supported():
+    """The CUDA device ordinal of address ptr, or -1 for host memory.
+
+    Asks the library's driver (initialising it on first use) whatever
+    SUPPORT_CUDA says: a device pointer must never be read as host memory."""
+    global _has_device_call
+    if not ptr:
+        return -1
+    if _has_device_call is None:
+        try:
+            _has_device_call = getattr(_native.lib(), "mc_cuda_device", None) is not None
+        except ImportError:
+            _has_device_call = False
+    if not _has_device_call:
         return -1
     return int(_native.lib().mc_cuda_device(int(ptr)))
 

@@ -29,7 +29,7 @@ type benchPool struct {
 
 func startBenchPool(ctx context.Context, durable bool, segSize uint64, clients, maxSize int, transport string, sec poolSecurity) (*benchPool, error) {
 	p := &benchPool{cfg: masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Core: master.Config{Durable: durable},
-		Tenants: sec.tenants, Secret: sec.secret, TLS: sec.srvTLS, Grants: sec.grants}}
+		Tenants: sec.tenants, Secret: sec.secret, TLS: sec.srvTLS, NoLocalSocket: sec.noLocal, Grants: sec.grants}}
 	if sec.transport != "" {
 		transport = sec.transport
 	}

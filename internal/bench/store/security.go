@@ -24,8 +24,9 @@ type poolSecurity struct {
 	tenants        *tenant.Source
 	secret, token  string // the storage nodes' cluster secret, the clients' tenant token
 	srvTLS, cliTLS *tls.Config
+	noLocal        bool           // no same-host fastrpc socket (TCP, as TLS)
 	grants         *grant.Keyring // data-path grants: the master signs, the nodes check
-	transport      string         // overrides the pool's transport ("" = the run's)
+	transport      string         // overrides the pool's transfer transport ("" = the run's)
 }
 
 // SecurityConfig configures RunSecurity.
@@ -39,7 +40,7 @@ type SecurityConfig struct {
 // SecurityRow is one configuration measured without and with a security
 // feature (median rounds).
 type SecurityRow struct {
-	Feature       string // "tenants", "tls" or "grants"
+	Feature       string // "tenants", "grants", "tls" (against plaintext TCP) or "tls-vs-local" (against the same-host socket)
 	Op            string // put, get
 	Size, Clients int
 	Off, On       Row
@@ -59,10 +60,12 @@ type SecurityResult struct{ Rows []SecurityRow }
 // RunSecurity measures what the control plane's security costs: store put
 // and get with tenants on (a tenant policy, clients with a token, keys in
 // the tenant's namespace, quota accounting) vs off, with data-path grants
-// on vs off (both pools on TCP: a node with grants offers no shared
-// memory), and 4 KiB puts with the master's port on TLS vs plaintext. Three pools run in this process
-// (durable metadata on, the master's default); rounds alternate which
-// goes first and the median is reported.
+// vs without (both pools' transfers on TCP: a node with grants offers no
+// shared memory), and 4 KiB puts with
+// the master's port on TLS vs plaintext TCP ("tls") and vs plaintext with
+// the same-host socket a TLS master gives up ("tls-vs-local"). Six pools
+// run in this process (durable metadata on, the master's default); rounds
+// alternate which goes first and the median is reported.
 func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error) {
 	const segSize = 256 << 20
 	maxClients, maxSize := slices.Max(c.Clients), slices.Max(c.Sizes)
@@ -86,6 +89,7 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 		"off-tcp": {transport: "tcp"},
 		"tenants": {tenants: tenant.Static(set), secret: "bench-cluster-secret", token: "bench-token-0001"},
 		"tls":     {srvTLS: srvTLS, cliTLS: cliTLS},
+		"tcp":     {noLocal: true},
 	}
 	pools := map[string]*benchPool{}
 	for name, sec := range secs {
@@ -97,17 +101,13 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 		pools[name] = p
 	}
 	res := &SecurityResult{}
-	compare := func(feature, op string, size, n int) {
+	compare := func(feature, base, on, op string, size, n int) {
 		per := max(1, int(segSize/4)/size/n)
 		rows := map[string][]Row{}
-		off := "off"
-		if feature == "grants" {
-			off = "off-tcp"
-		}
 		for r := range c.Rounds {
-			order := []string{off, feature}
+			order := []string{base, on}
 			if r%2 == 1 {
-				order = []string{feature, off}
+				order = []string{on, base}
 			}
 			for _, name := range order {
 				prefix := fmt.Sprintf("s/%s/%d/%d", feature, size, n)
@@ -118,18 +118,19 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 				}
 			}
 		}
-		res.Rows = append(res.Rows, SecurityRow{Feature: feature, Op: op, Size: size, Clients: n, Off: medianRow(rows[off]), On: medianRow(rows[feature])})
+		res.Rows = append(res.Rows, SecurityRow{Feature: feature, Op: op, Size: size, Clients: n, Off: medianRow(rows[base]), On: medianRow(rows[on])})
 	}
 	for _, size := range c.Sizes {
 		for _, n := range c.Clients {
-			compare("tenants", "put", size, n)
-			compare("tenants", "get", size, n)
-			compare("grants", "put", size, n)
-			compare("grants", "get", size, n)
+			compare("tenants", "off", "tenants", "put", size, n)
+			compare("tenants", "off", "tenants", "get", size, n)
+			compare("grants", "off-tcp", "grants", "put", size, n)
+			compare("grants", "off-tcp", "grants", "get", size, n)
 		}
 	}
 	for _, n := range c.Clients {
-		compare("tls", "put", 4096, n)
+		compare("tls", "tcp", "tls", "put", 4096, n)
+		compare("tls-vs-local", "off", "tls", "put", 4096, n)
 	}
 	return res, nil
 }

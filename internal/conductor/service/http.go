@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvcache-go/mooncake/internal/conductor"
+	"github.com/kvcache-go/mooncake/internal/dashboard"
 )
 
 // apiError is the error body: {"error", "reason", "field"}.
@@ -47,6 +48,8 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("/registrations", s.get("registrations", s.handleRegistrations))
 	mux.HandleFunc("/health", s.get("health", func(*http.Request) (any, error) { return map[string]string{"status": "ok"}, nil }))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/api/summary", s.get("summary", s.summary))
+	dashboard.Mount(mux, dashboard.Conductor)
 	return mux
 }
 

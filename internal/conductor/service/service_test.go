@@ -177,6 +177,27 @@ func TestContractRegisterQueryUnregister(t *testing.T) {
 			t.Fatalf("metrics lack %q:\n%s", line, m)
 		}
 	}
+	// /api/summary (the dashboard's data) and the page.
+	code, got = call(t, "GET", base+"/api/summary", "")
+	pubs, _ := got["publishers"].([]any)
+	if code != 200 || got["blocks"] != 4.0 || got["context_count"] != 1.0 || len(pubs) != 1 || got["seed"] != 1337.0 {
+		t.Fatalf("summary: %d %v", code, got)
+	}
+	if p0 := pubs[0].(map[string]any); p0["key"] != "vllm-prefill-node1|default|0" || p0["stored"] != 7.0 || p0["blocks"] != 7.0 || p0["type"] != "vLLM" {
+		t.Fatalf("summary publisher: %v", p0)
+	}
+	if q := got["queries"].(map[string]any); q["200"].(float64) < 3 {
+		t.Fatalf("summary queries: %v", q)
+	}
+	resp, err = http.Get(base + "/dashboard/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(page, []byte("<title>Mooncake conductor</title>")) {
+		t.Fatalf("dashboard: %d %.200s", resp.StatusCode, page)
+	}
 	// /unregister: the doc's body.
 	code, got = call(t, "POST", base+"/unregister", `{"type": "vLLM", "modelname": "deepseek", "lora_name": "sql-adapter",
 		"tenant_id": "default", "instance_id": "vllm-prefill-node1", "block_size": 128, "dp_rank": 0}`)

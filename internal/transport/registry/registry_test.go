@@ -135,3 +135,71 @@ func TestUnregisterWaitsForSpans(t *testing.T) {
 		t.Fatalf("second unregister: %v", err)
 	}
 }
+
+func TestDeviceBuffers(t *testing.T) {
+	g := New()
+	const base = 0x7f0000000000 // a device address: never dereferenced here
+	b, err := g.RegisterDevice(base, 1<<20, "cuda:1", 1)
+	if err != nil || !b.Device || b.Ordinal != 1 || b.Location != "cuda:1" {
+		t.Fatalf("RegisterDevice = %+v, %v", b, err)
+	}
+	if _, err := g.RegisterDevice(base+4096, 16, "", 0); !errors.Is(err, ErrOverlap) {
+		t.Fatalf("overlapping device registration: %v", err)
+	}
+	if _, err := g.RegisterDevice(0, 16, "", 0); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("null device address: %v", err)
+	}
+	// Acquire refuses device memory: a host view of it would crash.
+	if _, err := g.Acquire(base, 16); !errors.Is(err, ErrDevice) {
+		t.Fatalf("Acquire of device memory: %v", err)
+	}
+	sp, err := g.AcquireAny(base+100, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr, n, ord, ok := sp.Device(); !ok || addr != base+100 || n != 200 || ord != 1 || sp.B != nil {
+		t.Fatalf("device span = %#x %d %d %v, B %v", addr, n, ord, ok, sp.B != nil)
+	}
+	// The same bounds as host memory.
+	if _, err := g.AcquireAny(base+1<<20-10, 20); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("device range past its buffer: %v", err)
+	}
+	// A staged view keeps the buffer acquired until released.
+	released := false
+	st := sp.Staged(make([]byte, 200), func() { released = true })
+	if _, _, _, ok := st.Device(); !ok || len(st.B) != 200 {
+		t.Fatal("staged span lost its buffer or bytes")
+	}
+	done := make(chan struct{})
+	go func() { _, _ = g.Unregister(base); close(done) }()
+	waitfor.Cond(t, 10*time.Second, "Unregister to remove the device buffer", func() bool {
+		sp, err := g.AcquireAny(base, 8)
+		if err == nil {
+			sp.Release() // still registered: the goroutine has not run yet
+		}
+		return errors.Is(err, ErrNotRegistered)
+	})
+	select {
+	case <-done:
+		t.Fatal("Unregister returned while a staged span was held")
+	default:
+	}
+	st.Release()
+	<-done
+	if !released {
+		t.Fatal("Release did not run the staged span's fin")
+	}
+	// Host spans report no device.
+	h := make([]byte, 64)
+	if _, err := g.Register(h, "cpu:0", false); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := g.AcquireAny(AddrOf(h), 64)
+	if err != nil || len(hs.B) != 64 {
+		t.Fatalf("AcquireAny of host memory: %v", err)
+	}
+	if _, _, _, ok := hs.Device(); ok {
+		t.Fatal("host span reports device memory")
+	}
+	hs.Release()
+}
