@@ -40,7 +40,9 @@ python:
 
 # The long chaos suite on the multi-host test bed (internal/chaos with
 # MOONCAKE_CHAOS=long: needs root and network namespaces; the short suite runs
-# in `make test`), then a soak of SOAK (30m) on a fresh bed, then the master at
+# in `make test`) and the long forms of the user-reported failures
+# (internal/userfail: 10,000-key batches, a longer master outage; 1 GiB
+# objects through the disk tier), then a soak of SOAK (30m) on a fresh bed, then the master at
 # pool scale: SCALE objects (10M) through every phase of `mooncake bench
 # master` (listing, removal, restart, remove-all under load: it exits 1 on a
 # dropped node, a lost or resurrected object or a wrong count). The table of
@@ -50,6 +52,8 @@ SOAK ?= 30m
 SCALE ?= 10000000
 chaos: deps build
 	MOONCAKE_CHAOS=long MOONCAKE_CHAOS_REPORT=$(CURDIR)/bin/chaos-report.md $(GO) test -count=1 -timeout 60m -v -run TestChaos ./internal/chaos
+	MOONCAKE_CHAOS=long $(GO) test -count=1 -timeout 30m -v ./internal/userfail
+	MOONCAKE_CHAOS=long $(GO) test -count=1 -timeout 10m -v -run TestLargeObjectsThroughDiskTier ./store
 	$(BIN) bench soak --duration $(SOAK)
 	$(BIN) bench master --objects $(SCALE) --phases load,ops,bulk,remove,restart,removeall --restore-timeout 5m --rpc-timeout 60s \
 		> bin/scale-report.txt; st=$$?; cat bin/scale-report.txt; exit $$st
