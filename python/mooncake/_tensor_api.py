@@ -70,6 +70,21 @@ def _writer(wp, what):
     return r, n, sd
 
 
+def _same_layout(data, n, axes):
+    """Whether the stored shard's TP axis (if any) is the one axes ask for."""
+    tpi = _tp_index(axes)
+    if tpi is None:
+        return True
+    try:
+        h = T.Header.parse(data, n)
+    except T.TensorError:
+        return True  # not a tensor object: let the decoder report it
+    for ax in h.axes:
+        if ax[0] == T.AXIS_KINDS["TP"]:
+            return ax[3] == axes[tpi].size and ax[4] == axes[tpi].split_dim
+    return True
+
+
 class TensorAPI(object):
     """The tensor half of MooncakeDistributedStore."""
 
@@ -585,11 +600,17 @@ class TensorAPI(object):
         tpi = _tp_index(axes)
         if tpi is None:
             return None
-        # no object for this shard (another TP size wrote the set): cut it from the whole tensor
-        full = self._read_full(what, key, axes)
+        # no object for this shard (another TP size wrote the set): cut it from the whole tensor,
+        # when the set is complete and splits evenly into the requested shards
+        full = self._read_full(what, key, axes, complete=True)
         if full is None:
             return None
         tp = axes[tpi]
+        shape = T.shape_of(full)
+        if tp.split_dim >= len(shape) or shape[tp.split_dim] % tp.size:
+            _fail(what, "%s: dim %d of the stored tensor does not split evenly into %d" % (
+                key, tp.split_dim, tp.size))
+            return None
         return P.chunk(full, tp.split_dim, tp.rank, tp.size)
 
     def _get_object(self, key):
@@ -603,6 +624,8 @@ class TensorAPI(object):
             a = axes[0]
             rc, data = self._get_object(T.writer_key(key, a.rank, a.size, a.split_dim))
         if rc == -704:
+            return None
+        if rc >= 0 and not _same_layout(data, rc, axes):
             return None
         return self._decode_value("get_tensor_with_parallelism", key, rc, data)
 
@@ -628,7 +651,7 @@ class TensorAPI(object):
             parts.append(t)
         return T.cat(parts, split_dim) if len(parts) > 1 else parts[0]
 
-    def _read_full(self, what, key, axes):
+    def _read_full(self, what, key, axes, complete=False):
         """The whole tensor: gathered from the shards its writers recorded in a manifest, from
         the TP shards axes name, or the plain object under key."""
         doc = self._manifest(key)
@@ -656,7 +679,10 @@ class TensorAPI(object):
             shard_axes = list(template)
             shard_axes[tpi] = tp.with_rank(r)
             keys.append(T.parallelism_key(key, shard_axes))
-        return self._gather(what, keys, tp.split_dim)
+        full = self._gather(what, keys, tp.split_dim)
+        if complete and full is not None and doc is not None and list(T.shape_of(full)) != list(doc["shape"]):
+            return None  # shards of the set are missing
+        return full
 
     def get_tensor_with_parallelism(self, key, target=None):
         """The tensor a ReadTarget describes (as stored, one shard, or the full tensor
