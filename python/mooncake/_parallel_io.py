@@ -53,6 +53,14 @@ def chunk(t, split_dim, rank, count):
     return np.ascontiguousarray(t[tuple(idx)])
 
 
+def require_uniform(shape, split_dim, count, what):
+    """TensorError unless dim split_dim of shape splits into count equal shards (Mooncake
+    materializes only uniform shards of a whole tensor)."""
+    if shape[split_dim] % count:
+        raise T.TensorError("%s: dim %d of size %d does not split evenly into %d shards" % (
+            what, split_dim, shape[split_dim], count))
+
+
 def axis_dict(ax):
     return {"kind": ax.kind, "rank": ax.rank, "size": ax.size, "split_dim": ax.split_dim,
             "expert_id": ax.expert_id, "stage_id": ax.stage_id}

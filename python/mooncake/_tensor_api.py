@@ -496,6 +496,7 @@ class TensorAPI(object):
             r, cnt, sd = spec
             if sd >= len(shape):
                 raise T.TensorError("%s: split_dim %d out of range" % (what, sd))
+            P.require_uniform(shape, sd, cnt, what)
             shard = P.chunk(ins.owner, sd, r, cnt)
             ax = _Axis({"kind": "TP", "rank": r, "size": cnt, "split_dim": sd})
             man = (P.writer_manifest_key(key), P.encode_manifest("writer", shape, dtype, writer=spec))
@@ -511,6 +512,7 @@ class TensorAPI(object):
                 gshape[tp.split_dim] *= tp.size
             else:
                 # TP among other axes: the tensor is the whole one, this rank's chunk is stored
+                P.require_uniform(shape, tp.split_dim, tp.size, what)
                 shard, gshape = P.chunk(ins.owner, tp.split_dim, tp.rank, tp.size), shape
             man = (P.manifest_key(key), P.encode_manifest("parallelism", gshape, dtype, axes=spec))
             return self._put_shard(what, key, T.parallelism_key(key, spec), shard, dtype, gshape, spec, config,
