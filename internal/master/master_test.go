@@ -407,9 +407,17 @@ func TestUpsert(t *testing.T) {
 	if info.Size != 5000 || info.CRC != 10 || m.Stats().Used != 5056 {
 		t.Fatalf("after resize: %+v used %d", info, m.Stats().Used)
 	}
-	// Leased: refused.
-	if _, err := m.Upsert("w", "k", 10, ReplicateConfig{}); !errors.Is(err, ErrObjectHasLease) {
+	// Leased (the GetReplicaList above): not refused; the old value's space stays
+	// reserved until the lease ends, beside the new value's.
+	if _, err := m.Upsert("w", "k", 10, ReplicateConfig{}); err != nil {
 		t.Fatalf("upsert of leased: %v", err)
+	}
+	m.PutEnd("w", "k", 11)
+	if info, _ := m.GetReplicaList("k"); info.Size != 10 || info.CRC != 11 {
+		t.Fatalf("after upsert of leased: %+v", info)
+	}
+	if used := m.Stats().Used; used < 5056 {
+		t.Fatalf("old value's space released under its lease: used %d", used)
 	}
 	clk.Advance(11 * time.Second)
 	// New key: plain put.

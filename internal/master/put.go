@@ -144,8 +144,9 @@ func (m *Master) PutRevoke(clientID, key string) error {
 // Upsert starts a put that replaces the key's current value. An unleased
 // complete object of the same size keeps its space (the value is rewritten in
 // place and the object is invisible until PutEnd); otherwise the old object
-// is removed first. A leased object is refused with ErrObjectHasLease, a put
-// in progress with ErrObjectExists.
+// is removed first. A leased object is retired: its space stays reserved
+// until the lease ends while the new value takes a new place. A put in
+// progress is refused with ErrObjectExists.
 func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) ([]Replica, error) {
 	if err := m.validPut(key, size, rc); err != nil {
 		return nil, err
@@ -161,8 +162,7 @@ func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) (
 		case !o.complete:
 			m.preemptLocked(o, now)
 		case o.leaseUntil.after(now):
-			m.stats.LeaseRejections++
-			return nil, fmt.Errorf("%w: %q", ErrObjectHasLease, key)
+			m.retireLeasedLocked(o, now) // readers keep the old value until their lease ends
 		case o.size == size && int(o.nrep) >= max(rc.Replicas, 1):
 			return m.rewriteInPlaceLocked(o, key, clientID, rc, now), nil
 		default:

@@ -116,10 +116,10 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 		case !upsert:
 			return refuse(false, fmt.Errorf("%w: %q", ErrObjectExists, key))
 		case o.leaseUntil.after(now):
-			m.stats.LeaseRejections++
-			return refuse(false, fmt.Errorf("%w: %q", ErrObjectHasLease, key))
+			m.retireLeasedLocked(o, now) // readers keep the old value until their lease ends
+		default:
+			m.freeLocked(o) // the older version
 		}
-		m.freeLocked(o) // the older version
 	}
 	m.dropPendingLocked(slot)
 	m.objects.rekey(s, key)

@@ -59,7 +59,6 @@ func TestPutSlotRefusals(t *testing.T) {
 		prep   func()
 	}{
 		{"exists", false, ErrObjectExists, nil},
-		{"leased", true, ErrObjectHasLease, func() { m.GetReplicaList("k") }},
 		{"in progress", true, ErrObjectExists, func() {
 			m.Remove("k", true)
 			if _, err := m.PutStart("x", "k", 100, ReplicateConfig{}); err != nil {

@@ -6,8 +6,8 @@
 //
 //   - "http://h:p/metadata": Mooncake's HTTP metadata contract. GET, PUT and
 //     DELETE on /metadata?key=<urlencoded key>; 200 on success, 404 when the
-//     key is absent. Server implements it (in memory), and `mooncake
-//     metadata-server --port N` runs it. The client uses Mooncake's timeouts
+//     key is absent; GET /health answers 200 "OK". Server implements it (in
+//     memory), and `mooncake metadata-server --port N` runs it. The client uses Mooncake's timeouts
 //     (1.5 s to connect, 3 s per request).
 //   - "etcd://h:p[,h:p...]": a real etcd cluster through the official client
 //     (go.etcd.io/etcd/client/v3); tests run an embedded etcd.

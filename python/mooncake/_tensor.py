@@ -385,6 +385,12 @@ def validate_axes(axes, what):
             raise TensorError("%s: axis %s rank %d of %d is invalid" % (what, k, ax.rank, ax.size))
         if k == "TP" and ax.split_dim is None:
             raise TensorError("%s: a TP axis needs split_dim" % what)
+        if k != "TP" and ax.split_dim is not None:
+            raise TensorError("%s: a %s axis must not give split_dim" % (what, k))
+        if k == "EP" and getattr(ax, "expert_id", None) is None:
+            raise TensorError("%s: an EP axis needs expert_id" % what)
+        if k == "PP" and getattr(ax, "stage_id", None) is None:
+            raise TensorError("%s: a PP axis needs stage_id" % what)
 
 
 def cat(parts, dim):

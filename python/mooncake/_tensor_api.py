@@ -10,6 +10,7 @@ import ctypes
 import logging
 
 from . import _cuda
+from . import _parallel_io as P
 from . import _tensor as T
 
 log = logging.getLogger("mooncake")
@@ -67,6 +68,21 @@ def _writer(wp, what):
     if n <= 0 or not (0 <= r < n) or sd < 0:
         raise T.TensorError("%s: invalid writer_partition (rank %d of %d, split_dim %d)" % (what, r, n, sd))
     return r, n, sd
+
+
+def _same_layout(data, n, axes):
+    """Whether the stored shard's TP axis (if any) is the one axes ask for."""
+    tpi = _tp_index(axes)
+    if tpi is None:
+        return True
+    try:
+        h = T.Header.parse(data, n)
+    except T.TensorError:
+        return True  # not a tensor object: let the decoder report it
+    for ax in h.axes:
+        if ax[0] == T.AXIS_KINDS["TP"]:
+            return ax[3] == axes[tpi].size and ax[4] == axes[tpi].split_dim
+    return True
 
 
 class TensorAPI(object):
@@ -456,33 +472,54 @@ class TensorAPI(object):
             w = writer_partitions[i] if writer_partitions is not None else None
             try:
                 route, spec = self._resolve_write(what, p, w)
-                if route == "full":
-                    out[i] = self._put_tensors(what, [keys[i]], [tensors[i]], config, upsert)[0]
-                elif route == "tp":
-                    out[i] = self._put_tp(what, [keys[i]], [tensors[i]], config, 0, 0, upsert, [spec])[0]
-                elif route == "generic":
-                    ins = T.inspect(tensors[i], "tensor for %s" % keys[i])
-                    shape = T.shape_of(ins.owner)
-                    h = T.shard_header(ins.header.dtype, shape, shape, spec)
-                    k = T.parallelism_key(keys[i], spec)
-                    out[i] = self._write_objects(what, [k], [self._encode(what, k, ins.owner, h)], config,
-                                                 upsert)[0]
-                else:
-                    r, cnt, sd = spec
-                    ins = T.inspect(tensors[i], "tensor for %s" % keys[i])
-                    lshape = T.shape_of(ins.owner)
-                    if sd >= len(lshape):
-                        raise T.TensorError("%s: split_dim %d out of range" % (what, sd))
-                    gshape = list(lshape)
-                    gshape[sd] *= cnt
-                    ax = _Axis({"kind": "TP", "rank": r, "size": cnt, "split_dim": sd})
-                    h = T.shard_header(ins.header.dtype, gshape, lshape, [ax])
-                    k = T.writer_key(keys[i], r, cnt, sd)
-                    out[i] = self._write_objects(what, [k], [self._encode(what, k, ins.owner, h)], config,
-                                                 upsert)[0]
+                out[i] = self._put_one_parallel(what, keys[i], tensors[i], route, spec, config, upsert)
             except (T.TensorError, TypeError, ValueError, AttributeError) as e:
                 _fail(what, e)
         return out
+
+    def _put_shard(self, what, key, obj_key, shard, dtype, gshape, axes, config, upsert, manifest):
+        """Writes one shard object and (manifest = (key, body)) the manifest beside it."""
+        h = T.shard_header(dtype, gshape, T.shape_of(shard), axes)
+        rc = self._write_objects(what, [obj_key], [self._encode(what, obj_key, shard, h)], config, upsert)[0]
+        if rc != 0 or manifest is None:
+            return rc
+        # every writer of the set (re)writes the manifest: an upsert, so the last one wins
+        return self._write_objects(what, [manifest[0]], [manifest[1]], config, True)[0]
+
+    def _put_one_parallel(self, what, key, tensor, route, spec, config, upsert):
+        if route == "full":
+            return self._put_tensors(what, [key], [tensor], config, upsert)[0]
+        ins = T.inspect(tensor, "tensor for %s" % key)
+        dtype, shape = ins.header.dtype, T.shape_of(ins.owner)
+        if route == "writer":
+            # the caller holds the whole tensor; this writer stores its chunk
+            r, cnt, sd = spec
+            if sd >= len(shape):
+                raise T.TensorError("%s: split_dim %d out of range" % (what, sd))
+            P.require_uniform(shape, sd, cnt, what)
+            shard = P.chunk(ins.owner, sd, r, cnt)
+            ax = _Axis({"kind": "TP", "rank": r, "size": cnt, "split_dim": sd})
+            man = (P.writer_manifest_key(key), P.encode_manifest("writer", shape, dtype, writer=spec))
+            return self._put_shard(what, key, T.writer_key(key, r, cnt, sd), shard, dtype, shape, [ax], config,
+                                   upsert, man)
+        if route == "tp":
+            tp = spec[_tp_index(spec)]
+            if tp.split_dim >= len(shape):
+                raise T.TensorError("%s: split_dim %d out of range" % (what, tp.split_dim))
+            if len(spec) == 1:
+                # a single TP axis: the tensor is this rank's shard
+                shard, gshape = ins.owner, list(shape)
+                gshape[tp.split_dim] *= tp.size
+            else:
+                # TP among other axes: the tensor is the whole one, this rank's chunk is stored
+                P.require_uniform(shape, tp.split_dim, tp.size, what)
+                shard, gshape = P.chunk(ins.owner, tp.split_dim, tp.rank, tp.size), shape
+            man = (P.manifest_key(key), P.encode_manifest("parallelism", gshape, dtype, axes=spec))
+            return self._put_shard(what, key, T.parallelism_key(key, spec), shard, dtype, gshape, spec, config,
+                                   upsert, man)
+        # axes without TP tag the object; its bytes are the tensor as given
+        return self._put_shard(what, key, T.parallelism_key(key, spec), ins.owner, dtype, shape, spec, config,
+                               upsert, None)
 
     def put_tensor_with_parallelism(self, key, tensor, parallelism=None, config=None, writer_partition=None):
         """Stores tensor as described by a TensorParallelism (every shard of a TP axis, or this
@@ -549,34 +586,105 @@ class TensorAPI(object):
     def _read_parallel(self, what, key, target):
         """The tensor a ReadTarget asks for, or None."""
         mode = str(_attr(target, "mode", "as_stored") if target is not None else "as_stored").lower()
+        if mode not in ("as_stored", "shard", "full"):
+            raise T.TensorError("%s: unknown read mode %r" % (what, mode))
         parallelism = _attr(target, "parallelism") if target is not None else None
         axes = _axes(parallelism, what) if parallelism is not None and _attr(parallelism, "axes") else None
+        if mode == "full":
+            return self._read_full(what, key, axes)
         if axes is None:
             if mode == "shard":
                 raise T.TensorError("%s: mode 'shard' needs a parallelism" % what)
             return self.get_tensor(key)
+        t = self._read_stored_shard(key, axes)
+        if t is not None:
+            return t
         tpi = _tp_index(axes)
-        if mode == "full":
-            if tpi is None:
-                return self.get_tensor(key)
-            tp = axes[tpi]
-            parts = []
-            for r in range(tp.size):
-                shard_axes = list(axes)
-                shard_axes[tpi] = tp.with_rank(r)
-                t = self._read_shard(key, shard_axes)
-                if t is None:
-                    return None
-                parts.append(t)
-            return T.cat(parts, tp.split_dim)
-        return self._read_shard(key, axes)
+        if tpi is None:
+            return None
+        # no object for this shard (another TP size wrote the set): cut it from the whole tensor,
+        # when the set is complete and splits evenly into the requested shards
+        full = self._read_full(what, key, axes, complete=True)
+        if full is None:
+            return None
+        tp = axes[tpi]
+        shape = T.shape_of(full)
+        if tp.split_dim >= len(shape) or shape[tp.split_dim] % tp.size:
+            _fail(what, "%s: dim %d of the stored tensor does not split evenly into %d" % (
+                key, tp.split_dim, tp.size))
+            return None
+        return P.chunk(full, tp.split_dim, tp.rank, tp.size)
 
-    def _read_shard(self, key, axes):
-        rc, data = self._get_rc(T.parallelism_key(key, axes))
+    def _get_object(self, key):
+        """(rc, data) of key, rc -704 when absent."""
+        return self._get_rc(key)
+
+    def _read_stored_shard(self, key, axes):
+        """The stored object of exactly this shard (its key, or a writer partition's), or None."""
+        rc, data = self._get_object(T.parallelism_key(key, axes))
         if rc == -704 and len(axes) == 1 and axes[0].kind == "TP":
             a = axes[0]
-            rc, data = self._get_rc(T.writer_key(key, a.rank, a.size, a.split_dim))
+            rc, data = self._get_object(T.writer_key(key, a.rank, a.size, a.split_dim))
+        if rc == -704:
+            return None
+        if rc >= 0 and not _same_layout(data, rc, axes):
+            return None
         return self._decode_value("get_tensor_with_parallelism", key, rc, data)
+
+    def _manifest(self, key):
+        for mk in (P.manifest_key(key), P.writer_manifest_key(key)):
+            rc, data = self._get_object(mk)
+            if rc >= 0:
+                doc = P.decode_manifest(data, rc)
+                if doc is not None:
+                    return doc
+        return None
+
+    def _gather(self, what, keys, split_dim):
+        """The shards under keys joined along split_dim; a missing key past the first ends the set."""
+        parts = []
+        for k in keys:
+            rc, data = self._get_object(k)
+            if rc == -704 and parts:
+                break
+            t = self._decode_value(what, k, rc, data)
+            if t is None:
+                return None
+            parts.append(t)
+        return T.cat(parts, split_dim) if len(parts) > 1 else parts[0]
+
+    def _read_full(self, what, key, axes, complete=False):
+        """The whole tensor: gathered from the shards its writers recorded in a manifest, from
+        the TP shards axes name, or the plain object under key."""
+        doc = self._manifest(key)
+        if doc is not None and doc.get("kind") == "writer":
+            n, sd = int(doc["writer"]["size"]), int(doc["writer"]["split_dim"])
+            return self._gather(what, [T.writer_key(key, r, n, sd) for r in range(n)], sd)
+        template = None
+        if doc is not None and doc.get("axes"):
+            template = [_Axis(a) for a in doc["axes"]]
+            if axes is not None and sorted(a.kind for a in axes) == sorted(a.kind for a in template):
+                # the caller's ranks of the other axes pick which set (e.g. which DP replica)
+                ranks = {a.kind: a for a in axes}
+                template = [a if a.kind == "TP" else ranks[a.kind] for a in template]
+        elif axes is not None:
+            template = axes
+        if template is None:
+            return self.get_tensor(key)
+        tpi = _tp_index(template)
+        if tpi is None:
+            t = self._read_stored_shard(key, template)
+            return t
+        tp = template[tpi]
+        keys = []
+        for r in range(tp.size):
+            shard_axes = list(template)
+            shard_axes[tpi] = tp.with_rank(r)
+            keys.append(T.parallelism_key(key, shard_axes))
+        full = self._gather(what, keys, tp.split_dim)
+        if complete and full is not None and doc is not None and list(T.shape_of(full)) != list(doc["shape"]):
+            return None  # shards of the set are missing
+        return full
 
     def get_tensor_with_parallelism(self, key, target=None):
         """The tensor a ReadTarget describes (as stored, one shard, or the full tensor

@@ -107,7 +107,7 @@ class TensorStoreTest(unittest.TestCase):
             self.assertTrue(torch.equal(g, t))
         self.assertIsNone(got[3])
         self.assertEqual(self.a.batch_put_tensor(keys, ts[:2]), [INVALID] * 3)
-        # put keeps, upsert replaces (before any read: a read's lease blocks an upsert, -706)
+        # put keeps, upsert replaces (also right after a read: no lease check)
         self.assertEqual(self.a.put_tensor("t/0", torch.zeros(2)), 0)
         self.assertTrue(torch.equal(self.b.get_tensor("t/0"), ts[0]))
         self.assertEqual(self.a.put_tensor("t/u", torch.ones(2)), 0)
