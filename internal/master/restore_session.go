@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 )
@@ -230,6 +231,7 @@ func (m *Master) RestoreChunkContext(ctx context.Context, clientID string, id ui
 			return res, err
 		}
 		mem, onDisk = mem[k:], onDisk[d:]
+		runtime.Gosched() // a call waiting on the lock takes it before the next part (see listHold)
 	}
 	return res, nil
 }
