@@ -64,8 +64,13 @@ func NewServer(log *slog.Logger) *Server {
 	return &Server{kv: map[string][]byte{}, log: log}
 }
 
-// ServeHTTP implements GET/PUT/DELETE /metadata?key=.
+// ServeHTTP implements GET/PUT/DELETE /metadata?key= and GET /health
+// ("OK", as Mooncake's metadata server answers).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/health" && r.Method == http.MethodGet {
+		_, _ = io.WriteString(w, "OK")
+		return
+	}
 	if r.URL.Path != "/metadata" {
 		http.NotFound(w, r)
 		return
