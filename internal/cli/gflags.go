@@ -257,5 +257,10 @@ func (g *masterGflags) startMetadata(ctx context.Context, log *slog.Logger) (str
 			log.Error("http metadata server stopped", "err", err)
 		}
 	}()
-	return " metadata=http://" + ln.Addr().String() + "/metadata", func() { cancel(); <-done }, nil
+	addr := ln.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = g.metaHost // 0.0.0.0 as given, not [::]
+	}
+	return " metadata=http://" + net.JoinHostPort(host, strconv.Itoa(addr.Port)) + "/metadata", func() { cancel(); <-done }, nil
 }
