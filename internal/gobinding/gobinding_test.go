@@ -54,14 +54,25 @@ type proc struct {
 // first stdout line (waiting at most 60 s).
 func start(t *testing.T, bin, re string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	stdout, err := cmd.StdoutPipe()
+	m, err := tryStart(t, bin, re, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// tryStart is start returning its failure; the process is stopped at the
+// end of the test either way.
+func tryStart(t *testing.T, bin, re string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
 	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	first := make(chan string, 1)
@@ -88,13 +99,12 @@ func start(t *testing.T, bin, re string, args ...string) string {
 	case line, ok := <-first:
 		m := regexp.MustCompile(re).FindStringSubmatch(line)
 		if !ok || m == nil {
-			t.Fatalf("%v: first line %q does not match %s", args, line, re)
+			return "", fmt.Errorf("%v: first line %q does not match %s", args, line, re)
 		}
-		return m[1]
+		return m[1], nil
 	case <-time.After(60 * time.Second):
-		t.Fatalf("%v did not report its address in 60s", args)
+		return "", fmt.Errorf("%v did not report its address in 60s", args)
 	}
-	return ""
 }
 
 // portFree reports whether 127.0.0.1:port can be bound now.
@@ -155,11 +165,20 @@ func TestGoBinding(t *testing.T) {
 
 	// Mooncake's integration test dials localhost:50051; take that port
 	// when it is free.
-	port, why := 50051, ""
-	if !portFree(port) {
-		port, why = 0, "127.0.0.1:50051 is in use: Mooncake's integration test dials it"
+	masterArgs := []string{"master", "--http-port", "-1", "--port"}
+	why := "127.0.0.1:50051 is in use: Mooncake's integration test dials it"
+	var addr string
+	if portFree(50051) {
+		var err error
+		if addr, err = tryStart(t, bin, `grpc=(\S+)`, append(masterArgs, "50051")...); err == nil {
+			why = ""
+		} else {
+			t.Logf("master on 50051: %v", err) // taken meanwhile
+		}
 	}
-	addr := start(t, bin, `grpc=(\S+)`, "master", "--port", fmt.Sprint(port), "--http-port", "-1")
+	if why != "" {
+		addr = start(t, bin, `grpc=(\S+)`, append(masterArgs, "0")...)
+	}
 	start(t, bin, `(\S+)`, "store", "--master", addr, "--segment-size", "256MiB", "--http-port", "-1")
 	env := []string{"MC_MASTER_ADDR=" + addr}
 
