@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin/mooncake
 
-.PHONY: all build test test-go test-python deps run python fuzz-smoke clean chaos
+.PHONY: all build test test-go test-python deps run python wheel fuzz-smoke clean chaos
 
 all: build
 
@@ -37,6 +37,13 @@ run: build
 # Then `PYTHONPATH=python /usr/bin/python3 -c "from mooncake.engine import TransferEngine"` works.
 python:
 	$(GO) build -buildmode=c-shared -o python/mooncake/_lib/libmooncake.so ./binding
+
+# The wheel (python/pyproject.toml: the mooncake package with libmooncake.so,
+# the mooncake binary and Mooncake's console scripts) into bin/; install it
+# with pip, or `pip install --no-build-isolation ./python` directly.
+wheel:
+	GO=$(GO) /usr/bin/python3 -m pip wheel -q --no-build-isolation --no-deps --no-index -w bin ./python
+	rm -rf python/build python/*.egg-info
 
 # The long chaos suite on the multi-host test bed (internal/chaos with
 # MOONCAKE_CHAOS=long: needs root and network namespaces; the short suite runs

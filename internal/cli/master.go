@@ -34,6 +34,7 @@ func newMasterCmd() *cobra.Command {
 		events         masterEventFlags
 		security       masterSecurityFlags
 		maxMemory      maxMemoryFlag
+		gflags         masterGflags
 	)
 	cfg := d
 	cmd := &cobra.Command{
@@ -60,6 +61,9 @@ GOMEMLIMIT in the environment applies too.`,
 			gcCtx, stopGC := context.WithCancel(cmp.Or(cmd.Context(), context.Background()))
 			defer stopGC()
 			go tuneMasterGC(gcCtx, os.Getenv("GOGC"))
+			if err := gflags.apply(cmd.ErrOrStderr(), &verbose, &events); err != nil {
+				return err
+			}
 			cfg.Addr = net.JoinHostPort(host, strconv.Itoa(port))
 			cfg.HTTPAddr = ""
 			if httpPort >= 0 {
@@ -90,6 +94,12 @@ GOMEMLIMIT in the environment applies too.`,
 				return err
 			}
 			defer stopEvents()
+			metaAddr, stopMeta, err := gflags.startMetadata(ctx, cfg.Logger)
+			if err != nil {
+				return err
+			}
+			defer stopMeta()
+			eventsAddr += metaAddr
 			cmd.SetContext(ctx)
 			if ha.enabled {
 				return runHAMaster(cmd, cfg, ha)
@@ -128,6 +138,7 @@ GOMEMLIMIT in the environment applies too.`,
 	f.StringVar(&secret, "secret", "", "cluster secret (default $MOONCAKE_SECRET): when set, remove all, remove by regex and unmount (gRPC) and every non-GET admin HTTP call need \"authorization: Bearer <secret>\"; reads stay open")
 	f.StringVar(&grantKeyFile, "grant-key-file", "", grantKeyUsage)
 	registerMooncakeMasterFlags(f, &cfg.Core)
+	gflags.register(f, &host, &port, &httpPort, &strategy, &cfg.Core, &ha)
 	maxMemory.register(f)
 	ha.register(f)
 	events.register(f)
