@@ -76,7 +76,12 @@ func (m *Master) memoryAdmitLocked() error {
 		admit = defaultMemoryAdmit
 	}
 	mark := uint64(float64(lim.Max) * admit)
-	if used := usage(); used > mark {
+	used := usage()
+	// The object table keeps the records and key bytes of removed objects
+	// for new ones (and compacts its key arena once half is dead): that
+	// memory is free for the puts this check admits.
+	used -= min(used, m.objects.reusable())
+	if used > mark {
 		return fmt.Errorf("%w: master memory limit: %d bytes in use, new objects refused above %d (--max-memory %d)", ErrNoSpace, used, mark, lim.Max)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"hash/maphash"
 	"math/bits"
+	"unsafe"
 )
 
 // The object table: the master's memory per object is its records, so they
@@ -89,6 +90,12 @@ func (t *objTable) at(id uint32) *object {
 
 // len is the number of objects.
 func (t *objTable) len() int { return t.n }
+
+// reusable is the memory the table holds for objects it no longer has:
+// freed records and the key bytes of removed objects.
+func (t *objTable) reusable() uint64 {
+	return uint64(len(t.free))*uint64(unsafe.Sizeof(object{})) + t.keyDead
+}
 
 func (t *objTable) hash(key string) uint32 {
 	return uint32(maphash.String(t.seed, key) >> 32)
