@@ -1,14 +1,14 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/httpjson"
 )
 
 // IndexerConfig points the proxy at a remote KV cache indexer speaking
@@ -51,24 +51,9 @@ func (x *indexer) query(ctx context.Context, model string, tokens []int) (map[st
 		model = x.cfg.Model
 	}
 	body, _ := json.Marshal(indexerQuery{Model: model, TokenIDs: tokens, BlockSize: x.cfg.BlockSize, Tenant: x.cfg.Tenant})
-	ctx, cancel := context.WithTimeout(ctx, x.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.cfg.URL+"/query", bytes.NewReader(body))
+	raw, err := httpjson.Post(ctx, x.client, x.cfg.URL+"/query", body, x.cfg.Timeout, 16<<20, "indexer")
 	if err != nil {
 		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := x.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("indexer: %s: %s", resp.Status, bytes.TrimSpace(raw))
 	}
 	return parseIndexerAnswer(raw, x.cfg.BlockSize)
 }

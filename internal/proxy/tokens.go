@@ -1,15 +1,14 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/httpjson"
 	"github.com/kvcache-go/mooncake/internal/tokenizer"
 )
 
@@ -78,24 +77,9 @@ func (t *promptTokenizer) tokens(ctx context.Context, endpoint string, req Body,
 		body["prompt"] = req["prompt"]
 	}
 	raw, _ := json.Marshal(body)
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, engineURL+"/tokenize", bytes.NewReader(raw))
+	out, err := httpjson.Post(ctx, t.client, engineURL+"/tokenize", raw, 2*time.Second, 64<<20, "tokenize")
 	if err != nil {
 		return nil, err
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	resp, err := t.client.Do(hr)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("tokenize: %s: %s", resp.Status, bytes.TrimSpace(out))
 	}
 	var tr struct {
 		Tokens []int `json:"tokens"`
