@@ -374,17 +374,10 @@ func (s *Store) BatchExists(keys []string) ([]bool, error) {
 
 // GetSize returns the length of the object under key.
 func (s *Store) GetSize(key string) (int64, error) {
-	c, err := s.client()
-	if err != nil {
-		return 0, err
-	}
-	cx, cancel := ctx()
-	defer cancel()
-	info, err := c.Stat(cx, key)
-	if err != nil {
-		return 0, wrap(ErrGetSize, err)
-	}
-	return int64(info.Size), nil
+	return call(s, ErrGetSize, func(cx context.Context, c *store.Client) (int64, error) {
+		info, err := c.Stat(cx, key)
+		return int64(info.Size), err
+	})
 }
 
 // Hostname returns the local hostname given to Setup.
@@ -415,32 +408,36 @@ func (s *Store) Remove(key string, force bool) error {
 // RemoveByRegex deletes the keys matching pattern (RE2 syntax) and returns
 // how many it removed.
 func (s *Store) RemoveByRegex(pattern string, force bool) (int64, error) {
-	c, err := s.client()
-	if err != nil {
-		return 0, err
-	}
-	cx, cancel := ctx()
-	defer cancel()
-	n, err := c.RemoveByRegex(cx, pattern, force)
-	if err != nil {
-		return 0, wrap(ErrRemove, err)
-	}
-	return int64(n), nil
+	return call(s, ErrRemove, func(cx context.Context, c *store.Client) (int64, error) {
+		n, err := c.RemoveByRegex(cx, pattern, force)
+		return int64(n), err
+	})
 }
 
 // RemoveAll deletes every key and returns how many it removed.
 func (s *Store) RemoveAll(force bool) (int64, error) {
+	return call(s, ErrRemove, func(cx context.Context, c *store.Client) (int64, error) {
+		n, err := c.RemoveAll(cx, force)
+		return int64(n), err
+	})
+}
+
+// call runs fn with the store's client under the call deadline; its error
+// comes back as kind (Mooncake's error of that operation) wrapping the
+// cause, and a store not set up as the client's error.
+func call[T any](s *Store, kind error, fn func(context.Context, *store.Client) (T, error)) (T, error) {
+	var zero T
 	c, err := s.client()
 	if err != nil {
-		return 0, err
+		return zero, err
 	}
 	cx, cancel := ctx()
 	defer cancel()
-	n, err := c.RemoveAll(cx, force)
+	v, err := fn(cx, c)
 	if err != nil {
-		return 0, wrap(ErrRemove, err)
+		return zero, wrap(kind, err)
 	}
-	return int64(n), nil
+	return v, nil
 }
 
 // RegisterBuffer registers size bytes at ptr with the transfer engine, so
