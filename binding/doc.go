@@ -54,7 +54,9 @@
 //
 // The protocol argument takes tcp, shm, auto and inproc; Mooncake's RDMA-family
 // names (rdma, efa, nvlink, ...) fall back to tcp with a warning, so that
-// existing configurations run unchanged. device is accepted and ignored.
+// existing configurations run unchanged (Mooncake's own choice when it
+// finds no RDMA device); with MC_FORCE_HCA=1 they fail instead, as in
+// Mooncake. device is accepted and ignored.
 // Transfers time out after MC_TRANSFER_TIMEOUT seconds (default 30, min 5)
 // plus one nanosecond per byte, as in Mooncake.
 //

@@ -90,6 +90,9 @@ func engineArgs(host, metadata, protocol, device string) (transfer.Config, []str
 			cfg.InprocHub = inprocHub
 		}
 	case "rdma", "efa", "nvlink", "nvlink_intra", "hip", "cxl", "ascend", "barex", "nvmeof":
+		if forceHCA() {
+			return cfg, nil, errInvalid(fmt.Sprintf("protocol %q: no RDMA device on this host and MC_FORCE_HCA is set", p))
+		}
 		cfg.Transport = transfer.TransportTCP
 		warns = append(warns, fmt.Sprintf("protocol %q is not available here; using tcp", p))
 	default:

@@ -14,6 +14,11 @@ need=()
 /usr/bin/python3 -c 'import msgpack' 2>/dev/null || need+=(python3-msgpack)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)    # tensor API tests (CPU)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)  # Mooncake's own test files
+# The wheel (pip install --no-build-isolation ./python into a venv): test-python.sh tests it installed.
+/usr/bin/python3 -c 'import setuptools' 2>/dev/null || need+=(python3-setuptools)
+/usr/bin/python3 -c 'import wheel' 2>/dev/null || need+=(python3-wheel)
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)  # bench store: the Redis anchor
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)  # bench master --ha: a real etcd for the failover phase

@@ -105,17 +105,19 @@ type Client struct {
 	slotMu sync.Mutex
 	slots  []*putSlot // reserved by the master for our next small puts (slot.go)
 
-	mu           sync.Mutex
-	durable      atomic.Bool            // the master asked for object headers (stage room for them)
-	keyPrefix    atomic.Pointer[string] // the tenant namespace the master reported (headers carry it)
-	remounts     int
-	restored     int              // objects the master took over at remounts
-	zeroed       []*pb.HeaderRef  // tombstones zeroed, to report in the next ping
-	onDisk       []*pb.HeldObject // objects offloaded to the disk tier, to report in the next ping
-	pingFailures int              // consecutive failed pings
-	lastPingOK   time.Time        // last successful ping (or mount)
-	remountSt    remountState     // remount.go
-	taskBusy     atomic.Bool      // copy/move tasks are running (tasks.go)
+	mu              sync.Mutex
+	durable         atomic.Bool            // the master asked for object headers (stage room for them)
+	keyPrefix       atomic.Pointer[string] // the tenant namespace the master reported (headers carry it)
+	remounts        int
+	restored        int              // objects the master took over at remounts
+	zeroed          []*pb.HeaderRef  // tombstones zeroed, to report in the next ping
+	onDisk          []*pb.HeldObject // objects offloaded to the disk tier, to report in the next ping
+	pingFailures    int              // consecutive failed pings
+	lastPingOK      time.Time        // last successful ping (or mount)
+	remountSt       remountState     // remount.go
+	pingJobs        chan pingJob     // to the ping worker (pingwork.go)
+	diskRemoveLater []*pb.HeldObject // disk copies to delete, named while the worker was busy
+	taskBusy        atomic.Bool      // copy/move tasks are running (tasks.go)
 
 	diskReads     atomic.Uint64                 // values this client read from disk tiers (DiskReads)
 	graceOverride atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
@@ -170,6 +172,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(err)
 	}
 	c.lastPingOK = c.clock.Now()
+	c.pingJobs = make(chan pingJob)
 	c.wg.Add(1)
 	go c.pingLoop()
 	return c, nil
@@ -449,16 +452,8 @@ func (c *Client) ping(ctx context.Context) (more bool, err error) {
 		c.mu.Unlock()
 		return false, fmt.Errorf("store: ping master: %w", err)
 	}
-	c.zeroOwn(resp.Tombstones)
-	if c.cfg.Disk != nil {
-		for _, h := range resp.DiskRemove {
-			c.cfg.Disk.Delete(h.Key, h.Seq)
-		}
-	}
-	// Each remount call has its own RPCTimeout: a large segment's restore
-	// outlasts one ping's deadline. Close still interrupts it.
-	c.remountOnPing(c.stopCtx, resp.NeedRemount)
-	return len(resp.Tombstones) >= drainBatch, nil
+	done := c.handOff(resp) // the worker does the answer's work (pingwork.go)
+	return len(resp.Tombstones) >= drainBatch && drained(done, c.cfg.PingInterval), nil
 }
 
 // drainBatch is the tombstone count of a ping's answer from which the
@@ -471,6 +466,8 @@ const (
 
 func (c *Client) pingLoop() {
 	defer c.wg.Done()
+	c.wg.Add(1)
+	go c.pingWorker(c.pingJobs)
 	t := time.NewTicker(c.cfg.PingInterval)
 	defer t.Stop()
 	for {

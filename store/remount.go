@@ -82,7 +82,8 @@ func sizeVarint(x uint64) int {
 // segment's objects in offset order, then disk copies) in chunks through
 // one restore session: the first call opens it (announcing how many
 // reports follow), the others go up to the master's window at a time.
-// Each call has its own RPCTimeout; tombstones in the answers are zeroed
+// Each call has an RPCTimeout for itself and one for each call in flight
+// ahead of it (the master decides them first); tombstones in the answers are zeroed
 // as they come. A failed call ends the remount: the calls still in flight
 // are cancelled and waited for.
 func (c *Client) remount(ctx context.Context, segs []*pb.Segment, held []*pb.HeldObject) (remountStats, error) {
@@ -116,9 +117,12 @@ func (c *Client) remount(ctx context.Context, segs []*pb.Segment, held []*pb.Hel
 			size := req.SizeVT()
 			st.calls++
 			st.maxBytes, st.bytes = max(st.maxBytes, size), st.bytes+size
+			// The master decides the calls in flight before this one
+			// first: each of them, and this one, within an RPCTimeout.
+			timeout := c.cfg.RPCTimeout * time.Duration(inflight+1)
 			inflight++
 			go func() {
-				rctx, rcancel := c.rpcCtx(ctx)
+				rctx, rcancel := context.WithTimeout(ctx, timeout)
 				defer rcancel()
 				resp, err := c.rpc.RemountSegments(rctx, req)
 				replies <- reply{req, resp, err}

@@ -266,6 +266,11 @@ func TestTenantQuotaUnderLoad(t *testing.T) {
 	if stored != 16 { // 256 KiB / 16 KiB
 		t.Fatalf("a stored %d puts of 16 KiB under a 256 KiB quota", stored)
 	}
+	for _, u := range c.master.Core().TenantUsages() {
+		if (u.Tenant == "a") != (u.RejectedBytes == 1) || u.RejectedObjects != 0 {
+			t.Fatalf("refusals counted: %+v", u)
+		}
+	}
 	// Removing gives a room again; b still works.
 	if err := a.Remove(ctx, "a/0", false); err != nil {
 		t.Fatal(err)

@@ -54,6 +54,10 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// MaxNotifies bounds the queue of received notifications (4096).
 	MaxNotifies int
+	// MetadataRefresh is how often an engine with a metadata service checks
+	// that its descriptor is still published there and re-publishes it when
+	// the service lost it (a restarted metadata server) (5s).
+	MetadataRefresh time.Duration
 	// LinkRate, when > 0, limits the WRITE payload bytes this engine sends
 	// over the TCP transport to that many bytes per second, all peers
 	// together: a token bucket of LinkBurst bytes (default 64 KiB) that
@@ -120,6 +124,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxNotifies == 0 {
 		c.MaxNotifies = 4096
 	}
+	if c.MetadataRefresh == 0 {
+		c.MetadataRefresh = 5 * time.Second
+	}
 	if c.LinkBurst == 0 {
 		c.LinkBurst = 64 << 10
 	}
@@ -163,7 +170,7 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("transfer: config: transport %q: want auto, tcp, shm or inproc", c.Transport)
 	}
-	if c.Timeout < 0 || c.HandshakeTimeout < 0 {
+	if c.Timeout < 0 || c.HandshakeTimeout < 0 || c.MetadataRefresh < 0 {
 		return fmt.Errorf("transfer: config: negative timeout")
 	}
 	if c.Lanes < 1 || c.Lanes > 64 {

@@ -206,7 +206,9 @@ func (j *deviceJob) move(ctx context.Context, t *task) error {
 	defer e.devs.release(a)
 	d := e.devs.dev
 	req := func(op Opcode, off int, buf []byte) []Request {
-		return []Request{{Op: op, Local: AddrOf(buf), Segment: t.req.Segment, Remote: t.req.Remote + uint64(off), Length: len(buf)}}
+		// The staged pieces lie inside the request's remote extent: its
+		// grant covers them.
+		return []Request{{Op: op, Local: AddrOf(buf), Segment: t.req.Segment, Remote: t.req.Remote + uint64(off), Length: len(buf), Grant: t.req.Grant}}
 	}
 	if t.req.Op == OpWrite {
 		return cuda.Stage(ctx, int(n), a.bufs,

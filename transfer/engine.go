@@ -189,6 +189,10 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.wg.Add(1)
 	go e.acceptLoop()
+	if e.meta != nil {
+		e.wg.Add(1)
+		go e.keepPublished(e.cfg.MetadataRefresh)
+	}
 	e.log.Info("transfer engine open", "segment", e.name, "transport", cfg.Transport, "metadata", cfg.Metadata)
 	return e, nil
 }

@@ -20,8 +20,11 @@ import (
 // Shared memory cannot be checked per request: a peer that mapped a memfd
 // can touch every byte of it with plain loads and stores. An engine with
 // grants therefore advertises none of its buffers as shareable and refuses
-// map requests, so same-host peers use TCP to it. Its own outgoing
-// transfers (to peers without grants) may still use shared memory.
+// map requests, so same-host peers use TCP to it; for the same reason it
+// publishes no CUDA IPC handles of its device buffers. Its own outgoing
+// transfers (to peers without grants) may still use shared memory. A
+// device buffer's transfer staged through host memory carries the
+// request's grant on every staged piece.
 
 // ErrDenied: the peer checks grants and no valid grant covered the remote
 // extent (none sent, forged, expired, revoked, another segment's, or one

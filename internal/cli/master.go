@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +34,7 @@ func newMasterCmd() *cobra.Command {
 		events         masterEventFlags
 		security       masterSecurityFlags
 		maxMemory      maxMemoryFlag
+		gflags         masterGflags
 	)
 	cfg := d
 	cmd := &cobra.Command{
@@ -49,12 +52,18 @@ when they remount (--durable-metadata, on by default), and clients and storage n
 given --master etcd://HOST:PORT[;HOST:PORT][/CLUSTER] follow it. The admin port
 also answers /role and /leader.
 
-The master's Go GC runs at GOGC=50 (less memory per object than Go's default
-100, for GC cycles twice as often) unless the environment sets GOGC; a
+The master's Go GC lets about 16 MiB of garbage, or 5% of the live heap
+when that is more, gather between collections (GOGC from 100 for a small
+master down to 5 for a large one) unless the environment sets GOGC; a
 GOMEMLIMIT in the environment applies too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			setMasterGC(os.Getenv("GOGC"))
+			gcCtx, stopGC := context.WithCancel(cmp.Or(cmd.Context(), context.Background()))
+			defer stopGC()
+			go tuneMasterGC(gcCtx, os.Getenv("GOGC"))
+			if err := gflags.apply(cmd.ErrOrStderr(), &verbose, &events); err != nil {
+				return err
+			}
 			cfg.Addr = net.JoinHostPort(host, strconv.Itoa(port))
 			cfg.HTTPAddr = ""
 			if httpPort >= 0 {
@@ -85,6 +94,12 @@ GOMEMLIMIT in the environment applies too.`,
 				return err
 			}
 			defer stopEvents()
+			metaAddr, stopMeta, err := gflags.startMetadata(ctx, cfg.Logger)
+			if err != nil {
+				return err
+			}
+			defer stopMeta()
+			eventsAddr += metaAddr
 			cmd.SetContext(ctx)
 			if ha.enabled {
 				return runHAMaster(cmd, cfg, ha)
@@ -123,6 +138,7 @@ GOMEMLIMIT in the environment applies too.`,
 	f.StringVar(&secret, "secret", "", "cluster secret (default $MOONCAKE_SECRET): when set, remove all, remove by regex and unmount (gRPC) and every non-GET admin HTTP call need \"authorization: Bearer <secret>\"; reads stay open")
 	f.StringVar(&grantKeyFile, "grant-key-file", "", grantKeyUsage)
 	registerMooncakeMasterFlags(f, &cfg.Core)
+	gflags.register(f, &host, &port, &httpPort, &strategy, &cfg.Core, &ha)
 	maxMemory.register(f)
 	ha.register(f)
 	events.register(f)
@@ -130,20 +146,53 @@ GOMEMLIMIT in the environment applies too.`,
 	return cmd
 }
 
-// masterGCPercent is the master's GOGC unless the environment sets one. The
-// master's heap is almost all live metadata (about 250 bytes per object), and
-// the Go runtime lets the heap grow to (1+GOGC/100) times the live heap
-// between collections: at the default 100 a loaded master's RSS settles near
-// 540 bytes per object, at 50 near 440, for a GC cycle twice as often (about
-// 10% fewer puts per second in a pure load; gets within noise). See
-// docs/store.md, "Master memory".
-const masterGCPercent = 50
+// The master's heap is almost all live metadata (about 145 bytes per
+// object), in a few large blocks without pointers (internal/master's object
+// table), so a collection's cost hardly grows with the objects while the
+// Go runtime lets the heap grow to (1+GOGC/100) times the live heap between
+// collections. The master's GOGC is therefore set from the live heap so that
+// about masterGCHeadroom of garbage gathers between collections (GOGC 100
+// for a small master), but at least masterGCMin percent of the live heap:
+// at 10M objects a loaded master's RSS is about 1.05x its live heap. See
+// docs/store.md, "Master memory per object".
+const (
+	masterGCHeadroom = 16 << 20
+	masterGCMin      = 5
+	masterGCMax      = 100
+)
 
-// setMasterGC applies masterGCPercent when gogc (the GOGC environment
-// variable) is empty; a set GOGC (or GOMEMLIMIT, read by the runtime) wins.
-func setMasterGC(gogc string) {
-	if gogc == "" {
-		debug.SetGCPercent(masterGCPercent)
+// masterGCPercent is the GOGC for a live heap of live bytes.
+func masterGCPercent(live uint64) int {
+	if live == 0 {
+		return masterGCMax
+	}
+	return int(min(masterGCMax, max(masterGCMin, 100*masterGCHeadroom/live)))
+}
+
+// tuneMasterGC sets the GOGC of masterGCPercent every second until ctx
+// ends, unless gogc (the GOGC environment variable) is set: a set GOGC (or
+// GOMEMLIMIT, read by the runtime) wins.
+func tuneMasterGC(ctx context.Context, gogc string) {
+	if gogc != "" {
+		return
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for last := 0; ; {
+		metrics.Read(live)
+		if p := masterGCPercent(live[0].Value.Uint64()); p != last {
+			debug.SetGCPercent(p)
+			last = p
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
 

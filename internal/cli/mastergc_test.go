@@ -1,22 +1,43 @@
 package cli
 
 import (
+	"context"
 	"runtime/debug"
 	"testing"
 )
 
-// TestSetMasterGC: the master runs at masterGCPercent unless GOGC is set.
-func TestSetMasterGC(t *testing.T) {
+// TestMasterGCPercent: about masterGCHeadroom of garbage between
+// collections, within [masterGCMin, masterGCMax].
+func TestMasterGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		live uint64
+		want int
+	}{{0, 100}, {1 << 20, 100}, {16 << 20, 100}, {32 << 20, 50}, {160 << 20, 10}, {320 << 20, 5}, {8 << 30, 5}} {
+		if got := masterGCPercent(tc.live); got != tc.want {
+			t.Errorf("live %d MiB: GOGC %d, want %d", tc.live>>20, got, tc.want)
+		}
+	}
+}
+
+// TestTuneMasterGC: the tuner sets the GOGC of the live heap unless GOGC is
+// set, and returns when its context ends.
+func TestTuneMasterGC(t *testing.T) {
 	prev := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(prev)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 	for _, tc := range []struct {
 		gogc string
-		want int
-	}{{"", masterGCPercent}, {"200", 100}, {"off", 100}} {
-		debug.SetGCPercent(100)
-		setMasterGC(tc.gogc)
-		if got := debug.SetGCPercent(100); got != tc.want {
-			t.Errorf("GOGC=%q: GC percent %d, want %d", tc.gogc, got, tc.want)
+		set  bool
+	}{{"", true}, {"200", false}, {"off", false}} {
+		debug.SetGCPercent(1000)
+		tuneMasterGC(ctx, tc.gogc) // one setting, then the ended context returns
+		got := debug.SetGCPercent(100)
+		if tc.set && (got < masterGCMin || got > masterGCMax) {
+			t.Errorf("GOGC=%q: GC percent %d, want one in [%d,%d]", tc.gogc, got, masterGCMin, masterGCMax)
+		}
+		if !tc.set && got != 1000 {
+			t.Errorf("GOGC=%q: GC percent changed to %d", tc.gogc, got)
 		}
 	}
 }

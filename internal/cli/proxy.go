@@ -64,7 +64,7 @@ the exact bodies.`,
 	f := cmd.Flags()
 	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
 	f.IntVar(&port, "port", 8000, "HTTP port (0 picks a free port)")
-	f.StringArrayVar(&cfg.Prefill, "prefill", nil, "prefill instance URL[,bootstrap=HOST:PORT] (repeatable)")
+	f.StringArrayVar(&cfg.Prefill, "prefill", nil, "prefill instance URL[,bootstrap=HOST:PORT][,events=tcp://H:P[,replay=tcp://H:P]][,id=NAME (its instance_id at --indexer-url)] (repeatable)")
 	f.StringArrayVar(&cfg.Decode, "decode", nil, "decode instance URL (repeatable)")
 	f.StringVar(&cfg.Protocol, "protocol", proxy.ProtocolMooncake, "what is sent upstream: "+strings.Join(proxy.Protocols, ", "))
 	f.StringVar(&cfg.PrefillPolicy, "prefill-policy", proxy.PolicyKVAware, "round-robin, least-loaded, kvcache-aware or conductor")

@@ -87,7 +87,7 @@ func TestServeStoreConnector(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n, err := storenode.Start(ctx, storenode.Config{Master: m.Addr(), SegmentSize: 32 << 20,
 		PingInterval: 50 * time.Millisecond, UnmountGrace: 100 * time.Millisecond})

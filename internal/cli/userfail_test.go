@@ -162,8 +162,10 @@ func TestMasterMaxMemoryRefusesFlood(t *testing.T) {
 	}
 	rss := procRSS(t, m.cmd.Process.Pid)
 	t.Logf("master RSS %d MiB under a %d MiB limit (race build: %v)", rss>>20, limit>>20, raceEnabled)
-	if !raceEnabled && rss > limit { // the race detector's shadow memory is outside the limit
-		t.Errorf("master RSS %d MiB above its %d MiB limit", rss>>20, limit>>20)
+	// The limit is the Go runtime's memory; the binary's code (about 20
+	// MiB resident) and, under -race, the detector's shadow memory come on top.
+	if !raceEnabled && rss > limit+24<<20 {
+		t.Errorf("master RSS %d MiB above its %d MiB limit and the code", rss>>20, limit>>20)
 	}
 	for _, k := range []string{stored[0], stored[len(stored)/2], stored[len(stored)-1]} {
 		v, err := cl.Get(ctx, k)
@@ -171,9 +173,9 @@ func TestMasterMaxMemoryRefusesFlood(t *testing.T) {
 			t.Fatalf("stored object after the refusal: %q, %v", v, err)
 		}
 	}
-	for _, k := range stored[:len(stored)*3/4] {
-		if err := cl.Remove(ctx, k, true); err != nil {
-			t.Fatalf("remove: %v", err)
+	for i, err := range cl.BatchRemove(ctx, stored[:len(stored)*3/4], true) {
+		if err != nil {
+			t.Fatalf("remove %d: %v", i, err)
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -183,7 +185,7 @@ func TestMasterMaxMemoryRefusesFlood(t *testing.T) {
 			break
 		}
 		if !errors.Is(err, store.ErrNoSpace) || time.Now().After(deadline) {
-			t.Fatalf("put after removing 3/4 of the objects: %v", err)
+			t.Fatalf("put after removing 3/4 of the objects: %.200v", err)
 		}
 		time.Sleep(50 * time.Millisecond) // the next GC returns the removed objects' memory
 	}

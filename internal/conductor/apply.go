@@ -91,7 +91,9 @@ func (x *Index) stored(s *stream, e kvevents.BlockStored) {
 	if e.LoraName != "" {
 		id.Lora = e.LoraName
 	}
-	if e.BlockSize > 0 {
+	if e.BlockSize > 0 && !s.reg.Kind.shared() {
+		// An engine's own block size; a pool's events carry its
+		// publisher's default, not the model's (the registration has it).
 		id.BlockSize = e.BlockSize
 	}
 	in := storedIn{id: id, medium: e.Medium, hashes: e.BlockHashes, parent: e.ParentBlockHash, tokens: e.TokenIDs}
@@ -264,6 +266,9 @@ func (x *Index) store(s *stream, in storedIn) {
 			p, _ := h.alias.Ptr(k)
 			p.seq = seq
 			p.tiers |= 1 << t
+			if !s.reg.Kind.shared() {
+				c.remember(k, seq)
+			}
 		}
 		h.live[t]++
 		s.stats.BlocksStored++
@@ -365,7 +370,8 @@ func (x *Index) remove(s *stream, medium string, hs []kvevents.Hash) {
 // resolveKey names a pool object by its sequence hash: its key is the
 // hash (decimal or 0x hex, Mooncake's convention), or ends in the hex of
 // an engine's block hash (our store connector's keys: prefix + hex of the
-// SHA-256 chain) that an engine publisher of the context announced.
+// SHA-256 chain) that an engine publisher of the context announced (even
+// if it has evicted it since: the context's memo).
 func (x *Index) resolveKey(c *ctx, h kvevents.Hash) (uint64, bool) {
 	if !h.IsBytes {
 		return h.Int, h.Int != 0
@@ -382,6 +388,9 @@ func (x *Index) resolveKey(c *ctx, h kvevents.Hash) (uint64, bool) {
 		return 0, false
 	}
 	k := digest(raw)
+	if seq, ok := c.memo.Get(k); ok {
+		return seq, true
+	}
 	for _, o := range c.owners {
 		if o == nil || o.reg.Kind.shared() {
 			continue

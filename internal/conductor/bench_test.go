@@ -182,21 +182,52 @@ func BenchmarkQuery(b *testing.B) {
 	}
 }
 
-// BenchmarkMemoryPerBlock reports the heap bytes per indexed block (the
-// shared block entry and the publisher's hash alias) at 1M (10M) blocks.
+// fillEngine is fill with engine hashes and token ids (vLLM's events): the
+// index keeps each publisher's hash alias and the context's memo too.
+func fillEngine(b *testing.B, total int) *Index {
+	x := New(Config{})
+	for i := 0; i < 8; i++ {
+		x.Register(Registration{Kind: KindVLLM, Instance: "i" + strconv.Itoa(i), Identity: Identity{Model: "m", BlockSize: benchBlockSize}})
+	}
+	rng := rand.New(rand.NewSource(3))
+	hs := make([]kvevents.Hash, 64)
+	tk := make([]int, 64*benchBlockSize)
+	for done := 0; done < total; done += len(hs) {
+		for i := range hs {
+			hs[i] = kvevents.IntHash(rng.Uint64())
+		}
+		for i := range tk {
+			tk[i] = rng.Intn(150000)
+		}
+		k := StreamKey{Instance: "i" + strconv.Itoa(rng.Intn(8)), Tenant: DefaultTenant}
+		x.Apply(k, kvevents.Batch{Events: []kvevents.Event{kvevents.BlockStored{BlockHashes: hs, TokenIDs: tk, BlockSize: benchBlockSize, Medium: "GPU"}}})
+	}
+	return x
+}
+
+// BenchmarkMemoryPerBlock reports the heap bytes per indexed block at 1M
+// (10M) blocks: named by their sequence hash (the block table only), and
+// by engine hashes (the publisher's alias and the context's memo too).
 func BenchmarkMemoryPerBlock(b *testing.B) {
 	for _, total := range sizes() {
-		b.Run(fmt.Sprintf("blocks=%dM", total>>20), func(b *testing.B) {
-			for n := 0; n < b.N; n++ {
-				runtime.GC()
-				var before, after runtime.MemStats
-				runtime.ReadMemStats(&before)
-				x := fill(b, total)
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(x.Blocks()), "B/block")
-				runtime.KeepAlive(x)
+		for _, engine := range []bool{false, true} {
+			name := fmt.Sprintf("blocks=%dM/seq_hashes", total>>20)
+			fillf := fill
+			if engine {
+				name, fillf = fmt.Sprintf("blocks=%dM/engine_hashes", total>>20), fillEngine
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				for n := 0; n < b.N; n++ {
+					runtime.GC()
+					var before, after runtime.MemStats
+					runtime.ReadMemStats(&before)
+					x := fillf(b, total)
+					runtime.GC()
+					runtime.ReadMemStats(&after)
+					b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(x.Blocks()), "B/block")
+					runtime.KeepAlive(x)
+				}
+			})
+		}
 	}
 }

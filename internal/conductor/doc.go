@@ -28,7 +28,10 @@
 // Standard events (event_type stored/removed/cleared) without token_ids
 // are taken as standard sequence hashes. A pool's object key is the hash
 // (decimal or 0x u64) or ends in the hex of an engine's block hash that an
-// engine publisher of the context announced.
+// engine publisher of the context announced (the context's memo keeps
+// engine hashes past their eviction, up to twice its blocks). Blocks named
+// by their sequence hash cost one table entry; engine-named ones also an
+// alias and a memo entry.
 //
 // # Tiers and matching
 //

@@ -146,6 +146,24 @@ type ctx struct {
 	owners [MaxOwners]*stream
 	used   uint64 // owner slots in use
 	shared uint64 // slots of shared pools
+	// memo remembers which sequence hash an engine's own block hash named
+	// (digest -> seq), beyond the engine's eviction: a pool object saved
+	// from a block the engine has since evicted still resolves. Bounded:
+	// emptied when it outgrows memoBound.
+	memo table[uint64]
+}
+
+// memoBound is how many engine hashes a context remembers: twice its
+// blocks, and at least 64Ki.
+func (c *ctx) memoBound() int { return max(2*c.blocks.Len(), 1<<16) }
+
+// remember records that the engine hash digest k names seq.
+func (c *ctx) remember(k, seq uint64) {
+	if c.memo.Len() >= c.memoBound() {
+		c.memo = table[uint64]{}
+	}
+	p, _ := c.memo.Ptr(k)
+	*p = seq
 }
 
 // held is what one stream holds in one context. Blocks published under
@@ -357,7 +375,7 @@ func (x *Index) freeSlot(s *stream, c *ctx, h *held) {
 	c.owners[h.slot] = nil
 	delete(s.in, c)
 	if c.used == 0 && c.blocks.Len() == 0 {
-		delete(x.ctxs, c.id)
+		delete(x.ctxs, c.id) // the memo goes with it: nobody is left to name
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/kvcache-go/mooncake/internal/kvevents"
 )
 
@@ -420,5 +422,45 @@ func TestRandomAgainstModel(t *testing.T) {
 				t.Fatalf("step %d %v: got %+v, model %+v", step, o, g, tm)
 			}
 		}
+	}
+}
+
+// SGLang's events as its publisher packs them (msgspec array_like: the
+// batch [ts, events] without a DP rank, BlockStored [tag, block_hashes,
+// parent_block_hash, token_ids, block_size, lora_id]) and vLLM's newer map
+// form with lora_name and a sliding-window group, decoded and applied.
+func TestAppliesDecodedEngineShapes(t *testing.T) {
+	x := New(Config{})
+	x.Register(Registration{Kind: KindSGLang, Instance: "sgl", Identity: Identity{Model: "m", BlockSize: 4}})
+	x.Register(reg("vllm", 0))
+	prompt := toks(12, 500)
+	sgl, _ := msgpack.Marshal([]any{1.5, []any{
+		[]any{"BlockStored", []any{int64(-11), int64(22)}, nil, prompt[:8], 4, nil},
+		[]any{"BlockStored", []any{int64(33)}, int64(22), prompt[8:12], 4, nil},
+		[]any{"BlockRemoved", []any{int64(33)}},
+	}})
+	b, err := kvevents.Decode(sgl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, x, key("sgl", 0), b.Events...)
+	vl, _ := msgpack.Marshal(map[string]any{"ts": 2.0, "data_parallel_rank": 0, "events": []any{
+		map[string]any{"type": "BlockStored", "block_hashes": []any{[]byte("h0"), []byte("h1"), []byte("h2")}, "parent_block_hash": nil,
+			"token_ids": prompt, "block_size": 4, "lora_id": nil, "medium": "GPU", "lora_name": nil, "extra_keys": nil, "group_idx": 0,
+			"kv_cache_spec_kind": "full_attention"},
+		map[string]any{"type": "BlockStored", "block_hashes": []any{[]byte("w0")}, "parent_block_hash": nil,
+			"token_ids": prompt[:4], "block_size": 4, "medium": "GPU", "group_idx": 1, "kv_cache_spec_kind": "sliding_window"},
+		map[string]any{"type": "BlockRemoved", "block_hashes": []any{[]byte("w0")}, "medium": "GPU", "group_idx": 1},
+	}})
+	if b, err = kvevents.Decode(vl); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, x, key("vllm", 0), b.Events...)
+	got := query(t, x, prompt, "")
+	if got["sgl"].GPU != 8 || got["vllm"].GPU != 12 {
+		t.Fatalf("%+v", got)
+	}
+	if st := x.Stats()[key("vllm", 0)]; st.SkippedGroups != 2 || st.BlocksStored != 3 || st.RemovedUnknown != 0 {
+		t.Fatalf("vllm stats %+v", st)
 	}
 }

@@ -301,6 +301,9 @@ func (e *Engine) failScheduled(out *SchedulerOutput, err error) {
 func (e *Engine) markLoadErrors(invalid []int) {
 	bad := map[int]bool{}
 	for _, id := range invalid {
+		if id < 0 || id >= e.pool.NumBlocks() {
+			continue // not a block of this engine: a connector's bug, refused
+		}
 		bad[id] = true
 		e.pool.DropHash(id)
 	}

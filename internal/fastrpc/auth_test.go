@@ -1,11 +1,14 @@
 package fastrpc
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -181,4 +184,44 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("after refusals: %v", err)
 	}
 	_ = c.Close()
+}
+
+// The credential frame on arbitrary bytes: no panic, the authenticator
+// sees a credential only from a MethodHello frame, and a refused or
+// missing credential never reaches the handler.
+func FuzzAuthenticate(f *testing.F) {
+	f.Add(appendFrame(appendFrame(nil, MethodHello, 0, []byte("good")), 1, 1, []byte("ab")))
+	f.Add(appendFrame(appendFrame(nil, MethodHello, 0, []byte("bad")), 1, 1, []byte("ab")))
+	f.Add(appendFrame(nil, 1, 1, []byte("no credential")))
+	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, MethodHello})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var served atomic.Bool
+		m := &Mux{auth: func(_ net.Conn, cred []byte) (Handler, error) {
+			if string(cred) != "good" {
+				return nil, errors.New("refused")
+			}
+			return func(method uint8, p []byte) ([]byte, uint8) { served.Store(true); return echo(method, p) }, nil
+		}}
+		a, z := net.Pipe()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r := bufio.NewReader(z)
+			if h, ok := m.authenticate(z, r, func(uint8, []byte) ([]byte, uint8) {
+				t.Error("the unauthenticated handler was called")
+				return nil, StatusOK
+			}); ok {
+				serveConn(z, r, h)
+			}
+			z.Close()
+		}()
+		go func() { _, _ = io.Copy(io.Discard, a) }()
+		go func() { _, _ = a.Write(b); _ = a.Close() }()
+		<-done
+		// Served only after a first frame "MethodHello, any id, good".
+		first := len(b) >= headerLen+4 && binary.LittleEndian.Uint32(b) == 1+8+4 && b[4] == MethodHello && string(b[headerLen:headerLen+4]) == "good"
+		if served.Load() && !first {
+			t.Fatalf("served without the credential frame first: %x", b)
+		}
+	})
 }

@@ -255,7 +255,11 @@ func (k *Keyring) sign(g Grant) []byte {
 // Decode parses an encoded grant without checking its signature: the
 // fields of a grant that has not been verified must not be trusted. It
 // returns the grant and the length of the signed part.
-func Decode(b []byte) (Grant, int, error) {
+func Decode(b []byte) (Grant, int, error) { return decode(b, "") }
+
+// decode is Decode; a segment name equal to segment takes that string
+// instead of a new one (the verifier's common case: no allocation).
+func decode(b []byte, segment string) (Grant, int, error) {
 	var g Grant
 	if len(b) < fixedLen+macLen || len(b) > MaxEncoded {
 		return g, 0, fmt.Errorf("%w: %d bytes", ErrMalformed, len(b))
@@ -282,14 +286,20 @@ func Decode(b []byte) (Grant, int, error) {
 	if p+sl+1+macLen > len(b) {
 		return g, 0, fmt.Errorf("%w: segment length %d", ErrMalformed, sl)
 	}
-	g.Segment = string(b[p : p+sl])
+	if seg := b[p : p+sl]; segment != "" && string(seg) == segment {
+		g.Segment = segment
+	} else {
+		g.Segment = string(seg)
+	}
 	p += sl
 	tl := int(b[p])
 	p++
 	if p+tl+2+macLen > len(b) {
 		return g, 0, fmt.Errorf("%w: tenant length %d", ErrMalformed, tl)
 	}
-	g.Tenant = string(b[p : p+tl])
+	if tl > 0 {
+		g.Tenant = string(b[p : p+tl])
+	}
 	p += tl
 	nx := int(binary.BigEndian.Uint16(b[p:]))
 	p += 2
@@ -362,7 +372,7 @@ func (v *Verifier) Verify(b []byte, segment string) (Grant, error) {
 }
 
 func (v *Verifier) verify(b []byte, segment string) (Grant, error) {
-	g, n, err := Decode(b)
+	g, n, err := decode(b, segment)
 	if err != nil {
 		return Grant{}, err
 	}

@@ -316,16 +316,22 @@ func decodeEvent(e any) (Event, error) {
 			}
 			s.ParentBlockHash = &h
 		}
-		toks, _ := m["token_ids"].([]any)
-		if m["token_ids"] != nil && toks == nil {
-			return nil, fmt.Errorf("token_ids is %T", m["token_ids"])
-		}
-		for _, t := range toks {
-			n, ok := toInt(t)
-			if !ok {
-				return nil, fmt.Errorf("token id is %T", t)
+		if tv := m["token_ids"]; tv != nil {
+			if l, ok := tv.([]any); ok && len(l) == 0 {
+				// an empty list stays empty
+			} else {
+				toks, ok := ints(tv)
+				if !ok {
+					return nil, fmt.Errorf("token_ids is %T", tv)
+				}
+				s.TokenIDs = make([]int, 0, len(toks))
+				for _, n := range toks {
+					if n > math.MaxInt32 || n < math.MinInt32 {
+						return nil, fmt.Errorf("token id %d", n)
+					}
+					s.TokenIDs = append(s.TokenIDs, int(n))
+				}
 			}
-			s.TokenIDs = append(s.TokenIDs, n)
 		}
 		bs, ok := toInt(m["block_size"])
 		if !ok || bs <= 0 {
@@ -364,6 +370,33 @@ func decodeEvent(e any) (Event, error) {
 	return nil, nil // an event this version does not know
 }
 
+// intList is an array whose elements are all integers, as decoded (a
+// uint64 above MaxInt64 keeps its bits).
+type intList []int64
+
+func isInt(c byte) bool {
+	return msgpcode.IsFixedNum(c) || (c >= msgpcode.Uint8 && c <= msgpcode.Uint64) || (c >= msgpcode.Int8 && c <= msgpcode.Int64)
+}
+
+// ints reads an array of integers in either decoded form.
+func ints(v any) ([]int64, bool) {
+	switch x := v.(type) {
+	case intList:
+		return x, true
+	case []any:
+		out := make([]int64, 0, len(x))
+		for _, e := range x {
+			n, ok := toInt64(e)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, n)
+		}
+		return out, true
+	}
+	return nil, false
+}
+
 // maxDepth bounds nesting in a payload (a batch is 4 deep).
 const maxDepth = 16
 
@@ -389,8 +422,41 @@ func decodeValue(d *msgpack.Decoder, depth, size int) (any, error) {
 		if n > size {
 			return nil, fmt.Errorf("array of %d elements in %d bytes", n, size)
 		}
+		// Arrays of integers (token ids, hashes: most of a payload) decode
+		// into an intList without boxing each element.
+		var ints intList
+		i := 0
+		for ; i < n; i++ {
+			c, err := d.PeekCode()
+			if err != nil {
+				return nil, err
+			}
+			if !isInt(c) {
+				break
+			}
+			if ints == nil {
+				ints = make(intList, 0, n)
+			}
+			var v int64
+			if c == msgpcode.Uint64 {
+				u, err := d.DecodeUint64()
+				if err != nil {
+					return nil, err
+				}
+				v = int64(u) // the bits: a hash; as a token id it is refused
+			} else if v, err = d.DecodeInt64(); err != nil {
+				return nil, err
+			}
+			ints = append(ints, v)
+		}
+		if i == n && n > 0 {
+			return ints, nil
+		}
 		out := make([]any, 0, n)
-		for i := 0; i < n; i++ {
+		for _, v := range ints {
+			out = append(out, v)
+		}
+		for ; i < n; i++ {
 			v, err := decodeValue(d, depth+1, size)
 			if err != nil {
 				return nil, err
@@ -444,6 +510,13 @@ func decodeValue(d *msgpack.Decoder, depth, size int) (any, error) {
 }
 
 func toHashes(v any) ([]Hash, error) {
+	if il, ok := v.(intList); ok {
+		out := make([]Hash, len(il))
+		for i, n := range il {
+			out[i] = IntHash(uint64(n))
+		}
+		return out, nil
+	}
 	l, ok := v.([]any)
 	if !ok {
 		return nil, fmt.Errorf("block_hashes is %T", v)

@@ -167,15 +167,14 @@ func decodeStandard(m map[string]any, et string) (Event, error) {
 		s.ParentHash = &h
 	}
 	if v := m["token_ids"]; v != nil {
-		toks, ok := v.([]any)
+		toks, ok := ints(v)
 		if !ok {
 			return nil, fmt.Errorf("token_ids is %T", v)
 		}
 		s.TokenIDs = make([]int, 0, len(toks))
-		for _, t := range toks {
-			n, ok := toInt64(t)
-			if !ok || n < 0 || n > math.MaxUint32 {
-				return nil, fmt.Errorf("token id %v", t)
+		for _, n := range toks {
+			if n < 0 || n > math.MaxUint32 {
+				return nil, fmt.Errorf("token id %v", n)
 			}
 			s.TokenIDs = append(s.TokenIDs, int(n))
 		}

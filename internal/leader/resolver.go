@@ -60,14 +60,27 @@ func (b *builder) Build(_ resolver.Target, cc resolver.ClientConn, _ resolver.Bu
 
 // NewEtcdClient opens an etcd client (go.etcd.io/etcd/client/v3, never the
 // server) that does not log: errors surface through our own calls. The
-// election (internal/election) uses it too.
+// election (internal/election) uses it too. gRPC keepalives (EtcdKeepAlive)
+// find a member that stopped answering with its sockets open (frozen,
+// partitioned): its connection is closed, calls in flight fail over to
+// the other members instead of hanging, and the election's lease keeps
+// being refreshed through them.
 func NewEtcdClient(endpoints []string) (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: EtcdKeepAlive, DialKeepAliveTimeout: EtcdKeepAliveTimeout, PermitWithoutStream: true})
 	if err != nil {
 		return nil, fmt.Errorf("leader: etcd %v: %w", endpoints, err)
 	}
 	return cli, nil
 }
+
+// EtcdKeepAlive is the period of the etcd clients' gRPC keepalive pings
+// (gRPC's minimum) and EtcdKeepAliveTimeout how long one may go
+// unanswered: a silent member's connection is closed after about 12 s.
+const (
+	EtcdKeepAlive        = 10 * time.Second
+	EtcdKeepAliveTimeout = 2 * time.Second
+)
 
 // etcdResolver watches the election prefix and points the connection at
 // the current leader's address.

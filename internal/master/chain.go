@@ -52,7 +52,7 @@ func (m *Master) touchChainsLocked(keys []string, now time.Time) {
 		if !ok {
 			continue
 		}
-		o := m.objects[k]
+		o := m.objects.get(k)
 		if o == nil || !o.complete {
 			continue
 		}
@@ -60,7 +60,7 @@ func (m *Master) touchChainsLocked(keys []string, now time.Time) {
 			depth = map[string]int{}
 		}
 		o.touch(now)
-		o.chained, o.depth = true, uint32(min(depth[chain], math.MaxUint32))
+		o.chained, o.depth = true, uint16(min(depth[chain], math.MaxUint16))
 		depth[chain]++
 	}
 }

@@ -123,6 +123,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: max key length and max replicas must be positive")
 	case c.MaxKeyLen > maxKeyLenLimit:
 		return fmt.Errorf("master: max key length %d above %d", c.MaxKeyLen, maxKeyLenLimit)
+	case c.MaxReplicas > maxObjectReplicas:
+		return fmt.Errorf("master: max replicas %d above %d", c.MaxReplicas, maxObjectReplicas)
 	case c.Align&(c.Align-1) != 0:
 		return fmt.Errorf("master: alignment %d is not a power of two", c.Align)
 	}

@@ -44,12 +44,17 @@ func newDeadlines(span time.Duration) *deadlines {
 func (d *deadlines) granule(t time.Time) int64 { return (t.UnixNano() + d.g - 1) / d.g }
 
 // add counts one more object with deadline t (delta -1: one fewer). A
-// deadline not after now is not counted.
+// deadline whose granule has passed (live no longer counts it) is not
+// counted, and not taken away: the rule is the same at both ends, so a
+// deadline that passed between them leaves no count behind.
 func (d *deadlines) add(t, now time.Time, delta int32) {
-	if !t.After(now) {
+	if t.IsZero() {
 		return
 	}
 	i := d.granule(t)
+	if i <= now.UnixNano()/d.g {
+		return
+	}
 	s := i % deadlineSlots
 	if d.epoch[s] != i {
 		if delta < 0 {
@@ -81,18 +86,18 @@ func (d *deadlines) live(now time.Time) int {
 // storedLocked notes that o became visible (a put ended, a slot was
 // committed, a node re-reported it): the listing index, the counts and the
 // Stored event.
-func (m *Master) storedLocked(o *object) {
-	m.indexAddLocked(o.key)
+func (m *Master) storedLocked(o *object, key string) {
+	m.indexObjectLocked(o, key)
 	m.countLocked(o, 1)
-	m.emitStored(o)
+	m.emitStored(key)
 }
 
 // countLocked adds (sign 1) or takes away (sign -1) the complete object o's
 // share of the gauges.
 func (m *Master) countLocked(o *object, sign int) {
 	now := m.clock.Now()
-	m.counts.replicas += sign * len(o.replicas)
-	m.counts.replicaBytes += uint64(sign) * o.size * uint64(len(o.replicas))
+	m.counts.replicas += sign * int(o.nrep)
+	m.counts.replicaBytes += uint64(sign) * o.size * uint64(o.nrep)
 	if o.hardPin {
 		m.counts.hardPinned += sign
 	} else {
@@ -124,13 +129,13 @@ func (m *Master) leaseLocked(o *object, until time.Time) {
 	o.leaseUntil = nanoOf(until)
 }
 
-// addPendingLocked records o as an unfinished put.
-func (m *Master) addPendingLocked(o *object) {
-	if _, ok := m.pending[o.key]; !ok && strings.HasPrefix(o.key, SlotPrefix) {
+// addPendingLocked records o, of key, as an unfinished put.
+func (m *Master) addPendingLocked(o *object, key string) {
+	if _, ok := m.pending[key]; !ok && strings.HasPrefix(key, SlotPrefix) {
 		m.counts.putSlots++
 	}
-	m.pending[o.key] = o
-	m.tenantPendingLocked(o)
+	m.pending[key] = o.id
+	m.tenantPendingLocked(o, key)
 }
 
 // dropPendingLocked forgets the unfinished put of key, if any.

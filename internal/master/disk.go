@@ -54,7 +54,7 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove
 			continue
 		}
 		m.seq = max(m.seq, h.Seq)
-		o, d := m.objects[h.Key], m.disk[h.Key]
+		o, d := m.objects.get(h.Key), m.disk[h.Key]
 		switch {
 		case d != nil && d.seg == s && d.seq == h.Seq:
 			continue // known

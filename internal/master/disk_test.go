@@ -92,5 +92,10 @@ func TestOffloadOnEvictAndPromote(t *testing.T) {
 func (m *Master) tombKeyAt(seg string, off uint64) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.segments[seg].tombs[off].key
+	for _, s := range m.namedLocked(seg) { // segments of several clients may share the name
+		if tb, ok := s.tombs[off]; ok {
+			return tb.key
+		}
+	}
+	return ""
 }

@@ -9,14 +9,15 @@
 // injected clock.Clock (internal/clock) and periodic work (client TTL, put
 // timeouts, graceful unmounts, watermark eviction) runs when the shell calls
 // Tick. It is tested with a fake clock and no sockets. Its files follow its
-// concerns: master.go (types, constructor), segments.go (mount, unmount,
+// concerns: master.go (types, constructor), objtab.go (the object table:
+// records, key arena, hash index), segments.go (mount, unmount,
 // drain), segobjects.go (each segment's list of its objects), liveness.go (ping, Tick and its phases), placement.go (where
 // replicas go), put.go (PutStart/PutEnd/PutRevoke/Upsert, put timeouts),
 // lease.go (reads: GetReplicaList grants leases, Query and Exist do not),
 // remove.go (single and chunked bulk removal), evict.go, list.go (the
 // ordered index of visible keys and List), stats.go, summary.go (state at
 // a glance per tier, for the dashboard), counts.go (the gauges kept
-// current), shrink.go (maps rebuilt after mass removal), restore.go
+// current), shrink.go (maps and the object table compacted after mass removal), restore.go
 // (durable metadata: Restore), tombs.go (tombstones, their index by key,
 // Heartbeat), disk.go (the nodes' disk tiers: offload
 // tombstones, disk copies, DiskSync), events.go (EventSink),
@@ -140,16 +141,19 @@
 //
 // # Memory
 //
-// The master's memory is its objects' metadata: about 240 bytes of Go heap
-// per object with one replica (the key's bytes on top): the object struct
-// (112 bytes, a size class: times are Unix nanoseconds, the owner's client
-// ID is interned; TestObjectLayout keeps it there), its replica list, its
-// entry in the objects map and in the listing index, and its entry in its
-// segment's object list (segobjects.go: unmounting a segment walks only its
-// own objects). TestObjectMemory measures it. Process RSS is about (1 +
-// GOGC/100) times the live heap; the mooncake master command runs with
-// GOGC=50 unless the environment sets GOGC (docs/store.md, "Master memory
-// per object").
+// The master's memory is its objects' metadata, held without a pointer per
+// object (objtab.go): a 96-byte record stored by value in chunks and named
+// by a 32-bit ID (times are Unix nanoseconds, the owner's client ID is
+// interned, the first replica is inline; TestObjectLayout keeps it at 96),
+// the key's bytes in an arena, an 8-byte slot of the open-addressing hash
+// index, a 4-byte item of the listing B-tree (list.go) and of its segment's
+// object list (segobjects.go: unmounting a segment walks only its own
+// objects): about 145 bytes of Go heap per object with a 13-byte key.
+// TestObjectMemory measures it. A collection marks a few large blocks
+// whatever the number of objects; process RSS is about (1 + GOGC/100)
+// times the live heap, and the mooncake master command sets GOGC from the
+// live heap (about 16 MiB or 5% of garbage between collections) unless the
+// environment sets GOGC (docs/store.md, "Master memory per object").
 //
 // Errors are sentinels (ErrObjectNotFound, ...) wrapped with context; they
 // are defined in internal/storeerr, shared with the store client, and Code

@@ -22,30 +22,31 @@ type EventSink interface {
 	Removed(key string, tier Tier)
 }
 
-func (m *Master) emitStored(o *object) {
+func (m *Master) emitStored(key string) {
 	if m.cfg.Events != nil {
-		m.cfg.Events.Stored(o.key, TierMemory)
+		m.cfg.Events.Stored(key, TierMemory)
 	}
 }
 
 // goneLocked notes that o stops being visible: a Removed event when it was,
 // and, during the restore window, its sequence number, so that a node
-// remounting late cannot bring back this version (or an older one).
-func (m *Master) goneLocked(o *object) {
+// remounting late cannot bring back this version (or an older one). It
+// returns o's key.
+func (m *Master) goneLocked(o *object) string {
+	key := m.keyOf(o)
 	if o.complete {
 		m.countLocked(o, -1)
-		if m.disk[o.key] == nil {
-			m.index.Delete(o.key)
-		}
+		m.unindexObjectLocked(o, key)
 	}
 	if o.complete && m.cfg.Events != nil {
-		m.cfg.Events.Removed(o.key, TierMemory)
+		m.cfg.Events.Removed(key, TierMemory)
 	}
 	if m.cfg.Durable && m.clock.Now().Sub(m.started) < m.cfg.RestoreWindow {
 		gone := m.removed
 		if m.evicting {
 			gone = m.evicted // its copy may still reach the disk tier
 		}
-		gone[o.key] = max(gone[o.key], o.seq)
+		gone[key] = max(gone[key], o.seq)
 	}
+	return key
 }

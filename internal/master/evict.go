@@ -1,9 +1,10 @@
 package master
 
 import (
+	"bytes"
 	"cmp"
+	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/evict"
@@ -44,8 +45,8 @@ func (m *Master) evictAboveWatermarkLocked(now time.Time) {
 // Eviction at scale. Up to evictExact objects, an eviction orders every
 // evictable object by the policy (exact LRU or TailFirst). Above, ordering
 // them all would hold the lock for O(n log n): a round instead samples
-// evictSample objects (a Go map's iteration starts at a random place, so
-// the sample is random), orders the sample by the policy and evicts at most
+// evictSample objects (consecutive entries of the hash index from a random
+// place: a random sample), orders the sample by the policy and evicts at most
 // its first evictTake (Redis's approximated LRU, with a larger sample); one
 // call runs at most evictRounds rounds, and what is left of its target
 // becomes evictDebt, paid by the next Ticks (every 10ms).
@@ -72,16 +73,16 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 	}
 	var freed uint64 // allocated bytes, as the target
 	evictOne := func(o *object) {
-		for _, r := range o.replicas {
-			freed += r.seg.alloc.Rounded(o.alloc())
+		for _, r := range m.reps(o) {
+			freed += m.segOf(r).alloc.Rounded(o.alloc())
 		}
-		m.stats.EvictedBytes += o.size * uint64(len(o.replicas))
+		m.stats.EvictedBytes += o.size * uint64(o.nrep)
 		m.evicting = true
 		m.freeLocked(o)
 		m.evicting = false
 		m.stats.Evictions++
 	}
-	if len(m.objects) <= evictExact {
+	if m.objects.len() <= evictExact {
 		for _, o := range m.evictionOrderLocked(now, -1) {
 			if freed >= target {
 				break
@@ -119,22 +120,21 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 // objects are left out. sample > 0 looks at that many objects only.
 func (m *Master) evictionOrderLocked(now time.Time, sample int) []*object {
 	var plain, pinned []*object
-	seen := 0
-	for _, o := range m.objects {
-		if sample > 0 {
-			if seen == sample {
-				break
-			}
-			seen++
-		}
+	take := func(o *object) bool {
 		if !o.complete || o.hardPin || o.leaseUntil.after(now) {
-			continue
+			return true
 		}
 		if o.softPinUntil.after(now) {
 			pinned = append(pinned, o)
 		} else {
 			plain = append(plain, o)
 		}
+		return true
+	}
+	if sample > 0 {
+		m.objects.sample(rand.Uint64(), sample, take)
+	} else {
+		m.objects.each(take)
 	}
 	return m.tenantOverShareFirstLocked(append(m.policyOrder(plain), m.policyOrder(pinned)...), now)
 }
@@ -149,7 +149,7 @@ func (m *Master) policyOrder(objs []*object) []*object {
 		if c := cmp.Compare(a.lastAccess, b.lastAccess); c != 0 {
 			return c
 		}
-		return strings.Compare(a.key, b.key)
+		return bytes.Compare(m.objects.keyBytes(a), m.objects.keyBytes(b))
 	})
 	pol, err := evict.New[*object](m.cfg.EvictionPolicy)
 	if err != nil { // Validate refused it already

@@ -32,7 +32,7 @@ func TestSampledEvictionAtScale(t *testing.T) {
 	m.mu.Lock()
 	recent := 0
 	for i := n / 2; i < n; i++ {
-		if m.objects[fmt.Sprintf("k%06d", i)] == nil {
+		if m.objects.get(fmt.Sprintf("k%06d", i)) == nil {
 			recent++
 		}
 	}

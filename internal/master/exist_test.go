@@ -14,7 +14,7 @@ func TestBatchExist(t *testing.T) {
 	if _, err := m.PutStart("w", "pending", 100, ReplicateConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	before := m.objects["done"].lastAccess
+	before := m.objects.get("done").lastAccess
 	clk.Advance(time.Second)
 	keys := []string{"done", "pending", "missing", "", strings.Repeat("x", m.Config().MaxKeyLen+1), "done"}
 	got := m.BatchExist(keys)
@@ -26,7 +26,7 @@ func TestBatchExist(t *testing.T) {
 			t.Fatalf("Exist(%q) = %v, BatchExist %v", k, ok, got[i])
 		}
 	}
-	if m.objects["done"].lastAccess <= before {
+	if m.objects.get("done").lastAccess <= before {
 		t.Fatal("BatchExist did not refresh recency")
 	}
 }

@@ -19,34 +19,36 @@ func checkInvariants(t *testing.T, m *Master) {
 	defer m.mu.Unlock()
 	used := map[*segment]uint64{}
 	keys := map[*segment]map[string]bool{}
-	for k, o := range m.objects {
-		if o.key != k {
-			t.Fatalf("object %q filed under %q", o.key, k)
-		}
-		if len(o.replicas) == 0 {
+	objects := checkObjectTable(t, m)
+	for k, o := range objects {
+		if o.nrep == 0 {
 			t.Fatalf("object %q without replicas", k)
 		}
 		seen := map[string]bool{}
-		for _, r := range o.replicas {
-			if seen[r.seg.spec.Name] {
-				t.Fatalf("object %q has two replicas under the name %s", k, r.seg.spec.Name)
+		for _, r := range m.reps(o) {
+			if int(r.seg) >= len(m.segTab) || m.segTab[r.seg] == nil {
+				t.Fatalf("object %q has a replica on unmounted segment ID %d", k, r.seg)
 			}
-			seen[r.seg.spec.Name] = true
-			if m.segments[r.seg.key] != r.seg {
-				t.Fatalf("object %q has a replica on unmounted segment %s", k, r.seg.spec.Name)
+			s := m.segOf(r)
+			if seen[s.spec.Name] {
+				t.Fatalf("object %q has two replicas under the name %s", k, s.spec.Name)
 			}
-			used[r.seg] += r.seg.alloc.Rounded(o.alloc())
-			if keys[r.seg] == nil {
-				keys[r.seg] = map[string]bool{}
+			seen[s.spec.Name] = true
+			if m.segments[s.key] != s || s.id != r.seg {
+				t.Fatalf("object %q has a replica on unmounted segment %s", k, s.spec.Name)
 			}
-			keys[r.seg][k] = true
+			used[s] += s.alloc.Rounded(o.alloc())
+			if keys[s] == nil {
+				keys[s] = map[string]bool{}
+			}
+			keys[s][k] = true
 		}
-		if _, p := m.pending[k]; p == o.complete {
-			t.Fatalf("object %q complete=%v but pending=%v", k, o.complete, p)
+		if id, p := m.pending[k]; p == o.complete || (p && id != o.id) {
+			t.Fatalf("object %q complete=%v but pending=%v (ID %d, pending %d)", k, o.complete, p, o.id, id)
 		}
 	}
 	for k := range m.pending {
-		if m.objects[k] == nil {
+		if objects[k] == nil {
 			t.Fatalf("pending %q is not an object", k)
 		}
 	}
@@ -64,9 +66,11 @@ func checkInvariants(t *testing.T, m *Master) {
 		if len(s.objects) != len(keys[s]) {
 			t.Fatalf("segment %s: %d objects listed, %d replicas", s.spec.Name, len(s.objects), len(keys[s]))
 		}
-		for i, o := range s.objects {
-			if m.objects[o.key] != o || !keys[s][o.key] || o.replicaOn(s).at != i {
-				t.Fatalf("segment %s: list entry %d (%q) is not an object with a replica there pointing back", s.spec.Name, i, o.key)
+		for i, id := range s.objects {
+			o := m.objects.at(id)
+			k := m.keyOf(o)
+			if objects[k] != o || !keys[s][k] || m.replicaOn(o, s).at != uint32(i) {
+				t.Fatalf("segment %s: list entry %d (%q) is not an object with a replica there pointing back", s.spec.Name, i, k)
 			}
 		}
 	}
@@ -101,7 +105,8 @@ func checkCounts(t *testing.T, m *Master) {
 	now := m.clock.Now()
 	var want counts
 	visible := map[string]bool{}
-	for k, o := range m.objects {
+	objects := allObjects(m)
+	for k, o := range objects {
 		if !o.complete {
 			if strings.HasPrefix(k, SlotPrefix) {
 				want.putSlots++
@@ -109,8 +114,8 @@ func checkCounts(t *testing.T, m *Master) {
 			continue
 		}
 		visible[k] = true
-		want.replicas += len(o.replicas)
-		want.replicaBytes += o.size * uint64(len(o.replicas))
+		want.replicas += int(o.nrep)
+		want.replicaBytes += o.size * uint64(o.nrep)
 		if o.hardPin {
 			want.hardPinned++
 		}
@@ -129,7 +134,7 @@ func checkCounts(t *testing.T, m *Master) {
 	// it, so the count lies between the scan's at now and at now - granule.
 	between := func(what string, d *deadlines, deadline func(o *object) (time.Time, bool)) {
 		lo, hi := 0, 0
-		for _, o := range m.objects {
+		for _, o := range objects {
 			if t, ok := deadline(o); ok && o.complete {
 				if t.After(now) {
 					lo++
@@ -145,12 +150,32 @@ func checkCounts(t *testing.T, m *Master) {
 	}
 	between("leased", m.counts.leases, func(o *object) (time.Time, bool) { return o.leaseUntil.time(), true })
 	between("soft pinned", m.counts.softPins, func(o *object) (time.Time, bool) { return o.softPinUntil.time(), !o.hardPin })
-	if m.index.Len() != len(visible) {
-		t.Fatalf("listing index holds %d keys, %d are visible", m.index.Len(), len(visible))
+	if m.index.len() != len(visible) {
+		t.Fatalf("listing index holds %d keys, %d are visible", m.index.len(), len(visible))
 	}
-	m.index.Ascend(func(k string) bool {
+	prev, n := "", 0
+	m.index.ascend("", m.index.len()+3, func(k string) bool {
 		if !visible[k] {
 			t.Fatalf("listing index holds %q, not visible", k)
+		}
+		if n > 0 && k <= prev {
+			t.Fatalf("listing index out of order: %q after %q", k, prev)
+		}
+		prev, n = k, n+1
+		return true
+	})
+	if n != len(visible) {
+		t.Fatalf("listing index walks %d keys, %d are visible", n, len(visible))
+	}
+	m.index.mem.Ascend(func(id uint32) bool {
+		if o := m.objects.at(id); objects[m.keyOf(o)] != o || !o.complete {
+			t.Fatalf("listing index holds record %d (%q), not a complete object", id, m.keyOf(o))
+		}
+		return true
+	})
+	m.index.disk.Ascend(func(k string) bool {
+		if o := objects[k]; m.disk[k] == nil || (o != nil && o.complete) {
+			t.Fatalf("disk listing holds %q, not a key held only on disk", k)
 		}
 		return true
 	})
@@ -237,7 +262,7 @@ func runOps(t *testing.T, ops []byte) {
 		key := fmt.Sprintf("k%d", arg%8)
 		client := fmt.Sprintf("c%d", arg%3)
 		size := uint64(arg)*37 + 1
-		switch op % 18 {
+		switch op % 20 {
 		case 0:
 			m.PutStart(client, key, size, ReplicateConfig{Replicas: int(arg%3) + 1, SoftPin: arg&0x40 != 0, HardPin: arg&0x80 != 0})
 		case 1:
@@ -292,6 +317,13 @@ func runOps(t *testing.T, ops []byte) {
 					m.FinishTask(c, a.ID, failure)
 				}
 			}
+		case 18: // a put through a slot
+			slot, _, err := m.PutReserve(client, size, len(key), ReplicateConfig{Replicas: int(arg%2) + 1})
+			if err == nil && arg&0x20 == 0 {
+				m.PutCommit(client, key, slot, uint32(arg), ReplicateConfig{SoftPin: arg&0x40 != 0}, arg&0x80 != 0)
+			}
+		case 19: // a listing in pages of arg%4+1 keys, against the visible keys
+			checkListing(t, m, int(arg%4)+1)
 		}
 		checkInvariants(t, m)
 	}
@@ -306,3 +338,116 @@ func runOps(t *testing.T, ops []byte) {
 		t.Fatalf("space leaked after everything expired: %+v", st)
 	}
 }
+
+// allObjects is every object by key; caller holds mu.
+func allObjects(m *Master) map[string]*object {
+	out := map[string]*object{}
+	m.objects.each(func(o *object) bool {
+		out[m.keyOf(o)] = o
+		return true
+	})
+	return out
+}
+
+// checkObjectTable verifies the object table (objtab.go) and returns its
+// objects by key: every record ID is handed out once (live, or free), the
+// hash index holds each live record once and finds it by its key, the
+// arena's live bytes are the live keys', the side list holds exactly the
+// objects with several replicas, and the owner counts match. Caller holds
+// mu.
+func checkObjectTable(t *testing.T, m *Master) map[string]*object {
+	t.Helper()
+	tb := m.objects
+	out := map[string]*object{}
+	ids := map[uint32]bool{}
+	var keyBytes uint64
+	owners := map[uint32]int32{}
+	for _, s := range tb.slots {
+		if s == 0 {
+			continue
+		}
+		id := uint32(s)
+		if id == 0 || id >= tb.next || ids[id] {
+			t.Fatalf("hash slot names record %d (next %d, seen %v)", id, tb.next, ids[id])
+		}
+		ids[id] = true
+		o := tb.at(id)
+		k := tb.key(o)
+		if o.id != id || uint32(s>>32) != tb.hash(k) {
+			t.Fatalf("record %d (%q) filed as %d with hash %x", o.id, k, id, s>>32)
+		}
+		if out[k] != nil {
+			t.Fatalf("key %q held by records %d and %d", k, out[k].id, id)
+		}
+		if tb.get(k) != o {
+			t.Fatalf("lookup of %q does not find record %d", k, id)
+		}
+		out[k] = o
+		keyBytes += uint64(o.key.len())
+		if o.owner != 0 {
+			owners[o.owner]++
+		}
+		if _, more := tb.more[id]; more != (o.nrep > 1) || (more && len(tb.more[id]) != int(o.nrep)) {
+			t.Fatalf("record %d (%q): %d replicas, side list %v", id, k, o.nrep, tb.more[id])
+		}
+	}
+	if len(out) != tb.n {
+		t.Fatalf("object table counts %d objects, its hash index holds %d", tb.n, len(out))
+	}
+	for _, id := range tb.free {
+		if ids[id] || id == 0 || id >= tb.next {
+			t.Fatalf("free record %d is live or out of range", id)
+		}
+		ids[id] = true
+	}
+	if len(ids) != int(tb.next)-1 {
+		t.Fatalf("%d records handed out, %d live or free", tb.next-1, len(ids))
+	}
+	if keyBytes != tb.keyLive {
+		t.Fatalf("arena counts %d live key bytes, the objects' keys are %d", tb.keyLive, keyBytes)
+	}
+	if len(tb.more) > tb.n {
+		t.Fatalf("side list of %d entries for %d objects", len(tb.more), tb.n)
+	}
+	for h, n := range owners {
+		if tb.ownerRefs[h] != n || tb.ownerIdx[tb.owners[h]] != h {
+			t.Fatalf("owner %d (%q): counted %d, named by %d objects", h, tb.owners[h], tb.ownerRefs[h], n)
+		}
+	}
+	if len(tb.ownerIdx) != len(owners) {
+		t.Fatalf("%d owners interned, %d named", len(tb.ownerIdx), len(owners))
+	}
+	return out
+}
+
+// checkListing lists every key in pages of page keys and compares with the
+// complete objects in memory and the disk copies (List leaves out none of
+// them, and lists nothing else, in key order).
+func checkListing(t *testing.T, m *Master, page int) {
+	t.Helper()
+	var got []string
+	for after := ""; ; {
+		rows, next := m.List("", after, page)
+		for _, r := range rows {
+			got = append(got, r.Key)
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	m.mu.Lock()
+	var want []string
+	for k, o := range allObjects(m) {
+		if o.complete {
+			want = append(want, k)
+		}
+	}
+	m.mu.Unlock()
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("listing in pages of %d: %q, complete objects %q", page, got, want)
+	}
+}
+
+func init() { arenaCompactMin = 0 } // compact the key arena as soon as half of it is dead

@@ -14,7 +14,7 @@ func (m *Master) GetReplicaList(key string) (ObjectInfo, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	o := m.objects[key]
+	o := m.objects.get(key)
 	if o == nil || !o.complete {
 		if info, ok := m.diskInfoLocked(key); ok {
 			m.stats.Gets++
@@ -28,7 +28,7 @@ func (m *Master) GetReplicaList(key string) (ObjectInfo, error) {
 	m.stats.Gets++
 	o.touch(now)
 	m.leaseLocked(o, now.Add(m.cfg.LeaseTTL))
-	info := o.info()
+	info := m.info(o, key)
 	info.LeaseTTL = m.cfg.LeaseTTL
 	return info, nil
 }
@@ -38,14 +38,14 @@ func (m *Master) GetReplicaList(key string) (ObjectInfo, error) {
 func (m *Master) Query(key string) (ObjectInfo, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := m.objects[key]
+	o := m.objects.get(key)
 	if o == nil {
 		if info, ok := m.diskInfoLocked(key); ok {
 			return info, nil
 		}
 		return ObjectInfo{}, fmt.Errorf("%w: %q", ErrObjectNotFound, key)
 	}
-	return o.info(), nil
+	return m.info(o, key), nil
 }
 
 // Exist reports whether a complete object exists. Unlike Mooncake it grants
@@ -56,7 +56,7 @@ func (m *Master) Exist(key string) (bool, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := m.objects[key]
+	o := m.objects.get(key)
 	if o == nil || !o.complete {
 		_, ok := m.diskInfoLocked(key)
 		return ok, nil
@@ -77,7 +77,7 @@ func (m *Master) BatchExist(keys []string) []bool {
 		if m.checkKey(k) != nil {
 			continue
 		}
-		if o := m.objects[k]; o != nil && o.complete {
+		if o := m.objects.get(k); o != nil && o.complete {
 			o.touch(now)
 			out[i] = true
 		} else if _, ok := m.diskInfoLocked(k); ok {

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"math"
 	"runtime"
 	"strings"
 
@@ -15,25 +16,102 @@ type KeyInfo struct {
 }
 
 // The listing index: the keys of the visible objects (complete, in memory)
-// and of the disk-only copies, in key order (a B-tree), so that a page of a
-// listing and each chunk of a bulk removal cost O(log n + page) under the
-// lock whatever the number of objects. Unfinished puts and put slots are
-// not in it.
-
-func newIndex() *btree.BTreeG[string] {
-	return btree.NewG(32, func(a, b string) bool { return a < b })
+// and of the disk-only copies, in key order, so that a page of a listing
+// and each chunk of a bulk removal cost O(log n + page) under the lock
+// whatever the number of objects. Unfinished puts and put slots are not in
+// it. The objects' keys are a B-tree of their record IDs ordered by the keys
+// in the object table's arena (4 bytes per item, no pointer per key); the
+// keys held only on a disk tier are a B-tree of strings. A walk merges the
+// two.
+type keyIndex struct {
+	t    *objTable
+	mem  *btree.BTreeG[uint32] // complete objects in memory
+	disk *btree.BTreeG[string] // keys held only on a disk tier
 }
 
-// indexAddLocked puts key in the listing index.
-func (m *Master) indexAddLocked(key string) { m.index.ReplaceOrInsert(key) }
+// probeID is the item that stands for objTable.probe in a search of mem.
+const probeID = math.MaxUint32
 
-// indexDropLocked takes key out of the listing index unless it is still
-// visible: a complete object in memory or a disk copy.
-func (m *Master) indexDropLocked(key string) {
-	if o := m.objects[key]; (o != nil && o.complete) || m.disk[key] != nil {
+func newKeyIndex(t *objTable) keyIndex {
+	x := keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b })}
+	p := &t.probe
+	x.mem = btree.NewG(64, func(a, b uint32) bool {
+		var ka, kb []byte
+		if a == probeID {
+			ka = *p
+		} else {
+			ka = t.keyBytes(t.at(a))
+		}
+		if b == probeID {
+			kb = *p
+		} else {
+			kb = t.keyBytes(t.at(b))
+		}
+		return keyLess(ka, kb)
+	})
+	return x
+}
+
+// len is the number of keys listed.
+func (x *keyIndex) len() int { return x.mem.Len() + x.disk.Len() }
+
+// ascend calls fn with the keys from pivot on in order until it returns
+// false; fn must return false by its limit-th call.
+func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
+	x.t.probe = append(x.t.probe[:0], pivot...)
+	if x.disk.Len() == 0 {
+		x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool { return fn(x.t.key(x.t.at(id))) })
 		return
 	}
-	m.index.Delete(key)
+	var a []uint32
+	var b []string
+	x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool { a = append(a, id); return len(a) < limit })
+	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
+	for i, j := 0, 0; i < len(a) || j < len(b); {
+		var k string
+		if j == len(b) || (i < len(a) && string(x.t.keyBytes(x.t.at(a[i]))) < b[j]) {
+			k = x.t.key(x.t.at(a[i]))
+			i++
+		} else {
+			k = b[j]
+			j++
+		}
+		if !fn(k) {
+			return
+		}
+	}
+}
+
+// indexObjectLocked lists o, which became visible.
+func (m *Master) indexObjectLocked(o *object, key string) {
+	m.index.mem.ReplaceOrInsert(o.id)
+	if m.index.disk.Len() > 0 {
+		m.index.disk.Delete(key)
+	}
+}
+
+// unindexObjectLocked takes o, which stops being visible in memory, out of
+// the index; its key stays listed while a disk copy holds it.
+func (m *Master) unindexObjectLocked(o *object, key string) {
+	m.index.mem.Delete(o.id)
+	if m.disk[key] != nil {
+		m.index.disk.ReplaceOrInsert(key)
+	}
+}
+
+// indexAddLocked lists key, which a disk copy now holds.
+func (m *Master) indexAddLocked(key string) {
+	if o := m.objects.get(key); o == nil || !o.complete {
+		m.index.disk.ReplaceOrInsert(key)
+	}
+}
+
+// indexDropLocked takes key, whose disk copy went, out of the keys held
+// only on disk (a complete object in memory keeps it listed).
+func (m *Master) indexDropLocked(key string) {
+	if m.disk[key] == nil {
+		m.index.disk.Delete(key)
+	}
 }
 
 // listScanFactor bounds the index entries one List page may pass over
@@ -91,7 +169,7 @@ func (m *Master) List(prefix, after string, limit int) ([]KeyInfo, string) {
 func (m *Master) listStep(prefix, after string, want, pass int) (rows []KeyInfo, last string, passed int, more bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.index.AscendGreaterOrEqual(max(prefix, after), func(k string) bool {
+	m.index.ascend(max(prefix, after), pass+3, func(k string) bool {
 		if k == after {
 			return true
 		}
@@ -104,8 +182,8 @@ func (m *Master) listStep(prefix, after string, want, pass int) (rows []KeyInfo,
 		}
 		passed++
 		last = k
-		if o := m.objects[k]; o != nil && o.complete {
-			rows = append(rows, KeyInfo{Key: k, Size: o.size, Replicas: len(o.replicas)})
+		if o := m.objects.get(k); o != nil && o.complete {
+			rows = append(rows, KeyInfo{Key: k, Size: o.size, Replicas: int(o.nrep)})
 		}
 		return true
 	})

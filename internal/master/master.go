@@ -7,9 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unique"
-
-	"github.com/google/btree"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/offsetalloc"
@@ -111,34 +108,63 @@ type Stats struct {
 	ViewVersion                      uint64
 }
 
+// replica is where one copy of an object lies: a range of a mounted segment,
+// named by the segment's ID (Master.segTab) so that a record holds no
+// pointer.
 type replica struct {
-	seg *segment
 	off uint64
-	at  int // index of the object in seg.objects
+	seg uint32 // segment ID
+	at  uint32 // index of the object in the segment's list (segobjects.go)
 }
 
+// place is a range of a segment a replica is being placed in (placement,
+// copy tasks' targets).
+type place struct {
+	seg *segment
+	off uint64
+}
+
+// object is an object's record, stored by value in the object table
+// (objtab.go) and holding no pointer: its key lies in the table's arena,
+// its first replica here and the others in the table's side list.
 type object struct {
-	key      string
-	replicas []replica
-	size     uint64
-	seq      uint64                // put sequence number (durable objects)
-	owner    unique.Handle[string] // client that put it, interned (zero: restored); see ownerID
+	size uint64
+	seq  uint64 // put sequence number (durable objects)
 	// Times as Unix nanoseconds (8 bytes each where a time.Time takes 24).
 	created, lastAccess, leaseUntil, softPinUntil nanotime
 
+	r0 [1]replica // the first replica (objTable.reps)
+
+	key      keyLoc // where the key lies in the table's arena
+	id       uint32 // the record's ID
+	owner    uint32 // client that put it, interned (objTable.owner; 0: restored)
 	crc      uint32 // CRC32C of the value, set by PutEnd
 	hdr      uint32 // header length in front of the value (0 = not durable); Config.Validate caps MaxKeyLen
-	depth    uint32 // position in its block chain at its last access, valid while chained
+	depth    uint16 // position in its block chain at its last access (capped), valid while chained
+	nrep     uint8  // replicas
 	complete bool
 	hardPin  bool
 	restored bool // re-reported by a node, not put on this master
 	chained  bool // the last access was a chain's batch (TouchChains): depth is valid
 }
 
-// The object's layout is what the master's memory per object is made of:
-// 112 bytes (a size class of the allocator) with the fields above in this
-// order; memory_test.go measures the whole per object. Keep the fixed-size
-// fields together and mind the padding when adding one.
+// keyLoc is where a key lies in the object table's arena: its chunk (23
+// bits), its offset in the chunk (20) and its length (21; Config.MaxKeyLen
+// is at most arenaChunk).
+type keyLoc uint64
+
+func makeKeyLoc(chunk, off, n int) keyLoc {
+	return keyLoc(uint64(chunk)<<41 | uint64(off)<<21 | uint64(n))
+}
+
+func (k keyLoc) chunk() int { return int(k >> 41) }
+func (k keyLoc) off() int   { return int(k>>21) & (1<<20 - 1) }
+func (k keyLoc) len() int   { return int(k) & (1<<21 - 1) }
+
+// The record's layout is what the master's memory per object is made of:
+// 96 bytes with the fields above in this order; memory_test.go measures the
+// whole per object. Keep the fixed-size fields together and mind the padding
+// when adding one.
 
 // nanotime is a point in time as Unix nanoseconds (years 1678 to 2262), 0
 // for none.
@@ -171,15 +197,6 @@ func (o *object) touch(now time.Time) {
 	}
 }
 
-// ownerID is the ID of the client that put the object ("" for a restored
-// one).
-func (o *object) ownerID() string {
-	if o.owner == (unique.Handle[string]{}) {
-		return ""
-	}
-	return o.owner.Value()
-}
-
 // alloc is the number of bytes one replica occupies from its offset.
 func (o *object) alloc() uint64 { return o.header() + o.size }
 
@@ -192,7 +209,8 @@ type segment struct {
 	spec          SegmentSpec
 	client        string
 	alloc         *offsetalloc.Allocator
-	objects       []*object // with a replica here, in no order; each replica knows its index (segobjects.go)
+	id            uint32   // in Master.segTab
+	objects       []uint32 // record IDs of the objects with a replica here, in no order; each replica knows its index (segobjects.go)
 	draining      bool
 	drainDeadline time.Time
 	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
@@ -234,9 +252,10 @@ type Master struct {
 	// either.
 	liveMu    sync.RWMutex
 	rng       *rand.Rand
-	objects   map[string]*object
-	pending   map[string]*object // unfinished puts
+	objects   *objTable         // every object, unfinished puts too (objtab.go)
+	pending   map[string]uint32 // unfinished puts: record IDs
 	segments  map[string]*segment
+	segTab    []*segment // by segment ID (nil: unmounted; IDs are not reused)
 	segOrder  []*segment // sorted by name, then key
 	clients   map[string]*client
 	zombies   []zombie
@@ -260,9 +279,9 @@ type Master struct {
 	tasks  *taskTable  // copy and move tasks (tasks.go), built on first use
 	drains *drainTable // drain jobs (drainjobs.go), built on first use
 
-	index  *btree.BTreeG[string] // visible keys in key order (list.go)
-	counts counts                // gauges kept current (counts.go)
-	peaks  mapPeaks              // of objects, pending and tombIdx (shrink.go)
+	index  keyIndex // visible keys in key order (list.go)
+	counts counts   // gauges kept current (counts.go)
+	peaks  mapPeaks // of objects, pending and tombIdx (shrink.go)
 
 	// Restore sessions (restore_session.go).
 	restore restoreTable
@@ -280,18 +299,19 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		cfg:      cfg,
 		clock:    clk,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		objects:  map[string]*object{},
-		pending:  map[string]*object{},
+		objects:  newObjTable(),
+		pending:  map[string]uint32{},
+		segTab:   []*segment{nil},
 		segments: map[string]*segment{},
 		clients:  map[string]*client{},
 		removed:  map[string]uint64{},
 		evicted:  map[string]uint64{},
 		tombIdx:  map[string]*keyTombs{},
 		disk:     map[string]*diskCopy{},
-		index:    newIndex(),
 		started:  clk.Now(),
 		seq:      uint64(clk.Now().UnixNano()),
 	}
+	m.index = newKeyIndex(m.objects)
 	m.viewVersion = uint64(clk.Now().UnixNano())
 	m.counts.leases = newDeadlines(cfg.LeaseTTL)
 	m.counts.softPins = newDeadlines(max(cfg.MaxSoftPinTTL, cfg.SoftPinTTL))
@@ -331,17 +351,33 @@ func (m *Master) usageLocked() (capacity, used uint64) {
 	return capacity, used
 }
 
-func (o *object) descriptors() []Replica {
-	out := make([]Replica, len(o.replicas))
-	for i, r := range o.replicas {
-		out[i] = Replica{Segment: r.seg.spec.Name, Endpoint: r.seg.spec.Endpoint, Addr: r.seg.spec.Base + r.off + o.header(), Size: o.size,
+// segOf is the segment of a replica of an object (mounted: unmounting a
+// segment drops its replicas).
+func (m *Master) segOf(r replica) *segment { return m.segTab[r.seg] }
+
+// reps are o's replicas (see objTable.reps).
+func (m *Master) reps(o *object) []replica { return m.objects.reps(o) }
+
+// ownerID is the ID of the client that put o ("" for a restored one).
+func (m *Master) ownerID(o *object) string { return m.objects.owner(o) }
+
+// keyOf is o's key.
+func (m *Master) keyOf(o *object) string { return m.objects.key(o) }
+
+func (m *Master) descriptors(o *object) []Replica {
+	rs := m.reps(o)
+	out := make([]Replica, len(rs))
+	for i, r := range rs {
+		s := m.segOf(r)
+		out[i] = Replica{Segment: s.spec.Name, Endpoint: s.spec.Endpoint, Addr: s.spec.Base + r.off + o.header(), Size: o.size,
 			HeaderLen: o.header(), Seq: o.seq}
 	}
 	return out
 }
 
-func (o *object) info() ObjectInfo {
-	return ObjectInfo{Key: o.key, Size: o.size, CRC: o.crc, Complete: o.complete, Replicas: o.descriptors(),
+// info is o's ObjectInfo; key is o's key.
+func (m *Master) info(o *object, key string) ObjectInfo {
+	return ObjectInfo{Key: key, Size: o.size, CRC: o.crc, Complete: o.complete, Replicas: m.descriptors(o),
 		Created: o.created.time(), LastAccess: o.lastAccess.time(), LeaseUntil: o.leaseUntil.time(), SoftPinUntil: o.softPinUntil.time(),
 		HardPin: o.hardPin}
 }

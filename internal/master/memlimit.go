@@ -16,8 +16,9 @@ import (
 type MemoryLimit struct {
 	Max   uint64  // bytes; 0 = no limit
 	Admit float64 // fraction of Max above which new objects are refused (0.8)
-	// Usage reports the bytes the master's metadata holds (nil: the Go
-	// runtime's live heap, read at most every 10 ms). Tests inject it.
+	// Usage reports the bytes the master uses (nil: the memory the Go
+	// runtime holds from the OS, heap, stacks and its own metadata, less
+	// its free heap; read at most every 10 ms). Tests inject it.
 	Usage func() uint64
 }
 
@@ -35,19 +36,25 @@ type memGauge struct {
 
 var runtimeHeap memGauge
 
-// live returns the heap the last GC found live plus what was allocated
-// since (the runtime's "objects" class), re-read at most every 10 ms.
+// live returns the memory the Go runtime holds from the OS less the free
+// heap it released or can reuse (about the process's RSS without its code
+// and free pages), re-read at most every 10 ms.
 func (g *memGauge) live() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if now := time.Now(); now.Sub(g.at) >= 10*time.Millisecond {
 		if g.sample == nil {
-			g.sample = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+			g.sample = []metrics.Sample{{Name: "/memory/classes/total:bytes"},
+				{Name: "/memory/classes/heap/released:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
 		}
 		metrics.Read(g.sample)
-		if g.sample[0].Value.Kind() == metrics.KindUint64 {
-			g.bytes = g.sample[0].Value.Uint64()
+		var v [3]uint64
+		for i, s := range g.sample {
+			if s.Value.Kind() == metrics.KindUint64 {
+				v[i] = s.Value.Uint64()
+			}
 		}
+		g.bytes = v[0] - min(v[0], v[1]+v[2])
 		g.at = now
 	}
 	return g.bytes

@@ -27,7 +27,7 @@ func (m *Master) checkFitsLocked(size uint64) error {
 // a tombstone's space, then evicts synchronously and tries both once more,
 // and when that fails too it asks the next Tick to evict again and fails
 // with ErrNoSpace.
-func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, preferred []string, now time.Time) ([]replica, error) {
+func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, preferred []string, now time.Time) ([]place, error) {
 	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
 		return reps, nil
 	}
@@ -51,13 +51,13 @@ func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, pref
 // (as Mooncake, whose allocators are grouped by segment name: segments of
 // several clients sharing a name hold at most one replica together). A
 // preferred name means any segment under it, the caller's own first.
-func (m *Master) placeLocked(clientID string, size uint64, want int, preferred []string) []replica {
-	var reps []replica
+func (m *Master) placeLocked(clientID string, size uint64, want int, preferred []string) []place {
+	var reps []place
 	// Names holding a replica: the replicas' own (a few). Segments tried:
 	// only preferred ones can come up twice (again in the strategy's
 	// order), so only they need a set; a put with no wishes makes none.
 	used := func(name string) bool {
-		return slices.ContainsFunc(reps, func(r replica) bool { return r.seg.spec.Name == name })
+		return slices.ContainsFunc(reps, func(r place) bool { return r.seg.spec.Name == name })
 	}
 	var tried map[*segment]bool
 	if len(preferred) > 0 {
@@ -71,7 +71,7 @@ func (m *Master) placeLocked(clientID string, size uint64, want int, preferred [
 			tried[s] = true
 		}
 		if off, ok := s.alloc.Alloc(size); ok {
-			reps = append(reps, replica{seg: s, off: off})
+			reps = append(reps, place{seg: s, off: off})
 		}
 	}
 	for _, name := range preferred {

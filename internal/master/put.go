@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unique"
 )
 
 // validPut checks the parameters of a put.
@@ -38,7 +37,7 @@ func (m *Master) PutStart(clientID, key string, size uint64, rc ReplicateConfig)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	if o := m.objects[key]; o != nil {
+	if o := m.objects.get(key); o != nil {
 		if o.complete || now.Sub(o.created.time()) < m.cfg.PutTimeout {
 			return nil, fmt.Errorf("%w: %q", ErrObjectExists, key)
 		}
@@ -71,15 +70,26 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 		return nil, err
 	}
 	m.seq++
-	o := &object{key: key, size: size, replicas: reps, owner: unique.Make(clientID), created: nanoOf(now), lastAccess: nanoOf(now), hdr: uint32(hdr), seq: m.seq}
+	o := m.objects.add(key, object{size: size, created: nanoOf(now), lastAccess: nanoOf(now), hdr: uint32(hdr), seq: m.seq})
+	m.objects.setOwner(o, clientID)
 	o.pin(rc, m.cfg.SoftPinTTL, now)
-	m.objects[key] = o
-	m.addPendingLocked(o)
-	for _, r := range reps {
-		r.seg.add(o)
-	}
+	m.placeReplicasLocked(o, reps)
+	m.addPendingLocked(o, key)
 	m.stats.PutStarts++
-	return o.descriptors(), nil
+	return m.descriptors(o), nil
+}
+
+// placeReplicasLocked makes the places reps the replicas of o, a new
+// object.
+func (m *Master) placeReplicasLocked(o *object, reps []place) {
+	rs := make([]replica, len(reps))
+	for i, p := range reps {
+		rs[i] = replica{seg: p.seg.id, off: p.off}
+	}
+	m.objects.setReps(o, rs)
+	for _, p := range reps {
+		m.segAdd(p.seg, o)
+	}
 }
 
 // pin sets the object's pins from a put's policy (a soft pin of
@@ -95,14 +105,14 @@ func (o *object) pin(rc ReplicateConfig, defaultTTL time.Duration, now time.Time
 func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := m.objects[key]
+	o := m.objects.get(key)
 	if o == nil {
 		return fmt.Errorf("%w: %q (put expired or removed)", ErrObjectNotFound, key)
 	}
 	if o.complete {
 		return fmt.Errorf("%w: %q", ErrObjectExists, key)
 	}
-	if o.ownerID() != clientID {
+	if m.ownerID(o) != clientID {
 		return fmt.Errorf("%w: %q", ErrNotOwner, key)
 	}
 	o.complete = true
@@ -111,7 +121,7 @@ func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 	o.touch(m.clock.Now())
 	m.stats.Puts++
 	m.dropDiskLocked(key, true) // the disk copy, if any, is an older version
-	m.storedLocked(o)
+	m.storedLocked(o, key)
 	return nil
 }
 
@@ -119,11 +129,11 @@ func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 func (m *Master) PutRevoke(clientID, key string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := m.objects[key]
+	o := m.objects.get(key)
 	if o == nil || o.complete {
 		return fmt.Errorf("%w: no put in progress for %q", ErrObjectNotFound, key)
 	}
-	if o.ownerID() != clientID {
+	if m.ownerID(o) != clientID {
 		return fmt.Errorf("%w: %q", ErrNotOwner, key)
 	}
 	m.freeLocked(o)
@@ -145,7 +155,7 @@ func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) (
 	defer m.mu.Unlock()
 	now := m.clock.Now()
 	defer m.keepSoftPinLocked(key, rc, m.committedSoftPinLocked(key), now)
-	if o := m.objects[key]; o != nil {
+	if o := m.objects.get(key); o != nil {
 		switch {
 		case !o.complete && now.Sub(o.created.time()) < m.cfg.PutTimeout:
 			return nil, fmt.Errorf("%w: put in progress for %q", ErrObjectExists, key)
@@ -153,8 +163,8 @@ func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) (
 			m.preemptLocked(o, now)
 		case o.leaseUntil.after(now):
 			m.retireLeasedLocked(o, now) // readers keep the old value until their lease ends
-		case o.size == size && len(o.replicas) >= max(rc.Replicas, 1):
-			return m.rewriteInPlaceLocked(o, clientID, rc, now), nil
+		case o.size == size && int(o.nrep) >= max(rc.Replicas, 1):
+			return m.rewriteInPlaceLocked(o, key, clientID, rc, now), nil
 		default:
 			m.freeLocked(o)
 		}
@@ -164,49 +174,57 @@ func (m *Master) Upsert(clientID, key string, size uint64, rc ReplicateConfig) (
 
 // rewriteInPlaceLocked turns a complete object back into a put in progress
 // owned by clientID, keeping its space and replicas.
-func (m *Master) rewriteInPlaceLocked(o *object, clientID string, rc ReplicateConfig, now time.Time) []Replica {
+func (m *Master) rewriteInPlaceLocked(o *object, key, clientID string, rc ReplicateConfig, now time.Time) []Replica {
 	m.goneLocked(o) // invisible until PutEnd
 	m.seq++
-	o.complete, o.owner, o.created, o.crc, o.seq, o.restored = false, unique.Make(clientID), nanoOf(now), 0, m.seq, false
-	m.addPendingLocked(o)
+	o.complete, o.created, o.crc, o.seq, o.restored = false, nanoOf(now), 0, m.seq, false
+	m.objects.setOwner(o, clientID)
+	m.addPendingLocked(o, key)
 	o.touch(now)
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.stats.PutStarts++
-	return o.descriptors()
+	return m.descriptors(o)
 }
 
 // freeLocked releases an object's space and forgets it.
 func (m *Master) freeLocked(o *object) {
-	m.goneLocked(o)
-	for _, r := range o.replicas {
-		m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header())
-		r.seg.drop(o)
+	key := m.goneLocked(o)
+	for _, r := range m.reps(o) {
+		m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header())
+		m.segDrop(m.segOf(r), o)
 	}
-	delete(m.objects, o.key)
-	m.dropPendingLocked(o.key)
+	m.forgetLocked(o, key)
+}
+
+// forgetLocked takes o, of key, out of the object table (and the unfinished
+// puts).
+func (m *Master) forgetLocked(o *object, key string) {
+	m.dropPendingLocked(key)
+	m.objects.del(o)
 }
 
 // preemptLocked forgets a zombie put but keeps its space reserved until the
 // release timeout, since its writer may still be writing.
 func (m *Master) preemptLocked(o *object, now time.Time) {
 	release := o.created.time().Add(m.cfg.PutReleaseTimeout)
-	for _, r := range o.replicas {
-		r.seg.drop(o)
-		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.alloc(), releaseAt: release, key: o.key, seq: o.seq, hdr: o.header()})
+	key := m.keyOf(o)
+	for _, r := range m.reps(o) {
+		m.segDrop(m.segOf(r), o)
+		m.zombies = append(m.zombies, zombie{seg: m.segOf(r), off: r.off, size: o.alloc(), releaseAt: release, key: key, seq: o.seq, hdr: o.header()})
 	}
-	delete(m.objects, o.key)
-	m.dropPendingLocked(o.key)
+	m.forgetLocked(o, key)
 	m.stats.PutsTimedOut++
 }
 
 // expirePutsLocked cleans up the puts older than PutTimeout that nobody
 // will finish (their owner is gone) or that are past PutReleaseTimeout.
 func (m *Master) expirePutsLocked(now time.Time) {
-	for _, o := range m.pending {
+	for _, id := range m.pending {
+		o := m.objects.at(id)
 		if now.Sub(o.created.time()) < m.cfg.PutTimeout {
 			continue
 		}
-		if _, alive := m.clients[o.ownerID()]; !alive || now.Sub(o.created.time()) >= m.cfg.PutReleaseTimeout {
+		if _, alive := m.clients[m.ownerID(o)]; !alive || now.Sub(o.created.time()) >= m.cfg.PutReleaseTimeout {
 			m.freeLocked(o) // nobody will finish it, or it is far too late
 			m.stats.PutsTimedOut++
 		}

@@ -22,7 +22,7 @@ func (m *Master) RemoveHeaders(key string, force bool) ([]HeaderRef, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := m.objects[key]
+	o := m.objects.get(key)
 	if (o == nil || !o.complete) && m.disk[key] != nil {
 		m.goneDiskLocked(key)
 		m.stats.Removes++
@@ -106,7 +106,7 @@ func (m *Master) RemovePageFrom(mt Matcher, force bool, after string, limit int)
 	now := m.clock.Now()
 	var victims []string
 	last, more, scan := "", false, removeScan
-	m.index.AscendGreaterOrEqual(max(mt.Prefix, after), func(k string) bool {
+	m.index.ascend(max(mt.Prefix, after), removeScan+limit+3, func(k string) bool {
 		if k == after {
 			return true
 		}
@@ -138,7 +138,7 @@ func (m *Master) RemovePageFrom(mt Matcher, force bool, after string, limit int)
 			page.Next = victims[i-1]
 			break
 		}
-		o := m.objects[k]
+		o := m.objects.get(k)
 		if o == nil || !o.complete { // held only on disk
 			m.goneDiskLocked(k)
 			page.Removed++

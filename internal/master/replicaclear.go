@@ -32,15 +32,15 @@ func (m *Master) BatchReplicaClear(clientID string, keys []string, segment strin
 		if key == "" {
 			continue
 		}
-		o := m.objects[key]
-		if o == nil || o.ownerID() != clientID || !o.complete || m.inUseLocked(o, now) {
+		o := m.objects.get(key)
+		if o == nil || m.ownerID(o) != clientID || !o.complete || m.inUseLocked(o, now) {
 			continue
 		}
 		var ok bool
 		if segment == "" {
-			ok = m.clearAllLocked(o)
+			ok = m.clearAllLocked(o, key)
 		} else {
-			ok = m.clearOnSegmentLocked(o, segment)
+			ok = m.clearOnSegmentLocked(o, key, segment)
 		}
 		if !ok {
 			continue
@@ -60,10 +60,10 @@ func (m *Master) inUseLocked(o *object, now time.Time) bool {
 }
 
 // clearAllLocked removes o and its disk copy.
-func (m *Master) clearAllLocked(o *object) bool {
+func (m *Master) clearAllLocked(o *object, key string) bool {
 	m.freeLocked(o)
-	if m.disk[o.key] != nil {
-		m.goneDiskLocked(o.key)
+	if m.disk[key] != nil {
+		m.goneDiskLocked(key)
 	}
 	m.stats.Removes++
 	return true
@@ -71,36 +71,36 @@ func (m *Master) clearAllLocked(o *object) bool {
 
 // clearOnSegmentLocked drops o's memory replica and disk copy on segment,
 // removing o when no copy is left. It reports whether anything was there.
-func (m *Master) clearOnSegmentLocked(o *object, segment string) bool {
-	onSeg := func(r replica) bool { return r.seg.spec.Name == segment }
-	d := m.disk[o.key]
+func (m *Master) clearOnSegmentLocked(o *object, key, segment string) bool {
+	onSeg := func(r replica) bool { return m.segOf(r).spec.Name == segment }
+	d := m.disk[key]
 	diskHere := d != nil && d.seg.spec.Name == segment
-	if !slices.ContainsFunc(o.replicas, onSeg) && !diskHere {
+	if !slices.ContainsFunc(m.reps(o), onSeg) && !diskHere {
 		return false
 	}
-	if !slices.ContainsFunc(o.replicas, func(r replica) bool { return !onSeg(r) }) && (d == nil || diskHere) {
-		return m.clearAllLocked(o) // nothing would be left
+	if !slices.ContainsFunc(m.reps(o), func(r replica) bool { return !onSeg(r) }) && (d == nil || diskHere) {
+		return m.clearAllLocked(o, key) // nothing would be left
 	}
-	for _, r := range o.replicas {
+	for _, r := range m.reps(o) {
 		if onSeg(r) {
-			m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header())
-			r.seg.drop(o)
+			m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header())
+			m.segDrop(m.segOf(r), o)
 		}
 	}
-	n := len(o.replicas)
-	o.replicas = slices.DeleteFunc(o.replicas, onSeg)
-	m.replicasChangedLocked(o, len(o.replicas)-n)
+	n := int(o.nrep)
+	m.objects.setReps(o, slices.DeleteFunc(m.reps(o), onSeg))
+	m.replicasChangedLocked(o, int(o.nrep)-n)
 	if diskHere {
-		m.dropDiskLocked(o.key, true) // the memory replicas hold this version: no removal record
+		m.dropDiskLocked(key, true) // the memory replicas hold this version: no removal record
 	}
-	if len(o.replicas) == 0 {
+	if o.nrep == 0 {
 		// Only the disk copy on another segment is left: it serves the key.
 		if m.cfg.Events != nil {
-			m.cfg.Events.Removed(o.key, TierMemory)
+			m.cfg.Events.Removed(key, TierMemory)
 		}
 		m.countLocked(o, -1) // its pins and lease (no replica is left)
-		delete(m.objects, o.key)
-		m.dropPendingLocked(o.key)
+		m.unindexObjectLocked(o, key)
+		m.forgetLocked(o, key)
 	}
 	return true
 }

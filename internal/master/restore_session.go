@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 )
@@ -191,14 +192,10 @@ func (m *Master) RestoreExpect(clientID string, id uint64, objects uint64) error
 // reserveObjectsLocked sizes the object table for n more objects when it
 // holds at most a part's worth (the copy is then O(part)).
 func (m *Master) reserveObjectsLocked(n int) {
-	if n <= RestoreChunkObjects || len(m.objects) > RestoreChunkObjects {
+	if n <= RestoreChunkObjects || m.objects.len() > RestoreChunkObjects {
 		return
 	}
-	c := make(map[string]*object, len(m.objects)+n)
-	for k, v := range m.objects {
-		c[k] = v
-	}
-	m.objects = c // not counted in its peak: shrinkLocked would rebuild it while it fills
+	m.objects.reserve(n)
 }
 
 // RestoreChunk decides chunk n (0, 1, ... in order) of session id's
@@ -234,6 +231,7 @@ func (m *Master) RestoreChunkContext(ctx context.Context, clientID string, id ui
 			return res, err
 		}
 		mem, onDisk = mem[k:], onDisk[d:]
+		runtime.Gosched() // a call waiting on the lock takes it before the next part (see listHold)
 	}
 	return res, nil
 }
@@ -452,10 +450,11 @@ func (m *Master) abandonRestoreLocked(sess *restoreSession, reason string) {
 			had bool
 		}
 		var keep []prior
-		for _, o := range s.objects {
-			if o.restored {
-				seq, had := m.removed[o.key]
-				keep = append(keep, prior{o.key, seq, had})
+		for _, id := range s.objects {
+			if o := m.objects.at(id); o.restored {
+				key := m.keyOf(o)
+				seq, had := m.removed[key]
+				keep = append(keep, prior{key, seq, had})
 			}
 		}
 		m.unmountLocked(s)
@@ -594,7 +593,7 @@ func (m *Master) restoreTakeLocked(cur *restoreCursor, off, n uint64) {
 // one, unless the master knows a newer version of its key or the key was
 // removed; it reports whether it did.
 func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, now time.Time, res *RestoreResult) bool {
-	o := m.objects[h.Key]
+	o := m.objects.get(h.Key)
 	switch {
 	case m.removed[h.Key] >= h.Seq, m.evicted[h.Key] >= h.Seq:
 		return false
@@ -602,24 +601,24 @@ func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, 
 	case !o.restored || !o.complete || o.seq > h.Seq:
 		return false // a put on this master, or a newer version
 	case o.seq == h.Seq:
-		if o.size != h.Size || o.crc != h.CRC || slices.ContainsFunc(o.replicas, func(r replica) bool { return r.seg == s }) {
+		if o.size != h.Size || o.crc != h.CRC || slices.ContainsFunc(m.reps(o), func(r replica) bool { return r.seg == s.id }) || o.nrep == maxObjectReplicas {
 			return false
 		}
-		o.replicas = append(o.replicas, replica{seg: s, off: h.Offset})
+		m.objects.setReps(o, append(m.reps(o), replica{seg: s.id, off: h.Offset}))
 		m.replicasChangedLocked(o, 1)
-		s.add(o)
+		m.segAdd(s, o)
 		return true
 	default: // the master knows an older version: this one replaces it
 		m.replaceRestoredLocked(o, sess, res)
 	}
-	o = &object{key: h.Key, size: h.Size, crc: h.CRC, complete: true, replicas: []replica{{seg: s, off: h.Offset}},
-		created: nanoOf(now), lastAccess: nanoOf(now), hardPin: h.HardPin, seq: h.Seq, hdr: uint32(headerLen(h.Key)), restored: true}
+	o = m.objects.add(h.Key, object{size: h.Size, crc: h.CRC, complete: true,
+		created: nanoOf(now), lastAccess: nanoOf(now), hardPin: h.HardPin, seq: h.Seq, hdr: uint32(headerLen(h.Key)), restored: true})
+	m.objects.setReps(o, []replica{{seg: s.id, off: h.Offset}})
 	if h.SoftPin {
 		o.softPinUntil = nanoOf(now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL)))
 	}
-	m.objects[h.Key] = o
-	s.add(o)
-	m.storedLocked(o)
+	m.segAdd(s, o)
+	m.storedLocked(o, h.Key)
 	return true
 }
 
@@ -627,10 +626,10 @@ func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, 
 // Its replicas that this session took over count as dropped after all, and
 // their tombstones go back to the node with the call's answer.
 func (m *Master) replaceRestoredLocked(o *object, sess *restoreSession, res *RestoreResult) {
-	var ours []replica
-	for _, r := range o.replicas {
-		if cur := sess.cursors[r.seg.spec.Name]; cur != nil && cur.s == r.seg {
-			ours = append(ours, r)
+	var ours []place
+	for _, r := range m.reps(o) {
+		if cur := sess.cursors[m.segOf(r).spec.Name]; cur != nil && cur.s == m.segOf(r) {
+			ours = append(ours, place{seg: m.segOf(r), off: r.off})
 		}
 	}
 	m.freeLocked(o)

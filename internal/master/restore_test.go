@@ -101,9 +101,9 @@ func checkNoOverlap(t *testing.T, m *Master) {
 	defer m.mu.Unlock()
 	type rng struct{ off, end uint64 }
 	per := map[*segment][]rng{}
-	for _, o := range m.objects {
-		for _, r := range o.replicas {
-			per[r.seg] = append(per[r.seg], rng{r.off, r.off + o.alloc()})
+	for _, o := range allObjects(m) {
+		for _, r := range m.reps(o) {
+			per[m.segOf(r)] = append(per[m.segOf(r)], rng{r.off, r.off + o.alloc()})
 		}
 	}
 	for s, rs := range per {

@@ -52,3 +52,31 @@ func BenchmarkPoolSize(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGet: GetReplicaList of existing keys in random order against a
+// pool of 1M objects (the lookup's cache misses at the pool's size).
+func BenchmarkGet(b *testing.B) {
+	const n = 1_000_000
+	m, err := New(Config{Durable: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.MountSegment("c", SegmentSpec{Name: "s", Endpoint: "e:1", Base: 1 << 30, Size: 1 << 40}); err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("pool/%09d", i)
+		if _, err := m.PutStart("c", keys[i], 64, ReplicateConfig{}); err != nil {
+			b.Fatal(err)
+		}
+		m.PutEnd("c", keys[i], 1)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := m.GetReplicaList(keys[(i*7919)%n]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -49,7 +49,8 @@ func (m *Master) mountLocked(clientID string, spec SegmentSpec) error {
 	}
 	c := m.touchClient(clientID, now)
 	s := &segment{key: m.segmentKeyLocked(spec.Name), spec: spec, client: clientID, alloc: offsetalloc.New(spec.Size, m.cfg.Align),
-		tombs: map[uint64]tomb{}}
+		tombs: map[uint64]tomb{}, id: uint32(len(m.segTab))}
+	m.segTab = append(m.segTab, s)
 	m.segments[s.key] = s
 	i, _ := slices.BinarySearchFunc(m.segOrder, s, compareSegments)
 	m.segOrder = slices.Insert(m.segOrder, i, s)
@@ -148,14 +149,14 @@ func (m *Master) GracefulUnmount(clientID, name string, grace time.Duration) err
 }
 
 func (m *Master) unmountLocked(s *segment) {
-	for _, o := range s.objects { // s goes: its list is not kept up to date
-		n := len(o.replicas)
-		o.replicas = slices.DeleteFunc(o.replicas, func(r replica) bool { return r.seg == s })
-		m.replicasChangedLocked(o, len(o.replicas)-n)
-		if len(o.replicas) == 0 {
+	for _, id := range s.objects { // s goes: its list is not kept up to date
+		o := m.objects.at(id)
+		n := int(o.nrep)
+		m.objects.setReps(o, slices.DeleteFunc(m.reps(o), func(r replica) bool { return r.seg == s.id }))
+		m.replicasChangedLocked(o, int(o.nrep)-n)
+		if o.nrep == 0 {
 			m.goneLocked(o)
-			delete(m.objects, o.key)
-			m.dropPendingLocked(o.key)
+			m.forgetLocked(o, m.keyOf(o))
 		}
 	}
 	s.objects = nil
@@ -164,6 +165,7 @@ func (m *Master) unmountLocked(s *segment) {
 	}
 	m.dropSegmentDiskLocked(s)
 	delete(m.segments, s.key)
+	m.segTab[s.id] = nil
 	m.segOrder = slices.DeleteFunc(m.segOrder, func(x *segment) bool { return x == s })
 	if c := m.clients[s.client]; c != nil && c.segments[s.spec.Name] == s {
 		delete(c.segments, s.spec.Name)
@@ -177,8 +179,8 @@ func (m *Master) drainLocked(now time.Time) {
 			continue
 		}
 		busy := false
-		for _, o := range s.objects {
-			if o.leaseUntil.after(now) {
+		for _, id := range s.objects {
+			if m.objects.at(id).leaseUntil.after(now) {
 				busy = true
 				break
 			}

@@ -10,11 +10,12 @@ package master
 // shrinkMin is the peak below which maps are left alone.
 const shrinkMin = 8192
 
-// shrinkLocked rebuilds the object, pending and per-segment tombstone maps
-// that fell far below their peak, and the segments' object lists that fill
-// at most an eighth of their capacity.
+// shrinkLocked compacts the object table (objTable.compact), rebuilds the
+// pending and per-segment tombstone maps that fell far below their peak,
+// and the segments' object lists that fill at most an eighth of their
+// capacity.
 func (m *Master) shrinkLocked() {
-	m.peaks.objects = shrunk(&m.objects, m.peaks.objects)
+	m.objects.compact()
 	m.peaks.pending = shrunk(&m.pending, m.peaks.pending)
 	m.peaks.tombIdx = shrunk(&m.tombIdx, m.peaks.tombIdx)
 	for _, s := range m.segOrder {
@@ -25,7 +26,7 @@ func (m *Master) shrinkLocked() {
 
 // mapPeaks are the largest sizes of maps since they were last rebuilt.
 type mapPeaks struct {
-	objects, pending, tombIdx, tombs int
+	pending, tombIdx, tombs int
 }
 
 // shrunk rebuilds *mp when it holds at most an eighth of peak, and returns

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unique"
 )
 
 // Put slots: a put in one master round trip.
@@ -68,14 +67,12 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 		return "", nil, err
 	}
 	m.seq++
-	o := &object{key: slot, size: size, replicas: reps, owner: unique.Make(clientID), created: nanoOf(now), lastAccess: nanoOf(now), hdr: uint32(hdr), seq: m.seq}
+	o := m.objects.add(slot, object{size: size, created: nanoOf(now), lastAccess: nanoOf(now), hdr: uint32(hdr), seq: m.seq})
+	m.objects.setOwner(o, clientID)
 	o.pin(rc, m.cfg.SoftPinTTL, now)
-	m.objects[slot] = o
-	m.addPendingLocked(o)
-	for _, r := range reps {
-		r.seg.add(o)
-	}
-	return slot, o.descriptors(), nil
+	m.placeReplicasLocked(o, reps)
+	m.addPendingLocked(o, slot)
+	return slot, m.descriptors(o), nil
 }
 
 // PutCommit makes the slot the client wrote key's value into the key's
@@ -92,8 +89,12 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	s := m.pending[slot]
-	if s == nil || s.ownerID() != clientID || !strings.HasPrefix(slot, SlotPrefix) || len(s.replicas) == 0 {
+	sid, ok := m.pending[slot]
+	if !ok {
+		return nil, true, nil
+	}
+	s := m.objects.at(sid)
+	if m.ownerID(s) != clientID || !strings.HasPrefix(slot, SlotPrefix) || s.nrep == 0 {
 		return nil, true, nil
 	}
 	refuse := func(gone bool, err error) ([]HeaderRef, bool, error) {
@@ -103,10 +104,10 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	if (m.cfg.Durable && s.header() != headerLen(key)) || m.newerThanLocked(key, s.seq) {
 		return refuse(true, nil)
 	}
-	if err := m.tenantAdmitLocked(key, s.size*uint64(len(s.replicas)), m.objects[key]); err != nil {
+	if err := m.tenantAdmitLocked(key, s.size*uint64(s.nrep), m.objects.get(key)); err != nil {
 		return refuse(false, err)
 	}
-	if o := m.objects[key]; o != nil {
+	if o := m.objects.get(key); o != nil {
 		switch {
 		case !o.complete && now.Sub(o.created.time()) < m.cfg.PutTimeout:
 			return refuse(false, fmt.Errorf("%w: put in progress for %q", ErrObjectExists, key))
@@ -121,15 +122,14 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 		}
 	}
 	m.dropPendingLocked(slot)
-	delete(m.objects, slot)
-	s.key, s.complete, s.crc, s.created = key, true, crc, nanoOf(now)
+	m.objects.rekey(s, key)
+	s.complete, s.crc, s.created = true, crc, nanoOf(now)
 	s.touch(now)
 	s.pin(rc, m.cfg.SoftPinTTL, now)
-	m.objects[key] = s
 	m.stats.PutStarts++
 	m.stats.Puts++
 	m.dropDiskLocked(key, true)
-	m.storedLocked(s)
+	m.storedLocked(s, key)
 	return nil, false, nil
 }
 
@@ -138,7 +138,7 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 // or unfinished put, a removed or evicted version the master remembers, an
 // unzeroed tombstone, a preempted put's space, or a disk copy.
 func (m *Master) newerThanLocked(key string, seq uint64) bool {
-	if o := m.objects[key]; o != nil && o.seq >= seq {
+	if o := m.objects.get(key); o != nil && o.seq >= seq {
 		return true
 	}
 	if m.removed[key] >= seq || m.evicted[key] >= seq || m.tombSeqLocked(key) >= seq {

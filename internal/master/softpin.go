@@ -11,7 +11,7 @@ import "time"
 // committedSoftPinLocked is the soft-pin deadline of key's complete value
 // (zero when there is none).
 func (m *Master) committedSoftPinLocked(key string) time.Time {
-	if o := m.objects[key]; o != nil && o.complete {
+	if o := m.objects.get(key); o != nil && o.complete {
 		return o.softPinUntil.time()
 	}
 	return time.Time{}
@@ -24,7 +24,7 @@ func (m *Master) keepSoftPinLocked(key string, rc ReplicateConfig, prev, now tim
 	if !rc.KeepSoftPin || rc.SoftPin || !prev.After(now) {
 		return
 	}
-	if o := m.objects[key]; o != nil && !o.complete {
+	if o := m.objects.get(key); o != nil && !o.complete {
 		o.softPinUntil = nanoOf(prev)
 	}
 }

@@ -12,7 +12,7 @@ func (m *Master) statsLocked() Stats {
 	st.ViewVersion = m.viewVersion
 	st.PutSlots = m.counts.putSlots
 	st.IncompleteObjects = len(m.pending) - st.PutSlots
-	st.Objects = len(m.objects) - len(m.pending)
+	st.Objects = m.objects.len() - len(m.pending)
 	st.Capacity, st.Used = m.usageLocked()
 	st.Segments = len(m.segOrder)
 	st.Clients = len(m.clients)

@@ -32,7 +32,7 @@ func (m *Master) Summary() Summary {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	sum := Summary{Stats: m.statsLocked(), Keys: m.index.Len(), Replicas: m.counts.replicas, ReplicaBytes: m.counts.replicaBytes,
+	sum := Summary{Stats: m.statsLocked(), Keys: m.index.len(), Replicas: m.counts.replicas, ReplicaBytes: m.counts.replicaBytes,
 		Leased: m.counts.leases.live(now), HardPinned: m.counts.hardPinned, SoftPinned: m.counts.softPins.live(now)}
 	sum.Segments = make([]SegmentSummary, len(m.segOrder))
 	for i, s := range m.segOrder {

@@ -93,10 +93,10 @@ type TaskAssignment struct {
 type task struct {
 	Task
 	tries   int
-	seq     uint64    // object version being copied
-	targets []replica // allocated target space (PROCESSING)
-	asize   uint64    // bytes of each target allocation
-	hdr     uint64    // header length in front of the value
+	seq     uint64  // object version being copied
+	targets []place // allocated target space (PROCESSING)
+	asize   uint64  // bytes of each target allocation
+	hdr     uint64  // header length in front of the value
 }
 
 type taskTable struct {
@@ -149,7 +149,7 @@ func (m *Master) CreateCopyTask(key string, targets []string) (TaskID, error) {
 			return TaskID{}, err
 		}
 	}
-	src := o.replicas[m.rng.IntN(len(o.replicas))].seg
+	src := m.segOf(m.reps(o)[m.rng.IntN(int(o.nrep))])
 	return m.submitLocked(TaskCopy, key, src, slices.Clone(targets))
 }
 
@@ -170,21 +170,21 @@ func (m *Master) CreateMoveTask(key, source, target string) (TaskID, error) {
 	if err := m.taskTargetLocked(key, target); err != nil {
 		return TaskID{}, err
 	}
-	i := slices.IndexFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == source })
+	i := slices.IndexFunc(m.reps(o), func(r replica) bool { return m.segOf(r).spec.Name == source })
 	if i < 0 {
 		return TaskID{}, fmt.Errorf("%w: move of %q: no replica on segment %q", ErrInvalidParams, key, source)
 	}
-	return m.submitLocked(TaskMove, key, o.replicas[i].seg, []string{target})
+	return m.submitLocked(TaskMove, key, m.segOf(m.reps(o)[i]), []string{target})
 }
 
 // taskObjectLocked is the complete object a task copies, with at least one
 // memory replica.
 func (m *Master) taskObjectLocked(key string) (*object, error) {
-	o := m.objects[key]
+	o := m.objects.get(key)
 	if o == nil || !o.complete {
 		return nil, fmt.Errorf("%w: %q", ErrObjectNotFound, key)
 	}
-	if len(o.replicas) == 0 {
+	if o.nrep == 0 {
 		return nil, fmt.Errorf("%q has no memory replica to copy from", key) // Mooncake: INTERNAL_ERROR
 	}
 	return o, nil
@@ -288,12 +288,12 @@ func (m *Master) startTaskLocked(t *task, now time.Time) (TaskAssignment, error)
 	if err != nil {
 		return TaskAssignment{}, err
 	}
-	i := slices.IndexFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == t.Source })
-	if i < 0 || o.replicas[i].seg.client != t.Client {
+	i := slices.IndexFunc(m.reps(o), func(r replica) bool { return m.segOf(r).spec.Name == t.Source })
+	if i < 0 || m.segOf(m.reps(o)[i]).client != t.Client {
 		return TaskAssignment{}, fmt.Errorf("%w: %q has no replica on segment %q any more", ErrObjectNotFound, t.Key, t.Source)
 	}
-	from := o.replicas[i]
-	var targets []replica
+	from := place{seg: m.segOf(m.reps(o)[i]), off: m.reps(o)[i].off}
+	var targets []place
 	undo := func() {
 		for _, r := range targets {
 			r.seg.alloc.Free(r.off, o.alloc())
@@ -304,8 +304,8 @@ func (m *Master) startTaskLocked(t *task, now time.Time) (TaskAssignment, error)
 			undo()
 			return TaskAssignment{}, err
 		}
-		if slices.ContainsFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == name }) ||
-			slices.ContainsFunc(targets, func(r replica) bool { return r.seg.spec.Name == name }) {
+		if slices.ContainsFunc(m.reps(o), func(r replica) bool { return m.segOf(r).spec.Name == name }) ||
+			slices.ContainsFunc(targets, func(r place) bool { return r.seg.spec.Name == name }) {
 			continue // already there
 		}
 		placed := false
@@ -314,7 +314,7 @@ func (m *Master) startTaskLocked(t *task, now time.Time) (TaskAssignment, error)
 				continue
 			}
 			if off, ok := s.alloc.Alloc(o.alloc()); ok {
-				targets = append(targets, replica{seg: s, off: off})
+				targets = append(targets, place{seg: s, off: off})
 				placed = true
 				break
 			}
@@ -366,7 +366,7 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 		m.finishLocked(t, TaskFailed, failure, now)
 		return nil
 	}
-	o := m.objects[t.Key]
+	o := m.objects.get(t.Key)
 	if o == nil || !o.complete || o.seq != t.seq {
 		m.releaseTargetsLocked(t, now, false)
 		m.finishLocked(t, TaskFailed, fmt.Sprintf("%q was removed or replaced during the %s", t.Key, t.verb()), now)
@@ -374,31 +374,32 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 	}
 	added := 0
 	for _, r := range t.targets {
-		if m.segments[r.seg.key] != r.seg || slices.ContainsFunc(o.replicas, func(x replica) bool { return x.seg == r.seg }) {
-			m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header()) // unmounted meanwhile, or replicated otherwise
+		if m.segments[r.seg.key] != r.seg || slices.ContainsFunc(m.reps(o), func(x replica) bool { return x.seg == r.seg.id }) ||
+			o.nrep == maxObjectReplicas {
+			m.freeRangeLocked(r.seg, r.off, o.alloc(), t.Key, o.seq, o.header()) // unmounted meanwhile, replicated otherwise, or full
 			continue
 		}
-		o.replicas = append(o.replicas, r)
-		r.seg.add(o)
+		m.objects.setReps(o, append(m.reps(o), replica{seg: r.seg.id, off: r.off}))
+		m.segAdd(r.seg, o)
 		m.replicasChangedLocked(o, 1)
 		added++
 	}
 	t.targets = nil
 	if t.Type == TaskMove {
 		target := t.Targets[0]
-		if !slices.ContainsFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == target }) {
+		if !slices.ContainsFunc(m.reps(o), func(r replica) bool { return m.segOf(r).spec.Name == target }) {
 			m.finishLocked(t, TaskFailed, fmt.Sprintf("target segment %q went away during the move", target), now)
 			return nil
 		}
-		for _, r := range o.replicas {
-			if r.seg.spec.Name == t.Source {
-				m.freeRangeLocked(r.seg, r.off, o.alloc(), o.key, o.seq, o.header())
-				r.seg.drop(o)
+		for _, r := range m.reps(o) {
+			if m.segOf(r).spec.Name == t.Source {
+				m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), t.Key, o.seq, o.header())
+				m.segDrop(m.segOf(r), o)
 			}
 		}
-		n := len(o.replicas)
-		o.replicas = slices.DeleteFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == t.Source })
-		m.replicasChangedLocked(o, len(o.replicas)-n)
+		n := int(o.nrep)
+		m.objects.setReps(o, slices.DeleteFunc(m.reps(o), func(r replica) bool { return m.segOf(r).spec.Name == t.Source }))
+		m.replicasChangedLocked(o, int(o.nrep)-n)
 	}
 	m.finishLocked(t, TaskSuccess, fmt.Sprintf("%s of %q done: %d replica(s) added", t.verb(), t.Key, added), now)
 	return nil

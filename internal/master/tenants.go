@@ -38,7 +38,9 @@ type TenantUsage struct {
 	Tenant  string
 	Bytes   uint64 // memory bytes charged (replicas of complete objects and unfinished puts)
 	Objects int    // objects charged
-	Over    bool   // above its share at the last eviction (see evictionOrderLocked)
+	// Puts refused at admission since the accounting started: over the
+	// bytes quota, over the objects quota, tenant not registered.
+	RejectedBytes, RejectedObjects, RejectedUnregistered uint64
 }
 
 type tenantAcct struct {
@@ -49,7 +51,22 @@ type tenantAcct struct {
 type tenantBook struct {
 	q       TenantQuotas
 	acct    map[string]*tenantAcct
-	pending map[string]uint64 // charge of each unfinished put, by key
+	pending map[string]uint64     // charge of each unfinished put, by key
+	rejects map[string]*[3]uint64 // refused puts by tenant: bytes, objects, unregistered
+}
+
+// reject counts a refused put of tenant t for reason (0 bytes, 1 objects,
+// 2 unregistered).
+func (b *tenantBook) reject(t string, reason int) {
+	r := b.rejects[t]
+	if r == nil {
+		if len(b.rejects) >= 4*tenant.MaxTenants { // names of tenants long gone: start over
+			clear(b.rejects)
+		}
+		r = new([3]uint64)
+		b.rejects[t] = r
+	}
+	r[reason]++
 }
 
 // SetTenantQuotas turns per-tenant accounting and strict admission on
@@ -62,17 +79,19 @@ func (m *Master) SetTenantQuotas(q TenantQuotas) {
 		m.tenants = nil
 		return
 	}
-	m.tenants = &tenantBook{q: q, acct: map[string]*tenantAcct{}, pending: map[string]uint64{}}
-	for _, o := range m.objects {
+	m.tenants = &tenantBook{q: q, acct: map[string]*tenantAcct{}, pending: map[string]uint64{}, rejects: map[string]*[3]uint64{}}
+	m.objects.each(func(o *object) bool {
 		if o.complete {
 			m.tenantCountLocked(o, 1)
-		} else if _, ok := m.pending[o.key]; ok {
-			m.tenantPendingLocked(o)
+		} else if key := m.keyOf(o); m.pending[key] == o.id {
+			m.tenantPendingLocked(o, key)
 		}
-	}
+		return true
+	})
 }
 
-// TenantUsages lists the accounts of the tenants that hold anything.
+// TenantUsages lists the accounts of the tenants that hold anything or
+// had puts refused.
 func (m *Master) TenantUsages() []TenantUsage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -82,6 +101,13 @@ func (m *Master) TenantUsages() []TenantUsage {
 	out := make([]TenantUsage, 0, len(m.tenants.acct))
 	for name, a := range m.tenants.acct {
 		out = append(out, TenantUsage{Tenant: name, Bytes: a.bytes, Objects: a.objects})
+	}
+	for name, r := range m.tenants.rejects {
+		i := slices.IndexFunc(out, func(u TenantUsage) bool { return u.Tenant == name })
+		if i < 0 {
+			out, i = append(out, TenantUsage{Tenant: name}), len(out)
+		}
+		out[i].RejectedBytes, out[i].RejectedObjects, out[i].RejectedUnregistered = r[0], r[1], r[2]
 	}
 	slices.SortFunc(out, func(a, b TenantUsage) int {
 		if a.Tenant < b.Tenant {
@@ -116,8 +142,8 @@ func (m *Master) tenantCountLocked(o *object, sign int) {
 	if m.tenants == nil {
 		return
 	}
-	if t, _ := tenant.Split(o.key); t != "" {
-		m.tenants.charge(t, int64(sign)*int64(o.size)*int64(len(o.replicas)), sign)
+	if t, _ := tenant.Split(m.keyOf(o)); t != "" {
+		m.tenants.charge(t, int64(sign)*int64(o.size)*int64(o.nrep), sign)
 	}
 }
 
@@ -126,26 +152,26 @@ func (m *Master) tenantReplicasLocked(o *object, delta int) {
 	if m.tenants == nil {
 		return
 	}
-	if t, _ := tenant.Split(o.key); t != "" {
+	if t, _ := tenant.Split(m.keyOf(o)); t != "" {
 		m.tenants.charge(t, int64(delta)*int64(o.size), 0)
 	}
 }
 
 // tenantPendingLocked is addPendingLocked's part: an unfinished put is
 // charged what it holds until it ends (dropPendingLocked).
-func (m *Master) tenantPendingLocked(o *object) {
+func (m *Master) tenantPendingLocked(o *object, key string) {
 	if m.tenants == nil {
 		return
 	}
-	t, _ := tenant.Split(o.key)
+	t, _ := tenant.Split(key)
 	if t == "" {
 		return
 	}
-	if old, ok := m.tenants.pending[o.key]; ok {
+	if old, ok := m.tenants.pending[key]; ok {
 		m.tenants.charge(t, -int64(old), -1)
 	}
-	c := o.size * uint64(len(o.replicas))
-	m.tenants.pending[o.key] = c
+	c := o.size * uint64(o.nrep)
+	m.tenants.pending[key] = c
 	m.tenants.charge(t, int64(c), 1)
 }
 
@@ -177,6 +203,7 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 	}
 	qb, qo, ok := m.tenants.q.Limits(t)
 	if !ok {
+		m.tenants.reject(t, 2)
 		return fmt.Errorf("%w: %q", ErrTenantNotRegistered, t)
 	}
 	var used uint64
@@ -185,13 +212,15 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 		used, objects = a.bytes, a.objects+1
 	}
 	if credit != nil && credit.complete {
-		used -= min(used, credit.size*uint64(len(credit.replicas)))
+		used -= min(used, credit.size*uint64(credit.nrep))
 		objects--
 	}
 	if qb > 0 && used+n > qb {
+		m.tenants.reject(t, 0)
 		return fmt.Errorf("%w: tenant %q holds %d of %d bytes, the put needs %d", ErrTenantQuotaExceeded, t, used, qb, n)
 	}
 	if qo > 0 && uint64(objects) > qo {
+		m.tenants.reject(t, 1)
 		return fmt.Errorf("%w: tenant %q holds %d of %d objects", ErrTenantQuotaExceeded, t, objects-1, qo)
 	}
 	return nil
@@ -233,7 +262,7 @@ func (m *Master) tenantOverShareFirstLocked(order []*object, now time.Time) []*o
 	first := make([]*object, 0, len(order))
 	var rest []*object
 	for _, o := range order {
-		if t, _ := tenant.Split(o.key); t != "" && over[t] {
+		if t, _ := tenant.Split(m.keyOf(o)); t != "" && over[t] {
 			first = append(first, o)
 		} else {
 			rest = append(rest, o)

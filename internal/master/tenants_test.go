@@ -59,14 +59,17 @@ func TestTenantQuotaAdmission(t *testing.T) {
 	for _, u := range m.TenantUsages() {
 		got[u.Tenant] = u
 	}
-	if got["a"].Bytes != 8<<10 || got["a"].Objects != 2 || got["b"].Objects != 3 || got["b"].Bytes != 3*64<<10 || len(got) != 2 {
+	if got["a"].Bytes != 8<<10 || got["a"].Objects != 2 || got["b"].Objects != 3 || got["b"].Bytes != 3*64<<10 || len(got) != 3 {
 		t.Fatalf("usage %+v", got)
+	}
+	if got["a"].RejectedBytes != 2 || got["b"].RejectedObjects != 1 || got["gone"].RejectedUnregistered != 1 || got["gone"].Objects != 0 {
+		t.Fatalf("refusals %+v", got)
 	}
 	// Accounting rebuilt from the objects present gives the same figures.
 	m.SetTenantQuotas(quotaMap{"a": {10 << 10, 0}, "b": {0, 3}})
 	for _, u := range m.TenantUsages() {
-		if u != got[u.Tenant] {
-			t.Fatalf("rebuilt %+v, kept %+v", u, got[u.Tenant])
+		if k := got[u.Tenant]; u.Bytes != k.Bytes || u.Objects != k.Objects {
+			t.Fatalf("rebuilt %+v, kept %+v", u, k)
 		}
 	}
 }

@@ -174,7 +174,7 @@ const maxTombTries = 4096
 // size: each freed object is 64 bytes short of its successor's size). The
 // new object starts at the tombstone's offset, so its own header overwrites
 // the dead one (and the tombstone is no longer needed).
-func (m *Master) reuseTombLocked(clientID string, size uint64) []replica {
+func (m *Master) reuseTombLocked(clientID string, size uint64) []place {
 	for _, s := range m.orderLocked(clientID) {
 		if s.draining {
 			continue
@@ -192,7 +192,7 @@ func (m *Master) reuseTombLocked(clientID string, size uint64) []replica {
 				panic(fmt.Sprintf("master: tombstone at %d of %s could not be reused", off, s.spec.Name))
 			}
 			m.dropTombLocked(s, off)
-			return []replica{{seg: s, off: off}}
+			return []place{{seg: s, off: off}}
 		}
 	}
 	return nil

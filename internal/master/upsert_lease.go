@@ -13,10 +13,10 @@ func (m *Master) retireLeasedLocked(o *object, now time.Time) {
 	if release.Before(now) {
 		release = now
 	}
-	for _, r := range o.replicas {
-		r.seg.drop(o)
-		m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: o.alloc(), releaseAt: release, key: o.key, seq: o.seq, hdr: o.header()})
+	key := m.keyOf(o)
+	for _, r := range m.reps(o) {
+		m.segDrop(m.segOf(r), o)
+		m.zombies = append(m.zombies, zombie{seg: m.segOf(r), off: r.off, size: o.alloc(), releaseAt: release, key: key, seq: o.seq, hdr: o.header()})
 	}
-	delete(m.objects, o.key)
-	m.dropPendingLocked(o.key)
+	m.forgetLocked(o, key)
 }

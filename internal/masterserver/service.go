@@ -161,15 +161,16 @@ func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (
 // (see RemountSegmentsRequest). The first call (RestoreId 0) opens it with
 // the segments (sized by Total) and answers the window of chunks the
 // client may send ahead; every call decides its chunk of objects in chunk
-// order (a chunk ahead waits for its turn, at most a client TTL), and the
-// call without More closes it.
+// order (a chunk ahead waits for its turn, within its call's deadline and
+// at most a client TTL per chunk of the window), and the call without More
+// closes it.
 func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
 	caller := callerOf(ctx)
 	for _, sg := range r.Segments {
 		s.segTenant.Store(sg.GetName(), caller.Name)
 	}
 	r.Objects = ownHeld(caller, r.Objects)
-	ctx, cancel := context.WithTimeout(ctx, s.m.Config().ClientTTL)
+	ctx, cancel := context.WithTimeout(ctx, s.m.Config().ClientTTL*master.RestoreWindow) // a chunk waits for those before it
 	defer cancel()
 	id := r.RestoreId
 	if id == 0 {

@@ -342,6 +342,18 @@ func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.H
 				fmt.Fprintf(w, "%s{tenant_id=%q} %g\n", g.name, t.TenantID, g.v(t))
 			}
 		}
+		const rej = "mooncake_tenant_quota_reject_total"
+		fmt.Fprintf(w, "# HELP %s Puts refused at admission, by reason.\n# TYPE %s counter\n", rej, rej)
+		for _, u := range m.TenantUsages() {
+			for _, r := range []struct {
+				reason string
+				n      uint64
+			}{{"bytes", u.RejectedBytes}, {"objects", u.RejectedObjects}, {"not_registered", u.RejectedUnregistered}} {
+				if r.n > 0 {
+					fmt.Fprintf(w, "%s{tenant_id=%q,reason=%q} %d\n", rej, u.Tenant, r.reason, r.n)
+				}
+			}
+		}
 	})
 	return mux
 }

@@ -334,3 +334,19 @@ func FuzzIndexerAnswer(f *testing.F) {
 		}
 	})
 }
+
+func TestPrefillSpecID(t *testing.T) {
+	sp, err := ParsePrefillSpec("http://10.0.0.1:8100,id=vllm-prefill-node1,bootstrap=10.0.0.1:9000")
+	if err != nil || sp.ID != "vllm-prefill-node1" || sp.Bootstrap != "10.0.0.1:9000" {
+		t.Fatalf("%+v %v", sp, err)
+	}
+	if _, err := ParsePrefillSpec("http://10.0.0.1:8100,id="); err == nil {
+		t.Fatal("an empty id accepted")
+	}
+	if err := (Config{Prefill: []string{"http://a:1"}, Decode: []string{"http://b:2"}, Indexer: IndexerConfig{URL: "tcp://x"}}).Validate(); err == nil {
+		t.Fatal("a non-HTTP indexer URL accepted")
+	}
+	if err := (Config{Prefill: []string{"http://a:1"}, Decode: []string{"http://b:2"}, Tiers: TierWeights{Host: 2}}).Validate(); err == nil {
+		t.Fatal("a tier weight above 1 accepted")
+	}
+}

@@ -128,7 +128,9 @@
 // kvevents.Index, as a proxy following real instances would. It reaches
 // the same choices and hit rate as the bookkeeping (tested; `mooncake
 // bench trace` prints both: 0.3365 for the conductor on the conversation
-// trace either way).
+// trace either way). RouteConfig.Feed replaces that view with any
+// PrefixFeed: internal/bench/conductortrace's runs a real `mooncake
+// conductor` over ZMQ and HTTP, with the same hit rate again.
 //
 // With Reject set, a request whose TTFT_est on the chosen instance exceeds
 // SLOSeconds is refused early (the paper's HTTP 429) and changes no state.

@@ -5,10 +5,14 @@
 (``--port=50051``, ``--port 50051``, ``--enable_http_metadata_server``,
 ``--noenable_http_metadata_server``) and run ``mooncake master``, ``mooncake
 client``, ``mooncake metadata-server`` and ``mooncake bench transfer`` with the
-equivalent flags. Flags with no counterpart are reported on stderr and
-ignored. The wrappers in ``python/bin/`` call these; put that directory on
-``PATH``. The binary is ``$MOONCAKE_BIN``, else ``mooncake`` on ``PATH``, else
-the repository's ``bin/mooncake``.
+equivalent flags. ``mooncake_master`` hands Mooncake's master flags to
+``mooncake master`` as they are (it takes them all, the embedded HTTP
+metadata server included, and warns about the ones without effect here). Flags
+with no counterpart are reported on stderr and ignored. The wheel installs
+these as console scripts (and ``mooncake``, the binary itself); in a checkout
+the wrappers in ``python/bin/`` call them. The binary is ``$MOONCAKE_BIN``,
+else the one bundled in the wheel (``mooncake/_bin/mooncake``), else
+``mooncake`` on ``PATH``, else the repository's ``bin/mooncake``.
 """
 
 import os
@@ -17,7 +21,7 @@ import signal
 import subprocess
 import sys
 
-__all__ = ["parse_gflags", "master_argv", "client_argv", "metadata_server_argv", "bench_argv", "master_main",
+__all__ = ["parse_gflags", "master_argv", "master_passthrough_argv", "mooncake_main", "client_argv", "metadata_server_argv", "bench_argv", "master_main",
            "client_main", "main", "http_metadata_server_main", "transfer_engine_bench_main", "mooncake_binary"]
 
 
@@ -26,6 +30,9 @@ def mooncake_binary():
     env = os.environ.get("MOONCAKE_BIN")
     if env:
         return env
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "mooncake")
+    if os.access(bundled, os.X_OK):
+        return bundled
     found = shutil.which("mooncake")
     if found:
         return found
@@ -225,12 +232,39 @@ def _main(build, args):
     return _run(argvs)
 
 
+def master_passthrough_argv(args):
+    """``mooncake master`` argv for mooncake_master's arguments: gflags'
+    spellings the Go flag parser lacks (``-flag=value`` with one dash,
+    ``--noflag``) are rewritten, everything else is passed as it is."""
+    out = []
+    for a in args:
+        if a.startswith("-") and not a.startswith("--") and len(a) > 2:
+            a = "-" + a  # gflags takes -flag=value too
+        name = a[2:].split("=", 1)[0] if a.startswith("--") else ""
+        if name.startswith("no") and "=" not in a and name[2:] in _MASTER_BOOLS:
+            a = "--%s=false" % name[2:]
+        out.append(a)
+    return ["master"] + out
+
+
+# Mooncake's boolean master flags (for --noflag).
+_MASTER_BOOLS = frozenset((
+    "enable_http_metadata_server", "enable_ha", "enable_metric_reporting", "enable_offload", "offload_on_evict",
+    "promotion_on_hit", "enable_kv_events", "allow_evict_soft_pinned_objects", "rpc_enable_tcp_no_delay",
+    "offload_force_evict", "enable_disk_eviction", "enable_oplog", "enable_snapshot", "enable_snapshot_restore",
+    "enable_multi_tenants", "enable_metadata_cleanup_on_timeout", "enable_cxl", "kv_events_emit_legacy_compat",
+    "kv_events_emit_object_key"))
+
+
 def master_main(args=None):
-    """mooncake_master: the store master (and, with --enable_http_metadata_server, a metadata server)."""
-    def build(flags):
-        m, meta = master_argv(flags)
-        return [m] + ([meta] if meta else [])
-    return _main(build, args)
+    """mooncake_master: ``mooncake master`` with Mooncake's master flags (the HTTP metadata
+    server of --enable_http_metadata_server runs in the master's process)."""
+    return _run([master_passthrough_argv(sys.argv[1:] if args is None else list(args))])
+
+
+def mooncake_main(args=None):
+    """mooncake: this project's binary (bundled in the wheel), with the arguments as given."""
+    return _run([sys.argv[1:] if args is None else list(args)])
 
 
 # Mooncake's mooncake.cli.main runs mooncake_master.

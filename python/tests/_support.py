@@ -8,8 +8,14 @@ import subprocess
 import sys
 import time
 
+import mooncake
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+# Where the mooncake package under test lives: the installed wheel's
+# site-packages (make test) or the checkout's python/ (PYTHONPATH=python).
+# Child interpreters get it as PYTHONPATH so they test the same package.
+PACKAGE_PATH = os.path.dirname(os.path.dirname(os.path.abspath(mooncake.__file__)))
 
 
 def mooncake_bin():
@@ -89,7 +95,7 @@ class Child(object):
 
 def python_child(script, *args, env=None):
     """Starts a Python helper script of this directory with the same interpreter."""
-    e = {"PYTHONPATH": os.path.join(ROOT, "python"), "PYTHONUNBUFFERED": "1"}
+    e = {"PYTHONPATH": PACKAGE_PATH, "PYTHONUNBUFFERED": "1"}
     e.update(env or {})
     return Child([sys.executable, os.path.join(HERE, script)] + [str(a) for a in args], env=e)
 

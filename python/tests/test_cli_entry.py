@@ -3,6 +3,7 @@
 import logging
 import os
 import signal
+import subprocess
 import sys
 import unittest
 import urllib.error
@@ -17,7 +18,12 @@ BIN = os.path.join(ROOT, "python", "bin")
 
 
 def command(name, *args):
+    """Runs Mooncake's command name: the console script installed next to
+    this interpreter (the wheel), else the checkout's python/bin wrapper."""
     env = {"MOONCAKE_BIN": mooncake_bin()}
+    script = os.path.join(os.path.dirname(sys.executable), name)
+    if os.path.isfile(script):
+        return Child([script] + list(args), env=env)
     return Child([sys.executable, os.path.join(BIN, name)] + list(args), env=env)
 
 
@@ -50,6 +56,46 @@ class GflagsTest(unittest.TestCase):
                          ["metadata-server", "--port", "8090", "--host", "0.0.0.0"])
 
 
+    def test_master_passthrough(self):
+        self.assertEqual(cli.master_passthrough_argv(["-port=1", "--noenable_ha", "--cluster_id", "c", "--v=1",
+                                                      "--enable_http_metadata_server=true"]),
+                         ["master", "--port=1", "--enable_ha=false", "--cluster_id", "c", "--v=1",
+                          "--enable_http_metadata_server=true"])
+
+
+class WheelTest(unittest.TestCase):
+    """The installed distribution (make test installs the wheel into a venv)."""
+
+    def setUp(self):
+        import importlib.metadata as md
+        try:
+            self.dist = md.distribution("mooncake-go")
+        except md.PackageNotFoundError:
+            self.skipTest("mooncake-go is not installed (tests run from the checkout)")
+
+    def test_metadata_and_commands(self):
+        meta = self.dist.metadata
+        self.assertIn("reimplemented in Go", meta["Summary"])
+        self.assertEqual(meta["License"], "Apache-2.0")
+        scripts = {e.name: e.value for e in self.dist.entry_points if e.group == "console_scripts"}
+        self.assertEqual(scripts, {
+            "mooncake": "mooncake.cli:mooncake_main", "mooncake_master": "mooncake.cli:master_main",
+            "mooncake_client": "mooncake.cli:client_main",
+            "mooncake_http_metadata_server": "mooncake.cli:http_metadata_server_main",
+            "transfer_engine_bench": "mooncake.cli:transfer_engine_bench_main"})
+        files = {str(f) for f in self.dist.files}
+        self.assertIn("mooncake/_lib/libmooncake.so", files)
+        self.assertIn("mooncake/_bin/mooncake", files)
+        import mooncake
+        self.assertTrue(os.path.realpath(mooncake.__file__).startswith(os.path.realpath(str(self.dist.locate_file("")))))
+        env = dict(os.environ)
+        env.pop("MOONCAKE_BIN", None)  # the binary bundled in the wheel
+        out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mooncake"), "--version"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.startswith("mooncake "), out.stdout)
+
+
 class CommandsTest(unittest.TestCase):
     def test_master_client_and_metadata_server(self):
         meta_port = free_port()
@@ -72,6 +118,8 @@ class CommandsTest(unittest.TestCase):
                 finally:
                     s.close()
                     logging.getLogger("mooncake").setLevel(logging.NOTSET)
+                with urllib.request.urlopen("http://127.0.0.1:%d/health" % meta_port, timeout=10) as r:
+                    self.assertEqual(r.read(), b"OK")
                 with self.assertRaises(urllib.error.HTTPError) as cm:
                     urllib.request.urlopen("http://127.0.0.1:%d/metadata?key=none" % meta_port, timeout=10)
                 self.assertEqual(cm.exception.code, 404)

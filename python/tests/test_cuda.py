@@ -13,7 +13,7 @@ import sys
 import tempfile
 import unittest
 
-from _support import HERE, ROOT, start_master
+from _support import HERE, PACKAGE_PATH, ROOT, start_master
 
 REAL = os.environ.get("MOONCAKE_GPU_TESTS") == "real"
 
@@ -30,7 +30,7 @@ class CudaTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp()
-        cls.env = {"PYTHONPATH": os.path.join(ROOT, "python"), "PYTHONUNBUFFERED": "1"}
+        cls.env = {"PYTHONPATH": PACKAGE_PATH, "PYTHONUNBUFFERED": "1"}
         if REAL:
             cls.env["MOONCAKE_CUDA_LIB"] = ""
             cls.env["CUDA_SECOND_DEVICE"] = "0"

@@ -7,7 +7,7 @@ import sys
 import textwrap
 import unittest
 
-from _support import ROOT
+from _support import PACKAGE_PATH
 
 CHILD = textwrap.dedent(r'''
     import ctypes, logging
@@ -48,7 +48,7 @@ CHILD = textwrap.dedent(r'''
 
 class ErrorsTest(unittest.TestCase):
     def test_failures_are_codes_with_reasons_logged(self):
-        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), MC_LOG_LEVEL="warn")
+        env = dict(os.environ, PYTHONPATH=PACKAGE_PATH, MC_LOG_LEVEL="warn")
         p = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 0, "child failed:\n" + p.stderr[-4000:])
         self.assertEqual(p.stdout.strip(), "alive")
@@ -102,7 +102,7 @@ class TimeoutTest(unittest.TestCase):
         try:
             info = json.loads(peer.readline(60))
             child = Child([sys.executable, "-c", TIMEOUT_CHILD, json.dumps(info)],
-                          env={"PYTHONPATH": os.path.join(ROOT, "python"), "MC_TRANSFER_TIMEOUT": "5"})
+                          env={"PYTHONPATH": PACKAGE_PATH, "MC_TRANSFER_TIMEOUT": "5"})
             self.assertEqual(child.readline(60), "ready")
             os.kill(peer.p.pid, signal.SIGSTOP)
             try:

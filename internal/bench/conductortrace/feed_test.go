@@ -33,12 +33,12 @@ func TestConductorFeedMatchesEmbeddedIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr, err := tracesim.ReadAll(f, 300)
+	tr, err := tracesim.ReadAll(f, 150)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := tracesim.DefaultRouteConfig()
-	cfg.CapacityBlocks = 200
+	cfg.CapacityBlocks = 100
 	for _, rt := range []tracesim.Router{tracesim.CacheAware, tracesim.Conductor} {
 		emb := cfg
 		emb.EventsFed = true

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,14 +29,21 @@ type benchPool struct {
 
 func startBenchPool(ctx context.Context, durable bool, segSize uint64, clients, maxSize int, transport string, sec poolSecurity) (*benchPool, error) {
 	p := &benchPool{cfg: masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Core: master.Config{Durable: durable},
-		Tenants: sec.tenants, Secret: sec.secret, TLS: sec.srvTLS, NoLocalSocket: sec.noLocal}}
+		Tenants: sec.tenants, Secret: sec.secret, TLS: sec.srvTLS, NoLocalSocket: sec.noLocal, Grants: sec.grants}}
+	if sec.transport != "" {
+		transport = sec.transport
+	}
+	var verifier *grant.Verifier
+	if sec.grants != nil {
+		verifier = grant.NewVerifier(sec.grants, nil)
+	}
 	var err error
 	if p.srv, err = masterserver.Start(p.cfg); err != nil {
 		return nil, err
 	}
 	for range 2 {
 		n, err := storenode.Start(ctx, storenode.Config{Master: p.srv.Addr(), Secret: sec.secret, TLS: sec.cliTLS, SegmentSize: segSize, PingInterval: 50 * time.Millisecond,
-			Engine: transfer.Config{Transport: transport}, UnmountGrace: 100 * time.Millisecond})
+			Engine: transfer.Config{Transport: transport, Grants: verifier}, UnmountGrace: 100 * time.Millisecond})
 		if err != nil {
 			p.close()
 			return nil, err

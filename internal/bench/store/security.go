@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/tenant"
 	"github.com/kvcache-go/mooncake/internal/tlsconf"
 )
@@ -23,7 +24,9 @@ type poolSecurity struct {
 	tenants        *tenant.Source
 	secret, token  string // the storage nodes' cluster secret, the clients' tenant token
 	srvTLS, cliTLS *tls.Config
-	noLocal        bool // no same-host fastrpc socket (TCP, as TLS)
+	noLocal        bool           // no same-host fastrpc socket (TCP, as TLS)
+	grants         *grant.Keyring // data-path grants: the master signs, the nodes check
+	transport      string         // overrides the pool's transfer transport ("" = the run's)
 }
 
 // SecurityConfig configures RunSecurity.
@@ -37,7 +40,7 @@ type SecurityConfig struct {
 // SecurityRow is one configuration measured without and with a security
 // feature (median rounds).
 type SecurityRow struct {
-	Feature       string // "tenants", "tls" (against plaintext TCP) or "tls-vs-local" (against the same-host socket)
+	Feature       string // "tenants", "grants", "tls" (against plaintext TCP) or "tls-vs-local" (against the same-host socket)
 	Op            string // put, get
 	Size, Clients int
 	Off, On       Row
@@ -56,9 +59,11 @@ type SecurityResult struct{ Rows []SecurityRow }
 
 // RunSecurity measures what the control plane's security costs: store put
 // and get with tenants on (a tenant policy, clients with a token, keys in
-// the tenant's namespace, quota accounting) vs off, and 4 KiB puts with
+// the tenant's namespace, quota accounting) vs off, with data-path grants
+// vs without (both pools' transfers on TCP: a node with grants offers no
+// shared memory), and 4 KiB puts with
 // the master's port on TLS vs plaintext TCP ("tls") and vs plaintext with
-// the same-host socket a TLS master gives up ("tls-vs-local"). Four pools
+// the same-host socket a TLS master gives up ("tls-vs-local"). Six pools
 // run in this process (durable metadata on, the master's default); rounds
 // alternate which goes first and the median is reported.
 func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error) {
@@ -72,8 +77,16 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 	if err != nil {
 		return nil, err
 	}
+	gkeys, err := grant.ParseKeys([]byte("1:" + grant.NewKeyHex()))
+	if err != nil {
+		return nil, err
+	}
 	secs := map[string]poolSecurity{
-		"off":     {},
+		"off": {},
+		// Grants take shared memory away (a node with grants offers none),
+		// so they are compared with a pool on TCP too.
+		"grants":  {grants: gkeys, transport: "tcp"},
+		"off-tcp": {transport: "tcp"},
 		"tenants": {tenants: tenant.Static(set), secret: "bench-cluster-secret", token: "bench-token-0001"},
 		"tls":     {srvTLS: srvTLS, cliTLS: cliTLS},
 		"tcp":     {noLocal: true},
@@ -111,6 +124,8 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 		for _, n := range c.Clients {
 			compare("tenants", "off", "tenants", "put", size, n)
 			compare("tenants", "off", "tenants", "get", size, n)
+			compare("grants", "off-tcp", "grants", "put", size, n)
+			compare("grants", "off-tcp", "grants", "get", size, n)
 		}
 	}
 	for _, n := range c.Clients {

@@ -71,6 +71,7 @@ type Service struct {
 	reg *prometheus.Registry
 	m   metrics
 
+	regMu  sync.Mutex // serializes Register and Unregister
 	mu     sync.Mutex
 	runCtx context.Context // set by Run; nil before
 	subs   map[conductor.StreamKey]*sub
@@ -129,26 +130,35 @@ func (s *Service) Register(r conductor.Registration) (created bool, err error) {
 	if r.ReplayEndpoint != "" && !strings.HasPrefix(r.ReplayEndpoint, "tcp://") && !strings.HasPrefix(r.ReplayEndpoint, "ipc://") {
 		return false, fmt.Errorf("%w: replay_endpoint %q (want tcp://HOST:PORT or ipc://PATH)", conductor.ErrInvalid, r.ReplayEndpoint)
 	}
-	created, err = s.idx.Register(r)
-	if err != nil {
+	if err := r.Validate(); err != nil {
 		return false, err
 	}
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
 	k := r.Key()
 	s.mu.Lock()
 	old := s.subs[k]
-	if old != nil && old.reg.Endpoint == r.Endpoint && old.reg.ReplayEndpoint == r.ReplayEndpoint && !created {
-		s.mu.Unlock()
-		return false, nil
-	}
 	s.mu.Unlock()
-	if old != nil {
+	same := old != nil && old.reg.Endpoint == r.Endpoint && old.reg.ReplayEndpoint == r.ReplayEndpoint
+	if old != nil && !same {
+		// Another publisher under this key: its subscriber stops before
+		// the new registration exists, so none of its batches lands there.
 		s.stop(old)
+		s.mu.Lock()
+		delete(s.subs, k)
+		s.mu.Unlock()
+	}
+	if created, err = s.idx.Register(r); err != nil {
+		return false, err
 	}
 	nr, _ := findReg(s.idx, k)
+	if same {
+		old.reg = nr // the same stream keeps its subscriber
+		return created, nil
+	}
 	sb := &sub{reg: nr, done: make(chan struct{})}
-	ks := k
 	sb.s, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Instance: k.String(), Endpoint: r.Endpoint,
-		ReplayEndpoint: r.ReplayEndpoint, ReplayTimeout: s.cfg.ReplayTimeout, Sink: sink{s.idx, ks}, Logger: s.log.With("publisher", k.String())})
+		ReplayEndpoint: r.ReplayEndpoint, ReplayTimeout: s.cfg.ReplayTimeout, Sink: sink{s.idx, k}, Logger: s.log.With("publisher", k.String())})
 	if err != nil {
 		s.idx.Unregister(k)
 		return false, err
@@ -174,6 +184,11 @@ func findReg(idx *conductor.Index, k conductor.StreamKey) (conductor.Registratio
 
 // Unregister stops following a publisher and forgets its blocks.
 func (s *Service) Unregister(k conductor.StreamKey) error {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	if k.Tenant == "" {
+		k.Tenant = conductor.DefaultTenant
+	}
 	if _, err := s.idx.Unregister(k); err != nil {
 		return err
 	}

@@ -273,3 +273,42 @@ func TestContractErrors(t *testing.T) {
 		t.Fatalf("unknown model: %d %v", code, got)
 	}
 }
+
+// Registering a key again with another endpoint moves the subscription:
+// the old publisher's blocks are forgotten and its later events ignored.
+func TestReregisterMovesSubscription(t *testing.T) {
+	s, base := start(t)
+	p1 := publisher(t, kvevents.Config{ReplayEndpoint: "tcp://127.0.0.1:0", BlockSize: 4})
+	p2 := publisher(t, kvevents.Config{ReplayEndpoint: "tcp://127.0.0.1:0", BlockSize: 4})
+	reg := func(p *kvevents.Publisher) {
+		ep, rep := p.Endpoints()
+		body := asJSON(t, map[string]any{"endpoint": ep, "replay_endpoint": rep, "type": "vLLM", "modelname": "m", "instance_id": "a", "block_size": 4, "dp_rank": 0})
+		if code, got := call(t, "POST", base+"/register", body); code != 200 {
+			t.Fatalf("register: %d %v", code, got)
+		}
+	}
+	k := conductor.StreamKey{Instance: "a", Tenant: "default"}
+	stored := func(p *kvevents.Publisher, first int) {
+		p.Publish(kvevents.BlockStored{BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(first))}, TokenIDs: []int{first, 2, 3, 4}, BlockSize: 4})
+	}
+	reg(p1)
+	stored(p1, 1)
+	waitfor.Cond(t, 10*time.Second, "p1's block", func() bool { p1.Publish(); return s.Index().Stats()[k].Live == 1 })
+	reg(p1) // the same: nothing changes
+	if s.Index().Stats()[k].Live != 1 {
+		t.Fatal("an identical registration dropped the blocks")
+	}
+	reg(p2)
+	if st := s.Index().Stats()[k]; st.Live != 0 {
+		t.Fatalf("after moving: %+v", st)
+	}
+	stored(p2, 7)
+	waitfor.Cond(t, 10*time.Second, "p2's block", func() bool { p2.Publish(); return s.Index().Stats()[k].BlocksStored == 1 })
+	stored(p1, 9)
+	p1.Publish()
+	stored(p2, 8)
+	waitfor.Cond(t, 10*time.Second, "p2's second block", func() bool { p2.Publish(); return s.Index().Stats()[k].BlocksStored == 2 })
+	if st := s.Index().Stats()[k]; st.Live != 2 || len(s.SubStats()) != 1 {
+		t.Fatalf("p1's events reached the moved registration: %+v, %d subscribers", st, len(s.SubStats()))
+	}
+}

@@ -1,0 +1,266 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/metadata"
+)
+
+// masterGflags are the rest of mooncake_master's gflags (Mooncake's
+// mooncake-store/src/master.cpp) on `mooncake master`, beside the lease
+// and liveness ones of registerMooncakeMasterFlags: the ones with a
+// counterpart here set it, the embedded HTTP metadata server runs in the
+// master's process, and the others are accepted and named in a warning at
+// start, so that Mooncake's command lines (--flag=value, --flag value,
+// booleans --flag or --flag=true) run unchanged. All are hidden from --help;
+// docs/store.md lists them.
+type masterGflags struct {
+	metaEnable bool
+	metaPort   int
+	metaHost   string
+
+	kvEvents     bool
+	kvEventsBind string
+	haBackend    string
+	verbosity    int
+
+	ignored map[string]string // flag -> why it has no effect here
+	set     *pflag.FlagSet
+}
+
+// portIfSet is Mooncake's --rpc_port: 0 (its default) means "use --port".
+type portIfSet struct{ p *int }
+
+func (v portIfSet) String() string { return "0" }
+func (v portIfSet) Type() string   { return "int" }
+func (v portIfSet) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: want a port number", s)
+	}
+	if n != 0 {
+		*v.p = n
+	}
+	return nil
+}
+
+// Mooncake's master flags that have no counterpart here, by kind of value
+// (booleans must take a bare --flag), with the reason given in the warning.
+var (
+	gflagNoEffect = map[string]string{
+		"max_threads":                                 "the master's RPC serving is not thread-pooled here",
+		"rpc_thread_num":                              "the master's RPC serving is not thread-pooled here",
+		"rpc_interface":                               "the master listens on --rpc_address",
+		"rpc_conn_timeout_seconds":                    "",
+		"metrics_host":                                "the admin HTTP server listens on the RPC address",
+		"config_path":                                 "configure with flags",
+		"memory_allocator":                            "segments use this project's offset allocator",
+		"nof_eviction_ratio":                          "no NVMe-oF tier here",
+		"nof_eviction_high_watermark_ratio":           "no NVMe-oF tier here",
+		"nof_heartbeat_interval_sec":                  "no NVMe-oF tier here",
+		"nof_heartbeat_probe_timeout_ms":              "no NVMe-oF tier here",
+		"nof_heartbeat_failures_threshold":            "no NVMe-oF tier here",
+		"offloading_queue_limit":                      "the disk tier belongs to the storage node (mooncake store --enable-offload)",
+		"offload_cap_ratio":                           "the disk tier belongs to the storage node (mooncake store --enable-offload)",
+		"promotion_admission_threshold":               "the disk tier belongs to the storage node (mooncake store --promotion-on-hit)",
+		"promotion_queue_limit":                       "the disk tier belongs to the storage node",
+		"promotion_max_per_heartbeat":                 "the disk tier belongs to the storage node",
+		"root_fs_dir":                                 "the disk tier belongs to the storage node (mooncake store --root-fs-dir DIR --enable-offload)",
+		"global_file_segment_size":                    "the disk tier belongs to the storage node (mooncake store --disk-capacity)",
+		"quota_bytes":                                 "the disk tier belongs to the storage node (mooncake store --disk-capacity)",
+		"dynamic_replication_mode":                    "no dynamic replication here",
+		"dynamic_replication_heat_window_seconds":     "no dynamic replication here",
+		"dynamic_replication_admission_qps_threshold": "no dynamic replication here",
+		"dynamic_replication_max_memory_replicas":     "no dynamic replication here",
+		"kv_events_model_name":                        "KV events carry the object key",
+		"kv_events_backend_id":                        "KV events carry the object key",
+		"kv_events_tenant_id":                         "KV events carry the object key",
+		"kv_events_additional_salt":                   "KV events carry the object key",
+		"kv_events_lora_name":                         "KV events carry the object key",
+		"kv_events_block_size":                        "KV events carry the object key",
+		"kv_events_dp_rank":                           "KV events carry the object key",
+		"kv_events_queue_capacity":                    "",
+		"oplog_poll_interval_ms":                      "no operation log here: objects survive restarts through --durable-metadata",
+		"oplog_batch_max_entries":                     "no operation log here",
+		"batch_oplog_retry_timeout_sec":               "no operation log here",
+		"pod_name":                                    "",
+		"pod_namespace":                               "",
+		"tenant_quota_connector_type":                 "tenant quotas come from --tenants (docs/security.md)",
+		"tenant_quota_connector_uri":                  "tenant quotas come from --tenants (docs/security.md)",
+		"snapshot_backup_dir":                         "no snapshots here: objects survive restarts through --durable-metadata",
+		"snapshot_interval_seconds":                   "no snapshots here",
+		"snapshot_child_timeout_seconds":              "no snapshots here",
+		"snapshot_retention_count":                    "no snapshots here",
+		"snapshot_object_store_type":                  "no snapshots here",
+		"snapshot_payload_store_type":                 "no snapshots here",
+		"snapshot_payload_backend_type":               "no snapshots here",
+		"snapshot_catalog_store_type":                 "no snapshots here",
+		"snapshot_catalog_backend_type":               "no snapshots here",
+		"snapshot_catalog_store_connstring":           "no snapshots here",
+		"snapshot_catalog_backend_connstring":         "no snapshots here",
+		"max_total_finished_tasks":                    "",
+		"max_total_pending_tasks":                     "",
+		"max_total_processing_tasks":                  "",
+		"pending_task_timeout_sec":                    "",
+		"processing_task_timeout_sec":                 "",
+		"max_retry_attempts":                          "",
+		"cxl_path":                                    "no CXL memory here",
+		"cxl_size":                                    "no CXL memory here",
+	}
+	gflagNoEffectBool = map[string]string{
+		"enable_metric_reporting":            "metrics are always served on /metrics",
+		"rpc_enable_tcp_no_delay":            "",
+		"allow_evict_soft_pinned_objects":    "soft-pinned objects are evicted after unpinned ones when nothing else frees space",
+		"enable_offload":                     "the disk tier belongs to the storage node (mooncake store --root-fs-dir DIR --enable-offload)",
+		"offload_on_evict":                   "the disk tier belongs to the storage node (mooncake store --offload-on-evict)",
+		"offload_force_evict":                "the disk tier belongs to the storage node",
+		"promotion_on_hit":                   "the disk tier belongs to the storage node (mooncake store --promotion-on-hit)",
+		"enable_disk_eviction":               "the disk tier belongs to the storage node (--disk-capacity)",
+		"kv_events_emit_legacy_compat":       "",
+		"kv_events_emit_object_key":          "KV events always carry the object key",
+		"enable_oplog":                       "no operation log here: objects survive restarts through --durable-metadata",
+		"enable_snapshot":                    "no snapshots here: objects survive restarts through --durable-metadata",
+		"enable_snapshot_restore":            "no snapshots here: objects survive restarts through --durable-metadata",
+		"enable_multi_tenants":               "tenants are on when --tenants names a policy (docs/security.md)",
+		"enable_metadata_cleanup_on_timeout": "",
+		"enable_cxl":                         "no CXL memory here",
+	}
+)
+
+// register adds the flags; host, port, httpPort and strategy are the
+// master command's own.
+func (g *masterGflags) register(f *pflag.FlagSet, host *string, port, httpPort *int, strategy *string, core *master.Config, ha *haFlags) {
+	g.set = f
+	var names []string
+	add := func(name string) { names = append(names, name) }
+	f.Var(portIfSet{port}, "rpc_port", "Mooncake's --rpc_port (0: --port)")
+	add("rpc_port")
+	f.StringVar(host, "rpc_address", *host, "Mooncake's name of --host")
+	add("rpc_address")
+	f.IntVar(httpPort, "metrics_port", *httpPort, "Mooncake's name of --http-port")
+	add("metrics_port")
+	f.StringVar(strategy, "allocation_strategy", *strategy, "Mooncake's name of --strategy")
+	add("allocation_strategy")
+	f.Var(unitDuration{&core.SoftPinTTL, time.Millisecond}, "default_kv_soft_pin_ttl", "default soft pin TTL: milliseconds or a duration")
+	add("default_kv_soft_pin_ttl")
+	f.Var(unitDuration{&core.MaxSoftPinTTL, time.Millisecond}, "max_kv_soft_pin_ttl", "largest soft pin TTL: milliseconds or a duration")
+	add("max_kv_soft_pin_ttl")
+	f.Var(unitDuration{&core.PutTimeout, time.Second}, "put_start_discard_timeout_sec", "Mooncake's name of --put-timeout, in seconds")
+	add("put_start_discard_timeout_sec")
+	f.Var(unitDuration{&core.PutReleaseTimeout, time.Second}, "put_start_release_timeout_sec", "Mooncake's name of --put-release-timeout, in seconds")
+	add("put_start_release_timeout_sec")
+	f.BoolVar(&ha.enabled, "enable_ha", ha.enabled, "Mooncake's name of --ha")
+	add("enable_ha")
+	f.StringVar(&ha.etcd, "etcd_endpoints", ha.etcd, "Mooncake's name of --etcd")
+	add("etcd_endpoints")
+	f.StringVar(&ha.etcd, "ha_backend_connstring", ha.etcd, "Mooncake's HA backend address (etcd endpoints)")
+	add("ha_backend_connstring")
+	f.StringVar(&g.haBackend, "ha_backend_type", "etcd", "Mooncake's HA backend: etcd (the only one here)")
+	add("ha_backend_type")
+	f.StringVar(&ha.cluster, "cluster_id", ha.cluster, "Mooncake's name of --cluster")
+	add("cluster_id")
+	f.BoolVar(&g.metaEnable, "enable_http_metadata_server", false, "run Mooncake's HTTP metadata server (GET/PUT/DELETE /metadata, GET /health) in the master's process")
+	add("enable_http_metadata_server")
+	f.IntVar(&g.metaPort, "http_metadata_server_port", 8080, "port of the embedded HTTP metadata server")
+	add("http_metadata_server_port")
+	f.StringVar(&g.metaHost, "http_metadata_server_host", "0.0.0.0", "address of the embedded HTTP metadata server")
+	add("http_metadata_server_host")
+	f.BoolVar(&g.kvEvents, "enable_kv_events", false, "publish KV events on --kv_events_bind_endpoint (Mooncake's names of --kv-events-endpoint)")
+	add("enable_kv_events")
+	f.StringVar(&g.kvEventsBind, "kv_events_bind_endpoint", "", "ZMQ PUB endpoint of the KV events")
+	add("kv_events_bind_endpoint")
+	f.IntVar(&g.verbosity, "v", 0, "glog verbosity: above 0 is --verbose")
+	add("v")
+	for name := range gflagNoEffect {
+		f.String(name, "", "Mooncake master flag with no effect here")
+		add(name)
+	}
+	for name := range gflagNoEffectBool {
+		f.Bool(name, false, "Mooncake master flag with no effect here")
+		add(name)
+	}
+	for _, n := range names {
+		_ = f.MarkHidden(n)
+	}
+}
+
+// apply checks and completes the settings after parsing and writes a
+// warning to warn for each accepted flag without effect.
+func (g *masterGflags) apply(warn io.Writer, verbose *bool, events *masterEventFlags) error {
+	if g.set == nil {
+		return nil
+	}
+	if b := strings.ToLower(strings.TrimSpace(g.haBackend)); b != "" && b != "etcd" {
+		return &ExitError{Code: 2, Err: fmt.Errorf("--ha_backend_type %q: only etcd is supported here", g.haBackend)}
+	}
+	if g.verbosity > 0 {
+		*verbose = true
+	}
+	if g.kvEvents && events.endpoint == "" {
+		if g.kvEventsBind == "" {
+			return &ExitError{Code: 2, Err: fmt.Errorf("--enable_kv_events needs --kv_events_bind_endpoint tcp://HOST:PORT")}
+		}
+		events.endpoint = g.kvEventsBind
+	}
+	var ignored []string
+	g.set.Visit(func(fl *pflag.Flag) {
+		why, ok := gflagNoEffect[fl.Name]
+		if !ok {
+			why, ok = gflagNoEffectBool[fl.Name]
+		}
+		if !ok {
+			return
+		}
+		if why == "" {
+			why = "no counterpart here"
+		}
+		ignored = append(ignored, fmt.Sprintf("mooncake master: warning: --%s=%s accepted and ignored: %s", fl.Name, fl.Value.String(), why))
+	})
+	sort.Strings(ignored)
+	for _, l := range ignored {
+		fmt.Fprintln(warn, l)
+	}
+	if g.metaEnable && (g.metaPort < 0 || g.metaPort > 65535) {
+		return &ExitError{Code: 2, Err: fmt.Errorf("--http_metadata_server_port %d out of range", g.metaPort)}
+	}
+	return nil
+}
+
+// startMetadata starts the embedded HTTP metadata server when
+// --enable_http_metadata_server asks for it; it serves until ctx ends. It
+// returns a suffix for the master's listening line and a stop function that
+// waits for the server.
+func (g *masterGflags) startMetadata(ctx context.Context, log *slog.Logger) (string, func(), error) {
+	if !g.metaEnable {
+		return "", func() {}, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(g.metaHost, strconv.Itoa(g.metaPort)))
+	if err != nil {
+		return "", nil, fmt.Errorf("master: http metadata server: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := metadata.NewServer(log).Serve(ctx, ln); err != nil {
+			log.Error("http metadata server stopped", "err", err)
+		}
+	}()
+	addr := ln.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = g.metaHost // 0.0.0.0 as given, not [::]
+	}
+	return " metadata=http://" + net.JoinHostPort(host, strconv.Itoa(addr.Port)) + "/metadata", func() { cancel(); <-done }, nil
+}
