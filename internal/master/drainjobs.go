@@ -112,9 +112,9 @@ func (m *Master) CreateDrainJob(segments, targets []string, maxConcurrency int) 
 	for _, name := range segments {
 		dt.segments[name] = j.ID
 		for _, s := range m.namedLocked(name) {
-			for _, o := range s.objects {
-				if o.complete {
-					j.units = append(j.units, &drainUnit{key: o.key, source: name})
+			for _, id := range s.objects {
+				if o := m.objects.at(id); o.complete {
+					j.units = append(j.units, &drainUnit{key: m.keyOf(o), source: name})
 				}
 			}
 		}
@@ -190,8 +190,8 @@ func (m *Master) advanceDrainLocked(j *drainJob, now time.Time) {
 	}
 	tt := m.tasksLocked()
 	onSource := func(u *drainUnit) bool {
-		o := m.objects[u.key]
-		return o != nil && slices.ContainsFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == u.source })
+		o := m.objects.get(u.key)
+		return o != nil && o.complete && slices.ContainsFunc(m.reps(o), func(r replica) bool { return m.segOf(r).spec.Name == u.source })
 	}
 	fail := func(u *drainUnit, msg string) {
 		if u.attempts >= drainUnitAttempts {
@@ -229,7 +229,7 @@ func (m *Master) advanceDrainLocked(j *drainJob, now time.Time) {
 			continue
 		}
 		u.attempts++
-		o := m.objects[u.key]
+		o := m.objects.get(u.key)
 		id, err := m.drainMoveLocked(j, o, u.source)
 		if err != nil {
 			fail(u, err.Error())
@@ -261,26 +261,30 @@ func (m *Master) advanceDrainLocked(j *drainJob, now time.Time) {
 // drainMoveLocked submits the move of o's replica on source to the job's
 // next target holding no replica of o.
 func (m *Master) drainMoveLocked(j *drainJob, o *object, source string) (TaskID, error) {
-	i := slices.IndexFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == source })
+	key, reps := m.keyOf(o), m.reps(o)
+	holds := func(name string) bool {
+		return slices.ContainsFunc(reps, func(r replica) bool { return m.segOf(r).spec.Name == name })
+	}
+	i := slices.IndexFunc(reps, func(r replica) bool { return m.segOf(r).spec.Name == source })
+	src := m.segOf(reps[i])
 	for range j.Targets {
 		target := j.Targets[j.next%len(j.Targets)]
 		j.next++
-		if slices.ContainsFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == target }) {
+		if holds(target) {
 			continue
 		}
-		if err := m.taskTargetLocked(o.key, target); err != nil {
+		if err := m.taskTargetLocked(key, target); err != nil {
 			continue
 		}
-		return m.submitLocked(TaskMove, o.key, o.replicas[i].seg, []string{target})
+		return m.submitLocked(TaskMove, key, src, []string{target})
 	}
 	if len(j.Targets) == 0 {
 		for _, s := range m.segOrder {
-			if s.spec.Name == source || s.draining || m.evacuatingLocked(s) ||
-				slices.ContainsFunc(o.replicas, func(r replica) bool { return r.seg.spec.Name == s.spec.Name }) {
+			if s.spec.Name == source || s.draining || m.evacuatingLocked(s) || holds(s.spec.Name) {
 				continue
 			}
-			return m.submitLocked(TaskMove, o.key, o.replicas[i].seg, []string{s.spec.Name})
+			return m.submitLocked(TaskMove, key, src, []string{s.spec.Name})
 		}
 	}
-	return TaskID{}, fmt.Errorf("%w: no target segment for %q", ErrNoSpace, o.key)
+	return TaskID{}, fmt.Errorf("%w: no target segment for %q", ErrNoSpace, key)
 }
