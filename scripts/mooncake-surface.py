@@ -33,6 +33,10 @@ PYBIND = [
     ("mooncake.tent", "mooncake-transfer-engine/tent/src/python/pybind.cpp"),
 ]
 WHEEL = "mooncake-wheel/mooncake/"
+# Pure Python modules the wheel bundles from elsewhere in Mooncake's tree: (our module, Mooncake path)
+BUNDLED = [
+    ("mooncake.async_store", "mooncake-integration/store/async_store.py"),
+]
 # Modules that are wholly missing here: one row per class, its members in the row.
 COLLAPSE = r"mooncake\.(ep|pg|tent)$"
 
@@ -65,7 +69,9 @@ NOTES = [
      "done: values this client read from disk tiers"),
     (r"mooncake\.store", r"MooncakeDistributedStore\.(upsert\w*)", "done (PRESERVE does not keep a soft pin)"),
     (r"mooncake\.store", r"MooncakeDistributedStore\.(\w*parallelism\w*)",
-     "partial: Mooncake's keys and headers; no manifest objects, no resharding to another TP size"),
+     "done: Mooncake's write routes (a single TP axis stores the shard given; TP among other axes and writer "
+     "partitions store their chunk of the whole tensor), keys and shard headers, full and resharded reads; the "
+     "manifest objects beside the shards are this package's format"),
     (r"mooncake\.store", r"MooncakeDistributedStore\.(_get_pyclient_capsule)",
      "partial: returns None (EngramStore is not built)"),
     (r"mooncake\.store", r"_get_pyclient_from_wrapper", "partial: returns None (EngramStore is not built)"),
@@ -254,6 +260,9 @@ def main():
         module = "mooncake." + os.path.basename(path)[:-3]
         for name, kind in python_entries(git_show(gitdir, rev, path) or ""):
             rows.append((module, name, kind))
+    for module, path in BUNDLED:
+        for name, kind in python_entries(git_show(gitdir, rev, path) or ""):
+            rows.append((module, name, kind))
     print("| module | name | kind | status |")
     print("|---|---|---|---|")
     grouped = {}  # (module, class) -> members, for the modules listed one row per class
@@ -270,6 +279,16 @@ def main():
     for (module, cls), (kind, members) in grouped.items():
         name = "`%s`" % cls + (" (%s)" % ", ".join("`%s`" % m for m in members) if members else "")
         print("| `%s` | %s | %s | %s |" % (module, name, kind, status(module.split(" ")[0], cls, False)))
+    by_status = {}
+    for module, name, kind in rows:
+        mod = module.split(" ")[0]
+        if re.match(COLLAPSE, mod):
+            st = status(mod, name.partition(".")[0], False)
+        else:
+            st = status(mod, name, ours(mod, name))
+        word = re.match(r"[a-z]+(/[a-z]+)?", st).group(0)
+        by_status[word] = by_status.get(word, 0) + 1
+    sys.stderr.write("by status: %s\n" % ", ".join("%s %d" % kv for kv in sorted(by_status.items())))
     counts = {}
     for module, name, kind in rows:
         counts[module] = counts.get(module, 0) + 1

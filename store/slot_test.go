@@ -50,7 +50,7 @@ func TestPutSlots(t *testing.T) {
 	if _, err := cl.Get(ctx, "s/3"); err != nil { // leased for 10 s
 		t.Fatal(err)
 	}
-	if err := cl.Upsert(ctx, "s/3", v2); !errors.Is(err, store.ErrHasLease) {
+	if err := cl.Upsert(ctx, "s/3", v2); err != nil { // no lease check, as Mooncake's upsert
 		t.Fatalf("upsert of a leased key through a slot: %v", err)
 	}
 	check := func(when string) {
@@ -58,7 +58,7 @@ func TestPutSlots(t *testing.T) {
 		for i := range 20 {
 			key := fmt.Sprintf("s/%d", i)
 			want := value(key, 4096)
-			if i == 1 {
+			if i == 1 || i == 3 {
 				want = v2
 			}
 			got, err := cl.Get(ctx, key)

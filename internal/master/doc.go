@@ -22,7 +22,9 @@
 // Heartbeat), disk.go (the nodes' disk tiers: offload
 // tombstones, disk copies, DiskSync), events.go (EventSink),
 // replicaclear.go (BatchReplicaClear), tasks.go (copy and move tasks:
-// CreateCopyTask, CreateMoveTask, QueryTask, FetchTasks, FinishTask) and
+// CreateCopyTask, CreateMoveTask, QueryTask, FetchTasks, FinishTask),
+// drainjobs.go (drain jobs over move tasks: CreateDrainJob, DrainJobInfo,
+// SegmentDrainStatus; a segment in a job takes no new replicas) and
 // softpin.go (Mooncake's soft-pin actions on an upsert: ENABLE, DISABLE,
 // PRESERVE).
 //

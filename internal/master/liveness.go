@@ -71,6 +71,7 @@ func (m *Master) Tick() {
 	m.expirePutsLocked(now)
 	m.releaseZombiesLocked(now)
 	m.drainLocked(now)
+	m.advanceDrainJobsLocked(now)
 	m.evictAboveWatermarkLocked(now)
 	m.shrinkLocked()
 	if len(m.removed) > 0 && now.Sub(m.started) >= m.cfg.RestoreWindow {

@@ -276,7 +276,8 @@ type Master struct {
 
 	viewVersion uint64 // set by New, read without locks
 
-	tasks *taskTable // copy and move tasks (tasks.go), built on first use
+	tasks  *taskTable  // copy and move tasks (tasks.go), built on first use
+	drains *drainTable // drain jobs (drainjobs.go), built on first use
 
 	index  keyIndex // visible keys in key order (list.go)
 	counts counts   // gauges kept current (counts.go)

@@ -64,7 +64,7 @@ func (m *Master) placeLocked(clientID string, size uint64, want int, preferred [
 		tried = map[*segment]bool{}
 	}
 	try := func(s *segment) {
-		if len(reps) >= want || s == nil || s.draining || m.restoringLocked(s) || used(s.spec.Name) || tried[s] {
+		if len(reps) >= want || s == nil || s.draining || m.evacuatingLocked(s) || m.restoringLocked(s) || used(s.spec.Name) || tried[s] {
 			return
 		}
 		if tried != nil {

@@ -23,6 +23,8 @@ import (
 //	GET /query_segment?segment=S      one segment (JSON; 404 when missing)
 //	GET /api/summary                  the state at a glance (JSON, SummaryJSON)
 //	GET /dashboard/                   the live dashboard page (/ redirects to it)
+//	POST /api/v1/drain_jobs, GET /api/v1/drain_jobs/query, GET /api/v1/segments/status
+//	                                  drain jobs (drain.go)
 func AdminHandler(m *master.Master) http.Handler {
 	a := admin{m}
 	mux := http.NewServeMux()
@@ -38,6 +40,7 @@ func AdminHandler(m *master.Master) http.Handler {
 	mux.HandleFunc("GET /get_all_segments", a.allSegments)
 	mux.HandleFunc("GET /query_segment", a.querySegment)
 	mux.HandleFunc("GET /api/summary", a.summary)
+	mountDrain(mux, m) // drain jobs (drain.go)
 	dashboard.Mount(mux, dashboard.Master)
 	return mux
 }

@@ -14,8 +14,6 @@ are read only by this package.
 
 import json
 
-import numpy as np
-
 from . import _tensor as T
 
 MANIFEST_MAGIC = "mooncake-go/parallel-manifest"
@@ -50,7 +48,7 @@ def chunk(t, split_dim, rank, count):
         return t.narrow(split_dim, start, size).contiguous()
     idx = [slice(None)] * len(shape)
     idx[split_dim] = slice(start, start + size)
-    return np.ascontiguousarray(t[tuple(idx)])
+    return T.np.ascontiguousarray(t[tuple(idx)])
 
 
 def require_uniform(shape, split_dim, count, what):

@@ -453,7 +453,7 @@ class TensorAPI(object):
         axes = _axes(parallelism, what)
         return ("tp" if _tp_index(axes) is not None else "generic"), axes
 
-    def _put_parallel(self, what, keys, tensors, parallelisms, config, writer_partitions, upsert):
+    def _put_parallel(self, what, keys, tensors, parallelisms, config, writer_partitions, upsert, whole_tp=False):
         keys = list(keys)
         n = len(keys)
         tensors = list(tensors) if tensors is not None else None
@@ -472,7 +472,11 @@ class TensorAPI(object):
             w = writer_partitions[i] if writer_partitions is not None else None
             try:
                 route, spec = self._resolve_write(what, p, w)
-                out[i] = self._put_one_parallel(what, keys[i], tensors[i], route, spec, config, upsert)
+                if route == "tp" and whole_tp:
+                    # from a buffer, a TP layout stores every rank's shard of the whole tensor
+                    out[i] = self._put_tp(what, [keys[i]], [tensors[i]], config, 0, 0, upsert, [spec])[0]
+                else:
+                    out[i] = self._put_one_parallel(what, keys[i], tensors[i], route, spec, config, upsert)
             except (T.TensorError, TypeError, ValueError, AttributeError) as e:
                 _fail(what, e)
         return out
@@ -581,7 +585,7 @@ class TensorAPI(object):
             _fail(what, "keys, buffer_ptrs and sizes differ in length")
             return [_INVALID] * len(keys)
         return self._put_parallel(what, keys, self._views(what, buffer_ptrs, sizes), parallelisms, config,
-                                  writer_partitions, upsert)
+                                  writer_partitions, upsert, whole_tp=True)
 
     def _read_parallel(self, what, key, target):
         """The tensor a ReadTarget asks for, or None."""

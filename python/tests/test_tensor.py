@@ -200,8 +200,11 @@ class TensorStoreTest(unittest.TestCase):
         t = torch.arange(32, dtype=torch.int32).reshape(4, 8)
         tp = TensorParallelism()
         tp.axes = [_axis("tp", 0, 2, 1)]
-        self.assertEqual(self.a.put_tensor_with_parallelism("par/w", t, tp), 0)
-        # a single TP axis uses the TP keys
+        # a single TP axis: the tensor given is this rank's shard, stored under the TP key
+        for r in range(2):
+            pr = TensorParallelism()
+            pr.axes = [_axis("tp", r, 2, 1)]
+            self.assertEqual(self.a.put_tensor_with_parallelism("par/w", t[:, 4 * r:4 * r + 4].contiguous(), pr), 0)
         self.assertTrue(torch.equal(self.b.get_tensor("par/w_tp_1"), t[:, 4:]))
         target = ReadTarget()
         target.mode = "shard"
@@ -209,28 +212,59 @@ class TensorStoreTest(unittest.TestCase):
         p1.axes = [_axis("TP", 1, 2, 1)]
         target.parallelism = p1
         self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/w", target), t[:, 4:]))
+        # another TP size: cut from the whole tensor; an uneven one has no shard
+        p4 = TensorParallelism()
+        p4.axes = [_axis("tp", 3, 4, 1)]
+        t4 = ReadTarget()
+        t4.mode, t4.parallelism = "shard", p4
+        self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/w", t4), t[:, 6:]))
+        p3 = TensorParallelism()
+        p3.axes = [_axis("tp", 0, 3, 1)]
+        t4.parallelism = p3
+        self.assertIsNone(self.b.get_tensor_with_parallelism("par/w", t4))
         target.mode = "full"
         self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/w", target), t))
         self.assertTrue(torch.equal(self.b.batch_get_tensor_with_parallelism(["par/w"], [target])[0], t))
+        full = ReadTarget()
+        full.mode = "full"  # no parallelism: the writers' manifest says how to rebuild it
+        self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/w", full), t))
         size = 304 + t.numel() * 4
         buf = np.zeros(size, dtype=np.uint8)
         self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism_into("par/w", buf.ctypes.data, size, target),
                                     t))
-        # two axes: DP and TP, keys carry both
+        # only rank 0 of 2 written: no other shard, no whole tensor to cut one from
+        self.assertEqual(self.a.put_tensor_with_parallelism("par/half", t[:, :4].contiguous(), tp), 0)
+        t4.parallelism = p4
+        self.assertIsNone(self.b.get_tensor_with_parallelism("par/half", t4))
+        # two axes: DP and TP; the whole tensor is given and this rank's chunk stored, keys carry both
         p2 = TensorParallelism()
-        p2.axes = [_axis("tp", 0, 2, 0), _axis("dp", 1, 2)]
+        p2.axes = [_axis("tp", 1, 2, 0), _axis("dp", 1, 2)]
         self.assertEqual(self.a.put_tensor_with_parallelism("par/m", t, p2), 0)
         self.assertTrue(torch.equal(self.b.get_tensor("par/m__dp_1of2__tp_1of2_sd0"), t[2:]))
-        # writer partitions: each writer stores its own shard
+        p2.axes = [_axis("tp", 0, 2, 0), _axis("dp", 1, 2)]
+        self.assertEqual(self.a.put_tensor_with_parallelism("par/m", t, p2), 0)
+        tm = ReadTarget()
+        tm.mode, tm.parallelism = "full", p2
+        self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/m", tm), t))
+        bad3 = TensorParallelism()
+        bad3.axes = [_axis("tp", 0, 3, 0), _axis("dp", 0, 2)]
+        self.assertEqual(self.a.put_tensor_with_parallelism("par/m3", t, bad3), INVALID)  # 4 rows into 3
+        # writer partitions: every writer holds the whole tensor and stores its chunk
         for r in range(2):
-            self.assertEqual(self.a.put_tensor_with_parallelism("par/wp", t[:, 4 * r:4 * r + 4],
-                                                                writer_partition={"rank": r, "size": 2,
-                                                                                  "split_dim": 1}), 0)
+            self.assertEqual(self.a.put_tensor_with_parallelism("par/wp", t, writer_partition={
+                "rank": r, "size": 2, "split_dim": 1}), 0)
         self.assertTrue(torch.equal(self.b.get_tensor("par/wp__writer_1of2_sd1"), t[:, 4:]))
-        tw = ReadTarget()
-        tw.mode = "full"
-        tw.parallelism = p1
-        self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/wp", tw), t))
+        self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/wp", full), t))
+        self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/wp", target), t))
+        target.mode = "shard"
+        self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/wp", target), t[:, 4:]))
+        self.assertEqual(self.a.put_tensor_with_parallelism("par/wp3", t, writer_partition={
+            "rank": 0, "size": 3, "split_dim": 1}), INVALID)
+        # axis fields Mooncake refuses
+        for kind, kw in (("dp", {"split_dim": 0}), ("ep", {})):
+            pb = TensorParallelism()
+            pb.axes = [_axis(kind, 0, 2, kw.get("split_dim"))]
+            self.assertEqual(self.a.put_tensor_with_parallelism("par/bad", t, pb), INVALID)
         # no descriptor: a full object
         self.assertEqual(self.a.put_tensor_with_parallelism("par/full", t), 0)
         self.assertTrue(torch.equal(self.b.get_tensor_with_parallelism("par/full"), t))
