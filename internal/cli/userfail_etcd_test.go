@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -53,12 +54,8 @@ func startEtcdCluster(t *testing.T, n int) []*etcdMember {
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
 			"--heartbeat-interval", "50", "--election-timeout", "500", "--log-level", "error")
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for etcdLeader(ms) < 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd cluster without a leader; e0 log:\n%s", ms[0].p.stderrText())
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
+	if !waitfor.Within(30*time.Second, func() bool { return etcdLeader(ms) >= 0 }) {
+		t.Fatalf("etcd cluster without a leader; e0 log:\n%s", ms[0].p.stderrText())
 	}
 	return ms
 }
@@ -121,12 +118,9 @@ func TestEtcdLeaderFrozenMasterReelected(t *testing.T) {
 		}
 		return -1
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for leading() < 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no master elected")
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
+	elected := func() bool { return leading() >= 0 }
+	if !waitfor.Within(30*time.Second, elected) {
+		t.Fatal("no master elected")
 	}
 	startProc(t, bin, "store", "--master", addr, "--segment-size", "16MiB", "--transport", "tcp", "--ping-interval", "100ms", "--http-port", "-1").
 		waitLine(t, regexp.MustCompile(`store node mounted`), 30*time.Second)
@@ -169,12 +163,8 @@ func TestEtcdLeaderFrozenMasterReelected(t *testing.T) {
 	// member until the client's gRPC keepalive drops that connection
 	// (about 12 s), then a candidate is elected through the other two.
 	d := putWithin("during", 60*time.Second)
-	deadline = time.Now().Add(30 * time.Second)
-	for leading() < 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no master leads with the etcd leader frozen\n%s", dump())
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
+	if !waitfor.Within(30*time.Second, elected) {
+		t.Fatalf("no master leads with the etcd leader frozen\n%s", dump())
 	}
 	// Puts go on past twice the HA lease (the old leader's lease ran out
 	// if its keepalives hung on the frozen member) and must all succeed,
@@ -184,12 +174,8 @@ func TestEtcdLeaderFrozenMasterReelected(t *testing.T) {
 		worst = max(worst, putWithin(fmt.Sprint("during-", i), 60*time.Second))
 		time.Sleep(100 * time.Millisecond) // pacing of the put load
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for leading() < 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no master leads past the HA lease with the etcd leader frozen\n%s", dump())
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
+	if !waitfor.Within(30*time.Second, elected) {
+		t.Fatalf("no master leads past the HA lease with the etcd leader frozen\n%s", dump())
 	}
 	t.Logf("etcd leader %s frozen: first put %v after the freeze, the longest put wait %v; a master leads %v after the freeze\n%s",
 		ms[frozen].name, d.Round(10*time.Millisecond), worst.Round(10*time.Millisecond), time.Since(froze).Round(10*time.Millisecond), dump())
