@@ -116,22 +116,6 @@ func FuzzServeLaneStaged(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &fakeConn{r: bytes.NewReader(in)}
 		_ = ServeLane(c, bufio.NewReader(c), d, ServerConfig{MaxSlice: 8192})
-		out := c.w.Bytes()
-		for len(out) >= wire.RespHeaderSize {
-			h, err := wire.DecodeRespHeader(out, 8192)
-			if err != nil {
-				t.Fatalf("server sent a bad header: %v", err)
-			}
-			out = out[wire.RespHeaderSize:]
-			if h.Status == wire.StatusOK && h.Length > 0 {
-				if uint64(len(out)) < h.Length {
-					t.Fatal("short read payload")
-				}
-				out = out[h.Length:]
-			}
-		}
-		if len(out) != 0 {
-			t.Fatalf("%d trailing bytes in server output", len(out))
-		}
+		checkResponses(t, c.w.Bytes())
 	})
 }

@@ -321,22 +321,32 @@ func FuzzServeLane(f *testing.F) {
 				t.Fatalf("byte %d outside the registered buffer was written", i)
 			}
 		}
-		out := c.w.Bytes()
-		for len(out) >= wire.RespHeaderSize {
-			h, err := wire.DecodeRespHeader(out, 8192)
-			if err != nil {
-				t.Fatalf("server sent a bad header: %v", err)
-			}
-			out = out[wire.RespHeaderSize:]
-			if h.Status == wire.StatusOK && h.Length > 0 {
-				if uint64(len(out)) < h.Length {
-					t.Fatal("short read payload")
-				}
-				out = out[h.Length:]
-			}
-		}
-		if len(out) != 0 {
-			t.Fatalf("%d trailing bytes in server output", len(out))
-		}
+		checkResponses(t, c.w.Bytes())
 	})
+}
+
+// checkResponses walks a server's output as response headers, each OK
+// READ followed by its payload, and fails on a bad header, a short payload
+// or trailing bytes; it returns the headers.
+func checkResponses(t *testing.T, out []byte) []wire.RespHeader {
+	t.Helper()
+	var hs []wire.RespHeader
+	for len(out) >= wire.RespHeaderSize {
+		h, err := wire.DecodeRespHeader(out, 8192)
+		if err != nil {
+			t.Fatalf("server sent a bad header: %v", err)
+		}
+		hs = append(hs, h)
+		out = out[wire.RespHeaderSize:]
+		if h.Status == wire.StatusOK && h.Length > 0 {
+			if uint64(len(out)) < h.Length {
+				t.Fatal("short read payload")
+			}
+			out = out[h.Length:]
+		}
+	}
+	if len(out) != 0 {
+		t.Fatalf("%d trailing bytes in server output", len(out))
+	}
+	return hs
 }
