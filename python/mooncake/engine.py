@@ -18,12 +18,15 @@ import logging
 import threading
 
 from . import _cuda, _native
+from ._rpc import (CoroRPCInterface, ReceivedData, ReceivedTensor, RpcInterface, create_rpc_client,  # noqa: F401
+                   create_rpc_server)
 
 log = logging.getLogger("mooncake")
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "InnerTransferEngine", "Read", "Write",
            "SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_EFA", "SUPPORT_MNNVL", "SUPPORT_MUSA", "SUPPORT_INTRA_NVLINK",
-           "SUPPORT_CXL", "SharedSegment"]
+           "SUPPORT_CXL", "SharedSegment", "RpcInterface", "CoroRPCInterface", "ReceivedData", "ReceivedTensor",
+           "create_rpc_client", "create_rpc_server"]
 
 # Hardware transports this build has (Mooncake's module constants). CUDA:
 # True when the library found a usable GPU (see _cuda): device memory is then
