@@ -6,6 +6,7 @@ package main
 import "C"
 
 import (
+	"errors"
 	"time"
 	"unsafe"
 )
@@ -69,12 +70,15 @@ func mc_rpc_server_close(h C.int64_t) C.int64_t {
 //export mc_rpc_recv
 func mc_rpc_recv(h C.int64_t, waitMs C.int64_t, out *unsafe.Pointer) C.int64_t {
 	var msg []byte
+	s, ok := rpcServers.get(int64(h))
+	if !ok {
+		return codeInvalidParams // closed: the receiving loop's way out, not worth a log line
+	}
 	rc := guard("rpc recv", func() (int64, error) {
-		s, ok := rpcServers.get(int64(h))
-		if !ok {
-			return 0, errBadHandle
-		}
 		m, ok, err := s.recv(time.Duration(max(0, int64(waitMs))) * time.Millisecond)
+		if errors.Is(err, errBadHandle) {
+			return codeInvalidParams, nil
+		}
 		if err != nil || !ok {
 			return 0, err
 		}
