@@ -30,6 +30,7 @@ arguments left out (or ``None``) come from ``MOONCAKE_CONFIG_PATH`` or the
 
 import ctypes
 import logging
+import weakref
 
 from . import _tensor
 from ._store_base import (HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED,  # noqa: F401 (health_check values)
@@ -54,7 +55,7 @@ __all__ = [
     "ReplicaDescriptor", "Descriptor", "ParallelAxis", "TensorParallelism", "ReadTarget", "UUID",
     "MooncakeHostMemAllocator", "MooncakeDistributedNoFRegister", "BufferPool", "BufferLease",
     "BufferLeaseView", "RegisteredBufferPool", "RegisteredBufferLease", "RegisteredBufferLeaseView",
-    "bind_to_numa_node", "get_alloc_func_addr", "get_free_func_addr",
+    "bind_to_numa_node", "get_alloc_func_addr", "get_free_func_addr", "EngramStore", "EngramStoreConfig",
 ]
 
 # Mooncake exports the values of these enums at module level too (export_values);
@@ -76,7 +77,12 @@ class MooncakeDistributedStore(SetupMixin, PutMixin, GetMixin, KeysMixin, Segmen
     """
 
     def _get_pyclient_capsule(self):
-        return None
+        """A PyCapsule named ``mooncake.PyClient.shared_ptr`` for this client (what Mooncake's
+        EngramStore and BufferPool take from a store wrapper); None before setup."""
+        if not self._h:
+            return None
+        _live_stores[self._h] = self
+        return _engram.make_capsule(self._h)
 
 
 def _serialize_tensor(tensor):
@@ -156,7 +162,24 @@ def get_free_func_addr():
 
 
 def _get_pyclient_from_wrapper(wrapper):
-    return None
+    """The client capsule of a MooncakeDistributedStore (None before its setup)."""
+    return wrapper._get_pyclient_capsule()
+
+
+# handle -> store, for the capsules handed out (weak: a capsule does not keep a store alive)
+_live_stores = weakref.WeakValueDictionary()
+
+
+def _store_from_capsule(capsule):
+    h = _engram.capsule_handle(capsule)
+    if h is None:
+        return None
+    st = _live_stores.get(h)
+    return st if st is not None and st._h == h else None
+
+
+from ._engram import EngramStore, EngramStoreConfig  # noqa: E402
+from . import _engram  # noqa: E402
 
 
 from ._buffer_pool import (BufferLease, BufferLeaseView, BufferPool, RegisteredBufferLease,  # noqa: E402
