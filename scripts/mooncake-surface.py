@@ -37,6 +37,8 @@ WHEEL = "mooncake-wheel/mooncake/"
 BUNDLED = [
     ("mooncake.async_store", "mooncake-integration/store/async_store.py"),
 ]
+# Entries of the wheel's C extensions that are not pybind11 (mooncake/_fast_copy.c)
+C_EXT = [("mooncake._fast_copy", "concat_arrays_into", "function")]
 # Modules that are wholly missing here: one row per class, its members in the row.
 COLLAPSE = r"mooncake\.(ep|pg|tent)$"
 
@@ -46,8 +48,9 @@ GPU = "n/a without a GPU"
 NOTES = [
     (r"mooncake\.(ep|pg)", r".*", "%s: no module (CUDA expert-parallel and process-group extensions; "
                                   "import fails, as with a Mooncake wheel built without them)" % GPU),
-    (r"mooncake\.tent", r".*", "missing: no module (TENT, Mooncake's next transfer engine; "
-                               "mooncake.engine is the one provided)"),
+    (r"mooncake\.tent", r"TransferEngine",
+     "partial: TENT's calls over this engine (segments by name, batches of async requests, notifications); "
+     "cancel_transfer raises NotImplementedError, permissions are not enforced, no GPU or file segments"),
     (r"mooncake\.(mooncake_ep_buffer|mooncake_elastic_buffer)", r".*",
      "%s: no module (CUDA expert-parallel buffers)" % GPU),
     (r"mooncake\.store", r"MooncakeDistributedStore\.(get_tensor_into_cuda|batch_get_tensor_into_cuda)",
@@ -72,11 +75,11 @@ NOTES = [
      "done: Mooncake's write routes (a single TP axis stores the shard given; TP among other axes and writer "
      "partitions store their chunk of the whole tensor), keys and shard headers, full and resharded reads; the "
      "manifest objects beside the shards are this package's format"),
-    (r"mooncake\.store", r"MooncakeDistributedStore\.(_get_pyclient_capsule)",
-     "partial: returns None (EngramStore is not built)"),
-    (r"mooncake\.store", r"_get_pyclient_from_wrapper", "partial: returns None (EngramStore is not built)"),
-    (r"mooncake\.store", r"(EngramStore|EngramStoreConfig)(\..*)?", "missing: EngramStore (n-gram embedding "
-                                                                     "tables over the C++ client)"),
+    (r"mooncake\.store", r"MooncakeDistributedStore\.(_get_pyclient_capsule)|_get_pyclient_from_wrapper",
+     "done: a capsule named mooncake.PyClient.shared_ptr that EngramStore accepts (None before setup)"),
+    (r"mooncake\.store", r"EngramStore\.lookup",
+     "partial: reads each head's whole table, then gathers the rows (Mooncake reads only the rows, as "
+     "ranges); same results and errors"),
     (r"mooncake\.store", r"ReplicateConfig\.(nof_replica_num|dfs_replica_num|preferred_nof_segments|data_type|"
                          r"group_ids|host_id)",
      "partial: kept, not honoured (a warning when set): no NVMe-oF / DFS tiers, no groups"),
@@ -96,18 +99,24 @@ NOTES = [
     (r"mooncake\.engine", r"SUPPORT_CUDA", "done: True when the CUDA driver library and a device are present (checked without initialising CUDA), else False"),
     (r"mooncake\.engine", r"SUPPORT_\w+", "done: False (no HIP, EFA, MNNVL, MUSA, NVLink here)"),
     (r"mooncake\.engine", r"(RpcInterface|CoroRPCInterface|ReceivedData|ReceivedTensor|create_rpc_client|"
-                          r"create_rpc_server)(\..*)?", "missing: Mooncake's coro_rpc interface"),
+                          r"create_rpc_server)(\..*)?",
+     "done over this package's RPC transport (mc_rpc_*), not coro_rpc: both ends must be this package"),
     (r"mooncake\.engine", r"(TransferEngine\.)?InnerTransferEngine", "partial: what get_engine() returns"),
     (r"mooncake\.structured_object_store", r"(infer_structure|MISSING|MISSING_OBJECT_ERROR|"
                                            r"STRUCTURED_FIELD_SPECS_KEY|DEFAULT_BUNDLE_CHUNK_BYTES)",
      "done (codec inference and structure expansion)"),
-    (r"mooncake\.structured_object_store", r".*", "missing: the bundle transfer (put/get of structured "
-                                                  "objects and DataProto manifests); only codec inference"),
+    (r"mooncake\.structured_object_store", r"(MooncakeBundleTransfer(\..*)?|tensor_object_buffer|raw_destination)",
+     "missing: the bundle transfer itself (put/get of structured objects and DataProto manifests in "
+     "Mooncake's byte layout; its types, read specs and ref handles are here)"),
     (r"mooncake\.mooncake_store_service", r"MooncakeStoreService\.handle_unmount_local_disk",
      "partial: 500 (draining the disk tier is not supported)"),
-    (r"mooncake\.(mooncake_connector_v1|vllm_v1_proxy_server|dataproto_catalog|cli_client|cli_bench|"
-     r"mooncake_ssd_register|mooncake_ssd_unregister|spdk_tgt_create|transfer_engine_topology_dump)", r".*",
-     "missing: this module is not provided"),
+    (r"mooncake\.mooncake_connector_v1", r"MooncakeConnector(Scheduler|Worker)?(\..*)?",
+     "partial: vLLM's own MooncakeConnector (it moves KV with this package's TransferEngine) when vLLM is "
+     "installed; without vLLM, constructing one raises ImportError (importing Mooncake's module fails)"),
+    (r"mooncake\.(mooncake_ssd_register|mooncake_ssd_unregister|spdk_tgt_create)", r".*",
+     "n/a without NVMe-oF: SPDK targets and NVMe-oF SSDs; importing the module raises ImportError saying so"),
+    (r"mooncake\.transfer_engine_topology_dump", r"dump_te_topology|dump_tent_topology|main",
+     "partial: no NICs to discover; prints the engine's segment (name, port, buffers)"),
 ]
 
 
@@ -208,6 +217,11 @@ def ours(module, name):
     return True
 
 
+def collapsed_present(module, cls, members):
+    mod = module.split(" ")[0]
+    return ours(mod, cls) and all(ours(mod, "%s.%s" % (cls, m)) for m in members)
+
+
 def status(module, name, present):
     for mre, nre, text in NOTES:
         if re.fullmatch(mre, module) and re.fullmatch(nre, name):
@@ -263,6 +277,7 @@ def main():
     for module, path in BUNDLED:
         for name, kind in python_entries(git_show(gitdir, rev, path) or ""):
             rows.append((module, name, kind))
+    rows.extend(C_EXT)
     print("| module | name | kind | status |")
     print("|---|---|---|---|")
     grouped = {}  # (module, class) -> members, for the modules listed one row per class
@@ -278,12 +293,14 @@ def main():
         print("| `%s` | `%s` | %s | %s |" % (module, name, kind, status(mod, name, present)))
     for (module, cls), (kind, members) in grouped.items():
         name = "`%s`" % cls + (" (%s)" % ", ".join("`%s`" % m for m in members) if members else "")
-        print("| `%s` | %s | %s | %s |" % (module, name, kind, status(module.split(" ")[0], cls, False)))
+        print("| `%s` | %s | %s | %s |" % (module, name, kind, status(module.split(" ")[0], cls,
+                                                                       collapsed_present(module, cls, members))))
     by_status = {}
     for module, name, kind in rows:
         mod = module.split(" ")[0]
         if re.match(COLLAPSE, mod):
-            st = status(mod, name.partition(".")[0], False)
+            cls = name.partition(".")[0]
+            st = status(mod, cls, collapsed_present(module, cls, grouped.get((module, cls), [None, []])[1]))
         else:
             st = status(mod, name, ours(mod, name))
         word = re.match(r"[a-z]+(/[a-z]+)?", st).group(0)
