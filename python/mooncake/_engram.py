@@ -181,7 +181,7 @@ class EngramStore(object):
 # EngramStore and BufferPool; ours carries the store's native handle.
 _py_capsule_new = ctypes.pythonapi.PyCapsule_New
 _py_capsule_new.restype = ctypes.py_object
-_py_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_py_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
 _py_capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
 _py_capsule_get.restype = ctypes.c_void_p
 _py_capsule_get.argtypes = [ctypes.py_object, ctypes.c_char_p]
