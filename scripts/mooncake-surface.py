@@ -36,6 +36,8 @@ WHEEL = "mooncake-wheel/mooncake/"
 # Pure Python modules the wheel bundles from elsewhere in Mooncake's tree: (our module, Mooncake path)
 BUNDLED = [
     ("mooncake.async_store", "mooncake-integration/store/async_store.py"),
+    ("mooncake.shared_segment", "mooncake-integration/shared_segment.py"),
+    ("mooncake.allocator", "mooncake-integration/allocator.py"),
 ]
 # Entries of the wheel's C extensions that are not pybind11 (mooncake/_fast_copy.c)
 C_EXT = [("mooncake._fast_copy", "concat_arrays_into", "function")]
@@ -95,7 +97,11 @@ NOTES = [
     (r"mooncake\.engine", r"TransferEngine\.warmup_efa_segment", "%s: returns -1" % GPU),
     (r"mooncake\.engine", r"TransferEngine\.(get_engine|get_engine_ptr)",
      "partial: an opaque handle; a store cannot share it"),
-    (r"mooncake\.engine", r"SharedSegment(\..*)?", "%s: supported() is False, create() returns None" % GPU),
+    (r"mooncake\.engine", r"SharedSegment(\.(create|supported))?",
+     "done for host memory (mmap=True: a memfd the owner rank maps and peers on the same host map through "
+     "/proc); the device paths (mmap=False, host_register=True) raise RuntimeError, as a build without them"),
+    (r"mooncake\.allocator", r".*", "%s: CUDA fabric-memory allocators for NVLink; importing the module raises "
+                                    "ImportError saying so (Mooncake's wheel has it only in CUDA builds)" % GPU),
     (r"mooncake\.engine", r"SUPPORT_CUDA", "done: True when the CUDA driver library and a device are present (checked without initialising CUDA), else False"),
     (r"mooncake\.engine", r"SUPPORT_\w+", "done: False (no HIP, EFA, MNNVL, MUSA, NVLink here)"),
     (r"mooncake\.engine", r"(RpcInterface|CoroRPCInterface|ReceivedData|ReceivedTensor|create_rpc_client|"

@@ -18,6 +18,7 @@ import logging
 import threading
 
 from . import _cuda, _native
+from ._shared_segment import SharedSegment  # noqa: F401 (Mooncake's engine.SharedSegment)
 from ._rpc import (CoroRPCInterface, ReceivedData, ReceivedTensor, RpcInterface, create_rpc_client,  # noqa: F401
                    create_rpc_server)
 
@@ -82,19 +83,6 @@ class TransferNotify(object):
 
     def __repr__(self):
         return "TransferNotify(name=%r, msg=%r)" % (self.name, self.msg)
-
-
-class SharedSegment(object):
-    """Mooncake's GPU-shareable memory segment: not available in this build (``supported()`` is False)."""
-
-    @staticmethod
-    def supported():
-        return False
-
-    @staticmethod
-    def create(*args, **kwargs):
-        log.error("mooncake: SharedSegment.create: shared device segments are not supported by this build")
-        return None
 
 
 class InnerTransferEngine(object):

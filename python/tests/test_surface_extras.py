@@ -121,6 +121,10 @@ class ToolModulesTest(unittest.TestCase):
             with self.assertRaisesRegex(ImportError, "NVMe-oF"):
                 __import__("mooncake." + name)
 
+    def test_allocator_says_why(self):
+        with self.assertRaisesRegex(ImportError, "NVLink"):
+            __import__("mooncake.allocator")
+
     def test_topology_dump(self):
         logging.getLogger("mooncake").setLevel(logging.CRITICAL)
         for backend in ("te", "tent"):
