@@ -87,7 +87,8 @@ NOTES = [
      "partial: kept, not honoured (a warning when set): no NVMe-oF / DFS tiers, no groups"),
     (r"mooncake\.store", r"MooncakeDistributedNoFRegister(\..*)?", "%s: NVMe-oF is not available; "
                                                                    "real_register returns -1" % GPU),
-    (r"mooncake\.store", r"bind_to_numa_node", "partial: logs a warning (no libnuma binding)"),
+    (r"mooncake\.store", r"bind_to_numa_node",
+     "done without libnuma: sched_setaffinity to the node's CPUs and set_mempolicy(MPOL_PREFERRED)"),
     (r"mooncake\.store", r"DiskDescriptor(\..*)?", "done: returned for disk-tier copies "
                                                    "(file_path is the copy's URL)"),
     (r"mooncake\.engine", r"TransferEngine\.(transfer_write_on_cuda|transfer_read_on_cuda|"

@@ -46,6 +46,7 @@ from ._store_types import (UUID, Descriptor, DiskDescriptor, MemoryDescriptor, O
                            QueryTaskResponse, ReadTarget, ReplicaDescriptor, ReplicaStatus, ReplicateConfig,
                            SoftPinAction, TaskStatus, TaskType, TensorParallelism)
 from ._tensor_api import TensorAPI
+from . import _numa
 
 log = logging.getLogger("mooncake")
 
@@ -147,8 +148,10 @@ class MooncakeDistributedNoFRegister(object):
 
 
 def bind_to_numa_node(node):
-    """Mooncake binds the calling thread to a NUMA node; here it only warns (no libnuma)."""
-    log.warning("mooncake: bind_to_numa_node(%s): NUMA binding is not available; skipped", node)
+    """Binds the calling thread to the CPUs of NUMA node ``node`` and makes that node the
+    preferred one for its future allocations (non-strict), as Mooncake's does with libnuma; here
+    through ``sched_setaffinity`` and the ``set_mempolicy`` system call. Failures are warnings."""
+    _numa.bind(int(node))
 
 
 def get_alloc_func_addr():

@@ -115,6 +115,35 @@ class ConnectorV1Test(unittest.TestCase):
             mc1.MooncakeConnector(None, None)
 
 
+class NumaTest(unittest.TestCase):
+    def test_bind_thread(self):
+        import os
+        import threading
+
+        from mooncake import _numa, store
+
+        nodes = _numa.nodes()
+        if not nodes:
+            self.skipTest("no NUMA nodes in /sys")
+        node, got = nodes[-1], {}
+
+        def run():  # in a thread of its own: the binding is per thread
+            logging.getLogger("mooncake").setLevel(logging.CRITICAL)
+            store.bind_to_numa_node(node)
+            got["cpus"], got["pref"] = os.sched_getaffinity(0), _numa.preferred_node()
+            store.bind_to_numa_node(max(nodes) + 1)  # out of range: a warning, nothing changes
+            got["after"] = os.sched_getaffinity(0)
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(30)
+        self.assertEqual(got["cpus"], _numa.node_cpus(node))
+        self.assertEqual(got["after"], got["cpus"])
+        if _numa._syscall(1) is not None:
+            self.assertEqual(got["pref"], node)
+        self.assertEqual(_numa.parse_cpulist("0-3,8,10-11\n"), {0, 1, 2, 3, 8, 10, 11})
+
+
 class ToolModulesTest(unittest.TestCase):
     def test_nvmeof_modules_say_why(self):
         for name in ("mooncake_ssd_register", "mooncake_ssd_unregister", "spdk_tgt_create"):
