@@ -33,6 +33,21 @@ _POLL_MS = 200
 _MAX_TENSOR_HEADER = 1 << 16
 
 
+_senders = None
+_senders_lock = threading.Lock()
+
+
+def _sender():
+    """The threads that run the _async sends (shared by every interface of the process)."""
+    global _senders
+    with _senders_lock:
+        if _senders is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _senders = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mooncake-rpc-send")
+        return _senders
+
+
 class ReceivedData(object):
     """A received message (Mooncake's ``ReceivedData``): ``source_address``, ``data_size``."""
 
@@ -307,7 +322,7 @@ class RpcInterface(object):
 
             loop.call_soon_threadsafe(settle)
 
-        threading.Thread(target=run, name="mooncake-rpc-send", daemon=True).start()
+        _sender().submit(run)
         return future
 
     def send_data_async(self, target_address, data, loop):

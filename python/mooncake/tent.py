@@ -528,7 +528,10 @@ class TransferEngine(object):
             fn = self._e.batch_transfer_async_write if op == OpCode.WRITE else self._e.batch_transfer_async_read
             ebid = fn(target, [r.source for r in rs], [r.target_offset for r in rs], [r.length for r in rs])
             if not ebid:
-                raise AddressNotRegisteredError("submit_transfer to %s: %s" % (target, _native.last_error()))
+                err = _native.last_error()
+                for g in made.values():  # the submit fails as a whole: settle what already started
+                    g.wait()
+                raise AddressNotRegisteredError("submit_transfer to %s: %s" % (target, err))
             made[(target, op)] = _Group(self._e, ebid, sum(r.length for r in rs))
         for r in reqs:
             b.tasks.append((made[(self._name_of(r.target_id), OpCode(r.opcode))], r.length))
