@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,7 +22,9 @@ import (
 //	reply:   code i32 (LE): 0 delivered, negative a Mooncake code
 //
 // A request is answered once its message is queued for the receiving
-// process (not when its callback ran). Connections are reused: a client keeps
+// process (not when its callback ran). A server holds at most rpcMaxHeld
+// bytes of messages being read or queued; one that would pass it is refused
+// (-900) and its connection closed, so senders cannot exhaust its memory. Connections are reused: a client keeps
 // up to pool idle connections per target.
 
 const (
@@ -29,6 +32,7 @@ const (
 	rpcHeaderLen  = 16
 	rpcMaxMessage = 1 << 30 // a bigger length is refused before anything is allocated
 	rpcQueueLen   = 256
+	rpcMaxHeld    = 4 << 30 // bytes being read or queued per server; a message past it is refused
 
 	rpcKindData   = 1
 	rpcKindTensor = 2
@@ -102,6 +106,8 @@ func encodeRPCMsg(m rpcMsg) []byte {
 type rpcServer struct {
 	ln      net.Listener
 	timeout time.Duration
+	maxHeld int64
+	held    atomic.Int64 // bytes of messages being read or queued
 	queue   chan rpcMsg
 	done    chan struct{}
 	once    sync.Once
@@ -112,6 +118,11 @@ type rpcServer struct {
 
 // listenRPC binds addr ("host:port"; port 0 picks one; "" is refused).
 func listenRPC(addr string, timeout time.Duration) (*rpcServer, error) {
+	return listenRPCWith(addr, timeout, rpcMaxHeld)
+}
+
+// listenRPCWith is listenRPC with a memory budget of maxHeld bytes.
+func listenRPCWith(addr string, timeout time.Duration, maxHeld int64) (*rpcServer, error) {
 	if addr == "" {
 		return nil, errInvalid("empty listen address")
 	}
@@ -119,7 +130,7 @@ func listenRPC(addr string, timeout time.Duration) (*rpcServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &rpcServer{ln: ln, timeout: timeout, queue: make(chan rpcMsg, rpcQueueLen),
+	s := &rpcServer{ln: ln, timeout: timeout, maxHeld: maxHeld, queue: make(chan rpcMsg, rpcQueueLen),
 		done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	s.wg.Go(s.accept)
 	return s, nil
@@ -174,9 +185,18 @@ func (s *rpcServer) serve(c net.Conn) {
 			c.Write(reply)
 			return
 		}
+		n := int64(h.length)
+		if s.held.Add(n) > s.maxHeld {
+			s.held.Add(-n)
+			logger.Warn("rpc: refusing a message: the receiver holds too many bytes", "peer", src, "bytes", n)
+			putCode(reply, codeRPCFail)
+			c.Write(reply)
+			return
+		}
 		c.SetReadDeadline(time.Now().Add(s.timeout + time.Duration(h.length)))
 		data := make([]byte, h.length)
 		if _, err := io.ReadFull(c, data); err != nil {
+			s.held.Add(-n)
 			return
 		}
 		code := int64(codeOK)
@@ -189,6 +209,9 @@ func (s *rpcServer) serve(c net.Conn) {
 			code = codeRPCTimeout // the receiving process does not drain its queue
 		}
 		t.Stop()
+		if code != codeOK {
+			s.held.Add(-n)
+		}
 		putCode(reply, code)
 		c.SetWriteDeadline(time.Now().Add(s.timeout))
 		if _, err := c.Write(reply); err != nil || code != codeOK {
@@ -201,6 +224,7 @@ func (s *rpcServer) serve(c net.Conn) {
 func (s *rpcServer) recv(wait time.Duration) (rpcMsg, bool, error) {
 	select {
 	case m := <-s.queue:
+		s.held.Add(-int64(len(m.data)))
 		return m, true, nil
 	default:
 	}
@@ -208,6 +232,7 @@ func (s *rpcServer) recv(wait time.Duration) (rpcMsg, bool, error) {
 	defer t.Stop()
 	select {
 	case m := <-s.queue:
+		s.held.Add(-int64(len(m.data)))
 		return m, true, nil
 	case <-s.done:
 		return rpcMsg{}, false, errBadHandle

@@ -12,8 +12,12 @@ import (
 )
 
 func startRPC(t *testing.T) (*rpcServer, *rpcClient, string) {
+	return startRPCWith(t, rpcMaxHeld)
+}
+
+func startRPCWith(t *testing.T, maxHeld int64) (*rpcServer, *rpcClient, string) {
 	t.Helper()
-	s, err := listenRPC("127.0.0.1:0", 5*time.Second)
+	s, err := listenRPCWith("127.0.0.1:0", 5*time.Second, maxHeld)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +129,27 @@ func TestRPCStaleConnectionIsRetriedAndDeadTargetFails(t *testing.T) {
 	if _, _, err := s.recv(time.Millisecond); !errors.Is(err, errBadHandle) {
 		t.Fatalf("recv on a closed server: %v", err)
 	}
+}
+
+func TestRPCMemoryBudgetRefusesAndRecovers(t *testing.T) {
+	s, c, addr := startRPCWith(t, 1<<20)
+	if err := c.send(addr, rpcKindData, make([]byte, 700<<10)); err != nil {
+		t.Fatal(err)
+	}
+	// Queued and not yet received: a second 700 KiB passes the 1 MiB budget.
+	if err := c.send(addr, rpcKindData, make([]byte, 700<<10)); !errors.Is(err, errRPC) {
+		t.Fatalf("send past the budget: %v", err)
+	}
+	if m := recvOne(t, s); len(m.data) != 700<<10 {
+		t.Fatalf("got %d bytes", len(m.data))
+	}
+	if got := s.held.Load(); got != 0 {
+		t.Fatalf("%d bytes held after the queue drained", got)
+	}
+	if err := c.send(addr, rpcKindData, make([]byte, 700<<10)); err != nil {
+		t.Fatalf("send after the queue drained: %v", err)
+	}
+	recvOne(t, s)
 }
 
 func TestRPCEncodedMessageLayout(t *testing.T) {
