@@ -80,8 +80,7 @@ NOTES = [
     (r"mooncake\.store", r"MooncakeDistributedStore\.(_get_pyclient_capsule)|_get_pyclient_from_wrapper",
      "done: a capsule named mooncake.PyClient.shared_ptr that EngramStore accepts (None before setup)"),
     (r"mooncake\.store", r"EngramStore\.lookup",
-     "partial: reads each head's whole table, then gathers the rows (Mooncake reads only the rows, as "
-     "ranges); same results and errors"),
+     "done: the rows by ranged reads straight into the output (a dummy client reads whole tables)"),
     (r"mooncake\.store", r"ReplicateConfig\.(nof_replica_num|dfs_replica_num|preferred_nof_segments|data_type|"
                          r"group_ids|host_id)",
      "partial: kept, not honoured (a warning when set): no NVMe-oF / DFS tiers, no groups"),

@@ -8,10 +8,11 @@ again), ``lookup(row_ids)`` gathers the rows named by ``row_ids`` (``[B][L][H]``
 list or an int array) into a float32 array ``[B, L, H, D]``, ``remove_from_store(force)``
 removes the layer's tables and returns how many existed.
 
-Differences from Mooncake: a lookup reads each head's whole table and gathers the rows in
-process (Mooncake reads only the rows, as byte ranges of the objects), so it moves
-``sum(vocab) * D * 4`` bytes per call. Failures raise as in Mooncake: ``ValueError`` for a
-bad config, ``RuntimeError`` for a failed call.
+A lookup reads only the rows it needs, straight into the output array (registered for the
+call): one ranged read per head (``mc_store_get_ranges``, one transfer batch of ``B * L``
+rows), as Mooncake's ``get_into_ranges``. A dummy client, which has no ranged reads, reads the
+tables whole and gathers the rows in process. Failures raise as in Mooncake: ``ValueError``
+for a bad config, ``RuntimeError`` for a failed call.
 """
 
 import ctypes
@@ -19,6 +20,7 @@ import logging
 
 import numpy as np
 
+from . import _native
 from ._store_base import ErrorCode
 
 log = logging.getLogger("mooncake")
@@ -165,16 +167,51 @@ class EngramStore(object):
         vocab = np.asarray(self._vocab, dtype=np.int64)
         if (ids < 0).any() or (ids >= vocab).any():
             raise RuntimeError("EngramStore lookup failed")
+        b, l, h = ids.shape
+        out = np.empty((b, l, h, self._dim), dtype=np.float32)
+        rc = self._read_rows(st, ids, out)
+        if rc == 0:
+            return out
+        if rc == ErrorCode.OBJECT_NOT_FOUND:
+            log.error("EngramStore.lookup: a table of %s is missing", self._keys)
+            raise RuntimeError("EngramStore lookup failed")
+        # No ranged reads (a dummy client): read the tables whole and gather in process.
         tables = [np.empty((v, self._dim), dtype=np.float32) for v in self._vocab]
         got = st.batch_get_into(self._keys, [t.ctypes.data for t in tables], [t.nbytes for t in tables])
         if len(got) != len(tables) or any(int(g) != t.nbytes for g, t in zip(got, tables)):
             log.error("EngramStore.lookup: reading the tables %s answered %s", self._keys, got)
             raise RuntimeError("EngramStore lookup failed")
-        b, l, h = ids.shape
-        out = np.empty((b, l, h, self._dim), dtype=np.float32)
         for head, table in enumerate(tables):
             out[:, :, head, :] = table[ids[:, :, head]]
         return out
+
+    def _read_rows(self, st, ids, out):
+        """Reads each needed row straight into out, one ranged read per head: 0 or a code."""
+        lib = _native.lib()
+        if getattr(lib, "mc_store_get_ranges", None) is None:
+            return ErrorCode.INVALID_PARAMS
+        row = self._dim * 4
+        base = out.ctypes.data
+        if st.register_buffer(base, out.nbytes) != 0:
+            return ErrorCode.INVALID_PARAMS
+        try:
+            b, l, h = ids.shape
+            # out[bi, li, head] sits at ((bi * l + li) * h + head) * row
+            tok = (np.arange(b * l, dtype=np.uint64) * np.uint64(h)).reshape(b, l)
+            for head, key in enumerate(self._keys):
+                offs = (ids[:, :, head].astype(np.uint64) * np.uint64(row)).ravel()
+                dsts = ((tok + np.uint64(head)) * np.uint64(row) + np.uint64(base)).ravel()
+                n = offs.size
+                rc = lib.mc_store_get_ranges(
+                    st._h, _native.cstr(key), n, offs.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+                    dsts.ctypes.data_as(ctypes.POINTER(ctypes.c_void_p)),
+                    np.full(n, row, dtype=np.uint64).ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)))
+                if rc != 0:
+                    log.debug("EngramStore.lookup: ranged read of %s: %d (%s)", key, rc, _native.last_error())
+                    return rc
+            return 0
+        finally:
+            st.unregister_buffer(base)
 
 
 # Capsules: Mooncake's store hands a PyCapsule named "mooncake.PyClient.shared_ptr" to

@@ -48,6 +48,9 @@ class EngramTest(unittest.TestCase):
                 for h in range(3):
                     np.testing.assert_array_equal(out[b, l, h], tables[h][ids[b, l, h]])
         np.testing.assert_array_equal(e.lookup(ids.tolist()), out)
+        direct = np.zeros_like(out)  # the rows were read by ranges, not by whole tables
+        self.assertEqual(e._read_rows(self.store, ids, direct), 0)
+        np.testing.assert_array_equal(direct, out)
         with self.assertRaises(RuntimeError):
             e.populate(tables)  # keys exist
         for bad in ([[[17, 0, 0]]], [], np.zeros((1, 1, 2), dtype=np.int64), [[[0, 0]]]):
