@@ -187,7 +187,7 @@ func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, i
 				break
 			}
 			segs = append(segs, seg)
-			reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(srcs[i]), Segment: seg, Remote: rep.Addr, Length: len(srcs[i]), Grant: string(rep.Grant)})
+			reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(srcs[i]), Segment: seg, Remote: rep.Addr, Length: len(srcs[i]), Grant: c.grant.of(rep.Grant)})
 		}
 		if len(segs) == len(r.Replicas) {
 			reqs = append(reqs, headerWrites(hdr, r.Replicas, segs)...)
@@ -436,7 +436,7 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 			retry[i] = true
 			continue
 		}
-		reqs = append(reqs, transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(bs[i]), Segment: seg, Remote: reps[0].Addr, Length: int(in.Size), Grant: string(reps[0].Grant)})
+		reqs = append(reqs, transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(bs[i]), Segment: seg, Remote: reps[0].Addr, Length: int(in.Size), Grant: c.grant.of(reps[0].Grant)})
 		reqKey = append(reqKey, i)
 	}
 	if len(reqs) == 0 {

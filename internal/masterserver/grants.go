@@ -1,6 +1,7 @@
 package masterserver
 
 import (
+	"sync"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
@@ -43,25 +44,79 @@ type granter struct {
 	keys   *grant.Keyring
 	clock  clock.Clock // the core's
 	putTTL time.Duration
+
+	// Signed grants by extent, handed out again while they have at least
+	// half of the wanted lifetime left and expire no later than wanted: a
+	// hot object's readers (or a slot reused by upserts) then get the same
+	// bytes, which the client and the lane recognise (sent and verified
+	// once per lane). Reuse never widens anything: the same segment,
+	// extent and mode, and an expiry no later than a fresh grant's.
+	mu    sync.Mutex
+	cache map[grantKey]cachedGrant
 }
+
+type grantKey struct {
+	endpoint string
+	addr, n  uint64
+	mode     grant.Mode
+}
+
+type cachedGrant struct {
+	b   []byte
+	exp time.Time
+}
+
+// maxCachedGrants bounds the cache; past it, unusable entries are dropped,
+// and all of them if that is not enough.
+const maxCachedGrants = 1 << 14
 
 // newGranter returns nil (no grants) without keys.
 func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *granter {
 	if keys == nil {
 		return nil
 	}
-	return &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL}
+	return &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL, cache: map[grantKey]cachedGrant{}}
 }
 
+// sign returns a grant of mode on [addr, addr+n) of endpoint that expires
+// at expires, or a cached one for the same extent and mode that expires
+// no later and has at least half of the lifetime left.
 func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, expires time.Time) []byte {
 	if n == 0 || endpoint == "" {
 		return nil
+	}
+	now := time.Now()
+	k := grantKey{endpoint, addr, n, mode}
+	g.mu.Lock()
+	c, ok := g.cache[k]
+	g.mu.Unlock()
+	if ok && reusable(c.exp, now, expires) {
+		return c.b
 	}
 	b, err := g.keys.Encode(grant.Grant{Segment: endpoint, Addr: addr, Length: n, Mode: mode, Expires: expires})
 	if err != nil {
 		return nil // a name too long for a grant: the node refuses the transfer
 	}
+	g.mu.Lock()
+	if len(g.cache) >= maxCachedGrants {
+		for k, c := range g.cache {
+			if !now.Before(c.exp) {
+				delete(g.cache, k)
+			}
+		}
+		if len(g.cache) >= maxCachedGrants/2 {
+			clear(g.cache)
+		}
+	}
+	g.cache[k] = cachedGrant{b, expires}
+	g.mu.Unlock()
 	return b
+}
+
+// reusable reports whether a grant expiring at exp may stand in, at now,
+// for one expiring at want: not later, and at least half as long left.
+func reusable(exp, now, want time.Time) bool {
+	return !exp.After(want) && exp.Sub(now) >= want.Sub(now)/2
 }
 
 // put grants WRITE on each placement's header and value.
