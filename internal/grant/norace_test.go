@@ -1,0 +1,5 @@
+//go:build !race
+
+package grant
+
+const raceEnabled = false

@@ -1,0 +1,113 @@
+package grant
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// A grant sent again on a lane is not verified again: the kept one is
+// used. Nothing of the repeated bytes is trusted (a copy with its fields
+// changed but the MAC kept allows nothing new), expiry still holds, and a
+// grant for one extent never covers another.
+func TestSetResentGrant(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	keys := ring(t, 1, "0123456789abcdef0123")
+	v := NewVerifier(keys, c.now)
+	s := v.NewSet("n:1")
+	g := Grant{Segment: "n:1", Addr: 4096, Length: 4096, Mode: Write, Expires: c.t.Add(time.Second)}
+	b, err := keys.Encode(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := s.Install(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := v.Stats(); st.Verified != 3 || st.Refused != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n := kept(s); n != 1 {
+		t.Fatalf("the set keeps %d grants, want 1 (the same grant three times)", n)
+	}
+	if err := s.Allow(Write, 4096, 4096); err != nil {
+		t.Fatalf("granted extent: %v", err)
+	}
+	// Another extent, a wider one and the other mode are refused.
+	for _, x := range []struct {
+		m       Mode
+		addr, n uint64
+	}{{Write, 8192, 4096}, {Write, 4096, 4097}, {Write, 0, 4096}, {Read, 4096, 4096}} {
+		if err := s.Allow(x.m, x.addr, x.n); !errors.Is(err, ErrDenied) {
+			t.Fatalf("mode %d %d+%d: err = %v, want ErrDenied", x.m, x.addr, x.n, err)
+		}
+	}
+	// A widened copy keeping the MAC: recognised as the kept grant, which
+	// does not cover the widened extent.
+	wide := append([]byte(nil), b...)
+	wide[22] = 0xff // length low byte
+	wide[1] = byte(Read | Write)
+	if err := s.Install(wide); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allow(Write, 4096, 4096+0xff); !errors.Is(err, ErrDenied) {
+		t.Fatalf("widened copy: err = %v, want ErrDenied", err)
+	}
+	if err := s.Allow(Read, 4096, 4096); !errors.Is(err, ErrDenied) {
+		t.Fatalf("copy with the mode widened: err = %v, want ErrDenied", err)
+	}
+	// Expired: sending it again does not revive it, on this lane or a new one.
+	c.t = c.t.Add(time.Second)
+	if err := s.Install(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allow(Write, 4096, 4096); !errors.Is(err, ErrDenied) {
+		t.Fatalf("expired grant sent again: err = %v, want ErrDenied", err)
+	}
+	if err := v.NewSet("n:1").Install(b); !errors.Is(err, ErrExpired) {
+		t.Fatalf("expired grant on a new lane: err = %v, want ErrExpired", err)
+	}
+	// A grant for another segment is refused even when a copy of a kept
+	// grant's MAC is attached.
+	other, err := keys.Encode(Grant{Segment: "n:2", Addr: 4096, Length: 4096, Mode: Write, Expires: c.t.Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := v.NewSet("n:1")
+	if err := s2.Install(other); !errors.Is(err, ErrWrongSegment) {
+		t.Fatalf("other segment: err = %v, want ErrWrongSegment", err)
+	}
+	if err := s2.Allow(Write, 4096, 4096); !errors.Is(err, ErrDenied) {
+		t.Fatalf("other segment's grant: err = %v, want ErrDenied", err)
+	}
+}
+
+func kept(s *Set) (n int) {
+	for i := range s.n {
+		if s.ring[i].Mode != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Verifying a grant allocates nothing.
+func TestVerifyAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	keys := ring(t, 1, "0123456789abcdef0123")
+	v := NewVerifier(keys, nil)
+	b, err := keys.Encode(Grant{Segment: "n:1", Addr: 1, Length: 1, Mode: Read, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := v.Verify(b, "n:1"); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("Verify: %v allocations, want 0", n)
+	}
+}

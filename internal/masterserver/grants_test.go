@@ -1,0 +1,75 @@
+package masterserver
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/grant"
+)
+
+// The granter hands a signed grant out again for the same segment, extent
+// and mode only while it expires no later than a fresh one would and has
+// at least half of the wanted lifetime left; the grant verifies for that
+// extent only.
+func TestGranterReuse(t *testing.T) {
+	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("0123456789abcdef0123")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGranter(keys, nil, 30*time.Second)
+	v := grant.NewVerifier(keys, nil)
+	now := time.Now()
+	a := g.sign("n:1", 4096, 4096, grant.Read, now.Add(10*time.Second))
+	if b := g.sign("n:1", 4096, 4096, grant.Read, now.Add(12*time.Second)); !bytes.Equal(a, b) {
+		t.Fatal("the same extent and mode, a later wanted expiry: want the grant reused")
+	}
+	// Expiring later than wanted: a fresh one.
+	short := g.sign("n:1", 4096, 4096, grant.Read, now.Add(5*time.Second))
+	if bytes.Equal(a, short) {
+		t.Fatal("a grant expiring after the wanted expiry was reused")
+	}
+	gs, err := v.Verify(short, "n:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gs.Expires.Equal(now.Add(5 * time.Second)) {
+		t.Fatalf("expires %v, want %v", gs.Expires, now.Add(5*time.Second))
+	}
+	// Less than half of the wanted lifetime left: a fresh one.
+	long := g.sign("n:1", 4096, 4096, grant.Read, now.Add(time.Minute))
+	if bytes.Equal(long, short) || bytes.Equal(long, a) {
+		t.Fatal("a grant with under half the wanted lifetime left was reused")
+	}
+	// Another extent, segment or mode: another grant, covering only its own.
+	for _, c := range []struct {
+		seg     string
+		addr, n uint64
+		mode    grant.Mode
+	}{{"n:1", 8192, 4096, grant.Read}, {"n:1", 4096, 8192, grant.Read}, {"n:2", 4096, 4096, grant.Read}, {"n:1", 4096, 4096, grant.Write}} {
+		b := g.sign(c.seg, c.addr, c.n, c.mode, now.Add(time.Minute))
+		if bytes.Equal(b, long) {
+			t.Fatalf("%+v: got the grant of another extent", c)
+		}
+		if _, err := v.Verify(b, "n:1"); c.seg != "n:1" && !errors.Is(err, grant.ErrWrongSegment) {
+			t.Fatalf("%+v: verify on n:1: %v, want ErrWrongSegment", c, err)
+		}
+		got, err := v.Verify(b, c.seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Covers(c.mode, c.addr, c.n) || got.Covers(c.mode, c.addr+c.n, 1) || got.Covers(c.mode, c.addr-1, 1) || (c.mode == grant.Read && got.Covers(grant.Write, c.addr, c.n)) {
+			t.Fatalf("%+v: grant %+v covers more or less than its extent", c, got)
+		}
+	}
+	// Expired entries go when the cache is full.
+	g.cache = map[grantKey]cachedGrant{}
+	for i := range maxCachedGrants {
+		g.cache[grantKey{"n:1", uint64(i), 1, grant.Read}] = cachedGrant{nil, now.Add(-time.Second)}
+	}
+	g.sign("n:1", 1<<40, 1, grant.Read, now.Add(time.Minute))
+	if len(g.cache) != 1 {
+		t.Fatalf("cache holds %d grants after a full sweep, want 1", len(g.cache))
+	}
+}
