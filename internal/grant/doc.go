@@ -43,7 +43,10 @@
 // the transfer engine keeps: a grant is verified once when it arrives,
 // and each READ/WRITE then only checks that its extent lies inside a
 // cached grant of the right mode that has not expired (a few comparisons,
-// no MAC). Set.Allow re-checks the liveness of one-shot grants on every
+// no MAC). A grant sent again on the connection (its MAC equal to a kept
+// grant's) is not verified again: the kept grant, as verified, becomes the
+// newest, and nothing of the new bytes is used, so a copy with altered
+// fields allows nothing more. Verify allocates nothing. Set.Allow re-checks the liveness of one-shot grants on every
 // request, so revoking one takes effect at once on every connection.
 //
 // # One-shot grants and replay

@@ -28,6 +28,12 @@ import (
 //   - Tasks: READ on the source, WRITE on the targets, until the task's
 //     deadline.
 //
+// A signed grant is handed out again for the same segment, extent and
+// mode while it expires no later than a fresh one would and has at least
+// half of the fresh one's lifetime left (granter.sign): a hot object's
+// readers, or an extent reused by the next put, get the same bytes, which
+// the client sends and the node verifies once per lane.
+//
 // Revocation is by expiry. The bound: a WRITE grant outlives the removal
 // (or revocation) of its put by at most PutTimeout; a READ grant outlives
 // its object only after a forced removal, by at most the lease.
