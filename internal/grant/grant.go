@@ -488,8 +488,8 @@ type Set struct {
 	segment string
 	ring    [maxSet]Grant
 	tags    [maxSet][macLen]byte // each kept grant's MAC
-	n       int // grants in the ring
-	next    int // where the next one goes
+	n       int                  // grants in the ring
+	next    int                  // where the next one goes
 }
 
 // NewSet returns an empty set for a connection to segment.
