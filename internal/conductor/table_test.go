@@ -37,6 +37,20 @@ func TestTableAgainstMap(t *testing.T) {
 					t.Fatalf("step %d: key %d = %d %v, map %d", step, k, got, ok, v)
 				}
 			}
+			keys := make([]uint64, 3200)
+			for i := range keys {
+				keys[i] = uint64(i)
+				if i%4 == 0 {
+					keys[i] *= 0x100000001
+				}
+			}
+			vals := make([]uint64, len(keys))
+			tb.GetMany(keys, vals)
+			for i, k := range keys {
+				if vals[i] != ref[k] {
+					t.Fatalf("step %d: GetMany key %d = %d, map %d", step, k, vals[i], ref[k])
+				}
+			}
 			n := 0
 			tb.Range(func(k, v uint64) bool { n++; return ref[k] == v })
 			if n != len(ref) {
