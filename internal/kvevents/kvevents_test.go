@@ -88,6 +88,9 @@ func FuzzDecode(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x90, 0xc0})
+	if b, err := Encode(extraKeysBatch(), true); err == nil {
+		f.Add(b)
+	}
 	for _, m := range []bool{false, true} {
 		b, _ := Encode(standardSample(), m)
 		f.Add(b)
