@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvcache-go/mooncake/internal/kvevents"
 )
 
 // Query asks which instances hold a prompt's prefix.
@@ -17,6 +19,9 @@ type Query struct {
 	Tokens []uint32
 	// SeqHashes are the prompt's rolling sequence hashes (QueryHashes).
 	SeqHashes []uint64
+	// MM places the prompt's multimodal inputs (Query): the blocks they
+	// overlap are named with them as vLLM names its blocks.
+	MM []kvevents.MMFeature
 }
 
 // TierMatch is a matched prefix in tokens, cumulative over tiers: GPU is
@@ -60,7 +65,15 @@ func (x *Index) Query(q Query) (Result, error) {
 	if q.BlockSize <= 0 {
 		return nil, fmt.Errorf("%w: block_size must be greater than zero", ErrInvalid)
 	}
-	return x.match(q, len(q.Tokens)/q.BlockSize, &seqSource{h: x.h, tokens: q.Tokens, bs: q.BlockSize})
+	n := len(q.Tokens) / q.BlockSize
+	src := &seqSource{h: x.h, tokens: q.Tokens, bs: q.BlockSize}
+	if len(q.MM) > 0 {
+		src.content = make([][]byte, n)
+		for i, keys := range kvevents.VLLMExtraKeys(kvevents.VLLMRequest{MM: q.MM}, q.BlockSize, n) {
+			src.content[i] = kvevents.ContentKeys(keys)
+		}
+	}
+	return x.match(q, n, src)
 }
 
 // QueryHashes is Query with the prompt's sequence hashes given.
@@ -78,6 +91,8 @@ type seqSource struct {
 	tokens []uint32
 	bs     int
 	seqs   []uint64
+	// content are blocks' content keys (nil: none)
+	content [][]byte
 }
 
 // fill sets dst to the sequence hashes of blocks i, i+1, ... (len(dst) of
@@ -91,6 +106,9 @@ func (s *seqSource) fill(i int, dst []uint64, prev uint64) {
 	for j := range dst {
 		k := i + j
 		l := s.h.Local(s.tokens[k*bs : (k+1)*bs])
+		if s.content != nil {
+			l = s.h.Fold(l, s.content[k])
+		}
 		if k > 0 {
 			l = s.h.Roll(prev, l)
 		}

@@ -136,6 +136,40 @@ func (h VLLMHasher) Request(r VLLMRequest, tokens []int, blockSize int) ([][]byt
 	return out, nil
 }
 
+// ContentKeys are the extra keys that name a block's content rather than
+// its namespace: every key but the strings (the LoRA name and the cache
+// salt, which a router keys as identity dimensions), in order, as
+// canonical CBOR; nil when there are none.
+func ContentKeys(keys []any) []byte {
+	var content []any
+	for _, k := range keys {
+		if _, isStr := k.(string); !isStr {
+			content = append(content, cborValue(k))
+		}
+	}
+	if len(content) == 0 {
+		return nil
+	}
+	b, err := cborMode.Marshal(content)
+	if err != nil {
+		// a decoded value CBOR cannot write (none of msgpack's): name it
+		// by its printed form rather than not at all
+		b = []byte(fmt.Sprint(content))
+	}
+	return b
+}
+
+// RequestSalt is the cache salt among a first block's extra keys: the
+// string that is not the LoRA name ("" when none).
+func RequestSalt(keys []any, loraName string) string {
+	for i, k := range keys {
+		if s, ok := k.(string); ok && !(i == 0 && s == loraName && loraName != "") {
+			return s
+		}
+	}
+	return ""
+}
+
 // VLLMIntHash is the integer form of a block hash that vLLM publishes
 // with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES: its last 8 bytes, big-endian.
 func VLLMIntHash(h []byte) uint64 {
