@@ -2,7 +2,6 @@ package conductor
 
 import (
 	"encoding/binary"
-	"math/bits"
 	"unsafe"
 
 	"github.com/zeebo/xxh3"
@@ -46,30 +45,13 @@ func (h Hasher) Local(tokens []uint32) uint64 {
 }
 
 // Roll is the sequence hash of a block whose parent's sequence hash is prev
-// and whose local hash is local: XXH3-64 of the 16 bytes le64(prev) ||
-// le64(local) with Seed, XXH3's 9-16-byte case written out here because
-// the roll is a chain of dependent hashes over every block of a query,
-// its latency the query's floor: inlined, it skips the library's call and
-// length dispatch (tests check it against the library and Python's
-// xxhash).
+// and whose local hash is local.
 func (h Hasher) Roll(prev, local uint64) uint64 {
-	lo := prev ^ (xxh3Secret24 ^ xxh3Secret32 + h.Seed)
-	hi := local ^ (xxh3Secret40 ^ xxh3Secret48 - h.Seed)
-	m1, m0 := bits.Mul64(lo, hi)
-	acc := 16 + bits.ReverseBytes64(lo) + hi + (m0 ^ m1)
-	acc ^= acc >> 37
-	acc *= 0x165667919E3779F9
-	return acc ^ acc>>32
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], prev)
+	binary.LittleEndian.PutUint64(b[8:], local)
+	return xxh3.HashSeed(b[:], h.Seed)
 }
-
-// XXH3's default secret at bytes 24, 32, 40 and 48 (little-endian), the
-// words its 9-16-byte case reads.
-const (
-	xxh3Secret24 = 0x1f67b3b7a4a44072
-	xxh3Secret32 = 0x78e5c0cc4ee679cb
-	xxh3Secret40 = 0x2172ffcc7dd05a82
-	xxh3Secret48 = 0x8e2443f7744608b8
-)
 
 // Next is the sequence hash of a block of tokens after a parent: the
 // block's local hash when it is the first (hasParent false), else Roll.

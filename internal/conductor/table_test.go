@@ -1,11 +1,8 @@
 package conductor
 
 import (
-	"encoding/binary"
 	"math/rand"
 	"testing"
-
-	"github.com/zeebo/xxh3"
 )
 
 // The table against a Go map on random inserts and deletes, with keys
@@ -58,23 +55,6 @@ func TestTableAgainstMap(t *testing.T) {
 			tb.Range(func(k, v uint64) bool { n++; return ref[k] == v })
 			if n != len(ref) {
 				t.Fatalf("range saw %d of %d", n, len(ref))
-			}
-		}
-	}
-}
-
-// Roll, written out, against the library's XXH3 of its 16 bytes.
-func TestRollMatchesLibrary(t *testing.T) {
-	rng := rand.New(rand.NewSource(5))
-	for _, seed := range []uint64{0, DefaultSeed, 1 << 63, ^uint64(0)} {
-		h := NewHasher(seed)
-		for i := 0; i < 10000; i++ {
-			prev, local := rng.Uint64(), rng.Uint64()
-			var b [16]byte
-			binary.LittleEndian.PutUint64(b[:8], prev)
-			binary.LittleEndian.PutUint64(b[8:], local)
-			if got, want := h.Roll(prev, local), xxh3.HashSeed(b[:], seed); got != want {
-				t.Fatalf("seed %d: Roll(%x, %x) = %x, XXH3 %x", seed, prev, local, got, want)
 			}
 		}
 	}
