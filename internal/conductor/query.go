@@ -185,24 +185,31 @@ func (x *Index) match(q Query, n int, src *seqSource) (Result, error) {
 // matched when the slot left that tier's phase (cumulative).
 //
 // Blocks go in chunks: a chunk's hashes are computed, then its table
-// entries loaded in one loop of independent loads (their cache and TLB
-// misses overlap), then its masks walked. Chunks start small, so that a
+// slots found in one loop of independent loads (their cache and TLB
+// misses overlap), then its masks walked in place. Chunks start small, so that a
 // short match hashes little past its end, and double up to walkChunk.
 func walk(c *ctx, track uint64, n int, src *seqSource, lens *[numTiers][MaxOwners]int32) {
 	dev, host, disk := track, uint64(0), uint64(0)
 	shared := c.shared
 	var seq uint64
 	var chunk [walkChunk]uint64
-	var es [walkChunk]masks
+	var at [walkChunk]int32
+	var none masks
 	i, size := 0, walkChunk/8
 	for i < n {
 		m := min(size, n-i)
 		size = min(2*size, walkChunk)
 		src.fill(i, chunk[:m], seq)
 		seq = chunk[m-1]
-		c.blocks.GetMany(chunk[:m], es[:m])
-		for j := range es[:m] {
-			e := &es[j]
+		slotsOf(&c.blocks, chunk[:m], at[:m])
+		slots := c.blocks.slots
+		for j, a := range at[:m] {
+			e := &none
+			if a >= 0 {
+				e = &slots[a].val
+			} else if a == atZero {
+				e = &c.blocks.zero
+			}
 			D, H, K := e[TierDevice], e[TierHost], e[TierDisk]
 			if (H|K)&shared != 0 {
 				if H&shared != 0 {
