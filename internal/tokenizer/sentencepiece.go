@@ -44,6 +44,9 @@ type SentencePiece struct {
 	byteFallback bool
 	user         map[byte][]addedToken // kept whole (user-defined pieces; a tokenizer.json's added tokens)
 	splitAdded   bool                  // added tokens split the text before normalization (tokenizer.json)
+	// prefixFirstOnly: the dummy prefix goes before the text's start
+	// only, not after an added token (Metaspace's prepend_scheme first)
+	prefixFirstOnly bool
 
 	addDummyPrefix, removeExtraWS, escapeWS bool
 	charsmap                                *charsmap
@@ -298,21 +301,37 @@ func (t *SentencePiece) Encode(text string) []int {
 	}
 	var out []int
 	start := 0
+	segment := func(end int) {
+		s := text[start:end]
+		if t.prefixFirstOnly && start > 0 {
+			out = t.encodeNormalized(t.normalizeNoPrefix(s), out)
+			return
+		}
+		out = t.encodeNormalized(t.normalize(s), out)
+	}
 	for i := 0; i < len(text); {
 		id, n := t.userAt(text[i:])
 		if n == 0 {
 			i++
 			continue
 		}
-		out = t.encodeNormalized(t.normalize(text[start:i]), out)
+		segment(i)
 		out = append(out, id)
 		i += n
 		start = i
 	}
-	return t.encodeNormalized(t.normalize(text[start:]), out)
+	segment(len(text))
+	return out
 }
 
 const spaceSymbol = "\u2581"
+
+// normalizeNoPrefix is normalize without the dummy prefix.
+func (t *SentencePiece) normalizeNoPrefix(s string) string {
+	c := *t
+	c.addDummyPrefix = false
+	return c.normalize(s)
+}
 
 // normalize is SentencePiece's Normalizer::Normalize.
 func (t *SentencePiece) normalize(s string) string {
@@ -665,8 +684,8 @@ func (m *charsmap) longest(s string) (string, int) {
 // loadSentencePieceJSON reads the tokenizer.json form of a SentencePiece
 // BPE model: model BPE with byte_fallback, whitespace as "▁" by the
 // normalizer Sequence[Prepend("▁"), Replace(" ", "▁")] or the Metaspace
-// pre-tokenizer (without a split pattern of its own), added tokens split
-// out first.
+// pre-tokenizer (split false; prepend_scheme always, first or never),
+// added tokens split out first.
 func loadSentencePieceJSON(raw []byte, path string) (*SentencePiece, error) {
 	var f struct {
 		AddedTokens []struct {
@@ -790,6 +809,7 @@ func (t *SentencePiece) jsonWhitespace(normalizer, preTokenizer json.RawMessage)
 		Replacement   string `json:"replacement"`
 		AddPrefix     *bool  `json:"add_prefix_space"`
 		PrependScheme string `json:"prepend_scheme"`
+		Split         *bool  `json:"split"`
 	}
 	null := func(r json.RawMessage) bool { return len(r) == 0 || string(r) == "null" }
 	switch {
@@ -828,9 +848,19 @@ func (t *SentencePiece) jsonWhitespace(normalizer, preTokenizer json.RawMessage)
 		if p.Type != "Metaspace" || p.Replacement != spaceSymbol {
 			return fmt.Errorf("pre_tokenizer %s", p.Type)
 		}
-		t.addDummyPrefix = p.PrependScheme == "always" || (p.PrependScheme == "" && (p.AddPrefix == nil || *p.AddPrefix))
-		if p.PrependScheme == "first" {
-			return errors.New("Metaspace prepend_scheme first")
+		if p.Split == nil || *p.Split {
+			return errors.New("Metaspace splitting into words")
+		}
+		switch p.PrependScheme {
+		case "always":
+			t.addDummyPrefix = true
+		case "first":
+			t.addDummyPrefix, t.prefixFirstOnly = true, true
+		case "never":
+		case "":
+			t.addDummyPrefix = p.AddPrefix == nil || *p.AddPrefix
+		default:
+			return fmt.Errorf("Metaspace prepend_scheme %q", p.PrependScheme)
 		}
 	default:
 		return errors.New("neither a Prepend/Replace normalizer nor a Metaspace pre-tokenizer")

@@ -152,3 +152,50 @@ func BenchmarkSentencePieceEncode(b *testing.B) {
 		tk.Encode(text)
 	}
 }
+
+// The Metaspace form of the same whitespace handling: with prepend_scheme
+// always it encodes as the Prepend/Replace normalizer does; with first,
+// text after an added token gets no "▁" prefix.
+func TestSentencePieceJSONMetaspace(t *testing.T) {
+	path := spFile(t, "mistral", "tokenizer.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	load := func(scheme string) PromptEncoder {
+		f["normalizer"] = json.RawMessage("null")
+		f["pre_tokenizer"] = json.RawMessage(`{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "` + scheme + `", "split": false}`)
+		b, _ := json.Marshal(f)
+		p := filepath.Join(t.TempDir(), "tokenizer.json")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := LoadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	always, first := load("always"), load("first")
+	for _, text := range loadSPRefs(t).Texts {
+		if got, want := always.Encode(text), ref.Encode(text); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: Metaspace always %v, Prepend/Replace %v", text, got, want)
+		}
+	}
+	hello, _ := ref.(*SentencePiece).TokenID("\u2581Hello")
+	plain, _ := ref.(*SentencePiece).TokenID("Hello")
+	if got := first.Encode("Hi</s>Hello"); got[len(got)-1] != plain || got[len(got)-2] != 2 {
+		t.Fatalf("first: %v, want ... </s> (2), Hello (%d) without the prefix (%d)", got, plain, hello)
+	}
+	if got := always.Encode("Hi</s>Hello"); got[len(got)-1] != hello {
+		t.Fatalf("always: %v, want ▁Hello (%d) last", got, hello)
+	}
+}
