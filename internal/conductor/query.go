@@ -3,6 +3,7 @@ package conductor
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -282,11 +283,11 @@ func (x *Index) candidates(id Identity, instance string) ([]candidate, error) {
 	if modelKnown && len(out) == 0 {
 		return nil, fmt.Errorf("%w: %d asked, registered: %s", ErrBlockSize, id.BlockSize, x.blockSizes(id, instance))
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].instance != out[j].instance {
-			return out[i].instance < out[j].instance
+	slices.SortFunc(out, func(a, b candidate) int {
+		if c := strings.Compare(a.instance, b.instance); c != 0 {
+			return c
 		}
-		return out[i].rank < out[j].rank
+		return a.rank - b.rank
 	})
 	return out, nil
 }
