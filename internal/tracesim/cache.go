@@ -3,6 +3,8 @@ package tracesim
 import (
 	"container/heap"
 	"fmt"
+
+	"github.com/kvcache-go/mooncake/internal/evict"
 )
 
 // Policy chooses which cached block leaves first when the pool is full.
@@ -23,10 +25,16 @@ const (
 	// latest request is oldest, and among blocks of one request the
 	// deepest first (internal/evict's TailFirst order).
 	TailFirst
+	// Retention is internal/evict's Retention: a request whose prompt
+	// extends an earlier one's (the next turn of a conversation) takes
+	// that one's turn plus one; its blocks may stay (turn+1) pool sizes of
+	// block insertions, partial tails none; the block due first leaves
+	// first, deepest first within a request.
+	Retention
 )
 
 // Policies lists every policy in report order.
-var Policies = []Policy{LRU, LFU, LengthAware, TailFirst}
+var Policies = []Policy{LRU, LFU, LengthAware, TailFirst, Retention}
 
 func (p Policy) String() string {
 	switch p {
@@ -38,6 +46,8 @@ func (p Policy) String() string {
 		return "LengthAware"
 	case TailFirst:
 		return "TailFirst"
+	case Retention:
+		return "Retention"
 	}
 	return fmt.Sprintf("Policy(%d)", int(p))
 }
@@ -66,6 +76,8 @@ type Cache struct {
 	gen       uint64
 	evictions int
 	pinned    []*entry
+	core      evict.Policy[int64] // the eviction order of a core-backed policy (Retention)
+	touched   []*entry            // this request's blocks in prompt order (core-backed)
 
 	// Events, if set, hears blocks enter and leave the cache (the
 	// events-fed router's source).
@@ -84,7 +96,11 @@ func NewCache(p Policy, capacity int) *Cache {
 	if capacity < 0 {
 		capacity = Unlimited
 	}
-	return &Cache{policy: p, capacity: capacity, blocks: make(map[int64]*entry), h: evictHeap{policy: p}}
+	c := &Cache{policy: p, capacity: capacity, blocks: make(map[int64]*entry), h: evictHeap{policy: p}}
+	if p == Retention {
+		c.core = evict.NewRetention[int64]()
+	}
+	return c
 }
 
 // Len is the number of cached blocks.
@@ -116,6 +132,9 @@ func (c *Cache) Access(ids []int64) (hits int) {
 	c.gen++
 	// Pin: take this request's cached blocks out of the eviction order.
 	c.pinned = c.pinned[:0]
+	if c.core != nil {
+		return c.accessCore(ids, hits)
+	}
 	for _, id := range ids {
 		if e, ok := c.blocks[id]; ok && e.idx >= 0 {
 			heap.Remove(&c.h, e.idx)
@@ -155,6 +174,54 @@ func (c *Cache) Access(ids []int64) (hits int) {
 	}
 	for _, e := range c.pinned {
 		heap.Push(&c.h, e)
+	}
+	return hits
+}
+
+// accessCore is Access for a policy kept by internal/evict: the same rules,
+// with the request as one group, each block's position its depth and its
+// id (plus one: 0 means none) its identity.
+func (c *Cache) accessCore(ids []int64, hits int) int {
+	for _, id := range ids {
+		if e, ok := c.blocks[id]; ok && e.idx >= 0 {
+			c.core.Remove(id)
+			e.idx = -1
+		}
+	}
+	c.touched = c.touched[:0]
+	for pos, id := range ids {
+		c.tick++
+		e, ok := c.blocks[id]
+		if !ok {
+			if c.capacity != Unlimited && len(c.blocks) >= c.capacity {
+				v, ok := c.core.Victim()
+				if !ok {
+					continue // the pool holds only this request's blocks
+				}
+				delete(c.blocks, v)
+				c.evictions++
+				if c.Events != nil {
+					c.Events.Removed(v)
+				}
+			}
+			e = &entry{id: id, idx: -1}
+			c.blocks[id] = e
+			if c.Events != nil {
+				c.Events.Stored(id)
+			}
+		} else if e.gen == c.gen {
+			continue
+		}
+		e.gen = c.gen
+		e.last = c.tick
+		e.freq++
+		e.depth = pos
+		e.partial = pos == len(ids)-1
+		c.touched = append(c.touched, e)
+	}
+	for _, e := range c.touched {
+		c.core.Add(e.id, evict.Meta{Group: c.gen, Depth: e.depth, Partial: e.partial, Hash: uint64(e.id) + 1})
+		e.idx = 0 // evictable
 	}
 	return hits
 }
