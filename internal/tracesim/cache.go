@@ -3,6 +3,7 @@ package tracesim
 import (
 	"container/heap"
 	"fmt"
+	"strings"
 
 	"github.com/kvcache-go/mooncake/internal/evict"
 )
@@ -33,6 +34,11 @@ const (
 	Retention
 )
 
+// Belady is the offline optimum (SimulateBelady): evict the block whose
+// next use is farthest. It needs the future, so it is a yardstick, not a
+// policy a pool can run, and it is not in Policies.
+const Belady Policy = 100
+
 // Policies lists every policy in report order.
 var Policies = []Policy{LRU, LFU, LengthAware, TailFirst, Retention}
 
@@ -48,8 +54,22 @@ func (p Policy) String() string {
 		return "TailFirst"
 	case Retention:
 		return "Retention"
+	case Belady:
+		return "Belady"
 	}
 	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// ParsePolicy reads a policy name as String prints it, case-insensitive,
+// or its flag spelling: lru, lfu, length-aware, tail-first, retention.
+func ParsePolicy(name string) (Policy, error) {
+	n := strings.ToLower(strings.ReplaceAll(name, "-", ""))
+	for _, p := range Policies {
+		if strings.ToLower(p.String()) == n {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown cache policy %q (want lru, lfu, length-aware, tail-first or retention)", name)
 }
 
 // Unlimited as a capacity means the pool never evicts.
@@ -299,7 +319,11 @@ func (r CacheResult) HitRate() float64 {
 }
 
 // SimulateCache replays reqs in timestamp order through one global pool.
+// Belady runs SimulateBelady.
 func SimulateCache(reqs []Request, p Policy, capacity int) CacheResult {
+	if p == Belady {
+		return SimulateBelady(reqs, capacity)
+	}
 	c := NewCache(p, capacity)
 	res := CacheResult{Policy: p, Capacity: max(capacity, Unlimited)}
 	for _, r := range Ordered(reqs) {
