@@ -157,7 +157,7 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 			"kind": "cache", "policy": r.Policy.String(), "capacity": r.Capacity, "unlimited": r.Capacity == tracesim.Unlimited,
 			"hits": r.Hits, "blocks": r.Blocks, "evictions": r.Evictions,
 			"hit_rate": r.HitRate(), "ratio_to_ideal": benchtrace.Ratio(r.HitRate(), ideal),
-			"ratio_to_lru": benchtrace.Ratio(r.HitRate(), lru[r.Capacity]),
+			"ratio_to_lru":     benchtrace.Ratio(r.HitRate(), lru[r.Capacity]),
 			"optimum_hit_rate": opt[r.Capacity], "share_of_gap": benchtrace.GapShare(r.HitRate(), lru[r.Capacity], opt[r.Capacity]),
 		}
 		if v, ok := tracesim.PaperHitRate(r.Policy, r.Capacity); ok {

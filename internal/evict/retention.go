@@ -43,9 +43,9 @@ type Retention[K comparable] struct {
 
 	group    uint64
 	groupSet bool
-	pending  []rPending[K]     // the current group's items, placed when it ends
-	turns    map[uint64]rTurn  // deepest full block of a recent group -> its turn
-	fifo     []rTurnAt         // turns entries by insertion, for expiry
+	pending  []rPending[K]    // the current group's items, placed when it ends
+	turns    map[uint64]rTurn // deepest full block of a recent group -> its turn
+	fifo     []rTurnAt        // turns entries by insertion, for expiry
 	fifoHead int
 }
 

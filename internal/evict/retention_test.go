@@ -1,0 +1,119 @@
+package evict
+
+import "testing"
+
+// request adds one group the way a pool releases a request: its blocks in
+// prompt order, the last one a partial tail when partial is set.
+func request(p Policy[int], g uint64, partial bool, ids ...int) {
+	for d, id := range ids {
+		p.Add(id, Meta{Group: g, Depth: d, Partial: partial && d == len(ids)-1, Hash: uint64(id) + 1})
+	}
+}
+
+func drain(p Policy[int]) []int {
+	var out []int
+	for {
+		v, ok := p.Victim()
+		if !ok {
+			return out
+		}
+		out = append(out, v)
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// primed returns a Retention whose pool size (largest Len) is n, empty.
+func primed(n int) *Retention[int] {
+	p := NewRetention[int]()
+	for i := range n {
+		p.Add(-1-i, Meta{Group: 0})
+	}
+	drain(p)
+	return p
+}
+
+// TestRetentionTurns: a chain that was extended (a second turn) outlives a
+// newer chain seen once, partial tails go first, and inside a group the
+// tail leaves before the head.
+func TestRetentionTurns(t *testing.T) {
+	p := primed(100)
+	request(p, 1, true, 0, 1, 2, 3)     // turn 0: 3 is a partial tail
+	request(p, 2, true, 0, 1, 2, 4, 5)  // extends 1-2 (its deepest full block): turn 1
+	request(p, 3, true, 0, 6, 7, 8)     // a new chain: turn 0
+	request(p, 4, false, 0, 9, 10, 11) // a new chain, no partial tail: turn 0
+	// Block 0, the shared root, went to the newest group. Order: partial
+	// tails by age (3, 5, 8), then the turn-0 groups by age, deepest first
+	// (7, 6, then 11, 10, 9, 0), then the turn-1 group (4, 2, 1).
+	want := []int{3, 5, 8, 7, 6, 11, 10, 9, 0, 4, 2, 1}
+	if got := drain(p); !equal(got, want) {
+		t.Fatalf("victims %v, want %v", got, want)
+	}
+}
+
+// TestRetentionAllowanceExpires: in a full pool of 10 fed one fresh block
+// per request, a turn-1 chain stays about 2 pool sizes of insertions (its
+// allowance), where LRU drops it after 10.
+func TestRetentionAllowanceExpires(t *testing.T) {
+	for _, tc := range []struct {
+		k        Kind
+		min, max int // insertions the chain survives
+	}{{KindLRU, 7, 10}, {KindRetention, 13, 21}} {
+		p, _ := New[int](tc.k)
+		if tc.k == KindRetention {
+			p = primed(10)
+		}
+		request(p, 1, false, 100, 101)
+		request(p, 2, false, 100, 101, 102) // turn 1
+		gone := -1
+		for i := 0; i < 40 && gone < 0; i++ {
+			request(p, uint64(3+i), false, 1000+i)
+			for p.Len() > 10 {
+				if v, _ := p.Victim(); v >= 100 && v <= 102 {
+					gone = i
+				}
+			}
+		}
+		if gone < tc.min || gone > tc.max {
+			t.Fatalf("%s: the extended chain left after %d insertions, want %d..%d", tc.k, gone, tc.min, tc.max)
+		}
+	}
+}
+
+// TestRetentionWithoutHash: without identities every group is turn 0 and
+// the order is the oldest group first, deepest first (group 1's blocks
+// all moved to group 2).
+func TestRetentionWithoutHash(t *testing.T) {
+	p := NewRetention[int]()
+	for g, ids := range [][]int{{1, 2, 3}, {1, 2, 3, 4}, {5, 6}} {
+		for d, id := range ids {
+			p.Add(id, Meta{Group: uint64(g + 1), Depth: d})
+		}
+	}
+	if got, want := drain(p), []int{4, 3, 2, 1, 6, 5}; !equal(got, want) {
+		t.Fatalf("victims %v, want %v", got, want)
+	}
+}
+
+// TestRetentionRemovePending: Remove of an item of the group still being
+// added takes it out, and the rest of the group stays.
+func TestRetentionRemovePending(t *testing.T) {
+	p := NewRetention[int]()
+	request(p, 1, false, 1, 2, 3)
+	if !p.Remove(2) || p.Remove(2) || p.Len() != 2 {
+		t.Fatalf("remove of a pending item: len %d", p.Len())
+	}
+	if got := drain(p); !equal(got, []int{3, 1}) {
+		t.Fatalf("victims %v", got)
+	}
+}
