@@ -99,14 +99,18 @@ func TestTailFirstKeepsChains(t *testing.T) {
 }
 
 // TestTailFirstBeatsLRUOnRealTrace runs the whole conversation trace when
-// it sits next to the repository; skipped elsewhere (and with -short).
+// it sits next to the repository (../shared, or ../../shared from a
+// worktree); skipped elsewhere (and with -short). Retention must beat
+// both.
 func TestTailFirstBeatsLRUOnRealTrace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
 	f, err := os.Open(filepath.Join("..", "..", "..", "shared", "traces", "conversation_trace.jsonl"))
 	if err != nil {
-		t.Skipf("no real trace: %v", err)
+		if f, err = os.Open(filepath.Join("..", "..", "..", "..", "shared", "traces", "conversation_trace.jsonl")); err != nil {
+			t.Skipf("no real trace: %v", err)
+		}
 	}
 	defer f.Close()
 	tr, err := ReadAll(f, 0)
@@ -117,6 +121,9 @@ func TestTailFirstBeatsLRUOnRealTrace(t *testing.T) {
 		lru, tf := SimulateCache(tr.Requests, LRU, c), SimulateCache(tr.Requests, TailFirst, c)
 		if tf.Hits <= lru.Hits {
 			t.Fatalf("%d blocks: TailFirst %.4f not above LRU %.4f", c, tf.HitRate(), lru.HitRate())
+		}
+		if rt := SimulateCache(tr.Requests, Retention, c); rt.Hits <= tf.Hits {
+			t.Fatalf("%d blocks: Retention %.4f not above TailFirst %.4f", c, rt.HitRate(), tf.HitRate())
 		}
 		t.Logf("%d blocks: LRU %.4f TailFirst %.4f", c, lru.HitRate(), tf.HitRate())
 	}
