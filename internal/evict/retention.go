@@ -17,7 +17,7 @@ const retentionHistory = 8
 // deepest full block of a group of turn t (the next turn of a
 // conversation carries the previous prompt whole). A group of turn t may
 // stay (t+1) pool sizes of insertions (Add calls; the pool's size is the
-// largest Len so far) from its insertion; partial tails (Meta.Partial)
+// largest Len so far, or SetCapacity's if larger) from its insertion; partial tails (Meta.Partial)
 // may stay no time at all. The victim is the item whose group's
 // insertion time plus its allowance is smallest (ties: the older group),
 // and within a group the deepest item first, so chains shrink from their
@@ -39,7 +39,8 @@ type Retention[K comparable] struct {
 	m       map[K]*rNode[K]              // nil: in the current group, not yet placed
 	now     uint64                       // Add calls so far
 	seq     uint64
-	capHigh int
+	capHigh int // the largest Len so far
+	size    int // the pool's size, if its owner told it (SetCapacity)
 
 	group    uint64
 	groupSet bool
@@ -78,6 +79,13 @@ type rTurnAt struct {
 func NewRetention[K comparable]() *Retention[K] {
 	return &Retention[K]{m: make(map[K]*rNode[K]), turns: make(map[uint64]rTurn)}
 }
+
+// SetCapacity tells the policy the pool's size in items; the pool size is
+// then the larger of n and the largest Len so far. Without it a pool that
+// is still filling up counts as small, and its allowances are short.
+func (p *Retention[K]) SetCapacity(n int) { p.size = n }
+
+func (p *Retention[K]) unit() int { return max(p.capHigh, p.size, 1) }
 
 // Add makes k evictable with m (replacing an earlier Add of k). The items
 // of one group are placed together when the group ends: at the next
@@ -126,7 +134,7 @@ func (p *Retention[K]) flush() {
 		p.fifo = append(p.fifo, rTurnAt{h: deepest, at: p.now})
 	}
 	start := p.now - uint64(len(p.pending)) + 1
-	unit := uint64(max(p.capHigh, 1))
+	unit := uint64(p.unit())
 	for i, it := range p.pending {
 		cls, due := uint8(1+turn), start+uint64(turn+1)*unit
 		if it.m.Partial {
@@ -144,7 +152,7 @@ func (p *Retention[K]) flush() {
 // expire forgets the turns recorded more than retentionHistory pool sizes
 // of insertions ago.
 func (p *Retention[K]) expire() {
-	h := uint64(retentionHistory * max(p.capHigh, 64))
+	h := uint64(retentionHistory * max(p.unit(), 64))
 	for p.fifoHead < len(p.fifo) && p.now-p.fifo[p.fifoHead].at >= h {
 		e := p.fifo[p.fifoHead]
 		p.fifoHead++

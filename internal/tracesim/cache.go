@@ -118,7 +118,9 @@ func NewCache(p Policy, capacity int) *Cache {
 	}
 	c := &Cache{policy: p, capacity: capacity, blocks: make(map[int64]*entry), h: evictHeap{policy: p}}
 	if p == Retention {
-		c.core = evict.NewRetention[int64]()
+		r := evict.NewRetention[int64]()
+		r.SetCapacity(capacity)
+		c.core = r
 	}
 	return c
 }
