@@ -26,6 +26,8 @@ type benchTraceFlags struct {
 	slo        time.Duration
 	bandwidth  float64 // GB/s
 	instPolicy string
+	synthetic  string // "agent": replay a generated trace instead of a file
+	seed       uint64
 	cfg        tracesim.RouteConfig
 }
 
@@ -60,6 +62,8 @@ See internal/tracesim's package doc for every definition.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.trace, "trace", "", "trace file (default: "+benchtrace.DefaultTraceRel+" relative to the repository root)")
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N requests of the file (0: all)")
+	fl.StringVar(&f.synthetic, "synthetic", "", "replay a generated trace instead of a file: agent (tool-agent tasks on shared tool prompts, tracesim.DefaultAgentShape)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the --synthetic trace")
 	fl.StringVar(&f.capacities, "capacities", "inf,100000,50000,30000,20000,10000,5000,1000", "global pool sizes in blocks for the cache policy table")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object per result row")
 	fl.BoolVar(&f.conductor, "conductor", false, "also run cache-aware and conductor fed by a real `mooncake conductor`: the instances publish KV events over ZMQ, the router queries it over HTTP (rows \"(conductor over HTTP)\"; their hit rates equal the \"(kv events)\" rows')")
@@ -95,22 +99,37 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 	if err := cfg.Validate(); err != nil {
 		return usage(err)
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return err
-	}
-	path, err := benchtrace.FindTrace(f.trace, wd)
-	if err != nil {
-		return usage(err)
-	}
-	file, err := os.Open(path)
-	if err != nil {
-		return usage(fmt.Errorf("--trace: %w", err))
-	}
-	defer file.Close()
-	tr, err := tracesim.ReadAll(file, f.limit)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	var tr tracesim.Trace
+	var path string
+	switch f.synthetic {
+	case "":
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		if path, err = benchtrace.FindTrace(f.trace, wd); err != nil {
+			return usage(err)
+		}
+		file, err := os.Open(path)
+		if err != nil {
+			return usage(fmt.Errorf("--trace: %w", err))
+		}
+		defer file.Close()
+		if tr, err = tracesim.ReadAll(file, f.limit); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	case "agent":
+		if f.trace != "" {
+			return usage(errors.New("--synthetic and --trace exclude each other"))
+		}
+		tr.Requests = tracesim.GenerateAgent(tracesim.DefaultAgentShape(), f.seed)
+		if f.limit > 0 && f.limit < len(tr.Requests) {
+			tr.Requests = tr.Requests[:f.limit]
+		}
+		tr.Stats.Requests = len(tr.Requests)
+		path = fmt.Sprintf("synthetic agent trace (seed %d)", f.seed)
+	default:
+		return usage(fmt.Errorf("--synthetic %q: want agent", f.synthetic))
 	}
 	res, err := benchtrace.Run(tr.Requests, caps, cfg)
 	if errors.Is(err, benchtrace.ErrNoRequests) {
