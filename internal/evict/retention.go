@@ -11,29 +11,31 @@ const retentionTurns = 4
 // still cached.
 const retentionHistory = 8
 
-// Retention keeps a chain longer the more often it has been extended. Each
-// group (one request's blocks) gets a turn: 0 for a chain seen for the
-// first time, t+1 for a group whose blocks, past the head, include the
-// deepest full block of a group of turn t (the next turn of a
-// conversation carries the previous prompt whole). A group of turn t may
-// stay (t+1) pool sizes of insertions (Add calls; the pool's size is the
-// largest Len so far, or SetCapacity's if larger) from its insertion; partial tails (Meta.Partial)
-// may stay no time at all. The victim is the item whose group's
-// insertion time plus its allowance is smallest (ties: the older group),
-// and within a group the deepest item first, so chains shrink from their
-// tails as in TailFirst.
+// Retention keeps a block longer the more often it, or the chain it ends,
+// has come back. Each group (one request's blocks) gets a turn: 0 for a
+// chain seen for the first time, t+1 for a group whose blocks, past the
+// head, include the deepest full block of a group of turn t (the next turn
+// of a conversation carries the previous prompt whole). Each item's level
+// is the larger of its group's turn and the times the item itself came
+// back while cached (a shared system or tool prompt that many chains
+// reuse), capped at 3. An item of level l may stay (l+1) pool sizes of
+// insertions (Add calls; the pool's size is the largest Len so far, or
+// SetCapacity's if larger) from its group's insertion; partial tails
+// (Meta.Partial) may stay no time at all. The victim is the item due
+// first (ties: the older group, then the deeper item), so a chain shrinks
+// from its tail: its head has come back at least as often as its tail.
 //
 // Why: on Mooncake's conversation trace the chance that a prompt gets a
 // next turn rises with the turns it already had (0.31 after the first,
 // 0.77 after the seventh), and the wait for it is about the same for
 // every turn, so the same space buys more hits when spent on older
-// conversations. The unit, one pool size of insertions per turn, is the
+// conversations. The unit, one pool size of insertions per level, is the
 // pool's own scale; nothing in it is fitted to a trace.
 //
-// The turn record is the only memory beyond the items: one identity
-// (Meta.Hash) per group, kept retentionHistory pool sizes of insertions.
-// Items without an identity (Hash 0) are all turn 0, which makes the order
-// TailFirst's without its partial-first rule.
+// Memory beyond the items: one identity (Meta.Hash) per group, kept
+// retentionHistory pool sizes of insertions, and the use count of items
+// taken into use until they come back. Items without an identity (Hash 0)
+// have turn 0; then only their own comebacks lift them.
 type Retention[K comparable] struct {
 	q       [1 + retentionTurns]rHeap[K] // partial tails, then turns 0..3+
 	m       map[K]*rNode[K]              // nil: in the current group, not yet placed
@@ -48,6 +50,7 @@ type Retention[K comparable] struct {
 	turns    map[uint64]rTurn // deepest full block of a recent group -> its turn
 	fifo     []rTurnAt        // turns entries by insertion, for expiry
 	fifoHead int
+	taken    map[K]uint8 // items Removed (taken into use) -> their uses, until added back
 }
 
 type rNode[K comparable] struct {
@@ -57,12 +60,14 @@ type rNode[K comparable] struct {
 	seq   uint64
 	depth int
 	cls   uint8
+	uses  uint8 // times the item came back while cached (saturating)
 	idx   int
 }
 
 type rPending[K comparable] struct {
-	k K
-	m Meta
+	k    K
+	m    Meta
+	uses uint8
 }
 
 type rTurn struct {
@@ -77,7 +82,7 @@ type rTurnAt struct {
 
 // NewRetention returns an empty Retention.
 func NewRetention[K comparable]() *Retention[K] {
-	return &Retention[K]{m: make(map[K]*rNode[K]), turns: make(map[uint64]rTurn)}
+	return &Retention[K]{m: make(map[K]*rNode[K]), turns: make(map[uint64]rTurn), taken: make(map[K]uint8)}
 }
 
 // SetCapacity tells the policy the pool's size in items; the pool size is
@@ -97,7 +102,12 @@ func (p *Retention[K]) Add(k K, m Meta) {
 	}
 	p.group, p.groupSet = m.Group, true
 	p.now++
-	p.pending = append(p.pending, rPending[K]{k, m})
+	var uses uint8
+	if u, ok := p.taken[k]; ok {
+		uses = min(u, 254) + 1
+		delete(p.taken, k)
+	}
+	p.pending = append(p.pending, rPending[K]{k, m, uses})
 	p.m[k] = nil
 	p.capHigh = max(p.capHigh, len(p.m))
 }
@@ -136,12 +146,13 @@ func (p *Retention[K]) flush() {
 	start := p.now - uint64(len(p.pending)) + 1
 	unit := uint64(p.unit())
 	for i, it := range p.pending {
-		cls, due := uint8(1+turn), start+uint64(turn+1)*unit
+		t := max(turn, min(int(it.uses), retentionTurns-1))
+		cls, due := uint8(1+t), start+uint64(t+1)*unit
 		if it.m.Partial {
 			cls, due = 0, start
 		}
 		p.seq++
-		n := &rNode[K]{k: it.k, group: it.m.Group, due: due, seq: p.seq, depth: it.m.Depth, cls: cls}
+		n := &rNode[K]{k: it.k, group: it.m.Group, due: due, seq: p.seq, depth: it.m.Depth, cls: cls, uses: it.uses}
 		p.m[it.k] = n
 		heap.Push(&p.q[cls], n)
 		p.pending[i] = rPending[K]{}
@@ -178,6 +189,10 @@ func (p *Retention[K]) Remove(k K) bool {
 	}
 	heap.Remove(&p.q[n.cls], n.idx)
 	delete(p.m, k)
+	if len(p.taken) >= 2*p.unit()+1024 { // taken items never added back
+		clear(p.taken)
+	}
+	p.taken[k] = n.uses
 	return true
 }
 

@@ -52,10 +52,11 @@ func TestRetentionTurns(t *testing.T) {
 	request(p, 2, true, 0, 1, 2, 4, 5)  // extends 1-2 (its deepest full block): turn 1
 	request(p, 3, true, 0, 6, 7, 8)     // a new chain: turn 0
 	request(p, 4, false, 0, 9, 10, 11) // a new chain, no partial tail: turn 0
-	// Block 0, the shared root, went to the newest group. Order: partial
-	// tails by age (3, 5, 8), then the turn-0 groups by age, deepest first
-	// (7, 6, then 11, 10, 9, 0), then the turn-1 group (4, 2, 1).
-	want := []int{3, 5, 8, 7, 6, 11, 10, 9, 0, 4, 2, 1}
+	// Order: partial tails by age (3, 5, 8), then the turn-0 groups by
+	// age, deepest first (7, 6, then 11, 10, 9), then the turn-1 group
+	// (4, 2, 1: 1 and 2 came back once, as its turn), and last block 0,
+	// the shared root, which came back three times.
+	want := []int{3, 5, 8, 7, 6, 11, 10, 9, 4, 2, 1, 0}
 	if got := drain(p); !equal(got, want) {
 		t.Fatalf("victims %v, want %v", got, want)
 	}
@@ -115,5 +116,19 @@ func TestRetentionRemovePending(t *testing.T) {
 	}
 	if got := drain(p); !equal(got, []int{3, 1}) {
 		t.Fatalf("victims %v", got)
+	}
+}
+
+// TestRetentionSharedPrefix: a prompt prefix that many new chains reuse
+// (a tool prompt) outlives the chains' own blocks, though every chain is
+// turn 0.
+func TestRetentionSharedPrefix(t *testing.T) {
+	p := primed(100)
+	for g := range 4 {
+		request(p, uint64(g+1), false, 1, 2, 100+g) // shared 1-2, then the chain's own block
+	}
+	got := drain(p)
+	if !equal(got[len(got)-2:], []int{2, 1}) || len(got) != 6 {
+		t.Fatalf("victims %v: the shared prefix 1-2 must leave last, tail first", got)
 	}
 }

@@ -28,9 +28,10 @@ const (
 	TailFirst
 	// Retention is internal/evict's Retention: a request whose prompt
 	// extends an earlier one's (the next turn of a conversation) takes
-	// that one's turn plus one; its blocks may stay (turn+1) pool sizes of
-	// block insertions, partial tails none; the block due first leaves
-	// first, deepest first within a request.
+	// that one's turn plus one; a block's level is the larger of its
+	// request's turn and the times it came back while cached (capped at
+	// 3); it may stay (level+1) pool sizes of block insertions, partial
+	// tails none; the block due first leaves first.
 	Retention
 )
 
