@@ -1,8 +1,9 @@
 // Package evict is the eviction-order core shared by the KV cache
 // simulations (internal/tracesim), the engine's block pool
 // (internal/kvcache) and the store master (internal/master): a Policy
-// holds the evictable items and names the next victim. It is pure: no clock, no goroutine, no I/O, not safe for
-// concurrent use (its owner serialises calls).
+// holds the evictable items and names the next victim. It is pure: no
+// clock, no goroutine, no I/O, not safe for concurrent use (its owner
+// serialises calls).
 //
 // Items are KV blocks of prompt chains: block i of a prompt is only useful
 // while blocks 0..i-1 of the same prompt are cached too (a prefix hit stops
