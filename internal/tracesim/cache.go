@@ -89,16 +89,17 @@ type entry struct {
 // Cache is one pool of KV blocks keyed by hash id, with a capacity in
 // blocks and an eviction policy. It is not safe for concurrent use.
 type Cache struct {
-	policy    Policy
-	capacity  int
-	blocks    map[int64]*entry
-	h         evictHeap
-	tick      uint64
-	gen       uint64
-	evictions int
-	pinned    []*entry
-	core      evict.Policy[int64] // the eviction order of a core-backed policy (Retention)
-	touched   []*entry            // this request's blocks in prompt order (core-backed)
+	policy      Policy
+	capacity    int
+	blocks      map[int64]*entry
+	h           evictHeap
+	tick        uint64
+	gen         uint64
+	evictions   int
+	pinned      []*entry
+	core        evict.Policy[int64] // the eviction order of a core-backed policy (Retention)
+	touched     []*entry            // this request's blocks in prompt order (core-backed)
+	partialTail bool                // the current access's last block is a partial tail
 
 	// Events, if set, hears blocks enter and leave the cache (the
 	// events-fed router's source).
@@ -149,8 +150,22 @@ func (c *Cache) Prefix(ids []int64) int {
 // Access serves one request: it returns Prefix(ids) (the hits), then
 // touches or inserts every block of ids in order. Blocks of this request
 // are never evicted to make room for its other blocks: once every cached
-// block belongs to the request, its remaining blocks are not cached.
+// block belongs to the request, its remaining blocks are not cached. The
+// last block is the prompt's partial tail (TailFirst, Retention).
 func (c *Cache) Access(ids []int64) (hits int) {
+	c.partialTail = true
+	return c.access(ids)
+}
+
+// AccessPrefix is Access for a prefix of a prompt read by another
+// instance (a pulled prefix): its last block is a full block, not a
+// partial tail.
+func (c *Cache) AccessPrefix(ids []int64) (hits int) {
+	c.partialTail = false
+	return c.access(ids)
+}
+
+func (c *Cache) access(ids []int64) (hits int) {
 	hits = c.Prefix(ids)
 	c.gen++
 	// Pin: take this request's cached blocks out of the eviction order.
@@ -193,7 +208,7 @@ func (c *Cache) Access(ids []int64) (hits int) {
 		e.last = c.tick
 		e.freq++
 		e.depth = pos
-		e.partial = pos == len(ids)-1
+		e.partial = c.partialTail && pos == len(ids)-1
 	}
 	for _, e := range c.pinned {
 		heap.Push(&c.h, e)
@@ -239,7 +254,7 @@ func (c *Cache) accessCore(ids []int64, hits int) int {
 		e.last = c.tick
 		e.freq++
 		e.depth = pos
-		e.partial = pos == len(ids)-1
+		e.partial = c.partialTail && pos == len(ids)-1
 		c.touched = append(c.touched, e)
 	}
 	for _, e := range c.touched {

@@ -128,3 +128,22 @@ func TestTailFirstBeatsLRUOnRealTrace(t *testing.T) {
 		t.Logf("%d blocks: LRU %.4f TailFirst %.4f", c, lru.HitRate(), tf.HitRate())
 	}
 }
+
+// TestAccessPrefixHasNoPartialTail: a pulled prefix's last block is a full
+// block, so TailFirst does not drop it as a partial tail; after Access it
+// does.
+func TestAccessPrefixHasNoPartialTail(t *testing.T) {
+	for _, prefix := range []bool{true, false} {
+		c := NewCache(TailFirst, 4)
+		c.Access([]int64{7, 8}) // 8 is a partial tail
+		if prefix {
+			c.AccessPrefix([]int64{1, 2})
+		} else {
+			c.Access([]int64{1, 2})
+		}
+		c.Access([]int64{9, 10}) // evicts 8, then 2 if partial, else 7
+		if got := c.Contains(2); got != prefix {
+			t.Fatalf("prefix %v: block 2 cached %v", prefix, got)
+		}
+	}
+}

@@ -318,7 +318,7 @@ func SimulateRouting(reqs []Request, r Router, c RouteConfig) (RouteResult, erro
 		res.Hits += ch.Prefix
 		res.Pulled += ch.Pulled
 		if ch.Pulled > 0 {
-			caches[ch.Holder].Access(req.HashIDs[:ch.Prefix])
+			caches[ch.Holder].AccessPrefix(req.HashIDs[:ch.Prefix])
 		}
 		caches[ch.Instance].Access(req.HashIDs)
 		freeAt[ch.Instance] = now + ch.Estimate
