@@ -48,9 +48,9 @@ func primed(n int) *Retention[int] {
 // tail leaves before the head.
 func TestRetentionTurns(t *testing.T) {
 	p := primed(100)
-	request(p, 1, true, 0, 1, 2, 3)     // turn 0: 3 is a partial tail
-	request(p, 2, true, 0, 1, 2, 4, 5)  // extends 1-2 (its deepest full block): turn 1
-	request(p, 3, true, 0, 6, 7, 8)     // a new chain: turn 0
+	request(p, 1, true, 0, 1, 2, 3)    // turn 0: 3 is a partial tail
+	request(p, 2, true, 0, 1, 2, 4, 5) // extends 1-2 (its deepest full block): turn 1
+	request(p, 3, true, 0, 6, 7, 8)    // a new chain: turn 0
 	request(p, 4, false, 0, 9, 10, 11) // a new chain, no partial tail: turn 0
 	// Order: partial tails by age (3, 5, 8), then the turn-0 groups by
 	// age, deepest first (7, 6, then 11, 10, 9), then the turn-1 group

@@ -41,8 +41,10 @@
 //   - LRU evicts the block whose latest touch is oldest. Blocks of one
 //     request are touched in prompt order, so its first block is the least
 //     recent of them.
+//
 //   - LFU evicts the block touched by the fewest requests since it entered
 //     the pool (the count restarts at 1 after an eviction); ties go to LRU.
+//
 //   - LengthAware is our reading of the paper's length-aware policy: evict
 //     the block with the deepest position in its prompt first (position =
 //     index in hash_ids at its latest touch; with chained identity a block
@@ -50,6 +52,7 @@
 //     sit at low positions and stay; the tails of long prompts, which only
 //     a request with the very same long prefix can reuse, go first. Ties go
 //     to LRU.
+//
 //   - TailFirst evicts the tails of block chains before their heads. First
 //     the partial last block of a prompt (its position's block differs in
 //     any longer prompt, so only the very same prompt reuses it: 1% of
@@ -69,6 +72,7 @@
 //     turn and the times it came back while cached, capped at 3; it may
 //     stay (level+1) pool sizes of block insertions, partial tails none;
 //     the block due first leaves first.
+//
 //   - Belady (SimulateBelady, not in Policies: it reads the future) is
 //     the offline yardstick: the block whose next use is farthest leaves
 //     first (never used again first, ties deepest first), in a replay of
