@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // benchStream is a conversation-like request stream: each request is a
@@ -134,4 +135,54 @@ func bytesPerItem(k Kind, n int) float64 {
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(reqs)
 	return float64(after.HeapAlloc-before.HeapAlloc) / float64(p.Len())
+}
+
+// BenchmarkPolicyRatio serves the same request stream through every policy,
+// interleaved request by request, and reports each policy's time per
+// request as a ratio to LRU's ("<kind>/lru": 2 means half LRU's eviction
+// decisions per second), and its heap bytes per tracked item as a ratio to
+// LRU's ("<kind>-bytes/lru"). Interleaving keeps the ratio steady on a
+// loaded machine, where absolute times swing.
+func BenchmarkPolicyRatio(b *testing.B) {
+	const n = 10000
+	type run struct {
+		p      Policy[int]
+		s      *benchStream
+		cached map[int]bool
+		spent  time.Duration
+	}
+	runs := make([]*run, len(Kinds))
+	for i, k := range Kinds {
+		p, _ := New[int](k)
+		if r, ok := p.(*Retention[int]); ok {
+			r.SetCapacity(n)
+		}
+		runs[i] = &run{p: p, s: newBenchStream(), cached: map[int]bool{}}
+	}
+	var g uint64
+	for range 4 * n / 10 {
+		g++
+		for _, r := range runs {
+			serve(r.p, r.cached, r.s.request(), g, n)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		g++
+		for _, r := range runs {
+			ids := r.s.request()
+			t0 := time.Now()
+			serve(r.p, r.cached, ids, g, n)
+			r.spent += time.Since(t0)
+		}
+	}
+	b.StopTimer()
+	lruBytes := bytesPerItem(KindLRU, 100000)
+	for i, k := range Kinds {
+		if k == KindLRU {
+			continue
+		}
+		b.ReportMetric(float64(runs[i].spent)/float64(runs[0].spent), string(k)+"/lru")
+		b.ReportMetric(bytesPerItem(k, 100000)/lruBytes, string(k)+"-bytes/lru")
+	}
 }
