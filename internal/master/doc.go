@@ -75,8 +75,9 @@
 //   - Eviction: when used/capacity passes HighWatermark (0.90) at a Tick, or
 //     a PutStart finds no space (synchronously, then retried once), about
 //     EvictionRatio (5%) of the capacity is freed in the order of
-//     Config.EvictionPolicy (internal/evict: "lru", the default, or
-//     "tail-first"), skipping leased, unfinished and hard-pinned objects;
+//     Config.EvictionPolicy (internal/evict: "lru", the default,
+//     "tail-first", or "retention", which orders as "tail-first" here),
+//     skipping leased, unfinished and hard-pinned objects;
 //     soft-pinned objects (pin TTL 30m by default, 24h max) go only after
 //     all others. TailFirst knows the store connector's block keys (ChainOf,
 //     chain.go): the keys of one batch call (a batch put's end, a batch get,
