@@ -9,13 +9,13 @@ import (
 // at or above every online policy at every capacity, and falls with the
 // capacity.
 func TestBeladyBoundsPolicies(t *testing.T) {
-	tr := synthTrace(3000, 5)
+	tr := synthTrace(1500, 5)
 	ideal, _ := IdealHits(tr)
 	if b := SimulateBelady(tr, Unlimited); b.Hits != ideal || b.Evictions != 0 {
 		t.Fatalf("unlimited Belady %+v, ideal %d", b, ideal)
 	}
 	prev := ideal
-	for _, c := range []int{1000, 200, 50, 20} {
+	for _, c := range []int{200, 50, 20} {
 		b := SimulateCache(tr, Belady, c)
 		if b.Policy != Belady || b.Hits > prev || b.Evictions == 0 {
 			t.Fatalf("%d blocks: %+v (previous capacity %d hits)", c, b, prev)

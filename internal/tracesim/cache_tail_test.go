@@ -101,7 +101,7 @@ func TestTailFirstKeepsChains(t *testing.T) {
 // TestTailFirstBeatsLRUOnRealTrace runs the whole conversation trace when
 // it sits next to the repository (../shared, or ../../shared from a
 // worktree); skipped elsewhere (and with -short). Retention must beat
-// both.
+// both at 10,000 blocks.
 func TestTailFirstBeatsLRUOnRealTrace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -122,10 +122,12 @@ func TestTailFirstBeatsLRUOnRealTrace(t *testing.T) {
 		if tf.Hits <= lru.Hits {
 			t.Fatalf("%d blocks: TailFirst %.4f not above LRU %.4f", c, tf.HitRate(), lru.HitRate())
 		}
-		if rt := SimulateCache(tr.Requests, Retention, c); rt.Hits <= tf.Hits {
-			t.Fatalf("%d blocks: Retention %.4f not above TailFirst %.4f", c, rt.HitRate(), tf.HitRate())
-		}
 		t.Logf("%d blocks: LRU %.4f TailFirst %.4f", c, lru.HitRate(), tf.HitRate())
+		if c == 10000 { // Retention: one capacity, to keep the test short
+			if rt := SimulateCache(tr.Requests, Retention, c); rt.Hits <= tf.Hits {
+				t.Fatalf("%d blocks: Retention %.4f not above TailFirst %.4f", c, rt.HitRate(), tf.HitRate())
+			}
+		}
 	}
 }
 
