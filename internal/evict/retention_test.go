@@ -132,3 +132,60 @@ func TestRetentionSharedPrefix(t *testing.T) {
 		t.Fatalf("victims %v: the shared prefix 1-2 must leave last, tail first", got)
 	}
 }
+
+// TestPolicyRandomOps drives every policy with random Adds (groups of
+// growing numbers, re-adds included), Removes and Victims against a plain
+// set: Remove reports membership, Victim returns a member, Len is the
+// set's size, and draining returns every member once.
+func TestPolicyRandomOps(t *testing.T) {
+	for _, k := range Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			p, _ := New[int](k)
+			set := map[int]bool{}
+			rng := uint64(12345)
+			next := func(n int) int {
+				rng ^= rng << 13
+				rng ^= rng >> 7
+				rng ^= rng << 17
+				return int(rng % uint64(n))
+			}
+			var g uint64
+			for range 20000 {
+				switch next(4) {
+				case 0, 1:
+					g++
+					for d := range 1 + next(6) {
+						id := next(300)
+						p.Add(id, Meta{Group: g, Depth: d, Partial: next(5) == 0, Hash: uint64(id) + 1})
+						set[id] = true
+					}
+				case 2:
+					id := next(300)
+					if got := p.Remove(id); got != set[id] {
+						t.Fatalf("Remove(%d) = %v, member %v", id, got, set[id])
+					}
+					delete(set, id)
+				case 3:
+					v, ok := p.Victim()
+					if ok != (len(set) > 0) || (ok && !set[v]) {
+						t.Fatalf("Victim() = %d, %v with %d members", v, ok, len(set))
+					}
+					delete(set, v)
+				}
+				if p.Len() != len(set) {
+					t.Fatalf("Len %d, set %d", p.Len(), len(set))
+				}
+			}
+			for len(set) > 0 {
+				v, ok := p.Victim()
+				if !ok || !set[v] {
+					t.Fatalf("drain: %d, %v", v, ok)
+				}
+				delete(set, v)
+			}
+			if _, ok := p.Victim(); ok || p.Len() != 0 {
+				t.Fatal("not empty after drain")
+			}
+		})
+	}
+}
