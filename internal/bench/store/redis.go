@@ -27,6 +27,7 @@ var errCSV = errors.New("redis-benchmark: malformed --csv output")
 type redisBench struct {
 	bin, host, port string
 	timeout         time.Duration // per invocation
+	pid             int           // redis-server's process (0: not started by the bench)
 }
 
 // startRedis finds the Redis to compare with: mode "off" or "" -> none;
@@ -60,6 +61,7 @@ func startRedis(ctx context.Context, mode string) (*redisBench, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	rb.pid = r.PID
 	rb.host, rb.port, err = net.SplitHostPort(r.Addr)
 	if err != nil {
 		r.Stop()
@@ -73,6 +75,7 @@ type csvRow struct {
 	Test         string
 	RPS          float64 // requests per second (+Inf when too fast to time)
 	P50ms, P99ms float64
+	CPU          time.Duration // redis-benchmark's CPU time (set by run, not parsed)
 }
 
 // parseCSV decodes redis-benchmark --csv output: a header naming at least
@@ -143,6 +146,7 @@ func (rb *redisBench) run(ctx context.Context, test string, args ...string) (csv
 	}
 	for _, r := range rows {
 		if r.Test == test {
+			r.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 			return r, nil
 		}
 	}
@@ -213,9 +217,17 @@ func (rb *redisBench) phase(ctx context.Context, set *redisSet, op string, rate 
 		}
 	}
 	n := min(max(int(rate*d.Seconds()), least), 1<<26)
+	var srv0 time.Duration
+	if rb.pid != 0 {
+		srv0 = procCPU(rb.pid)
+	}
 	r, err := bench(test, n, pipeline)
 	if err != nil {
 		return Row{}, 0, err
+	}
+	var srv time.Duration
+	if rb.pid != 0 {
+		srv = procCPU(rb.pid) - srv0
 	}
 	rps := r.RPS
 	if math.IsInf(rps, 0) || rps == 0 {
@@ -223,5 +235,6 @@ func (rb *redisBench) phase(ctx context.Context, set *redisSet, op string, rate 
 	}
 	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 	return Row{System: "redis", Op: op, Size: set.size, Clients: set.clients, Ops: n,
-		Elapsed: time.Duration(float64(n) / rps * float64(time.Second)), P50: ms(r.P50ms), P99: ms(r.P99ms)}, rps, nil
+		Elapsed: time.Duration(float64(n) / rps * float64(time.Second)), P50: ms(r.P50ms), P99: ms(r.P99ms),
+		CPU: r.CPU, ServerCPU: srv}, rps, nil
 }
