@@ -45,6 +45,7 @@ type result struct {
 // straight from the netpoller, with no hand-off between goroutines.
 type Client struct {
 	conn net.Conn
+	io   io.ReadWriter // conn's reads and writes (newRawIO)
 	lead chan struct{} // holds the read token while no caller reads
 	rd   frameReader   // read side; only the token's holder touches it
 
@@ -149,9 +150,9 @@ func handshake(ctx context.Context, conn net.Conn, addr string, cred []byte) (*C
 		_ = conn.Close()
 		return nil, fmt.Errorf("fastrpc: dial %s: no fastrpc server (answered %q)", addr, echo)
 	}
-	c := &Client{conn: conn, lead: make(chan struct{}, 1), pending: map[uint64]chan result{}}
+	c := &Client{conn: conn, io: newRawIO(conn), lead: make(chan struct{}, 1), pending: map[uint64]chan result{}}
 	if cred != nil {
-		st, _, payload, err := c.rd.next(conn)
+		st, _, payload, err := c.rd.next(c.io)
 		if err != nil {
 			_ = conn.Close()
 			return nil, fmt.Errorf("fastrpc: dial %s: credential: %w", addr, err)
@@ -291,7 +292,7 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result, deadl
 		}()
 	}
 	for {
-		st, fid, payload, err := c.rd.next(c.conn)
+		st, fid, payload, err := c.rd.next(c.io)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -344,7 +345,7 @@ func (c *Client) send(method uint8, id uint64, req []byte) error {
 		buf := c.wpend
 		c.wpend = c.wspare[:0]
 		c.wmu.Unlock()
-		_, err := c.conn.Write(buf)
+		_, err := c.io.Write(buf)
 		c.wmu.Lock()
 		c.wspare = buf[:0]
 		if err != nil {

@@ -134,7 +134,7 @@ func (m *Mux) closeConns() {
 
 // route reads the first bytes of c and serves it or hands it to gRPC.
 func (m *Mux) route(c net.Conn, h Handler) {
-	r := bufio.NewReaderSize(c, 64<<10)
+	r := bufio.NewReaderSize(newRawIO(c), 64<<10)
 	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
 	head, _ := r.Peek(len(Preface))
 	_ = c.SetReadDeadline(time.Time{})
@@ -224,7 +224,7 @@ func (b *bufferedConn) NetConn() net.Conn { return b.Conn }
 // Answers are flushed when no whole request is left in the read buffer,
 // so the answers to pipelined requests leave together.
 func serveConn(c net.Conn, r *bufio.Reader, h Handler) {
-	w := bufio.NewWriterSize(c, 64<<10)
+	w := bufio.NewWriterSize(newRawIO(c), 64<<10)
 	var big []byte // payloads larger than r's buffer
 	var hdr [headerLen]byte
 	for {
