@@ -149,22 +149,32 @@ func printBenchStore(out io.Writer, res *benchstore.Result) {
 		" exist rows check %d keys per call: one BatchExist, Redis pipelined EXISTS; GB/s of exist rows is not meaningful)\n", benchstore.BatchKeys, benchstore.ExistKeys)
 	fmt.Fprintln(out, "mooncake vs redis (GB/s ratio; p50 ratio, lower is better):")
 	for _, r := range results {
-		if r.System == benchstore.SystemRedis {
+		if r.System == benchstore.SystemRedis || r.System == benchstore.SystemRedisProcs {
 			continue
 		}
 		op := r.Op
 		if op == "get-into" {
 			op = "get"
 		}
-		p := res.Find(benchstore.SystemRedis, op, r.Size, r.Clients)
-		switch {
-		case p == nil || p.Ops == 0 || r.Ops == 0:
-		case op == "exist":
-			fmt.Fprintf(out, "  %s exist (%d keys per call) x%d: keys/s %.2fx, p50 %.2fx\n", r.System, benchstore.ExistKeys, r.Clients,
-				r.OpsPerSec()/p.OpsPerSec(), float64(r.P50)/float64(p.P50))
-		default:
-			fmt.Fprintf(out, "  %s %s %s x%d: GB/s %.2fx, p50 %.2fx\n", r.System, r.Op, formatSize(uint64(r.Size)), r.Clients,
-				r.GBps()/p.GBps(), float64(r.P50)/float64(p.P50))
+		peers := []string{benchstore.SystemRedis}
+		if r.System == benchstore.SystemClientProcs { // and Redis with its clients in as many processes
+			peers = append(peers, benchstore.SystemRedisProcs)
+		}
+		for _, peer := range peers {
+			p := res.Find(peer, op, r.Size, r.Clients)
+			vs := ""
+			if peer != benchstore.SystemRedis {
+				vs = " vs " + peer
+			}
+			switch {
+			case p == nil || p.Ops == 0 || r.Ops == 0:
+			case op == "exist":
+				fmt.Fprintf(out, "  %s exist (%d keys per call) x%d%s: keys/s %.2fx, p50 %.2fx\n", r.System, benchstore.ExistKeys, r.Clients, vs,
+					r.OpsPerSec()/p.OpsPerSec(), float64(r.P50)/float64(p.P50))
+			default:
+				fmt.Fprintf(out, "  %s %s %s x%d%s: GB/s %.2fx, p50 %.2fx\n", r.System, r.Op, formatSize(uint64(r.Size)), r.Clients, vs,
+					r.GBps()/p.GBps(), float64(r.P50)/float64(p.P50))
+			}
 		}
 	}
 	printGrantRatios(out, res)
@@ -172,12 +182,13 @@ func printBenchStore(out io.Writer, res *benchstore.Result) {
 }
 
 // printCPUPerKey prints, for the rows that know all the CPU their phase
-// took (client and server processes: mooncake-cproc, and redis when the
-// bench started it), the CPU time per key, and its ratio to Redis's.
+// took (client and server processes: mooncake-cproc, and redis and
+// redis-cproc when the bench started redis-server), the CPU time per key,
+// and the ratios of mooncake-cproc's to Redis's.
 func printCPUPerKey(out io.Writer, res *benchstore.Result) {
 	header := false
 	for _, r := range res.Rows {
-		if r.ServerCPU == 0 || r.Ops == 0 || (r.System != benchstore.SystemClientProcs && r.System != benchstore.SystemRedis) {
+		if r.ServerCPU == 0 || r.Ops == 0 || (r.System != benchstore.SystemClientProcs && r.System != benchstore.SystemRedis && r.System != benchstore.SystemRedisProcs) {
 			continue
 		}
 		if !header {
@@ -187,8 +198,12 @@ func printCPUPerKey(out io.Writer, res *benchstore.Result) {
 		per := func(d time.Duration) time.Duration { return d / time.Duration(r.Ops) }
 		line := fmt.Sprintf("  %s %s %s x%d: %s (clients %s, servers %s)", r.System, r.Op, formatSize(uint64(r.Size)), r.Clients,
 			fmtDur(per(r.CPU+r.ServerCPU)), fmtDur(per(r.CPU)), fmtDur(per(r.ServerCPU)))
-		if p := res.Find(benchstore.SystemRedis, r.Op, r.Size, r.Clients); r.System != benchstore.SystemRedis && p != nil && p.Ops > 0 && p.ServerCPU > 0 {
-			line += fmt.Sprintf(", %.2fx Redis's", float64(r.CPU+r.ServerCPU)/float64(r.Ops)/(float64(p.CPU+p.ServerCPU)/float64(p.Ops)))
+		if r.System == benchstore.SystemClientProcs {
+			for _, peer := range []string{benchstore.SystemRedis, benchstore.SystemRedisProcs} {
+				if p := res.Find(peer, r.Op, r.Size, r.Clients); p != nil && p.Ops > 0 && p.ServerCPU > 0 {
+					line += fmt.Sprintf(", %.2fx %s's", float64(r.CPU+r.ServerCPU)/float64(r.Ops)/(float64(p.CPU+p.ServerCPU)/float64(p.Ops)), peer)
+				}
+			}
 		}
 		fmt.Fprintln(out, line)
 	}

@@ -28,6 +28,10 @@ const (
 	SystemProcess   = "mooncake-proc"   // servers as their own processes, as redis-server is
 	SystemGrants    = "mooncake-grants" // in this process, data-path grants on
 	SystemRedis     = "redis"
+	// SystemRedisProcs: Redis measured by as many redis-benchmark
+	// processes as clients, one connection each (Config.ClientProcs), the
+	// topology of SystemClientProcs.
+	SystemRedisProcs = "redis-cproc"
 )
 
 // startTimeout bounds how long a server process may take to print its

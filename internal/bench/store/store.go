@@ -322,21 +322,30 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				if rb == nil {
 					continue
 				}
-				set := redisSet{size: size, clients: n, keys: n * perClient}
-				for _, op := range []string{"put", "batch-put", "get", "batch-get", "exist"} {
-					if strings.HasPrefix(op, "batch") && size > 1<<20 || !cfg.runs(op) && op != "put" {
-						continue
+				// Redis's clients as redis-benchmark's connections in one
+				// process and, next to client processes of ours, as as
+				// many processes of one connection each.
+				topologies := []bool{false}
+				if cfg.ClientProcs {
+					topologies = append(topologies, true)
+				}
+				for _, procs := range topologies {
+					set := redisSet{size: size, clients: n, keys: n * perClient, procs: procs}
+					for _, op := range []string{"put", "batch-put", "get", "batch-get", "exist"} {
+						if strings.HasPrefix(op, "batch") && size > 1<<20 || !cfg.runs(op) && op != "put" {
+							continue
+						}
+						k := phaseKey{set.system(), op, size, n}
+						r, rate, err := rb.phase(ctx, &set, op, rates[k], cfg.Duration)
+						if err != nil {
+							return nil, fmt.Errorf("redis: %w", err)
+						}
+						rates[k] = rate
+						add(r)
 					}
-					k := phaseKey{"redis", op, size, n}
-					r, rate, err := rb.phase(ctx, &set, op, rates[k], cfg.Duration)
-					if err != nil {
+					if err := rb.flushAll(ctx); err != nil {
 						return nil, fmt.Errorf("redis: %w", err)
 					}
-					rates[k] = rate
-					add(r)
-				}
-				if err := rb.flushAll(ctx); err != nil {
-					return nil, fmt.Errorf("redis: %w", err)
 				}
 			}
 		}
