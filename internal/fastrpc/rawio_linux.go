@@ -18,9 +18,10 @@ import (
 // them (a client process, one per engine worker) paid a thread wake-up
 // and two context switches more per call, about a quarter of its CPU.
 type rawIO struct {
-	rc   syscall.RawConn
-	rd   rawOp // the read side's state (one reader at a time)
-	wr   rawOp // the write side's
+	rrc  syscall.RawConn // reads
+	wrc  syscall.RawConn // writes (the same but for pipes)
+	rd   rawOp           // the read side's state (one reader at a time)
+	wr   rawOp           // the write side's
 	read func(fd uintptr) bool
 	wrt  func(fd uintptr) bool
 }
@@ -33,18 +34,26 @@ type rawOp struct {
 	errno syscall.Errno
 }
 
-// newRawIO returns raw system-call I/O of c, or c itself when it is not a
-// plain socket (a TLS connection, a test's pipe).
+// newRawIO returns raw system-call I/O of c (of its pipes for a
+// pipeConn), or c itself when it is not a plain socket (a TLS connection,
+// a test's net.Pipe). One reader and one writer may use it at a time.
 func newRawIO(c net.Conn) io.ReadWriter {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
+	var rrc, wrc syscall.RawConn
+	var err1, err2 error
+	switch x := c.(type) {
+	case *pipeConn:
+		rrc, err1 = x.r.SyscallConn()
+		wrc, err2 = x.w.SyscallConn()
+	case syscall.Conn:
+		rrc, err1 = x.SyscallConn()
+		wrc = rrc
+	default:
 		return c
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	if err1 != nil || err2 != nil {
 		return c
 	}
-	r := &rawIO{rc: rc}
+	r := &rawIO{rrc: rrc, wrc: wrc}
 	r.read, r.wrt = r.doRead, r.doWrite
 	return r
 }
@@ -86,7 +95,7 @@ func (r *rawIO) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	r.rd = rawOp{p: p}
-	err := r.rc.Read(r.read)
+	err := r.rrc.Read(r.read)
 	n, errno := r.rd.n, r.rd.errno
 	r.rd.p = nil
 	switch {
@@ -103,7 +112,7 @@ func (r *rawIO) Read(p []byte) (int, error) {
 // Write writes all of p (or fails).
 func (r *rawIO) Write(p []byte) (int, error) {
 	r.wr = rawOp{p: p}
-	err := r.rc.Write(r.wrt)
+	err := r.wrc.Write(r.wrt)
 	n, errno := r.wr.n, r.wr.errno
 	r.wr.p = nil
 	switch {
