@@ -15,7 +15,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, IgnoreZMQLeak()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, IgnoreZMQLeak()...) }
 
 func sample() Batch {
 	dp := 0
@@ -229,4 +229,10 @@ func TestPublisherSubscriberGapReplay(t *testing.T) {
 	}
 }
 
-func IgnoreZMQLeak() goleak.Option { return goleak.IgnoreAnyFunction(ZMQWriterLeak) }
+func IgnoreZMQLeak() []goleak.Option {
+	var ignore []goleak.Option
+	for _, f := range ZMQLeakFuncs() {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
+	}
+	return ignore
+}
