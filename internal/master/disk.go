@@ -22,10 +22,11 @@ type diskCopy struct {
 	crc          uint32
 	hardPin      bool
 	softPinUntil time.Time
+	addr         uint64 // where the node's engine serves the value (HeldObject.Offset); 0 = HTTP only
 }
 
 func (d *diskCopy) ref() DiskCopy {
-	return DiskCopy{Segment: d.seg.spec.Name, URL: d.seg.spec.DiskURL, Seq: d.seq}
+	return DiskCopy{Segment: d.seg.spec.Name, URL: d.seg.spec.DiskURL, Seq: d.seq, Endpoint: d.seg.spec.Endpoint, Addr: d.addr}
 }
 
 // DiskSync records what a client's disk tiers took (offloaded or found at
@@ -57,8 +58,10 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove
 		o, d := m.objects.get(h.Key), m.disk[h.Key]
 		switch {
 		case d != nil && d.seg == s && d.seq == h.Seq:
-			continue // known
+			d.addr = h.Offset // known (a reopened tier gives it a new address)
+			continue
 		case d != nil && d.seq == h.Seq:
+			d.addr = h.Offset
 			d.seg.diskObjects--
 			d.seg.diskBytes -= d.size
 			d.seg = s // the same version, reported by a node restarted under a new name
@@ -73,7 +76,7 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove
 		if d != nil {
 			m.dropDiskLocked(h.Key, true)
 		}
-		d = &diskCopy{seg: s, seq: h.Seq, size: h.Size, crc: h.CRC, hardPin: h.HardPin}
+		d = &diskCopy{seg: s, seq: h.Seq, size: h.Size, crc: h.CRC, hardPin: h.HardPin, addr: h.Offset}
 		if h.SoftPin {
 			d.softPinUntil = now.Add(max(h.SoftPinTTL, m.cfg.SoftPinTTL))
 		}
