@@ -65,6 +65,13 @@ type Tier struct {
 
 	writeBytes, readBytes atomic.Uint64
 	writeNanos, readNanos atomic.Int64
+	writeWall             atomic.Int64 // wall time of Store and StoreBatch calls
+	readCalls, aheadHits  atomic.Uint64
+
+	raSlice uint64 // the engine's slice size, as last seen (under mu)
+	raMu    sync.Mutex
+	ra      map[raKey]*raChunk // slices read ahead (readahead.go)
+	raBytes uint64
 }
 
 type diskEntry struct {
@@ -73,6 +80,8 @@ type diskEntry struct {
 	bytes uint64 // file bytes
 	used  uint64 // LRU tick
 	addr  uint64 // where peers read its value (Region)
+	// readAt is when a slice of it was last read (read-ahead's stream test).
+	readAt time.Time
 }
 
 // The tier's address range (Region): values are laid out in it one after
@@ -113,8 +122,8 @@ func Open(cfg Config) (*Tier, error) {
 	}
 	d := &Tier{dir: cfg.Dir, capacity: cfg.Capacity, url: cfg.URL, offloadOnEvict: cfg.OffloadOnEvict,
 		promotionOnHit: cfg.PromotionOnHit, lock: lock, index: map[string]*diskEntry{},
-		byAddr: btree.NewG(16, func(a, b *diskEntry) bool { return a.addr < b.addr }),
-		next:   regionBase + rand.Uint64N(regionLen/2)&^(blockSize-1)}
+		byAddr: btree.NewG(16, func(a, b *diskEntry) bool { return a.addr < b.addr }), ra: map[raKey]*raChunk{},
+		next: regionBase + rand.Uint64N(regionLen/2)&^(blockSize-1)}
 	d.direct.Store(!cfg.Buffered)
 	names, err := filepath.Glob(filepath.Join(cfg.Dir, "*.obj"))
 	if err != nil {
@@ -138,7 +147,7 @@ func Open(cfg Config) (*Tier, error) {
 			}
 			d.dropLocked(old)
 		}
-		d.addLocked(h, f, uint64(len(b)))
+		d.addLocked(h, f, uint64(len(b)), 0)
 	}
 	d.evictLocked("")
 	d.mu.Unlock()
@@ -183,14 +192,24 @@ func (d *Tier) file(key string, seq uint64) string {
 }
 
 // addLocked indexes a file and gives its value an address.
-func (d *Tier) addLocked(h objheader.Header, file string, bytes uint64) *diskEntry {
+func (d *Tier) addLocked(h objheader.Header, file string, bytes, addr uint64) *diskEntry {
 	d.tick++
-	e := &diskEntry{hdr: h, file: file, bytes: bytes, used: d.tick, addr: d.next}
-	d.next += alignUp(h.Size) + blockSize
+	if addr == 0 {
+		addr = d.reserveLocked(h.Size)
+	}
+	e := &diskEntry{hdr: h, file: file, bytes: bytes, used: d.tick, addr: addr}
 	d.index[h.Key] = e
 	d.byAddr.ReplaceOrInsert(e)
 	d.used += bytes
 	return e
+}
+
+// reserveLocked takes the address range of a value of size bytes: the
+// next one, a block of gap after the last (so a read never spans two).
+func (d *Tier) reserveLocked(size uint64) uint64 {
+	a := d.next
+	d.next += alignUp(size) + blockSize
+	return a
 }
 
 // dropLocked forgets an entry and removes its file.
@@ -219,20 +238,32 @@ func (d *Tier) Store(object []byte) (store.DiskObject, error) {
 // at once, and returns each one's result.
 func (d *Tier) StoreBatch(objects [][]byte) ([]store.DiskObject, []error) {
 	obs, errs := make([]store.DiskObject, len(objects)), make([]error, len(objects))
+	start := time.Now()
+	defer func() { d.writeWall.Add(int64(time.Since(start))) }()
+	// The values get addresses in the batch's order (the order the master
+	// evicted them), so values offloaded together are read ahead together.
+	addrs := make([]uint64, len(objects))
+	d.mu.Lock()
+	for i, o := range objects {
+		if h, err := objheader.Decode(o); err == nil {
+			addrs[i] = d.reserveLocked(h.Size)
+		}
+	}
+	d.mu.Unlock()
 	sem := make(chan struct{}, ioParallel)
 	var wg sync.WaitGroup
 	for i, o := range objects {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			obs[i], errs[i] = d.store(o)
+			obs[i], errs[i] = d.store(o, addrs[i])
 		})
 	}
 	wg.Wait()
 	return obs, errs
 }
 
-func (d *Tier) store(object []byte) (store.DiskObject, error) {
+func (d *Tier) store(object []byte, addr uint64) (store.DiskObject, error) {
 	h, err := objheader.Decode(object)
 	if err != nil || objheader.Len(h.Key)+h.Size != uint64(len(object)) {
 		return store.DiskObject{}, fmt.Errorf("disktier: not an object: %v", err)
@@ -276,7 +307,7 @@ func (d *Tier) store(object []byte) (store.DiskObject, error) {
 		}
 		d.dropLocked(e)
 	}
-	e := d.addLocked(h, f, bytes)
+	e := d.addLocked(h, f, bytes, addr)
 	d.evictLocked(h.Key)
 	return d.diskObject(e), nil
 }
@@ -407,6 +438,7 @@ var ErrNoObject = errors.New("disktier: no object at that address")
 // Region, one call per slice. The reader checks the value's CRC32C.
 func (d *Tier) ReadAt(addr, n uint64) ([]byte, func(), error) {
 	var e *diskEntry
+	now := time.Now()
 	d.mu.Lock()
 	d.byAddr.DescendLessOrEqual(&diskEntry{addr: addr}, func(x *diskEntry) bool { e = x; return false })
 	if e == nil || n == 0 || addr+n < addr || addr+n > e.end() {
@@ -418,30 +450,45 @@ func (d *Tier) ReadAt(addr, n uint64) ([]byte, func(), error) {
 		e.used = d.tick
 		d.reads++
 	}
+	e.readAt = now
 	file, off := e.file, dataOffset(objheader.Len(e.hdr.Key))+(addr-e.addr)
+	plan := d.aheadPlanLocked(e, addr, n, now)
 	d.mu.Unlock()
-	start := time.Now()
+	d.readAhead(plan, now)
+	d.readCalls.Add(1)
+	if c := d.takeAhead(addr, n); c != nil && c.err == nil {
+		d.aheadHits.Add(1)
+		d.readBytes.Add(n)
+		return c.b, func() { d.bufs.put(c.buf) }, nil
+	}
 	b, buf, err := d.readRange(file, off, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("disktier: %w", err)
 	}
-	d.readNanos.Add(int64(time.Since(start)))
+	d.readNanos.Add(int64(time.Since(now)))
 	d.readBytes.Add(n)
 	return b, func() { d.bufs.put(buf) }, nil
 }
 
 // IOStats is what the tier's file I/O moved and the time its calls took
-// (summed over parallel calls): bytes written by Store and read by ReadAt.
+// (summed over parallel calls): bytes written by Store and read by ReadAt;
+// WriteWall is the wall time of the Store and StoreBatch calls (the
+// offload write rate is WriteBytes / WriteWall).
 type IOStats struct {
 	WriteBytes, ReadBytes uint64
 	Write, Read           time.Duration
+	WriteWall             time.Duration
 	Direct                bool // direct I/O in use
+	// ReadCalls counts ReadAt calls (transfer slices served), AheadHits
+	// those served by a read started ahead (readahead.go).
+	ReadCalls, AheadHits uint64
 }
 
 // IOStats returns the tier's I/O counters.
 func (d *Tier) IOStats() IOStats {
 	return IOStats{WriteBytes: d.writeBytes.Load(), ReadBytes: d.readBytes.Load(),
-		Write: time.Duration(d.writeNanos.Load()), Read: time.Duration(d.readNanos.Load()), Direct: d.direct.Load()}
+		Write: time.Duration(d.writeNanos.Load()), Read: time.Duration(d.readNanos.Load()),
+		WriteWall: time.Duration(d.writeWall.Load()), Direct: d.direct.Load(), ReadCalls: d.readCalls.Load(), AheadHits: d.aheadHits.Load()}
 }
 
 var _ store.DiskTier = (*Tier)(nil)
