@@ -176,7 +176,7 @@ func TestStoreBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	objs := [][]byte{object("a", 1, 5000), object("b", 2, 1 << 20), []byte("not an object"), object("c", 3, 1)}
+	objs := [][]byte{object("a", 1, 5000), object("b", 2, 1<<20), []byte("not an object"), object("c", 3, 1)}
 	bad := object("d", 4, 100)
 	bad[len(bad)-1] ^= 1
 	objs = append(objs, bad)

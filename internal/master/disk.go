@@ -10,8 +10,9 @@ import "time"
 // header and reports both in its next ping: the space is freed and the
 // master records the disk copy (DiskSync). A put that needs room at once
 // (synchronous eviction) frees without offloading. A key whose only copy is
-// on disk is readable: GetReplicaList returns its disk copy, read over HTTP
-// from the node, and, with PromotionOnHit, asks the reader to put it back
+// on disk is readable: GetReplicaList returns its disk copy (the address
+// the node's engine serves it at, HeldObject.Offset of its reports, and
+// the node's HTTP URL), and, with PromotionOnHit, asks the reader to put it back
 // into memory. A newer put, a remove or the loss of the segment drops the
 // copy and the node is told to delete it. A restarted node with its disk
 // reports the copies when it mounts (Restore with HeldObject.Disk).

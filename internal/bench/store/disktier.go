@@ -32,7 +32,7 @@ type DiskConfig struct {
 	Lanes     int // the clients' engines' TCP bulk lanes (0: the engine's default)
 }
 
-// DiskRow is one client count: gets from the disk tier, batched and one
+// DiskTierRow is one client count: gets from the disk tier, batched and one
 // key at a time, next to the disk's own sequential read of the tier's
 // files, measured in the same round (medians over the rounds).
 type DiskTierRow struct {
