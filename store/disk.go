@@ -213,7 +213,7 @@ func (c *Client) readDiskEngine(ctx context.Context, d *pb.DiskCopy, crc uint32,
 	if err != nil {
 		return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, d.Endpoint, err)
 	}
-	req := transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(buf), Segment: seg, Remote: d.Addr, Length: len(buf)}
+	req := transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(buf), Segment: seg, Remote: d.Addr, Length: len(buf), Grant: string(d.Grant)}
 	if err := c.mover.Transfer(ctx, []transfer.Request{req}); err != nil {
 		return fmt.Errorf("%w: disk copy on %s: %w", ErrTransfer, d.Segment, err)
 	}

@@ -26,7 +26,7 @@ func (c *Client) diskRequest(ctx context.Context, in *pb.ObjectInfo, buf []byte)
 	if err != nil {
 		return transfer.Request{}, false
 	}
-	return transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(buf), Segment: seg, Remote: d.Addr, Length: int(in.Size)}, true
+	return transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(buf), Segment: seg, Remote: d.Addr, Length: int(in.Size), Grant: string(d.Grant)}, true
 }
 
 // readFromDisk counts a value read whole from a disk copy (its CRC32C

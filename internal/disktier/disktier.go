@@ -72,6 +72,7 @@ type Tier struct {
 	raMu    sync.Mutex
 	ra      map[raKey]*raChunk // slices read ahead (readahead.go)
 	raBytes uint64
+	raWG    sync.WaitGroup // reads ahead in flight (Close waits)
 }
 
 type diskEntry struct {
@@ -169,8 +170,9 @@ func lockDir(dir string) (*os.File, error) {
 }
 
 // Close releases the directory (the files stay: a tier reopened on it
-// indexes them again).
+// indexes them again), once the reads started ahead have ended.
 func (d *Tier) Close() error {
+	d.raWG.Wait()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lock == nil {

@@ -131,9 +131,9 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 	d.raMu.Unlock()
 	d.mu.Unlock()
 	for _, j := range jobs {
-		go func() {
+		d.raWG.Go(func() {
 			j.c.b, j.c.buf, j.c.err = d.readRange(j.file, j.off, j.k.n)
 			close(j.c.done)
-		}()
+		})
 	}
 }

@@ -1884,8 +1884,11 @@ type DiskCopy struct {
 	// The node's transfer engine and the value's address in its disk tier's
 	// range (a transfer.Source): read it there like a memory replica. Zero
 	// addr: over HTTP from url only.
-	Endpoint      string `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Addr          uint64 `protobuf:"varint,5,opt,name=addr,proto3" json:"addr,omitempty"`
+	Endpoint string `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Addr     uint64 `protobuf:"varint,5,opt,name=addr,proto3" json:"addr,omitempty"`
+	// A READ grant on [addr, addr+size) for the node's engine (masters
+	// with grants).
+	Grant         []byte `protobuf:"bytes,6,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1953,6 +1956,13 @@ func (x *DiskCopy) GetAddr() uint64 {
 		return x.Addr
 	}
 	return 0
+}
+
+func (x *DiskCopy) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type BatchObjectInfo struct {
@@ -3007,13 +3017,14 @@ const file_store_proto_rawDesc = "" +
 	"\x16soft_pin_until_unix_ms\x18\v \x01(\x03R\x12softPinUntilUnixMs\x12\x19\n" +
 	"\bhard_pin\x18\f \x01(\bR\ahardPin\x12/\n" +
 	"\x04disk\x18\r \x03(\v2\x1b.mooncake.store.v1.DiskCopyR\x04disk\x12\x18\n" +
-	"\apromote\x18\x0e \x01(\bR\apromote\"x\n" +
+	"\apromote\x18\x0e \x01(\bR\apromote\"\x8e\x01\n" +
 	"\bDiskCopy\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
 	"\asegment\x18\x03 \x01(\tR\asegment\x12\x1a\n" +
 	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12\x12\n" +
-	"\x04addr\x18\x05 \x01(\x04R\x04addr\"J\n" +
+	"\x04addr\x18\x05 \x01(\x04R\x04addr\x12\x14\n" +
+	"\x05grant\x18\x06 \x01(\fR\x05grant\"J\n" +
 	"\x0fBatchObjectInfo\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.mooncake.store.v1.ObjectInfoR\aresults\"Z\n" +
 	"\rExistResponse\x121\n" +

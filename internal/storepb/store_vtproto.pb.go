@@ -1738,6 +1738,13 @@ func (m *DiskCopy) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.Grant) > 0 {
+		i -= len(m.Grant)
+		copy(dAtA[i:], m.Grant)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Grant)))
+		i--
+		dAtA[i] = 0x32
+	}
 	if m.Addr != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Addr))
 		i--
@@ -3332,6 +3339,10 @@ func (m *DiskCopy) SizeVT() (n int) {
 	}
 	if m.Addr != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Addr))
+	}
+	l = len(m.Grant)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -8025,6 +8036,40 @@ func (m *DiskCopy) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 6:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Grant", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Grant = append(m.Grant[:0], dAtA[iNdEx:postIndex]...)
+			if m.Grant == nil {
+				m.Grant = []byte{}
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
