@@ -72,6 +72,7 @@ type Tier struct {
 	raMu    sync.Mutex
 	ra      map[raKey]*raChunk // slices read ahead (readahead.go)
 	raBytes uint64
+	raSwept time.Time
 	raWG    sync.WaitGroup // reads ahead in flight (Close waits)
 }
 

@@ -24,6 +24,7 @@ const (
 	raMax    = 64 << 20
 	raStream = 200 * time.Millisecond
 	raStale  = time.Second
+	raChunks = 4096 // slices held ahead at most
 )
 
 type raKey struct{ addr, n uint64 }
@@ -101,21 +102,24 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 	var jobs []job
 	d.mu.Lock()
 	d.raMu.Lock()
-	for k, c := range d.ra {
-		select {
-		case <-c.done:
-			if now.Sub(c.at) > raStale {
-				delete(d.ra, k)
-				d.raBytes -= k.n
-				if c.buf != nil {
-					d.bufs.put(c.buf)
+	if now.Sub(d.raSwept) > raStale/4 { // a sweep at most four times a raStale
+		d.raSwept = now
+		for k, c := range d.ra {
+			select {
+			case <-c.done:
+				if now.Sub(c.at) > raStale {
+					delete(d.ra, k)
+					d.raBytes -= k.n
+					if c.buf != nil {
+						d.bufs.put(c.buf)
+					}
 				}
+			default:
 			}
-		default:
 		}
 	}
 	for _, k := range plan {
-		if d.ra[k] != nil || d.raBytes+k.n > raMax {
+		if d.ra[k] != nil || d.raBytes+k.n > raMax || len(d.ra) >= raChunks {
 			continue
 		}
 		var e *diskEntry
