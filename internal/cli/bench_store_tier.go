@@ -17,9 +17,9 @@ import (
 // on both sides (internal/bench/store RunDisk).
 func newBenchStoreDiskCmd() *cobra.Command {
 	var (
-		dir, transport, sizeFlag        string
-		objects, clients, batch, rounds int
-		duration                        time.Duration
+		dir, transport, sizeFlag               string
+		objects, clients, batch, rounds, lanes int
+		duration                               time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "store-disk",
@@ -34,7 +34,7 @@ func newBenchStoreDiskCmd() *cobra.Command {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--objects, --clients, --batch and --rounds must be positive (clients at most 64)")}
 			}
 			res, err := benchstore.RunDisk(cmd.Context(), benchstore.DiskConfig{Dir: dir, Size: int(size), Objects: objects, Clients: clients,
-				Batch: batch, Rounds: rounds, Duration: duration, Transport: transport})
+				Batch: batch, Rounds: rounds, Duration: duration, Transport: transport, Lanes: lanes})
 			if err != nil {
 				return err
 			}
@@ -51,6 +51,7 @@ func newBenchStoreDiskCmd() *cobra.Command {
 	f.IntVar(&rounds, "rounds", 3, "rounds per row (median reported)")
 	f.DurationVar(&duration, "duration", time.Second, "length of one phase")
 	f.StringVar(&transport, "transport", "auto", "transfer transport: auto, tcp, shm")
+	f.IntVar(&lanes, "lanes", 0, "TCP bulk lanes of the clients' engines (0: the engine's default, GOMAXPROCS-1 up to 4)")
 	return cmd
 }
 
@@ -61,9 +62,10 @@ func printBenchStoreDisk(out io.Writer, res *benchstore.DiskResult, batch, round
 	}
 	fmt.Fprintf(out, "disk tier: %d x %s values offloaded, %s; %d rounds x %v, median\n", res.Objects, formatSize(uint64(res.Size)), io, rounds, d)
 	fmt.Fprintf(out, "offload write %.3f GB/s, disk sequential write %.3f GB/s: %.2fx\n", res.OffloadGBps, res.SeqWriteGBps, res.OffloadGBps/res.SeqWriteGBps)
-	fmt.Fprintf(out, "%-8s %-16s %-16s %-18s %-10s %-10s\n", "clients", fmt.Sprintf("batch get (%d)", batch), "get", "disk seq. read", "batch/seq", "get/seq")
+	fmt.Fprintf(out, "%-8s %-16s %-16s %-18s %-10s %-10s %-18s %-10s\n", "clients", fmt.Sprintf("batch get (%d)", batch), "get", "disk seq. read",
+		"batch/seq", "get/seq", "memory batch get", "batch/mem")
 	for _, r := range res.Rows {
-		fmt.Fprintf(out, "%-8d %-16s %-16s %-18s %-10.2f %-10.2f\n", r.Clients, fmt.Sprintf("%.3f GB/s", r.BatchGBps), fmt.Sprintf("%.3f GB/s", r.GetGBps),
-			fmt.Sprintf("%.3f GB/s", r.SeqGBps), r.BatchGBps/r.SeqGBps, r.GetGBps/r.SeqGBps)
+		fmt.Fprintf(out, "%-8d %-16s %-16s %-18s %-10.2f %-10.2f %-18s %-10.2f\n", r.Clients, fmt.Sprintf("%.3f GB/s", r.BatchGBps), fmt.Sprintf("%.3f GB/s", r.GetGBps),
+			fmt.Sprintf("%.3f GB/s", r.SeqGBps), r.BatchGBps/r.SeqGBps, r.GetGBps/r.SeqGBps, fmt.Sprintf("%.3f GB/s", r.MemGBps), r.BatchGBps/r.MemGBps)
 	}
 }

@@ -38,6 +38,9 @@ type DiskConfig struct {
 type DiskTierRow struct {
 	Clients                     int
 	BatchGBps, GetGBps, SeqGBps float64
+	// MemGBps is batch gets of values held in the node's memory, on the
+	// same transport: the engine's own read rate, in the same rounds.
+	MemGBps float64
 }
 
 // DiskResult is what RunDisk measured.
@@ -55,7 +58,9 @@ type DiskResult struct {
 // Objects values to its tier (the offload write rate, next to a sequential
 // write of as many files), then clients get them back from disk (batch
 // gets of Batch keys and single gets) while the same files are read
-// sequentially, one whole file at a time, in the same rounds. Both sides
+// sequentially, one whole file at a time, in the same rounds; batch gets
+// of values held in the node's memory, in the same rounds, give the
+// transfer path's own rate. Both sides
 // use direct I/O (O_DIRECT) when the file system takes it, so neither is
 // served from the page cache; where it does not, the files are dropped
 // from the page cache (fadvise) before every phase.
@@ -97,6 +102,16 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Values kept in the node's memory (no eviction from here on): the
+	// memory path's reference.
+	memKeys := make([]string, c.Batch)
+	v := make([]byte, c.Size)
+	for i := range memKeys {
+		memKeys[i] = fmt.Sprint("mem/", i)
+		if err := cls[0].Put(ctx, memKeys[i], v); err != nil {
+			return nil, fmt.Errorf("memory reference: %w", err)
+		}
+	}
 	tier := n.DiskTier()
 	io := tier.IOStats()
 	res := &DiskResult{Objects: len(keys), Size: c.Size, Direct: io.Direct,
@@ -113,25 +128,22 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 		}
 	}
 	for _, nc := range []int{1, c.Clients} {
-		var batch, get, seq []float64
+		var batch, get, seq, mem []float64
 		for range c.Rounds {
 			uncache()
-			s0 := tier.IOStats()
 			batch = append(batch, diskGets(ctx, cls[:nc], keys, c.Size, c.Batch, c.Duration))
-			s1 := tier.IOStats()
 			uncache()
 			get = append(get, diskGets(ctx, cls[:nc], keys, c.Size, 1, c.Duration))
-			s2 := tier.IOStats()
-			if os.Getenv("MOONCAKE_BENCH_DEBUG") != "" {
-				fmt.Fprintf(os.Stderr, "batch: %d reads %d ahead; single: %d reads %d ahead\n", s1.ReadCalls-s0.ReadCalls, s1.AheadHits-s0.AheadHits, s2.ReadCalls-s1.ReadCalls, s2.AheadHits-s1.AheadHits)
-			}
 			uncache()
 			seq = append(seq, seqRead(files, io.Direct, c.Duration))
+			mem = append(mem, diskGets(ctx, cls[:nc], memKeys, c.Size, c.Batch, c.Duration))
 		}
 		slices.Sort(batch)
 		slices.Sort(get)
 		slices.Sort(seq)
-		res.Rows = append(res.Rows, DiskTierRow{Clients: nc, BatchGBps: batch[len(batch)/2], GetGBps: get[len(get)/2], SeqGBps: seq[len(seq)/2]})
+		slices.Sort(mem)
+		res.Rows = append(res.Rows, DiskTierRow{Clients: nc, BatchGBps: batch[len(batch)/2], GetGBps: get[len(get)/2], SeqGBps: seq[len(seq)/2],
+			MemGBps: mem[len(mem)/2]})
 		if nc == c.Clients {
 			break
 		}
