@@ -98,7 +98,16 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 		defer cl.Close()
 		cls = append(cls, cl)
 	}
-	keys, err := offloadKeys(ctx, srv, cls[0], c, segSize/4)
+	// The disk's sequential write of as many files, part by part between
+	// the offloads (the same moments, as near as can be).
+	var seqBytes, seqFiles int
+	var seqTook time.Duration
+	refDir := filepath.Join(dir, "ref")
+	keys, err := offloadKeys(ctx, srv, cls[0], c, segSize/4, func(count int) error {
+		b, took, err := seqWrite(refDir, seqFiles, count, c.Size, n.DiskTier().IOStats().Direct)
+		seqBytes, seqFiles, seqTook = seqBytes+b, seqFiles+count, seqTook+took
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -116,10 +125,8 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 	io := tier.IOStats()
 	res := &DiskResult{Objects: len(keys), Size: c.Size, Direct: io.Direct,
 		OffloadGBps: float64(io.WriteBytes) / io.WriteWall.Seconds() / 1e9}
+	res.SeqWriteGBps = float64(seqBytes) / seqTook.Seconds() / 1e9
 	files, _ := filepath.Glob(filepath.Join(dir, "tier", "*.obj"))
-	if res.SeqWriteGBps, err = seqWrite(filepath.Join(dir, "ref"), len(files), c.Size, io.Direct); err != nil {
-		return nil, err
-	}
 	uncache := func() {
 		if !io.Direct {
 			for _, f := range files {
@@ -152,9 +159,9 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 }
 
 // offloadKeys puts c.Objects values, a part of the segment at a time, and
-// evicts each part to the node's disk tier; it returns the keys held on
-// disk only.
-func offloadKeys(ctx context.Context, srv *masterserver.Server, cl *store.Client, c DiskConfig, part int) ([]string, error) {
+// evicts each part to the node's disk tier, calling after with the part's
+// count once it is on disk; it returns the keys held on disk only.
+func offloadKeys(ctx context.Context, srv *masterserver.Server, cl *store.Client, c DiskConfig, part int, after func(n int) error) ([]string, error) {
 	v := make([]byte, c.Size)
 	for i := range v {
 		v[i] = byte(i * 31)
@@ -195,6 +202,9 @@ func offloadKeys(ctx context.Context, srv *masterserver.Server, cl *store.Client
 			}
 		}
 		keys = append(keys, batch...)
+		if err := after(len(batch)); err != nil {
+			return nil, err
+		}
 	}
 	return keys, nil
 }
@@ -285,11 +295,12 @@ func seqRead(files []string, direct bool, d time.Duration) float64 {
 	return float64(total) / time.Since(start).Seconds() / 1e9
 }
 
-// seqWrite is the GB/s of writing n new files of size bytes (plus the
-// tier's 4 KiB header block) one after the other into dir.
-func seqWrite(dir string, n, size int, direct bool) (float64, error) {
+// seqWrite writes n new files (named from first on) of size bytes plus
+// the tier's 4 KiB header block one after the other into dir, and returns
+// the bytes written and the time taken.
+func seqWrite(dir string, first, n, size int, direct bool) (int, time.Duration, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	total := (size + 4096 + 4095) &^ 4095
 	buf := alignedBuf(total)
@@ -302,17 +313,17 @@ func seqWrite(dir string, n, size int, direct bool) (float64, error) {
 		if direct {
 			flags |= unix.O_DIRECT
 		}
-		fd, err := unix.Open(filepath.Join(dir, fmt.Sprint(i)), flags, 0o644)
+		fd, err := unix.Open(filepath.Join(dir, fmt.Sprint(first+i)), flags, 0o644)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		_, err = unix.Pwrite(fd, buf, 0)
 		unix.Close(fd)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return float64(n*total) / time.Since(start).Seconds() / 1e9, nil
+	return n * total, time.Since(start), nil
 }
 
 func alignedBuf(n int) []byte {
