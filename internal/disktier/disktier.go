@@ -67,6 +67,7 @@ type Tier struct {
 	writeNanos, readNanos atomic.Int64
 	writeWall             atomic.Int64 // wall time of Store and StoreBatch calls
 	readCalls, aheadHits  atomic.Uint64
+	tmpSeq                atomic.Uint64
 
 	raSlice uint64 // the engine's slice size, as last seen (under mu)
 	raMu    sync.Mutex
@@ -127,6 +128,11 @@ func Open(cfg Config) (*Tier, error) {
 		byAddr: btree.NewG(16, func(a, b *diskEntry) bool { return a.addr < b.addr }), ra: map[raKey]*raChunk{},
 		next: regionBase + rand.Uint64N(regionLen/2)&^(blockSize-1)}
 	d.direct.Store(!cfg.Buffered)
+	if tmps, err := filepath.Glob(filepath.Join(cfg.Dir, "*.tmp")); err == nil { // writes cut short by a crash
+		for _, f := range tmps {
+			os.Remove(f)
+		}
+	}
 	names, err := filepath.Glob(filepath.Join(cfg.Dir, "*.obj"))
 	if err != nil {
 		lock.Close()
@@ -289,7 +295,7 @@ func (d *Tier) store(object []byte, addr uint64) (store.DiskObject, error) {
 	}
 	d.mu.Unlock()
 	f := d.file(h.Key, h.Seq)
-	tmp := f + ".tmp"
+	tmp := f + "." + strconv.FormatUint(d.tmpSeq.Add(1), 10) + ".tmp" // two writers of one version never share a file
 	start := time.Now()
 	if err := d.writeFile(tmp, object[:hl], object[hl:]); err != nil {
 		os.Remove(tmp)

@@ -102,11 +102,18 @@ func TestReadAt(t *testing.T) {
 			if err := d.Close(); err != nil {
 				t.Fatal(err)
 			}
+			stray := filepath.Join(dir, "0123-1.obj.7.tmp") // a write cut short by a crash
+			if err := os.WriteFile(stray, []byte("partial"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 			d, err = Open(Config{Dir: dir, Buffered: buffered})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer d.Close()
+			if _, err := os.Stat(stray); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("a stray temporary file survived Open: %v", err)
+			}
 			if _, _, err := d.ReadAt(addrs[5], 100); !errors.Is(err, ErrNoObject) {
 				t.Fatalf("address from before the reopen: %v, want ErrNoObject", err)
 			}
