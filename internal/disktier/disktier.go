@@ -53,6 +53,7 @@ type Tier struct {
 
 	direct atomic.Bool // direct I/O (io.go); off where the file system refuses it
 	bufs   bufPool
+	fds    fdCache // read descriptors (fdcache.go)
 
 	mu      sync.Mutex
 	index   map[string]*diskEntry
@@ -180,6 +181,7 @@ func lockDir(dir string) (*os.File, error) {
 // indexes them again), once the reads started ahead have ended.
 func (d *Tier) Close() error {
 	d.raWG.Wait()
+	d.fds.close()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lock == nil {
@@ -223,6 +225,7 @@ func (d *Tier) reserveLocked(size uint64) uint64 {
 
 // dropLocked forgets an entry and removes its file.
 func (d *Tier) dropLocked(e *diskEntry) {
+	d.fds.drop(e.file)
 	os.Remove(e.file)
 	if d.index[e.hdr.Key] == e {
 		delete(d.index, e.hdr.Key)

@@ -126,12 +126,13 @@ func (d *Tier) readRange(name string, off, n uint64) ([]byte, []byte, error) {
 	lo := off &^ (blockSize - 1)
 	hi := alignUp(off + n)
 	buf := d.bufs.get(int(hi - lo))
-	fd, err := d.openFile(name, unix.O_RDONLY)
+	f, err := d.fds.get(name, func() (int, error) { return d.openFile(name, unix.O_RDONLY) })
 	if err != nil {
 		d.bufs.put(buf)
 		return nil, nil, err
 	}
-	defer unix.Close(fd)
+	defer d.fds.put(f)
+	fd := f.fd
 	got := uint64(0)
 	for got < off+n-lo {
 		m, err := unix.Pread(fd, buf[got:], int64(lo+got))

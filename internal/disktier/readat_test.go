@@ -251,3 +251,40 @@ func FuzzReadAt(f *testing.F) {
 		t.Fatalf("ReadAt(%#x, %d) read outside every value", addr, n)
 	})
 }
+
+// TestReadDescriptorsBounded: reads keep at most fdCacheMax descriptors
+// open, a deleted file's is closed, and the values still read right.
+func TestReadDescriptorsBounded(t *testing.T) {
+	d, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	sizes := make([]int, fdCacheMax+40)
+	for i := range sizes {
+		sizes[i] = 100 + i
+	}
+	vals, addrs := storeAll(t, d, sizes)
+	for round := range 2 {
+		for i, v := range vals {
+			got, err := readAll(d, addrs[i], len(v), 4096)
+			if err != nil || !bytes.Equal(got, v) {
+				t.Fatalf("round %d value %d: %v", round, i, err)
+			}
+		}
+	}
+	d.fds.mu.Lock()
+	open := len(d.fds.m)
+	d.fds.mu.Unlock()
+	if open == 0 || open > fdCacheMax {
+		t.Fatalf("%d descriptors cached, want 1..%d", open, fdCacheMax)
+	}
+	last := len(vals) - 1
+	d.Delete(fmt.Sprint("k", last), uint64(last+1))
+	d.fds.mu.Lock()
+	_, still := d.fds.m[d.file(fmt.Sprint("k", last), uint64(last+1))]
+	d.fds.mu.Unlock()
+	if still {
+		t.Fatal("a deleted file's descriptor is still cached")
+	}
+}
