@@ -17,7 +17,8 @@
 // buffered otherwise (Config.Buffered forces it); StoreBatch writes up to
 // four files at once; reads are pread calls of the transfer slices the
 // engine's lanes ask for, with read-ahead (readahead.go) so several reads
-// are in the device's queue while a lane sends. io.go says why parallel
+// are in the device's queue while a lane sends, on descriptors kept open
+// for the files read last (fdcache.go). io.go says why parallel
 // pread/pwrite rather than io_uring, with the measurements.
 //
 // Reads: every value has an address in the tier's range (Region, above
