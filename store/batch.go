@@ -428,7 +428,14 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 		}
 		reps := c.order(in.Replicas)
 		if len(reps) == 0 {
-			retry[i] = true
+			// Only on disk: read through the node's engine in the same
+			// batch (diskbatch.go), or one by one.
+			if r, ok := c.diskRequest(ctx, in, bs[i]); ok {
+				reqs = append(reqs, r)
+				reqKey = append(reqKey, i)
+			} else {
+				retry[i] = true
+			}
 			continue
 		}
 		seg, err := c.mover.OpenSegment(ctx, reps[0].Endpoint)
@@ -448,6 +455,8 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 	for _, i := range reqKey {
 		if err != nil || Checksum(bs[i][:infos[i].Size]) != infos[i].Crc32C {
 			retry[i] = true
+		} else if len(infos[i].Replicas) == 0 {
+			c.readFromDisk(keys[i], infos[i], bs[i][:infos[i].Size])
 		}
 	}
 	return retry

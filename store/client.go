@@ -121,6 +121,7 @@ type Client struct {
 	taskBusy        atomic.Bool      // copy/move tasks are running (tasks.go)
 
 	diskReads     atomic.Uint64                 // values this client read from disk tiers (DiskReads)
+	diskSource    uint64                        // the disk tier's range registered with the mover (disk.go); 0 = none
 	graceOverride atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
 
 	beforeZero func([]*pb.HeaderRef) // tests: called before zeroHeaders writes
@@ -241,10 +242,11 @@ func (c *Client) join(ctx context.Context) error {
 		Base: uint64(transfer.AddrOf(seg)), Size: uint64(len(seg))}
 	if d := c.cfg.Disk; d != nil {
 		c.segmentSpec.DiskUrl, c.segmentSpec.OffloadOnEvict, c.segmentSpec.PromotionOnHit = d.URL(), d.OffloadOnEvict(), d.PromotionOnHit()
+		c.registerDiskSource()
 		// A node restarting with its disk tier reports what the disk holds
 		// (in chunks, as a remount).
 		var st remountStats
-		st, err = c.remount(ctx, []*pb.Segment{c.segmentSpec}, diskToHeld(c.segmentSpec.Name, d.Held()))
+		st, err = c.remount(ctx, []*pb.Segment{c.segmentSpec}, c.diskHeld(d.Held()))
 		if err == nil {
 			c.restored += int(st.restored)
 		}
@@ -289,6 +291,7 @@ func (c *Client) Remounts() int {
 }
 
 func (c *Client) release() {
+	c.releaseDiskSource()
 	if c.stage != nil {
 		_ = c.mover.Unregister(transfer.AddrOf(c.stage.buf))
 	}

@@ -93,9 +93,12 @@
 //
 // A storage node passes its disk tier as Config.Disk (DiskTier, disk.go):
 // the client then copies the objects the master offloads from its segment
-// to disk, and any client reads a key held only on disk over HTTP from the
-// node, checks its CRC32C and, when the node asks for promotion on hit,
-// puts it back into memory.
+// to disk (one batch write per ping answer), registers the tier's range
+// with its engine (DiskSource), and any client reads a key held only on
+// disk with a READ of that range on the node's engine, in the same
+// transfer batch as memory replicas for a batch get (diskbatch.go), over
+// HTTP when the copy has no address; it checks the CRC32C and, when the
+// node asks for promotion on hit, puts the value back into memory.
 //
 // # Replica clear and copy/move tasks
 //

@@ -67,9 +67,11 @@ type ObjectInfo struct {
 
 // DiskCopy is an object's copy on a storage node's disk tier.
 type DiskCopy struct {
-	Segment string
-	URL     string // GET URL/disk/object?key=K&seq=Seq
-	Seq     uint64
+	Segment  string
+	URL      string // GET URL/disk/object?key=K&seq=Seq
+	Seq      uint64
+	Endpoint string // the node's transfer engine
+	Addr     uint64 // the value's address there (its disk tier's range); 0 = HTTP only
 }
 
 // PingStatus is the answer to a client's Ping.

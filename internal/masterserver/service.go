@@ -93,7 +93,7 @@ func diskToPB(ds []master.DiskCopy) []*pb.DiskCopy {
 	}
 	out := make([]*pb.DiskCopy, len(ds))
 	for i, d := range ds {
-		out[i] = &pb.DiskCopy{Url: d.URL, Seq: d.Seq, Segment: d.Segment}
+		out[i] = &pb.DiskCopy{Url: d.URL, Seq: d.Seq, Segment: d.Segment, Endpoint: d.Endpoint, Addr: d.Addr}
 	}
 	return out
 }

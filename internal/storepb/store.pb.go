@@ -603,7 +603,8 @@ type HeldObject struct {
 	HardPin      bool                   `protobuf:"varint,7,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
 	SoftPin      bool                   `protobuf:"varint,8,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
 	SoftPinTtlMs int64                  `protobuf:"varint,9,opt,name=soft_pin_ttl_ms,json=softPinTtlMs,proto3" json:"soft_pin_ttl_ms,omitempty"`
-	// Held by the segment's disk tier (offset unused).
+	// Held by the segment's disk tier (offset: the value's address in the
+	// tier's transfer range, 0 = none).
 	Disk          bool `protobuf:"varint,10,opt,name=disk,proto3" json:"disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1876,10 +1877,18 @@ func (x *ObjectInfo) GetPromote() bool {
 }
 
 type DiskCopy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Segment       string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Url     string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Seq     uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Segment string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`
+	// The node's transfer engine and the value's address in its disk tier's
+	// range (a transfer.Source): read it there like a memory replica. Zero
+	// addr: over HTTP from url only.
+	Endpoint string `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Addr     uint64 `protobuf:"varint,5,opt,name=addr,proto3" json:"addr,omitempty"`
+	// A READ grant on [addr, addr+size) for the node's engine (masters
+	// with grants).
+	Grant         []byte `protobuf:"bytes,6,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1933,6 +1942,27 @@ func (x *DiskCopy) GetSegment() string {
 		return x.Segment
 	}
 	return ""
+}
+
+func (x *DiskCopy) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *DiskCopy) GetAddr() uint64 {
+	if x != nil {
+		return x.Addr
+	}
+	return 0
+}
+
+func (x *DiskCopy) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type BatchObjectInfo struct {
@@ -2987,11 +3017,14 @@ const file_store_proto_rawDesc = "" +
 	"\x16soft_pin_until_unix_ms\x18\v \x01(\x03R\x12softPinUntilUnixMs\x12\x19\n" +
 	"\bhard_pin\x18\f \x01(\bR\ahardPin\x12/\n" +
 	"\x04disk\x18\r \x03(\v2\x1b.mooncake.store.v1.DiskCopyR\x04disk\x12\x18\n" +
-	"\apromote\x18\x0e \x01(\bR\apromote\"H\n" +
+	"\apromote\x18\x0e \x01(\bR\apromote\"\x8e\x01\n" +
 	"\bDiskCopy\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
-	"\asegment\x18\x03 \x01(\tR\asegment\"J\n" +
+	"\asegment\x18\x03 \x01(\tR\asegment\x12\x1a\n" +
+	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12\x12\n" +
+	"\x04addr\x18\x05 \x01(\x04R\x04addr\x12\x14\n" +
+	"\x05grant\x18\x06 \x01(\fR\x05grant\"J\n" +
 	"\x0fBatchObjectInfo\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.mooncake.store.v1.ObjectInfoR\aresults\"Z\n" +
 	"\rExistResponse\x121\n" +
