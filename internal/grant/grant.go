@@ -359,8 +359,9 @@ type Verifier struct {
 	keys *Keyring
 	now  func() time.Time
 
-	mu   sync.RWMutex
-	live map[uint64]time.Time // one-shot nonces held live, with their expiry
+	mu       sync.RWMutex
+	live     map[uint64]time.Time   // one-shot nonces held live, with their expiry
+	recalled map[[macLen]byte]Grant // verified grants by MAC (Set.Install)
 
 	verified atomic.Uint64
 	refused  atomic.Uint64
@@ -487,9 +488,8 @@ type Set struct {
 	v       *Verifier
 	segment string
 	ring    [maxSet]Grant
-	tags    [maxSet][macLen]byte // each kept grant's MAC
-	n       int                  // grants in the ring
-	next    int                  // where the next one goes
+	n       int // grants in the ring
+	next    int // where the next one goes
 }
 
 // NewSet returns an empty set for a connection to segment.
@@ -500,26 +500,20 @@ func (v *Verifier) NewSet(segment string) *Set {
 // Install verifies an encoded grant and keeps it (the oldest goes when
 // the ring is full).
 //
-// A grant whose MAC equals that of one the set keeps (the same grant sent
-// again) is not verified again: the kept one, verified when it arrived,
-// becomes the newest. Nothing of the new bytes is trusted, so this allows
-// nothing the set did not already allow.
+// A grant whose MAC equals that of one the verifier verified before (the
+// same grant sent again, on this lane or another; the master hands a hot
+// extent's grant out again) is not verified again: the grant as verified
+// then is kept, and nothing of the new bytes is used, so a copy with
+// altered fields allows nothing more. Such a grant must still name this
+// segment and not have expired; one-shot grants are always verified.
 func (s *Set) Install(b []byte) error {
-	if len(b) > macLen {
-		tag := b[len(b)-macLen:]
-		for i := range s.n {
-			if s.ring[i].Mode != 0 && string(s.tags[i][:]) == string(tag) {
-				g := s.ring[i]
-				s.ring[i] = Grant{}
-				s.put(g, s.tags[i])
-				s.v.verified.Add(1)
-				return nil
-			}
+	g, ok := s.v.recall(b, s.segment)
+	if !ok {
+		var err error
+		if g, err = s.v.Verify(b, s.segment); err != nil {
+			return err
 		}
-	}
-	g, err := s.v.Verify(b, s.segment)
-	if err != nil {
-		return err
+		s.v.remember(b, g)
 	}
 	for i := range s.n {
 		if s.ring[i].Nonce == g.Nonce && s.ring[i].KeyID == g.KeyID {
@@ -528,15 +522,56 @@ func (s *Set) Install(b []byte) error {
 			break
 		}
 	}
-	s.put(g, [macLen]byte(b[len(b)-macLen:]))
+	s.ring[s.next] = g
+	s.next = (s.next + 1) % maxSet
+	s.n = min(s.n+1, maxSet)
 	return nil
 }
 
-// put keeps g, verified, with its MAC, as the newest.
-func (s *Set) put(g Grant, tag [macLen]byte) {
-	s.ring[s.next], s.tags[s.next] = g, tag
-	s.next = (s.next + 1) % maxSet
-	s.n = min(s.n+1, maxSet)
+// maxRecalled bounds the verified grants a verifier remembers by MAC.
+const maxRecalled = 4096
+
+// recall returns the grant verified before under b's MAC, when it names
+// segment, has not expired and is not one-shot; it counts as verified.
+func (v *Verifier) recall(b []byte, segment string) (Grant, bool) {
+	if len(b) < fixedLen+macLen {
+		return Grant{}, false
+	}
+	tag := [macLen]byte(b[len(b)-macLen:])
+	v.mu.RLock()
+	g, ok := v.recalled[tag]
+	v.mu.RUnlock()
+	if !ok || g.Segment != segment || !v.now().Before(g.Expires) {
+		return Grant{}, false
+	}
+	v.verified.Add(1)
+	return g, true
+}
+
+// remember keeps verified grant g (encoded as b) under its MAC, unless
+// one-shot; past maxRecalled, expired ones go, and all if that is not
+// enough.
+func (v *Verifier) remember(b []byte, g Grant) {
+	if g.Flags&FlagOneShot != 0 || len(b) < macLen {
+		return
+	}
+	tag := [macLen]byte(b[len(b)-macLen:])
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.recalled == nil || len(v.recalled) >= maxRecalled {
+		if v.recalled != nil {
+			now := v.now()
+			for t, r := range v.recalled {
+				if !now.Before(r.Expires) {
+					delete(v.recalled, t)
+				}
+			}
+		}
+		if v.recalled == nil || len(v.recalled) >= maxRecalled/2 {
+			v.recalled = make(map[[macLen]byte]Grant, 256)
+		}
+	}
+	v.recalled[tag] = g
 }
 
 // Allow returns nil when a kept grant that has not expired (and, if

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// A grant sent again on a lane is not verified again: the kept one is
-// used. Nothing of the repeated bytes is trusted (a copy with its fields
+// A grant sent again (on a lane or another of the same verifier) is not
+// verified again: the one verified before is used. Nothing of the repeated bytes is trusted (a copy with its fields
 // changed but the MAC kept allows nothing new), expiry still holds, and a
 // grant for one extent never covers another.
 func TestSetResentGrant(t *testing.T) {
@@ -57,10 +57,26 @@ func TestSetResentGrant(t *testing.T) {
 	if err := s.Allow(Read, 4096, 4096); !errors.Is(err, ErrDenied) {
 		t.Fatalf("copy with the mode widened: err = %v, want ErrDenied", err)
 	}
+	// The widened copy on another lane: the grant as verified is kept there.
+	s3 := v.NewSet("n:1")
+	if err := s3.Install(wide); err != nil {
+		t.Fatal(err)
+	}
+	if err := s3.Allow(Write, 4096, 4096); err != nil {
+		t.Fatalf("granted extent on another lane: %v", err)
+	}
+	if err := s3.Allow(Read, 4096, 4096+0xff); !errors.Is(err, ErrDenied) {
+		t.Fatalf("widened copy on another lane: err = %v, want ErrDenied", err)
+	}
+	// Only a grant verified before is recalled: the widened copy alone,
+	// on a verifier that has not seen the grant, does not verify.
+	if err := NewVerifier(keys, c.now).NewSet("n:1").Install(wide); !errors.Is(err, ErrBadMAC) {
+		t.Fatalf("widened copy on a fresh verifier: err = %v, want ErrBadMAC", err)
+	}
 	// Expired: sending it again does not revive it, on this lane or a new one.
 	c.t = c.t.Add(time.Second)
-	if err := s.Install(b); err != nil {
-		t.Fatal(err)
+	if err := s.Install(b); !errors.Is(err, ErrExpired) {
+		t.Fatalf("expired grant sent again: err = %v, want ErrExpired", err)
 	}
 	if err := s.Allow(Write, 4096, 4096); !errors.Is(err, ErrDenied) {
 		t.Fatalf("expired grant sent again: err = %v, want ErrDenied", err)
@@ -109,5 +125,52 @@ func TestVerifyAllocs(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("Verify: %v allocations, want 0", n)
+	}
+}
+
+// A grant recalled by its MAC must still name the lane's segment; a
+// released one-shot grant is refused even when verified before; the
+// recalled grants stay bounded.
+func TestSetRecallLimits(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	keys := ring(t, 1, "0123456789abcdef0123")
+	v := NewVerifier(keys, c.now)
+	b, err := keys.Encode(Grant{Segment: "n:1", Addr: 0, Length: 64, Mode: Read, Expires: c.t.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.NewSet("n:1").Install(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.NewSet("n:2").Install(b); !errors.Is(err, ErrWrongSegment) {
+		t.Fatalf("other segment: err = %v, want ErrWrongSegment", err)
+	}
+	one, _, err := v.MintOneShot(Grant{Segment: "n:1", Addr: 0, Length: 64, Mode: Write, Expires: c.t.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _, _ := Decode(one)
+	s := v.NewSet("n:1")
+	if err := s.Install(one); err != nil {
+		t.Fatal(err)
+	}
+	v.Release(g.Nonce)
+	if err := v.NewSet("n:1").Install(one); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("released one-shot: err = %v, want ErrRevoked", err)
+	}
+	if err := s.Allow(Write, 0, 64); !errors.Is(err, ErrDenied) {
+		t.Fatalf("released one-shot on its lane: err = %v, want ErrDenied", err)
+	}
+	for i := range 2 * maxRecalled {
+		x, err := keys.Encode(Grant{Segment: "n:1", Addr: uint64(i) * 64, Length: 64, Mode: Read, Expires: c.t.Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Install(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(v.recalled); n > maxRecalled {
+		t.Fatalf("%d grants recalled, bound %d", n, maxRecalled)
 	}
 }
