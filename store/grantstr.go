@@ -2,8 +2,9 @@ package store
 
 import "sync"
 
-// grantStrings interns the grants the master hands out (pb.Replica.Grant)
-// as strings: the master hands a hot extent's grant out again while it has
+// grantStrings interns the READ grants the master hands out
+// (pb.Replica.Grant) as strings: the master hands a hot extent's grant out
+// again while it has
 // long enough to live, and a transfer lane sends a grant once and then
 // recognises it by its string data, so the same bytes must become the same
 // string. Bounded: past maxGrantStrings it starts over.

@@ -505,7 +505,9 @@ func (v *Verifier) NewSet(segment string) *Set {
 // extent's grant out again) is not verified again: the grant as verified
 // then is kept, and nothing of the new bytes is used, so a copy with
 // altered fields allows nothing more. Such a grant must still name this
-// segment and not have expired; one-shot grants are always verified.
+// segment and not have expired. Only READ grants are remembered (the
+// master hands out a hot extent's READ grant again; each WRITE grant once);
+// one-shot grants are always verified.
 func (s *Set) Install(b []byte) error {
 	g, ok := s.v.recall(b, s.segment)
 	if !ok {
@@ -531,11 +533,11 @@ func (s *Set) Install(b []byte) error {
 // maxRecalled bounds the verified grants a verifier remembers by MAC.
 const maxRecalled = 4096
 
-// recall returns the grant verified before under b's MAC, when it names
+// recall returns the READ grant verified before under b's MAC, when it names
 // segment, has not expired and is not one-shot; it counts as verified.
 func (v *Verifier) recall(b []byte, segment string) (Grant, bool) {
-	if len(b) < fixedLen+macLen {
-		return Grant{}, false
+	if len(b) < fixedLen+macLen || Mode(b[1]) != Read {
+		return Grant{}, false // only READ grants are remembered
 	}
 	tag := [macLen]byte(b[len(b)-macLen:])
 	v.mu.RLock()
@@ -548,11 +550,12 @@ func (v *Verifier) recall(b []byte, segment string) (Grant, bool) {
 	return g, true
 }
 
-// remember keeps verified grant g (encoded as b) under its MAC, unless
-// one-shot; past maxRecalled, expired ones go, and all if that is not
+// remember keeps verified READ grant g (encoded as b) under its MAC,
+// unless one-shot (a WRITE grant's extent is new to its put: the master
+// hands each out once); past maxRecalled, expired ones go, and all if that is not
 // enough.
 func (v *Verifier) remember(b []byte, g Grant) {
-	if g.Flags&FlagOneShot != 0 || len(b) < macLen {
+	if g.Flags&FlagOneShot != 0 || g.Mode != Read || len(b) < macLen {
 		return
 	}
 	tag := [macLen]byte(b[len(b)-macLen:])

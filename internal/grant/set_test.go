@@ -15,7 +15,7 @@ func TestSetResentGrant(t *testing.T) {
 	keys := ring(t, 1, "0123456789abcdef0123")
 	v := NewVerifier(keys, c.now)
 	s := v.NewSet("n:1")
-	g := Grant{Segment: "n:1", Addr: 4096, Length: 4096, Mode: Write, Expires: c.t.Add(time.Second)}
+	g := Grant{Segment: "n:1", Addr: 4096, Length: 4096, Mode: Read, Expires: c.t.Add(time.Second)}
 	b, err := keys.Encode(g)
 	if err != nil {
 		t.Fatal(err)
@@ -31,14 +31,14 @@ func TestSetResentGrant(t *testing.T) {
 	if n := kept(s); n != 1 {
 		t.Fatalf("the set keeps %d grants, want 1 (the same grant three times)", n)
 	}
-	if err := s.Allow(Write, 4096, 4096); err != nil {
+	if err := s.Allow(Read, 4096, 4096); err != nil {
 		t.Fatalf("granted extent: %v", err)
 	}
 	// Another extent, a wider one and the other mode are refused.
 	for _, x := range []struct {
 		m       Mode
 		addr, n uint64
-	}{{Write, 8192, 4096}, {Write, 4096, 4097}, {Write, 0, 4096}, {Read, 4096, 4096}} {
+	}{{Read, 8192, 4096}, {Read, 4096, 4097}, {Read, 0, 4096}, {Write, 4096, 4096}} {
 		if err := s.Allow(x.m, x.addr, x.n); !errors.Is(err, ErrDenied) {
 			t.Fatalf("mode %d %d+%d: err = %v, want ErrDenied", x.m, x.addr, x.n, err)
 		}
@@ -47,14 +47,19 @@ func TestSetResentGrant(t *testing.T) {
 	// does not cover the widened extent.
 	wide := append([]byte(nil), b...)
 	wide[22] = 0xff // length low byte
-	wide[1] = byte(Read | Write)
 	if err := s.Install(wide); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Allow(Write, 4096, 4096+0xff); !errors.Is(err, ErrDenied) {
+	if err := s.Allow(Read, 4096, 4096+0xff); !errors.Is(err, ErrDenied) {
 		t.Fatalf("widened copy: err = %v, want ErrDenied", err)
 	}
-	if err := s.Allow(Read, 4096, 4096); !errors.Is(err, ErrDenied) {
+	// The mode widened: not recalled, and it does not verify.
+	rw := append([]byte(nil), b...)
+	rw[1] = byte(Read | Write)
+	if err := s.Install(rw); !errors.Is(err, ErrBadMAC) {
+		t.Fatalf("copy with the mode widened: err = %v, want ErrBadMAC", err)
+	}
+	if err := s.Allow(Write, 4096, 4096); !errors.Is(err, ErrDenied) {
 		t.Fatalf("copy with the mode widened: err = %v, want ErrDenied", err)
 	}
 	// The widened copy on another lane: the grant as verified is kept there.
@@ -62,7 +67,7 @@ func TestSetResentGrant(t *testing.T) {
 	if err := s3.Install(wide); err != nil {
 		t.Fatal(err)
 	}
-	if err := s3.Allow(Write, 4096, 4096); err != nil {
+	if err := s3.Allow(Read, 4096, 4096); err != nil {
 		t.Fatalf("granted extent on another lane: %v", err)
 	}
 	if err := s3.Allow(Read, 4096, 4096+0xff); !errors.Is(err, ErrDenied) {
@@ -78,7 +83,7 @@ func TestSetResentGrant(t *testing.T) {
 	if err := s.Install(b); !errors.Is(err, ErrExpired) {
 		t.Fatalf("expired grant sent again: err = %v, want ErrExpired", err)
 	}
-	if err := s.Allow(Write, 4096, 4096); !errors.Is(err, ErrDenied) {
+	if err := s.Allow(Read, 4096, 4096); !errors.Is(err, ErrDenied) {
 		t.Fatalf("expired grant sent again: err = %v, want ErrDenied", err)
 	}
 	if err := v.NewSet("n:1").Install(b); !errors.Is(err, ErrExpired) {
@@ -86,7 +91,7 @@ func TestSetResentGrant(t *testing.T) {
 	}
 	// A grant for another segment is refused even when a copy of a kept
 	// grant's MAC is attached.
-	other, err := keys.Encode(Grant{Segment: "n:2", Addr: 4096, Length: 4096, Mode: Write, Expires: c.t.Add(time.Second)})
+	other, err := keys.Encode(Grant{Segment: "n:2", Addr: 4096, Length: 4096, Mode: Read, Expires: c.t.Add(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +99,7 @@ func TestSetResentGrant(t *testing.T) {
 	if err := s2.Install(other); !errors.Is(err, ErrWrongSegment) {
 		t.Fatalf("other segment: err = %v, want ErrWrongSegment", err)
 	}
-	if err := s2.Allow(Write, 4096, 4096); !errors.Is(err, ErrDenied) {
+	if err := s2.Allow(Read, 4096, 4096); !errors.Is(err, ErrDenied) {
 		t.Fatalf("other segment's grant: err = %v, want ErrDenied", err)
 	}
 }
@@ -106,6 +111,28 @@ func kept(s *Set) (n int) {
 		}
 	}
 	return n
+}
+
+// WRITE grants are verified every time they arrive on a new lane.
+func TestSetWriteGrantsVerified(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	keys := ring(t, 1, "0123456789abcdef0123")
+	v := NewVerifier(keys, c.now)
+	b, err := keys.Encode(Grant{Segment: "n:1", Addr: 0, Length: 64, Mode: Write, Expires: c.t.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.NewSet("n:1").Install(b); err != nil {
+		t.Fatal(err)
+	}
+	wide := append([]byte(nil), b...)
+	wide[22] = 0xff
+	if err := v.NewSet("n:1").Install(wide); !errors.Is(err, ErrBadMAC) {
+		t.Fatalf("altered WRITE grant on another lane: err = %v, want ErrBadMAC", err)
+	}
+	if len(v.recalled) != 0 {
+		t.Fatalf("%d WRITE grants remembered", len(v.recalled))
+	}
 }
 
 // Verifying a grant allocates nothing.

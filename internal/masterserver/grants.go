@@ -34,11 +34,11 @@ import (
 //   - Tasks: READ on the source, WRITE on the targets, until the task's
 //     deadline.
 //
-// A signed grant is handed out again for the same segment, extent and
-// mode while it expires no later than a fresh one would and has at least
-// half of the fresh one's lifetime left (granter.sign): a hot object's
-// readers, or an extent reused by the next put, get the same bytes, which
-// the client sends and the node verifies once per lane.
+// A signed READ grant is handed out again for the same segment and extent
+// while it expires no later than a fresh one would and has at least half
+// of the fresh one's lifetime left (granter.sign): a hot object's readers
+// get the same bytes, which the client sends once per lane and the node
+// verifies once.
 //
 // Revocation is by expiry. The bound: a WRITE grant outlives the removal
 // (or revocation) of its put by at most PutTimeout; a READ grant outlives
@@ -60,12 +60,10 @@ type granter struct {
 	clock  clock.Clock // the core's
 	putTTL time.Duration
 
-	// Signed grants by extent, handed out again while they have at least
-	// half of the wanted lifetime left and expire no later than wanted: a
-	// hot object's readers (or a slot reused by upserts) then get the same
-	// bytes, which the client and the lane recognise (sent and verified
-	// once per lane). Reuse never widens anything: the same segment,
-	// extent and mode, and an expiry no later than a fresh grant's.
+	// Signed READ grants by extent, handed out again while they have at
+	// least half of the wanted lifetime left and expire no later than
+	// wanted. Reuse never widens anything: the same segment, extent and
+	// mode, and an expiry no later than a fresh grant's.
 	mu    sync.Mutex
 	cache map[grantKey]cachedGrant
 }
@@ -94,11 +92,16 @@ func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *grant
 }
 
 // sign returns a grant of mode on [addr, addr+n) of endpoint that expires
-// at expires, or a cached one for the same extent and mode that expires
+// at expires or, for READ, a cached one for the same extent that expires
 // no later and has at least half of the lifetime left.
 func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, expires time.Time) []byte {
 	if n == 0 || endpoint == "" {
 		return nil
+	}
+	if mode != grant.Read {
+		// A placement's extent is new to its put (and to any client that
+		// could send the grant again): nothing to reuse.
+		return g.encode(endpoint, addr, n, mode, expires)
 	}
 	now := time.Now()
 	k := grantKey{endpoint, addr, n, mode}
@@ -108,9 +111,9 @@ func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, expires
 	if ok && reusable(c.exp, now, expires) {
 		return c.b
 	}
-	b, err := g.keys.Encode(grant.Grant{Segment: endpoint, Addr: addr, Length: n, Mode: mode, Expires: expires})
-	if err != nil {
-		return nil // a name too long for a grant: the node refuses the transfer
+	b := g.encode(endpoint, addr, n, mode, expires)
+	if b == nil {
+		return nil
 	}
 	g.mu.Lock()
 	if len(g.cache) >= maxCachedGrants {
@@ -125,6 +128,14 @@ func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, expires
 	}
 	g.cache[k] = cachedGrant{b, expires}
 	g.mu.Unlock()
+	return b
+}
+
+func (g *granter) encode(endpoint string, addr, n uint64, mode grant.Mode, expires time.Time) []byte {
+	b, err := g.keys.Encode(grant.Grant{Segment: endpoint, Addr: addr, Length: n, Mode: mode, Expires: expires})
+	if err != nil {
+		return nil // a name too long for a grant: the node refuses the transfer
+	}
 	return b
 }
 

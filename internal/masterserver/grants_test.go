@@ -9,8 +9,8 @@ import (
 	"github.com/kvcache-go/mooncake/internal/grant"
 )
 
-// The granter hands a signed grant out again for the same segment, extent
-// and mode only while it expires no later than a fresh one would and has
+// The granter hands a signed READ grant out again for the same segment
+// and extent only while it expires no later than a fresh one would and has
 // at least half of the wanted lifetime left; the grant verifies for that
 // extent only.
 func TestGranterReuse(t *testing.T) {
@@ -62,6 +62,11 @@ func TestGranterReuse(t *testing.T) {
 		if !got.Covers(c.mode, c.addr, c.n) || got.Covers(c.mode, c.addr+c.n, 1) || got.Covers(c.mode, c.addr-1, 1) || (c.mode == grant.Read && got.Covers(grant.Write, c.addr, c.n)) {
 			t.Fatalf("%+v: grant %+v covers more or less than its extent", c, got)
 		}
+	}
+	// WRITE grants (placements, headers) are always fresh.
+	w := g.sign("n:1", 4096, 4096, grant.Write, now.Add(time.Minute))
+	if w2 := g.sign("n:1", 4096, 4096, grant.Write, now.Add(time.Minute)); bytes.Equal(w, w2) {
+		t.Fatal("a WRITE grant was reused")
 	}
 	// Expired entries go when the cache is full.
 	g.cache = map[grantKey]cachedGrant{}
