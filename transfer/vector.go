@@ -1,0 +1,184 @@
+package transfer
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/kvcache-go/mooncake/internal/transport/registry"
+)
+
+// Extent is one range of a scatter-gather request (Request.Extents):
+// Length bytes between local address Local and the peer's address Remote.
+type Extent struct {
+	Local  uintptr
+	Remote uint64
+	Length int
+}
+
+// MaxExtents bounds the extents of one scatter-gather request.
+const MaxExtents = 1 << 20
+
+// vext is one checked extent of a scatter-gather task: its local bytes
+// (pinned by the task) and the peer's address.
+type vext struct {
+	b      []byte
+	remote uint64
+}
+
+// checkVector validates a scatter-gather request and pins its local
+// memory: every extent non-empty and inside registered host memory, no two
+// local or two remote extents overlapping. Extents adjacent on both sides
+// are merged. On error nothing stays pinned.
+func (e *Engine) checkVector(t *task) error {
+	ext := t.req.Extents
+	if len(ext) == 0 || len(ext) > MaxExtents {
+		return fmt.Errorf("%w: %d extents (1 to %d)", ErrInvalid, len(ext), MaxExtents)
+	}
+	if t.req.Local != 0 || t.req.Remote != 0 {
+		return fmt.Errorf("%w: a scatter-gather request names its ranges in Extents only", ErrInvalid)
+	}
+	lo, hi := ^uint64(0), uint64(0)
+	var total int
+	for i, x := range ext {
+		l := uint64(x.Local)
+		if x.Length <= 0 || l+uint64(x.Length) < l || x.Remote+uint64(x.Length) < x.Remote {
+			return fmt.Errorf("%w: extent %d: local %#x remote %#x length %d", ErrInvalid, i, x.Local, x.Remote, x.Length)
+		}
+		lo, hi = min(lo, l), max(hi, l+uint64(x.Length))
+		total += x.Length
+	}
+	if t.req.Length != 0 && t.req.Length != total {
+		return fmt.Errorf("%w: length %d, extents hold %d bytes", ErrInvalid, t.req.Length, total)
+	}
+	if err := noOverlap(ext, func(x Extent) uint64 { return uint64(x.Local) }); err != nil {
+		return fmt.Errorf("%w: local %w", ErrInvalid, err)
+	}
+	if err := noOverlap(ext, func(x Extent) uint64 { return x.Remote }); err != nil {
+		return fmt.Errorf("%w: remote %w", ErrInvalid, err)
+	}
+	t.req.Length = total
+	// One span over every local extent when they share a buffer (the usual
+	// case: one region of KV memory), else one per extent.
+	t.vec = make([]vext, 0, len(ext))
+	if sp, err := e.reg.Acquire(lo, hi-lo); err == nil {
+		t.local = sp
+		for _, x := range ext {
+			off := uint64(x.Local) - lo
+			t.vec = appendVext(t.vec, sp.B[off:off+uint64(x.Length)], x.Remote)
+		}
+		return nil
+	}
+	for i, x := range ext {
+		sp, err := e.reg.Acquire(uint64(x.Local), uint64(x.Length))
+		if err != nil {
+			t.releaseLocal()
+			if errors.Is(err, registry.ErrDevice) {
+				return fmt.Errorf("%w: extent %d: scatter-gather requests move host memory only: %w", ErrInvalid, i, err)
+			}
+			return fmt.Errorf("extent %d: local %#x+%d: %w: %w", i, x.Local, x.Length, ErrNotRegistered, err)
+		}
+		t.spans = append(t.spans, sp)
+		t.vec = appendVext(t.vec, sp.B, x.Remote)
+	}
+	return nil
+}
+
+// appendVext appends (b, remote) to v, merged into the last extent when
+// both its local bytes and its remote range continue that extent's.
+func appendVext(v []vext, b []byte, remote uint64) []vext {
+	if n := len(v); n > 0 {
+		p := &v[n-1]
+		if p.remote+uint64(len(p.b)) == remote && adjacent(p.b, b) {
+			p.b = p.b[:len(p.b)+len(b)]
+			return v
+		}
+	}
+	return append(v, vext{b: b, remote: remote})
+}
+
+// adjacent reports whether b starts where a ends, inside a's capacity
+// (so a[:len(a)+len(b)] is b's memory appended to a's).
+func adjacent(a, b []byte) bool {
+	return len(a) > 0 && len(b) > 0 && cap(a) >= len(a)+len(b) &&
+		unsafe.Pointer(unsafe.SliceData(a[len(a):len(a)+1])) == unsafe.Pointer(unsafe.SliceData(b))
+}
+
+// noOverlap reports an error when two extents' ranges (at addr) overlap.
+func noOverlap(ext []Extent, addr func(Extent) uint64) error {
+	sorted := true
+	for i := 1; i < len(ext) && sorted; i++ {
+		sorted = addr(ext[i]) >= addr(ext[i-1])+uint64(ext[i-1].Length)
+	}
+	if sorted {
+		return nil
+	}
+	idx := make([]int, len(ext))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		x, y := addr(ext[a]), addr(ext[b])
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	})
+	for k := 1; k < len(idx); k++ {
+		p, c := ext[idx[k-1]], ext[idx[k]]
+		if addr(c) < addr(p)+uint64(p.Length) {
+			return fmt.Errorf("extents %d (%#x+%d) and %d (%#x+%d) overlap", idx[k-1], addr(p), p.Length, idx[k], addr(c), c.Length)
+		}
+	}
+	return nil
+}
+
+// releaseLocal unpins the task's local memory.
+func (t *task) releaseLocal() {
+	t.local.Release()
+	for _, sp := range t.spans {
+		sp.Release()
+	}
+	t.local, t.spans = registry.Span{}, nil
+}
+
+// Coalesce returns reqs with every run of consecutive requests of the same
+// opcode, segment and grant gathered into one scatter-gather request
+// (Extents) of at most maxExtents extents (MaxExtents when <= 0);
+// requests adjacent in both local and remote memory become one extent
+// (Submit merges those). A run of one request stays as it is. The
+// requests' order is kept, so the result fails where the input would; a
+// request of the result stands for several of reqs. The gathered requests
+// must be in host memory.
+func Coalesce(reqs []Request, maxExtents int) []Request {
+	if maxExtents <= 0 || maxExtents > MaxExtents {
+		maxExtents = MaxExtents
+	}
+	out := make([]Request, 0, len(reqs))
+	for i := 0; i < len(reqs); {
+		r := reqs[i]
+		j := i + 1
+		for j < len(reqs) && j-i < maxExtents && len(r.Extents) == 0 && len(reqs[j].Extents) == 0 &&
+			reqs[j].Op == r.Op && reqs[j].Segment == r.Segment && reqs[j].Grant == r.Grant {
+			j++
+		}
+		if j == i+1 {
+			out = append(out, r)
+			i = j
+			continue
+		}
+		ext := make([]Extent, 0, j-i)
+		n := 0
+		for _, q := range reqs[i:j] {
+			ext = append(ext, Extent{Local: q.Local, Remote: q.Remote, Length: q.Length})
+			n += q.Length
+		}
+		out = append(out, Request{Op: r.Op, Segment: r.Segment, Grant: r.Grant, Length: n, Extents: ext})
+		i = j
+	}
+	return out
+}

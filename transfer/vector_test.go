@@ -1,0 +1,162 @@
+package transfer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// vecEnvs are the scatter-gather environments: every transport, and TCP
+// to a peer treated as one whose lanes serve no scatter-gather requests
+// (the plain fallback).
+func vecEnvs(t *testing.T) map[string]*suiteEnv {
+	t.Helper()
+	envs := map[string]*suiteEnv{}
+	for _, tr := range suiteTransports {
+		envs[tr] = newSuiteEnv(t, tr)
+	}
+	old := &suiteEnv{want: TransportTCP}
+	old.tgt = openEngine(t, Config{Transport: TransportTCP})
+	old.ini = openEngine(t, Config{Transport: TransportTCP, noVectored: true})
+	var err error
+	if old.remote, err = old.tgt.AllocateManaged(suiteBuf); err != nil {
+		t.Fatal(err)
+	}
+	old.local = make([]byte, suiteBuf)
+	if err := old.ini.RegisterBytes(old.local, "cpu:0"); err != nil {
+		t.Fatal(err)
+	}
+	if old.seg, err = old.ini.OpenSegment(ctxT(t), old.tgt.Name()); err != nil {
+		t.Fatal(err)
+	}
+	envs["tcp-plain"] = old
+	return envs
+}
+
+// TestScatterGather moves strided, adjacent and mixed extents (the shapes
+// of a TP-mismatched KV transfer: adjacent on one side, strided on the
+// other) as one request each, writes then reads them back, on every
+// transport; every byte lands where its extent says and no other byte
+// of the target changes.
+func TestScatterGather(t *testing.T) {
+	const piece = 2 << 10
+	shapes := []struct {
+		name                 string
+		n, lstride, rstride int
+	}{
+		{"gather local", 300, 3 * piece, piece},      // local strided, remote adjacent (1 -> 2 TP)
+		{"scatter remote", 300, piece, 2 * piece},    // local adjacent, remote strided (2 -> 1 TP)
+		{"both strided", 200, 2 * piece, 4 * piece},  // neither adjacent
+		{"both adjacent", 500, piece, piece},         // merged into one range
+		{"crossing slices", 3, 300 << 10, 400 << 10}, // extents larger than a TCP slice
+	}
+	for name, env := range vecEnvs(t) {
+		for _, sh := range shapes {
+			t.Run(name+"/"+sh.name, func(t *testing.T) {
+				size := piece
+				if sh.lstride > 100<<10 {
+					size = 256<<10 + 17
+				}
+				for i := range env.local {
+					env.local[i] = byte(i*7 + 3)
+				}
+				clear(env.remote)
+				var ext []Extent
+				for i := 0; i < sh.n; i++ {
+					ext = append(ext, Extent{Local: AddrOf(env.local) + uintptr(i*sh.lstride), Remote: uint64(AddrOf(env.remote)) + uint64(i*sh.rstride), Length: size})
+				}
+				trs, err := env.run(t, Request{Op: OpWrite, Segment: env.seg, Extents: ext})
+				if err != nil || trs[0] != env.want {
+					t.Fatalf("write: %v via %v, want %s", err, trs, env.want)
+				}
+				want := make([]byte, len(env.remote))
+				for i := 0; i < sh.n; i++ {
+					copy(want[i*sh.rstride:i*sh.rstride+size], env.local[i*sh.lstride:])
+				}
+				if !bytes.Equal(env.remote, want) {
+					t.Fatal("target memory differs from the extents' bytes")
+				}
+				clear(env.local)
+				if _, err := env.run(t, Request{Op: OpRead, Segment: env.seg, Extents: ext}); err != nil {
+					t.Fatalf("read: %v", err)
+				}
+				for i := 0; i < sh.n; i++ {
+					if !bytes.Equal(env.local[i*sh.lstride:i*sh.lstride+size], want[i*sh.rstride:i*sh.rstride+size]) {
+						t.Fatalf("read extent %d differs", i)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestScatterGatherRejects: malformed scatter-gather requests fail Submit
+// with ErrInvalid (overlap on either side, empty extents); an extent
+// outside the peer's registered memory fails the whole request with
+// ErrOutOfBounds, writes nothing (a peer serving scatter-gather checks
+// every extent first), and the peer keeps serving.
+func TestScatterGatherRejects(t *testing.T) {
+	for name, env := range vecEnvs(t) {
+		t.Run(name, func(t *testing.T) {
+			l, r := AddrOf(env.local), uint64(AddrOf(env.remote))
+			bad := map[string][]Extent{
+				"remote overlap": {{Local: l, Remote: r, Length: 100}, {Local: l + 4096, Remote: r + 50, Length: 100}},
+				"local overlap":  {{Local: l + 4096, Remote: r, Length: 100}, {Local: l + 4000, Remote: r + 8192, Length: 100}},
+				"empty extent":   {{Local: l, Remote: r, Length: 100}, {Local: l + 4096, Remote: r + 4096, Length: 0}},
+				"none":           {},
+				"unregistered":   {{Local: 4096, Remote: r, Length: 100}},
+			}
+			for what, ext := range bad {
+				_, err := env.ini.Submit(ctxT(t), []Request{{Op: OpWrite, Segment: env.seg, Extents: ext}})
+				if err == nil || (what != "unregistered" && !errors.Is(err, ErrInvalid)) || (what == "unregistered" && !errors.Is(err, ErrNotRegistered)) {
+					t.Fatalf("%s: Submit err %v", what, err)
+				}
+			}
+			clear(env.remote)
+			for i := range env.local {
+				env.local[i] = 0xAB
+			}
+			past := []Extent{
+				{Local: l, Remote: r, Length: 4096},
+				{Local: l + 8192, Remote: r + uint64(len(env.remote)) - 100, Length: 200}, // runs past the buffer's end
+			}
+			_, err := env.run(t, Request{Op: OpWrite, Segment: env.seg, Extents: past})
+			if !errors.Is(err, ErrOutOfBounds) {
+				t.Fatalf("extent past the end: %v, want ErrOutOfBounds", err)
+			}
+			// A peer without scatter-gather gets plain slices, each checked
+			// on its own: the request fails, its in-bounds pieces may land.
+			if name != "tcp-plain" && bytes.IndexByte(env.remote, 0xAB) >= 0 {
+				t.Fatal("a rejected scatter-gather write touched the target")
+			}
+			// The peer keeps serving.
+			ok := []Extent{{Local: l, Remote: r, Length: 4096}, {Local: l + 8192, Remote: r + 16384, Length: 4096}}
+			if _, err := env.run(t, Request{Op: OpWrite, Segment: env.seg, Extents: ok}); err != nil {
+				t.Fatalf("after a rejected request: %v", err)
+			}
+			if env.remote[0] != 0xAB || env.remote[16384] != 0xAB || env.remote[8192] != 0 {
+				t.Fatal("the request after a rejected one did not land")
+			}
+		})
+	}
+}
+
+// TestCoalesce: consecutive requests of one opcode, segment and grant
+// become one scatter-gather request (at most maxExtents extents), others
+// split the runs; the order is kept.
+func TestCoalesce(t *testing.T) {
+	w := func(l, r, n int) Request {
+		return Request{Op: OpWrite, Segment: 1, Local: uintptr(l), Remote: uint64(r), Length: n}
+	}
+	in := []Request{w(0, 0, 10), w(10, 10, 10), w(40, 100, 5), {Op: OpRead, Segment: 1, Local: 50, Remote: 50, Length: 3}, w(60, 60, 1), w(61, 61, 1), w(62, 62, 1)}
+	out := Coalesce(in, 2)
+	got := ""
+	for _, r := range out {
+		got += fmt.Sprintf("[%d %d %d %d]", r.Op, len(r.Extents), r.Length, r.Local)
+	}
+	want := fmt.Sprintf("[%d 2 20 0][%d 0 5 40][%d 0 3 50][%d 2 2 0][%d 0 1 62]", OpWrite, OpWrite, OpRead, OpWrite, OpWrite)
+	if got != want {
+		t.Fatalf("Coalesce = %s, want %s", got, want)
+	}
+}
