@@ -224,10 +224,9 @@ func testPullTP(t *testing.T, p, q int) {
 	if err != nil {
 		t.Fatalf("pull: %v", err)
 	}
-	wantReqs := testLayout.NumLayers * p // one run of 3 blocks per layer and rank
-	if p != q {
-		wantReqs = testLayout.NumLayers * 3 * max(p, q) // per block, one per overlapping rank pair
-	}
+	// One request per layer and overlapping rank pair: a run of 3 blocks
+	// with equal TP, a scatter-gather request of 3 head ranges otherwise.
+	wantReqs := testLayout.NumLayers * max(p, q)
 	if resp.Status != bootstrap.StatusDone || resp.Blocks != 3 || resp.Requests != wantReqs ||
 		resp.Bytes != int64(3*testLayout.NumLayers*testLayout.FullBlockBytes()) {
 		t.Fatalf("pull answered %+v, want %d requests", resp, wantReqs)

@@ -33,14 +33,17 @@ func (s Side) check(what string, layer int) error {
 // PlanLayerWrites builds the WRITE requests that copy layer's blocks
 // srcBlocks[i] of the local side src to blocks dstBlocks[i] of the remote
 // side dst on segment seg, each destination rank getting exactly its heads
-// from the source ranks that hold them (any TP on either side). Requests
-// are contiguous byte runs: for every pair of (source rank, destination
-// rank) whose heads overlap, and every run of consecutive (source,
-// destination) block pairs, one request for the whole run when the overlap
-// is every head of both ranks (equal TP), else one per block of the run
-// for the overlapping head range (a head range of one block is contiguous).
-// Never one per token slot. Requests are ordered by destination rank,
-// source rank, then block.
+// from the source ranks that hold them (any TP on either side). For every
+// pair of (source rank, destination rank) whose heads overlap it makes ONE
+// request: its extents are contiguous byte runs, for every run of
+// consecutive (source, destination) block pairs one extent for the whole
+// run when the overlap is every head of both ranks (equal TP), else one
+// per block of the run for the overlapping head range (a head range of
+// one block is contiguous). A pair with one extent is a plain request,
+// one with more a scatter-gather request (transfer.Request.Extents): one
+// task and one round trip per TCP slice, however the blocks lie. Never one
+// per token slot. Requests are ordered by destination rank, then source
+// rank; extents by block.
 func PlanLayerWrites(seg transfer.SegmentID, src, dst Side, headBytes int, srcBlocks, dstBlocks []int, layer int) ([]transfer.Request, error) {
 	if len(srcBlocks) != len(dstBlocks) {
 		return nil, fmt.Errorf("pdconnector: %d source blocks for %d destination blocks", len(srcBlocks), len(dstBlocks))
@@ -63,6 +66,9 @@ func PlanLayerWrites(seg transfer.SegmentID, src, dst Side, headBytes int, srcBl
 		runs = append(runs, [3]int{srcBlocks[i], dstBlocks[i], j - i})
 		i = j
 	}
+	if len(runs) == 0 {
+		return nil, nil
+	}
 	sbb, dbb := src.RankHeads*headBytes, dst.RankHeads*headBytes
 	var reqs []transfer.Request
 	for j, dBases := range dst.Bases {
@@ -74,19 +80,27 @@ func PlanLayerWrites(seg transfer.SegmentID, src, dst Side, headBytes int, srcBl
 				continue
 			}
 			sOff, dOff, n := (a-s0)*headBytes, (a-d0)*headBytes, (b-a)*headBytes
+			var ext []transfer.Extent
 			for _, r := range runs {
 				if n == sbb && n == dbb {
-					reqs = append(reqs, transfer.Request{Op: transfer.OpWrite,
-						Local: uintptr(sBases[layer]) + uintptr(r[0]*sbb), Segment: seg,
+					ext = append(ext, transfer.Extent{Local: uintptr(sBases[layer]) + uintptr(r[0]*sbb),
 						Remote: dBases[layer] + uint64(r[1]*dbb), Length: r[2] * n})
 					continue
 				}
 				for k := 0; k < r[2]; k++ {
-					reqs = append(reqs, transfer.Request{Op: transfer.OpWrite,
-						Local: uintptr(sBases[layer]) + uintptr((r[0]+k)*sbb+sOff), Segment: seg,
+					ext = append(ext, transfer.Extent{Local: uintptr(sBases[layer]) + uintptr((r[0]+k)*sbb+sOff),
 						Remote: dBases[layer] + uint64((r[1]+k)*dbb+dOff), Length: n})
 				}
 			}
+			if len(ext) == 1 {
+				reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: ext[0].Local, Segment: seg, Remote: ext[0].Remote, Length: ext[0].Length})
+				continue
+			}
+			total := 0
+			for _, x := range ext {
+				total += x.Length
+			}
+			reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Segment: seg, Length: total, Extents: ext})
 		}
 	}
 	return reqs, nil
