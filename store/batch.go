@@ -197,7 +197,9 @@ func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, i
 		failed = failed || errs[i] != nil
 	}
 	if !failed && len(reqs) > 0 {
-		failed = c.mover.Transfer(ctx, reqs) != nil
+		// All or nothing: one scatter-gather request per run of writes
+		// to one segment.
+		failed = c.mover.Transfer(ctx, transfer.Coalesce(reqs, 0)) != nil
 	}
 	return started, failed
 }
@@ -443,7 +445,7 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 		return retry
 	}
 	lctx, lcancel := context.WithDeadline(ctx, deadline)
-	err := c.mover.Transfer(lctx, reqs)
+	err := c.mover.Transfer(lctx, transfer.Coalesce(reqs, 0)) // all or nothing: one scatter-gather request per run of reads from one segment
 	lcancel()
 	for _, i := range reqKey {
 		if err != nil || Checksum(bs[i][:infos[i].Size]) != infos[i].Crc32C {

@@ -66,9 +66,10 @@ type Request struct {
 	// request: one task, one status, one round trip per TCP slice (the
 	// peer's lane checks every extent against its registered memory and
 	// rejects the whole request if one lies outside), one memcpy per
-	// extent over shared memory. Extents must not overlap on either side;
-	// those adjacent on both sides are merged. Local memory must be host
-	// memory. Coalesce builds them from plain requests.
+	// extent over shared memory. Destination ranges (remote for a WRITE,
+	// local for a READ) must not overlap; extents adjacent on both sides
+	// are merged. Local memory must be host memory. Coalesce builds them
+	// from plain requests.
 	Extents []Extent
 }
 

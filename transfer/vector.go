@@ -29,8 +29,9 @@ type vext struct {
 
 // checkVector validates a scatter-gather request and pins its local
 // memory: every extent non-empty and inside registered host memory, no two
-// local or two remote extents overlapping. Extents adjacent on both sides
-// are merged. On error nothing stays pinned.
+// destination ranges (remote for a WRITE, local for a READ) overlapping.
+// Extents adjacent on both sides are merged. On error nothing stays
+// pinned.
 func (e *Engine) checkVector(t *task) error {
 	ext := t.req.Extents
 	if len(ext) == 0 || len(ext) > MaxExtents {
@@ -52,11 +53,14 @@ func (e *Engine) checkVector(t *task) error {
 	if t.req.Length != 0 && t.req.Length != total {
 		return fmt.Errorf("%w: length %d, extents hold %d bytes", ErrInvalid, t.req.Length, total)
 	}
-	if err := noOverlap(ext, func(x Extent) uint64 { return uint64(x.Local) }); err != nil {
-		return fmt.Errorf("%w: local %w", ErrInvalid, err)
-	}
-	if err := noOverlap(ext, func(x Extent) uint64 { return x.Remote }); err != nil {
-		return fmt.Errorf("%w: remote %w", ErrInvalid, err)
+	// Destinations must not overlap (which extent's bytes would land
+	// there?); sources may (the same bytes written to several places).
+	if t.req.Op == OpRead {
+		if err := noOverlap(ext, func(x Extent) uint64 { return uint64(x.Local) }); err != nil {
+			return fmt.Errorf("%w: read into local %w", ErrInvalid, err)
+		}
+	} else if err := noOverlap(ext, func(x Extent) uint64 { return x.Remote }); err != nil {
+		return fmt.Errorf("%w: write to remote %w", ErrInvalid, err)
 	}
 	t.req.Length = total
 	// One span over every local extent when they share a buffer (the usual

@@ -92,7 +92,7 @@ func TestScatterGather(t *testing.T) {
 }
 
 // TestScatterGatherRejects: malformed scatter-gather requests fail Submit
-// with ErrInvalid (overlap on either side, empty extents); an extent
+// with ErrInvalid (overlapping destinations, empty extents); an extent
 // outside the peer's registered memory fails the whole request with
 // ErrOutOfBounds, writes nothing (a peer serving scatter-gather checks
 // every extent first), and the peer keeps serving.
@@ -108,10 +108,18 @@ func TestScatterGatherRejects(t *testing.T) {
 				"unregistered":   {{Local: 4096, Remote: r, Length: 100}},
 			}
 			for what, ext := range bad {
-				_, err := env.ini.Submit(ctxT(t), []Request{{Op: OpWrite, Segment: env.seg, Extents: ext}})
+				op := OpWrite
+				if what == "local overlap" {
+					op = OpRead // overlapping destinations
+				}
+				_, err := env.ini.Submit(ctxT(t), []Request{{Op: op, Segment: env.seg, Extents: ext}})
 				if err == nil || (what != "unregistered" && !errors.Is(err, ErrInvalid)) || (what == "unregistered" && !errors.Is(err, ErrNotRegistered)) {
 					t.Fatalf("%s: Submit err %v", what, err)
 				}
+			}
+			// Overlapping sources are fine: the same bytes written twice.
+			if _, err := env.run(t, Request{Op: OpWrite, Segment: env.seg, Extents: []Extent{{Local: l, Remote: r, Length: 100}, {Local: l + 50, Remote: r + 4096, Length: 100}}}); err != nil {
+				t.Fatalf("overlapping sources: %v", err)
 			}
 			clear(env.remote)
 			for i := range env.local {
