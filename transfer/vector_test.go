@@ -42,7 +42,7 @@ func vecEnvs(t *testing.T) map[string]*suiteEnv {
 func TestScatterGather(t *testing.T) {
 	const piece = 2 << 10
 	shapes := []struct {
-		name                 string
+		name                string
 		n, lstride, rstride int
 	}{
 		{"gather local", 300, 3 * piece, piece},      // local strided, remote adjacent (1 -> 2 TP)
