@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// vecEnvs are the scatter-gather environments: every transport, and TCP
-// to a peer treated as one whose lanes serve no scatter-gather requests
-// (the plain fallback).
+// vecEnvs are the scatter-gather environments: every transport, TCP to a
+// peer treated as one whose lanes serve no scatter-gather requests (the
+// plain fallback), and TCP with a CRC32C per slice.
 func vecEnvs(t *testing.T) map[string]*suiteEnv {
 	t.Helper()
 	envs := map[string]*suiteEnv{}
@@ -31,6 +31,20 @@ func vecEnvs(t *testing.T) map[string]*suiteEnv {
 		t.Fatal(err)
 	}
 	envs["tcp-plain"] = old
+	crc := &suiteEnv{want: TransportTCP}
+	crc.tgt = openEngine(t, Config{Transport: TransportTCP, Checksum: true})
+	crc.ini = openEngine(t, Config{Transport: TransportTCP, Checksum: true})
+	if crc.remote, err = crc.tgt.AllocateManaged(suiteBuf); err != nil {
+		t.Fatal(err)
+	}
+	crc.local = make([]byte, suiteBuf)
+	if err := crc.ini.RegisterBytes(crc.local, "cpu:0"); err != nil {
+		t.Fatal(err)
+	}
+	if crc.seg, err = crc.ini.OpenSegment(ctxT(t), crc.tgt.Name()); err != nil {
+		t.Fatal(err)
+	}
+	envs["tcp-checksum"] = crc
 	return envs
 }
 
