@@ -64,7 +64,8 @@ func (e *Engine) checkVector(t *task) error {
 	}
 	t.req.Length = total
 	// One span over every local extent when they share a buffer (the usual
-	// case: one region of KV memory), else one per extent.
+	// case: one region of KV memory), else one per registered buffer they
+	// lie in (one region per TP rank).
 	t.vec = make([]vext, 0, len(ext))
 	if sp, err := e.reg.Acquire(lo, hi-lo); err == nil {
 		t.local = sp
@@ -75,7 +76,7 @@ func (e *Engine) checkVector(t *task) error {
 		return nil
 	}
 	for i, x := range ext {
-		sp, err := e.reg.Acquire(uint64(x.Local), uint64(x.Length))
+		b, err := t.pinned(e, uint64(x.Local), uint64(x.Length))
 		if err != nil {
 			t.releaseLocal()
 			if errors.Is(err, registry.ErrDevice) {
@@ -83,10 +84,34 @@ func (e *Engine) checkVector(t *task) error {
 			}
 			return fmt.Errorf("extent %d: local %#x+%d: %w: %w", i, x.Local, x.Length, ErrNotRegistered, err)
 		}
-		t.spans = append(t.spans, sp)
-		t.vec = appendVext(t.vec, sp.B, x.Remote)
+		t.vec = appendVext(t.vec, b, x.Remote)
 	}
 	return nil
+}
+
+// pinned returns the local bytes [addr, addr+n) from a buffer the task
+// pinned already, or pins the whole registered buffer holding them.
+func (t *task) pinned(e *Engine, addr, n uint64) ([]byte, error) {
+	for _, sp := range t.spans {
+		base := registry.AddrOf(sp.B)
+		if addr >= base && addr+n <= base+uint64(len(sp.B)) {
+			return sp.B[addr-base : addr-base+n], nil
+		}
+	}
+	buf, ok := e.reg.Lookup(addr)
+	if !ok {
+		return nil, fmt.Errorf("%w: %#x", registry.ErrNotRegistered, addr)
+	}
+	sp, err := e.reg.Acquire(buf.Addr, buf.Length)
+	if err != nil {
+		return nil, err
+	}
+	if addr+n > buf.Addr+buf.Length {
+		sp.Release()
+		return nil, fmt.Errorf("%w: %#x+%d exceeds buffer %#x+%d", registry.ErrOutOfBounds, addr, n, buf.Addr, buf.Length)
+	}
+	t.spans = append(t.spans, sp)
+	return sp.B[addr-buf.Addr : addr-buf.Addr+n], nil
 }
 
 // appendVext appends (b, remote) to v, merged into the last extent when

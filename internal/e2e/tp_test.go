@@ -62,10 +62,10 @@ func TestTPPairs(t *testing.T) {
 				if i == 1 {
 					continue // streamed: the params are not in the SSE chunks parsed
 				}
-				// One request per layer and overlapping rank pair: a run of
-				// blocks for equal TP, a scatter-gather request of every
-				// block's head range otherwise.
-				wantReqs := layers * max(ptp, dtp)
+				// One request per layer: each rank's run of blocks is one
+				// extent for equal TP, every block's head range of every
+				// overlapping rank pair otherwise.
+				wantReqs := layers
 				if got.KV["kv_load"] != "remote" || got.KV["first_token_from_prefill"] != true || got.KV["kv_write_requests"] != float64(wantReqs) {
 					t.Fatalf("prompt %d, tp %d -> %d: kv params %v, want a remote load of %d write requests with prefill's first token", i, ptp, dtp, got.KV, wantReqs)
 				}

@@ -224,9 +224,10 @@ func testPullTP(t *testing.T, p, q int) {
 	if err != nil {
 		t.Fatalf("pull: %v", err)
 	}
-	// One request per layer and overlapping rank pair: a run of 3 blocks
-	// with equal TP, a scatter-gather request of 3 head ranges otherwise.
-	wantReqs := testLayout.NumLayers * max(p, q)
+	// One request per layer: with equal TP each rank's run of 3 blocks
+	// is one extent, otherwise every block's head range of every
+	// overlapping rank pair is.
+	wantReqs := testLayout.NumLayers
 	if resp.Status != bootstrap.StatusDone || resp.Blocks != 3 || resp.Requests != wantReqs ||
 		resp.Bytes != int64(3*testLayout.NumLayers*testLayout.FullBlockBytes()) {
 		t.Fatalf("pull answered %+v, want %d requests", resp, wantReqs)

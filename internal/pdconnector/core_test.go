@@ -364,9 +364,9 @@ func TestPlanWritesGroupsRuns(t *testing.T) {
 }
 
 // TestPlanWritesAcrossTP: prefill TP 2 (2 heads per rank) to decode TP 1
-// (4 heads) and back, head bytes 10: one scatter-gather request per
-// overlapping rank pair, each head range of a block one extent, at the
-// head's offset in the other side's block.
+// (4 heads) and back, head bytes 10: one scatter-gather request per layer,
+// each head range of a block one extent, at the head's offset in the other
+// side's block, ordered by block then rank pair.
 func TestPlanWritesAcrossTP(t *testing.T) {
 	tp2 := Side{Bases: [][]uint64{{1000}, {2000}}, RankHeads: 2}
 	tp1 := Side{Bases: [][]uint64{{50000}}, RankHeads: 4}
@@ -377,18 +377,24 @@ func TestPlanWritesAcrossTP(t *testing.T) {
 	x := func(local uintptr, remote uint64) transfer.Extent {
 		return transfer.Extent{Local: local, Remote: remote, Length: 20}
 	}
-	sg := func(ext ...transfer.Extent) transfer.Request {
-		return transfer.Request{Op: transfer.OpWrite, Segment: 3, Length: 20 * len(ext), Extents: ext}
+	sg := func(ext ...transfer.Extent) []transfer.Request {
+		return []transfer.Request{{Op: transfer.OpWrite, Segment: 3, Length: 20 * len(ext), Extents: ext}}
 	}
 	// Blocks are 20 bytes on a TP 2 rank, 40 on the TP 1 engine.
-	want := []transfer.Request{sg(x(1000, 50160), x(1020, 50200)), sg(x(2000, 50180), x(2020, 50220))}
+	want := sg(x(1000, 50160), x(2000, 50180), x(1020, 50200), x(2020, 50220))
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("tp 2 -> 1\n%+v\nwant\n%+v", got, want)
 	}
 	got, _ = PlanLayerWrites(3, tp1, tp2, 10, []int{4, 5}, []int{0, 1}, 0)
-	back := []transfer.Request{sg(x(50160, 1000), x(50200, 1020)), sg(x(50180, 2000), x(50220, 2020))}
+	back := sg(x(50160, 1000), x(50180, 2000), x(50200, 1020), x(50220, 2020))
 	if !reflect.DeepEqual(got, back) {
 		t.Fatalf("tp 1 -> 2\n%+v\nwant\n%+v", got, back)
+	}
+	// Equal TP 2: each rank's run of blocks is one extent.
+	got, _ = PlanLayerWrites(3, tp2, Side{Bases: [][]uint64{{7000}, {9000}}, RankHeads: 2}, 10, []int{0, 1}, []int{4, 5}, 0)
+	eq := []transfer.Request{{Op: transfer.OpWrite, Segment: 3, Length: 80, Extents: []transfer.Extent{{Local: 1000, Remote: 7080, Length: 40}, {Local: 2000, Remote: 9080, Length: 40}}}}
+	if !reflect.DeepEqual(got, eq) {
+		t.Fatalf("tp 2 -> 2\n%+v\nwant\n%+v", got, eq)
 	}
 	// A pull covering only decode rank 1 gets heads 2 and 3 only.
 	got, _ = PlanLayerWrites(3, tp1, Side{Bases: [][]uint64{{2000}}, FirstRank: 1, RankHeads: 2}, 10, []int{4}, []int{0}, 0)
