@@ -42,6 +42,12 @@ The model is a built-in (tiny, tiny-tp, small) whose context is stretched to fit
 (each must divide the model's KV heads: tiny-tp has 4); the writes column is then the number of
 transfer requests per KV transfer for that TP pair.
 
+--tp-pairs P:Q,... measures only the KV transfer, for every listed TP pair in one run: one
+cluster per pair and mode (--tp-modes: layer-wise, whole-request), then rounds that each time one
+transfer of the engine's 1 MiB writes and send one request (of the first --sizes value) to every
+cluster in turn, after --warmup rounds; it reports each pair's KV write GB/s (best and median
+over the rounds), as ratios to the engine's 1 MiB writes and to the equal-TP pairs of the run.
+
 Two disaggregated clusters run side by side: one streams the KV layer by layer while the
 prefill computes (the default), one transfers whole requests after it. --link-rate puts their
 KV transfer on a link of that bandwidth (TCP transport, the transfer engine's token bucket),
@@ -126,7 +132,7 @@ func runBenchPD(cmd *cobra.Command, bf benchPDFlags) error {
 				dm.Bytes, dm.WriteReqs, dm.WriteMS, gbps, gbps/te.GBps, same, 100*dm.WriteMS/sr.PrefillMS, tail)
 		}
 	}
-	fmt.Fprintln(out, "TTFT coloc = prefill time; whole = whole-request transfer after the prefill, layer = layer-wise streaming while it computes; write ms = prefill's KV write time to decode (layer: the sum of its writes); writes = transfer requests per KV transfer (one per run of consecutive blocks per layer and rank with equal TP, per chunk when streamed; one per block per layer and overlapping rank pair with different TP); xTE = GB/s over the transfer engine's own (large writes, unlimited), xTEsame = over the engine's own with the same request size and count; write/pre = write time / colocated prefill time; tail ms = layer-wise writes after the prefill ended (not hidden)")
+	fmt.Fprintln(out, "TTFT coloc = prefill time; whole = whole-request transfer after the prefill, layer = layer-wise streaming while it computes; write ms = prefill's KV write time to decode (layer: the sum of its writes); writes = transfer requests per KV transfer (one per layer, per chunk when streamed: a scatter-gather request of every rank's runs of blocks with equal TP, of every block's head range per overlapping rank pair with different TP); xTE = GB/s over the transfer engine's own (large writes, unlimited), xTEsame = over the engine's own with the same request size and count; write/pre = write time / colocated prefill time; tail ms = layer-wise writes after the prefill ended (not hidden)")
 	fmt.Fprintf(out, "%7s %16s %14s %14s %14s\n", "tokens", "TTFT layer/whole", "TTFT saved ms", "hidden (tail)", "hidden (TTFT)")
 	for _, sr := range r.Sizes {
 		hidden, hiddenTTFT := "-", "-"
@@ -169,22 +175,25 @@ func runBenchPDPairs(cmd *cobra.Command, bf benchPDFlags) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "bench pd --tp-pairs: model %s, %d-token prompts, %d requests per pair and mode (medians)\n", r.Model, r.Tokens, r.Requests)
-	fmt.Fprintf(out, "transfer engine (%s, 1024 KiB writes over 64 MiB, one transfer per round, median): %.2f GB/s\n", r.Engine.Transport, r.Engine.GBps)
-	fmt.Fprintf(out, "%-8s %-6s %8s %12s %10s %9s %7s %8s\n", "P -> Q", "mode", "writes", "bytes/write", "write ms", "GB/s", "xTE", "xSameTP")
+	fmt.Fprintf(out, "bench pd --tp-pairs: model %s, %d-token prompts, %d rounds after %d warm-up, every pair and the engine once per round\n", r.Model, r.Tokens, r.Requests, bf.warmup)
+	fmt.Fprintf(out, "transfer engine (%s, 1024 KiB writes over 64 MiB, one transfer per round): best %.2f GB/s, median %.2f GB/s\n", r.Engine.Transport, r.Engine.GBps, r.EngineMedian)
+	fmt.Fprintf(out, "%-8s %-6s %7s %12s %10s %9s %6s %8s %10s %6s %8s\n", "P -> Q", "mode", "writes", "bytes/write", "write ms", "best GB/s", "xTE", "xSameTP", "med GB/s", "xTE", "xSameTP")
 	for _, p := range r.Pairs {
-		same := "-"
+		same, msame := "-", "-"
 		if p.PrefillTP != p.DecodeTP {
-			if g := r.SameTP(p.PrefillTP, p.DecodeTP, p.Mode); g > 0 {
+			if g := r.SameTP(p.PrefillTP, p.DecodeTP, p.Mode, false); g > 0 {
 				same = fmt.Sprintf("%.2f", p.GBps/g)
 			}
+			if g := r.SameTP(p.PrefillTP, p.DecodeTP, p.Mode, true); g > 0 {
+				msame = fmt.Sprintf("%.2f", p.MedianGBps/g)
+			}
 		}
-		fmt.Fprintf(out, "%-8s %-6s %8.0f %12.0f %10.3f %9.3f %7.2f %8s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
-			p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same)
+		fmt.Fprintf(out, "%-8s %-6s %7.0f %12.0f %10.3f %9.3f %6.2f %8s %10.3f %6.2f %8s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
+			p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same, p.MedianGBps, p.MedianGBps/r.EngineMedian, msame)
 		if os.Getenv("SG30DEBUG") != "" {
 			fmt.Fprintln(out, p.WriteMSAll)
 		}
 	}
-	fmt.Fprintln(out, "writes = transfer requests per KV transfer (medians); GB/s = KV bytes / prefill's write time (layer: the sum of its writes), median over the requests; xTE = over the transfer engine's 1 MiB writes; xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run")
+	fmt.Fprintln(out, "writes = transfer requests per KV transfer; write ms = median; best / med GB/s = KV bytes / prefill's write time (layer: the sum of its writes), the best and the median over the rounds; xTE = over the transfer engine's 1 MiB writes (best over best, median over median); xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run")
 	return nil
 }

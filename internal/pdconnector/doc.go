@@ -69,10 +69,10 @@
 //     decode's: each decode rank gets exactly its KV heads from the prefill
 //     ranks holding them. Blocks are head major, so with equal TP a run of
 //     consecutive blocks is one contiguous extent, and with different TP a
-//     head range of one block is one; each layer's extents of one
-//     overlapping (prefill rank, decode rank) pair go as ONE scatter-gather
-//     WRITE (transfer.Request.Extents; a plain WRITE when there is one
-//     extent), so the request count is layers x overlapping rank pairs
+//     head range of one block of one overlapping (prefill rank, decode
+//     rank) pair is one; each layer's extents, block by block, go as ONE
+//     scatter-gather WRITE (transfer.Request.Extents; a plain WRITE when
+//     there is one extent), so the request count is the layer count
 //     whatever the TP sizes and however the blocks lie; never one per
 //     token. With grants, a scatter-gather WRITE no single pull grant
 //     covers is split into plain WRITEs (pullGrants.attach).

@@ -122,11 +122,11 @@ func TestRunPairs(t *testing.T) {
 		t.Fatalf("result %+v", r)
 	}
 	for _, p := range r.Pairs {
-		if p.Bytes != float64(64*2*4*16*4*2) || p.WriteReqs != 2 || p.GBps <= 0 || len(p.WriteMSAll) != 1 {
+		if p.Bytes != float64(64*2*4*16*4*2) || p.WriteReqs != 2 || p.GBps <= 0 || p.MedianGBps <= 0 || len(p.WriteMSAll) != 1 {
 			t.Fatalf("pair %+v", p)
 		}
 	}
-	if r.SameTP(2, 4, "whole") <= 0 || r.SameTP(1, 1, "whole") != 0 {
+	if r.SameTP(2, 4, "whole", false) <= 0 || r.SameTP(2, 4, "whole", true) <= 0 || r.SameTP(1, 1, "whole", false) != 0 {
 		t.Fatal("same-TP reference")
 	}
 	if err := (PairsConfig{Model: "tiny-tp", Tokens: 64, Requests: 1, OutputTokens: 3, Pairs: [][2]int{{3, 1}}, Modes: []string{"layer"}}).Validate(); err == nil {
