@@ -135,28 +135,59 @@ func adjacent(a, b []byte) bool {
 }
 
 // noOverlap reports an error when two extents' ranges (at addr) overlap.
+// The extents of a KV transfer are a few interleaved streams, each
+// continuing where it ended (one per TP rank region): those are checked in
+// one pass with at most maxStreams streams (each stream ascending, the
+// streams' spans disjoint); anything else is sorted.
 func noOverlap(ext []Extent, addr func(Extent) uint64) error {
-	sorted := true
-	for i := 1; i < len(ext) && sorted; i++ {
-		sorted = addr(ext[i]) >= addr(ext[i-1])+uint64(ext[i-1].Length)
+	const maxStreams = 16
+	var st [maxStreams]struct{ lo, end uint64 }
+	n := 0
+	ok := true
+	for _, x := range ext {
+		a, e := addr(x), addr(x)+uint64(x.Length)
+		k := -1
+		for i := range n {
+			if st[i].end == a {
+				k = i
+				break
+			}
+		}
+		if k < 0 && n < maxStreams {
+			k, n = n, n+1
+			st[k].lo = a
+		}
+		if k < 0 {
+			for i := range n { // the stream ending closest below a
+				if st[i].end <= a && (k < 0 || st[i].end > st[k].end) {
+					k = i
+				}
+			}
+		}
+		if k < 0 {
+			ok = false
+			break
+		}
+		st[k].end = e
 	}
-	if sorted {
-		return nil
+	if ok {
+		spans := st[:n]
+		slices.SortFunc(spans, func(x, y struct{ lo, end uint64 }) int { return cmpU64(x.lo, y.lo) })
+		for i := 1; i < n; i++ {
+			if spans[i].lo < spans[i-1].end {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
 	}
 	idx := make([]int, len(ext))
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortFunc(idx, func(a, b int) int {
-		x, y := addr(ext[a]), addr(ext[b])
-		switch {
-		case x < y:
-			return -1
-		case x > y:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(idx, func(a, b int) int { return cmpU64(addr(ext[a]), addr(ext[b])) })
 	for k := 1; k < len(idx); k++ {
 		p, c := ext[idx[k-1]], ext[idx[k]]
 		if addr(c) < addr(p)+uint64(p.Length) {
@@ -164,6 +195,16 @@ func noOverlap(ext []Extent, addr func(Extent) uint64) error {
 		}
 	}
 	return nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // releaseLocal unpins the task's local memory.
