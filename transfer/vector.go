@@ -56,10 +56,10 @@ func (e *Engine) checkVector(t *task) error {
 	// Destinations must not overlap (which extent's bytes would land
 	// there?); sources may (the same bytes written to several places).
 	if t.req.Op == OpRead {
-		if err := noOverlap(ext, func(x Extent) uint64 { return uint64(x.Local) }); err != nil {
+		if err := noOverlap(ext, true); err != nil {
 			return fmt.Errorf("%w: read into local %w", ErrInvalid, err)
 		}
-	} else if err := noOverlap(ext, func(x Extent) uint64 { return x.Remote }); err != nil {
+	} else if err := noOverlap(ext, false); err != nil {
 		return fmt.Errorf("%w: write to remote %w", ErrInvalid, err)
 	}
 	t.req.Length = total
@@ -134,12 +134,19 @@ func adjacent(a, b []byte) bool {
 		unsafe.Pointer(unsafe.SliceData(a[len(a):len(a)+1])) == unsafe.Pointer(unsafe.SliceData(b))
 }
 
-// noOverlap reports an error when two extents' ranges (at addr) overlap.
+// noOverlap reports an error when two extents' ranges (local ones, or
+// remote ones) overlap.
 // The extents of a KV transfer are a few interleaved streams, each
 // continuing where it ended (one per TP rank region): those are checked in
 // one pass with at most maxStreams streams (each stream ascending, the
 // streams' spans disjoint); anything else is sorted.
-func noOverlap(ext []Extent, addr func(Extent) uint64) error {
+func noOverlap(ext []Extent, local bool) error {
+	addr := func(x Extent) uint64 {
+		if local {
+			return uint64(x.Local)
+		}
+		return x.Remote
+	}
 	const maxStreams = 16
 	var st [maxStreams]struct{ lo, end uint64 }
 	n := 0
