@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -190,9 +189,6 @@ func runBenchPDPairs(cmd *cobra.Command, bf benchPDFlags) error {
 		}
 		fmt.Fprintf(out, "%-8s %-6s %7.0f %12.0f %10.3f %9.3f %6.2f %8s %10.3f %6.2f %8s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
 			p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same, p.MedianGBps, p.MedianGBps/r.EngineMedian, msame)
-		if os.Getenv("SG30DEBUG") != "" {
-			fmt.Fprintln(out, p.WriteMSAll)
-		}
 	}
 	fmt.Fprintln(out, "writes = transfer requests per KV transfer; write ms = median; best / med GB/s = KV bytes / prefill's write time (layer: the sum of its writes), the best and the median over the rounds; xTE = over the transfer engine's 1 MiB writes (best over best, median over median); xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run")
 	return nil
