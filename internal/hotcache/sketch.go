@@ -9,7 +9,7 @@ const sketchDepth = 4
 // filter (TinyLFU). Not safe for concurrent use: Cache guards it.
 type sketch struct {
 	seed   maphash.Seed
-	mask   uint64              // width-1 (width is a power of two)
+	mask   uint64               // width-1 (width is a power of two)
 	rows   [sketchDepth][]uint8 // counters
 	door   []uint64             // doorkeeper bits (width*8 of them)
 	adds   uint64               // accesses recorded since the last halving
