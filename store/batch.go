@@ -36,6 +36,7 @@ func parallel(n int, f func(i int)) {
 // A batch of more keys than one master call carries (see batchSpans) runs
 // span by span.
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o PutOptions) []error {
+	c.hotForget(keys...)
 	if len(values) == len(keys) {
 		if spans := batchSpans(keys); len(spans) > 1 {
 			errs := make([]error, 0, len(keys))
@@ -487,6 +488,7 @@ func (c *Client) BatchExist(ctx context.Context, keys []string) ([]bool, error) 
 // BatchRemove removes each key (one master call per span of keys, see
 // batchSpans) and returns one error per key.
 func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []error {
+	c.hotForget(keys...)
 	if spans := batchSpans(keys); len(spans) > 1 {
 		errs := make([]error, 0, len(keys))
 		for _, sp := range spans {
