@@ -226,3 +226,79 @@ func (c *Client) replicaListFor(ctx context.Context, req *pb.KeyRequest) (*pb.Ob
 	}
 	return info, asked.Add(time.Duration(info.LeaseTtlMs) * time.Millisecond), nil
 }
+
+// hotBatchLookup looks every key of a batch get up in the hot cache: the
+// entries held (a zero Entry for a key not held), or nil with the cache
+// off.
+func (c *Client) hotBatchLookup(keys []string) []hotcache.Entry {
+	if c.hot == nil {
+		return nil
+	}
+	held := make([]hotcache.Entry, len(keys))
+	for i, k := range keys {
+		held[i], _ = c.hot.core.Lookup(k)
+	}
+	return held
+}
+
+// hotBatchRequest is the BatchGetReplicaList request of keys naming the
+// versions held (one view a request: entries of another view are not
+// named, and read again).
+func hotBatchRequest(keys []string, held []hotcache.Entry) *pb.BatchKeysRequest {
+	req := &pb.BatchKeysRequest{Keys: keys}
+	for i, e := range held {
+		if e.Seq == 0 {
+			continue
+		}
+		if req.CachedView == 0 {
+			req.CachedView = e.View
+			req.CachedSeqs = make([]uint64, len(keys))
+		}
+		if e.View == req.CachedView {
+			req.CachedSeqs[i] = e.Seq
+		}
+	}
+	return req
+}
+
+// hotBatchServe copies the values the master confirmed current from the
+// hot cache into their buffers (ns, done) and takes those keys out of
+// infos, so the batch reads only the others; it counts hits, misses and
+// stale entries, and drops the stale ones. A confirmation that does not
+// match the entry held (a master that answers wrongly) reads the key as a
+// single get.
+func (c *Client) hotBatchServe(ctx context.Context, keys []string, infos []*pb.ObjectInfo, held []hotcache.Entry, bs [][]byte, ns []int, errs []error, done func(int, []byte)) {
+	h := c.hot
+	for i, in := range infos {
+		e := held[i]
+		switch {
+		case in == nil: // not found, or failed
+			if e.Seq != 0 {
+				h.core.Remove(keys[i])
+			}
+		case in.Unchanged && e.Seq != 0 && in.View == e.View && in.Seq == e.Seq && in.Crc32C == e.CRC && in.Size == uint64(len(e.Value)):
+			h.hits.Add(1)
+			if len(bs[i]) < len(e.Value) {
+				errs[i] = fmt.Errorf("store: get %q: value of %d bytes, buffer of %d: %w", keys[i], len(e.Value), len(bs[i]), ErrBufferTooSmall)
+			} else {
+				ns[i] = copy(bs[i], e.Value)
+				if done != nil {
+					done(i, bs[i][:ns[i]])
+				}
+			}
+			infos[i] = nil
+		case in.Unchanged:
+			h.core.Remove(keys[i])
+			ns[i], errs[i] = c.GetInto(ctx, keys[i], bs[i])
+			if errs[i] == nil && done != nil {
+				done(i, bs[i][:ns[i]])
+			}
+			infos[i] = nil
+		case e.Seq != 0:
+			h.stale.Add(1)
+			h.core.Remove(keys[i])
+		default:
+			h.misses.Add(1)
+		}
+	}
+}

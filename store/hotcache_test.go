@@ -281,36 +281,48 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 				return
 			}
 			defer cl.UnregisterBuffer(buf)
-			for i := 0; !done.Load() || i < 200; i++ {
-				k := r.IntN(keys)
-				rd := hcRead{key: k, start: tick()}
-				var got []byte
-				var err error
-				if i%2 == 0 {
-					got, err = cl.Get(ctx, key(k))
-				} else {
-					var n int
-					n, err = cl.GetInto(ctx, key(k), buf)
-					got = buf[:n]
-				}
-				rd.end = tick()
+			check := func(rd hcRead, got []byte, err error) bool {
 				switch {
 				case errors.Is(err, store.ErrNotFound):
 					rd.id = -1 // matched to a remove below
 				case err != nil:
-					t.Errorf("read %s: %v", key(k), err)
-					return
+					t.Errorf("read %s: %v", key(rd.key), err)
+					return false
 				case len(got) != size:
-					t.Errorf("read %s: %d bytes", key(k), len(got))
-					return
+					t.Errorf("read %s: %d bytes", key(rd.key), len(got))
+					return false
 				default:
 					rd.id = int64(binary.LittleEndian.Uint64(got))
-					if !bytes.Equal(got, hcValue(k, rd.id, size)) {
-						t.Errorf("read %s: value of write %d is torn", key(k), rd.id)
-						return
+					if !bytes.Equal(got, hcValue(rd.key, rd.id, size)) {
+						t.Errorf("read %s: value of write %d is torn", key(rd.key), rd.id)
+						return false
 					}
 				}
 				reads[g] = append(reads[g], rd)
+				return true
+			}
+			for i := 0; !done.Load() || i < 200; i++ {
+				k := r.IntN(keys)
+				start := tick()
+				switch i % 3 {
+				case 0:
+					got, err := cl.Get(ctx, key(k))
+					if !check(hcRead{key: k, start: start, end: tick()}, got, err) {
+						return
+					}
+				case 1:
+					n, err := cl.GetInto(ctx, key(k), buf)
+					if !check(hcRead{key: k, start: start, end: tick()}, buf[:n], err) {
+						return
+					}
+				default: // a batch of two keys
+					k2 := (k + 1 + r.IntN(keys-1)) % keys
+					vals, errs := cl.BatchGet(ctx, []string{key(k), key(k2)})
+					end := tick()
+					if !check(hcRead{key: k, start: start, end: end}, vals[0], errs[0]) || !check(hcRead{key: k2, start: start, end: end}, vals[1], errs[1]) {
+						return
+					}
+				}
 			}
 		}()
 	}
