@@ -151,8 +151,14 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 		_ = eng.Close()
 		return nil, err
 	}
+	hot, err := store.HotCacheFromEnv(os.Getenv) // Mooncake's MC_STORE_LOCAL_HOT_* variables
+	if err != nil {
+		_ = eng.Close()
+		closeDisk(disk)
+		return nil, err
+	}
 	mover := newNestedMover(eng)
-	scfg := store.Config{Master: a.master, Mover: mover, SegmentSize: a.segmentSize, SegmentName: segName,
+	scfg := store.Config{HotCache: hot, Master: a.master, Mover: mover, SegmentSize: a.segmentSize, SegmentName: segName,
 		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Token: sec.token, TLS: sec.tls, Logger: logger.With("store", eng.Name())}
 	if disk != nil {
 		scfg.Disk = disk

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -301,4 +304,41 @@ func (c *Client) hotBatchServe(ctx context.Context, keys []string, infos []*pb.O
 			h.misses.Add(1)
 		}
 	}
+}
+
+// The environment variables of Mooncake's local hot cache, read by
+// HotCacheFromEnv.
+const (
+	EnvHotCacheSize          = "MC_STORE_LOCAL_HOT_CACHE_SIZE"
+	EnvHotBlockSize          = "MC_STORE_LOCAL_HOT_BLOCK_SIZE"
+	EnvHotAdmissionThreshold = "MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD"
+)
+
+// HotCacheFromEnv is the HotCacheConfig Mooncake's environment variables
+// name (EnvHotCacheSize, in bytes, EnvHotBlockSize and
+// EnvHotAdmissionThreshold), looked up with getenv (os.Getenv; "" = unset).
+// A value that is not a number in range is an error wrapping ErrInvalid.
+func HotCacheFromEnv(getenv func(string) string) (HotCacheConfig, error) {
+	var h HotCacheConfig
+	num := func(name string, max uint64) (uint64, error) {
+		s := strings.TrimSpace(getenv(name))
+		if s == "" {
+			return 0, nil
+		}
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || v > max {
+			return 0, fmt.Errorf("store: %w: %s=%q: want a whole number up to %d", ErrInvalid, name, s, max)
+		}
+		return v, nil
+	}
+	var err error
+	if h.Size, err = num(EnvHotCacheSize, math.MaxInt64); err != nil {
+		return h, err
+	}
+	if h.BlockSize, err = num(EnvHotBlockSize, math.MaxInt64); err != nil {
+		return h, err
+	}
+	t, err := num(EnvHotAdmissionThreshold, 255)
+	h.AdmissionThreshold = int(t)
+	return h, err
 }

@@ -389,3 +389,30 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 		t.Fatalf("hits %d, stale entries %d: the cache path was not exercised", hits, staleEntries)
 	}
 }
+
+func TestHotCacheFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want store.HotCacheConfig
+		bad  bool
+	}{
+		{env: nil, want: store.HotCacheConfig{}},
+		{env: map[string]string{store.EnvHotCacheSize: "1073741824", store.EnvHotBlockSize: " 4194304 ", store.EnvHotAdmissionThreshold: "3"},
+			want: store.HotCacheConfig{Size: 1 << 30, BlockSize: 4 << 20, AdmissionThreshold: 3}},
+		{env: map[string]string{store.EnvHotCacheSize: "-1"}, bad: true},
+		{env: map[string]string{store.EnvHotCacheSize: "1gb"}, bad: true},
+		{env: map[string]string{store.EnvHotBlockSize: "x"}, bad: true},
+		{env: map[string]string{store.EnvHotAdmissionThreshold: "256"}, bad: true},
+	} {
+		got, err := store.HotCacheFromEnv(func(k string) string { return tc.env[k] })
+		if tc.bad {
+			if !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("%v: err %v", tc.env, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%v: %+v %v", tc.env, got, err)
+		}
+	}
+}
