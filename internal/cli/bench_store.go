@@ -22,6 +22,7 @@ func newBenchStoreCmd() *cobra.Command {
 		nodes, rounds                                             int
 		duration                                                  time.Duration
 		security                                                  bool
+		hot                                                       benchHotCacheFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "store",
@@ -52,6 +53,15 @@ the first eviction and reports the segment utilisation reached.`,
 					return &ExitError{Code: 2, Err: fmt.Errorf("--clients: bad count %q", s)}
 				}
 				clients = append(clients, n)
+			}
+			if hot.on {
+				if !cmd.Flags().Changed("sizes") {
+					sizes = []int{4 << 10, 64 << 10, 1 << 20}
+				}
+				if !cmd.Flags().Changed("transport") {
+					transport = "tcp"
+				}
+				return runBenchStoreHotCache(cmd.Context(), cmd.OutOrStdout(), hot, sizes, clients, rounds, duration, transport)
 			}
 			if security {
 				res, err := benchstore.RunSecurity(cmd.Context(), benchstore.SecurityConfig{Sizes: sizes, Clients: clients,
@@ -97,6 +107,7 @@ the first eviction and reports the segment utilisation reached.`,
 	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) and data-path grants (both pools' transfers on TCP) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts, over TCP (tls) and against the same-host socket (tls-vs-local) (on/off ratios, pools side by side in this process)")
 	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients always run in this process`)
 	f.StringVar(&opsFlag, "ops", "", "phases to run, comma-separated (put, batch-put, get, batch-get, get-into, exist; default all; put always runs)")
+	hot.register(f)
 	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed`)
 	return cmd
 }

@@ -73,7 +73,7 @@ type Stats struct {
 	Bytes       uint64 // bytes of the values held
 	Capacity    uint64 // Config.Capacity
 	Admitted    uint64 // values taken in
-	Rejected    uint64 // values offered and refused (too rare, too large, or colder than what they would evict)
+	Rejected    uint64 // values offered and refused (too rare, too large, or no more frequent than what they would evict)
 	Evicted     uint64 // values dropped to make room
 	Invalidated uint64 // values dropped by Remove, RemoveIf and Clear, or replaced by a newer version
 }
@@ -141,8 +141,9 @@ func (c *Cache) Wants(key string, size int) bool {
 	return c.sk.estimate(c.sk.hash(key)) >= c.cfg.Threshold
 }
 
-// Offer takes e for key when key is frequent enough and no value it would
-// evict is hotter; it reports whether e was kept. The cache owns e.Value
+// Offer takes e for key when key is frequent enough and every value it
+// would evict is less frequent (TinyLFU: a tie keeps the value held, so
+// equally popular keys do not churn); it reports whether e was kept. The cache owns e.Value
 // from then on (it is never written again). An entry of the same view and
 // a newer sequence number is kept over e.
 func (c *Cache) Offer(key string, e Entry) bool {
@@ -163,11 +164,11 @@ func (c *Cache) Offer(key string, e Entry) bool {
 		c.drop(old)
 		c.st.Invalidated++
 	}
-	// The victims, least recent first, until e fits; none may be hotter.
+	// The victims, least recent first, until e fits; each must be colder.
 	need := int64(c.bytes+size) - int64(c.cfg.Capacity)
 	var victims []*node
 	for v := c.head.prev; need > 0 && v != &c.head; v = v.prev {
-		if c.sk.estimate(c.sk.hash(v.key)) > est {
+		if c.sk.estimate(c.sk.hash(v.key)) >= est {
 			c.st.Rejected++
 			return false
 		}

@@ -87,13 +87,16 @@ func TestBoundedAndLRU(t *testing.T) {
 			t.Fatalf("%s refused", k)
 		}
 	}
-	touch(c, "k0", 1) // k1 is now the least recent, all equally frequent (2 accesses but k1,k2 1)
-	touch(c, "k1", 1)
+	touch(c, "k1", 1) // k1 is now the least recent of three equally frequent keys (2 accesses)
 	touch(c, "k2", 1)
 	touch(c, "k0", 1)
 	touch(c, "k3", 2)
+	if c.Offer("k3", Entry{Version{1, 1, 0}, val(100, 3)}) {
+		t.Fatal("k3 evicted a key as frequent as itself")
+	}
+	touch(c, "k3", 1)
 	if !c.Offer("k3", Entry{Version{1, 1, 0}, val(100, 3)}) {
-		t.Fatal("k3 refused")
+		t.Fatal("k3 (now the most frequent) refused")
 	}
 	if _, ok := c.Lookup("k1"); ok {
 		t.Fatal("k1 (least recent) kept")
@@ -103,7 +106,7 @@ func TestBoundedAndLRU(t *testing.T) {
 			t.Fatalf("%s evicted", k)
 		}
 	}
-	if st := c.Stats(); st.Bytes != 300 || st.Entries != 3 || st.Evicted != 1 {
+	if st := c.Stats(); st.Bytes != 300 || st.Entries != 3 || st.Evicted != 1 || st.Rejected != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -28,7 +28,8 @@
 // keys never reach the sketch): TinyLFU. A value is admitted only when its
 // key's estimated count reaches Config.Threshold (Mooncake's
 // MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD, default 2), and, when room must
-// be made, only if no entry it would evict is estimated hotter than it. All
+// be made, only if every entry it would evict is estimated colder than it
+// (a tie keeps the entry held, so keys of equal popularity do not churn). All
 // counters are halved, and the doorkeeper cleared, after width x depth
 // recorded accesses, so old popularity fades.
 //

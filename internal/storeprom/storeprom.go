@@ -27,7 +27,7 @@ var hotCacheMetrics = []struct{ name, help string }{
 	{"bytes", "Bytes of the values held by the hot cache."},
 	{"capacity_bytes", "Size of the hot cache."},
 	{"admitted_total", "Values taken into the hot cache."},
-	{"rejected_total", "Values refused by admission (too rare, too large, or colder than the values they would evict)."},
+	{"rejected_total", "Values refused by admission (too rare, too large, or no more frequent than the values they would evict)."},
 	{"evicted_total", "Values dropped to make room."},
 	{"invalidated_total", "Values dropped by overwrites and removes."},
 }
