@@ -52,7 +52,7 @@ func printBenchStoreHotCache(out io.Writer, res *benchstore.HotCacheResult) {
 	fmt.Fprintf(out, "hot cache: Zipf(s=%.2f) get-into over %d keys per size, cache %s per reader, transport %s, %d round(s) of %v, overwrites %.0f/s\n",
 		c.Zipf, c.Keys, formatSize(c.CacheSize), c.Transport, c.Rounds, c.Duration, c.OverwriteRate)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "size\tclients\tops/s off\tops/s on\tratio\tp50 off\tp50 on\tratio\tp99 off\tp99 on\tratio\thit ratio\tfills\terrors\t")
+	fmt.Fprintln(w, "size\tclients\tops/s off\tops/s on\tratio\tp50 off\tp50 on\tratio\tp99 off\tp99 on\tratio\thit ratio\tfills\tmid-overwrite\terrors\t")
 	ratio := func(a, b float64) float64 {
 		if a == 0 {
 			return 0
@@ -60,10 +60,10 @@ func printBenchStoreHotCache(out io.Writer, res *benchstore.HotCacheResult) {
 		return b / a
 	}
 	for _, r := range res.Rows {
-		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.0f\t%.2fx\t%s\t%s\t%.2fx\t%s\t%s\t%.2fx\t%.3f\t%.3f\t%d\t\n", formatSize(uint64(r.Size)), r.Clients,
+		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.0f\t%.2fx\t%s\t%s\t%.2fx\t%s\t%s\t%.2fx\t%.3f\t%.3f\t%d/%d\t%d\t\n", formatSize(uint64(r.Size)), r.Clients,
 			r.Off.OpsPerSec(), r.On.OpsPerSec(), ratio(r.Off.OpsPerSec(), r.On.OpsPerSec()),
 			fmtDur(r.Off.P50), fmtDur(r.On.P50), ratio(float64(r.Off.P50), float64(r.On.P50)),
-			fmtDur(r.Off.P99), fmtDur(r.On.P99), ratio(float64(r.Off.P99), float64(r.On.P99)), r.HitRatio, r.Fills, r.Off.Errors+r.On.Errors)
+			fmtDur(r.Off.P99), fmtDur(r.On.P99), ratio(float64(r.Off.P99), float64(r.On.P99)), r.HitRatio, r.Fills, r.NotFoundOff, r.NotFoundOn, r.Off.Errors+r.On.Errors)
 	}
 	w.Flush()
 	for _, r := range res.Rows {
@@ -73,5 +73,6 @@ func printBenchStoreHotCache(out io.Writer, res *benchstore.HotCacheResult) {
 			}
 		}
 	}
-	fmt.Fprintln(out, "(ratios: on over off; p50/p99 ratios below 1 mean faster gets with the cache. Every get asks the master; a hit copies from local memory instead of reading the node.)")
+	fmt.Fprintln(out, "(ratios: on over off; p50/p99 ratios below 1 mean faster gets with the cache. Every get asks the master; a hit copies from local memory instead of reading the node.\n"+
+		" fills: values taken into the caches per get; mid-overwrite: gets (off/on) that found their key hidden by an upsert in progress, not errors)")
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -49,6 +50,9 @@ type HotCacheRow struct {
 	HitRatio      float64 // of the median "on" round: hits over gets
 	Fills         float64 // of the median "on" round: values taken into the caches, over gets
 	Overwrites    int     // upserts the writer made during the median "on" round
+	// Gets that found their key mid-overwrite (not found: the master hides
+	// a key from an upsert's start to its commit), median rounds; not errors.
+	NotFoundOff, NotFoundOn int
 }
 
 // HotCacheResult is what RunHotCache measured.
@@ -101,20 +105,22 @@ func RunHotCache(ctx context.Context, c HotCacheConfig) (*HotCacheResult, error)
 		}
 		for _, n := range c.Clients {
 			for _, g := range [][]*mooncakeKV{off[:n], on[:n]} { // warm-up
-				zipfPhase(ctx, g, writer, prefix, size, c, c.Duration)
+				_, _, _ = zipfPhase(ctx, g, writer, prefix, size, c, c.Duration)
 			}
 			var offs, ons []Row
 			var hits, fills []float64
 			var ows []int
+			var nfOff, nfOn []int
 			for r := range c.Rounds {
 				for _, isOn := range []bool{r%2 == 1, r%2 == 0} {
 					if !isOn {
-						row, _ := zipfPhase(ctx, off[:n], writer, prefix, size, c, c.Duration)
+						row, _, miss := zipfPhase(ctx, off[:n], writer, prefix, size, c, c.Duration)
 						offs = append(offs, row)
+						nfOff = append(nfOff, miss)
 						continue
 					}
 					before := hotTotals(on[:n])
-					row, nw := zipfPhase(ctx, on[:n], writer, prefix, size, c, c.Duration)
+					row, nw, miss := zipfPhase(ctx, on[:n], writer, prefix, size, c, c.Duration)
 					after := hotTotals(on[:n])
 					ratio, fill := 0.0, 0.0
 					if gets := after.gets - before.gets; gets > 0 {
@@ -122,10 +128,12 @@ func RunHotCache(ctx context.Context, c HotCacheConfig) (*HotCacheResult, error)
 						fill = float64(after.fills-before.fills) / float64(gets)
 					}
 					ons, hits, fills, ows = append(ons, row), append(hits, ratio), append(fills, fill), append(ows, nw)
+					nfOn = append(nfOn, miss)
 				}
 			}
-			mi := medianIndex(ons)
-			res.Rows = append(res.Rows, HotCacheRow{Size: size, Clients: n, Off: offs[medianIndex(offs)], On: ons[mi], HitRatio: hits[mi], Fills: fills[mi], Overwrites: ows[mi]})
+			mi, mo := medianIndex(ons), medianIndex(offs)
+			res.Rows = append(res.Rows, HotCacheRow{Size: size, Clients: n, Off: offs[mo], On: ons[mi], HitRatio: hits[mi], Fills: fills[mi],
+				Overwrites: ows[mi], NotFoundOff: nfOff[mo], NotFoundOn: nfOn[mi]})
 		}
 		closeReaders(off)
 		closeReaders(on)
@@ -201,16 +209,17 @@ func closeReaders(cls []*mooncakeKV) {
 }
 
 // zipfPhase runs Zipf-drawn GetInto calls on every reader for d (and the
-// writer's upserts at c.OverwriteRate) and returns the row and the number
-// of upserts made.
-func zipfPhase(ctx context.Context, cls []*mooncakeKV, writer *mooncakeKV, prefix string, size int, c HotCacheConfig, d time.Duration) (Row, int) {
+// writer's upserts at c.OverwriteRate) and returns the row, the number of
+// upserts made and, with overwrites, the gets that found their key
+// mid-overwrite (not counted as errors).
+func zipfPhase(ctx context.Context, cls []*mooncakeKV, writer *mooncakeKV, prefix string, size int, c HotCacheConfig, d time.Duration) (Row, int, int) {
 	res := Row{System: SystemInProcess, Op: "get-into-zipf", Size: size, Clients: len(cls)}
 	var mu sync.Mutex
 	var lats []time.Duration
 	var wg sync.WaitGroup
 	start := time.Now()
 	deadline := start.Add(d)
-	overwrites := 0
+	overwrites, notFound := 0, 0
 	if c.OverwriteRate > 0 {
 		wg.Add(1)
 		go func() {
@@ -242,7 +251,7 @@ func zipfPhase(ctx context.Context, cls []*mooncakeKV, writer *mooncakeKV, prefi
 			defer wg.Done()
 			z := rand.NewZipf(rand.New(rand.NewPCG(uint64(ci), uint64(start.UnixNano()))), c.Zipf, 1, uint64(c.Keys-1))
 			var local []time.Duration
-			ops, errs := 0, 0
+			ops, errs, nf := 0, 0, 0
 			var firstErr error
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				key := fmt.Sprintf("%s/%d", prefix, z.Uint64())
@@ -250,6 +259,10 @@ func zipfPhase(ctx context.Context, cls []*mooncakeKV, writer *mooncakeKV, prefi
 				n, err := cl.getInto(ctx, key)
 				if err == nil && n != size {
 					err = fmt.Errorf("got %d bytes, want %d", n, size)
+				}
+				if err != nil && c.OverwriteRate > 0 && errors.Is(err, store.ErrNotFound) {
+					nf++
+					continue
 				}
 				if err != nil {
 					errs++
@@ -263,6 +276,7 @@ func zipfPhase(ctx context.Context, cls []*mooncakeKV, writer *mooncakeKV, prefi
 			lats = append(lats, local...)
 			res.Ops += ops
 			res.Errors += errs
+			notFound += nf
 			res.FirstErr = cmpOr(res.FirstErr, firstErr)
 			mu.Unlock()
 		}()
@@ -274,7 +288,7 @@ func zipfPhase(ctx context.Context, cls []*mooncakeKV, writer *mooncakeKV, prefi
 		res.P50 = lats[len(lats)/2]
 		res.P99 = lats[min(len(lats)-1, len(lats)*99/100)]
 	}
-	return res, overwrites
+	return res, overwrites, notFound
 }
 
 func cmpOr(a, b error) error {
