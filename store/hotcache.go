@@ -148,14 +148,14 @@ func (c *Client) hotGet(ctx context.Context, key string) (info *pb.ObjectInfo, l
 	switch {
 	case err != nil:
 		if has && errors.Is(err, ErrNotFound) {
-			h.core.Remove(key)
+			h.core.RemoveVersion(key, held.Version)
 		}
 		return nil, time.Time{}, nil, err
 	case info.Unchanged && has && info.View == held.View && info.Seq == held.Seq && info.Crc32C == held.CRC && info.Size == uint64(len(held.Value)):
 		h.hits.Add(1)
 		return info, leaseEnd, held.Value, nil
 	case info.Unchanged: // not what was asked (cannot happen with a correct master): read as usual
-		h.core.Remove(key)
+		h.core.RemoveVersion(key, held.Version)
 		info, leaseEnd, err = c.replicaListFor(ctx, &pb.KeyRequest{Key: key})
 		if err != nil {
 			return nil, time.Time{}, nil, err
@@ -163,7 +163,7 @@ func (c *Client) hotGet(ctx context.Context, key string) (info *pb.ObjectInfo, l
 	}
 	if has {
 		h.stale.Add(1)
-		h.core.Remove(key)
+		h.core.RemoveVersion(key, held.Version)
 	} else {
 		h.misses.Add(1)
 	}
@@ -277,7 +277,7 @@ func (c *Client) hotBatchServe(ctx context.Context, keys []string, infos []*pb.O
 		switch {
 		case in == nil: // not found, or failed
 			if e.Seq != 0 {
-				h.core.Remove(keys[i])
+				h.core.RemoveVersion(keys[i], e.Version)
 			}
 		case in.Unchanged && e.Seq != 0 && in.View == e.View && in.Seq == e.Seq && in.Crc32C == e.CRC && in.Size == uint64(len(e.Value)):
 			h.hits.Add(1)
@@ -291,7 +291,7 @@ func (c *Client) hotBatchServe(ctx context.Context, keys []string, infos []*pb.O
 			}
 			infos[i] = nil
 		case in.Unchanged:
-			h.core.Remove(keys[i])
+			h.core.RemoveVersion(keys[i], e.Version)
 			ns[i], errs[i] = c.GetInto(ctx, keys[i], bs[i])
 			if errs[i] == nil && done != nil {
 				done(i, bs[i][:ns[i]])
@@ -299,7 +299,7 @@ func (c *Client) hotBatchServe(ctx context.Context, keys []string, infos []*pb.O
 			infos[i] = nil
 		case e.Seq != 0:
 			h.stale.Add(1)
-			h.core.Remove(keys[i])
+			h.core.RemoveVersion(keys[i], e.Version)
 		default:
 			h.misses.Add(1)
 		}

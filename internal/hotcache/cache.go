@@ -200,6 +200,21 @@ func (c *Cache) Remove(key string) bool {
 	return true
 }
 
+// RemoveVersion drops key's entry only if it holds version v (a reader
+// that found v stale leaves a newer entry another reader put meanwhile),
+// and reports whether it did.
+func (c *Cache) RemoveVersion(key string, v Version) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.items[key]
+	if n == nil || n.e.Version != v {
+		return false
+	}
+	c.drop(n)
+	c.st.Invalidated++
+	return true
+}
+
 // RemoveIf drops the entries whose key match reports true and returns how
 // many it dropped (one pass over the entries held, bounded by Capacity).
 func (c *Cache) RemoveIf(match func(key string) bool) int {

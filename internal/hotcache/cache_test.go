@@ -168,10 +168,13 @@ func TestRemove(t *testing.T) {
 	if !c.Remove("p0/k0") || c.Remove("p0/k0") {
 		t.Fatal("Remove")
 	}
+	if c.RemoveVersion("p0/k2", Version{1, 2, 0}) || !c.RemoveVersion("p0/k2", Version{1, 1, 0}) {
+		t.Fatal("RemoveVersion")
+	}
 	if n := c.RemoveIf(func(k string) bool { return k[:2] == "p1" }); n != 3 {
 		t.Fatalf("RemoveIf dropped %d", n)
 	}
-	if n := c.Clear(); n != 2 {
+	if n := c.Clear(); n != 1 {
 		t.Fatalf("Clear dropped %d", n)
 	}
 	if st := c.Stats(); st.Bytes != 0 || st.Entries != 0 || st.Invalidated != 6 {
