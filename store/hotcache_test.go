@@ -10,8 +10,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -414,5 +416,40 @@ func TestHotCacheFromEnv(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%v: %+v %v", tc.env, got, err)
 		}
+	}
+}
+
+// TestHotCacheMasterRestart: a restarted master is a new view, so a value
+// cached from the old one is never served, whatever sequence numbers the
+// new master hands out (durable metadata off: the new master starts empty
+// and the key is put again with a same-size value).
+func TestHotCacheMasterRestart(t *testing.T) {
+	c := newCluster(t, master.Config{}, 1, 8<<20)
+	writer := c.client(nil)
+	reader := c.client(func(cfg *store.Config) { cfg.HotCache = store.HotCacheConfig{Size: 1 << 20, AdmissionThreshold: 1} })
+	ctx := ctxT(t)
+	v1, v2 := value("r1", 4096), value("r2", 4096)
+	if err := writer.Put(ctx, "rk", v1); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got, err := reader.Get(ctx, "rk"); err != nil || !bytes.Equal(got, v1) {
+			t.Fatalf("before restart: %v", err)
+		}
+	}
+	if st := hotStats(t, reader); st.Hits != 1 || st.Entries != 1 {
+		t.Fatalf("before restart: %+v", st)
+	}
+	c.restartMaster()
+	// The writer's put lands once its client has remounted on the new master.
+	if !waitfor.Within(10*time.Second, func() bool { return writer.Put(ctx, "rk", v2) == nil }) {
+		t.Fatal("no put on the restarted master")
+	}
+	got, err := reader.Get(ctx, "rk")
+	if err != nil || !bytes.Equal(got, v2) {
+		t.Fatalf("after restart: equal v2=%v equal v1=%v err=%v", bytes.Equal(got, v2), bytes.Equal(got, v1), err)
+	}
+	if st := hotStats(t, reader); st.Hits != 1 || st.Stale != 1 {
+		t.Fatalf("after restart: %+v", st)
 	}
 }
