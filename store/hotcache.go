@@ -52,10 +52,16 @@ func (h HotCacheConfig) Validate() error {
 
 // HotCacheStats are the hot cache's counters, kept as gets run.
 type HotCacheStats struct {
-	hotcache.Stats
-	Hits   uint64 // gets served from the cache (the master confirmed the version held)
-	Misses uint64 // gets of keys the cache did not hold
-	Stale  uint64 // gets of keys held at an older version (read remotely; the entry dropped)
+	Entries     int    // values held
+	Bytes       uint64 // bytes of the values held
+	Capacity    uint64 // HotCacheConfig.Size
+	Admitted    uint64 // values taken in
+	Rejected    uint64 // values offered and refused (too rare, too large, or no more frequent than what they would evict)
+	Evicted     uint64 // values dropped to make room
+	Invalidated uint64 // values dropped by overwrites, removes and stale versions
+	Hits        uint64 // gets served from the cache (the master confirmed the version held)
+	Misses      uint64 // gets of keys the cache did not hold
+	Stale       uint64 // gets of keys held at an older version (read remotely; the entry dropped)
 	// Latency of gets served from the cache, and of the other gets of a
 	// client with the cache on.
 	HitLatency, MissLatency Histogram
@@ -73,11 +79,11 @@ type Histogram struct {
 
 // latencyBounds are the buckets of the hot cache's latency histograms, in
 // seconds (10 us to 1 s).
-var latencyBounds = []float64{10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
+var latencyBounds = [...]float64{10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
 
 // latency is a histogram kept with atomic counters.
 type latency struct {
-	counts [16]atomic.Uint64 // len(latencyBounds)+1
+	counts [len(latencyBounds) + 1]atomic.Uint64
 	sumNs  atomic.Uint64
 }
 
@@ -92,7 +98,7 @@ func (l *latency) observe(d time.Duration) {
 }
 
 func (l *latency) snapshot() Histogram {
-	h := Histogram{Bounds: latencyBounds, Counts: make([]uint64, len(latencyBounds)+1)}
+	h := Histogram{Bounds: latencyBounds[:], Counts: make([]uint64, len(latencyBounds)+1)}
 	for i := range h.Counts {
 		h.Counts[i] = l.counts[i].Load()
 		h.Count += h.Counts[i]
@@ -127,7 +133,9 @@ func (c *Client) HotCacheStats() (st HotCacheStats, ok bool) {
 	if h == nil {
 		return HotCacheStats{}, false
 	}
-	return HotCacheStats{Stats: h.core.Stats(), Hits: h.hits.Load(), Misses: h.misses.Load(), Stale: h.stale.Load(),
+	cs := h.core.Stats()
+	return HotCacheStats{Entries: cs.Entries, Bytes: cs.Bytes, Capacity: cs.Capacity, Admitted: cs.Admitted, Rejected: cs.Rejected,
+		Evicted: cs.Evicted, Invalidated: cs.Invalidated, Hits: h.hits.Load(), Misses: h.misses.Load(), Stale: h.stale.Load(),
 		HitLatency: h.hitLat.snapshot(), MissLatency: h.missLat.snapshot()}, true
 }
 

@@ -104,7 +104,7 @@ func TestHotCache(t *testing.T) {
 	}
 	st := hotStats(t, reader)
 	if st.Entries != 0 || st.Bytes != 0 || st.Capacity != 1<<20 {
-		t.Fatalf("after removals: %+v", st.Stats)
+		t.Fatalf("after removals: %+v", st)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvcache-go/mooncake/internal/hotcache"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
@@ -36,8 +35,8 @@ func (f fakeSource) HotCacheStats() (store.HotCacheStats, bool) { return f.st, f
 func TestHotCache(t *testing.T) {
 	bounds := []float64{0.001, 0.01}
 	src := fakeSource{on: true, st: store.HotCacheStats{
-		Stats: hotcache.Stats{Entries: 3, Bytes: 300, Capacity: 1000, Admitted: 4, Rejected: 5, Evicted: 1, Invalidated: 2},
-		Hits:  6, Misses: 3, Stale: 1,
+		Entries: 3, Bytes: 300, Capacity: 1000, Admitted: 4, Rejected: 5, Evicted: 1, Invalidated: 2,
+		Hits: 6, Misses: 3, Stale: 1,
 		HitLatency:  store.Histogram{Bounds: bounds, Counts: []uint64{5, 1, 0}, Sum: 0.004, Count: 6},
 		MissLatency: store.Histogram{Bounds: bounds, Counts: []uint64{0, 3, 1}, Sum: 0.05, Count: 4},
 	}}
