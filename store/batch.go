@@ -518,6 +518,7 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []e
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
+	sent := time.Now()
 	r, err := c.rpc.BatchRemove(rctx, req)
 	for i := range errs {
 		switch {
@@ -528,7 +529,7 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []e
 		}
 	}
 	if err == nil {
-		c.zeroHeaders(ctx, r.Tombstones)
+		c.zeroHeaders(ctx, sent, r.Tombstones)
 	}
 	return errs
 }

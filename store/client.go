@@ -123,6 +123,8 @@ type Client struct {
 	diskReads     atomic.Uint64                 // values this client read from disk tiers (DiskReads)
 	hot           *hotCache                     // Config.HotCache (hotcache.go); nil: off
 	graceOverride atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
+
+	beforeZero func([]*pb.HeaderRef) // tests: called before zeroHeaders writes
 }
 
 // Health is the client's view of its link to the master.
@@ -857,6 +859,7 @@ func infoFromPB(r *pb.ObjectInfo) ObjectInfo {
 func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	c.hotForget(key)
 	var tombs []*pb.HeaderRef
+	sent := time.Now()
 	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
 		r, err := c.rpc.Remove(ctx, &pb.RemoveRequest{Key: key, Force: force})
 		tombs = r.GetTombstones()
@@ -865,7 +868,7 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	if err != nil {
 		return fmt.Errorf("store: remove %q: %w", key, err)
 	}
-	c.zeroHeaders(ctx, tombs)
+	c.zeroHeaders(ctx, sent, tombs)
 	return nil
 }
 
@@ -895,6 +898,7 @@ func (c *Client) removePaged(ctx context.Context, what string, page func(ctx con
 	n, after := 0, ""
 	for {
 		rctx, cancel := c.rpcCtx(ctx)
+		sent := time.Now()
 		r, err := page(rctx, after)
 		cancel()
 		if err != nil {
@@ -903,7 +907,7 @@ func (c *Client) removePaged(ctx context.Context, what string, page func(ctx con
 		if err := statusErr(r.Status); err != nil {
 			return n, err
 		}
-		c.zeroHeaders(ctx, r.Tombstones)
+		c.zeroHeaders(ctx, sent, r.Tombstones)
 		n += int(r.Count)
 		if r.Next == "" {
 			return n, nil

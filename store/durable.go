@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
@@ -78,13 +79,20 @@ func headerWrites(hdr []byte, reps []*pb.Replica, segs []transfer.SegmentID) []t
 	return reqs
 }
 
-// zeroHeaders zeroes the given headers (tombstones returned by a remove)
-// with one transfer batch. A failure is logged: the owning node zeroes them
-// too when its ping brings them.
-func (c *Client) zeroHeaders(ctx context.Context, refs []*pb.HeaderRef) {
+// zeroHeaders zeroes the given headers (tombstones named in the answer to
+// a call sent at sent) with one transfer batch, within
+// objheader.ZeroWithin of sent: the writes are blind, and past that the
+// master may hand the bytes out again. A failure or a write given up is
+// logged: the owning node zeroes them too when its ping brings them.
+func (c *Client) zeroHeaders(ctx context.Context, sent time.Time, refs []*pb.HeaderRef) {
 	if len(refs) == 0 {
 		return
 	}
+	if c.beforeZero != nil {
+		c.beforeZero(refs)
+	}
+	ctx, cancel := context.WithDeadline(ctx, sent.Add(objheader.ZeroWithin))
+	defer cancel()
 	zero, err := c.stage.take(ctx, objheader.Align)
 	if err != nil {
 		c.log.Warn("store: zero removed headers", "err", err)

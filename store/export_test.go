@@ -1,5 +1,7 @@
 package store
 
+import pb "github.com/kvcache-go/mooncake/internal/storepb"
+
 // FastConnected reports whether the client's fastrpc connection to the
 // master is up (tests).
 func FastConnected(c *Client) bool {
@@ -50,3 +52,15 @@ const RemountChunkBytes = remountChunkBytes
 
 // SlotMaxAge is how long a client uses a put slot.
 const SlotMaxAge = slotMaxAge
+
+// SetBeforeZero makes the client call f before it zeroes the headers a
+// remove or put answer named (tests): f may hold the write back.
+func SetBeforeZero(c *Client, f func(addrs []uint64)) {
+	c.beforeZero = func(refs []*pb.HeaderRef) {
+		addrs := make([]uint64, len(refs))
+		for i, r := range refs {
+			addrs[i] = r.Addr
+		}
+		f(addrs)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
@@ -160,11 +161,12 @@ func (c *Client) commitPut(ctx context.Context, p *putJob, sp space) error {
 	if p.slots && c.wantSlot() {
 		req.ReserveSize, req.ReserveKeyLen = uint64(p.size), uint64(len(p.key))
 	}
+	sent := time.Now()
 	resp, link, err := c.puts.commit(ctx, req)
 	if err != nil {
 		return fmt.Errorf("store: put %q: master rpc: %w", p.key, err)
 	}
-	c.zeroHeaders(ctx, resp.Tombstones)
+	c.zeroHeaders(ctx, sent, resp.Tombstones)
 	if resp.SlotGone {
 		return errSlotGone
 	}

@@ -74,6 +74,7 @@ func (c *Client) BatchReplicaClear(ctx context.Context, keys []string, segment s
 		return nil, ErrClosed
 	}
 	var r *pb.BatchReplicaClearResponse
+	sent := time.Now()
 	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
 		var err error
 		r, err = c.tasks().BatchReplicaClear(ctx, &pb.BatchReplicaClearRequest{ClientId: c.cfg.ClientID, Keys: keys, Segment: segment})
@@ -82,7 +83,7 @@ func (c *Client) BatchReplicaClear(ctx context.Context, keys []string, segment s
 	if err != nil {
 		return nil, fmt.Errorf("store: replica clear: %w", err)
 	}
-	c.zeroHeaders(ctx, r.Tombstones)
+	c.zeroHeaders(ctx, sent, r.Tombstones)
 	return r.ClearedKeys, nil
 }
 

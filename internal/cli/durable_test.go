@@ -143,6 +143,7 @@ func (st *storm) verify(t *testing.T, cl *store.Client, d time.Duration) time.Du
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for k := range st.acked {
+		var first error
 		for {
 			got, err := cl.Get(ctx, k)
 			if err == nil {
@@ -151,8 +152,11 @@ func (st *storm) verify(t *testing.T, cl *store.Client, d time.Duration) time.Du
 				}
 				break
 			}
+			if first == nil {
+				first = err
+			}
 			if ctx.Err() != nil {
-				t.Fatalf("acknowledged put %s not readable: %v", k, err)
+				t.Fatalf("acknowledged put %s not readable: %v (first error: %v)", k, err, first)
 			}
 			time.Sleep(20 * time.Millisecond) // a node may not have remounted yet
 		}
@@ -209,8 +213,19 @@ func startStoreProcs(t *testing.T, bin, addr string) {
 	t.Helper()
 	for range 2 {
 		n := startProc(t, bin, "store", "--master", addr, "--segment-size", "128MiB", "--transport", "tcp", "--ping-interval", "50ms", "--http-port", "-1")
+		logOnFailure(t, "store node", n)
 		n.waitLine(t, regexp.MustCompile(`store node mounted`), 30*time.Second)
 	}
+}
+
+// logOnFailure logs what p wrote on stderr when the test failed, so that a
+// failure shows what the processes saw.
+func logOnFailure(t *testing.T, name string, p *proc) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s (pid %d) stderr:\n%s", name, p.cmd.Process.Pid, p.stderrText())
+		}
+	})
 }
 
 // TestDurableSingleMasterRestart: a master process killed with SIGKILL
@@ -221,6 +236,7 @@ func TestDurableSingleMasterRestart(t *testing.T) {
 	bin := buildBinary(t)
 	grpcRE := regexp.MustCompile(`grpc=(\S+)`)
 	m := startProc(t, bin, "master", "--host", "127.0.0.1", "--port", "0", "--http-port", "-1", "--client-ttl", "5s")
+	logOnFailure(t, "master", m)
 	addr := m.waitLine(t, grpcRE, 30*time.Second)[1]
 	_, port, _ := cutPort(addr)
 	startStoreProcs(t, bin, addr)
@@ -233,6 +249,7 @@ func TestDurableSingleMasterRestart(t *testing.T) {
 	<-m.done
 	killed := time.Now()
 	m2 := startProc(t, bin, "master", "--host", "127.0.0.1", "--port", port, "--http-port", "-1", "--client-ttl", "5s")
+	logOnFailure(t, "restarted master", m2)
 	m2.waitLine(t, grpcRE, 30*time.Second)
 	up := time.Since(killed)
 	st.finish(t, cl, cancel, wg, killed, "single master SIGKILL+restart", "master up", up)

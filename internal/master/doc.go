@@ -77,7 +77,9 @@
 //     client whose hot cache holds a version, answers Unchanged without
 //     replicas or a lease while that version is current.
 //   - Eviction: when used/capacity passes HighWatermark (0.90) at a Tick, or
-//     a PutStart finds no space (synchronously, then retried once), about
+//     a PutStart finds no space on a segment that takes new objects
+//     (synchronously, then retried once; none when every segment is being
+//     restored, drained or evacuated: ErrNoSpace at once), about
 //     EvictionRatio (5%) of the capacity is freed in the order of
 //     Config.EvictionPolicy (internal/evict: "lru", the default, or
 //     "tail-first"), skipping leased, unfinished and hard-pinned objects;

@@ -60,8 +60,11 @@ func checkInvariants(t *testing.T, m *Master) {
 		for _, tb := range s.tombs {
 			used[s] += tb.n
 		}
+		for _, f := range s.fenced {
+			used[s] += f.n
+		}
 		if used[s] != s.alloc.Used() {
-			t.Fatalf("segment %s: allocator says %d used, objects+zombies+tombstones %d", s.spec.Name, s.alloc.Used(), used[s])
+			t.Fatalf("segment %s: allocator says %d used, objects+zombies+tombstones (fenced too) %d", s.spec.Name, s.alloc.Used(), used[s])
 		}
 		if len(s.objects) != len(keys[s]) {
 			t.Fatalf("segment %s: %d objects listed, %d replicas", s.spec.Name, len(s.objects), len(keys[s]))

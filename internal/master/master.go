@@ -220,6 +220,7 @@ type segment struct {
 	draining      bool
 	drainDeadline time.Time
 	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
+	fenced        []fencedTomb    // zeroed tombstones a remover may still write zeros over, oldest first (tombs.go)
 	diskRemove    []HeldObject    // disk copies the owner must delete (sent with its next ping)
 	peaks         mapPeaks        // of tombs (shrink.go)
 	diskObjects   int             // disk copies on this segment's node

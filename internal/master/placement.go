@@ -26,7 +26,10 @@ func (m *Master) checkFitsLocked(size uint64) error {
 // placeOrEvictLocked places up to want replicas; when none fits it reuses
 // a tombstone's space, then evicts synchronously and tries both once more,
 // and when that fails too it asks the next Tick to evict again and fails
-// with ErrNoSpace.
+// with ErrNoSpace. When no segment takes new objects at all (none mounted
+// yet, or all being restored after a restart, drained or evacuated) it
+// fails with ErrNoSpace at once: an eviction could not make room, and
+// would drop objects for nothing.
 func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, preferred []string, now time.Time) ([]place, error) {
 	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
 		return reps, nil
@@ -35,6 +38,9 @@ func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, pref
 	// yet) fragment the space before any eviction is due: reuse one first.
 	if reps := m.reuseTombLocked(clientID, size); len(reps) > 0 {
 		return reps, nil
+	}
+	if !m.placeableLocked() {
+		return nil, fmt.Errorf("%w: %d bytes: no segment takes new objects (none mounted, or all being restored or drained)", ErrNoSpace, size)
 	}
 	m.evictLocked(now, 0)
 	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
@@ -45,6 +51,14 @@ func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, pref
 	}
 	m.evictReq = true
 	return nil, fmt.Errorf("%w: %d bytes", ErrNoSpace, size)
+}
+
+// placeableLocked reports whether some mounted segment takes new objects
+// (not draining, evacuated or being restored). O(segments).
+func (m *Master) placeableLocked() bool {
+	return slices.ContainsFunc(m.segOrder, func(s *segment) bool {
+		return !s.draining && !m.evacuatingLocked(s) && !m.restoringLocked(s)
+	})
 }
 
 // placeLocked allocates up to want replicas on segments of distinct names

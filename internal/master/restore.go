@@ -47,7 +47,9 @@ import (
 // but keeps the header's first Align bytes allocated as a tombstone until
 // the owning node reports (Heartbeat) that it zeroed them; Remove also
 // returns the tombstones of the removed keys so that the removing client
-// zeroes them itself before its remove returns.
+// zeroes them itself before its remove returns. The remover's writes are
+// blind, so a tombstone named to one stays allocated for
+// objheader.ZeroFence after that, even once zeroed (tombs.go).
 
 // tomb is a freed durable object whose header is not yet known to be zeroed.
 type tomb struct {
@@ -55,6 +57,9 @@ type tomb struct {
 	seq uint64
 	n   uint64 // bytes held: Align, or the whole object while it is offloaded
 	off bool   // being copied to the node's disk tier before zeroing
+	// named: when an answer last named it to a client to zero (0: never);
+	// its bytes stay allocated until objheader.ZeroFence after that.
+	named nanotime
 }
 
 // HeaderRef names the header of a durable object in a segment.

@@ -608,3 +608,43 @@ func (m *Master) restoreWaiting(client string) bool {
 	sess := m.restore.sessions[client]
 	return sess != nil && sess.waiting > 0
 }
+
+// TestPutDuringRestoreEvictsNothing: after a restart, a put that arrives
+// while the only segment is still being restored finds no segment to take
+// it: it fails with ErrNoSpace, and evicts none of the objects restored so
+// far (an eviction could not make room on a segment being restored, and
+// would drop acknowledged objects for nothing). Once the restore ends the
+// put is placed.
+func TestPutDuringRestoreEvictsNothing(t *testing.T) {
+	m, _ := newDurable(t)
+	spec := SegmentSpec{Name: "a", Endpoint: "ep-a", Base: 1 << 30, Size: 1 << 20}
+	id, err := m.RestoreBegin("c", []SegmentSpec{spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []HeldObject
+	for i := range 10 {
+		held = append(held, HeldObject{Segment: "a", Offset: uint64(i) * 4096, Key: fmt.Sprint("r/", i), Size: 1000, CRC: 1, Seq: uint64(i + 1)})
+	}
+	if _, err := m.RestoreChunk("c", id, 0, held); err != nil {
+		t.Fatal(err)
+	}
+	before := m.Stats().Objects // all but the last report, decided at the end
+	if _, err := m.PutStart("w", "new", 1000, ReplicateConfig{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("put during the restore: %v, want ErrNoSpace", err)
+	}
+	if st := m.Stats(); st.Evictions != 0 || st.Objects != before || before != 9 {
+		t.Fatalf("after the refused put: %d evictions, %d objects, want 0 and %d (9)", st.Evictions, st.Objects, before)
+	}
+	if _, err := m.RestoreEnd("c", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PutStart("w", "new", 1000, ReplicateConfig{}); err != nil {
+		t.Fatalf("put after the restore: %v", err)
+	}
+	for _, h := range held {
+		if _, err := m.Query(h.Key); err != nil {
+			t.Fatalf("restored %s: %v", h.Key, err)
+		}
+	}
+}

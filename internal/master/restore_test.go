@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/objheader"
 )
 
 // held turns what a durable master knows into the reports the nodes would
@@ -172,11 +174,11 @@ func TestRestoreConflicts(t *testing.T) {
 }
 
 func TestTombstonesZeroedThroughHeartbeat(t *testing.T) {
-	m, _ := newTestMaster(t, Config{Durable: true}, map[string]uint64{"a": 64 << 10})
+	m, clk := newTestMaster(t, Config{Durable: true}, map[string]uint64{"a": 64 << 10})
 	for i := range 10 {
 		mustPut(t, m, fmt.Sprint(i), 3000, ReplicateConfig{})
 	}
-	m.RemoveAll(false)
+	m.RemoveAll(false) // names its 10 tombstones to the remover
 	mustPut(t, m, "u", 3000, ReplicateConfig{})
 	if _, err := m.Upsert("w", "u", 5000, ReplicateConfig{}); err != nil { // new size: the old copy is freed
 		t.Fatal(err)
@@ -192,6 +194,19 @@ func TestTombstonesZeroedThroughHeartbeat(t *testing.T) {
 	if got := len(m.Tombstones()); got != 0 {
 		t.Fatalf("%d tombstones left", got)
 	}
+	// The remover may still write zeros over the 10 it was named: their
+	// bytes stay allocated until the fence ends; the upsert's old copy,
+	// named to nobody, is free at once.
+	fenced := allocSize(m.Config(), "u", 5000) + 10*m.Config().Align
+	if st := m.Stats(); st.Used != fenced {
+		t.Fatalf("used %d after zeroing, want %d (fenced tombstones)", st.Used, fenced)
+	}
+	clk.Advance(objheader.ZeroFence - time.Millisecond)
+	if m.Heartbeat("client-a", nil); m.Stats().Used != fenced {
+		t.Fatalf("used %d before the fence ended", m.Stats().Used)
+	}
+	clk.Advance(time.Millisecond)
+	m.Heartbeat("client-a", nil)
 	info, _ := m.Query("u")
 	if st := m.Stats(); st.Used != allocSize(m.Config(), "u", 5000) || len(info.Replicas) != 1 {
 		t.Fatalf("used %d after zeroing", st.Used)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/objheader"
 )
 
 func reserve(t *testing.T, m *Master, client string, size uint64, key string) (string, []Replica) {
@@ -50,7 +52,7 @@ func TestPutSlotCommit(t *testing.T) {
 // and its header returned for zeroing (durable), so a refused put's header
 // never outlives the call.
 func TestPutSlotRefusals(t *testing.T) {
-	m, _ := newTestMaster(t, Config{Durable: true}, map[string]uint64{"a": 1 << 20})
+	m, clk := newTestMaster(t, Config{Durable: true}, map[string]uint64{"a": 1 << 20})
 	mustPut(t, m, "k", 100, ReplicateConfig{})
 	for _, tc := range []struct {
 		name   string
@@ -78,7 +80,12 @@ func TestPutSlotRefusals(t *testing.T) {
 		if len(tombs) != 1 || tombs[0].Addr != reps[0].Addr-reps[0].HeaderLen || tombs[0].Seq != reps[0].Seq {
 			t.Fatalf("%s: tombstones %+v for slot %+v", tc.name, tombs, reps[0])
 		}
-		m.Heartbeat("client-a", tombs) // the header zeroed: the slot's space is free again
+		m.Heartbeat("client-a", tombs) // the header zeroed; named to w, its bytes stay fenced
+		if got := m.Stats().Used; got != used+m.Config().Align {
+			t.Fatalf("%s: used %d after the refused slot's header was zeroed, %d before", tc.name, got, used)
+		}
+		clk.Advance(objheader.ZeroFence)
+		m.Heartbeat("client-a", nil) // the fence over: the slot's space is free again
 		if got := m.Stats().Used; got != used {
 			t.Fatalf("%s: used %d after the refused slot, %d before", tc.name, got, used)
 		}

@@ -3,6 +3,9 @@ package master
 import (
 	"fmt"
 	"slices"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/objheader"
 )
 
 // Tombstones: freed durable objects whose header is not zeroed yet (see
@@ -115,15 +118,23 @@ func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uin
 	if c == nil {
 		return m.viewVersion, PingNeedRemount, nil
 	}
+	now := m.clock.Now()
 	for _, z := range zeroed {
 		s := c.segments[z.Segment]
 		if s == nil {
 			continue
 		}
 		if tb, ok := s.tombs[z.Offset]; ok && tb.seq == z.Seq {
-			s.alloc.Free(z.Offset, tb.n)
+			if tb.fencedAt(now) { // a remover may still write zeros there
+				s.fenced = append(s.fenced, fencedTomb{off: z.Offset, n: tb.n, until: tb.named + nanotime(objheader.ZeroFence)})
+			} else {
+				s.alloc.Free(z.Offset, tb.n)
+			}
 			m.dropTombLocked(s, z.Offset)
 		}
+	}
+	for _, s := range c.segments {
+		s.releaseFencedLocked(now)
 	}
 	for _, s := range c.segments {
 		for off, tb := range s.tombs {
@@ -137,18 +148,55 @@ func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uin
 }
 
 // tombsOfLocked lists the tombstones of the given keys (the removed
-// object's headers and those of older versions not zeroed yet).
+// object's headers and those of older versions not zeroed yet) for the
+// calling client to zero: each is fenced (see fencedTomb) from now.
 // O(keys), whatever the number of tombstones.
 func (m *Master) tombsOfLocked(keys map[string]bool) []HeaderRef {
 	var out []HeaderRef
+	now := nanoOf(m.clock.Now())
 	for k := range keys {
 		if e := m.tombIdx[k]; e != nil {
 			for _, l := range e.at {
-				out = append(out, l.seg.ref(l.off, l.seg.tombs[l.off]))
+				tb := l.seg.tombs[l.off]
+				tb.named = now
+				l.seg.tombs[l.off] = tb
+				out = append(out, l.seg.ref(l.off, tb))
 			}
 		}
 	}
 	return out
+}
+
+// fencedTomb is a tombstone the node zeroed while a client it was named to
+// may still write zeros over it: a remover's write is blind (a transfer
+// cannot compare before it writes), so were the bytes handed out again, a
+// late one would zero the header of the object placed there, and that
+// object would not be re-reported after a master restart. Its bytes stay
+// allocated until objheader.ZeroFence after it was named (a remover gives
+// its write up after objheader.ZeroWithin).
+type fencedTomb struct {
+	off, n uint64
+	until  nanotime
+}
+
+// fencedAt reports whether tb was named to a client to zero within
+// objheader.ZeroFence before now.
+func (tb tomb) fencedAt(now time.Time) bool {
+	return tb.named != 0 && tb.named+nanotime(objheader.ZeroFence) > nanoOf(now)
+}
+
+// releaseFencedLocked frees the fenced tombstones of s whose fence ended
+// by now, oldest first (a later fence ahead of an earlier one only delays
+// it). O(tombstones freed).
+func (s *segment) releaseFencedLocked(now time.Time) {
+	n, t := 0, nanoOf(now)
+	for n < len(s.fenced) && s.fenced[n].until <= t {
+		s.alloc.Free(s.fenced[n].off, s.fenced[n].n)
+		n++
+	}
+	if s.fenced = s.fenced[n:]; len(s.fenced) == 0 {
+		s.fenced = nil // the array goes with its last entry
+	}
 }
 
 // Tombstones lists every tombstone (tests, admin).
@@ -175,6 +223,7 @@ const maxTombTries = 4096
 // new object starts at the tombstone's offset, so its own header overwrites
 // the dead one (and the tombstone is no longer needed).
 func (m *Master) reuseTombLocked(clientID string, size uint64) []place {
+	now := m.clock.Now()
 	for _, s := range m.orderLocked(clientID) {
 		if s.draining {
 			continue
@@ -184,7 +233,7 @@ func (m *Master) reuseTombLocked(clientID string, size uint64) []place {
 			if tries++; tries > maxTombTries {
 				break
 			}
-			if tb.off || tb.n+s.alloc.FreeAt(off+tb.n) < need {
+			if tb.off || tb.fencedAt(now) || tb.n+s.alloc.FreeAt(off+tb.n) < need {
 				continue
 			}
 			s.alloc.Free(off, tb.n)

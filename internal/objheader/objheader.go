@@ -134,6 +134,19 @@ func ScanRanges(mem []byte, ranges [][2]int) []Found {
 	return out
 }
 
+// Zeroing by a remover. A client that removes durable objects zeroes the
+// headers the master names in its answer itself, with blind writes into
+// the node's memory (a transfer cannot compare before it writes). So that
+// such a write never lands on a newer object placed at the same bytes, a
+// remover writes only within ZeroWithin of sending the call whose answer
+// named the header (it gives the write up after that; the node zeroes the
+// header anyway), and the master keeps a named header's bytes allocated
+// for ZeroFence after it named them, even once the node reports it zeroed.
+const (
+	ZeroWithin = 5 * time.Second
+	ZeroFence  = 3 * ZeroWithin
+)
+
 // Clear zeroes the header at the start of b when it is a valid header with
 // a sequence number up to seq (the tombstone's object, or an older one left
 // at the same place), and reports whether it did (a header already gone, or
