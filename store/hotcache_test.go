@@ -204,7 +204,13 @@ func hcValue(key int, id int64, n int) []byte {
 // acknowledged before the read started (a write that started after the
 // returned one had finished). A key reads as not found while a remove of
 // it is current or while an overwrite of it is in flight (the master keeps
-// a key invisible from an upsert's start to its commit). The readers must serve some reads from the
+// a key invisible from an upsert's start to its commit). A forced remove
+// frees a value even while it is read (its lease ignored, as Mooncake's):
+// such a read fails its CRC32C check (ErrCorrupt, never a wrong value),
+// which is accepted only when a remove of the key overlapped the read.
+// Removes are made only by a key's owning writer: a forced remove of
+// another client's put in progress frees space that client may still be
+// writing. The readers must serve some reads from the
 // cache and see some entries go stale, so both paths are exercised.
 func TestHotCacheNoStaleRead(t *testing.T) {
 	const (
@@ -251,16 +257,20 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(g), 7))
-			for i := range writes {
-				k := r.IntN(keys / 2) // half the keys are overwritten all the time
-				if i%8 == 0 {
-					k = keys/2 + r.IntN(keys/2) // the other half now and then
-				}
-				if r.IntN(10) == 0 {
-					id, w := newWrite(k, true)
-					_ = id
-					finish(w, cl.Remove(ctx, key(k), true))
-					continue
+			for range writes {
+				// Half the keys are overwritten by every writer, all the
+				// time; each key of the other half belongs to one writer,
+				// which overwrites and removes it now and then (a forced
+				// remove of another writer's put in progress would free
+				// space that writer is still writing).
+				k := r.IntN(keys / 2)
+				if own := keys/2 + g + writers*r.IntN(keys/2/writers); r.IntN(4) == 0 {
+					k = own
+					if r.IntN(3) == 0 {
+						_, w := newWrite(k, true)
+						finish(w, cl.Remove(ctx, key(k), true))
+						continue
+					}
 				}
 				id, w := newWrite(k, false)
 				finish(w, cl.Upsert(ctx, key(k), hcValue(k, id, size)))
@@ -287,6 +297,8 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 				switch {
 				case errors.Is(err, store.ErrNotFound):
 					rd.id = -1 // matched to a remove below
+				case errors.Is(err, store.ErrCorrupt):
+					rd.id = -2 // refused by its CRC32C: matched to a forced remove below
 				case err != nil:
 					t.Errorf("read %s: %v", key(rd.key), err)
 					return false
@@ -354,14 +366,23 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 		}
 		return true
 	}
-	var n, stale int
+	var n, stale, torn int
 	for g := range readers {
 		for _, rd := range reads[g] {
 			n++
 			ok := false
-			if rd.id >= 0 {
+			switch {
+			case rd.id >= 0:
 				ok = !hist[rd.id].remove && current(rd.key, rd.id, rd.start, rd.end)
-			} else { // not found: a remove of the key was current, or an overwrite was in flight (invisible until committed)
+			case rd.id == -2: // refused by its CRC32C: only while a forced remove of the key overlapped it
+				torn++
+				for _, id := range byKey[rd.key] {
+					if w := hist[id]; w.remove && w.start < rd.end && w.end > rd.start {
+						ok = true
+						break
+					}
+				}
+			default: // not found: a remove of the key was current, or an overwrite was in flight (invisible until committed)
 				for _, id := range byKey[rd.key] {
 					w := hist[id]
 					if (w.remove && current(rd.key, id, rd.start, rd.end)) || (!w.remove && w.start < rd.end && w.end > rd.start) {
@@ -373,7 +394,13 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 			if !ok {
 				stale++
 				if stale <= 5 {
-					t.Errorf("stale read of %s (write %d) in [%d, %d]", key(rd.key), rd.id, rd.start, rd.end)
+					var near []string // the key's writes around the read
+					for _, id := range byKey[rd.key] {
+						if w := hist[id]; w.start < rd.end+40 && w.end > rd.start-40 {
+							near = append(near, fmt.Sprintf("%d:[%d,%d] acked=%v remove=%v", id, w.start, w.end, w.acked, w.remove))
+						}
+					}
+					t.Errorf("stale read of %s (write %d) in [%d, %d]; writes near: %v", key(rd.key), rd.id, rd.start, rd.end, near)
 				}
 			}
 		}
@@ -383,7 +410,7 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 		st := hotStats(t, cl)
 		hits, staleEntries = hits+st.Hits, staleEntries+st.Stale
 	}
-	t.Logf("%d reads checked, %d writes; %d served from the hot cache, %d entries found stale", n, len(hist), hits, staleEntries)
+	t.Logf("%d reads checked (%d refused by the CRC32C during a forced remove), %d writes; %d served from the hot cache, %d entries found stale", n, torn, len(hist), hits, staleEntries)
 	if stale > 0 {
 		t.Fatalf("%d of %d reads stale", stale, n)
 	}
