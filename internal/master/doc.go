@@ -81,8 +81,9 @@
 //     (synchronously, then retried once; none when every segment is being
 //     restored, drained or evacuated: ErrNoSpace at once), about
 //     EvictionRatio (5%) of the capacity is freed in the order of
-//     Config.EvictionPolicy (internal/evict: "lru", the default, or
-//     "tail-first"), skipping leased, unfinished and hard-pinned objects;
+//     Config.EvictionPolicy (internal/evict: "lru", the default,
+//     "tail-first", or "retention", which orders as "tail-first" here),
+//     skipping leased, unfinished and hard-pinned objects;
 //     soft-pinned objects (pin TTL 30m by default, 24h max) go only after
 //     all others. TailFirst knows the store connector's block keys (ChainOf,
 //     chain.go): the keys of one batch call (a batch put's end, a batch get,
