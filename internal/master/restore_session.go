@@ -613,7 +613,7 @@ func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, 
 	}
 	o = m.objects.add(h.Key, object{size: h.Size, crc: h.CRC, complete: true,
 		created: nanoOf(now), lastAccess: nanoOf(now), hardPin: h.HardPin, seq: h.Seq, hdr: uint32(headerLen(h.Key)), restored: true})
-	m.objects.setReps(o, []replica{{seg: s.id, off: h.Offset}})
+	m.objects.setRep(o, replica{seg: s.id, off: h.Offset})
 	if h.SoftPin {
 		o.softPinUntil = nanoOf(now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL)))
 	}
