@@ -129,6 +129,22 @@
 // internal/dummyclient; its pool is shared memory both processes map, and
 // buffers in it move without a copy.
 //
+// # RPC messages, segment info, gather copy
+//
+//	int64 mc_rpc_server_open(listen_addr, timeout_s) -> handle; mc_rpc_server_port(h); mc_rpc_server_close(h)
+//	int64 mc_rpc_recv(h, wait_ms, void **out)  -> 0 none | length (kind u8 | source len u16 | source | data)
+//	int64 mc_rpc_client_open(pool, timeout_s) -> handle; mc_rpc_client_close(h)
+//	int64 mc_rpc_send(h, target, kind, ptr, n) -> 0 queued by the target | -900
+//	int64 mc_engine_segment(h, segment, void **out) -> JSON [{addr, length, location}] of a peer
+//	int64 mc_store_get_ranges(h, key, n, uint64 *offs, void **ptrs, uint64 *lens) -> 0 | code
+//	int64 mc_gather_copy(dst, dst_len, n, void **srcs, uint64 *sizes, threads) -> bytes copied
+//
+// The RPC message transport (rpcmsg.go) carries Mooncake's engine
+// RpcInterface: framed messages over TCP, queued for the receiving process,
+// which takes them with mc_rpc_recv. mc_gather_copy is mooncake._fast_copy.
+// mc_store_get_ranges reads byte ranges of a value into registered memory
+// (store.Client.GetRanges; EngramStore's lookups).
+//
 // The Python package (python/mooncake, docs/python.md) maps these onto
 // Mooncake's TransferEngine and MooncakeDistributedStore methods.
 //

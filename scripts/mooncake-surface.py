@@ -36,7 +36,11 @@ WHEEL = "mooncake-wheel/mooncake/"
 # Pure Python modules the wheel bundles from elsewhere in Mooncake's tree: (our module, Mooncake path)
 BUNDLED = [
     ("mooncake.async_store", "mooncake-integration/store/async_store.py"),
+    ("mooncake.shared_segment", "mooncake-integration/shared_segment.py"),
+    ("mooncake.allocator", "mooncake-integration/allocator.py"),
 ]
+# Entries of the wheel's C extensions that are not pybind11 (mooncake/_fast_copy.c)
+C_EXT = [("mooncake._fast_copy", "concat_arrays_into", "function")]
 # Modules that are wholly missing here: one row per class, its members in the row.
 COLLAPSE = r"mooncake\.(ep|pg|tent)$"
 
@@ -46,8 +50,9 @@ GPU = "n/a without a GPU"
 NOTES = [
     (r"mooncake\.(ep|pg)", r".*", "%s: no module (CUDA expert-parallel and process-group extensions; "
                                   "import fails, as with a Mooncake wheel built without them)" % GPU),
-    (r"mooncake\.tent", r".*", "missing: no module (TENT, Mooncake's next transfer engine; "
-                               "mooncake.engine is the one provided)"),
+    (r"mooncake\.tent", r"TransferEngine",
+     "partial: TENT's calls over this engine (segments by name, batches of async requests, notifications); "
+     "cancel_transfer raises NotImplementedError, permissions are not enforced, no GPU or file segments"),
     (r"mooncake\.(mooncake_ep_buffer|mooncake_elastic_buffer)", r".*",
      "%s: no module (CUDA expert-parallel buffers)" % GPU),
     (r"mooncake\.store", r"MooncakeDistributedStore\.(get_tensor_into_cuda|batch_get_tensor_into_cuda)",
@@ -72,17 +77,17 @@ NOTES = [
      "done: Mooncake's write routes (a single TP axis stores the shard given; TP among other axes and writer "
      "partitions store their chunk of the whole tensor), keys and shard headers, full and resharded reads; the "
      "manifest objects beside the shards are this package's format"),
-    (r"mooncake\.store", r"MooncakeDistributedStore\.(_get_pyclient_capsule)",
-     "partial: returns None (EngramStore is not built)"),
-    (r"mooncake\.store", r"_get_pyclient_from_wrapper", "partial: returns None (EngramStore is not built)"),
-    (r"mooncake\.store", r"(EngramStore|EngramStoreConfig)(\..*)?", "missing: EngramStore (n-gram embedding "
-                                                                     "tables over the C++ client)"),
+    (r"mooncake\.store", r"MooncakeDistributedStore\.(_get_pyclient_capsule)|_get_pyclient_from_wrapper",
+     "done: a capsule named mooncake.PyClient.shared_ptr that EngramStore accepts (None before setup)"),
+    (r"mooncake\.store", r"EngramStore\.lookup",
+     "done: the rows by ranged reads straight into the output (a dummy client reads whole tables)"),
     (r"mooncake\.store", r"ReplicateConfig\.(nof_replica_num|dfs_replica_num|preferred_nof_segments|data_type|"
                          r"group_ids|host_id)",
      "partial: kept, not honoured (a warning when set): no NVMe-oF / DFS tiers, no groups"),
     (r"mooncake\.store", r"MooncakeDistributedNoFRegister(\..*)?", "%s: NVMe-oF is not available; "
                                                                    "real_register returns -1" % GPU),
-    (r"mooncake\.store", r"bind_to_numa_node", "partial: logs a warning (no libnuma binding)"),
+    (r"mooncake\.store", r"bind_to_numa_node",
+     "done without libnuma: sched_setaffinity to the node's CPUs and set_mempolicy(MPOL_PREFERRED)"),
     (r"mooncake\.store", r"DiskDescriptor(\..*)?", "done: returned for disk-tier copies "
                                                    "(file_path is the copy's URL)"),
     (r"mooncake\.engine", r"TransferEngine\.(transfer_write_on_cuda|transfer_read_on_cuda|"
@@ -92,22 +97,32 @@ NOTES = [
     (r"mooncake\.engine", r"TransferEngine\.warmup_efa_segment", "%s: returns -1" % GPU),
     (r"mooncake\.engine", r"TransferEngine\.(get_engine|get_engine_ptr)",
      "partial: an opaque handle; a store cannot share it"),
-    (r"mooncake\.engine", r"SharedSegment(\..*)?", "%s: supported() is False, create() returns None" % GPU),
+    (r"mooncake\.engine", r"SharedSegment(\.(create|supported))?",
+     "done for host memory (mmap=True: a memfd the owner rank maps and peers on the same host map through "
+     "/proc); the device paths (mmap=False, host_register=True) raise RuntimeError, as a build without them"),
+    (r"mooncake\.allocator", r".*", "%s: CUDA fabric-memory allocators for NVLink; importing the module raises "
+                                    "ImportError saying so (Mooncake's wheel has it only in CUDA builds)" % GPU),
     (r"mooncake\.engine", r"SUPPORT_CUDA", "done: True when the CUDA driver library and a device are present (checked without initialising CUDA), else False"),
     (r"mooncake\.engine", r"SUPPORT_\w+", "done: False (no HIP, EFA, MNNVL, MUSA, NVLink here)"),
     (r"mooncake\.engine", r"(RpcInterface|CoroRPCInterface|ReceivedData|ReceivedTensor|create_rpc_client|"
-                          r"create_rpc_server)(\..*)?", "missing: Mooncake's coro_rpc interface"),
+                          r"create_rpc_server)(\..*)?",
+     "done over this package's RPC transport (mc_rpc_*), not coro_rpc: both ends must be this package"),
     (r"mooncake\.engine", r"(TransferEngine\.)?InnerTransferEngine", "partial: what get_engine() returns"),
     (r"mooncake\.structured_object_store", r"(infer_structure|MISSING|MISSING_OBJECT_ERROR|"
                                            r"STRUCTURED_FIELD_SPECS_KEY|DEFAULT_BUNDLE_CHUNK_BYTES)",
      "done (codec inference and structure expansion)"),
-    (r"mooncake\.structured_object_store", r".*", "missing: the bundle transfer (put/get of structured "
-                                                  "objects and DataProto manifests); only codec inference"),
+    (r"mooncake\.structured_object_store", r"(MooncakeBundleTransfer(\..*)?|tensor_object_buffer|raw_destination)",
+     "missing: the bundle transfer itself (put/get of structured objects and DataProto manifests in "
+     "Mooncake's byte layout; its types, read specs and ref handles are here)"),
     (r"mooncake\.mooncake_store_service", r"MooncakeStoreService\.handle_unmount_local_disk",
      "partial: 500 (draining the disk tier is not supported)"),
-    (r"mooncake\.(mooncake_connector_v1|vllm_v1_proxy_server|dataproto_catalog|cli_client|cli_bench|"
-     r"mooncake_ssd_register|mooncake_ssd_unregister|spdk_tgt_create|transfer_engine_topology_dump)", r".*",
-     "missing: this module is not provided"),
+    (r"mooncake\.mooncake_connector_v1", r"MooncakeConnector(Scheduler|Worker)?(\..*)?",
+     "partial: vLLM's own MooncakeConnector (it moves KV with this package's TransferEngine) when vLLM is "
+     "installed; without vLLM, constructing one raises ImportError (importing Mooncake's module fails)"),
+    (r"mooncake\.(mooncake_ssd_register|mooncake_ssd_unregister|spdk_tgt_create)", r".*",
+     "n/a without NVMe-oF: SPDK targets and NVMe-oF SSDs; importing the module raises ImportError saying so"),
+    (r"mooncake\.transfer_engine_topology_dump", r"dump_te_topology|dump_tent_topology|main",
+     "partial: no NICs to discover; prints the engine's segment (name, port, buffers)"),
 ]
 
 
@@ -208,6 +223,11 @@ def ours(module, name):
     return True
 
 
+def collapsed_present(module, cls, members):
+    mod = module.split(" ")[0]
+    return ours(mod, cls) and all(ours(mod, "%s.%s" % (cls, m)) for m in members)
+
+
 def status(module, name, present):
     for mre, nre, text in NOTES:
         if re.fullmatch(mre, module) and re.fullmatch(nre, name):
@@ -263,6 +283,7 @@ def main():
     for module, path in BUNDLED:
         for name, kind in python_entries(git_show(gitdir, rev, path) or ""):
             rows.append((module, name, kind))
+    rows.extend(C_EXT)
     print("| module | name | kind | status |")
     print("|---|---|---|---|")
     grouped = {}  # (module, class) -> members, for the modules listed one row per class
@@ -278,12 +299,14 @@ def main():
         print("| `%s` | `%s` | %s | %s |" % (module, name, kind, status(mod, name, present)))
     for (module, cls), (kind, members) in grouped.items():
         name = "`%s`" % cls + (" (%s)" % ", ".join("`%s`" % m for m in members) if members else "")
-        print("| `%s` | %s | %s | %s |" % (module, name, kind, status(module.split(" ")[0], cls, False)))
+        print("| `%s` | %s | %s | %s |" % (module, name, kind, status(module.split(" ")[0], cls,
+                                                                       collapsed_present(module, cls, members))))
     by_status = {}
     for module, name, kind in rows:
         mod = module.split(" ")[0]
         if re.match(COLLAPSE, mod):
-            st = status(mod, name.partition(".")[0], False)
+            cls = name.partition(".")[0]
+            st = status(mod, cls, collapsed_present(module, cls, grouped.get((module, cls), [None, []])[1]))
         else:
             st = status(mod, name, ours(mod, name))
         word = re.match(r"[a-z]+(/[a-z]+)?", st).group(0)

@@ -36,7 +36,8 @@ for what, path in (("package", mooncake.__file__), ("library", native.library_pa
 print("testing the wheel installed in", venv)
 PYEOF
 export MOONCAKE_BIN="$("$VENV/bin/python" -c 'import mooncake.cli as c; print(c.mooncake_binary())')"
-for c in mooncake mooncake_master mooncake_client mooncake_http_metadata_server transfer_engine_bench; do
+for c in mooncake mooncake_master mooncake_client mooncake_http_metadata_server transfer_engine_bench \
+         mc_store_rest_server transfer_engine_topology_dump; do
   [ -x "$VENV/bin/$c" ] || { echo "test-python: console script $c not installed" >&2; exit 1; }
 done
 export MC_LOG_LEVEL="${MC_LOG_LEVEL:-error}"  # expected failures in the tests would flood the log

@@ -84,6 +84,17 @@ _PROTOTYPES = {
     "mc_store_create_copy_task": (_c_i64, [_c_i64, _c_str, _c_i64, ctypes.POINTER(_c_str), _p_u64]),
     "mc_store_create_move_task": (_c_i64, [_c_i64, _c_str, _c_str, _c_str, _p_u64]),
     "mc_store_query_task": (_c_i64, [_c_i64, _c_u64, _c_u64, ctypes.POINTER(_c_ptr)]),
+    # engine RPC interface (_rpc) and fast copy (_fast_copy)
+    "mc_rpc_server_open": (_c_i64, [_c_str, _c_i64]),
+    "mc_rpc_server_port": (_c_i64, [_c_i64]),
+    "mc_rpc_server_close": (_c_i64, [_c_i64]),
+    "mc_rpc_recv": (_c_i64, [_c_i64, _c_i64, ctypes.POINTER(_c_ptr)]),
+    "mc_rpc_client_open": (_c_i64, [_c_i64, _c_i64]),
+    "mc_rpc_client_close": (_c_i64, [_c_i64]),
+    "mc_rpc_send": (_c_i64, [_c_i64, _c_str, _c_i64, _c_ptr, _c_u64]),
+    "mc_store_get_ranges": (_c_i64, [_c_i64, _c_str, _c_i64, _p_u64, ctypes.POINTER(_c_ptr), _p_u64]),
+    "mc_engine_segment": (_c_i64, [_c_i64, _c_str, ctypes.POINTER(_c_ptr)]),
+    "mc_gather_copy": (_c_i64, [_c_ptr, _c_u64, _c_i64, ctypes.POINTER(_c_ptr), _p_u64, _c_i64]),
 }
 
 _lock = threading.Lock()

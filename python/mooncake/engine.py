@@ -18,12 +18,16 @@ import logging
 import threading
 
 from . import _cuda, _native
+from ._shared_segment import SharedSegment  # noqa: F401 (Mooncake's engine.SharedSegment)
+from ._rpc import (CoroRPCInterface, ReceivedData, ReceivedTensor, RpcInterface, create_rpc_client,  # noqa: F401
+                   create_rpc_server)
 
 log = logging.getLogger("mooncake")
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "InnerTransferEngine", "Read", "Write",
            "SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_EFA", "SUPPORT_MNNVL", "SUPPORT_MUSA", "SUPPORT_INTRA_NVLINK",
-           "SUPPORT_CXL", "SharedSegment"]
+           "SUPPORT_CXL", "SharedSegment", "RpcInterface", "CoroRPCInterface", "ReceivedData", "ReceivedTensor",
+           "create_rpc_client", "create_rpc_server"]
 
 # Hardware transports this build has (Mooncake's module constants). CUDA:
 # True when the library found a usable GPU (see _cuda): device memory is then
@@ -79,19 +83,6 @@ class TransferNotify(object):
 
     def __repr__(self):
         return "TransferNotify(name=%r, msg=%r)" % (self.name, self.msg)
-
-
-class SharedSegment(object):
-    """Mooncake's GPU-shareable memory segment: not available in this build (``supported()`` is False)."""
-
-    @staticmethod
-    def supported():
-        return False
-
-    @staticmethod
-    def create(*args, **kwargs):
-        log.error("mooncake: SharedSegment.create: shared device segments are not supported by this build")
-        return None
 
 
 class InnerTransferEngine(object):

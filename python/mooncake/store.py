@@ -30,6 +30,7 @@ arguments left out (or ``None``) come from ``MOONCAKE_CONFIG_PATH`` or the
 
 import ctypes
 import logging
+import weakref
 
 from . import _tensor
 from ._store_base import (HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED,  # noqa: F401 (health_check values)
@@ -45,6 +46,7 @@ from ._store_types import (UUID, Descriptor, DiskDescriptor, MemoryDescriptor, O
                            QueryTaskResponse, ReadTarget, ReplicaDescriptor, ReplicaStatus, ReplicateConfig,
                            SoftPinAction, TaskStatus, TaskType, TensorParallelism)
 from ._tensor_api import TensorAPI
+from . import _numa
 
 log = logging.getLogger("mooncake")
 
@@ -54,7 +56,7 @@ __all__ = [
     "ReplicaDescriptor", "Descriptor", "ParallelAxis", "TensorParallelism", "ReadTarget", "UUID",
     "MooncakeHostMemAllocator", "MooncakeDistributedNoFRegister", "BufferPool", "BufferLease",
     "BufferLeaseView", "RegisteredBufferPool", "RegisteredBufferLease", "RegisteredBufferLeaseView",
-    "bind_to_numa_node", "get_alloc_func_addr", "get_free_func_addr",
+    "bind_to_numa_node", "get_alloc_func_addr", "get_free_func_addr", "EngramStore", "EngramStoreConfig",
 ]
 
 # Mooncake exports the values of these enums at module level too (export_values);
@@ -76,7 +78,12 @@ class MooncakeDistributedStore(SetupMixin, PutMixin, GetMixin, KeysMixin, Segmen
     """
 
     def _get_pyclient_capsule(self):
-        return None
+        """A PyCapsule named ``mooncake.PyClient.shared_ptr`` for this client (what Mooncake's
+        EngramStore and BufferPool take from a store wrapper); None before setup."""
+        if not self._h:
+            return None
+        _live_stores[self._h] = self
+        return _engram.make_capsule(self._h)
 
 
 def _serialize_tensor(tensor):
@@ -141,8 +148,10 @@ class MooncakeDistributedNoFRegister(object):
 
 
 def bind_to_numa_node(node):
-    """Mooncake binds the calling thread to a NUMA node; here it only warns (no libnuma)."""
-    log.warning("mooncake: bind_to_numa_node(%s): NUMA binding is not available; skipped", node)
+    """Binds the calling thread to the CPUs of NUMA node ``node`` and makes that node the
+    preferred one for its future allocations (non-strict), as Mooncake's does with libnuma; here
+    through ``sched_setaffinity`` and the ``set_mempolicy`` system call. Failures are warnings."""
+    _numa.bind(int(node))
 
 
 def get_alloc_func_addr():
@@ -156,7 +165,24 @@ def get_free_func_addr():
 
 
 def _get_pyclient_from_wrapper(wrapper):
-    return None
+    """The client capsule of a MooncakeDistributedStore (None before its setup)."""
+    return wrapper._get_pyclient_capsule()
+
+
+# handle -> store, for the capsules handed out (weak: a capsule does not keep a store alive)
+_live_stores = weakref.WeakValueDictionary()
+
+
+def _store_from_capsule(capsule):
+    h = _engram.capsule_handle(capsule)
+    if h is None:
+        return None
+    st = _live_stores.get(h)
+    return st if st is not None and st._h == h else None
+
+
+from ._engram import EngramStore, EngramStoreConfig  # noqa: E402
+from . import _engram  # noqa: E402
 
 
 from ._buffer_pool import (BufferLease, BufferLeaseView, BufferPool, RegisteredBufferLease,  # noqa: E402

@@ -221,3 +221,10 @@ def infer_structure(path: str, values: list, leaves: list, nodes: list, *, _dept
             infer_structure("%s[%d]" % (path, i), column, leaves, nodes, _depth=_depth + 1)
         return
     leaves.append(_InferredLeaf(path, list(values), _choose_leaf_codec(values)))
+
+
+# The data types and DataProto ref handles (plain data; the transfer of bundles is not here).
+from ._structured_types import *  # noqa: E402,F401,F403
+from ._structured_types import __all__ as _types_all  # noqa: E402
+
+__all__ = __all__ + list(_types_all)

@@ -82,7 +82,9 @@ class WheelTest(unittest.TestCase):
             "mooncake": "mooncake.cli:mooncake_main", "mooncake_master": "mooncake.cli:master_main",
             "mooncake_client": "mooncake.cli:client_main",
             "mooncake_http_metadata_server": "mooncake.cli:http_metadata_server_main",
-            "transfer_engine_bench": "mooncake.cli:transfer_engine_bench_main"})
+            "transfer_engine_bench": "mooncake.cli:transfer_engine_bench_main",
+            "mc_store_rest_server": "mooncake.mooncake_store_service:sync_main",
+            "transfer_engine_topology_dump": "mooncake.transfer_engine_topology_dump:main"})
         files = {str(f) for f in self.dist.files}
         self.assertIn("mooncake/_lib/libmooncake.so", files)
         self.assertIn("mooncake/_bin/mooncake", files)
