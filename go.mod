@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/ebitengine/purego v0.11.3
+	github.com/fxamacker/cbor/v2 v2.10.0
 	github.com/go-zeromq/zmq4 v0.17.0
 	github.com/google/btree v1.1.3
 	github.com/google/uuid v1.6.0
@@ -25,7 +26,10 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+require (
+	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/x448/float16 v0.8.4 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

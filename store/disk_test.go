@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -117,17 +116,21 @@ func TestDiskTier(t *testing.T) {
 		time.Sleep(40 * time.Millisecond)
 		return false
 	})
+	// Files are named by the first 16 bytes of the key's SHA-256 and the
+	// version.
+	sum := sha256.Sum256([]byte(gone))
+	goneFiles := filepath.Join(dir, hex.EncodeToString(sum[:16])+"-*.obj")
+	if fs, _ := filepath.Glob(goneFiles); len(fs) != 1 {
+		t.Fatalf("disk copy files of the key to remove: %v, want one", fs)
+	}
 	if err := cl.Remove(ctx, gone, false); err != nil {
 		t.Fatal(err)
 	}
 	delete(want, gone)
-	// The node learns the removal on a ping and deletes the copy (files are
-	// named by the first 16 bytes of the key's SHA-256).
-	sum := sha256.Sum256([]byte(gone))
-	goneFile := filepath.Join(dir, hex.EncodeToString(sum[:16])+".obj")
+	// The node learns the removal on a ping and deletes the copy.
 	waitfor.Cond(t, 10*time.Second, "the node to delete the removed key's disk copy", func() bool {
-		_, err := os.Stat(goneFile)
-		return errors.Is(err, os.ErrNotExist)
+		fs, err := filepath.Glob(goneFiles)
+		return err == nil && len(fs) == 0
 	})
 	waitfor.Cond(t, 10*time.Second, "offloads to settle", settled)
 

@@ -121,13 +121,10 @@ func (c *Client) zeroOwn(refs []*pb.HeaderRef) {
 		return
 	}
 	var done []*pb.HeaderRef
-	var offloaded []*pb.HeldObject
+	offloaded := c.offloadAll(refs) // copy to disk before the headers go
 	for _, r := range refs {
 		if r.Segment != c.segmentSpec.Name || r.Offset+objheader.Align > uint64(len(c.segment)) {
 			continue
-		}
-		if r.Offload && c.cfg.Disk != nil {
-			offloaded = append(offloaded, c.offload(r)...) // copy to disk before the header goes
 		}
 		objheader.Clear(c.segment[r.Offset:], r.Seq)
 		done = append(done, r)
@@ -183,7 +180,7 @@ func (c *Client) held() []*pb.HeldObject {
 	}
 	out := scanHeld(c.segment, c.segmentData(), c.segmentSpec.Name, scanPiece)
 	if c.cfg.Disk != nil {
-		out = append(out, diskToHeld(c.segmentSpec.Name, c.cfg.Disk.Held())...)
+		out = append(out, c.diskHeld(c.cfg.Disk.Held())...)
 	}
 	return out
 }

@@ -29,6 +29,15 @@ func (d *stallingDisk) Store(object []byte) (store.DiskObject, error) {
 	return d.Tier.Store(object)
 }
 
+func (d *stallingDisk) StoreBatch(objects [][]byte) ([]store.DiskObject, []error) {
+	select {
+	case d.entered <- struct{}{}:
+	default:
+	}
+	<-d.release
+	return d.Tier.StoreBatch(objects)
+}
+
 // TestDiskStallKeepsNodeAlive: a storage node whose disk write (the offload
 // of an evicted object) stalls for four client TTLs keeps pinging: the
 // master never drops it, its segment stays mounted and its objects

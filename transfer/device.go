@@ -80,9 +80,9 @@ func (e *Engine) laneMemory() interface {
 	Acquire(addr, n uint64) (registry.Span, error)
 } {
 	if e.devs == nil {
-		return e.reg
+		return sourceMemory{e}
 	}
-	return &deviceMemory{reg: e.reg, d: e.devs}
+	return &deviceMemory{reg: e.reg, d: e.devs, e: e}
 }
 
 // RegisterDevice registers length bytes of device memory at addr (a
@@ -244,6 +244,10 @@ func (j *deviceJob) direct(t *task, addr uintptr, n, ord int) (bool, error) {
 	if err != nil {
 		return true, err
 	}
+	if isSource(sp) { // a Source's range: staged through its reads
+		sp.Release()
+		return false, nil
+	}
 	defer sp.Release()
 	d := j.e.devs.dev
 	if raddr, _, rord, isDev := sp.Device(); isDev {
@@ -318,6 +322,7 @@ func (e *Engine) published() []registry.Buffer {
 type deviceMemory struct {
 	reg *registry.Registry
 	d   *devState
+	e   *Engine // for Sources' ranges (source.go)
 }
 
 var _ inproc.Stager = (*deviceMemory)(nil)
@@ -333,6 +338,9 @@ func (m *deviceMemory) AcquireRead(addr, n uint64) (registry.Span, error) {
 	daddr, _, ord, ok := sp.Device()
 	if !ok {
 		return sp, nil
+	}
+	if ord == sourceOrdinal {
+		return m.e.readSource(sp, addr, n)
 	}
 	buf, err := m.d.pinned.get(ord, int(n))
 	if err == nil {
@@ -357,6 +365,10 @@ func (m *deviceMemory) AcquireWrite(addr, n uint64) (registry.Span, func() error
 	daddr, _, ord, ok := sp.Device()
 	if !ok {
 		return sp, nil, nil
+	}
+	if ord == sourceOrdinal {
+		sp.Release()
+		return registry.Span{}, nil, registry.ErrDevice
 	}
 	buf, err := m.d.pinned.get(ord, int(n))
 	if err != nil {

@@ -64,6 +64,14 @@
 // (its handle is in the descriptor) and copied device to device; an
 // in-process peer's is copied directly (device.go, device_ipc.go).
 //
+// # Sources
+//
+// RegisterSource registers a range of addresses that is not memory,
+// served by a Source (a storage node's disk tier): peers READ it like
+// memory, on the same lanes, with the same bounds checks, and the lane
+// serving a slice asks the source for its bytes (source.go). WRITEs to
+// it are refused.
+//
 // # Discovery
 //
 // Config.Metadata "P2PHANDSHAKE" (default): OpenSegment("host:port") asks

@@ -110,6 +110,8 @@ type Engine struct {
 	link *rate.Limiter
 	// devs is the device support (Config.Device); nil without (device.go).
 	devs *devState
+	// sources are the registered ranges served by a Source (source.go), by buffer ID.
+	sources sync.Map
 }
 
 type segment struct {
@@ -290,12 +292,14 @@ func (e *Engine) Register(addr uintptr, length int, location string) error {
 // finish first (they end by their deadline at the latest); later ones are
 // rejected (ErrNotRegistered locally, ErrOutOfBounds at a peer).
 func (e *Engine) Unregister(addr uintptr) error {
-	if _, err := e.reg.Unregister(uint64(addr)); err != nil {
+	b, err := e.reg.Unregister(uint64(addr))
+	if err != nil {
 		if errors.Is(err, registry.ErrNotRegistered) {
 			return fmt.Errorf("transfer: %w: %w", ErrNotRegistered, err)
 		}
 		return fmt.Errorf("transfer: %w", err)
 	}
+	e.sources.Delete(b.ID)
 	e.republish()
 	return nil
 }

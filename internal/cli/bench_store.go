@@ -21,7 +21,9 @@ func newBenchStoreCmd() *cobra.Command {
 		servers, grants, opsFlag, device, cudaLib                 string
 		nodes, rounds                                             int
 		duration                                                  time.Duration
-		security                                                  bool
+		security, clientProcs, isWorker                           bool
+		hot                                                       benchHotCacheFlags
+		worker                                                    benchstore.WorkerConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "store",
@@ -37,6 +39,10 @@ limit. Last, it fills a fresh pool with mixed-size values until
 the first eviction and reports the segment utilisation reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if isWorker {
+				worker.Transport = transport
+				return benchstore.RunWorker(cmd.Context(), worker, cmd.InOrStdin(), cmd.OutOrStdout())
+			}
 			var sizes []int
 			for _, s := range strings.Split(sizesFlag, ",") {
 				n, err := parseSize(s)
@@ -53,6 +59,15 @@ the first eviction and reports the segment utilisation reached.`,
 				}
 				clients = append(clients, n)
 			}
+			if hot.on {
+				if !cmd.Flags().Changed("sizes") {
+					sizes = []int{4 << 10, 64 << 10, 1 << 20}
+				}
+				if !cmd.Flags().Changed("transport") {
+					transport = "tcp"
+				}
+				return runBenchStoreHotCache(cmd.Context(), cmd.OutOrStdout(), hot, sizes, clients, rounds, duration, transport)
+			}
 			if security {
 				res, err := benchstore.RunSecurity(cmd.Context(), benchstore.SecurityConfig{Sizes: sizes, Clients: clients,
 					Rounds: rounds, Duration: duration, Transport: transport})
@@ -68,7 +83,7 @@ the first eviction and reports the segment utilisation reached.`,
 			}
 			cfg := benchstore.Config{Sizes: sizes, Clients: clients, SegmentSize: seg,
 				Nodes: nodes, Duration: duration, Rounds: rounds, Redis: redisFlag, Transport: transport, Servers: servers, Grants: grants,
-				Device: device, CUDALib: cudaLib}
+				Device: device, CUDALib: cudaLib, ClientProcs: clientProcs}
 			if opsFlag != "" {
 				cfg.Ops = strings.Split(opsFlag, ",")
 			}
@@ -95,8 +110,17 @@ the first eviction and reports the segment utilisation reached.`,
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis; measured with redis-benchmark`)
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
 	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) and data-path grants (both pools' transfers on TCP) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts, over TCP (tls) and against the same-host socket (tls-vs-local) (on/off ratios, pools side by side in this process)")
-	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients always run in this process`)
+	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients run in this process unless --client-procs`)
 	f.StringVar(&opsFlag, "ops", "", "phases to run, comma-separated (put, batch-put, get, batch-get, get-into, exist; default all; put always runs)")
+	f.BoolVar(&clientProcs, "client-procs", false, `with --servers process or both: run each client of the separate-process cluster as a process of its own (one client per process, as one engine worker per process is deployed; rows "mooncake-cproc")`)
+	// The worker mode: one client process of --client-procs.
+	f.BoolVar(&isWorker, "client-worker", false, "run as a client process of --client-procs")
+	f.StringVar(&worker.Master, "master", "", "client worker: the master's address")
+	f.IntVar(&worker.MaxSize, "max-size", 0, "client worker: the largest value size")
+	for _, h := range []string{"client-worker", "master", "max-size"} {
+		_ = f.MarkHidden(h)
+	}
+	hot.register(f)
 	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed`)
 	return cmd
 }
@@ -136,25 +160,64 @@ func printBenchStore(out io.Writer, res *benchstore.Result) {
 		" exist rows check %d keys per call: one BatchExist, Redis pipelined EXISTS; GB/s of exist rows is not meaningful)\n", benchstore.BatchKeys, benchstore.ExistKeys)
 	fmt.Fprintln(out, "mooncake vs redis (GB/s ratio; p50 ratio, lower is better):")
 	for _, r := range results {
-		if r.System == benchstore.SystemRedis {
+		if r.System == benchstore.SystemRedis || r.System == benchstore.SystemRedisProcs {
 			continue
 		}
 		op := r.Op
 		if op == "get-into" {
 			op = "get"
 		}
-		p := res.Find(benchstore.SystemRedis, op, r.Size, r.Clients)
-		switch {
-		case p == nil || p.Ops == 0 || r.Ops == 0:
-		case op == "exist":
-			fmt.Fprintf(out, "  %s exist (%d keys per call) x%d: keys/s %.2fx, p50 %.2fx\n", r.System, benchstore.ExistKeys, r.Clients,
-				r.OpsPerSec()/p.OpsPerSec(), float64(r.P50)/float64(p.P50))
-		default:
-			fmt.Fprintf(out, "  %s %s %s x%d: GB/s %.2fx, p50 %.2fx\n", r.System, r.Op, formatSize(uint64(r.Size)), r.Clients,
-				r.GBps()/p.GBps(), float64(r.P50)/float64(p.P50))
+		peers := []string{benchstore.SystemRedis}
+		if r.System == benchstore.SystemClientProcs { // and Redis with its clients in as many processes
+			peers = append(peers, benchstore.SystemRedisProcs)
+		}
+		for _, peer := range peers {
+			p := res.Find(peer, op, r.Size, r.Clients)
+			vs := ""
+			if peer != benchstore.SystemRedis {
+				vs = " vs " + peer
+			}
+			switch {
+			case p == nil || p.Ops == 0 || r.Ops == 0:
+			case op == "exist":
+				fmt.Fprintf(out, "  %s exist (%d keys per call) x%d%s: keys/s %.2fx, p50 %.2fx\n", r.System, benchstore.ExistKeys, r.Clients, vs,
+					r.OpsPerSec()/p.OpsPerSec(), float64(r.P50)/float64(p.P50))
+			default:
+				fmt.Fprintf(out, "  %s %s %s x%d%s: GB/s %.2fx, p50 %.2fx\n", r.System, r.Op, formatSize(uint64(r.Size)), r.Clients, vs,
+					r.GBps()/p.GBps(), float64(r.P50)/float64(p.P50))
+			}
 		}
 	}
 	printGrantRatios(out, res)
+	printCPUPerKey(out, res)
+}
+
+// printCPUPerKey prints, for the rows that know all the CPU their phase
+// took (client and server processes: mooncake-cproc, and redis and
+// redis-cproc when the bench started redis-server), the CPU time per key,
+// and the ratios of mooncake-cproc's to Redis's.
+func printCPUPerKey(out io.Writer, res *benchstore.Result) {
+	header := false
+	for _, r := range res.Rows {
+		if r.ServerCPU == 0 || r.Ops == 0 || (r.System != benchstore.SystemClientProcs && r.System != benchstore.SystemRedis && r.System != benchstore.SystemRedisProcs) {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(out, "CPU time per key, all processes (clients + servers; lower is better):")
+			header = true
+		}
+		per := func(d time.Duration) time.Duration { return d / time.Duration(r.Ops) }
+		line := fmt.Sprintf("  %s %s %s x%d: %s (clients %s, servers %s)", r.System, r.Op, formatSize(uint64(r.Size)), r.Clients,
+			fmtDur(per(r.CPU+r.ServerCPU)), fmtDur(per(r.CPU)), fmtDur(per(r.ServerCPU)))
+		if r.System == benchstore.SystemClientProcs {
+			for _, peer := range []string{benchstore.SystemRedis, benchstore.SystemRedisProcs} {
+				if p := res.Find(peer, r.Op, r.Size, r.Clients); p != nil && p.Ops > 0 && p.ServerCPU > 0 {
+					line += fmt.Sprintf(", %.2fx %s's", float64(r.CPU+r.ServerCPU)/float64(r.Ops)/(float64(p.CPU+p.ServerCPU)/float64(p.Ops)), peer)
+				}
+			}
+		}
+		fmt.Fprintln(out, line)
+	}
 }
 
 // printGrantRatios prints grants on vs off (ops/s ratio) for every phase

@@ -15,8 +15,8 @@ import (
 // newBenchStoreDurableCmd measures what durable metadata costs and what it
 // buys: put throughput with --durable-metadata on vs off (two pools in this
 // process, rounds alternated, median), and the time a restarted master takes
-// to learn a pool's objects back from the nodes, and gets from the disk
-// tier against the disk's own sequential read (internal/bench/store).
+// to learn a pool's objects back from the nodes (internal/bench/store; the
+// disk tier: store-disk).
 func newBenchStoreDurableCmd() *cobra.Command {
 	var (
 		sizesFlag, clientsFlag, transport string
@@ -74,9 +74,4 @@ func printBenchStoreDurable(out io.Writer, res *benchstore.DurableResult, rounds
 	}
 	fmt.Fprintf(out, "master restart: %d of %d objects (2 x %s segments scanned) back in %v (nodes ping every 50ms)\n",
 		res.RestoreGot, res.RestoreWant, formatSize(res.SegmentSize), res.RestoreTook.Round(time.Millisecond))
-	fmt.Fprintf(out, "disk tier: %d x 1 MiB objects offloaded (page cache warm), %d rounds x %v, median\n", res.DiskObjects, rounds, d)
-	fmt.Fprintf(out, "%-8s %-16s %-18s %-8s\n", "clients", "get from disk", "disk seq. read", "ratio")
-	for _, r := range res.Disk {
-		fmt.Fprintf(out, "%-8d %-16s %-18s %-8.2f\n", r.Clients, fmt.Sprintf("%.3f GB/s", r.GetGBps), fmt.Sprintf("%.3f GB/s", r.SeqGBps), r.GetGBps/r.SeqGBps)
-	}
 }

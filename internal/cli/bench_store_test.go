@@ -87,3 +87,53 @@ func TestBenchStoreSeparateProcesses(t *testing.T) {
 		t.Fatal("--servers elsewhere accepted")
 	}
 }
+
+// TestBenchStoreClientProcesses runs the bench with --client-procs: each
+// client its own process of the real binary (rows "mooncake-cproc"), and,
+// where Redis is installed, Redis by as many redis-benchmark processes
+// (rows "redis-cproc"), with ratios and CPU per key against both.
+func TestBenchStoreClientProcesses(t *testing.T) {
+	bin := buildBinary(t)
+	redis := "off"
+	_, e1 := exec.LookPath("redis-server")
+	_, e2 := exec.LookPath("redis-benchmark")
+	if e1 == nil && e2 == nil {
+		redis = "auto"
+	}
+	var out bytes.Buffer
+	err := runBenchStore(t.Context(), &out, benchstore.Config{Sizes: []int{4096}, Clients: []int{2},
+		SegmentSize: 8 << 20, Nodes: 1, Duration: 30 * time.Millisecond, Rounds: 1, Redis: redis, Transport: "auto",
+		Servers: benchstore.ServersProcess, ClientProcs: true, Binary: bin, Ops: []string{"put", "get"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	rows := map[string]bool{}
+	for _, line := range strings.Split(text, "\n") {
+		if f := strings.Fields(line); len(f) >= 10 && f[len(f)-1] == "0" { // errors column
+			rows[f[0]+" "+f[1]] = true
+		}
+	}
+	want := []string{"mooncake-cproc put", "mooncake-cproc get"}
+	if redis == "auto" {
+		want = append(want, "redis put", "redis-cproc put", "redis-cproc get")
+		for _, line := range []string{"mooncake-cproc get 4.0 KiB x2 vs redis-cproc: GB/s", "x redis's", "x redis-cproc's"} {
+			if !strings.Contains(text, line) {
+				t.Fatalf("bench output lacks %q:\n%s", line, text)
+			}
+		}
+	} else {
+		t.Log("redis-server or redis-benchmark not installed: the mooncake rows only")
+	}
+	for _, w := range want {
+		if !rows[w] {
+			t.Fatalf("bench output lacks an error-free %q row:\n%s", w, text)
+		}
+	}
+	if strings.Contains(text, "first error") {
+		t.Fatalf("bench reported errors:\n%s", text)
+	}
+	if err := (benchstore.Config{Sizes: []int{1}, Clients: []int{1}, SegmentSize: 1, Nodes: 1, Duration: 1, Rounds: 1, ClientProcs: true}).Validate(); err == nil {
+		t.Fatal("--client-procs accepted without separate-process servers")
+	}
+}

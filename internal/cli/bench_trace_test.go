@@ -13,7 +13,8 @@ import (
 )
 
 // sixLineTrace: the same six requests as tracesim's hand-worked test
-// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8, TailFirst 8).
+// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8, TailFirst 8,
+// Retention 8).
 var sixLineTrace = func() string {
 	b, err := os.ReadFile("../bench/trace/testdata/six_requests.jsonl")
 	if err != nil {
@@ -48,12 +49,13 @@ func TestBenchTraceJSON(t *testing.T) {
 		}
 		rows = append(rows, r)
 	}
-	if len(rows) != 1+4*3+4+2 {
+	// trace, 5 policies x 3 capacities, Belady x 3, 4 routers + 2 events-fed.
+	if len(rows) != 1+5*3+3+4+2 {
 		t.Fatalf("%d rows: %v", len(rows), rows)
 	}
 	// The events-fed routers reach their bookkeeping twins' hit rates.
 	for i, name := range []string{"cache-aware", "conductor"} {
-		own, ev := rows[13+2+i], rows[17+i]
+		own, ev := rows[19+2+i], rows[23+i]
 		if own["router"] != name || ev["router"] != name+" (kv events)" || own["hit_rate"] != ev["hit_rate"] {
 			t.Fatalf("%s: %v vs %v", name, own, ev)
 		}
@@ -64,8 +66,8 @@ func TestBenchTraceJSON(t *testing.T) {
 		t.Fatalf("trace row %v", tr)
 	}
 	wantHits := map[string]float64{"LRU/0": 9, "LFU/0": 9, "LengthAware/0": 9, "LRU/4": 6, "LFU/4": 7, "LengthAware/4": 8,
-		"TailFirst/0": 9, "TailFirst/4": 8}
-	for _, r := range rows[1:13] {
+		"TailFirst/0": 9, "TailFirst/4": 8, "Retention/0": 9, "Retention/4": 8}
+	for _, r := range rows[1:16] {
 		if r["kind"] != "cache" {
 			t.Fatalf("row %v", r)
 		}
@@ -79,7 +81,7 @@ func TestBenchTraceJSON(t *testing.T) {
 		if r["capacity"].(float64) == 0 {
 			paper, hasPaper := r["paper_arxiv_hit_rate"].(float64)
 			if r["unlimited"] != true || r["ratio_to_ideal"].(float64) != 1 || r["ratio_to_lru"].(float64) != 1 ||
-				(r["policy"] != "TailFirst") != (hasPaper && paper == 0.51) {
+				(r["policy"] != "TailFirst" && r["policy"] != "Retention") != (hasPaper && paper == 0.51) {
 				t.Errorf("unlimited row %v", r)
 			}
 		}
@@ -89,9 +91,30 @@ func TestBenchTraceJSON(t *testing.T) {
 			}
 		}
 	}
+	// Belady per capacity: the ideal when unlimited, at or above every
+	// policy; every policy row carries it and its share of the gap.
+	opt := map[float64]float64{}
+	for _, r := range rows[16:19] {
+		if r["kind"] != "optimum" || r["policy"] != "Belady" {
+			t.Fatalf("row %v", r)
+		}
+		opt[r["capacity"].(float64)] = r["hits"].(float64)
+	}
+	if opt[0] != 9 || opt[4] < 8 {
+		t.Fatalf("optimum hits %v", opt)
+	}
+	for _, r := range rows[1:16] {
+		if r["hits"].(float64) > opt[r["capacity"].(float64)] || r["optimum_hit_rate"].(float64)*16 != opt[r["capacity"].(float64)] {
+			t.Errorf("row %v above or without the optimum %v", r, opt)
+		}
+		if r["policy"] == "LRU" && r["share_of_gap"].(float64) != 0 {
+			t.Errorf("LRU's share of the gap %v", r["share_of_gap"])
+		}
+	}
 	routers := map[string]bool{}
-	for _, r := range rows[13:] {
-		if r["kind"] != "route" || r["requests"].(float64) != 6 || r["slo_fraction"].(float64) != 1 || r["instances"].(float64) != 2 {
+	for _, r := range rows[19:] {
+		if r["kind"] != "route" || r["requests"].(float64) != 6 || r["slo_fraction"].(float64) != 1 || r["instances"].(float64) != 2 ||
+			r["instance_policy"] != "LRU" {
 			t.Errorf("route row %v", r)
 		}
 		routers[r["router"].(string)] = true
@@ -110,9 +133,26 @@ func TestBenchTraceText(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{"3 requests, 7 blocks", "ideal hit ratio (unlimited pool, computed directly): 0.2857",
-		"LengthAware  Inf", "TailFirst    Inf", "vs LRU", "conductor", "early rejection on"} {
+		"LengthAware       Inf", "Retention         Inf", "Belady (offline)  Inf", "vs LRU", "of gap", "conductor", "early rejection on"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// TestBenchTraceSyntheticAgent: --synthetic agent replays a generated
+// tool-agent trace (its first 300 requests here) with Retention in the
+// routing instances.
+func TestBenchTraceSyntheticAgent(t *testing.T) {
+	var out bytes.Buffer
+	code, err := Run(context.Background(), []string{"bench", "trace", "--synthetic", "agent", "--limit", "300", "--capacities", "200",
+		"--instance-policy", "retention", "--capacity", "500"}, &out, io.Discard)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d: %v", code, err)
+	}
+	for _, want := range []string{"synthetic agent trace (seed 1): 300 requests", "Retention         200", "Retention 500 blocks each"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 }
@@ -131,6 +171,9 @@ func TestBenchTraceErrors(t *testing.T) {
 		{[]string{"--trace", good, "--bandwidth", "0"}, "bandwidth"},
 		{[]string{"--trace", good, "--limit", "-1"}, "--limit"},
 		{[]string{"--trace", writeTrace(t, "\n")}, "no requests"},
+		{[]string{"--trace", good, "--instance-policy", "belady"}, "--instance-policy"},
+		{[]string{"--synthetic", "chat"}, "--synthetic"},
+		{[]string{"--synthetic", "agent", "--trace", good}, "exclude"},
 	} {
 		code, err := Run(context.Background(), append([]string{"bench", "trace"}, tc.args...), io.Discard, io.Discard)
 		if code == 0 || err == nil || !strings.Contains(err.Error(), tc.want) {

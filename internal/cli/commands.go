@@ -27,6 +27,7 @@ var benchCommands = []func() *cobra.Command{
 	newBenchServeCmd,        // reference engine
 	newBenchStoreCmd,        // store vs redis
 	newBenchStoreDurableCmd, // store durable metadata on vs off, disk tier
+	newBenchStoreDiskCmd,    // disk tier against its disk
 	newBenchMasterCmd,       // master at pool scale, real processes, vs redis
 	newBenchTransferCmd,     // transfer engine
 	newBenchPDCmd,           // P/D disaggregation

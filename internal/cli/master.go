@@ -131,7 +131,7 @@ GOMEMLIMIT in the environment applies too.`,
 	f.DurationVar(&cfg.Core.PutReleaseTimeout, "put-release-timeout", d.Core.PutReleaseTimeout, "the space of an unfinished put is released after this")
 	f.Float64Var(&cfg.Core.HighWatermark, "eviction-high-watermark", d.Core.HighWatermark, "evict when used/capacity passes this ratio")
 	f.Float64Var(&cfg.Core.EvictionRatio, "eviction-ratio", d.Core.EvictionRatio, "fraction of capacity one eviction frees")
-	f.StringVar(&evictPolicy, "eviction-policy", string(d.Core.EvictionPolicy), "order of eviction: lru, or tail-first (KV block chains of the store connector from their tails, then LRU)")
+	f.StringVar(&evictPolicy, "eviction-policy", string(d.Core.EvictionPolicy), "order of eviction: lru, tail-first (KV block chains of the store connector from their tails, then LRU) or retention (as tail-first in the store)")
 	f.BoolVar(&cfg.Core.Durable, "durable-metadata", true, "objects survive a master restart or failover: nodes re-report the objects their memory holds when they remount (false: a new master starts empty, as Mooncake's)")
 	f.DurationVar(&cfg.TickInterval, "tick", 10*time.Millisecond, "period of liveness, timeout and eviction checks")
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")

@@ -79,7 +79,7 @@ the exact bodies.`,
 	tw := proxy.DefaultTierWeights()
 	f.Float64Var(&cfg.Tiers.Host, "tier-weight-host", tw.Host, "kvcache-aware: worth of a host-cached block relative to a device one (indexer tiers)")
 	f.Float64Var(&cfg.Tiers.Disk, "tier-weight-disk", tw.Disk, "kvcache-aware: worth of a disk-cached block relative to a device one (indexer tiers)")
-	f.StringVar(&cfg.Tokenizer, "tokenizer", proxy.TokenizerByteLevel, "how prompts become token ids for KV events and the indexer: byte-level (ours), engine (POST /tokenize to a prefill instance) or the path of the model's tokenizer.json")
+	f.StringVar(&cfg.Tokenizer, "tokenizer", proxy.TokenizerByteLevel, "how prompts become token ids for KV events and the indexer: byte-level (ours), engine (POST /tokenize to a prefill instance) or the path of the model's tokenizer.json or SentencePiece tokenizer.model")
 	f.StringVar(&cfg.Indexer.URL, "indexer-url", "", "route prefill on a remote KV cache indexer speaking Mooncake's Indexer API (mooncake conductor); a prefill spec's id=NAME is its instance_id there")
 	f.StringVar(&cfg.Indexer.Model, "indexer-model", "", "model name of indexer queries (default: the request's model)")
 	f.IntVar(&cfg.Indexer.BlockSize, "indexer-block-size", 0, "the engines' block size in tokens for indexer queries (default 16)")

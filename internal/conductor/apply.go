@@ -97,7 +97,50 @@ func (x *Index) stored(s *stream, e kvevents.BlockStored) {
 		id.BlockSize = e.BlockSize
 	}
 	in := storedIn{id: id, medium: e.Medium, hashes: e.BlockHashes, parent: e.ParentBlockHash, tokens: e.TokenIDs}
+	if len(e.ExtraKeys) == len(e.BlockHashes) {
+		// vLLM's extra keys: the strings are identity (the LoRA name,
+		// and a request's cache salt in its first block, which puts the
+		// chain in that salt's context); the rest name content.
+		if e.ParentBlockHash == nil {
+			if salt := kvevents.RequestSalt(e.ExtraKeys[0], e.LoraName); salt != "" {
+				in.id.Salt = salt
+			}
+		} else if c := x.parentCtx(s, in.id, hashKey(*e.ParentBlockHash)); c != nil {
+			in.id = c.id // the chain's context, salted by its first block
+		}
+		for i, keys := range e.ExtraKeys {
+			if b := kvevents.ContentKeys(keys); b != nil {
+				if in.content == nil {
+					in.content = make([][]byte, len(e.ExtraKeys))
+				}
+				in.content[i] = b
+			}
+		}
+	}
 	x.store(s, in)
+}
+
+// parentCtx is the context of id but for its salt in which s holds the
+// block it published as k (nil: none).
+func (x *Index) parentCtx(s *stream, id Identity, k uint64) *ctx {
+	id = id.norm()
+	if c := x.ctxs[id]; c != nil {
+		if h := s.in[c]; h != nil {
+			if _, ok := lookup(c, h, k); ok {
+				return c
+			}
+		}
+	}
+	for c, h := range s.in {
+		ci := c.id
+		if ci.Tenant != id.Tenant || ci.Model != id.Model || ci.Lora != id.Lora || ci.BlockSize != id.BlockSize || ci.Salt == id.Salt {
+			continue
+		}
+		if _, ok := lookup(c, h, k); ok {
+			return c
+		}
+	}
+	return nil
 }
 
 func (x *Index) removed(s *stream, e kvevents.BlockRemoved) {
@@ -156,8 +199,9 @@ type storedIn struct {
 	hashes   []kvevents.Hash
 	parent   *kvevents.Hash
 	tokens   []int
-	standard bool // hashes are standard sequence hashes
-	root     bool // the first block is at depth 0 (parent ignored)
+	content  [][]byte // per block, content keys folded into its hash (nil: none)
+	standard bool     // hashes are standard sequence hashes
+	root     bool     // the first block is at depth 0 (parent ignored)
 }
 
 func (x *Index) store(s *stream, in storedIn) {
@@ -198,8 +242,14 @@ func (x *Index) store(s *stream, in storedIn) {
 			toks[i] = uint32(v)
 		}
 		for i := range in.hashes {
-			parent = x.h.Next(parent, hasParent, toks[i*bs:(i+1)*bs])
-			hasParent = true
+			l := x.h.Local(toks[i*bs : (i+1)*bs])
+			if in.content != nil {
+				l = x.h.Fold(l, in.content[i])
+			}
+			if hasParent {
+				l = x.h.Roll(parent, l)
+			}
+			parent, hasParent = l, true
 			seqs[i] = parent
 		}
 	case in.standard:

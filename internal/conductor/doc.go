@@ -33,6 +33,14 @@
 // by their sequence hash cost one table entry; engine-named ones also an
 // alias and a memo entry.
 //
+// vLLM's extra keys (kvevents.VLLMExtraKeys: the LoRA name, multimodal
+// inputs, a request's cache salt) name blocks as they do in vLLM: the
+// strings are identity (the LoRA name is the context's adapter; a cache
+// salt in a chain's first block puts the chain in that salt's context,
+// and the chain's later events follow their parent there), the rest is
+// content, folded into the block's local hash (Hasher.Fold). A query's
+// multimodal inputs (Query.MM) give its blocks the same keys.
+//
 // # Tiers and matching
 //
 // Tiers are G1 device, G2 host, G3 disk (ParseMedium reads every engine's
@@ -43,7 +51,8 @@
 // <= DISK); LongestMatched is DISK. An instance reports the best of its
 // ranks per tier, DP per rank, and Ranks per rank and tier. The walk stops
 // as soon as no candidate can extend its prefix, and hashes blocks only up
-// to there.
+// to there (a chunk at most past it: blocks are hashed, then their table
+// entries loaded, a chunk at a time, so that the loads overlap).
 //
 // # Capacity and counters
 //

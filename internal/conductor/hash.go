@@ -63,6 +63,19 @@ func (h Hasher) Next(parent uint64, hasParent bool, tokens []uint32) uint64 {
 	return h.Roll(parent, l)
 }
 
+// Fold is the local hash of a block whose content keys (kvevents.
+// ContentKeys: multimodal inputs, prompt embeddings) are content:
+// XXH3(le64(local) || content, Seed). Blocks without content keys keep
+// their token hash.
+func (h Hasher) Fold(local uint64, content []byte) uint64 {
+	if len(content) == 0 {
+		return local
+	}
+	b := make([]byte, 8, 8+len(content))
+	binary.LittleEndian.PutUint64(b, local)
+	return xxh3.HashSeed(append(b, content...), h.Seed)
+}
+
 // SeqHashes returns the sequence hashes of the complete blocks of tokens
 // (a trailing partial block is not hashed).
 func (h Hasher) SeqHashes(tokens []uint32, blockSize int) []uint64 {

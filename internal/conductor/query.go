@@ -3,9 +3,12 @@ package conductor
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvcache-go/mooncake/internal/kvevents"
 )
 
 // Query asks which instances hold a prompt's prefix.
@@ -17,6 +20,9 @@ type Query struct {
 	Tokens []uint32
 	// SeqHashes are the prompt's rolling sequence hashes (QueryHashes).
 	SeqHashes []uint64
+	// MM places the prompt's multimodal inputs (Query): the blocks they
+	// overlap are named with them as vLLM names its blocks.
+	MM []kvevents.MMFeature
 }
 
 // TierMatch is a matched prefix in tokens, cumulative over tiers: GPU is
@@ -46,6 +52,7 @@ type Result map[string]map[string]InstanceMatch
 type candidate struct {
 	instance string
 	rank     int
+	s        *stream
 	slot     int // -1: holds nothing in the context
 }
 
@@ -60,11 +67,14 @@ func (x *Index) Query(q Query) (Result, error) {
 		return nil, fmt.Errorf("%w: block_size must be greater than zero", ErrInvalid)
 	}
 	n := len(q.Tokens) / q.BlockSize
-	bs := q.BlockSize
-	h := x.h
-	return x.match(q, n, func(i int, prev uint64) uint64 {
-		return h.Next(prev, i > 0, q.Tokens[i*bs:(i+1)*bs])
-	})
+	src := &seqSource{h: x.h, tokens: q.Tokens, bs: q.BlockSize}
+	if len(q.MM) > 0 {
+		src.content = make([][]byte, n)
+		for i, keys := range kvevents.VLLMExtraKeys(kvevents.VLLMRequest{MM: q.MM}, q.BlockSize, n) {
+			src.content[i] = kvevents.ContentKeys(keys)
+		}
+	}
+	return x.match(q, n, src)
 }
 
 // QueryHashes is Query with the prompt's sequence hashes given.
@@ -72,10 +82,43 @@ func (x *Index) QueryHashes(q Query) (Result, error) {
 	if q.BlockSize <= 0 {
 		return nil, fmt.Errorf("%w: block_size must be greater than zero", ErrInvalid)
 	}
-	return x.match(q, len(q.SeqHashes), func(i int, _ uint64) uint64 { return q.SeqHashes[i] })
+	return x.match(q, len(q.SeqHashes), &seqSource{seqs: q.SeqHashes})
 }
 
-func (x *Index) match(q Query, n int, seqAt func(i int, prev uint64) uint64) (Result, error) {
+// seqSource gives a query's sequence hashes: computed from its tokens, or
+// given.
+type seqSource struct {
+	h      Hasher
+	tokens []uint32
+	bs     int
+	seqs   []uint64
+	// content are blocks' content keys (nil: none)
+	content [][]byte
+}
+
+// fill sets dst to the sequence hashes of blocks i, i+1, ... (len(dst) of
+// them); prev is block i-1's.
+func (s *seqSource) fill(i int, dst []uint64, prev uint64) {
+	if s.tokens == nil {
+		copy(dst, s.seqs[i:])
+		return
+	}
+	bs := s.bs
+	for j := range dst {
+		k := i + j
+		l := s.h.Local(s.tokens[k*bs : (k+1)*bs])
+		if s.content != nil {
+			l = s.h.Fold(l, s.content[k])
+		}
+		if k > 0 {
+			l = s.h.Roll(prev, l)
+		}
+		prev = l
+		dst[j] = l
+	}
+}
+
+func (x *Index) match(q Query, n int, src *seqSource) (Result, error) {
 	if q.Model == "" {
 		return nil, fmt.Errorf("%w: model is required", ErrInvalid)
 	}
@@ -93,8 +136,7 @@ func (x *Index) match(q Query, n int, seqAt func(i int, prev uint64) uint64) (Re
 		if c == nil {
 			continue
 		}
-		s := x.streams[StreamKey{Instance: cands[i].instance, Tenant: id.Tenant, DPRank: cands[i].rank}]
-		if hd := s.in[c]; hd != nil {
+		if hd := cands[i].s.in[c]; hd != nil {
 			cands[i].slot = int(hd.slot)
 			track |= 1 << hd.slot
 		}
@@ -114,13 +156,13 @@ func (x *Index) match(q Query, n int, seqAt func(i int, prev uint64) uint64) (Re
 	}
 	var lens [numTiers][MaxOwners]int32 // blocks matched per slot, per tier (cumulative)
 	if track != 0 {
-		walk(c, track, n, seqAt, &lens)
+		walk(c, track, n, src, &lens)
 	}
 	out := make(map[string]InstanceMatch, len(cands))
 	for _, cd := range cands {
 		m, ok := out[cd.instance]
 		if !ok {
-			m = InstanceMatch{DP: map[string]int{}, Ranks: map[string]TierMatch{}}
+			m = InstanceMatch{DP: make(map[string]int, 1), Ranks: make(map[string]TierMatch, 1)}
 		}
 		var tm TierMatch
 		if cd.slot >= 0 {
@@ -142,46 +184,70 @@ func (x *Index) match(q Query, n int, seqAt func(i int, prev uint64) uint64) (Re
 // host phase (the same block checked on its host tier or a shared pool's),
 // then to the disk phase, then out. lens records, per tier, the blocks
 // matched when the slot left that tier's phase (cumulative).
-func walk(c *ctx, track uint64, n int, seqAt func(i int, prev uint64) uint64, lens *[numTiers][MaxOwners]int32) {
+//
+// Blocks go in chunks: a chunk's hashes are computed, then its table
+// slots found in one loop of independent loads (their cache and TLB
+// misses overlap), then its masks walked in place. Chunks start small, so that a
+// short match hashes little past its end, and double up to walkChunk.
+func walk(c *ctx, track uint64, n int, src *seqSource, lens *[numTiers][MaxOwners]int32) {
 	dev, host, disk := track, uint64(0), uint64(0)
 	shared := c.shared
 	var seq uint64
-	// Hashes are computed a chunk ahead of the lookups, so that the
-	// table's cache misses of one chunk overlap.
-	var chunk [32]uint64
-	i := 0
-	for i < n && dev|host|disk != 0 {
-		m := min(len(chunk), n-i)
-		for j := 0; j < m; j++ {
-			seq = seqAt(i+j, seq)
-			chunk[j] = seq
-		}
-		for j := 0; j < m && dev|host|disk != 0; j, i = j+1, i+1 {
-			e, _ := c.blocks.Get(chunk[j]) // zero masks when absent
-			H, K := e[TierHost], e[TierDisk]
-			if H&shared != 0 {
-				H = ^uint64(0)
+	var chunk [walkChunk]uint64
+	var at [walkChunk]int32
+	var none masks
+	i, size := 0, walkChunk/8
+	for i < n {
+		m := min(size, n-i)
+		size = min(2*size, walkChunk)
+		src.fill(i, chunk[:m], seq)
+		seq = chunk[m-1]
+		slotsOf(&c.blocks, chunk[:m], at[:m])
+		slots := c.blocks.slots
+		for j, a := range at[:m] {
+			e := &none
+			if a >= 0 {
+				e = &slots[a].val
+			} else if a == atZero {
+				e = &c.blocks.zero
 			}
-			if K&shared != 0 {
-				K = ^uint64(0)
+			D, H, K := e[TierDevice], e[TierHost], e[TierDisk]
+			if (H|K)&shared != 0 {
+				if H&shared != 0 {
+					H = ^uint64(0)
+				}
+				if K&shared != 0 {
+					K = ^uint64(0)
+				}
 			}
-			devFall := dev &^ e[TierDevice]
-			dev &= e[TierDevice]
-			record(devFall, i, &lens[TierDevice])
+			if dev&^D|host&^H|disk&^K == 0 {
+				continue // every slot stays in its phase
+			}
+			at := i + j
+			devFall := dev &^ D
+			dev &= D
+			record(devFall, at, &lens[TierDevice])
 			hc := host | devFall
 			hostFall := hc &^ H
 			host = hc & H
-			record(hostFall, i, &lens[TierHost])
+			record(hostFall, at, &lens[TierHost])
 			dc := disk | hostFall
 			out := dc &^ K
 			disk = dc & K
-			record(out, i, &lens[TierDisk])
+			record(out, at, &lens[TierDisk])
+			if dev|host|disk == 0 {
+				return
+			}
 		}
+		i += m
 	}
-	record(dev, i, &lens[TierDevice])
-	record(dev|host, i, &lens[TierHost])
-	record(dev|host|disk, i, &lens[TierDisk])
+	record(dev, n, &lens[TierDevice])
+	record(dev|host, n, &lens[TierHost])
+	record(dev|host|disk, n, &lens[TierDisk])
 }
+
+// walkChunk is the most blocks walk hashes and loads at once.
+const walkChunk = 64
 
 func record(set uint64, i int, to *[MaxOwners]int32) {
 	for set != 0 {
@@ -195,11 +261,10 @@ func record(set uint64, i int, to *[MaxOwners]int32) {
 // publishers registered for its tenant and model with its block size.
 // (x.mu held.)
 func (x *Index) candidates(id Identity, instance string) ([]candidate, error) {
-	var out []candidate
-	sizes := map[int]bool{}
+	out := make([]candidate, 0, 8)
 	modelKnown, instKnown := false, false
 	for _, s := range x.streams {
-		r := s.reg
+		r := &s.reg
 		if r.Kind.shared() || r.Tenant != id.Tenant || r.Model != id.Model {
 			continue
 		}
@@ -208,29 +273,41 @@ func (x *Index) candidates(id Identity, instance string) ([]candidate, error) {
 			continue
 		}
 		instKnown = true
-		sizes[r.BlockSize] = true
 		if r.BlockSize == id.BlockSize {
-			out = append(out, candidate{instance: r.Instance, rank: r.DPRank})
+			out = append(out, candidate{instance: r.Instance, rank: r.DPRank, s: s})
 		}
 	}
 	if instance != "" && !instKnown {
 		return nil, fmt.Errorf("%w: %q is not registered for tenant %q and model %q", ErrUnknownInstance, instance, id.Tenant, id.Model)
 	}
 	if modelKnown && len(out) == 0 {
-		var l []string
-		for s := range sizes {
-			l = append(l, strconv.Itoa(s))
-		}
-		sort.Strings(l)
-		return nil, fmt.Errorf("%w: %d asked, registered: %s", ErrBlockSize, id.BlockSize, strings.Join(l, ", "))
+		return nil, fmt.Errorf("%w: %d asked, registered: %s", ErrBlockSize, id.BlockSize, x.blockSizes(id, instance))
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].instance != out[j].instance {
-			return out[i].instance < out[j].instance
+	slices.SortFunc(out, func(a, b candidate) int {
+		if c := strings.Compare(a.instance, b.instance); c != 0 {
+			return c
 		}
-		return out[i].rank < out[j].rank
+		return a.rank - b.rank
 	})
 	return out, nil
+}
+
+// blockSizes lists the block sizes the model's instances registered
+// (x.mu held).
+func (x *Index) blockSizes(id Identity, instance string) string {
+	sizes := map[int]bool{}
+	for _, s := range x.streams {
+		r := s.reg
+		if !r.Kind.shared() && r.Tenant == id.Tenant && r.Model == id.Model && (instance == "" || r.Instance == instance) {
+			sizes[r.BlockSize] = true
+		}
+	}
+	var l []string
+	for s := range sizes {
+		l = append(l, strconv.Itoa(s))
+	}
+	sort.Strings(l)
+	return strings.Join(l, ", ")
 }
 
 // ContextView describes one context in GlobalView.

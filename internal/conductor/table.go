@@ -28,26 +28,122 @@ func (t *table[V]) Len() int {
 	return t.n
 }
 
-func (t *table[V]) home(k uint64) int { return int((k * fib) >> t.shift) }
+// home is k's first slot: an even one (see index).
+func (t *table[V]) home(k uint64) int { return int((k*fib)>>t.shift) &^ 1 }
 
 // Get returns the value of k.
 func (t *table[V]) Get(k uint64) (V, bool) {
 	if k == 0 {
 		return t.zero, t.hasZero
 	}
-	if t.n == 0 {
-		var z V
-		return z, false
+	if j := t.index(k); j >= 0 {
+		return t.slots[j].val, true
 	}
-	mask := len(t.slots) - 1
-	for i := t.home(k); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.key == k {
-			return s.val, true
+	var z V
+	return z, false
+}
+
+// slotsOf sets at[i] to the slot of keys[i] in the block table: -1 when
+// absent, atZero for key 0 (held outside the slots). Written for the
+// concrete type and in two passes: the first finds each key in its home
+// pair with no call and no branch on the keys (a generic method's body is
+// compiled once per memory shape and calls index through a dictionary,
+// and a call in the loop makes every value spill around it); the second
+// follows the run of the rarer key that is past its pair. The caller
+// reads the values in place: copying them out (24 bytes) and reading them
+// back stalls on store forwarding, which costs more than the lookup.
+func slotsOf(t *table[masks], keys []uint64, at []int32) {
+	at = at[:len(keys)]
+	slots := t.slots
+	if len(slots) == 0 || t.n == 0 {
+		for i, k := range keys {
+			at[i] = -1
+			if k == 0 && t.hasZero {
+				at[i] = atZero
+			}
 		}
-		if s.key == 0 {
-			var z V
-			return z, false
+		return
+	}
+	mask := len(slots) - 1
+	shift := t.shift & 63
+	slow := false
+	for i, k := range keys {
+		h := int((k*fib)>>shift) &^ 1
+		j0, j1 := h&mask, (h+1)&mask
+		k0, k1 := slots[j0].key, slots[j1].key
+		a := int32(atRun) // not in the pair, and the run goes on
+		if min(k0, k1) == 0 {
+			a = -1 // an empty slot ends the run: absent
+		}
+		if k0 == k {
+			a = int32(j0)
+		}
+		if k1 == k {
+			a = int32(j1)
+		}
+		at[i] = a
+		slow = slow || a == atRun || k == 0
+	}
+	if !slow {
+		return
+	}
+	for i, k := range keys {
+		switch {
+		case k == 0:
+			at[i] = -1
+			if t.hasZero {
+				at[i] = atZero
+			}
+		case at[i] == atRun:
+			h := int((k*fib)>>shift) &^ 1
+			at[i] = -1
+			for j := (h + 2) & mask; slots[j].key != 0; j = (j + 1) & mask {
+				if slots[j].key == k {
+					at[i] = int32(j)
+					break
+				}
+			}
+		}
+	}
+}
+
+// slotsOf's marks besides slot numbers.
+const (
+	atZero = -2 // key 0: the table's zero entry
+	atRun  = -3 // (internal) look further
+)
+
+// index is k's slot, -1 when absent (or k is 0). Keys' homes are even
+// slots and a slot pair shares a cache line, so the pair is compared
+// without a branch on each slot: how far a key sits from its home varies
+// from key to key, and a probe loop's exit branch mispredicted once per
+// lookup costs more than the lookup's memory access when it hits the
+// cache. Runs longer than the pair take the probe loop.
+func (t *table[V]) index(k uint64) int {
+	if t.n == 0 || k == 0 {
+		return -1
+	}
+	slots := t.slots
+	mask := len(slots) - 1
+	j0 := t.home(k)
+	j1 := (j0 + 1) & mask
+	k0, k1 := slots[j0].key, slots[j1].key
+	at := -1
+	if k0 == k {
+		at = j0
+	}
+	if k1 == k {
+		at = j1
+	}
+	if at >= 0 || min(k0, k1) == 0 {
+		return at // found, or an empty slot ends the run before it
+	}
+	for j := (j1 + 1) & mask; ; j = (j + 1) & mask {
+		switch slots[j].key {
+		case k:
+			return j
+		case 0:
+			return -1
 		}
 	}
 }
@@ -61,19 +157,10 @@ func (t *table[V]) Find(k uint64) *V {
 		}
 		return nil
 	}
-	if t.n == 0 {
-		return nil
+	if j := t.index(k); j >= 0 {
+		return &t.slots[j].val
 	}
-	mask := len(t.slots) - 1
-	for i := t.home(k); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.key == k {
-			return &s.val
-		}
-		if s.key == 0 {
-			return nil
-		}
-	}
+	return nil
 }
 
 // Ptr returns a pointer to k's value, inserting the zero value when k is

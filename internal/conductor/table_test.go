@@ -45,3 +45,53 @@ func TestTableAgainstMap(t *testing.T) {
 		}
 	}
 }
+
+// slotsOf finds what Get finds, in a block table with crowded runs (keys
+// past their home pair), key 0, and absent keys.
+func TestSlotsOfAgainstGet(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	var tb table[masks]
+	var keys []uint64
+	for i := 0; i < 5000; i++ {
+		k := rng.Uint64()
+		if i%5 == 0 {
+			k = uint64(i) * 0x100000001 // crowd some homes
+		}
+		p, _ := tb.Ptr(k)
+		p[TierDevice] = k | 1
+		keys = append(keys, k)
+	}
+	zp, _ := tb.Ptr(0)
+	zp[TierHost] = 7
+	for round := 0; round < 2; round++ {
+		probe := append([]uint64{0}, keys...)
+		for i := 0; i < 500; i++ {
+			probe = append(probe, rng.Uint64()) // absent
+		}
+		for start := 0; start < len(probe); start += walkChunk {
+			chunk := probe[start:min(start+walkChunk, len(probe))]
+			var at [walkChunk]int32
+			slotsOf(&tb, chunk, at[:len(chunk)])
+			for i, k := range chunk {
+				want, ok := tb.Get(k)
+				var got masks
+				switch a := at[i]; {
+				case a >= 0:
+					got = tb.slots[a].val
+					if tb.slots[a].key != k {
+						t.Fatalf("key %x: slot %d holds %x", k, a, tb.slots[a].key)
+					}
+				case a == atZero:
+					got = tb.zero
+				}
+				if got != want || (at[i] != -1) != ok {
+					t.Fatalf("key %x: slotsOf %d (%v), Get %v %v", k, at[i], got, want, ok)
+				}
+			}
+		}
+		tb.Delete(0) // and without key 0
+		for _, k := range keys[:1000] {
+			tb.Delete(k)
+		}
+	}
+}

@@ -8,13 +8,18 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
+
+	"github.com/google/btree"
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	"github.com/kvcache-go/mooncake/store"
@@ -27,6 +32,7 @@ type Config struct {
 	URL            string // base URL its reads are served at ("http://host:port"), for store.DiskTier
 	OffloadOnEvict bool   // ask the master to offload memory evictions here
 	PromotionOnHit bool   // ask readers to put values read from here back into memory
+	Buffered       bool   // no direct I/O (O_DIRECT): reads and writes go through the page cache
 }
 
 // Tier is a disk tier (Mooncake's root_fs_dir): one file per object under
@@ -45,20 +51,54 @@ type Tier struct {
 	promotionOnHit bool
 	lock           *os.File // the directory's lock file, held until Close
 
+	direct atomic.Bool // direct I/O (io.go); off where the file system refuses it
+	bufs   bufPool
+	fds    fdCache // read descriptors (fdcache.go)
+
 	mu      sync.Mutex
 	index   map[string]*diskEntry
+	byAddr  *btree.BTreeG[*diskEntry] // the entries by address (ReadAt)
+	next    uint64                    // the next entry's address
 	used    uint64
 	tick    uint64
 	dropped []store.DiskObject
 	reads   uint64 // served reads
+
+	writeBytes, readBytes atomic.Uint64
+	writeNanos, readNanos atomic.Int64
+	writeWall             atomic.Int64 // wall time of Store and StoreBatch calls
+	readCalls, aheadHits  atomic.Uint64
+	tmpSeq                atomic.Uint64
+
+	raSlice uint64 // the engine's slice size, as last seen (under mu)
+	raMu    sync.Mutex
+	ra      map[raKey]*raChunk // slices read ahead (readahead.go)
+	raBytes uint64
+	raSwept time.Time
+	raWG    sync.WaitGroup // reads ahead in flight (Close waits)
 }
 
 type diskEntry struct {
 	hdr   objheader.Header
 	file  string
-	bytes uint64
+	bytes uint64 // file bytes
 	used  uint64 // LRU tick
+	addr  uint64 // where peers read its value (Region)
+	// readAt is when a slice of it was last read (read-ahead's stream test).
+	readAt time.Time
 }
+
+// The tier's address range (Region): values are laid out in it one after
+// the other, each at a block boundary with a block of gap, from a random
+// start chosen at Open, so an address a reader learned before the tier
+// was reopened names nothing now (or fails its checksum), and never
+// memory: processes map nothing above 2^62.
+const (
+	regionBase = 1 << 62
+	regionLen  = 1 << 61
+)
+
+func (e *diskEntry) end() uint64 { return e.addr + e.hdr.Size }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -85,25 +125,39 @@ func Open(cfg Config) (*Tier, error) {
 		return nil, err
 	}
 	d := &Tier{dir: cfg.Dir, capacity: cfg.Capacity, url: cfg.URL, offloadOnEvict: cfg.OffloadOnEvict,
-		promotionOnHit: cfg.PromotionOnHit, lock: lock, index: map[string]*diskEntry{}}
+		promotionOnHit: cfg.PromotionOnHit, lock: lock, index: map[string]*diskEntry{},
+		byAddr: btree.NewG(16, func(a, b *diskEntry) bool { return a.addr < b.addr }), ra: map[raKey]*raChunk{},
+		next: regionBase + rand.Uint64N(regionLen/2)&^(blockSize-1)}
+	d.direct.Store(!cfg.Buffered)
+	if tmps, err := filepath.Glob(filepath.Join(cfg.Dir, "*.tmp")); err == nil { // writes cut short by a crash
+		for _, f := range tmps {
+			os.Remove(f)
+		}
+	}
 	names, err := filepath.Glob(filepath.Join(cfg.Dir, "*.obj"))
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
+	d.mu.Lock()
 	for _, f := range names {
 		b, err := os.ReadFile(f)
 		h, herr := objheader.Decode(b)
-		if err != nil || herr != nil || objheader.Len(h.Key)+h.Size != uint64(len(b)) ||
-			crc32.Checksum(b[objheader.Len(h.Key):], castagnoli) != h.CRC || f != d.file(h.Key) {
+		off := dataOffset(objheader.Len(h.Key))
+		if err != nil || herr != nil || off+h.Size != uint64(len(b)) ||
+			crc32.Checksum(b[off:], castagnoli) != h.CRC || f != d.file(h.Key, h.Seq) {
 			os.Remove(f)
 			continue
 		}
-		d.tick++
-		d.index[h.Key] = &diskEntry{hdr: h, file: f, bytes: uint64(len(b)), used: d.tick}
-		d.used += uint64(len(b))
+		if old := d.index[h.Key]; old != nil { // two versions (a crash between write and delete): keep the newer
+			if old.hdr.Seq > h.Seq {
+				os.Remove(f)
+				continue
+			}
+			d.dropLocked(old)
+		}
+		d.addLocked(h, f, uint64(len(b)), 0)
 	}
-	d.mu.Lock()
 	d.evictLocked("")
 	d.mu.Unlock()
 	return d, nil
@@ -124,8 +178,10 @@ func lockDir(dir string) (*os.File, error) {
 }
 
 // Close releases the directory (the files stay: a tier reopened on it
-// indexes them again).
+// indexes them again), once the reads started ahead have ended.
 func (d *Tier) Close() error {
+	d.raWG.Wait()
+	d.fds.close()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lock == nil {
@@ -139,54 +195,133 @@ func (d *Tier) Close() error {
 // Capacity is the most bytes the tier keeps.
 func (d *Tier) Capacity() uint64 { return d.capacity }
 
-func (d *Tier) file(key string) string {
+// file is the name of version seq of key: a newer version is a new file,
+// so a read of the old one never sees the new one's bytes.
+func (d *Tier) file(key string, seq uint64) string {
 	sum := sha256.Sum256([]byte(key))
-	return filepath.Join(d.dir, hex.EncodeToString(sum[:16])+".obj")
+	return filepath.Join(d.dir, hex.EncodeToString(sum[:16])+"-"+strconv.FormatUint(seq, 16)+".obj")
+}
+
+// addLocked indexes a file and gives its value an address.
+func (d *Tier) addLocked(h objheader.Header, file string, bytes, addr uint64) *diskEntry {
+	d.tick++
+	if addr == 0 {
+		addr = d.reserveLocked(h.Size)
+	}
+	e := &diskEntry{hdr: h, file: file, bytes: bytes, used: d.tick, addr: addr}
+	d.index[h.Key] = e
+	d.byAddr.ReplaceOrInsert(e)
+	d.used += bytes
+	return e
+}
+
+// reserveLocked takes the address range of a value of size bytes: the
+// next one, a block of gap after the last (so a read never spans two).
+func (d *Tier) reserveLocked(size uint64) uint64 {
+	a := d.next
+	d.next += alignUp(size) + blockSize
+	return a
+}
+
+// dropLocked forgets an entry and removes its file.
+func (d *Tier) dropLocked(e *diskEntry) {
+	d.fds.drop(e.file)
+	os.Remove(e.file)
+	if d.index[e.hdr.Key] == e {
+		delete(d.index, e.hdr.Key)
+	}
+	d.byAddr.Delete(e)
+	d.used -= e.bytes
 }
 
 func (d *Tier) URL() string          { return d.url }
 func (d *Tier) OffloadOnEvict() bool { return d.offloadOnEvict }
 func (d *Tier) PromotionOnHit() bool { return d.promotionOnHit }
 
-// Store writes an object (header and value) to its file, replacing an
-// older copy of the key, then drops least recently used copies beyond the
-// capacity.
+// Store writes an object (header and value, as laid out in segment
+// memory) to its file, replacing an older copy of the key, then drops
+// least recently used copies beyond the capacity.
 func (d *Tier) Store(object []byte) (store.DiskObject, error) {
+	obs, errs := d.StoreBatch([][]byte{object})
+	return obs[0], errs[0]
+}
+
+// StoreBatch stores objects as Store does, writing up to ioParallel files
+// at once, and returns each one's result.
+func (d *Tier) StoreBatch(objects [][]byte) ([]store.DiskObject, []error) {
+	obs, errs := make([]store.DiskObject, len(objects)), make([]error, len(objects))
+	start := time.Now()
+	defer func() { d.writeWall.Add(int64(time.Since(start))) }()
+	// The values get addresses in the batch's order (the order the master
+	// evicted them), so values offloaded together are read ahead together.
+	addrs := make([]uint64, len(objects))
+	d.mu.Lock()
+	for i, o := range objects {
+		if h, err := objheader.Decode(o); err == nil {
+			addrs[i] = d.reserveLocked(h.Size)
+		}
+	}
+	d.mu.Unlock()
+	sem := make(chan struct{}, ioParallel)
+	var wg sync.WaitGroup
+	for i, o := range objects {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			obs[i], errs[i] = d.store(o, addrs[i])
+		})
+	}
+	wg.Wait()
+	return obs, errs
+}
+
+func (d *Tier) store(object []byte, addr uint64) (store.DiskObject, error) {
 	h, err := objheader.Decode(object)
 	if err != nil || objheader.Len(h.Key)+h.Size != uint64(len(object)) {
 		return store.DiskObject{}, fmt.Errorf("disktier: not an object: %v", err)
 	}
-	if crc32.Checksum(object[objheader.Len(h.Key):], castagnoli) != h.CRC {
+	hl := objheader.Len(h.Key)
+	if crc32.Checksum(object[hl:], castagnoli) != h.CRC {
 		return store.DiskObject{}, fmt.Errorf("disktier: %q does not match its CRC32C", h.Key)
 	}
-	if uint64(len(object)) > d.capacity {
-		return store.DiskObject{}, fmt.Errorf("%w: %q of %d bytes exceeds %d", ErrFull, h.Key, len(object), d.capacity)
+	bytes := dataOffset(hl) + h.Size
+	if bytes > d.capacity {
+		return store.DiskObject{}, fmt.Errorf("%w: %q of %d bytes exceeds %d", ErrFull, h.Key, bytes, d.capacity)
 	}
 	d.mu.Lock()
-	if e := d.index[h.Key]; e != nil && e.hdr.Seq > h.Seq {
+	if e := d.index[h.Key]; e != nil && e.hdr.Seq >= h.Seq {
 		d.mu.Unlock()
+		if e.hdr.Seq == h.Seq {
+			return d.diskObject(e), nil
+		}
 		return store.DiskObject{}, fmt.Errorf("disktier holds a newer %q", h.Key)
 	}
 	d.mu.Unlock()
-	f := d.file(h.Key)
-	tmp := f + ".tmp"
-	if err := os.WriteFile(tmp, object, 0o644); err != nil {
+	f := d.file(h.Key, h.Seq)
+	tmp := f + "." + strconv.FormatUint(d.tmpSeq.Add(1), 10) + ".tmp" // two writers of one version never share a file
+	start := time.Now()
+	if err := d.writeFile(tmp, object[:hl], object[hl:]); err != nil {
+		os.Remove(tmp)
 		return store.DiskObject{}, fmt.Errorf("disktier: %w", err)
 	}
 	if err := os.Rename(tmp, f); err != nil {
 		os.Remove(tmp)
 		return store.DiskObject{}, fmt.Errorf("disktier: %w", err)
 	}
+	d.writeNanos.Add(int64(time.Since(start)))
+	d.writeBytes.Add(bytes)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e := d.index[h.Key]; e != nil {
-		d.used -= e.bytes
+		if e.hdr.Seq > h.Seq { // a newer version was stored meanwhile
+			os.Remove(f)
+			return store.DiskObject{}, fmt.Errorf("disktier holds a newer %q", h.Key)
+		}
+		d.dropLocked(e)
 	}
-	d.tick++
-	d.index[h.Key] = &diskEntry{hdr: h, file: f, bytes: uint64(len(object)), used: d.tick}
-	d.used += uint64(len(object))
+	e := d.addLocked(h, f, bytes, addr)
 	d.evictLocked(h.Key)
-	return diskObject(h), nil
+	return d.diskObject(e), nil
 }
 
 // evictLocked drops least recently used copies (never keep) until the tier
@@ -206,10 +341,8 @@ func (d *Tier) evictLocked(keep string) {
 		if d.used <= d.capacity {
 			break
 		}
-		os.Remove(e.file)
-		delete(d.index, e.hdr.Key)
-		d.used -= e.bytes
-		d.dropped = append(d.dropped, diskObject(e.hdr))
+		d.dropLocked(e)
+		d.dropped = append(d.dropped, d.diskObject(e))
 	}
 }
 
@@ -221,9 +354,7 @@ func (d *Tier) Delete(key string, seq uint64) {
 	if e == nil || e.hdr.Seq > seq {
 		return
 	}
-	os.Remove(e.file)
-	delete(d.index, key)
-	d.used -= e.bytes
+	d.dropLocked(e)
 }
 
 // Held lists the copies on disk.
@@ -232,7 +363,7 @@ func (d *Tier) Held() []store.DiskObject {
 	defer d.mu.Unlock()
 	out := make([]store.DiskObject, 0, len(d.index))
 	for _, e := range d.index {
-		out = append(out, diskObject(e.hdr))
+		out = append(out, d.diskObject(e))
 	}
 	return out
 }
@@ -255,7 +386,8 @@ func (d *Tier) Usage() (used uint64, objects int, reads uint64) {
 
 // Handler serves GET /disk/object?key=K&seq=S: the value of that version
 // (a file whose header does not match is removed and reported as missing;
-// the reader checks the value's CRC32C).
+// the reader checks the value's CRC32C). Readers with a transfer engine
+// read through it instead (ReadAt); this serves the others.
 func (d *Tier) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /disk/object", func(w http.ResponseWriter, r *http.Request) {
@@ -284,23 +416,103 @@ func (d *Tier) Handler() http.Handler {
 		hb := make([]byte, hl)
 		_, err = io.ReadFull(f, hb)
 		h, herr := objheader.Decode(hb)
-		if fi, serr := f.Stat(); err != nil || herr != nil || serr != nil || h.Seq != e.hdr.Seq || uint64(fi.Size()) != hl+h.Size {
+		off := dataOffset(hl)
+		if fi, serr := f.Stat(); err != nil || herr != nil || serr != nil || h.Seq != e.hdr.Seq || uint64(fi.Size()) != off+h.Size {
 			d.Delete(key, e.hdr.Seq)
 			http.Error(w, "disk copy lost or corrupt", http.StatusNotFound)
+			return
+		}
+		if _, err := f.Seek(int64(off), io.SeekStart); err != nil {
+			http.Error(w, "disk copy unreadable", http.StatusInternalServerError)
 			return
 		}
 		// The value goes out straight from the file (sendfile); its CRC32C
 		// is checked by the reader, end to end, against the master's.
 		w.Header().Set("Content-Length", strconv.FormatUint(h.Size, 10))
 		w.Header().Set("Content-Type", "application/octet-stream")
-		_, _ = io.Copy(w, f)
+		_, _ = io.CopyN(w, f, int64(h.Size))
 	})
 	return mux
 }
 
+// Region is the address range the tier's values are read at through a
+// transfer engine (store.DiskSource): register it as a transfer.Source.
+func (d *Tier) Region() (addr, length uint64) { return regionBase, regionLen }
+
+// ErrNoObject: ReadAt of a range that is not inside one value the tier
+// holds (dropped, deleted, or an address from before a reopen).
+var ErrNoObject = errors.New("disktier: no object at that address")
+
+// ReadAt returns n bytes of the value whose address range holds [addr,
+// addr+n), read from its file (direct I/O where the file system takes it),
+// in a pooled buffer that release gives back. It implements
+// transfer.Source: a transfer engine's lanes call it for peers' READs of
+// Region, one call per slice. The reader checks the value's CRC32C.
+func (d *Tier) ReadAt(addr, n uint64) ([]byte, func(), error) {
+	var e *diskEntry
+	now := time.Now()
+	d.mu.Lock()
+	d.byAddr.DescendLessOrEqual(&diskEntry{addr: addr}, func(x *diskEntry) bool { e = x; return false })
+	if e == nil || n == 0 || addr+n < addr || addr+n > e.end() {
+		d.mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: %#x+%d", ErrNoObject, addr, n)
+	}
+	if addr == e.addr {
+		d.tick++
+		e.used = d.tick
+		d.reads++
+	}
+	e.readAt = now
+	file, off := e.file, dataOffset(objheader.Len(e.hdr.Key))+(addr-e.addr)
+	plan := d.aheadPlanLocked(e, addr, n, now)
+	d.mu.Unlock()
+	d.readAhead(plan, now)
+	d.readCalls.Add(1)
+	if c := d.takeAhead(addr, n); c != nil && c.err == nil {
+		d.aheadHits.Add(1)
+		d.readBytes.Add(n)
+		return c.b, func() { d.bufs.put(c.buf) }, nil
+	}
+	b, buf, err := d.readRange(file, off, n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("disktier: %w", err)
+	}
+	d.readNanos.Add(int64(time.Since(now)))
+	d.readBytes.Add(n)
+	return b, func() { d.bufs.put(buf) }, nil
+}
+
+// IOStats is what the tier's file I/O moved and the time its calls took
+// (summed over parallel calls): bytes written by Store and read by ReadAt;
+// WriteWall is the wall time of the Store and StoreBatch calls (the
+// offload write rate is WriteBytes / WriteWall).
+type IOStats struct {
+	WriteBytes, ReadBytes uint64
+	Write, Read           time.Duration
+	WriteWall             time.Duration
+	Direct                bool // direct I/O in use
+	// ReadCalls counts ReadAt calls (transfer slices served), AheadHits
+	// those served by a read started ahead (readahead.go).
+	ReadCalls, AheadHits uint64
+}
+
+// IOStats returns the tier's I/O counters.
+func (d *Tier) IOStats() IOStats {
+	return IOStats{WriteBytes: d.writeBytes.Load(), ReadBytes: d.readBytes.Load(),
+		Write: time.Duration(d.writeNanos.Load()), Read: time.Duration(d.readNanos.Load()),
+		WriteWall: time.Duration(d.writeWall.Load()), Direct: d.direct.Load(), ReadCalls: d.readCalls.Load(), AheadHits: d.aheadHits.Load()}
+}
+
 var _ store.DiskTier = (*Tier)(nil)
 
-// diskObject is the store's view of an object's header.
-func diskObject(h objheader.Header) store.DiskObject {
-	return store.DiskObject{Key: h.Key, Seq: h.Seq, Size: h.Size, CRC: h.CRC, HardPin: h.HardPin, SoftPin: h.SoftPin, SoftPinTTL: h.SoftPinTTL}
+var (
+	_ store.DiskSource     = (*Tier)(nil)
+	_ store.DiskBatchStore = (*Tier)(nil)
+)
+
+// diskObject is the store's view of an entry.
+func (d *Tier) diskObject(e *diskEntry) store.DiskObject {
+	h := e.hdr
+	return store.DiskObject{Key: h.Key, Seq: h.Seq, Size: h.Size, CRC: h.CRC, HardPin: h.HardPin, SoftPin: h.SoftPin,
+		SoftPinTTL: h.SoftPinTTL, Addr: e.addr}
 }

@@ -27,7 +27,8 @@ func object(key string, seq uint64, n int) []byte {
 // versions, drops a corrupted file when reopened, and keeps the rest.
 func TestDiskTierCapacityChecksumsReopen(t *testing.T) {
 	dir := t.TempDir()
-	d, err := Open(Config{Dir: dir, Capacity: 3 * (4096 + 64), OffloadOnEvict: true, PromotionOnHit: true})
+	d, err := Open(Config{Dir: dir, Capacity: 3 * (4096 + 4096), // three files: the header block and the value
+		OffloadOnEvict: true, PromotionOnHit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestDiskTierCapacityChecksumsReopen(t *testing.T) {
 		t.Fatalf("held %d, want c and d", got)
 	}
 	// Corrupt d's file: reopening drops it and keeps c.
-	f := d.file("d")
+	f := d.file("d", 4)
 	b, _ := os.ReadFile(f)
 	b[len(b)-1] ^= 1
 	os.WriteFile(f, b, 0o644)

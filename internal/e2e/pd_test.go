@@ -13,7 +13,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak))
+	var ignore []goleak.Option // the zmq library's own (kvevents.ZMQLeakFuncs)
+	for _, f := range kvevents.ZMQLeakFuncs() {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
+	}
+	goleak.VerifyTestMain(m, ignore...)
 }
 
 // prompts of several lengths (the byte tokenizer: one token per byte), some

@@ -63,7 +63,8 @@ type Config struct {
 	// DisablePrefixCaching turns off local prefix reuse.
 	DisablePrefixCaching bool
 	// Eviction orders the eviction of cached free KV blocks:
-	// evict.KindLRU (default) or evict.KindTailFirst (package internal/evict).
+	// evict.KindLRU (default), evict.KindTailFirst or evict.KindRetention
+	// (package internal/evict).
 	Eviction evict.Kind
 	// Allocator allocates the per-layer KV regions (Go heap).
 	Allocator kvcache.Allocator

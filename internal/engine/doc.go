@@ -48,7 +48,7 @@
 // weights fingerprint; not the TP size):
 // two engines may exchange blocks only if their Compat.Hash() are equal.
 // Cached blocks no request holds are reused in Config.Eviction order
-// (internal/evict: "lru", the default, or "tail-first").
+// (internal/evict: "lru", the default, "tail-first" or "retention").
 //
 // # Connector contract
 //

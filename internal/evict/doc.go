@@ -1,8 +1,9 @@
 // Package evict is the eviction-order core shared by the KV cache
-// simulations (internal/tracesim) and the engine's block pool
-// (internal/kvcache): a Policy holds the evictable items and names the next
-// victim. It is pure: no clock, no goroutine, no I/O, not safe for
-// concurrent use (its owner serialises calls).
+// simulations (internal/tracesim), the engine's block pool
+// (internal/kvcache) and the store master (internal/master): a Policy
+// holds the evictable items and names the next victim. It is pure: no
+// clock, no goroutine, no I/O, not safe for concurrent use (its owner
+// serialises calls).
 //
 // Items are KV blocks of prompt chains: block i of a prompt is only useful
 // while blocks 0..i-1 of the same prompt are cached too (a prefix hit stops
@@ -20,7 +21,18 @@
 //     before its head, so the pool does not keep a block whose parent it
 //     already evicted (that block could never be hit). On the conversation
 //     trace it is at or above LRU at every capacity (docs/cache-policy.md).
+//   - Retention keeps a block longer the more often it, or the chain it
+//     ends, has come back: a group that extends an earlier group's chain
+//     (recognised by Meta.Hash, the content identity) takes that group's
+//     turn plus one; an item's level is the larger of its group's turn and
+//     its own comebacks while cached (capped at 3); it may stay (level+1)
+//     pool sizes of insertions (the pool size: the largest Len, or
+//     SetCapacity), partial tails none, and the item due first leaves
+//     first. Without identities it orders as TailFirst without the
+//     partial-first rule. Above LRU and TailFirst at every capacity on the
+//     conversation trace (docs/cache-policy.md).
 //
 // New picks a policy by name (Kind); one behaviour suite
-// (TestPolicyBehaviour) runs against both.
+// (TestPolicyBehaviour) runs against all of them, and BenchmarkPolicy
+// measures eviction decisions per second and heap bytes per tracked item.
 package evict

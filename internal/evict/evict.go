@@ -21,6 +21,10 @@ type Meta struct {
 	// (the next turn of a conversation) has a different block there and
 	// only the very same prompt can reuse it. TailFirst evicts these first.
 	Partial bool
+	// Hash is the item's content identity (0: unknown), the same for the
+	// same prefix block in every request. Retention recognises with it a
+	// group that extends an earlier one; the other policies ignore it.
+	Hash uint64
 }
 
 // Policy orders evictable items. Add makes an item evictable (re-adding
@@ -40,20 +44,21 @@ type Kind string
 const (
 	KindLRU       Kind = "lru"
 	KindTailFirst Kind = "tail-first"
+	KindRetention Kind = "retention"
 )
 
 // Kinds lists every policy.
-var Kinds = []Kind{KindLRU, KindTailFirst}
+var Kinds = []Kind{KindLRU, KindTailFirst, KindRetention}
 
 // ParseKind checks a policy name ("" is LRU).
 func ParseKind(s string) (Kind, error) {
 	switch Kind(s) {
 	case "", KindLRU:
 		return KindLRU, nil
-	case KindTailFirst:
-		return KindTailFirst, nil
+	case KindTailFirst, KindRetention:
+		return Kind(s), nil
 	}
-	return "", fmt.Errorf("%w %q (want %q or %q)", ErrUnknown, s, KindLRU, KindTailFirst)
+	return "", fmt.Errorf("%w %q (want %q, %q or %q)", ErrUnknown, s, KindLRU, KindTailFirst, KindRetention)
 }
 
 // New returns an empty policy of kind k ("" is LRU).
@@ -62,8 +67,11 @@ func New[K comparable](k Kind) (Policy[K], error) {
 	if err != nil {
 		return nil, err
 	}
-	if k == KindTailFirst {
+	switch k {
+	case KindTailFirst:
 		return NewTailFirst[K](), nil
+	case KindRetention:
+		return NewRetention[K](), nil
 	}
 	return NewLRU[K](), nil
 }

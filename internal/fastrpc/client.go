@@ -45,6 +45,7 @@ type result struct {
 // straight from the netpoller, with no hand-off between goroutines.
 type Client struct {
 	conn net.Conn
+	io   io.ReadWriter // conn's reads and writes (newRawIO)
 	lead chan struct{} // holds the read token while no caller reads
 	rd   frameReader   // read side; only the token's holder touches it
 
@@ -97,12 +98,8 @@ var ErrUnauthenticated = errors.New("fastrpc: unauthenticated")
 func DialWith(ctx context.Context, addr string, o DialOptions) (*Client, error) {
 	var d net.Dialer
 	if runtime.GOOS == "linux" && o.TLS == nil {
-		if conn, err := d.DialContext(ctx, "unix", LocalName(addr)); err == nil {
-			if c, err := handshake(ctx, conn, addr, o.Credential); err == nil {
-				return c, nil
-			} else if errors.Is(err, ErrUnauthenticated) {
-				return nil, err
-			}
+		if c, err := dialLocal(ctx, addr, o.Credential); err == nil || errors.Is(err, ErrUnauthenticated) {
+			return c, err
 		}
 	}
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -125,33 +122,57 @@ func DialWith(ctx context.Context, addr string, o DialOptions) (*Client, error) 
 		}
 		conn = tc
 	}
-	return handshake(ctx, conn, addr, o.Credential)
+	return handshake(ctx, conn, addr, o.Credential, true)
 }
 
-// handshake exchanges the preface on conn, and the credential frame when
-// there is one; conn is closed when it fails.
-func handshake(ctx context.Context, conn net.Conn, addr string, cred []byte) (*Client, error) {
+// dialLocal connects to the server's same-host socket, over pipes when the
+// server takes them (PrefacePipes), over the socket itself otherwise.
+func dialLocal(ctx context.Context, addr string, cred []byte) (*Client, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", LocalName(addr))
+	if err != nil {
+		return nil, err
+	}
+	if pc, err := dialPipes(ctx, conn.(*net.UnixConn)); err == nil {
+		return handshake(ctx, pc, addr, cred, false)
+	}
+	// A server that does not take pipes closed that connection.
+	if conn, err = d.DialContext(ctx, "unix", LocalName(addr)); err != nil {
+		return nil, err
+	}
+	return handshake(ctx, conn, addr, cred, true)
+}
+
+// handshake exchanges the preface on conn (unless it was, for pipes), and
+// the credential frame when there is one; conn is closed when it fails.
+func handshake(ctx context.Context, conn net.Conn, addr string, cred []byte, preface bool) (*Client, error) {
 	// The server answers the preface with its own: a server that speaks
 	// only gRPC closes the connection instead.
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
 	defer func() { _ = conn.SetDeadline(time.Time{}) }()
-	echo := make([]byte, len(Preface))
-	out := []byte(Preface)
+	var out []byte
+	if preface {
+		out = []byte(Preface)
+	}
 	if cred != nil {
 		out = appendFrame(out, MethodHello, 0, cred)
 	}
-	if _, err := conn.Write(out); err == nil {
-		_, err = io.ReadFull(conn, echo)
+	if preface || cred != nil {
+		echo := make([]byte, len(Preface))
+		_, err := conn.Write(out)
+		if err == nil && preface {
+			_, err = io.ReadFull(conn, echo)
+		}
+		if err != nil || preface && string(echo) != Preface {
+			_ = conn.Close()
+			return nil, fmt.Errorf("fastrpc: dial %s: no fastrpc server (answered %q): %v", addr, echo, err)
+		}
 	}
-	if string(echo) != Preface {
-		_ = conn.Close()
-		return nil, fmt.Errorf("fastrpc: dial %s: no fastrpc server (answered %q)", addr, echo)
-	}
-	c := &Client{conn: conn, lead: make(chan struct{}, 1), pending: map[uint64]chan result{}}
+	c := &Client{conn: conn, io: newRawIO(conn), lead: make(chan struct{}, 1), pending: map[uint64]chan result{}}
 	if cred != nil {
-		st, _, payload, err := c.rd.next(conn)
+		st, _, payload, err := c.rd.next(c.io)
 		if err != nil {
 			_ = conn.Close()
 			return nil, fmt.Errorf("fastrpc: dial %s: credential: %w", addr, err)
@@ -291,7 +312,7 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result, deadl
 		}()
 	}
 	for {
-		st, fid, payload, err := c.rd.next(c.conn)
+		st, fid, payload, err := c.rd.next(c.io)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -344,7 +365,7 @@ func (c *Client) send(method uint8, id uint64, req []byte) error {
 		buf := c.wpend
 		c.wpend = c.wspare[:0]
 		c.wmu.Unlock()
-		_, err := c.conn.Write(buf)
+		_, err := c.io.Write(buf)
 		c.wmu.Lock()
 		c.wspare = buf[:0]
 		if err != nil {

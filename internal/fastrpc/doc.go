@@ -64,7 +64,17 @@
 // is most of a small call's cost on a 2-core machine). The name is that of
 // one bound TCP address, so it leads to the server listening there; a
 // client that names the master otherwise (another address of the host, a
-// host name) uses TCP. Calling: Dial, then
+// host name) uses TCP. Over that socket a client offers two pipes
+// (PrefacePipes, their server ends passed with SCM_RIGHTS) and, when the
+// server takes them, the frames travel over the pipes while the socket
+// stays open as the liveness link: reading from a unix socket wakes the
+// writer's process with "writable" after every message (Go's netpoller
+// waits for writability on every socket), a pipe only when it was full.
+// Reads and writes of sockets and pipes are raw system calls through their
+// syscall.RawConn (rawIO), waiting in the netpoller when they would block:
+// a Go system call wakes the runtime's sysmon thread when the process was
+// idle, once per call for a process that makes one call at a time.
+// Calling: Dial, then
 // Client.Call; an error wrapping ErrNotSent means the request never left
 // (the caller may send it another way), any other error that it may or may
 // not have been handled, as with any RPC.

@@ -134,26 +134,38 @@ func (m *Mux) closeConns() {
 
 // route reads the first bytes of c and serves it or hands it to gRPC.
 func (m *Mux) route(c net.Conn, h Handler) {
-	r := bufio.NewReaderSize(c, 64<<10)
-	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
-	head, _ := r.Peek(len(Preface))
-	_ = c.SetReadDeadline(time.Time{})
-	if string(head) != Preface {
-		if m.grpc == nil { // a local listener: fastrpc only
+	var r *bufio.Reader
+	if m.grpc == nil { // a local listener: fastrpc only, over the socket or pipes
+		sc := acceptPreface(c)
+		if sc == nil {
 			_ = c.Close()
 			return
 		}
-		select {
-		case m.grpc.conns <- &bufferedConn{Conn: c, r: r}:
-		case <-m.grpc.done:
-			_ = c.Close()
+		if _, pipes := sc.(*pipeConn); !pipes {
+			if _, err := c.Write([]byte(Preface)); err != nil {
+				_ = c.Close()
+				return
+			}
 		}
-		return
-	}
-	_, _ = r.Discard(len(Preface))
-	if _, err := c.Write([]byte(Preface)); err != nil { // tells the client this is a fastrpc server
-		_ = c.Close()
-		return
+		c, r = sc, bufio.NewReaderSize(newRawIO(sc), 64<<10)
+	} else {
+		r = bufio.NewReaderSize(newRawIO(c), 64<<10)
+		_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
+		head, _ := r.Peek(len(Preface))
+		_ = c.SetReadDeadline(time.Time{})
+		if string(head) != Preface {
+			select {
+			case m.grpc.conns <- &bufferedConn{Conn: c, r: r}:
+			case <-m.grpc.done:
+				_ = c.Close()
+			}
+			return
+		}
+		_, _ = r.Discard(len(Preface))
+		if _, err := c.Write([]byte(Preface)); err != nil { // tells the client this is a fastrpc server
+			_ = c.Close()
+			return
+		}
 	}
 	m.mu.Lock()
 	if m.conns == nil { // shutting down
@@ -224,7 +236,7 @@ func (b *bufferedConn) NetConn() net.Conn { return b.Conn }
 // Answers are flushed when no whole request is left in the read buffer,
 // so the answers to pipelined requests leave together.
 func serveConn(c net.Conn, r *bufio.Reader, h Handler) {
-	w := bufio.NewWriterSize(c, 64<<10)
+	w := bufio.NewWriterSize(newRawIO(c), 64<<10)
 	var big []byte // payloads larger than r's buffer
 	var hdr [headerLen]byte
 	for {

@@ -34,8 +34,9 @@
 // consecutive blocks with one request (an 8,192-token prompt took 2,808
 // write requests with a plain free queue). Free releases a request's blocks
 // tail first, so the head of a shared prefix is evicted last. The eviction
-// order of cached blocks is an internal/evict policy: LRU (NewPool) or
-// TailFirst (NewPoolWith; engine.Config.Eviction), docs/cache-policy.md.
+// order of cached blocks is an internal/evict policy: LRU (NewPool),
+// TailFirst or Retention (NewPoolWith; engine.Config.Eviction; the pool
+// gives Retention its size and each block's hash), docs/cache-policy.md.
 //
 // SetRemovedHook makes the pool report every hash that leaves the prefix
 // cache (a cached block evicted for new contents, or DropHash): the

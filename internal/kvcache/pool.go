@@ -64,13 +64,16 @@ func NewPool(n int) *Pool {
 }
 
 // NewPoolWith is NewPool with the eviction order of cached free blocks:
-// evict.KindLRU ("" too) or evict.KindTailFirst (each Free is one group, a
-// block's depth its index in the freed table). It fails only for an unknown
-// kind (evict.ErrUnknown).
+// evict.KindLRU ("" too), evict.KindTailFirst or evict.KindRetention (each
+// Free is one group, a block's depth its index in the freed table, its
+// hash its identity). It fails only for an unknown kind (evict.ErrUnknown).
 func NewPoolWith(n int, eviction evict.Kind) (*Pool, error) {
 	order, err := evict.New[int](eviction)
 	if err != nil {
 		return nil, fmt.Errorf("kvcache: %w", err)
+	}
+	if s, ok := order.(interface{ SetCapacity(int) }); ok {
+		s.SetCapacity(n) // Retention's unit of time: pool sizes of releases
 	}
 	p := &Pool{blocks: make([]blockMeta, n), order: order, cached: make(map[BlockHash]int),
 		plain: make([]uint64, (n+63)/64)}
@@ -93,7 +96,7 @@ func (p *Pool) addFree(id, depth int) {
 		p.numPlain++
 		return
 	}
-	p.order.Add(id, evict.Meta{Group: p.group, Depth: depth})
+	p.order.Add(id, evict.Meta{Group: p.group, Depth: depth, Hash: b.hash.Uint64()})
 }
 
 // removeFree takes free block id out of its set or the eviction order.

@@ -31,6 +31,22 @@
 // from that sequence on ([empty, seq, payload] each, the last BufferSteps
 // batches are kept) and then an end marker [empty, -1 as 8 bytes, empty].
 //
+// # vLLM's block hashes
+//
+// VLLMHasher computes the hashes vLLM's prefix cache names blocks by:
+// its --prefix-caching-hash-algo (sha256 over pickle, its default;
+// sha256_cbor; xxhash; xxhash_cbor) over (parent hash, block tokens,
+// extra keys), the first block's parent derived from PYTHONHASHSEED, and
+// VLLMIntHash their integer form. VLLMExtraKeys forms a request's extra
+// keys per block as vLLM does (the LoRA name, the multimodal inputs a
+// block overlaps with their offset in it, the cache salt in the first
+// block); BlockStored.ExtraKeys carries them as the engine published
+// them, and ContentKeys and RequestSalt split them into what names
+// content and what names a namespace. The tests check all of it against
+// vLLM's own hashing functions (testdata/vllm_block_hashes.json, written
+// by scripts/vllm-block-hash-vectors.py) and the pickle writer against
+// CPython's.
+//
 // # Publisher
 //
 // NewPublisher checks the config; Run(ctx) binds the PUB (and replay)

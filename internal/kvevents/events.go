@@ -86,6 +86,11 @@ type BlockStored struct {
 	// ...). A prefix index keeps full-attention groups only.
 	GroupIdx        *int
 	KVCacheSpecKind string
+	// ExtraKeys are, per block (nil or one per block hash), what vLLM
+	// hashed into the block besides its tokens (VLLMExtraKeys): nil, or
+	// strings (LoRA name, cache salt), MMKey, []byte (prompt embeddings'
+	// hash), or other values as decoded.
+	ExtraKeys [][]any
 }
 
 // BlockRemoved: blocks left the prefix cache.
@@ -149,6 +154,9 @@ func Encode(b Batch, mapEncoding bool) ([]byte, error) {
 				}
 				if e.KVCacheSpecKind != "" {
 					m["kv_cache_spec_kind"] = e.KVCacheSpecKind
+				}
+				if e.ExtraKeys != nil {
+					m["extra_keys"] = extraKeysWire(e.ExtraKeys)
 				}
 				evs = append(evs, m)
 			} else {
@@ -349,6 +357,11 @@ func decodeEvent(e any) (Event, error) {
 			s.GroupIdx = &g
 		}
 		s.KVCacheSpecKind, _ = m["kv_cache_spec_kind"].(string)
+		if x := m["extra_keys"]; x != nil {
+			if s.ExtraKeys, err = toExtraKeys(x, len(s.BlockHashes)); err != nil {
+				return nil, err
+			}
+		}
 		if len(s.TokenIDs) != 0 && len(s.TokenIDs) != len(s.BlockHashes)*s.BlockSize {
 			return nil, fmt.Errorf("%d token ids for %d blocks of %d", len(s.TokenIDs), len(s.BlockHashes), s.BlockSize)
 		}
@@ -368,6 +381,68 @@ func decodeEvent(e any) (Event, error) {
 		return AllBlocksCleared{}, nil
 	}
 	return nil, nil // an event this version does not know
+}
+
+// toExtraKeys reads extra_keys: one entry per block, each nil or an
+// array of keys; a [string, int] pair is a multimodal key.
+func toExtraKeys(v any, blocks int) ([][]any, error) {
+	l, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("extra_keys is %T", v)
+	}
+	if len(l) != blocks {
+		return nil, fmt.Errorf("%d extra_keys for %d blocks", len(l), blocks)
+	}
+	out := make([][]any, len(l))
+	for i, e := range l {
+		if e == nil {
+			continue
+		}
+		keys, ok := e.([]any)
+		if !ok {
+			if il, isInts := e.(intList); isInts {
+				keys = make([]any, len(il))
+				for j, n := range il {
+					keys[j] = n
+				}
+			} else {
+				return nil, fmt.Errorf("extra_keys[%d] is %T", i, e)
+			}
+		}
+		ks := make([]any, len(keys))
+		for j, k := range keys {
+			ks[j] = k
+			if pair, ok := k.([]any); ok && len(pair) == 2 {
+				id, isStr := pair[0].(string)
+				off, isInt := toInt(pair[1])
+				if isStr && isInt {
+					ks[j] = MMKey{Identifier: id, Offset: off}
+				}
+			}
+		}
+		out[i] = ks
+	}
+	return out, nil
+}
+
+// extraKeysWire writes extra keys as vLLM does: MMKey as [id, offset].
+func extraKeysWire(x [][]any) []any {
+	out := make([]any, len(x))
+	for i, keys := range x {
+		if keys == nil {
+			continue
+		}
+		l := make([]any, len(keys))
+		for j, k := range keys {
+			if m, ok := k.(MMKey); ok {
+				l[j] = []any{m.Identifier, m.Offset}
+			} else {
+				l[j] = k
+			}
+		}
+		out[i] = l
+	}
+	return out
 }
 
 // intList is an array whose elements are all integers, as decoded (a

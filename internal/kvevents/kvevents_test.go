@@ -15,7 +15,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, IgnoreZMQLeak()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, IgnoreZMQLeak()...) }
 
 func sample() Batch {
 	dp := 0
@@ -88,6 +88,9 @@ func FuzzDecode(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x90, 0xc0})
+	if b, err := Encode(extraKeysBatch(), true); err == nil {
+		f.Add(b)
+	}
 	for _, m := range []bool{false, true} {
 		b, _ := Encode(standardSample(), m)
 		f.Add(b)
@@ -226,4 +229,10 @@ func TestPublisherSubscriberGapReplay(t *testing.T) {
 	}
 }
 
-func IgnoreZMQLeak() goleak.Option { return goleak.IgnoreAnyFunction(ZMQWriterLeak) }
+func IgnoreZMQLeak() []goleak.Option {
+	var ignore []goleak.Option
+	for _, f := range ZMQLeakFuncs() {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
+	}
+	return ignore
+}

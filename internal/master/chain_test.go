@@ -58,6 +58,7 @@ func TestEvictionPolicyChains(t *testing.T) {
 		keepA  []int // blocks of the older chain left
 	}{
 		{evict.KindTailFirst, []int{0, 1, 2}},
+		{evict.KindRetention, []int{0, 1, 2}}, // no turns across eviction runs: TailFirst's order
 		{evict.KindLRU, []int{3, 4, 5}},
 		{"", []int{3, 4, 5}}, // the default is LRU
 	} {

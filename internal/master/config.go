@@ -35,8 +35,9 @@ type Config struct {
 	Seed              uint64        // seed of the random strategy
 	Align             uint64        // allocation granularity in bytes (64)
 	// EvictionPolicy orders the objects an eviction takes (internal/evict):
-	// "lru" (default) or "tail-first" (KV block chains from their tails,
-	// see ChainOf).
+	// "lru" (default), "tail-first" (KV block chains from their tails,
+	// see ChainOf) or "retention" (each eviction builds its order afresh,
+	// so no chain has turns: the order is TailFirst's).
 	EvictionPolicy evict.Kind
 	// Durable makes objects self-describing: each allocation starts with an
 	// objheader (key, sequence number, size, CRC32C, pins) the client writes

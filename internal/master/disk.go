@@ -10,8 +10,9 @@ import "time"
 // header and reports both in its next ping: the space is freed and the
 // master records the disk copy (DiskSync). A put that needs room at once
 // (synchronous eviction) frees without offloading. A key whose only copy is
-// on disk is readable: GetReplicaList returns its disk copy, read over HTTP
-// from the node, and, with PromotionOnHit, asks the reader to put it back
+// on disk is readable: GetReplicaList returns its disk copy (the address
+// the node's engine serves it at, HeldObject.Offset of its reports, and
+// the node's HTTP URL), and, with PromotionOnHit, asks the reader to put it back
 // into memory. A newer put, a remove or the loss of the segment drops the
 // copy and the node is told to delete it. A restarted node with its disk
 // reports the copies when it mounts (Restore with HeldObject.Disk).
@@ -22,10 +23,11 @@ type diskCopy struct {
 	crc          uint32
 	hardPin      bool
 	softPinUntil time.Time
+	addr         uint64 // where the node's engine serves the value (HeldObject.Offset); 0 = HTTP only
 }
 
 func (d *diskCopy) ref() DiskCopy {
-	return DiskCopy{Segment: d.seg.spec.Name, URL: d.seg.spec.DiskURL, Seq: d.seq}
+	return DiskCopy{Segment: d.seg.spec.Name, URL: d.seg.spec.DiskURL, Seq: d.seq, Endpoint: d.seg.spec.Endpoint, Addr: d.addr}
 }
 
 // DiskSync records what a client's disk tiers took (offloaded or found at
@@ -57,8 +59,10 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove
 		o, d := m.objects.get(h.Key), m.disk[h.Key]
 		switch {
 		case d != nil && d.seg == s && d.seq == h.Seq:
-			continue // known
+			d.addr = h.Offset // known (a reopened tier gives it a new address)
+			continue
 		case d != nil && d.seq == h.Seq:
+			d.addr = h.Offset
 			d.seg.diskObjects--
 			d.seg.diskBytes -= d.size
 			d.seg = s // the same version, reported by a node restarted under a new name
@@ -73,7 +77,7 @@ func (m *Master) diskSyncLocked(c *client, onDisk, dropped []HeldObject) (remove
 		if d != nil {
 			m.dropDiskLocked(h.Key, true)
 		}
-		d = &diskCopy{seg: s, seq: h.Seq, size: h.Size, crc: h.CRC, hardPin: h.HardPin}
+		d = &diskCopy{seg: s, seq: h.Seq, size: h.Size, crc: h.CRC, hardPin: h.HardPin, addr: h.Offset}
 		if h.SoftPin {
 			d.softPinUntil = now.Add(max(h.SoftPinTTL, m.cfg.SoftPinTTL))
 		}
@@ -119,7 +123,7 @@ func (m *Master) diskInfoLocked(key string) (ObjectInfo, bool) {
 		return ObjectInfo{}, false
 	}
 	return ObjectInfo{Key: key, Size: d.size, CRC: d.crc, Complete: true, Disk: []DiskCopy{d.ref()},
-		Promote: d.seg.spec.PromotionOnHit, HardPin: d.hardPin, SoftPinUntil: d.softPinUntil}, true
+		Promote: d.seg.spec.PromotionOnHit, HardPin: d.hardPin, SoftPinUntil: d.softPinUntil, View: m.viewVersion, Seq: d.seq}, true
 }
 
 // dropSegmentDiskLocked forgets the disk copies on an unmounted segment.

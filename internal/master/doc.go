@@ -71,14 +71,19 @@
 //     lease (10s). Remove, RemoveByRegex and RemoveAll skip or refuse leased
 //     objects (ErrObjectHasLease) unless forced; eviction never takes a
 //     leased object. Exist grants no lease (Mooncake's does), so that a stat
-//     followed by rm works.
+//     followed by rm works. Every answer carries the value's version (View:
+//     this master's incarnation; Seq: the put's sequence number, new for
+//     every put, upsert and slot commit); GetReplicaListIf (cached.go), for a
+//     client whose hot cache holds a version, answers Unchanged without
+//     replicas or a lease while that version is current.
 //   - Eviction: when used/capacity passes HighWatermark (0.90) at a Tick, or
 //     a PutStart finds no space on a segment that takes new objects
 //     (synchronously, then retried once; none when every segment is being
 //     restored, drained or evacuated: ErrNoSpace at once), about
 //     EvictionRatio (5%) of the capacity is freed in the order of
-//     Config.EvictionPolicy (internal/evict: "lru", the default, or
-//     "tail-first"), skipping leased, unfinished and hard-pinned objects;
+//     Config.EvictionPolicy (internal/evict: "lru", the default,
+//     "tail-first", or "retention", which orders as "tail-first" here),
+//     skipping leased, unfinished and hard-pinned objects;
 //     soft-pinned objects (pin TTL 30m by default, 24h max) go only after
 //     all others. TailFirst knows the store connector's block keys (ChainOf,
 //     chain.go): the keys of one batch call (a batch put's end, a batch get,

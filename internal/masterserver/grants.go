@@ -22,6 +22,12 @@ import (
 //     [addr, addr+size) until the read lease the call granted ends: a
 //     leased object is neither evicted nor removed (unless forced), so the
 //     extent cannot be reallocated while the grant is valid.
+//   - Disk copies in replica lists: READ on the value's address range in
+//     the node's disk range for diskGrantTTL. No lease holds a disk copy,
+//     but its range is never given to another value while the tier is
+//     open (a new version takes a new range) and a reopened tier starts
+//     its ranges at a random point of a 2^60-byte span: a grant that
+//     outlives its copy names nothing.
 //   - Tombstones handed to the remover: WRITE on the header, for
 //     headerGrantTTL.
 //   - Tasks: READ on the source, WRITE on the targets, until the task's
@@ -38,6 +44,9 @@ import (
 
 // headerGrantTTL bounds a tombstone's header grant.
 const headerGrantTTL = 5 * time.Second
+
+// diskGrantTTL bounds a disk copy's read grant.
+const diskGrantTTL = 10 * time.Second
 
 type granter struct {
 	keys   *grant.Keyring
@@ -78,7 +87,18 @@ func (g *granter) put(out *pb.PutStartResponse) *pb.PutStartResponse {
 
 // info grants READ on each replica until the lease the call granted ends.
 func (g *granter) info(out *pb.ObjectInfo) *pb.ObjectInfo {
-	if g == nil || out == nil || out.LeaseUntilUnixMs == 0 {
+	if g == nil || out == nil {
+		return out
+	}
+	if len(out.Disk) > 0 {
+		exp := time.Now().Add(diskGrantTTL)
+		for _, d := range out.Disk {
+			if d.Addr != 0 {
+				d.Grant = g.sign(d.Endpoint, d.Addr, out.Size, grant.Read, exp)
+			}
+		}
+	}
+	if out.LeaseUntilUnixMs == 0 {
 		return out
 	}
 	left := time.UnixMilli(out.LeaseUntilUnixMs).Sub(g.clock.Now())

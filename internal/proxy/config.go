@@ -80,7 +80,8 @@ type Config struct {
 	// (with KV events or an indexer): TokenizerByteLevel (ours, default),
 	// TokenizerEngine (POST /tokenize to a healthy prefill instance, as
 	// vLLM and our engine answer), or the path of the model's
-	// tokenizer.json (completion prompts encoded here; chat requests, which
+	// tokenizer.json or SentencePiece tokenizer.model (tokenizer.LoadFile;
+	// completion prompts encoded here; chat requests, which
 	// need the model's chat template, still ask the engine).
 	Tokenizer string
 	// Tiers weighs host and disk blocks for the kvcache-aware policy

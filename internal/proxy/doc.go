@@ -72,7 +72,8 @@
 // beats recomputing). A failed query routes without it (counted).
 // Config.Tokenizer picks how prompts become token ids (tokens.go): our
 // byte-level tokenizer, the engine's POST /tokenize, or the model's
-// tokenizer.json (tokenizer.BPE; chat requests still ask the engine).
+// tokenizer.json or tokenizer.model (tokenizer.LoadFile: byte-level BPE
+// or SentencePiece; chat requests still ask the engine).
 //
 // # Instances and health
 //

@@ -162,13 +162,22 @@ func TestProxyRoutesWithRemoteIndexer(t *testing.T) {
 	}
 }
 
-// With a real tokenizer.json (Llama 3's), the proxy names the blocks the
-// engines announce with their own token ids, through a remote conductor:
-// a repeated prefix goes to the instance holding it. (Skipped without the
-// file: scripts/fetch-tokenizers.sh.)
+// With a real tokenizer file (Llama 3's tokenizer.json, Llama 2's
+// SentencePiece tokenizer.model), the proxy names the blocks the engines
+// announce with their own token ids, through a remote conductor: a
+// repeated prefix goes to the instance holding it. (Skipped without the
+// files: scripts/fetch-tokenizers.sh.)
 func TestProxyRealTokenizerRoutesRepeatedPrefix(t *testing.T) {
-	path := "../tokenizer/testdata/hf/llama3/tokenizer.json"
-	bpe, err := tokenizer.LoadBPE(path)
+	for name, path := range map[string]string{
+		"llama3": "../tokenizer/testdata/hf/llama3/tokenizer.json",
+		"llama2": "../tokenizer/testdata/sp/llama2/tokenizer.model",
+	} {
+		t.Run(name, func(t *testing.T) { routeWithRealTokenizer(t, path) })
+	}
+}
+
+func routeWithRealTokenizer(t *testing.T, path string) {
+	bpe, err := tokenizer.LoadFile(path)
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal(err)

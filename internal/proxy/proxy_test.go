@@ -22,7 +22,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak))
+	var ignore []goleak.Option // the zmq library's own (kvevents.ZMQLeakFuncs)
+	for _, f := range kvevents.ZMQLeakFuncs() {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
+	}
+	goleak.VerifyTestMain(m, ignore...)
 }
 
 // fakeEngine is a hand-written fake of an engine's OpenAI server (and, for

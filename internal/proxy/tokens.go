@@ -22,7 +22,7 @@ const (
 // see them, for naming KV blocks.
 type promptTokenizer struct {
 	mode   string
-	bpe    *tokenizer.BPE
+	file   tokenizer.PromptEncoder
 	client *http.Client
 }
 
@@ -33,14 +33,14 @@ func newPromptTokenizer(spec string, client *http.Client) (*promptTokenizer, err
 	case TokenizerEngine:
 		return &promptTokenizer{mode: TokenizerEngine, client: client}, nil
 	}
-	bpe, err := tokenizer.LoadBPE(spec)
+	file, err := tokenizer.LoadFile(spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tokenizer %q: %v", ErrConfig, spec, err)
 	}
-	return &promptTokenizer{mode: "file", bpe: bpe, client: client}, nil
+	return &promptTokenizer{mode: "file", file: file, client: client}, nil
 }
 
-// tokens returns the prompt's ids. A tokenizer.json encodes completion
+// tokens returns the prompt's ids. A tokenizer file encodes completion
 // prompts itself (with its template's specials); chat requests need the
 // model's chat template, which only the engine applies, so they (and the
 // engine mode) ask engineURL's POST /tokenize (vLLM's, ours). nil on
@@ -53,7 +53,7 @@ func (t *promptTokenizer) tokens(ctx context.Context, endpoint string, req Body,
 	case t.mode == "file" && !chat:
 		switch pr := req["prompt"].(type) {
 		case string:
-			return t.bpe.EncodePrompt(pr), nil
+			return t.file.EncodePrompt(pr), nil
 		case []any:
 			return PromptTokens(endpoint, req), nil // token ids given
 		}

@@ -170,6 +170,9 @@ func (n *Node) Handler() http.Handler {
 			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_capacity_bytes Capacity of the disk tier.\n# TYPE mooncake_storenode_disk_capacity_bytes gauge\nmooncake_storenode_disk_capacity_bytes{segment=%q} %d\n", seg, n.disk.Capacity())
 			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_objects Objects held by the disk tier.\n# TYPE mooncake_storenode_disk_objects gauge\nmooncake_storenode_disk_objects{segment=%q} %d\n", seg, objects)
 			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_reads_total Reads served from the disk tier.\n# TYPE mooncake_storenode_disk_reads_total counter\nmooncake_storenode_disk_reads_total{segment=%q} %d\n", seg, reads)
+			io := n.disk.IOStats()
+			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_read_bytes_total Bytes the disk tier read for the transfer engine's lanes.\n# TYPE mooncake_storenode_disk_read_bytes_total counter\nmooncake_storenode_disk_read_bytes_total{segment=%q} %d\n", seg, io.ReadBytes)
+			fmt.Fprintf(w, "# HELP mooncake_storenode_disk_write_bytes_total Bytes the disk tier wrote (offloads).\n# TYPE mooncake_storenode_disk_write_bytes_total counter\nmooncake_storenode_disk_write_bytes_total{segment=%q} %d\n", seg, io.WriteBytes)
 		}
 		fmt.Fprintf(w, "# HELP mooncake_storenode_seconds_since_ping Seconds since the master last answered.\n# TYPE mooncake_storenode_seconds_since_ping gauge\nmooncake_storenode_seconds_since_ping{segment=%q} %.3f\n", seg, time.Since(h.LastPingOK).Seconds())
 	})
@@ -223,6 +226,14 @@ func (n *Node) stopDisk() {
 	if n.disk != nil {
 		_ = n.disk.Close()
 	}
+}
+
+// DiskTier is the node's disk tier (nil when it has none).
+func (n *Node) DiskTier() *disktier.Tier {
+	if n.disk == nil {
+		return nil
+	}
+	return n.disk.Tier
 }
 
 // DiskURL is the base URL of the node's disk tier ("" when it has none).

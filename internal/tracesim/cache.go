@@ -3,6 +3,9 @@ package tracesim
 import (
 	"container/heap"
 	"fmt"
+	"strings"
+
+	"github.com/kvcache-go/mooncake/internal/evict"
 )
 
 // Policy chooses which cached block leaves first when the pool is full.
@@ -23,10 +26,22 @@ const (
 	// latest request is oldest, and among blocks of one request the
 	// deepest first (internal/evict's TailFirst order).
 	TailFirst
+	// Retention is internal/evict's Retention: a request whose prompt
+	// extends an earlier one's (the next turn of a conversation) takes
+	// that one's turn plus one; a block's level is the larger of its
+	// request's turn and the times it came back while cached (capped at
+	// 3); it may stay (level+1) pool sizes of block insertions, partial
+	// tails none; the block due first leaves first.
+	Retention
 )
 
+// Belady is the offline optimum (SimulateBelady): evict the block whose
+// next use is farthest. It needs the future, so it is a yardstick, not a
+// policy a pool can run, and it is not in Policies.
+const Belady Policy = 100
+
 // Policies lists every policy in report order.
-var Policies = []Policy{LRU, LFU, LengthAware, TailFirst}
+var Policies = []Policy{LRU, LFU, LengthAware, TailFirst, Retention}
 
 func (p Policy) String() string {
 	switch p {
@@ -38,8 +53,24 @@ func (p Policy) String() string {
 		return "LengthAware"
 	case TailFirst:
 		return "TailFirst"
+	case Retention:
+		return "Retention"
+	case Belady:
+		return "Belady"
 	}
 	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// ParsePolicy reads a policy name as String prints it, case-insensitive,
+// or its flag spelling: lru, lfu, length-aware, tail-first, retention.
+func ParsePolicy(name string) (Policy, error) {
+	n := strings.ToLower(strings.ReplaceAll(name, "-", ""))
+	for _, p := range Policies {
+		if strings.ToLower(p.String()) == n {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown cache policy %q (want lru, lfu, length-aware, tail-first or retention)", name)
 }
 
 // Unlimited as a capacity means the pool never evicts.
@@ -58,14 +89,17 @@ type entry struct {
 // Cache is one pool of KV blocks keyed by hash id, with a capacity in
 // blocks and an eviction policy. It is not safe for concurrent use.
 type Cache struct {
-	policy    Policy
-	capacity  int
-	blocks    map[int64]*entry
-	h         evictHeap
-	tick      uint64
-	gen       uint64
-	evictions int
-	pinned    []*entry
+	policy      Policy
+	capacity    int
+	blocks      map[int64]*entry
+	h           evictHeap
+	tick        uint64
+	gen         uint64
+	evictions   int
+	pinned      []*entry
+	core        evict.Policy[int64] // the eviction order of a core-backed policy (Retention)
+	touched     []*entry            // this request's blocks in prompt order (core-backed)
+	partialTail bool                // the current access's last block is a partial tail
 
 	// Events, if set, hears blocks enter and leave the cache (the
 	// events-fed router's source).
@@ -84,7 +118,13 @@ func NewCache(p Policy, capacity int) *Cache {
 	if capacity < 0 {
 		capacity = Unlimited
 	}
-	return &Cache{policy: p, capacity: capacity, blocks: make(map[int64]*entry), h: evictHeap{policy: p}}
+	c := &Cache{policy: p, capacity: capacity, blocks: make(map[int64]*entry), h: evictHeap{policy: p}}
+	if p == Retention {
+		r := evict.NewRetention[int64]()
+		r.SetCapacity(capacity)
+		c.core = r
+	}
+	return c
 }
 
 // Len is the number of cached blocks.
@@ -110,12 +150,29 @@ func (c *Cache) Prefix(ids []int64) int {
 // Access serves one request: it returns Prefix(ids) (the hits), then
 // touches or inserts every block of ids in order. Blocks of this request
 // are never evicted to make room for its other blocks: once every cached
-// block belongs to the request, its remaining blocks are not cached.
+// block belongs to the request, its remaining blocks are not cached. The
+// last block is the prompt's partial tail (TailFirst, Retention).
 func (c *Cache) Access(ids []int64) (hits int) {
+	c.partialTail = true
+	return c.access(ids)
+}
+
+// AccessPrefix is Access for a prefix of a prompt read by another
+// instance (a pulled prefix): its last block is a full block, not a
+// partial tail.
+func (c *Cache) AccessPrefix(ids []int64) (hits int) {
+	c.partialTail = false
+	return c.access(ids)
+}
+
+func (c *Cache) access(ids []int64) (hits int) {
 	hits = c.Prefix(ids)
 	c.gen++
 	// Pin: take this request's cached blocks out of the eviction order.
 	c.pinned = c.pinned[:0]
+	if c.core != nil {
+		return c.accessCore(ids, hits)
+	}
 	for _, id := range ids {
 		if e, ok := c.blocks[id]; ok && e.idx >= 0 {
 			heap.Remove(&c.h, e.idx)
@@ -151,10 +208,58 @@ func (c *Cache) Access(ids []int64) (hits int) {
 		e.last = c.tick
 		e.freq++
 		e.depth = pos
-		e.partial = pos == len(ids)-1
+		e.partial = c.partialTail && pos == len(ids)-1
 	}
 	for _, e := range c.pinned {
 		heap.Push(&c.h, e)
+	}
+	return hits
+}
+
+// accessCore is Access for a policy kept by internal/evict: the same rules,
+// with the request as one group, each block's position its depth and its
+// id (plus one: 0 means none) its identity.
+func (c *Cache) accessCore(ids []int64, hits int) int {
+	for _, id := range ids {
+		if e, ok := c.blocks[id]; ok && e.idx >= 0 {
+			c.core.Remove(id)
+			e.idx = -1
+		}
+	}
+	c.touched = c.touched[:0]
+	for pos, id := range ids {
+		c.tick++
+		e, ok := c.blocks[id]
+		if !ok {
+			if c.capacity != Unlimited && len(c.blocks) >= c.capacity {
+				v, ok := c.core.Victim()
+				if !ok {
+					continue // the pool holds only this request's blocks
+				}
+				delete(c.blocks, v)
+				c.evictions++
+				if c.Events != nil {
+					c.Events.Removed(v)
+				}
+			}
+			e = &entry{id: id, idx: -1}
+			c.blocks[id] = e
+			if c.Events != nil {
+				c.Events.Stored(id)
+			}
+		} else if e.gen == c.gen {
+			continue
+		}
+		e.gen = c.gen
+		e.last = c.tick
+		e.freq++
+		e.depth = pos
+		e.partial = c.partialTail && pos == len(ids)-1
+		c.touched = append(c.touched, e)
+	}
+	for _, e := range c.touched {
+		c.core.Add(e.id, evict.Meta{Group: c.gen, Depth: e.depth, Partial: e.partial, Hash: uint64(e.id) + 1})
+		e.idx = 0 // evictable
 	}
 	return hits
 }
@@ -232,7 +337,11 @@ func (r CacheResult) HitRate() float64 {
 }
 
 // SimulateCache replays reqs in timestamp order through one global pool.
+// Belady runs SimulateBelady.
 func SimulateCache(reqs []Request, p Policy, capacity int) CacheResult {
+	if p == Belady {
+		return SimulateBelady(reqs, capacity)
+	}
 	c := NewCache(p, capacity)
 	res := CacheResult{Policy: p, Capacity: max(capacity, Unlimited)}
 	for _, r := range Ordered(reqs) {

@@ -80,7 +80,8 @@ func TestCacheNeverEvictsCurrentRequest(t *testing.T) {
 			c.Access([]int64{1, 2}) // full: {3, 1, 2}
 			// 3 is the natural victim but belongs to this request: the
 			// victim is 1 (LRU; LFU: freq 1 and older than 2) or 2
-			// (LengthAware: deepest; TailFirst: the tail of {1, 2}).
+			// (LengthAware: deepest; TailFirst: the tail of {1, 2};
+			// Retention: 2 is a partial tail, due at once).
 			if hits := c.Access([]int64{4, 3}); hits != 0 {
 				t.Fatalf("hits %d", hits)
 			}
@@ -88,8 +89,8 @@ func TestCacheNeverEvictsCurrentRequest(t *testing.T) {
 				t.Fatalf("evicted the request's own block: has3=%v has4=%v len=%d", c.Contains(3), c.Contains(4), c.Len())
 			}
 			victim := int64(1) // LRU and LFU: oldest / least frequent-oldest
-			if p == LengthAware || p == TailFirst {
-				victim = 2 // deepest (TailFirst: the tail of the oldest request)
+			if p == LengthAware || p == TailFirst || p == Retention {
+				victim = 2 // deepest (TailFirst: the tail of the oldest request; Retention: a partial tail)
 			}
 			if c.Contains(victim) {
 				t.Fatalf("block %d should have been evicted", victim)

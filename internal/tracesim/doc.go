@@ -41,8 +41,10 @@
 //   - LRU evicts the block whose latest touch is oldest. Blocks of one
 //     request are touched in prompt order, so its first block is the least
 //     recent of them.
+//
 //   - LFU evicts the block touched by the fewest requests since it entered
 //     the pool (the count restarts at 1 after an eviction); ties go to LRU.
+//
 //   - LengthAware is our reading of the paper's length-aware policy: evict
 //     the block with the deepest position in its prompt first (position =
 //     index in hash_ids at its latest touch; with chained identity a block
@@ -50,6 +52,7 @@
 //     sit at low positions and stay; the tails of long prompts, which only
 //     a request with the very same long prefix can reuse, go first. Ties go
 //     to LRU.
+//
 //   - TailFirst evicts the tails of block chains before their heads. First
 //     the partial last block of a prompt (its position's block differs in
 //     any longer prompt, so only the very same prompt reuses it: 1% of
@@ -61,17 +64,25 @@
 //     order, which the engine's block pool can use too
 //     (TestCacheMatchesEvictCore checks that both give the same hits).
 //
-// Conversation trace, hit rate per capacity (mooncake bench trace prints
-// these with a "vs LRU" column; ideal 0.3664; docs/cache-policy.md):
+//   - Retention is internal/evict's Retention, run by that package's code
+//     (Cache.Access feeds it each request as one group, a block's position
+//     as its depth, its id as its identity): a request that extends an
+//     earlier one's prompt (the next turn of a conversation) takes that
+//     one's turn plus one; a block's level is the larger of its request's
+//     turn and the times it came back while cached, capped at 3; it may
+//     stay (level+1) pool sizes of block insertions, partial tails none;
+//     the block due first leaves first.
 //
-//	capacity   LRU     TailFirst  vs LRU
-//	100000     0.3637  0.3638     1.000
-//	50000      0.3546  0.3561     1.004
-//	30000      0.3257  0.3305     1.015
-//	20000      0.2875  0.2936     1.021
-//	10000      0.2112  0.2149     1.018
-//	5000       0.1104  0.1185     1.074
-//	1000       0.0445  0.0450     1.012
+//   - Belady (SimulateBelady, not in Policies: it reads the future) is
+//     the offline yardstick: the block whose next use is farthest leaves
+//     first (never used again first, ties deepest first), in a replay of
+//     its own that shares no structure with the online policies.
+//
+// `mooncake bench trace` prints every policy per capacity with Belady's
+// hit rate and the policy's share of the gap between LRU and Belady;
+// docs/cache-policy.md has the figures. GenerateAgent draws a tool-agent
+// trace (AgentShape; `--synthetic agent`) with other statistics than the
+// conversation trace, to judge a policy on a workload it was not built on.
 //
 // With an unlimited pool every policy gives the same hits, which IdealHits
 // computes directly with a set (no cache structure) as a cross-check. The
@@ -81,8 +92,8 @@
 //
 // # Routing (SimulateRouting)
 //
-// RouteConfig.Instances prefill instances each keep their own LRU cache of
-// CapacityBlocks blocks and run prefills one at a time in arrival order.
+// RouteConfig.Instances prefill instances each keep their own cache of
+// CapacityBlocks blocks (RouteConfig.InstancePolicy, LRU by default) and run prefills one at a time in arrival order.
 // For each request the router sees, per instance, T_queue (seconds of
 // prefill still queued: the instance is free at freeAt, so
 // T_queue = max(0, freeAt - now)) and the instance's cached prefix length.

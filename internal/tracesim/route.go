@@ -69,7 +69,10 @@ func (m CostModel) Prefill(inputLen, prefixTokens int64) float64 {
 // RouteConfig configures SimulateRouting.
 type RouteConfig struct {
 	Instances      int // prefill instances
-	CapacityBlocks int // LRU cache per instance in blocks; Unlimited (0) for no limit
+	CapacityBlocks int // cache per instance in blocks; Unlimited (0) for no limit
+	// InstancePolicy is each instance's eviction policy (the zero value is
+	// LRU; Belady is refused: an instance cannot see the future).
+	InstancePolicy Policy
 	Cost           CostModel
 	// KVBytesPerToken and BandwidthBytesPerSec give
 	// T_transfer = blocks*BlockTokens*KVBytesPerToken/BandwidthBytesPerSec.
@@ -132,6 +135,8 @@ func (c RouteConfig) Validate() error {
 		return bad("instances %d < 1", c.Instances)
 	case c.CapacityBlocks < 0:
 		return bad("capacity %d < 0", c.CapacityBlocks)
+	case !slices.Contains(Policies, c.InstancePolicy):
+		return bad("instance policy %v is not an online policy", c.InstancePolicy)
 	case c.Cost.Fixed < 0 || c.Cost.PerToken < 0 || c.Cost.PerTokenPair < 0 ||
 		!finite(c.Cost.Fixed) || !finite(c.Cost.PerToken) || !finite(c.Cost.PerTokenPair):
 		return bad("prefill cost coefficients must be finite and >= 0")
@@ -262,7 +267,7 @@ func (r RouteResult) SLOFraction() float64 {
 
 // SimulateRouting replays reqs in timestamp order over c.Instances prefill
 // instances, each running its prefills one at a time in arrival order
-// (FIFO) with its own LRU cache, and routes each request with r. TTFT is
+// (FIFO) with its own cache (c.InstancePolicy), and routes each request with r. TTFT is
 // the model's: T_transfer + T_queue + T_prefill, so estimate and outcome
 // agree. A served request's blocks are cached on its instance at dispatch
 // (pulled ones too, so hot prefixes get replicated) and the holder's
@@ -277,7 +282,7 @@ func SimulateRouting(reqs []Request, r Router, c RouteConfig) (RouteResult, erro
 		feed = newEventFeed(c.Instances)
 	}
 	for i := range caches {
-		caches[i] = NewCache(LRU, c.CapacityBlocks)
+		caches[i] = NewCache(c.InstancePolicy, c.CapacityBlocks)
 		if feed != nil {
 			caches[i].Events = feed.Events(i)
 		}
@@ -313,7 +318,7 @@ func SimulateRouting(reqs []Request, r Router, c RouteConfig) (RouteResult, erro
 		res.Hits += ch.Prefix
 		res.Pulled += ch.Pulled
 		if ch.Pulled > 0 {
-			caches[ch.Holder].Access(req.HashIDs[:ch.Prefix])
+			caches[ch.Holder].AccessPrefix(req.HashIDs[:ch.Prefix])
 		}
 		caches[ch.Instance].Access(req.HashIDs)
 		freeAt[ch.Instance] = now + ch.Estimate

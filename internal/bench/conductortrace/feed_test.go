@@ -12,7 +12,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak))
+	var ignore []goleak.Option // the zmq library's own (kvevents.ZMQLeakFuncs)
+	for _, f := range kvevents.ZMQLeakFuncs() {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
+	}
+	goleak.VerifyTestMain(m, ignore...)
 }
 
 // Routing fed by a conductor over ZMQ and HTTP picks as routing fed by the

@@ -27,7 +27,16 @@
 // `mooncake store`, each waited for by its first stdout line, stopped with
 // SIGTERM), as redis-server is its own process, with the clients still in
 // this process as redis-benchmark's are in its own; ServersBoth measures
-// both in the same run, alternated round by round with Redis.
+// both in the same run, alternated round by round with Redis. With
+// Config.ClientProcs the separate-process cluster's clients are processes
+// too (`mooncake bench store --client-worker`, RunWorker, one client each,
+// driven by JSON lines on stdin and answering on stdout; rows
+// SystemClientProcs), as one engine worker per process is deployed, and
+// Redis is measured both as usual and by as many redis-benchmark processes
+// of one connection each (rows SystemRedisProcs). Rows of process clusters
+// carry the servers' CPU time (Row.ServerCPU, from /proc/PID/stat), and
+// client-process and Redis rows their clients', so CPU per key compares
+// the systems whole.
 //
 // Redis is measured by Debian's redis-benchmark (package redis-tools)
 // against redis-server started on a free loopback port (readiness is its

@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/kvcache-go/mooncake/internal/grant"
-	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/master"
@@ -103,13 +100,6 @@ type DurableRow struct {
 	Off, On       Row
 }
 
-// DiskRow is gets served from a node's disk tier next to the disk's own
-// sequential read of the same files, measured in the same run (medians).
-type DiskRow struct {
-	Clients          int
-	GetGBps, SeqGBps float64
-}
-
 // DurableResult is what RunDurable measured.
 type DurableResult struct {
 	SegmentSize uint64
@@ -117,15 +107,12 @@ type DurableResult struct {
 	RestoreWant int           // objects in the pool before the master restart
 	RestoreGot  int           // objects the restarted master knew when the wait ended
 	RestoreTook time.Duration // from the old master's close to RestoreGot
-	DiskObjects int           // 1 MiB objects offloaded for the disk rows
-	Disk        []DiskRow
 }
 
 // RunDurable measures what durable metadata costs and what it buys: put
 // throughput with durable metadata on vs off (two pools in this process,
 // rounds alternated, median), the time a restarted master takes to learn a
-// pool's objects back from the nodes, and gets from the disk tier as a
-// ratio of the disk's own sequential read.
+// pool's objects back from the nodes (the disk tier: RunDisk).
 func RunDurable(ctx context.Context, c DurableConfig) (*DurableResult, error) {
 	const segSize = 256 << 20
 	res := &DurableResult{SegmentSize: segSize}
@@ -153,9 +140,6 @@ func RunDurable(ctx context.Context, c DurableConfig) (*DurableResult, error) {
 		}
 	}
 	if err := measureRestore(ctx, pools[true], c.Objects, res); err != nil {
-		return nil, err
-	}
-	if err := benchDiskTier(ctx, maxClients, c.Rounds, c.Duration, c.Transport, res); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -201,128 +185,6 @@ func measureRestore(ctx context.Context, p *benchPool, objects int, res *Durable
 		time.Sleep(time.Millisecond) // polling interval
 	}
 	res.RestoreWant, res.RestoreGot, res.RestoreTook = want, p.srv.Core().Stats().Objects, time.Since(killed)
-	return nil
-}
-
-// benchDiskTier offloads 1 MiB objects to a node's disk tier and compares
-// gets served from it with the disk's own sequential read of the same
-// files (os.ReadFile), measured in the same run.
-func benchDiskTier(ctx context.Context, clients, rounds int, d time.Duration, transport string, res *DurableResult) error {
-	dir, err := os.MkdirTemp("", "mooncake-bench-disk-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := masterserver.Start(masterserver.ServerConfig{Addr: "127.0.0.1:0", TickInterval: 10 * time.Millisecond,
-		Core: master.Config{Durable: true, HighWatermark: 1, EvictionRatio: 0.25}})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	n, err := storenode.Start(ctx, storenode.Config{Master: srv.Addr(), SegmentSize: 64 << 20, PingInterval: 20 * time.Millisecond,
-		Engine: transfer.Config{Transport: transport}, UnmountGrace: 100 * time.Millisecond,
-		RootFSDir: dir, EnableOffload: true, OffloadOnEvict: true, DiskCapacity: 1 << 30})
-	if err != nil {
-		return err
-	}
-	defer n.Close()
-	var cls []*store.Client
-	for range clients {
-		eng, err := transfer.Open(ctx, transfer.Config{Transport: transport})
-		if err != nil {
-			return err
-		}
-		defer eng.Close()
-		cl, err := store.New(ctx, store.Config{Master: srv.Addr(), Mover: eng, LocalBufferSize: 4 << 20, UnmountGrace: 100 * time.Millisecond})
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		cls = append(cls, cl)
-	}
-	const size, objects = 1 << 20, 48
-	v := make([]byte, size)
-	for i := range v {
-		v[i] = byte(i * 31)
-	}
-	for i := range objects {
-		if err := cls[0].Put(ctx, fmt.Sprint("disk/", i), v); err != nil {
-			return fmt.Errorf("disk tier fill: %w", err)
-		}
-	}
-	core := srv.Core()
-	for range 8 { // evict to disk until the segment is nearly empty
-		core.Evict()
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			busy := false
-			for _, r := range core.Tombstones() {
-				busy = busy || r.Offload
-			}
-			if !busy {
-				break
-			}
-		}
-	}
-	var keys []string
-	for i := range objects {
-		if info, err := core.Query(fmt.Sprint("disk/", i)); err == nil && len(info.Replicas) == 0 && len(info.Disk) == 1 {
-			keys = append(keys, info.Key)
-		}
-	}
-	if len(keys) == 0 {
-		return fmt.Errorf("disk tier: nothing was offloaded")
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.obj"))
-	seqRead := func() float64 { // the disk's own sequential read of the same files
-		start, total := time.Now(), 0
-		for time.Since(start) < d {
-			for _, f := range files {
-				b, err := os.ReadFile(f)
-				if err != nil {
-					return 0
-				}
-				total += len(b)
-			}
-		}
-		return float64(total) / time.Since(start).Seconds() / 1e9
-	}
-	getFromDisk := func(nc int) float64 {
-		var mu sync.Mutex
-		total := 0
-		start := time.Now()
-		var wg sync.WaitGroup
-		for c := range nc {
-			wg.Go(func() {
-				got := 0
-				for i := c; time.Since(start) < d; i++ {
-					b, err := cls[c].Get(ctx, keys[i%len(keys)])
-					if err != nil {
-						continue
-					}
-					got += len(b)
-				}
-				mu.Lock()
-				total += got
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		return float64(total) / time.Since(start).Seconds() / 1e9
-	}
-	res.DiskObjects = len(keys)
-	for _, nc := range []int{1, clients} {
-		var gets, seqs []float64
-		for range rounds {
-			gets = append(gets, getFromDisk(nc))
-			seqs = append(seqs, seqRead())
-		}
-		slices.Sort(gets)
-		slices.Sort(seqs)
-		res.Disk = append(res.Disk, DiskRow{Clients: nc, GetGBps: gets[len(gets)/2], SeqGBps: seqs[len(seqs)/2]})
-		if nc == clients {
-			break
-		}
-	}
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/kvcache-go/mooncake/internal/bench/benchproc"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -27,6 +28,10 @@ const (
 	SystemProcess   = "mooncake-proc"   // servers as their own processes, as redis-server is
 	SystemGrants    = "mooncake-grants" // in this process, data-path grants on
 	SystemRedis     = "redis"
+	// SystemRedisProcs: Redis measured by as many redis-benchmark
+	// processes as clients, one connection each (Config.ClientProcs), the
+	// topology of SystemClientProcs.
+	SystemRedisProcs = "redis-cproc"
 )
 
 // startTimeout bounds how long a server process may take to print its
@@ -98,11 +103,11 @@ func (p *serverProc) stop() {
 }
 
 // startServerProcs starts `bin master` and nodes `bin store` processes and
-// returns the master's address and a function that stops them all (nodes
-// first, so that they unmount).
-func startServerProcs(ctx context.Context, bin string, nodes int, segSize uint64, transport string) (addr string, stop func(), err error) {
+// returns the master's address, a function that stops them all (nodes
+// first, so that they unmount) and their process IDs.
+func startServerProcs(ctx context.Context, bin string, nodes int, segSize uint64, transport string) (addr string, stop func(), pids []int, err error) {
 	if bin == "" {
-		return "", nil, errors.New("bench store: separate-process servers need the mooncake binary (Config.Binary)")
+		return "", nil, nil, errors.New("bench store: separate-process servers need the mooncake binary (Config.Binary)")
 	}
 	var procs []*serverProc
 	stop = func() {
@@ -112,13 +117,13 @@ func startServerProcs(ctx context.Context, bin string, nodes int, segSize uint64
 	}
 	m, line, err := startProc(ctx, bin, "master listening", "master", "--host", "127.0.0.1", "--port", "0", "--http-port", "-1")
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	procs = append(procs, m)
 	addr = benchproc.Field(line, "grpc")
 	if addr == "" {
 		stop()
-		return "", nil, fmt.Errorf("master: no grpc= in %q", line)
+		return "", nil, nil, fmt.Errorf("master: no grpc= in %q", line)
 	}
 	for range nodes {
 		n, _, err := startProc(ctx, bin, "store node mounted", "store", "--master", addr,
@@ -126,9 +131,46 @@ func startServerProcs(ctx context.Context, bin string, nodes int, segSize uint64
 			"--http-port", "-1", "--unmount-grace", "100ms")
 		if err != nil {
 			stop()
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		procs = append(procs, n)
 	}
-	return addr, stop, nil
+	for _, p := range procs {
+		pids = append(pids, p.cmd.Process.Pid)
+	}
+	return addr, stop, pids, nil
 }
+
+// procCPU is the CPU time (user + system) processes pids spent so far, from
+// /proc/PID/stat (clock ticks: 10 ms steps); 0 where it cannot be read.
+func procCPU(pids ...int) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) is in parentheses and may hold
+		// spaces: count fields after its closing one.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 13 {
+			continue
+		}
+		ut, err1 := strconv.ParseInt(f[11], 10, 64) // field 14, utime
+		st, err2 := strconv.ParseInt(f[12], 10, 64) // field 15, stime
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		total += time.Duration(ut+st) * time.Second / clockTicks
+	}
+	return total
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat times
+// (100 on every Linux architecture Go supports).
+const clockTicks = 100

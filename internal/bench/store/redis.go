@@ -11,8 +11,10 @@ import (
 	"math"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -27,6 +29,7 @@ var errCSV = errors.New("redis-benchmark: malformed --csv output")
 type redisBench struct {
 	bin, host, port string
 	timeout         time.Duration // per invocation
+	pid             int           // redis-server's process (0: not started by the bench)
 }
 
 // startRedis finds the Redis to compare with: mode "off" or "" -> none;
@@ -60,6 +63,7 @@ func startRedis(ctx context.Context, mode string) (*redisBench, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	rb.pid = r.PID
 	rb.host, rb.port, err = net.SplitHostPort(r.Addr)
 	if err != nil {
 		r.Stop()
@@ -73,6 +77,7 @@ type csvRow struct {
 	Test         string
 	RPS          float64 // requests per second (+Inf when too fast to time)
 	P50ms, P99ms float64
+	CPU          time.Duration // redis-benchmark's CPU time (set by run, not parsed)
 }
 
 // parseCSV decodes redis-benchmark --csv output: a header naming at least
@@ -143,10 +148,43 @@ func (rb *redisBench) run(ctx context.Context, test string, args ...string) (csv
 	}
 	for _, r := range rows {
 		if r.Test == test {
+			r.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 			return r, nil
 		}
 	}
 	return csvRow{}, fmt.Errorf("%w: no %s line in %q (stderr %q)", errCSV, test, stdout.String(), stderr.String())
+}
+
+// runProcs runs procs redis-benchmark invocations with args at once and
+// sums them up: requests per second added (each process's own rate over
+// its own run: a process that ends early leaves the others more CPU, so the
+// sum leans in Redis's favour), the median of their p50s, the highest p99,
+// their CPU times added.
+func (rb *redisBench) runProcs(ctx context.Context, procs int, test string, args ...string) (csvRow, error) {
+	if procs <= 1 {
+		return rb.run(ctx, test, args...)
+	}
+	rows := make([]csvRow, procs)
+	errs := make([]error, procs)
+	var wg sync.WaitGroup
+	for i := range procs {
+		wg.Go(func() { rows[i], errs[i] = rb.run(ctx, test, args...) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return csvRow{}, err
+	}
+	sum := csvRow{Test: test}
+	p50s := make([]float64, 0, procs)
+	for _, r := range rows {
+		sum.RPS += r.RPS
+		sum.P99ms = max(sum.P99ms, r.P99ms)
+		sum.CPU += r.CPU
+		p50s = append(p50s, r.P50ms)
+	}
+	slices.Sort(p50s)
+	sum.P50ms = p50s[len(p50s)/2]
+	return sum, nil
 }
 
 // flushAll empties the Redis between rounds.
@@ -159,7 +197,16 @@ func (rb *redisBench) flushAll(ctx context.Context) error {
 // bytes (redis-benchmark -r keys), written by clients connections.
 type redisSet struct {
 	size, clients, keys int
-	sets                int // SETs issued so far this round
+	procs               bool // clients redis-benchmark processes of one connection each (SystemRedisProcs)
+	sets                int  // SETs issued so far this round
+}
+
+// system is the rows' system.
+func (s *redisSet) system() string {
+	if s.procs {
+		return SystemRedisProcs
+	}
+	return SystemRedis
 }
 
 // cover is the number of random SETs after which each of k keys is
@@ -185,11 +232,16 @@ func (rb *redisBench) phase(ctx context.Context, set *redisSet, op string, rate 
 		test, pipeline = "exists", ExistKeys
 	}
 	bench := func(test string, n, pipeline int) (csvRow, error) {
-		common := []string{"-c", strconv.Itoa(set.clients), "-n", strconv.Itoa(n), "-r", strconv.Itoa(set.keys), "-P", strconv.Itoa(pipeline)}
-		if test == "exists" {
-			return rb.run(ctx, "EXISTS key:__rand_int__", append(common, "EXISTS", "key:__rand_int__")...)
+		conns, procs := set.clients, 1
+		if set.procs {
+			conns, procs = 1, set.clients
 		}
-		r, err := rb.run(ctx, strings.ToUpper(test), append([]string{"-t", test, "-d", strconv.Itoa(set.size)}, common...)...)
+		common := []string{"-c", strconv.Itoa(conns), "-n", strconv.Itoa((n + procs - 1) / procs), "-r", strconv.Itoa(set.keys), "-P", strconv.Itoa(pipeline)}
+		args, name := append([]string{"-t", test, "-d", strconv.Itoa(set.size)}, common...), strings.ToUpper(test)
+		if test == "exists" {
+			args, name = append(common, "EXISTS", "key:__rand_int__"), "EXISTS key:__rand_int__"
+		}
+		r, err := rb.runProcs(ctx, procs, name, args...)
 		if err == nil && test == "set" {
 			set.sets += n
 		}
@@ -213,15 +265,24 @@ func (rb *redisBench) phase(ctx context.Context, set *redisSet, op string, rate 
 		}
 	}
 	n := min(max(int(rate*d.Seconds()), least), 1<<26)
+	var srv0 time.Duration
+	if rb.pid != 0 {
+		srv0 = procCPU(rb.pid)
+	}
 	r, err := bench(test, n, pipeline)
 	if err != nil {
 		return Row{}, 0, err
+	}
+	var srv time.Duration
+	if rb.pid != 0 {
+		srv = procCPU(rb.pid) - srv0
 	}
 	rps := r.RPS
 	if math.IsInf(rps, 0) || rps == 0 {
 		rps = float64(n) / 1e-3
 	}
 	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
-	return Row{System: "redis", Op: op, Size: set.size, Clients: set.clients, Ops: n,
-		Elapsed: time.Duration(float64(n) / rps * float64(time.Second)), P50: ms(r.P50ms), P99: ms(r.P99ms)}, rps, nil
+	return Row{System: set.system(), Op: op, Size: set.size, Clients: set.clients, Ops: n,
+		Elapsed: time.Duration(float64(n) / rps * float64(time.Second)), P50: ms(r.P50ms), P99: ms(r.P99ms),
+		CPU: r.CPU, ServerCPU: srv}, rps, nil
 }

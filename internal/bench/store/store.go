@@ -49,6 +49,12 @@ type Config struct {
 	// round by round with Redis. The clients always run in this process.
 	Servers string
 	Binary  string // the mooncake binary, for ServersProcess and ServersBoth
+	// ClientProcs runs each client of the separate-process cluster
+	// (ServersProcess, ServersBoth) as a process of its own (`Binary bench
+	// store --client-worker`, RunWorker): one client per process, as one
+	// engine worker per process is deployed; its rows are of system
+	// SystemClientProcs instead of SystemProcess.
+	ClientProcs bool
 	// Grants: GrantsOff ("" too) runs the in-process cluster without
 	// data-path grants; GrantsOn with them (the master signs, the nodes
 	// check; rows SystemGrants); GrantsBoth runs both clusters, alternated
@@ -95,6 +101,9 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("bench store: --servers %q: want inproc, process or both", c.Servers)
 	}
+	if c.ClientProcs && c.Servers != ServersProcess && c.Servers != ServersBoth {
+		return errors.New("bench store: --client-procs needs --servers process or both")
+	}
 	for _, op := range c.Ops {
 		if !slices.Contains([]string{"put", "batch-put", "get", "batch-get", "get-into", "exist"}, op) {
 			return fmt.Errorf("bench store: --ops: unknown phase %q", op)
@@ -127,6 +136,13 @@ type Row struct {
 	// it covers master, nodes and clients, so CPU per key compares two
 	// configurations even on a machine whose other load makes ops/s noisy.
 	CPU time.Duration
+	// ServerCPU is the CPU time of the server processes during the
+	// phase: master and nodes (SystemProcess, SystemClientProcs), or
+	// redis-server (SystemRedis, when the bench started it); 0 otherwise.
+	// For SystemClientProcs CPU is the client processes' and for
+	// SystemRedis redis-benchmark's, so CPU + ServerCPU is all the CPU a
+	// phase took.
+	ServerCPU time.Duration
 }
 
 // CPUPerOp is the process CPU time per key.
@@ -222,14 +238,27 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Servers == ServersProcess || cfg.Servers == ServersBoth {
 		c := cluster{system: SystemProcess}
-		addr, stop, err := startServerProcs(ctx, cfg.Binary, cfg.Nodes, cfg.SegmentSize, cfg.Transport)
+		addr, stop, pids, err := startServerProcs(ctx, cfg.Binary, cfg.Nodes, cfg.SegmentSize, cfg.Transport)
 		if err != nil {
 			return nil, err
 		}
-		c.stop = stop
+		c.stop, c.pids = stop, pids
 		clusters = append(clusters, c)
-		if clusters[len(clusters)-1].mc, err = openClients(ctx, addr, maxClients, maxSize, cfg); err != nil {
-			return nil, err
+		last := &clusters[len(clusters)-1]
+		if !cfg.ClientProcs {
+			if last.mc, err = openClients(ctx, addr, maxClients, maxSize, cfg); err != nil {
+				return nil, err
+			}
+		} else {
+			last.system = SystemClientProcs
+			// One client in this process for the bench's own calls
+			// (removing a round's keys); the measured ones are processes.
+			if last.mc, err = openClients(ctx, addr, 1, maxSize, cfg); err != nil {
+				return nil, err
+			}
+			if last.procs, err = startClientProcs(ctx, cfg.Binary, addr, maxClients, maxSize, cfg.Transport); err != nil {
+				return nil, err
+			}
 		}
 	}
 
@@ -238,7 +267,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// up to ~0.5 s that would land in the first round's put phase).
 	for _, c := range clusters {
 		prefix := "bench-warmup/" + c.system
-		runPhase(ctx, c.system, c.mc, "put", 4096, 4*cfg.Nodes, prefix, 0)
+		if _, err := c.runPhase(ctx, len(c.mc)+len(c.procs), "put", 4096, 4*cfg.Nodes, prefix, 0); err != nil {
+			return nil, err
+		}
 		_, _ = c.mc[0].cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
 	}
 
@@ -280,28 +311,41 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 						if strings.HasPrefix(op, "batch") && size > 1<<20 || strings.HasSuffix(op, "device") && c.mc[0].dev == nil || !cfg.runs(op) && op != "put" {
 							continue
 						}
-						add(runPhase(ctx, c.system, c.mc[:n], op, size, perClient, prefix, cfg.Duration))
+						r, err := c.runPhase(ctx, n, op, size, perClient, prefix, cfg.Duration)
+						if err != nil {
+							return nil, err
+						}
+						add(r)
 					}
 					_, _ = c.mc[0].cl.RemoveByRegex(ctx, "^"+prefix+"/", true)
 				}
 				if rb == nil {
 					continue
 				}
-				set := redisSet{size: size, clients: n, keys: n * perClient}
-				for _, op := range []string{"put", "batch-put", "get", "batch-get", "exist"} {
-					if strings.HasPrefix(op, "batch") && size > 1<<20 || !cfg.runs(op) && op != "put" {
-						continue
+				// Redis's clients as redis-benchmark's connections in one
+				// process and, next to client processes of ours, as as
+				// many processes of one connection each.
+				topologies := []bool{false}
+				if cfg.ClientProcs {
+					topologies = append(topologies, true)
+				}
+				for _, procs := range topologies {
+					set := redisSet{size: size, clients: n, keys: n * perClient, procs: procs}
+					for _, op := range []string{"put", "batch-put", "get", "batch-get", "exist"} {
+						if strings.HasPrefix(op, "batch") && size > 1<<20 || !cfg.runs(op) && op != "put" {
+							continue
+						}
+						k := phaseKey{set.system(), op, size, n}
+						r, rate, err := rb.phase(ctx, &set, op, rates[k], cfg.Duration)
+						if err != nil {
+							return nil, fmt.Errorf("redis: %w", err)
+						}
+						rates[k] = rate
+						add(r)
 					}
-					k := phaseKey{"redis", op, size, n}
-					r, rate, err := rb.phase(ctx, &set, op, rates[k], cfg.Duration)
-					if err != nil {
+					if err := rb.flushAll(ctx); err != nil {
 						return nil, fmt.Errorf("redis: %w", err)
 					}
-					rates[k] = rate
-					add(r)
-				}
-				if err := rb.flushAll(ctx); err != nil {
-					return nil, fmt.Errorf("redis: %w", err)
 				}
 			}
 		}
@@ -324,124 +368,160 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // runPhase runs op on n clients for d and gathers throughput and latency.
 func runPhase(ctx context.Context, system string, cls []*mooncakeKV, op string, size, perClient int, prefix string, d time.Duration) Row {
 	res := Row{System: system, Op: op, Size: size, Clients: len(cls)}
-	var mu sync.Mutex
-	var lats []time.Duration
+	runs := make([]clientRun, len(cls))
 	var wg sync.WaitGroup
 	start, cpu0 := time.Now(), cpuTime()
 	deadline := start.Add(d)
 	for ci, cl := range cls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			v := make([]byte, size)
-			for i := range v {
-				v[i] = byte(i*13 + ci)
-			}
-			r := rand.New(rand.NewPCG(uint64(ci), 7))
-			var names, existKeys []string
-			if op == "exist" {
-				names, existKeys = make([]string, perClient), make([]string, ExistKeys)
-				for k := range names {
-					names[k] = fmt.Sprintf("%s/%d/%d", prefix, ci, k)
-				}
-			}
-			var local []time.Duration
-			keys := 0
-			errs := 0
-			var firstErr error
-			for i := 0; time.Now().Before(deadline) || i < perClient && (op == "put" || op == "put-device"); i++ {
-				if ctx.Err() != nil {
-					break
-				}
-				k := i % perClient
-				if op != "put" && op != "put-device" {
-					k = r.IntN(perClient)
-				}
-				key := fmt.Sprintf("%s/%d/%d", prefix, ci, k)
-				t0 := time.Now()
-				var err error
-				keysDone := 1
-				switch op {
-				case "exist":
-					for j := range existKeys {
-						existKeys[j] = names[r.IntN(perClient)]
-					}
-					err = cl.exist(ctx, existKeys)
-					keysDone = ExistKeys
-				case "batch-put", "batch-get":
-					nb := min(BatchKeys, perClient)
-					keys := make([]string, nb)
-					first := r.IntN(perClient)
-					for j := range keys {
-						keys[j] = fmt.Sprintf("%s/%d/%d", prefix, ci, (first+j)%perClient)
-					}
-					if op == "batch-put" {
-						err = cl.batchPut(ctx, keys, v)
-					} else {
-						err = cl.batchGet(ctx, keys, size)
-					}
-					keysDone = nb
-				case "put":
-					err = cl.put(ctx, key, v)
-				case "put-device":
-					err = cl.putDevice(ctx, key, size)
-				case "get-into-device":
-					var n int
-					n, err = cl.getIntoDevice(ctx, key)
-					if err == nil && n != size {
-						err = fmt.Errorf("got %d bytes, want %d", n, size)
-					}
-				case "get-into":
-					var n int
-					n, err = cl.getInto(ctx, key)
-					if err == nil && n != size {
-						err = fmt.Errorf("got %d bytes, want %d", n, size)
-					}
-				default:
-					var got []byte
-					got, err = cl.get(ctx, key)
-					if err == nil && len(got) != size {
-						err = fmt.Errorf("got %d bytes, want %d", len(got), size)
-					}
-				}
-				if err != nil {
-					errs++
-					if firstErr == nil {
-						firstErr = err
-					}
-					continue
-				}
-				local = append(local, time.Since(t0))
-				keys += keysDone
-			}
-			mu.Lock()
-			lats = append(lats, local...)
-			res.Ops += keys
-			res.Errors += errs
-			if res.FirstErr == nil {
-				res.FirstErr = firstErr
-			}
-			mu.Unlock()
-		}()
+		wg.Go(func() { runs[ci] = runClient(ctx, ci, cl, op, size, perClient, prefix, deadline) })
 	}
 	wg.Wait()
 	res.Elapsed, res.CPU = time.Since(start), cpuTime()-cpu0
+	res.gather(runs)
+	return res
+}
+
+// clientRun is what one client did in a phase.
+type clientRun struct {
+	Lats     []time.Duration // of each successful call
+	Keys     int             // keys moved by the successful calls
+	Errors   int
+	FirstErr string
+}
+
+// gather adds the clients' runs to r: keys, errors, the first error and
+// the latency percentiles.
+func (r *Row) gather(runs []clientRun) {
+	var lats []time.Duration
+	for _, cr := range runs {
+		lats = append(lats, cr.Lats...)
+		r.Ops += cr.Keys
+		r.Errors += cr.Errors
+		if r.FirstErr == nil && cr.FirstErr != "" {
+			r.FirstErr = errors.New(cr.FirstErr)
+		}
+	}
 	if len(lats) > 0 {
 		slices.Sort(lats)
-		res.P50 = lats[len(lats)/2]
-		res.P99 = lats[min(len(lats)-1, len(lats)*99/100)]
+		r.P50 = lats[len(lats)/2]
+		r.P99 = lats[min(len(lats)-1, len(lats)*99/100)]
 	}
-	return res
+}
+
+// runClient is client number ci's loop of op until deadline (put phases:
+// at least once over its key set).
+func runClient(ctx context.Context, ci int, cl *mooncakeKV, op string, size, perClient int, prefix string, deadline time.Time) clientRun {
+	v := make([]byte, size)
+	for i := range v {
+		v[i] = byte(i*13 + ci)
+	}
+	r := rand.New(rand.NewPCG(uint64(ci), 7))
+	var names, existKeys []string
+	if op == "exist" {
+		names, existKeys = make([]string, perClient), make([]string, ExistKeys)
+		for k := range names {
+			names[k] = fmt.Sprintf("%s/%d/%d", prefix, ci, k)
+		}
+	}
+	var run clientRun
+	for i := 0; time.Now().Before(deadline) || i < perClient && (op == "put" || op == "put-device"); i++ {
+		if ctx.Err() != nil {
+			break
+		}
+		k := i % perClient
+		if op != "put" && op != "put-device" {
+			k = r.IntN(perClient)
+		}
+		key := fmt.Sprintf("%s/%d/%d", prefix, ci, k)
+		t0 := time.Now()
+		var err error
+		keysDone := 1
+		switch op {
+		case "exist":
+			for j := range existKeys {
+				existKeys[j] = names[r.IntN(perClient)]
+			}
+			err = cl.exist(ctx, existKeys)
+			keysDone = ExistKeys
+		case "batch-put", "batch-get":
+			nb := min(BatchKeys, perClient)
+			keys := make([]string, nb)
+			first := r.IntN(perClient)
+			for j := range keys {
+				keys[j] = fmt.Sprintf("%s/%d/%d", prefix, ci, (first+j)%perClient)
+			}
+			if op == "batch-put" {
+				err = cl.batchPut(ctx, keys, v)
+			} else {
+				err = cl.batchGet(ctx, keys, size)
+			}
+			keysDone = nb
+		case "put":
+			err = cl.put(ctx, key, v)
+		case "put-device":
+			err = cl.putDevice(ctx, key, size)
+		case "get-into-device":
+			var n int
+			n, err = cl.getIntoDevice(ctx, key)
+			if err == nil && n != size {
+				err = fmt.Errorf("got %d bytes, want %d", n, size)
+			}
+		case "get-into":
+			var n int
+			n, err = cl.getInto(ctx, key)
+			if err == nil && n != size {
+				err = fmt.Errorf("got %d bytes, want %d", n, size)
+			}
+		default:
+			var got []byte
+			got, err = cl.get(ctx, key)
+			if err == nil && len(got) != size {
+				err = fmt.Errorf("got %d bytes, want %d", len(got), size)
+			}
+		}
+		if err != nil {
+			run.Errors++
+			if run.FirstErr == "" {
+				run.FirstErr = err.Error()
+			}
+			continue
+		}
+		run.Lats = append(run.Lats, time.Since(t0))
+		run.Keys += keysDone
+	}
+	return run
 }
 
 // cluster is one master and its storage nodes, with the bench's clients.
 type cluster struct {
-	system string        // SystemInProcess or SystemProcess
-	mc     []*mooncakeKV // the clients
+	system string        // SystemInProcess, SystemProcess or SystemClientProcs
+	mc     []*mooncakeKV // the clients (SystemClientProcs: one, for the bench's own calls)
+	procs  []*clientProc // SystemClientProcs: the measured clients
+	pids   []int         // the server processes (none in process)
 	stop   func()        // stops the servers
 }
 
+// runPhase runs op on the cluster's first n clients (processes when it
+// has them) for d.
+func (c cluster) runPhase(ctx context.Context, n int, op string, size, perClient int, prefix string, d time.Duration) (Row, error) {
+	cpu0 := procCPU(c.pids...)
+	var r Row
+	if len(c.procs) > 0 {
+		var err error
+		if r, err = runProcPhase(ctx, c.system, c.procs[:min(n, len(c.procs))], op, size, perClient, prefix, d); err != nil {
+			return r, err
+		}
+	} else {
+		r = runPhase(ctx, c.system, c.mc[:min(n, len(c.mc))], op, size, perClient, prefix, d)
+	}
+	if len(c.pids) > 0 {
+		r.ServerCPU = procCPU(c.pids...) - cpu0
+	}
+	return r, nil
+}
+
 func (c cluster) close() {
+	stopClientProcs(c.procs)
 	for _, m := range c.mc {
 		m.close()
 	}

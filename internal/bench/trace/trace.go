@@ -75,6 +75,7 @@ type Result struct {
 	IdealHits      int                    // hits of an unlimited pool
 	IdealHitRate   float64                // IdealHits / Blocks
 	Cache          []tracesim.CacheResult // per policy, per capacity (tracesim.Policies order)
+	Optimum        []tracesim.CacheResult // Belady's offline optimum per capacity (capacities order)
 	Route          []tracesim.RouteResult // per router (tracesim.Routers order), then the events-fed runs
 	RouteNames     []string               // the router of each Route entry; "(kv events)" marks an events-fed one
 }
@@ -104,6 +105,9 @@ func Run(reqs []tracesim.Request, capacities []int, cfg tracesim.RouteConfig) (R
 			r.Cache = append(r.Cache, tracesim.SimulateCache(reqs, p, c))
 		}
 	}
+	for _, c := range capacities {
+		r.Optimum = append(r.Optimum, tracesim.SimulateBelady(reqs, c))
+	}
 	type routeRun struct {
 		rt     tracesim.Router
 		events bool // the router's view fed by the instances' KV events
@@ -128,6 +132,15 @@ func Run(reqs []tracesim.Request, capacities []int, cfg tracesim.RouteConfig) (R
 		r.RouteNames = append(r.RouteNames, name)
 	}
 	return r, nil
+}
+
+// GapShare is the share of the gap between LRU and the optimum that a
+// policy closes: (hit - lru) / (opt - lru), 0 when there is no gap.
+func GapShare(hit, lru, opt float64) float64 {
+	if opt-lru <= 1e-12 {
+		return 0
+	}
+	return (hit - lru) / (opt - lru)
 }
 
 // Ratio is a/b, 0 when b is 0.

@@ -11,7 +11,8 @@ import (
 )
 
 // sixLineTrace: the same six requests as tracesim's hand-worked test
-// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8, TailFirst 8).
+// (ideal 9 hits of 16 blocks; capacity 4: LRU 6, LFU 7, LengthAware 8, TailFirst 8,
+// Retention 8: it drops the partial tails 3, 4, 5 and 6 and keeps the chain 1-2).
 var sixLineTrace = func() string {
 	b, err := os.ReadFile("testdata/six_requests.jsonl")
 	if err != nil {
@@ -48,11 +49,24 @@ func TestRun(t *testing.T) {
 			t.Errorf("%s: events-fed hit rate %v, bookkeeping %v", rt, ev.HitRate(), book.HitRate())
 		}
 	}
-	want := map[tracesim.Policy]int{tracesim.Policies[0]: 6, tracesim.Policies[1]: 7, tracesim.Policies[2]: 8, tracesim.TailFirst: 8}
+	want := map[tracesim.Policy]int{tracesim.Policies[0]: 6, tracesim.Policies[1]: 7, tracesim.Policies[2]: 8, tracesim.TailFirst: 8, tracesim.Retention: 8}
 	for _, c := range r.Cache {
 		if c.Capacity == 4 && c.Hits != want[c.Policy] {
 			t.Errorf("%s at 4 blocks: %d hits, want %d", c.Policy, c.Hits, want[c.Policy])
 		}
+	}
+	// Belady per capacity: the ideal when unlimited, at least every
+	// policy's hits at 4 blocks.
+	if len(r.Optimum) != 2 || r.Optimum[0].Hits != 9 || r.Optimum[1].Capacity != 4 {
+		t.Fatalf("optimum %+v", r.Optimum)
+	}
+	for _, c := range r.Cache {
+		if c.Capacity == 4 && c.Hits > r.Optimum[1].Hits {
+			t.Errorf("%s: %d hits above the optimum %d", c.Policy, c.Hits, r.Optimum[1].Hits)
+		}
+	}
+	if g := GapShare(0.3, 0.2, 0.4); g < 0.4999 || g > 0.5001 || GapShare(0.3, 0.4, 0.4) != 0 {
+		t.Fatalf("GapShare %v", g)
 	}
 	if _, err := Run(nil, []int{4}, cfg); !errors.Is(err, ErrNoRequests) {
 		t.Fatalf("empty trace: %v", err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"sort"
 	"strconv"
 	"time"
 
@@ -289,6 +290,17 @@ func (s *Service) handleQuery(f map[string]json.RawMessage) (any, error) {
 	}
 	if err := json.Unmarshal(raw, &q.Tokens); err != nil {
 		return nil, bad("invalid_type", "token_ids", "token_ids must be an array of integers in [0, 2^32)")
+	}
+	if raw, ok := f["mm_features"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &q.MM); err != nil {
+			return nil, bad("invalid_type", "mm_features", "mm_features must be an array of {identifier, offset, length}")
+		}
+		for _, m := range q.MM {
+			if m.Identifier == "" || m.Offset < 0 || m.Length < 1 {
+				return nil, bad("invalid_value", "mm_features", "each mm_features entry needs an identifier, offset >= 0 and length >= 1")
+			}
+		}
+		sort.SliceStable(q.MM, func(i, j int) bool { return q.MM[i].Offset < q.MM[j].Offset })
 	}
 	return s.idx.Query(q)
 }

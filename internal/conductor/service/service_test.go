@@ -21,7 +21,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kvevents.ZMQWriterLeak))
+	var ignore []goleak.Option // the zmq library's own (kvevents.ZMQLeakFuncs)
+	for _, f := range kvevents.ZMQLeakFuncs() {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
+	}
+	goleak.VerifyTestMain(m, ignore...)
 }
 
 // start runs a service on a loopback port until the test ends.
@@ -256,6 +260,9 @@ func TestContractErrors(t *testing.T) {
 		{"POST", "/query", `{"model": "m", "block_size": 32, "token_ids": [1]}`, 400, "block_size_mismatch", "block_size"},
 		{"POST", "/query", `{"model": "m", "block_size": 16, "token_ids": [1], "instance_id": "nope"}`, 404, "unknown_instance", "instance_id"},
 		{"POST", "/query", `{"model": "m", "block_size": 16, "token_ids": [1], "lora_name": "x", "lora_id": 3}`, 400, "invalid_value", "lora_id"},
+		{"POST", "/query", `{"model": "m", "block_size": 16, "token_ids": [1], "mm_features": "img"}`, 400, "invalid_type", "mm_features"},
+		{"POST", "/query", `{"model": "m", "block_size": 16, "token_ids": [1], "mm_features": [{"offset": 0, "length": 4}]}`, 400, "invalid_value", "mm_features"},
+		{"POST", "/query", `{"model": "m", "block_size": 16, "token_ids": [1], "mm_features": [{"identifier": "i", "offset": 0, "length": 0}]}`, 400, "invalid_value", "mm_features"},
 		{"POST", "/query_by_hash", `{"model": "m", "block_size": 16}`, 400, "missing", "seq_hashes"},
 		{"POST", "/query_by_hash", `{"model": "m", "block_size": 16, "seq_hashes": ["x"]}`, 400, "invalid_type", "seq_hashes"},
 		{"GET", "/query", ``, 405, "method_not_allowed", ""},
@@ -266,6 +273,10 @@ func TestContractErrors(t *testing.T) {
 		if code != c.code || got["reason"] != c.reason || field != c.field || got["error"] == "" {
 			t.Errorf("%s %s %s: %d %v, want %d %s %s", c.method, c.path, c.body, code, got, c.code, c.reason, c.field)
 		}
+	}
+	// multimodal inputs are accepted
+	if code, got := call(t, "POST", base+"/query", `{"model": "m", "block_size": 16, "token_ids": [1], "mm_features": [{"identifier": "i", "offset": 0, "length": 4}]}`); code != 200 {
+		t.Fatalf("query with mm_features: %d %v", code, got)
 	}
 	// still serving; an unknown model is an empty answer, not an error.
 	code, got := call(t, "POST", base+"/query", `{"model": "other", "block_size": 16, "token_ids": [1, 2]}`)

@@ -1,0 +1,86 @@
+package transfer
+
+import (
+	"bytes"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
+)
+
+// sliceSource serves a range from a byte slice and counts what is out.
+type sliceSource struct {
+	base uint64
+	data []byte
+	out  atomic.Int64
+	fail atomic.Bool
+}
+
+func (s *sliceSource) ReadAt(addr, n uint64) ([]byte, func(), error) {
+	if s.fail.Load() {
+		return nil, nil, errors.New("disk gone")
+	}
+	b := append([]byte(nil), s.data[addr-s.base:addr-s.base+n]...)
+	s.out.Add(1)
+	return b, func() { s.out.Add(-1) }, nil
+}
+
+func TestSourceReads(t *testing.T) {
+	const base = 1 << 62
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			ini, tgt, seg := pair(t, tr, func(c *Config) { c.SliceSize = 64 << 10 })
+			src := &sliceSource{base: base, data: make([]byte, 1<<20)}
+			fill(src.data, 7)
+			if err := tgt.RegisterSource(base, uint64(len(src.data)), "disk", src); err != nil {
+				t.Fatal(err)
+			}
+			dst := make([]byte, 600<<10)
+			if err := ini.RegisterBytes(dst, "cpu:0"); err != nil {
+				t.Fatal(err)
+			}
+			// Several slices (64 KiB) and a piece from the middle.
+			err := ini.Transfer(ctxT(t), []Request{
+				{Op: OpRead, Local: AddrOf(dst), Segment: seg, Remote: base + 4096, Length: 500 << 10},
+				{Op: OpRead, Local: AddrOf(dst[500<<10:]), Segment: seg, Remote: base + 777, Length: 100 << 10},
+			})
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			if !bytes.Equal(dst[:500<<10], src.data[4096:4096+500<<10]) || !bytes.Equal(dst[500<<10:], src.data[777:777+100<<10]) {
+				t.Fatal("bytes read differ from the source's")
+			}
+			// The lane releases each buffer once its bytes were sent.
+			waitfor.Cond(t, 5*time.Second, "source buffers released", func() bool { return src.out.Load() == 0 })
+			// Writes are refused, reads past the range too.
+			for _, r := range []Request{
+				{Op: OpWrite, Local: AddrOf(dst), Segment: seg, Remote: base, Length: 4096},
+				{Op: OpRead, Local: AddrOf(dst), Segment: seg, Remote: base + 1<<20 - 100, Length: 4096},
+			} {
+				if err := ini.Transfer(ctxT(t), []Request{r}); err == nil {
+					t.Fatalf("%v at %#x: want an error", r.Op, r.Remote)
+				}
+			}
+			// A failing source answers the slice, and the lane keeps serving.
+			src.fail.Store(true)
+			if err := ini.Transfer(ctxT(t), []Request{{Op: OpRead, Local: AddrOf(dst), Segment: seg, Remote: base, Length: 4096}}); err == nil {
+				t.Fatal("read of a failing source: want an error")
+			}
+			src.fail.Store(false)
+			if err := ini.Transfer(ctxT(t), []Request{{Op: OpRead, Local: AddrOf(dst), Segment: seg, Remote: base, Length: 4096}}); err != nil {
+				t.Fatalf("read after a failed one: %v", err)
+			}
+			if err := tgt.Unregister(uintptr(base)); err != nil {
+				t.Fatal(err)
+			}
+			if err := ini.Transfer(ctxT(t), []Request{{Op: OpRead, Local: AddrOf(dst), Segment: seg, Remote: base, Length: 4096}}); err == nil {
+				t.Fatal("read of an unregistered source: want an error")
+			}
+			if err := tgt.RegisterSource(0, 10, "disk", src); err == nil {
+				t.Fatal("source at address 0: want an error")
+			}
+		})
+	}
+}
