@@ -114,7 +114,10 @@
 // mc_store_open_ex's options_json {"disk": {"dir", "capacity",
 // "offload_on_evict", "promotion_on_hit"}} puts the storage node's disk tier (internal/disktier)
 // behind the client's segment, its reads served on a port of the client's
-// host (store_disk.go). Extra segments (store_segments.go) are a file's bytes
+// host (store_disk.go); {"env": {"MC_STORE_LOCAL_HOT_CACHE_SIZE": ...}}
+// carries Mooncake's hot-cache variables as Python saw them at setup (the
+// library falls back to its own environment), which configure the store
+// client's hot cache (store.HotCacheFromEnv). Extra segments (store_segments.go) are a file's bytes
 // (mmap) or new memory, each mounted by a store client of its own on the
 // handle's engine under a Mooncake UUID string; unmounting is that client's
 // graceful close, then munmap.

@@ -86,8 +86,9 @@ type storeState struct {
 type storeArgs struct {
 	host, metadata, protocol, device, master string
 	segmentSize, bufferSize                  uint64
-	disk                                     diskArgs     // SSD offload (store_disk.go)
-	security                                 securityArgs // tenant token and TLS (store_security.go)
+	disk                                     diskArgs          // SSD offload (store_disk.go)
+	security                                 securityArgs      // tenant token and TLS (store_security.go)
+	env                                      map[string]string // setup-time environment (MC_STORE_LOCAL_HOT_*); missing names: os.Getenv
 }
 
 // storeEngineArgs is the configuration of a store client's transfer engine.
@@ -151,8 +152,19 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 		_ = eng.Close()
 		return nil, err
 	}
+	hot, err := store.HotCacheFromEnv(func(k string) string { // Mooncake's MC_STORE_LOCAL_HOT_* variables
+		if v, ok := a.env[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	})
+	if err != nil {
+		_ = eng.Close()
+		closeDisk(disk)
+		return nil, err
+	}
 	mover := newNestedMover(eng)
-	scfg := store.Config{Master: a.master, Mover: mover, SegmentSize: a.segmentSize, SegmentName: segName,
+	scfg := store.Config{HotCache: hot, Master: a.master, Mover: mover, SegmentSize: a.segmentSize, SegmentName: segName,
 		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Token: sec.token, TLS: sec.tls, Logger: logger.With("store", eng.Name())}
 	if disk != nil {
 		scfg.Disk = disk

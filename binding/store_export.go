@@ -31,6 +31,10 @@ func view(p unsafe.Pointer, n C.uint64_t) ([]byte, error) {
 type openExArgs struct {
 	Disk diskArgs `json:"disk"`
 	securityArgs
+	// Env holds environment variables as Python saw them at setup (the
+	// library's own environment is the one it was loaded with): Mooncake's
+	// MC_STORE_LOCAL_HOT_* settings of the client hot cache.
+	Env map[string]string `json:"env"`
 }
 
 // mc_store_open_ex opens a store client (Mooncake's setup) and returns its
@@ -52,7 +56,7 @@ func mc_store_open_ex(host, metadata *C.char, segmentSize, bufferSize C.uint64_t
 		defer cancel()
 		s, err := openStore(ctx, storeArgs{host: goString(host), metadata: goString(metadata), protocol: goString(protocol),
 			device: goString(device), master: goString(master), segmentSize: uint64(segmentSize), bufferSize: uint64(bufferSize),
-			disk: o.Disk, security: o.securityArgs})
+			disk: o.Disk, security: o.securityArgs, env: o.Env})
 		if err != nil {
 			return 0, err
 		}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/hotcache"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -36,6 +37,7 @@ func parallel(n int, f func(i int)) {
 // A batch of more keys than one master call carries (see batchSpans) runs
 // span by span.
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o PutOptions) []error {
+	c.hotForget(keys...)
 	if len(values) == len(keys) {
 		if spans := batchSpans(keys); len(spans) > 1 {
 			errs := make([]error, 0, len(keys))
@@ -197,7 +199,9 @@ func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, i
 		failed = failed || errs[i] != nil
 	}
 	if !failed && len(reqs) > 0 {
-		failed = c.mover.Transfer(ctx, reqs) != nil
+		// All or nothing: one scatter-gather request per run of writes
+		// to one segment.
+		failed = c.mover.Transfer(ctx, transfer.Coalesce(reqs, 0)) != nil
 	}
 	return started, failed
 }
@@ -336,7 +340,8 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		}
 		return ns, errs
 	}
-	infos, deadline, ok := c.batchReplicaLists(ctx, keys, errs)
+	held := c.hotBatchLookup(keys) // nil with the hot cache off
+	infos, deadline, ok := c.batchReplicaLists(ctx, keys, held, errs)
 	if !ok {
 		return ns, errs
 	}
@@ -350,6 +355,9 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 		return ns, errs
 	}
 	defer release()
+	if held != nil {
+		c.hotBatchServe(ctx, keys, infos, held, bs, ns, errs, done)
+	}
 	retry := c.batchFirstReads(ctx, keys, infos, bs, deadline, errs)
 	var again []int
 	for i, in := range infos {
@@ -359,6 +367,9 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 			again = append(again, i)
 		default:
 			ns[i] = int(in.Size)
+			if held != nil {
+				c.hotFill(keys[i], in, bs[i][:in.Size])
+			}
 			if done != nil {
 				done(i, bs[i][:in.Size])
 			}
@@ -378,10 +389,10 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufs func([]*pb.O
 // one call. infos[i] is nil for a key that failed (its error is in errs);
 // deadline, half the shortest lease, bounds the batched read (the rest of
 // the lease is left for the fallbacks); ok is false when no key can be read.
-func (c *Client) batchReplicaLists(ctx context.Context, keys []string, errs []error) (infos []*pb.ObjectInfo, deadline time.Time, ok bool) {
+func (c *Client) batchReplicaLists(ctx context.Context, keys []string, held []hotcache.Entry, errs []error) (infos []*pb.ObjectInfo, deadline time.Time, ok bool) {
 	// A hot call: fastMaster bounds it by RPCTimeout itself.
 	start := c.clock.Now() // the leases start no earlier than this on the master's side
-	resp, err := c.rpc.BatchGetReplicaList(ctx, &pb.BatchKeysRequest{Keys: keys})
+	resp, err := c.rpc.BatchGetReplicaList(ctx, hotBatchRequest(keys, held))
 	if err == nil && len(resp.Results) != len(keys) {
 		err = fmt.Errorf("master answered %d of %d keys", len(resp.Results), len(keys))
 	}
@@ -399,11 +410,18 @@ func (c *Client) batchReplicaLists(ctx context.Context, keys []string, errs []er
 			continue
 		}
 		infos[i] = r
+		if r.Unchanged { // served from the hot cache: no lease, no read
+			ok = true
+			continue
+		}
 		if l := time.Duration(r.LeaseTtlMs) * time.Millisecond; lease < 0 || l < lease {
 			lease = l
 		}
 	}
 	if lease < 0 {
+		if ok {
+			return infos, start, true
+		}
 		return nil, time.Time{}, false
 	}
 	return infos, start.Add(lease / 2), true
@@ -450,7 +468,7 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 		return retry
 	}
 	lctx, lcancel := context.WithDeadline(ctx, deadline)
-	err := c.mover.Transfer(lctx, reqs)
+	err := c.mover.Transfer(lctx, transfer.Coalesce(reqs, 0)) // all or nothing: one scatter-gather request per run of reads from one segment
 	lcancel()
 	for _, i := range reqKey {
 		if err != nil || Checksum(bs[i][:infos[i].Size]) != infos[i].Crc32C {
@@ -496,6 +514,7 @@ func (c *Client) BatchExist(ctx context.Context, keys []string) ([]bool, error) 
 // BatchRemove removes each key (one master call per span of keys, see
 // batchSpans) and returns one error per key.
 func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []error {
+	c.hotForget(keys...)
 	if spans := batchSpans(keys); len(spans) > 1 {
 		errs := make([]error, 0, len(keys))
 		for _, sp := range spans {

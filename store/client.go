@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -122,6 +123,7 @@ type Client struct {
 
 	diskReads     atomic.Uint64                 // values this client read from disk tiers (DiskReads)
 	diskSource    uint64                        // the disk tier's range registered with the mover (disk.go); 0 = none
+	hot           *hotCache                     // Config.HotCache (hotcache.go); nil: off
 	graceOverride atomic.Pointer[time.Duration] // CloseWithGrace's grace, instead of Config.UnmountGrace
 
 	beforeZero func([]*pb.HeaderRef) // tests: called before zeroHeaders writes
@@ -166,6 +168,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.stopFn()
 		c.release()
 		return nil, err
+	}
+	if c.hot, err = newHotCache(cfg.HotCache); err != nil {
+		return fail(err)
 	}
 	buf := make([]byte, cfg.LocalBufferSize)
 	if err := c.mover.RegisterBytes(buf, "cpu:0"); err != nil {
@@ -560,6 +565,9 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 		if out == nil {
 			out = append([]byte(nil), b...)
 		}
+	}, func(v []byte) (int, error) {
+		out = bytes.Clone(v)
+		return len(v), nil
 	})
 	if err != nil {
 		return nil, err
@@ -577,16 +585,37 @@ func (c *Client) GetInto(ctx context.Context, key string, dst []byte) (int, erro
 			return nil, nil, fmt.Errorf("store: get %q: value of %d bytes, buffer of %d: %w", key, n, len(dst), ErrBufferTooSmall)
 		}
 		return dst[:n], func() {}, nil
-	}, nil)
+	}, nil, func(v []byte) (int, error) {
+		if len(dst) < len(v) {
+			return 0, fmt.Errorf("store: get %q: value of %d bytes, buffer of %d: %w", key, len(v), len(dst), ErrBufferTooSmall)
+		}
+		return copy(dst, v), nil
+	})
 }
 
 // get fetches the replica list (taking a lease), reads replicas in order
 // into the buffer from dest, verifies the CRC and calls done with the data.
-func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte, func(), error), done func([]byte)) (int, error) {
+// With the hot cache on, a value the master confirms current is handed to
+// cached instead (hotcache.go), and a value read is offered to the cache.
+func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte, func(), error), done func([]byte), cached func([]byte) (int, error)) (int, error) {
 	if c.isClosed() {
 		return 0, ErrClosed
 	}
-	info, leaseEnd, err := c.replicaList(ctx, key)
+	var info *pb.ObjectInfo
+	var leaseEnd time.Time
+	var err error
+	if c.hot != nil {
+		start := c.clock.Now()
+		var hit []byte
+		if info, leaseEnd, hit, err = c.hotGet(ctx, key); hit != nil {
+			n, err := cached(hit)
+			c.hot.hitLat.observe(c.clock.Now().Sub(start))
+			return n, err
+		}
+		defer func() { c.hot.missLat.observe(c.clock.Now().Sub(start)) }()
+	} else {
+		info, leaseEnd, err = c.replicaList(ctx, key)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -597,6 +626,9 @@ func (c *Client) get(ctx context.Context, key string, dest func(uint64) ([]byte,
 	defer release()
 	if err := c.readAny(ctx, key, info, leaseEnd, buf); err != nil {
 		return 0, err
+	}
+	if c.hot != nil {
+		c.hotFill(key, info, buf)
 	}
 	if done != nil {
 		done(buf)
@@ -829,6 +861,7 @@ func infoFromPB(r *pb.ObjectInfo) ObjectInfo {
 
 // Remove deletes key. A leased object fails with ErrHasLease unless force.
 func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	c.hotForget(key)
 	var tombs []*pb.HeaderRef
 	sent := time.Now()
 	err := c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
@@ -850,6 +883,7 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 // back after a master restart. Each chunk is one master call bounded by
 // RPCTimeout; on an error the count so far is returned with it.
 func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int, error) {
+	c.hotForgetMatching(pattern)
 	return c.removePaged(ctx, "store: remove by regex", func(ctx context.Context, after string) (*pb.CountResponse, error) {
 		return c.rpc.RemoveByRegex(ctx, &pb.RemoveByRegexRequest{Pattern: pattern, Force: force, After: after, Paged: true})
 	})
@@ -858,6 +892,7 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 // RemoveAll removes every object (leased ones only if force) and returns
 // how many were removed, chunk by chunk as RemoveByRegex.
 func (c *Client) RemoveAll(ctx context.Context, force bool) (int, error) {
+	c.hotForgetMatching("")
 	return c.removePaged(ctx, "store: remove all", func(ctx context.Context, after string) (*pb.CountResponse, error) {
 		return c.rpc.RemoveAll(ctx, &pb.RemoveAllRequest{Force: force, After: after, Paged: true})
 	})

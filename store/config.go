@@ -64,6 +64,9 @@ type Config struct {
 	// Device is the GPU driver for PutFromDevice, GetIntoDevice and their
 	// batch forms (device.go); nil: none.
 	Device DeviceCopier
+	// HotCache keeps the values of hot keys in this process's memory
+	// (hotcache.go); off unless HotCache.Size is set.
+	HotCache HotCacheConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -110,5 +113,5 @@ func (c Config) Validate() error {
 	case c.Replicas < 0, c.PingInterval < 0, c.RPCTimeout < 0, c.UnmountGrace < 0:
 		return fmt.Errorf("store: %w: negative replicas or duration", ErrInvalid)
 	}
-	return nil
+	return c.HotCache.Validate()
 }

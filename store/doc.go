@@ -100,6 +100,27 @@
 // HTTP when the copy has no address; it checks the CRC32C and, when the
 // node asks for promotion on hit, puts the value back into memory.
 //
+// # Hot cache
+//
+// Config.HotCache (Mooncake's local hot cache; MC_STORE_LOCAL_HOT_* via
+// HotCacheFromEnv) keeps the values of frequently read keys in this
+// process's memory, bounded by HotCache.Size, admitted by frequency
+// (package internal/hotcache: a count-min sketch behind a doorkeeper). A
+// get of a held key still asks the master, naming the version it holds
+// (KeyRequest.cached_view and cached_seq: the master's incarnation and the
+// put's sequence number); when that is the key's current version the master
+// answers unchanged (no replicas, no lease) and the value is copied from the
+// cache, otherwise the answer is the usual replica list and the key is read
+// remotely (and the stale entry dropped). So a served value was the key's
+// value when the master answered, and every overwrite or removal, by any
+// client, acknowledged before the get began is seen. Batch gets name one
+// version per key. The client's own puts and removes drop their entries at
+// once (memory freed early). Values held in the client's own segment are not
+// cached. HotCacheStats counts hits, misses, stale entries and latency
+// (internal/storeprom exports them to Prometheus). The master answers
+// unchanged from GetReplicaListIf (internal/master); an older master answers
+// as before and nothing is served from the cache.
+//
 // # Replica clear and copy/move tasks
 //
 // BatchReplicaClear drops replicas of keys this client put (all, or those

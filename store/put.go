@@ -91,6 +91,7 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 	if len(value) == 0 {
 		return 0, fmt.Errorf("store: %w: empty value", ErrInvalid)
 	}
+	c.hotForget(key)
 	src, room, release, err := c.source(ctx, key, value, registered)
 	if err != nil {
 		return 0, err

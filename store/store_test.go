@@ -526,15 +526,16 @@ func TestPutsBeyondCapacityEvict(t *testing.T) {
 	}
 }
 
-// failBatchMover fails every transfer of more than one request, so batch
-// calls must fall back to per-key operations.
+// failBatchMover fails every transfer of more than one request or of a
+// scatter-gather request (a batch coalesced), so batch calls must fall
+// back to per-key operations.
 type failBatchMover struct {
 	store.Mover
 	failed atomic.Int64
 }
 
 func (m *failBatchMover) Transfer(ctx context.Context, reqs []transfer.Request) error {
-	if len(reqs) > 1 {
+	if len(reqs) > 1 || (len(reqs) == 1 && len(reqs[0].Extents) > 1) {
 		m.failed.Add(1)
 		return errors.New("injected batch failure")
 	}

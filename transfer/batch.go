@@ -60,6 +60,17 @@ type Request struct {
 	// (not copies of it): a lane sends a grant once and then recognises
 	// it by its data pointer.
 	Grant string
+	// Extents, when set, makes the request scatter-gather: it moves every
+	// extent (Local, Remote and Length of the Request are then unused:
+	// Local and Remote must be 0, Length 0 or the extents' total) as ONE
+	// request: one task, one status, one round trip per TCP slice (the
+	// peer's lane checks every extent against its registered memory and
+	// rejects the whole request if one lies outside), one memcpy per
+	// extent over shared memory. Destination ranges (remote for a WRITE,
+	// local for a READ) must not overlap; extents adjacent on both sides
+	// are merged. Local memory must be host memory. Coalesce builds them
+	// from plain requests.
+	Extents []Extent
 }
 
 // Batch is a submitted set of requests. Poll it with Status or block with
@@ -82,8 +93,10 @@ type task struct {
 	req       Request
 	local     registry.Span
 	seg       *segment
-	transport string // the name of the transport that serves it
-	job       job    // how its bytes move (made by the transport's peer handle)
+	vec       []vext          // a scatter-gather request's extents (nil otherwise)
+	spans     []registry.Span // their local pins when not all in local
+	transport string          // the name of the transport that serves it
+	job       job             // how its bytes move (made by the transport's peer handle)
 	slices    atomic.Int32
 	state     atomic.Int32
 	err       atomic.Pointer[error]
@@ -143,7 +156,7 @@ func (e *Engine) newBatch(reqs []Request) (*Batch, error) {
 		err := e.checkRequest(t)
 		if err != nil {
 			for k := range i {
-				b.tasks[k].local.Release()
+				b.tasks[k].releaseLocal()
 			}
 			return nil, fmt.Errorf("transfer: request %d: %w", i, err)
 		}
@@ -158,12 +171,15 @@ func (e *Engine) checkRequest(t *task) error {
 	if r.Op != OpRead && r.Op != OpWrite {
 		return fmt.Errorf("%w: opcode %d", ErrInvalid, r.Op)
 	}
-	if r.Length <= 0 {
+	if r.Extents == nil && r.Length <= 0 {
 		return fmt.Errorf("%w: length %d", ErrInvalid, r.Length)
 	}
 	t.seg = e.segment(r.Segment)
 	if t.seg == nil {
 		return fmt.Errorf("%w: segment id %d not opened", ErrUnknownSegment, r.Segment)
+	}
+	if r.Extents != nil {
+		return e.checkVector(t)
 	}
 	sp, err := e.reg.AcquireAny(uint64(r.Local), uint64(r.Length))
 	if err != nil {
@@ -191,7 +207,12 @@ func (e *Engine) deadline(ctx context.Context, reqs []Request) time.Time {
 	}
 	var total int64
 	for _, r := range reqs {
-		total += int64(r.Length)
+		if r.Extents == nil {
+			total += int64(r.Length)
+		}
+		for _, x := range r.Extents {
+			total += int64(x.Length)
+		}
 	}
 	return time.Now().Add(e.cfg.Timeout + time.Duration(total))
 }
@@ -282,7 +303,7 @@ func (b *Batch) sliceDone(t *task, err error) {
 	if t.slices.Add(-1) != 0 {
 		return
 	}
-	t.local.Release()
+	t.releaseLocal()
 	st := StatusCompleted
 	if ep := t.err.Load(); ep != nil {
 		switch {

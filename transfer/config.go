@@ -83,6 +83,10 @@ type Config struct {
 	// that mapped a memfd could touch all of it): they use TCP. Not with
 	// Transport "inproc". See grants.go.
 	Grants *grant.Verifier
+
+	// noVectored makes the engine treat every peer as one whose lanes
+	// serve no scatter-gather requests (tests of the plain fallback).
+	noVectored bool
 }
 
 func (c Config) withDefaults() Config {

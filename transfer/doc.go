@@ -16,6 +16,22 @@
 // costs no timer when the batch's copies run inline (small local copies). When Wait returns, the engine no longer touches the batch's
 // memory, even after a timeout.
 //
+// # Scatter-gather
+//
+// A Request with Extents moves many (local, remote, length) ranges as ONE
+// request: one task and one status, bounds-checked extent by extent, with
+// overlapping destinations refused at Submit and extents adjacent on both
+// sides merged (vector.go). Shared memory maps the peer's buffers the
+// extents lie in once and copies each extent; in process every extent is
+// acquired before any moves; TCP cuts the extents into slices of at most
+// SliceSize bytes and wire.MaxExtents extents, each one OpReadV/OpWriteV
+// (merging ranges adjacent on either side), so blocks scattered over the
+// peer's memory cost one round trip per slice instead of one per block. A
+// peer whose lanes do not offer scatter-gather (an older engine) gets the
+// same bytes as plain slices, each checked on its own. Coalesce turns runs
+// of plain requests into scatter-gather ones (the store's batches use it;
+// the P/D planner builds them directly).
+//
 // # Transports
 //
 // Config.Transport chooses: "tcp" always TCP; "inproc" copies directly

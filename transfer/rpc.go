@@ -97,7 +97,7 @@ func (e *Engine) serveConn(c net.Conn) {
 			e.reply(c, typ, wire.Control{Error: "lane frame without lane", Code: "bad_request"})
 			return
 		}
-		if err := e.reply(c, typ, wire.Control{OK: true, MaxSlice: uint64(e.cfg.MaxSlice)}); err != nil {
+		if err := e.reply(c, typ, wire.Control{OK: true, MaxSlice: uint64(e.cfg.MaxSlice), Vectored: true}); err != nil {
 			return
 		}
 		_ = c.SetDeadline(time.Time{})
@@ -245,9 +245,11 @@ func (e *Engine) call(ctx context.Context, addr string, typ byte, req wire.Contr
 	return rep, err
 }
 
-func (e *Engine) dialLane(ctx context.Context, addr string, lane int) (net.Conn, error) {
-	_, c, err := e.exchange(ctx, addr, wire.FrameLane, wire.Control{Lane: &wire.Lane{Index: lane, Checksum: e.cfg.Checksum}}, true)
-	return c, err
+// dialLane opens data lane i to addr; vectored reports whether the peer
+// said the lane serves scatter-gather requests.
+func (e *Engine) dialLane(ctx context.Context, addr string, lane int) (c net.Conn, vectored bool, err error) {
+	rep, c, err := e.exchange(ctx, addr, wire.FrameLane, wire.Control{Lane: &wire.Lane{Index: lane, Checksum: e.cfg.Checksum}}, true)
+	return c, rep.Vectored && !e.cfg.noVectored, err
 }
 
 // publish writes this engine's descriptor to the metadata service.

@@ -74,7 +74,7 @@ func (e *Engine) newSegment(name string) *segment {
 
 // pickTransport gives t to the first transport whose handle claims it.
 func (e *Engine) pickTransport(ctx context.Context, t *task) {
-	if e.pickDevice(t) {
+	if t.vec == nil && e.pickDevice(t) {
 		return
 	}
 	for i, p := range t.seg.peers {

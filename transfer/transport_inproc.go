@@ -59,7 +59,15 @@ func (j inprocJob) drop()       {}
 
 func (j inprocJob) run(_ context.Context, b *Batch, t *task) {
 	mem, err := j.p.memory()
-	if err == nil {
+	switch {
+	case err != nil:
+	case t.vec != nil:
+		locals, remotes := make([][]byte, len(t.vec)), make([]uint64, len(t.vec))
+		for i, x := range t.vec {
+			locals[i], remotes[i] = x.b, x.remote
+		}
+		err = inproc.CopyV(mem, t.req.Op == OpWrite, locals, remotes)
+	default:
 		err = inproc.Copy(mem, t.req.Op == OpWrite, t.local.B, t.req.Remote)
 	}
 	b.sliceDone(t, err)

@@ -170,6 +170,9 @@ func (p *shmPeer) dropClient(err error) {
 }
 
 func (p *shmPeer) claim(ctx context.Context, t *task) job {
+	if t.vec != nil {
+		return p.claimVector(ctx, t)
+	}
 	remote, n := t.req.Remote, uint64(t.req.Length)
 	j, retry := p.target(ctx, remote, n)
 	if j == nil && retry && p.seg.descStale() {
@@ -258,5 +261,124 @@ func (j *shmJob) run(_ context.Context, b *Batch, t *task) {
 		copy(t.local.B, j.span.B)
 	}
 	j.span.Release()
+	b.sliceDone(t, nil)
+}
+
+// claimVector is claim for a scatter-gather task: one mapped span per
+// peer buffer its extents lie in (over the extents' bounding range in that
+// buffer), or nil (TCP serves it) when one lies in no shareable buffer.
+func (p *shmPeer) claimVector(ctx context.Context, t *task) job {
+	j, retry := p.targetVector(ctx, t.vec)
+	if j == nil && retry && p.seg.descStale() {
+		rctx, cancel := context.WithTimeout(ctx, p.e.cfg.HandshakeTimeout)
+		if p.e.refresh(rctx, p.seg) == nil {
+			j, _ = p.targetVector(rctx, t.vec)
+		}
+		cancel()
+	}
+	if j == nil {
+		return nil
+	}
+	return j
+}
+
+// vrange is the bounding range of a scatter-gather task's extents in one
+// buffer of the peer.
+type vrange struct{ base, end, lo, hi uint64 }
+
+func (p *shmPeer) targetVector(ctx context.Context, vec []vext) (_ *shmVecJob, retry bool) {
+	d, ok := p.reachable()
+	if !ok {
+		return nil, false
+	}
+	var rs []vrange
+	where := make([]int32, len(vec))
+	for i, x := range vec {
+		r, n := x.remote, uint64(len(x.b))
+		k := -1
+		for q := range rs {
+			if r >= rs[q].base && r+n >= r && r+n <= rs[q].end {
+				k = q
+				break
+			}
+		}
+		if k < 0 {
+			found, known := false, false
+			for _, b := range d.Buffers {
+				if r >= b.Addr && r+n >= r && r+n <= b.Addr+b.Length {
+					known, found = true, b.Shareable
+					if found {
+						rs = append(rs, vrange{base: b.Addr, end: b.Addr + b.Length, lo: r, hi: r + n})
+						k = len(rs) - 1
+					}
+					break
+				}
+			}
+			if !found {
+				return nil, !known
+			}
+		}
+		rs[k].lo, rs[k].hi = min(rs[k].lo, r), max(rs[k].hi, r+n)
+		where[i] = int32(k)
+	}
+	j := &shmVecJob{where: where, lo: make([]uint64, len(rs))}
+	for k, rg := range rs {
+		sj, retry := p.target(ctx, rg.lo, rg.hi-rg.lo)
+		if sj == nil {
+			j.drop()
+			return nil, retry
+		}
+		j.spans = append(j.spans, sj.span)
+		j.lo[k] = rg.lo
+	}
+	return j, false
+}
+
+// shmVecJob is a scatter-gather task's views into a peer's mapped
+// buffers: extent i lies in spans[where[i]], which starts at lo[where[i]].
+type shmVecJob struct {
+	spans []shm.Span
+	lo    []uint64
+	where []int32
+}
+
+func (j *shmVecJob) slices() int { return 1 }
+func (j *shmVecJob) async() bool { return false }
+func (j *shmVecJob) abort(error) {}
+
+func (j *shmVecJob) drop() {
+	for _, sp := range j.spans {
+		sp.Release()
+	}
+	j.spans = nil
+}
+
+func (j *shmVecJob) run(_ context.Context, b *Batch, t *task) {
+	write := t.req.Op == OpWrite
+	if len(j.spans) == 1 { // every extent in one buffer of the peer
+		mem, lo := j.spans[0].B, j.lo[0]
+		for _, x := range t.vec {
+			off := x.remote - lo
+			if write {
+				copy(mem[off:off+uint64(len(x.b))], x.b)
+			} else {
+				copy(x.b, mem[off:off+uint64(len(x.b))])
+			}
+		}
+		j.drop()
+		b.sliceDone(t, nil)
+		return
+	}
+	for i, x := range t.vec {
+		k := j.where[i]
+		off := x.remote - j.lo[k]
+		dst := j.spans[k].B[off : off+uint64(len(x.b))]
+		if write {
+			copy(dst, x.b)
+		} else {
+			copy(x.b, dst)
+		}
+	}
+	j.drop()
 	b.sliceDone(t, nil)
 }

@@ -38,6 +38,9 @@ func (p *tcpPeer) prepare(ctx context.Context) (bool, error) {
 }
 
 func (p *tcpPeer) claim(_ context.Context, t *task) job {
+	if t.vec != nil {
+		return p.claimVector(t)
+	}
 	n := (t.req.Length + p.e.cfg.SliceSize - 1) / p.e.cfg.SliceSize
 	j := &tcpJob{peer: p}
 	if n == 1 {
@@ -88,13 +91,17 @@ func (p *tcpPeer) lanes(ctx context.Context) (*tcp.Peer, error) {
 	if e.link != nil {
 		cfg.Limiter = e.link
 	}
+	vectored := true
 	tp, err := tcp.DialPeer(ctx, cfg, func(ctx context.Context, lane int) (net.Conn, error) {
-		return e.dialLane(ctx, addr, lane)
+		c, vec, err := e.dialLane(ctx, addr, lane)
+		vectored = vectored && vec
+		return c, err
 	})
 	if err != nil {
 		p.dialErr, p.dialAt = err, time.Now()
 		return nil, err
 	}
+	tp.SetVectored(vectored)
 	p.dialErr = nil
 	p.p = tp
 	return tp, nil
@@ -105,6 +112,11 @@ type tcpJob struct {
 	peer *tcpPeer
 	ops  []tcp.Op
 	one  [1]tcp.Op // ops of a one-slice task, without a second allocation
+	// vector: ops are scatter-gather slices (claimVector); sub holds their
+	// plain pieces when the peer serves no scatter-gather requests.
+	vector bool
+	sub    []tcp.Op
+	fans   []vecFanIn
 }
 
 func (j *tcpJob) slices() int { return len(j.ops) }
@@ -115,6 +127,10 @@ func (j *tcpJob) drop()       {}
 // deadline.
 func (j *tcpJob) run(ctx context.Context, b *Batch, t *task) {
 	p, err := j.peer.lanes(ctx)
+	if j.vector {
+		j.runVector(p, err, b, t)
+		return
+	}
 	size := j.peer.e.cfg.SliceSize
 	for s := range j.ops {
 		op := &j.ops[s]
@@ -133,6 +149,9 @@ func (j *tcpJob) run(ctx context.Context, b *Batch, t *task) {
 func (j *tcpJob) abort(err error) {
 	for i := range j.ops {
 		j.ops[i].FailLane(err)
+	}
+	for i := range j.sub {
+		j.sub[i].FailLane(err)
 	}
 }
 

@@ -18,6 +18,9 @@ type benchPDFlags struct {
 	prefillTP    int
 	decodeTP     int
 	seed         uint64
+	tpPairs      string
+	tpModes      string
+	warmup       int
 }
 
 // newBenchPDCmd is `mooncake bench pd`: colocated vs disaggregated TTFT and
@@ -38,6 +41,12 @@ The model is a built-in (tiny, tiny-tp, small) whose context is stretched to fit
 (each must divide the model's KV heads: tiny-tp has 4); the writes column is then the number of
 transfer requests per KV transfer for that TP pair.
 
+--tp-pairs P:Q,... measures only the KV transfer, for every listed TP pair in one run: one
+cluster per pair and mode (--tp-modes: layer-wise, whole-request), then rounds that each time one
+transfer of the engine's 1 MiB writes and send one request (of the first --sizes value) to every
+cluster in turn, after --warmup rounds; it reports each pair's KV write GB/s (best and median
+over the rounds), as ratios to the engine's 1 MiB writes and to the equal-TP pairs of the run.
+
 Two disaggregated clusters run side by side: one streams the KV layer by layer while the
 prefill computes (the default), one transfers whole requests after it. --link-rate puts their
 KV transfer on a link of that bandwidth (TCP transport, the transfer engine's token bucket),
@@ -55,12 +64,18 @@ TTFT as a ratio of the whole-request one and the share of the transfer time hidd
 	f.IntVar(&bf.requests, "requests", 3, "requests per size and mode (medians are reported)")
 	f.IntVar(&bf.outTokens, "output-tokens", 16, "tokens generated per request")
 	f.Uint64Var(&bf.seed, "seed", 1, "weight seed")
+	f.StringVar(&bf.tpPairs, "tp-pairs", "", "run only the KV transfer of these prefill:decode TP pairs, one cluster each, in one run (e.g. 1:1,2:2,4:4,1:2,2:1,1:4,4:1,2:4,4:2; the first --sizes value is the prompt size)")
+	f.IntVar(&bf.warmup, "warmup", 0, "with --tp-pairs: requests per pair and mode sent before the measured ones")
+	f.StringVar(&bf.tpModes, "tp-modes", "layer,whole", "with --tp-pairs: transfer modes, layer (layer-wise streaming) and/or whole (whole-request)")
 	f.StringVar(&bf.linkRate, "link-rate", "", "bandwidth of the prefill->decode link (e.g. 1Gbit, 100Mbit, 12.5MB; empty: unlimited, auto transport)")
 	return cmd
 }
 
 func runBenchPD(cmd *cobra.Command, bf benchPDFlags) error {
 	out := cmd.OutOrStdout()
+	if bf.tpPairs != "" {
+		return runBenchPDPairs(cmd, bf)
+	}
 	cfg := benchpd.Config{Model: bf.model, Requests: bf.requests, OutputTokens: bf.outTokens, Seed: bf.seed,
 		PrefillTP: bf.prefillTP, DecodeTP: bf.decodeTP}
 	for _, s := range strings.Split(bf.sizes, ",") {
@@ -116,7 +131,7 @@ func runBenchPD(cmd *cobra.Command, bf benchPDFlags) error {
 				dm.Bytes, dm.WriteReqs, dm.WriteMS, gbps, gbps/te.GBps, same, 100*dm.WriteMS/sr.PrefillMS, tail)
 		}
 	}
-	fmt.Fprintln(out, "TTFT coloc = prefill time; whole = whole-request transfer after the prefill, layer = layer-wise streaming while it computes; write ms = prefill's KV write time to decode (layer: the sum of its writes); writes = transfer requests per KV transfer (one per run of consecutive blocks per layer and rank with equal TP, per chunk when streamed; one per block per layer and overlapping rank pair with different TP); xTE = GB/s over the transfer engine's own (large writes, unlimited), xTEsame = over the engine's own with the same request size and count; write/pre = write time / colocated prefill time; tail ms = layer-wise writes after the prefill ended (not hidden)")
+	fmt.Fprintln(out, "TTFT coloc = prefill time; whole = whole-request transfer after the prefill, layer = layer-wise streaming while it computes; write ms = prefill's KV write time to decode (layer: the sum of its writes); writes = transfer requests per KV transfer (one per layer, per chunk when streamed: a scatter-gather request of every rank's runs of blocks with equal TP, of every block's head range per overlapping rank pair with different TP); xTE = GB/s over the transfer engine's own (large writes, unlimited), xTEsame = over the engine's own with the same request size and count; write/pre = write time / colocated prefill time; tail ms = layer-wise writes after the prefill ended (not hidden)")
 	fmt.Fprintf(out, "%7s %16s %14s %14s %14s\n", "tokens", "TTFT layer/whole", "TTFT saved ms", "hidden (tail)", "hidden (TTFT)")
 	for _, sr := range r.Sizes {
 		hidden, hiddenTTFT := "-", "-"
@@ -128,5 +143,53 @@ func runBenchPD(cmd *cobra.Command, bf benchPDFlags) error {
 			sr.TTFTSavedMS, hidden, hiddenTTFT)
 	}
 	fmt.Fprintln(out, "TTFT saved = median over request pairs of (whole TTFT - layer TTFT); hidden (tail) = 1 - layer-wise tail / whole-request write time: the share of the transfer hidden behind the prefill (aim >= 80%); hidden (TTFT) = TTFT saved / whole write time, the same seen by the client (noisier); '-' when the transfer is under 5% of the prefill")
+	return nil
+}
+
+// runBenchPDPairs is `mooncake bench pd --tp-pairs`: the KV transfer of
+// every TP pair in one run, as ratios to the transfer engine's 1 MiB
+// writes and to the equal-TP pairs of the same run.
+func runBenchPDPairs(cmd *cobra.Command, bf benchPDFlags) error {
+	out := cmd.OutOrStdout()
+	cfg := benchpd.PairsConfig{Model: bf.model, Requests: bf.requests, OutputTokens: bf.outTokens, Seed: bf.seed, Warmup: bf.warmup}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.Split(bf.sizes, ",")[0]))
+	if err != nil {
+		return &ExitError{Code: 2, Err: fmt.Errorf("--sizes: %q is not a token count", bf.sizes)}
+	}
+	cfg.Tokens = n
+	for _, p := range strings.Split(bf.tpPairs, ",") {
+		var a, b int
+		if _, err := fmt.Sscanf(strings.TrimSpace(p), "%d:%d", &a, &b); err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("--tp-pairs: %q is not prefill:decode", p)}
+		}
+		cfg.Pairs = append(cfg.Pairs, [2]int{a, b})
+	}
+	for _, m := range strings.Split(bf.tpModes, ",") {
+		cfg.Modes = append(cfg.Modes, strings.TrimSpace(m))
+	}
+	if err := cfg.Validate(); err != nil {
+		return &ExitError{Code: 2, Err: err}
+	}
+	r, err := benchpd.RunPairs(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "bench pd --tp-pairs: model %s, %d-token prompts, %d rounds after %d warm-up, every pair and the engine once per round\n", r.Model, r.Tokens, r.Requests, bf.warmup)
+	fmt.Fprintf(out, "transfer engine (%s, 1024 KiB writes over 64 MiB, one transfer per round): best %.2f GB/s, median %.2f GB/s\n", r.Engine.Transport, r.Engine.GBps, r.EngineMedian)
+	fmt.Fprintf(out, "%-8s %-6s %7s %12s %10s %9s %6s %8s %10s %6s %8s\n", "P -> Q", "mode", "writes", "bytes/write", "write ms", "best GB/s", "xTE", "xSameTP", "med GB/s", "xTE", "xSameTP")
+	for _, p := range r.Pairs {
+		same, msame := "-", "-"
+		if p.PrefillTP != p.DecodeTP {
+			if g := r.SameTP(p.PrefillTP, p.DecodeTP, p.Mode, false); g > 0 {
+				same = fmt.Sprintf("%.2f", p.GBps/g)
+			}
+			if g := r.SameTP(p.PrefillTP, p.DecodeTP, p.Mode, true); g > 0 {
+				msame = fmt.Sprintf("%.2f", p.MedianGBps/g)
+			}
+		}
+		fmt.Fprintf(out, "%-8s %-6s %7.0f %12.0f %10.3f %9.3f %6.2f %8s %10.3f %6.2f %8s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
+			p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same, p.MedianGBps, p.MedianGBps/r.EngineMedian, msame)
+	}
+	fmt.Fprintln(out, "writes = transfer requests per KV transfer; write ms = median; best / med GB/s = KV bytes / prefill's write time (layer: the sum of its writes), the best and the median over the rounds; xTE = over the transfer engine's 1 MiB writes (best over best, median over median); xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run")
 	return nil
 }

@@ -22,6 +22,7 @@ func newBenchStoreCmd() *cobra.Command {
 		nodes, rounds                                             int
 		duration                                                  time.Duration
 		security, clientProcs, isWorker                           bool
+		hot                                                       benchHotCacheFlags
 		worker                                                    benchstore.WorkerConfig
 	)
 	cmd := &cobra.Command{
@@ -57,6 +58,15 @@ the first eviction and reports the segment utilisation reached.`,
 					return &ExitError{Code: 2, Err: fmt.Errorf("--clients: bad count %q", s)}
 				}
 				clients = append(clients, n)
+			}
+			if hot.on {
+				if !cmd.Flags().Changed("sizes") {
+					sizes = []int{4 << 10, 64 << 10, 1 << 20}
+				}
+				if !cmd.Flags().Changed("transport") {
+					transport = "tcp"
+				}
+				return runBenchStoreHotCache(cmd.Context(), cmd.OutOrStdout(), hot, sizes, clients, rounds, duration, transport)
 			}
 			if security {
 				res, err := benchstore.RunSecurity(cmd.Context(), benchstore.SecurityConfig{Sizes: sizes, Clients: clients,
@@ -110,6 +120,7 @@ the first eviction and reports the segment utilisation reached.`,
 	for _, h := range []string{"client-worker", "master", "max-size"} {
 		_ = f.MarkHidden(h)
 	}
+	hot.register(f)
 	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed`)
 	return cmd
 }

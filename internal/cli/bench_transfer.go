@@ -145,6 +145,7 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 	f.StringVar(&c.Op, "op", "write", "read or write")
 	f.StringVar(&block, "block-size", "1MiB", "bytes per request (4KiB, 1MiB, 65536)")
 	f.IntVar(&c.BatchSize, "batch-size", 4, "requests per batch")
+	f.BoolVar(&c.ScatterGather, "scatter-gather", false, "send each batch as one scatter-gather request of --batch-size extents (remote extents in reverse order, so none merge)")
 	f.IntVar(&c.Threads, "threads", 2, "concurrent submitters")
 	f.DurationVar(&c.Duration, "duration", 5e9, "measured time")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")

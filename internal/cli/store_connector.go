@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/cluster"
 	"github.com/kvcache-go/mooncake/internal/storeconnector"
+	"github.com/kvcache-go/mooncake/internal/storeprom"
 	"github.com/kvcache-go/mooncake/internal/tlsconf"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -31,12 +33,25 @@ type storeConnectorConfig struct {
 	TLSCA           string  `json:"tls_ca"`            // the master over TLS: CA of its certificate
 	TLSCert         string  `json:"tls_cert"`          // mutual TLS: client certificate
 	TLSKey          string  `json:"tls_key"`           // and its key
+	// The store client's hot cache (store.HotCacheConfig), by Mooncake's
+	// names; each defaults to its MC_STORE_LOCAL_HOT_* environment variable.
+	HotCacheSize      uint64 `json:"local_hot_cache_size"`          // bytes; 0 = off
+	HotBlockSize      uint64 `json:"local_hot_block_size"`          // largest value cached (16 MiB)
+	HotAdmitThreshold int    `json:"local_hot_admission_threshold"` // reads before a value is cached (2)
 }
 
 func parseStoreConnectorConfig(m map[string]any) (storeConnectorConfig, error) {
 	c := storeConnectorConfig{Save: true, Load: true}
+	hc, err := store.HotCacheFromEnv(os.Getenv)
+	if err != nil {
+		return c, err
+	}
+	c.HotCacheSize, c.HotBlockSize, c.HotAdmitThreshold = hc.Size, hc.BlockSize, hc.AdmissionThreshold
 	if err := decodeConnectorConfig(m, &c); err != nil {
 		return c, err
+	}
+	if err := c.hotCache().Validate(); err != nil {
+		return c, fmt.Errorf("--kv-connector-config: %w", err)
 	}
 	switch {
 	case c.Master == "":
@@ -68,7 +83,7 @@ func storeConnector(cc storeConnectorConfig) cluster.KVConnectorFunc {
 			return nil, fmt.Errorf("store connector: %w", err)
 		}
 		cl, err := store.New(ctx, store.Config{Master: cc.Master, Mover: te, LocalBufferSize: uint64(cc.LocalBufferMB) << 20,
-			Replicas: cc.Replicas, Token: token, TLS: tlsCfg, Logger: log})
+			Replicas: cc.Replicas, Token: token, TLS: tlsCfg, Logger: log, HotCache: cc.hotCache()})
 		if err != nil {
 			te.Close()
 			return nil, fmt.Errorf("store connector: %w", err)
@@ -84,9 +99,13 @@ func storeConnector(cc storeConnectorConfig) cluster.KVConnectorFunc {
 			return nil, fmt.Errorf("store connector: %w", err)
 		}
 		log.Info("store connector ready", "master", cc.Master, "save", cc.Save, "load", cc.Load)
-		return &cluster.KVConnector{Connector: conn, Collectors: conn.Collectors(), Run: conn.Run, Close: func() error {
+		return &cluster.KVConnector{Connector: conn, Collectors: append(conn.Collectors(), storeprom.HotCache(cl, nil)), Run: conn.Run, Close: func() error {
 			cl.Close()
 			return te.Close()
 		}}, nil
 	}
+}
+
+func (c storeConnectorConfig) hotCache() store.HotCacheConfig {
+	return store.HotCacheConfig{Size: c.HotCacheSize, BlockSize: c.HotBlockSize, AdmissionThreshold: c.HotAdmitThreshold}
 }

@@ -123,7 +123,7 @@ func (m *Master) diskInfoLocked(key string) (ObjectInfo, bool) {
 		return ObjectInfo{}, false
 	}
 	return ObjectInfo{Key: key, Size: d.size, CRC: d.crc, Complete: true, Disk: []DiskCopy{d.ref()},
-		Promote: d.seg.spec.PromotionOnHit, HardPin: d.hardPin, SoftPinUntil: d.softPinUntil}, true
+		Promote: d.seg.spec.PromotionOnHit, HardPin: d.hardPin, SoftPinUntil: d.softPinUntil, View: m.viewVersion, Seq: d.seq}, true
 }
 
 // dropSegmentDiskLocked forgets the disk copies on an unmounted segment.

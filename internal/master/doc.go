@@ -71,7 +71,11 @@
 //     lease (10s). Remove, RemoveByRegex and RemoveAll skip or refuse leased
 //     objects (ErrObjectHasLease) unless forced; eviction never takes a
 //     leased object. Exist grants no lease (Mooncake's does), so that a stat
-//     followed by rm works.
+//     followed by rm works. Every answer carries the value's version (View:
+//     this master's incarnation; Seq: the put's sequence number, new for
+//     every put, upsert and slot commit); GetReplicaListIf (cached.go), for a
+//     client whose hot cache holds a version, answers Unchanged without
+//     replicas or a lease while that version is current.
 //   - Eviction: when used/capacity passes HighWatermark (0.90) at a Tick, or
 //     a PutStart finds no space on a segment that takes new objects
 //     (synchronously, then retried once; none when every segment is being

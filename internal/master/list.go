@@ -3,7 +3,7 @@ package master
 import (
 	"math"
 	"runtime"
-	"strings"
+	"unsafe"
 
 	"github.com/google/btree"
 )
@@ -77,6 +77,39 @@ func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
 			j++
 		}
 		if !fn(k) {
+			return
+		}
+	}
+}
+
+// ascendRecs is ascend for a listing: fn gets each key's record (nil for a
+// key held only on a disk tier) and its bytes, which it must not keep
+// (arena bytes for a record), so that a walk allocates nothing per key.
+func (x *keyIndex) ascendRecs(pivot string, limit int, fn func(o *object, k []byte) bool) {
+	x.t.probe = append(x.t.probe[:0], pivot...)
+	if x.disk.Len() == 0 {
+		x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool {
+			o := x.t.at(id)
+			return fn(o, x.t.keyBytes(o))
+		})
+		return
+	}
+	var a []uint32
+	var b []string
+	x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool { a = append(a, id); return len(a) < limit })
+	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
+	for i, j := 0, 0; i < len(a) || j < len(b); {
+		var o *object
+		var k []byte
+		if j == len(b) || (i < len(a) && string(x.t.keyBytes(x.t.at(a[i]))) < b[j]) {
+			o = x.t.at(a[i])
+			k = x.t.keyBytes(o)
+			i++
+		} else {
+			k = []byte(b[j])
+			j++
+		}
+		if !fn(o, k) {
 			return
 		}
 	}
@@ -165,27 +198,63 @@ func (m *Master) List(prefix, after string, limit int) ([]KeyInfo, string) {
 // listStep passes over at most pass index entries with the prefix after
 // the cursor under one hold of the lock, and returns the complete objects
 // among them (at most want), the last key it passed, how many it passed,
-// and whether keys with the prefix are left after that one.
+// and whether keys with the prefix are left after that one. Under the
+// lock it reads each listed object from its record (no lookup by key) and
+// copies the keys into one buffer; their strings are made after the
+// unlock, so the hold allocates (and pays GC assists) per hold, not per
+// key.
 func (m *Master) listStep(prefix, after string, want, pass int) (rows []KeyInfo, last string, passed int, more bool) {
+	type row struct {
+		end      int // the key's end in buf (it starts where the previous row's ends)
+		size     uint64
+		replicas int
+		listed   bool // a complete object (a row), not only a key passed over
+	}
+	var buf []byte
+	var got []row
+	listed, first := 0, true
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.index.ascend(max(prefix, after), pass+3, func(k string) bool {
-		if k == after {
-			return true
+	m.index.ascendRecs(max(prefix, after), pass+3, func(o *object, k []byte) bool {
+		if first { // the walk starts at the cursor itself when it is a key
+			if first = false; string(k) == after {
+				return true
+			}
 		}
-		if !strings.HasPrefix(k, prefix) {
+		if len(k) < len(prefix) || string(k[:len(prefix)]) != prefix {
 			return false
 		}
-		if len(rows) == want || passed == pass {
+		if listed == want || passed == pass {
 			more = true
 			return false
 		}
 		passed++
-		last = k
-		if o := m.objects.get(k); o != nil && o.complete {
-			rows = append(rows, KeyInfo{Key: k, Size: o.size, Replicas: int(o.nrep)})
+		if buf == nil {
+			buf = make([]byte, 0, pass*(len(k)+8))
 		}
+		buf = append(buf, k...)
+		r := row{end: len(buf)}
+		if o == nil { // held only on a disk tier: listed when a complete object holds it after all
+			o = m.objects.get(string(k))
+		}
+		if o != nil && o.complete {
+			r.size, r.replicas, r.listed = o.size, int(o.nrep), true
+			listed++
+		}
+		got = append(got, r)
 		return true
 	})
+	m.mu.Unlock()
+	if len(got) == 0 {
+		return nil, "", 0, more
+	}
+	keys := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
+	rows = make([]KeyInfo, 0, listed)
+	start := 0
+	for _, r := range got {
+		if r.listed {
+			rows = append(rows, KeyInfo{Key: keys[start:r.end], Size: r.size, Replicas: r.replicas})
+		}
+		last, start = keys[start:r.end], r.end
+	}
 	return rows, last, passed, more
 }

@@ -63,6 +63,11 @@ type ObjectInfo struct {
 	HardPin      bool
 	Disk         []DiskCopy // copies on a node's disk tier (when not in memory)
 	Promote      bool       // the reader should put the value back into memory (promotion on hit)
+	// The version of the value: this master's incarnation (View) and the
+	// put's sequence number (Seq). GetReplicaListIf answers Unchanged
+	// when the caller's cached version is still current (cached.go).
+	View, Seq uint64
+	Unchanged bool
 }
 
 // DiskCopy is an object's copy on a storage node's disk tier.
@@ -107,6 +112,7 @@ type Stats struct {
 	UtilisationAtFirstEviction       float64 // used/capacity when the first eviction ran (0 = none yet)
 	DiskObjects                      int     // keys held only on a disk tier
 	DiskGets                         uint64  // reads answered with a disk copy
+	CachedGets                       uint64  // reads that confirmed a client's cached version (GetReplicaListIf)
 	ViewVersion                      uint64
 }
 
@@ -382,5 +388,5 @@ func (m *Master) descriptors(o *object) []Replica {
 func (m *Master) info(o *object, key string) ObjectInfo {
 	return ObjectInfo{Key: key, Size: o.size, CRC: o.crc, Complete: o.complete, Replicas: m.descriptors(o),
 		Created: o.created.time(), LastAccess: o.lastAccess.time(), LeaseUntil: o.leaseUntil.time(), SoftPinUntil: o.softPinUntil.time(),
-		HardPin: o.hardPin}
+		HardPin: o.hardPin, View: m.viewVersion, Seq: o.seq}
 }

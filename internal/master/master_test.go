@@ -818,3 +818,41 @@ func TestRestartedNodeReplacesStaleSegment(t *testing.T) {
 		t.Fatalf("segment after remount: %+v", si)
 	}
 }
+
+// A forced remove of a put in progress keeps its space reserved until the
+// put's release timeout: its writer may still be writing there, so the bytes
+// must not go to another object first.
+func TestForcedRemoveOfUnfinishedPutReservesSpace(t *testing.T) {
+	cfg := Config{PutTimeout: 30 * time.Second, PutReleaseTimeout: 10 * time.Minute, ClientTTL: time.Hour}
+	m, clk := newTestMaster(t, cfg, map[string]uint64{"a": 2 * 4096})
+	m.Ping("w")
+	m.RemountSegments("w", nil)
+	first, err := m.PutStart("w", "k", 4096, ReplicateConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove("k", true); err != nil {
+		t.Fatalf("forced remove of a put in progress: %v", err)
+	}
+	if err := m.PutEnd("w", "k", 1); err == nil {
+		t.Fatal("the removed put completed")
+	}
+	if used := m.Stats().Used; used != 4096 {
+		t.Fatalf("space of the removed put released at once: used %d", used)
+	}
+	second, err := m.PutStart("w2", "other", 4096, ReplicateConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[0].Addr == second[0].Addr {
+		t.Fatal("a new put got the bytes the removed put's writer may still write")
+	}
+	if err := m.PutEnd("w2", "other", 2); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Minute)
+	m.Tick()
+	if used := m.Stats().Used; used != 4096 {
+		t.Fatalf("reserved space not released after the release timeout: used %d", used)
+	}
+}

@@ -303,6 +303,15 @@ func (t *objTable) reps(o *object) []replica {
 	return t.more[o.id]
 }
 
+// setRep makes r o's only replica: setReps of one, without a slice to
+// allocate (a restore sets one per report).
+func (t *objTable) setRep(o *object, r replica) {
+	if o.nrep > 1 {
+		delete(t.more, o.id)
+	}
+	o.r0[0], o.nrep = r, 1
+}
+
 // setReps makes rs (which may alias reps(o)) o's replicas.
 func (t *objTable) setReps(o *object, rs []replica) {
 	if len(rs) <= 1 {

@@ -206,6 +206,15 @@ func (m *Master) forgetLocked(o *object, key string) {
 // preemptLocked forgets a zombie put but keeps its space reserved until the
 // release timeout, since its writer may still be writing.
 func (m *Master) preemptLocked(o *object, now time.Time) {
+	m.reserveUnfinishedLocked(o)
+	m.stats.PutsTimedOut++
+}
+
+// reserveUnfinishedLocked forgets the unfinished put o but keeps its space
+// reserved until its release timeout (a zombie): its writer may still be
+// writing there, and were the bytes handed to another object first, that
+// writer's late bytes would corrupt it.
+func (m *Master) reserveUnfinishedLocked(o *object) {
 	release := o.created.time().Add(m.cfg.PutReleaseTimeout)
 	key := m.keyOf(o)
 	for _, r := range m.reps(o) {
@@ -213,7 +222,6 @@ func (m *Master) preemptLocked(o *object, now time.Time) {
 		m.zombies = append(m.zombies, zombie{seg: m.segOf(r), off: r.off, size: o.alloc(), releaseAt: release, key: key, seq: o.seq, hdr: o.header()})
 	}
 	m.forgetLocked(o, key)
-	m.stats.PutsTimedOut++
 }
 
 // expirePutsLocked cleans up the puts older than PutTimeout that nobody

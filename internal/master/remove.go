@@ -35,7 +35,14 @@ func (m *Master) RemoveHeaders(key string, force bool) ([]HeaderRef, error) {
 		m.stats.LeaseRejections++
 		return nil, fmt.Errorf("%w: %q", ErrObjectHasLease, key)
 	}
-	m.freeLocked(o)
+	if !o.complete {
+		// A forced remove of a put in progress: its writer may still be
+		// writing, so the space stays reserved as a preempted put's does.
+		m.goneLocked(o)
+		m.reserveUnfinishedLocked(o)
+	} else {
+		m.freeLocked(o)
+	}
 	m.stats.Removes++
 	m.shrinkLocked()
 	return m.tombsOfLocked(map[string]bool{key: true}), nil

@@ -333,15 +333,22 @@ func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk 
 		return fmt.Errorf("%w %d of %q: dropped during the call", errRestoreSession, sess.id, clientID)
 	}
 	now := m.clock.Now()
-	for _, h := range mem {
-		cur := sess.cursors[h.Segment]
-		if cur == nil {
-			continue // a segment the master knew, or not the client's
+	// The reports come sorted by segment: the cursor is looked up (and
+	// checked still mounted: nothing unmounts during the part's hold) once
+	// per run of one segment's reports, not per report.
+	var seg string
+	var cur *restoreCursor
+	for i, h := range mem {
+		if i == 0 || h.Segment != seg {
+			seg, cur = h.Segment, sess.cursors[h.Segment]
+			if cur != nil && m.segments[cur.s.key] != cur.s { // unmounted meanwhile
+				delete(sess.cursors, h.Segment)
+				delete(m.restore.segs, cur.s)
+				cur = nil
+			}
 		}
-		if m.segments[cur.s.key] != cur.s { // unmounted meanwhile
-			delete(sess.cursors, h.Segment)
-			delete(m.restore.segs, cur.s)
-			continue
+		if cur == nil {
+			continue // a segment the master knew, not the client's, or unmounted
 		}
 		m.restoreStepLocked(cur, sess, h, now, res)
 	}
@@ -613,7 +620,7 @@ func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, 
 	}
 	o = m.objects.add(h.Key, object{size: h.Size, crc: h.CRC, complete: true,
 		created: nanoOf(now), lastAccess: nanoOf(now), hardPin: h.HardPin, seq: h.Seq, hdr: uint32(headerLen(h.Key)), restored: true})
-	m.objects.setReps(o, []replica{{seg: s.id, off: h.Offset}})
+	m.objects.setRep(o, replica{seg: s.id, off: h.Offset})
 	if h.SoftPin {
 		o.softPinUntil = nanoOf(now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL)))
 	}

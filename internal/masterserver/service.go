@@ -84,7 +84,8 @@ func infoToPB(ns string, info master.ObjectInfo, err error) *pb.ObjectInfo {
 	return &pb.ObjectInfo{Status: status(nil), Key: unscope(ns, info.Key), Size: info.Size, Crc32C: info.CRC, Replicas: replicasToPB(info.Replicas),
 		LeaseTtlMs: info.LeaseTTL.Milliseconds(), Complete: info.Complete, CreatedUnixMs: unixMs(info.Created),
 		LastAccessUnixMs: unixMs(info.LastAccess), LeaseUntilUnixMs: unixMs(info.LeaseUntil),
-		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin, Disk: diskToPB(info.Disk), Promote: info.Promote}
+		SoftPinUntilUnixMs: unixMs(info.SoftPinUntil), HardPin: info.HardPin, Disk: diskToPB(info.Disk), Promote: info.Promote,
+		View: info.View, Seq: info.Seq, Unchanged: info.Unchanged}
 }
 
 func diskToPB(ds []master.DiskCopy) []*pb.DiskCopy {
@@ -315,7 +316,7 @@ func (s *Service) PutRevoke(ctx context.Context, r *pb.PutRevokeRequest) (*pb.St
 // GetReplicaList implements MasterService.
 func (s *Service) GetReplicaList(ctx context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
 	ns := callerOf(ctx).Namespace
-	info, err := s.m.GetReplicaList(scope(ns, r.Key))
+	info, err := s.m.GetReplicaListIf(scope(ns, r.Key), r.CachedView, r.CachedSeq)
 	return s.grants.info(infoToPB(ns, info, err)), nil
 }
 
@@ -325,7 +326,11 @@ func (s *Service) BatchGetReplicaList(ctx context.Context, r *pb.BatchKeysReques
 	keys := scopeKeys(ns, r.Keys)
 	out := &pb.BatchObjectInfo{Results: make([]*pb.ObjectInfo, len(keys))}
 	for i, k := range keys {
-		info, err := s.m.GetReplicaList(k)
+		var seq uint64 // the version the client's hot cache holds (0: none)
+		if len(r.CachedSeqs) == len(keys) {
+			seq = r.CachedSeqs[i]
+		}
+		info, err := s.m.GetReplicaListIf(k, r.CachedView, seq)
 		out.Results[i] = s.grants.info(infoToPB(ns, info, err))
 	}
 	s.m.TouchChains(keys)

@@ -142,8 +142,10 @@ func ScanRanges(mem []byte, ranges [][2]int) []Found {
 // named the header (it gives the write up after that; the node zeroes the
 // header anyway), and the master keeps a named header's bytes allocated
 // for ZeroFence after it named them, even once the node reports it zeroed.
+// ZeroWithin is twice the store client's default RPC timeout, so that a
+// call that took all of its timeout still leaves as long for the zeroing.
 const (
-	ZeroWithin = 5 * time.Second
+	ZeroWithin = 10 * time.Second
 	ZeroFence  = 3 * ZeroWithin
 )
 

@@ -224,10 +224,10 @@ func testPullTP(t *testing.T, p, q int) {
 	if err != nil {
 		t.Fatalf("pull: %v", err)
 	}
-	wantReqs := testLayout.NumLayers * p // one run of 3 blocks per layer and rank
-	if p != q {
-		wantReqs = testLayout.NumLayers * 3 * max(p, q) // per block, one per overlapping rank pair
-	}
+	// One request per layer: with equal TP each rank's run of 3 blocks
+	// is one extent, otherwise every block's head range of every
+	// overlapping rank pair is.
+	wantReqs := testLayout.NumLayers
 	if resp.Status != bootstrap.StatusDone || resp.Blocks != 3 || resp.Requests != wantReqs ||
 		resp.Bytes != int64(3*testLayout.NumLayers*testLayout.FullBlockBytes()) {
 		t.Fatalf("pull answered %+v, want %d requests", resp, wantReqs)

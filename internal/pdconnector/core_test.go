@@ -333,19 +333,23 @@ func TestPlanWritesGroupsRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One scatter-gather request per layer: one extent per run of blocks.
 	want := [][]transfer.Request{{
-		{Op: transfer.OpWrite, Local: 1030, Segment: 7, Remote: 90100, Length: 30},
-		{Op: transfer.OpWrite, Local: 1090, Segment: 7, Remote: 90130, Length: 10},
+		{Op: transfer.OpWrite, Segment: 7, Length: 40, Extents: []transfer.Extent{{Local: 1030, Remote: 90100, Length: 30}, {Local: 1090, Remote: 90130, Length: 10}}},
 	}, {
-		{Op: transfer.OpWrite, Local: 5030, Segment: 7, Remote: 70100, Length: 30},
-		{Op: transfer.OpWrite, Local: 5090, Segment: 7, Remote: 70130, Length: 10},
+		{Op: transfer.OpWrite, Segment: 7, Length: 40, Extents: []transfer.Extent{{Local: 5030, Remote: 70100, Length: 30}, {Local: 5090, Remote: 70130, Length: 10}}},
 	}}
 	if !reflect.DeepEqual(byLayer, want) {
 		t.Fatalf("plan\n%+v\nwant\n%+v", byLayer, want)
 	}
-	// A break on the destination side splits too.
-	reqs, _ := PlanLayerWrites(1, one(0), one(0), 1, []int{1, 2}, []int{5, 7}, 0)
-	if len(reqs) != 2 {
+	// One run is a plain request.
+	reqs, _ := PlanLayerWrites(1, one(0), one(0), 1, []int{1, 2}, []int{5, 6}, 0)
+	if len(reqs) != 1 || reqs[0].Extents != nil || reqs[0].Length != 2 || reqs[0].Local != 1 || reqs[0].Remote != 5 {
+		t.Fatalf("one run: %+v", reqs)
+	}
+	// A break on the destination side splits the extents.
+	reqs, _ = PlanLayerWrites(1, one(0), one(0), 1, []int{1, 2}, []int{5, 7}, 0)
+	if len(reqs) != 1 || len(reqs[0].Extents) != 2 {
 		t.Fatalf("dst break not split: %v", reqs)
 	}
 	if _, err := PlanWrites(1, one(0), one(0), 1, []int{1}, nil); err == nil {
@@ -360,8 +364,9 @@ func TestPlanWritesGroupsRuns(t *testing.T) {
 }
 
 // TestPlanWritesAcrossTP: prefill TP 2 (2 heads per rank) to decode TP 1
-// (4 heads) and back, head bytes 10: each head range of a block is one
-// request, at the head's offset in the other side's block.
+// (4 heads) and back, head bytes 10: one scatter-gather request per layer,
+// each head range of a block one extent, at the head's offset in the other
+// side's block, ordered by block then rank pair.
 func TestPlanWritesAcrossTP(t *testing.T) {
 	tp2 := Side{Bases: [][]uint64{{1000}, {2000}}, RankHeads: 2}
 	tp1 := Side{Bases: [][]uint64{{50000}}, RankHeads: 4}
@@ -369,22 +374,31 @@ func TestPlanWritesAcrossTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := func(local uintptr, remote uint64) transfer.Request {
-		return transfer.Request{Op: transfer.OpWrite, Local: local, Segment: 3, Remote: remote, Length: 20}
+	x := func(local uintptr, remote uint64) transfer.Extent {
+		return transfer.Extent{Local: local, Remote: remote, Length: 20}
+	}
+	sg := func(ext ...transfer.Extent) []transfer.Request {
+		return []transfer.Request{{Op: transfer.OpWrite, Segment: 3, Length: 20 * len(ext), Extents: ext}}
 	}
 	// Blocks are 20 bytes on a TP 2 rank, 40 on the TP 1 engine.
-	want := []transfer.Request{w(1000, 50160), w(1020, 50200), w(2000, 50180), w(2020, 50220)}
+	want := sg(x(1000, 50160), x(2000, 50180), x(1020, 50200), x(2020, 50220))
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("tp 2 -> 1\n%+v\nwant\n%+v", got, want)
 	}
 	got, _ = PlanLayerWrites(3, tp1, tp2, 10, []int{4, 5}, []int{0, 1}, 0)
-	back := []transfer.Request{w(50160, 1000), w(50200, 1020), w(50180, 2000), w(50220, 2020)}
+	back := sg(x(50160, 1000), x(50180, 2000), x(50200, 1020), x(50220, 2020))
 	if !reflect.DeepEqual(got, back) {
 		t.Fatalf("tp 1 -> 2\n%+v\nwant\n%+v", got, back)
 	}
+	// Equal TP 2: each rank's run of blocks is one extent.
+	got, _ = PlanLayerWrites(3, tp2, Side{Bases: [][]uint64{{7000}, {9000}}, RankHeads: 2}, 10, []int{0, 1}, []int{4, 5}, 0)
+	eq := []transfer.Request{{Op: transfer.OpWrite, Segment: 3, Length: 80, Extents: []transfer.Extent{{Local: 1000, Remote: 7080, Length: 40}, {Local: 2000, Remote: 9080, Length: 40}}}}
+	if !reflect.DeepEqual(got, eq) {
+		t.Fatalf("tp 2 -> 2\n%+v\nwant\n%+v", got, eq)
+	}
 	// A pull covering only decode rank 1 gets heads 2 and 3 only.
 	got, _ = PlanLayerWrites(3, tp1, Side{Bases: [][]uint64{{2000}}, FirstRank: 1, RankHeads: 2}, 10, []int{4}, []int{0}, 0)
-	if len(got) != 1 || got[0] != w(50180, 2000) {
+	if len(got) != 1 || !reflect.DeepEqual(got[0], transfer.Request{Op: transfer.OpWrite, Local: 50180, Segment: 3, Remote: 2000, Length: 20}) {
 		t.Fatalf("rank 1 alone: %+v", got)
 	}
 }

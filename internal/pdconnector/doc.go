@@ -68,9 +68,14 @@
 //     wraps for a streamed layer and chunk) maps prefill's TP ranks onto
 //     decode's: each decode rank gets exactly its KV heads from the prefill
 //     ranks holding them. Blocks are head major, so with equal TP a run of
-//     consecutive blocks is one WRITE per layer and rank, and with different
-//     TP a head range of one block is one WRITE per overlapping (prefill
-//     rank, decode rank) pair; never one per token.
+//     consecutive blocks is one contiguous extent, and with different TP a
+//     head range of one block of one overlapping (prefill rank, decode
+//     rank) pair is one; each layer's extents, block by block, go as ONE
+//     scatter-gather WRITE (transfer.Request.Extents; a plain WRITE when
+//     there is one extent), so the request count is the layer count
+//     whatever the TP sizes and however the blocks lie; never one per
+//     token. With grants, a scatter-gather WRITE no single pull grant
+//     covers is split into plain WRITEs (pullGrants.attach).
 //   - Decode (GetFinished): the pull's end is reported as done receiving;
 //     on failure its blocks are reported invalid and the engine's
 //     kv_load_failure_policy (recompute or fail) applies. RequestFinished

@@ -80,20 +80,50 @@ func decodePullGrants(raw [][]byte) pullGrants {
 }
 
 // attach sets each request's Grant to the pull grant covering its remote
-// extent (none: the request goes without one, and decode refuses it).
-func (p pullGrants) attach(reqs []transfer.Request) {
+// extent, or every extent of a scatter-gather request (none: the request
+// goes without one, and decode refuses it). A scatter-gather request no
+// single grant covers is split into plain requests, each with its own. It
+// returns the requests.
+func (p pullGrants) attach(reqs []transfer.Request) []transfer.Request {
 	if len(p.gs) == 0 {
-		return
+		return reqs
 	}
-	for i := range reqs {
-		r := &reqs[i]
-		for k := range p.gs {
-			if p.gs[k].Covers(grant.Write, r.Remote, uint64(r.Length)) {
-				r.Grant = p.raw[k]
-				break
+	out := reqs[:0:0]
+	for _, r := range reqs {
+		if r.Extents == nil {
+			r.Grant = p.find(func(g *grant.Grant) bool { return g.Covers(grant.Write, r.Remote, uint64(r.Length)) })
+			out = append(out, r)
+			continue
+		}
+		r.Grant = p.find(func(g *grant.Grant) bool {
+			for _, x := range r.Extents {
+				if !g.Covers(grant.Write, x.Remote, uint64(x.Length)) {
+					return false
+				}
 			}
+			return true
+		})
+		if r.Grant != "" {
+			out = append(out, r)
+			continue
+		}
+		for _, x := range r.Extents {
+			q := transfer.Request{Op: r.Op, Local: x.Local, Segment: r.Segment, Remote: x.Remote, Length: x.Length}
+			q.Grant = p.find(func(g *grant.Grant) bool { return g.Covers(grant.Write, q.Remote, uint64(q.Length)) })
+			out = append(out, q)
 		}
 	}
+	return out
+}
+
+// find is the raw form of the first grant ok accepts ("" for none).
+func (p pullGrants) find(ok func(*grant.Grant) bool) string {
+	for k := range p.gs {
+		if ok(&p.gs[k]) {
+			return p.raw[k]
+		}
+	}
+	return ""
 }
 
 // grantCollectors are the decode engine's grant counters (none without

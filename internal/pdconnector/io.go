@@ -321,7 +321,7 @@ func (c *Connector) push(ctx context.Context, req bootstrap.PullRequest, blocks 
 	for _, l := range byLayer {
 		reqs = append(reqs, l...)
 	}
-	decodePullGrants(req.Grants).attach(reqs)
+	reqs = decodePullGrants(req.Grants).attach(reqs)
 	// A decode restarted under the same segment name, or one that
 	// registered memory since the engine looked, is the transfer engine's
 	// business: it refetches the peer's descriptor itself.

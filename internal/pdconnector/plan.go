@@ -30,17 +30,21 @@ func (s Side) check(what string, layer int) error {
 	return nil
 }
 
-// PlanLayerWrites builds the WRITE requests that copy layer's blocks
-// srcBlocks[i] of the local side src to blocks dstBlocks[i] of the remote
-// side dst on segment seg, each destination rank getting exactly its heads
-// from the source ranks that hold them (any TP on either side). Requests
-// are contiguous byte runs: for every pair of (source rank, destination
-// rank) whose heads overlap, and every run of consecutive (source,
-// destination) block pairs, one request for the whole run when the overlap
-// is every head of both ranks (equal TP), else one per block of the run
-// for the overlapping head range (a head range of one block is contiguous).
-// Never one per token slot. Requests are ordered by destination rank,
-// source rank, then block.
+// PlanLayerWrites builds the WRITE that copies layer's blocks srcBlocks[i]
+// of the local side src to blocks dstBlocks[i] of the remote side dst on
+// segment seg, each destination rank getting exactly its heads from the
+// source ranks that hold them (any TP on either side). It is ONE request
+// (nil without blocks) whose extents are contiguous byte runs: for every
+// run of consecutive (source, destination) block pairs and every pair of
+// (source rank, destination rank) whose heads overlap, one extent for the
+// whole run when the overlap is every head of both ranks (equal TP), else
+// one per block of the run for the overlapping head range (a head range of
+// one block is contiguous). Extents are ordered by block, then source
+// rank, then destination rank, so both sides' memory is walked forward
+// block by block. One extent makes a plain request, more a scatter-gather
+// request (transfer.Request.Extents): one task, one memcpy per extent
+// over shared memory, one round trip per TCP slice, however the blocks
+// lie. Never one per token slot.
 func PlanLayerWrites(seg transfer.SegmentID, src, dst Side, headBytes int, srcBlocks, dstBlocks []int, layer int) ([]transfer.Request, error) {
 	if len(srcBlocks) != len(dstBlocks) {
 		return nil, fmt.Errorf("pdconnector: %d source blocks for %d destination blocks", len(srcBlocks), len(dstBlocks))
@@ -63,33 +67,52 @@ func PlanLayerWrites(seg transfer.SegmentID, src, dst Side, headBytes int, srcBl
 		runs = append(runs, [3]int{srcBlocks[i], dstBlocks[i], j - i})
 		i = j
 	}
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	// The overlapping (source rank, destination rank) pairs: their bases
+	// and the head range's offset in each side's block.
+	type pair struct {
+		sBase, dBase uint64
+		sOff, dOff   int
+		n            int
+	}
+	var pairs []pair
 	sbb, dbb := src.RankHeads*headBytes, dst.RankHeads*headBytes
-	var reqs []transfer.Request
-	for j, dBases := range dst.Bases {
-		d0 := (dst.FirstRank + j) * dst.RankHeads
-		for i, sBases := range src.Bases {
-			s0 := (src.FirstRank + i) * src.RankHeads
+	for i, sBases := range src.Bases {
+		s0 := (src.FirstRank + i) * src.RankHeads
+		for j, dBases := range dst.Bases {
+			d0 := (dst.FirstRank + j) * dst.RankHeads
 			a, b := max(d0, s0), min(d0+dst.RankHeads, s0+src.RankHeads)
-			if a >= b {
-				continue
-			}
-			sOff, dOff, n := (a-s0)*headBytes, (a-d0)*headBytes, (b-a)*headBytes
-			for _, r := range runs {
-				if n == sbb && n == dbb {
-					reqs = append(reqs, transfer.Request{Op: transfer.OpWrite,
-						Local: uintptr(sBases[layer]) + uintptr(r[0]*sbb), Segment: seg,
-						Remote: dBases[layer] + uint64(r[1]*dbb), Length: r[2] * n})
-					continue
-				}
-				for k := 0; k < r[2]; k++ {
-					reqs = append(reqs, transfer.Request{Op: transfer.OpWrite,
-						Local: uintptr(sBases[layer]) + uintptr((r[0]+k)*sbb+sOff), Segment: seg,
-						Remote: dBases[layer] + uint64((r[1]+k)*dbb+dOff), Length: n})
-				}
+			if a < b {
+				pairs = append(pairs, pair{sBase: sBases[layer], dBase: dBases[layer], sOff: (a - s0) * headBytes, dOff: (a - d0) * headBytes, n: (b - a) * headBytes})
 			}
 		}
 	}
-	return reqs, nil
+	var ext []transfer.Extent
+	for _, r := range runs {
+		if len(pairs) > 0 && pairs[0].n == sbb && pairs[0].n == dbb {
+			// Equal TP: each rank's run is one contiguous range.
+			for _, p := range pairs {
+				ext = append(ext, transfer.Extent{Local: uintptr(p.sBase) + uintptr(r[0]*sbb), Remote: p.dBase + uint64(r[1]*dbb), Length: r[2] * p.n})
+			}
+			continue
+		}
+		for k := 0; k < r[2]; k++ {
+			for _, p := range pairs {
+				ext = append(ext, transfer.Extent{Local: uintptr(p.sBase) + uintptr((r[0]+k)*sbb+p.sOff),
+					Remote: p.dBase + uint64((r[1]+k)*dbb+p.dOff), Length: p.n})
+			}
+		}
+	}
+	if len(ext) == 1 {
+		return []transfer.Request{{Op: transfer.OpWrite, Local: ext[0].Local, Segment: seg, Remote: ext[0].Remote, Length: ext[0].Length}}, nil
+	}
+	total := 0
+	for _, x := range ext {
+		total += x.Length
+	}
+	return []transfer.Request{{Op: transfer.OpWrite, Segment: seg, Length: total, Extents: ext}}, nil
 }
 
 // PlanWrites is PlanLayerWrites for every layer of the local side: the

@@ -129,7 +129,7 @@ func (c *Connector) stream(ctx context.Context, req bootstrap.PullRequest, wake 
 				reqs = append(reqs, r...)
 				bytes += int64(len(w.Src) * bb)
 			}
-			grants.attach(reqs)
+			reqs = grants.attach(reqs)
 			t := time.Now()
 			if err := c.te.Transfer(ctx, reqs); err != nil {
 				return c.streamFailed(ctx, tid, "write %d requests to %s: %v", len(reqs), req.Segment, err)

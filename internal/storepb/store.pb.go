@@ -1639,8 +1639,14 @@ func (x *PutRevokeRequest) GetKey() string {
 }
 
 type KeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// GetReplicaList from a client whose hot cache holds a value of key: the
+	// version it holds (ObjectInfo.view and seq of the answer it was read
+	// with). When that is still the key's current version, the answer is
+	// ObjectInfo.unchanged: no replicas, no lease (0 = none held).
+	CachedView    uint64 `protobuf:"varint,2,opt,name=cached_view,json=cachedView,proto3" json:"cached_view,omitempty"`
+	CachedSeq     uint64 `protobuf:"varint,3,opt,name=cached_seq,json=cachedSeq,proto3" json:"cached_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1682,9 +1688,27 @@ func (x *KeyRequest) GetKey() string {
 	return ""
 }
 
+func (x *KeyRequest) GetCachedView() uint64 {
+	if x != nil {
+		return x.CachedView
+	}
+	return 0
+}
+
+func (x *KeyRequest) GetCachedSeq() uint64 {
+	if x != nil {
+		return x.CachedSeq
+	}
+	return 0
+}
+
 type BatchKeysRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// BatchGetReplicaList: the version held of each key (as KeyRequest's;
+	// cached_seqs is empty or one per key, 0 = none held).
+	CachedView    uint64   `protobuf:"varint,2,opt,name=cached_view,json=cachedView,proto3" json:"cached_view,omitempty"`
+	CachedSeqs    []uint64 `protobuf:"varint,3,rep,packed,name=cached_seqs,json=cachedSeqs,proto3" json:"cached_seqs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1726,6 +1750,20 @@ func (x *BatchKeysRequest) GetKeys() []string {
 	return nil
 }
 
+func (x *BatchKeysRequest) GetCachedView() uint64 {
+	if x != nil {
+		return x.CachedView
+	}
+	return 0
+}
+
+func (x *BatchKeysRequest) GetCachedSeqs() []uint64 {
+	if x != nil {
+		return x.CachedSeqs
+	}
+	return nil
+}
+
 type ObjectInfo struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Status             *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -1743,7 +1781,15 @@ type ObjectInfo struct {
 	// Copies on a node's disk tier (read over HTTP: GET url/disk/object?key=K&seq=S).
 	Disk []*DiskCopy `protobuf:"bytes,13,rep,name=disk,proto3" json:"disk,omitempty"`
 	// Promotion on hit: the reader puts the value back into memory.
-	Promote       bool `protobuf:"varint,14,opt,name=promote,proto3" json:"promote,omitempty"`
+	Promote bool `protobuf:"varint,14,opt,name=promote,proto3" json:"promote,omitempty"`
+	// The version of the value (GetReplicaList): the master's incarnation and
+	// the put's sequence number. A (view, seq) pair names one value of the
+	// key; 0 when the master does not say.
+	View uint64 `protobuf:"varint,15,opt,name=view,proto3" json:"view,omitempty"`
+	Seq  uint64 `protobuf:"varint,16,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The version the request named as cached is current: the answer carries
+	// view, seq, size and crc32c, and no replicas; no lease was taken.
+	Unchanged     bool `protobuf:"varint,17,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1872,6 +1918,27 @@ func (x *ObjectInfo) GetDisk() []*DiskCopy {
 func (x *ObjectInfo) GetPromote() bool {
 	if x != nil {
 		return x.Promote
+	}
+	return false
+}
+
+func (x *ObjectInfo) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *ObjectInfo) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ObjectInfo) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
 	}
 	return false
 }
@@ -2994,12 +3061,20 @@ const file_store_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2$.mooncake.store.v1.PutCommitResponseR\aresults\"A\n" +
 	"\x10PutRevokeRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\x1e\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"^\n" +
 	"\n" +
 	"KeyRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"&\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
+	"\vcached_view\x18\x02 \x01(\x04R\n" +
+	"cachedView\x12\x1d\n" +
+	"\n" +
+	"cached_seq\x18\x03 \x01(\x04R\tcachedSeq\"h\n" +
 	"\x10BatchKeysRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"\x93\x04\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1f\n" +
+	"\vcached_view\x18\x02 \x01(\x04R\n" +
+	"cachedView\x12\x1f\n" +
+	"\vcached_seqs\x18\x03 \x03(\x04R\n" +
+	"cachedSeqs\"\xd7\x04\n" +
 	"\n" +
 	"ObjectInfo\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x10\n" +
@@ -3017,7 +3092,10 @@ const file_store_proto_rawDesc = "" +
 	"\x16soft_pin_until_unix_ms\x18\v \x01(\x03R\x12softPinUntilUnixMs\x12\x19\n" +
 	"\bhard_pin\x18\f \x01(\bR\ahardPin\x12/\n" +
 	"\x04disk\x18\r \x03(\v2\x1b.mooncake.store.v1.DiskCopyR\x04disk\x12\x18\n" +
-	"\apromote\x18\x0e \x01(\bR\apromote\"\x8e\x01\n" +
+	"\apromote\x18\x0e \x01(\bR\apromote\x12\x12\n" +
+	"\x04view\x18\x0f \x01(\x04R\x04view\x12\x10\n" +
+	"\x03seq\x18\x10 \x01(\x04R\x03seq\x12\x1c\n" +
+	"\tunchanged\x18\x11 \x01(\bR\tunchanged\"\x8e\x01\n" +
 	"\bDiskCopy\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +

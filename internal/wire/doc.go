@@ -13,7 +13,14 @@
 //	response (24 bytes): status u8 | flags u8 | reserved u16 | crc32c u32 | id u64 | length u64
 //
 // A WRITE request is followed by length payload bytes; the response to a READ
-// with StatusOK is followed by length payload bytes. Responses come back in
+// with StatusOK is followed by length payload bytes. Scatter-gather requests
+// (OpReadV=3, OpWriteV=4) carry the extent count in addr and the total
+// payload in length, then an extent table (count x {addr u64, length u64},
+// 1..MaxExtents entries, each non-empty, adding up to length exactly:
+// DecodeExtents), then for OpWriteV the payload (the extents' bytes in
+// order); one response answers the whole request (for OpReadV with the
+// extents' bytes in order). A lane's handshake reply says whether it
+// serves them (Control.Vectored); OpRead and OpWrite are unchanged. Responses come back in
 // request order on a lane; the id lets both sides check that. FlagCRC says the
 // crc field holds the CRC32C (Castagnoli) of the payload.
 //

@@ -94,6 +94,8 @@ type Control struct {
 	Error    string `json:"error,omitempty"`
 	Code     string `json:"code,omitempty"` // "auth", "bad_request", ...
 	MaxSlice uint64 `json:"max_slice,omitempty"`
+	// Vectored, in a lane reply: the lane serves OpReadV and OpWriteV.
+	Vectored bool `json:"vectored,omitempty"`
 }
 
 // DecodeControl parses a control body and validates what it carries.
@@ -132,6 +134,16 @@ const (
 	// and the READs and WRITEs it was meant to cover are answered
 	// StatusDenied.
 	OpGrant byte = 2
+	// OpReadV and OpWriteV are scatter-gather requests: Addr holds the
+	// number of extents (1..MaxExtents) and Length the total payload; the
+	// header is followed by the extent table (ExtentSize bytes per extent:
+	// addr u64 | length u64) and, for OpWriteV, the payload: the extents'
+	// bytes one after the other. The response is one header for the whole
+	// request (an OK OpReadV response carries Length payload bytes, the
+	// extents in order). A peer offers them in its lane handshake reply
+	// (Control.Vectored); single-extent OpRead and OpWrite stay as they are.
+	OpReadV  byte = 3
+	OpWriteV byte = 4
 
 	FlagCRC byte = 1
 
@@ -192,8 +204,14 @@ func DecodeReqHeader(b []byte, maxLen uint64) (ReqHeader, error) {
 	var h ReqHeader
 	h.Op, h.Flags, h.CRC, h.ID = prefix(b)
 	h.Addr, h.Length = binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
-	if h.Op != OpRead && h.Op != OpWrite && h.Op != OpGrant {
+	if h.Op > OpWriteV {
 		return ReqHeader{}, fmt.Errorf("%w: opcode %d", ErrBadFrame, h.Op)
+	}
+	if h.Vectored() && (h.Addr == 0 || h.Addr > MaxExtents) {
+		return ReqHeader{}, fmt.Errorf("%w: %d extents (1..%d)", ErrBadFrame, h.Addr, MaxExtents)
+	}
+	if h.Vectored() && h.Length < h.Addr {
+		return ReqHeader{}, fmt.Errorf("%w: %d bytes in %d extents", ErrBadFrame, h.Length, h.Addr)
 	}
 	if h.Op == OpGrant && h.Length > MaxGrant {
 		return ReqHeader{}, fmt.Errorf("%w: grant of %d bytes", ErrFrameTooLarge, h.Length)
@@ -247,3 +265,63 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // CRC32C returns the Castagnoli CRC of b.
 func CRC32C(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// MaxExtents bounds the extents of one scatter-gather request; its extent
+// table is at most MaxExtents*ExtentSize (64 KiB).
+const MaxExtents = 4096
+
+// ExtentSize is the size of one entry of a scatter-gather extent table.
+const ExtentSize = 16
+
+// Extent is one contiguous range of a scatter-gather request.
+type Extent struct {
+	Addr   uint64
+	Length uint64
+}
+
+// Vectored reports whether h is a scatter-gather request (OpReadV,
+// OpWriteV), whose Addr is its extent count.
+func (h *ReqHeader) Vectored() bool { return h.Op == OpReadV || h.Op == OpWriteV }
+
+// IsWrite reports whether h carries a payload to write (OpWrite, OpWriteV).
+func (h *ReqHeader) IsWrite() bool { return h.Op == OpWrite || h.Op == OpWriteV }
+
+// PutExtents appends the extent table of ext to b.
+func PutExtents(b []byte, ext []Extent) []byte {
+	for _, e := range ext {
+		b = binary.LittleEndian.AppendUint64(b, e.Addr)
+		b = binary.LittleEndian.AppendUint64(b, e.Length)
+	}
+	return b
+}
+
+// DecodeExtents parses the extent table of a scatter-gather request whose
+// header said count extents of total bytes, into ext[:0] (reused when it
+// is large enough). Every extent must be non-empty and not wrap around the
+// address space, and the lengths must add up to total exactly; whether
+// each extent lies in registered memory is the server's check.
+func DecodeExtents(b []byte, count, total uint64, ext []Extent) ([]Extent, error) {
+	if count == 0 || count > MaxExtents {
+		return nil, fmt.Errorf("%w: %d extents (1..%d)", ErrBadFrame, count, MaxExtents)
+	}
+	if uint64(len(b)) != count*ExtentSize {
+		return nil, fmt.Errorf("%w: extent table of %d bytes for %d extents", ErrBadFrame, len(b), count)
+	}
+	ext = ext[:0]
+	var sum uint64
+	for i := uint64(0); i < count; i++ {
+		e := Extent{Addr: binary.LittleEndian.Uint64(b[i*ExtentSize:]), Length: binary.LittleEndian.Uint64(b[i*ExtentSize+8:])}
+		if e.Length == 0 || e.Addr+e.Length < e.Addr {
+			return nil, fmt.Errorf("%w: extent %d %#x+%d", ErrBadFrame, i, e.Addr, e.Length)
+		}
+		if sum+e.Length < sum || sum+e.Length > total {
+			return nil, fmt.Errorf("%w: extents exceed the request's %d bytes", ErrBadFrame, total)
+		}
+		sum += e.Length
+		ext = append(ext, e)
+	}
+	if sum != total {
+		return nil, fmt.Errorf("%w: extents hold %d bytes, the request %d", ErrBadFrame, sum, total)
+	}
+	return ext, nil
+}

@@ -57,7 +57,8 @@ func FuzzDecodeHeaders(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		const max = 1 << 20
 		if h, err := DecodeReqHeader(in, max); err == nil {
-			if h.Length > max || (h.Op != OpRead && h.Op != OpWrite && h.Op != OpGrant) || (h.Op == OpGrant && h.Length > MaxGrant) {
+			if h.Length > max || h.Op > OpWriteV || (h.Op == OpGrant && h.Length > MaxGrant) ||
+				(h.Vectored() && (h.Addr == 0 || h.Addr > MaxExtents || h.Length < h.Addr)) {
 				t.Fatalf("accepted %+v", h)
 			}
 			var out [ReqHeaderSize]byte
@@ -75,6 +76,49 @@ func FuzzDecodeHeaders(f *testing.F) {
 			if !bytes.Equal(out[:], in[:RespHeaderSize]) {
 				t.Fatal("response header does not round-trip")
 			}
+		}
+	})
+}
+
+// FuzzDecodeExtents: a scatter-gather request's header and extent table
+// as a lane reads them off the network. Whatever is accepted has between
+// 1 and MaxExtents non-empty, non-wrapping extents that add up to the
+// header's length, and round-trips.
+func FuzzDecodeExtents(f *testing.F) {
+	var hb [ReqHeaderSize]byte
+	(&ReqHeader{Op: OpWriteV, ID: 7, Addr: 2, Length: 30}).Put(hb[:])
+	f.Add(append(hb[:], PutExtents(nil, []Extent{{Addr: 4096, Length: 10}, {Addr: 8192, Length: 20}})...))
+	(&ReqHeader{Op: OpReadV, ID: 8, Addr: 1, Length: 5}).Put(hb[:])
+	f.Add(append(hb[:], PutExtents(nil, []Extent{{Addr: ^uint64(0) - 2, Length: 5}})...))
+	(&ReqHeader{Op: OpWriteV, ID: 9, Addr: 2, Length: 2}).Put(hb[:])
+	f.Add(append(hb[:], PutExtents(nil, []Extent{{Addr: 1, Length: ^uint64(0)}, {Addr: 2, Length: 3}})...))
+	f.Add([]byte{OpReadV})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		const max = 1 << 20
+		h, err := DecodeReqHeader(in, max)
+		if err != nil || !h.Vectored() {
+			return
+		}
+		table := in[ReqHeaderSize:]
+		if n := h.Addr * ExtentSize; uint64(len(table)) > n {
+			table = table[:n]
+		}
+		ext, err := DecodeExtents(table, h.Addr, h.Length, nil)
+		if err != nil {
+			return
+		}
+		var sum uint64
+		for _, e := range ext {
+			if e.Length == 0 || e.Addr+e.Length < e.Addr {
+				t.Fatalf("accepted extent %+v", e)
+			}
+			sum += e.Length
+		}
+		if uint64(len(ext)) != h.Addr || sum != h.Length || sum > max {
+			t.Fatalf("accepted %d extents of %d bytes for header %+v", len(ext), sum, h)
+		}
+		if !bytes.Equal(PutExtents(nil, ext), table) {
+			t.Fatal("extent table does not round-trip")
 		}
 	})
 }

@@ -13,6 +13,11 @@ from . import config as _config
 from ._store_base import HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED, ErrorCode, log
 from .config import parse_size
 
+# Environment variables read at setup(), as Mooncake's client reads them:
+# the local hot cache's size in bytes (0 or unset: off), largest value
+# cached, and reads a key needs before it is cached.
+_SETUP_ENV = ("MC_STORE_LOCAL_HOT_CACHE_SIZE", "MC_STORE_LOCAL_HOT_BLOCK_SIZE", "MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD")
+
 # Mooncake picks a store client's RPC port in this range when local_hostname has none.
 _PORT_RANGE = (12300, 14300)
 
@@ -194,6 +199,9 @@ class SetupMixin(object):
                 o["disk"] = disk
             if getattr(cfg, "tenant_token", ""):
                 o["token"] = cfg.tenant_token
+            env = {k: os.environ[k] for k in _SETUP_ENV if k in os.environ}
+            if env:  # the library's own environment is the one it was loaded with
+                o["env"] = env
             opts = json.dumps(o) if o else ""
             h = self._lib.mc_store_open_ex(_native.cstr(host), _native.cstr(cfg.metadata_server),
                                            cfg.global_segment_size, cfg.local_buffer_size, _native.cstr(cfg.protocol),

@@ -18,6 +18,14 @@
 // (transfer.Config.LinkRate): a link of that bandwidth, on which the
 // transfer can take as long as the prefill.
 //
+// RunPairs (`--tp-pairs`) measures only the KV transfer, for many
+// tensor-parallel pairs at once: one cluster per pair and mode (layer-wise,
+// whole-request), all started first, then rounds that each time one
+// transfer of the engine's 1 MiB writes (over 64 MiB) and send one request
+// to every cluster in turn, so that a shared machine's load weighs on every
+// pair and on the engine alike; medians over the rounds after the warm-up.
+// PairsResult.SameTP is the equal-TP reference of a pair.
+//
 // Two limits are measured in the same run: the transfer engine's own
 // throughput (EngineGBps: two engines of this process, managed memory,
 // auto transport, at least 64 MiB) once with large writes and once per size

@@ -94,7 +94,7 @@ func TestParseRate(t *testing.T) {
 }
 
 // TestRunTP: prefill TP 4 to decode TP 2 (tiny-tp): the whole KV moves,
-// with one write request per block, layer and overlapping rank pair.
+// with one scatter-gather write per layer.
 func TestRunTP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -103,7 +103,33 @@ func TestRunTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := r.Sizes[0]
-	if r.PrefillTP != 4 || r.DecodeTP != 2 || s.Disagg.Bytes != float64(64*r.KVBytesPerToken) || s.Disagg.WriteReqs != 2*4*4 || s.WriteGBps <= 0 {
+	if r.PrefillTP != 4 || r.DecodeTP != 2 || s.Disagg.Bytes != float64(64*r.KVBytesPerToken) || s.Disagg.WriteReqs != 2 || s.WriteGBps <= 0 {
 		t.Fatalf("result %+v, size %+v", r, s)
+	}
+}
+
+// TestRunPairs: an equal and a mixed TP pair in one run, both modes; every
+// pair moves the whole KV with one write per layer, and the mixed pair's ratio to the equal one is computed.
+func TestRunPairs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := RunPairs(ctx, PairsConfig{Model: "tiny-tp", Tokens: 64, Requests: 1, Warmup: 1, OutputTokens: 3, Seed: 1,
+		Pairs: [][2]int{{2, 2}, {1, 4}}, Modes: []string{"layer", "whole"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Pairs) != 4 || r.Engine.GBps <= 0 || r.Engine.RequestBytes != 1<<20 {
+		t.Fatalf("result %+v", r)
+	}
+	for _, p := range r.Pairs {
+		if p.Bytes != float64(64*2*4*16*4*2) || p.WriteReqs != 2 || p.GBps <= 0 || p.MedianGBps <= 0 || len(p.WriteMSAll) != 1 {
+			t.Fatalf("pair %+v", p)
+		}
+	}
+	if r.SameTP(2, 4, "whole", false) <= 0 || r.SameTP(2, 4, "whole", true) <= 0 || r.SameTP(1, 1, "whole", false) != 0 {
+		t.Fatal("same-TP reference")
+	}
+	if err := (PairsConfig{Model: "tiny-tp", Tokens: 64, Requests: 1, OutputTokens: 3, Pairs: [][2]int{{3, 1}}, Modes: []string{"layer"}}).Validate(); err == nil {
+		t.Fatal("TP 3 of 4 KV heads accepted")
 	}
 }

@@ -2,7 +2,9 @@
 // transfer`, after Mooncake's transfer_engine_bench: a target engine that
 // registers a buffer and serves, and an initiator that runs --threads
 // goroutines, each submitting batches of --batch-size READ or WRITE requests
-// of --block-size bytes and waiting for them, for --duration.
+// of --block-size bytes and waiting for them, for --duration. With
+// --scatter-gather (Config.ScatterGather) each batch is one scatter-gather
+// request of --batch-size extents instead.
 //
 // The target runs in this process (StartTarget) or in a child process
 // (SpawnTarget re-executes a binary whose target mode prints Target.Line on

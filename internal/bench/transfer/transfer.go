@@ -42,6 +42,11 @@ type Config struct {
 	Device       string
 	TargetDevice string
 	CUDALib      string
+	// ScatterGather sends each batch as ONE scatter-gather request
+	// (transfer.Request.Extents) of BatchSize extents of BlockSize bytes,
+	// the remote extents in reverse order so that none merge: the shape
+	// of a KV transfer between different TP sizes.
+	ScatterGather bool
 	// GrantKey, when set (hex, at least 16 bytes), turns data-path grants
 	// on: the target checks them, the initiator sends one grant per thread
 	// for the extent that thread moves.
@@ -102,11 +107,16 @@ type Result struct {
 	ServedTransport string  `json:"served_transport"`
 	Device          string  `json:"device,omitempty"`
 	TargetDevice    string  `json:"target_device,omitempty"`
+	ScatterGather   bool    `json:"scatter_gather,omitempty"` // each batch one scatter-gather request
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%s %s block=%d batch=%d threads=%d: %.3f GB/s, %.0f ops/s, batch latency p50 %.0f us p99 %.0f us; baseline (%s) %.3f GB/s; ratio %.2f",
-		r.Transport, r.Op, r.BlockSize, r.BatchSize, r.Threads, r.GBPerS, r.OpsPerS, r.P50us, r.P99us, r.Baseline, r.BaselineGBPerS, r.Ratio)
+	sg := ""
+	if r.ScatterGather {
+		sg = " scatter-gather"
+	}
+	return fmt.Sprintf("%s %s%s block=%d batch=%d threads=%d: %.3f GB/s, %.0f ops/s, batch latency p50 %.0f us p99 %.0f us; baseline (%s) %.3f GB/s; ratio %.2f",
+		r.Transport, r.Op, sg, r.BlockSize, r.BatchSize, r.Threads, r.GBPerS, r.OpsPerS, r.P50us, r.P99us, r.Baseline, r.BaselineGBPerS, r.Ratio)
 }
 
 func engineConfig(c Config) transfer.Config {
@@ -367,6 +377,13 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 				reqs[i] = transfer.Request{Op: op, Local: localBase + uintptr(th*per+i*c.BlockSize), Segment: seg,
 					Remote: rbase + uint64(i*c.BlockSize), Length: c.BlockSize, Grant: g}
 			}
+			if c.ScatterGather {
+				ext := make([]transfer.Extent, len(reqs))
+				for i, r := range reqs {
+					ext[i] = transfer.Extent{Local: r.Local, Remote: reqs[len(reqs)-1-i].Remote, Length: r.Length}
+				}
+				reqs = []transfer.Request{{Op: op, Segment: seg, Extents: ext, Grant: g}}
+			}
 			for runCtx.Err() == nil {
 				t0 := time.Now()
 				b, err := e.Submit(ctx, reqs)
@@ -416,7 +433,7 @@ func RunInitiator(ctx context.Context, c Config, target TargetInfo) (Result, err
 		all = append(all, l...)
 	}
 	slices.Sort(all)
-	r := Result{Transport: c.Transport, Op: c.Op, BlockSize: c.BlockSize, BatchSize: c.BatchSize, Threads: c.Threads,
+	r := Result{Transport: c.Transport, Op: c.Op, BlockSize: c.BlockSize, BatchSize: c.BatchSize, Threads: c.Threads, ScatterGather: c.ScatterGather,
 		Seconds: elapsed, Bytes: total.Load()}
 	r.GBPerS = float64(r.Bytes) / elapsed / 1e9
 	r.OpsPerS = float64(r.Bytes/int64(c.BlockSize)) / elapsed

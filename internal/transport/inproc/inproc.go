@@ -105,3 +105,50 @@ func copyStaged(st Stager, write bool, local []byte, remote uint64) error {
 	s.Release()
 	return err
 }
+
+// CopyV moves every locals[i] between local memory and the peer's
+// [remotes[i], remotes[i]+len(locals[i])) as one request: every range is
+// acquired (bounds-checked) before any byte moves, so a range outside the
+// peer's registered memory fails the whole request and touches nothing.
+func CopyV(mem Memory, write bool, locals [][]byte, remotes []uint64) error {
+	st, staged := mem.(Stager)
+	spans := make([]registry.Span, 0, len(locals))
+	commits := make([]func() error, 0, len(locals))
+	defer func() {
+		for _, s := range spans {
+			s.Release()
+		}
+	}()
+	for i, l := range locals {
+		var s registry.Span
+		var commit func() error
+		var err error
+		switch {
+		case staged && write:
+			s, commit, err = st.AcquireWrite(remotes[i], uint64(len(l)))
+		case staged:
+			s, err = st.AcquireRead(remotes[i], uint64(len(l)))
+		default:
+			s, err = mem.Acquire(remotes[i], uint64(len(l)))
+		}
+		if err != nil {
+			return err
+		}
+		spans, commits = append(spans, s), append(commits, commit)
+	}
+	for i, l := range locals {
+		if write {
+			copy(spans[i].B, l)
+		} else {
+			copy(l, spans[i].B)
+		}
+	}
+	for _, commit := range commits {
+		if commit != nil {
+			if err := commit(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

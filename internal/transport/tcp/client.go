@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"sync"
@@ -87,9 +88,29 @@ type Op struct {
 	// covers the slice: the lane sends it (OpGrant) before the slice unless
 	// it sent the same grant (the same string data) recently.
 	Grant string
+	// Ext, when set, makes the op scatter-gather (wire.OpReadV/OpWriteV,
+	// for a peer whose lanes offer them: Peer.Vectored): the peer's ranges,
+	// in order, and Vec the local bytes, in order, of the same total
+	// length (Remote and Buf are unused). The pieces of the two sides need
+	// not line up.
+	Ext []wire.Extent
+	Vec [][]byte
 
 	id   uint64
+	n    int // payload bytes
 	lane *lane
+}
+
+// size is the op's payload bytes.
+func (op *Op) size() int {
+	if op.Ext == nil {
+		return len(op.Buf)
+	}
+	n := 0
+	for _, b := range op.Vec {
+		n += len(b)
+	}
+	return n
 }
 
 // Dialer opens lane i to the peer, handshake done, ready for data.
@@ -101,7 +122,15 @@ type Peer struct {
 	lanes []*lane // [0] express
 	dead  atomic.Bool
 	rr    atomic.Uint64
+	vec   atomic.Bool
 }
+
+// SetVectored records whether every lane's handshake said the peer serves
+// scatter-gather requests (wire.Control.Vectored).
+func (p *Peer) SetVectored(v bool) { p.vec.Store(v) }
+
+// Vectored reports whether Ops with Ext may be enqueued.
+func (p *Peer) Vectored() bool { return p.vec.Load() }
 
 // DialPeer opens all lanes. On error nothing is left open.
 func DialPeer(ctx context.Context, cfg PeerConfig, dial Dialer) (*Peer, error) {
@@ -126,10 +155,26 @@ func (p *Peer) Alive() bool { return !p.dead.Load() }
 // Enqueue sends one slice (len(op.Buf) <= MaxSlice). It fails at once if the
 // peer is down; otherwise op.Done is called exactly once later.
 func (p *Peer) Enqueue(op *Op) error {
-	if len(op.Buf) == 0 || uint64(len(op.Buf)) > p.cfg.MaxSlice {
-		return fmt.Errorf("tcp: slice of %d bytes: %w", len(op.Buf), ErrProtocol)
+	op.n = op.size()
+	if op.n == 0 || uint64(op.n) > p.cfg.MaxSlice {
+		return fmt.Errorf("tcp: slice of %d bytes: %w", op.n, ErrProtocol)
 	}
-	l := p.pick(len(op.Buf))
+	if op.Ext != nil {
+		if !p.Vectored() {
+			return fmt.Errorf("tcp: the peer serves no scatter-gather requests: %w", ErrProtocol)
+		}
+		var sum uint64
+		for _, e := range op.Ext {
+			if e.Length == 0 {
+				return fmt.Errorf("tcp: empty extent: %w", ErrProtocol)
+			}
+			sum += e.Length
+		}
+		if len(op.Ext) > wire.MaxExtents || sum != uint64(op.n) {
+			return fmt.Errorf("tcp: %d extents of %d bytes for %d local bytes: %w", len(op.Ext), sum, op.n, ErrProtocol)
+		}
+	}
+	l := p.pick(op.n)
 	return l.enqueue(op)
 }
 
@@ -214,7 +259,7 @@ func (l *lane) enqueue(op *Op) error {
 	}
 	l.queue = append(l.queue, op)
 	l.mu.Unlock()
-	l.queued.Add(int64(len(op.Buf)))
+	l.queued.Add(int64(op.n))
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -255,7 +300,7 @@ func (l *lane) exit() {
 	l.inflight, l.queue, l.head = nil, nil, 0
 	l.mu.Unlock()
 	for _, op := range left {
-		l.queued.Add(-int64(len(op.Buf)))
+		l.queued.Add(-int64(op.n))
 		op.Done.OpDone(op, err)
 	}
 }
@@ -286,8 +331,8 @@ func (l *lane) writer() {
 		n, bytes, big := 0, 0, false
 		for n < len(l.queue) && n < l.p.cfg.MaxBatch && bytes < l.p.cfg.MaxBatchBytes {
 			if op := l.queue[n]; op.Write {
-				bytes += len(op.Buf)
-				big = big || len(op.Buf) > l.p.cfg.SmallMax
+				bytes += op.n
+				big = big || op.n > l.p.cfg.SmallMax
 			}
 			n++
 		}
@@ -313,23 +358,37 @@ func (l *lane) writer() {
 				hdrs = append(hdrs, b[:]...)
 				hdrs = append(hdrs, op.Grant...)
 			}
-			h := wire.ReqHeader{Op: wire.OpRead, ID: op.id, Addr: op.Remote, Length: uint64(len(op.Buf))}
+			h := wire.ReqHeader{Op: wire.OpRead, ID: op.id, Addr: op.Remote, Length: uint64(op.n)}
 			if op.Write {
 				h.Op = wire.OpWrite
+			}
+			if op.Ext != nil {
+				h.Op, h.Addr = wire.OpReadV, uint64(len(op.Ext))
+				if op.Write {
+					h.Op = wire.OpWriteV
+				}
 			}
 			if l.p.cfg.Checksum {
 				h.Flags = wire.FlagCRC
 				if op.Write {
-					h.CRC = wire.CRC32C(op.Buf)
+					h.CRC = op.crc()
 				}
 			}
 			var b [wire.ReqHeaderSize]byte
 			h.Put(b[:])
 			hdrs = append(hdrs, b[:]...)
+			if op.Ext != nil {
+				hdrs = wire.PutExtents(hdrs, op.Ext)
+			}
 			if op.Write {
 				// Earlier slices of hdrs stay valid if this append moved
 				// it: they keep the old array, which nothing writes again.
-				bufs = append(bufs, hdrs[start:], op.Buf)
+				bufs = append(bufs, hdrs[start:])
+				if op.Ext != nil {
+					bufs = append(bufs, op.Vec...)
+				} else {
+					bufs = append(bufs, op.Buf)
+				}
 				start = len(hdrs)
 			}
 		}
@@ -405,7 +464,7 @@ func (l *lane) reader() {
 		if r.Buffered() == 0 {
 			l.mu.Lock()
 			if l.head < len(l.inflight) {
-				if op := l.inflight[l.head]; !op.Write && len(op.Buf) > l.p.cfg.SmallMax {
+				if op := l.inflight[l.head]; !op.Write && op.n > l.p.cfg.SmallMax {
 					src = l.conn
 				}
 			}
@@ -441,8 +500,8 @@ func (l *lane) reader() {
 
 		opErr := statusErr(h.Status)
 		if opErr == nil && !op.Write {
-			if h.Length != uint64(len(op.Buf)) {
-				err := fmt.Errorf("tcp: %w: read returned %d bytes, want %d", ErrProtocol, h.Length, len(op.Buf))
+			if h.Length != uint64(op.n) {
+				err := fmt.Errorf("tcp: %w: read returned %d bytes, want %d", ErrProtocol, h.Length, op.n)
 				l.fail(err)
 				l.finish(op, err)
 				return
@@ -451,13 +510,13 @@ func (l *lane) reader() {
 			// data, or a writer holding the token while its peer's lane waits
 			// for the peer's token (held by a lane sending to this reader)
 			// would deadlock.
-			if err := readPayload(r, l.conn, op.Buf); err != nil {
+			if err := op.readPayload(r, l.conn); err != nil {
 				err = fmt.Errorf("tcp: read payload: %w: %w", ErrPeerDown, err)
 				l.fail(err)
 				l.finish(op, err)
 				return
 			}
-			if h.Flags&wire.FlagCRC != 0 && wire.CRC32C(op.Buf) != h.CRC {
+			if h.Flags&wire.FlagCRC != 0 && op.crc() != h.CRC {
 				opErr = ErrChecksum
 			} else if l.p.cfg.Checksum && h.Flags&wire.FlagCRC == 0 {
 				opErr = fmt.Errorf("%w: peer sent no checksum", ErrChecksum)
@@ -468,15 +527,48 @@ func (l *lane) reader() {
 			return
 		}
 		if opErr != nil {
-			opErr = fmt.Errorf("tcp: %s %#x+%d: %w", opName(op.Write), op.Remote, len(op.Buf), opErr)
+			opErr = fmt.Errorf("tcp: %s %s: %w", opName(op.Write), op.where(), opErr)
 		}
 		l.finish(op, opErr)
 	}
 }
 
 func (l *lane) finish(op *Op, err error) {
-	l.queued.Add(-int64(len(op.Buf)))
+	l.queued.Add(-int64(op.n))
 	op.Done.OpDone(op, err)
+}
+
+// crc is the CRC32C of the op's local bytes.
+func (op *Op) crc() uint32 {
+	if op.Ext == nil {
+		return wire.CRC32C(op.Buf)
+	}
+	var c uint32
+	for _, b := range op.Vec {
+		c = crc32.Update(c, castagnoli, b)
+	}
+	return c
+}
+
+// readPayload reads a READ response's payload into the op's local bytes.
+func (op *Op) readPayload(r *bufio.Reader, conn net.Conn) error {
+	if op.Ext == nil {
+		return readPayload(r, conn, op.Buf)
+	}
+	for _, b := range op.Vec {
+		if err := readPayload(r, conn, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// where names the op's remote range(s) for an error.
+func (op *Op) where() string {
+	if op.Ext == nil {
+		return fmt.Sprintf("%#x+%d", op.Remote, len(op.Buf))
+	}
+	return fmt.Sprintf("%d extents from %#x (%d bytes)", len(op.Ext), op.Ext[0].Addr, op.n)
 }
 
 func opName(w bool) string {

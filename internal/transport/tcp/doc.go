@@ -21,6 +21,18 @@
 // the connection and keeps serving others. Response headers are batched and
 // flushed when the lane has no more input.
 //
+// Scatter-gather (vector.go): an OpReadV/OpWriteV request names many
+// ranges of registered memory with one header and one response. The lane
+// decodes its extent table (wire.DecodeExtents), checks grants for every
+// extent, then acquires every extent before any byte moves: one outside
+// registered memory rejects the whole request (a WRITE's payload is
+// drained, nothing is written) and the lane keeps serving. The client's
+// Op carries the remote extents (Ext) and its local pieces (Vec), which
+// need not line up; the writer sends the pieces with the header in one
+// writev, the reader reads a READ's payload into them in order. Peers
+// whose handshake did not offer scatter-gather (Peer.Vectored false) get
+// no such op.
+//
 // Grants (ServerConfig.Grants): an OpGrant request carries an encoded grant
 // (internal/grant) and gets no response; the server verifies it once and
 // keeps it in the lane's grant.Set, and answers StatusDenied to every READ

@@ -73,6 +73,8 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 		o         = &outbox{out: make([]byte, 0, 64<<10)}
 		gs        *grant.Set
 		gbuf      []byte
+		etab      []byte        // a scatter-gather request's extent table
+		ext       []wire.Extent // its extents, decoded
 	)
 	if cfg.Grants != nil {
 		gs = cfg.Grants.NewSet(cfg.Segment)
@@ -121,9 +123,24 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			}
 			continue
 		}
-		lastLarge = h.Op == wire.OpWrite && h.Length > inlineMax
-		if gs != nil && !allowed(gs, h) {
-			if h.Op == wire.OpWrite {
+		lastLarge = h.IsWrite() && h.Length > inlineMax
+		if h.Vectored() {
+			// The extent table follows the header; every extent is checked
+			// (grants, then bounds) before any memory is touched.
+			if etab == nil {
+				etab = make([]byte, wire.MaxExtents*wire.ExtentSize)
+			}
+			tb := etab[:h.Addr*wire.ExtentSize]
+			if _, err := io.ReadFull(r, tb); err != nil {
+				return err
+			}
+			if ext, err = wire.DecodeExtents(tb, h.Addr, h.Length, ext); err != nil {
+				_ = o.flush(conn, cfg)
+				return err
+			}
+		}
+		if gs != nil && !allowedAll(gs, h, ext) {
+			if h.IsWrite() {
 				if _, err := io.CopyN(io.Discard, r, int64(h.Length)); err != nil {
 					return err
 				}
@@ -132,11 +149,15 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			o.header(&wire.RespHeader{ID: h.ID, Status: wire.StatusDenied})
 			continue
 		}
-		if h.Op != wire.OpWrite {
+		if !h.IsWrite() {
 			// READ: the response (and its payload) joins the outbox; the
 			// payload is sent by the next flush, gathered with its neighbours
 			// into one writev.
-			o.addRead(mem, st, h)
+			if h.Vectored() {
+				o.addReadV(mem, st, h, ext)
+			} else {
+				o.addRead(mem, st, h)
+			}
 			continue
 		}
 		// A WRITE payload may block on the peer: send gathered READ payloads
@@ -153,7 +174,11 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			// A peer that stalls mid-payload must not keep the token.
 			_ = conn.SetDeadline(time.Now().Add(BulkStall))
 		}
-		err = serveWrite(conn, r, mem, st, h, o)
+		if h.Vectored() {
+			err = serveWriteV(conn, r, mem, st, h, ext, o)
+		} else {
+			err = serveWrite(conn, r, mem, st, h, o)
+		}
 		if bulk {
 			_ = conn.SetDeadline(time.Time{})
 			<-cfg.Bulk
@@ -164,13 +189,22 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 	}
 }
 
-// allowed reports whether the lane's grants cover request h.
-func allowed(gs *grant.Set, h wire.ReqHeader) bool {
+// allowedAll reports whether the lane's grants cover request h: its
+// range, or every extent of a scatter-gather request.
+func allowedAll(gs *grant.Set, h wire.ReqHeader, ext []wire.Extent) bool {
 	mode := grant.Read
-	if h.Op == wire.OpWrite {
+	if h.IsWrite() {
 		mode = grant.Write
 	}
-	return gs.Allow(mode, h.Addr, h.Length) == nil
+	if !h.Vectored() {
+		return gs.Allow(mode, h.Addr, h.Length) == nil
+	}
+	for _, e := range ext {
+		if gs.Allow(mode, e.Addr, e.Length) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // outbox gathers a lane's responses: headers and small READ payloads are
