@@ -330,6 +330,8 @@ var _ inproc.Stager = (*deviceMemory)(nil)
 func (m *deviceMemory) Acquire(addr, n uint64) (registry.Span, error) { return m.reg.Acquire(addr, n) }
 
 // AcquireRead returns a host copy of device memory.
+func (m *deviceMemory) BufferEnd(addr uint64) (uint64, bool) { return m.reg.BufferEnd(addr) }
+
 func (m *deviceMemory) AcquireRead(addr, n uint64) (registry.Span, error) {
 	sp, err := m.reg.AcquireAny(addr, n)
 	if err != nil {

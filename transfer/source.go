@@ -51,6 +51,8 @@ type sourceMemory struct{ e *Engine }
 
 func (m sourceMemory) Acquire(addr, n uint64) (registry.Span, error) { return m.e.reg.Acquire(addr, n) }
 
+func (m sourceMemory) BufferEnd(addr uint64) (uint64, bool) { return m.e.reg.BufferEnd(addr) }
+
 func (m sourceMemory) AcquireRead(addr, n uint64) (registry.Span, error) {
 	sp, err := m.e.reg.Acquire(addr, n)
 	if !errors.Is(err, registry.ErrDevice) {

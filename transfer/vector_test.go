@@ -272,3 +272,65 @@ func TestNoOverlap(t *testing.T) {
 		}
 	}
 }
+
+// TestScatterGatherAcrossAdjacentPeerBuffers: two of the peer's buffers
+// lie back to back, and a request's extents end one and start the next
+// from local pieces that are not adjacent; the TCP slicer merges the
+// remote ranges into one extent across both buffers, which the lane serves
+// one buffer at a time (each still bounds-checked). A range running past
+// the second buffer is still refused.
+func TestScatterGatherAcrossAdjacentPeerBuffers(t *testing.T) {
+	const piece = 4 << 10
+	env := newSuiteEnv(t, TransportTCP)
+	back := make([]byte, 4*piece)
+	first, second := back[:2*piece], back[2*piece:]
+	for _, b := range [][]byte{first, second} {
+		if err := env.tgt.RegisterBytes(b, "cpu:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		_ = env.tgt.Unregister(AddrOf(first))
+		_ = env.tgt.Unregister(AddrOf(second))
+	}()
+	if err := env.ini.PreparePeer(ctxT(t), env.tgt.Name()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range env.local[:4*piece] {
+		env.local[i] = byte(i*7 + 3)
+	}
+	l, r := AddrOf(env.local), uint64(AddrOf(first))
+	// Local pieces in reverse order: nothing adjacent locally, every
+	// remote range continuing the last.
+	var ext []Extent
+	for i := 0; i < 4; i++ {
+		ext = append(ext, Extent{Local: l + uintptr((3-i)*piece), Remote: r + uint64(i*piece), Length: piece})
+	}
+	if _, err := env.run(t, Request{Op: OpWrite, Segment: env.seg, Extents: ext}); err != nil {
+		t.Fatalf("write across two adjacent peer buffers: %v", err)
+	}
+	for i := 0; i < 4; i++ {
+		if !bytes.Equal(back[i*piece:(i+1)*piece], env.local[(3-i)*piece:(4-i)*piece]) {
+			t.Fatalf("piece %d differs", i)
+		}
+	}
+	got := make([]byte, 4*piece)
+	if err := env.ini.RegisterBytes(got, "cpu:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.ini.Unregister(AddrOf(got)) }()
+	var rext []Extent
+	for i := 0; i < 4; i++ {
+		rext = append(rext, Extent{Local: AddrOf(got) + uintptr((3-i)*piece), Remote: r + uint64(i*piece), Length: piece})
+	}
+	if _, err := env.run(t, Request{Op: OpRead, Segment: env.seg, Extents: rext}); err != nil {
+		t.Fatalf("read across two adjacent peer buffers: %v", err)
+	}
+	if !bytes.Equal(got, env.local[:4*piece]) {
+		t.Fatal("read back differs")
+	}
+	past := []Extent{{Local: l, Remote: r + 3*piece, Length: piece}, {Local: l + 2*piece, Remote: r + 4*piece, Length: piece}}
+	if _, err := env.run(t, Request{Op: OpWrite, Segment: env.seg, Extents: past}); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("a range past the second buffer: %v, want ErrOutOfBounds", err)
+	}
+}

@@ -261,6 +261,17 @@ func (g *Registry) find(addr uint64) *region {
 	return r
 }
 
+// BufferEnd returns the end (address past the last byte) of the buffer
+// that contains addr.
+func (g *Registry) BufferEnd(addr uint64) (uint64, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if r := g.find(addr); r != nil {
+		return r.Addr + r.Length, true
+	}
+	return 0, false
+}
+
 // Lookup returns the buffer that contains addr.
 func (g *Registry) Lookup(addr uint64) (Buffer, bool) {
 	g.mu.RLock()

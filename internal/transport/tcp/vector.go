@@ -17,38 +17,67 @@ import (
 // nothing is written) and the lane keeps serving.
 
 // vspans acquires every extent: for a READ a span holding its bytes, for a
-// WRITE one receiving them plus the commit (nil for host memory). On error
-// nothing stays acquired.
+// WRITE one receiving them plus the commit (nil for host memory). An
+// extent may run across registered buffers that lie back to back (the
+// client merges ranges adjacent in the peer's address space without
+// knowing where its buffers end): where the memory can tell where a buffer
+// ends (BufferEnder), it is acquired one buffer at a time, each piece
+// bounds-checked on its own. On error nothing stays acquired.
 func vspans(mem Memory, st Stager, write bool, ext []wire.Extent) ([]registry.Span, []func() error, error) {
+	var ender BufferEnder
+	if b, ok := st.(BufferEnder); ok {
+		ender = b
+	} else if b, ok := mem.(BufferEnder); ok {
+		ender = b
+	}
 	spans := make([]registry.Span, 0, len(ext))
 	var commits []func() error
+	fail := func(err error) ([]registry.Span, []func() error, error) {
+		for _, s := range spans {
+			s.Release()
+		}
+		return nil, nil, err
+	}
 	for _, e := range ext {
-		var sp registry.Span
-		var commit func() error
-		var err error
-		switch {
-		case st != nil && write:
-			sp, commit, err = st.AcquireWrite(e.Addr, e.Length)
-		case st != nil:
-			sp, err = st.AcquireRead(e.Addr, e.Length)
-		default:
-			sp, err = mem.Acquire(e.Addr, e.Length)
-		}
-		if err != nil {
-			for _, s := range spans {
-				s.Release()
+		addr, left := e.Addr, e.Length
+		for left > 0 {
+			n := left
+			if ender != nil {
+				if end, ok := ender.BufferEnd(addr); ok && end > addr && end-addr < n {
+					n = end - addr
+				}
 			}
-			return nil, nil, err
-		}
-		spans = append(spans, sp)
-		if commit != nil {
-			if commits == nil {
-				commits = make([]func() error, len(ext))
+			var sp registry.Span
+			var commit func() error
+			var err error
+			switch {
+			case st != nil && write:
+				sp, commit, err = st.AcquireWrite(addr, n)
+			case st != nil:
+				sp, err = st.AcquireRead(addr, n)
+			default:
+				sp, err = mem.Acquire(addr, n)
 			}
-			commits[len(spans)-1] = commit
+			if err != nil {
+				return fail(err)
+			}
+			spans = append(spans, sp)
+			if commit != nil && commits == nil {
+				commits = make([]func() error, len(spans)-1, cap(spans))
+			}
+			if commits != nil {
+				commits = append(commits, commit)
+			}
+			addr, left = addr+n, left-n
 		}
 	}
 	return spans, commits, nil
+}
+
+// BufferEnder is implemented by a Memory (or Stager) that can tell where
+// the registered buffer holding addr ends.
+type BufferEnder interface {
+	BufferEnd(addr uint64) (end uint64, ok bool)
 }
 
 // addReadV applies one scatter-gather READ: the response header, then the
