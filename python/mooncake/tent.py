@@ -203,7 +203,21 @@ class MemoryOptions(object):
         self.internal = False
 
 
-class MemoryGuard(object):
+class _Guard(object):
+    """Released on ``__exit__`` or when collected (``release()`` is idempotent)."""
+
+    def __exit__(self, *exc):
+        self.release()
+        return None
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+class MemoryGuard(_Guard):
     """Memory from allocate_memory_guard: freed on ``__exit__``/``release()`` or collection."""
 
     def __init__(self, engine, addr, size):
@@ -223,18 +237,8 @@ class MemoryGuard(object):
     def __enter__(self):
         return self._addr
 
-    def __exit__(self, *exc):
-        self.release()
-        return None
 
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:
-            pass
-
-
-class BatchGuard(object):
+class BatchGuard(_Guard):
     """A batch from allocate_batch_guard: freed on ``__exit__``/``release()`` or collection."""
 
     def __init__(self, engine, batch_id):
@@ -250,16 +254,6 @@ class BatchGuard(object):
 
     def __enter__(self):
         return self._id
-
-    def __exit__(self, *exc):
-        self.release()
-        return None
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:
-            pass
 
 
 def _load_config(config_path):
