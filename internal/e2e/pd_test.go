@@ -9,15 +9,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvcache-go/mooncake/internal/cluster"
-	"github.com/kvcache-go/mooncake/internal/kvevents"
+	"github.com/kvcache-go/mooncake/internal/kvevents/kvleak"
 )
 
 func TestMain(m *testing.M) {
-	var ignore []goleak.Option // the zmq library's own (kvevents.ZMQLeakFuncs)
-	for _, f := range kvevents.ZMQLeakFuncs() {
-		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(m, ignore...)
+	goleak.VerifyTestMain(m, kvleak.IgnoreZMQ()...)
 }
 
 // prompts of several lengths (the byte tokenizer: one token per byte), some

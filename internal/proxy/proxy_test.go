@@ -17,16 +17,12 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/kvcache-go/mooncake/internal/kvevents"
+	"github.com/kvcache-go/mooncake/internal/kvevents/kvleak"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestMain(m *testing.M) {
-	var ignore []goleak.Option // the zmq library's own (kvevents.ZMQLeakFuncs)
-	for _, f := range kvevents.ZMQLeakFuncs() {
-		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(m, ignore...)
+	goleak.VerifyTestMain(m, kvleak.IgnoreZMQ()...)
 }
 
 // fakeEngine is a hand-written fake of an engine's OpenAI server (and, for

@@ -7,16 +7,12 @@ import (
 	"go.uber.org/goleak"
 
 	benchtrace "github.com/kvcache-go/mooncake/internal/bench/trace"
-	"github.com/kvcache-go/mooncake/internal/kvevents"
+	"github.com/kvcache-go/mooncake/internal/kvevents/kvleak"
 	"github.com/kvcache-go/mooncake/internal/tracesim"
 )
 
 func TestMain(m *testing.M) {
-	var ignore []goleak.Option // the zmq library's own (kvevents.ZMQLeakFuncs)
-	for _, f := range kvevents.ZMQLeakFuncs() {
-		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(m, ignore...)
+	goleak.VerifyTestMain(m, kvleak.IgnoreZMQ()...)
 }
 
 // Routing fed by a conductor over ZMQ and HTTP picks as routing fed by the

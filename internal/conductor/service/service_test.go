@@ -17,15 +17,12 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/conductor"
 	"github.com/kvcache-go/mooncake/internal/kvevents"
+	"github.com/kvcache-go/mooncake/internal/kvevents/kvleak"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 func TestMain(m *testing.M) {
-	var ignore []goleak.Option // the zmq library's own (kvevents.ZMQLeakFuncs)
-	for _, f := range kvevents.ZMQLeakFuncs() {
-		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(m, ignore...)
+	goleak.VerifyTestMain(m, kvleak.IgnoreZMQ()...)
 }
 
 // start runs a service on a loopback port until the test ends.

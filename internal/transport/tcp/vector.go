@@ -30,36 +30,37 @@ func vspans(mem Memory, st Stager, write bool, ext []wire.Extent) ([]registry.Sp
 	} else if b, ok := mem.(BufferEnder); ok {
 		ender = b
 	}
+	acquire := func(addr, n uint64) (registry.Span, func() error, error) {
+		switch {
+		case st != nil && write:
+			return st.AcquireWrite(addr, n)
+		case st != nil:
+			sp, err := st.AcquireRead(addr, n)
+			return sp, nil, err
+		default:
+			sp, err := mem.Acquire(addr, n)
+			return sp, nil, err
+		}
+	}
 	spans := make([]registry.Span, 0, len(ext))
 	var commits []func() error
-	fail := func(err error) ([]registry.Span, []func() error, error) {
-		for _, s := range spans {
-			s.Release()
-		}
-		return nil, nil, err
-	}
 	for _, e := range ext {
 		addr, left := e.Addr, e.Length
 		for left > 0 {
 			n := left
-			if ender != nil {
+			sp, commit, err := acquire(addr, n)
+			if err != nil && ender != nil {
+				// Only a refused extent asks where its buffer ends.
 				if end, ok := ender.BufferEnd(addr); ok && end > addr && end-addr < n {
 					n = end - addr
+					sp, commit, err = acquire(addr, n)
 				}
 			}
-			var sp registry.Span
-			var commit func() error
-			var err error
-			switch {
-			case st != nil && write:
-				sp, commit, err = st.AcquireWrite(addr, n)
-			case st != nil:
-				sp, err = st.AcquireRead(addr, n)
-			default:
-				sp, err = mem.Acquire(addr, n)
-			}
 			if err != nil {
-				return fail(err)
+				for _, s := range spans {
+					s.Release()
+				}
+				return nil, nil, err
 			}
 			spans = append(spans, sp)
 			if commit != nil && commits == nil {
