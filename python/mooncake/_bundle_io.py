@@ -256,6 +256,14 @@ def _fragments(chunks, offset, length, dest_offset=0):
     return out
 
 
+def _tensor_nbytes(tensor):
+    """Data bytes of a torch tensor (older torch has no ``nbytes``)."""
+    n = getattr(tensor, "nbytes", None)
+    if n is None:
+        n = tensor.numel() * tensor.element_size()
+    return int(n)
+
+
 def _check_status(status, operation, key):
     if status not in (None, 0):
         raise RuntimeError("%s failed for %s: %s" % (operation, key, status))
@@ -540,7 +548,7 @@ class _PayloadTransport(object):
         if not callable(fn):
             return None
         tensor = value.tensor
-        total = metadata_bytes + int(getattr(tensor, "nbytes", 0))
+        total = metadata_bytes + _tensor_nbytes(tensor)
         _check_status(_call_with_config(fn, key, tensor, config=_config_for_grouped_keys(config, 1)),
                       "put_tensor", key)
         return {"key": key, "kind": "tensor", "bytes": total, "dtype": str(getattr(tensor, "dtype", "")),
