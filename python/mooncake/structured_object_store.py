@@ -799,8 +799,14 @@ def _decode_media_list_values(payload, rows, metadata=None):
     return out
 
 
+def _require_msgpack():
+    if _msgpack is None:
+        raise RuntimeError("the msgpack_ragged codec needs the msgpack package (Debian: python3-msgpack)")
+    return _msgpack
+
+
 def _encode_msgpack_ragged_values(path, values):
-    packer = _msgpack.Packer(use_bin_type=True, strict_types=True)
+    packer = _require_msgpack().Packer(use_bin_type=True, strict_types=True)
     buf = bytearray()
     offsets = _np.zeros(len(values) + 1, dtype=_np.int64)
     nulls = _np.zeros(len(values), dtype=_np.bool_)
@@ -822,7 +828,7 @@ def _decode_msgpack_ragged_values(payload, rows):
         raise ValueError("msgpack_ragged offsets length %d does not match rows %d" % (len(offsets), rows))
     if len(nulls) != rows:
         raise ValueError("msgpack_ragged nulls length %d does not match rows %d" % (len(nulls), rows))
-    unpacker = _msgpack.Unpacker(raw=False)
+    unpacker = _require_msgpack().Unpacker(raw=False)
     unpacker.feed(bytes(payload["data"]))
     decoded = list(unpacker)
     want = rows - int(_np.count_nonzero(_np.asarray(nulls, dtype=bool)))
