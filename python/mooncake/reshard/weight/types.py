@@ -160,6 +160,16 @@ def canonical_strides_bytes(shape, itemsize):
     return tuple(reversed(out))
 
 
+def require_manifest_items(value, name, item_type):
+    """``value`` as a tuple, ValueError unless it is a sequence of ``item_type``."""
+    return _c.items(value, name, item_type)
+
+
+def require_sha256_digest(value, name):
+    """ValueError unless ``value`` is a lowercase hex SHA-256 digest."""
+    _c.sha256_hex(value, name)
+
+
 def _aliases(value):
     got = tuple(_c.sequence(value, "aliases"))
     if any(type(a) is not str or not a for a in got):
@@ -230,4 +240,4 @@ class PlacementFragment:
 
 __all__ = ["OwnershipAxis", "ParallelAxis", "ParallelRank", "PlacementFragment", "ReplicatedAxis",
            "RuntimeBindingFragment", "SplitAxis", "TensorDescriptor", "canonical_strides_bytes",
-           "validate_fragment_geometry"]
+           "require_manifest_items", "require_sha256_digest", "validate_fragment_geometry"]
