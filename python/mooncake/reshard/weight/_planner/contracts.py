@@ -190,14 +190,12 @@ class TransferRegion(Generic[_S, _T]):
             raise ValueError("transfer region exceeds target fragment")
 
     def iter_segments(self, *, max_segments):
-        """Yield (source_offset, target_offset, nbytes) per contiguous run, row-major order."""
+        """Yield (source_offset, target_offset, nbytes) per contiguous run, row-major order; the
+        bound is checked when iteration starts (ValueError past ``max_segments``)."""
         if type(max_segments) is not int or max_segments <= 0:
             raise ValueError("max_segments must be a positive integer")
         if self.segment_count > max_segments:
             raise ValueError(f"transfer region exceeds max_segments: {self.segment_count} > {max_segments}")
-        return self._segments()
-
-    def _segments(self):
         counts = self.outer_loop_counts
         index = [0] * len(counts)
         while True:
