@@ -24,14 +24,6 @@ _FRAGMENT_FIELDS = {"placement_fragment_id", "tensor_id", "global_offset", "loca
                     "aliases"}
 
 
-def _fragment_wire(f):
-    out = f.identity()
-    out["global_offset"] = list(f.global_offset)
-    out["local_shape"] = list(f.local_shape)
-    out["aliases"] = list(f.aliases)
-    return out
-
-
 def weight_placement_to_json(placement):
     """The canonical JSON (sorted keys, no whitespace) of one placement."""
     if not isinstance(placement, WeightPlacementManifest):
@@ -42,7 +34,7 @@ def weight_placement_to_json(placement):
         "placement_set_id": placement.placement_set_id, "placement_id": placement.placement_id,
         "topology": placement.topology.wire(), "tensors": [t.identity() for t in placement.tensors],
         "parts": [{"participant_id": p.participant_id, "rank": _c.rank_dict(p.rank),
-                   "fragments": [_fragment_wire(f) for f in p.fragments]} for p in placement.parts]})
+                   "fragments": [f.identity() for f in p.fragments]} for p in placement.parts]})
 
 
 def _object(value, label):
