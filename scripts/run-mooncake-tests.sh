@@ -17,8 +17,10 @@
 # offload flags of Mooncake's scripts/run_tests.sh for the offload files. The tests hard-code
 # Mooncake's ports (8080, 50051, 50052, 12345, 9003): as root the run moves into a network
 # namespace of its own (unshare -n, only loopback) so other processes on the host cannot
-# collide with it (MC_TESTS_NETNS=0 turns that off). A file that fails is run once more; both
-# results are shown.
+# collide with it (MC_TESTS_NETNS=0 turns that off). Logs: LOGDIR, or logs/ in the scratch
+# directory (kept; with -l the scratch directory is removed at the end). A file that fails is run once more; both
+# results are shown. Logs go to LOGDIR (then the scratch directory is removed at the end), or to
+# logs/ in the scratch directory, which is kept.
 #
 # GROUPS (default all): comma-separated from unit,engine,store,offload,cli,scripts,reshard,go.
 set -u
@@ -31,11 +33,11 @@ while getopts "v:l:g:" o; do
     v) VENV="$(realpath -m "$OPTARG")" ;;
     l) LOGS="$(realpath -m "$OPTARG")" ;;
     g) GROUPS_="$OPTARG" ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 1 ] || { sed -n '2,22p' "$0"; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,24p' "$0"; exit 2; }
 SRC="$(realpath "$1")"
 
 # Into a network namespace of our own (loopback only), re-running this script there.
@@ -98,10 +100,14 @@ echo "logs in $L"
 
 # --- processes ------------------------------------------------------------------------------------
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null
+  [ -n "$LOGS" ] && rm -rf "$W"; }  # the scratch copy goes when the logs live elsewhere
 trap cleanup EXIT
 up() { local i; for i in $(seq 1 1800); do ss -H -ltn "sport = :$1" | grep -q . && return 0; sleep 0.1; done
   echo "port $1 did not open" >&2; return 1; }
+# The storage node serves dummy clients on an abstract unix socket named after its address.
+upx() { local i; for i in $(seq 1 1800); do ss -H -lx | grep -qF "@mooncake-client/$1" && return 0; sleep 0.1; done
+  echo "mooncake_client did not serve $1" >&2; return 1; }
 down() { local i; for i in $(seq 1 300); do ss -H -ltn "sport = :$1" | grep -q . || return 0; sleep 0.1; done
   echo "port $1 still held" >&2; }
 MASTER=""
@@ -163,7 +169,7 @@ if has store; then
   MASTER_SERVER=127.0.0.1:50051 LOCAL_HOSTNAME=127.0.0.1 pyt test_structured_object_store 900 \
     test_structured_object_store.py
   run test_meta_server 300 env METADATA_ADDR=http://127.0.0.1:8080/metadata "$PY" test_meta_server.py 127.0.0.1 2
-  mooncake_client > "$L/client.log" 2>&1 & CLIENT=$!; PIDS+=("$CLIENT"); up 50052
+  mooncake_client > "$L/client.log" 2>&1 & CLIENT=$!; PIDS+=("$CLIENT"); upx 127.0.0.1:50052
   run test_dummy_client 300 env $ENVS "$PY" test_dummy_client.py
   env $ENVS timeout 300 "$PY" test_multi_dummy_clients.py --client-id client1 > "$L/test_multi_dummy_clients_client1.log" 2>&1 & D1=$!
   env $ENVS timeout 300 "$PY" test_multi_dummy_clients.py --client-id client2 > "$L/test_multi_dummy_clients_client2.log" 2>&1 & D2=$!
@@ -171,7 +177,7 @@ if has store; then
   printf '%s\t%s\t%s\n' test_multi_dummy_clients_client1 "$L/test_multi_dummy_clients_client1.log" $r1 >> "$L/results.tsv"
   printf '%s\t%s\t%s\n' test_multi_dummy_clients_client2 "$L/test_multi_dummy_clients_client2.log" $r2 >> "$L/results.tsv"
   echo "test_multi_dummy_clients: exit $r1 $r2"
-  stop "$CLIENT"; down 50052
+  stop "$CLIENT"
   stop_master
   # CXL: Mooncake runs it only with TEST_CXL (CXL memory); shown as run here.
   master
@@ -277,17 +283,35 @@ def counts(log):
     if gp or gf or gs:
         return gp, gf, gs
     return None
+# Failures that are expected here, with their cause (docs/python.md, "Mooncake's own test
+# files"): name -> (failed tests expected on the last run, None for a whole-file failure; why).
+KNOWN = {
+    "test_mooncake_store_service_api": (3, "the file's FakeStore records (ids, grace) tuples; 3 tests expect [ids]"),
+    "test_structured_object_store": (2, "pytest.importorskip(exc_type=) needs pytest 8.2, torch.jagged torch 2.x"),
+    "test_mooncake_ep": (None, "GPU only: imports mooncake.mooncake_ep_buffer (CUDA)"),
+    "test_regmr_overhead": (None, "GPU only: imports mooncake.mooncake_ep_buffer (CUDA)"),
+    "test_spdk_tgt_create": (None, "no SPDK NVMe-oF tier: mooncake.spdk_tgt_create raises ImportError"),
+    "go_examples_basic": (None, "its Remove right after its Get is refused within the read lease (-706)"),
+}
 print("\n%-48s %6s %6s %7s %4s" % ("file", "passed", "failed", "skipped", "exit"))
-bad = 0
+last = {}
 for name, log, rc in rows:
     c = counts(log)
     tag = " (first run)" if log.endswith(".first.log") else ""
-    if c is None:
-        c = ("-", "-", "-")
-    print("%-48s %6s %6s %7s %4s" % (name + tag, c[0], c[1], c[2], rc))
-final = {}
-for name, log, rc in rows:
-    final[name] = int(rc)
-bad = sum(1 for r in final.values() if r != 0)
-print("\n%d of %d files exit 0 (on the last run)" % (len(final) - bad, len(final)))
+    print("%-48s %6s %6s %7s %4s" % ((name + tag,) + (c or ("-", "-", "-")) + (rc,)))
+    if not tag:
+        last[name] = (int(rc), c)
+ok = known = 0
+unexpected = []
+for name, (rc, c) in last.items():
+    if rc in (0, 5):  # 5: pytest collected nothing (a module-level skip)
+        ok += 1
+    elif name in KNOWN and (KNOWN[name][0] is None or (c and c[1] == KNOWN[name][0])):
+        known += 1
+        print("known: %s: %s" % (name, KNOWN[name][1]))
+    else:
+        unexpected.append(name)
+print("\n%d of %d files pass, %d fail as known here, %d fail otherwise%s" % (
+    ok, len(last), known, len(unexpected), (": " + ", ".join(unexpected)) if unexpected else ""))
+sys.exit(1 if unexpected else 0)
 EOF
