@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
 )
 
 // Config configures a disk tier.
@@ -70,12 +71,15 @@ type Tier struct {
 	readCalls, aheadHits  atomic.Uint64
 	tmpSeq                atomic.Uint64
 
-	raSlice uint64 // the engine's slice size, as last seen (under mu)
-	raMu    sync.Mutex
-	ra      map[raKey]*raChunk // slices read ahead (readahead.go)
-	raBytes uint64
-	raSwept time.Time
-	raWG    sync.WaitGroup // reads ahead in flight (Close waits)
+	raSlice   uint64 // the engine's slice size, as last seen (under mu)
+	raMu      sync.Mutex
+	ra        map[raKey]*raChunk // slices read ahead (readahead.go)
+	raBytes   uint64
+	raSwept   time.Time
+	raQueue   []*raRead          // reads ahead not started yet, oldest first
+	raTail    map[uint64]*raRead // the queued reads by the address after their last slice
+	raReaders int                // goroutines running them (at most readDepth)
+	raWG      sync.WaitGroup     // the readers (Close waits)
 }
 
 type diskEntry struct {
@@ -84,8 +88,6 @@ type diskEntry struct {
 	bytes uint64 // file bytes
 	used  uint64 // LRU tick
 	addr  uint64 // where peers read its value (Region)
-	// readAt is when a slice of it was last read (read-ahead's stream test).
-	readAt time.Time
 }
 
 // The tier's address range (Region): values are laid out in it one after
@@ -126,7 +128,7 @@ func Open(cfg Config) (*Tier, error) {
 	}
 	d := &Tier{dir: cfg.Dir, capacity: cfg.Capacity, url: cfg.URL, offloadOnEvict: cfg.OffloadOnEvict,
 		promotionOnHit: cfg.PromotionOnHit, lock: lock, index: map[string]*diskEntry{},
-		byAddr: btree.NewG(16, func(a, b *diskEntry) bool { return a.addr < b.addr }), ra: map[raKey]*raChunk{},
+		byAddr: btree.NewG(16, func(a, b *diskEntry) bool { return a.addr < b.addr }), ra: map[raKey]*raChunk{}, raTail: map[uint64]*raRead{},
 		next: regionBase + rand.Uint64N(regionLen/2)&^(blockSize-1)}
 	d.direct.Store(!cfg.Buffered)
 	if tmps, err := filepath.Glob(filepath.Join(cfg.Dir, "*.tmp")); err == nil { // writes cut short by a crash
@@ -462,16 +464,23 @@ func (d *Tier) ReadAt(addr, n uint64) ([]byte, func(), error) {
 		e.used = d.tick
 		d.reads++
 	}
-	e.readAt = now
 	file, off := e.file, dataOffset(objheader.Len(e.hdr.Key))+(addr-e.addr)
-	plan := d.aheadPlanLocked(e, addr, n, now)
 	d.mu.Unlock()
-	d.readAhead(plan, now)
 	d.readCalls.Add(1)
-	if c := d.takeAhead(addr, n); c != nil && c.err == nil {
-		d.aheadHits.Add(1)
-		d.readBytes.Add(n)
-		return c.b, func() { d.bufs.put(c.buf) }, nil
+	if c := d.takeAhead(addr, n); c != nil {
+		if c.r.err == nil {
+			d.aheadHits.Add(1)
+			d.readBytes.Add(n)
+			return c.r.b[c.off : c.off+n : c.off+n], func() { d.unref(c.r) }, nil
+		}
+		d.unref(c.r)
+	} else {
+		// Not announced (no lane hinted it): read the rest of the value
+		// ahead while this slice is read here.
+		d.mu.Lock()
+		plan := d.aheadPlanLocked(e, addr, n)
+		d.mu.Unlock()
+		d.readAhead(plan, now)
 	}
 	b, buf, err := d.readRange(file, off, n)
 	if err != nil {
@@ -508,6 +517,7 @@ var _ store.DiskTier = (*Tier)(nil)
 var (
 	_ store.DiskSource     = (*Tier)(nil)
 	_ store.DiskBatchStore = (*Tier)(nil)
+	_ transfer.Prefetcher  = (*Tier)(nil)
 )
 
 // diskObject is the store's view of an entry.

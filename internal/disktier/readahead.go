@@ -1,45 +1,78 @@
 package disktier
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
+	"github.com/kvcache-go/mooncake/transfer"
 )
 
 // Read-ahead. A transfer engine's lane serves its READ slices one at a
 // time: it asks ReadAt for a slice, sends it, then asks for the next, so
 // a tier that only read what it is asked would keep one request in the
 // device's queue per lane and leave the disk idle while the lane sends.
-// Instead, each ReadAt starts reads of the slices that follow it (the
-// same length, at the same offsets from each value's start as the
-// engine cuts them): the rest of the value, and, when the value before it
-// in address order was read within raStream (a batch get of values
-// offloaded together), the values after it, up to raWindow slices ahead
-// and raMax bytes held. A later ReadAt of a slice read ahead waits for
-// that read instead of issuing its own. Slices nobody asks for within
-// raStale are dropped.
+// Instead the tier reads ahead what it will be asked for:
+//
+//   - Prefetch (transfer.Prefetcher): before a TCP lane serves a READ of
+//     the tier's range it tells the tier that slice and the slices of the
+//     READs queued behind it on the lane (a batch get's whole request, a
+//     get's whole value), exactly, in the order they will be asked for.
+//   - Without hints (a ReadAt of a slice nobody announced), the rest of
+//     that slice's value, in slices of the same length.
+//
+// Slices of one value that follow each other are read by one pread of up
+// to readMax bytes (the engine cuts values into 256 KiB slices; the disk
+// is read in requests as large as its sequential-read reference's), by at
+// most readDepth reads at once, in the order they were announced, so the
+// slice a lane needs next is read first. A ReadAt of a slice read ahead
+// waits for that read instead of issuing its own and is served from its
+// buffer, without a copy. At most raMax bytes are held ahead; slices
+// nobody asks for within raStale are dropped.
 
 const (
-	raWindow = 8
-	raMax    = 64 << 20
-	raStream = 200 * time.Millisecond
-	raStale  = time.Second
-	raChunks = 4096 // slices held ahead at most
+	raWindow  = 8        // slices read ahead of an unannounced ReadAt
+	raMax     = 64 << 20 // bytes held ahead (read or being read) at most
+	raStale   = time.Second
+	raChunks  = 4096    // slices held ahead at most
+	readMax   = 1 << 20 // bytes of one read ahead at most
+	readDepth = 4       // reads ahead in flight at once
 )
 
 type raKey struct{ addr, n uint64 }
 
-// raChunk is one slice read ahead.
-type raChunk struct {
+// raRead is one pread of one or more consecutive slices of a value.
+type raRead struct {
 	done chan struct{} // closed when the read ended
-	b    []byte        // the bytes (in buf)
-	buf  []byte        // the pooled buffer
+	e    *diskEntry    // the value
+	end  uint64        // the address after its last slice
+	file string
+	off  uint64 // file offset of its first byte
+	n    uint64
+	b    []byte // the bytes, once done (in buf)
+	buf  []byte // the pooled buffer
 	err  error
-	at   time.Time
+	// refs counts the slices that hold the read: announced and not yet
+	// taken, or taken and not yet released. The last puts buf back.
+	refs atomic.Int32
 }
 
-// takeAhead returns the slice [addr, addr+n) if it was read ahead (waiting
-// for its read), removing it from the cache.
+// unref drops one slice's hold on r.
+func (d *Tier) unref(r *raRead) {
+	if r.refs.Add(-1) == 0 && r.buf != nil {
+		d.bufs.put(r.buf)
+	}
+}
+
+// raChunk is one slice read ahead: bytes [off, off+n) of its read.
+type raChunk struct {
+	r   *raRead
+	off uint64
+	at  time.Time
+}
+
+// takeAhead returns the slice [addr, addr+n) if it is read ahead (waiting
+// for its read), removing it from the cache; the caller unrefs its read.
 func (d *Tier) takeAhead(addr, n uint64) *raChunk {
 	d.raMu.Lock()
 	c := d.ra[raKey{addr, n}]
@@ -49,16 +82,27 @@ func (d *Tier) takeAhead(addr, n uint64) *raChunk {
 	}
 	d.raMu.Unlock()
 	if c != nil {
-		<-c.done
+		<-c.r.done
 	}
 	return c
 }
 
-// aheadPlan lists the slices after [addr, addr+n) of e to read ahead: the
-// rest of e, then the values after it when e's predecessor was read
-// recently. Called with d.mu held.
-func (d *Tier) aheadPlanLocked(e *diskEntry, addr, n uint64, now time.Time) []raKey {
-	size := n // a full slice (the engine's slice size) or a whole value
+// Prefetch starts reading the slices a lane will ask for next
+// (transfer.Prefetcher). Ranges that are not inside one value, or already
+// read ahead, are skipped.
+func (d *Tier) Prefetch(ranges []transfer.Range) {
+	plan := make([]raKey, len(ranges))
+	for i, r := range ranges {
+		plan[i] = raKey{r.Addr, r.Len}
+	}
+	d.readAhead(plan, time.Now())
+}
+
+// aheadPlanLocked lists the slices after [addr, addr+n) of e to read
+// ahead of an unannounced read: the rest of e, in slices of the same
+// length (a whole slice's: the engine's slice size). Called with d.mu held.
+func (d *Tier) aheadPlanLocked(e *diskEntry, addr, n uint64) []raKey {
+	size := n
 	switch {
 	case addr+n < e.end():
 		d.raSlice = n
@@ -66,78 +110,96 @@ func (d *Tier) aheadPlanLocked(e *diskEntry, addr, n uint64, now time.Time) []ra
 		size = d.raSlice
 	}
 	var plan []raKey
-	add := func(x *diskEntry, from uint64) bool {
-		for a := from; a < x.end() && len(plan) < raWindow; a += size {
-			plan = append(plan, raKey{a, min(size, x.end()-a)})
-		}
-		return len(plan) < raWindow
+	for a := addr + n; a < e.end() && len(plan) < raWindow; a += size {
+		plan = append(plan, raKey{a, min(size, e.end()-a)})
 	}
-	if !add(e, addr+n) {
-		return plan
-	}
-	stream := false
-	d.byAddr.DescendLessOrEqual(&diskEntry{addr: e.addr - 1}, func(p *diskEntry) bool {
-		stream = p != e && now.Sub(p.readAt) < raStream
-		return false
-	})
-	if !stream {
-		return plan
-	}
-	d.byAddr.AscendGreaterOrEqual(&diskEntry{addr: e.end()}, func(x *diskEntry) bool { return add(x, x.addr) })
 	return plan
 }
 
-// readAhead starts the reads of plan that are not cached or running yet,
-// within raMax bytes, and drops stale slices.
+// readAhead queues the reads of plan's slices that are inside one value
+// and not read ahead yet, within raMax bytes, and drops stale slices. A
+// slice that continues a queued read of its value (not started yet) joins
+// it, up to readMax bytes: the slices of one value that lanes announce
+// one by one, or several lanes each a part, are read together.
 func (d *Tier) readAhead(plan []raKey, now time.Time) {
 	if len(plan) == 0 {
 		return
 	}
-	type job struct {
-		k    raKey
-		c    *raChunk
-		file string
-		off  uint64
-	}
-	var jobs []job
 	d.mu.Lock()
 	d.raMu.Lock()
 	if now.Sub(d.raSwept) > raStale/4 { // a sweep at most four times a raStale
 		d.raSwept = now
 		for k, c := range d.ra {
 			select {
-			case <-c.done:
+			case <-c.r.done:
 				if now.Sub(c.at) > raStale {
 					delete(d.ra, k)
 					d.raBytes -= k.n
-					if c.buf != nil {
-						d.bufs.put(c.buf)
-					}
+					d.unref(c.r)
 				}
 			default:
 			}
 		}
 	}
+	var e *diskEntry
+	queued := false
 	for _, k := range plan {
-		if d.ra[k] != nil || d.raBytes+k.n > raMax || len(d.ra) >= raChunks {
+		if k.n == 0 || k.addr+k.n < k.addr || d.ra[k] != nil || d.raBytes+k.n > raMax || len(d.ra) >= raChunks {
 			continue
 		}
-		var e *diskEntry
-		d.byAddr.DescendLessOrEqual(&diskEntry{addr: k.addr}, func(x *diskEntry) bool { e = x; return false })
-		if e == nil || k.addr+k.n > e.end() {
-			continue
+		if e == nil || k.addr < e.addr || k.addr+k.n > e.end() {
+			e = nil
+			d.byAddr.DescendLessOrEqual(&diskEntry{addr: k.addr}, func(x *diskEntry) bool { e = x; return false })
+			if e == nil || k.addr+k.n > e.end() {
+				e = nil
+				continue
+			}
 		}
-		c := &raChunk{done: make(chan struct{}), at: now}
-		d.ra[k] = c
+		r := d.raTail[k.addr]
+		if r != nil && (r.e != e || r.n+k.n > readMax) {
+			r = nil
+		}
+		if r == nil {
+			r = &raRead{done: make(chan struct{}), e: e, file: e.file, off: dataOffset(objheader.Len(e.hdr.Key)) + (k.addr - e.addr)}
+			d.raQueue = append(d.raQueue, r)
+			queued = true
+		} else {
+			delete(d.raTail, k.addr)
+		}
+		r.refs.Add(1)
+		d.ra[k] = &raChunk{r: r, off: r.n, at: now}
 		d.raBytes += k.n
-		jobs = append(jobs, job{k, c, e.file, dataOffset(objheader.Len(e.hdr.Key)) + (k.addr - e.addr)})
+		r.n += k.n
+		r.end = k.addr + k.n
+		d.raTail[r.end] = r
+	}
+	if queued {
+		for d.raReaders < readDepth && d.raReaders < len(d.raQueue) {
+			d.raReaders++
+			d.raWG.Go(d.reader)
+		}
 	}
 	d.raMu.Unlock()
 	d.mu.Unlock()
-	for _, j := range jobs {
-		d.raWG.Go(func() {
-			j.c.b, j.c.buf, j.c.err = d.readRange(j.file, j.off, j.k.n)
-			close(j.c.done)
-		})
+}
+
+// reader runs the queued reads ahead, oldest first, until none is left.
+func (d *Tier) reader() {
+	for {
+		d.raMu.Lock()
+		if len(d.raQueue) == 0 {
+			d.raReaders--
+			d.raMu.Unlock()
+			return
+		}
+		r := d.raQueue[0]
+		d.raQueue[0] = nil
+		d.raQueue = d.raQueue[1:]
+		if d.raTail[r.end] == r {
+			delete(d.raTail, r.end) // started: nothing joins it any more
+		}
+		d.raMu.Unlock()
+		r.b, r.buf, r.err = d.readRange(r.file, r.off, r.n)
+		close(r.done)
 	}
 }
