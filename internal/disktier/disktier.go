@@ -78,7 +78,7 @@ type Tier struct {
 	raSwept   time.Time
 	raQueue   []*raRead          // reads ahead not started yet, oldest first
 	raTail    map[uint64]*raRead // the queued reads by the address after their last slice
-	raReaders int                // goroutines running them (at most readDepth)
+	raReaders int                // goroutines running them (at most ReadDepth)
 	raWG      sync.WaitGroup     // the readers (Close waits)
 }
 

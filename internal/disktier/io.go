@@ -35,7 +35,12 @@ import (
 const blockSize = 4096
 
 // ioParallel bounds the object writes a batch runs at once.
-const ioParallel = 4
+const ioParallel = WriteDepth
+
+// WriteDepth is how many object writes an offload batch runs at once (the
+// queue the tier keeps in its device when writing; `mooncake bench
+// store-disk` writes its disk's sequential reference with the same).
+const WriteDepth = 4
 
 func alignUp(n uint64) uint64 { return (n + blockSize - 1) &^ (blockSize - 1) }
 

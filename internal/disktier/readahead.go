@@ -24,19 +24,26 @@ import (
 // Slices of one value that follow each other are read by one pread of up
 // to readMax bytes (the engine cuts values into 256 KiB slices; the disk
 // is read in requests as large as its sequential-read reference's), by at
-// most readDepth reads at once, in the order they were announced, so the
+// most ReadDepth reads at once, in the order they were announced, so the
 // slice a lane needs next is read first. A ReadAt of a slice read ahead
 // waits for that read instead of issuing its own and is served from its
 // buffer, without a copy. At most raMax bytes are held ahead; slices
 // nobody asks for within raStale are dropped.
 
 const (
-	raWindow  = 8        // slices read ahead of an unannounced ReadAt
-	raMax     = 64 << 20 // bytes held ahead (read or being read) at most
-	raStale   = time.Second
-	raChunks  = 4096    // slices held ahead at most
-	readMax   = 1 << 20 // bytes of one read ahead at most
-	readDepth = 4       // reads ahead in flight at once
+	raWindow = 8        // slices read ahead of an unannounced ReadAt
+	raMax    = 64 << 20 // bytes held ahead (read or being read) at most
+	raStale  = time.Second
+	raChunks = 4096 // slices held ahead at most
+	readMax  = ReadSize
+)
+
+// ReadSize is the largest read ahead (bytes), ReadDepth how many run at
+// once: the queue the tier keeps in its device (`mooncake bench
+// store-disk` reads its disk's sequential reference with the same).
+const (
+	ReadSize  = 1 << 20
+	ReadDepth = 4
 )
 
 type raKey struct{ addr, n uint64 }
@@ -143,6 +150,9 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 	}
 	var e *diskEntry
 	queued := false
+	// With no read ahead queued or running, the first slice is read on its
+	// own, so that the lane sends it while the slices after it are read.
+	idle := d.raReaders == 0 && len(d.raQueue) == 0
 	for _, k := range plan {
 		if k.n == 0 || k.addr+k.n < k.addr || d.ra[k] != nil || d.raBytes+k.n > raMax || len(d.ra) >= raChunks {
 			continue
@@ -171,10 +181,14 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 		d.raBytes += k.n
 		r.n += k.n
 		r.end = k.addr + k.n
+		if idle {
+			idle = false
+			continue // nothing joins it
+		}
 		d.raTail[r.end] = r
 	}
 	if queued {
-		for d.raReaders < readDepth && d.raReaders < len(d.raQueue) {
+		for d.raReaders < ReadDepth && d.raReaders < len(d.raQueue) {
 			d.raReaders++
 			d.raWG.Go(d.reader)
 		}
