@@ -283,9 +283,6 @@ func (d *Tier) store(object []byte, addr uint64) (store.DiskObject, error) {
 		return store.DiskObject{}, fmt.Errorf("disktier: not an object: %v", err)
 	}
 	hl := objheader.Len(h.Key)
-	if crc32.Checksum(object[hl:], castagnoli) != h.CRC {
-		return store.DiskObject{}, fmt.Errorf("disktier: %q does not match its CRC32C", h.Key)
-	}
 	bytes := dataOffset(hl) + h.Size
 	if bytes > d.capacity {
 		return store.DiskObject{}, fmt.Errorf("%w: %q of %d bytes exceeds %d", ErrFull, h.Key, bytes, d.capacity)
@@ -300,24 +297,38 @@ func (d *Tier) store(object []byte, addr uint64) (store.DiskObject, error) {
 	}
 	d.mu.Unlock()
 	f := d.file(h.Key, h.Seq)
-	tmp := f + "." + strconv.FormatUint(d.tmpSeq.Add(1), 10) + ".tmp" // two writers of one version never share a file
 	start := time.Now()
-	if err := d.writeFile(tmp, object[:hl], object[hl:]); err != nil {
-		os.Remove(tmp)
-		return store.DiskObject{}, fmt.Errorf("disktier: %w", err)
+	// The file is written under its own name when no file has it (a
+	// crash mid-write leaves one that fails its checks at the next Open;
+	// readers see it only once it is indexed below); when one has (a
+	// concurrent store of the same version), through a file of its own,
+	// renamed over it: two writers never share a file.
+	created, err := d.writeFile(f, object[:hl], object[hl:], h.CRC, true)
+	if errors.Is(err, syscall.EEXIST) {
+		tmp := f + "." + strconv.FormatUint(d.tmpSeq.Add(1), 10) + ".tmp"
+		if _, err = d.writeFile(tmp, object[:hl], object[hl:], h.CRC, false); err == nil {
+			err = os.Rename(tmp, f)
+		}
+		if err != nil {
+			os.Remove(tmp)
+		}
+	} else if err != nil && created {
+		os.Remove(f)
 	}
-	if err := os.Rename(tmp, f); err != nil {
-		os.Remove(tmp)
-		return store.DiskObject{}, fmt.Errorf("disktier: %w", err)
+	if err != nil {
+		return store.DiskObject{}, fmt.Errorf("disktier: %q: %w", h.Key, err)
 	}
 	d.writeNanos.Add(int64(time.Since(start)))
 	d.writeBytes.Add(bytes)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e := d.index[h.Key]; e != nil {
-		if e.hdr.Seq > h.Seq { // a newer version was stored meanwhile
+		switch {
+		case e.hdr.Seq > h.Seq: // a newer version was stored meanwhile
 			os.Remove(f)
 			return store.DiskObject{}, fmt.Errorf("disktier holds a newer %q", h.Key)
+		case e.hdr.Seq == h.Seq: // stored meanwhile by a concurrent store (the same bytes, in the same file)
+			return d.diskObject(e), nil
 		}
 		d.dropLocked(e)
 	}
