@@ -69,6 +69,7 @@ type Tier struct {
 	writeNanos, readNanos atomic.Int64
 	writeWall             atomic.Int64 // wall time of Store and StoreBatch calls
 	readCalls, aheadHits  atomic.Uint64
+	aheadReads            atomic.Uint64
 	tmpSeq                atomic.Uint64
 
 	raSlice   uint64 // the engine's slice size, as last seen (under mu)
@@ -512,15 +513,17 @@ type IOStats struct {
 	WriteWall             time.Duration
 	Direct                bool // direct I/O in use
 	// ReadCalls counts ReadAt calls (transfer slices served), AheadHits
-	// those served by a read started ahead (readahead.go).
-	ReadCalls, AheadHits uint64
+	// those served by a read started ahead (readahead.go), AheadReads the
+	// reads ahead (one or more slices each).
+	ReadCalls, AheadHits, AheadReads uint64
 }
 
 // IOStats returns the tier's I/O counters.
 func (d *Tier) IOStats() IOStats {
 	return IOStats{WriteBytes: d.writeBytes.Load(), ReadBytes: d.readBytes.Load(),
 		Write: time.Duration(d.writeNanos.Load()), Read: time.Duration(d.readNanos.Load()),
-		WriteWall: time.Duration(d.writeWall.Load()), Direct: d.direct.Load(), ReadCalls: d.readCalls.Load(), AheadHits: d.aheadHits.Load()}
+		WriteWall: time.Duration(d.writeWall.Load()), Direct: d.direct.Load(), ReadCalls: d.readCalls.Load(), AheadHits: d.aheadHits.Load(),
+		AheadReads: d.aheadReads.Load()}
 }
 
 var _ store.DiskTier = (*Tier)(nil)

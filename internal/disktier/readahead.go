@@ -214,6 +214,7 @@ func (d *Tier) reader() {
 		}
 		d.raMu.Unlock()
 		r.b, r.buf, r.err = d.readRange(r.file, r.off, r.n)
+		d.aheadReads.Add(1)
 		close(r.done)
 	}
 }
