@@ -89,7 +89,7 @@ func TestLaneLookaheadGrants(t *testing.T) {
 	in := laneBytes(
 		wire.ReqHeader{Op: wire.OpGrant, Length: uint64(len(g))}, g,
 		wire.ReqHeader{Op: wire.OpRead, ID: 1, Addr: d.base, Length: 100},
-		wire.ReqHeader{Op: wire.OpRead, ID: 2, Addr: d.base + 5000, Length: 100}, // outside the grant
+		wire.ReqHeader{Op: wire.OpRead, ID: 2, Addr: d.base + 5000, Length: 100},                                                                                             // outside the grant
 		wire.ReqHeader{Op: wire.OpReadV, ID: 3, Addr: 2, Length: 200}, extTable(wire.Extent{Addr: d.base + 200, Length: 100}, wire.Extent{Addr: d.base + 4090, Length: 100}), // half outside
 		wire.ReqHeader{Op: wire.OpRead, ID: 4, Addr: d.base + 300, Length: 100},
 	)
