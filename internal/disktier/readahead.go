@@ -1,6 +1,7 @@
 package disktier
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -24,8 +25,10 @@ import (
 // Slices of one value that follow each other are read by one pread of up
 // to readMax bytes (the engine cuts values into 256 KiB slices; the disk
 // is read in requests as large as its sequential-read reference's), by at
-// most ReadDepth reads at once, in the order they were announced, so the
-// slice a lane needs next is read first. A ReadAt of a slice read ahead
+// most ReadDepth reads at once, in the order they were announced (the
+// first read of each announcement first: the slice a lane is about to
+// serve, which its lane waits for, does not queue behind what other lanes
+// announced further ahead). A ReadAt of a slice read ahead
 // waits for that read instead of issuing its own and is served from its
 // buffer, without a copy. At most raMax bytes are held ahead; slices
 // nobody asks for within raStale are dropped.
@@ -171,7 +174,14 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 		}
 		if r == nil {
 			r = &raRead{done: make(chan struct{}), e: e, file: e.file, off: dataOffset(objheader.Len(e.hdr.Key)) + (k.addr - e.addr)}
-			d.raQueue = append(d.raQueue, r)
+			if queued {
+				d.raQueue = append(d.raQueue, r)
+			} else {
+				// The plan's first read is the one its lane waits for
+				// next: it goes before the reads other lanes queued
+				// further ahead of themselves.
+				d.raQueue = slices.Insert(d.raQueue, 0, r)
+			}
 			queued = true
 		} else {
 			delete(d.raTail, k.addr)
