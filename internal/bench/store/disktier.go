@@ -59,6 +59,9 @@ type DiskResult struct {
 	// (disktier.WriteDepth files at once), SeqWrite1GBps one at a time.
 	OffloadGBps, SeqWriteGBps, SeqWrite1GBps float64
 	Rows                                     []DiskTierRow
+	// ReadCalls is the slices the tier served to the engine's lanes,
+	// AheadHits those it had read ahead, AheadReads its reads ahead.
+	ReadCalls, AheadHits, AheadReads uint64
 }
 
 // RunDisk measures the disk tier against its disk: a node offloads
@@ -172,6 +175,8 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 			break
 		}
 	}
+	st := tier.IOStats()
+	res.ReadCalls, res.AheadHits, res.AheadReads = st.ReadCalls, st.AheadHits, st.AheadReads
 	return res, nil
 }
 
