@@ -86,7 +86,10 @@
 // served by a Source (a storage node's disk tier): peers READ it like
 // memory, on the same lanes, with the same bounds checks, and the lane
 // serving a slice asks the source for its bytes (source.go). WRITEs to
-// it are refused.
+// it are refused. A Source that is also a Prefetcher is told, before a
+// TCP lane serves a READ of its range, the ranges of that READ and of the
+// READs queued behind it on the lane (in order, granted, each once), so
+// it can read them while the lane sends.
 //
 // # Discovery
 //

@@ -33,6 +33,13 @@
 // whose handshake did not offer scatter-gather (Peer.Vectored false) get
 // no such op.
 //
+// Lookahead (prefetch.go): a Memory that is a Prefetcher (a transfer
+// engine with a disk tier registered as a source) is told, before the
+// lane serves a READ, that READ's ranges and those of the READs whole in
+// the lane's input buffer behind it, up to the first WRITE, covered by
+// the grants the lane holds (checked without counting denials); each
+// request is looked at once.
+//
 // Grants (ServerConfig.Grants): an OpGrant request carries an encoded grant
 // (internal/grant) and gets no response; the server verifies it once and
 // keeps it in the lane's grant.Set, and answers StatusDenied to every READ
