@@ -40,9 +40,9 @@ type Config struct {
 // the directory, holding the object as laid out in memory (its objheader,
 // then the value), so the CRC32C travels with it from the put to the disk
 // and back to the reader. It keeps at most Capacity bytes, dropping the
-// least recently used copies. Reads are served over HTTP (Handler) by their
-// own goroutines, never on the transfer engine's memory path. It implements
-// store.DiskTier. The directory is locked (flock) while the tier is open:
+// least recently used copies. Readers read its values through a transfer
+// engine (ReadAt and Prefetch: it is a transfer.Prefetcher registered as a
+// Source) or over HTTP (Handler). It implements store.DiskTier. The directory is locked (flock) while the tier is open:
 // two tiers, in one process or two, never share it.
 type Tier struct {
 	dir            string
