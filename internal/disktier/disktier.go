@@ -69,7 +69,7 @@ type Tier struct {
 	writeNanos, readNanos atomic.Int64
 	writeWall             atomic.Int64 // wall time of Store and StoreBatch calls
 	readCalls, aheadHits  atomic.Uint64
-	aheadReads            atomic.Uint64
+	aheadReads, aheadSpec atomic.Uint64
 	tmpSeq                atomic.Uint64
 
 	raSlice   uint64 // the engine's slice size, as last seen (under mu)
@@ -89,6 +89,9 @@ type diskEntry struct {
 	bytes uint64 // file bytes
 	used  uint64 // LRU tick
 	addr  uint64 // where peers read its value (Region)
+	// readAt is when its first slice was last announced or read
+	// (speculative read-ahead's stream test, readahead.go).
+	readAt time.Time
 }
 
 // The tier's address range (Region): values are laid out in it one after
@@ -475,6 +478,7 @@ func (d *Tier) ReadAt(addr, n uint64) ([]byte, func(), error) {
 		d.tick++
 		e.used = d.tick
 		d.reads++
+		e.readAt = now
 	}
 	file, off := e.file, dataOffset(objheader.Len(e.hdr.Key))+(addr-e.addr)
 	d.mu.Unlock()
@@ -514,8 +518,9 @@ type IOStats struct {
 	Direct                bool // direct I/O in use
 	// ReadCalls counts ReadAt calls (transfer slices served), AheadHits
 	// those served by a read started ahead (readahead.go), AheadReads the
-	// reads ahead (one or more slices each).
-	ReadCalls, AheadHits, AheadReads uint64
+	// reads ahead (one or more slices each), AheadSpeculative the slices
+	// read ahead speculatively (not announced).
+	ReadCalls, AheadHits, AheadReads, AheadSpeculative uint64
 }
 
 // IOStats returns the tier's I/O counters.
@@ -523,7 +528,7 @@ func (d *Tier) IOStats() IOStats {
 	return IOStats{WriteBytes: d.writeBytes.Load(), ReadBytes: d.readBytes.Load(),
 		Write: time.Duration(d.writeNanos.Load()), Read: time.Duration(d.readNanos.Load()),
 		WriteWall: time.Duration(d.writeWall.Load()), Direct: d.direct.Load(), ReadCalls: d.readCalls.Load(), AheadHits: d.aheadHits.Load(),
-		AheadReads: d.aheadReads.Load()}
+		AheadReads: d.aheadReads.Load(), AheadSpeculative: d.aheadSpec.Load()}
 }
 
 var _ store.DiskTier = (*Tier)(nil)

@@ -178,3 +178,40 @@ func TestPrefetchConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPrefetchStream: gets of whole values in address order (each one's
+// slices announced, then read) read the values after them ahead once the
+// one before was read recently; those slices serve the later gets, whose
+// announcements start no read of their own.
+func TestPrefetchStream(t *testing.T) {
+	d, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const slice = 64 << 10
+	sizes := []int{200 << 10, 200 << 10, 200 << 10, 200 << 10, 200 << 10, 200 << 10}
+	vals, addrs := storeAll(t, d, sizes)
+	for i := range vals {
+		rs := slicesOf(addrs[i], sizes[i], slice)
+		d.Prefetch(rs)
+		for _, r := range rs {
+			b, release, err := d.ReadAt(r.Addr, r.Len)
+			off := r.Addr - addrs[i]
+			if err != nil || !bytes.Equal(b, vals[i][off:off+r.Len]) {
+				t.Fatalf("value %d slice at %d: %v", i, off, err)
+			}
+			release()
+		}
+	}
+	st := d.IOStats()
+	if st.AheadSpeculative == 0 || st.AheadHits != st.ReadCalls {
+		t.Fatalf("%d slices speculated, %d of %d served ahead", st.AheadSpeculative, st.AheadHits, st.ReadCalls)
+	}
+	// Values 0 and 1 are read as announced (value 0 has no neighbour read
+	// before it); from value 1 on the next values come ahead of their gets:
+	// fewer reads than one per value and per announcement.
+	if st.AheadReads >= uint64(2*len(vals)) {
+		t.Fatalf("%d reads ahead for %d gets of 4 slices", st.AheadReads, len(vals))
+	}
+}

@@ -21,6 +21,10 @@ import (
 //     get's whole value), exactly, in the order they will be asked for.
 //   - Without hints (a ReadAt of a slice nobody announced), the rest of
 //     that slice's value, in slices of the same length.
+//   - Speculatively, after a get's whole value was announced: when the
+//     value before it in address order was read within raStream (values
+//     offloaded together, read together), the values after it, up to
+//     raWindow slices, queued behind everything announced.
 //
 // Slices of one value that follow each other are read by one pread of up
 // to readMax bytes (the engine cuts values into 256 KiB slices; the disk
@@ -34,8 +38,9 @@ import (
 // nobody asks for within raStale are dropped.
 
 const (
-	raWindow = 8        // slices read ahead of an unannounced ReadAt
-	raMax    = 64 << 20 // bytes held ahead (read or being read) at most
+	raWindow = 8                      // slices read ahead of an unannounced ReadAt, or speculatively
+	raStream = 200 * time.Millisecond // neighbours read within this are a stream
+	raMax    = 64 << 20               // bytes held ahead (read or being read) at most
 	raStale  = time.Second
 	raChunks = 4096 // slices held ahead at most
 	readMax  = ReadSize
@@ -151,22 +156,36 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 			}
 		}
 	}
-	var e *diskEntry
-	queued := false
+	var (
+		e      *diskEntry
+		queued bool
+		single = true // the plan reads one value (a get's request)
+		first  *diskEntry
+	)
 	// With no read ahead queued or running, the first slice is read on its
 	// own, so that the lane sends it while the slices after it are read.
 	idle := d.raReaders == 0 && len(d.raQueue) == 0
-	for _, k := range plan {
+	add := func(k raKey) {
 		if k.n == 0 || k.addr+k.n < k.addr || d.ra[k] != nil || d.raBytes+k.n > raMax || len(d.ra) >= raChunks {
-			continue
+			return
 		}
 		if e == nil || k.addr < e.addr || k.addr+k.n > e.end() {
 			e = nil
 			d.byAddr.DescendLessOrEqual(&diskEntry{addr: k.addr}, func(x *diskEntry) bool { e = x; return false })
 			if e == nil || k.addr+k.n > e.end() {
 				e = nil
-				continue
+				return
 			}
+		}
+		if first == nil {
+			first = e
+		}
+		single = single && e == first
+		if k.addr == e.addr {
+			e.readAt = now
+		}
+		if k.addr+k.n < e.end() {
+			d.raSlice = k.n
 		}
 		r := d.raTail[k.addr]
 		if r != nil && (r.e != e || r.n+k.n > readMax) {
@@ -193,9 +212,37 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 		r.end = k.addr + k.n
 		if idle {
 			idle = false
-			continue // nothing joins it
+			return // nothing joins it
 		}
 		d.raTail[r.end] = r
+	}
+	for _, k := range plan {
+		add(k)
+	}
+	// A get of a whole value whose neighbour before it in address order
+	// was read within raStream (values offloaded together, read together)
+	// reads the values after it ahead too, after everything announced, up
+	// to raWindow slices, cut as the engine cuts a READ of each.
+	if last := plan[len(plan)-1]; single && first != nil && last.addr+last.n == first.end() && d.raSlice != 0 {
+		stream := false
+		d.byAddr.DescendLessOrEqual(&diskEntry{addr: first.addr - 1}, func(p *diskEntry) bool {
+			stream = now.Sub(p.readAt) < raStream
+			return false
+		})
+		if stream {
+			var spec []raKey
+			d.byAddr.AscendGreaterOrEqual(&diskEntry{addr: first.end()}, func(x *diskEntry) bool {
+				for a := x.addr; a < x.end() && len(spec) < raWindow; a += d.raSlice {
+					spec = append(spec, raKey{a, min(d.raSlice, x.end()-a)})
+				}
+				return len(spec) < raWindow
+			})
+			queued = queued || len(spec) > 0 // behind the announced reads
+			for _, k := range spec {
+				add(k)
+			}
+			d.aheadSpec.Add(uint64(len(spec)))
+		}
 	}
 	if queued {
 		for d.raReaders < ReadDepth && d.raReaders < len(d.raQueue) {

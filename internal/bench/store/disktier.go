@@ -60,8 +60,9 @@ type DiskResult struct {
 	OffloadGBps, SeqWriteGBps, SeqWrite1GBps float64
 	Rows                                     []DiskTierRow
 	// ReadCalls is the slices the tier served to the engine's lanes,
-	// AheadHits those it had read ahead, AheadReads its reads ahead.
-	ReadCalls, AheadHits, AheadReads uint64
+	// AheadHits those it had read ahead, AheadReads its reads ahead,
+	// Speculative the slices it read ahead unannounced.
+	ReadCalls, AheadHits, AheadReads, Speculative uint64
 }
 
 // RunDisk measures the disk tier against its disk: a node offloads
@@ -176,7 +177,7 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 		}
 	}
 	st := tier.IOStats()
-	res.ReadCalls, res.AheadHits, res.AheadReads = st.ReadCalls, st.AheadHits, st.AheadReads
+	res.ReadCalls, res.AheadHits, res.AheadReads, res.Speculative = st.ReadCalls, st.AheadHits, st.AheadReads, st.AheadSpeculative
 	return res, nil
 }
 
