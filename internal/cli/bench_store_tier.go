@@ -87,6 +87,6 @@ func printBenchStoreDisk(out io.Writer, res *benchstore.DiskResult, batch, round
 			fmt.Sprintf("%.3f GB/s", r.GetGBps), fmt.Sprintf("%.3f GB/s", r.SeqGBps), fmt.Sprintf("%.3f GB/s", r.Seq1GBps),
 			r.BatchGBps/r.SeqGBps, r.GetGBps/r.SeqGBps, fmt.Sprintf("%.3f GB/s", r.MemGBps), r.BatchGBps/r.MemGBps)
 	}
-	fmt.Fprintf(out, "tier: %d of %d slices served from reads ahead (%d reads; %d slices read ahead unannounced)\n", res.AheadHits, res.ReadCalls,
-		res.AheadReads, res.Speculative)
+	fmt.Fprintf(out, "tier: %d of %d slices served from reads ahead (%d reads; %d slices read ahead unannounced, %d read and never asked for)\n",
+		res.AheadHits, res.ReadCalls, res.AheadReads, res.Speculative, res.Dropped)
 }

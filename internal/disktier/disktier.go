@@ -70,6 +70,7 @@ type Tier struct {
 	writeWall             atomic.Int64 // wall time of Store and StoreBatch calls
 	readCalls, aheadHits  atomic.Uint64
 	aheadReads, aheadSpec atomic.Uint64
+	aheadDropped          atomic.Uint64
 	tmpSeq                atomic.Uint64
 
 	raSlice   uint64 // the engine's slice size, as last seen (under mu)
@@ -519,8 +520,9 @@ type IOStats struct {
 	// ReadCalls counts ReadAt calls (transfer slices served), AheadHits
 	// those served by a read started ahead (readahead.go), AheadReads the
 	// reads ahead (one or more slices each), AheadSpeculative the slices
-	// read ahead speculatively (not announced).
-	ReadCalls, AheadHits, AheadReads, AheadSpeculative uint64
+	// read ahead speculatively (not announced), AheadDropped the slices
+	// read ahead and dropped unasked.
+	ReadCalls, AheadHits, AheadReads, AheadSpeculative, AheadDropped uint64
 }
 
 // IOStats returns the tier's I/O counters.
@@ -528,7 +530,8 @@ func (d *Tier) IOStats() IOStats {
 	return IOStats{WriteBytes: d.writeBytes.Load(), ReadBytes: d.readBytes.Load(),
 		Write: time.Duration(d.writeNanos.Load()), Read: time.Duration(d.readNanos.Load()),
 		WriteWall: time.Duration(d.writeWall.Load()), Direct: d.direct.Load(), ReadCalls: d.readCalls.Load(), AheadHits: d.aheadHits.Load(),
-		AheadReads: d.aheadReads.Load(), AheadSpeculative: d.aheadSpec.Load()}
+		AheadReads: d.aheadReads.Load(), AheadSpeculative: d.aheadSpec.Load(),
+		AheadDropped: d.aheadDropped.Load()}
 }
 
 var _ store.DiskTier = (*Tier)(nil)

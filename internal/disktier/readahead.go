@@ -151,6 +151,7 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 					delete(d.ra, k)
 					d.raBytes -= k.n
 					d.unref(c.r)
+					d.aheadDropped.Add(1)
 				}
 			default:
 			}
@@ -239,9 +240,11 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 			})
 			queued = queued || len(spec) > 0 // behind the announced reads
 			for _, k := range spec {
+				if d.ra[k] == nil {
+					d.aheadSpec.Add(1)
+				}
 				add(k)
 			}
-			d.aheadSpec.Add(uint64(len(spec)))
 		}
 	}
 	if queued {

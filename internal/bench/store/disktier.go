@@ -61,8 +61,9 @@ type DiskResult struct {
 	Rows                                     []DiskTierRow
 	// ReadCalls is the slices the tier served to the engine's lanes,
 	// AheadHits those it had read ahead, AheadReads its reads ahead,
-	// Speculative the slices it read ahead unannounced.
-	ReadCalls, AheadHits, AheadReads, Speculative uint64
+	// Speculative the slices it read ahead unannounced, Dropped those read
+	// ahead and never asked for.
+	ReadCalls, AheadHits, AheadReads, Speculative, Dropped uint64
 }
 
 // RunDisk measures the disk tier against its disk: a node offloads
@@ -177,7 +178,8 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 		}
 	}
 	st := tier.IOStats()
-	res.ReadCalls, res.AheadHits, res.AheadReads, res.Speculative = st.ReadCalls, st.AheadHits, st.AheadReads, st.AheadSpeculative
+	res.ReadCalls, res.AheadHits, res.AheadReads, res.Speculative, res.Dropped = st.ReadCalls, st.AheadHits, st.AheadReads,
+		st.AheadSpeculative, st.AheadDropped
 	return res, nil
 }
 
