@@ -497,7 +497,7 @@ func (d *Tier) ReadAt(addr, n uint64) ([]byte, func(), error) {
 		d.mu.Lock()
 		plan := d.aheadPlanLocked(e, addr, n)
 		d.mu.Unlock()
-		d.readAhead(plan, now)
+		d.readAhead(plan, false, now)
 	}
 	b, buf, err := d.readRange(file, off, n)
 	if err != nil {

@@ -105,7 +105,7 @@ func TestPrefetchUnclaimed(t *testing.T) {
 	}
 	// Wait for the reads ahead to end, then sweep as if raStale had passed.
 	d.raWG.Wait()
-	d.readAhead([]raKey{{addrs[0], 1}}, time.Now().Add(2*raStale))
+	d.readAhead([]raKey{{addrs[0], 1}}, false, time.Now().Add(2*raStale))
 	d.raMu.Lock()
 	held, chunks := d.raBytes, len(d.ra)
 	d.raMu.Unlock()
@@ -213,5 +213,40 @@ func TestPrefetchStream(t *testing.T) {
 	// fewer reads than one per value and per announcement.
 	if st.AheadReads >= uint64(2*len(vals)) {
 		t.Fatalf("%d reads ahead for %d gets of 4 slices", st.AheadReads, len(vals))
+	}
+}
+
+// TestPrefetchShared: two readers announcing the same value's slices (two
+// clients getting one hot value) share the reads: both are served ahead,
+// the right bytes, from one read per slice run, and nothing stays held.
+func TestPrefetchShared(t *testing.T) {
+	d, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	vals, addrs := storeAll(t, d, []int{300 << 10})
+	rs := slicesOf(addrs[0], len(vals[0]), 64<<10)
+	d.Prefetch(rs)
+	d.Prefetch(rs)
+	for range 2 {
+		for _, r := range rs {
+			b, release, err := d.ReadAt(r.Addr, r.Len)
+			off := r.Addr - addrs[0]
+			if err != nil || !bytes.Equal(b, vals[0][off:off+r.Len]) {
+				t.Fatalf("slice at %d: %v", off, err)
+			}
+			release()
+		}
+	}
+	st := d.IOStats()
+	if st.AheadHits != st.ReadCalls || st.ReadCalls != uint64(2*len(rs)) || st.AheadReads > 2 {
+		t.Fatalf("%d of %d slices served ahead by %d reads, want all by at most 2", st.AheadHits, st.ReadCalls, st.AheadReads)
+	}
+	d.raMu.Lock()
+	held, chunks := d.raBytes, len(d.ra)
+	d.raMu.Unlock()
+	if held != 0 || chunks != 0 {
+		t.Fatalf("%d bytes in %d slices still held", held, chunks)
 	}
 }

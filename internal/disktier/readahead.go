@@ -80,11 +80,18 @@ func (d *Tier) unref(r *raRead) {
 }
 
 // raChunk is one slice read ahead: bytes [off, off+n) of its read.
+// claims counts the announcements of it not yet taken (lanes of several
+// readers of one value share the read), each holding a ref of the read; a
+// slice read ahead unannounced holds one ref with no claim.
 type raChunk struct {
-	r   *raRead
-	off uint64
-	at  time.Time
+	r      *raRead
+	off    uint64
+	at     time.Time
+	claims int
 }
+
+// holds is how many refs of its read c holds.
+func (c *raChunk) holds() int { return max(c.claims, 1) }
 
 // takeAhead returns the slice [addr, addr+n) if it is read ahead (waiting
 // for its read), removing it from the cache; the caller unrefs its read.
@@ -92,8 +99,12 @@ func (d *Tier) takeAhead(addr, n uint64) *raChunk {
 	d.raMu.Lock()
 	c := d.ra[raKey{addr, n}]
 	if c != nil {
-		delete(d.ra, raKey{addr, n})
-		d.raBytes -= n
+		if c.claims > 1 { // announced by another reader too: it keeps its claim
+			c.claims--
+		} else {
+			delete(d.ra, raKey{addr, n})
+			d.raBytes -= n
+		}
 	}
 	d.raMu.Unlock()
 	if c != nil {
@@ -110,7 +121,7 @@ func (d *Tier) Prefetch(ranges []transfer.Range) {
 	for i, r := range ranges {
 		plan[i] = raKey{r.Addr, r.Len}
 	}
-	d.readAhead(plan, time.Now())
+	d.readAhead(plan, true, time.Now())
 }
 
 // aheadPlanLocked lists the slices after [addr, addr+n) of e to read
@@ -136,7 +147,7 @@ func (d *Tier) aheadPlanLocked(e *diskEntry, addr, n uint64) []raKey {
 // slice that continues a queued read of its value (not started yet) joins
 // it, up to readMax bytes: the slices of one value that lanes announce
 // one by one, or several lanes each a part, are read together.
-func (d *Tier) readAhead(plan []raKey, now time.Time) {
+func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 	if len(plan) == 0 {
 		return
 	}
@@ -150,7 +161,9 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 				if now.Sub(c.at) > raStale {
 					delete(d.ra, k)
 					d.raBytes -= k.n
-					d.unref(c.r)
+					for range c.holds() {
+						d.unref(c.r)
+					}
 					d.aheadDropped.Add(1)
 				}
 			default:
@@ -166,8 +179,19 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 	// With no read ahead queued or running, the first slice is read on its
 	// own, so that the lane sends it while the slices after it are read.
 	idle := d.raReaders == 0 && len(d.raQueue) == 0
-	add := func(k raKey) {
-		if k.n == 0 || k.addr+k.n < k.addr || d.ra[k] != nil || d.raBytes+k.n > raMax || len(d.ra) >= raChunks {
+	add := func(k raKey, announced bool) {
+		if c := d.ra[k]; c != nil {
+			switch {
+			case announced && c.claims == 0: // read ahead unannounced: now claimed
+				c.claims, c.at = 1, now
+			case announced: // a second reader of the slice shares the read
+				c.claims++
+				c.r.refs.Add(1)
+				c.at = now
+			}
+			return
+		}
+		if k.n == 0 || k.addr+k.n < k.addr || d.raBytes+k.n > raMax || len(d.ra) >= raChunks {
 			return
 		}
 		if e == nil || k.addr < e.addr || k.addr+k.n > e.end() {
@@ -207,7 +231,11 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 			delete(d.raTail, k.addr)
 		}
 		r.refs.Add(1)
-		d.ra[k] = &raChunk{r: r, off: r.n, at: now}
+		c := &raChunk{r: r, off: r.n, at: now}
+		if announced {
+			c.claims = 1
+		}
+		d.ra[k] = c
 		d.raBytes += k.n
 		r.n += k.n
 		r.end = k.addr + k.n
@@ -218,7 +246,7 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 		d.raTail[r.end] = r
 	}
 	for _, k := range plan {
-		add(k)
+		add(k, announced)
 	}
 	// A get of a whole value whose neighbour before it in address order
 	// was read within raStream (values offloaded together, read together)
@@ -243,7 +271,7 @@ func (d *Tier) readAhead(plan []raKey, now time.Time) {
 				if d.ra[k] == nil {
 					d.aheadSpec.Add(1)
 				}
-				add(k)
+				add(k, false)
 			}
 		}
 	}
