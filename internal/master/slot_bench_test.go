@@ -75,3 +75,31 @@ func BenchmarkHeartbeatFull(b *testing.B) {
 		_, _, todo = m.Heartbeat("c", todo)
 	}
 }
+
+// BenchmarkHeartbeatTodo: the last hold of a heartbeat, listing a full
+// answer of tombstones to zero (maxTombsPerPing of 2x that pending).
+func BenchmarkHeartbeatTodo(b *testing.B) {
+	m, err := New(Config{Durable: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.MountSegment("c", SegmentSpec{Name: "s", Endpoint: "e:1", Base: 1 << 30, Size: 1 << 36}); err != nil {
+		b.Fatal(err)
+	}
+	for i := range 2 * maxTombsPerPing {
+		k := fmt.Sprintf("k/%09d", i)
+		for size := uint64(4096); size <= 4096+64; size += 64 {
+			if _, err := m.Upsert("c", k, size, ReplicateConfig{}); err != nil {
+				b.Fatal(err)
+			}
+			m.PutEnd("c", k, 1)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, _, todo := m.Heartbeat("c", nil); len(todo) != maxTombsPerPing {
+			b.Fatalf("%d tombstones listed", len(todo))
+		}
+	}
+}

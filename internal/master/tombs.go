@@ -134,9 +134,15 @@ func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uin
 	}
 	m.zeroedLocked(c, zeroed)
 	now := m.clock.Now()
+	n := 0
 	for _, s := range c.segments {
 		s.releaseFencedLocked(now)
+		n += len(s.tombs)
 	}
+	if n == 0 {
+		return m.viewVersion, PingOK, nil
+	}
+	todo = make([]HeaderRef, 0, min(n, maxTombsPerPing)) // no growth: an answer is up to 1.3 MB of refs
 	for _, s := range c.segments {
 		for off, tb := range s.tombs {
 			if len(todo) >= maxTombsPerPing {

@@ -124,8 +124,11 @@ func refsToPB(rs []master.HeaderRef) []*pb.HeaderRef {
 		return nil
 	}
 	out := make([]*pb.HeaderRef, len(rs))
+	all := make([]pb.HeaderRef, len(rs)) // one allocation: a ping answer lists up to 16,384
 	for i, r := range rs {
-		out[i] = &pb.HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq, Offload: r.Offload}
+		h := &all[i]
+		h.Segment, h.Endpoint, h.Offset, h.Addr, h.Seq, h.Offload = r.Segment, r.Endpoint, r.Offset, r.Addr, r.Seq, r.Offload
+		out[i] = h
 	}
 	return out
 }
