@@ -10,7 +10,18 @@ import (
 // commit of the slot as an upsert of one of 1,024 existing keys, the
 // reservation of the next slot, and the node's share of the heartbeats
 // that zero the replaced versions' headers (one every 1,024 puts).
+// commit+reserve: two calls, two holds of the lock; CommitNext: one.
 func BenchmarkSlotUpsert(b *testing.B) {
+	for _, one := range []bool{false, true} {
+		name := "commit+reserve"
+		if one {
+			name = "CommitNext"
+		}
+		b.Run(name, func(b *testing.B) { benchSlotUpsert(b, one) })
+	}
+}
+
+func benchSlotUpsert(b *testing.B, one bool) {
 	m, err := New(Config{Durable: true}, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -30,15 +41,24 @@ func BenchmarkSlotUpsert(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	ask := SlotAsk{Size: 4096, KeyLen: len(keys[0])}
 	var todo []HeaderRef
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		if _, gone, err := m.PutCommit("c", keys[i%len(keys)], slot, 1, ReplicateConfig{}, true); gone || err != nil {
-			b.Fatalf("commit: gone=%v err=%v", gone, err)
-		}
-		if slot, _, err = m.PutReserve("c", 4096, len(keys[0]), ReplicateConfig{}); err != nil {
-			b.Fatal(err)
+		if one {
+			c := m.CommitNext("c", keys[i%len(keys)], slot, 1, ReplicateConfig{}, true, ask)
+			if c.Gone || c.Err != nil || c.Slot == "" {
+				b.Fatalf("CommitNext = %+v", c)
+			}
+			slot = c.Slot
+		} else {
+			if _, gone, err := m.PutCommit("c", keys[i%len(keys)], slot, 1, ReplicateConfig{}, true); gone || err != nil {
+				b.Fatalf("commit: gone=%v err=%v", gone, err)
+			}
+			if slot, _, err = m.PutReserve("c", 4096, len(keys[0]), ReplicateConfig{}); err != nil {
+				b.Fatal(err)
+			}
 		}
 		if i%1024 == 1023 {
 			_, _, todo = m.Heartbeat("c", todo)
