@@ -49,7 +49,8 @@ computed directly from the trace and to LRU at the same capacity, next to the pa
 farthest; its own replay) is printed per capacity, and every policy's share of the gap
 between LRU and it ("of gap": 0 = LRU, 1 = the optimum). The class ceiling (also offline:
 the best a policy can do that knows a block only by its request's turn, its comebacks, its
-request's new blocks, its depth and its age, with each class's statistics known in advance)
+request's new blocks, its depth, whether it is the prompt's last block, and its age, with
+each class's statistics known in advance)
 is printed per capacity as well.
 
 Routing: --instances prefill instances with a cache of --capacity blocks each (--instance-policy);
@@ -263,7 +264,7 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		return err
 	}
 	if len(res.Ceiling) > 0 {
-		fmt.Fprintln(&buf, "ClassCeiling (offline): the best a policy that knows a block only by its request's turn, its comebacks, its request's new blocks, its depth and its age can do, each class's statistics known in advance")
+		fmt.Fprintln(&buf, "ClassCeiling (offline): the best a policy that knows a block only by its request's turn, its comebacks, its request's new blocks, its depth, whether it is the last block, and its age can do, each class's statistics known in advance")
 	}
 	rej := "off"
 	if cfg.Reject {

@@ -14,13 +14,14 @@ const ClassCeiling Policy = 101
 
 // The classes of SimulateClassCeiling: a block's request's turn (0..3),
 // the earlier requests that held the block (0..3), the request's new
-// blocks (log2 buckets 0..4) and the block's depth (log2 buckets 0..7).
+// blocks (log2 buckets 0..4), the block's depth (log2 buckets 0..7) and
+// whether it is the request's last block (the partial tail).
 const (
 	ceilTurns   = 4
 	ceilSeen    = 4
 	ceilNew     = 5
 	ceilDepth   = 8
-	ceilClasses = ceilTurns * ceilSeen * ceilNew * ceilDepth
+	ceilClasses = ceilTurns * ceilSeen * ceilNew * ceilDepth * 2
 )
 
 // SimulateClassCeiling estimates the best hit rate of any eviction policy
@@ -33,10 +34,12 @@ const (
 // request whose leading run of known blocks, past the first block, ends in
 // a block of a request of turn t; capped at 3, as evict.Retention's), the
 // number of earlier requests that held the block (capped at 3: a pool
-// that remembers every block it saw) and the number of blocks the request
-// adds to what was known (log2 buckets: 0, 1-2, 3-6, 7-14, 15 and more)
-// and the block's position in the prompt (log2 buckets: 0, 1, 2-3, ...,
-// 64 and more). Time is counted in block insertions, the pool's own clock.
+// that remembers every block it saw), the number of blocks the request
+// adds to what was known (log2 buckets: 0, 1-2, 3-6, 7-14, 15 and more),
+// the block's position in the prompt (log2 buckets: 0, 1, 2-3, ..., 64
+// and more) and whether it is the prompt's last block (partial in most
+// prompts: Meta.Partial). Time is counted in block insertions, the pool's
+// own clock.
 //
 // Given the class, the policy's only choice is how long each block may
 // stay: a block kept T insertions is hit at its next use if that comes
@@ -50,10 +53,11 @@ const (
 // make it an overestimate of what such a policy can do: the capacity is
 // held on average, not at every instant; a block counts as hit when it is
 // kept, even if a block before it in the prompt is not; and the per-class
-// statistics are the trace's own, known in advance. evict.Retention uses
-// less than this (its turn, comebacks only while cached, depth as an
-// order within a request), so its hit rate should lie below the ceiling; a policy that wants to come closer
-// to Belady than the ceiling needs information beyond these classes.
+// statistics are the trace's own, known in advance. evict.Retention and
+// TailFirst use less than this (turns, comebacks only while cached,
+// partial tails, depth as an order within a request), so their hit rates
+// should lie below the ceiling; a policy that wants to come closer to
+// Belady than the ceiling needs information beyond these classes.
 //
 // The capacity Unlimited gives IdealHits.
 func SimulateClassCeiling(reqs []Request, capacity int) CacheResult {
@@ -112,7 +116,11 @@ func SimulateClassCeiling(reqs []Request, capacity int) CacheResult {
 			}
 			s := int(seen[id])
 			d := min(bits.Len(uint(pos)), ceilDepth-1)
-			pending[id] = occ{at: at, cls: uint16(((turn*ceilSeen+s)*ceilNew+fresh)*ceilDepth + d)}
+			cls := (((turn*ceilSeen+s)*ceilNew+fresh)*ceilDepth + d) * 2
+			if pos == len(ids)-1 {
+				cls++ // the last block: partial in most prompts
+			}
+			pending[id] = occ{at: at, cls: uint16(cls)}
 		}
 		for _, id := range ids {
 			if seen[id] < ceilSeen-1 {

@@ -29,7 +29,7 @@ func TestClassCeilingHandWorked(t *testing.T) {
 
 // TestClassCeilingBounds: on a generated agent trace the ceiling grows
 // with the capacity, stays at or below the ideal, and lies at or above
-// LRU and Retention (they know less than its classes).
+// LRU, TailFirst and Retention (they know less than its classes).
 func TestClassCeilingBounds(t *testing.T) {
 	s := DefaultAgentShape()
 	s.Tasks = 400
@@ -48,7 +48,7 @@ func TestClassCeilingBounds(t *testing.T) {
 			}
 			continue
 		}
-		for _, p := range []Policy{LRU, Retention} {
+		for _, p := range []Policy{LRU, TailFirst, Retention} {
 			if r := SimulateCache(reqs, p, c); r.Hits > ceil.Hits {
 				t.Errorf("capacity %d: %s %.4f above the class ceiling %.4f", c, p, r.HitRate(), ceil.HitRate())
 			}
