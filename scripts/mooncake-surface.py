@@ -108,12 +108,9 @@ NOTES = [
                           r"create_rpc_server)(\..*)?",
      "done over this package's RPC transport (mc_rpc_*), not coro_rpc: both ends must be this package"),
     (r"mooncake\.engine", r"(TransferEngine\.)?InnerTransferEngine", "partial: what get_engine() returns"),
-    (r"mooncake\.structured_object_store", r"(infer_structure|MISSING|MISSING_OBJECT_ERROR|"
-                                           r"STRUCTURED_FIELD_SPECS_KEY|DEFAULT_BUNDLE_CHUNK_BYTES)",
-     "done (codec inference and structure expansion)"),
     (r"mooncake\.structured_object_store", r"(MooncakeBundleTransfer(\..*)?|tensor_object_buffer|raw_destination)",
-     "missing: the bundle transfer itself (put/get of structured objects and DataProto manifests in "
-     "Mooncake's byte layout; its types, read specs and ref handles are here)"),
+     "done: Mooncake's manifest, chunk, metadata and codec layout; the store's zero-copy calls where it has "
+     "them, plain put/get/remove otherwise"),
     (r"mooncake\.mooncake_store_service", r"MooncakeStoreService\.handle_unmount_local_disk",
      "partial: 500 (draining the disk tier is not supported)"),
     (r"mooncake\.mooncake_connector_v1", r"MooncakeConnector(Scheduler|Worker)?(\..*)?",
