@@ -273,6 +273,7 @@ func (c *Client) remountOnPing(ctx context.Context, needRemount bool) {
 	}
 	start := time.Now()
 	held := c.held() // a new or restarted master learns what our memory holds
+	scanned := time.Since(start)
 	st, err := c.remount(ctx, segs, held)
 	c.mu.Lock()
 	if err != nil {
@@ -291,5 +292,5 @@ func (c *Client) remountOnPing(ctx context.Context, needRemount bool) {
 	c.mu.Unlock()
 	c.log.Info("store: remounted after NEED_REMOUNT", "client", c.cfg.ClientID, "segments", len(segs),
 		"held", len(held), "restored", st.restored, "dropped", st.dropped, "calls", st.calls,
-		"max_message_bytes", st.maxBytes, "took", time.Since(start).Round(time.Millisecond))
+		"max_message_bytes", st.maxBytes, "scan", scanned.Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
 }
