@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,6 +36,24 @@ const RestoreChunkObjects = 4096
 // further ahead is refused. A waiting chunk holds its reports (a bounded
 // message each), not the lock.
 const RestoreWindow = 8
+
+// lastRestorePart is when (Unix nanoseconds, of the Master's clock) any
+// Master of the process last decided a part of a restore: RestoreRunning.
+var lastRestorePart atomic.Int64
+
+// RestoreRunning reports whether a restore decided a part within the
+// second before now, in any Master of the process: a process's GC setting
+// (the master command's tuner) gives the garbage of a restore's decoded
+// reports more room while one runs.
+func RestoreRunning(now time.Time) bool {
+	return now.UnixNano()-lastRestorePart.Load() < int64(time.Second)
+}
+
+// touchGroup is how many reports' hash slots a restore reads at once
+// (objTable.touch) before deciding them: enough for the processor to
+// overlap their misses, few enough that their lines and pages stay cached
+// until each is looked up.
+const touchGroup = 64
 
 // restoreTable holds the restore sessions (one Master field).
 type restoreTable struct {
@@ -351,7 +370,7 @@ func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk 
 		return fmt.Errorf("%w %d of %q: dropped during the call", errRestoreSession, sess.id, clientID)
 	}
 	now := m.clock.Now()
-	m.objects.touch(hs)
+	lastRestorePart.Store(now.UnixNano())
 	defer m.restoreFlushAllLocked(sess)
 	restored := res.Restored
 	defer func() {
@@ -365,6 +384,9 @@ func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk 
 	var seg string
 	var cur *restoreCursor
 	for i, h := range mem {
+		if i%touchGroup == 0 { // the next group's slots, read together while they stay cached
+			m.objects.touch(hs[i:min(len(hs), i+touchGroup)])
+		}
 		if i == 0 || h.Segment != seg {
 			seg, cur = h.Segment, sess.cursors[h.Segment]
 			if cur != nil && m.segments[cur.s.key] != cur.s { // unmounted meanwhile
