@@ -48,6 +48,10 @@ type objTable struct {
 	reserved int // objects the hash index was sized for (reserve)
 
 	probe []byte // the key probeID stands for in a search of the listing index (list.go)
+	// hot is the ID being inserted in the listing index, hotKey its key
+	// (0, nil: none): the index's comparisons skip looking it up.
+	hot    uint32
+	hotKey []byte
 }
 
 const (
