@@ -98,12 +98,13 @@ func (sess *restoreSession) wake() {
 type restoreCursor struct {
 	s   *segment
 	pos uint64 // offsets below pos are decided; [pos, pos+Align) is allocated (a fence), the rest is free
-	// apos is where the allocator's fence lies: [apos, pos) is decided
-	// and taken without a gap, its allocation deferred to the end of the
-	// part (restoreFlushLocked): one allocator step for a run of objects.
+	// apos is where the allocator's fence lies: [apos, pos) is decided,
+	// its allocation deferred to the end of the part (restoreFlushLocked):
+	// one allocator step for the part, and one per gap in it.
 	apos     uint64
-	last     HeldObject // kept report whose overlaps may not all be known yet (if hasLast)
-	lastHash uint32     // keyHash of last.Key
+	gaps     [][2]uint64 // free ranges in [apos, pos), the allocator not told yet
+	last     HeldObject  // kept report whose overlaps may not all be known yet (if hasLast)
+	lastHash uint32      // keyHash of last.Key
 	hasLast  bool
 	losers   []HeldObject // refused reports at offsets >= pos, their tombstones not decided
 }
@@ -634,31 +635,20 @@ func (m *Master) settleLocked(cur *restoreCursor, sess *restoreSession, before u
 // in cur's segment and moves the fence past it, in O(1): the free extent
 // past the fence starts right after it (nothing else allocates on a
 // segment being restored, and the fence keeps frees below it from merging
-// with that extent). A range right at the fence only moves cur.pos: the
-// allocator learns a run of them in one step (restoreFlushLocked), before
-// anything else reads or frees that segment's space.
+// with that extent). The allocator learns it later, with the part's
+// other ranges (restoreFlushLocked), before anything else reads or frees
+// that segment's space: the gap before off, if any, is remembered.
 func (m *Master) restoreTakeLocked(cur *restoreCursor, off, n uint64) {
-	if off == cur.pos {
-		cur.pos = off + n
-		return
+	if off > cur.pos {
+		cur.gaps = append(cur.gaps, [2]uint64{cur.pos, off})
 	}
-	m.restoreFlushLocked(cur)
-	a, align := cur.s.alloc, m.cfg.Align
-	end := off + n
-	ok := true
-	if hi := min(end+align, a.Size()); hi > cur.pos+align { // the bytes past the fence and the next fence, in one step
-		ok = a.AllocAt(cur.pos+align, hi-cur.pos-align)
-	}
-	a.Free(cur.pos, off-cur.pos) // the fence and the gap before off
-	cur.pos, cur.apos = end, end
-	if !ok { // cannot happen: see above
-		panic(fmt.Sprintf("master: restore %s: [%d,+%d) not free past the fence", cur.s.spec.Name, off, n))
-	}
+	cur.pos = off + n
 }
 
-// restoreFlushLocked allocates the run of ranges taken at cur's fence
-// since the last flush ([apos, pos)) and moves the allocator's fence to
-// pos: the bytes past the old fence up to the end of the new one.
+// restoreFlushLocked tells the allocator what was taken since the last
+// flush: the bytes past the old fence up to the end of the new one
+// ([apos, pos) decided, [pos, pos+Align) the fence) in one step, then the
+// gaps between the ranges taken (the old fence with them) freed again.
 func (m *Master) restoreFlushLocked(cur *restoreCursor) {
 	if cur.apos == cur.pos {
 		return
@@ -671,7 +661,10 @@ func (m *Master) restoreFlushLocked(cur *restoreCursor) {
 	if !ok { // cannot happen: see restoreTakeLocked
 		panic(fmt.Sprintf("master: restore %s: [%d,%d) not free past the fence", cur.s.spec.Name, cur.apos, cur.pos))
 	}
-	cur.apos = cur.pos
+	for _, g := range cur.gaps {
+		a.Free(g[0], g[1]-g[0])
+	}
+	cur.apos, cur.gaps = cur.pos, cur.gaps[:0]
 }
 
 // restoreFlushAllLocked flushes every segment of sess still mounted: at
