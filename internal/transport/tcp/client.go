@@ -286,7 +286,19 @@ func (l *lane) fail(err error) {
 	l.p.dead.Store(true)
 	close(l.done)
 	l.cancel()
-	_ = l.conn.Close()
+	abort(l.conn)
+}
+
+// abort closes c with a reset: the slices still in its send buffer are
+// being failed to their callers, so they must not reach the peer later
+// (a graceful close keeps sending them, and a partitioned link delivers
+// them when it heals, long after the transfer gave up). Bytes already on
+// the wire can still arrive; the target fences those (transfer.Engine.FenceFrom).
+func abort(c net.Conn) {
+	if tc, ok := c.(interface{ SetLinger(int) error }); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 // exit runs as each goroutine ends; the last one completes what is left.
