@@ -347,14 +347,34 @@ func (c *cluster) waitPresent(ctx context.Context, want []int32, t0, deadline ti
 	}
 }
 
+// remountLogWait bounds the wait for the nodes' remount log lines after
+// the objects are back.
+const remountLogWait = 5 * time.Second
+
 // nodeRemounts is each node's last remount log line since the last call
-// ("" for a node that logged none).
-func (c *cluster) nodeRemounts() []string {
+// ("" for a node that logged none by wait from now: a node logs its
+// remount after the master's answer to its last call, which may come after
+// the objects were counted).
+func (c *cluster) nodeRemounts(wait time.Duration) []string {
 	out := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		out[i] = n.errTail.markedLine(remountMark)
+	deadline := time.Now().Add(wait)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		missing := 0
+		for i, n := range c.nodes {
+			if out[i] == "" {
+				out[i] = n.errTail.markedLine(remountMark)
+			}
+			if out[i] == "" {
+				missing++
+			}
+		}
+		if missing == 0 || !time.Now().Before(deadline) {
+			return out
+		}
+		<-tick.C
 	}
-	return out
 }
 
 // masterRestore is the serving master's last log line of a restore
