@@ -282,10 +282,24 @@ func (l *lane) fail(err error) {
 		return
 	}
 	l.err = err
+	unanswered := l.head < len(l.inflight)
 	l.mu.Unlock()
 	l.p.dead.Store(true)
 	close(l.done)
 	l.cancel()
+	if unanswered {
+		// Slices were sent (or are being sent) and not answered: they
+		// fail now, so none of their bytes may reach the peer later. A
+		// plain close leaves what the kernel has not delivered yet in its
+		// send queue and keeps retransmitting it (a peer that stopped
+		// answering gets it when it comes back, after the initiator was
+		// told the write failed and may have reused the memory the write
+		// was for). Abortive close drops the send queue and resets the
+		// connection.
+		if lc, ok := l.conn.(interface{ SetLinger(sec int) error }); ok {
+			_ = lc.SetLinger(0)
+		}
+	}
 	_ = l.conn.Close()
 }
 
