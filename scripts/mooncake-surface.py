@@ -6,7 +6,8 @@ usage: scripts/mooncake-surface.py MOONCAKE_GIT_DIR [REV] [--update docs/python.
 
 Reads Mooncake's pybind11 sources (the classes, methods, attributes, enum values, functions
 and constants they register) and the public top-level names (and public methods of public
-classes) of its pure Python modules (mooncake-wheel/mooncake/*.py), checks each against this
+classes) of its pure Python modules (mooncake-wheel/mooncake/*.py, the modules the wheel bundles
+from elsewhere, and the public modules of mooncake-reshard), checks each against this
 repository's python/mooncake package (import and getattr), applies the notes in NOTES, and
 prints the markdown table that docs/python.md carries between its "surface table" markers
 (--update FILE writes it there). Run it again after Mooncake or python/mooncake changes.
@@ -39,6 +40,9 @@ BUNDLED = [
     ("mooncake.shared_segment", "mooncake-integration/shared_segment.py"),
     ("mooncake.allocator", "mooncake-integration/allocator.py"),
 ]
+# The reshard package Mooncake's wheel stages from mooncake-reshard: its public modules (no path
+# part starting with "_"), each listed under the same module name here.
+RESHARD = "mooncake-reshard/python/"
 # Entries of the wheel's C extensions that are not pybind11 (mooncake/_fast_copy.c)
 C_EXT = [("mooncake._fast_copy", "concat_arrays_into", "function")]
 # Modules that are wholly missing here: one row per class, its members in the row.
@@ -108,12 +112,9 @@ NOTES = [
                           r"create_rpc_server)(\..*)?",
      "done over this package's RPC transport (mc_rpc_*), not coro_rpc: both ends must be this package"),
     (r"mooncake\.engine", r"(TransferEngine\.)?InnerTransferEngine", "partial: what get_engine() returns"),
-    (r"mooncake\.structured_object_store", r"(infer_structure|MISSING|MISSING_OBJECT_ERROR|"
-                                           r"STRUCTURED_FIELD_SPECS_KEY|DEFAULT_BUNDLE_CHUNK_BYTES)",
-     "done (codec inference and structure expansion)"),
     (r"mooncake\.structured_object_store", r"(MooncakeBundleTransfer(\..*)?|tensor_object_buffer|raw_destination)",
-     "missing: the bundle transfer itself (put/get of structured objects and DataProto manifests in "
-     "Mooncake's byte layout; its types, read specs and ref handles are here)"),
+     "done: Mooncake's manifest, chunk, metadata and codec layout; the store's zero-copy calls where it has "
+     "them, plain put/get/remove otherwise"),
     (r"mooncake\.mooncake_store_service", r"MooncakeStoreService\.handle_unmount_local_disk",
      "partial: 500 (draining the disk tier is not supported)"),
     (r"mooncake\.mooncake_connector_v1", r"MooncakeConnector(Scheduler|Worker)?(\..*)?",
@@ -281,6 +282,15 @@ def main():
         for name, kind in python_entries(git_show(gitdir, rev, path) or ""):
             rows.append((module, name, kind))
     for module, path in BUNDLED:
+        for name, kind in python_entries(git_show(gitdir, rev, path) or ""):
+            rows.append((module, name, kind))
+    names = subprocess.run(["git", "--git-dir", gitdir, "ls-tree", "-r", "--name-only", rev, RESHARD + "mooncake/reshard/"],
+                           check=True, capture_output=True, text=True).stdout.split()
+    for path in sorted(names):
+        module = path[len(RESHARD):-len(".py")].replace("/", ".")
+        module = module[:-len(".__init__")] if module.endswith(".__init__") else module
+        if not path.endswith(".py") or any(part.startswith("_") for part in module.split(".")):
+            continue
         for name, kind in python_entries(git_show(gitdir, rev, path) or ""):
             rows.append((module, name, kind))
     rows.extend(C_EXT)

@@ -87,6 +87,7 @@ type Engine struct {
 
 	connMu sync.Mutex
 	conns  map[net.Conn]struct{}
+	lanes  map[net.Conn]*inLane // inbound data lanes being served (fence.go)
 
 	segMu     sync.Mutex
 	segByName map[string]SegmentID
@@ -149,6 +150,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		hostID:     hostID(),
 		done:       make(chan struct{}),
 		conns:      map[net.Conn]struct{}{},
+		lanes:      map[net.Conn]*inLane{},
 		segByName:  map[string]SegmentID{},
 		segs:       map[SegmentID]*segment{},
 		managed:    map[uint64]*managedBuf{},

@@ -101,6 +101,8 @@ func (e *Engine) serveConn(c net.Conn) {
 			return
 		}
 		_ = c.SetDeadline(time.Time{})
+		in := e.laneIn(c, req.Lane.From)
+		defer e.laneOut(c, in)
 		if err := tcp.ServeLane(c, br, e.laneMemory(), tcp.ServerConfig{MaxSlice: uint64(e.cfg.MaxSlice),
 			Bulk: e.bulk, BulkMin: uint64(e.cfg.SmallMax), Express: req.Lane.Index == 0,
 			Grants: e.cfg.Grants, Segment: e.name}); err != nil && !e.closed.Load() {
@@ -248,7 +250,7 @@ func (e *Engine) call(ctx context.Context, addr string, typ byte, req wire.Contr
 // dialLane opens data lane i to addr; vectored reports whether the peer
 // said the lane serves scatter-gather requests.
 func (e *Engine) dialLane(ctx context.Context, addr string, lane int) (c net.Conn, vectored bool, err error) {
-	rep, c, err := e.exchange(ctx, addr, wire.FrameLane, wire.Control{Lane: &wire.Lane{Index: lane, Checksum: e.cfg.Checksum}}, true)
+	rep, c, err := e.exchange(ctx, addr, wire.FrameLane, wire.Control{Lane: &wire.Lane{Index: lane, Checksum: e.cfg.Checksum, From: e.name}}, true)
 	return c, rep.Vectored && !e.cfg.noVectored, err
 }
 

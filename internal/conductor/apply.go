@@ -241,13 +241,19 @@ func (x *Index) store(s *stream, in storedIn) {
 		for i, v := range in.tokens {
 			toks[i] = uint32(v)
 		}
+		fast := fastBlockSize(bs)
 		for i := range in.hashes {
-			l := x.h.Local(toks[i*bs : (i+1)*bs])
+			var l uint64
+			if fast {
+				l = x.bh.localTokens(toks[i*bs : (i+1)*bs])
+			} else {
+				l = x.h.Local(toks[i*bs : (i+1)*bs])
+			}
 			if in.content != nil {
 				l = x.h.Fold(l, in.content[i])
 			}
 			if hasParent {
-				l = x.h.Roll(parent, l)
+				l = x.bh.roll(parent, l)
 			}
 			parent, hasParent = l, true
 			seqs[i] = parent

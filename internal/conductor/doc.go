@@ -21,17 +21,19 @@
 // Blocks are named by XXH3-64 with a seed (DefaultSeed 1337) over the
 // block's tokens as little-endian u32, rolled: seq[0] = local[0], seq[i] =
 // XXH3(le64(seq[i-1]) || le64(local[i]), seed) (Hasher, checked against
-// Python's xxhash in testdata). Events with token_ids are recomputed in
-// this standard, whatever the engine's own hash (vLLM's SHA-256 bytes or
-// integers, SGLang's, ours): the index remembers, per publisher, which of
-// its hashes names which sequence hash, so parents and removals resolve.
-// Standard events (event_type stored/removed/cleared) without token_ids
-// are taken as standard sequence hashes. A pool's object key is the hash
-// (decimal or 0x u64) or ends in the hex of an engine's block hash that an
-// engine publisher of the context announced (the context's memo keeps
-// engine hashes past their eviction, up to twice its blocks). Blocks named
-// by their sequence hash cost one table entry; engine-named ones also an
-// alias and a memo entry.
+// Python's xxhash in testdata; for blocks of 5 to 32 tokens and the roll,
+// queries and ingest use XXH3 written out for those lengths, checked
+// against the library and the same vectors). Events with token_ids are
+// recomputed in this standard, whatever the engine's own hash (vLLM's
+// SHA-256 bytes or integers, SGLang's, ours): the index remembers, per
+// publisher, which of its hashes names which sequence hash, so parents and
+// removals resolve. Standard events (event_type stored/removed/cleared)
+// without token_ids are taken as standard sequence hashes. A pool's object
+// key is the hash (decimal or 0x u64) or ends in the hex of an engine's
+// block hash that an engine publisher of the context announced (the
+// context's memo keeps engine hashes past their eviction, up to twice its
+// blocks). Blocks named by their sequence hash cost one table entry;
+// engine-named ones also an alias and a memo entry.
 //
 // vLLM's extra keys (kvevents.VLLMExtraKeys: the LoRA name, multimodal
 // inputs, a request's cache salt) name blocks as they do in vLLM: the
@@ -56,11 +58,12 @@
 //
 // # Capacity and counters
 //
-// Config.MaxBlocks bounds the distinct blocks; past it stored blocks are
-// refused and counted. StreamStats counts per publisher what was stored,
-// removed, duplicated, removed unknown (stored events lost), orphaned
-// (parent unknown), unhashable (no token ids from a non-standard engine),
-// unresolved (pool keys), skipped (KV cache groups other than full
-// attention), and Live (held now): when stored and removed streams fall
-// out of step it shows there.
+// A block table past 4 MiB asks for transparent huge pages (a long prompt's
+// lookups land on random pages of it). Config.MaxBlocks bounds the distinct
+// blocks; past it stored blocks are refused and counted. StreamStats counts
+// per publisher what was stored, removed, duplicated, removed unknown
+// (stored events lost), orphaned (parent unknown), unhashable (no token ids
+// from a non-standard engine), unresolved (pool keys), skipped (KV cache
+// groups other than full attention), and Live (held now): when stored and
+// removed streams fall out of step it shows there.
 package conductor

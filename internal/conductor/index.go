@@ -217,6 +217,7 @@ type StreamStats struct {
 type Index struct {
 	cfg Config
 	h   Hasher
+	bh  blockHasher // h's fast path
 
 	mu      sync.RWMutex
 	streams map[StreamKey]*stream
@@ -232,7 +233,7 @@ func New(cfg Config) *Index {
 	if cfg.Seed == 0 {
 		cfg.Seed = DefaultSeed
 	}
-	return &Index{cfg: cfg, h: NewHasher(cfg.Seed), streams: map[StreamKey]*stream{}, ctxs: map[Identity]*ctx{}}
+	return &Index{cfg: cfg, h: NewHasher(cfg.Seed), bh: newBlockHasher(cfg.Seed), streams: map[StreamKey]*stream{}, ctxs: map[Identity]*ctx{}}
 }
 
 // Hasher is the index's hashing standard.

@@ -38,9 +38,18 @@ func TestHasherMatchesPythonXXHash(t *testing.T) {
 	if got := strconv.FormatUint(digest([]byte("abc")), 10); got != f.ABC {
 		t.Fatalf("xxh3(abc) = %s, python %s", got, f.ABC)
 	}
-	h := NewHasher(DefaultSeed)
+	h, fast := NewHasher(DefaultSeed), newBlockHasher(DefaultSeed)
 	for _, v := range f.Vectors {
 		got := h.SeqHashes(v.Tokens, v.BlockSize)
+		if fastBlockSize(v.BlockSize) { // the written-out hashing too
+			f := make([]uint64, len(got))
+			fast.seqs(v.Tokens, v.BlockSize, 0, f, 0)
+			for i := range f {
+				if s := strconv.FormatUint(f[i], 10); s != v.Seq[i] {
+					t.Fatalf("%v/%d block %d: blockHasher %s, python %s", v.Tokens, v.BlockSize, i, s, v.Seq[i])
+				}
+			}
+		}
 		if len(got) != len(v.Seq) {
 			t.Fatalf("%v/%d: %d hashes, python %d", v.Tokens, v.BlockSize, len(got), len(v.Seq))
 		}
@@ -336,8 +345,17 @@ func TestQueryErrors(t *testing.T) {
 
 // The index against a naive model on random events: every query answer
 // must equal the model's.
+// The walk against a model (per owner and tier, the set of sequence hashes
+// held) over random stores, removals and clears, with block sizes that
+// take the library's hashing (4, 40) and the written-out one (16, 20).
 func TestRandomAgainstModel(t *testing.T) {
-	rng := rand.New(rand.NewSource(1))
+	for _, bs := range []int{4, 16, 20, 40} {
+		t.Run(strconv.Itoa(bs), func(t *testing.T) { randomAgainstModel(t, bs) })
+	}
+}
+
+func randomAgainstModel(t *testing.T, bs int) {
+	rng := rand.New(rand.NewSource(int64(bs)))
 	x := New(Config{})
 	type owner struct {
 		inst string
@@ -345,14 +363,20 @@ func TestRandomAgainstModel(t *testing.T) {
 	}
 	owners := []owner{{"a", 0}, {"a", 1}, {"b", 0}, {"c", 0}}
 	for _, o := range owners {
-		x.Register(reg(o.inst, o.rank))
+		r := reg(o.inst, o.rank)
+		r.BlockSize = bs
+		x.Register(r)
 	}
-	x.Register(Registration{Kind: KindMooncake, Instance: "pool", Identity: Identity{Model: "m", BlockSize: 4}})
+	x.Register(Registration{Kind: KindMooncake, Instance: "pool", Identity: Identity{Model: "m", BlockSize: bs}})
 	// prompts share prefixes: a few roots, branching.
 	var prompts [][]int
 	for i := 0; i < 12; i++ {
-		p := toks(4*(2+rng.Intn(8)), 1000*(i%3))
-		for j := 4 * (1 + rng.Intn(3)); j < len(p); j++ {
+		nb := 2 + rng.Intn(8)
+		if i%4 == 0 {
+			nb = 20 + rng.Intn(150) // past the walk's first chunks
+		}
+		p := toks(bs*nb+rng.Intn(bs), 1000*(i%3))
+		for j := bs * (1 + rng.Intn(3)); j < len(p); j++ {
 			p[j] += i
 		}
 		prompts = append(prompts, p)
@@ -366,14 +390,14 @@ func TestRandomAgainstModel(t *testing.T) {
 	media := []string{"GPU", "CPU", "DISK"}
 	for step := 0; step < 3000; step++ {
 		p := prompts[rng.Intn(len(prompts))]
-		seqs := h.SeqHashes(Tokens32(p), 4)
+		seqs := h.SeqHashes(Tokens32(p), bs)
 		t0 := rng.Intn(3)
 		nb := 1 + rng.Intn(len(seqs))
 		if rng.Intn(5) == 0 { // the pool
 			i := rng.Intn(len(seqs))
 			k := kvevents.BytesHash([]byte(strconv.FormatUint(seqs[i], 10)))
 			if rng.Intn(2) == 0 {
-				mustApply(t, x, key("pool", 0), kvevents.BlockStored{BlockHashes: []kvevents.Hash{k}, BlockSize: 4, Medium: media[t0]})
+				mustApply(t, x, key("pool", 0), kvevents.BlockStored{BlockHashes: []kvevents.Hash{k}, BlockSize: bs, Medium: media[t0]})
 				pool[t0][seqs[i]] = true
 			} else {
 				mustApply(t, x, key("pool", 0), kvevents.BlockRemoved{BlockHashes: []kvevents.Hash{k}, Medium: media[t0]})
@@ -395,7 +419,7 @@ func TestRandomAgainstModel(t *testing.T) {
 			mustApply(t, x, key(o.inst, o.rank), kvevents.BlockRemoved{BlockHashes: hs[i : i+1], Medium: media[t0]})
 			delete(model[o][t0], seqs[i])
 		default:
-			mustApply(t, x, key(o.inst, o.rank), kvevents.BlockStored{BlockHashes: hs, TokenIDs: p[:4*nb], BlockSize: 4, Medium: media[t0]})
+			mustApply(t, x, key(o.inst, o.rank), kvevents.BlockStored{BlockHashes: hs, TokenIDs: p[:bs*nb], BlockSize: bs, Medium: media[t0]})
 			for _, s := range seqs[:nb] {
 				model[o][t0][s] = true
 			}
@@ -404,20 +428,24 @@ func TestRandomAgainstModel(t *testing.T) {
 			continue
 		}
 		q := prompts[rng.Intn(len(prompts))]
-		got := query(t, x, q, "")
-		qs := h.SeqHashes(Tokens32(q), 4)
+		r, err := x.Query(Query{Identity: Identity{Model: "m", BlockSize: bs}, Tokens: Tokens32(q)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := r[DefaultTenant]
+		qs := h.SeqHashes(Tokens32(q), bs)
 		for _, o := range owners {
 			var tm TierMatch
 			i := 0
 			for ; i < len(qs) && model[o][0][qs[i]]; i++ {
 			}
-			tm.GPU = 4 * i
+			tm.GPU = bs * i
 			for ; i < len(qs) && (model[o][1][qs[i]] || pool[1][qs[i]]); i++ {
 			}
-			tm.CPU = 4 * i
+			tm.CPU = bs * i
 			for ; i < len(qs) && (model[o][2][qs[i]] || pool[2][qs[i]]); i++ {
 			}
-			tm.DISK = 4 * i
+			tm.DISK = bs * i
 			if g := got[o.inst].Ranks[strconv.Itoa(o.rank)]; g != tm {
 				t.Fatalf("step %d %v: got %+v, model %+v", step, o, g, tm)
 			}

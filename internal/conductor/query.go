@@ -67,7 +67,7 @@ func (x *Index) Query(q Query) (Result, error) {
 		return nil, fmt.Errorf("%w: block_size must be greater than zero", ErrInvalid)
 	}
 	n := len(q.Tokens) / q.BlockSize
-	src := &seqSource{h: x.h, tokens: q.Tokens, bs: q.BlockSize}
+	src := &seqSource{h: x.h, fast: &x.bh, tokens: q.Tokens, bs: q.BlockSize}
 	if len(q.MM) > 0 {
 		src.content = make([][]byte, n)
 		for i, keys := range kvevents.VLLMExtraKeys(kvevents.VLLMRequest{MM: q.MM}, q.BlockSize, n) {
@@ -89,6 +89,7 @@ func (x *Index) QueryHashes(q Query) (Result, error) {
 // given.
 type seqSource struct {
 	h      Hasher
+	fast   *blockHasher // h's fast path (nil: none)
 	tokens []uint32
 	bs     int
 	seqs   []uint64
@@ -104,6 +105,10 @@ func (s *seqSource) fill(i int, dst []uint64, prev uint64) {
 		return
 	}
 	bs := s.bs
+	if s.fast != nil && s.content == nil && fastBlockSize(bs) {
+		s.fast.seqs(s.tokens, bs, i, dst, prev)
+		return
+	}
 	for j := range dst {
 		k := i + j
 		l := s.h.Local(s.tokens[k*bs : (k+1)*bs])

@@ -1,5 +1,7 @@
 package conductor
 
+import "unsafe"
+
 // table is an open-addressing hash table from u64 keys to values of V,
 // linear probing, deletion by backward shift (no tombstones), grown at 3/4
 // load. Hand-written rather than a Go map because the index's keys are
@@ -20,6 +22,10 @@ type slot[V any] struct {
 }
 
 const fib = 0x9E3779B97F4A7C15
+
+// hugeTable is the slot array size from which a table asks for huge
+// pages (adviseHuge).
+const hugeTable = 4 << 20
 
 func (t *table[V]) Len() int {
 	if t.hasZero {
@@ -246,6 +252,9 @@ func (t *table[V]) grow() {
 		size = 16
 	}
 	t.slots = make([]slot[V], size)
+	if b := unsafe.Sizeof(t.slots[0]) * uintptr(size); b >= hugeTable {
+		adviseHuge(unsafe.Pointer(&t.slots[0]), b)
+	}
 	t.shift = 64
 	for s := size; s > 1; s >>= 1 {
 		t.shift--

@@ -53,6 +53,9 @@ type Mover interface {
 	OpenSegment(ctx context.Context, name string) (transfer.SegmentID, error)
 	// Transfer runs one push's writes.
 	Transfer(ctx context.Context, reqs []transfer.Request) error
+	// FenceFrom ends the data lanes the named engines opened to this one
+	// and waits until none applies a byte they sent before the call.
+	FenceFrom(ctx context.Context, peers ...string) (int, error)
 }
 
 var _ Mover = (*transfer.Engine)(nil)

@@ -5,10 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"go.uber.org/goleak"
 
@@ -286,5 +292,90 @@ func TestPullRefusesUnmappableTP(t *testing.T) {
 		if resp.Status != bootstrap.StatusFailed || resp.Code != bootstrap.CodeIncompatible || !strings.Contains(resp.Error, tc.want) {
 			t.Fatalf("%s: %+v, want incompatible naming %q", tc.name, resp, tc.want)
 		}
+	}
+}
+
+// fenceRecorder is a transfer engine that records its fences.
+type fenceRecorder struct {
+	*transfer.Engine
+	mu     sync.Mutex
+	fenced [][]string
+}
+
+func (f *fenceRecorder) FenceFrom(ctx context.Context, peers ...string) (int, error) {
+	f.mu.Lock()
+	f.fenced = append(f.fenced, peers)
+	f.mu.Unlock()
+	return f.Engine.FenceFrom(ctx, peers...)
+}
+
+// TestSilentPrefillIsFenced: a pull that gets no answer (prefill's
+// bootstrap takes the pull and never answers, as across a partition)
+// fails at PullTimeout, and before the blocks can go back to the pool the
+// prefill's data lanes into decode are fenced; a pull that gets an answer
+// fences nothing.
+func TestSilentPrefillIsFenced(t *testing.T) {
+	ln := listen(t)
+	pre, err := New(Config{Role: RoleProducer, Transfer: openTransfer(t), BootstrapAddr: ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(t, pre, ln)
+	rec := &fenceRecorder{Engine: openTransfer(t)}
+	dec, err := New(Config{Role: RoleConsumer, Transfer: rec, PullTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(t, dec, nil)
+	kvFor(t, pre, 1, 1)
+	kvFor(t, dec, 100, 1)
+
+	// The silent prefill: its registry answers, its pulls never do.
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/pull" {
+			_, _ = io.Copy(io.Discard, r.Body) // then the server notices the client leave
+			<-r.Context().Done()
+			return
+		}
+		resp, err := http.Get("http://" + pre.BootstrapAddr() + r.URL.Path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	defer silent.Close()
+	spec := PullSpec{ReqID: "req-1", TransferID: "xfer-1", Bootstrap: strings.TrimPrefix(silent.URL, "http://"),
+		EngineID: pre.EngineID(), NumTokens: 10, FirstBlock: 0, BlockIDs: []int{5, 6, 7}}
+	ctx, cancel := context.WithTimeout(t.Context(), dec.cfg.PullTimeout)
+	defer cancel()
+	if _, err := dec.pull(ctx, spec); err == nil || !strings.Contains(err.Error(), "timed out") {
+		t.Fatalf("pull from a silent prefill: %v, want a timeout", err)
+	}
+	rec.mu.Lock()
+	got := rec.fenced
+	rec.mu.Unlock()
+	if len(got) != 1 || len(got[0]) != 1 || got[0][0] != pre.te.Name() {
+		t.Fatalf("fences %v, want one of [%s]", got, pre.te.Name())
+	}
+	var m dto.Metric
+	if err := dec.m.fences.Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+		t.Fatalf("mooncake_pd_kv_fences_total = %v (%v)", m.GetCounter().GetValue(), err)
+	}
+
+	// An answered failure (no such transfer) fences nothing.
+	spec.Bootstrap = pre.BootstrapAddr()
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel2()
+	if _, err := dec.pull(ctx2, spec); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("pull of an unknown transfer: %v, want refused", err)
+	}
+	rec.mu.Lock()
+	n := len(rec.fenced)
+	rec.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d fences after an answered failure, want still 1", n)
 	}
 }

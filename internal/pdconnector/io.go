@@ -146,6 +146,11 @@ func (c *Connector) pull(ctx context.Context, p PullSpec) (bootstrap.PullRespons
 	defer release()
 	resp, err := c.boot.Pull(ctx, p.Bootstrap, req)
 	if err != nil {
+		// No answer: prefill may still have writes on the way (in its
+		// sockets, in a partitioned network, in ours). The blocks go back to
+		// the pool after this returns, so nothing prefill sent may land
+		// later: end its lanes first.
+		c.fence(q, p.TransferID)
 		if ctx.Err() != nil {
 			return resp, fmt.Errorf("pdconnector: pull of %s from %s timed out after %v: %w", p.TransferID, p.Bootstrap, c.cfg.PullTimeout, ctx.Err())
 		}
@@ -156,6 +161,28 @@ func (c *Connector) pull(ctx context.Context, p PullSpec) (bootstrap.PullRespons
 	}
 	return resp, nil
 }
+
+// fence ends the data lanes of prefill q's workers into this engine after
+// a pull that got no answer, and waits until they stopped writing (bounded:
+// a lane holds the engine's bulk token at most tcp.BulkStall).
+func (c *Connector) fence(q bootstrap.QueryResponse, tid string) {
+	peers := make([]string, 0, len(q.Workers))
+	for _, w := range q.Workers {
+		peers = append(peers, w.Addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), fenceWait)
+	defer cancel()
+	n, err := c.te.FenceFrom(ctx, peers...)
+	c.m.fences.Inc()
+	if err != nil {
+		c.log.Error("kv lanes of a silent prefill still writing after the fence wait", "transfer_id", tid, "prefill", peers, "err", err)
+		return
+	}
+	c.log.Warn("pull got no answer: prefill's kv lanes ended", "transfer_id", tid, "prefill", peers, "lanes", n)
+}
+
+// fenceWait bounds a fence (a lane waits for a bulk token at most this).
+const fenceWait = 15 * time.Second
 
 func (c *Connector) sendRelease(r ReleaseSpec) {
 	sent := c.goTracked(context.Background(), func(ctx context.Context) {

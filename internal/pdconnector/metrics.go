@@ -13,6 +13,7 @@ type metrics struct {
 	pushBytes prometheus.Counter
 	pushSecs  prometheus.Histogram
 	releases  *prometheus.CounterVec
+	fences    prometheus.Counter
 
 	auxMismatch prometheus.Counter
 	firstToken  *prometheus.CounterVec
@@ -39,13 +40,15 @@ func newMetrics(c *Connector) *metrics {
 		Help: "Prefill side: time spent writing one transfer's blocks.", Buckets: prometheus.ExponentialBuckets(0.0002, 2, 18)})
 	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_releases_sent_total",
 		Help: "Decode side: will-not-pull messages sent to prefill, by result (ok, error)."}, []string{"result"})
+	m.fences = prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_pd_kv_fences_total",
+		Help: "Decode side: pulls that got no answer, after which the prefill's data lanes into this engine were ended before the blocks were reused."})
 	m.auxMismatch = prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_pd_aux_first_token_mismatch_total",
 		Help: "Decode side: requests whose first output token differs from the one prefill sampled (aux data)."})
 	m.firstToken = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mooncake_pd_first_token_total",
 		Help: "Decode side: finished remote-prefill requests by where their first output token came from (prefill: shipped with the KV; decode: computed here)."}, []string{"source"})
 	m.add(m.auxMismatch, m.firstToken)
 	m.add(grantCollectors(c.cfg.Grants)...)
-	m.add(m.pulls, m.loads, m.pullBytes, m.pullSecs, m.pushes, m.pushBytes, m.pushSecs, m.releases)
+	m.add(m.pulls, m.loads, m.pullBytes, m.pullSecs, m.pushes, m.pushBytes, m.pushSecs, m.releases, m.fences)
 	for _, r := range []string{FreeDone, FreeReleased, FreeTimeout} {
 		r := r
 		m.add(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mooncake_pd_freed_total",

@@ -54,6 +54,13 @@ type SentencePiece struct {
 	maxPieceLen int
 	minScore    float32
 	prefix      []int
+
+	// A Unigram tokenizer.json (loadUnigramJSON): scores summed in
+	// float64 as Hugging Face does, the lowest over the whole vocab, and
+	// the Viterbi run per word (Metaspace's split).
+	scores64   []float64
+	minScore64 float64
+	wordSplit  bool
 }
 
 // SentencePiece piece types (ModelProto.SentencePiece.Type).
@@ -407,10 +414,23 @@ func (t *SentencePiece) encodeNormalized(s string, out []int) []int {
 	if s == "" {
 		return out
 	}
+	if t.wordSplit {
+		words(s, func(w string) { out = t.encodePieces(w, out) })
+		return out
+	}
+	return t.encodePieces(s, out)
+}
+
+// encodePieces appends the ids of the pieces of normalized text (a word,
+// where the pre-tokenizer splits) to out.
+func (t *SentencePiece) encodePieces(s string, out []int) []int {
 	var pieces []string
-	if t.unigram {
-		pieces = t.viterbi(s)
-	} else {
+	switch {
+	case t.unigram && t.scores64 != nil:
+		pieces = viterbi(t, s, t.scores64, t.minScore64)
+	case t.unigram:
+		pieces = viterbi(t, s, t.scores, t.minScore)
+	default:
 		pieces = t.bpe(s)
 	}
 	prevUnk := false
@@ -555,9 +575,9 @@ func (h *pairHeap) Pop() any {
 // as unknown (the lowest score less 10); user-defined pieces score above
 // any other segmentation of their text; among equal scores the first
 // found is kept.
-func (t *SentencePiece) viterbi(s string) []string {
+func viterbi[F float32 | float64](t *SentencePiece, s string, scores []F, minScore F) []string {
 	type node struct {
-		score float32
+		score F
 		from  int // start of the last piece (-1: unreached)
 		unk   bool
 	}
@@ -566,11 +586,11 @@ func (t *SentencePiece) viterbi(s string) []string {
 		best[i].from = -1
 	}
 	best[0].from = 0
-	maxScore := float32(0)
-	for _, sc := range t.scores {
+	maxScore := F(0)
+	for _, sc := range scores {
 		maxScore = max(maxScore, sc)
 	}
-	unkScore := t.minScore - 10
+	unkScore := minScore - 10
 	for i := 0; i < len(s); {
 		_, clen := utf8.DecodeRuneInString(s[i:])
 		if best[i].from < 0 {
@@ -587,9 +607,9 @@ func (t *SentencePiece) viterbi(s string) []string {
 			if typ != spNormal && typ != spUserDefined {
 				continue
 			}
-			score := t.scores[id]
+			score := scores[id]
 			if typ == spUserDefined {
-				score = float32(n)*maxScore - 0.1
+				score = F(n)*maxScore - 0.1
 			}
 			c := best[i].score + score
 			if e := &best[i+n]; e.from < 0 || c > e.score {
@@ -878,8 +898,8 @@ type PromptEncoder interface {
 }
 
 // LoadFile loads a model's tokenizer: a SentencePiece tokenizer.model, or
-// a tokenizer.json of the byte-level BPE family (BPE) or of a
-// SentencePiece BPE with byte fallback (SentencePiece).
+// a tokenizer.json of the byte-level BPE family (BPE), of a SentencePiece
+// BPE with byte fallback, or of a SentencePiece unigram (SentencePiece).
 func LoadFile(path string) (PromptEncoder, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -895,11 +915,15 @@ func LoadFile(path string) (PromptEncoder, error) {
 	}
 	var probe struct {
 		Model struct {
-			ByteFallback bool `json:"byte_fallback"`
+			Type         string `json:"type"`
+			ByteFallback bool   `json:"byte_fallback"`
 		} `json:"model"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnsupported, path, err)
+	}
+	if probe.Model.Type == "Unigram" {
+		return loadUnigramJSON(raw, path)
 	}
 	if probe.Model.ByteFallback {
 		return loadSentencePieceJSON(raw, path)

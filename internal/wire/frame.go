@@ -81,6 +81,10 @@ type Notify struct {
 type Lane struct {
 	Index    int  `json:"index"`
 	Checksum bool `json:"checksum"`
+	// From is the dialing engine's segment name, so the target can fence
+	// the lanes of one peer (transfer.Engine.FenceFrom). Empty from peers
+	// that do not send it.
+	From string `json:"from,omitempty"`
 }
 
 // Control is the JSON body of every control request and reply.

@@ -42,6 +42,17 @@ class _Region(object):
         self.cls = cls
 
 
+def _view_alive(view):
+    """Whether an exported view still exposes the buffer (not collected, not ``release()``d)."""
+    if view is None:
+        return False
+    try:
+        len(view)
+    except ValueError:  # a released memoryview
+        return False
+    return True
+
+
 class BufferLease(object):
     """One buffer lent by a BufferPool: ``ptr``, ``size``, ``buffer`` (a writable memoryview of size bytes)."""
 
@@ -75,7 +86,7 @@ class BufferLease(object):
         """Gives the buffer back to the pool (a second call does nothing)."""
         if self._released:
             return
-        if any(r() is not None for r in self._views):
+        if any(_view_alive(r()) for r in self._views):
             raise RuntimeError("BufferLease: cannot release while exported views of its buffer are alive")
         self._released = True
         self._pool._give_back(self._region)

@@ -8,6 +8,9 @@ from ._store_base import ErrorCode, _buffer_ptr, _key, _keys, log
 from ._store_types import ReplicateConfig, SoftPinAction
 
 
+_warned_ignored = set()  # (call, ignored ReplicateConfig fields) already logged
+
+
 class PutMixin(object):
     """The put and upsert family."""
 
@@ -29,8 +32,9 @@ class PutMixin(object):
         if config.soft_pin_action == SoftPinAction.ENABLE and config.soft_pin_ttl_ms == 0:
             log.error("mooncake: %s: soft_pin_ttl_ms must be positive", what)
             return None
-        ignored = config.ignored_fields()
-        if ignored:
+        ignored = tuple(config.ignored_fields())
+        if ignored and (what, ignored) not in _warned_ignored:  # once per call and field set
+            _warned_ignored.add((what, ignored))
             log.warning("mooncake: %s: ReplicateConfig fields not supported by this store, ignored: %s",
                         what, ", ".join(ignored))
         return json.dumps({

@@ -205,15 +205,22 @@ def bench_argv(flags):
 def _run(argvs):
     """Runs the mooncake processes, forwards SIGINT/SIGTERM, returns the first one's exit code."""
     binary = mooncake_binary()
-    procs = [subprocess.Popen([binary] + a) for a in argvs]
+    procs, asked = [], []
 
     def stop(signum, frame):
+        asked.append(signum)
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
 
+    # The handlers come first: a signal that arrives while the children start is forwarded
+    # to them, instead of killing this process and leaving them orphaned.
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, stop)
+    for a in argvs:
+        procs.append(subprocess.Popen([binary] + a))
+        if asked:
+            procs[-1].send_signal(asked[0])
     rc = procs[0].wait()
     for p in procs[1:]:
         if p.poll() is None:

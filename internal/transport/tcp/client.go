@@ -282,25 +282,23 @@ func (l *lane) fail(err error) {
 		return
 	}
 	l.err = err
-	unanswered := l.head < len(l.inflight)
 	l.mu.Unlock()
 	l.p.dead.Store(true)
 	close(l.done)
 	l.cancel()
-	if unanswered {
-		// Slices were sent (or are being sent) and not answered: they
-		// fail now, so none of their bytes may reach the peer later. A
-		// plain close leaves what the kernel has not delivered yet in its
-		// send queue and keeps retransmitting it (a peer that stopped
-		// answering gets it when it comes back, after the initiator was
-		// told the write failed and may have reused the memory the write
-		// was for). Abortive close drops the send queue and resets the
-		// connection.
-		if lc, ok := l.conn.(interface{ SetLinger(sec int) error }); ok {
-			_ = lc.SetLinger(0)
-		}
+	abort(l.conn)
+}
+
+// abort closes c with a reset: the slices still in its send buffer are
+// being failed to their callers, so they must not reach the peer later
+// (a graceful close keeps sending them, and a partitioned link delivers
+// them when it heals, long after the transfer gave up). Bytes already on
+// the wire can still arrive; the target fences those (transfer.Engine.FenceFrom).
+func abort(c net.Conn) {
+	if tc, ok := c.(interface{ SetLinger(int) error }); ok {
+		_ = tc.SetLinger(0)
 	}
-	_ = l.conn.Close()
+	_ = c.Close()
 }
 
 // exit runs as each goroutine ends; the last one completes what is left.
