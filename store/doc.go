@@ -41,9 +41,10 @@
 // `mooncake master`) every put also writes the object's header (package
 // internal/objheader) in front of the value, in the same transfer batch;
 // a remounting client scans its segment (in pieces, over GOMAXPROCS
-// goroutines) and reports the objects it holds in bounded chunks, up to
-// the master's window of calls in flight (remount.go), so the restarted
-// master serves them again; removes zero the headers of
+// goroutines) and reports the objects it holds in bounded chunks as the
+// scan finds them, up to the master's window of calls in flight
+// (remount.go), so the restarted master serves them again; a node pings
+// at once when its connection to the master comes back (pingwake.go); removes zero the headers of
 // the removed objects before returning, and the client zeroes the
 // tombstones its pings bring (durable.go). A non-durable restarted master
 // has no objects: gets of earlier keys fail with ErrNotFound, never stale.

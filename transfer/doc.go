@@ -12,7 +12,8 @@
 // peer registered, and a length. Submit starts a batch and returns at once;
 // Status polls each task (Mooncake's states), Wait blocks until every task
 // ended and returns the first failure, Free releases the batch. Transfer is
-// all three; TransferUntil is Transfer with a deadline of its own, which
+// all three, and runs the local copies (shared memory, in process) on the
+// caller's goroutine; TransferUntil is Transfer with a deadline of its own, which
 // costs no timer when the batch's copies run inline (small local copies). When Wait returns, the engine no longer touches the batch's
 // memory, even after a timeout.
 //

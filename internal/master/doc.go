@@ -112,8 +112,9 @@
 //     runs one whole), decided in offset order as they arrive, at most
 //     RestoreChunkObjects per hold of the lock; up to RestoreWindow chunks
 //     may be in flight (RestoreChunkContext: an early one waits for its
-//     turn, decoded, outside the lock), and RestoreExpect sizes the object
-//     table from the session's announced total; the segment takes no new
+//     turn, decoded, outside the lock; its keys are hashed outside the
+//     lock too), and RestoreExpect sizes the object table from the
+//     session's announced total; the segment takes no new
 //     objects until its session ends. A session idle for ClientTTL, or
 //     replaced by the client's next remount, is dropped with the segments
 //     it left half restored (their objects not counted as removed), and

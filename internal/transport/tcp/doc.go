@@ -68,5 +68,10 @@
 // Failure: when a lane breaks (peer died, protocol error, Fail called on a
 // deadline) the connection is closed, both goroutines exit, and only then are
 // the queued and in-flight slices completed with the error, so once an Op is
-// completed the lane never touches its buffer again.
+// completed the lane never touches its buffer again. A lane that fails is
+// closed abortively (SO_LINGER 0: the kernel drops its send queue and
+// resets the connection), so a failed WRITE's bytes not yet delivered
+// never reach the peer later (a peer that stopped answering and comes
+// back would otherwise get the kernel's retransmissions after the
+// initiator was told the write failed).
 package tcp
