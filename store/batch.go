@@ -468,15 +468,18 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 		return retry
 	}
 	lctx, lcancel := context.WithDeadline(ctx, deadline)
-	err := c.mover.Transfer(lctx, transfer.Coalesce(reqs, 0)) // all or nothing: one scatter-gather request per run of reads from one segment
-	lcancel()
-	for _, i := range reqKey {
+	// One scatter-gather request per run of reads from one segment; large
+	// batches in groups whose CRC32Cs are checked while the next arrive
+	// (batchpipe.go).
+	c.transferChecked(lctx, reqs, func(k int, err error) {
+		i := reqKey[k]
 		if err != nil || Checksum(bs[i][:infos[i].Size]) != infos[i].Crc32C {
 			retry[i] = true
 		} else if len(infos[i].Replicas) == 0 {
 			c.readFromDisk(keys[i], infos[i], bs[i][:infos[i].Size])
 		}
-	}
+	})
+	lcancel()
 	return retry
 }
 

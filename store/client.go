@@ -118,6 +118,7 @@ type Client struct {
 	lastPingOK      time.Time        // last successful ping (or mount)
 	remountSt       remountState     // remount.go
 	pingJobs        chan pingJob     // to the ping worker (pingwork.go)
+	pingWake        chan struct{}    // ping now: the connection to the master is back (pingwake.go); nil without a segment
 	diskRemoveLater []*pb.HeldObject // disk copies to delete, named while the worker was busy
 	taskBusy        atomic.Bool      // copy/move tasks are running (tasks.go)
 
@@ -182,6 +183,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c.lastPingOK = c.clock.Now()
 	c.pingJobs = make(chan pingJob)
+	if c.segmentSpec != nil {
+		c.pingWake = make(chan struct{}, 1)
+		c.wg.Add(1)
+		go c.watchMaster(c.pingWake)
+	}
 	c.wg.Add(1)
 	go c.pingLoop()
 	return c, nil
@@ -486,6 +492,7 @@ func (c *Client) pingLoop() {
 		case <-c.stop:
 			return
 		case <-t.C:
+		case <-c.pingWake:
 		}
 		// Under stopCtx: Close interrupts a ping stuck on a dead master.
 		ctx, cancel := context.WithTimeout(c.stopCtx, c.cfg.PingInterval+c.cfg.RPCTimeout)

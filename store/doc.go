@@ -41,9 +41,10 @@
 // `mooncake master`) every put also writes the object's header (package
 // internal/objheader) in front of the value, in the same transfer batch;
 // a remounting client scans its segment (in pieces, over GOMAXPROCS
-// goroutines) and reports the objects it holds in bounded chunks, up to
-// the master's window of calls in flight (remount.go), so the restarted
-// master serves them again; removes zero the headers of
+// goroutines) and reports the objects it holds in bounded chunks as the
+// scan finds them, up to the master's window of calls in flight
+// (remount.go), so the restarted master serves them again; a node pings
+// at once when its connection to the master comes back (pingwake.go); removes zero the headers of
 // the removed objects before returning, and the client zeroes the
 // tombstones its pings bring (durable.go). A non-durable restarted master
 // has no objects: gets of earlier keys fail with ErrNotFound, never stale.
@@ -98,7 +99,10 @@
 // disk with a READ of that range on the node's engine, in the same
 // transfer batch as memory replicas for a batch get (diskbatch.go), over
 // HTTP when the copy has no address; it checks the CRC32C and, when the
-// node asks for promotion on hit, puts the value back into memory.
+// node asks for promotion on hit, puts the value back into memory. A
+// batch get of 4 MiB or more runs as groups of about 2 MiB submitted at
+// once, each group's CRC32Cs checked while the later ones arrive
+// (batchpipe.go).
 //
 // # Hot cache
 //

@@ -173,14 +173,15 @@ func (c *Client) segmentData() [][2]int {
 	return [][2]int{{0, len(c.segment)}}
 }
 
-// held scans the contributed segment for the durable objects it holds.
-func (c *Client) held() []*pb.HeldObject {
+// held starts the scan of the contributed segment for the durable objects
+// it holds, its disk copies after them; the caller closes it.
+func (c *Client) held() *scanSource {
 	if c.segmentSpec == nil {
-		return nil
+		return startScan(nil, nil, "", scanPiece, nil)
 	}
-	out := scanHeld(c.segment, c.segmentData(), c.segmentSpec.Name, scanPiece)
+	var disk []*pb.HeldObject
 	if c.cfg.Disk != nil {
-		out = append(out, c.diskHeld(c.cfg.Disk.Held())...)
+		disk = c.diskHeld(c.cfg.Disk.Held())
 	}
-	return out
+	return startScan(c.segment, c.segmentData(), c.segmentSpec.Name, scanPiece, disk)
 }

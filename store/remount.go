@@ -48,25 +48,58 @@ var errNoSessions = errors.New("master does not take a remount in chunks")
 // remountStats is what one remount did.
 type remountStats struct {
 	calls    int   // RemountSegments calls
+	reports  int   // reports sent
 	maxBytes int   // largest request, encoded
 	bytes    int   // all requests, encoded
 	restored int64 // objects the master took over
 	dropped  int64 // reports it refused
 }
 
-// remountChunk is how many of held the next chunk carries and their
-// encoded size: at least one report, and within both bounds otherwise.
-func remountChunk(held []*pb.HeldObject) (n, size int) {
-	for n < len(held) && n < remountChunkObjects {
-		s := held[n].SizeVT()
+// heldSource gives a remount its reports in order: a slice of them, or a
+// scan of the segment in progress (scanSource).
+type heldSource interface {
+	// peek is the next report, once it is known (nil: there is none).
+	peek() *pb.HeldObject
+	// advance moves past the report peek returned.
+	advance()
+	// expect is how many reports the source gives in all: exact for a
+	// slice and for a finished scan, extrapolated from the finished
+	// pieces while a scan runs.
+	expect() uint64
+}
+
+// sliceSource is a heldSource over reports already found.
+type sliceSource struct{ held []*pb.HeldObject }
+
+func (s *sliceSource) peek() *pb.HeldObject {
+	if len(s.held) == 0 {
+		return nil
+	}
+	return s.held[0]
+}
+func (s *sliceSource) advance()       { s.held = s.held[1:] }
+func (s *sliceSource) expect() uint64 { return uint64(len(s.held)) }
+
+// remountChunk takes the next chunk's reports from src: at least one
+// (none when src is empty), and within both bounds otherwise. more says
+// whether src has reports after them.
+func remountChunk(src heldSource) (chunk []*pb.HeldObject, more bool) {
+	size := 0
+	for len(chunk) < remountChunkObjects {
+		h := src.peek()
+		if h == nil {
+			return chunk, false
+		}
+		s := h.SizeVT()
 		s += 1 + sizeVarint(uint64(s)) // field tag and length
-		if n > 0 && size+s > remountChunkBytes {
+		if len(chunk) > 0 && size+s > remountChunkBytes {
 			break
 		}
 		size += s
-		n++
+		chunk = append(chunk, h)
+		src.advance()
 	}
-	return n, size
+	return chunk, src.peek() != nil
 }
 
 func sizeVarint(x uint64) int {
@@ -87,10 +120,18 @@ func sizeVarint(x uint64) int {
 // as they come. A failed call ends the remount: the calls still in flight
 // are cancelled and waited for.
 func (c *Client) remount(ctx context.Context, segs []*pb.Segment, held []*pb.HeldObject) (remountStats, error) {
+	return c.remountFrom(ctx, segs, &sliceSource{held})
+}
+
+// remountFrom is remount of the reports src gives: each chunk is sent
+// once its reports are found, so a scan in progress and the calls overlap.
+// The first call announces src.expect() (the master sizes its object
+// table by it).
+func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSource) (remountStats, error) {
 	var st remountStats
-	n, _ := remountChunk(held)
-	first := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs, Objects: held[:n], More: n < len(held),
-		Total: uint64(len(held))}
+	objs, more := remountChunk(src)
+	first := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs, Objects: objs, More: more,
+		Total: uint64(len(objs)) + src.expect()}
 	resp, err := c.remountCall(ctx, first, &st)
 	if err != nil || !first.More {
 		return st, err
@@ -108,14 +149,15 @@ func (c *Client) remount(ctx context.Context, segs []*pb.Segment, held []*pb.Hel
 	}
 	replies := make(chan reply, window)
 	inflight := 0
-	rest := held[n:]
 	for chunk := uint32(1); ; {
-		for inflight < window && len(rest) > 0 {
-			n, _ := remountChunk(rest)
-			req := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Objects: rest[:n], RestoreId: resp.RestoreId, Chunk: chunk, More: n < len(rest)}
-			rest, chunk = rest[n:], chunk+1
+		for inflight < window && more {
+			var objs []*pb.HeldObject
+			objs, more = remountChunk(src)
+			req := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Objects: objs, RestoreId: resp.RestoreId, Chunk: chunk, More: more}
+			chunk++
 			size := req.SizeVT()
 			st.calls++
+			st.reports += len(req.Objects)
 			st.maxBytes, st.bytes = max(st.maxBytes, size), st.bytes+size
 			// The master decides the calls in flight before this one
 			// first: each of them, and this one, within an RPCTimeout.
@@ -147,6 +189,7 @@ func (c *Client) remount(ctx context.Context, segs []*pb.Segment, held []*pb.Hel
 func (c *Client) remountCall(ctx context.Context, req *pb.RemountSegmentsRequest, st *remountStats) (*pb.RemountSegmentsResponse, error) {
 	size := req.SizeVT()
 	st.calls++
+	st.reports += len(req.Objects)
 	st.maxBytes, st.bytes = max(st.maxBytes, size), st.bytes+size
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.rpc.RemountSegments(rctx, req)
@@ -174,46 +217,134 @@ func (c *Client) remountAnswer(req *pb.RemountSegmentsRequest, resp *pb.RemountS
 const scanPiece = 16 << 20
 
 // scanHeld scans ranges of mem for valid headers (objheader.ScanRanges) as
-// reports of segment name, in offset order. The data is cut in pieces of
-// at least minPiece bytes scanned by up to GOMAXPROCS goroutines (a header belongs to the piece
-// its offset lies in; its value is read wherever it lies), and the
-// reports of a piece are allocated together.
+// reports of segment name, in offset order: scanSource's reports, all of
+// them.
 func scanHeld(mem []byte, ranges [][2]int, name string, minPiece int) []*pb.HeldObject {
+	src := startScan(mem, ranges, name, minPiece, nil)
+	defer src.close()
+	var out []*pb.HeldObject
+	for h := src.peek(); h != nil; h = src.peek() {
+		out = append(out, h)
+		src.advance()
+	}
+	return out
+}
+
+// scanSource is a scan of a segment in progress, as a heldSource. The
+// data is cut in pieces of at least minPiece bytes scanned by up to
+// GOMAXPROCS goroutines, which take the pieces in offset order (a header
+// belongs to the piece its offset lies in; its value is read wherever it
+// lies, and its CRC checked before it is reported); the reports of a
+// piece are allocated together, and given once the pieces before them are
+// given. The reports of tail follow the scan's.
+type scanSource struct {
+	found [][]*pb.HeldObject
+	done  []chan struct{} // closed when found[i] is set
+	sizes []int           // data bytes of each piece
+	total int             // of all of them
+	i, j  int             // the next report: found[i][j] (tail[j] past the pieces)
+	tail  []*pb.HeldObject
+	stop  atomic.Bool // close: the pieces not begun are skipped
+	wg    sync.WaitGroup
+	fin   chan struct{} // closed when every piece is done and took is set
+	took  time.Duration // the scan's time
+}
+
+// startScan starts scanning ranges of mem (see scanSource); the caller
+// closes it.
+func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*pb.HeldObject) *scanSource {
+	start := time.Now()
 	var total int
 	for _, r := range ranges {
 		total += max(0, min(r[1], len(mem))-max(r[0], 0))
 	}
 	workers := min(runtime.GOMAXPROCS(0), max(1, total/minPiece))
 	pieces := cutRanges(ranges, len(mem), max(minPiece, (total/(4*workers)+objheader.Align-1)&^(objheader.Align-1)))
-	found := make([][]*pb.HeldObject, len(pieces))
+	s := &scanSource{found: make([][]*pb.HeldObject, len(pieces)), done: make([]chan struct{}, len(pieces)),
+		sizes: make([]int, len(pieces)), total: total, tail: tail, fin: make(chan struct{})}
+	for i, p := range pieces {
+		s.done[i] = make(chan struct{})
+		for _, r := range p {
+			s.sizes[i] += r[1] - r[0]
+		}
+	}
 	var next atomic.Int64
-	var wg sync.WaitGroup
 	for range workers {
-		wg.Go(func() {
+		s.wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(pieces); i = int(next.Add(1)) - 1 {
-				fs := objheader.ScanRanges(mem, pieces[i])
-				objs := make([]pb.HeldObject, len(fs))
-				out := make([]*pb.HeldObject, len(fs))
-				for j, f := range fs {
-					h := &objs[j]
-					h.Segment, h.Offset, h.Key, h.Size, h.Crc32C, h.Seq = name, f.Offset, f.Key, f.Size, f.CRC, f.Seq
-					h.HardPin, h.SoftPin, h.SoftPinTtlMs = f.HardPin, f.SoftPin, f.SoftPinTTL.Milliseconds()
-					out[j] = h
+				if !s.stop.Load() {
+					s.found[i] = scanOne(mem, pieces[i], name)
 				}
-				found[i] = out
+				close(s.done[i])
 			}
 		})
 	}
-	wg.Wait()
-	var n int
-	for _, f := range found {
-		n += len(f)
-	}
-	out := make([]*pb.HeldObject, 0, n)
-	for _, f := range found {
-		out = append(out, f...)
+	go func() {
+		s.wg.Wait()
+		s.took = time.Since(start)
+		close(s.fin)
+	}()
+	return s
+}
+
+// scanOne is the reports of one piece of a scan.
+func scanOne(mem []byte, ranges [][2]int, name string) []*pb.HeldObject {
+	fs := objheader.ScanRanges(mem, ranges)
+	objs := make([]pb.HeldObject, len(fs))
+	out := make([]*pb.HeldObject, len(fs))
+	for j, f := range fs {
+		h := &objs[j]
+		h.Segment, h.Offset, h.Key, h.Size, h.Crc32C, h.Seq = name, f.Offset, f.Key, f.Size, f.CRC, f.Seq
+		h.HardPin, h.SoftPin, h.SoftPinTtlMs = f.HardPin, f.SoftPin, f.SoftPinTTL.Milliseconds()
+		out[j] = h
 	}
 	return out
+}
+
+func (s *scanSource) peek() *pb.HeldObject {
+	for s.i < len(s.found) {
+		<-s.done[s.i]
+		if s.j < len(s.found[s.i]) {
+			return s.found[s.i][s.j]
+		}
+		s.found[s.i] = nil // given: the chunks hold what is still needed
+		s.i, s.j = s.i+1, 0
+	}
+	if s.j < len(s.tail) {
+		return s.tail[s.j]
+	}
+	return nil
+}
+
+func (s *scanSource) advance() { s.j++ }
+
+func (s *scanSource) expect() uint64 {
+	var known, knownBytes, unknownBytes int
+	for k := s.i; k < len(s.found); k++ {
+		select {
+		case <-s.done[k]:
+			known += len(s.found[k])
+			knownBytes += s.sizes[k]
+		default:
+			unknownBytes += s.sizes[k]
+		}
+	}
+	if knownBytes > 0 { // the pieces not done yet hold as many reports per byte
+		known += int(uint64(known) * uint64(unknownBytes) / uint64(knownBytes))
+	}
+	if s.i == len(s.found) {
+		return uint64(len(s.tail) - s.j)
+	}
+	return uint64(max(0, known-s.j) + len(s.tail)) // s.j of piece s.i given already
+}
+
+// close stops the scan (the pieces not begun are skipped) and waits for
+// its goroutines: the segment's memory is not read after close returns.
+// It returns the scan's time.
+func (s *scanSource) close() time.Duration {
+	s.stop.Store(true)
+	<-s.fin
+	return s.took
 }
 
 // cutRanges cuts ranges (in order, within [0, size)) into pieces of about
@@ -272,8 +403,9 @@ func (c *Client) remountOnPing(ctx context.Context, needRemount bool) {
 		segs = append(segs, c.segmentSpec)
 	}
 	start := time.Now()
-	held := c.held() // a new or restarted master learns what our memory holds
-	st, err := c.remount(ctx, segs, held)
+	held := c.held() // a new or restarted master learns what our memory holds, as the scan finds it
+	st, err := c.remountFrom(ctx, segs, held)
+	scanned := held.close()
 	c.mu.Lock()
 	if err != nil {
 		rs.pending = true
@@ -282,7 +414,7 @@ func (c *Client) remountOnPing(ctx context.Context, needRemount bool) {
 		backoff := rs.backoff
 		c.mu.Unlock()
 		c.log.Warn("store: remount failed: the master does not know this node's objects yet", "client", c.cfg.ClientID,
-			"held", len(held), "calls", st.calls, "retry_in", backoff, "err", err)
+			"held", st.reports, "calls", st.calls, "retry_in", backoff, "err", err)
 		return
 	}
 	*rs = remountState{last: st}
@@ -290,6 +422,6 @@ func (c *Client) remountOnPing(ctx context.Context, needRemount bool) {
 	c.restored += int(st.restored)
 	c.mu.Unlock()
 	c.log.Info("store: remounted after NEED_REMOUNT", "client", c.cfg.ClientID, "segments", len(segs),
-		"held", len(held), "restored", st.restored, "dropped", st.dropped, "calls", st.calls,
-		"max_message_bytes", st.maxBytes, "took", time.Since(start).Round(time.Millisecond))
+		"held", st.reports, "restored", st.restored, "dropped", st.dropped, "calls", st.calls,
+		"max_message_bytes", st.maxBytes, "scan", scanned.Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
 
 // TestScanHeldPieces: the scan cut in pieces over several goroutines finds
@@ -60,4 +61,62 @@ func TestScanHeldPieces(t *testing.T) {
 			t.Fatalf("piece %d: %d bytes covered", piece, covered)
 		}
 	}
+}
+
+// TestScanSourceStreams: a scan in progress gives its reports in offset
+// order, then the tail's; the total it announces after its first piece is
+// within a tenth of the truth for evenly filled memory and exact once
+// everything is given; a chunk never passes its bounds; a scan closed
+// before it was read ends.
+func TestScanSourceStreams(t *testing.T) {
+	const piece = 1 << 20
+	mem := make([]byte, 8*piece) // 65,536 objects: four chunks
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	for off := 0; off+128 <= len(mem); off += 128 {
+		key := fmt.Sprintf("s%07d", off>>7)
+		val := mem[off+int(objheader.Len(key)) : off+int(objheader.Len(key))+50]
+		for i := range val {
+			val[i] = byte(off>>8 + i)
+		}
+		objheader.Encode(mem[off:], objheader.Header{Key: key, Seq: uint64(off + 1), Size: uint64(len(val)), CRC: crc32.Checksum(val, castagnoli)})
+	}
+	ranges := [][2]int{{0, len(mem)}}
+	want := objheader.ScanRanges(mem, ranges)
+	tail := []*pb.HeldObject{{Key: "disk/a", Disk: true}, {Key: "disk/b", Disk: true}}
+	src := startScan(mem, ranges, "seg", piece, tail)
+	first, more := remountChunk(src)
+	if len(first) == 0 || !more {
+		t.Fatalf("first chunk: %d reports, more %v", len(first), more)
+	}
+	all := len(want) + len(tail)
+	if est := len(first) + int(src.expect()); est < all-all/10 || est > all+all/10 {
+		t.Fatalf("announced %d reports, the scan holds %d", est, all)
+	}
+	got := first
+	for more {
+		var c []*pb.HeldObject
+		c, more = remountChunk(src)
+		if len(c) == 0 || len(c) > remountChunkObjects {
+			t.Fatalf("chunk of %d reports", len(c))
+		}
+		got = append(got, c...)
+	}
+	if src.expect() != 0 || src.peek() != nil {
+		t.Fatalf("after the last chunk: %d expected, next %v", src.expect(), src.peek())
+	}
+	if src.close() <= 0 {
+		t.Fatal("no scan time")
+	}
+	if len(got) != all {
+		t.Fatalf("%d reports, want %d", len(got), all)
+	}
+	for i, w := range want {
+		if g := got[i]; g.Offset != w.Offset || g.Key != w.Key || g.Seq != w.Seq || g.Segment != "seg" {
+			t.Fatalf("report %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if got[len(want)] != tail[0] || got[len(want)+1] != tail[1] {
+		t.Fatal("the tail's reports are not last, in order")
+	}
+	startScan(mem, ranges, "seg", piece, nil).close() // closed unread: its goroutines end
 }

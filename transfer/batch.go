@@ -115,9 +115,15 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 }
 
 // inlineMax is the most bytes of local copies (shared memory, in process)
-// Transfer runs on the caller's goroutine: the caller waits anyway, and a
-// small copy costs less than handing it to another goroutine (a 4 KiB
-// store put or get spent ~10 us in that hand-off on a loaded machine).
+// Transfer runs on the caller's goroutine before the batch's deadline
+// timer is armed: the caller waits anyway, and a small copy costs less
+// than handing it to another goroutine (a 4 KiB store put or get spent
+// ~10 us in that hand-off on a loaded machine) or arming a timer. Larger
+// local copies of a Transfer run on the caller's goroutine too, after the
+// timer is armed (which aborts them between one copy and the next): a
+// hand-off to another goroutine makes the copy wait for a free P, which
+// on a machine whose Ps all compute (a prefill streaming its KV layer by
+// layer) costs more than the copy.
 const inlineMax = 64 << 10
 
 // submit is Submit; inline runs small local copies before returning. A
@@ -141,8 +147,11 @@ func (e *Engine) submit(ctx context.Context, until time.Time, reqs []Request, in
 	if !until.IsZero() && until.Before(b.deadline) {
 		b.deadline = until
 	}
-	b.start(ctx, inline)
+	late := b.start(ctx, inline)
 	b.arm()
+	if late != nil {
+		b.runLocal(ctx, late)
+	}
 	return b, nil
 }
 
@@ -219,9 +228,10 @@ func (e *Engine) deadline(ctx context.Context, reqs []Request) time.Time {
 
 // start starts the asynchronous jobs (TCP lanes) here, under b.mu so that
 // an abort sees every slice enqueued, and hands the synchronous ones
-// (memcpy) to one goroutine of the batch, or runs them here when inline
-// and they total at most inlineMax bytes.
-func (b *Batch) start(ctx context.Context, inline bool) {
+// (memcpy) to one goroutine of the batch; when inline it runs them here if
+// they total at most inlineMax bytes, else returns them for the caller to
+// run once the deadline's timer is armed.
+func (b *Batch) start(ctx context.Context, inline bool) (late []int) {
 	var dctx context.Context // made for the first asynchronous job: a batch of local copies needs no timer
 	var local []int
 	b.mu.Lock()
@@ -240,18 +250,34 @@ func (b *Batch) start(ctx context.Context, inline bool) {
 	}
 	b.mu.Unlock()
 	if len(local) == 0 {
-		return
+		return nil
 	}
 	n := 0
 	for _, i := range local {
-		n += b.tasks[i].req.Length
+		n += b.tasks[i].bytes()
 	}
 	b.e.wg.Add(1)
-	if inline && n <= inlineMax {
-		b.runLocal(local)
-		return
+	switch {
+	case inline && n <= inlineMax:
+		b.runLocal(context.Background(), local)
+		return nil
+	case inline:
+		return local
 	}
-	go b.runLocal(local)
+	go b.runLocal(context.Background(), local)
+	return nil
+}
+
+// bytes is the number of bytes t moves.
+func (t *task) bytes() int {
+	if t.vec == nil {
+		return t.req.Length
+	}
+	n := 0
+	for _, x := range t.vec {
+		n += len(x.b)
+	}
+	return n
 }
 
 // arm starts the deadline's timer (unless everything already ended).
@@ -274,13 +300,20 @@ func (b *Batch) arm() {
 
 // runLocal runs the synchronous jobs (in-process and shared-memory copies)
 // one after the other, skipping those not started when the batch aborts.
-// They are plain copies and take no context: the batch's deadline reaches
-// them through abort (arm's timer), between one job and the next.
-func (b *Batch) runLocal(idx []int) {
+// They are plain copies: the batch's deadline reaches them through abort
+// (arm's timer), and the end of ctx (the caller's, when run on its
+// goroutine) aborts the batch, between one job and the next.
+func (b *Batch) runLocal(ctx context.Context, idx []int) {
 	defer b.e.wg.Done()
-	ctx := context.Background()
 	for _, i := range idx {
 		t := &b.tasks[i]
+		if err := ctx.Err(); err != nil && !b.aborted.Load() {
+			kind := ErrCanceled
+			if errors.Is(err, context.DeadlineExceeded) {
+				kind = ErrTimeout
+			}
+			b.abort(fmt.Errorf("transfer: %w: %w", kind, err))
+		}
 		if b.aborted.Load() {
 			b.mu.Lock()
 			err := b.abortErr
@@ -289,7 +322,7 @@ func (b *Batch) runLocal(idx []int) {
 			b.sliceDone(t, err)
 			continue
 		}
-		t.job.run(ctx, b, t)
+		t.job.run(context.Background(), b, t)
 	}
 }
 

@@ -12,7 +12,8 @@
 // peer registered, and a length. Submit starts a batch and returns at once;
 // Status polls each task (Mooncake's states), Wait blocks until every task
 // ended and returns the first failure, Free releases the batch. Transfer is
-// all three; TransferUntil is Transfer with a deadline of its own, which
+// all three, and runs the local copies (shared memory, in process) on the
+// caller's goroutine; TransferUntil is Transfer with a deadline of its own, which
 // costs no timer when the batch's copies run inline (small local copies). When Wait returns, the engine no longer touches the batch's
 // memory, even after a timeout.
 //
@@ -86,7 +87,10 @@
 // served by a Source (a storage node's disk tier): peers READ it like
 // memory, on the same lanes, with the same bounds checks, and the lane
 // serving a slice asks the source for its bytes (source.go). WRITEs to
-// it are refused.
+// it are refused. A Source that is also a Prefetcher is told, before a
+// TCP lane serves a READ of its range, the ranges of that READ and of the
+// READs queued behind it on the lane (in order, granted, each once), so
+// it can read them while the lane sends.
 //
 // # Discovery
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kvcache-go/mooncake/internal/transport/registry"
+	"github.com/kvcache-go/mooncake/internal/wire"
 )
 
 // Source stands behind a registered range of this engine's address space
@@ -19,6 +20,21 @@ type Source interface {
 	// were sent). An error answers the slice as rejected.
 	ReadAt(addr, n uint64) (b []byte, release func(), err error)
 }
+
+// Prefetcher is a Source that reads ahead: a TCP lane serving its range
+// tells it, before the READ it is about to serve, the ranges that READ and
+// the READs queued behind it on the lane ask for, in order (each inside
+// the registered range, covered by the lane's grants, not yet served), so
+// it can start reading them while the lane sends. A hint is no promise:
+// ranges never asked for must be let go. Prefetch must not block, nor keep
+// ranges past its return.
+type Prefetcher interface {
+	Source
+	Prefetch(ranges []Range)
+}
+
+// Range is a range of addresses, [Addr, Addr+Len).
+type Range struct{ Addr, Len uint64 }
 
 // sourceOrdinal marks a registry entry as a Source's range: device-like
 // (the host cannot view it as bytes), served through the source.
@@ -63,6 +79,51 @@ func (m sourceMemory) AcquireRead(addr, n uint64) (registry.Span, error) {
 		return sp, err
 	}
 	return m.e.readSource(sp, addr, n)
+}
+
+// Prefetch passes the ranges of queued READs (tcp.Prefetcher) that lie in
+// a Source's range to that Source, when it is a Prefetcher: consecutive
+// ranges of one source in one call, in order.
+func (m sourceMemory) Prefetch(ext []wire.Extent) {
+	if !m.e.hasSources() {
+		return
+	}
+	var (
+		cur   Prefetcher
+		curID uint64
+		rs    []Range
+	)
+	for _, x := range ext {
+		b, ok := m.e.reg.Lookup(x.Addr)
+		if !ok || !b.Device || b.Ordinal != sourceOrdinal || x.Addr+x.Length < x.Addr || x.Addr+x.Length > b.Addr+b.Length {
+			continue
+		}
+		if cur == nil || b.ID != curID {
+			if cur != nil {
+				cur.Prefetch(rs)
+				rs = rs[:0]
+			}
+			src, _ := m.e.sources.Load(b.ID)
+			pf, ok := src.(Prefetcher)
+			if !ok {
+				cur = nil
+				continue
+			}
+			cur, curID = pf, b.ID
+		}
+		rs = append(rs, Range{x.Addr, x.Length})
+	}
+	if cur != nil && len(rs) > 0 {
+		cur.Prefetch(rs)
+	}
+}
+
+// hasSources reports whether any Source is registered (lanes of engines
+// without one skip the look-ups of Prefetch).
+func (e *Engine) hasSources() bool {
+	found := false
+	e.sources.Range(func(_, _ any) bool { found = true; return false })
+	return found
 }
 
 func (m sourceMemory) AcquireWrite(addr, n uint64) (registry.Span, func() error, error) {

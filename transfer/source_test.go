@@ -3,6 +3,7 @@ package transfer
 import (
 	"bytes"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,5 +83,78 @@ func TestSourceReads(t *testing.T) {
 				t.Fatal("source at address 0: want an error")
 			}
 		})
+	}
+}
+
+// prefetchSource is a sliceSource that is also a Prefetcher: it records
+// the ranges hinted, and whether each read had been hinted first.
+type prefetchSource struct {
+	sliceSource
+	mu       sync.Mutex
+	hinted   map[Range]int
+	unhinted int // reads of ranges not hinted before
+	reads    int
+}
+
+func (s *prefetchSource) Prefetch(rs []Range) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rs {
+		s.hinted[r]++
+	}
+}
+
+func (s *prefetchSource) ReadAt(addr, n uint64) ([]byte, func(), error) {
+	s.mu.Lock()
+	s.reads++
+	if s.hinted[Range{addr, n}] == 0 {
+		s.unhinted++
+	}
+	s.mu.Unlock()
+	return s.sliceSource.ReadAt(addr, n)
+}
+
+// TestSourcePrefetch: over TCP, every slice a lane reads from a
+// Prefetcher was hinted to it first, exactly once, and only ranges of its
+// own registered range are (a READ of the engine's memory in the same
+// batch is not).
+func TestSourcePrefetch(t *testing.T) {
+	const base = 1 << 62
+	ini, tgt, seg := pair(t, TransportTCP, func(c *Config) { c.SliceSize = 64 << 10 })
+	src := &prefetchSource{sliceSource: sliceSource{base: base, data: make([]byte, 2<<20)}, hinted: map[Range]int{}}
+	fill(src.data, 3)
+	if err := tgt.RegisterSource(base, uint64(len(src.data)), "disk", src); err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, 256<<10)
+	fill(mem, 5)
+	if err := tgt.RegisterBytes(mem, "cpu:0"); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 2<<20)
+	if err := ini.RegisterBytes(dst, "cpu:0"); err != nil {
+		t.Fatal(err)
+	}
+	err := ini.Transfer(ctxT(t), []Request{
+		{Op: OpRead, Local: AddrOf(dst), Segment: seg, Remote: base, Length: 1 << 20},
+		{Op: OpRead, Local: AddrOf(dst[1<<20:]), Segment: seg, Remote: uint64(AddrOf(mem)), Length: len(mem)},
+		{Op: OpRead, Local: AddrOf(dst[1<<20+len(mem):]), Segment: seg, Remote: base + 1<<20 + 4096, Length: 300 << 10},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(dst[:1<<20], src.data[:1<<20]) || !bytes.Equal(dst[1<<20:1<<20+len(mem)], mem) ||
+		!bytes.Equal(dst[1<<20+len(mem):1<<20+len(mem)+300<<10], src.data[1<<20+4096:1<<20+4096+300<<10]) {
+		t.Fatal("bytes read differ")
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if src.reads == 0 || src.unhinted != 0 {
+		t.Fatalf("%d of %d source reads were not hinted first", src.unhinted, src.reads)
+	}
+	for r, n := range src.hinted {
+		if n != 1 || r.Addr < base || r.Addr+r.Len > base+uint64(len(src.data)) {
+			t.Fatalf("range %#x+%d hinted %d times (want once, inside the source)", r.Addr, r.Len, n)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvcache-go/mooncake/internal/bench/benchproc"
 	benchmaster "github.com/kvcache-go/mooncake/internal/bench/master"
 )
 
@@ -176,6 +178,23 @@ func printBenchMaster(out io.Writer, r *benchmaster.Result, cfg benchmaster.Conf
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", phase, fig, m, rs, ratio)
 	}
 	text := func(phase, fig, mc string) { fmt.Fprintf(w, "%s\t%s\t%s\t-\t-\n", phase, fig, mc) }
+	// remountRows: each node's remount as it logged it: the scan of its
+	// segment, then the whole remount (scan, calls, the master's decisions).
+	remountRows := func(phase string, lines []string, master string) {
+		if master != "" {
+			f := func(k string) string { return cmp.Or(benchproc.Field(master, k), "?") }
+			text(phase, "master's last restore session: reports; all, deciding", fmt.Sprintf("%s; %s, %s", f("reports"), f("took"), f("decide")))
+		}
+		for i, l := range lines {
+			if l == "" {
+				text(phase, fmt.Sprintf("node %d remount", i), "not logged")
+				continue
+			}
+			f := func(k string) string { return cmp.Or(benchproc.Field(l, k), "?") }
+			text(phase, fmt.Sprintf("node %d remount: held, calls; scan, all", i),
+				fmt.Sprintf("%s, %s; %s, %s", f("held"), f("calls"), f("scan"), f("took")))
+		}
+	}
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	ptr := func(v float64) *float64 { return &v }
 	if l := r.Load; l != nil {
@@ -251,6 +270,8 @@ func printBenchMaster(out io.Writer, r *benchmaster.Result, cfg benchmaster.Conf
 		}
 		text("restart", "kill -9, same ports: objects back", fmt.Sprintf("%d of %d, %s", rs.Present, rs.Want, state))
 		text("restart", "recovery time", fmt.Sprintf("%.0f ms", ms(rs.Took)))
+		text("restart", "ms from the kill: master up / remounting / counted", fmt.Sprintf("%.0f / %.0f / %.0f", ms(rs.Up), ms(rs.Mounted), ms(rs.Counted)))
+		remountRows("restart", rs.NodeRemounts, rs.MasterRestore)
 		text("restart", "removed objects back", fmt.Sprintf("%d of %d", rs.RemovedBack, rs.RemovedTested))
 		text("restart", "master RSS after", formatSize(rs.RSSAfter))
 	}
@@ -264,6 +285,8 @@ func printBenchMaster(out io.Writer, r *benchmaster.Result, cfg benchmaster.Conf
 		text("failover", fmt.Sprintf("election ms (standby leads; lease %v)", fo.Lease), fmt.Sprintf("%.0f (view %d -> %d)", ms(fo.Election), fo.OldView, fo.NewView))
 		text("failover", "nodes remounted on it ms", fmt.Sprintf("%.0f (%.0f after the election)", ms(fo.Remount), ms(fo.Remount-fo.Election)))
 		text("failover", "failover ms (every object back)", fmt.Sprintf("%.0f (%.0f after the election)", ms(fo.Took), ms(fo.Took-fo.Election)))
+		text("failover", "ms from the signal: new leader counts every object", fmt.Sprintf("%.0f", ms(fo.Counted)))
+		remountRows("failover", fo.NodeRemounts, fo.MasterRestore)
 		text("failover", "removed objects back", fmt.Sprintf("%d of %d", fo.RemovedBack, fo.RemovedTested))
 		if fo.OldLeader != "" {
 			old := fo.OldLeader

@@ -5,10 +5,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvcache-go/mooncake/internal/bench/benchproc"
 	benchmaster "github.com/kvcache-go/mooncake/internal/bench/master"
 	"github.com/kvcache-go/mooncake/internal/etcdtest"
 )
@@ -68,6 +70,18 @@ func TestBenchMasterSmall(t *testing.T) {
 	}
 	if rs := r.Restart; rs == nil || !rs.Recovered || rs.Present != n/2 || rs.RemovedBack != 0 || rs.RemovedTested != n/2 || rs.Took <= 0 {
 		t.Fatalf("restart %+v", rs)
+	}
+	// The breakdown: in order, and the node's and the master's log lines of
+	// the remount read (the node's scan time and report count in them).
+	atLeast := func(line, field string, min int) bool {
+		v, err := strconv.Atoi(benchproc.Field(line, field))
+		return err == nil && v >= min
+	}
+	if rs := r.Restart; rs.Up <= 0 || rs.Mounted < rs.Up || rs.Took < rs.Mounted || len(rs.NodeRemounts) != 1 ||
+		benchproc.Field(rs.NodeRemounts[0], "scan") == "" || !atLeast(rs.NodeRemounts[0], "held", n/2) ||
+		!atLeast(rs.MasterRestore, "reports", n/2) {
+		t.Fatalf("restart breakdown: up %v, mounted %v, counted %v, took %v; node %q; master %q", rs.Up, rs.Mounted, rs.Counted, rs.Took,
+			rs.NodeRemounts, rs.MasterRestore)
 	}
 	if ra := r.RemoveAll; ra == nil || ra.Removed < n/2 || ra.ListLeft != 0 || ra.NodesDropped != 0 || ra.Segments != 1 {
 		t.Fatalf("removeall %+v", ra)

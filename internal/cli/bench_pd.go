@@ -176,8 +176,16 @@ func runBenchPDPairs(cmd *cobra.Command, bf benchPDFlags) error {
 	}
 	fmt.Fprintf(out, "bench pd --tp-pairs: model %s, %d-token prompts, %d rounds after %d warm-up, every pair and the engine once per round\n", r.Model, r.Tokens, r.Requests, bf.warmup)
 	fmt.Fprintf(out, "transfer engine (%s, 1024 KiB writes over 64 MiB, one transfer per round): best %.2f GB/s, median %.2f GB/s\n", r.Engine.Transport, r.Engine.GBps, r.EngineMedian)
-	fmt.Fprintf(out, "%-8s %-6s %7s %12s %10s %9s %6s %8s %10s %6s %8s\n", "P -> Q", "mode", "writes", "bytes/write", "write ms", "best GB/s", "xTE", "xSameTP", "med GB/s", "xTE", "xSameTP")
+	if r.Shaped.Requests > 0 {
+		fmt.Fprintf(out, "transfer engine, layer-shaped (%s, %d writes of %d KiB, one transfer each, their times summed, once per round): best %.2f GB/s, median %.2f GB/s\n",
+			r.Engine.Transport, r.Shaped.Requests, r.Shaped.RequestBytes>>10, r.Shaped.GBps, r.Shaped.Median)
+	}
+	fmt.Fprintf(out, "%-8s %-6s %7s %12s %10s %9s %6s %8s %7s %10s %6s %8s\n", "P -> Q", "mode", "writes", "bytes/write", "write ms", "best GB/s", "xTE", "xSameTP", "xShaped", "med GB/s", "xTE", "xSameTP")
 	for _, p := range r.Pairs {
+		shaped := "-"
+		if p.Mode == "layer" && r.Shaped.GBps > 0 {
+			shaped = fmt.Sprintf("%.2f", p.GBps/r.Shaped.GBps)
+		}
 		same, msame := "-", "-"
 		if p.PrefillTP != p.DecodeTP {
 			if g := r.SameTP(p.PrefillTP, p.DecodeTP, p.Mode, false); g > 0 {
@@ -187,9 +195,9 @@ func runBenchPDPairs(cmd *cobra.Command, bf benchPDFlags) error {
 				msame = fmt.Sprintf("%.2f", p.MedianGBps/g)
 			}
 		}
-		fmt.Fprintf(out, "%-8s %-6s %7.0f %12.0f %10.3f %9.3f %6.2f %8s %10.3f %6.2f %8s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
-			p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same, p.MedianGBps, p.MedianGBps/r.EngineMedian, msame)
+		fmt.Fprintf(out, "%-8s %-6s %7.0f %12.0f %10.3f %9.3f %6.2f %8s %7s %10.3f %6.2f %8s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
+			p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same, shaped, p.MedianGBps, p.MedianGBps/r.EngineMedian, msame)
 	}
-	fmt.Fprintln(out, "writes = transfer requests per KV transfer; write ms = median; best / med GB/s = KV bytes / prefill's write time (layer: the sum of its writes), the best and the median over the rounds; xTE = over the transfer engine's 1 MiB writes (best over best, median over median); xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run")
+	fmt.Fprintln(out, "writes = transfer requests per KV transfer; write ms = median; best / med GB/s = KV bytes / prefill's write time (layer: the sum of its writes), the best and the median over the rounds; xTE = over the transfer engine's 1 MiB writes (best over best, median over median); xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run; xShaped (layer) = over the engine's layer-shaped writes (best over best): what is left is the cost of writing while the prefill computes")
 	return nil
 }

@@ -3,11 +3,14 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	benchstore "github.com/kvcache-go/mooncake/internal/bench/store"
+	"github.com/kvcache-go/mooncake/internal/disktier"
 )
 
 // newBenchStoreDiskCmd measures the disk tier against its own disk: the
@@ -17,7 +20,7 @@ import (
 // on both sides (internal/bench/store RunDisk).
 func newBenchStoreDiskCmd() *cobra.Command {
 	var (
-		dir, transport, sizeFlag               string
+		dir, transport, sizeFlag, cpuProfile   string
 		objects, clients, batch, rounds, lanes int
 		duration                               time.Duration
 	)
@@ -32,6 +35,17 @@ func newBenchStoreDiskCmd() *cobra.Command {
 			}
 			if objects < 1 || clients < 1 || clients > 64 || batch < 1 || rounds < 1 {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--objects, --clients, --batch and --rounds must be positive (clients at most 64)")}
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return &ExitError{Code: 2, Err: fmt.Errorf("--cpuprofile: %w", err)}
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
 			}
 			res, err := benchstore.RunDisk(cmd.Context(), benchstore.DiskConfig{Dir: dir, Size: int(size), Objects: objects, Clients: clients,
 				Batch: batch, Rounds: rounds, Duration: duration, Transport: transport, Lanes: lanes})
@@ -51,6 +65,7 @@ func newBenchStoreDiskCmd() *cobra.Command {
 	f.IntVar(&rounds, "rounds", 3, "rounds per row (median reported)")
 	f.DurationVar(&duration, "duration", time.Second, "length of one phase")
 	f.StringVar(&transport, "transport", "auto", "transfer transport: auto, tcp, shm")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (master, node and clients: one process) to this file")
 	f.IntVar(&lanes, "lanes", 0, "TCP bulk lanes of the clients' engines (0: the engine's default, GOMAXPROCS-1 up to 4)")
 	return cmd
 }
@@ -61,11 +76,17 @@ func printBenchStoreDisk(out io.Writer, res *benchstore.DiskResult, batch, round
 		io = "buffered I/O, files dropped from the page cache before every phase"
 	}
 	fmt.Fprintf(out, "disk tier: %d x %s values offloaded, %s; %d rounds x %v, median\n", res.Objects, formatSize(uint64(res.Size)), io, rounds, d)
-	fmt.Fprintf(out, "offload write %.3f GB/s, disk sequential write %.3f GB/s: %.2fx\n", res.OffloadGBps, res.SeqWriteGBps, res.OffloadGBps/res.SeqWriteGBps)
-	fmt.Fprintf(out, "%-8s %-16s %-16s %-18s %-10s %-10s %-18s %-10s\n", "clients", fmt.Sprintf("batch get (%d)", batch), "get", "disk seq. read",
-		"batch/seq", "get/seq", "memory batch get", "batch/mem")
+	fmt.Fprintf(out, "references: the disk's sequential write and read of as many files, whole files, %d writes / %d reads at once (the tier's queue depth; qd1: one at a time)\n",
+		disktier.WriteDepth, disktier.ReadDepth)
+	fmt.Fprintf(out, "offload write %.3f GB/s, disk sequential write %.3f GB/s (qd1 %.3f): %.2fx\n", res.OffloadGBps, res.SeqWriteGBps, res.SeqWrite1GBps,
+		res.OffloadGBps/res.SeqWriteGBps)
+	fmt.Fprintf(out, "%-8s %-16s %-16s %-16s %-16s %-10s %-10s %-18s %-10s\n", "clients", fmt.Sprintf("batch get (%d)", batch), "get", "disk seq. read",
+		"seq. read qd1", "batch/seq", "get/seq", "memory batch get", "batch/mem")
 	for _, r := range res.Rows {
-		fmt.Fprintf(out, "%-8d %-16s %-16s %-18s %-10.2f %-10.2f %-18s %-10.2f\n", r.Clients, fmt.Sprintf("%.3f GB/s", r.BatchGBps), fmt.Sprintf("%.3f GB/s", r.GetGBps),
-			fmt.Sprintf("%.3f GB/s", r.SeqGBps), r.BatchGBps/r.SeqGBps, r.GetGBps/r.SeqGBps, fmt.Sprintf("%.3f GB/s", r.MemGBps), r.BatchGBps/r.MemGBps)
+		fmt.Fprintf(out, "%-8d %-16s %-16s %-16s %-16s %-10.2f %-10.2f %-18s %-10.2f\n", r.Clients, fmt.Sprintf("%.3f GB/s", r.BatchGBps),
+			fmt.Sprintf("%.3f GB/s", r.GetGBps), fmt.Sprintf("%.3f GB/s", r.SeqGBps), fmt.Sprintf("%.3f GB/s", r.Seq1GBps),
+			r.BatchGBps/r.SeqGBps, r.GetGBps/r.SeqGBps, fmt.Sprintf("%.3f GB/s", r.MemGBps), r.BatchGBps/r.MemGBps)
 	}
+	fmt.Fprintf(out, "tier: %d of %d slices served from reads ahead (%d reads; %d slices read ahead unannounced, %d read and never asked for)\n",
+		res.AheadHits, res.ReadCalls, res.AheadReads, res.Speculative, res.Dropped)
 }

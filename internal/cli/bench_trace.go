@@ -47,7 +47,11 @@ longer the more turns they had) hit rates, as ratios to the ideal (unlimited) hi
 computed directly from the trace and to LRU at the same capacity, next to the paper's Table 1
 (measured on the arXiv trace). Belady's offline optimum (evict the block whose next use is
 farthest; its own replay) is printed per capacity, and every policy's share of the gap
-between LRU and it ("of gap": 0 = LRU, 1 = the optimum).
+between LRU and it ("of gap": 0 = LRU, 1 = the optimum). The class ceiling (also offline:
+the best a policy can do that knows a block only by its request's turn, its comebacks, its
+request's new blocks, its depth, whether it is the prompt's last block, and its age, with
+each class's statistics known in advance)
+is printed per capacity as well.
 
 Routing: --instances prefill instances with a cache of --capacity blocks each (--instance-policy);
 round-robin, least-loaded, cache-aware and Mooncake's conductor; TTFT from the prefill cost
@@ -192,6 +196,15 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 			"ratio_to_lru": benchtrace.Ratio(r.HitRate(), lru[r.Capacity]),
 		})
 	}
+	for _, r := range res.Ceiling {
+		rows = append(rows, map[string]any{
+			"kind": "ceiling", "policy": r.Policy.String(), "capacity": r.Capacity, "unlimited": r.Capacity == tracesim.Unlimited,
+			"hits": r.Hits, "blocks": r.Blocks,
+			"hit_rate": r.HitRate(), "ratio_to_ideal": benchtrace.Ratio(r.HitRate(), ideal),
+			"ratio_to_lru":     benchtrace.Ratio(r.HitRate(), lru[r.Capacity]),
+			"optimum_hit_rate": opt[r.Capacity], "share_of_gap": benchtrace.GapShare(r.HitRate(), lru[r.Capacity], opt[r.Capacity]),
+		})
+	}
 	for i, r := range res.Route {
 		rows = append(rows, map[string]any{
 			"kind": "route", "router": res.RouteNames[i], "instances": cfg.Instances, "capacity": cfg.CapacityBlocks, "instance_policy": cfg.InstancePolicy.String(),
@@ -239,8 +252,19 @@ func runBenchTrace(out io.Writer, f benchTraceFlags) error {
 		fmt.Fprintf(tw, "%s (offline)\t%s\t%.4f\t%.3f\t%.3f\t%.4f\t%s\t%s\t%d\n", r.Policy, benchtrace.CapLabel(r.Capacity), r.HitRate(),
 			benchtrace.Ratio(r.HitRate(), ideal), benchtrace.Ratio(r.HitRate(), lru[r.Capacity]), r.HitRate(), "1", "-", r.Evictions)
 	}
+	for _, r := range res.Ceiling {
+		gap := "-"
+		if o := opt[r.Capacity]; o-lru[r.Capacity] > 1e-12 {
+			gap = fmt.Sprintf("%+.3f", benchtrace.GapShare(r.HitRate(), lru[r.Capacity], o))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.3f\t%.3f\t%.4f\t%s\t%s\t%s\n", r.Policy, benchtrace.CapLabel(r.Capacity), r.HitRate(),
+			benchtrace.Ratio(r.HitRate(), ideal), benchtrace.Ratio(r.HitRate(), lru[r.Capacity]), opt[r.Capacity], gap, "-", "-")
+	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(res.Ceiling) > 0 {
+		fmt.Fprintln(&buf, "ClassCeiling (offline): the best a policy that knows a block only by its request's turn, its comebacks, its request's new blocks, its depth, whether it is the last block, and its age can do, each class's statistics known in advance")
 	}
 	rej := "off"
 	if cfg.Reject {

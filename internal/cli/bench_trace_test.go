@@ -49,15 +49,21 @@ func TestBenchTraceJSON(t *testing.T) {
 		}
 		rows = append(rows, r)
 	}
-	// trace, 5 policies x 3 capacities, Belady x 3, 4 routers + 2 events-fed.
-	if len(rows) != 1+5*3+3+4+2 {
+	// trace, 5 policies x 3 capacities, Belady x 3, the class ceiling x 3,
+	// 4 routers + 2 events-fed.
+	if len(rows) != 1+5*3+3+3+4+2 {
 		t.Fatalf("%d rows: %v", len(rows), rows)
 	}
 	// The events-fed routers reach their bookkeeping twins' hit rates.
 	for i, name := range []string{"cache-aware", "conductor"} {
-		own, ev := rows[19+2+i], rows[23+i]
+		own, ev := rows[22+2+i], rows[26+i]
 		if own["router"] != name || ev["router"] != name+" (kv events)" || own["hit_rate"] != ev["hit_rate"] {
 			t.Fatalf("%s: %v vs %v", name, own, ev)
+		}
+	}
+	for i, r := range rows[19:22] {
+		if r["kind"] != "ceiling" || r["policy"] != "ClassCeiling" || (i == 0 && r["hits"].(float64) != 9) {
+			t.Fatalf("ceiling row %d: %v", i, r)
 		}
 	}
 	tr := rows[0]
@@ -112,7 +118,7 @@ func TestBenchTraceJSON(t *testing.T) {
 		}
 	}
 	routers := map[string]bool{}
-	for _, r := range rows[19:] {
+	for _, r := range rows[22:] {
 		if r["kind"] != "route" || r["requests"].(float64) != 6 || r["slo_fraction"].(float64) != 1 || r["instances"].(float64) != 2 ||
 			r["instance_policy"] != "LRU" {
 			t.Errorf("route row %v", r)

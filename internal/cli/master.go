@@ -155,21 +155,37 @@ GOMEMLIMIT in the environment applies too.`,
 // for a small master), but at least masterGCMin percent of the live heap:
 // at 10M objects a loaded master's RSS is about 1.05x its live heap. See
 // docs/store.md, "Master memory per object".
+//
+// While a restore runs (master.RestoreRunning: a restarted master or a new
+// leader learning its objects from the nodes), GOGC is at least
+// masterGCRestore: each report decoded is a few hundred bytes of garbage,
+// and with 16 MiB between collections a restore of millions of objects
+// spent as much CPU collecting as deciding. The heap may then grow by a
+// quarter of the live heap for the restore's duration.
 const (
 	masterGCHeadroom = 16 << 20
 	masterGCMin      = 5
 	masterGCMax      = 100
+	masterGCRestore  = 25
 )
 
 // masterGCPercent is the GOGC for a live heap of live bytes.
-func masterGCPercent(live uint64) int {
+func masterGCPercent(live uint64, restoring bool) int {
+	p := masterGCMin
+	if restoring {
+		p = masterGCRestore
+	}
 	if live == 0 {
 		return masterGCMax
 	}
-	return int(min(masterGCMax, max(masterGCMin, 100*masterGCHeadroom/live)))
+	return int(min(masterGCMax, max(uint64(p), 100*masterGCHeadroom/live)))
 }
 
-// tuneMasterGC sets the GOGC of masterGCPercent every second until ctx
+// masterGCTick is how often the tuner reads the live heap (a cheap runtime
+// metric) and whether a restore runs; it sets GOGC only when it changes.
+const masterGCTick = 250 * time.Millisecond
+
+// tuneMasterGC sets the GOGC of masterGCPercent every masterGCTick until ctx
 // ends, unless gogc (the GOGC environment variable) is set: a set GOGC (or
 // GOMEMLIMIT, read by the runtime) wins.
 func tuneMasterGC(ctx context.Context, gogc string) {
@@ -180,11 +196,11 @@ func tuneMasterGC(ctx context.Context, gogc string) {
 		ctx = context.Background()
 	}
 	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(masterGCTick)
 	defer tick.Stop()
 	for last := 0; ; {
 		metrics.Read(live)
-		if p := masterGCPercent(live[0].Value.Uint64()); p != last {
+		if p := masterGCPercent(live[0].Value.Uint64(), master.RestoreRunning(time.Now())); p != last {
 			debug.SetGCPercent(p)
 			last = p
 		}

@@ -13,8 +13,11 @@ func TestMasterGCPercent(t *testing.T) {
 		live uint64
 		want int
 	}{{0, 100}, {1 << 20, 100}, {16 << 20, 100}, {32 << 20, 50}, {160 << 20, 10}, {320 << 20, 5}, {8 << 30, 5}} {
-		if got := masterGCPercent(tc.live); got != tc.want {
+		if got := masterGCPercent(tc.live, false); got != tc.want {
 			t.Errorf("live %d MiB: GOGC %d, want %d", tc.live>>20, got, tc.want)
+		}
+		if got, want := masterGCPercent(tc.live, true), max(tc.want, masterGCRestore); got != want && tc.live > 0 {
+			t.Errorf("live %d MiB, restoring: GOGC %d, want %d", tc.live>>20, got, want)
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
 )
 
 // Config configures a disk tier.
@@ -39,9 +40,9 @@ type Config struct {
 // the directory, holding the object as laid out in memory (its objheader,
 // then the value), so the CRC32C travels with it from the put to the disk
 // and back to the reader. It keeps at most Capacity bytes, dropping the
-// least recently used copies. Reads are served over HTTP (Handler) by their
-// own goroutines, never on the transfer engine's memory path. It implements
-// store.DiskTier. The directory is locked (flock) while the tier is open:
+// least recently used copies. Readers read its values through a transfer
+// engine (ReadAt and Prefetch: it is a transfer.Prefetcher registered as a
+// Source) or over HTTP (Handler). It implements store.DiskTier. The directory is locked (flock) while the tier is open:
 // two tiers, in one process or two, never share it.
 type Tier struct {
 	dir            string
@@ -68,14 +69,19 @@ type Tier struct {
 	writeNanos, readNanos atomic.Int64
 	writeWall             atomic.Int64 // wall time of Store and StoreBatch calls
 	readCalls, aheadHits  atomic.Uint64
+	aheadReads, aheadSpec atomic.Uint64
+	aheadDropped          atomic.Uint64
 	tmpSeq                atomic.Uint64
 
-	raSlice uint64 // the engine's slice size, as last seen (under mu)
-	raMu    sync.Mutex
-	ra      map[raKey]*raChunk // slices read ahead (readahead.go)
-	raBytes uint64
-	raSwept time.Time
-	raWG    sync.WaitGroup // reads ahead in flight (Close waits)
+	raSlice   uint64 // the engine's slice size, as last seen (under mu)
+	raMu      sync.Mutex
+	ra        map[raKey]*raChunk // slices read ahead (readahead.go)
+	raBytes   uint64
+	raSwept   time.Time
+	raQueue   []*raRead          // reads ahead not started yet, oldest first
+	raTail    map[uint64]*raRead // the queued reads by the address after their last slice
+	raReaders int                // goroutines running them (at most ReadDepth)
+	raWG      sync.WaitGroup     // the readers (Close waits)
 }
 
 type diskEntry struct {
@@ -84,7 +90,8 @@ type diskEntry struct {
 	bytes uint64 // file bytes
 	used  uint64 // LRU tick
 	addr  uint64 // where peers read its value (Region)
-	// readAt is when a slice of it was last read (read-ahead's stream test).
+	// readAt is when its first slice was last announced or read
+	// (speculative read-ahead's stream test, readahead.go).
 	readAt time.Time
 }
 
@@ -126,7 +133,7 @@ func Open(cfg Config) (*Tier, error) {
 	}
 	d := &Tier{dir: cfg.Dir, capacity: cfg.Capacity, url: cfg.URL, offloadOnEvict: cfg.OffloadOnEvict,
 		promotionOnHit: cfg.PromotionOnHit, lock: lock, index: map[string]*diskEntry{},
-		byAddr: btree.NewG(16, func(a, b *diskEntry) bool { return a.addr < b.addr }), ra: map[raKey]*raChunk{},
+		byAddr: btree.NewG(16, func(a, b *diskEntry) bool { return a.addr < b.addr }), ra: map[raKey]*raChunk{}, raTail: map[uint64]*raRead{},
 		next: regionBase + rand.Uint64N(regionLen/2)&^(blockSize-1)}
 	d.direct.Store(!cfg.Buffered)
 	if tmps, err := filepath.Glob(filepath.Join(cfg.Dir, "*.tmp")); err == nil { // writes cut short by a crash
@@ -281,9 +288,6 @@ func (d *Tier) store(object []byte, addr uint64) (store.DiskObject, error) {
 		return store.DiskObject{}, fmt.Errorf("disktier: not an object: %v", err)
 	}
 	hl := objheader.Len(h.Key)
-	if crc32.Checksum(object[hl:], castagnoli) != h.CRC {
-		return store.DiskObject{}, fmt.Errorf("disktier: %q does not match its CRC32C", h.Key)
-	}
 	bytes := dataOffset(hl) + h.Size
 	if bytes > d.capacity {
 		return store.DiskObject{}, fmt.Errorf("%w: %q of %d bytes exceeds %d", ErrFull, h.Key, bytes, d.capacity)
@@ -298,24 +302,38 @@ func (d *Tier) store(object []byte, addr uint64) (store.DiskObject, error) {
 	}
 	d.mu.Unlock()
 	f := d.file(h.Key, h.Seq)
-	tmp := f + "." + strconv.FormatUint(d.tmpSeq.Add(1), 10) + ".tmp" // two writers of one version never share a file
 	start := time.Now()
-	if err := d.writeFile(tmp, object[:hl], object[hl:]); err != nil {
-		os.Remove(tmp)
-		return store.DiskObject{}, fmt.Errorf("disktier: %w", err)
+	// The file is written under its own name when no file has it (a
+	// crash mid-write leaves one that fails its checks at the next Open;
+	// readers see it only once it is indexed below); when one has (a
+	// concurrent store of the same version), through a file of its own,
+	// renamed over it: two writers never share a file.
+	created, err := d.writeFile(f, object[:hl], object[hl:], h.CRC, true)
+	if errors.Is(err, syscall.EEXIST) {
+		tmp := f + "." + strconv.FormatUint(d.tmpSeq.Add(1), 10) + ".tmp"
+		if _, err = d.writeFile(tmp, object[:hl], object[hl:], h.CRC, false); err == nil {
+			err = os.Rename(tmp, f)
+		}
+		if err != nil {
+			os.Remove(tmp)
+		}
+	} else if err != nil && created {
+		os.Remove(f)
 	}
-	if err := os.Rename(tmp, f); err != nil {
-		os.Remove(tmp)
-		return store.DiskObject{}, fmt.Errorf("disktier: %w", err)
+	if err != nil {
+		return store.DiskObject{}, fmt.Errorf("disktier: %q: %w", h.Key, err)
 	}
 	d.writeNanos.Add(int64(time.Since(start)))
 	d.writeBytes.Add(bytes)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e := d.index[h.Key]; e != nil {
-		if e.hdr.Seq > h.Seq { // a newer version was stored meanwhile
+		switch {
+		case e.hdr.Seq > h.Seq: // a newer version was stored meanwhile
 			os.Remove(f)
 			return store.DiskObject{}, fmt.Errorf("disktier holds a newer %q", h.Key)
+		case e.hdr.Seq == h.Seq: // stored meanwhile by a concurrent store (the same bytes, in the same file)
+			return d.diskObject(e), nil
 		}
 		d.dropLocked(e)
 	}
@@ -461,17 +479,25 @@ func (d *Tier) ReadAt(addr, n uint64) ([]byte, func(), error) {
 		d.tick++
 		e.used = d.tick
 		d.reads++
+		e.readAt = now
 	}
-	e.readAt = now
 	file, off := e.file, dataOffset(objheader.Len(e.hdr.Key))+(addr-e.addr)
-	plan := d.aheadPlanLocked(e, addr, n, now)
 	d.mu.Unlock()
-	d.readAhead(plan, now)
 	d.readCalls.Add(1)
-	if c := d.takeAhead(addr, n); c != nil && c.err == nil {
-		d.aheadHits.Add(1)
-		d.readBytes.Add(n)
-		return c.b, func() { d.bufs.put(c.buf) }, nil
+	if c := d.takeAhead(addr, n); c != nil {
+		if c.r.err == nil {
+			d.aheadHits.Add(1)
+			d.readBytes.Add(n)
+			return c.r.b[c.off : c.off+n : c.off+n], func() { d.unref(c.r) }, nil
+		}
+		d.unref(c.r)
+	} else {
+		// Not announced (no lane hinted it): read the rest of the value
+		// ahead while this slice is read here.
+		d.mu.Lock()
+		plan := d.aheadPlanLocked(e, addr, n)
+		d.mu.Unlock()
+		d.readAhead(plan, false, now)
 	}
 	b, buf, err := d.readRange(file, off, n)
 	if err != nil {
@@ -492,15 +518,20 @@ type IOStats struct {
 	WriteWall             time.Duration
 	Direct                bool // direct I/O in use
 	// ReadCalls counts ReadAt calls (transfer slices served), AheadHits
-	// those served by a read started ahead (readahead.go).
-	ReadCalls, AheadHits uint64
+	// those served by a read started ahead (readahead.go), AheadReads the
+	// reads ahead (one or more slices each), AheadSpeculative the slices
+	// read ahead speculatively (not announced), AheadDropped the slices
+	// read ahead and dropped unasked.
+	ReadCalls, AheadHits, AheadReads, AheadSpeculative, AheadDropped uint64
 }
 
 // IOStats returns the tier's I/O counters.
 func (d *Tier) IOStats() IOStats {
 	return IOStats{WriteBytes: d.writeBytes.Load(), ReadBytes: d.readBytes.Load(),
 		Write: time.Duration(d.writeNanos.Load()), Read: time.Duration(d.readNanos.Load()),
-		WriteWall: time.Duration(d.writeWall.Load()), Direct: d.direct.Load(), ReadCalls: d.readCalls.Load(), AheadHits: d.aheadHits.Load()}
+		WriteWall: time.Duration(d.writeWall.Load()), Direct: d.direct.Load(), ReadCalls: d.readCalls.Load(), AheadHits: d.aheadHits.Load(),
+		AheadReads: d.aheadReads.Load(), AheadSpeculative: d.aheadSpec.Load(),
+		AheadDropped: d.aheadDropped.Load()}
 }
 
 var _ store.DiskTier = (*Tier)(nil)
@@ -508,6 +539,7 @@ var _ store.DiskTier = (*Tier)(nil)
 var (
 	_ store.DiskSource     = (*Tier)(nil)
 	_ store.DiskBatchStore = (*Tier)(nil)
+	_ transfer.Prefetcher  = (*Tier)(nil)
 )
 
 // diskObject is the store's view of an entry.

@@ -15,11 +15,13 @@
 //
 // I/O (io.go): direct I/O (O_DIRECT) where the file system takes it,
 // buffered otherwise (Config.Buffered forces it); StoreBatch writes up to
-// four files at once; reads are pread calls of the transfer slices the
-// engine's lanes ask for, with read-ahead (readahead.go) so several reads
-// are in the device's queue while a lane sends, on descriptors kept open
-// for the files read last (fdcache.go). io.go says why parallel
-// pread/pwrite rather than io_uring, with the measurements.
+// WriteDepth files at once, each under its own name; reads are read ahead
+// (readahead.go): the engine's TCP lanes announce the slices they will
+// ask for (Prefetch, a transfer.Prefetcher), which the tier reads in that
+// order, ReadDepth reads at once, the consecutive slices of a value in
+// one read of up to ReadSize, and serves from the read's buffer, on
+// descriptors kept open for the files read last (fdcache.go). io.go says
+// why parallel pread/pwrite rather than io_uring, with the measurements.
 //
 // Reads: every value has an address in the tier's range (Region, above
 // 2^62: never memory), in offload order, new at every reopen. The store

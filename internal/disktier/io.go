@@ -3,6 +3,7 @@ package disktier
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/bits"
 	"sync"
 	"unsafe"
@@ -35,7 +36,12 @@ import (
 const blockSize = 4096
 
 // ioParallel bounds the object writes a batch runs at once.
-const ioParallel = 4
+const ioParallel = WriteDepth
+
+// WriteDepth is how many object writes an offload batch runs at once (the
+// queue the tier keeps in its device when writing; `mooncake bench
+// store-disk` writes its disk's sequential reference with the same).
+const WriteDepth = 4
 
 func alignUp(n uint64) uint64 { return (n + blockSize - 1) &^ (blockSize - 1) }
 
@@ -92,32 +98,56 @@ func (d *Tier) openFile(name string, flags int) (int, error) {
 	return unix.Open(name, flags|unix.O_CLOEXEC, 0o644)
 }
 
+// errCRC: the value to write does not match its CRC32C.
+var errCRC = errors.New("does not match its CRC32C")
+
+// copyChunk is how much of a value writeFile copies before checksumming
+// it, while it is still in the cache.
+const copyChunk = 256 << 10
+
 // writeFile writes header and value to name laid out as the tier keeps
 // them (the header, zeros to dataOffset, the value), from an aligned
-// buffer, and cuts the file to its length.
-func (d *Tier) writeFile(name string, header, value []byte) error {
+// buffer, checking the value against crc as it is copied there (errCRC),
+// and cuts the file to its length. excl creates the file only if it does
+// not exist (unix.EEXIST otherwise); else it is truncated. created says
+// whether the file was opened (the caller removes it on error).
+func (d *Tier) writeFile(name string, header, value []byte, crc uint32, excl bool) (created bool, err error) {
 	off := dataOffset(uint64(len(header)))
 	size := off + uint64(len(value))
 	buf := d.bufs.get(int(alignUp(size)))
 	defer d.bufs.put(buf)
 	copy(buf, header)
 	clear(buf[len(header):off])
-	copy(buf[off:], value)
+	var c uint32
+	for o := 0; o < len(value); o += copyChunk {
+		dst := buf[off+uint64(o) : off+uint64(min(o+copyChunk, len(value)))]
+		copy(dst, value[o:])
+		c = crc32.Update(c, castagnoli, dst)
+	}
+	if c != crc {
+		return false, errCRC
+	}
 	clear(buf[size:])
-	fd, err := d.openFile(name, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC)
+	flags := unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC
+	if excl {
+		flags = unix.O_CREAT | unix.O_WRONLY | unix.O_EXCL
+	}
+	fd, err := d.openFile(name, flags)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for w := 0; w < len(buf); {
 		n, err := unix.Pwrite(fd, buf[w:], int64(w))
 		if err != nil {
 			unix.Close(fd)
-			return err
+			return true, err
 		}
 		w += n
 	}
-	err = unix.Ftruncate(fd, int64(size))
-	return errors.Join(err, unix.Close(fd))
+	if uint64(len(buf)) != size { // the value does not end on a block
+		err = unix.Ftruncate(fd, int64(size))
+	}
+	return true, errors.Join(err, unix.Close(fd))
 }
 
 // readRange reads n bytes of file name from off into an aligned pooled

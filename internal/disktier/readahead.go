@@ -1,64 +1,134 @@
 package disktier
 
 import (
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
+	"github.com/kvcache-go/mooncake/transfer"
 )
 
 // Read-ahead. A transfer engine's lane serves its READ slices one at a
 // time: it asks ReadAt for a slice, sends it, then asks for the next, so
 // a tier that only read what it is asked would keep one request in the
 // device's queue per lane and leave the disk idle while the lane sends.
-// Instead, each ReadAt starts reads of the slices that follow it (the
-// same length, at the same offsets from each value's start as the
-// engine cuts them): the rest of the value, and, when the value before it
-// in address order was read within raStream (a batch get of values
-// offloaded together), the values after it, up to raWindow slices ahead
-// and raMax bytes held. A later ReadAt of a slice read ahead waits for
-// that read instead of issuing its own. Slices nobody asks for within
-// raStale are dropped.
+// Instead the tier reads ahead what it will be asked for:
+//
+//   - Prefetch (transfer.Prefetcher): before a TCP lane serves a READ of
+//     the tier's range it tells the tier that slice and the slices of the
+//     READs queued behind it on the lane (a batch get's whole request, a
+//     get's whole value), exactly, in the order they will be asked for.
+//   - Without hints (a ReadAt of a slice nobody announced), the rest of
+//     that slice's value, in slices of the same length.
+//   - Speculatively, after a get's whole value was announced: when the
+//     value before it in address order was read within raStream (values
+//     offloaded together, read together), the values after it, up to
+//     raWindow slices, queued behind everything announced.
+//
+// Slices of one value that follow each other are read by one pread of up
+// to readMax bytes (the engine cuts values into 256 KiB slices; the disk
+// is read in requests as large as its sequential-read reference's), by at
+// most ReadDepth reads at once, in the order they were announced (the
+// first read of each announcement first: the slice a lane is about to
+// serve, which its lane waits for, does not queue behind what other lanes
+// announced further ahead). A ReadAt of a slice read ahead
+// waits for that read instead of issuing its own and is served from its
+// buffer, without a copy. At most raMax bytes are held ahead; slices
+// nobody asks for within raStale are dropped.
 
 const (
-	raWindow = 8
-	raMax    = 64 << 20
-	raStream = 200 * time.Millisecond
+	raWindow = 8                      // slices read ahead of an unannounced ReadAt, or speculatively
+	raStream = 200 * time.Millisecond // neighbours read within this are a stream
+	raMax    = 64 << 20               // bytes held ahead (read or being read) at most
 	raStale  = time.Second
 	raChunks = 4096 // slices held ahead at most
+	readMax  = ReadSize
+)
+
+// ReadSize is the largest read ahead (bytes), ReadDepth how many run at
+// once: the queue the tier keeps in its device (`mooncake bench
+// store-disk` reads its disk's sequential reference with the same).
+const (
+	ReadSize  = 1 << 20
+	ReadDepth = 4
 )
 
 type raKey struct{ addr, n uint64 }
 
-// raChunk is one slice read ahead.
-type raChunk struct {
+// raRead is one pread of one or more consecutive slices of a value.
+type raRead struct {
 	done chan struct{} // closed when the read ended
-	b    []byte        // the bytes (in buf)
-	buf  []byte        // the pooled buffer
+	e    *diskEntry    // the value
+	end  uint64        // the address after its last slice
+	file string
+	off  uint64 // file offset of its first byte
+	n    uint64
+	b    []byte // the bytes, once done (in buf)
+	buf  []byte // the pooled buffer
 	err  error
-	at   time.Time
+	// refs counts the slices that hold the read: announced and not yet
+	// taken, or taken and not yet released. The last puts buf back.
+	refs atomic.Int32
 }
 
-// takeAhead returns the slice [addr, addr+n) if it was read ahead (waiting
-// for its read), removing it from the cache.
+// unref drops one slice's hold on r.
+func (d *Tier) unref(r *raRead) {
+	if r.refs.Add(-1) == 0 && r.buf != nil {
+		d.bufs.put(r.buf)
+	}
+}
+
+// raChunk is one slice read ahead: bytes [off, off+n) of its read.
+// claims counts the announcements of it not yet taken (lanes of several
+// readers of one value share the read), each holding a ref of the read; a
+// slice read ahead unannounced holds one ref with no claim.
+type raChunk struct {
+	r      *raRead
+	off    uint64
+	at     time.Time
+	claims int
+}
+
+// holds is how many refs of its read c holds.
+func (c *raChunk) holds() int { return max(c.claims, 1) }
+
+// takeAhead returns the slice [addr, addr+n) if it is read ahead (waiting
+// for its read), removing it from the cache; the caller unrefs its read.
 func (d *Tier) takeAhead(addr, n uint64) *raChunk {
 	d.raMu.Lock()
 	c := d.ra[raKey{addr, n}]
 	if c != nil {
-		delete(d.ra, raKey{addr, n})
-		d.raBytes -= n
+		if c.claims > 1 { // announced by another reader too: it keeps its claim
+			c.claims--
+		} else {
+			delete(d.ra, raKey{addr, n})
+			d.raBytes -= n
+		}
 	}
 	d.raMu.Unlock()
 	if c != nil {
-		<-c.done
+		<-c.r.done
 	}
 	return c
 }
 
-// aheadPlan lists the slices after [addr, addr+n) of e to read ahead: the
-// rest of e, then the values after it when e's predecessor was read
-// recently. Called with d.mu held.
-func (d *Tier) aheadPlanLocked(e *diskEntry, addr, n uint64, now time.Time) []raKey {
-	size := n // a full slice (the engine's slice size) or a whole value
+// Prefetch starts reading the slices a lane will ask for next
+// (transfer.Prefetcher). Ranges that are not inside one value, or already
+// read ahead, are skipped.
+func (d *Tier) Prefetch(ranges []transfer.Range) {
+	plan := make([]raKey, len(ranges))
+	for i, r := range ranges {
+		plan[i] = raKey{r.Addr, r.Len}
+	}
+	d.readAhead(plan, true, time.Now())
+}
+
+// aheadPlanLocked lists the slices after [addr, addr+n) of e to read
+// ahead of an unannounced read: the rest of e, in slices of the same
+// length (a whole slice's: the engine's slice size). Called with d.mu held.
+func (d *Tier) aheadPlanLocked(e *diskEntry, addr, n uint64) []raKey {
+	size := n
 	switch {
 	case addr+n < e.end():
 		d.raSlice = n
@@ -66,78 +136,173 @@ func (d *Tier) aheadPlanLocked(e *diskEntry, addr, n uint64, now time.Time) []ra
 		size = d.raSlice
 	}
 	var plan []raKey
-	add := func(x *diskEntry, from uint64) bool {
-		for a := from; a < x.end() && len(plan) < raWindow; a += size {
-			plan = append(plan, raKey{a, min(size, x.end()-a)})
-		}
-		return len(plan) < raWindow
+	for a := addr + n; a < e.end() && len(plan) < raWindow; a += size {
+		plan = append(plan, raKey{a, min(size, e.end()-a)})
 	}
-	if !add(e, addr+n) {
-		return plan
-	}
-	stream := false
-	d.byAddr.DescendLessOrEqual(&diskEntry{addr: e.addr - 1}, func(p *diskEntry) bool {
-		stream = p != e && now.Sub(p.readAt) < raStream
-		return false
-	})
-	if !stream {
-		return plan
-	}
-	d.byAddr.AscendGreaterOrEqual(&diskEntry{addr: e.end()}, func(x *diskEntry) bool { return add(x, x.addr) })
 	return plan
 }
 
-// readAhead starts the reads of plan that are not cached or running yet,
-// within raMax bytes, and drops stale slices.
-func (d *Tier) readAhead(plan []raKey, now time.Time) {
+// readAhead queues the reads of plan's slices that are inside one value
+// and not read ahead yet, within raMax bytes, and drops stale slices. A
+// slice that continues a queued read of its value (not started yet) joins
+// it, up to readMax bytes: the slices of one value that lanes announce
+// one by one, or several lanes each a part, are read together.
+func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 	if len(plan) == 0 {
 		return
 	}
-	type job struct {
-		k    raKey
-		c    *raChunk
-		file string
-		off  uint64
-	}
-	var jobs []job
 	d.mu.Lock()
 	d.raMu.Lock()
 	if now.Sub(d.raSwept) > raStale/4 { // a sweep at most four times a raStale
 		d.raSwept = now
 		for k, c := range d.ra {
 			select {
-			case <-c.done:
+			case <-c.r.done:
 				if now.Sub(c.at) > raStale {
 					delete(d.ra, k)
 					d.raBytes -= k.n
-					if c.buf != nil {
-						d.bufs.put(c.buf)
+					for range c.holds() {
+						d.unref(c.r)
 					}
+					d.aheadDropped.Add(1)
 				}
 			default:
 			}
 		}
 	}
-	for _, k := range plan {
-		if d.ra[k] != nil || d.raBytes+k.n > raMax || len(d.ra) >= raChunks {
-			continue
+	var (
+		e      *diskEntry
+		queued bool
+		single = true // the plan reads one value (a get's request)
+		first  *diskEntry
+	)
+	// With no read ahead queued or running, the first slice is read on its
+	// own, so that the lane sends it while the slices after it are read.
+	idle := d.raReaders == 0 && len(d.raQueue) == 0
+	add := func(k raKey, announced bool) {
+		if c := d.ra[k]; c != nil {
+			switch {
+			case announced && c.claims == 0: // read ahead unannounced: now claimed
+				c.claims, c.at = 1, now
+			case announced: // a second reader of the slice shares the read
+				c.claims++
+				c.r.refs.Add(1)
+				c.at = now
+			}
+			return
 		}
-		var e *diskEntry
-		d.byAddr.DescendLessOrEqual(&diskEntry{addr: k.addr}, func(x *diskEntry) bool { e = x; return false })
-		if e == nil || k.addr+k.n > e.end() {
-			continue
+		if k.n == 0 || k.addr+k.n < k.addr || d.raBytes+k.n > raMax || len(d.ra) >= raChunks {
+			return
 		}
-		c := &raChunk{done: make(chan struct{}), at: now}
+		if e == nil || k.addr < e.addr || k.addr+k.n > e.end() {
+			e = nil
+			d.byAddr.DescendLessOrEqual(&diskEntry{addr: k.addr}, func(x *diskEntry) bool { e = x; return false })
+			if e == nil || k.addr+k.n > e.end() {
+				e = nil
+				return
+			}
+		}
+		if first == nil {
+			first = e
+		}
+		single = single && e == first
+		if k.addr == e.addr {
+			e.readAt = now
+		}
+		if k.addr+k.n < e.end() {
+			d.raSlice = k.n
+		}
+		r := d.raTail[k.addr]
+		if r != nil && (r.e != e || r.n+k.n > readMax) {
+			r = nil
+		}
+		if r == nil {
+			r = &raRead{done: make(chan struct{}), e: e, file: e.file, off: dataOffset(objheader.Len(e.hdr.Key)) + (k.addr - e.addr)}
+			if queued {
+				d.raQueue = append(d.raQueue, r)
+			} else {
+				// The plan's first read is the one its lane waits for
+				// next: it goes before the reads other lanes queued
+				// further ahead of themselves.
+				d.raQueue = slices.Insert(d.raQueue, 0, r)
+			}
+			queued = true
+		} else {
+			delete(d.raTail, k.addr)
+		}
+		r.refs.Add(1)
+		c := &raChunk{r: r, off: r.n, at: now}
+		if announced {
+			c.claims = 1
+		}
 		d.ra[k] = c
 		d.raBytes += k.n
-		jobs = append(jobs, job{k, c, e.file, dataOffset(objheader.Len(e.hdr.Key)) + (k.addr - e.addr)})
+		r.n += k.n
+		r.end = k.addr + k.n
+		if idle {
+			idle = false
+			return // nothing joins it
+		}
+		d.raTail[r.end] = r
+	}
+	for _, k := range plan {
+		add(k, announced)
+	}
+	// A get of a whole value whose neighbour before it in address order
+	// was read within raStream (values offloaded together, read together)
+	// reads the values after it ahead too, after everything announced, up
+	// to raWindow slices, cut as the engine cuts a READ of each.
+	if last := plan[len(plan)-1]; single && first != nil && last.addr+last.n == first.end() && d.raSlice != 0 {
+		stream := false
+		d.byAddr.DescendLessOrEqual(&diskEntry{addr: first.addr - 1}, func(p *diskEntry) bool {
+			stream = now.Sub(p.readAt) < raStream
+			return false
+		})
+		if stream {
+			var spec []raKey
+			d.byAddr.AscendGreaterOrEqual(&diskEntry{addr: first.end()}, func(x *diskEntry) bool {
+				for a := x.addr; a < x.end() && len(spec) < raWindow; a += d.raSlice {
+					spec = append(spec, raKey{a, min(d.raSlice, x.end()-a)})
+				}
+				return len(spec) < raWindow
+			})
+			queued = queued || len(spec) > 0 // behind the announced reads
+			for _, k := range spec {
+				if d.ra[k] == nil {
+					d.aheadSpec.Add(1)
+				}
+				add(k, false)
+			}
+		}
+	}
+	if queued {
+		for d.raReaders < ReadDepth && d.raReaders < len(d.raQueue) {
+			d.raReaders++
+			d.raWG.Go(d.reader)
+		}
 	}
 	d.raMu.Unlock()
 	d.mu.Unlock()
-	for _, j := range jobs {
-		d.raWG.Go(func() {
-			j.c.b, j.c.buf, j.c.err = d.readRange(j.file, j.off, j.k.n)
-			close(j.c.done)
-		})
+}
+
+// reader runs the queued reads ahead, oldest first, until none is left.
+func (d *Tier) reader() {
+	for {
+		d.raMu.Lock()
+		if len(d.raQueue) == 0 {
+			d.raReaders--
+			d.raMu.Unlock()
+			return
+		}
+		r := d.raQueue[0]
+		d.raQueue[0] = nil
+		d.raQueue = d.raQueue[1:]
+		if d.raTail[r.end] == r {
+			delete(d.raTail, r.end) // started: nothing joins it any more
+		}
+		d.raMu.Unlock()
+		r.b, r.buf, r.err = d.readRange(r.file, r.off, r.n)
+		d.aheadReads.Add(1)
+		close(r.done)
 	}
 }

@@ -581,6 +581,16 @@ func (v *Verifier) remember(b []byte, g Grant) {
 // one-shot, is still live) allows mode on [addr, addr+n), ErrDenied
 // otherwise. It looks at the newest grants first.
 func (s *Set) Allow(mode Mode, addr, n uint64) error {
+	if s.Allows(mode, addr, n) {
+		return nil
+	}
+	s.v.denied.Add(1)
+	return ErrDenied
+}
+
+// Allows is Allow without counting a denial: for looking ahead at
+// requests that are checked again (and counted) when served.
+func (s *Set) Allows(mode Mode, addr, n uint64) bool {
 	var now time.Time
 	for k := 1; k <= s.n; k++ {
 		g := &s.ring[(s.next-k+maxSet)%maxSet]
@@ -596,10 +606,9 @@ func (s *Set) Allow(mode Mode, addr, n uint64) error {
 		if g.Flags&FlagOneShot != 0 && !s.v.Live(g.Nonce) {
 			continue
 		}
-		return nil
+		return true
 	}
-	s.v.denied.Add(1)
-	return ErrDenied
+	return false
 }
 
 // Check verifies an encoded grant and that it allows mode on [addr,

@@ -66,7 +66,7 @@
 //     free the slot and return its tombstone for the client to zero.
 //     On the wire (internal/masterserver) one PutCommit call ends every put:
 //     without a slot it is PutEnd, with one PutCommit, and either may also
-//     ask for PutReserve.
+//     ask for PutReserve; CommitNext does both in one hold of the lock.
 //   - Get: GetReplicaList returns the replicas and the CRC and grants a read
 //     lease (10s). Remove, RemoveByRegex and RemoveAll skip or refuse leased
 //     objects (ErrObjectHasLease) unless forced; eviction never takes a
@@ -105,14 +105,16 @@
 //     (newest sequence number wins; keys removed on this master stay
 //     removed); a freed object's header stays allocated as a tombstone
 //     until it is zeroed (by the removing client, or by the node after
-//     Heartbeat lists it), so removed objects are never re-reported. The
+//     Heartbeat lists it; Heartbeat takes the zeroed ones back 512 per hold
+//     of the lock), so removed objects are never re-reported. The
 //     reports come in bounded chunks through a restore session
 //     (restore_session.go: RestoreBegin, RestoreChunk, RestoreEnd; Restore
 //     runs one whole), decided in offset order as they arrive, at most
 //     RestoreChunkObjects per hold of the lock; up to RestoreWindow chunks
 //     may be in flight (RestoreChunkContext: an early one waits for its
-//     turn, decoded, outside the lock), and RestoreExpect sizes the object
-//     table from the session's announced total; the segment takes no new
+//     turn, decoded, outside the lock; its keys are hashed outside the
+//     lock too), and RestoreExpect sizes the object table from the
+//     session's announced total; the segment takes no new
 //     objects until its session ends. A session idle for ClientTTL, or
 //     replaced by the client's next remount, is dropped with the segments
 //     it left half restored (their objects not counted as removed), and

@@ -34,21 +34,16 @@ const probeID = math.MaxUint32
 
 func newKeyIndex(t *objTable) keyIndex {
 	x := keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b })}
-	p := &t.probe
-	x.mem = btree.NewG(64, func(a, b uint32) bool {
-		var ka, kb []byte
-		if a == probeID {
-			ka = *p
-		} else {
-			ka = t.keyBytes(t.at(a))
+	key := func(id uint32) []byte {
+		switch id {
+		case probeID:
+			return t.probe
+		case t.hot:
+			return t.hotKey
 		}
-		if b == probeID {
-			kb = *p
-		} else {
-			kb = t.keyBytes(t.at(b))
-		}
-		return keyLess(ka, kb)
-	})
+		return t.keyBytes(t.at(id))
+	}
+	x.mem = btree.NewG(64, func(a, b uint32) bool { return keyLess(key(a), key(b)) })
 	return x
 }
 
@@ -117,7 +112,11 @@ func (x *keyIndex) ascendRecs(pivot string, limit int, fn func(o *object, k []by
 
 // indexObjectLocked lists o, which became visible.
 func (m *Master) indexObjectLocked(o *object, key string) {
+	// Every comparison of the insert has o on one side: its key is at hand.
+	t := m.objects
+	t.hot, t.hotKey = o.id, t.keyBytes(o)
 	m.index.mem.ReplaceOrInsert(o.id)
+	t.hot, t.hotKey = 0, nil
 	if m.index.disk.Len() > 0 {
 		m.index.disk.Delete(key)
 	}

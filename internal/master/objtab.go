@@ -36,7 +36,7 @@ type objTable struct {
 	keyLive, keyDead uint64   // bytes of live and of freed keys in the arena
 
 	slots []uint64 // hash index: 0 empty, else hash<<32 | ID
-	seed  maphash.Seed
+	sink  uint64   // what touch read (so that its loads are kept)
 
 	more map[uint32][]replica // replicas of objects holding more than one, by ID
 
@@ -48,6 +48,10 @@ type objTable struct {
 	reserved int // objects the hash index was sized for (reserve)
 
 	probe []byte // the key probeID stands for in a search of the listing index (list.go)
+	// hot is the ID being inserted in the listing index, hotKey its key
+	// (0, nil: none): the index's comparisons skip looking it up.
+	hot    uint32
+	hotKey []byte
 }
 
 const (
@@ -58,7 +62,7 @@ const (
 )
 
 func newObjTable() *objTable {
-	return &objTable{seed: maphash.MakeSeed(), more: map[uint32][]replica{}, ownerIdx: map[string]uint32{},
+	return &objTable{more: map[uint32][]replica{}, ownerIdx: map[string]uint32{},
 		owners: []string{""}, ownerRefs: []int32{0}, next: 1}
 }
 
@@ -97,8 +101,30 @@ func (t *objTable) reusable() uint64 {
 	return uint64(len(t.free))*uint64(unsafe.Sizeof(object{})) + t.keyDead
 }
 
-func (t *objTable) hash(key string) uint32 {
-	return uint32(maphash.String(t.seed, key) >> 32)
+func (t *objTable) hash(key string) uint32 { return keyHash(key) }
+
+// keySeed seeds the hash of the object tables' keys: fixed for the
+// process, so that a caller can hash keys before it takes the lock
+// (keyHash) and pass the hashes in (getHashed, addHashed).
+var keySeed = maphash.MakeSeed()
+
+// keyHash is the hash of key in the object table's index.
+func keyHash(key string) uint32 { return uint32(maphash.String(keySeed, key) >> 32) }
+
+// touch reads the hash slots of the hashes hs (of keys about to be looked
+// up): the loads do not depend on each other, so the processor overlaps
+// their cache misses, and the lookups that follow find the slots cached.
+// At millions of objects a lookup's slot is a miss to memory otherwise.
+func (t *objTable) touch(hs []uint32) {
+	if len(t.slots) == 0 {
+		return
+	}
+	mask := uint64(len(t.slots) - 1)
+	var x uint64
+	for _, h := range hs {
+		x += t.slots[uint64(h)&mask]
+	}
+	t.sink = x
 }
 
 // keyBytes is o's key in the arena (valid until the arena is compacted;
@@ -112,11 +138,13 @@ func (t *objTable) keyBytes(o *object) []byte {
 func (t *objTable) key(o *object) string { return string(t.keyBytes(o)) }
 
 // get is the object of key, nil when there is none.
-func (t *objTable) get(key string) *object {
+func (t *objTable) get(key string) *object { return t.getHashed(key, t.hash(key)) }
+
+// getHashed is get of key whose keyHash is h.
+func (t *objTable) getHashed(key string, h uint32) *object {
 	if t.n == 0 {
 		return nil
 	}
-	h := t.hash(key)
 	mask := uint64(len(t.slots) - 1)
 	for i := uint64(h) & mask; ; i = (i + 1) & mask {
 		s := t.slots[i]
@@ -133,7 +161,10 @@ func (t *objTable) get(key string) *object {
 
 // add stores a new object with key (not in the table) and the fields of
 // rec, and returns its record. Its replicas are set by setReps.
-func (t *objTable) add(key string, rec object) *object {
+func (t *objTable) add(key string, rec object) *object { return t.addHashed(key, t.hash(key), rec) }
+
+// addHashed is add of key whose keyHash is h.
+func (t *objTable) addHashed(key string, h uint32, rec object) *object {
 	if (t.n+1)*8 > len(t.slots)*7 {
 		t.rehash(max(minSlots, len(t.slots)*2))
 	}
@@ -164,7 +195,7 @@ func (t *objTable) add(key string, rec object) *object {
 		t.putKey(o, key)
 	}
 	t.n++
-	t.insertSlot(t.hash(key), id)
+	t.insertSlot(h, id)
 	return o
 }
 
@@ -371,9 +402,9 @@ func (t *objTable) setOwner(o *object, client string) {
 // later objects.
 func (t *objTable) compact() {
 	if t.n == 0 && t.next > 1 {
-		seed, probe := t.seed, t.probe
+		probe := t.probe
 		*t = *newObjTable()
-		t.seed, t.probe = seed, probe
+		t.probe = probe
 		return
 	}
 	if t.n >= t.reserved {

@@ -105,6 +105,10 @@ func (o *object) pin(rc ReplicateConfig, defaultTTL time.Duration, now time.Time
 func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.putEndLocked(clientID, key, crc)
+}
+
+func (m *Master) putEndLocked(clientID, key string, crc uint32) error {
 	o := m.objects.get(key)
 	if o == nil {
 		return fmt.Errorf("%w: %q (put expired or removed)", ErrObjectNotFound, key)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,6 +37,24 @@ const RestoreChunkObjects = 4096
 // message each), not the lock.
 const RestoreWindow = 8
 
+// lastRestorePart is when (Unix nanoseconds, of the Master's clock) any
+// Master of the process last decided a part of a restore: RestoreRunning.
+var lastRestorePart atomic.Int64
+
+// RestoreRunning reports whether a restore decided a part within the
+// second before now, in any Master of the process: a process's GC setting
+// (the master command's tuner) gives the garbage of a restore's decoded
+// reports more room while one runs.
+func RestoreRunning(now time.Time) bool {
+	return now.UnixNano()-lastRestorePart.Load() < int64(time.Second)
+}
+
+// touchGroup is how many reports' hash slots a restore reads at once
+// (objTable.touch) before deciding them: enough for the processor to
+// overlap their misses, few enough that their lines and pages stay cached
+// until each is looked up.
+const touchGroup = 64
+
 // restoreTable holds the restore sessions (one Master field).
 type restoreTable struct {
 	sessions map[string]*restoreSession // by client id
@@ -59,6 +78,13 @@ type restoreSession struct {
 	turn     chan struct{}
 	expires  time.Time
 	cursors  map[string]*restoreCursor // by segment name
+
+	// For the log line of its end: when it began, the reports it took
+	// and its time holding the lock to decide them.
+	began    time.Time
+	reports  int
+	restored int
+	held     time.Duration
 }
 
 // wake tells the calls waiting for their turn in sess that it changed
@@ -70,11 +96,17 @@ func (sess *restoreSession) wake() {
 
 // restoreCursor is where the restore of one segment stands.
 type restoreCursor struct {
-	s       *segment
-	pos     uint64     // offsets below pos are decided; [pos, pos+Align) is allocated (a fence), the rest is free
-	last    HeldObject // kept report whose overlaps may not all be known yet (if hasLast)
-	hasLast bool
-	losers  []HeldObject // refused reports at offsets >= pos, their tombstones not decided
+	s   *segment
+	pos uint64 // offsets below pos are decided; [pos, pos+Align) is allocated (a fence), the rest is free
+	// apos is where the allocator's fence lies: [apos, pos) is decided,
+	// its allocation deferred to the end of the part (restoreFlushLocked):
+	// one allocator step for the part, and one per gap in it.
+	apos     uint64
+	gaps     [][2]uint64 // free ranges in [apos, pos), the allocator not told yet
+	last     HeldObject  // kept report whose overlaps may not all be known yet (if hasLast)
+	lastHash uint32      // keyHash of last.Key
+	hasLast  bool
+	losers   []HeldObject // refused reports at offsets >= pos, their tombstones not decided
 }
 
 // errRestoreSession wraps the refusals of a restore call: no such session
@@ -145,7 +177,7 @@ func (m *Master) RestoreBegin(clientID string, specs []SegmentSpec) (uint64, err
 	m.touchClient(clientID, now)
 	m.restore.lastID = max(m.restore.lastID+1, uint64(now.UnixNano())) // ids differ across master restarts
 	sess := &restoreSession{id: m.restore.lastID, client: clientID, expires: now.Add(m.cfg.ClientTTL), cursors: map[string]*restoreCursor{},
-		turn: make(chan struct{})}
+		turn: make(chan struct{}), began: now}
 	if m.restore.sessions == nil {
 		m.restore.sessions, m.restore.segs = map[string]*restoreSession{}, map[*segment]bool{}
 	}
@@ -327,18 +359,35 @@ func (m *Master) restoreDecided(sess *restoreSession) {
 // restorePart decides up to RestoreChunkObjects reports of sess under one
 // hold of the lock.
 func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk []HeldObject, res *RestoreResult) error {
+	// Outside the lock: the keys' hashes in the object table, so that the
+	// hold only looks them up (and reads their slots at once, touch).
+	hs := make([]uint32, len(mem))
+	for i, h := range mem {
+		hs[i] = keyHash(h.Key)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.restore.sessions[clientID] != sess {
 		return fmt.Errorf("%w %d of %q: dropped during the call", errRestoreSession, sess.id, clientID)
 	}
 	now := m.clock.Now()
+	lastRestorePart.Store(now.UnixNano())
+	defer m.restoreFlushAllLocked(sess)
+	restored := res.Restored
+	defer func() {
+		sess.held += m.clock.Now().Sub(now)
+		sess.reports += len(mem) + len(onDisk)
+		sess.restored += res.Restored - restored
+	}()
 	// The reports come sorted by segment: the cursor is looked up (and
 	// checked still mounted: nothing unmounts during the part's hold) once
 	// per run of one segment's reports, not per report.
 	var seg string
 	var cur *restoreCursor
 	for i, h := range mem {
+		if i%touchGroup == 0 { // the next group's slots, read together while they stay cached
+			m.objects.touch(hs[i:min(len(hs), i+touchGroup)])
+		}
 		if i == 0 || h.Segment != seg {
 			seg, cur = h.Segment, sess.cursors[h.Segment]
 			if cur != nil && m.segments[cur.s.key] != cur.s { // unmounted meanwhile
@@ -350,9 +399,10 @@ func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk 
 		if cur == nil {
 			continue // a segment the master knew, not the client's, or unmounted
 		}
-		m.restoreStepLocked(cur, sess, h, now, res)
+		m.restoreStepLocked(cur, sess, h, hs[i], now, res)
 	}
 	if m.cfg.Durable && len(onDisk) > 0 {
+		m.restoreFlushAllLocked(sess) // what DiskSync frees is allocated
 		c := m.clients[clientID]
 		rm, taken := m.diskSyncLocked(c, onDisk, nil)
 		for _, h := range rm { // delivered with the next ping
@@ -406,11 +456,16 @@ func (m *Master) restoreEndTry(clientID string, id uint64) (RestoreResult, chan 
 			continue
 		}
 		m.settleLocked(cur, sess, ^uint64(0), now, &res)
+		m.restoreFlushLocked(cur)
 		if cur.pos < cur.s.alloc.Size() {
 			cur.s.alloc.Free(cur.pos, m.cfg.Align) // the fence
 		}
 	}
 	m.dropSessionLocked(sess)
+	sess.restored += res.Restored
+	m.cfg.Logger.Info("master: restore session ended", "client", clientID, "segments", len(sess.cursors), "chunks", sess.next,
+		"reports", sess.reports, "restored", sess.restored, "objects", m.objects.len(),
+		"took", now.Sub(sess.began).Round(time.Millisecond), "decide", sess.held.Round(time.Millisecond))
 	return res, nil, nil
 }
 
@@ -485,8 +540,9 @@ func (m *Master) dropSessionLocked(sess *restoreSession) {
 	}
 }
 
-// restoreStepLocked takes report h of cur's segment (in offset order).
-func (m *Master) restoreStepLocked(cur *restoreCursor, sess *restoreSession, h HeldObject, now time.Time, res *RestoreResult) {
+// restoreStepLocked takes report h of cur's segment (in offset order);
+// hash is keyHash(h.Key).
+func (m *Master) restoreStepLocked(cur *restoreCursor, sess *restoreSession, h HeldObject, hash uint32, now time.Time, res *RestoreResult) {
 	s := cur.s
 	end := h.Offset + headerLen(h.Key) + h.Size
 	if m.checkKey(h.Key) != nil || h.Size == 0 || h.Offset%m.cfg.Align != 0 || end < h.Offset || end > s.alloc.Size() ||
@@ -499,7 +555,7 @@ func (m *Master) restoreStepLocked(cur *restoreCursor, sess *restoreSession, h H
 		if l := &cur.last; l.Offset+m.restoreSpan(s, *l) > h.Offset { // overlapping reports: the newer wins
 			if h.Seq > l.Seq {
 				cur.losers = append(cur.losers, *l)
-				*l = h
+				*l, cur.lastHash = h, hash
 			} else {
 				cur.losers = append(cur.losers, h)
 			}
@@ -507,7 +563,7 @@ func (m *Master) restoreStepLocked(cur *restoreCursor, sess *restoreSession, h H
 		}
 		m.settleLocked(cur, sess, h.Offset, now, res)
 	}
-	cur.last, cur.hasLast = h, true
+	cur.last, cur.lastHash, cur.hasLast = h, hash, true
 }
 
 func (m *Master) restoreSpan(s *segment, h HeldObject) uint64 {
@@ -524,7 +580,7 @@ func (m *Master) settleLocked(cur *restoreCursor, sess *restoreSession, before u
 	if cur.hasLast {
 		h := &cur.last
 		cur.hasLast = false
-		if m.takeOverLocked(s, sess, *h, now, res) {
+		if m.takeOverLocked(s, sess, *h, cur.lastHash, now, res) {
 			won = h
 			res.Restored++
 		} else {
@@ -579,28 +635,53 @@ func (m *Master) settleLocked(cur *restoreCursor, sess *restoreSession, before u
 // in cur's segment and moves the fence past it, in O(1): the free extent
 // past the fence starts right after it (nothing else allocates on a
 // segment being restored, and the fence keeps frees below it from merging
-// with that extent).
+// with that extent). The allocator learns it later, with the part's
+// other ranges (restoreFlushLocked), before anything else reads or frees
+// that segment's space: the gap before off, if any, is remembered.
 func (m *Master) restoreTakeLocked(cur *restoreCursor, off, n uint64) {
-	a, align := cur.s.alloc, m.cfg.Align
-	end := off + n
-	ok := true
-	if hi := min(end+align, a.Size()); hi > cur.pos+align { // the bytes past the fence and the next fence, in one step
-		ok = a.AllocAt(cur.pos+align, hi-cur.pos-align)
-	}
 	if off > cur.pos {
-		a.Free(cur.pos, off-cur.pos) // the fence and the gap before off
+		cur.gaps = append(cur.gaps, [2]uint64{cur.pos, off})
 	}
-	cur.pos = end
-	if !ok { // cannot happen: see above
-		panic(fmt.Sprintf("master: restore %s: [%d,+%d) not free past the fence", cur.s.spec.Name, off, n))
+	cur.pos = off + n
+}
+
+// restoreFlushLocked tells the allocator what was taken since the last
+// flush: the bytes past the old fence up to the end of the new one
+// ([apos, pos) decided, [pos, pos+Align) the fence) in one step, then the
+// gaps between the ranges taken (the old fence with them) freed again.
+func (m *Master) restoreFlushLocked(cur *restoreCursor) {
+	if cur.apos == cur.pos {
+		return
+	}
+	a, align := cur.s.alloc, m.cfg.Align
+	ok := true
+	if hi := min(cur.pos+align, a.Size()); hi > cur.apos+align {
+		ok = a.AllocAt(cur.apos+align, hi-cur.apos-align)
+	}
+	if !ok { // cannot happen: see restoreTakeLocked
+		panic(fmt.Sprintf("master: restore %s: [%d,%d) not free past the fence", cur.s.spec.Name, cur.apos, cur.pos))
+	}
+	for _, g := range cur.gaps {
+		a.Free(g[0], g[1]-g[0])
+	}
+	cur.apos, cur.gaps = cur.pos, cur.gaps[:0]
+}
+
+// restoreFlushAllLocked flushes every segment of sess still mounted: at
+// the end of each hold of the lock, and before a free during one.
+func (m *Master) restoreFlushAllLocked(sess *restoreSession) {
+	for _, cur := range sess.cursors {
+		if m.segments[cur.s.key] == cur.s {
+			m.restoreFlushLocked(cur)
+		}
 	}
 }
 
 // takeOverLocked makes report h of s an object, or one more replica of
 // one, unless the master knows a newer version of its key or the key was
 // removed; it reports whether it did.
-func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, now time.Time, res *RestoreResult) bool {
-	o := m.objects.get(h.Key)
+func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, hash uint32, now time.Time, res *RestoreResult) bool {
+	o := m.objects.getHashed(h.Key, hash)
 	switch {
 	case m.removed[h.Key] >= h.Seq, m.evicted[h.Key] >= h.Seq:
 		return false
@@ -616,9 +697,10 @@ func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, 
 		m.segAdd(s, o)
 		return true
 	default: // the master knows an older version: this one replaces it
+		m.restoreFlushAllLocked(sess) // its space is allocated before it is freed
 		m.replaceRestoredLocked(o, sess, res)
 	}
-	o = m.objects.add(h.Key, object{size: h.Size, crc: h.CRC, complete: true,
+	o = m.objects.addHashed(h.Key, hash, object{size: h.Size, crc: h.CRC, complete: true,
 		created: nanoOf(now), lastAccess: nanoOf(now), hardPin: h.HardPin, seq: h.Seq, hdr: uint32(headerLen(h.Key)), restored: true})
 	m.objects.setRep(o, replica{seg: s.id, off: h.Offset})
 	if h.SoftPin {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -647,4 +649,65 @@ func TestPutDuringRestoreEvictsNothing(t *testing.T) {
 			t.Fatalf("restored %s: %v", h.Key, err)
 		}
 	}
+}
+
+// BenchmarkRestoreScale: one node's remount of MOONCAKE_RESTORE_OBJECTS
+// reports (default 1M; keys obj/%09d in the order the master bench's 8
+// loading clients leave them: runs of 512 consecutive keys from 8 ranges
+// interleaved), in chunks of 16,384 as a node sends them, into an empty
+// master sized by RestoreExpect: the master's cost per report at scale
+// (ns/report), decoding excluded. With MOONCAKE_RESTORE_GAPS=1 every
+// other object's place is empty (as after removing half the keys).
+func BenchmarkRestoreScale(b *testing.B) {
+	n := 1_000_000
+	if s := os.Getenv("MOONCAKE_RESTORE_OBJECTS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	obj := uint64(128)
+	step := obj
+	if os.Getenv("MOONCAKE_RESTORE_GAPS") == "1" {
+		step *= 2
+	}
+	spec := SegmentSpec{Name: "a", Endpoint: "ep-a", Base: 1 << 30, Size: uint64(n+1) * step}
+	held := make([]HeldObject, 0, n)
+	per := (n + 7) / 8
+	for run := 0; len(held) < n; run++ {
+		for client := range 8 {
+			for k := run * 512; k < min(per, (run+1)*512) && client*per+k < n; k++ {
+				i := len(held)
+				held = append(held, HeldObject{Segment: "a", Offset: uint64(i) * step, Key: fmt.Sprintf("obj/%09d", client*per+k),
+					Size: 64, CRC: 1, Seq: uint64(i + 1)})
+			}
+		}
+	}
+	const chunk = 16384
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := New(Config{Durable: true}, newFakeClock())
+		if err != nil {
+			b.Fatal(err)
+		}
+		id, err := m.RestoreBegin("c", []SegmentSpec{spec})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.RestoreExpect("c", id, uint64(n)); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < n; i += chunk {
+			if _, err := m.RestoreChunk("c", id, uint32(i/chunk), held[i:min(n, i+chunk)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := m.RestoreEnd("c", id); err != nil {
+			b.Fatal(err)
+		}
+		if m.Stats().Objects != n {
+			b.Fatalf("%d objects restored", m.Stats().Objects)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/report")
 }

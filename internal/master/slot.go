@@ -44,11 +44,65 @@ func (m *Master) PutReserve(clientID string, size uint64, keyLen int, rc Replica
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.putReserveLocked(clientID, size, keyLen, rc)
+}
+
+func (m *Master) putReserveLocked(clientID string, size uint64, keyLen int, rc ReplicateConfig) (string, []Replica, error) {
 	slot := SlotPrefix + clientID + "/" + strconv.FormatUint(m.seq+1, 10)
 	if err := m.validPut(slot, size, rc); err != nil {
 		return "", nil, err
 	}
 	return m.reserveLocked(clientID, slot, size, keyLen, rc, m.clock.Now())
+}
+
+// SlotAsk is the slot a commit asks for (CommitNext): space for the
+// client's next put of Size bytes under a key of KeyLen bytes.
+type SlotAsk struct {
+	Size   uint64
+	KeyLen int
+}
+
+// Committed is the outcome of CommitNext: PutCommit's (Tombs, Gone, Err)
+// and, when the commit went through and a slot was asked for and could be
+// reserved, the slot (Slot, Next as PutReserve's answer; ReserveErr why
+// none was).
+type Committed struct {
+	Tombs      []HeaderRef
+	Gone       bool
+	Err        error
+	Slot       string
+	Next       []Replica
+	ReserveErr error
+}
+
+// CommitNext ends a put and reserves the client's next slot in one hold of
+// the lock: PutEnd of key (slot "") or PutCommit of the slot as key, then,
+// when that went through and ask.Size > 0, PutReserve of ask with policy rc.
+// One hold instead of two: under load every hold of the master's one lock is
+// a place where the other clients' calls queue.
+func (m *Master) CommitNext(clientID, key, slot string, crc uint32, rc ReplicateConfig, upsert bool, ask SlotAsk) Committed {
+	var out Committed
+	if slot != "" {
+		if err := m.checkKey(key); err != nil {
+			out.Err = err
+			return out
+		}
+	}
+	reserve := ask.Size > 0 && ask.KeyLen >= 1 && ask.KeyLen <= m.cfg.MaxKeyLen && rc.PromoteSeq == 0
+	if ask.Size > 0 && !reserve {
+		out.ReserveErr = fmt.Errorf("%w: slot of key length %d, promotion %d", ErrInvalidParams, ask.KeyLen, rc.PromoteSeq)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if slot == "" {
+		out.Err = m.putEndLocked(clientID, key, crc)
+	} else {
+		out.Tombs, out.Gone, out.Err = m.putCommitLocked(clientID, key, slot, crc, rc, upsert)
+	}
+	if reserve && out.Err == nil && !out.Gone {
+		out.Slot, out.Next, out.ReserveErr = m.putReserveLocked(clientID, ask.Size, ask.KeyLen, rc)
+	}
+	return out
 }
 
 func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, rc ReplicateConfig, now time.Time) (string, []Replica, error) {
@@ -88,6 +142,10 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.putCommitLocked(clientID, key, slot, crc, rc, upsert)
+}
+
+func (m *Master) putCommitLocked(clientID, key, slot string, crc uint32, rc ReplicateConfig, upsert bool) (tombs []HeaderRef, gone bool, err error) {
 	now := m.clock.Now()
 	sid, ok := m.pending[slot]
 	if !ok {

@@ -108,9 +108,23 @@ func (s *segment) ref(off uint64, tb tomb) HeaderRef {
 //
 // The sign of life is recorded first, without mu (Ping), so a heartbeat
 // that then waits for the core's lock has already kept its client alive.
+// The zeroed tombstones are taken back heartbeatPart at a time, one hold of
+// the lock each: a node reports up to maxTombsPerPing at once, and taking
+// them all in one hold kept every put and get waiting for milliseconds.
 func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uint64, st PingStatus, todo []HeaderRef) {
 	if _, st := m.Ping(clientID); st != PingOK {
 		return m.viewVersion, st, nil
+	}
+	for len(zeroed) > heartbeatPart {
+		m.mu.Lock()
+		c := m.clients[clientID]
+		if c == nil {
+			m.mu.Unlock()
+			return m.viewVersion, PingNeedRemount, nil
+		}
+		m.zeroedLocked(c, zeroed[:heartbeatPart])
+		m.mu.Unlock()
+		zeroed = zeroed[heartbeatPart:]
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -118,6 +132,36 @@ func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uin
 	if c == nil {
 		return m.viewVersion, PingNeedRemount, nil
 	}
+	m.zeroedLocked(c, zeroed)
+	now := m.clock.Now()
+	n := 0
+	for _, s := range c.segments {
+		s.releaseFencedLocked(now)
+		n += len(s.tombs)
+	}
+	if n == 0 {
+		return m.viewVersion, PingOK, nil
+	}
+	todo = make([]HeaderRef, 0, min(n, maxTombsPerPing)) // no growth: an answer is up to 1.3 MB of refs
+	for _, s := range c.segments {
+		for off, tb := range s.tombs {
+			if len(todo) >= maxTombsPerPing {
+				return m.viewVersion, PingOK, todo
+			}
+			todo = append(todo, s.ref(off, tb))
+		}
+	}
+	return m.viewVersion, PingOK, todo
+}
+
+// heartbeatPart is how many zeroed tombstones a heartbeat takes back per
+// hold of the lock (about a millisecond's work at most).
+const heartbeatPart = 512
+
+// zeroedLocked takes back the tombstones of c's segments that its node
+// zeroed: their space is freed (or fenced, when a remover may still write
+// there).
+func (m *Master) zeroedLocked(c *client, zeroed []HeaderRef) {
 	now := m.clock.Now()
 	for _, z := range zeroed {
 		s := c.segments[z.Segment]
@@ -133,18 +177,6 @@ func (m *Master) Heartbeat(clientID string, zeroed []HeaderRef) (viewVersion uin
 			m.dropTombLocked(s, z.Offset)
 		}
 	}
-	for _, s := range c.segments {
-		s.releaseFencedLocked(now)
-	}
-	for _, s := range c.segments {
-		for off, tb := range s.tombs {
-			if len(todo) >= maxTombsPerPing {
-				return m.viewVersion, PingOK, todo
-			}
-			todo = append(todo, s.ref(off, tb))
-		}
-	}
-	return m.viewVersion, PingOK, todo
 }
 
 // tombsOfLocked lists the tombstones of the given keys (the removed

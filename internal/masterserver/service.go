@@ -124,8 +124,11 @@ func refsToPB(rs []master.HeaderRef) []*pb.HeaderRef {
 		return nil
 	}
 	out := make([]*pb.HeaderRef, len(rs))
+	all := make([]pb.HeaderRef, len(rs)) // one allocation: a ping answer lists up to 16,384
 	for i, r := range rs {
-		out[i] = &pb.HeaderRef{Segment: r.Segment, Endpoint: r.Endpoint, Offset: r.Offset, Addr: r.Addr, Seq: r.Seq, Offload: r.Offload}
+		h := &all[i]
+		h.Segment, h.Endpoint, h.Offset, h.Addr, h.Seq, h.Offload = r.Segment, r.Endpoint, r.Offset, r.Addr, r.Seq, r.Offload
+		out[i] = h
 	}
 	return out
 }
@@ -279,18 +282,19 @@ func (s *Service) putCommit(ns string, r *pb.PutCommitRequest) *pb.PutCommitResp
 	out := &pb.PutCommitResponse{}
 	rc := rcFromPB(r.Config)
 	key := scope(ns, r.Key)
-	if r.Slot == "" {
-		out.Status = status(s.m.PutEnd(r.ClientId, key, r.Crc32C))
-	} else {
-		tombs, gone, err := s.m.PutCommit(r.ClientId, key, r.Slot, r.Crc32C, rc, r.Upsert)
-		out.Status, out.SlotGone, out.Tombstones = status(err), gone, s.grants.tombs(refsToPB(tombs))
-	}
+	var ask master.SlotAsk
 	keyLen := r.ReserveKeyLen + uint64(len(ns)) // the slot's header carries the namespace too
-	if out.Status.Code == 0 && !out.SlotGone && r.ReserveSize > 0 && r.ReserveKeyLen > 0 && keyLen <= uint64(s.m.Config().MaxKeyLen) {
-		if slot, reps, err := s.m.PutReserve(r.ClientId, r.ReserveSize, int(keyLen), rc); err == nil && len(reps) > 0 {
-			out.NextSlot = slot
-			out.Next = s.grants.put(&pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(reps), Seq: reps[0].Seq, HeaderLen: reps[0].HeaderLen, KeyPrefix: ns})
-		}
+	if r.ReserveSize > 0 && r.ReserveKeyLen > 0 && keyLen <= uint64(s.m.Config().MaxKeyLen) {
+		ask = master.SlotAsk{Size: r.ReserveSize, KeyLen: int(keyLen)}
+	}
+	c := s.m.CommitNext(r.ClientId, key, r.Slot, r.Crc32C, rc, r.Upsert, ask)
+	out.Status, out.SlotGone = status(c.Err), c.Gone
+	if len(c.Tombs) > 0 {
+		out.Tombstones = s.grants.tombs(refsToPB(c.Tombs))
+	}
+	if c.Slot != "" && len(c.Next) > 0 {
+		out.NextSlot = c.Slot
+		out.Next = s.grants.put(&pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(c.Next), Seq: c.Next[0].Seq, HeaderLen: c.Next[0].HeaderLen, KeyPrefix: ns})
 	}
 	return out
 }

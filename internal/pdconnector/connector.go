@@ -224,9 +224,26 @@ func New(cfg Config) (*Connector, error) {
 		prod: NewProducerCore(cfg.AbortTimeout), cancels: map[uint64]context.CancelFunc{},
 		registry: bootstrap.NewRegistry(cfg.EngineID, "", 1)}
 	c.hooks = newHooks(c, cfg.Role)
-	c.boot.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
+	c.boot.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, DialContext: dialAbortive}}
 	c.m = newMetrics(c)
 	return c, nil
+}
+
+// dialAbortive dials the bootstrap side channel with SO_LINGER 0, so that
+// closing a connection resets it: a pull decode gave up on (its ctx ended,
+// net/http closes the connection) is dropped from the socket instead of
+// being delivered when a partition heals, after decode fenced prefill and
+// reused the blocks the pull names.
+func dialAbortive(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	return conn, nil
 }
 
 // Run serves the bootstrap registry, the pull side channel (POST /pull and

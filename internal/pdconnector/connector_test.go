@@ -15,6 +15,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
 
 	"go.uber.org/goleak"
 
@@ -377,5 +378,36 @@ func TestSilentPrefillIsFenced(t *testing.T) {
 	rec.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("%d fences after an answered failure, want still 1", n)
+	}
+}
+
+// TestSideChannelClosesWithReset: the connector's bootstrap connections
+// have SO_LINGER 0, so a pull decode gave up on is reset, never delivered
+// after a partition heals.
+func TestSideChannelClosesWithReset(t *testing.T) {
+	ln := listen(t)
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	c, err := dialAbortive(t.Context(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l *unix.Linger
+	var gerr error
+	if err := raw.Control(func(fd uintptr) { l, gerr = unix.GetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER) }); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	if l.Onoff != 1 || l.Linger != 0 {
+		t.Fatalf("SO_LINGER %+v, want on with 0 s (close resets)", *l)
 	}
 }

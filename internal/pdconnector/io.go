@@ -305,6 +305,11 @@ func (c *Connector) servePull(ctx context.Context, req bootstrap.PullRequest) bo
 	if !ok {
 		return resp
 	}
+	if ctx.Err() != nil {
+		// Decode left (its side channel was reset) or the deadline came:
+		// it may already have reused the blocks, write nothing.
+		return failed(bootstrap.CodeTimeout, "decode gave up on the pull of %s before the push", req.TransferID)
+	}
 	pushCtx, pushCancel := context.WithCancel(ctx)
 	defer pushCancel()
 	c.mu.Lock()

@@ -59,10 +59,10 @@ func (c *Connector) scheduleStreams(out *engine.SchedulerOutput) []string {
 }
 
 // planLayer is the transfer requests of one stream piece: layer w.Layer of
-// prefill's blocks w.Src into decode's blocks w.Dst. Every streamed byte is
-// planned here, each decode rank getting its heads (PlanLayerWrites).
-func (c *Connector) planLayer(seg transfer.SegmentID, req bootstrap.PullRequest, w LayerWrite) ([]transfer.Request, error) {
-	src, dst := c.sides(req)
+// prefill's blocks w.Src into decode's blocks w.Dst, the pull's sides
+// (sides, made once per stream). Every streamed byte is planned here, each
+// decode rank getting its heads (PlanLayerWrites).
+func (c *Connector) planLayer(seg transfer.SegmentID, src, dst Side, w LayerWrite) ([]transfer.Request, error) {
 	return PlanLayerWrites(seg, src, dst, c.layout.HeadBytes(), w.Src, w.Dst, w.Layer)
 }
 
@@ -108,7 +108,7 @@ func (c *Connector) stream(ctx context.Context, req bootstrap.PullRequest, wake 
 	if err != nil {
 		return c.streamFailed(ctx, tid, "open decode segment %s: %v", req.Segment, err)
 	}
-	_, dst := c.sides(req)
+	src, dst := c.sides(req)
 	grants := decodePullGrants(req.Grants)
 	bb := dst.RankHeads * len(dst.Bases) * c.layout.HeadBytes() // one block of one layer, every rank the pull covers
 	var busy time.Duration
@@ -122,7 +122,7 @@ func (c *Connector) stream(ctx context.Context, req bootstrap.PullRequest, wake 
 		case StreamWrite:
 			var reqs []transfer.Request
 			for _, w := range writes {
-				r, err := c.planLayer(seg, req, w)
+				r, err := c.planLayer(seg, src, dst, w)
 				if err != nil {
 					return failed(bootstrap.CodeBadRequest, "%v", err)
 				}

@@ -49,7 +49,7 @@ func TestParsePolicy(t *testing.T) {
 			t.Errorf("%q: %v %v", name, p, err)
 		}
 	}
-	for _, bad := range []string{"", "belady", "mru"} {
+	for _, bad := range []string{"", "belady", "classceiling", "mru"} {
 		if _, err := ParsePolicy(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -58,6 +58,10 @@ func TestParsePolicy(t *testing.T) {
 	c.InstancePolicy = Belady
 	if err := c.Validate(); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Belady instances: %v", err)
+	}
+	c.InstancePolicy = ClassCeiling
+	if err := c.Validate(); !errors.Is(err, ErrConfig) {
+		t.Fatalf("class ceiling instances: %v", err)
 	}
 	c.InstancePolicy = Retention
 	if err := c.Validate(); err != nil {

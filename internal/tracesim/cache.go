@@ -57,6 +57,8 @@ func (p Policy) String() string {
 		return "Retention"
 	case Belady:
 		return "Belady"
+	case ClassCeiling:
+		return "ClassCeiling"
 	}
 	return fmt.Sprintf("Policy(%d)", int(p))
 }
@@ -337,10 +339,13 @@ func (r CacheResult) HitRate() float64 {
 }
 
 // SimulateCache replays reqs in timestamp order through one global pool.
-// Belady runs SimulateBelady.
+// Belady runs SimulateBelady, ClassCeiling SimulateClassCeiling.
 func SimulateCache(reqs []Request, p Policy, capacity int) CacheResult {
-	if p == Belady {
+	switch p {
+	case Belady:
 		return SimulateBelady(reqs, capacity)
+	case ClassCeiling:
+		return SimulateClassCeiling(reqs, capacity)
 	}
 	c := NewCache(p, capacity)
 	res := CacheResult{Policy: p, Capacity: max(capacity, Unlimited)}

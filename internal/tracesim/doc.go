@@ -78,8 +78,19 @@
 //     first (never used again first, ties deepest first), in a replay of
 //     its own that shares no structure with the online policies.
 //
+//   - ClassCeiling (SimulateClassCeiling, not in Policies either: it is
+//     fitted to the trace it reports on) is the second yardstick: the best
+//     hit rate of a policy that knows a block only by its class (its
+//     request's turn, the earlier requests that held it, its request's new
+//     blocks, its depth) and its age, each class's time-to-next-use
+//     statistics known in advance: a fractional knapsack of per-class
+//     retentions under the capacity as an average (so an overestimate).
+//     Between it and Belady lies what only knowledge of the future (which
+//     prompt gets a next turn) buys.
+//
 // `mooncake bench trace` prints every policy per capacity with Belady's
-// hit rate and the policy's share of the gap between LRU and Belady;
+// hit rate and the policy's share of the gap between LRU and Belady, and
+// the class ceiling with its share;
 // docs/cache-policy.md has the figures. GenerateAgent draws a tool-agent
 // trace (AgentShape; `--synthetic agent`) with other statistics than the
 // conversation trace, to judge a policy on a workload it was not built on.

@@ -71,7 +71,8 @@ type RouteConfig struct {
 	Instances      int // prefill instances
 	CapacityBlocks int // cache per instance in blocks; Unlimited (0) for no limit
 	// InstancePolicy is each instance's eviction policy (the zero value is
-	// LRU; Belady is refused: an instance cannot see the future).
+	// LRU; Belady and ClassCeiling are refused: an instance cannot see the
+	// future).
 	InstancePolicy Policy
 	Cost           CostModel
 	// KVBytesPerToken and BandwidthBytesPerSec give

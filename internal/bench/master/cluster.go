@@ -309,8 +309,9 @@ func (c *cluster) existCount(ctx context.Context, idx []int32) (present, absent 
 // that count every 20 ms (O(1) on the master); then it checks the keys
 // still missing with existCount every 20 ms. Checking every missing key at
 // each poll would put millions of lookups per poll on the master's lock
-// while it restores, slowing what is measured.
-func (c *cluster) waitPresent(ctx context.Context, want []int32, t0, deadline time.Time) (missing []int32, took time.Duration, firstErr string) {
+// while it restores, slowing what is measured. counted is the time from t0
+// to the poll that found the count reached (0: not seen).
+func (c *cluster) waitPresent(ctx context.Context, want []int32, t0, deadline time.Time) (missing []int32, took, counted time.Duration, firstErr string) {
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	missing = want
@@ -318,12 +319,16 @@ func (c *cluster) waitPresent(ctx context.Context, want []int32, t0, deadline ti
 	defer tick.Stop()
 	for {
 		if len(missing) == len(want) && time.Until(deadline) > time.Second {
-			if s, err := c.admin.summary(dctx); err == nil && s.Objects < len(want) {
+			s, err := c.admin.summary(dctx)
+			if err == nil && s.Objects < len(want) {
 				select {
 				case <-dctx.Done():
 				case <-tick.C:
 					continue
 				}
+			}
+			if err == nil && counted == 0 {
+				counted = time.Since(t0)
 			}
 		}
 		_, absent, err := c.existCount(dctx, missing)
@@ -333,7 +338,7 @@ func (c *cluster) waitPresent(ctx context.Context, want []int32, t0, deadline ti
 		missing = absent
 		took = time.Since(t0)
 		if len(missing) == 0 || dctx.Err() != nil {
-			return missing, took, firstErr
+			return missing, took, counted, firstErr
 		}
 		select {
 		case <-dctx.Done():
@@ -341,6 +346,40 @@ func (c *cluster) waitPresent(ctx context.Context, want []int32, t0, deadline ti
 		}
 	}
 }
+
+// remountLogWait bounds the wait for the nodes' remount log lines after
+// the objects are back.
+const remountLogWait = 5 * time.Second
+
+// nodeRemounts is each node's last remount log line since the last call
+// ("" for a node that logged none by wait from now: a node logs its
+// remount after the master's answer to its last call, which may come after
+// the objects were counted).
+func (c *cluster) nodeRemounts(wait time.Duration) []string {
+	out := make([]string, len(c.nodes))
+	deadline := time.Now().Add(wait)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		missing := 0
+		for i, n := range c.nodes {
+			if out[i] == "" {
+				out[i] = n.errTail.markedLine(remountMark)
+			}
+			if out[i] == "" {
+				missing++
+			}
+		}
+		if missing == 0 || !time.Now().Before(deadline) {
+			return out
+		}
+		<-tick.C
+	}
+}
+
+// masterRestore is the serving master's last log line of a restore
+// session that ended (of the last node's remount) since the last call.
+func (c *cluster) masterRestore() string { return c.master.errTail.markedLine(restoreMark) }
 
 // allIndices is 0..n-1, every loaded key.
 func allIndices(n int) []int32 {

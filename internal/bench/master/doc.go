@@ -69,7 +69,13 @@
 //     on the same ports, then BatchExist of the missing ones until all that
 //     existed before are back or Config.RestoreTimeout after the kill
 //     passed (reported as not recovered, with each node's last log line);
-//     none of those absent before (removed, evicted) may come back.
+//     none of those absent before (removed, evicted) may come back. The
+//     breakdown: the new master listening, every node's segment mounted
+//     (its remount's first call), its /api/summary counting them all, and
+//     each node's and the master's log line of the remount (the node's
+//     scan and whole remount, the master's restore session and its time
+//     holding the lock to decide the reports). Run after remove, it is the
+//     restart after removing half the keys.
 //   - failover (Config.HA): BatchExist over all keys, then the leader is
 //     SIGKILLed (Config.FailoverSignal FailoverKill) or SIGSTOPped
 //     (FailoverStop: a hung leader, its connections left open); the

@@ -53,6 +53,7 @@ func (r *run) failover(ctx context.Context) error {
 	}
 	defer resume()
 
+	c.nodeRemounts(0) // forget the lines of earlier remounts
 	t0 := time.Now()
 	deadline := t0.Add(r.cfg.RestoreTimeout)
 	if r.cfg.FailoverSignal == FailoverStop {
@@ -75,8 +76,9 @@ func (r *run) failover(ctx context.Context) error {
 		return fmt.Errorf("nodes on the new leader: %w", err)
 	}
 	fr.Remount = time.Since(t0)
-	missing, took, firstErr := c.waitPresent(ctx, want, t0, deadline)
-	fr.Took, fr.FirstErr = took, firstErr
+	missing, took, counted, firstErr := c.waitPresent(ctx, want, t0, deadline)
+	fr.Took, fr.Counted, fr.FirstErr = took, counted, firstErr
+	fr.NodeRemounts, fr.MasterRestore = c.nodeRemounts(remountLogWait), c.masterRestore()
 	fr.Present, fr.Recovered = len(want)-len(missing), len(missing) == 0
 	r.present = fr.Present
 	if rss, err := vmRSS(c.master.pid()); err == nil {

@@ -2,6 +2,7 @@ package master
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,22 +96,57 @@ func startProc(ctx context.Context, bin, want string, stdin bool, args ...string
 	}
 }
 
-// tail keeps the last tailLen bytes written to it.
+// tail keeps the last tailLen bytes written to it, and the last complete
+// line holding one of marks (by mark).
 type tail struct {
-	mu sync.Mutex
-	b  []byte
+	mu     sync.Mutex
+	b      []byte
+	marked map[string]string
 }
+
+// Marks of log lines the bench reads: a storage node's report of a
+// remount that succeeded (store.Client), the master's of a restore
+// session that ended (master.RestoreEnd).
+const (
+	remountMark = "remounted after NEED_REMOUNT"
+	restoreMark = "restore session ended"
+)
 
 const tailLen = 2048
 
 func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	start := max(0, bytes.LastIndexByte(t.b, '\n')+1) // the line p continues
 	t.b = append(t.b, p...)
+	for rest := t.b[start:]; ; {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			break
+		}
+		for _, m := range []string{remountMark, restoreMark} {
+			if bytes.Contains(rest[:i], []byte(m)) {
+				if t.marked == nil {
+					t.marked = map[string]string{}
+				}
+				t.marked[m] = string(rest[:i])
+			}
+		}
+		rest = rest[i+1:]
+	}
 	if len(t.b) > tailLen {
 		t.b = append(t.b[:0], t.b[len(t.b)-tailLen:]...)
 	}
 	return len(p), nil
+}
+
+// markedLine is the last line with mark written ("": none), and forgets it.
+func (t *tail) markedLine(mark string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.marked[mark]
+	delete(t.marked, mark)
+	return l
 }
 
 // lastLine returns the last complete non-empty line written.

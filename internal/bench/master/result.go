@@ -106,6 +106,11 @@ type RestartResult struct {
 	Present       int           `json:"present"`        // of them, present when the wait ended
 	Recovered     bool          `json:"recovered"`      // all Want present before the deadline
 	Took          time.Duration `json:"recovery_ns"`    // from the kill to the last one present (or to the deadline)
+	Up            time.Duration `json:"up_ns"`          // from the kill to the new master listening
+	Mounted       time.Duration `json:"mounted_ns"`     // from the kill to every node's segment mounted on it (its remount began)
+	Counted       time.Duration `json:"counted_ns"`     // from the kill to its /api/summary counting Want objects (0: not seen)
+	NodeRemounts  []string      `json:"node_remounts"`  // each node's log line of its remount (its scan and send times)
+	MasterRestore string        `json:"master_restore"` // the new master's log line of the last restore session it ended
 	Deadline      time.Duration `json:"deadline_ns"`    // --restore-timeout
 	RemovedBack   int           `json:"removed_back"`   // loaded objects absent before the kill (removed, evicted) present again (must be 0)
 	RemovedTested int           `json:"removed_tested"` // loaded objects absent before the kill, checked
@@ -127,17 +132,20 @@ type HASetup struct {
 type FailoverResult struct {
 	Signal        string        `json:"signal"` // kill (SIGKILL) or stop (SIGSTOP, SIGCONT after)
 	Lease         time.Duration `json:"lease_ns"`
-	Want          int           `json:"want"`         // loaded objects present before: all must be back
-	Removed       bool          `json:"removed"`      // the remove phase ran before (Want is about N/2)
-	Election      time.Duration `json:"election_ns"`  // from the signal to the standby serving as leader (its /role)
-	Remount       time.Duration `json:"remount_ns"`   // from the signal to every node's segment mounted on the new leader (its /api/summary)
-	Took          time.Duration `json:"failover_ns"`  // from the signal to the last object present through the clients (or to the deadline)
-	Present       int           `json:"present"`      // of Want, present when the wait ended
-	Recovered     bool          `json:"recovered"`    // all Want present before the deadline
-	Deadline      time.Duration `json:"deadline_ns"`  // --restore-timeout
-	OldView       int64         `json:"old_view"`     // the view version of the stopped leader
-	NewView       int64         `json:"new_view"`     // and of the new one
-	RemovedBack   int           `json:"removed_back"` // loaded objects absent before present again (must be 0)
+	Want          int           `json:"want"`           // loaded objects present before: all must be back
+	Removed       bool          `json:"removed"`        // the remove phase ran before (Want is about N/2)
+	Election      time.Duration `json:"election_ns"`    // from the signal to the standby serving as leader (its /role)
+	Remount       time.Duration `json:"remount_ns"`     // from the signal to every node's segment mounted on the new leader (its /api/summary)
+	Took          time.Duration `json:"failover_ns"`    // from the signal to the last object present through the clients (or to the deadline)
+	Counted       time.Duration `json:"counted_ns"`     // from the signal to the new leader's /api/summary counting Want objects (0: not seen)
+	NodeRemounts  []string      `json:"node_remounts"`  // each node's log line of its remount (its scan and send times)
+	MasterRestore string        `json:"master_restore"` // the new leader's log line of the last restore session it ended
+	Present       int           `json:"present"`        // of Want, present when the wait ended
+	Recovered     bool          `json:"recovered"`      // all Want present before the deadline
+	Deadline      time.Duration `json:"deadline_ns"`    // --restore-timeout
+	OldView       int64         `json:"old_view"`       // the view version of the stopped leader
+	NewView       int64         `json:"new_view"`       // and of the new one
+	RemovedBack   int           `json:"removed_back"`   // loaded objects absent before present again (must be 0)
 	RemovedTested int           `json:"removed_tested"`
 	OldLeader     string        `json:"old_leader,omitempty"`   // what became of the old leader after
 	StepDown      time.Duration `json:"step_down_ns,omitempty"` // stop: from SIGCONT to the old leader reporting follower

@@ -550,11 +550,18 @@ func (r *run) restart(ctx context.Context) error {
 	}
 	t0 := time.Now()
 	deadline := t0.Add(r.cfg.RestoreTimeout)
+	r.c.nodeRemounts(0) // forget the lines of earlier remounts
 	if err := r.c.restartMaster(ctx, deadline); err != nil {
 		return err
 	}
-	missing, took, firstErr := r.c.waitPresent(ctx, want, t0, deadline)
-	rr.Took, rr.FirstErr = took, firstErr
+	rr.Up = time.Since(t0)
+	if err := r.c.waitMounted(ctx, len(r.c.nodes), deadline); err != nil {
+		return fmt.Errorf("nodes on the new master: %w", err)
+	}
+	rr.Mounted = time.Since(t0)
+	missing, took, counted, firstErr := r.c.waitPresent(ctx, want, t0, deadline)
+	rr.Took, rr.Counted, rr.FirstErr = took, counted, firstErr
+	rr.NodeRemounts, rr.MasterRestore = r.c.nodeRemounts(remountLogWait), r.c.masterRestore()
 	rr.Present, rr.Recovered = len(want)-len(missing), len(missing) == 0
 	r.present = rr.Present
 	if rss, err := vmRSS(r.c.master.pid()); err == nil {

@@ -126,6 +126,11 @@ func TestRunPairs(t *testing.T) {
 			t.Fatalf("pair %+v", p)
 		}
 	}
+	// The engine's layer-shaped writes: as many writes as the layer-wise
+	// transfer made, of its size.
+	if r.Shaped.Requests != 2 || r.Shaped.RequestBytes != 64*2*4*16*4 || r.Shaped.GBps <= 0 || r.Shaped.Median <= 0 {
+		t.Fatalf("layer-shaped engine figure %+v", r.Shaped)
+	}
 	if r.SameTP(2, 4, "whole", false) <= 0 || r.SameTP(2, 4, "whole", true) <= 0 || r.SameTP(1, 1, "whole", false) != 0 {
 		t.Fatal("same-TP reference")
 	}

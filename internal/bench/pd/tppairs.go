@@ -74,7 +74,21 @@ type PairsResult struct {
 	// median).
 	Engine       EngineFigure
 	EngineMedian float64
-	Pairs        []PairResult
+	// Shaped is the transfer engine's writes in the shape of a layer-wise
+	// KV transfer (of its first layer-mode pair), measured in the same
+	// rounds with nothing else running: as many writes of the same size,
+	// one transfer each, their times summed. It tells the cost of the
+	// request size apart from that of sharing the machine with the
+	// prefill (zero without a layer mode).
+	Shaped ShapedFigure
+	Pairs  []PairResult
+}
+
+// ShapedFigure is the engine's layer-shaped writes: Requests writes of
+// RequestBytes, best and median GB/s over the rounds.
+type ShapedFigure struct {
+	RequestBytes, Requests int
+	GBps, Median           float64
 }
 
 // SameTP is the GB/s (best; median with median set) of the equal-TP
@@ -157,7 +171,13 @@ func RunPairs(ctx context.Context, cfg PairsConfig) (*PairsResult, error) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 43))
-	var engine []float64
+	var engine, shaped []float64
+	var sb *engineBench
+	defer func() {
+		if sb != nil {
+			sb.close()
+		}
+	}()
 	for round := 0; round < cfg.Warmup+cfg.Requests; round++ {
 		counted := round >= cfg.Warmup
 		g, err := eb.run(ctx)
@@ -184,8 +204,31 @@ func RunPairs(ctx context.Context, cfg PairsConfig) (*PairsResult, error) {
 				r.gbps = append(r.gbps, s.Bytes/(s.WriteMS/1e3)/1e9)
 			}
 		}
+		if sb == nil {
+			// The layer-wise shape, from the first layer-mode pair's request.
+			for _, r := range runs {
+				if r.pr.Mode == "layer" && len(r.ss) > 0 && r.ss[0].WriteReqs >= 1 {
+					n := int(r.ss[0].WriteReqs)
+					if sb, err = newEngineBenchN(ctx, int(r.ss[0].Bytes)/n, n); err != nil {
+						return nil, fmt.Errorf("transfer engine bench: %w", err)
+					}
+					res.Shaped.RequestBytes, res.Shaped.Requests = int(r.ss[0].Bytes)/n, n
+					break
+				}
+			}
+		}
+		if sb != nil && counted {
+			g, err := sb.runEach(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("transfer engine bench: %w", err)
+			}
+			shaped = append(shaped, g)
+		}
 	}
 	res.Engine.GBps, res.EngineMedian = slices.Max(engine), median(engine)
+	if len(shaped) > 0 {
+		res.Shaped.GBps, res.Shaped.Median = slices.Max(shaped), median(shaped)
+	}
 	for _, r := range runs {
 		md := Median(r.ss)
 		r.pr.Bytes, r.pr.WriteReqs, r.pr.WriteMS, r.pr.MedianGBps = md.Bytes, md.WriteReqs, md.WriteMS, median(r.gbps)

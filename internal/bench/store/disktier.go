@@ -2,16 +2,19 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kvcache-go/mooncake/internal/disktier"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/storenode"
@@ -34,10 +37,13 @@ type DiskConfig struct {
 
 // DiskTierRow is one client count: gets from the disk tier, batched and one
 // key at a time, next to the disk's own sequential read of the tier's
-// files, measured in the same round (medians over the rounds).
+// files, measured in the same round (medians over the rounds). SeqGBps
+// reads with the queue the tier keeps (disktier.ReadDepth reads at once),
+// Seq1GBps one read at a time.
 type DiskTierRow struct {
 	Clients                     int
 	BatchGBps, GetGBps, SeqGBps float64
+	Seq1GBps                    float64
 	// MemGBps is batch gets of values held in the node's memory, on the
 	// same transport: the engine's own read rate, in the same rounds.
 	MemGBps float64
@@ -49,16 +55,23 @@ type DiskResult struct {
 	Direct        bool // the tier used direct I/O (and so did the references)
 	// OffloadGBps is the node's offload write rate (bytes written / wall
 	// time of its batch writes); SeqWriteGBps the disk's sequential write of
-	// as many files of the same size, one at a time.
-	OffloadGBps, SeqWriteGBps float64
-	Rows                      []DiskTierRow
+	// as many files of the same size, with the tier's queue depth
+	// (disktier.WriteDepth files at once), SeqWrite1GBps one at a time.
+	OffloadGBps, SeqWriteGBps, SeqWrite1GBps float64
+	Rows                                     []DiskTierRow
+	// ReadCalls is the slices the tier served to the engine's lanes,
+	// AheadHits those it had read ahead, AheadReads its reads ahead,
+	// Speculative the slices it read ahead unannounced, Dropped those read
+	// ahead and never asked for.
+	ReadCalls, AheadHits, AheadReads, Speculative, Dropped uint64
 }
 
 // RunDisk measures the disk tier against its disk: a node offloads
 // Objects values to its tier (the offload write rate, next to a sequential
 // write of as many files), then clients get them back from disk (batch
 // gets of Batch keys and single gets) while the same files are read
-// sequentially, one whole file at a time, in the same rounds; batch gets
+// sequentially, whole files, with the tier's queue depth (and one at a
+// time), in the same rounds; batch gets
 // of values held in the node's memory, in the same rounds, give the
 // transfer path's own rate. Both sides
 // use direct I/O (O_DIRECT) when the file system takes it, so neither is
@@ -101,11 +114,16 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 	// The disk's sequential write of as many files, part by part between
 	// the offloads (the same moments, as near as can be).
 	var seqBytes, seqFiles int
-	var seqTook time.Duration
+	var seqTook, seq1Took time.Duration
 	refDir := filepath.Join(dir, "ref")
 	keys, err := offloadKeys(ctx, srv, cls[0], c, segSize/4, func(count int) error {
-		b, took, err := seqWrite(refDir, seqFiles, count, c.Size, n.DiskTier().IOStats().Direct)
-		seqBytes, seqFiles, seqTook = seqBytes+b, seqFiles+count, seqTook+took
+		direct := n.DiskTier().IOStats().Direct
+		b, took, err := seqWrite(refDir, seqFiles, count, c.Size, direct, disktier.WriteDepth)
+		if err != nil {
+			return err
+		}
+		_, took1, err := seqWrite(refDir, c.Objects+seqFiles, count, c.Size, direct, 1)
+		seqBytes, seqFiles, seqTook, seq1Took = seqBytes+b, seqFiles+count, seqTook+took, seq1Took+took1
 		return err
 	})
 	if err != nil {
@@ -126,6 +144,7 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 	res := &DiskResult{Objects: len(keys), Size: c.Size, Direct: io.Direct,
 		OffloadGBps: float64(io.WriteBytes) / io.WriteWall.Seconds() / 1e9}
 	res.SeqWriteGBps = float64(seqBytes) / seqTook.Seconds() / 1e9
+	res.SeqWrite1GBps = float64(seqBytes) / seq1Took.Seconds() / 1e9
 	files, _ := filepath.Glob(filepath.Join(dir, "tier", "*.obj"))
 	uncache := func() {
 		if !io.Direct {
@@ -135,26 +154,32 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 		}
 	}
 	for _, nc := range []int{1, c.Clients} {
-		var batch, get, seq, mem []float64
+		var batch, get, seq, seq1, mem []float64
 		for range c.Rounds {
 			uncache()
 			batch = append(batch, diskGets(ctx, cls[:nc], keys, c.Size, c.Batch, c.Duration))
 			uncache()
 			get = append(get, diskGets(ctx, cls[:nc], keys, c.Size, 1, c.Duration))
 			uncache()
-			seq = append(seq, seqRead(files, io.Direct, c.Duration))
+			seq = append(seq, seqRead(files, io.Direct, disktier.ReadDepth, c.Duration))
+			uncache()
+			seq1 = append(seq1, seqRead(files, io.Direct, 1, c.Duration))
 			mem = append(mem, diskGets(ctx, cls[:nc], memKeys, c.Size, c.Batch, c.Duration))
 		}
 		slices.Sort(batch)
 		slices.Sort(get)
 		slices.Sort(seq)
+		slices.Sort(seq1)
 		slices.Sort(mem)
 		res.Rows = append(res.Rows, DiskTierRow{Clients: nc, BatchGBps: batch[len(batch)/2], GetGBps: get[len(get)/2], SeqGBps: seq[len(seq)/2],
-			MemGBps: mem[len(mem)/2]})
+			Seq1GBps: seq1[len(seq1)/2], MemGBps: mem[len(mem)/2]})
 		if nc == c.Clients {
 			break
 		}
 	}
+	st := tier.IOStats()
+	res.ReadCalls, res.AheadHits, res.AheadReads, res.Speculative, res.Dropped = st.ReadCalls, st.AheadHits, st.AheadReads,
+		st.AheadSpeculative, st.AheadDropped
 	return res, nil
 }
 
@@ -255,50 +280,70 @@ func diskGets(ctx context.Context, cls []*store.Client, keys []string, size, bat
 	return float64(total) / time.Since(start).Seconds() / 1e9
 }
 
-// seqRead is the GB/s of reading files one after the other, each whole
-// with one read, for d.
-func seqRead(files []string, direct bool, d time.Duration) float64 {
-	start, total := time.Now(), 0
-	var buf []byte
-	for time.Since(start) < d {
-		for _, f := range files {
-			flags := unix.O_RDONLY
-			if direct {
-				flags |= unix.O_DIRECT
-			}
-			fd, err := unix.Open(f, flags, 0)
-			if err != nil {
-				return 0
-			}
-			var st unix.Stat_t
-			if unix.Fstat(fd, &st) != nil {
-				unix.Close(fd)
-				return 0
-			}
-			if need := int(st.Size+4095) &^ 4095; len(buf) < need {
-				buf = alignedBuf(need)
-			}
-			m, err := unix.Pread(fd, buf[:int(st.Size+4095)&^4095], 0)
-			unix.Close(fd)
-			if err != nil {
-				return 0
-			}
-			total += m
-			if !direct {
-				dropCache(f)
-			}
-			if time.Since(start) >= d {
-				break
-			}
-		}
+// seqRead is the GB/s of reading files in order, each whole with one
+// pread, depth reads at once (fio's sequential read with that iodepth),
+// for d; the files are opened once, before the clock starts.
+func seqRead(files []string, direct bool, depth int, d time.Duration) float64 {
+	flags := unix.O_RDONLY
+	if direct {
+		flags |= unix.O_DIRECT
 	}
-	return float64(total) / time.Since(start).Seconds() / 1e9
+	fds := make([]int, 0, len(files))
+	sizes := make([]int, 0, len(files))
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	most := 0
+	for _, f := range files {
+		fd, err := unix.Open(f, flags, 0)
+		if err != nil {
+			return 0
+		}
+		fds = append(fds, fd)
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil {
+			return 0
+		}
+		sizes = append(sizes, int(st.Size+4095)&^4095)
+		most = max(most, sizes[len(sizes)-1])
+	}
+	if len(fds) == 0 {
+		return 0
+	}
+	var next, total atomic.Int64
+	var failed atomic.Bool
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range depth {
+		wg.Go(func() {
+			buf := alignedBuf(most)
+			for time.Since(start) < d && !failed.Load() {
+				i := int(next.Add(1)-1) % len(fds)
+				m, err := unix.Pread(fds[i], buf[:sizes[i]], 0)
+				if err != nil {
+					failed.Store(true)
+					return
+				}
+				total.Add(int64(m))
+				if !direct {
+					dropCache(files[i])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() {
+		return 0
+	}
+	return float64(total.Load()) / time.Since(start).Seconds() / 1e9
 }
 
 // seqWrite writes n new files (named from first on) of size bytes plus
-// the tier's 4 KiB header block one after the other into dir, and returns
-// the bytes written and the time taken.
-func seqWrite(dir string, first, n, size int, direct bool) (int, time.Duration, error) {
+// the tier's 4 KiB header block, depth at once, into dir, and returns the
+// bytes written and the time taken.
+func seqWrite(dir string, first, n, size int, direct bool, depth int) (int, time.Duration, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, 0, err
 	}
@@ -307,23 +352,35 @@ func seqWrite(dir string, first, n, size int, direct bool) (int, time.Duration, 
 	for i := range buf {
 		buf[i] = byte(i * 7)
 	}
-	start := time.Now()
-	for i := range n {
-		flags := unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC
-		if direct {
-			flags |= unix.O_DIRECT
-		}
-		fd, err := unix.Open(filepath.Join(dir, fmt.Sprint(first+i)), flags, 0o644)
-		if err != nil {
-			return 0, 0, err
-		}
-		_, err = unix.Pwrite(fd, buf, 0)
-		unix.Close(fd)
-		if err != nil {
-			return 0, 0, err
-		}
+	flags := unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC
+	if direct {
+		flags |= unix.O_DIRECT
 	}
-	return n * total, time.Since(start), nil
+	var next atomic.Int64
+	errs := make([]error, depth)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range depth {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fd, err := unix.Open(filepath.Join(dir, fmt.Sprint(first+i)), flags, 0o644)
+				if err == nil {
+					_, err = unix.Pwrite(fd, buf, 0)
+					unix.Close(fd)
+				}
+				if err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return n * total, time.Since(start), errors.Join(errs...)
 }
 
 func alignedBuf(n int) []byte {

@@ -76,6 +76,7 @@ type Result struct {
 	IdealHitRate   float64                // IdealHits / Blocks
 	Cache          []tracesim.CacheResult // per policy, per capacity (tracesim.Policies order)
 	Optimum        []tracesim.CacheResult // Belady's offline optimum per capacity (capacities order)
+	Ceiling        []tracesim.CacheResult // the class ceiling per capacity (capacities order)
 	Route          []tracesim.RouteResult // per router (tracesim.Routers order), then the events-fed runs
 	RouteNames     []string               // the router of each Route entry; "(kv events)" marks an events-fed one
 }
@@ -107,6 +108,7 @@ func Run(reqs []tracesim.Request, capacities []int, cfg tracesim.RouteConfig) (R
 	}
 	for _, c := range capacities {
 		r.Optimum = append(r.Optimum, tracesim.SimulateBelady(reqs, c))
+		r.Ceiling = append(r.Ceiling, tracesim.SimulateClassCeiling(reqs, c))
 	}
 	type routeRun struct {
 		rt     tracesim.Router

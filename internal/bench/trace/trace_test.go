@@ -65,6 +65,10 @@ func TestRun(t *testing.T) {
 			t.Errorf("%s: %d hits above the optimum %d", c.Policy, c.Hits, r.Optimum[1].Hits)
 		}
 	}
+	// The class ceiling per capacity: the ideal when unlimited.
+	if len(r.Ceiling) != 2 || r.Ceiling[0].Hits != 9 || r.Ceiling[1].Capacity != 4 || r.Ceiling[1].Policy != tracesim.ClassCeiling {
+		t.Fatalf("ceiling %+v", r.Ceiling)
+	}
 	if g := GapShare(0.3, 0.2, 0.4); g < 0.4999 || g > 0.5001 || GapShare(0.3, 0.4, 0.4) != 0 {
 		t.Fatalf("GapShare %v", g)
 	}

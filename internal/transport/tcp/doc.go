@@ -33,6 +33,13 @@
 // whose handshake did not offer scatter-gather (Peer.Vectored false) get
 // no such op.
 //
+// Lookahead (prefetch.go): a Memory that is a Prefetcher (a transfer
+// engine with a disk tier registered as a source) is told, before the
+// lane serves a READ, that READ's ranges and those of the READs whole in
+// the lane's input buffer behind it, up to the first WRITE, covered by
+// the grants the lane holds (checked without counting denials); each
+// request is looked at once.
+//
 // Grants (ServerConfig.Grants): an OpGrant request carries an encoded grant
 // (internal/grant) and gets no response; the server verifies it once and
 // keeps it in the lane's grant.Set, and answers StatusDenied to every READ
@@ -61,5 +68,10 @@
 // Failure: when a lane breaks (peer died, protocol error, Fail called on a
 // deadline) the connection is closed, both goroutines exit, and only then are
 // the queued and in-flight slices completed with the error, so once an Op is
-// completed the lane never touches its buffer again.
+// completed the lane never touches its buffer again. A lane that fails is
+// closed abortively (SO_LINGER 0: the kernel drops its send queue and
+// resets the connection), so a failed WRITE's bytes not yet delivered
+// never reach the peer later (a peer that stopped answering and comes
+// back would otherwise get the kernel's retransmissions after the
+// initiator was told the write failed).
 package tcp

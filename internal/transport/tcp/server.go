@@ -81,6 +81,10 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 	}
 	defer o.release()
 	st, _ := mem.(Stager)
+	var la *lookahead
+	if pf, ok := mem.(Prefetcher); ok {
+		la = &lookahead{pf: pf}
+	}
 	for {
 		// Flush when no whole request header is buffered (the next read
 		// may block), or when enough READ payload is gathered (in place or
@@ -108,6 +112,7 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			_ = o.flush(conn, cfg)
 			return err
 		}
+		seen := la != nil && la.next()
 		if h.Op == wire.OpGrant {
 			// Verified once here; the lane's READs and WRITEs are then
 			// checked against the set with a few comparisons each. A grant
@@ -152,7 +157,11 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 		if !h.IsWrite() {
 			// READ: the response (and its payload) joins the outbox; the
 			// payload is sent by the next flush, gathered with its neighbours
-			// into one writev.
+			// into one writev. A Prefetcher first hears of it and of the
+			// READs queued behind it (prefetch.go).
+			if la != nil {
+				la.read(r, gs, h, ext, seen, cfg.MaxSlice)
+			}
 			if h.Vectored() {
 				o.addReadV(mem, st, h, ext)
 			} else {

@@ -1,0 +1,67 @@
+package masterserver
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/kvcache-go/mooncake/internal/fastrpc"
+	"github.com/kvcache-go/mooncake/internal/master"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"google.golang.org/protobuf/proto"
+)
+
+// PutCommit on the fast path, asking for a slot: a commit that goes
+// through answers the next slot (its replicas, sequence number and header
+// length); one the key's rules refuse answers no slot and the refused
+// slot's tombstone.
+func TestFastPutCommitNextSlot(t *testing.T) {
+	m, err := master.New(master.Config{Durable: true}, newFakeClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MountSegment("c", master.SegmentSpec{Name: "a", Endpoint: "ep", Base: 1 << 30, Size: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	h := NewService(m).FastHandler(context.Background())
+	call := func(method uint8, req, resp proto.Message) {
+		t.Helper()
+		b, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, st := h(method, b)
+		if st != fastrpc.StatusOK {
+			t.Fatalf("method %d: status %d %s", method, st, out)
+		}
+		if err := proto.Unmarshal(out, resp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var start pb.PutStartResponse
+	call(pb.FastPutStart, &pb.PutStartRequest{ClientId: "c", Key: "k1", Size: 100}, &start)
+	if start.Status.GetCode() != 0 {
+		t.Fatalf("PutStart: %v", start.Status)
+	}
+	var c1 pb.PutCommitResponse
+	call(pb.FastPutCommit, &pb.PutCommitRequest{ClientId: "c", Key: "k1", Crc32C: 1, ReserveSize: 100, ReserveKeyLen: 2}, &c1)
+	if c1.Status.GetCode() != 0 || !strings.HasPrefix(c1.NextSlot, master.SlotPrefix) || len(c1.Next.GetReplicas()) != 1 || c1.Next.Seq <= start.Seq || c1.Next.HeaderLen == 0 {
+		t.Fatalf("commit of a PutStart asking for a slot: %+v", &c1)
+	}
+	var c2 pb.PutCommitResponse
+	call(pb.FastPutCommit, &pb.PutCommitRequest{ClientId: "c", Key: "k2", Slot: c1.NextSlot, Crc32C: 2, ReserveSize: 100, ReserveKeyLen: 2}, &c2)
+	if c2.Status.GetCode() != 0 || c2.SlotGone || c2.NextSlot == "" || c2.NextSlot == c1.NextSlot || c2.Next.Seq <= c1.Next.Seq {
+		t.Fatalf("commit of a slot asking for the next: %+v", &c2)
+	}
+	if info, err := m.GetReplicaList("k2"); err != nil || info.CRC != 2 || info.Replicas[0].Addr != c1.Next.Replicas[0].Addr {
+		t.Fatalf("k2 = %+v, %v: want the slot's space", info, err)
+	}
+	var c3 pb.PutCommitResponse // k1 exists, no upsert: refused
+	call(pb.FastPutCommit, &pb.PutCommitRequest{ClientId: "c", Key: "k1", Slot: c2.NextSlot, Crc32C: 3, ReserveSize: 100, ReserveKeyLen: 2}, &c3)
+	if c3.Status.GetCode() == 0 || c3.NextSlot != "" || c3.Next != nil || len(c3.Tombstones) != 1 || c3.Tombstones[0].Seq != c2.Next.Seq {
+		t.Fatalf("refused commit: %+v", &c3)
+	}
+	if st := m.Stats(); st.PutSlots != 0 || st.Objects != 2 {
+		t.Fatalf("stats %+v: want k1, k2 and no slot", st)
+	}
+}
