@@ -100,9 +100,8 @@
 // transfer batch as memory replicas for a batch get (diskbatch.go), over
 // HTTP when the copy has no address; it checks the CRC32C and, when the
 // node asks for promotion on hit, puts the value back into memory. A
-// batch get of 4 MiB or more runs as groups of about 2 MiB submitted at
-// once, each group's CRC32Cs checked while the later ones arrive
-// (batchpipe.go).
+// batch get's first reads are one transfer (batchpipe.go says why not
+// groups).
 //
 // # Hot cache
 //
