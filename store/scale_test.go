@@ -43,6 +43,9 @@ func TestPoolAtScale(t *testing.T) {
 	node := c.nodes[0].Client()
 	mounted := func(restarts int) {
 		t.Helper()
+		// The node counts a remount when its session ended, which can be
+		// after the master already serves every object.
+		waitfor.Within(time.Minute, func() bool { return node.Remounts() >= restarts })
 		if st := c.master.Core().Stats(); st.Segments != 1 || st.ClientsDropped != 0 {
 			t.Fatalf("node not mounted: %+v", st)
 		}
