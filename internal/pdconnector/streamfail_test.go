@@ -54,17 +54,7 @@ func TestStreamFailedLayerWriteAnswersFailed(t *testing.T) {
 	pre.mu.Unlock()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	type result struct {
-		resp bootstrap.PullResponse
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		r, err := dec.pull(ctx, PullSpec{ReqID: "req-f", TransferID: "xfer-f", Bootstrap: pre.BootstrapAddr(),
-			EngineID: pre.EngineID(), NumTokens: 10, FirstBlock: 0, BlockIDs: []int{5, 6, 7}})
-		done <- result{r, err}
-	}()
-	waitfor.Cond(t, 10*time.Second, "the pull attached", func() bool { return pre.Stats().Pushing == 1 })
+	done := pullAttached(t, ctx, pre, dec, "req-f", "xfer-f")
 	pre.BindConnectorMeta(stepMeta{saves: []string{"xfer-f"}})
 	for l := range testLayout.NumLayers {
 		if err := pre.SaveKVLayer(ctx, l); err != nil {
@@ -79,7 +69,7 @@ func TestStreamFailedLayerWriteAnswersFailed(t *testing.T) {
 	pre.mu.Lock()
 	pre.prod.Finished("xfer-f", "req-f", []int{0, 1, 2}, 10, true, pre.clock.Now())
 	pre.mu.Unlock()
-	var r result
+	var r pullResult
 	select {
 	case r = <-done:
 	case <-ctx.Done():

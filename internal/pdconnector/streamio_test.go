@@ -36,17 +36,7 @@ func TestStreamBetweenConnectors(t *testing.T) {
 	pre.mu.Unlock()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	type result struct {
-		resp bootstrap.PullResponse
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		r, err := dec.pull(ctx, PullSpec{ReqID: "req-s", TransferID: "xfer-s", Bootstrap: pre.BootstrapAddr(),
-			EngineID: pre.EngineID(), NumTokens: 10, FirstBlock: 0, BlockIDs: []int{5, 6, 7}})
-		done <- result{r, err}
-	}()
-	waitfor.Cond(t, 10*time.Second, "the pull attached", func() bool { return pre.Stats().Pushing == 1 })
+	done := pullAttached(t, ctx, pre, dec, "req-s", "xfer-s")
 	bb := testLayout.BlockBytes()
 	pre.BindConnectorMeta(stepMeta{saves: []string{"xfer-s"}})
 	for l := range testLayout.NumLayers {
@@ -120,4 +110,25 @@ func TestStreamBadBlockRange(t *testing.T) {
 	if s := pre.Stats(); s.Held != 0 || s.FreedDone != 1 {
 		t.Fatalf("prefill %+v", s)
 	}
+}
+
+// pullResult is how a background pull ended.
+type pullResult struct {
+	resp bootstrap.PullResponse
+	err  error
+}
+
+// pullAttached starts dec's pull of transfer tid (a 10-token prompt,
+// decode blocks 5-7) from pre in the background and returns once prefill
+// has attached it to its stream; the channel gets the pull's outcome.
+func pullAttached(t *testing.T, ctx context.Context, pre, dec *Connector, req, tid string) <-chan pullResult {
+	t.Helper()
+	done := make(chan pullResult, 1)
+	go func() {
+		r, err := dec.pull(ctx, PullSpec{ReqID: req, TransferID: tid, Bootstrap: pre.BootstrapAddr(),
+			EngineID: pre.EngineID(), NumTokens: 10, FirstBlock: 0, BlockIDs: []int{5, 6, 7}})
+		done <- pullResult{r, err}
+	}()
+	waitfor.Cond(t, 10*time.Second, "the pull attached", func() bool { return pre.Stats().Pushing == 1 })
+	return done
 }
