@@ -1,33 +1,82 @@
 #!/bin/bash
-# The quiet-host figures quoted in docs/store.md, docs/pd.md and docs/conductor.md ("a quiet
-# 16-core host"): the project's own bench commands one after the other, each under a deadline,
-# outputs into $OUT (default bin/quiet-host). Needs bin/mooncake (`make build`) and
-# bin/conductor.test (`go test -c -o bin/conductor.test ./internal/conductor`); Redis from PATH,
-# or from bin/redis (redis-server, redis-benchmark and their libraries, with the dynamic loader
-# in bin/redis/lib) on a host without it.
+# The quiet-host figures quoted in docs/store.md, docs/security.md, docs/pd.md ("a quiet 16-core
+# host"): the project's own bench commands one after the other, most important first, each under
+# its own deadline and all under one (BUDGET seconds, default 570), outputs into $OUT (default
+# bin/quiet-host), one file per step.
+#
+#   scripts/bench-quiet-host.sh bundle DIR   (build host, with Go) puts into DIR/bundle.tar.gz a
+#       stripped bin/mooncake, Redis (redis-server, redis-benchmark and their libraries with the
+#       dynamic loader, from this host's Debian packages) and etcd, for a bare host without them.
+#   scripts/bench-quiet-host.sh [DIR]        runs the steps; with DIR, from DIR/bundle.tar.gz,
+#       otherwise bin/mooncake and Redis and etcd from PATH.
+#
+# Steps: master (10M objects: load, ops against a 10k pool, listing under load, restart, 256
+# clients; Redis beside it), master-remove (10M: remove-by-regex of half, then restart),
+# grants (store put/get with data-path grants on vs off, `bench transfer --grants both`),
+# failover (10M, HA leader killed), procs (4 KiB from 8 client processes vs Redis), disk (the
+# disk tier vs the disk), pd (P/D transfers across TP pairs).
 set -u
 R=$(pwd)
+
+if [ "${1:-}" = bundle ]; then
+	set -e
+	dir=${2:?usage: scripts/bench-quiet-host.sh bundle DIR}
+	mkdir -p "$dir"
+	st=$(mktemp -d)
+	trap 'rm -rf "$st"' EXIT
+	go build -trimpath -ldflags "-s -w" -o "$st/mooncake" ./cmd/mooncake
+	mkdir -p "$st/redis/lib"
+	for b in redis-server redis-benchmark; do cp "$(command -v $b)" "$st/redis/"; done
+	for b in redis-server redis-benchmark; do
+		ldd "$(command -v $b)" | awk '/=>/ {print $3} /ld-linux/ {print $1}' | while read -r l; do
+			[ -f "$l" ] && cp -L "$l" "$st/redis/lib/"
+		done
+	done
+	cp "$(command -v etcd)" "$st/etcd"
+	tar -C "$st" -czf "$dir/bundle.tar.gz" .
+	du -sh "$dir/bundle.tar.gz"
+	exit 0
+fi
+
 OUT=${OUT:-$R/bin/quiet-host}
 mkdir -p "$OUT"
-if ! command -v redis-server >/dev/null && [ -x bin/redis/redis-server ]; then
-	w=$(mktemp -d)
-	for b in redis-server redis-benchmark; do
-		printf '#!/bin/sh\nexec %s/bin/redis/lib/ld-linux-x86-64.so.2 --library-path %s/bin/redis/lib %s/bin/redis/%s "$@"\n' "$R" "$R" "$R" $b >"$w/$b"
-		chmod +x "$w/$b"
-	done
-	export PATH=$w:$PATH
-fi
 M=$R/bin/mooncake
-{ nproc; free -g; uname -a; redis-server --version; } >"$OUT/info.txt" 2>&1
-run() {
+if [ -n "${1:-}" ]; then
+	b=$(mktemp -d)
+	tar -C "$b" -xzf "$1/bundle.tar.gz"
+	for x in redis-server redis-benchmark; do
+		printf '#!/bin/sh\nexec %s/redis/lib/ld-linux-x86-64.so.2 --library-path %s/redis/lib %s/redis/%s "$@"\n' "$b" "$b" "$b" $x >"$b/$x"
+		chmod +x "$b/$x"
+	done
+	export PATH=$b:$PATH
+	M=$b/mooncake
+fi
+BUDGET=${BUDGET:-570}
+start=$(date +%s)
+{ nproc; free -g; df -h /tmp; uname -a; redis-server --version; etcd --version | head -1; git -C "$R" log -1 --format=%h 2>/dev/null; date; } >"$OUT/info.txt" 2>&1
+run() { # name, deadline, command...
 	n=$1 t=$2
 	shift 2
+	left=$((BUDGET - ($(date +%s) - start)))
+	[ "$t" -gt "$left" ] && t=$left
+	if [ "$t" -lt 10 ]; then
+		echo "skipped: ${left}s of the budget left" >"$OUT/$n.txt"
+		return
+	fi
 	s=$(date +%s)
-	timeout "$t" "$@" >"$OUT/$n.txt" 2>&1
-	echo "rc=$? secs=$(($(date +%s) - s))" >>"$OUT/$n.txt"
+	echo "$ $*" >"$OUT/$n.txt"
+	timeout "$t" "$@" >>"$OUT/$n.txt" 2>&1
+	echo "rc=$? secs=$(($(date +%s) - s)) deadline=$t" >>"$OUT/$n.txt"
 }
-run procs 80 "$M" bench store --sizes 4KiB --clients 8 --servers process --client-procs --ops put,get --duration 1s --rounds 3
-run disk 100 "$M" bench store-disk --rounds 3 --transport tcp --dir /tmp
-run master 240 "$M" bench master --objects 10000000 --phases load,ops,bulk,restart --baseline 0 --skip-redis --rpc-timeout 120s --restore-timeout 5m
-run pd 80 "$M" bench pd --model tiny-tp --sizes 2048 --requests 5 --warmup 1 --tp-pairs 1:1,2:2,4:4,1:2,2:1,1:4,4:1,2:4,4:2
-(cd internal/conductor && run cond 50 "$R/bin/conductor.test" -test.run '^$' -test.bench 'Query/blocks=1M' -test.benchtime 1000x)
+big=(--objects ${OBJECTS:-10000000} --rpc-timeout 120s --restore-timeout 5m)
+run master 200 "$M" bench master "${big[@]}" --phases load,ops,bulk,restart,clients --baseline 10000 --duration 3s
+run master-remove 150 "$M" bench master "${big[@]}" --phases load,remove,restart --skip-redis
+{ run grants 70 "$M" bench store --grants both --transport tcp --redis off --ops put,get --sizes 4KiB,1MiB --clients 1,8 --rounds 5 --duration 400ms
+	cp "$OUT/grants.txt" "$OUT/grants.1"
+	run grants 25 "$M" bench transfer --grants both --duration 2s --block-size 1MiB
+	cat "$OUT/grants.txt" >>"$OUT/grants.1" && mv "$OUT/grants.1" "$OUT/grants.txt"; }
+run failover 150 "$M" bench master "${big[@]}" --ha --phases load,failover --skip-redis
+run procs 40 "$M" bench store --sizes 4KiB --clients 8 --servers process --client-procs --ops put,get --duration 1s --rounds 3
+run disk 40 "$M" bench store-disk --rounds 3 --transport tcp --dir /tmp
+run pd 30 "$M" bench pd --model tiny-tp --sizes 2048 --requests 5 --warmup 1 --tp-pairs 1:1,2:2,4:4,1:2,2:1,1:4,4:1,2:4,4:2
+echo "total $(($(date +%s) - start)) s" >>"$OUT/info.txt"
