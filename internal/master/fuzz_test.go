@@ -170,6 +170,8 @@ func checkCounts(t *testing.T, m *Master) {
 	if n != len(visible) {
 		t.Fatalf("listing index walks %d keys, %d are visible", n, len(visible))
 	}
+	m.index.acquire()
+	defer m.index.release()
 	m.index.mem.Ascend(func(id uint32) bool {
 		if o := m.objects.at(id); objects[m.keyOf(o)] != o || !o.complete {
 			t.Fatalf("listing index holds record %d (%q), not a complete object", id, m.keyOf(o))

@@ -3,6 +3,7 @@ package master
 import (
 	"math"
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/google/btree"
@@ -23,37 +24,189 @@ type KeyInfo struct {
 // in the object table's arena (4 bytes per item, no pointer per key); the
 // keys held only on a disk tier are a B-tree of strings. A walk merges the
 // two.
+//
+// The index has its own lock (mu), so that the inserts of a restore run
+// outside the Master's lock, on another core, while the restore decides its
+// next part. Lock order: Master.mu, then keyIndex.mu, then keyIndex.qmu.
+//   - A restore decision (under Master.mu) does not insert its object: it
+//     stages the record ID (staged, guarded by Master.mu). At the end of
+//     the part the staged IDs move to the queue (qmu), and a goroutine
+//     (drain) inserts the queue's IDs under mu alone, in order.
+//   - Every other use of the index runs under Master.mu and takes mu
+//     (acquire): it first inserts what is queued and staged, so that it
+//     sees the trees as if every restore insert had been made in its
+//     decision. A put, a removal or a listing of a key whose restore
+//     insert is still queued therefore acts after that insert: a removed
+//     key is never left listed, a live key never unlisted.
+//   - drain reads records and arena bytes without Master.mu: a queued or
+//     indexed record's key does not move or change (it is freed only after
+//     it is taken out of the index, which applies the queue first), and
+//     the object table takes mu (objTable.dirMu) to grow its directories
+//     of chunks or to compact its keys.
 type keyIndex struct {
-	t    *objTable
-	mem  *btree.BTreeG[uint32] // complete objects in memory
-	disk *btree.BTreeG[string] // keys held only on a disk tier
+	t *objTable
+
+	mu    sync.Mutex
+	mem   *btree.BTreeG[uint32] // complete objects in memory
+	disk  *btree.BTreeG[string] // keys held only on a disk tier
+	probe []byte                // the key probeID stands for in a search of mem
+	// hot is the ID being inserted in mem, hotKey its key (0, nil: none):
+	// the comparisons skip looking it up.
+	hot    uint32
+	hotKey []byte
+
+	staged []uint32 // restored objects of the part being decided: guarded by Master.mu
+
+	qmu      sync.Mutex
+	queue    []uint32 // restored objects to insert, in order
+	spare    []uint32 // an emptied queue, for reuse
+	draining bool     // a drain goroutine runs (it clears this when the queue is empty)
 }
 
-// probeID is the item that stands for objTable.probe in a search of mem.
+// probeID is the item that stands for keyIndex.probe in a search of mem.
 const probeID = math.MaxUint32
 
-func newKeyIndex(t *objTable) keyIndex {
-	x := keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b })}
+func newKeyIndex(t *objTable) *keyIndex {
+	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b })}
 	key := func(id uint32) []byte {
 		switch id {
 		case probeID:
-			return t.probe
-		case t.hot:
-			return t.hotKey
+			return x.probe
+		case x.hot:
+			return x.hotKey
 		}
 		return t.keyBytes(t.at(id))
 	}
 	x.mem = btree.NewG(64, func(a, b uint32) bool { return keyLess(key(a), key(b)) })
+	t.dirMu = &x.mu
 	return x
 }
 
+// acquire takes mu (the caller holds Master.mu) and inserts the queued and
+// staged restore inserts first; release gives mu back.
+func (x *keyIndex) acquire() {
+	x.mu.Lock()
+	x.qmu.Lock()
+	q := x.queue
+	x.queue = nil
+	x.qmu.Unlock()
+	x.insertMu(q)
+	x.recycle(q)
+	x.insertMu(x.staged)
+	x.staged = x.staged[:0]
+}
+
+func (x *keyIndex) release() { x.mu.Unlock() }
+
+// recycle keeps q's array as the next queue's.
+func (x *keyIndex) recycle(q []uint32) {
+	if cap(q) == 0 {
+		return
+	}
+	x.qmu.Lock()
+	if x.spare == nil {
+		x.spare = q[:0]
+	}
+	x.qmu.Unlock()
+}
+
+// insertMu inserts the objects ids into mem (x.mu held): each became
+// visible.
+func (x *keyIndex) insertMu(ids []uint32) {
+	t := x.t
+	for _, id := range ids {
+		// Every comparison of the insert has the new item on one side:
+		// its key is at hand.
+		x.hot, x.hotKey = id, t.keyBytes(t.at(id))
+		x.mem.ReplaceOrInsert(id)
+		if x.disk.Len() > 0 {
+			x.disk.Delete(string(x.hotKey))
+		}
+	}
+	x.hot, x.hotKey = 0, nil
+}
+
+// stage notes that the restored object id became visible (Master.mu
+// held): it is inserted with the part's others (flush), or before any
+// other use of the index (acquire).
+func (x *keyIndex) stage(id uint32) { x.staged = append(x.staged, id) }
+
+// flush hands the staged inserts to the drain goroutine (Master.mu held),
+// starting it when none runs.
+func (x *keyIndex) flush() {
+	if len(x.staged) == 0 {
+		return
+	}
+	x.qmu.Lock()
+	if x.queue == nil {
+		x.queue, x.spare = x.spare, nil
+	}
+	x.queue = append(x.queue, x.staged...)
+	start := !x.draining
+	x.draining = true
+	x.qmu.Unlock()
+	x.staged = x.staged[:0]
+	if start {
+		go x.drain()
+	}
+}
+
+// drain inserts the queued IDs, a batch at a time under mu, until the
+// queue is empty.
+func (x *keyIndex) drain() {
+	for {
+		x.mu.Lock()
+		x.qmu.Lock()
+		q := x.queue
+		x.queue = nil
+		if len(q) == 0 {
+			x.draining = false
+			x.qmu.Unlock()
+			x.mu.Unlock()
+			return
+		}
+		x.qmu.Unlock()
+		x.insertMu(q)
+		x.mu.Unlock()
+		x.recycle(q)
+	}
+}
+
+// backlog is the number of queued inserts.
+func (x *keyIndex) backlog() int {
+	x.qmu.Lock()
+	defer x.qmu.Unlock()
+	return len(x.queue)
+}
+
+// catchUp inserts what is queued, without Master.mu: a restore calls it
+// when the queue runs more than a part behind, so that its decisions wait
+// for the inserts rather than let them pile up.
+func (x *keyIndex) catchUp() {
+	x.mu.Lock()
+	x.qmu.Lock()
+	q := x.queue
+	x.queue = nil
+	x.qmu.Unlock()
+	x.insertMu(q)
+	x.mu.Unlock()
+	x.recycle(q)
+}
+
 // len is the number of keys listed.
-func (x *keyIndex) len() int { return x.mem.Len() + x.disk.Len() }
+func (x *keyIndex) len() int {
+	x.acquire()
+	defer x.release()
+	return x.mem.Len() + x.disk.Len()
+}
 
 // ascend calls fn with the keys from pivot on in order until it returns
-// false; fn must return false by its limit-th call.
+// false; fn must return false by its limit-th call, and must not use the
+// index.
 func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
-	x.t.probe = append(x.t.probe[:0], pivot...)
+	x.acquire()
+	defer x.release()
+	x.probe = append(x.probe[:0], pivot...)
 	if x.disk.Len() == 0 {
 		x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool { return fn(x.t.key(x.t.at(id))) })
 		return
@@ -81,7 +234,9 @@ func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
 // key held only on a disk tier) and its bytes, which it must not keep
 // (arena bytes for a record), so that a walk allocates nothing per key.
 func (x *keyIndex) ascendRecs(pivot string, limit int, fn func(o *object, k []byte) bool) {
-	x.t.probe = append(x.t.probe[:0], pivot...)
+	x.acquire()
+	defer x.release()
+	x.probe = append(x.probe[:0], pivot...)
 	if x.disk.Len() == 0 {
 		x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool {
 			o := x.t.at(id)
@@ -112,29 +267,31 @@ func (x *keyIndex) ascendRecs(pivot string, limit int, fn func(o *object, k []by
 
 // indexObjectLocked lists o, which became visible.
 func (m *Master) indexObjectLocked(o *object, key string) {
-	// Every comparison of the insert has o on one side: its key is at hand.
-	t := m.objects
-	t.hot, t.hotKey = o.id, t.keyBytes(o)
-	m.index.mem.ReplaceOrInsert(o.id)
-	t.hot, t.hotKey = 0, nil
-	if m.index.disk.Len() > 0 {
-		m.index.disk.Delete(key)
-	}
+	x := m.index
+	x.acquire()
+	defer x.release()
+	x.insertMu([]uint32{o.id})
 }
 
 // unindexObjectLocked takes o, which stops being visible in memory, out of
 // the index; its key stays listed while a disk copy holds it.
 func (m *Master) unindexObjectLocked(o *object, key string) {
-	m.index.mem.Delete(o.id)
+	x := m.index
+	x.acquire()
+	defer x.release()
+	x.mem.Delete(o.id)
 	if m.disk[key] != nil {
-		m.index.disk.ReplaceOrInsert(key)
+		x.disk.ReplaceOrInsert(key)
 	}
 }
 
 // indexAddLocked lists key, which a disk copy now holds.
 func (m *Master) indexAddLocked(key string) {
 	if o := m.objects.get(key); o == nil || !o.complete {
-		m.index.disk.ReplaceOrInsert(key)
+		x := m.index
+		x.acquire()
+		defer x.release()
+		x.disk.ReplaceOrInsert(key)
 	}
 }
 
@@ -142,7 +299,10 @@ func (m *Master) indexAddLocked(key string) {
 // only on disk (a complete object in memory keeps it listed).
 func (m *Master) indexDropLocked(key string) {
 	if m.disk[key] == nil {
-		m.index.disk.Delete(key)
+		x := m.index
+		x.acquire()
+		defer x.release()
+		x.disk.Delete(key)
 	}
 }
 

@@ -288,7 +288,7 @@ type Master struct {
 	tasks  *taskTable  // copy and move tasks (tasks.go), built on first use
 	drains *drainTable // drain jobs (drainjobs.go), built on first use
 
-	index  keyIndex // visible keys in key order (list.go)
+	index  *keyIndex // visible keys in key order (list.go)
 	counts counts   // gauges kept current (counts.go)
 	peaks  mapPeaks // of objects, pending and tombIdx (shrink.go)
 

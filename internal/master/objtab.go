@@ -2,6 +2,7 @@ package master
 
 import (
 	"bytes"
+	"sync"
 	"hash/maphash"
 	"math/bits"
 	"unsafe"
@@ -32,7 +33,8 @@ type objTable struct {
 	free []uint32   // IDs of freed records, reused last-freed first
 	n    int        // live records
 
-	arena            [][]byte // key bytes, chunks of arenaChunk, appended to
+	arena            [][]byte // key bytes, chunks of arenaChunk (or one long key) filled in order
+	arenaUsed        int      // bytes filled in the last chunk
 	keyLive, keyDead uint64   // bytes of live and of freed keys in the arena
 
 	slots []uint64 // hash index: 0 empty, else hash<<32 | ID
@@ -47,11 +49,26 @@ type objTable struct {
 
 	reserved int // objects the hash index was sized for (reserve)
 
-	probe []byte // the key probeID stands for in a search of the listing index (list.go)
-	// hot is the ID being inserted in the listing index, hotKey its key
-	// (0, nil: none): the index's comparisons skip looking it up.
-	hot    uint32
-	hotKey []byte
+	// dirMu, when set, is held while the table changes what the listing
+	// index's comparisons read without the Master's lock (list.go): the
+	// directories of record and arena chunks (grown), and every key's
+	// place (compact). A chunk's slice header never changes once made, and
+	// an indexed record's key stays where it is until compact.
+	dirMu sync.Locker
+}
+
+// lockDirs and unlockDirs hold dirMu (when set) around a change of what
+// the listing index reads.
+func (t *objTable) lockDirs() {
+	if t.dirMu != nil {
+		t.dirMu.Lock()
+	}
+}
+
+func (t *objTable) unlockDirs() {
+	if t.dirMu != nil {
+		t.dirMu.Unlock()
+	}
 }
 
 const (
@@ -176,7 +193,10 @@ func (t *objTable) addHashed(key string, h uint32, rec object) *object {
 	} else {
 		id = t.next
 		if c, base := chunkOf(id); c == len(t.recs) {
-			t.recs = append(t.recs, make([]object, max(64, min(recChunk, int(base)))))
+			chunk := make([]object, max(64, min(recChunk, int(base))))
+			t.lockDirs()
+			t.recs = append(t.recs, chunk)
+			t.unlockDirs()
 		}
 		t.next++
 	}
@@ -213,12 +233,15 @@ func (t *objTable) putKey(o *object, key string) { putKey(t, o, key) }
 
 func putKey[S string | []byte](t *objTable, o *object, key S) {
 	c := len(t.arena) - 1
-	if c < 0 || len(t.arena[c])+len(key) > cap(t.arena[c]) {
-		t.arena = append(t.arena, make([]byte, 0, max(arenaChunk, len(key))))
-		c++
+	if c < 0 || t.arenaUsed+len(key) > len(t.arena[c]) {
+		chunk := make([]byte, max(arenaChunk, len(key)))
+		t.lockDirs()
+		t.arena = append(t.arena, chunk)
+		t.unlockDirs()
+		c, t.arenaUsed = c+1, 0
 	}
-	off := len(t.arena[c])
-	t.arena[c] = append(t.arena[c], key...)
+	off := t.arenaUsed
+	t.arenaUsed += copy(t.arena[c][off:], key)
 	o.key = makeKeyLoc(c, off, len(key))
 	t.keyLive += uint64(len(key))
 }
@@ -401,10 +424,12 @@ func (t *objTable) setOwner(o *object, client string) {
 // live ones (and a chunk). Records of freed IDs stay in their chunks, for
 // later objects.
 func (t *objTable) compact() {
+	t.lockDirs()
+	defer t.unlockDirs()
 	if t.n == 0 && t.next > 1 {
-		probe := t.probe
+		dirMu := t.dirMu
 		*t = *newObjTable()
-		t.probe = probe
+		t.dirMu = dirMu
 		return
 	}
 	if t.n >= t.reserved {
@@ -415,7 +440,7 @@ func (t *objTable) compact() {
 	}
 	if t.keyDead > arenaCompactMin && t.keyDead > t.keyLive {
 		old := t.arena
-		t.arena, t.keyLive, t.keyDead = nil, 0, 0
+		t.arena, t.arenaUsed, t.keyLive, t.keyDead = nil, 0, 0, 0
 		for _, id := range t.free {
 			t.at(id).key = 0 // its bytes are not copied: no space to reuse
 		}

@@ -259,6 +259,9 @@ func (m *Master) RestoreChunkContext(ctx context.Context, clientID string, id ui
 	for len(mem)+len(onDisk) > 0 {
 		k := min(len(mem), RestoreChunkObjects)
 		d := min(len(onDisk), RestoreChunkObjects-k)
+		if m.index.backlog() > RestoreChunkObjects {
+			m.index.catchUp() // the listing index's inserts run behind: wait for them, not holding the lock
+		}
 		if err := m.restorePart(clientID, sess, mem[:k], onDisk[:d], &res); err != nil {
 			return res, err
 		}
@@ -372,6 +375,7 @@ func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk 
 	}
 	now := m.clock.Now()
 	lastRestorePart.Store(now.UnixNano())
+	defer m.index.flush() // the part's objects listed by the index's goroutine, while the next part is decided
 	defer m.restoreFlushAllLocked(sess)
 	restored := res.Restored
 	defer func() {
@@ -461,6 +465,7 @@ func (m *Master) restoreEndTry(clientID string, id uint64) (RestoreResult, chan 
 			cur.s.alloc.Free(cur.pos, m.cfg.Align) // the fence
 		}
 	}
+	m.index.flush()
 	m.dropSessionLocked(sess)
 	sess.restored += res.Restored
 	m.cfg.Logger.Info("master: restore session ended", "client", clientID, "segments", len(sess.cursors), "chunks", sess.next,
@@ -707,7 +712,9 @@ func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, 
 		o.softPinUntil = nanoOf(now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL)))
 	}
 	m.segAdd(s, o)
-	m.storedLocked(o, h.Key)
+	m.countLocked(o, 1)
+	m.emitStored(h.Key)
+	m.index.stage(o.id) // listed at the end of the part (storedLocked lists at once)
 	return true
 }
 

@@ -685,8 +685,10 @@ func BenchmarkRestoreScale(b *testing.B) {
 	}
 	const chunk = 16384
 	b.ReportAllocs()
+	var decide time.Duration // the sessions' time holding the lock (their end's log line)
 	for b.Loop() {
-		m, err := New(Config{Durable: true}, newFakeClock())
+		log := &decideLog{}
+		m, err := New(Config{Durable: true, Logger: slog.New(log)}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -708,6 +710,28 @@ func BenchmarkRestoreScale(b *testing.B) {
 		if m.Stats().Objects != n {
 			b.Fatalf("%d objects restored", m.Stats().Objects)
 		}
+		if keys := m.Summary().Keys; keys != n {
+			b.Fatalf("%d keys listed", keys)
+		}
+		decide += log.decide
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/report")
+	b.ReportMetric(float64(decide.Nanoseconds())/float64(b.N*n), "lock-ns/report")
+}
+
+// decideLog is a slog handler that keeps the "decide" figure of the last
+// "restore session ended" line.
+type decideLog struct{ decide time.Duration }
+
+func (d *decideLog) Enabled(context.Context, slog.Level) bool { return true }
+func (d *decideLog) WithAttrs([]slog.Attr) slog.Handler       { return d }
+func (d *decideLog) WithGroup(string) slog.Handler            { return d }
+func (d *decideLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "decide" {
+			d.decide = a.Value.Duration()
+		}
+		return true
+	})
+	return nil
 }
