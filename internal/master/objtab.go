@@ -424,12 +424,15 @@ func (t *objTable) setOwner(o *object, client string) {
 // live ones (and a chunk). Records of freed IDs stay in their chunks, for
 // later objects.
 func (t *objTable) compact() {
+	dirMu := t.dirMu // held throughout: the growth of the new arena does not take it again
 	t.lockDirs()
-	defer t.unlockDirs()
-	if t.n == 0 && t.next > 1 {
-		dirMu := t.dirMu
-		*t = *newObjTable()
+	t.dirMu = nil
+	defer func() {
 		t.dirMu = dirMu
+		t.unlockDirs()
+	}()
+	if t.n == 0 && t.next > 1 {
+		*t = *newObjTable()
 		return
 	}
 	if t.n >= t.reserved {
