@@ -94,8 +94,11 @@ func (m *Master) storedLocked(o *object, key string) {
 
 // countLocked adds (sign 1) or takes away (sign -1) the complete object o's
 // share of the gauges.
-func (m *Master) countLocked(o *object, sign int) {
-	now := m.clock.Now()
+func (m *Master) countLocked(o *object, sign int) { m.countAtLocked(o, sign, m.clock.Now()) }
+
+// countAtLocked is countLocked at now (a caller that counts many objects
+// reads the clock once).
+func (m *Master) countAtLocked(o *object, sign int, now time.Time) {
 	m.counts.replicas += sign * int(o.nrep)
 	m.counts.replicaBytes += uint64(sign) * o.size * uint64(o.nrep)
 	if o.hardPin {

@@ -712,7 +712,7 @@ func (m *Master) takeOverLocked(s *segment, sess *restoreSession, h HeldObject, 
 		o.softPinUntil = nanoOf(now.Add(cmp.Or(min(h.SoftPinTTL, m.cfg.MaxSoftPinTTL), m.cfg.SoftPinTTL)))
 	}
 	m.segAdd(s, o)
-	m.countLocked(o, 1)
+	m.countAtLocked(o, 1, now)
 	m.emitStored(h.Key)
 	m.index.stage(o.id) // listed at the end of the part (storedLocked lists at once)
 	return true
