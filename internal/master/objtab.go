@@ -2,9 +2,9 @@ package master
 
 import (
 	"bytes"
-	"sync"
 	"hash/maphash"
 	"math/bits"
+	"sync"
 	"unsafe"
 )
 
