@@ -289,8 +289,8 @@ type Master struct {
 	drains *drainTable // drain jobs (drainjobs.go), built on first use
 
 	index  *keyIndex // visible keys in key order (list.go)
-	counts counts   // gauges kept current (counts.go)
-	peaks  mapPeaks // of objects, pending and tombIdx (shrink.go)
+	counts counts    // gauges kept current (counts.go)
+	peaks  mapPeaks  // of objects, pending and tombIdx (shrink.go)
 
 	// Restore sessions (restore_session.go).
 	restore restoreTable
