@@ -37,6 +37,9 @@ func (m *Master) goneLocked(o *object) string {
 	if o.complete {
 		m.countLocked(o, -1)
 		m.unindexObjectLocked(o, key)
+		if !m.replacing {
+			m.revokePriorLocked(key)
+		}
 	}
 	if o.complete && m.cfg.Events != nil {
 		m.cfg.Events.Removed(key, TierMemory)
