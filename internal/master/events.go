@@ -36,8 +36,8 @@ func (m *Master) goneLocked(o *object) string {
 	key := m.keyOf(o)
 	if o.complete {
 		m.countLocked(o, -1)
-		m.unindexObjectLocked(o, key)
-		if !m.replacing {
+		if !m.replacing { // a replacing commit hands its place in the index over (handOverIndexLocked)
+			m.unindexObjectLocked(o, key)
 			m.revokePriorLocked(key)
 		}
 	}

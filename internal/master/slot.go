@@ -176,6 +176,7 @@ func (m *Master) commitSlotLocked(clientID, key, slot string, crc uint32, rc Rep
 	if err := m.tenantAdmitLocked(key, s.size*uint64(s.nrep), m.objects.get(key)); err != nil {
 		return refuse(false, err)
 	}
+	handed := false
 	if o := m.objects.get(key); o != nil {
 		switch {
 		case !o.complete && now.Sub(o.created.time()) < m.cfg.PutTimeout:
@@ -184,17 +185,21 @@ func (m *Master) commitSlotLocked(clientID, key, slot string, crc uint32, rc Rep
 			return refuse(true, nil) // a zombie: the usual put preempts it
 		case !upsert:
 			return refuse(false, fmt.Errorf("%w: %q", ErrObjectExists, key))
+		}
+		// o, key's visible version, is replaced in this hold: the slot takes
+		// its place in the listing index at once (goneLocked leaves the index
+		// alone while replacing), and no older header of key is revoked.
+		m.handOverIndexLocked(o, s)
+		handed, m.replacing = true, true
+		switch {
 		case o.leaseUntil.after(now):
-			m.replacing = true
 			m.retireLeasedLocked(o, now) // readers keep the old value until their lease ends
-			m.replacing = false
 		case reuse != nil && m.reusableLocked(o, key, slot, *reuse, rc):
 			next, nextReps = m.reuseAsSlotLocked(o, clientID, rc, now)
 		default:
-			m.replacing = true
 			m.freeLocked(o) // the older version
-			m.replacing = false
 		}
+		m.replacing = false
 	}
 	m.confirmPriorLocked(slot) // the client wrote the slot's header over any older one
 	m.dropPendingLocked(slot)
@@ -205,7 +210,12 @@ func (m *Master) commitSlotLocked(clientID, key, slot string, crc uint32, rc Rep
 	m.stats.PutStarts++
 	m.stats.Puts++
 	m.dropDiskLocked(key, true)
-	m.storedLocked(s, key)
+	if handed {
+		m.countLocked(s, 1)
+		m.emitStored(key)
+	} else {
+		m.storedLocked(s, key)
+	}
 	return nil, false, nil, next, nextReps
 }
 

@@ -73,9 +73,7 @@ func (m *Master) reusableLocked(o *object, key, slot string, ask SlotAsk, rc Rep
 // reuseAsSlotLocked makes o, the version a commit replaces, the client's
 // next slot, and returns its placeholder key and replicas (as PutReserve).
 func (m *Master) reuseAsSlotLocked(o *object, clientID string, rc ReplicateConfig, now time.Time) (string, []Replica) {
-	m.replacing = true
-	key := m.goneLocked(o)
-	m.replacing = false
+	key := m.goneLocked(o) // replacing (commitSlotLocked)
 	m.seq++
 	slot := SlotPrefix + clientID + "/" + strconv.FormatUint(m.seq, 10)
 	if o.header() > 0 {
