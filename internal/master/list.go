@@ -38,11 +38,13 @@ type KeyInfo struct {
 //     decision. A put, a removal or a listing of a key whose restore
 //     insert is still queued therefore acts after that insert: a removed
 //     key is never left listed, a live key never unlisted.
-//   - drain reads records and arena bytes without Master.mu: a queued or
-//     indexed record's key does not move or change (it is freed only after
-//     it is taken out of the index, which applies the queue first), and
-//     the object table takes mu (objTable.dirMu) to grow its directories
-//     of chunks or to compact its keys.
+//   - drain reads records and arena bytes without Master.mu, and only while
+//     something is queued: a queued or indexed record's key does not move
+//     or change then (a record is freed only after it is taken out of the
+//     index, which applies the queue first; a replacing commit rekeys its
+//     record in the hold that listed it, after an acquire, when nothing is
+//     queued), and the object table takes mu (objTable.dirMu) to grow its
+//     directories of chunks or to compact its keys.
 type keyIndex struct {
 	t *objTable
 
@@ -271,6 +273,24 @@ func (m *Master) indexObjectLocked(o *object, key string) {
 	x.acquire()
 	defer x.release()
 	x.insertMu([]uint32{o.id})
+}
+
+// handOverIndexLocked lists s, the unfinished put about to take o's key, in
+// o's place: o is the key's visible version that s replaces in the same hold
+// of the lock. One step of the index instead of a delete and an insert; s
+// has its own key only once it is rekeyed, and no index operation may run
+// before (it compares as o's key only during this call).
+//
+// The index's goroutine cannot read s's record before it is rekeyed: acquire
+// leaves nothing queued, and nothing is queued again before this hold of the
+// Master's lock ends.
+func (m *Master) handOverIndexLocked(o, s *object) {
+	x := m.index
+	x.acquire()
+	defer x.release()
+	x.hot, x.hotKey = s.id, m.objects.keyBytes(o)
+	x.mem.ReplaceOrInsert(s.id)
+	x.hot, x.hotKey = 0, nil
 }
 
 // unindexObjectLocked takes o, which stops being visible in memory, out of

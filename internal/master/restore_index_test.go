@@ -138,8 +138,12 @@ func TestRestoreIndexRaces(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
-		errs := make(chan error, 4)
-		for w := range 3 {
+		errs := make(chan error, 5)
+		upserted := make([]string, 8)
+		for i := range upserted {
+			upserted[i] = fmt.Sprintf("key/%06d-up", i*n/8)
+		}
+		for w := range 4 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -168,6 +172,12 @@ func TestRestoreIndexRaces(t *testing.T) {
 								errs <- err
 								return
 							}
+						}
+					case 3: // upserts through put slots: a commit replacing a version hands its place in the index over
+						uk := upserted[r.IntN(len(upserted))]
+						rc := ReplicateConfig{PreferredSegments: []string{"b"}}
+						if slot, _, err := m.PutReserve("w", 64, len(uk), rc); err == nil {
+							m.PutCommit("w", uk, slot, 1, rc, true)
 						}
 					case 2: // listings, each page checked in order
 						rows, _ := m.List("key/", k, 50)
@@ -199,6 +209,10 @@ func TestRestoreIndexRaces(t *testing.T) {
 		all := slices.Clone(keys)
 		for _, k := range keys {
 			all = append(all, k+"+")
+		}
+		all = append(all, upserted...)
+		if ok, _ := m.Exist(upserted[0]); !ok {
+			t.Fatalf("%s not stored by its upserts", upserted[0])
 		}
 		checkListedExist(t, m, all)
 		checkRestored(t, m)
