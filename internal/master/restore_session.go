@@ -213,11 +213,21 @@ func (m *Master) RestoreExpect(clientID string, id uint64, objects uint64) error
 	if err != nil {
 		return err
 	}
-	var room uint64 // the most objects the session's segments can hold: 2 x Align bytes at least each
+	var room, bytes uint64 // the most objects the session's segments can hold: 2 x Align bytes at least each
 	for _, cur := range sess.cursors {
 		room += cur.s.alloc.Size() / (2 * m.cfg.Align)
+		bytes += cur.s.alloc.Size()
 	}
 	m.reserveObjectsLocked(int(min(objects, room)))
+	// Each segment's list of its objects, sized once for its share of
+	// them (by size), instead of grown by copies while the reports arrive.
+	for _, cur := range sess.cursors {
+		s := cur.s
+		share := min(objects, room) * s.alloc.Size() / max(bytes, 1)
+		if share > RestoreChunkObjects && len(s.objects) <= RestoreChunkObjects && uint64(cap(s.objects)) < share {
+			s.objects = slices.Grow(s.objects, int(share)-len(s.objects))
+		}
+	}
 	return nil
 }
 
