@@ -118,7 +118,10 @@
 //     RestoreChunkObjects per hold of the lock; up to RestoreWindow chunks
 //     may be in flight (RestoreChunkContext: an early one waits for its
 //     turn, decoded, outside the lock; its keys are hashed outside the
-//     lock too), and RestoreExpect sizes the object table from the
+//     lock too; their keys' inserts in the listing index are made after
+//     each part by the index's goroutine under the index's own lock, on
+//     another core, while the next part is decided), and RestoreExpect
+//     sizes the object table and the segments' object lists from the
 //     session's announced total; the segment takes no new
 //     objects until its session ends. A session idle for ClientTTL, or
 //     replaced by the client's next remount, is dropped with the segments
@@ -128,7 +131,10 @@
 //     tier (Mooncake's enable_kv_events).
 //   - List (not in Mooncake): keys by prefix in key order with a cursor,
 //     over the ordered index (a B-tree of the visible keys), the lock held
-//     for at most listHold keys at a time, yielding between holds.
+//     for at most listHold keys at a time, yielding between holds. The
+//     index has a lock of its own, taken after the Master's (lock order:
+//     Master.mu, keyIndex.mu, keyIndex.qmu); every use of it under the
+//     Master's lock first makes the restore's queued inserts (list.go).
 //
 // # Bounded work
 //
