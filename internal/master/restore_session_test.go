@@ -672,13 +672,17 @@ func BenchmarkRestoreScale(b *testing.B) {
 		step *= 2
 	}
 	spec := SegmentSpec{Name: "a", Endpoint: "ep-a", Base: 1 << 30, Size: uint64(n+1) * step}
+	name := func(i int) string { return fmt.Sprintf("obj/%09d", i) }
+	if os.Getenv("MOONCAKE_RESTORE_RANDOM") == "1" { // keys in no order (hashes, as a KV cache's): no locality in the listing index
+		name = func(i int) string { return fmt.Sprintf("%013x", uint64(i)*0x9e3779b97f4a7c15&(1<<52-1)) } // a bijection of [0, 2^52), 13 bytes as above
+	}
 	held := make([]HeldObject, 0, n)
 	per := (n + 7) / 8
 	for run := 0; len(held) < n; run++ {
 		for client := range 8 {
 			for k := run * 512; k < min(per, (run+1)*512) && client*per+k < n; k++ {
 				i := len(held)
-				held = append(held, HeldObject{Segment: "a", Offset: uint64(i) * step, Key: fmt.Sprintf("obj/%09d", client*per+k),
+				held = append(held, HeldObject{Segment: "a", Offset: uint64(i) * step, Key: name(client*per + k),
 					Size: 64, CRC: 1, Seq: uint64(i + 1)})
 			}
 		}
