@@ -21,10 +21,14 @@ import (
 //     get's whole value), exactly, in the order they will be asked for.
 //   - Without hints (a ReadAt of a slice nobody announced), the rest of
 //     that slice's value, in slices of the same length.
-//   - Speculatively, after a get's whole value was announced: when the
-//     value before it in address order was read within raStream (values
-//     offloaded together, read together), the values after it, up to
-//     raWindow slices, queued behind everything announced.
+//   - Speculatively, once the last slice of a value was announced (a
+//     get's, or the latest in address order of a batch's): when the value
+//     before it in address order was read within raStream (values put
+//     and offloaded together, read together; a batch's values StoreBatch
+//     addresses in the order they were put), the values after it, up to
+//     raSpec bytes (ReadDepth reads of ReadSize: the device's queue for
+//     one reader's stream), queued behind everything announced, and in
+//     at most half of raMax.
 //
 // Slices of one value that follow each other are read by one pread of up
 // to readMax bytes (the engine cuts values into 256 KiB slices; the disk
@@ -38,11 +42,12 @@ import (
 // nobody asks for within raStale are dropped.
 
 const (
-	raWindow = 8                      // slices read ahead of an unannounced ReadAt, or speculatively
+	raWindow = 8                      // slices read ahead of an unannounced ReadAt
 	raStream = 200 * time.Millisecond // neighbours read within this are a stream
 	raMax    = 64 << 20               // bytes held ahead (read or being read) at most
 	raStale  = time.Second
-	raChunks = 4096 // slices held ahead at most
+	raChunks = 4096                 // slices held ahead at most
+	raSpec   = ReadDepth * ReadSize // bytes read ahead of a stream, past what is announced
 	readMax  = ReadSize
 )
 
@@ -108,7 +113,14 @@ func (d *Tier) takeAhead(addr, n uint64) *raChunk {
 	}
 	d.raMu.Unlock()
 	if c != nil {
-		<-c.r.done
+		select {
+		case <-c.r.done:
+		default: // its read is still running: the lane waits for the disk
+			t := time.Now()
+			<-c.r.done
+			d.laneWaits.Add(1)
+			d.laneWaitNanos.Add(int64(time.Since(t)))
+		}
 	}
 	return c
 }
@@ -173,8 +185,6 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 	var (
 		e      *diskEntry
 		queued bool
-		single = true // the plan reads one value (a get's request)
-		first  *diskEntry
 	)
 	// With no read ahead queued or running, the first slice is read on its
 	// own, so that the lane sends it while the slices after it are read.
@@ -202,10 +212,6 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 				return
 			}
 		}
-		if first == nil {
-			first = e
-		}
-		single = single && e == first
 		if k.addr == e.addr {
 			e.readAt = now
 		}
@@ -248,29 +254,52 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 	for _, k := range plan {
 		add(k, announced)
 	}
-	// A get of a whole value whose neighbour before it in address order
-	// was read within raStream (values offloaded together, read together)
-	// reads the values after it ahead too, after everything announced, up
-	// to raWindow slices, cut as the engine cuts a READ of each.
-	if last := plan[len(plan)-1]; single && first != nil && last.addr+last.n == first.end() && d.raSlice != 0 {
+	// A plan that holds the last slice of a value L (the latest in address
+	// order, when several) whose neighbour before it in address order was
+	// read within raStream (values offloaded together, read together: a
+	// stream of gets, or a batch of keys in address order) reads the
+	// values after L ahead too, after everything announced, up to raSpec
+	// bytes past L, cut as the engine cuts a READ of each: a stream keeps
+	// ReadDepth reads of ReadSize in the device, the queue the disk's
+	// sequential reference keeps.
+	if d.raSlice != 0 {
+		var l, x *diskEntry
+		for _, k := range plan {
+			if x == nil || k.addr < x.addr || k.addr >= x.end() {
+				x = nil
+				d.byAddr.DescendLessOrEqual(&diskEntry{addr: k.addr}, func(y *diskEntry) bool { x = y; return false })
+			}
+			if x != nil && k.n != 0 && k.addr+k.n == x.end() && (l == nil || x.addr > l.addr) {
+				l = x
+			}
+		}
 		stream := false
-		d.byAddr.DescendLessOrEqual(&diskEntry{addr: first.addr - 1}, func(p *diskEntry) bool {
-			stream = now.Sub(p.readAt) < raStream
-			return false
-		})
+		if l != nil {
+			d.byAddr.DescendLessOrEqual(&diskEntry{addr: l.addr - 1}, func(p *diskEntry) bool {
+				stream = now.Sub(p.readAt) < raStream
+				return false
+			})
+		}
 		if stream {
 			var spec []raKey
-			d.byAddr.AscendGreaterOrEqual(&diskEntry{addr: first.end()}, func(x *diskEntry) bool {
-				for a := x.addr; a < x.end() && len(spec) < raWindow; a += d.raSlice {
-					spec = append(spec, raKey{a, min(d.raSlice, x.end()-a)})
+			ahead := uint64(0)
+			d.byAddr.AscendGreaterOrEqual(&diskEntry{addr: l.end()}, func(x *diskEntry) bool {
+				for a := x.addr; a < x.end() && ahead < raSpec; a += d.raSlice {
+					k := raKey{a, min(d.raSlice, x.end()-a)}
+					spec = append(spec, k)
+					ahead += k.n
 				}
-				return len(spec) < raWindow
+				return ahead < raSpec
 			})
 			queued = queued || len(spec) > 0 // behind the announced reads
 			for _, k := range spec {
-				if d.ra[k] == nil {
-					d.aheadSpec.Add(1)
+				if d.ra[k] != nil {
+					continue
 				}
+				if d.raBytes+k.n > raMax/2 { // the other half is kept for announced slices
+					break
+				}
+				d.aheadSpec.Add(1)
 				add(k, false)
 			}
 		}
@@ -301,7 +330,9 @@ func (d *Tier) reader() {
 			delete(d.raTail, r.end) // started: nothing joins it any more
 		}
 		d.raMu.Unlock()
+		t := time.Now()
 		r.b, r.buf, r.err = d.readRange(r.file, r.off, r.n)
+		d.aheadNanos.Add(int64(time.Since(t)))
 		d.aheadReads.Add(1)
 		close(r.done)
 	}
