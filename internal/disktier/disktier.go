@@ -81,7 +81,8 @@ type Tier struct {
 	ra        map[raKey]*raChunk // slices read ahead (readahead.go)
 	raBytes   uint64
 	raSwept   time.Time
-	raQueue   []*raRead          // reads ahead not started yet, oldest first
+	raQueue   []*raRead // reads ahead not started yet: announced first (raFront of them), then speculative
+	raFront   int
 	raTail    map[uint64]*raRead // the queued reads by the address after their last slice
 	raReaders int                // goroutines running them (at most ReadDepth)
 	raWG      sync.WaitGroup     // the readers (Close waits)

@@ -36,7 +36,9 @@ import (
 // most ReadDepth reads at once, in the order they were announced (the
 // first read of each announcement first: the slice a lane is about to
 // serve, which its lane waits for, does not queue behind what other lanes
-// announced further ahead). A ReadAt of a slice read ahead
+// announced further ahead), every announced read before the speculative
+// ones (a read ahead of one reader's stream never delays another's get;
+// one a lane then announces moves up among the announced). A ReadAt of a slice read ahead
 // waits for that read instead of issuing its own and is served from its
 // buffer, without a copy. At most raMax bytes are held ahead; slices
 // nobody asks for within raStale are dropped.
@@ -72,6 +74,10 @@ type raRead struct {
 	b    []byte // the bytes, once done (in buf)
 	buf  []byte // the pooled buffer
 	err  error
+	// queued: in the queue, not started; spec: only read ahead of a
+	// stream, nobody announced it yet (queued behind every announced
+	// read). Both under raMu.
+	queued, spec bool
 	// refs counts the slices that hold the read: announced and not yet
 	// taken, or taken and not yet released. The last puts buf back.
 	refs atomic.Int32
@@ -185,15 +191,17 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 	var (
 		e      *diskEntry
 		queued bool
+		first  = true // the plan's first slice (its lane asks for it next)
 	)
 	// With no read ahead queued or running, the first slice is read on its
 	// own, so that the lane sends it while the slices after it are read.
 	idle := d.raReaders == 0 && len(d.raQueue) == 0
-	add := func(k raKey, announced bool) {
+	add := func(k raKey, announced, spec bool) {
 		if c := d.ra[k]; c != nil {
 			switch {
 			case announced && c.claims == 0: // read ahead unannounced: now claimed
 				c.claims, c.at = 1, now
+				d.promoteLocked(c.r, first)
 			case announced: // a second reader of the slice shares the read
 				c.claims++
 				c.r.refs.Add(1)
@@ -223,18 +231,27 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 			r = nil
 		}
 		if r == nil {
-			r = &raRead{done: make(chan struct{}), e: e, file: e.file, off: dataOffset(objheader.Len(e.hdr.Key)) + (k.addr - e.addr)}
-			if queued {
+			r = &raRead{done: make(chan struct{}), e: e, file: e.file, off: dataOffset(objheader.Len(e.hdr.Key)) + (k.addr - e.addr),
+				queued: true, spec: spec}
+			switch {
+			case spec: // behind everything
 				d.raQueue = append(d.raQueue, r)
-			} else {
+			case queued: // behind the reads announced before
+				d.raQueue = slices.Insert(d.raQueue, d.raFront, r)
+				d.raFront++
+			default:
 				// The plan's first read is the one its lane waits for
 				// next: it goes before the reads other lanes queued
 				// further ahead of themselves.
 				d.raQueue = slices.Insert(d.raQueue, 0, r)
+				d.raFront++
 			}
 			queued = true
 		} else {
 			delete(d.raTail, k.addr)
+			if !spec {
+				d.promoteLocked(r, false)
+			}
 		}
 		r.refs.Add(1)
 		c := &raChunk{r: r, off: r.n, at: now}
@@ -252,7 +269,8 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 		d.raTail[r.end] = r
 	}
 	for _, k := range plan {
-		add(k, announced)
+		add(k, announced, false)
+		first = false
 	}
 	// A plan that holds the last slice of a value L (the latest in address
 	// order, when several) whose neighbour before it in address order was
@@ -291,7 +309,6 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 				}
 				return ahead < raSpec
 			})
-			queued = queued || len(spec) > 0 // behind the announced reads
 			for _, k := range spec {
 				if d.ra[k] != nil {
 					continue
@@ -300,7 +317,7 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 					break
 				}
 				d.aheadSpec.Add(1)
-				add(k, false)
+				add(k, false, true)
 			}
 		}
 	}
@@ -312,6 +329,32 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 	}
 	d.raMu.Unlock()
 	d.mu.Unlock()
+}
+
+// promoteLocked moves r, a speculative read that a lane has now
+// announced a slice of, from behind every announced read to the end of
+// them (head: to the front of the queue, the read the lane waits for
+// next), if it has not started. Called with raMu held.
+func (d *Tier) promoteLocked(r *raRead, head bool) {
+	if !r.spec {
+		return
+	}
+	r.spec = false
+	if !r.queued {
+		return
+	}
+	i := slices.Index(d.raQueue[d.raFront:], r)
+	if i < 0 {
+		return
+	}
+	i += d.raFront
+	to := d.raFront
+	if head {
+		to = 0
+	}
+	copy(d.raQueue[to+1:i+1], d.raQueue[to:i])
+	d.raQueue[to] = r
+	d.raFront++
 }
 
 // reader runs the queued reads ahead, oldest first, until none is left.
@@ -326,6 +369,10 @@ func (d *Tier) reader() {
 		r := d.raQueue[0]
 		d.raQueue[0] = nil
 		d.raQueue = d.raQueue[1:]
+		if !r.spec {
+			d.raFront--
+		}
+		r.queued = false
 		if d.raTail[r.end] == r {
 			delete(d.raTail, r.end) // started: nothing joins it any more
 		}

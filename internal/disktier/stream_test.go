@@ -157,3 +157,85 @@ func TestPrefetchStreamBatch(t *testing.T) {
 		t.Fatalf("%d of %d slices served ahead", st.AheadHits, st.ReadCalls)
 	}
 }
+
+// TestPrefetchAnnouncedFirst: reads a lane announced run before the reads
+// of other readers' streams: a stream's speculative reads queue behind
+// every announced read, and one a lane then announces moves up to the
+// announced ones, so one reader's stream never delays another's get.
+func TestPrefetchAnnouncedFirst(t *testing.T) {
+	d, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const slice = 64 << 10
+	const size = 128 << 10
+	sizes := make([]int, 12)
+	for i := range sizes {
+		sizes[i] = size
+	}
+	vals, addrs := storeAll(t, d, sizes)
+	// Hold the readers back (as if all were busy) to look at the queue.
+	d.raMu.Lock()
+	d.raReaders = ReadDepth
+	d.raMu.Unlock()
+	d.Prefetch(slicesOf(addrs[0], size, slice))
+	d.Prefetch(slicesOf(addrs[1], size, slice)) // value 0 just read: a stream, values 2.. read ahead
+	d.Prefetch(slicesOf(addrs[9], size, slice)) // another reader announces value 9
+	d.Prefetch(slicesOf(addrs[10], size, slice)[:1])
+	d.raMu.Lock()
+	var order []int
+	specs := 0
+	for i, r := range d.raQueue {
+		for v := range addrs {
+			if r.e.addr == addrs[v] {
+				order = append(order, v)
+			}
+		}
+		if r.spec {
+			specs++
+			if i < d.raFront {
+				t.Errorf("speculative read %d of value %d among the announced ones", i, order[i])
+			}
+		} else if i >= d.raFront {
+			t.Errorf("announced read %d of value %d behind the speculative ones", i, order[i])
+		}
+	}
+	front := d.raFront
+	d.raMu.Unlock()
+	// Value 10's first slice: the first read of its announcement, at the
+	// head; then values 0, 1 and 9 (announced, 9 moved up from the
+	// stream's reads); then the stream's reads.
+	if len(order) < 5 || order[0] != 10 || specs == 0 || front != len(d.raQueue)-specs {
+		t.Fatalf("queue %v, %d announced, %d speculative", order, front, specs)
+	}
+	for _, v := range order[1:front] {
+		if v != 0 && v != 1 && v != 9 && v != 10 {
+			t.Fatalf("queue %v: value %d among the announced reads", order, v)
+		}
+	}
+	// Let the readers go; every announced slice is served ahead.
+	d.raMu.Lock()
+	d.raReaders = ReadDepth
+	for range ReadDepth {
+		d.raWG.Go(d.reader)
+	}
+	d.raMu.Unlock()
+	for _, v := range []int{10, 0, 1, 9} {
+		rs := slicesOf(addrs[v], size, slice)
+		if v == 10 {
+			rs = rs[:1]
+		}
+		for _, r := range rs {
+			b, release, err := d.ReadAt(r.Addr, r.Len)
+			off := r.Addr - addrs[v]
+			if err != nil || !bytes.Equal(b, vals[v][off:off+r.Len]) {
+				t.Fatalf("value %d slice at %d: %v", v, off, err)
+			}
+			release()
+		}
+	}
+	if st := d.IOStats(); st.AheadHits != st.ReadCalls {
+		t.Fatalf("%d of %d slices served ahead", st.AheadHits, st.ReadCalls)
+	}
+}
