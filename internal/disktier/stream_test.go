@@ -201,12 +201,12 @@ func TestPrefetchAnnouncedFirst(t *testing.T) {
 			t.Errorf("announced read %d of value %d behind the speculative ones", i, order[i])
 		}
 	}
-	front := d.raFront
+	front, queued := d.raFront, len(d.raQueue)
 	d.raMu.Unlock()
 	// Value 10's first slice: the first read of its announcement, at the
 	// head; then values 0, 1 and 9 (announced, 9 moved up from the
 	// stream's reads); then the stream's reads.
-	if len(order) < 5 || order[0] != 10 || specs == 0 || front != len(d.raQueue)-specs {
+	if len(order) < 5 || order[0] != 10 || specs == 0 || front != queued-specs {
 		t.Fatalf("queue %v, %d announced, %d speculative", order, front, specs)
 	}
 	for _, v := range order[1:front] {
