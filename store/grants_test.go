@@ -377,7 +377,7 @@ func BenchmarkGrantsPaired(b *testing.B) {
 			for _, q := range []struct {
 				name string
 				at   float64
-			}{{"p25", 0.25}, {"p50", 0.5}, {"p75", 0.75}} {
+			}{{"p25", 0.25}, {"p50", 0.5}, {"p75", 0.75}, {"p99", 0.99}} {
 				k := int(float64(len(lat[0])-1) * q.at)
 				b.ReportMetric(float64(lat[1][k])/float64(lat[0][k]), q.name+"-on/off")
 			}
