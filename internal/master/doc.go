@@ -67,6 +67,11 @@
 //     On the wire (internal/masterserver) one PutCommit call ends every put:
 //     without a slot it is PutEnd, with one PutCommit, and either may also
 //     ask for PutReserve; CommitNext does both in one hold of the lock.
+//     When the commit replaces an unleased version of the slot's size and
+//     header length, that version's space is the next slot (slot_reuse.go:
+//     no tombstone, no allocation); a key whose older header lies in such a
+//     slot revokes the slot when its version goes (remove, eviction), so a
+//     restore never brings that header back.
 //   - Get: GetReplicaList returns the replicas and the CRC and grants a read
 //     lease (10s). Remove, RemoveByRegex and RemoveAll skip or refuse leased
 //     objects (ErrObjectHasLease) unless forced; eviction never takes a

@@ -36,7 +36,10 @@ func (m *Master) goneLocked(o *object) string {
 	key := m.keyOf(o)
 	if o.complete {
 		m.countLocked(o, -1)
-		m.unindexObjectLocked(o, key)
+		if !m.replacing { // a replacing commit hands its place in the index over (handOverIndexLocked)
+			m.unindexObjectLocked(o, key)
+			m.revokePriorLocked(key)
+		}
 	}
 	if o.complete && m.cfg.Events != nil {
 		m.cfg.Events.Removed(key, TierMemory)

@@ -185,12 +185,25 @@ func checkCounts(t *testing.T, m *Master) {
 	tombs := 0
 	for _, s := range m.segOrder {
 		for off, tb := range s.tombs {
-			tombs++
-			e := m.tombIdx[tb.key]
-			if e == nil || !slices.Contains(e.at, tombLoc{seg: s, off: off}) || e.seq < tb.seq {
-				t.Fatalf("tombstone %s@%d of %q missing from the index", s.spec.Name, off, tb.key)
+			for _, k := range []string{tb.key, tb.alias} {
+				if k == "" {
+					continue
+				}
+				tombs++
+				e := m.tombIdx[k]
+				if e == nil || !slices.Contains(e.at, tombLoc{seg: s, off: off}) || e.seq < tb.seq {
+					t.Fatalf("tombstone %s@%d of %q missing from the index", s.spec.Name, off, k)
+				}
 			}
 		}
+	}
+	for slot, p := range m.priors {
+		if _, ok := m.pending[slot]; !ok || m.priorSlot[p.key] != slot {
+			t.Fatalf("reused slot %q (older header of %q) not pending or not indexed", slot, p.key)
+		}
+	}
+	if len(m.priorSlot) != len(m.priors) {
+		t.Fatalf("%d keys with older headers in slots, %d slots", len(m.priorSlot), len(m.priors))
 	}
 	indexed := 0
 	for _, e := range m.tombIdx {
@@ -218,6 +231,9 @@ func FuzzMasterOps(f *testing.F) {
 	// e4 mounted again by c0 (replacing c1's), a graceful unmount by c2.
 	f.Add([]byte{9, 0x0c, 9, 0x15, 9, 0x0d, 0, 0x82, 1, 0x82, 0, 0x43, 1, 0x43, 7, 0xff, 15, 0x12, 16, 0x0a, 16, 0x0b,
 		17, 0x02, 17, 0x0b, 10, 0x04, 9, 0x04, 12, 0x15, 7, 0xff, 14, 0x03})
+	// Upserts through reused slots (durable): k0 by c0 three times, k0 removed while c0's slot
+	// holds its older header, a heartbeat; k1 by c1 twice, then evicted by a fill.
+	f.Add([]byte{1, 20, 0x80, 20, 0x80, 20, 0x80, 4, 0x80, 7, 0x10, 20, 0x80, 20, 0x81, 20, 0x81, 0, 0x7f, 0, 0x7e, 7, 0xff, 20, 0x80})
 	f.Fuzz(runOps)
 }
 
@@ -259,13 +275,14 @@ func runOps(t *testing.T, ops []byte) {
 			t.Fatal(err)
 		}
 	}
+	nextSlot := map[string]string{} // each client's slot from its last CommitNext
 	for len(ops) >= 2 {
 		op, arg := ops[0], ops[1]
 		ops = ops[2:]
 		key := fmt.Sprintf("k%d", arg%8)
 		client := fmt.Sprintf("c%d", arg%3)
 		size := uint64(arg)*37 + 1
-		switch op % 20 {
+		switch op % 21 {
 		case 0:
 			m.PutStart(client, key, size, ReplicateConfig{Replicas: int(arg%3) + 1, SoftPin: arg&0x40 != 0, HardPin: arg&0x80 != 0})
 		case 1:
@@ -327,6 +344,13 @@ func runOps(t *testing.T, ops []byte) {
 			}
 		case 19: // a listing in pages of arg%4+1 keys, against the visible keys
 			checkListing(t, m, int(arg%4)+1)
+		case 20: // a put through the client's slot of 100 bytes, asking for the next (a reused version, upserts)
+			slot := nextSlot[client]
+			if slot == "" {
+				slot, _, _ = m.PutReserve(client, 100, len(key), ReplicateConfig{})
+			}
+			c := m.CommitNext(client, key, slot, uint32(arg), ReplicateConfig{}, arg&0x80 != 0, SlotAsk{Size: 100, KeyLen: len(key)})
+			nextSlot[client] = c.Slot
 		}
 		checkInvariants(t, m)
 	}

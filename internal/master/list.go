@@ -122,6 +122,18 @@ func (m *Master) indexObjectLocked(o *object, key string) {
 	}
 }
 
+// handOverIndexLocked lists s, the unfinished put about to take o's key, in
+// o's place: o is the key's visible version that s replaces in the same hold
+// of the lock. One step of the index instead of a delete and an insert; s
+// has its own key only once it is rekeyed, and no index operation may run
+// before (it compares as o's key only during this call).
+func (m *Master) handOverIndexLocked(o, s *object) {
+	t := m.objects
+	t.hot, t.hotKey = s.id, t.keyBytes(o)
+	m.index.mem.ReplaceOrInsert(s.id)
+	t.hot, t.hotKey = 0, nil
+}
+
 // unindexObjectLocked takes o, which stops being visible in memory, out of
 // the index; its key stays listed while a disk copy holds it.
 func (m *Master) unindexObjectLocked(o *object, key string) {

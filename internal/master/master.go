@@ -113,6 +113,7 @@ type Stats struct {
 	DiskObjects                      int     // keys held only on a disk tier
 	DiskGets                         uint64  // reads answered with a disk copy
 	CachedGets                       uint64  // reads that confirmed a client's cached version (GetReplicaListIf)
+	SlotsReused                      uint64  // put slots made of the version a commit replaced (slot.go)
 	ViewVersion                      uint64
 }
 
@@ -243,6 +244,7 @@ type zombie struct {
 	releaseAt time.Time
 	key       string
 	seq, hdr  uint64
+	alias     string // tomb.alias of the tombstone it leaves
 }
 
 // Master is the deterministic core of the store master: segments, objects,
@@ -274,14 +276,20 @@ type Master struct {
 
 	fruitlessUntil time.Time // no watermark eviction before this (last one freed nothing)
 
-	seq      uint64               // last put sequence number handed out
-	started  time.Time            // when the core was built
-	removed  map[string]uint64    // key -> highest seq removed, kept for RestoreWindow
-	evicted  map[string]uint64    // key -> highest seq evicted, kept for RestoreWindow
-	evicting bool                 // freeLocked runs for an eviction
-	tombIdx  map[string]*keyTombs // keys with tombstones not yet zeroed -> where (tombs.go)
-	disk     map[string]*diskCopy
-	offload  bool // evictLocked runs for the watermark: offload to disk where enabled
+	seq      uint64            // last put sequence number handed out
+	started  time.Time         // when the core was built
+	removed  map[string]uint64 // key -> highest seq removed, kept for RestoreWindow
+	evicted  map[string]uint64 // key -> highest seq evicted, kept for RestoreWindow
+	evicting bool              // freeLocked runs for an eviction
+	// replacing: goneLocked runs for a version a commit replaces in the
+	// same hold (slot.go), which leaves the key's older headers in reused
+	// slots where they are.
+	replacing bool
+	priors    map[string]prior     // reused put slots that may still hold an older version's header -> which (slot.go)
+	priorSlot map[string]string    // key -> the reused slot holding its older header
+	tombIdx   map[string]*keyTombs // keys with tombstones not yet zeroed -> where (tombs.go)
+	disk      map[string]*diskCopy
+	offload   bool // evictLocked runs for the watermark: offload to disk where enabled
 
 	viewVersion uint64 // set by New, read without locks
 
@@ -305,20 +313,22 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 	clk = clock.Or(clk)
 	cfg = cfg.withDefaults()
 	m := &Master{
-		cfg:      cfg,
-		clock:    clk,
-		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		objects:  newObjTable(),
-		pending:  map[string]uint32{},
-		segTab:   []*segment{nil},
-		segments: map[string]*segment{},
-		clients:  map[string]*client{},
-		removed:  map[string]uint64{},
-		evicted:  map[string]uint64{},
-		tombIdx:  map[string]*keyTombs{},
-		disk:     map[string]*diskCopy{},
-		started:  clk.Now(),
-		seq:      uint64(clk.Now().UnixNano()),
+		cfg:       cfg,
+		clock:     clk,
+		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		objects:   newObjTable(),
+		pending:   map[string]uint32{},
+		segTab:    []*segment{nil},
+		segments:  map[string]*segment{},
+		clients:   map[string]*client{},
+		removed:   map[string]uint64{},
+		evicted:   map[string]uint64{},
+		tombIdx:   map[string]*keyTombs{},
+		priors:    map[string]prior{},
+		priorSlot: map[string]string{},
+		disk:      map[string]*diskCopy{},
+		started:   clk.Now(),
+		seq:       uint64(clk.Now().UnixNano()),
 	}
 	m.index = newKeyIndex(m.objects)
 	m.viewVersion = uint64(clk.Now().UnixNano())

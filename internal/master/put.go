@@ -193,8 +193,9 @@ func (m *Master) rewriteInPlaceLocked(o *object, key, clientID string, rc Replic
 // freeLocked releases an object's space and forgets it.
 func (m *Master) freeLocked(o *object) {
 	key := m.goneLocked(o)
+	alias := m.takePriorLocked(key)
 	for _, r := range m.reps(o) {
-		m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header())
+		m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header(), alias)
 		m.segDrop(m.segOf(r), o)
 	}
 	m.forgetLocked(o, key)
@@ -203,6 +204,9 @@ func (m *Master) freeLocked(o *object) {
 // forgetLocked takes o, of key, out of the object table (and the unfinished
 // puts).
 func (m *Master) forgetLocked(o *object, key string) {
+	if len(m.priors) > 0 {
+		m.confirmPriorLocked(key) // a slot gone with its segment
+	}
 	m.dropPendingLocked(key)
 	m.objects.del(o)
 }
@@ -221,9 +225,10 @@ func (m *Master) preemptLocked(o *object, now time.Time) {
 func (m *Master) reserveUnfinishedLocked(o *object) {
 	release := o.created.time().Add(m.cfg.PutReleaseTimeout)
 	key := m.keyOf(o)
+	alias := m.takePriorLocked(key)
 	for _, r := range m.reps(o) {
 		m.segDrop(m.segOf(r), o)
-		m.zombies = append(m.zombies, zombie{seg: m.segOf(r), off: r.off, size: o.alloc(), releaseAt: release, key: key, seq: o.seq, hdr: o.header()})
+		m.zombies = append(m.zombies, zombie{seg: m.segOf(r), off: r.off, size: o.alloc(), releaseAt: release, key: key, seq: o.seq, hdr: o.header(), alias: alias})
 	}
 	m.forgetLocked(o, key)
 }
@@ -250,7 +255,7 @@ func (m *Master) releaseZombiesLocked(now time.Time) {
 		if now.Before(z.releaseAt) {
 			return false
 		}
-		m.freeRangeLocked(z.seg, z.off, z.size, z.key, z.seq, z.hdr)
+		m.freeRangeLocked(z.seg, z.off, z.size, z.key, z.seq, z.hdr, z.alias)
 		return true
 	})
 }

@@ -55,8 +55,11 @@ import (
 type tomb struct {
 	key string
 	seq uint64
-	n   uint64 // bytes held: Align, or the whole object while it is offloaded
-	off bool   // being copied to the node's disk tier before zeroing
+	// alias: a key whose older version's header may lie here too (a
+	// reused put slot, slot.go), indexed under it as well.
+	alias string
+	n     uint64 // bytes held: Align, or the whole object while it is offloaded; 0: the bytes are a live slot's (held, slot.go)
+	off   bool   // being copied to the node's disk tier before zeroing
 	// named: when an answer last named it to a client to zero (0: never);
 	// its bytes stay allocated until objheader.ZeroFence after that.
 	named nanotime

@@ -161,7 +161,7 @@ func (m *Master) unmountLocked(s *segment) {
 	}
 	s.objects = nil
 	for off, tb := range s.tombs {
-		m.untombLocked(s, off, tb.key)
+		m.untombLocked(s, off, tb)
 	}
 	m.dropSegmentDiskLocked(s)
 	delete(m.segments, s.key)

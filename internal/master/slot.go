@@ -97,9 +97,13 @@ func (m *Master) CommitNext(clientID, key, slot string, crc uint32, rc Replicate
 	if slot == "" {
 		out.Err = m.putEndLocked(clientID, key, crc)
 	} else {
-		out.Tombs, out.Gone, out.Err = m.putCommitLocked(clientID, key, slot, crc, rc, upsert)
+		var reuse *SlotAsk
+		if reserve {
+			reuse = &ask
+		}
+		out.Tombs, out.Gone, out.Err, out.Slot, out.Next = m.commitSlotLocked(clientID, key, slot, crc, rc, upsert, reuse)
 	}
-	if reserve && out.Err == nil && !out.Gone {
+	if reserve && out.Err == nil && !out.Gone && out.Slot == "" {
 		out.Slot, out.Next, out.ReserveErr = m.putReserveLocked(clientID, ask.Size, ask.KeyLen, rc)
 	}
 	return out
@@ -108,7 +112,7 @@ func (m *Master) CommitNext(clientID, key, slot string, crc uint32, rc Replicate
 func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, rc ReplicateConfig, now time.Time) (string, []Replica, error) {
 	var hdr uint64
 	if m.cfg.Durable {
-		hdr = headerLen(strings.Repeat("k", keyLen))
+		hdr = headerLenOf(keyLen)
 	}
 	if err := m.checkFitsLocked(hdr + size); err != nil {
 		return "", nil, err
@@ -142,22 +146,29 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.putCommitLocked(clientID, key, slot, crc, rc, upsert)
+	tombs, gone, err, _, _ = m.commitSlotLocked(clientID, key, slot, crc, rc, upsert, nil)
+	return tombs, gone, err
 }
 
-func (m *Master) putCommitLocked(clientID, key, slot string, crc uint32, rc ReplicateConfig, upsert bool) (tombs []HeaderRef, gone bool, err error) {
+// commitSlotLocked is PutCommit; with reuse, when the commit replaces a
+// version that can be the client's next slot (reusableLocked), that
+// version's space becomes the slot asked for (next and its replicas).
+func (m *Master) commitSlotLocked(clientID, key, slot string, crc uint32, rc ReplicateConfig, upsert bool, reuse *SlotAsk) (tombs []HeaderRef, gone bool, err error, next string, nextReps []Replica) {
 	now := m.clock.Now()
 	sid, ok := m.pending[slot]
 	if !ok {
-		return nil, true, nil
+		return nil, true, nil, "", nil
 	}
 	s := m.objects.at(sid)
 	if m.ownerID(s) != clientID || !strings.HasPrefix(slot, SlotPrefix) || s.nrep == 0 {
-		return nil, true, nil
+		return nil, true, nil, "", nil
 	}
-	refuse := func(gone bool, err error) ([]HeaderRef, bool, error) {
+	refuse := func(gone bool, err error) ([]HeaderRef, bool, error, string, []Replica) {
 		m.freeLocked(s)
-		return m.tombsOfLocked(map[string]bool{slot: true}), gone, err
+		return m.tombsOfLocked(map[string]bool{slot: true}), gone, err, "", nil
+	}
+	if p, ok := m.priors[slot]; ok && p.revoked {
+		return refuse(true, nil) // its older header was named for zeroing: its own may be zeroed too
 	}
 	if (m.cfg.Durable && s.header() != headerLen(key)) || m.newerThanLocked(key, s.seq) {
 		return refuse(true, nil)
@@ -165,6 +176,7 @@ func (m *Master) putCommitLocked(clientID, key, slot string, crc uint32, rc Repl
 	if err := m.tenantAdmitLocked(key, s.size*uint64(s.nrep), m.objects.get(key)); err != nil {
 		return refuse(false, err)
 	}
+	handed := false
 	if o := m.objects.get(key); o != nil {
 		switch {
 		case !o.complete && now.Sub(o.created.time()) < m.cfg.PutTimeout:
@@ -173,12 +185,23 @@ func (m *Master) putCommitLocked(clientID, key, slot string, crc uint32, rc Repl
 			return refuse(true, nil) // a zombie: the usual put preempts it
 		case !upsert:
 			return refuse(false, fmt.Errorf("%w: %q", ErrObjectExists, key))
+		}
+		// o, key's visible version, is replaced in this hold: the slot takes
+		// its place in the listing index at once (goneLocked leaves the index
+		// alone while replacing), and no older header of key is revoked.
+		m.handOverIndexLocked(o, s)
+		handed, m.replacing = true, true
+		switch {
 		case o.leaseUntil.after(now):
 			m.retireLeasedLocked(o, now) // readers keep the old value until their lease ends
+		case reuse != nil && m.reusableLocked(o, key, slot, *reuse, rc):
+			next, nextReps = m.reuseAsSlotLocked(o, clientID, rc, now)
 		default:
 			m.freeLocked(o) // the older version
 		}
+		m.replacing = false
 	}
+	m.confirmPriorLocked(slot) // the client wrote the slot's header over any older one
 	m.dropPendingLocked(slot)
 	m.objects.rekey(s, key)
 	s.complete, s.crc, s.created = true, crc, nanoOf(now)
@@ -187,8 +210,13 @@ func (m *Master) putCommitLocked(clientID, key, slot string, crc uint32, rc Repl
 	m.stats.PutStarts++
 	m.stats.Puts++
 	m.dropDiskLocked(key, true)
-	m.storedLocked(s, key)
-	return nil, false, nil
+	if handed {
+		m.countLocked(s, 1)
+		m.emitStored(key)
+	} else {
+		m.storedLocked(s, key)
+	}
+	return nil, false, nil, next, nextReps
 }
 
 // newerThanLocked reports whether key has, or had, a version with a

@@ -16,7 +16,9 @@ const maxTombsPerPing = 16 * 1024
 
 // freeRangeLocked frees the n bytes at off in s. For a durable object
 // (hdr > 0) the first Align bytes stay allocated as a tombstone.
-func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr uint64) {
+// alias is the key of an older version whose header may lie at off (a
+// reused put slot, slot.go), "" for none.
+func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr uint64, alias string) {
 	if hdr == 0 || m.segments[s.key] != s {
 		s.alloc.Free(off, n)
 		return
@@ -29,7 +31,7 @@ func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr
 	if rest := s.alloc.Rounded(n) - q; rest > 0 {
 		s.alloc.Free(off+q, rest)
 	}
-	m.addTombLocked(s, off, tomb{key: key, seq: seq, n: q, off: toDisk})
+	m.addTombLocked(s, off, tomb{key: key, seq: seq, alias: alias, n: q, off: toDisk})
 }
 
 // tombLoc is where one tombstone lies.
@@ -45,19 +47,30 @@ type keyTombs struct {
 	at  []tombLoc
 }
 
-// addTombLocked records the tombstone tb at offset off of s.
+// addTombLocked records the tombstone tb at offset off of s. A held
+// tombstone there (a revoked slot's, slot.go) gives way to it, passing on
+// when it was last named.
 func (m *Master) addTombLocked(s *segment, off uint64, tb tomb) {
-	if old, ok := s.tombs[off]; ok { // cannot happen: the space was allocated
-		m.untombLocked(s, off, old.key)
+	if old, ok := s.tombs[off]; ok {
+		delete(s.tombs, off)
+		m.untombLocked(s, off, old)
+		tb.named = max(tb.named, old.named)
 	}
 	s.tombs[off] = tb
-	e := m.tombIdx[tb.key]
+	m.indexTombLocked(s, off, tb.key, tb.seq)
+	if tb.alias != "" {
+		m.indexTombLocked(s, off, tb.alias, tb.seq)
+	}
+}
+
+func (m *Master) indexTombLocked(s *segment, off uint64, key string, seq uint64) {
+	e := m.tombIdx[key]
 	if e == nil {
 		e = &keyTombs{}
-		m.tombIdx[tb.key] = e
+		m.tombIdx[key] = e
 	}
 	e.at = append(e.at, tombLoc{seg: s, off: off})
-	e.seq = max(e.seq, tb.seq)
+	e.seq = max(e.seq, seq)
 }
 
 // dropTombLocked forgets the tombstone at off of s (its space is the
@@ -68,11 +81,21 @@ func (m *Master) dropTombLocked(s *segment, off uint64) {
 		return
 	}
 	delete(s.tombs, off)
-	m.untombLocked(s, off, tb.key)
+	m.untombLocked(s, off, tb)
 }
 
-// untombLocked takes the tombstone at off of s out of key's index entry.
-func (m *Master) untombLocked(s *segment, off uint64, key string) {
+// untombLocked takes the tombstone tb at off of s (no longer filed in
+// s.tombs) out of the index.
+func (m *Master) untombLocked(s *segment, off uint64, tb tomb) {
+	m.unindexTombLocked(s, off, tb.key)
+	if tb.alias != "" {
+		m.unindexTombLocked(s, off, tb.alias)
+	}
+}
+
+// unindexTombLocked takes the tombstone at off of s out of key's index
+// entry.
+func (m *Master) unindexTombLocked(s *segment, off uint64, key string) {
 	e := m.tombIdx[key]
 	if e == nil {
 		return
@@ -84,7 +107,9 @@ func (m *Master) untombLocked(s *segment, off uint64, key string) {
 	}
 	e.seq = 0
 	for _, l := range e.at {
-		e.seq = max(e.seq, l.seg.tombs[l.off].seq)
+		if tb, ok := l.seg.tombs[l.off]; ok {
+			e.seq = max(e.seq, tb.seq)
+		}
 	}
 }
 
@@ -169,6 +194,12 @@ func (m *Master) zeroedLocked(c *client, zeroed []HeaderRef) {
 			continue
 		}
 		if tb, ok := s.tombs[z.Offset]; ok && tb.seq == z.Seq {
+			if tb.n == 0 { // held: the bytes are a revoked slot's (slot.go)
+				if !tb.fencedAt(now) { // else named again at the next heartbeat, until the fence ends
+					m.dropTombLocked(s, z.Offset)
+				}
+				continue
+			}
 			if tb.fencedAt(now) { // a remover may still write zeros there
 				s.fenced = append(s.fenced, fencedTomb{off: z.Offset, n: tb.n, until: tb.named + nanotime(objheader.ZeroFence)})
 			} else {
@@ -265,7 +296,7 @@ func (m *Master) reuseTombLocked(clientID string, size uint64) []place {
 			if tries++; tries > maxTombTries {
 				break
 			}
-			if tb.off || tb.fencedAt(now) || tb.n+s.alloc.FreeAt(off+tb.n) < need {
+			if tb.n == 0 || tb.off || tb.fencedAt(now) || tb.n+s.alloc.FreeAt(off+tb.n) < need {
 				continue
 			}
 			s.alloc.Free(off, tb.n)

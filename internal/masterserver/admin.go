@@ -190,6 +190,7 @@ func writeMetrics(w http.ResponseWriter, m *master.Master) {
 	metric("mooncake_master_disk_objects", "gauge", "Keys held only on a disk tier.", float64(st.DiskObjects))
 	metric("mooncake_master_disk_gets_total", "counter", "Reads answered with a disk copy.", float64(st.DiskGets))
 	metric("mooncake_master_cached_gets_total", "counter", "Reads that confirmed a client's hot-cache version (no replicas, no lease).", float64(st.CachedGets))
+	metric("mooncake_master_put_slots_reused_total", "counter", "Put slots made of the version an upsert replaced (no tombstone, no allocation).", float64(st.SlotsReused))
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	metric("go_memstats_heap_inuse_bytes", "gauge", "Bytes in in-use heap spans.", float64(ms.HeapInuse))

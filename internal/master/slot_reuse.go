@@ -1,0 +1,154 @@
+package master
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Reused put slots: an upsert's replaced version becomes the client's next
+// slot.
+//
+// A commit that replaces a version of the same size and header length (and
+// replica count) hands that version's space to the client as the slot it
+// asked for, instead of freeing it (a tombstone until its node zeroes the
+// header) and allocating a fresh slot: no allocator work, no tombstone, no
+// heartbeat traffic, and the client writes to pages it wrote before.
+//
+// The replaced version must be unleased (no reader holds it; a leased one is
+// retired as before). Its header stays in the slot until the client writes
+// its next put there, and with durable metadata a restore must never bring
+// it back. While its key has a newer version, it cannot: the newer version's
+// header is valid and wins by sequence number. So the slot remembers the
+// older header (a prior) until its commit (the client wrote over it) or its
+// end:
+//   - the slot freed or made a zombie uncommitted: its tombstone carries the
+//     slot's sequence number, which zeroes the older header too
+//     (objheader.Clear zeroes headers up to it), and is indexed under the
+//     older key as well (tomb.alias), so removing that key names it;
+//   - the key's newest version goes other than by a commit that replaces it
+//     in the same hold (removed, evicted, freed at a put's start, its node
+//     gone): the slot is revoked. A held tombstone of the older header (no
+//     bytes of its own: they stay the slot's) is filed under the key, so a
+//     remover zeroes it before its call returns and the node zeroes it at
+//     its next heartbeat; the slot's commit is refused (the client puts the
+//     usual way) since those blind zeros may land on the client's header.
+//
+// Only one slot holds a key's older header at a time; tenants' accounting
+// takes the usual path.
+
+// prior is the older version's header a reused slot may hold.
+type prior struct {
+	key     string
+	seq     uint64
+	revoked bool
+}
+
+// reusableLocked reports whether o, key's complete unleased version that a
+// commit of slot replaces, can be the committing client's next slot of ask
+// with policy rc.
+func (m *Master) reusableLocked(o *object, key, slot string, ask SlotAsk, rc ReplicateConfig) bool {
+	if m.tenants != nil || o.size != ask.Size || int(o.nrep) != max(rc.Replicas, 1) || len(rc.PreferredSegments) > 0 || rc.PromoteSeq != 0 {
+		return false
+	}
+	var hdr uint64
+	if m.cfg.Durable {
+		hdr = headerLenOf(ask.KeyLen)
+	}
+	if o.header() != hdr {
+		return false
+	}
+	if h, held := m.priorSlot[key]; held && h != slot { // the committed slot's own is overwritten
+		return false
+	}
+	for _, r := range m.reps(o) {
+		s := m.segOf(r)
+		if s == nil || m.segments[s.key] != s || s.draining || m.evacuatingLocked(s) || m.restoringLocked(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// reuseAsSlotLocked makes o, the version a commit replaces, the client's
+// next slot, and returns its placeholder key and replicas (as PutReserve).
+func (m *Master) reuseAsSlotLocked(o *object, clientID string, rc ReplicateConfig, now time.Time) (string, []Replica) {
+	key := m.goneLocked(o) // replacing (commitSlotLocked)
+	m.seq++
+	slot := SlotPrefix + clientID + "/" + strconv.FormatUint(m.seq, 10)
+	if o.header() > 0 {
+		m.priors[slot] = prior{key: key, seq: o.seq}
+		m.priorSlot[key] = slot
+	}
+	m.objects.rekey(o, slot)
+	o.seq, o.complete, o.crc, o.restored, o.chained, o.depth = m.seq, false, 0, false, false, 0
+	o.created, o.lastAccess, o.leaseUntil = nanoOf(now), nanoOf(now), 0
+	m.objects.setOwner(o, clientID)
+	o.pin(rc, m.cfg.SoftPinTTL, now)
+	m.addPendingLocked(o, slot)
+	m.stats.SlotsReused++
+	return slot, m.descriptors(o)
+}
+
+// confirmPriorLocked forgets the older header of slot, committed: the
+// client wrote its own over it.
+func (m *Master) confirmPriorLocked(slot string) {
+	if p, ok := m.priors[slot]; ok {
+		delete(m.priors, slot)
+		if m.priorSlot[p.key] == slot {
+			delete(m.priorSlot, p.key)
+		}
+	}
+}
+
+// takePriorLocked forgets the older header of slot, ending uncommitted, and
+// returns its key ("" for none): the tombstone the slot leaves is filed
+// under it too.
+func (m *Master) takePriorLocked(slot string) string {
+	if !strings.HasPrefix(slot, SlotPrefix) {
+		return ""
+	}
+	p, ok := m.priors[slot]
+	if !ok {
+		return ""
+	}
+	m.confirmPriorLocked(slot)
+	return p.key
+}
+
+// revokePriorLocked revokes the slot holding an older header of key, whose
+// newest version is going: a held tombstone is filed for each replica's
+// header, and the slot's commit will be refused.
+func (m *Master) revokePriorLocked(key string) {
+	slot, ok := m.priorSlot[key]
+	if !ok {
+		return
+	}
+	p := m.priors[slot]
+	if p.revoked {
+		return
+	}
+	sid, ok := m.pending[slot]
+	if !ok { // cannot happen: a slot's end forgets its prior
+		m.confirmPriorLocked(slot)
+		return
+	}
+	p.revoked = true
+	m.priors[slot] = p
+	for _, r := range m.reps(m.objects.at(sid)) {
+		if s := m.segOf(r); s != nil && m.segments[s.key] == s {
+			m.addTombLocked(s, r.off, tomb{key: key, seq: p.seq})
+		}
+	}
+}
+
+// headerLenOf is headerLen of a key of n bytes.
+func headerLenOf(n int) uint64 {
+	if n <= len(someKey) {
+		return headerLen(someKey[:n])
+	}
+	return headerLen(strings.Repeat("k", n))
+}
+
+// someKey: a key of any length up to its own, without an allocation.
+var someKey = strings.Repeat("k", 4096)
