@@ -15,7 +15,8 @@
 # grants (store put/get with data-path grants on vs off, `bench transfer --grants both`),
 # failover (10M, HA leader killed), procs (4 KiB from 8 client processes vs Redis), disk (the
 # disk tier vs the disk), pd (P/D transfers across TP pairs); STEPS=a,b picks some (restart: 10M
-# loaded and restarted, nothing else, is one of them, not run by default).
+# loaded and restarted, nothing else; grants4k and transfer-grants: the grants' figures with more
+# and longer rounds; these are not run by default).
 set -u
 R=$(pwd)
 
@@ -79,6 +80,8 @@ run master-remove 150 "$M" bench master "${big[@]}" --phases load,remove,restart
 	cp "$OUT/grants.txt" "$OUT/grants.1"
 	run grants 25 "$M" bench transfer --grants both --duration 2s --block-size 1MiB
 	cat "$OUT/grants.txt" >>"$OUT/grants.1" && mv "$OUT/grants.1" "$OUT/grants.txt"; } 2>/dev/null
+run grants4k 100 "$M" bench store --grants both --transport tcp --redis off --ops put,get --sizes 4KiB --clients 1,8 --rounds 9 --duration 1s
+run transfer-grants 40 "$M" bench transfer --grants both --duration 4s --block-size 1MiB
 run failover 150 "$M" bench master "${big[@]}" --ha --phases load,failover --skip-redis
 run procs 40 "$M" bench store --sizes 4KiB --clients 8 --servers process --client-procs --ops put,get --duration 1s --rounds 3
 run disk 40 "$M" bench store-disk --rounds 3 --transport tcp --dir /tmp
