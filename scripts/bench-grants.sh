@@ -2,8 +2,10 @@
 # Data-path grants on vs off, as ratios measured side by side: the store's
 # put/get of 4 KiB and 1 MiB by 1 and 8 clients (BenchmarkGrants, run
 # ROUNDS times; each round runs off then on for every configuration, and
-# the median of the per-round ratios is printed), then `mooncake bench
-# transfer --grants both` (1 MiB writes). Usage: scripts/bench-grants.sh [ROUNDS]
+# the median of the per-round ratios is printed), the latency of 4 KiB
+# put/get with one op of each in turn (BenchmarkGrantsPaired), then
+# `mooncake bench transfer --grants both` (1 MiB writes).
+# Usage: scripts/bench-grants.sh [ROUNDS]
 set -eu
 rounds=${1:-7}
 tmp=$(mktemp -d)
@@ -32,4 +34,6 @@ END {
 		delete v
 	}
 }'
+"$tmp/store.test" -test.run '^$' -test.bench '^BenchmarkGrantsPaired$' -test.benchtime 20000x |
+	awk '/^BenchmarkGrantsPaired\// { for (i = 3; i < NF; i += 2) if ($(i+1) ~ /on\/off/) printf "  paired %-6s %s %s\n", substr($1, 23), $(i+1), $i }'
 "$tmp/mooncake" bench transfer --grants both --duration 2s --block-size 1MiB 2>/dev/null | tail -1

@@ -189,7 +189,7 @@ func (c *Client) batchWrite(ctx context.Context, keys []string, srcs [][]byte, i
 				break
 			}
 			segs = append(segs, seg)
-			reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(srcs[i]), Segment: seg, Remote: rep.Addr, Length: len(srcs[i]), Grant: string(rep.Grant)})
+			reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(srcs[i]), Segment: seg, Remote: rep.Addr, Length: len(srcs[i]), Grant: grantString(rep.Grant)})
 		}
 		if len(segs) == len(r.Replicas) {
 			reqs = append(reqs, headerWrites(hdr, r.Replicas, segs)...)

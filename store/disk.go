@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/url"
@@ -207,21 +208,63 @@ func (c *Client) readDisk(ctx context.Context, key string, d *pb.DiskCopy, crc u
 }
 
 // readDiskEngine READs a disk copy from its node's engine, as a memory
-// replica is read, and checks its CRC32C.
+// replica is read, and checks its CRC32C: a large value in pipelineParts
+// READs in flight together, each part checksummed as it arrives while the
+// later ones still move (readParts).
 func (c *Client) readDiskEngine(ctx context.Context, d *pb.DiskCopy, crc uint32, buf []byte) error {
 	seg, err := c.mover.OpenSegment(ctx, d.Endpoint)
 	if err != nil {
 		return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, d.Endpoint, err)
 	}
-	req := transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(buf), Segment: seg, Remote: d.Addr, Length: len(buf), Grant: string(d.Grant)}
-	if err := c.mover.Transfer(ctx, []transfer.Request{req}); err != nil {
+	g := c.grant.of(d.Grant) // one string: the parts share it, so a lane sends it once
+	got, err := readParts(buf, func(lo, hi int) error {
+		req := transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: d.Addr + uint64(lo), Length: hi - lo, Grant: g}
+		return c.mover.Transfer(ctx, []transfer.Request{req})
+	})
+	if err != nil {
 		return fmt.Errorf("%w: disk copy on %s: %w", ErrTransfer, d.Segment, err)
 	}
-	if Checksum(buf) != crc {
+	if got != crc {
 		return fmt.Errorf("%w on the disk copy on %s", ErrCorrupt, d.Segment)
 	}
 	c.diskReads.Add(1)
 	return nil
+}
+
+// readParts reads buf with read(lo, hi) and returns the CRC32C of what it
+// read: from pipelineMin bytes in pipelineParts parts in flight together,
+// the CRC32C of each part computed as it arrives (in order, combined)
+// while the later parts are still moving; smaller values in one read.
+func readParts(buf []byte, read func(lo, hi int) error) (uint32, error) {
+	if len(buf) < pipelineMin {
+		if err := read(0, len(buf)); err != nil {
+			return 0, err
+		}
+		return Checksum(buf), nil
+	}
+	chunk := (len(buf) + pipelineParts - 1) / pipelineParts
+	var errs [pipelineParts]error
+	done := make(chan int, pipelineParts)
+	for i := range pipelineParts {
+		go func() { // each sends exactly once; all are received below
+			errs[i] = read(i*chunk, min((i+1)*chunk, len(buf)))
+			done <- i
+		}()
+	}
+	var arrived [pipelineParts]bool
+	var crc uint32
+	next := 0
+	for range pipelineParts {
+		arrived[<-done] = true
+		for next < pipelineParts && arrived[next] {
+			lo, hi := next*chunk, min((next+1)*chunk, len(buf))
+			if errs[next] == nil { // CRC32C(A||B) from the parts, in order
+				crc = crc32Combine(crc, crc32.Checksum(buf[lo:hi], castagnoli), int64(hi-lo))
+			}
+			next++
+		}
+	}
+	return crc, errors.Join(errs[:]...)
 }
 
 // readDiskHTTP fetches a disk copy over HTTP into buf and checks its CRC32C.

@@ -74,7 +74,7 @@ func headerWrites(hdr []byte, reps []*pb.Replica, segs []transfer.SegmentID) []t
 	}
 	reqs := make([]transfer.Request, len(reps))
 	for i, r := range reps {
-		reqs[i] = transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(hdr), Segment: segs[i], Remote: r.Addr - uint64(len(hdr)), Length: len(hdr), Grant: string(r.Grant)}
+		reqs[i] = transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(hdr), Segment: segs[i], Remote: r.Addr - uint64(len(hdr)), Length: len(hdr), Grant: grantString(r.Grant)}
 	}
 	return reqs
 }
@@ -107,7 +107,7 @@ func (c *Client) zeroHeaders(ctx context.Context, sent time.Time, refs []*pb.Hea
 			c.log.Warn("store: zero removed header", "segment", r.Endpoint, "err", err)
 			continue
 		}
-		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(zero), Segment: seg, Remote: r.Addr, Length: len(zero), Grant: string(r.Grant)})
+		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(zero), Segment: seg, Remote: r.Addr, Length: len(zero), Grant: grantString(r.Grant)})
 	}
 	if err := c.mover.Transfer(ctx, reqs); err != nil {
 		c.log.Warn("store: zero removed headers", "n", len(reqs), "err", err)

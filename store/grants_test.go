@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,9 +245,12 @@ func TestGrantsStore(t *testing.T) {
 
 // BenchmarkGrants: put (upsert) and get of 4 KiB and 1 MiB by 1 and 8
 // clients, grants off and on, over TCP (a node with grants offers no
-// shared memory, so the off runs use TCP too). The off and on runs of one
-// configuration follow each other; compare them run by run (invoke the
-// test binary several times: scripts/bench-grants.sh).
+// shared memory, so the off runs use TCP too). Each client works on its
+// own key set (together a quarter of the pool, at most 256 keys each, as
+// in `mooncake bench store`), in order for puts, at random for gets, so
+// the lanes and the verifier see as many grants as they do there. The off
+// and on runs of one configuration follow each other; compare them run by
+// run (invoke the test binary several times: scripts/bench-grants.sh).
 func BenchmarkGrants(b *testing.B) {
 	for _, size := range []int{4 << 10, 1 << 20} {
 		for _, clients := range []int{1, 8} {
@@ -266,19 +272,24 @@ func benchGrants(b *testing.B, op string, size, clients int, on bool) {
 	}
 	// The same cluster either way but for the grants: engine secret, TCP
 	// (a node with grants offers no shared memory).
-	c := newGrantCluster(b, master.Config{}, 1, 128<<20, keys, transfer.TransportTCP)
+	const segSize = 128 << 20
+	c := newGrantCluster(b, master.Config{}, 1, segSize, keys, transfer.TransportTCP)
 	ctx := context.Background()
 	cls := make([]*store.Client, clients)
 	v := value("bench", size)
+	perClient := max(2, min(256, segSize/4/size/clients))
 	for i := range cls {
 		cls[i] = grantClient(c)
-		if err := cls[i].Put(ctx, fmt.Sprintf("bench-%d", i), v); err != nil {
-			b.Fatal(err)
+		for k := range perClient {
+			if err := cls[i].PutWith(ctx, fmt.Sprintf("bench-%d/%d", i, k), v, store.PutOptions{Upsert: true}); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	var wg sync.WaitGroup
 	errs := make([]error, clients)
 	for i, cl := range cls {
@@ -289,13 +300,13 @@ func benchGrants(b *testing.B, op string, size, clients int, on bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			key := fmt.Sprintf("bench-%d", i)
-			for range n {
+			r := rand.New(rand.NewPCG(uint64(i), 7))
+			for j := range n {
 				var err error
 				if op == "get" {
-					_, err = cl.Get(ctx, key)
+					_, err = cl.Get(ctx, fmt.Sprintf("bench-%d/%d", i, r.IntN(perClient)))
 				} else {
-					err = cl.PutWith(ctx, key, v, store.PutOptions{Upsert: true})
+					err = cl.PutWith(ctx, fmt.Sprintf("bench-%d/%d", i, j%perClient), v, store.PutOptions{Upsert: true})
 				}
 				if err != nil {
 					errs[i] = err
@@ -306,7 +317,121 @@ func benchGrants(b *testing.B, op string, size, clients int, on bool) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	// CPU time of the whole process (clients, master and node) per op:
+	// steadier than ns/op on a machine shared with other work.
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	if err := errors.Join(errs...); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkGrantsPaired: put (upsert, in turn over a key set) and get (at
+// random) of 4 KiB and 1 MiB by one client of a pool without grants and
+// one of a pool with them, one op of each in turn (which goes first
+// alternates), so that both pools see the same moments of a shared
+// machine's load. Reports, grants on over off, the latency quartiles'
+// ratios and the ops/s ratio (the off ops' total time over the on ops':
+// a mean, so a few stalls of the machine move it). Steadier than
+// comparing pools run one after the other where other work comes and
+// goes. (With several clients at once both pools queue for the same CPUs,
+// which hides what each op costs: measure those with BenchmarkGrants or
+// `mooncake bench store --grants both` on a quiet host.)
+func BenchmarkGrantsPaired(b *testing.B) {
+	for _, size := range []int{4 << 10, 1 << 20} {
+		for _, clients := range []int{1} {
+			for _, op := range []string{"put", "get"} {
+				b.Run(fmt.Sprintf("%s/%dKiB/x%d", op, size>>10, clients), func(b *testing.B) {
+					benchGrantsPaired(b, op, size, clients)
+				})
+			}
+		}
+	}
+}
+
+func benchGrantsPaired(b *testing.B, op string, size, clients int) {
+	ctx := context.Background()
+	v := value("bench", size)
+	const segSize = 128 << 20
+	perClient := max(2, min(256, segSize/4/size/clients))
+	cls := make([][2]*store.Client, clients)
+	for p, k := range []*grant.Keyring{nil, grantKeys(b)} {
+		c := newGrantCluster(b, master.Config{}, 1, segSize, k, transfer.TransportTCP)
+		for i := range cls {
+			cls[i][p] = grantClient(c)
+			for j := range perClient {
+				if err := cls[i][p].PutWith(ctx, fmt.Sprintf("bench/%d/%d", i, j), v, store.PutOptions{Upsert: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	lats := make([][2][]time.Duration, clients)
+	errs := make([]error, clients)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i := range cls {
+		n := b.N / clients
+		if i < b.N%clients {
+			n++
+		}
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(i), 2))
+			for j := range n {
+				key := fmt.Sprintf("bench/%d/%d", i, j%perClient)
+				if op == "get" {
+					key = fmt.Sprintf("bench/%d/%d", i, r.IntN(perClient))
+				}
+				for s := range 2 {
+					p := s ^ j&1
+					t0 := time.Now()
+					var err error
+					if op == "put" {
+						err = cls[i][p].PutWith(ctx, key, v, store.PutOptions{Upsert: true})
+					} else {
+						_, err = cls[i][p].Get(ctx, key)
+					}
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					lats[i][p] = append(lats[i][p], time.Since(t0))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	var lat [2][]time.Duration
+	var sum [2]time.Duration
+	for _, l := range lats {
+		for p := range lat {
+			lat[p] = append(lat[p], l[p]...)
+			for _, d := range l[p] {
+				sum[p] += d
+			}
+		}
+	}
+	for p := range lat {
+		slices.Sort(lat[p])
+	}
+	b.ReportMetric(float64(sum[0])/float64(sum[1]), "ops/s-on/off")
+	for _, q := range []struct {
+		name string
+		at   float64
+	}{{"p25", 0.25}, {"p50", 0.5}, {"p75", 0.75}} {
+		k := int(float64(len(lat[0])-1) * q.at)
+		b.ReportMetric(float64(lat[1][k])/float64(lat[0][k]), q.name+"-on/off")
+	}
+}
+
+// processCPU is this process's CPU time (user + system) so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

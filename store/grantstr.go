@@ -1,6 +1,9 @@
 package store
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
 // grantStrings interns the READ grants the master hands out
 // (pb.Replica.Grant) as strings: the master hands a hot extent's grant out
@@ -31,4 +34,10 @@ func (g *grantStrings) of(b []byte) string {
 	s := string(b)
 	g.m[s] = s
 	return s
+}
+
+// grantString is b (a grant of a decoded master reply) as a string without
+// a copy: the bytes of a decoded reply are never written again.
+func grantString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }

@@ -237,7 +237,7 @@ func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Repli
 			return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 		}
 		segs[i] = seg
-		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src), Grant: string(r.Grant)})
+		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src), Grant: grantString(r.Grant)})
 	}
 	if hdr != nil && transfer.AddrOf(hdr)+uintptr(len(hdr)) == transfer.AddrOf(src) {
 		for i := range reqs { // header and value are adjacent: one write each

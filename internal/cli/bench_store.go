@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +20,7 @@ func newBenchStoreCmd() *cobra.Command {
 	var (
 		sizesFlag, clientsFlag, segSizeFlag, redisFlag, transport string
 		servers, grants, opsFlag, device, cudaLib                 string
+		cpuProfile                                                string
 		nodes, rounds                                             int
 		duration                                                  time.Duration
 		security, clientProcs, isWorker                           bool
@@ -95,6 +97,17 @@ the first eviction and reports the segment utilisation reached.`,
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return &ExitError{Code: 2, Err: fmt.Errorf("--cpuprofile: %w", err)}
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			return runBenchStore(cmd.Context(), cmd.OutOrStdout(), cfg)
 		},
 	}
@@ -121,6 +134,7 @@ the first eviction and reports the segment utilisation reached.`,
 		_ = f.MarkHidden(h)
 	}
 	hot.register(f)
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with the servers in process: master, nodes and clients together)")
 	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed`)
 	return cmd
 }

@@ -80,12 +80,17 @@ func printBenchStoreDisk(out io.Writer, res *benchstore.DiskResult, batch, round
 		disktier.WriteDepth, disktier.ReadDepth)
 	fmt.Fprintf(out, "offload write %.3f GB/s, disk sequential write %.3f GB/s (qd1 %.3f): %.2fx\n", res.OffloadGBps, res.SeqWriteGBps, res.SeqWrite1GBps,
 		res.OffloadGBps/res.SeqWriteGBps)
-	fmt.Fprintf(out, "%-8s %-16s %-16s %-16s %-16s %-10s %-10s %-18s %-10s\n", "clients", fmt.Sprintf("batch get (%d)", batch), "get", "disk seq. read",
-		"seq. read qd1", "batch/seq", "get/seq", "memory batch get", "batch/mem")
+	fmt.Fprintf(out, "%-8s %-16s %-16s %-16s %-16s %-10s %-10s %-18s %-10s %-16s %-10s\n", "clients", fmt.Sprintf("batch get (%d)", batch), "get", "disk seq. read",
+		"seq. read qd1", "batch/seq", "get/seq", "memory batch get", "batch/mem", "memory get", "get/mem")
 	for _, r := range res.Rows {
-		fmt.Fprintf(out, "%-8d %-16s %-16s %-16s %-16s %-10.2f %-10.2f %-18s %-10.2f\n", r.Clients, fmt.Sprintf("%.3f GB/s", r.BatchGBps),
+		fmt.Fprintf(out, "%-8d %-16s %-16s %-16s %-16s %-10.2f %-10.2f %-18s %-10.2f %-16s %-10.2f\n", r.Clients, fmt.Sprintf("%.3f GB/s", r.BatchGBps),
 			fmt.Sprintf("%.3f GB/s", r.GetGBps), fmt.Sprintf("%.3f GB/s", r.SeqGBps), fmt.Sprintf("%.3f GB/s", r.Seq1GBps),
-			r.BatchGBps/r.SeqGBps, r.GetGBps/r.SeqGBps, fmt.Sprintf("%.3f GB/s", r.MemGBps), r.BatchGBps/r.MemGBps)
+			r.BatchGBps/r.SeqGBps, r.GetGBps/r.SeqGBps, fmt.Sprintf("%.3f GB/s", r.MemGBps), r.BatchGBps/r.MemGBps,
+			fmt.Sprintf("%.3f GB/s", r.MemGetGBps), r.GetGBps/r.MemGetGBps)
+	}
+	for _, r := range res.Rows {
+		fmt.Fprintf(out, "tier, %d client(s): lanes waited for the disk on %.0f%% of batch-get slices (%v each), %.0f%% of get slices (%v each); reads ahead in the device %.1f / %.1f on average\n",
+			r.Clients, 100*r.Batch.Waited, r.Batch.Wait.Round(time.Microsecond), 100*r.Get.Waited, r.Get.Wait.Round(time.Microsecond), r.Batch.InDevice, r.Get.InDevice)
 	}
 	fmt.Fprintf(out, "tier: %d of %d slices served from reads ahead (%d reads; %d slices read ahead unannounced, %d read and never asked for)\n",
 		res.AheadHits, res.ReadCalls, res.AheadReads, res.Speculative, res.Dropped)

@@ -71,6 +71,9 @@ type Tier struct {
 	readCalls, aheadHits  atomic.Uint64
 	aheadReads, aheadSpec atomic.Uint64
 	aheadDropped          atomic.Uint64
+	laneWaits             atomic.Uint64 // ReadAt calls that waited for their read ahead
+	laneWaitNanos         atomic.Int64
+	aheadNanos            atomic.Int64 // the reads ahead's time, summed
 	tmpSeq                atomic.Uint64
 
 	raSlice   uint64 // the engine's slice size, as last seen (under mu)
@@ -78,7 +81,8 @@ type Tier struct {
 	ra        map[raKey]*raChunk // slices read ahead (readahead.go)
 	raBytes   uint64
 	raSwept   time.Time
-	raQueue   []*raRead          // reads ahead not started yet, oldest first
+	raQueue   []*raRead // reads ahead not started yet: announced first (raFront of them), then speculative
+	raFront   int
 	raTail    map[uint64]*raRead // the queued reads by the address after their last slice
 	raReaders int                // goroutines running them (at most ReadDepth)
 	raWG      sync.WaitGroup     // the readers (Close waits)
@@ -259,14 +263,23 @@ func (d *Tier) StoreBatch(objects [][]byte) ([]store.DiskObject, []error) {
 	obs, errs := make([]store.DiskObject, len(objects)), make([]error, len(objects))
 	start := time.Now()
 	defer func() { d.writeWall.Add(int64(time.Since(start))) }()
-	// The values get addresses in the batch's order (the order the master
-	// evicted them), so values offloaded together are read ahead together.
+	// The values get addresses in the order they were put (their sequence
+	// numbers; the master evicts them in an order of its own), so values
+	// put together, offloaded together, are read ahead together when they
+	// are read back in the order they were written (a prompt's KV blocks).
 	addrs := make([]uint64, len(objects))
-	d.mu.Lock()
+	seqs := make([]uint64, len(objects))
+	order := make([]int, 0, len(objects))
 	for i, o := range objects {
 		if h, err := objheader.Decode(o); err == nil {
-			addrs[i] = d.reserveLocked(h.Size)
+			seqs[i], addrs[i] = h.Seq, h.Size
+			order = append(order, i)
 		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(seqs[a], seqs[b]) })
+	d.mu.Lock()
+	for _, i := range order {
+		addrs[i] = d.reserveLocked(addrs[i])
 	}
 	d.mu.Unlock()
 	sem := make(chan struct{}, ioParallel)
@@ -523,6 +536,12 @@ type IOStats struct {
 	// read ahead speculatively (not announced), AheadDropped the slices
 	// read ahead and dropped unasked.
 	ReadCalls, AheadHits, AheadReads, AheadSpeculative, AheadDropped uint64
+	// LaneWaits counts the slices whose read ahead was still running when
+	// their lane asked for them, LaneWait the time those lanes waited;
+	// AheadBusy is the reads ahead's time summed (AheadBusy over wall time
+	// is how many were in the device on average).
+	LaneWaits           uint64
+	LaneWait, AheadBusy time.Duration
 }
 
 // IOStats returns the tier's I/O counters.
@@ -531,7 +550,8 @@ func (d *Tier) IOStats() IOStats {
 		Write: time.Duration(d.writeNanos.Load()), Read: time.Duration(d.readNanos.Load()),
 		WriteWall: time.Duration(d.writeWall.Load()), Direct: d.direct.Load(), ReadCalls: d.readCalls.Load(), AheadHits: d.aheadHits.Load(),
 		AheadReads: d.aheadReads.Load(), AheadSpeculative: d.aheadSpec.Load(),
-		AheadDropped: d.aheadDropped.Load()}
+		AheadDropped: d.aheadDropped.Load(), LaneWaits: d.laneWaits.Load(), LaneWait: time.Duration(d.laneWaitNanos.Load()),
+		AheadBusy: time.Duration(d.aheadNanos.Load())}
 }
 
 var _ store.DiskTier = (*Tier)(nil)

@@ -24,7 +24,9 @@
 // why parallel pread/pwrite rather than io_uring, with the measurements.
 //
 // Reads: every value has an address in the tier's range (Region, above
-// 2^62: never memory), in offload order, new at every reopen. The store
+// 2^62: never memory), in offload order (the values of one StoreBatch in
+// the order they were put, so a stream read back in put order is in
+// address order and read ahead), new at every reopen. The store
 // client registers the range with its transfer engine as a
 // transfer.Source and reports each copy's address to the master; readers
 // READ [addr, addr+size) of the node's segment as they read a memory

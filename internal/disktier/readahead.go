@@ -21,10 +21,13 @@ import (
 //     get's whole value), exactly, in the order they will be asked for.
 //   - Without hints (a ReadAt of a slice nobody announced), the rest of
 //     that slice's value, in slices of the same length.
-//   - Speculatively, after a get's whole value was announced: when the
-//     value before it in address order was read within raStream (values
-//     offloaded together, read together), the values after it, up to
-//     raWindow slices, queued behind everything announced.
+//   - Speculatively, once the last slice of a value was announced (a
+//     get's, or the latest in address order of a batch's): when the value
+//     before it in address order was read within raStream (values put
+//     and offloaded together, read together; a batch's values StoreBatch
+//     addresses in the order they were put), the values after it, up to
+//     raSpec bytes, queued behind everything announced, and in at most
+//     half of raMax.
 //
 // Slices of one value that follow each other are read by one pread of up
 // to readMax bytes (the engine cuts values into 256 KiB slices; the disk
@@ -32,18 +35,27 @@ import (
 // most ReadDepth reads at once, in the order they were announced (the
 // first read of each announcement first: the slice a lane is about to
 // serve, which its lane waits for, does not queue behind what other lanes
-// announced further ahead). A ReadAt of a slice read ahead
+// announced further ahead), every announced read before the speculative
+// ones (a read ahead of one reader's stream never delays another's get;
+// one a lane then announces moves up among the announced). A ReadAt of a slice read ahead
 // waits for that read instead of issuing its own and is served from its
 // buffer, without a copy. At most raMax bytes are held ahead; slices
 // nobody asks for within raStale are dropped.
 
 const (
-	raWindow = 8                      // slices read ahead of an unannounced ReadAt, or speculatively
+	raWindow = 8                      // slices read ahead of an unannounced ReadAt
 	raStream = 200 * time.Millisecond // neighbours read within this are a stream
 	raMax    = 64 << 20               // bytes held ahead (read or being read) at most
 	raStale  = time.Second
 	raChunks = 4096 // slices held ahead at most
-	readMax  = ReadSize
+	// raSpec is how far a stream is read ahead past what is announced:
+	// ~10 ms of one client's gets at 1-2 GB/s, about how long a busy
+	// machine may keep that client (or the tier's readers) off a CPU, so
+	// the disk keeps reading meanwhile (measured on a loaded 2-core
+	// machine, one client's single gets: lanes waited for the disk on 2%
+	// of slices with 16 MiB, 5-8% with 4 MiB, ReadDepth reads of ReadSize).
+	raSpec  = 16 << 20
+	readMax = ReadSize
 )
 
 // ReadSize is the largest read ahead (bytes), ReadDepth how many run at
@@ -67,6 +79,10 @@ type raRead struct {
 	b    []byte // the bytes, once done (in buf)
 	buf  []byte // the pooled buffer
 	err  error
+	// queued: in the queue, not started; spec: only read ahead of a
+	// stream, nobody announced it yet (queued behind every announced
+	// read). Both under raMu.
+	queued, spec bool
 	// refs counts the slices that hold the read: announced and not yet
 	// taken, or taken and not yet released. The last puts buf back.
 	refs atomic.Int32
@@ -108,7 +124,14 @@ func (d *Tier) takeAhead(addr, n uint64) *raChunk {
 	}
 	d.raMu.Unlock()
 	if c != nil {
-		<-c.r.done
+		select {
+		case <-c.r.done:
+		default: // its read is still running: the lane waits for the disk
+			t := time.Now()
+			<-c.r.done
+			d.laneWaits.Add(1)
+			d.laneWaitNanos.Add(int64(time.Since(t)))
+		}
 	}
 	return c
 }
@@ -173,17 +196,17 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 	var (
 		e      *diskEntry
 		queued bool
-		single = true // the plan reads one value (a get's request)
-		first  *diskEntry
+		first  = true // the plan's first slice (its lane asks for it next)
 	)
 	// With no read ahead queued or running, the first slice is read on its
 	// own, so that the lane sends it while the slices after it are read.
 	idle := d.raReaders == 0 && len(d.raQueue) == 0
-	add := func(k raKey, announced bool) {
+	add := func(k raKey, announced, spec bool) {
 		if c := d.ra[k]; c != nil {
 			switch {
 			case announced && c.claims == 0: // read ahead unannounced: now claimed
 				c.claims, c.at = 1, now
+				d.promoteLocked(c.r, first)
 			case announced: // a second reader of the slice shares the read
 				c.claims++
 				c.r.refs.Add(1)
@@ -202,10 +225,6 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 				return
 			}
 		}
-		if first == nil {
-			first = e
-		}
-		single = single && e == first
 		if k.addr == e.addr {
 			e.readAt = now
 		}
@@ -217,18 +236,27 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 			r = nil
 		}
 		if r == nil {
-			r = &raRead{done: make(chan struct{}), e: e, file: e.file, off: dataOffset(objheader.Len(e.hdr.Key)) + (k.addr - e.addr)}
-			if queued {
+			r = &raRead{done: make(chan struct{}), e: e, file: e.file, off: dataOffset(objheader.Len(e.hdr.Key)) + (k.addr - e.addr),
+				queued: true, spec: spec}
+			switch {
+			case spec: // behind everything
 				d.raQueue = append(d.raQueue, r)
-			} else {
+			case queued: // behind the reads announced before
+				d.raQueue = slices.Insert(d.raQueue, d.raFront, r)
+				d.raFront++
+			default:
 				// The plan's first read is the one its lane waits for
 				// next: it goes before the reads other lanes queued
 				// further ahead of themselves.
 				d.raQueue = slices.Insert(d.raQueue, 0, r)
+				d.raFront++
 			}
 			queued = true
 		} else {
 			delete(d.raTail, k.addr)
+			if !spec {
+				d.promoteLocked(r, false)
+			}
 		}
 		r.refs.Add(1)
 		c := &raChunk{r: r, off: r.n, at: now}
@@ -246,32 +274,53 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 		d.raTail[r.end] = r
 	}
 	for _, k := range plan {
-		add(k, announced)
+		add(k, announced, false)
+		first = false
 	}
-	// A get of a whole value whose neighbour before it in address order
-	// was read within raStream (values offloaded together, read together)
-	// reads the values after it ahead too, after everything announced, up
-	// to raWindow slices, cut as the engine cuts a READ of each.
-	if last := plan[len(plan)-1]; single && first != nil && last.addr+last.n == first.end() && d.raSlice != 0 {
+	// A plan that holds the last slice of a value L (the latest in address
+	// order, when several) whose neighbour before it in address order was
+	// read within raStream (values offloaded together, read together: a
+	// stream of gets, or a batch of keys in address order) reads the
+	// values after L ahead too, after everything announced, up to raSpec
+	// bytes past L, cut as the engine cuts a READ of each.
+	if d.raSlice != 0 {
+		var l, x *diskEntry
+		for _, k := range plan {
+			if x == nil || k.addr < x.addr || k.addr >= x.end() {
+				x = nil
+				d.byAddr.DescendLessOrEqual(&diskEntry{addr: k.addr}, func(y *diskEntry) bool { x = y; return false })
+			}
+			if x != nil && k.n != 0 && k.addr+k.n == x.end() && (l == nil || x.addr > l.addr) {
+				l = x
+			}
+		}
 		stream := false
-		d.byAddr.DescendLessOrEqual(&diskEntry{addr: first.addr - 1}, func(p *diskEntry) bool {
-			stream = now.Sub(p.readAt) < raStream
-			return false
-		})
+		if l != nil {
+			d.byAddr.DescendLessOrEqual(&diskEntry{addr: l.addr - 1}, func(p *diskEntry) bool {
+				stream = now.Sub(p.readAt) < raStream
+				return false
+			})
+		}
 		if stream {
 			var spec []raKey
-			d.byAddr.AscendGreaterOrEqual(&diskEntry{addr: first.end()}, func(x *diskEntry) bool {
-				for a := x.addr; a < x.end() && len(spec) < raWindow; a += d.raSlice {
-					spec = append(spec, raKey{a, min(d.raSlice, x.end()-a)})
+			ahead := uint64(0)
+			d.byAddr.AscendGreaterOrEqual(&diskEntry{addr: l.end()}, func(x *diskEntry) bool {
+				for a := x.addr; a < x.end() && ahead < raSpec; a += d.raSlice {
+					k := raKey{a, min(d.raSlice, x.end()-a)}
+					spec = append(spec, k)
+					ahead += k.n
 				}
-				return len(spec) < raWindow
+				return ahead < raSpec
 			})
-			queued = queued || len(spec) > 0 // behind the announced reads
 			for _, k := range spec {
-				if d.ra[k] == nil {
-					d.aheadSpec.Add(1)
+				if d.ra[k] != nil {
+					continue
 				}
-				add(k, false)
+				if d.raBytes+k.n > raMax/2 { // the other half is kept for announced slices
+					break
+				}
+				d.aheadSpec.Add(1)
+				add(k, false, true)
 			}
 		}
 	}
@@ -283,6 +332,32 @@ func (d *Tier) readAhead(plan []raKey, announced bool, now time.Time) {
 	}
 	d.raMu.Unlock()
 	d.mu.Unlock()
+}
+
+// promoteLocked moves r, a speculative read that a lane has now
+// announced a slice of, from behind every announced read to the end of
+// them (head: to the front of the queue, the read the lane waits for
+// next), if it has not started. Called with raMu held.
+func (d *Tier) promoteLocked(r *raRead, head bool) {
+	if !r.spec {
+		return
+	}
+	r.spec = false
+	if !r.queued {
+		return
+	}
+	i := slices.Index(d.raQueue[d.raFront:], r)
+	if i < 0 {
+		return
+	}
+	i += d.raFront
+	to := d.raFront
+	if head {
+		to = 0
+	}
+	copy(d.raQueue[to+1:i+1], d.raQueue[to:i])
+	d.raQueue[to] = r
+	d.raFront++
 }
 
 // reader runs the queued reads ahead, oldest first, until none is left.
@@ -297,11 +372,17 @@ func (d *Tier) reader() {
 		r := d.raQueue[0]
 		d.raQueue[0] = nil
 		d.raQueue = d.raQueue[1:]
+		if !r.spec {
+			d.raFront--
+		}
+		r.queued = false
 		if d.raTail[r.end] == r {
 			delete(d.raTail, r.end) // started: nothing joins it any more
 		}
 		d.raMu.Unlock()
+		t := time.Now()
 		r.b, r.buf, r.err = d.readRange(r.file, r.off, r.n)
+		d.aheadNanos.Add(int64(time.Since(t)))
 		d.aheadReads.Add(1)
 		close(r.done)
 	}

@@ -488,8 +488,9 @@ type Set struct {
 	v       *Verifier
 	segment string
 	ring    [maxSet]Grant
-	n       int // grants in the ring
-	next    int // where the next one goes
+	nonces  [maxSet]uint64 // ring[i].Nonce, packed: scanned on every Install
+	n       int            // grants in the ring
+	next    int            // where the next one goes
 }
 
 // NewSet returns an empty set for a connection to segment.
@@ -518,13 +519,13 @@ func (s *Set) Install(b []byte) error {
 		s.v.remember(b, g)
 	}
 	for i := range s.n {
-		if s.ring[i].Nonce == g.Nonce && s.ring[i].KeyID == g.KeyID {
+		if s.nonces[i] == g.Nonce && s.ring[i].KeyID == g.KeyID {
 			// Sent again: it becomes the newest.
-			s.ring[i] = Grant{}
+			s.ring[i], s.nonces[i] = Grant{}, 0
 			break
 		}
 	}
-	s.ring[s.next] = g
+	s.ring[s.next], s.nonces[s.next] = g, g.Nonce
 	s.next = (s.next + 1) % maxSet
 	s.n = min(s.n+1, maxSet)
 	return nil

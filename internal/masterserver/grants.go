@@ -93,8 +93,8 @@ func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *grant
 
 // sign returns a grant of mode on [addr, addr+n) of endpoint that expires
 // at expires or, for READ, a cached one for the same extent that expires
-// no later and has at least half of the lifetime left.
-func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, expires time.Time) []byte {
+// no later and has at least half of the lifetime left at now.
+func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, now, expires time.Time) []byte {
 	if n == 0 || endpoint == "" {
 		return nil
 	}
@@ -103,7 +103,6 @@ func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, expires
 		// could send the grant again): nothing to reuse.
 		return g.encode(endpoint, addr, n, mode, expires)
 	}
-	now := time.Now()
 	k := grantKey{endpoint, addr, n, mode}
 	g.mu.Lock()
 	c, ok := g.cache[k]
@@ -131,6 +130,15 @@ func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, expires
 	return b
 }
 
+// coreNow is the core's clock at now (wall clock): now itself when the
+// core runs on the real clock (no second read of it per call).
+func (g *granter) coreNow(now time.Time) time.Time {
+	if _, real := g.clock.(clock.Real); real {
+		return now
+	}
+	return g.clock.Now()
+}
+
 func (g *granter) encode(endpoint string, addr, n uint64, mode grant.Mode, expires time.Time) []byte {
 	b, err := g.keys.Encode(grant.Grant{Segment: endpoint, Addr: addr, Length: n, Mode: mode, Expires: expires})
 	if err != nil {
@@ -150,9 +158,10 @@ func (g *granter) put(out *pb.PutStartResponse) *pb.PutStartResponse {
 	if g == nil || out == nil {
 		return out
 	}
-	exp := time.Now().Add(g.putTTL)
+	now := time.Now()
+	exp := now.Add(g.putTTL)
 	for _, r := range out.Replicas {
-		r.Grant = g.sign(r.Endpoint, r.Addr-out.HeaderLen, r.Size+out.HeaderLen, grant.Write, exp)
+		r.Grant = g.sign(r.Endpoint, r.Addr-out.HeaderLen, r.Size+out.HeaderLen, grant.Write, now, exp)
 	}
 	return out
 }
@@ -162,24 +171,25 @@ func (g *granter) info(out *pb.ObjectInfo) *pb.ObjectInfo {
 	if g == nil || out == nil {
 		return out
 	}
+	now := time.Now()
 	if len(out.Disk) > 0 {
-		exp := time.Now().Add(diskGrantTTL)
+		exp := now.Add(diskGrantTTL)
 		for _, d := range out.Disk {
 			if d.Addr != 0 {
-				d.Grant = g.sign(d.Endpoint, d.Addr, out.Size, grant.Read, exp)
+				d.Grant = g.sign(d.Endpoint, d.Addr, out.Size, grant.Read, now, exp)
 			}
 		}
 	}
 	if out.LeaseUntilUnixMs == 0 {
 		return out
 	}
-	left := time.UnixMilli(out.LeaseUntilUnixMs).Sub(g.clock.Now())
+	left := time.UnixMilli(out.LeaseUntilUnixMs).Sub(g.coreNow(now))
 	if left <= 0 {
 		return out
 	}
-	exp := time.Now().Add(left)
+	exp := now.Add(left)
 	for _, r := range out.Replicas {
-		r.Grant = g.sign(r.Endpoint, r.Addr, r.Size, grant.Read, exp)
+		r.Grant = g.sign(r.Endpoint, r.Addr, r.Size, grant.Read, now, exp)
 	}
 	return out
 }
@@ -189,9 +199,10 @@ func (g *granter) tombs(refs []*pb.HeaderRef) []*pb.HeaderRef {
 	if g == nil {
 		return refs
 	}
-	exp := time.Now().Add(headerGrantTTL)
+	now := time.Now()
+	exp := now.Add(headerGrantTTL)
 	for _, r := range refs {
-		r.Grant = g.sign(r.Endpoint, r.Addr, objheader.Align, grant.Write, exp)
+		r.Grant = g.sign(r.Endpoint, r.Addr, objheader.Align, grant.Write, now, exp)
 	}
 	return refs
 }
@@ -202,15 +213,16 @@ func (g *granter) task(a *pb.TaskAssignment) {
 	if g == nil || a.DeadlineUnixMs == 0 {
 		return
 	}
-	left := time.UnixMilli(a.DeadlineUnixMs).Sub(g.clock.Now())
+	now := time.Now()
+	left := time.UnixMilli(a.DeadlineUnixMs).Sub(g.coreNow(now))
 	if left <= 0 {
 		return
 	}
-	exp := time.Now().Add(left)
+	exp := now.Add(left)
 	if s := a.Source; s != nil {
-		s.Grant = g.sign(s.Endpoint, s.Addr-a.HeaderLen, s.Size+a.HeaderLen, grant.Read, exp)
+		s.Grant = g.sign(s.Endpoint, s.Addr-a.HeaderLen, s.Size+a.HeaderLen, grant.Read, now, exp)
 	}
 	for _, t := range a.Targets {
-		t.Grant = g.sign(t.Endpoint, t.Addr-a.HeaderLen, t.Size+a.HeaderLen, grant.Write, exp)
+		t.Grant = g.sign(t.Endpoint, t.Addr-a.HeaderLen, t.Size+a.HeaderLen, grant.Write, now, exp)
 	}
 }

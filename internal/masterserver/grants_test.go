@@ -21,12 +21,12 @@ func TestGranterReuse(t *testing.T) {
 	g := newGranter(keys, nil, 30*time.Second)
 	v := grant.NewVerifier(keys, nil)
 	now := time.Now()
-	a := g.sign("n:1", 4096, 4096, grant.Read, now.Add(10*time.Second))
-	if b := g.sign("n:1", 4096, 4096, grant.Read, now.Add(12*time.Second)); !bytes.Equal(a, b) {
+	a := g.sign("n:1", 4096, 4096, grant.Read, now, now.Add(10*time.Second))
+	if b := g.sign("n:1", 4096, 4096, grant.Read, now, now.Add(12*time.Second)); !bytes.Equal(a, b) {
 		t.Fatal("the same extent and mode, a later wanted expiry: want the grant reused")
 	}
 	// Expiring later than wanted: a fresh one.
-	short := g.sign("n:1", 4096, 4096, grant.Read, now.Add(5*time.Second))
+	short := g.sign("n:1", 4096, 4096, grant.Read, now, now.Add(5*time.Second))
 	if bytes.Equal(a, short) {
 		t.Fatal("a grant expiring after the wanted expiry was reused")
 	}
@@ -38,7 +38,7 @@ func TestGranterReuse(t *testing.T) {
 		t.Fatalf("expires %v, want %v", gs.Expires, now.Add(5*time.Second))
 	}
 	// Less than half of the wanted lifetime left: a fresh one.
-	long := g.sign("n:1", 4096, 4096, grant.Read, now.Add(time.Minute))
+	long := g.sign("n:1", 4096, 4096, grant.Read, now, now.Add(time.Minute))
 	if bytes.Equal(long, short) || bytes.Equal(long, a) {
 		t.Fatal("a grant with under half the wanted lifetime left was reused")
 	}
@@ -48,7 +48,7 @@ func TestGranterReuse(t *testing.T) {
 		addr, n uint64
 		mode    grant.Mode
 	}{{"n:1", 8192, 4096, grant.Read}, {"n:1", 4096, 8192, grant.Read}, {"n:2", 4096, 4096, grant.Read}, {"n:1", 4096, 4096, grant.Write}} {
-		b := g.sign(c.seg, c.addr, c.n, c.mode, now.Add(time.Minute))
+		b := g.sign(c.seg, c.addr, c.n, c.mode, now, now.Add(time.Minute))
 		if bytes.Equal(b, long) {
 			t.Fatalf("%+v: got the grant of another extent", c)
 		}
@@ -64,8 +64,8 @@ func TestGranterReuse(t *testing.T) {
 		}
 	}
 	// WRITE grants (placements, headers) are always fresh.
-	w := g.sign("n:1", 4096, 4096, grant.Write, now.Add(time.Minute))
-	if w2 := g.sign("n:1", 4096, 4096, grant.Write, now.Add(time.Minute)); bytes.Equal(w, w2) {
+	w := g.sign("n:1", 4096, 4096, grant.Write, now, now.Add(time.Minute))
+	if w2 := g.sign("n:1", 4096, 4096, grant.Write, now, now.Add(time.Minute)); bytes.Equal(w, w2) {
 		t.Fatal("a WRITE grant was reused")
 	}
 	// Expired entries go when the cache is full.
@@ -73,7 +73,7 @@ func TestGranterReuse(t *testing.T) {
 	for i := range maxCachedGrants {
 		g.cache[grantKey{"n:1", uint64(i), 1, grant.Read}] = cachedGrant{nil, now.Add(-time.Second)}
 	}
-	g.sign("n:1", 1<<40, 1, grant.Read, now.Add(time.Minute))
+	g.sign("n:1", 1<<40, 1, grant.Read, now, now.Add(time.Minute))
 	if len(g.cache) != 1 {
 		t.Fatalf("cache holds %d grants after a full sweep, want 1", len(g.cache))
 	}

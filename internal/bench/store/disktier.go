@@ -47,6 +47,54 @@ type DiskTierRow struct {
 	// MemGBps is batch gets of values held in the node's memory, on the
 	// same transport: the engine's own read rate, in the same rounds.
 	MemGBps float64
+	// MemGetGBps is single gets of those values (one key per call).
+	MemGetGBps float64
+	// Batch and Get are what the tier saw during the batch and single
+	// gets from disk (all rounds).
+	Batch, Get TierPhase
+}
+
+// TierPhase is the disk tier's side of a phase of gets: the share of the
+// slices its lanes asked for whose read ahead was still running (the lane
+// waited for the disk), the mean wait of those, and the mean number of
+// reads ahead in the device (their summed time over the wall time).
+type TierPhase struct {
+	Waited   float64
+	Wait     time.Duration
+	InDevice float64
+}
+
+// phaseStats sums the tier's counters over a row's phases.
+type phaseStats struct {
+	calls, waits    uint64
+	wait, busy, all time.Duration
+}
+
+func (p *phaseStats) tier() TierPhase {
+	var t TierPhase
+	if p.calls > 0 {
+		t.Waited = float64(p.waits) / float64(p.calls)
+	}
+	if p.waits > 0 {
+		t.Wait = p.wait / time.Duration(p.waits)
+	}
+	if p.all > 0 {
+		t.InDevice = p.busy.Seconds() / p.all.Seconds()
+	}
+	return t
+}
+
+// tierPhase runs f, adding what the tier saw meanwhile to p.
+func tierPhase(tier *disktier.Tier, p *phaseStats, f func() float64) float64 {
+	a, start := tier.IOStats(), time.Now()
+	gbps := f()
+	b := tier.IOStats()
+	p.all += time.Since(start)
+	p.calls += b.ReadCalls - a.ReadCalls
+	p.waits += b.LaneWaits - a.LaneWaits
+	p.wait += b.LaneWait - a.LaneWait
+	p.busy += b.AheadBusy - a.AheadBusy
+	return gbps
 }
 
 // DiskResult is what RunDisk measured.
@@ -154,25 +202,28 @@ func RunDisk(ctx context.Context, c DiskConfig) (*DiskResult, error) {
 		}
 	}
 	for _, nc := range []int{1, c.Clients} {
-		var batch, get, seq, seq1, mem []float64
+		var batch, get, seq, seq1, mem, mem1 []float64
+		var batchSt, getSt phaseStats
 		for range c.Rounds {
 			uncache()
-			batch = append(batch, diskGets(ctx, cls[:nc], keys, c.Size, c.Batch, c.Duration))
+			batch = append(batch, tierPhase(tier, &batchSt, func() float64 { return diskGets(ctx, cls[:nc], keys, c.Size, c.Batch, c.Duration) }))
 			uncache()
-			get = append(get, diskGets(ctx, cls[:nc], keys, c.Size, 1, c.Duration))
+			get = append(get, tierPhase(tier, &getSt, func() float64 { return diskGets(ctx, cls[:nc], keys, c.Size, 1, c.Duration) }))
 			uncache()
 			seq = append(seq, seqRead(files, io.Direct, disktier.ReadDepth, c.Duration))
 			uncache()
 			seq1 = append(seq1, seqRead(files, io.Direct, 1, c.Duration))
 			mem = append(mem, diskGets(ctx, cls[:nc], memKeys, c.Size, c.Batch, c.Duration))
+			mem1 = append(mem1, diskGets(ctx, cls[:nc], memKeys, c.Size, 1, c.Duration))
 		}
 		slices.Sort(batch)
 		slices.Sort(get)
 		slices.Sort(seq)
 		slices.Sort(seq1)
 		slices.Sort(mem)
+		slices.Sort(mem1)
 		res.Rows = append(res.Rows, DiskTierRow{Clients: nc, BatchGBps: batch[len(batch)/2], GetGBps: get[len(get)/2], SeqGBps: seq[len(seq)/2],
-			Seq1GBps: seq1[len(seq1)/2], MemGBps: mem[len(mem)/2]})
+			Seq1GBps: seq1[len(seq1)/2], MemGBps: mem[len(mem)/2], MemGetGBps: mem1[len(mem1)/2], Batch: batchSt.tier(), Get: getSt.tier()})
 		if nc == c.Clients {
 			break
 		}

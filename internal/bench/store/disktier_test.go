@@ -8,8 +8,7 @@ import (
 
 // TestRunDisk: a small store-disk run measures every figure (offload
 // write, both sequential references, gets batched and single, the memory
-// path) for 1 and 2 clients, and every slice the tier served to the
-// engine was read ahead.
+// path, batched and single) for 1 and 2 clients, and every slice the tier served to the engine was read ahead.
 func TestRunDisk(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -22,7 +21,7 @@ func TestRunDisk(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	for _, r := range res.Rows {
-		if r.BatchGBps <= 0 || r.GetGBps <= 0 || r.SeqGBps <= 0 || r.Seq1GBps <= 0 || r.MemGBps <= 0 {
+		if r.BatchGBps <= 0 || r.GetGBps <= 0 || r.SeqGBps <= 0 || r.Seq1GBps <= 0 || r.MemGBps <= 0 || r.MemGetGBps <= 0 {
 			t.Fatalf("row %+v: a figure is missing", r)
 		}
 	}

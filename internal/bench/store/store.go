@@ -301,9 +301,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			// Each client owns a key set; together they take a quarter of the pool.
 			perClient := max(2, min(256, int(capacity/4/uint64(size))/n))
 			// Rounds alternate the systems so that a burst of load on this
-			// shared machine hits both; the median round is reported.
+			// shared machine hits both, and which of them goes first (what
+			// one leaves behind, a removal's aftermath or a collection due,
+			// lands on the next); the median round is reported.
 			for round := range cfg.Rounds {
-				for _, c := range clusters {
+				order := slices.Clone(clusters)
+				if round%2 == 1 {
+					slices.Reverse(order)
+				}
+				for _, c := range order {
 					prefix := fmt.Sprintf("bench/%s/%d/%d/r%d", c.system, size, n, round)
 					// Every put phase runs before the get phases: a get leases its
 					// key (10s), and a leased key cannot be overwritten.
