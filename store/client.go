@@ -754,20 +754,14 @@ const (
 	pipelineParts = 4
 )
 
-// readReplica reads r into buf, ending by until, and returns the CRC32C of
-// what it read.
-func (c *Client) readReplica(ctx context.Context, until time.Time, r *pb.Replica, buf []byte) (uint32, error) {
-	seg, err := c.mover.OpenSegment(ctx, r.Endpoint) // the engine bounds a first open itself
-	if err != nil {
-		return 0, fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
-	}
-	g := c.grant.of(r.Grant) // one string: the pipelined parts share it, so a lane sends it once
-	read := func(lo, hi int) error {
-		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo, Grant: g}})
-	}
+// readParts reads buf with read(lo, hi) and returns the CRC32C of what it
+// read: from pipelineMin bytes in pipelineParts parts in flight together,
+// the CRC32C of each part computed as it arrives (in order, combined)
+// while the later parts are still moving; smaller values in one read.
+func readParts(buf []byte, read func(lo, hi int) error) (uint32, error) {
 	if len(buf) < pipelineMin {
 		if err := read(0, len(buf)); err != nil {
-			return 0, fmt.Errorf("%w: read: %w", ErrTransfer, err)
+			return 0, err
 		}
 		return Checksum(buf), nil
 	}
@@ -793,7 +787,22 @@ func (c *Client) readReplica(ctx context.Context, until time.Time, r *pb.Replica
 			next++
 		}
 	}
-	if err := errors.Join(errs[:]...); err != nil {
+	return crc, errors.Join(errs[:]...)
+}
+
+// readReplica reads r into buf, ending by until, and returns the CRC32C of
+// what it read.
+func (c *Client) readReplica(ctx context.Context, until time.Time, r *pb.Replica, buf []byte) (uint32, error) {
+	seg, err := c.mover.OpenSegment(ctx, r.Endpoint) // the engine bounds a first open itself
+	if err != nil {
+		return 0, fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
+	}
+	g := c.grant.of(r.Grant) // one string: the pipelined parts share it, so a lane sends it once
+	read := func(lo, hi int) error {
+		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo, Grant: g}})
+	}
+	crc, err := readParts(buf, read)
+	if err != nil {
 		return 0, fmt.Errorf("%w: read: %w", ErrTransfer, err)
 	}
 	return crc, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net/http"
 	"net/url"
@@ -229,42 +228,6 @@ func (c *Client) readDiskEngine(ctx context.Context, d *pb.DiskCopy, crc uint32,
 	}
 	c.diskReads.Add(1)
 	return nil
-}
-
-// readParts reads buf with read(lo, hi) and returns the CRC32C of what it
-// read: from pipelineMin bytes in pipelineParts parts in flight together,
-// the CRC32C of each part computed as it arrives (in order, combined)
-// while the later parts are still moving; smaller values in one read.
-func readParts(buf []byte, read func(lo, hi int) error) (uint32, error) {
-	if len(buf) < pipelineMin {
-		if err := read(0, len(buf)); err != nil {
-			return 0, err
-		}
-		return Checksum(buf), nil
-	}
-	chunk := (len(buf) + pipelineParts - 1) / pipelineParts
-	var errs [pipelineParts]error
-	done := make(chan int, pipelineParts)
-	for i := range pipelineParts {
-		go func() { // each sends exactly once; all are received below
-			errs[i] = read(i*chunk, min((i+1)*chunk, len(buf)))
-			done <- i
-		}()
-	}
-	var arrived [pipelineParts]bool
-	var crc uint32
-	next := 0
-	for range pipelineParts {
-		arrived[<-done] = true
-		for next < pipelineParts && arrived[next] {
-			lo, hi := next*chunk, min((next+1)*chunk, len(buf))
-			if errs[next] == nil { // CRC32C(A||B) from the parts, in order
-				crc = crc32Combine(crc, crc32.Checksum(buf[lo:hi], castagnoli), int64(hi-lo))
-			}
-			next++
-		}
-	}
-	return crc, errors.Join(errs[:]...)
 }
 
 // readDiskHTTP fetches a disk copy over HTTP into buf and checks its CRC32C.

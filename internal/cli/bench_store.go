@@ -97,17 +97,11 @@ the first eviction and reports the segment utilisation reached.`,
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return &ExitError{Code: 2, Err: fmt.Errorf("--cpuprofile: %w", err)}
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stop()
 			return runBenchStore(cmd.Context(), cmd.OutOrStdout(), cfg)
 		},
 	}
@@ -285,4 +279,21 @@ func printBenchStoreSecurity(out io.Writer, res *benchstore.SecurityResult) {
 			}
 		}
 	}
+}
+
+// startCPUProfile writes a CPU profile to path (a --cpuprofile flag) until
+// stop is called; an empty path profiles nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, &ExitError{Code: 2, Err: fmt.Errorf("--cpuprofile: %w", err)}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -3,8 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,17 +34,11 @@ func newBenchStoreDiskCmd() *cobra.Command {
 			if objects < 1 || clients < 1 || clients > 64 || batch < 1 || rounds < 1 {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--objects, --clients, --batch and --rounds must be positive (clients at most 64)")}
 			}
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return &ExitError{Code: 2, Err: fmt.Errorf("--cpuprofile: %w", err)}
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stop()
 			res, err := benchstore.RunDisk(cmd.Context(), benchstore.DiskConfig{Dir: dir, Size: int(size), Objects: objects, Clients: clients,
 				Batch: batch, Rounds: rounds, Duration: duration, Transport: transport, Lanes: lanes})
 			if err != nil {

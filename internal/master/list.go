@@ -88,12 +88,7 @@ func newKeyIndex(t *objTable) *keyIndex {
 // staged restore inserts first; release gives mu back.
 func (x *keyIndex) acquire() {
 	x.mu.Lock()
-	x.qmu.Lock()
-	q := x.queue
-	x.queue = nil
-	x.qmu.Unlock()
-	x.insertMu(q)
-	x.recycle(q)
+	x.insertQueuedMu()
 	x.insertMu(x.staged)
 	x.staged = x.staged[:0]
 }
@@ -186,12 +181,17 @@ func (x *keyIndex) backlog() int {
 // for the inserts rather than let them pile up.
 func (x *keyIndex) catchUp() {
 	x.mu.Lock()
+	x.insertQueuedMu()
+	x.mu.Unlock()
+}
+
+// insertQueuedMu inserts what is queued (x.mu held).
+func (x *keyIndex) insertQueuedMu() {
 	x.qmu.Lock()
 	q := x.queue
 	x.queue = nil
 	x.qmu.Unlock()
 	x.insertMu(q)
-	x.mu.Unlock()
 	x.recycle(q)
 }
 
