@@ -61,6 +61,12 @@ type Client struct {
 
 	lastRecv atomic.Int64 // unix nanoseconds of the last answer read
 	rdl      time.Time    // the connection's read deadline; only the token's holder touches it
+
+	// The end of a reader's ctx wakes its Read (watchCtx). One watch is
+	// kept across calls for a ctx without a deadline, so callers that pass
+	// one long-lived ctx register one context.AfterFunc, not one per call.
+	watch   atomic.Pointer[ctxWatch] // the ctx watched; replaced only by the token's holder, dropped by fail
+	reading atomic.Pointer[ctxWatch] // the watch of the reader's ctx while it reads (nil otherwise)
 }
 
 // RecentWindow: Alive trusts a connection that delivered an answer this
@@ -241,6 +247,7 @@ func (c *Client) fail(err error) {
 	}
 	c.err = err
 	_ = c.conn.Close()
+	c.dropWatch()
 	for id, ch := range c.pending {
 		ch <- result{err: fmt.Errorf("%w: %w", ErrConnLost, err)}
 		delete(c.pending, id)
@@ -295,21 +302,14 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result, deadl
 		_ = c.conn.SetReadDeadline(deadline)
 		c.rdl = deadline
 	}
-	if ctx.Done() != nil {
-		// ctx's end wakes the Read; the deadline is cleared again before
-		// the token passes on, so the next reader is not cut short.
-		fired := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
-			_ = c.conn.SetReadDeadline(aLongTimeAgo)
-			close(fired)
-		})
-		defer func() {
-			if !stop() {
-				<-fired
-				_ = c.conn.SetReadDeadline(time.Time{})
-				c.rdl = time.Time{}
-			}
-		}()
+	if done := ctx.Done(); done != nil {
+		c.watchCtx(ctx, done)
+		defer c.unwatchCtx(ctx)
+		// Checked again now that the watch is on: an end just before it
+		// would not have woken this reader.
+		if err := ctx.Err(); err != nil {
+			return result{}, err
+		}
 	}
 	for {
 		st, fid, payload, err := c.rd.next(c.io)
@@ -342,6 +342,65 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result, deadl
 		if fid == id {
 			return <-ch, nil
 		}
+	}
+}
+
+// ctxWatch is a context.AfterFunc on a reader's ctx.
+type ctxWatch struct {
+	done <-chan struct{} // the ctx's Done
+	stop func() bool
+}
+
+// watchCtx makes the end of ctx (whose Done is done) wake the token
+// holder's Read while it reads for ctx: its AfterFunc moves the read
+// deadline into the past. A watch kept from an earlier call of the same
+// ctx is reused. An AfterFunc that fires while nobody reads for its ctx
+// does nothing, and one that fires just as its reader stops only wakes the
+// next reader early: a Read cut by a deadline not its caller's reads on
+// (readUntil).
+func (c *Client) watchCtx(ctx context.Context, done <-chan struct{}) {
+	w := c.watch.Load()
+	if w == nil || w.done != done {
+		nw := &ctxWatch{done: done}
+		nw.stop = context.AfterFunc(ctx, func() {
+			if c.reading.Load() == nw {
+				_ = c.conn.SetReadDeadline(aLongTimeAgo)
+			}
+		})
+		if old := c.watch.Swap(nw); old != nil {
+			old.stop()
+		}
+		if c.Err() != nil { // ended meanwhile: fail may have missed nw
+			c.dropWatch()
+		}
+		w = nw
+	}
+	c.reading.Store(w)
+}
+
+// unwatchCtx ends the read for ctx. The watch stays for the next call when
+// ctx has no deadline and has not ended (a long-lived ctx), and is stopped
+// otherwise (a ctx made for the call: it ends soon, and its AfterFunc need
+// not run). A read deadline the end of ctx set is cleared for the next
+// reader.
+func (c *Client) unwatchCtx(ctx context.Context) {
+	c.reading.Store(nil)
+	_, timed := ctx.Deadline()
+	ended := ctx.Err() != nil
+	if timed || ended {
+		c.dropWatch()
+	}
+	if ended {
+		_ = c.conn.SetReadDeadline(time.Time{})
+		c.rdl = time.Time{}
+	}
+}
+
+// dropWatch stops the kept watch, so that a long-lived ctx does not keep
+// an ended connection.
+func (c *Client) dropWatch() {
+	if w := c.watch.Swap(nil); w != nil {
+		w.stop()
 	}
 }
 
