@@ -452,7 +452,8 @@ func (c *Client) Call(ctx context.Context, method uint8, req []byte) ([]byte, er
 // at its deadline; a caller waiting for another's read to deliver its
 // answer gives up at its ctx's end or, at the latest, when that reader's
 // deadline passes and the read passes to it. A call that gives up at its
-// deadline fails with an error wrapping context.DeadlineExceeded.
+// deadline fails with an error wrapping context.DeadlineExceeded. req is
+// copied before CallBy returns: the caller may reuse it.
 func (c *Client) CallBy(ctx context.Context, deadline time.Time, method uint8, req []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
