@@ -109,8 +109,8 @@ type Client struct {
 
 	mu              sync.Mutex
 	plainRC         atomic.Pointer[pb.ReplicateConfig] // rcToPB of options without a policy (shared, read only)
-	durable         atomic.Bool            // the master asked for object headers (stage room for them)
-	keyPrefix       atomic.Pointer[string] // the tenant namespace the master reported (headers carry it)
+	durable         atomic.Bool                        // the master asked for object headers (stage room for them)
+	keyPrefix       atomic.Pointer[string]             // the tenant namespace the master reported (headers carry it)
 	remounts        int
 	restored        int              // objects the master took over at remounts
 	zeroed          []*pb.HeaderRef  // tombstones zeroed, to report in the next ping
