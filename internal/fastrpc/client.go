@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -66,7 +67,8 @@ type Client struct {
 	// kept across calls for a ctx without a deadline, so callers that pass
 	// one long-lived ctx register one context.AfterFunc, not one per call.
 	watch   atomic.Pointer[ctxWatch] // the ctx watched; replaced only by the token's holder, dropped by fail
-	reading atomic.Pointer[ctxWatch] // the watch of the reader's ctx while it reads (nil otherwise)
+	watchMu sync.Mutex               // orders a watch's wake-up against the end of its read
+	reading *ctxWatch                // the watch of the reader's ctx while it reads (nil otherwise); watchMu
 }
 
 // RecentWindow: Alive trusts a connection that delivered an answer this
@@ -225,7 +227,15 @@ func (c *Client) Alive() bool {
 	if c.rd.buffered() > 0 {
 		return c.Err() == nil
 	}
-	if err := peekClosed(c.conn); err != nil {
+	err := peekClosed(c.conn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// A call's read deadline that passed while the connection idled
+		// (readUntil leaves it set for the next call): no failure.
+		_ = c.conn.SetReadDeadline(time.Time{})
+		c.rdl = time.Time{}
+		err = peekClosed(c.conn)
+	}
+	if err != nil {
 		c.fail(err)
 		return false
 	}
@@ -355,15 +365,15 @@ type ctxWatch struct {
 // holder's Read while it reads for ctx: its AfterFunc moves the read
 // deadline into the past. A watch kept from an earlier call of the same
 // ctx is reused. An AfterFunc that fires while nobody reads for its ctx
-// does nothing, and one that fires just as its reader stops only wakes the
-// next reader early: a Read cut by a deadline not its caller's reads on
-// (readUntil).
+// does nothing (watchMu orders it against the end of each read).
 func (c *Client) watchCtx(ctx context.Context, done <-chan struct{}) {
 	w := c.watch.Load()
 	if w == nil || w.done != done {
 		nw := &ctxWatch{done: done}
 		nw.stop = context.AfterFunc(ctx, func() {
-			if c.reading.Load() == nw {
+			c.watchMu.Lock()
+			defer c.watchMu.Unlock()
+			if c.reading == nw {
 				_ = c.conn.SetReadDeadline(aLongTimeAgo)
 			}
 		})
@@ -375,16 +385,22 @@ func (c *Client) watchCtx(ctx context.Context, done <-chan struct{}) {
 		}
 		w = nw
 	}
-	c.reading.Store(w)
+	c.watchMu.Lock()
+	c.reading = w
+	c.watchMu.Unlock()
 }
 
 // unwatchCtx ends the read for ctx. The watch stays for the next call when
 // ctx has no deadline and has not ended (a long-lived ctx), and is stopped
 // otherwise (a ctx made for the call: it ends soon, and its AfterFunc need
 // not run). A read deadline the end of ctx set is cleared for the next
-// reader.
+// reader. Once it returns no wake-up of the watch moves the deadline: an
+// idle connection never holds a deadline in the past (Alive's peek would
+// take it for a failure).
 func (c *Client) unwatchCtx(ctx context.Context) {
-	c.reading.Store(nil)
+	c.watchMu.Lock()
+	c.reading = nil
+	c.watchMu.Unlock()
 	_, timed := ctx.Deadline()
 	ended := ctx.Err() != nil
 	if timed || ended {

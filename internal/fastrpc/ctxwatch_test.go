@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 // startHolding serves echo, except that method 3 is answered only once
@@ -68,7 +71,10 @@ func TestLongLivedCtxWatch(t *testing.T) {
 			t.Fatalf("call %d: a new watch of the same ctx", i)
 		}
 	}
-	if c.reading.Load() != nil {
+	c.watchMu.Lock()
+	marked := c.reading != nil
+	c.watchMu.Unlock()
+	if marked {
 		t.Fatal("a reader is marked after the calls returned")
 	}
 
@@ -179,5 +185,77 @@ func TestLongLivedCtxCallAllocs(t *testing.T) {
 	t.Logf("allocations per call: %.1f with a long-lived ctx, %.1f with Background", ll, bg)
 	if ll > bg {
 		t.Fatalf("allocations per call: %.1f with a long-lived ctx, %.1f with Background", ll, bg)
+	}
+}
+
+// TestCancelLeavesNoPastDeadline: calls of long-lived contexts cancelled
+// while they read never leave the idle connection a read deadline in the
+// past (which the peek of Alive would take for a failure): the peek finds
+// the connection open after every one.
+func TestCancelLeavesNoPastDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	hold := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			hold <- fakeServer(c) // never answers
+		}
+	}()
+	c, err := Dial(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer func() { (<-hold).Close() }()
+	for i := range 100 {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Call(ctx, 1, []byte("x"))
+			errc <- err
+		}()
+		if i%2 == 0 {
+			runtime.Gosched() // half the time, let the call start reading first
+		}
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: %v, want context.Canceled", i, err)
+		}
+		if err := peekClosed(c.conn); err != nil {
+			t.Fatalf("round %d: the idle connection's peek failed: %v", i, err)
+		}
+	}
+	if c.Err() != nil {
+		t.Fatalf("connection ended: %v", c.Err())
+	}
+}
+
+// TestAliveAfterIdleDeadline: a call's read deadline that passes while
+// the connection idles (it stays set for the next call) does not make
+// Alive take the connection for failed.
+func TestAliveAfterIdleDeadline(t *testing.T) {
+	addr, stop := startMux(t) // TCP: the deadline is on the socket Alive peeks
+	defer stop()
+	c, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dl := time.Now().Add(30 * time.Millisecond)
+	if got, err := c.CallBy(context.Background(), dl, 1, []byte("ab")); err != nil || string(got) != "ba" {
+		t.Fatalf("call: %q, %v", got, err)
+	}
+	waitfor.Cond(t, 10*time.Second, "the call's deadline and RecentWindow pass", func() bool {
+		return time.Now().After(dl.Add(2 * RecentWindow))
+	})
+	if !c.Alive() || c.Err() != nil {
+		t.Fatalf("Alive after an idle deadline passed: false (%v)", c.Err())
+	}
+	if got, err := c.CallBy(context.Background(), time.Now().Add(10*time.Second), 1, []byte("cd")); err != nil || string(got) != "dc" {
+		t.Fatalf("call after: %q, %v", got, err)
 	}
 }
