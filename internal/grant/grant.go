@@ -7,6 +7,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -360,8 +361,10 @@ type Verifier struct {
 	now  func() time.Time
 
 	mu       sync.RWMutex
-	live     map[uint64]time.Time   // one-shot nonces held live, with their expiry
-	recalled map[[macLen]byte]Grant // verified grants by MAC (Set.Install)
+	live     map[uint64]time.Time      // one-shot nonces held live, with their expiry
+	recalled map[[macLen]byte]recalled // verified grants by MAC (Set.Install)
+	order    [maxRecalled][macLen]byte // recalled's MACs in the order they came, a ring
+	next     int                       // where order's next MAC goes
 
 	verified atomic.Uint64
 	refused  atomic.Uint64
@@ -501,14 +504,13 @@ func (v *Verifier) NewSet(segment string) *Set {
 // Install verifies an encoded grant and keeps it (the oldest goes when
 // the ring is full).
 //
-// A grant whose MAC equals that of one the verifier verified before (the
-// same grant sent again, on this lane or another; the master hands a hot
-// extent's grant out again) is not verified again: the grant as verified
-// then is kept, and nothing of the new bytes is used, so a copy with
-// altered fields allows nothing more. Such a grant must still name this
-// segment and not have expired. Only READ grants are remembered (the
-// master hands out a hot extent's READ grant again; each WRITE grant once);
-// one-shot grants are always verified.
+// A grant whose bytes equal, all of them, those of one the verifier
+// verified before (the same grant sent again, on this lane or another; the
+// master hands a hot extent's READ grant, and an extent's WRITE grant when
+// the extent comes back to a put, out again) is not verified again: the
+// grant as verified then is kept. Such a grant must still name this
+// segment and not have expired. One-shot grants are always verified (and
+// Allow checks their liveness on every request).
 func (s *Set) Install(b []byte) error {
 	g, ok := s.v.recall(b, s.segment)
 	if !ok {
@@ -531,51 +533,60 @@ func (s *Set) Install(b []byte) error {
 	return nil
 }
 
-// maxRecalled bounds the verified grants a verifier remembers by MAC.
-const maxRecalled = 4096
+// maxRecalled bounds the verified grants a verifier remembers; past it
+// the one remembered first goes.
+const maxRecalled = 8192
 
-// recall returns the READ grant verified before under b's MAC, when it names
-// segment, has not expired and is not one-shot; it counts as verified.
+// recalled is a verified grant and its encoding.
+type recalled struct {
+	g   Grant
+	b   []byte
+	pos int // its MAC's place in Verifier.order
+}
+
+// recall returns the grant verified before whose encoding is b, byte for
+// byte (compared in constant time), when it names segment and has not
+// expired; it counts as verified.
 func (v *Verifier) recall(b []byte, segment string) (Grant, bool) {
-	if len(b) < fixedLen+macLen || Mode(b[1]) != Read {
-		return Grant{}, false // only READ grants are remembered
+	if len(b) < fixedLen+macLen {
+		return Grant{}, false
 	}
 	tag := [macLen]byte(b[len(b)-macLen:])
 	v.mu.RLock()
-	g, ok := v.recalled[tag]
+	r, ok := v.recalled[tag]
 	v.mu.RUnlock()
-	if !ok || g.Segment != segment || !v.now().Before(g.Expires) {
+	if !ok || subtle.ConstantTimeCompare(r.b, b) != 1 || r.g.Segment != segment || !v.now().Before(r.g.Expires) {
 		return Grant{}, false
 	}
 	v.verified.Add(1)
-	return g, true
+	return r.g, true
 }
 
-// remember keeps verified READ grant g (encoded as b) under its MAC,
-// unless one-shot (a WRITE grant's extent is new to its put: the master
-// hands each out once); past maxRecalled, expired ones go, and all if that is not
-// enough.
+// remember keeps verified grant g, encoded as b, by its MAC, unless
+// one-shot (those are checked live on every use); past maxRecalled the
+// one remembered first goes.
 func (v *Verifier) remember(b []byte, g Grant) {
-	if g.Flags&FlagOneShot != 0 || g.Mode != Read || len(b) < macLen {
+	if g.Flags&FlagOneShot != 0 || len(b) < fixedLen+macLen {
 		return
 	}
 	tag := [macLen]byte(b[len(b)-macLen:])
+	cp := bytes.Clone(b)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.recalled == nil || len(v.recalled) >= maxRecalled {
-		if v.recalled != nil {
-			now := v.now()
-			for t, r := range v.recalled {
-				if !now.Before(r.Expires) {
-					delete(v.recalled, t)
-				}
-			}
-		}
-		if v.recalled == nil || len(v.recalled) >= maxRecalled/2 {
-			v.recalled = make(map[[macLen]byte]Grant, 256)
-		}
+	if v.recalled == nil {
+		v.recalled = make(map[[macLen]byte]recalled, 256)
 	}
-	v.recalled[tag] = g
+	if _, ok := v.recalled[tag]; ok {
+		return
+	}
+	// The ring's slot for this one holds the MAC of the grant remembered
+	// maxRecalled grants ago (if any): that one goes.
+	if r, ok := v.recalled[v.order[v.next]]; ok && r.pos == v.next {
+		delete(v.recalled, v.order[v.next])
+	}
+	v.recalled[tag] = recalled{g: g, b: cp, pos: v.next}
+	v.order[v.next] = tag
+	v.next = (v.next + 1) % maxRecalled
 }
 
 // Allow returns nil when a kept grant that has not expired (and, if

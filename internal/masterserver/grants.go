@@ -34,11 +34,15 @@ import (
 //   - Tasks: READ on the source, WRITE on the targets, until the task's
 //     deadline.
 //
-// A signed READ grant is handed out again for the same segment and extent
-// while it expires no later than a fresh one would and has at least half
-// of the fresh one's lifetime left (granter.sign): a hot object's readers
-// get the same bytes, which the client sends once per lane and the node
-// verifies once.
+// A signed grant is handed out again for the same segment, extent and
+// mode while it expires no later than a fresh one would and has enough of
+// the fresh one's lifetime left (granter.sign: half for READ, three
+// quarters for WRITE): a hot object's readers get the same bytes, which
+// the client sends once per lane and the node verifies once; a put slot
+// made of an upsert's replaced version (the same extent again) gets the
+// grant its earlier put had, which the node recalls instead of verifying.
+// Tombstones' header grants are always fresh (short-lived, rarely the
+// same header twice).
 //
 // Revocation is by expiry. The bound: a WRITE grant outlives the removal
 // (or revocation) of its put by at most PutTimeout; a READ grant outlives
@@ -60,10 +64,10 @@ type granter struct {
 	clock  clock.Clock // the core's
 	putTTL time.Duration
 
-	// Signed READ grants by extent, handed out again while they have at
-	// least half of the wanted lifetime left and expire no later than
-	// wanted. Reuse never widens anything: the same segment, extent and
-	// mode, and an expiry no later than a fresh grant's.
+	// Signed grants by extent and mode, handed out again while they have
+	// enough of the wanted lifetime left and expire no later than wanted.
+	// Reuse never widens anything: the same segment, extent and mode, and
+	// an expiry no later than a fresh grant's.
 	mu    sync.Mutex
 	cache map[grantKey]cachedGrant
 }
@@ -92,22 +96,17 @@ func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *grant
 }
 
 // sign returns a grant of mode on [addr, addr+n) of endpoint that expires
-// at expires or, for READ, a cached one for the same extent that expires
-// no later and has at least half of the lifetime left at now.
+// at expires, or a cached one for the same extent and mode that expires no
+// later and has enough of the lifetime left at now (reusable).
 func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, now, expires time.Time) []byte {
 	if n == 0 || endpoint == "" {
 		return nil
-	}
-	if mode != grant.Read {
-		// A placement's extent is new to its put (and to any client that
-		// could send the grant again): nothing to reuse.
-		return g.encode(endpoint, addr, n, mode, expires)
 	}
 	k := grantKey{endpoint, addr, n, mode}
 	g.mu.Lock()
 	c, ok := g.cache[k]
 	g.mu.Unlock()
-	if ok && reusable(c.exp, now, expires) {
+	if ok && reusable(c.exp, now, expires, mode) {
 		return c.b
 	}
 	b := g.encode(endpoint, addr, n, mode, expires)
@@ -147,10 +146,17 @@ func (g *granter) encode(endpoint string, addr, n uint64, mode grant.Mode, expir
 	return b
 }
 
-// reusable reports whether a grant expiring at exp may stand in, at now,
-// for one expiring at want: not later, and at least half as long left.
-func reusable(exp, now, want time.Time) bool {
-	return !exp.After(want) && exp.Sub(now) >= want.Sub(now)/2
+// reusable reports whether a grant of mode expiring at exp may stand in,
+// at now, for one expiring at want: not later, and at least half as long
+// left (READ) or three quarters (WRITE: a put slot is written up to
+// slotMaxAge, 10 s, after it is reserved, and a large put's transfers
+// take their time; a grant that expires first fails the put).
+func reusable(exp, now, want time.Time, mode grant.Mode) bool {
+	left, full := exp.Sub(now), want.Sub(now)
+	if mode&grant.Write != 0 {
+		return !exp.After(want) && left >= full-full/4
+	}
+	return !exp.After(want) && left >= full/2
 }
 
 // put grants WRITE on each placement's header and value.
@@ -202,7 +208,9 @@ func (g *granter) tombs(refs []*pb.HeaderRef) []*pb.HeaderRef {
 	now := time.Now()
 	exp := now.Add(headerGrantTTL)
 	for _, r := range refs {
-		r.Grant = g.sign(r.Endpoint, r.Addr, objheader.Align, grant.Write, now, exp)
+		if r.Endpoint != "" {
+			r.Grant = g.encode(r.Endpoint, r.Addr, objheader.Align, grant.Write, exp)
+		}
 	}
 	return refs
 }

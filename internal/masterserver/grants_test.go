@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/grant"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
 
-// The granter hands a signed READ grant out again for the same segment
-// and extent only while it expires no later than a fresh one would and has
-// at least half of the wanted lifetime left; the grant verifies for that
-// extent only.
+// The granter hands a signed grant out again for the same segment, extent
+// and mode only while it expires no later than a fresh one would and has
+// at least half (READ) or three quarters (WRITE) of the wanted lifetime
+// left; the grant verifies for that extent only.
 func TestGranterReuse(t *testing.T) {
 	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("0123456789abcdef0123")})
 	if err != nil {
@@ -63,10 +64,25 @@ func TestGranterReuse(t *testing.T) {
 			t.Fatalf("%+v: grant %+v covers more or less than its extent", c, got)
 		}
 	}
-	// WRITE grants (placements, headers) are always fresh.
-	w := g.sign("n:1", 4096, 4096, grant.Write, now, now.Add(time.Minute))
-	if w2 := g.sign("n:1", 4096, 4096, grant.Write, now, now.Add(time.Minute)); bytes.Equal(w, w2) {
-		t.Fatal("a WRITE grant was reused")
+	// WRITE grants (placements) are reused while three quarters of the
+	// wanted lifetime are left, never for READ.
+	w := g.sign("n:1", 1<<20, 4096, grant.Write, now, now.Add(40*time.Second))
+	if w2 := g.sign("n:1", 1<<20, 4096, grant.Write, now, now.Add(50*time.Second)); !bytes.Equal(w, w2) {
+		t.Fatal("a WRITE grant with over three quarters of the lifetime left was not reused")
+	}
+	if w3 := g.sign("n:1", 1<<20, 4096, grant.Write, now, now.Add(time.Minute)); bytes.Equal(w, w3) {
+		t.Fatal("a WRITE grant with under three quarters of the lifetime left was reused")
+	}
+	if r := g.sign("n:1", 1<<20, 4096, grant.Read, now, now.Add(40*time.Second)); bytes.Equal(w, r) {
+		t.Fatal("a WRITE grant was handed out for READ")
+	}
+	if got, err := v.Verify(w, "n:1"); err != nil || got.Mode != grant.Write || got.Covers(grant.Read, 1<<20, 4096) {
+		t.Fatalf("WRITE grant %+v, %v", got, err)
+	}
+	// Tombstones' header grants are always fresh.
+	t1 := g.tombs([]*pb.HeaderRef{{Endpoint: "n:1", Addr: 1 << 30}, {Endpoint: "n:1", Addr: 1 << 30}, {Addr: 1 << 31}})
+	if bytes.Equal(t1[0].Grant, t1[1].Grant) || t1[2].Grant != nil {
+		t.Fatal("a tombstone's header grant was reused, or one without an endpoint signed")
 	}
 	// Expired entries go when the cache is full.
 	g.cache = map[grantKey]cachedGrant{}
