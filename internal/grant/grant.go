@@ -367,6 +367,7 @@ type Verifier struct {
 	next     int                       // where order's next MAC goes
 
 	verified atomic.Uint64
+	recalls  atomic.Uint64
 	refused  atomic.Uint64
 	denied   atomic.Uint64
 }
@@ -472,13 +473,14 @@ func (v *Verifier) MintOneShot(g Grant) ([]byte, Grant, error) {
 // Stats are the verifier's counters.
 type Stats struct {
 	Verified uint64 // grants that verified
+	Recalled uint64 // of them, those recalled (the bytes of one verified before)
 	Refused  uint64 // grants that did not (forged, expired, other key, revoked, ...)
 	Denied   uint64 // requests no valid grant covered
 }
 
 // Stats returns the counters.
 func (v *Verifier) Stats() Stats {
-	return Stats{Verified: v.verified.Load(), Refused: v.refused.Load(), Denied: v.denied.Load()}
+	return Stats{Verified: v.verified.Load(), Recalled: v.recalls.Load(), Refused: v.refused.Load(), Denied: v.denied.Load()}
 }
 
 // maxSet bounds the grants one Set keeps (the oldest goes first).
@@ -559,6 +561,7 @@ func (v *Verifier) recall(b []byte, segment string) (Grant, bool) {
 		return Grant{}, false
 	}
 	v.verified.Add(1)
+	v.recalls.Add(1)
 	return r.g, true
 }
 
