@@ -360,16 +360,46 @@ type Verifier struct {
 	keys *Keyring
 	now  func() time.Time
 
-	mu       sync.RWMutex
-	live     map[uint64]time.Time      // one-shot nonces held live, with their expiry
-	recalled map[[macLen]byte]recalled // verified grants by MAC (Set.Install)
-	order    [maxRecalled][macLen]byte // recalled's MACs in the order they came, a ring
-	next     int                       // where order's next MAC goes
+	mu   sync.RWMutex
+	live map[uint64]time.Time // one-shot nonces held live, with their expiry
 
-	verified atomic.Uint64
-	recalls  atomic.Uint64
+	// Verified grants by MAC (Set.Install), in shards by the MAC's first
+	// byte: the lanes of a node look them up at once.
+	recalled [recallShards]recallShard
+
+	sets     atomic.Uint32 // Sets made, numbering their counter stripes
+	verified striped
+	recalls  striped
 	refused  atomic.Uint64
 	denied   atomic.Uint64
+}
+
+// striped is a counter in stripes of their own cache lines: the lanes of
+// a node, each counting in its own, do not contend for one.
+type striped [8]struct {
+	n atomic.Uint64
+	_ [56]byte
+}
+
+func (c *striped) add(i uint32) { c[i%uint32(len(c))].n.Add(1) }
+
+func (c *striped) load() (n uint64) {
+	for i := range c {
+		n += c[i].n.Load()
+	}
+	return n
+}
+
+// recallShards is how many shards the recalled grants are kept in.
+const recallShards = 32
+
+// recallShard is a shard of the recalled grants: at most
+// maxRecalled/recallShards, the one remembered first going first.
+type recallShard struct {
+	mu    sync.RWMutex
+	m     map[[macLen]byte]recalled
+	order [maxRecalled / recallShards][macLen]byte // m's MACs in the order they came, a ring
+	next  int                                      // where order's next MAC goes
 }
 
 // NewVerifier returns a verifier; now nil means time.Now.
@@ -391,12 +421,17 @@ func (v *Verifier) Now() time.Time { return v.now() }
 // segment is not empty), that it has not expired and, for a one-shot
 // grant, that it is still live.
 func (v *Verifier) Verify(b []byte, segment string) (Grant, error) {
+	return v.verifyAs(b, segment, 0)
+}
+
+// verifyAs is Verify counting in stripe.
+func (v *Verifier) verifyAs(b []byte, segment string, stripe uint32) (Grant, error) {
 	g, err := v.verify(b, segment)
 	if err != nil {
 		v.refused.Add(1)
 		return Grant{}, err
 	}
-	v.verified.Add(1)
+	v.verified.add(stripe)
 	return g, nil
 }
 
@@ -480,7 +515,7 @@ type Stats struct {
 
 // Stats returns the counters.
 func (v *Verifier) Stats() Stats {
-	return Stats{Verified: v.verified.Load(), Recalled: v.recalls.Load(), Refused: v.refused.Load(), Denied: v.denied.Load()}
+	return Stats{Verified: v.verified.load(), Recalled: v.recalls.load(), Refused: v.refused.Load(), Denied: v.denied.Load()}
 }
 
 // maxSet bounds the grants one Set keeps (the oldest goes first).
@@ -496,11 +531,12 @@ type Set struct {
 	nonces  [maxSet]uint64 // ring[i].Nonce, packed: scanned on every Install
 	n       int            // grants in the ring
 	next    int            // where the next one goes
+	stripe  uint32         // of the verifier's counters
 }
 
 // NewSet returns an empty set for a connection to segment.
 func (v *Verifier) NewSet(segment string) *Set {
-	return &Set{v: v, segment: segment}
+	return &Set{v: v, segment: segment, stripe: v.sets.Add(1)}
 }
 
 // Install verifies an encoded grant and keeps it (the oldest goes when
@@ -514,10 +550,10 @@ func (v *Verifier) NewSet(segment string) *Set {
 // segment and not have expired. One-shot grants are always verified (and
 // Allow checks their liveness on every request).
 func (s *Set) Install(b []byte) error {
-	g, ok := s.v.recall(b, s.segment)
+	g, ok := s.v.recall(b, s.segment, s.stripe)
 	if !ok {
 		var err error
-		if g, err = s.v.Verify(b, s.segment); err != nil {
+		if g, err = s.v.verifyAs(b, s.segment, s.stripe); err != nil {
 			return err
 		}
 		s.v.remember(b, g)
@@ -548,48 +584,61 @@ type recalled struct {
 
 // recall returns the grant verified before whose encoding is b, byte for
 // byte (compared in constant time), when it names segment and has not
-// expired; it counts as verified.
-func (v *Verifier) recall(b []byte, segment string) (Grant, bool) {
+// expired; it counts as verified (in stripe).
+func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool) {
 	if len(b) < fixedLen+macLen {
 		return Grant{}, false
 	}
 	tag := [macLen]byte(b[len(b)-macLen:])
-	v.mu.RLock()
-	r, ok := v.recalled[tag]
-	v.mu.RUnlock()
+	sh := &v.recalled[tag[0]%recallShards]
+	sh.mu.RLock()
+	r, ok := sh.m[tag]
+	sh.mu.RUnlock()
 	if !ok || subtle.ConstantTimeCompare(r.b, b) != 1 || r.g.Segment != segment || !v.now().Before(r.g.Expires) {
 		return Grant{}, false
 	}
-	v.verified.Add(1)
-	v.recalls.Add(1)
+	v.verified.add(stripe)
+	v.recalls.add(stripe)
 	return r.g, true
 }
 
 // remember keeps verified grant g, encoded as b, by its MAC, unless
 // one-shot (those are checked live on every use); past maxRecalled the
-// one remembered first goes.
+// one remembered first (in its shard) goes.
 func (v *Verifier) remember(b []byte, g Grant) {
 	if g.Flags&FlagOneShot != 0 || len(b) < fixedLen+macLen {
 		return
 	}
 	tag := [macLen]byte(b[len(b)-macLen:])
 	cp := bytes.Clone(b)
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.recalled == nil {
-		v.recalled = make(map[[macLen]byte]recalled, 256)
+	sh := &v.recalled[tag[0]%recallShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil {
+		sh.m = make(map[[macLen]byte]recalled, 16)
 	}
-	if _, ok := v.recalled[tag]; ok {
+	if _, ok := sh.m[tag]; ok {
 		return
 	}
 	// The ring's slot for this one holds the MAC of the grant remembered
-	// maxRecalled grants ago (if any): that one goes.
-	if r, ok := v.recalled[v.order[v.next]]; ok && r.pos == v.next {
-		delete(v.recalled, v.order[v.next])
+	// a ring ago (if any): that one goes.
+	if r, ok := sh.m[sh.order[sh.next]]; ok && r.pos == sh.next {
+		delete(sh.m, sh.order[sh.next])
 	}
-	v.recalled[tag] = recalled{g: g, b: cp, pos: v.next}
-	v.order[v.next] = tag
-	v.next = (v.next + 1) % maxRecalled
+	sh.m[tag] = recalled{g: g, b: cp, pos: sh.next}
+	sh.order[sh.next] = tag
+	sh.next = (sh.next + 1) % len(sh.order)
+}
+
+// remembered is how many grants the verifier remembers.
+func (v *Verifier) remembered() (n int) {
+	for i := range v.recalled {
+		sh := &v.recalled[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
 }
 
 // Allow returns nil when a kept grant that has not expired (and, if

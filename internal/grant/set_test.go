@@ -132,7 +132,7 @@ func TestSetRecallSkipsMAC(t *testing.T) {
 	if err := v.NewSet("n:1").Install(b); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := v.recall(b, "n:1"); !ok {
+	if _, ok := v.recall(b, "n:1", 0); !ok {
 		t.Fatal("a verified WRITE grant is not recalled")
 	}
 	forged := append([]byte(nil), b...)
@@ -140,8 +140,8 @@ func TestSetRecallSkipsMAC(t *testing.T) {
 	if err := v.NewSet("n:1").Install(forged); !errors.Is(err, ErrBadMAC) {
 		t.Fatalf("forged: err = %v, want ErrBadMAC", err)
 	}
-	if _, ok := v.recall(forged, "n:1"); ok || len(v.recalled) != 1 {
-		t.Fatalf("a forged grant is remembered (%d remembered)", len(v.recalled))
+	if _, ok := v.recall(forged, "n:1", 0); ok || v.remembered() != 1 {
+		t.Fatalf("a forged grant is remembered (%d remembered)", v.remembered())
 	}
 }
 
@@ -209,14 +209,14 @@ func TestSetRecallLimits(t *testing.T) {
 		}
 		last = x
 	}
-	if n := len(v.recalled); n > maxRecalled {
+	if n := v.remembered(); n > maxRecalled {
 		t.Fatalf("%d grants recalled, bound %d", n, maxRecalled)
 	}
 	// The newest are kept, the first remembered went.
-	if _, ok := v.recall(last, "n:1"); !ok {
+	if _, ok := v.recall(last, "n:1", 0); !ok {
 		t.Fatal("the grant remembered last is not recalled")
 	}
-	if _, ok := v.recall(b, "n:1"); ok {
+	if _, ok := v.recall(b, "n:1", 0); ok {
 		t.Fatal("the first grant remembered is still recalled past the bound")
 	}
 }

@@ -67,9 +67,22 @@ type granter struct {
 	// Signed grants by extent and mode, handed out again while they have
 	// enough of the wanted lifetime left and expire no later than wanted.
 	// Reuse never widens anything: the same segment, extent and mode, and
-	// an expiry no later than a fresh grant's.
+	// an expiry no later than a fresh grant's. In shards by address: every
+	// put and get of every client looks here.
+	shards [grantShards]grantShard
+}
+
+const grantShards = 16
+
+type grantShard struct {
 	mu    sync.Mutex
 	cache map[grantKey]cachedGrant
+	_     [48]byte // a cache line each
+}
+
+// shard is the shard of an extent.
+func (g *granter) shard(addr, n uint64) *grantShard {
+	return &g.shards[((addr^n)*0x9E3779B97F4A7C15)>>60%grantShards]
 }
 
 type grantKey struct {
@@ -83,8 +96,9 @@ type cachedGrant struct {
 	exp time.Time
 }
 
-// maxCachedGrants bounds the cache; past it, unusable entries are dropped,
-// and all of them if that is not enough.
+// maxCachedGrants bounds the cache; past it (in a shard), the expired
+// entries are dropped and, if that is not enough, others down to three
+// quarters of the bound.
 const maxCachedGrants = 1 << 14
 
 // newGranter returns nil (no grants) without keys.
@@ -92,7 +106,11 @@ func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *grant
 	if keys == nil {
 		return nil
 	}
-	return &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL, cache: map[grantKey]cachedGrant{}}
+	g := &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL}
+	for i := range g.shards {
+		g.shards[i].cache = map[grantKey]cachedGrant{}
+	}
+	return g
 }
 
 // sign returns a grant of mode on [addr, addr+n) of endpoint that expires
@@ -103,9 +121,10 @@ func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, now, ex
 		return nil
 	}
 	k := grantKey{endpoint, addr, n, mode}
-	g.mu.Lock()
-	c, ok := g.cache[k]
-	g.mu.Unlock()
+	sh := g.shard(addr, n)
+	sh.mu.Lock()
+	c, ok := sh.cache[k]
+	sh.mu.Unlock()
 	if ok && reusable(c.exp, now, expires, mode) {
 		return c.b
 	}
@@ -113,19 +132,22 @@ func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, now, ex
 	if b == nil {
 		return nil
 	}
-	g.mu.Lock()
-	if len(g.cache) >= maxCachedGrants {
-		for k, c := range g.cache {
+	sh.mu.Lock()
+	if len(sh.cache) >= maxCachedGrants/grantShards {
+		for k, c := range sh.cache {
 			if !now.Before(c.exp) {
-				delete(g.cache, k)
+				delete(sh.cache, k)
 			}
 		}
-		if len(g.cache) >= maxCachedGrants/2 {
-			clear(g.cache)
+		for k := range sh.cache { // in no particular order
+			if len(sh.cache) <= maxCachedGrants/grantShards*3/4 {
+				break
+			}
+			delete(sh.cache, k)
 		}
 	}
-	g.cache[k] = cachedGrant{b, expires}
-	g.mu.Unlock()
+	sh.cache[k] = cachedGrant{b, expires}
+	sh.mu.Unlock()
 	return b
 }
 

@@ -84,13 +84,23 @@ func TestGranterReuse(t *testing.T) {
 	if bytes.Equal(t1[0].Grant, t1[1].Grant) || t1[2].Grant != nil {
 		t.Fatal("a tombstone's header grant was reused, or one without an endpoint signed")
 	}
-	// Expired entries go when the cache is full.
-	g.cache = map[grantKey]cachedGrant{}
-	for i := range maxCachedGrants {
-		g.cache[grantKey{"n:1", uint64(i), 1, grant.Read}] = cachedGrant{nil, now.Add(-time.Second)}
-	}
-	g.sign("n:1", 1<<40, 1, grant.Read, now, now.Add(time.Minute))
-	if len(g.cache) != 1 {
-		t.Fatalf("cache holds %d grants after a full sweep, want 1", len(g.cache))
+	// Expired entries go when a shard is full, and live ones down to three
+	// quarters of the bound if that is not enough.
+	const per = maxCachedGrants / grantShards
+	for _, exp := range []time.Time{now.Add(-time.Second), now.Add(time.Minute)} {
+		sh := g.shard(1<<40, 1)
+		sh.cache = map[grantKey]cachedGrant{}
+		for i := 0; len(sh.cache) < per; i++ {
+			if g.shard(uint64(i), 1) == sh {
+				sh.cache[grantKey{"n:1", uint64(i), 1, grant.Read}] = cachedGrant{nil, exp}
+			}
+		}
+		g.sign("n:1", 1<<40, 1, grant.Read, now, now.Add(time.Minute))
+		if exp.Before(now) && len(sh.cache) != 1 || !exp.Before(now) && len(sh.cache) != per*3/4+1 {
+			t.Fatalf("shard holds %d grants after a sweep (others expiring %v)", len(sh.cache), exp.Sub(now))
+		}
+		if _, ok := sh.cache[grantKey{"n:1", 1 << 40, 1, grant.Read}]; !ok {
+			t.Fatal("the new grant is not kept")
+		}
 	}
 }
