@@ -38,14 +38,19 @@ func FuzzServeLaneGrants(f *testing.F) {
 		return append(b, payload...)
 	}
 	install := req(wire.ReqHeader{Op: wire.OpGrant, Length: uint64(len(g))}, g)
+	padded := req(wire.ReqHeader{Op: wire.OpGrant, Addr: uint64(len(g)), Length: uint64(len(g) + wire.GrantPad(len(g)))}, append(bytes.Clone(g), make([]byte, wire.GrantPad(len(g)))...))
+	f.Add(padded, req(wire.ReqHeader{Op: wire.OpWrite, ID: 1, Addr: base, Length: 16}, bytes.Repeat([]byte{1}, 16)))
 	f.Add(install, req(wire.ReqHeader{Op: wire.OpWrite, ID: 1, Addr: base, Length: 16}, bytes.Repeat([]byte{1}, 16)))
 	f.Add(install, req(wire.ReqHeader{Op: wire.OpWrite, ID: 1, Addr: base + 2040, Length: 16}, bytes.Repeat([]byte{1}, 16)))
 	f.Add(install, req(wire.ReqHeader{Op: wire.OpRead, ID: 1, Addr: base, Length: 16}, nil))
 	f.Add([]byte{}, req(wire.ReqHeader{Op: wire.OpGrant, Length: 20}, bytes.Repeat([]byte{7}, 20)))
 	f.Fuzz(func(t *testing.T, pre, in []byte) {
 		clear(backing)
-		if len(pre) > 0 {
-			pre = install // either the valid grant or nothing, then anything
+		switch { // the valid grant, padded or not, or nothing, then anything
+		case len(pre) > 0 && pre[len(pre)-1] == 0:
+			pre = padded
+		case len(pre) > 0:
+			pre = install
 		}
 		c := &fakeConn{r: bytes.NewReader(append(bytes.Clone(pre), in...))}
 		_ = ServeLane(c, bufio.NewReader(c), reg, ServerConfig{MaxSlice: 8192, Grants: v, Segment: "seg"})
@@ -102,8 +107,14 @@ func TestServeLaneGrantBetweenLargeWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		var h [wire.ReqHeaderSize]byte
-		(&wire.ReqHeader{Op: wire.OpGrant, Length: uint64(len(g))}).Put(h[:])
-		in = append(append(in, h[:]...), g...)
+		if i%2 == 0 { // unpadded
+			(&wire.ReqHeader{Op: wire.OpGrant, Length: uint64(len(g))}).Put(h[:])
+			in = append(append(in, h[:]...), g...)
+		} else { // padded, as lanes send them
+			pad := wire.GrantPad(len(g))
+			(&wire.ReqHeader{Op: wire.OpGrant, Addr: uint64(len(g)), Length: uint64(len(g) + pad)}).Put(h[:])
+			in = append(append(append(in, h[:]...), g...), make([]byte, pad)...)
+		}
 		(&wire.ReqHeader{Op: wire.OpWrite, ID: uint64(i + 1), Addr: base + uint64(i*size), Length: size}).Put(h[:])
 		in = append(append(in, h[:]...), bytes.Repeat([]byte{byte(i + 1)}, size)...)
 	}

@@ -138,7 +138,7 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 				return err
 			}
 			if gs != nil {
-				_ = gs.Install(gbuf[:h.Length])
+				_ = gs.Install(gbuf[:h.GrantLen()])
 			}
 			continue
 		}
