@@ -7,7 +7,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -397,9 +396,9 @@ const recallShards = 32
 // maxRecalled/recallShards, the one remembered first going first.
 type recallShard struct {
 	mu    sync.RWMutex
-	m     map[[macLen]byte]recalled
-	order [maxRecalled / recallShards][macLen]byte // m's MACs in the order they came, a ring
-	next  int                                      // where order's next MAC goes
+	m     map[uint64]*recalled               // by the MAC's first 8 bytes
+	order [maxRecalled / recallShards]uint64 // m's keys in the order they came, a ring
+	next  int                                // where order's next key goes
 }
 
 // NewVerifier returns a verifier; now nil means time.Now.
@@ -583,23 +582,40 @@ type recalled struct {
 }
 
 // recall returns the grant verified before whose encoding is b, byte for
-// byte (compared in constant time), when it names segment and has not
+// byte (compared in constant time: equal), when it names segment and has not
 // expired; it counts as verified (in stripe).
 func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool) {
 	if len(b) < fixedLen+macLen {
 		return Grant{}, false
 	}
-	tag := [macLen]byte(b[len(b)-macLen:])
-	sh := &v.recalled[tag[0]%recallShards]
+	tag := binary.LittleEndian.Uint64(b[len(b)-macLen:])
+	sh := &v.recalled[tag%recallShards]
 	sh.mu.RLock()
-	r, ok := sh.m[tag]
+	r := sh.m[tag]
 	sh.mu.RUnlock()
-	if !ok || subtle.ConstantTimeCompare(r.b, b) != 1 || r.g.Segment != segment || !v.now().Before(r.g.Expires) {
+	if r == nil || !equal(r.b, b) || r.g.Segment != segment || !v.now().Before(r.g.Expires) {
 		return Grant{}, false
 	}
 	v.verified.add(stripe)
 	v.recalls.add(stripe)
 	return r.g, true
+}
+
+// equal reports whether a and b are equal, in time that depends on their
+// length only.
+func equal(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var d uint64
+	i := 0
+	for ; i+8 <= len(a); i += 8 {
+		d |= binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:])
+	}
+	for ; i < len(a); i++ {
+		d |= uint64(a[i] ^ b[i])
+	}
+	return d == 0
 }
 
 // remember keeps verified grant g, encoded as b, by its MAC, unless
@@ -609,23 +625,24 @@ func (v *Verifier) remember(b []byte, g Grant) {
 	if g.Flags&FlagOneShot != 0 || len(b) < fixedLen+macLen {
 		return
 	}
-	tag := [macLen]byte(b[len(b)-macLen:])
-	cp := bytes.Clone(b)
-	sh := &v.recalled[tag[0]%recallShards]
+	tag := binary.LittleEndian.Uint64(b[len(b)-macLen:])
+	r := &recalled{g: g, b: bytes.Clone(b)}
+	sh := &v.recalled[tag%recallShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.m == nil {
-		sh.m = make(map[[macLen]byte]recalled, 16)
+		sh.m = make(map[uint64]*recalled, 16)
 	}
 	if _, ok := sh.m[tag]; ok {
-		return
+		return // this grant, or one whose MAC starts alike (verified when it comes)
 	}
-	// The ring's slot for this one holds the MAC of the grant remembered
+	// The ring's slot for this one holds the key of the grant remembered
 	// a ring ago (if any): that one goes.
-	if r, ok := sh.m[sh.order[sh.next]]; ok && r.pos == sh.next {
+	if old, ok := sh.m[sh.order[sh.next]]; ok && old.pos == sh.next {
 		delete(sh.m, sh.order[sh.next])
 	}
-	sh.m[tag] = recalled{g: g, b: cp, pos: sh.next}
+	r.pos = sh.next
+	sh.m[tag] = r
 	sh.order[sh.next] = tag
 	sh.next = (sh.next + 1) % len(sh.order)
 }

@@ -220,3 +220,18 @@ func TestSetRecallLimits(t *testing.T) {
 		t.Fatal("the first grant remembered is still recalled past the bound")
 	}
 }
+
+// equal compares whole slices.
+func TestEqual(t *testing.T) {
+	a := []byte("0123456789abcdef0123456789abcdefXYZ")
+	for i := range a {
+		b := append([]byte(nil), a...)
+		b[i] ^= 0x40
+		if equal(a, b) {
+			t.Fatalf("byte %d differs, equal says equal", i)
+		}
+	}
+	if !equal(a, append([]byte(nil), a...)) || equal(a, a[:len(a)-1]) || !equal(nil, []byte{}) {
+		t.Fatal("equal")
+	}
+}
