@@ -577,8 +577,19 @@ const maxRecalled = 8192
 // recalled is a verified grant and its encoding.
 type recalled struct {
 	g   Grant
-	b   []byte
-	pos int // its MAC's place in Verifier.order
+	b   []byte // the encoding: in inline when it fits (one object, fewer cache misses)
+	pos int    // its key's place in its shard's order
+	in  [128]byte
+}
+
+func newRecalled(g Grant, b []byte) *recalled {
+	r := &recalled{g: g}
+	if len(b) <= len(r.in) {
+		r.b = r.in[:copy(r.in[:], b)]
+	} else {
+		r.b = bytes.Clone(b)
+	}
+	return r
 }
 
 // recall returns the grant verified before whose encoding is b, byte for
@@ -626,7 +637,7 @@ func (v *Verifier) remember(b []byte, g Grant) {
 		return
 	}
 	tag := binary.LittleEndian.Uint64(b[len(b)-macLen:])
-	r := &recalled{g: g, b: bytes.Clone(b)}
+	r := newRecalled(g, b)
 	sh := &v.recalled[tag%recallShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
