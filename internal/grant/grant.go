@@ -392,13 +392,14 @@ func (c *striped) load() (n uint64) {
 // recallShards is how many shards the recalled grants are kept in.
 const recallShards = 32
 
-// recallShard is a shard of the recalled grants: at most
-// maxRecalled/recallShards, the one remembered first going first.
+// recallShard is a shard of the recalled grants: a ring of
+// maxRecalled/recallShards, the one remembered first going first (no
+// allocation per grant), indexed by the MAC's first 8 bytes.
 type recallShard struct {
-	mu    sync.RWMutex
-	m     map[uint64]*recalled               // by the MAC's first 8 bytes
-	order [maxRecalled / recallShards]uint64 // m's keys in the order they came, a ring
-	next  int                                // where order's next key goes
+	mu   sync.RWMutex
+	m    map[uint64]int32 // key -> place in ring
+	ring *[maxRecalled / recallShards]recalled
+	next int // where the next one goes
 }
 
 // NewVerifier returns a verifier; now nil means time.Now.
@@ -576,40 +577,45 @@ const maxRecalled = 8192
 
 // recalled is a verified grant and its encoding.
 type recalled struct {
-	g   Grant
-	b   []byte // the encoding: in inline when it fits (one object, fewer cache misses)
-	pos int    // its key's place in its shard's order
-	in  [128]byte
+	used bool
+	key  uint64 // the MAC's first 8 bytes
+	g    Grant
+	n    int       // the encoding's length: in[:n], or big
+	in   [128]byte // the encoding when it fits
+	big  []byte
 }
 
-func newRecalled(g Grant, b []byte) *recalled {
-	r := &recalled{g: g}
-	if len(b) <= len(r.in) {
-		r.b = r.in[:copy(r.in[:], b)]
-	} else {
-		r.b = bytes.Clone(b)
+func (r *recalled) bytes() []byte {
+	if r.big != nil {
+		return r.big
 	}
-	return r
+	return r.in[:r.n]
 }
 
 // recall returns the grant verified before whose encoding is b, byte for
-// byte (compared in constant time: equal), when it names segment and has not
-// expired; it counts as verified (in stripe).
+// byte (compared in constant time: equal), when it names segment and has
+// not expired; it counts as verified (in stripe).
 func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool) {
 	if len(b) < fixedLen+macLen {
 		return Grant{}, false
 	}
-	tag := binary.LittleEndian.Uint64(b[len(b)-macLen:])
-	sh := &v.recalled[tag%recallShards]
+	key := binary.LittleEndian.Uint64(b[len(b)-macLen:])
+	sh := &v.recalled[key%recallShards]
+	var g Grant
 	sh.mu.RLock()
-	r := sh.m[tag]
+	i, ok := sh.m[key]
+	if ok {
+		r := &sh.ring[i]
+		ok = equal(r.bytes(), b) && r.g.Segment == segment
+		g = r.g
+	}
 	sh.mu.RUnlock()
-	if r == nil || !equal(r.b, b) || r.g.Segment != segment || !v.now().Before(r.g.Expires) {
+	if !ok || !v.now().Before(g.Expires) {
 		return Grant{}, false
 	}
 	v.verified.add(stripe)
 	v.recalls.add(stripe)
-	return r.g, true
+	return g, true
 }
 
 // equal reports whether a and b are equal, in time that depends on their
@@ -629,33 +635,36 @@ func equal(a, b []byte) bool {
 	return d == 0
 }
 
-// remember keeps verified grant g, encoded as b, by its MAC, unless
-// one-shot (those are checked live on every use); past maxRecalled the
-// one remembered first (in its shard) goes.
+// remember keeps verified grant g, encoded as b, unless one-shot (those
+// are checked live on every use); past maxRecalled the one remembered
+// first (in its shard) goes.
 func (v *Verifier) remember(b []byte, g Grant) {
 	if g.Flags&FlagOneShot != 0 || len(b) < fixedLen+macLen {
 		return
 	}
-	tag := binary.LittleEndian.Uint64(b[len(b)-macLen:])
-	r := newRecalled(g, b)
-	sh := &v.recalled[tag%recallShards]
+	key := binary.LittleEndian.Uint64(b[len(b)-macLen:])
+	var big []byte
+	if len(b) > len(recalled{}.in) {
+		big = bytes.Clone(b)
+	}
+	sh := &v.recalled[key%recallShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.m == nil {
-		sh.m = make(map[uint64]*recalled, 16)
+	if sh.ring == nil {
+		sh.ring = new([maxRecalled / recallShards]recalled)
+		sh.m = make(map[uint64]int32, len(sh.ring))
 	}
-	if _, ok := sh.m[tag]; ok {
+	if _, ok := sh.m[key]; ok {
 		return // this grant, or one whose MAC starts alike (verified when it comes)
 	}
-	// The ring's slot for this one holds the key of the grant remembered
-	// a ring ago (if any): that one goes.
-	if old, ok := sh.m[sh.order[sh.next]]; ok && old.pos == sh.next {
-		delete(sh.m, sh.order[sh.next])
+	r := &sh.ring[sh.next]
+	if r.used {
+		delete(sh.m, r.key) // the one remembered a ring ago
 	}
-	r.pos = sh.next
-	sh.m[tag] = r
-	sh.order[sh.next] = tag
-	sh.next = (sh.next + 1) % len(sh.order)
+	r.used, r.key, r.g, r.big = true, key, g, big
+	r.n = copy(r.in[:], b)
+	sh.m[key] = int32(sh.next)
+	sh.next = (sh.next + 1) % len(sh.ring)
 }
 
 // remembered is how many grants the verifier remembers.

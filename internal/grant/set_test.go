@@ -143,6 +143,22 @@ func TestSetRecallSkipsMAC(t *testing.T) {
 	if _, ok := v.recall(forged, "n:1", 0); ok || v.remembered() != 1 {
 		t.Fatalf("a forged grant is remembered (%d remembered)", v.remembered())
 	}
+	// A grant longer than the inline room: recalled too, and only itself.
+	big, err := keys.Encode(Grant{Segment: "n:1", Addr: 0, Length: 64, Extents: []Extent{{128, 64}, {256, 64}, {512, 64}, {1024, 64}}, Mode: Read, Expires: c.t.Add(time.Minute)})
+	if err != nil || len(big) <= 128 {
+		t.Fatalf("%d bytes, %v", len(big), err)
+	}
+	if err := v.NewSet("n:1").Install(big); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := v.recall(big, "n:1", 0); !ok || !g.Covers(Read, 1024, 64) {
+		t.Fatalf("long grant recalled: %v %+v", ok, g)
+	}
+	alt := append([]byte(nil), big...)
+	alt[len(alt)-macLen-1] ^= 1 // the last extent's length
+	if _, ok := v.recall(alt, "n:1", 0); ok {
+		t.Fatal("an altered long grant is recalled")
+	}
 }
 
 // Verifying a grant allocates nothing.
