@@ -367,8 +367,8 @@ type Verifier struct {
 	recalled [recallShards]recallShard
 
 	sets     atomic.Uint32 // Sets made, numbering their counter stripes
-	verified striped
-	recalls  striped
+	verified striped       // verified with the MAC
+	recalls  striped       // recalled
 	refused  atomic.Uint64
 	denied   atomic.Uint64
 }
@@ -515,7 +515,8 @@ type Stats struct {
 
 // Stats returns the counters.
 func (v *Verifier) Stats() Stats {
-	return Stats{Verified: v.verified.load(), Recalled: v.recalls.load(), Refused: v.refused.Load(), Denied: v.denied.Load()}
+	r := v.recalls.load()
+	return Stats{Verified: v.verified.load() + r, Recalled: r, Refused: v.refused.Load(), Denied: v.denied.Load()}
 }
 
 // maxSet bounds the grants one Set keeps (the oldest goes first).
@@ -613,8 +614,7 @@ func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool)
 	if !ok || !v.now().Before(g.Expires) {
 		return Grant{}, false
 	}
-	v.verified.add(stripe)
-	v.recalls.add(stripe)
+	v.recalls.add(stripe) // verified too (Stats)
 	return g, true
 }
 
