@@ -363,7 +363,7 @@ type Verifier struct {
 	live map[uint64]time.Time // one-shot nonces held live, with their expiry
 
 	// Verified grants by MAC (Set.Install), in shards by the MAC's first
-	// byte: the lanes of a node look them up at once.
+	// 8 bytes: the lanes of a node look them up at once.
 	recalled [recallShards]recallShard
 
 	sets     atomic.Uint32 // Sets made, numbering their counter stripes
