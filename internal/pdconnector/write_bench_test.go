@@ -45,7 +45,7 @@ func BenchmarkPushWrites(b *testing.B) {
 		name string
 		l    kvcache.Layout
 	}{
-		{"tiny-tp", kvcache.Layout{NumLayers: 2, NumBlocks: 128, BlockSize: 16, NumKVHeads: 4, HeadDim: 16}}, // 2,048 tokens: 2 MiB
+		{"tiny-tp", kvcache.Layout{NumLayers: 2, NumBlocks: 128, BlockSize: 16, NumKVHeads: 4, HeadDim: 16}},     // 2,048 tokens: 2 MiB
 		{"wide-kv", kvcache.Layout{NumLayers: 4, NumBlocks: 16, BlockSize: 16, NumKVHeads: 4 * 2, HeadDim: 128}}, // 256 tokens: 8 MiB
 	} {
 		for _, blocks := range []int{1, g.l.NumBlocks} {
