@@ -69,6 +69,10 @@ type PairsResult struct {
 	Model    string
 	Tokens   int
 	Requests int
+	// The model's KV geometry: Layers layers of KVHeads heads of HeadDim
+	// (float32 K and V), KVBytesPerToken over all layers; a transfer moves
+	// about Tokens of them.
+	Layers, KVHeads, HeadDim, KVBytesPerToken int
 	// Engine is the transfer engine's 1 MiB writes over 64 MiB: the best
 	// over the rounds of one timed transfer per round (EngineMedian: their
 	// median).
@@ -138,7 +142,8 @@ func RunPairs(ctx context.Context, cfg PairsConfig) (*PairsResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &PairsResult{Model: cfg.Model, Tokens: cfg.Tokens, Requests: cfg.Requests}
+	res := &PairsResult{Model: cfg.Model, Tokens: cfg.Tokens, Requests: cfg.Requests,
+		Layers: mc.NumHiddenLayers, KVHeads: mc.NumKeyValueHeads, HeadDim: mc.Dim(), KVBytesPerToken: mc.KVBytesPerToken()}
 	const mib = 1 << 20
 	eb, err := newEngineBench(ctx, mib, 64)
 	if err != nil {
