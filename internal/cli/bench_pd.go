@@ -196,7 +196,7 @@ func runBenchPDPairs(cmd *cobra.Command, bf benchPDFlags) error {
 		fmt.Fprintf(out, "transfer engine, layer-shaped (%s, %d writes of %d KiB, one transfer each, their times summed, once per round): best %.2f GB/s, median %.2f GB/s\n",
 			r.Engine.Transport, r.Shaped.Requests, r.Shaped.RequestBytes>>10, r.Shaped.GBps, r.Shaped.Median)
 	}
-	fmt.Fprintf(out, "%-8s %-6s %9s %7s %12s %10s %9s %6s %8s %7s %10s %6s %8s\n", "P -> Q", "mode", "MiB/xfer", "writes", "bytes/write", "write ms", "best GB/s", "xTE", "xSameTP", "xShaped", "med GB/s", "xTE", "xSameTP")
+	fmt.Fprintf(out, "%-8s %-6s %9s %7s %12s %10s %9s %6s %8s %7s %10s %6s %8s %12s\n", "P -> Q", "mode", "MiB/xfer", "writes", "bytes/write", "write ms", "best GB/s", "xTE", "xSameTP", "xShaped", "med GB/s", "xTE", "xSameTP", "us/write>TE")
 	for _, p := range r.Pairs {
 		shaped := "-"
 		if p.Mode == "layer" && r.Shaped.GBps > 0 {
@@ -211,9 +211,10 @@ func runBenchPDPairs(cmd *cobra.Command, bf benchPDFlags) error {
 				msame = fmt.Sprintf("%.2f", p.MedianGBps/g)
 			}
 		}
-		fmt.Fprintf(out, "%-8s %-6s %9.2f %7.0f %12.0f %10.3f %9.3f %6.2f %8s %7s %10.3f %6.2f %8s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
-			p.Bytes/(1<<20), p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same, shaped, p.MedianGBps, p.MedianGBps/r.EngineMedian, msame)
+		fmt.Fprintf(out, "%-8s %-6s %9.2f %7.0f %12.0f %10.3f %9.3f %6.2f %8s %7s %10.3f %6.2f %8s %12s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
+			p.Bytes/(1<<20), p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same, shaped, p.MedianGBps, p.MedianGBps/r.EngineMedian, msame,
+			fmt.Sprintf("%.1f", float64(r.ExtraPerWrite(p).Nanoseconds())/1e3))
 	}
-	fmt.Fprintln(out, "MiB/xfer = KV bytes of one transfer (the prompt's blocks in every layer); writes = transfer requests per KV transfer; write ms = median (plan and write; layer: the sum over its writes); best / med GB/s = KV bytes / prefill's write time (layer: the sum of its writes), the best and the median over the rounds; xTE = over the transfer engine's 1 MiB writes (best over best, median over median); xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run; xShaped (layer) = over the engine's layer-shaped writes (best over best): what is left is the cost of writing while the prefill computes")
+	fmt.Fprintln(out, "MiB/xfer = KV bytes of one transfer (the prompt's blocks in every layer); writes = transfer requests per KV transfer; write ms = median (plan and write; layer: the sum over its writes); best / med GB/s = KV bytes / prefill's write time (layer: the sum of its writes), the best and the median over the rounds; xTE = over the transfer engine's 1 MiB writes (best over best, median over median); xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run; xShaped (layer) = over the engine's layer-shaped writes (best over best): what is left is the cost of writing while the prefill computes; us/write>TE = how much longer each write took (best round) than its bytes at the engine's best 1 MiB rate: the transfer's cost per request beyond its bytes")
 	return nil
 }

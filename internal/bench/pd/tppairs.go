@@ -117,6 +117,18 @@ func (r *PairsResult) SameTP(p, q int, mode string, median bool) float64 {
 	return sum / float64(n)
 }
 
+// ExtraPerWrite is how much longer each write of pair p took (best
+// round) than moving its bytes at the engine's best 1 MiB rate: the
+// per-request cost the transfer adds beyond its bytes (negative when it
+// ran faster than the engine). Zero when either rate is unknown.
+func (r *PairsResult) ExtraPerWrite(p PairResult) time.Duration {
+	if p.GBps <= 0 || r.Engine.GBps <= 0 || p.WriteReqs <= 0 {
+		return 0
+	}
+	ns := (p.Bytes/p.GBps - p.Bytes/r.Engine.GBps) / p.WriteReqs // bytes / (GB/s) = ns
+	return time.Duration(ns)
+}
+
 // RunPairs starts, for every pair and mode, a proxy + prefill + decode
 // cluster (cluster.Up) with that TP on each side, all at once, then runs
 // cfg.Warmup + cfg.Requests rounds: each round times one transfer of the
