@@ -87,5 +87,5 @@ run security 200 "$M" bench store --security --sizes 4KiB,1MiB --clients 1,8 --r
 run failover 150 "$M" bench master "${big[@]}" --ha --phases load,failover --skip-redis
 run procs 40 "$M" bench store --sizes 4KiB --clients 8 --servers process --client-procs --ops put,get --duration 1s --rounds 3
 run disk 40 "$M" bench store-disk --rounds 3 --transport tcp --dir /tmp
-run pd 30 "$M" bench pd --model tiny-tp --sizes 2048 --requests 5 --warmup 1 --tp-pairs 1:1,2:2,4:4,1:2,2:1,1:4,4:1,2:4,4:2
+run pd 40 "$M" bench pd --model wide-kv --sizes 256 --requests 9 --warmup 1 --output-tokens 4 --tp-pairs 1:1,2:2,4:4,1:2,2:1,1:4,4:1,2:4,4:2
 echo "total $(($(date +%s) - start)) s" >>"$OUT/info.txt"
