@@ -34,8 +34,11 @@ import (
 //     its next heartbeat; the slot's commit is refused (the client puts the
 //     usual way) since those blind zeros may land on the client's header.
 //
-// Only one slot holds a key's older header at a time; tenants' accounting
-// takes the usual path.
+// Only one slot holds a key's older header at a time. With tenant accounts
+// the replaced version is uncharged as it goes (goneLocked) and the slot,
+// like every put slot, is charged when it is committed to a key (admitted
+// there against the key's tenant's quota), so a reused slot is accounted
+// exactly as a fresh one.
 
 // prior is the older version's header a reused slot may hold.
 type prior struct {
@@ -48,7 +51,7 @@ type prior struct {
 // commit of slot replaces, can be the committing client's next slot of ask
 // with policy rc.
 func (m *Master) reusableLocked(o *object, key, slot string, ask SlotAsk, rc ReplicateConfig) bool {
-	if m.tenants != nil || o.size != ask.Size || int(o.nrep) != max(rc.Replicas, 1) || len(rc.PreferredSegments) > 0 || rc.PromoteSeq != 0 {
+	if o.size != ask.Size || int(o.nrep) != max(rc.Replicas, 1) || len(rc.PreferredSegments) > 0 || rc.PromoteSeq != 0 {
 		return false
 	}
 	var hdr uint64

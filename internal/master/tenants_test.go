@@ -124,3 +124,41 @@ func TestTenantEvictionOverShareFirst(t *testing.T) {
 		t.Fatal("big's least recent object survived")
 	}
 }
+
+// TestTenantSlotReuse: a tenant's upserts reuse their replaced versions as
+// put slots, the accounts stay exact (one object, its bytes), and a commit
+// through a reused slot is still admitted against the quota.
+func TestTenantSlotReuse(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Durable = true
+	m, _ := newTestMaster(t, cfg, map[string]uint64{"s1": 1 << 20})
+	m.SetTenantQuotas(quotaMap{"a": {4 << 10, 0}})
+	key := tenant.Namespace("a") + "k"
+	_, slot, _ := upsertChain(t, m, "w", key, 1<<10, 5)
+	if r := m.Stats().SlotsReused; r != 4 {
+		t.Fatalf("slots reused %d, want 4 (puts 2..5 replaced a version)", r)
+	}
+	u := m.TenantUsages()
+	if len(u) != 1 || u[0].Tenant != "a" || u[0].Objects != 1 || u[0].Bytes != 1<<10 {
+		t.Fatalf("usage after upserts through reused slots: %+v", u)
+	}
+	// The client's reused slot committed to a second key would take the
+	// tenant to 2 KiB of its 4: admitted; a third key of 3 KiB is not.
+	c := m.CommitNext("w", tenant.Namespace("a")+"j", slot, 1, ReplicateConfig{}, true, SlotAsk{})
+	if c.Err != nil || c.Gone {
+		t.Fatalf("commit of a reused slot to a new key: %+v", c)
+	}
+	mustPut(t, m, tenant.Namespace("a")+"x", 1<<10, ReplicateConfig{})
+	if _, err := m.PutStart("w", tenant.Namespace("a")+"y", 2<<10, ReplicateConfig{}); !errors.Is(err, ErrTenantQuotaExceeded) {
+		t.Fatalf("over quota after reused slots: %v", err)
+	}
+	u = m.TenantUsages()
+	if u[0].Objects != 3 || u[0].Bytes != 3<<10 {
+		t.Fatalf("usage %+v, want 3 objects of 1 KiB", u)
+	}
+	// Rebuilt from the objects present: the same.
+	m.SetTenantQuotas(quotaMap{"a": {4 << 10, 0}})
+	if v := m.TenantUsages(); v[0].Objects != 3 || v[0].Bytes != 3<<10 {
+		t.Fatalf("rebuilt usage %+v", v)
+	}
+}
