@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/kvcache-go/mooncake/internal/objheader"
 
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
@@ -33,6 +35,10 @@ const (
 // encoded, sent and decoded while the master decides one, which it does in
 // chunk order.
 const remountWindow = 4
+
+// remountCodec encodes a remount's calls with their generated fast codec
+// (the same protobuf bytes; storepb.GRPCCodec).
+var remountCodec = grpc.ForceCodecV2(pb.GRPCCodec())
 
 // Backoff between failed remounts: a refused remount is retried, but not
 // at every ping.
@@ -166,7 +172,7 @@ func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSo
 			go func() {
 				rctx, rcancel := context.WithTimeout(ctx, timeout)
 				defer rcancel()
-				resp, err := c.rpc.RemountSegments(rctx, req)
+				resp, err := c.rpc.RemountSegments(rctx, req, remountCodec)
 				replies <- reply{req, resp, err}
 			}()
 		}
@@ -192,7 +198,7 @@ func (c *Client) remountCall(ctx context.Context, req *pb.RemountSegmentsRequest
 	st.reports += len(req.Objects)
 	st.maxBytes, st.bytes = max(st.maxBytes, size), st.bytes+size
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.RemountSegments(rctx, req)
+	resp, err := c.rpc.RemountSegments(rctx, req, remountCodec)
 	cancel()
 	return resp, c.remountAnswer(req, resp, err, st)
 }

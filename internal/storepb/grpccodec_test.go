@@ -1,0 +1,92 @@
+package storepb
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+)
+
+func remountSample() *RemountSegmentsRequest {
+	return &RemountSegmentsRequest{ClientId: "node-1", RestoreId: 7, Chunk: 3, More: true, Total: 1 << 40,
+		Segments: []*Segment{{Name: "seg-1", Endpoint: "ep", Base: 1 << 30, Size: 1 << 20, DiskUrl: "http://d", OffloadOnEvict: true, PromotionOnHit: true}},
+		Objects: []*HeldObject{
+			{Segment: "seg-1", Offset: 0, Key: "k/1", Size: 64, Crc32C: 9, Seq: 1, HardPin: true},
+			{Segment: "seg-1", Offset: 128, Key: "k/2", Size: 64, Crc32C: 10, Seq: 2, SoftPin: true, SoftPinTtlMs: 1500},
+			{Segment: "seg-1", Offset: 1 << 12, Key: "k/3", Size: 1, Seq: 3, Disk: true},
+		}}
+}
+
+// GRPCCodec reads and writes what gRPC's protobuf codec does, for the
+// remount's messages (its fast codec) and for the others (the protobuf
+// codec itself).
+func TestGRPCCodecMatchesProto(t *testing.T) {
+	c := GRPCCodec()
+	if c.Name() != "proto" {
+		t.Fatalf("name %q, want proto (the content subtype it stands in for)", c.Name())
+	}
+	for _, m := range append(samples(), remountSample(), &RemountSegmentsResponse{Status: &Status{Code: 1}, Restored: 5, RestoreId: 9, Window: 8}) {
+		out, err := c.Marshal(m)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		got := m.ProtoReflect().New().Interface()
+		if err := proto.Unmarshal(out.Materialize(), got); err != nil || !proto.Equal(got, m) {
+			t.Fatalf("%T: written %v, read back by proto.Unmarshal %v (%v)", m, m, got, err)
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = m.ProtoReflect().New().Interface()
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil || !proto.Equal(got, m) {
+			t.Fatalf("%T: written by proto.Marshal %v, read %v (%v)", m, m, got, err)
+		}
+	}
+}
+
+// A remount whose strings are not valid UTF-8 is refused, as the protobuf
+// codec refuses it.
+func TestGRPCCodecRefusesBadUTF8(t *testing.T) {
+	for name, spoil := range map[string]func(r *RemountSegmentsRequest){
+		"client":  func(r *RemountSegmentsRequest) { r.ClientId = "x\xff" },
+		"segment": func(r *RemountSegmentsRequest) { r.Segments[0].Name = "x\xff" },
+		"key":     func(r *RemountSegmentsRequest) { r.Objects[2].Key = "x\xff" },
+		"report's segment": func(r *RemountSegmentsRequest) {
+			r.Objects[1].Segment = "x\xff"
+		},
+	} {
+		r := remountSample()
+		spoil(r)
+		b, err := r.MarshalVT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := GRPCCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &RemountSegmentsRequest{}); err == nil {
+			t.Errorf("%s: invalid UTF-8 accepted", name)
+		}
+		if err := proto.Unmarshal(b, &RemountSegmentsRequest{}); err == nil {
+			t.Errorf("%s: the protobuf codec accepts it (the test's premise)", name)
+		}
+	}
+}
+
+// FuzzGRPCCodecRemount: GRPCCodec decodes any bytes as a remount request
+// exactly as proto.Unmarshal does: the same refusals, the same message.
+func FuzzGRPCCodecRemount(f *testing.F) {
+	b, _ := proto.Marshal(remountSample())
+	f.Add(b)
+	f.Add([]byte{})
+	f.Add([]byte{0x1a, 0x03, 0x1a, 0x01, 0xff}) // a report whose key is not UTF-8
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want, got RemountSegmentsRequest
+		werr := proto.Unmarshal(b, &want)
+		gerr := GRPCCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("proto.Unmarshal: %v, GRPCCodec: %v", werr, gerr)
+		}
+		if werr == nil && !proto.Equal(&want, &got) {
+			t.Fatalf("proto.Unmarshal read %v, GRPCCodec %v", &want, &got)
+		}
+	})
+}
