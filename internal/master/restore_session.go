@@ -80,11 +80,17 @@ type restoreSession struct {
 	cursors  map[string]*restoreCursor // by segment name
 
 	// For the log line of its end: when it began, the reports it took
-	// and its time holding the lock to decide them.
-	began    time.Time
-	reports  int
-	restored int
-	held     time.Duration
+	// and its time holding the lock to decide them; its time waiting for
+	// the listing index's inserts (catchUp) and with no chunk to decide
+	// (idle: from a chunk's decision to the next chunk's arrival, the
+	// first chunk's from the session's beginning).
+	began     time.Time
+	reports   int
+	restored  int
+	held      time.Duration
+	indexWait time.Duration
+	idle      time.Duration
+	decided   time.Time // when the last chunk's decision ended (began before the first)
 }
 
 // wake tells the calls waiting for their turn in sess that it changed
@@ -177,7 +183,7 @@ func (m *Master) RestoreBegin(clientID string, specs []SegmentSpec) (uint64, err
 	m.touchClient(clientID, now)
 	m.restore.lastID = max(m.restore.lastID+1, uint64(now.UnixNano())) // ids differ across master restarts
 	sess := &restoreSession{id: m.restore.lastID, client: clientID, expires: now.Add(m.cfg.ClientTTL), cursors: map[string]*restoreCursor{},
-		turn: make(chan struct{}), began: now}
+		turn: make(chan struct{}), began: now, decided: now}
 	if m.restore.sessions == nil {
 		m.restore.sessions, m.restore.segs = map[string]*restoreSession{}, map[*segment]bool{}
 	}
@@ -264,13 +270,16 @@ func (m *Master) RestoreChunkContext(ctx context.Context, clientID string, id ui
 	if sess == nil {
 		return RestoreResult{}, err
 	}
-	defer m.restoreDecided(sess)
+	var indexWait time.Duration
+	defer func() { m.restoreDecided(sess, indexWait) }()
 	var res RestoreResult
 	for len(mem)+len(onDisk) > 0 {
 		k := min(len(mem), RestoreChunkObjects)
 		d := min(len(onDisk), RestoreChunkObjects-k)
 		if m.index.backlog() > RestoreChunkObjects {
+			t := m.clock.Now()
 			m.index.catchUp() // the listing index's inserts run behind: wait for them, not holding the lock
+			indexWait += m.clock.Now().Sub(t)
 		}
 		if err := m.restorePart(clientID, sess, mem[:k], onDisk[:d], &res); err != nil {
 			return res, err
@@ -357,15 +366,19 @@ func (m *Master) restoreTry(clientID string, id uint64, n uint32) (taken, waitin
 	}
 	sess.next++
 	sess.deciding = true
+	sess.idle += m.clock.Now().Sub(sess.decided)
 	sess.wake()
 	return sess, nil, nil, nil
 }
 
-// restoreDecided ends the decision of the chunk sess took last.
-func (m *Master) restoreDecided(sess *restoreSession) {
+// restoreDecided ends the decision of the chunk sess took last, which
+// waited indexWait for the listing index.
+func (m *Master) restoreDecided(sess *restoreSession, indexWait time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	sess.deciding = false
+	sess.indexWait += indexWait
+	sess.decided = m.clock.Now()
 	sess.wake()
 }
 
@@ -480,7 +493,8 @@ func (m *Master) restoreEndTry(clientID string, id uint64) (RestoreResult, chan 
 	sess.restored += res.Restored
 	m.cfg.Logger.Info("master: restore session ended", "client", clientID, "segments", len(sess.cursors), "chunks", sess.next,
 		"reports", sess.reports, "restored", sess.restored, "objects", m.objects.len(),
-		"took", now.Sub(sess.began).Round(time.Millisecond), "decide", sess.held.Round(time.Millisecond))
+		"took", now.Sub(sess.began).Round(time.Millisecond), "decide", sess.held.Round(time.Millisecond),
+		"index_wait", sess.indexWait.Round(time.Millisecond), "idle", (sess.idle+now.Sub(sess.decided)).Round(time.Millisecond))
 	return res, nil, nil
 }
 
