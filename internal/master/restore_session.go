@@ -266,6 +266,16 @@ func (m *Master) RestoreChunk(clientID string, id uint64, n uint32, held []HeldO
 // session, since the chunks after it cannot be decided either.
 func (m *Master) RestoreChunkContext(ctx context.Context, clientID string, id uint64, n uint32, held []HeldObject) (RestoreResult, error) {
 	mem, onDisk := splitHeld(held)
+	// Before its turn, while another call decides: the keys' hashes in the
+	// object table (so that a decision only looks them up, and reads their
+	// slots at once: touch), and the table's memory for them (stock.go).
+	hs := make([]uint32, len(mem))
+	keyBytes := 0
+	for i, h := range mem {
+		hs[i] = keyHash(h.Key)
+		keyBytes += len(h.Key)
+	}
+	m.stock.prepare(len(mem), keyBytes)
 	sess, err := m.restoreTake(ctx, clientID, id, n)
 	if sess == nil {
 		return RestoreResult{}, err
@@ -281,10 +291,10 @@ func (m *Master) RestoreChunkContext(ctx context.Context, clientID string, id ui
 			m.index.catchUp() // the listing index's inserts run behind: wait for them, not holding the lock
 			indexWait += m.clock.Now().Sub(t)
 		}
-		if err := m.restorePart(clientID, sess, mem[:k], onDisk[:d], &res); err != nil {
+		if err := m.restorePart(clientID, sess, mem[:k], hs[:k], onDisk[:d], &res); err != nil {
 			return res, err
 		}
-		mem, onDisk = mem[k:], onDisk[d:]
+		mem, hs, onDisk = mem[k:], hs[k:], onDisk[d:]
 		runtime.Gosched() // a call waiting on the lock takes it before the next part (see listHold)
 	}
 	return res, nil
@@ -383,14 +393,8 @@ func (m *Master) restoreDecided(sess *restoreSession, indexWait time.Duration) {
 }
 
 // restorePart decides up to RestoreChunkObjects reports of sess under one
-// hold of the lock.
-func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk []HeldObject, res *RestoreResult) error {
-	// Outside the lock: the keys' hashes in the object table, so that the
-	// hold only looks them up (and reads their slots at once, touch).
-	hs := make([]uint32, len(mem))
-	for i, h := range mem {
-		hs[i] = keyHash(h.Key)
-	}
+// hold of the lock; hs are the keyHash of mem's keys.
+func (m *Master) restorePart(clientID string, sess *restoreSession, mem []HeldObject, hs []uint32, onDisk []HeldObject, res *RestoreResult) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.restore.sessions[clientID] != sess {
@@ -494,7 +498,7 @@ func (m *Master) restoreEndTry(clientID string, id uint64) (RestoreResult, chan 
 	m.cfg.Logger.Info("master: restore session ended", "client", clientID, "segments", len(sess.cursors), "chunks", sess.next,
 		"reports", sess.reports, "restored", sess.restored, "objects", m.objects.len(),
 		"took", now.Sub(sess.began).Round(time.Millisecond), "decide", sess.held.Round(time.Millisecond),
-		"index_wait", sess.indexWait.Round(time.Millisecond), "idle", (sess.idle+now.Sub(sess.decided)).Round(time.Millisecond))
+		"index_wait", sess.indexWait.Round(time.Millisecond), "idle", (sess.idle + now.Sub(sess.decided)).Round(time.Millisecond))
 	return res, nil, nil
 }
 
@@ -563,6 +567,9 @@ func (m *Master) abandonRestoreLocked(sess *restoreSession, reason string) {
 
 func (m *Master) dropSessionLocked(sess *restoreSession) {
 	delete(m.restore.sessions, sess.client)
+	if len(m.restore.sessions) == 0 {
+		m.stock.drop()
+	}
 	sess.wake()
 	for _, cur := range sess.cursors {
 		delete(m.restore.segs, cur.s)
