@@ -222,6 +222,12 @@ func (c *Client) remountAnswer(req *pb.RemountSegmentsRequest, resp *pb.RemountS
 // scans: below it a scan is not split.
 const scanPiece = 16 << 20
 
+// scanFirstPiece bounds the first piece of a scan: the remount's first
+// call (which mounts the segments and sizes the master's tables for the
+// reports to come) goes out once it is scanned, while the other pieces
+// are scanned.
+const scanFirstPiece = 1 << 20
+
 // scanHeld scans ranges of mem for valid headers (objheader.ScanRanges) as
 // reports of segment name, in offset order: scanSource's reports, all of
 // them.
@@ -265,7 +271,8 @@ func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*p
 		total += max(0, min(r[1], len(mem))-max(r[0], 0))
 	}
 	workers := min(runtime.GOMAXPROCS(0), max(1, total/minPiece))
-	pieces := cutRanges(ranges, len(mem), max(minPiece, (total/(4*workers)+objheader.Align-1)&^(objheader.Align-1)))
+	piece := max(minPiece, (total/(4*workers)+objheader.Align-1)&^(objheader.Align-1))
+	pieces := cutRanges(ranges, len(mem), min(piece, scanFirstPiece), piece)
 	s := &scanSource{found: make([][]*pb.HeldObject, len(pieces)), done: make([]chan struct{}, len(pieces)),
 		sizes: make([]int, len(pieces)), total: total, tail: tail, fin: make(chan struct{})}
 	for i, p := range pieces {
@@ -354,25 +361,26 @@ func (s *scanSource) close() time.Duration {
 }
 
 // cutRanges cuts ranges (in order, within [0, size)) into pieces of about
-// piece bytes each, at multiples of objheader.Align, in order.
-func cutRanges(ranges [][2]int, size, piece int) [][][2]int {
+// piece bytes each, the first of about first bytes, at multiples of
+// objheader.Align, in order.
+func cutRanges(ranges [][2]int, size, first, piece int) [][][2]int {
 	var out [][][2]int
 	var cur [][2]int
-	have := 0
+	have, target := 0, first
 	for _, r := range ranges {
 		lo, hi := max(r[0], 0), min(r[1], size)
 		for lo < hi {
 			end := hi
-			if lo+piece-have < hi {
-				end = (lo + piece - have + objheader.Align - 1) &^ (objheader.Align - 1)
+			if lo+target-have < hi {
+				end = (lo + target - have + objheader.Align - 1) &^ (objheader.Align - 1)
 				end = min(end, hi)
 			}
 			cur = append(cur, [2]int{lo, end})
 			have += end - lo
 			lo = end
-			if have >= piece {
+			if have >= target {
 				out = append(out, cur)
-				cur, have = nil, 0
+				cur, have, target = nil, 0, piece
 			}
 		}
 	}

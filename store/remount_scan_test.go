@@ -45,7 +45,11 @@ func TestScanHeldPieces(t *testing.T) {
 	}
 	for _, piece := range []int{64, 100, 4096, 1 << 20} {
 		ranges := [][2]int{{0, 1000}, {1000, 1 << 20}, {(1 << 20) + 64, 3 << 20}}
-		pieces := cutRanges(ranges, 3<<20, piece)
+		first := max(64, piece/16)
+		pieces := cutRanges(ranges, 3<<20, first, piece)
+		if n := pieces[0][len(pieces[0])-1][1] - pieces[0][0][0]; n < first || n >= first+objheader.Align {
+			t.Fatalf("piece %d: first piece of %d bytes, want %d", piece, n, first)
+		}
 		var flat [][2]int
 		for _, p := range pieces {
 			flat = append(flat, p...)
