@@ -66,6 +66,9 @@ type remountStats struct {
 type heldSource interface {
 	// peek is the next report, once it is known (nil: there is none).
 	peek() *pb.HeldObject
+	// peekReady is peek when the next report is known already (ready);
+	// it does not wait for a scan in progress.
+	peekReady() (h *pb.HeldObject, ready bool)
 	// advance moves past the report peek returned.
 	advance()
 	// expect is how many reports the source gives in all: exact for a
@@ -83,16 +86,28 @@ func (s *sliceSource) peek() *pb.HeldObject {
 	}
 	return s.held[0]
 }
-func (s *sliceSource) advance()       { s.held = s.held[1:] }
-func (s *sliceSource) expect() uint64 { return uint64(len(s.held)) }
+func (s *sliceSource) peekReady() (*pb.HeldObject, bool) { return s.peek(), true }
+func (s *sliceSource) advance()                          { s.held = s.held[1:] }
+func (s *sliceSource) expect() uint64                    { return uint64(len(s.held)) }
 
 // remountChunk takes the next chunk's reports from src: at least one
 // (none when src is empty), and within both bounds otherwise. more says
-// whether src has reports after them.
-func remountChunk(src heldSource) (chunk []*pb.HeldObject, more bool) {
+// whether src has reports after them. With ready, past the first report
+// it takes only those src knows already (a remount's first call goes out
+// without waiting for a scan's later pieces): more is then true whenever
+// src cannot tell yet.
+func remountChunk(src heldSource, ready bool) (chunk []*pb.HeldObject, more bool) {
 	size := 0
 	for len(chunk) < remountChunkObjects {
-		h := src.peek()
+		var h *pb.HeldObject
+		if ready && len(chunk) > 0 {
+			var known bool
+			if h, known = src.peekReady(); !known {
+				return chunk, true
+			}
+		} else {
+			h = src.peek()
+		}
 		if h == nil {
 			return chunk, false
 		}
@@ -104,6 +119,10 @@ func remountChunk(src heldSource) (chunk []*pb.HeldObject, more bool) {
 		size += s
 		chunk = append(chunk, h)
 		src.advance()
+	}
+	if ready {
+		h, known := src.peekReady()
+		return chunk, !known || h != nil
 	}
 	return chunk, src.peek() != nil
 }
@@ -135,7 +154,7 @@ func (c *Client) remount(ctx context.Context, segs []*pb.Segment, held []*pb.Hel
 // table by it).
 func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSource) (remountStats, error) {
 	var st remountStats
-	objs, more := remountChunk(src)
+	objs, more := remountChunk(src, true)
 	first := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs, Objects: objs, More: more,
 		Total: uint64(len(objs)) + src.expect()}
 	resp, err := c.remountCall(ctx, first, &st)
@@ -158,7 +177,7 @@ func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSo
 	for chunk := uint32(1); ; {
 		for inflight < window && more {
 			var objs []*pb.HeldObject
-			objs, more = remountChunk(src)
+			objs, more = remountChunk(src, false)
 			req := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Objects: objs, RestoreId: resp.RestoreId, Chunk: chunk, More: more}
 			chunk++
 			size := req.SizeVT()
@@ -250,16 +269,17 @@ func scanHeld(mem []byte, ranges [][2]int, name string, minPiece int) []*pb.Held
 // piece are allocated together, and given once the pieces before them are
 // given. The reports of tail follow the scan's.
 type scanSource struct {
-	found [][]*pb.HeldObject
-	done  []chan struct{} // closed when found[i] is set
-	sizes []int           // data bytes of each piece
-	total int             // of all of them
-	i, j  int             // the next report: found[i][j] (tail[j] past the pieces)
-	tail  []*pb.HeldObject
-	stop  atomic.Bool // close: the pieces not begun are skipped
-	wg    sync.WaitGroup
-	fin   chan struct{} // closed when every piece is done and took is set
-	took  time.Duration // the scan's time
+	found  [][]*pb.HeldObject
+	done   []chan struct{} // closed when found[i] is set
+	sizes  []int           // data bytes of each piece
+	counts []int           // reports found in each piece (set before done[i] closes)
+	total  int             // of all of them
+	i, j   int             // the next report: found[i][j] (tail[j] past the pieces)
+	tail   []*pb.HeldObject
+	stop   atomic.Bool // close: the pieces not begun are skipped
+	wg     sync.WaitGroup
+	fin    chan struct{} // closed when every piece is done and took is set
+	took   time.Duration // the scan's time
 }
 
 // startScan starts scanning ranges of mem (see scanSource); the caller
@@ -274,7 +294,7 @@ func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*p
 	piece := max(minPiece, (total/(4*workers)+objheader.Align-1)&^(objheader.Align-1))
 	pieces := cutRanges(ranges, len(mem), min(piece, scanFirstPiece), piece)
 	s := &scanSource{found: make([][]*pb.HeldObject, len(pieces)), done: make([]chan struct{}, len(pieces)),
-		sizes: make([]int, len(pieces)), total: total, tail: tail, fin: make(chan struct{})}
+		sizes: make([]int, len(pieces)), counts: make([]int, len(pieces)), total: total, tail: tail, fin: make(chan struct{})}
 	for i, p := range pieces {
 		s.done[i] = make(chan struct{})
 		for _, r := range p {
@@ -287,6 +307,7 @@ func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*p
 			for i := int(next.Add(1)) - 1; i < len(pieces); i = int(next.Add(1)) - 1 {
 				if !s.stop.Load() {
 					s.found[i] = scanOne(mem, pieces[i], name)
+					s.counts[i] = len(s.found[i])
 				}
 				close(s.done[i])
 			}
@@ -329,15 +350,39 @@ func (s *scanSource) peek() *pb.HeldObject {
 	return nil
 }
 
+func (s *scanSource) peekReady() (*pb.HeldObject, bool) {
+	for s.i < len(s.found) {
+		select {
+		case <-s.done[s.i]:
+		default:
+			return nil, false
+		}
+		if s.j < len(s.found[s.i]) {
+			return s.found[s.i][s.j], true
+		}
+		s.found[s.i] = nil
+		s.i, s.j = s.i+1, 0
+	}
+	return s.peek(), true // the tail's, or none
+}
+
 func (s *scanSource) advance() { s.j++ }
 
 func (s *scanSource) expect() uint64 {
-	var known, knownBytes, unknownBytes int
-	for k := s.i; k < len(s.found); k++ {
+	if s.i == len(s.found) {
+		return uint64(len(s.tail) - s.j)
+	}
+	// Every piece done counts, those given too: the first call's
+	// figure rests on more than the pieces left to give.
+	var known, knownBytes, unknownBytes, given int
+	for k := range s.found {
 		select {
 		case <-s.done[k]:
-			known += len(s.found[k])
+			known += s.counts[k]
 			knownBytes += s.sizes[k]
+			if k < s.i {
+				given += s.counts[k]
+			}
 		default:
 			unknownBytes += s.sizes[k]
 		}
@@ -345,10 +390,7 @@ func (s *scanSource) expect() uint64 {
 	if knownBytes > 0 { // the pieces not done yet hold as many reports per byte
 		known += int(uint64(known) * uint64(unknownBytes) / uint64(knownBytes))
 	}
-	if s.i == len(s.found) {
-		return uint64(len(s.tail) - s.j)
-	}
-	return uint64(max(0, known-s.j) + len(s.tail)) // s.j of piece s.i given already
+	return uint64(max(0, known-given-s.j) + len(s.tail)) // s.j of piece s.i given already
 }
 
 // close stops the scan (the pieces not begun are skipped) and waits for
