@@ -256,9 +256,15 @@ func (c *cluster) close() {
 // opsClients are the clients of the get/put load.
 func (c *cluster) opsClients() []*client { return c.cls[:OpsClients] }
 
+// existPerClient is how many BatchExist calls of existCount each client
+// has in flight: one call at a time per client left the check bound by
+// its calls' round trips, not by the master.
+const existPerClient = 4
+
 // existCount checks keys idx (key(i)) with BatchExist from every client in
-// parallel and returns the indices present and absent. Calls that fail
-// count their keys absent; the first error is returned with the counts.
+// parallel, existPerClient calls in flight each, and returns the indices
+// present and absent. Calls that fail count their keys absent; the first
+// error is returned with the counts.
 func (c *cluster) existCount(ctx context.Context, idx []int32) (present, absent []int32, err error) {
 	var (
 		mu       sync.Mutex
@@ -266,7 +272,8 @@ func (c *cluster) existCount(ctx context.Context, idx []int32) (present, absent 
 		firstErr error
 		next     int
 	)
-	for _, cl := range c.cls {
+	for g := range len(c.cls) * existPerClient {
+		cl := c.cls[g%len(c.cls)]
 		wg.Go(func() {
 			keys := make([]string, 0, ExistBatch)
 			for {
