@@ -97,19 +97,25 @@ func (s *sliceSource) expect() uint64                    { return uint64(len(s.h
 // without waiting for a scan's later pieces): more is then true whenever
 // src cannot tell yet.
 func remountChunk(src heldSource, ready bool) (chunk []*pb.HeldObject, more bool) {
-	size := 0
+	chunk, more, _ = remountChunkSized(src, ready)
+	return chunk, more
+}
+
+// remountChunkSized is remountChunk that also returns the reports'
+// encoded size in a request (their field tags and lengths included).
+func remountChunkSized(src heldSource, ready bool) (chunk []*pb.HeldObject, more bool, size int) {
 	for len(chunk) < remountChunkObjects {
 		var h *pb.HeldObject
 		if ready && len(chunk) > 0 {
 			var known bool
 			if h, known = src.peekReady(); !known {
-				return chunk, true
+				return chunk, true, size
 			}
 		} else {
 			h = src.peek()
 		}
 		if h == nil {
-			return chunk, false
+			return chunk, false, size
 		}
 		s := h.SizeVT()
 		s += 1 + sizeVarint(uint64(s)) // field tag and length
@@ -122,9 +128,9 @@ func remountChunk(src heldSource, ready bool) (chunk []*pb.HeldObject, more bool
 	}
 	if ready {
 		h, known := src.peekReady()
-		return chunk, !known || h != nil
+		return chunk, !known || h != nil, size
 	}
-	return chunk, src.peek() != nil
+	return chunk, src.peek() != nil, size
 }
 
 func sizeVarint(x uint64) int {
@@ -176,11 +182,12 @@ func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSo
 	inflight := 0
 	for chunk := uint32(1); ; {
 		for inflight < window && more {
-			var objs []*pb.HeldObject
-			objs, more = remountChunk(src, false)
-			req := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Objects: objs, RestoreId: resp.RestoreId, Chunk: chunk, More: more}
+			objs, m, objBytes := remountChunkSized(src, false)
+			more = m
+			req := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, RestoreId: resp.RestoreId, Chunk: chunk, More: more}
+			size := req.SizeVT() + objBytes // the reports' size summed as they were taken, not a second pass over them
+			req.Objects = objs
 			chunk++
-			size := req.SizeVT()
 			st.calls++
 			st.reports += len(req.Objects)
 			st.maxBytes, st.bytes = max(st.maxBytes, size), st.bytes+size
