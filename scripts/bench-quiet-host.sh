@@ -16,7 +16,8 @@
 # failover (10M, HA leader killed), procs (4 KiB from 8 client processes vs Redis), disk (the
 # disk tier vs the disk), pd (P/D transfers across TP pairs); STEPS=a,b picks some (restart: 10M
 # loaded and restarted, nothing else; grants4k and transfer-grants: the grants' figures with more
-# and longer rounds; these are not run by default).
+# and longer rounds; security: tenants, grants and TLS on vs off in one invocation, `bench store
+# --security`; these are not run by default).
 set -u
 R=$(pwd)
 
@@ -82,8 +83,9 @@ run master-remove 150 "$M" bench master "${big[@]}" --phases load,remove,restart
 	cat "$OUT/grants.txt" >>"$OUT/grants.1" && mv "$OUT/grants.1" "$OUT/grants.txt"; } 2>/dev/null
 run grants4k 100 "$M" bench store --grants both --transport tcp --redis off --ops put,get --sizes 4KiB --clients 1,8 --rounds 9 --duration 1s
 run transfer-grants 40 "$M" bench transfer --grants both --duration 4s --block-size 1MiB
+run security 200 "$M" bench store --security --sizes 4KiB,1MiB --clients 1,8 --rounds 5 --duration 500ms
 run failover 150 "$M" bench master "${big[@]}" --ha --phases load,failover --skip-redis
 run procs 40 "$M" bench store --sizes 4KiB --clients 8 --servers process --client-procs --ops put,get --duration 1s --rounds 3
 run disk 40 "$M" bench store-disk --rounds 3 --transport tcp --dir /tmp
-run pd 30 "$M" bench pd --model tiny-tp --sizes 2048 --requests 5 --warmup 1 --tp-pairs 1:1,2:2,4:4,1:2,2:1,1:4,4:1,2:4,4:2
+run pd 40 "$M" bench pd --model wide-kv --sizes 256 --requests 9 --warmup 1 --output-tokens 4 --tp-pairs 1:1,2:2,4:4,1:2,2:1,1:4,4:1,2:4,4:2
 echo "total $(($(date +%s) - start)) s" >>"$OUT/info.txt"

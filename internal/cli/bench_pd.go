@@ -26,6 +26,9 @@ type benchPDFlags struct {
 // newBenchPDCmd is `mooncake bench pd`: colocated vs disaggregated TTFT and
 // TPOT, KV bytes and transfer time per request, as ratios to the transfer
 // engine's own throughput and to the prefill time, measured in one run.
+// The --tp-pairs defaults of --model and --sizes.
+const pairsModel, pairsSize = "wide-kv", "256"
+
 func newBenchPDCmd() *cobra.Command {
 	var bf benchPDFlags
 	cmd := &cobra.Command{
@@ -36,9 +39,9 @@ and through a proxy + prefill + decode cluster (all in this process, on loopback
 medians: time to first token, time per output token, KV bytes moved per request, the prefill's
 KV write time and its GB/s as a ratio of the transfer engine's own throughput measured in the
 same run (same transport, same process), and the write time as a share of the prefill time.
-The model is a built-in (tiny, tiny-tp, small) whose context is stretched to fit the largest prompt.
+The model is a built-in (tiny, tiny-tp, wide-kv, small) whose context is stretched to fit the largest prompt.
 --prefill-tp and --decode-tp split the prefill and decode engines across tensor-parallel ranks
-(each must divide the model's KV heads: tiny-tp has 4); the writes column is then the number of
+(each must divide the model's KV heads: tiny-tp has 4, wide-kv 8); the writes column is then the number of
 transfer requests per KV transfer for that TP pair.
 
 --tp-pairs P:Q,... measures only the KV transfer, for every listed TP pair in one run: one
@@ -46,6 +49,9 @@ cluster per pair and mode (--tp-modes: layer-wise, whole-request), then rounds t
 transfer of the engine's 1 MiB writes and send one request (of the first --sizes value) to every
 cluster in turn, after --warmup rounds; it reports each pair's KV write GB/s (best and median
 over the rounds), as ratios to the engine's 1 MiB writes and to the equal-TP pairs of the run.
+With --tp-pairs, --model defaults to wide-kv (the KV geometry of one layer of Llama-3-8B: 8 KV
+heads of 128, 32 KiB of KV per token over its 4 layers) and --sizes to 256: 8 MiB per transfer,
+2 MiB per layer.
 
 Two disaggregated clusters run side by side: one streams the KV layer by layer while the
 prefill computes (the default), one transfers whole requests after it. --link-rate puts their
@@ -57,10 +63,10 @@ TTFT as a ratio of the whole-request one and the share of the transfer time hidd
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchPD(cmd, bf) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&bf.model, "model", "small", "built-in model: tiny, tiny-tp or small")
+	f.StringVar(&bf.model, "model", "small", "built-in model: tiny, tiny-tp, wide-kv or small (with --tp-pairs: wide-kv)")
 	f.IntVar(&bf.prefillTP, "prefill-tp", 1, "tensor-parallel ranks of the prefill engine")
 	f.IntVar(&bf.decodeTP, "decode-tp", 1, "tensor-parallel ranks of the decode engine")
-	f.StringVar(&bf.sizes, "sizes", "512,2048,8192", "prompt sizes in tokens, comma separated")
+	f.StringVar(&bf.sizes, "sizes", "512,2048,8192", "prompt sizes in tokens, comma separated (with --tp-pairs: 256)")
 	f.IntVar(&bf.requests, "requests", 3, "requests per size and mode (medians are reported)")
 	f.IntVar(&bf.outTokens, "output-tokens", 16, "tokens generated per request")
 	f.Uint64Var(&bf.seed, "seed", 1, "weight seed")
@@ -74,6 +80,15 @@ TTFT as a ratio of the whole-request one and the share of the transfer time hidd
 func runBenchPD(cmd *cobra.Command, bf benchPDFlags) error {
 	out := cmd.OutOrStdout()
 	if bf.tpPairs != "" {
+		// The KV of a real model's prompt is megabytes per layer: by
+		// default the pairs move wide-kv's (Llama-3-8B's per-layer KV
+		// geometry), 8 MiB for a 256-token prompt.
+		if !cmd.Flags().Changed("model") {
+			bf.model = pairsModel
+		}
+		if !cmd.Flags().Changed("sizes") {
+			bf.sizes = pairsSize
+		}
 		return runBenchPDPairs(cmd, bf)
 	}
 	cfg := benchpd.Config{Model: bf.model, Requests: bf.requests, OutputTokens: bf.outTokens, Seed: bf.seed,
@@ -174,13 +189,14 @@ func runBenchPDPairs(cmd *cobra.Command, bf benchPDFlags) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "bench pd --tp-pairs: model %s, %d-token prompts, %d rounds after %d warm-up, every pair and the engine once per round\n", r.Model, r.Tokens, r.Requests, bf.warmup)
+	fmt.Fprintf(out, "bench pd --tp-pairs: model %s (%d layers, %d KV heads x %d, %d KV bytes/token), %d-token prompts: %.2f MiB of KV per transfer; %d rounds after %d warm-up, every pair and the engine once per round\n",
+		r.Model, r.Layers, r.KVHeads, r.HeadDim, r.KVBytesPerToken, r.Tokens, float64(r.KVBytesPerToken*r.Tokens)/(1<<20), r.Requests, bf.warmup)
 	fmt.Fprintf(out, "transfer engine (%s, 1024 KiB writes over 64 MiB, one transfer per round): best %.2f GB/s, median %.2f GB/s\n", r.Engine.Transport, r.Engine.GBps, r.EngineMedian)
 	if r.Shaped.Requests > 0 {
 		fmt.Fprintf(out, "transfer engine, layer-shaped (%s, %d writes of %d KiB, one transfer each, their times summed, once per round): best %.2f GB/s, median %.2f GB/s\n",
 			r.Engine.Transport, r.Shaped.Requests, r.Shaped.RequestBytes>>10, r.Shaped.GBps, r.Shaped.Median)
 	}
-	fmt.Fprintf(out, "%-8s %-6s %7s %12s %10s %9s %6s %8s %7s %10s %6s %8s\n", "P -> Q", "mode", "writes", "bytes/write", "write ms", "best GB/s", "xTE", "xSameTP", "xShaped", "med GB/s", "xTE", "xSameTP")
+	fmt.Fprintf(out, "%-8s %-6s %9s %7s %12s %10s %9s %6s %8s %7s %10s %6s %8s %12s\n", "P -> Q", "mode", "MiB/xfer", "writes", "bytes/write", "write ms", "best GB/s", "xTE", "xSameTP", "xShaped", "med GB/s", "xTE", "xSameTP", "us/write>TE")
 	for _, p := range r.Pairs {
 		shaped := "-"
 		if p.Mode == "layer" && r.Shaped.GBps > 0 {
@@ -195,9 +211,10 @@ func runBenchPDPairs(cmd *cobra.Command, bf benchPDFlags) error {
 				msame = fmt.Sprintf("%.2f", p.MedianGBps/g)
 			}
 		}
-		fmt.Fprintf(out, "%-8s %-6s %7.0f %12.0f %10.3f %9.3f %6.2f %8s %7s %10.3f %6.2f %8s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
-			p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same, shaped, p.MedianGBps, p.MedianGBps/r.EngineMedian, msame)
+		fmt.Fprintf(out, "%-8s %-6s %9.2f %7.0f %12.0f %10.3f %9.3f %6.2f %8s %7s %10.3f %6.2f %8s %12s\n", fmt.Sprintf("%d -> %d", p.PrefillTP, p.DecodeTP), p.Mode,
+			p.Bytes/(1<<20), p.WriteReqs, p.Bytes/max(p.WriteReqs, 1), p.WriteMS, p.GBps, p.GBps/r.Engine.GBps, same, shaped, p.MedianGBps, p.MedianGBps/r.EngineMedian, msame,
+			fmt.Sprintf("%.1f", float64(r.ExtraPerWrite(p).Nanoseconds())/1e3))
 	}
-	fmt.Fprintln(out, "writes = transfer requests per KV transfer; write ms = median; best / med GB/s = KV bytes / prefill's write time (layer: the sum of its writes), the best and the median over the rounds; xTE = over the transfer engine's 1 MiB writes (best over best, median over median); xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run; xShaped (layer) = over the engine's layer-shaped writes (best over best): what is left is the cost of writing while the prefill computes")
+	fmt.Fprintln(out, "MiB/xfer = KV bytes of one transfer (the prompt's blocks in every layer); writes = transfer requests per KV transfer; write ms = median (plan and write; layer: the sum over its writes); best / med GB/s = KV bytes / prefill's write time (layer: the sum of its writes), the best and the median over the rounds; xTE = over the transfer engine's 1 MiB writes (best over best, median over median); xSameTP = over the mean of the equal-TP pairs P -> P and Q -> Q of the same mode in this run; xShaped (layer) = over the engine's layer-shaped writes (best over best): what is left is the cost of writing while the prefill computes; us/write>TE = how much longer each write took (best round) than its bytes at the engine's best 1 MiB rate: the transfer's cost per request beyond its bytes")
 	return nil
 }

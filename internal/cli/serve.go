@@ -31,14 +31,14 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the reference CPU inference engine with an OpenAI-compatible API",
 		Long: `Serve a Llama-architecture model on the CPU: POST /v1/completions, POST /v1/chat/completions,
 GET /v1/models, GET /health (200 once requests are accepted), GET /metrics (Prometheus).
---model is a built-in model (tiny, tiny-tp, small: deterministic weights generated from --seed, no
+--model is a built-in model (tiny, tiny-tp, wide-kv, small: deterministic weights generated from --seed, no
 download) or a directory written by ` + "`mooncake model init`" + ` (or a Llama checkpoint in one
 model.safetensors). The first line on stdout reports the address bound.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, sf) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&sf.model, "model", "tiny", "tiny, tiny-tp, small, or a model directory")
+	f.StringVar(&sf.model, "model", "tiny", "tiny, tiny-tp, wide-kv, small, or a model directory")
 	f.Uint64Var(&sf.seed, "seed", 1, "weight seed of a built-in model")
 	f.StringVar(&sf.host, "host", "127.0.0.1", "address to listen on")
 	f.IntVar(&sf.port, "port", 8000, "HTTP port (0 picks a free port)")

@@ -29,7 +29,7 @@ func newUpCmd() *cobra.Command {
 		Long: `Start --prefill prefill engines and --decode decode engines (each with its Mooncake P/D
 connector, transfer engine and bootstrap registry) and an OpenAI-compatible proxy on --port, all on
 this machine, all in this process. /health on the proxy answers 200 once every instance is ready.
---model is a built-in model (tiny, tiny-tp, small: weights generated from --seed on start, no download) or
+--model is a built-in model (tiny, tiny-tp, wide-kv, small: weights generated from --seed on start, no download) or
 a model directory. Stop with Ctrl-C.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, uf) },
@@ -37,7 +37,7 @@ a model directory. Stop with Ctrl-C.`,
 	f := cmd.Flags()
 	f.StringVar(&uf.host, "host", "127.0.0.1", "address every component listens on")
 	f.IntVar(&uf.port, "port", 8000, "proxy HTTP port (0 picks a free port)")
-	f.StringVar(&uf.model, "model", "tiny", "tiny, tiny-tp, small, or a model directory (the same default as serve and model init)")
+	f.StringVar(&uf.model, "model", "tiny", "tiny, tiny-tp, wide-kv, small, or a model directory (the same default as serve and model init)")
 	f.Uint64Var(&uf.seed, "seed", 1, "weight seed of a built-in model")
 	f.IntVar(&uf.prefill, "prefill", 1, "prefill engines")
 	f.IntVar(&uf.decode, "decode", 1, "decode engines")

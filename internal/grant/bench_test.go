@@ -80,8 +80,8 @@ func BenchmarkInstallRecalled(b *testing.B) {
 
 // BenchmarkLane is what a storage node's lane pays per 4 KiB request
 // whose grant arrives with it, on a lane whose ring is full: recall: a
-// READ grant verified before (one of 256, a client's key set), fresh: a
-// WRITE grant new to the node (a put's placement).
+// grant verified before (one of 256, a client's key set), fresh: a
+// WRITE grant new to the node (a put's placement the master signed).
 func BenchmarkLane(b *testing.B) {
 	keys := ring(b, 1, "0123456789abcdef0123")
 	const seg = "127.0.0.1:12345"
@@ -110,7 +110,7 @@ func BenchmarkLane(b *testing.B) {
 	})
 	b.Run("fresh", func(b *testing.B) {
 		v := NewVerifier(keys, nil)
-		gs := make([][]byte, 4096)
+		gs := make([][]byte, 4*maxRecalled) // each forgotten before it comes again
 		for i := range gs {
 			gs[i], _ = keys.Encode(Grant{Segment: seg, Addr: uint64(i+1) << 20, Length: 4096 + 128, Mode: Write, Expires: exp})
 		}

@@ -43,11 +43,13 @@
 // the transfer engine keeps: a grant is verified once when it arrives,
 // and each READ/WRITE then only checks that its extent lies inside a
 // cached grant of the right mode that has not expired (a few comparisons,
-// no MAC). A READ grant the verifier verified before (its MAC equal to a
-// remembered grant's, on any connection; up to 4096; WRITE and one-shot
-// grants are not remembered) is not verified again: the grant as verified then is kept if it
-// names the connection's segment and has not expired, and nothing of the
-// new bytes is used, so a copy with altered fields allows nothing more. Verify allocates nothing. Set.Allow re-checks the liveness of one-shot grants on every
+// no MAC). A grant the verifier verified before (the same bytes, all of
+// them, compared in constant time, on any connection; up to 8192 in 32
+// shards, in each the first remembered going first; one-shot grants are
+// not remembered) is not
+// verified again: the grant as verified then is kept if it names the
+// connection's segment and has not expired. Verify allocates nothing.
+// Set.Allow re-checks the liveness of one-shot grants on every
 // request, so revoking one takes effect at once on every connection.
 //
 // # One-shot grants and replay

@@ -359,13 +359,47 @@ type Verifier struct {
 	keys *Keyring
 	now  func() time.Time
 
-	mu       sync.RWMutex
-	live     map[uint64]time.Time   // one-shot nonces held live, with their expiry
-	recalled map[[macLen]byte]Grant // verified grants by MAC (Set.Install)
+	mu   sync.RWMutex
+	live map[uint64]time.Time // one-shot nonces held live, with their expiry
 
-	verified atomic.Uint64
+	// Verified grants by MAC (Set.Install), in shards by the MAC's first
+	// 8 bytes: the lanes of a node look them up at once.
+	recalled [recallShards]recallShard
+
+	sets     atomic.Uint32 // Sets made, numbering their counter stripes
+	verified striped       // verified with the MAC
+	recalls  striped       // recalled
 	refused  atomic.Uint64
 	denied   atomic.Uint64
+}
+
+// striped is a counter in stripes of their own cache lines: the lanes of
+// a node, each counting in its own, do not contend for one.
+type striped [8]struct {
+	n atomic.Uint64
+	_ [56]byte
+}
+
+func (c *striped) add(i uint32) { c[i%uint32(len(c))].n.Add(1) }
+
+func (c *striped) load() (n uint64) {
+	for i := range c {
+		n += c[i].n.Load()
+	}
+	return n
+}
+
+// recallShards is how many shards the recalled grants are kept in.
+const recallShards = 32
+
+// recallShard is a shard of the recalled grants: a ring of
+// maxRecalled/recallShards, the one remembered first going first (no
+// allocation per grant), indexed by the MAC's first 8 bytes.
+type recallShard struct {
+	mu   sync.RWMutex
+	m    map[uint64]int32 // key -> place in ring
+	ring *[maxRecalled / recallShards]recalled
+	next int // where the next one goes
 }
 
 // NewVerifier returns a verifier; now nil means time.Now.
@@ -387,12 +421,17 @@ func (v *Verifier) Now() time.Time { return v.now() }
 // segment is not empty), that it has not expired and, for a one-shot
 // grant, that it is still live.
 func (v *Verifier) Verify(b []byte, segment string) (Grant, error) {
+	return v.verifyAs(b, segment, 0)
+}
+
+// verifyAs is Verify counting in stripe.
+func (v *Verifier) verifyAs(b []byte, segment string, stripe uint32) (Grant, error) {
 	g, err := v.verify(b, segment)
 	if err != nil {
 		v.refused.Add(1)
 		return Grant{}, err
 	}
-	v.verified.Add(1)
+	v.verified.add(stripe)
 	return g, nil
 }
 
@@ -469,13 +508,15 @@ func (v *Verifier) MintOneShot(g Grant) ([]byte, Grant, error) {
 // Stats are the verifier's counters.
 type Stats struct {
 	Verified uint64 // grants that verified
+	Recalled uint64 // of them, those recalled (the bytes of one verified before)
 	Refused  uint64 // grants that did not (forged, expired, other key, revoked, ...)
 	Denied   uint64 // requests no valid grant covered
 }
 
 // Stats returns the counters.
 func (v *Verifier) Stats() Stats {
-	return Stats{Verified: v.verified.Load(), Refused: v.refused.Load(), Denied: v.denied.Load()}
+	r := v.recalls.load()
+	return Stats{Verified: v.verified.load() + r, Recalled: r, Refused: v.refused.Load(), Denied: v.denied.Load()}
 }
 
 // maxSet bounds the grants one Set keeps (the oldest goes first).
@@ -491,29 +532,29 @@ type Set struct {
 	nonces  [maxSet]uint64 // ring[i].Nonce, packed: scanned on every Install
 	n       int            // grants in the ring
 	next    int            // where the next one goes
+	stripe  uint32         // of the verifier's counters
 }
 
 // NewSet returns an empty set for a connection to segment.
 func (v *Verifier) NewSet(segment string) *Set {
-	return &Set{v: v, segment: segment}
+	return &Set{v: v, segment: segment, stripe: v.sets.Add(1)}
 }
 
 // Install verifies an encoded grant and keeps it (the oldest goes when
 // the ring is full).
 //
-// A grant whose MAC equals that of one the verifier verified before (the
-// same grant sent again, on this lane or another; the master hands a hot
-// extent's grant out again) is not verified again: the grant as verified
-// then is kept, and nothing of the new bytes is used, so a copy with
-// altered fields allows nothing more. Such a grant must still name this
-// segment and not have expired. Only READ grants are remembered (the
-// master hands out a hot extent's READ grant again; each WRITE grant once);
-// one-shot grants are always verified.
+// A grant whose bytes equal, all of them, those of one the verifier
+// verified before (the same grant sent again, on this lane or another; the
+// master hands a hot extent's READ grant, and an extent's WRITE grant when
+// the extent comes back to a put, out again) is not verified again: the
+// grant as verified then is kept. Such a grant must still name this
+// segment and not have expired. One-shot grants are always verified (and
+// Allow checks their liveness on every request).
 func (s *Set) Install(b []byte) error {
-	g, ok := s.v.recall(b, s.segment)
+	g, ok := s.v.recall(b, s.segment, s.stripe)
 	if !ok {
 		var err error
-		if g, err = s.v.Verify(b, s.segment); err != nil {
+		if g, err = s.v.verifyAs(b, s.segment, s.stripe); err != nil {
 			return err
 		}
 		s.v.remember(b, g)
@@ -531,51 +572,110 @@ func (s *Set) Install(b []byte) error {
 	return nil
 }
 
-// maxRecalled bounds the verified grants a verifier remembers by MAC.
-const maxRecalled = 4096
+// maxRecalled bounds the verified grants a verifier remembers; past it
+// the one remembered first goes.
+const maxRecalled = 8192
 
-// recall returns the READ grant verified before under b's MAC, when it names
-// segment, has not expired and is not one-shot; it counts as verified.
-func (v *Verifier) recall(b []byte, segment string) (Grant, bool) {
-	if len(b) < fixedLen+macLen || Mode(b[1]) != Read {
-		return Grant{}, false // only READ grants are remembered
+// recalled is a verified grant and its encoding.
+type recalled struct {
+	used bool
+	key  uint64 // the MAC's first 8 bytes
+	g    Grant
+	n    int       // the encoding's length: in[:n], or big
+	in   [128]byte // the encoding when it fits
+	big  []byte
+}
+
+func (r *recalled) bytes() []byte {
+	if r.big != nil {
+		return r.big
 	}
-	tag := [macLen]byte(b[len(b)-macLen:])
-	v.mu.RLock()
-	g, ok := v.recalled[tag]
-	v.mu.RUnlock()
-	if !ok || g.Segment != segment || !v.now().Before(g.Expires) {
+	return r.in[:r.n]
+}
+
+// recall returns the grant verified before whose encoding is b, byte for
+// byte (compared in constant time: equal), when it names segment and has
+// not expired; it counts as verified (in stripe).
+func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool) {
+	if len(b) < fixedLen+macLen {
 		return Grant{}, false
 	}
-	v.verified.Add(1)
+	key := binary.LittleEndian.Uint64(b[len(b)-macLen:])
+	sh := &v.recalled[key%recallShards]
+	var g Grant
+	sh.mu.RLock()
+	i, ok := sh.m[key]
+	if ok {
+		r := &sh.ring[i]
+		ok = equal(r.bytes(), b) && r.g.Segment == segment
+		g = r.g
+	}
+	sh.mu.RUnlock()
+	if !ok || !v.now().Before(g.Expires) {
+		return Grant{}, false
+	}
+	v.recalls.add(stripe) // verified too (Stats)
 	return g, true
 }
 
-// remember keeps verified READ grant g (encoded as b) under its MAC,
-// unless one-shot (a WRITE grant's extent is new to its put: the master
-// hands each out once); past maxRecalled, expired ones go, and all if that is not
-// enough.
+// equal reports whether a and b are equal, in time that depends on their
+// length only.
+func equal(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var d uint64
+	i := 0
+	for ; i+8 <= len(a); i += 8 {
+		d |= binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:])
+	}
+	for ; i < len(a); i++ {
+		d |= uint64(a[i] ^ b[i])
+	}
+	return d == 0
+}
+
+// remember keeps verified grant g, encoded as b, unless one-shot (those
+// are checked live on every use); past maxRecalled the one remembered
+// first (in its shard) goes.
 func (v *Verifier) remember(b []byte, g Grant) {
-	if g.Flags&FlagOneShot != 0 || g.Mode != Read || len(b) < macLen {
+	if g.Flags&FlagOneShot != 0 || len(b) < fixedLen+macLen {
 		return
 	}
-	tag := [macLen]byte(b[len(b)-macLen:])
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.recalled == nil || len(v.recalled) >= maxRecalled {
-		if v.recalled != nil {
-			now := v.now()
-			for t, r := range v.recalled {
-				if !now.Before(r.Expires) {
-					delete(v.recalled, t)
-				}
-			}
-		}
-		if v.recalled == nil || len(v.recalled) >= maxRecalled/2 {
-			v.recalled = make(map[[macLen]byte]Grant, 256)
-		}
+	key := binary.LittleEndian.Uint64(b[len(b)-macLen:])
+	var big []byte
+	if len(b) > len(recalled{}.in) {
+		big = bytes.Clone(b)
 	}
-	v.recalled[tag] = g
+	sh := &v.recalled[key%recallShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.ring == nil {
+		sh.ring = new([maxRecalled / recallShards]recalled)
+		sh.m = make(map[uint64]int32, len(sh.ring))
+	}
+	if _, ok := sh.m[key]; ok {
+		return // this grant, or one whose MAC starts alike (verified when it comes)
+	}
+	r := &sh.ring[sh.next]
+	if r.used {
+		delete(sh.m, r.key) // the one remembered a ring ago
+	}
+	r.used, r.key, r.g, r.big = true, key, g, big
+	r.n = copy(r.in[:], b)
+	sh.m[key] = int32(sh.next)
+	sh.next = (sh.next + 1) % len(sh.ring)
+}
+
+// remembered is how many grants the verifier remembers.
+func (v *Verifier) remembered() (n int) {
+	for i := range v.recalled {
+		sh := &v.recalled[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
 }
 
 // Allow returns nil when a kept grant that has not expired (and, if

@@ -2,20 +2,29 @@ package grant
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
 
 // A grant sent again (on a lane or another of the same verifier) is not
-// verified again: the one verified before is used. Nothing of the repeated bytes is trusted (a copy with its fields
-// changed but the MAC kept allows nothing new), expiry still holds, and a
-// grant for one extent never covers another.
+// verified again: the one verified before is used. Only the very same
+// bytes are recalled (a copy with its fields changed but the MAC kept is
+// verified, and fails), expiry still holds, and a grant for one extent
+// never covers another.
 func TestSetResentGrant(t *testing.T) {
+	for _, mode := range []Mode{Read, Write} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) { testSetResentGrant(t, mode) })
+	}
+}
+
+func testSetResentGrant(t *testing.T, mode Mode) {
 	c := &clock{t: time.Unix(1000, 0)}
 	keys := ring(t, 1, "0123456789abcdef0123")
 	v := NewVerifier(keys, c.now)
 	s := v.NewSet("n:1")
-	g := Grant{Segment: "n:1", Addr: 4096, Length: 4096, Mode: Read, Expires: c.t.Add(time.Second)}
+	otherMode := (Read | Write) ^ mode
+	g := Grant{Segment: "n:1", Addr: 4096, Length: 4096, Mode: mode, Expires: c.t.Add(time.Second)}
 	b, err := keys.Encode(g)
 	if err != nil {
 		t.Fatal(err)
@@ -31,59 +40,55 @@ func TestSetResentGrant(t *testing.T) {
 	if n := kept(s); n != 1 {
 		t.Fatalf("the set keeps %d grants, want 1 (the same grant three times)", n)
 	}
-	if err := s.Allow(Read, 4096, 4096); err != nil {
+	if err := s.Allow(mode, 4096, 4096); err != nil {
 		t.Fatalf("granted extent: %v", err)
 	}
 	// Another extent, a wider one and the other mode are refused.
 	for _, x := range []struct {
 		m       Mode
 		addr, n uint64
-	}{{Read, 8192, 4096}, {Read, 4096, 4097}, {Read, 0, 4096}, {Write, 4096, 4096}} {
+	}{{mode, 8192, 4096}, {mode, 4096, 4097}, {mode, 0, 4096}, {otherMode, 4096, 4096}} {
 		if err := s.Allow(x.m, x.addr, x.n); !errors.Is(err, ErrDenied) {
 			t.Fatalf("mode %d %d+%d: err = %v, want ErrDenied", x.m, x.addr, x.n, err)
 		}
 	}
-	// A widened copy keeping the MAC: recognised as the kept grant, which
-	// does not cover the widened extent.
+	// A widened copy keeping the MAC, on this lane and another: not the
+	// bytes verified before, so verified, and refused.
 	wide := append([]byte(nil), b...)
 	wide[22] = 0xff // length low byte
-	if err := s.Install(wide); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Allow(Read, 4096, 4096+0xff); !errors.Is(err, ErrDenied) {
-		t.Fatalf("widened copy: err = %v, want ErrDenied", err)
-	}
-	// The mode widened: not recalled, and it does not verify.
 	rw := append([]byte(nil), b...)
 	rw[1] = byte(Read | Write)
-	if err := s.Install(rw); !errors.Is(err, ErrBadMAC) {
-		t.Fatalf("copy with the mode widened: err = %v, want ErrBadMAC", err)
+	for _, set := range []*Set{s, v.NewSet("n:1")} {
+		for _, x := range [][]byte{wide, rw} {
+			if err := set.Install(x); !errors.Is(err, ErrBadMAC) {
+				t.Fatalf("altered copy: err = %v, want ErrBadMAC", err)
+			}
+		}
+		if err := set.Allow(mode, 4096, 4096+0xff); !errors.Is(err, ErrDenied) {
+			t.Fatalf("widened copy: err = %v, want ErrDenied", err)
+		}
+		if err := set.Allow(otherMode, 4096, 4096); !errors.Is(err, ErrDenied) {
+			t.Fatalf("copy with the mode widened: err = %v, want ErrDenied", err)
+		}
 	}
-	if err := s.Allow(Write, 4096, 4096); !errors.Is(err, ErrDenied) {
-		t.Fatalf("copy with the mode widened: err = %v, want ErrDenied", err)
-	}
-	// The widened copy on another lane: the grant as verified is kept there.
+	// The grant itself on another lane: recalled.
 	s3 := v.NewSet("n:1")
-	if err := s3.Install(wide); err != nil {
+	verified := v.Stats().Verified
+	if err := s3.Install(b); err != nil {
 		t.Fatal(err)
 	}
-	if err := s3.Allow(Read, 4096, 4096); err != nil {
+	if err := s3.Allow(mode, 4096, 4096); err != nil {
 		t.Fatalf("granted extent on another lane: %v", err)
 	}
-	if err := s3.Allow(Read, 4096, 4096+0xff); !errors.Is(err, ErrDenied) {
-		t.Fatalf("widened copy on another lane: err = %v, want ErrDenied", err)
-	}
-	// Only a grant verified before is recalled: the widened copy alone,
-	// on a verifier that has not seen the grant, does not verify.
-	if err := NewVerifier(keys, c.now).NewSet("n:1").Install(wide); !errors.Is(err, ErrBadMAC) {
-		t.Fatalf("widened copy on a fresh verifier: err = %v, want ErrBadMAC", err)
+	if st := v.Stats(); st.Verified != verified+1 {
+		t.Fatalf("verified %d, want %d", st.Verified, verified+1)
 	}
 	// Expired: sending it again does not revive it, on this lane or a new one.
 	c.t = c.t.Add(time.Second)
 	if err := s.Install(b); !errors.Is(err, ErrExpired) {
 		t.Fatalf("expired grant sent again: err = %v, want ErrExpired", err)
 	}
-	if err := s.Allow(Read, 4096, 4096); !errors.Is(err, ErrDenied) {
+	if err := s.Allow(mode, 4096, 4096); !errors.Is(err, ErrDenied) {
 		t.Fatalf("expired grant sent again: err = %v, want ErrDenied", err)
 	}
 	if err := v.NewSet("n:1").Install(b); !errors.Is(err, ErrExpired) {
@@ -91,7 +96,7 @@ func TestSetResentGrant(t *testing.T) {
 	}
 	// A grant for another segment is refused even when a copy of a kept
 	// grant's MAC is attached.
-	other, err := keys.Encode(Grant{Segment: "n:2", Addr: 4096, Length: 4096, Mode: Read, Expires: c.t.Add(time.Second)})
+	other, err := keys.Encode(Grant{Segment: "n:2", Addr: 4096, Length: 4096, Mode: mode, Expires: c.t.Add(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +104,7 @@ func TestSetResentGrant(t *testing.T) {
 	if err := s2.Install(other); !errors.Is(err, ErrWrongSegment) {
 		t.Fatalf("other segment: err = %v, want ErrWrongSegment", err)
 	}
-	if err := s2.Allow(Read, 4096, 4096); !errors.Is(err, ErrDenied) {
+	if err := s2.Allow(mode, 4096, 4096); !errors.Is(err, ErrDenied) {
 		t.Fatalf("other segment's grant: err = %v, want ErrDenied", err)
 	}
 }
@@ -113,8 +118,10 @@ func kept(s *Set) (n int) {
 	return n
 }
 
-// WRITE grants are verified every time they arrive on a new lane.
-func TestSetWriteGrantsVerified(t *testing.T) {
+// A grant is recalled without its MAC being computed again, and only for
+// the bytes verified: a WRITE grant sent again on another lane is
+// recalled; a forged one never verified is not remembered.
+func TestSetRecallSkipsMAC(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	keys := ring(t, 1, "0123456789abcdef0123")
 	v := NewVerifier(keys, c.now)
@@ -125,13 +132,32 @@ func TestSetWriteGrantsVerified(t *testing.T) {
 	if err := v.NewSet("n:1").Install(b); err != nil {
 		t.Fatal(err)
 	}
-	wide := append([]byte(nil), b...)
-	wide[22] = 0xff
-	if err := v.NewSet("n:1").Install(wide); !errors.Is(err, ErrBadMAC) {
-		t.Fatalf("altered WRITE grant on another lane: err = %v, want ErrBadMAC", err)
+	if _, ok := v.recall(b, "n:1", 0); !ok {
+		t.Fatal("a verified WRITE grant is not recalled")
 	}
-	if len(v.recalled) != 0 {
-		t.Fatalf("%d WRITE grants remembered", len(v.recalled))
+	forged := append([]byte(nil), b...)
+	forged[len(forged)-1] ^= 1
+	if err := v.NewSet("n:1").Install(forged); !errors.Is(err, ErrBadMAC) {
+		t.Fatalf("forged: err = %v, want ErrBadMAC", err)
+	}
+	if _, ok := v.recall(forged, "n:1", 0); ok || v.remembered() != 1 {
+		t.Fatalf("a forged grant is remembered (%d remembered)", v.remembered())
+	}
+	// A grant longer than the inline room: recalled too, and only itself.
+	big, err := keys.Encode(Grant{Segment: "n:1", Addr: 0, Length: 64, Extents: []Extent{{128, 64}, {256, 64}, {512, 64}, {1024, 64}}, Mode: Read, Expires: c.t.Add(time.Minute)})
+	if err != nil || len(big) <= 128 {
+		t.Fatalf("%d bytes, %v", len(big), err)
+	}
+	if err := v.NewSet("n:1").Install(big); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := v.recall(big, "n:1", 0); !ok || !g.Covers(Read, 1024, 64) {
+		t.Fatalf("long grant recalled: %v %+v", ok, g)
+	}
+	alt := append([]byte(nil), big...)
+	alt[len(alt)-macLen-1] ^= 1 // the last extent's length
+	if _, ok := v.recall(alt, "n:1", 0); ok {
+		t.Fatal("an altered long grant is recalled")
 	}
 }
 
@@ -188,6 +214,7 @@ func TestSetRecallLimits(t *testing.T) {
 	if err := s.Allow(Write, 0, 64); !errors.Is(err, ErrDenied) {
 		t.Fatalf("released one-shot on its lane: err = %v, want ErrDenied", err)
 	}
+	var last []byte
 	for i := range 2 * maxRecalled {
 		x, err := keys.Encode(Grant{Segment: "n:1", Addr: uint64(i) * 64, Length: 64, Mode: Read, Expires: c.t.Add(time.Minute)})
 		if err != nil {
@@ -196,8 +223,31 @@ func TestSetRecallLimits(t *testing.T) {
 		if err := s.Install(x); err != nil {
 			t.Fatal(err)
 		}
+		last = x
 	}
-	if n := len(v.recalled); n > maxRecalled {
+	if n := v.remembered(); n > maxRecalled {
 		t.Fatalf("%d grants recalled, bound %d", n, maxRecalled)
+	}
+	// The newest are kept, the first remembered went.
+	if _, ok := v.recall(last, "n:1", 0); !ok {
+		t.Fatal("the grant remembered last is not recalled")
+	}
+	if _, ok := v.recall(b, "n:1", 0); ok {
+		t.Fatal("the first grant remembered is still recalled past the bound")
+	}
+}
+
+// equal compares whole slices.
+func TestEqual(t *testing.T) {
+	a := []byte("0123456789abcdef0123456789abcdefXYZ")
+	for i := range a {
+		b := append([]byte(nil), a...)
+		b[i] ^= 0x40
+		if equal(a, b) {
+			t.Fatalf("byte %d differs, equal says equal", i)
+		}
+	}
+	if !equal(a, append([]byte(nil), a...)) || equal(a, a[:len(a)-1]) || !equal(nil, []byte{}) {
+		t.Fatal("equal")
 	}
 }

@@ -42,6 +42,9 @@
 // (grants.go): WRITE with each placement (PutStart, a PutCommit's next
 // slot; for PutTimeout), READ with each replica list (until the read
 // lease ends), WRITE on tombstone headers, READ/WRITE on task sources and
-// targets (until the task's deadline). Storage nodes holding the same keys
-// refuse transfers without them. The core knows nothing of grants.
+// targets (until the task's deadline). A grant it signed for the same
+// extent and mode is handed out again while enough of its life is left
+// (a hot object's readers, an upsert's reused slot). Storage nodes holding
+// the same keys refuse transfers without them. The core knows nothing of
+// grants.
 package masterserver

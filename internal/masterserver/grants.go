@@ -34,11 +34,15 @@ import (
 //   - Tasks: READ on the source, WRITE on the targets, until the task's
 //     deadline.
 //
-// A signed READ grant is handed out again for the same segment and extent
-// while it expires no later than a fresh one would and has at least half
-// of the fresh one's lifetime left (granter.sign): a hot object's readers
-// get the same bytes, which the client sends once per lane and the node
-// verifies once.
+// A signed grant is handed out again for the same segment, extent and
+// mode while it expires no later than a fresh one would and has enough of
+// the fresh one's lifetime left (granter.sign: half for READ, three
+// quarters for WRITE): a hot object's readers get the same bytes, which
+// the client sends once per lane and the node verifies once; a put slot
+// made of an upsert's replaced version (the same extent again) gets the
+// grant its earlier put had, which the node recalls instead of verifying.
+// Tombstones' header grants are always fresh (short-lived, rarely the
+// same header twice).
 //
 // Revocation is by expiry. The bound: a WRITE grant outlives the removal
 // (or revocation) of its put by at most PutTimeout; a READ grant outlives
@@ -60,12 +64,25 @@ type granter struct {
 	clock  clock.Clock // the core's
 	putTTL time.Duration
 
-	// Signed READ grants by extent, handed out again while they have at
-	// least half of the wanted lifetime left and expire no later than
-	// wanted. Reuse never widens anything: the same segment, extent and
-	// mode, and an expiry no later than a fresh grant's.
+	// Signed grants by extent and mode, handed out again while they have
+	// enough of the wanted lifetime left and expire no later than wanted.
+	// Reuse never widens anything: the same segment, extent and mode, and
+	// an expiry no later than a fresh grant's. In shards by address: every
+	// put and get of every client looks here.
+	shards [grantShards]grantShard
+}
+
+const grantShards = 16
+
+type grantShard struct {
 	mu    sync.Mutex
 	cache map[grantKey]cachedGrant
+	_     [48]byte // a cache line each
+}
+
+// shard is the shard of an extent.
+func (g *granter) shard(addr, n uint64) *grantShard {
+	return &g.shards[((addr^n)*0x9E3779B97F4A7C15)>>60%grantShards]
 }
 
 type grantKey struct {
@@ -79,8 +96,9 @@ type cachedGrant struct {
 	exp time.Time
 }
 
-// maxCachedGrants bounds the cache; past it, unusable entries are dropped,
-// and all of them if that is not enough.
+// maxCachedGrants bounds the cache; past it (in a shard), the expired
+// entries are dropped and, if that is not enough, others down to three
+// quarters of the bound.
 const maxCachedGrants = 1 << 14
 
 // newGranter returns nil (no grants) without keys.
@@ -88,45 +106,48 @@ func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *grant
 	if keys == nil {
 		return nil
 	}
-	return &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL, cache: map[grantKey]cachedGrant{}}
+	g := &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL}
+	for i := range g.shards {
+		g.shards[i].cache = map[grantKey]cachedGrant{}
+	}
+	return g
 }
 
 // sign returns a grant of mode on [addr, addr+n) of endpoint that expires
-// at expires or, for READ, a cached one for the same extent that expires
-// no later and has at least half of the lifetime left at now.
+// at expires, or a cached one for the same extent and mode that expires no
+// later and has enough of the lifetime left at now (reusable).
 func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, now, expires time.Time) []byte {
 	if n == 0 || endpoint == "" {
 		return nil
 	}
-	if mode != grant.Read {
-		// A placement's extent is new to its put (and to any client that
-		// could send the grant again): nothing to reuse.
-		return g.encode(endpoint, addr, n, mode, expires)
-	}
 	k := grantKey{endpoint, addr, n, mode}
-	g.mu.Lock()
-	c, ok := g.cache[k]
-	g.mu.Unlock()
-	if ok && reusable(c.exp, now, expires) {
+	sh := g.shard(addr, n)
+	sh.mu.Lock()
+	c, ok := sh.cache[k]
+	sh.mu.Unlock()
+	if ok && reusable(c.exp, now, expires, mode) {
 		return c.b
 	}
 	b := g.encode(endpoint, addr, n, mode, expires)
 	if b == nil {
 		return nil
 	}
-	g.mu.Lock()
-	if len(g.cache) >= maxCachedGrants {
-		for k, c := range g.cache {
+	sh.mu.Lock()
+	if len(sh.cache) >= maxCachedGrants/grantShards {
+		for k, c := range sh.cache {
 			if !now.Before(c.exp) {
-				delete(g.cache, k)
+				delete(sh.cache, k)
 			}
 		}
-		if len(g.cache) >= maxCachedGrants/2 {
-			clear(g.cache)
+		for k := range sh.cache { // in no particular order
+			if len(sh.cache) <= maxCachedGrants/grantShards*3/4 {
+				break
+			}
+			delete(sh.cache, k)
 		}
 	}
-	g.cache[k] = cachedGrant{b, expires}
-	g.mu.Unlock()
+	sh.cache[k] = cachedGrant{b, expires}
+	sh.mu.Unlock()
 	return b
 }
 
@@ -147,10 +168,17 @@ func (g *granter) encode(endpoint string, addr, n uint64, mode grant.Mode, expir
 	return b
 }
 
-// reusable reports whether a grant expiring at exp may stand in, at now,
-// for one expiring at want: not later, and at least half as long left.
-func reusable(exp, now, want time.Time) bool {
-	return !exp.After(want) && exp.Sub(now) >= want.Sub(now)/2
+// reusable reports whether a grant of mode expiring at exp may stand in,
+// at now, for one expiring at want: not later, and at least half as long
+// left (READ) or three quarters (WRITE: a put slot is written up to
+// slotMaxAge, 10 s, after it is reserved, and a large put's transfers
+// take their time; a grant that expires first fails the put).
+func reusable(exp, now, want time.Time, mode grant.Mode) bool {
+	left, full := exp.Sub(now), want.Sub(now)
+	if mode&grant.Write != 0 {
+		return !exp.After(want) && left >= full-full/4
+	}
+	return !exp.After(want) && left >= full/2
 }
 
 // put grants WRITE on each placement's header and value.
@@ -202,7 +230,9 @@ func (g *granter) tombs(refs []*pb.HeaderRef) []*pb.HeaderRef {
 	now := time.Now()
 	exp := now.Add(headerGrantTTL)
 	for _, r := range refs {
-		r.Grant = g.sign(r.Endpoint, r.Addr, objheader.Align, grant.Write, now, exp)
+		if r.Endpoint != "" {
+			r.Grant = g.encode(r.Endpoint, r.Addr, objheader.Align, grant.Write, exp)
+		}
 	}
 	return refs
 }

@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/grant"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
 
-// The granter hands a signed READ grant out again for the same segment
-// and extent only while it expires no later than a fresh one would and has
-// at least half of the wanted lifetime left; the grant verifies for that
-// extent only.
+// The granter hands a signed grant out again for the same segment, extent
+// and mode only while it expires no later than a fresh one would and has
+// at least half (READ) or three quarters (WRITE) of the wanted lifetime
+// left; the grant verifies for that extent only.
 func TestGranterReuse(t *testing.T) {
 	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("0123456789abcdef0123")})
 	if err != nil {
@@ -63,18 +64,43 @@ func TestGranterReuse(t *testing.T) {
 			t.Fatalf("%+v: grant %+v covers more or less than its extent", c, got)
 		}
 	}
-	// WRITE grants (placements, headers) are always fresh.
-	w := g.sign("n:1", 4096, 4096, grant.Write, now, now.Add(time.Minute))
-	if w2 := g.sign("n:1", 4096, 4096, grant.Write, now, now.Add(time.Minute)); bytes.Equal(w, w2) {
-		t.Fatal("a WRITE grant was reused")
+	// WRITE grants (placements) are reused while three quarters of the
+	// wanted lifetime are left, never for READ.
+	w := g.sign("n:1", 1<<20, 4096, grant.Write, now, now.Add(40*time.Second))
+	if w2 := g.sign("n:1", 1<<20, 4096, grant.Write, now, now.Add(50*time.Second)); !bytes.Equal(w, w2) {
+		t.Fatal("a WRITE grant with over three quarters of the lifetime left was not reused")
 	}
-	// Expired entries go when the cache is full.
-	g.cache = map[grantKey]cachedGrant{}
-	for i := range maxCachedGrants {
-		g.cache[grantKey{"n:1", uint64(i), 1, grant.Read}] = cachedGrant{nil, now.Add(-time.Second)}
+	if w3 := g.sign("n:1", 1<<20, 4096, grant.Write, now, now.Add(time.Minute)); bytes.Equal(w, w3) {
+		t.Fatal("a WRITE grant with under three quarters of the lifetime left was reused")
 	}
-	g.sign("n:1", 1<<40, 1, grant.Read, now, now.Add(time.Minute))
-	if len(g.cache) != 1 {
-		t.Fatalf("cache holds %d grants after a full sweep, want 1", len(g.cache))
+	if r := g.sign("n:1", 1<<20, 4096, grant.Read, now, now.Add(40*time.Second)); bytes.Equal(w, r) {
+		t.Fatal("a WRITE grant was handed out for READ")
+	}
+	if got, err := v.Verify(w, "n:1"); err != nil || got.Mode != grant.Write || got.Covers(grant.Read, 1<<20, 4096) {
+		t.Fatalf("WRITE grant %+v, %v", got, err)
+	}
+	// Tombstones' header grants are always fresh.
+	t1 := g.tombs([]*pb.HeaderRef{{Endpoint: "n:1", Addr: 1 << 30}, {Endpoint: "n:1", Addr: 1 << 30}, {Addr: 1 << 31}})
+	if bytes.Equal(t1[0].Grant, t1[1].Grant) || t1[2].Grant != nil {
+		t.Fatal("a tombstone's header grant was reused, or one without an endpoint signed")
+	}
+	// Expired entries go when a shard is full, and live ones down to three
+	// quarters of the bound if that is not enough.
+	const per = maxCachedGrants / grantShards
+	for _, exp := range []time.Time{now.Add(-time.Second), now.Add(time.Minute)} {
+		sh := g.shard(1<<40, 1)
+		sh.cache = map[grantKey]cachedGrant{}
+		for i := 0; len(sh.cache) < per; i++ {
+			if g.shard(uint64(i), 1) == sh {
+				sh.cache[grantKey{"n:1", uint64(i), 1, grant.Read}] = cachedGrant{nil, exp}
+			}
+		}
+		g.sign("n:1", 1<<40, 1, grant.Read, now, now.Add(time.Minute))
+		if exp.Before(now) && len(sh.cache) != 1 || !exp.Before(now) && len(sh.cache) != per*3/4+1 {
+			t.Fatalf("shard holds %d grants after a sweep (others expiring %v)", len(sh.cache), exp.Sub(now))
+		}
+		if _, ok := sh.cache[grantKey{"n:1", 1 << 40, 1, grant.Read}]; !ok {
+			t.Fatal("the new grant is not kept")
+		}
 	}
 }

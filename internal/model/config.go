@@ -123,6 +123,18 @@ var builtins = map[string]Config{
 		HeadDim: 16, VocabSize: 260, MaxPositionEmbeddings: 1024, RMSNormEps: 1e-5, RopeTheta: 10000,
 		TieWordEmbeddings: false, HiddenAct: "silu", BOSTokenID: 256, EOSTokenID: json.RawMessage("257"), TorchDtype: "float32",
 	},
+	// wide-kv has the KV geometry of one layer of Llama-3-8B (8 KV heads
+	// of 128 dimensions, 8 KiB of float32 K and V per token and layer) on
+	// 4 layers (32 KiB per token) around tiny compute (hidden size 64), so
+	// that moving a prompt's KV between engines is as large per layer and
+	// per head as with a real model while its prefill stays fast on a CPU.
+	// It splits across 1, 2, 4 or 8 tensor-parallel ranks.
+	"wide-kv": {
+		ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
+		HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 4, NumAttentionHeads: 8, NumKeyValueHeads: 8,
+		HeadDim: 128, VocabSize: 260, MaxPositionEmbeddings: 1024, RMSNormEps: 1e-5, RopeTheta: 10000,
+		TieWordEmbeddings: false, HiddenAct: "silu", BOSTokenID: 256, EOSTokenID: json.RawMessage("257"), TorchDtype: "float32",
+	},
 	"small": {
 		ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
 		HiddenSize: 256, IntermediateSize: 640, NumHiddenLayers: 6, NumAttentionHeads: 8, NumKeyValueHeads: 2,
@@ -132,13 +144,13 @@ var builtins = map[string]Config{
 }
 
 // BuiltinNames lists the built-in configurations.
-func BuiltinNames() []string { return []string{"tiny", "tiny-tp", "small"} }
+func BuiltinNames() []string { return []string{"tiny", "tiny-tp", "wide-kv", "small"} }
 
 // Builtin returns a copy of a built-in configuration.
 func Builtin(name string) (Config, error) {
 	c, ok := builtins[name]
 	if !ok {
-		return Config{}, fmt.Errorf("model: unknown built-in config %q (have tiny, tiny-tp, small)", name)
+		return Config{}, fmt.Errorf("model: unknown built-in config %q (have tiny, tiny-tp, wide-kv, small)", name)
 	}
 	c.Architectures = append([]string(nil), c.Architectures...)
 	return c, nil

@@ -7,7 +7,9 @@
 //
 // Built-in configurations "tiny" (about 0.1 M parameters, for tests),
 // "tiny-tp" (tiny with 4 KV heads, so it splits across 1, 2 or 4
-// tensor-parallel ranks) and "small" (about 4.4 M parameters, the demo) get deterministic pseudo-random
+// tensor-parallel ranks), "wide-kv" (tiny compute with the KV geometry of
+// one layer of Llama-3-8B, 8 KV heads of 128, on 4 layers: 32 KiB of KV
+// per token, for measuring KV transfers of a realistic size) and "small" (about 4.4 M parameters, the demo) get deterministic pseudo-random
 // weights from NewBuiltin(name, seed): the same seed gives the same bits on
 // every machine, so no download is ever needed. Save writes a Hugging Face
 // style directory (config.json + model.safetensors, Llama tensor names, F32,

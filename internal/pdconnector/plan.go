@@ -59,6 +59,9 @@ func PlanLayerWrites(seg transfer.SegmentID, src, dst Side, headBytes int, srcBl
 		return nil, fmt.Errorf("pdconnector: head bytes %d", headBytes)
 	}
 	var runs [][3]int // src start, dst start, length
+	if len(srcBlocks) > 0 {
+		runs = make([][3]int, 0, 4)
+	}
 	for i := 0; i < len(srcBlocks); {
 		j := i + 1
 		for j < len(srcBlocks) && srcBlocks[j] == srcBlocks[j-1]+1 && dstBlocks[j] == dstBlocks[j-1]+1 {
@@ -89,9 +92,18 @@ func PlanLayerWrites(seg transfer.SegmentID, src, dst Side, headBytes int, srcBl
 			}
 		}
 	}
-	var ext []transfer.Extent
+	// Equal TP: one extent per run and rank; otherwise one per block and
+	// overlapping rank pair. Sized up front: a push plans a prompt's
+	// thousands of extents, and growing the slice would copy them again
+	// and again.
+	whole := len(pairs) > 0 && pairs[0].n == sbb && pairs[0].n == dbb
+	n := len(runs) * len(pairs)
+	if !whole {
+		n = len(srcBlocks) * len(pairs)
+	}
+	ext := make([]transfer.Extent, 0, n)
 	for _, r := range runs {
-		if len(pairs) > 0 && pairs[0].n == sbb && pairs[0].n == dbb {
+		if whole {
 			// Equal TP: each rank's run is one contiguous range.
 			for _, p := range pairs {
 				ext = append(ext, transfer.Extent{Local: uintptr(p.sBase) + uintptr(r[0]*sbb), Remote: p.dBase + uint64(r[1]*dbb), Length: r[2] * p.n})

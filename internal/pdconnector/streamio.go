@@ -120,6 +120,9 @@ func (c *Connector) stream(ctx context.Context, req bootstrap.PullRequest, wake 
 		c.mu.Unlock()
 		switch st {
 		case StreamWrite:
+			// The write's time counts its planning, as a whole-request
+			// push's does.
+			t := time.Now()
 			var reqs []transfer.Request
 			for _, w := range writes {
 				r, err := c.planLayer(seg, src, dst, w)
@@ -130,7 +133,6 @@ func (c *Connector) stream(ctx context.Context, req bootstrap.PullRequest, wake 
 				bytes += int64(len(w.Src) * bb)
 			}
 			reqs = grants.attach(reqs)
-			t := time.Now()
 			if err := c.te.Transfer(ctx, reqs); err != nil {
 				return c.streamFailed(ctx, tid, "write %d requests to %s: %v", len(reqs), req.Segment, err)
 			}

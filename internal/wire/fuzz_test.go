@@ -50,6 +50,9 @@ func FuzzDecodeHeaders(f *testing.F) {
 	var rq [ReqHeaderSize]byte
 	(&ReqHeader{Op: OpWrite, ID: 1, Addr: 4096, Length: 10}).Put(rq[:])
 	f.Add(rq[:])
+	var rg [ReqHeaderSize]byte
+	(&ReqHeader{Op: OpGrant, Addr: 98, Length: 128}).Put(rg[:])
+	f.Add(bytes.Clone(rg[:]))
 	var rs [RespHeaderSize]byte
 	(&RespHeader{Status: StatusOK, ID: 1, Length: 10}).Put(rs[:])
 	f.Add(rs[:])
@@ -57,7 +60,7 @@ func FuzzDecodeHeaders(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		const max = 1 << 20
 		if h, err := DecodeReqHeader(in, max); err == nil {
-			if h.Length > max || h.Op > OpWriteV || (h.Op == OpGrant && h.Length > MaxGrant) ||
+			if h.Length > max || h.Op > OpWriteV || (h.Op == OpGrant && (h.Length > MaxGrant || h.GrantLen() > h.Length || h.Length-h.GrantLen() >= GrantAlign)) ||
 				(h.Vectored() && (h.Addr == 0 || h.Addr > MaxExtents || h.Length < h.Addr)) {
 				t.Fatalf("accepted %+v", h)
 			}

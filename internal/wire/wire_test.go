@@ -102,3 +102,27 @@ func TestSegmentValidate(t *testing.T) {
 		})
 	}
 }
+
+// An OpGrant's payload is its grant, or the grant (Addr bytes) and less
+// than GrantAlign bytes of padding.
+func TestGrantHeader(t *testing.T) {
+	for _, c := range []struct {
+		addr, length, want uint64
+		ok                 bool
+	}{
+		{0, 98, 98, true}, {98, 98, 98, true}, {98, 128, 98, true}, {97, 128, 97, true}, {96, 128, 0, false},
+		{129, 128, 0, false}, {1, MaxGrant, 0, false}, {0, MaxGrant + 1, 0, false},
+	} {
+		var b [ReqHeaderSize]byte
+		(&ReqHeader{Op: OpGrant, Addr: c.addr, Length: c.length}).Put(b[:])
+		h, err := DecodeReqHeader(b[:], 1<<20)
+		if (err == nil) != c.ok || err == nil && h.GrantLen() != c.want {
+			t.Fatalf("%+v: %+v, %v", c, h, err)
+		}
+	}
+	for n := range 100 {
+		if p := GrantPad(n); p < 0 || p >= GrantAlign || (n+p)%GrantAlign != 0 {
+			t.Fatalf("GrantPad(%d) = %d", n, p)
+		}
+	}
+}

@@ -24,7 +24,10 @@
 // transfer of the engine's 1 MiB writes (over 64 MiB) and send one request
 // to every cluster in turn, so that a shared machine's load weighs on every
 // pair and on the engine alike; medians over the rounds after the warm-up.
-// PairsResult.SameTP is the equal-TP reference of a pair.
+// PairsResult.SameTP is the equal-TP reference of a pair; PairsResult
+// carries the model's KV geometry and each PairResult its KV bytes per
+// transfer, so the report says how big a transfer is (the CLI runs the
+// built-in wide-kv by default there: a real model's KV per layer).
 //
 // Two limits are measured in the same run: the transfer engine's own
 // throughput (EngineGBps: two engines of this process, managed memory,

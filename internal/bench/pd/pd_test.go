@@ -138,3 +138,17 @@ func TestRunPairs(t *testing.T) {
 		t.Fatal("TP 3 of 4 KV heads accepted")
 	}
 }
+
+// ExtraPerWrite: a pair at half the engine's rate spends, per write, as
+// long again as the engine needs for that write's bytes.
+func TestExtraPerWrite(t *testing.T) {
+	r := &PairsResult{Engine: EngineFigure{GBps: 8}}
+	// 8 MiB in 4 writes at 4 GB/s: 2,097,152 ns in all, 1,048,576 ns of it
+	// beyond the engine's, 262,144 ns per write.
+	if got := r.ExtraPerWrite(PairResult{Bytes: 8 << 20, GBps: 4, WriteReqs: 4}); got != 262144*time.Nanosecond {
+		t.Fatalf("extra per write %v", got)
+	}
+	if got := r.ExtraPerWrite(PairResult{Bytes: 8 << 20, WriteReqs: 4}); got != 0 {
+		t.Fatalf("no rate: %v", got)
+	}
+}

@@ -69,6 +69,10 @@ type PairsResult struct {
 	Model    string
 	Tokens   int
 	Requests int
+	// The model's KV geometry: Layers layers of KVHeads heads of HeadDim
+	// (float32 K and V), KVBytesPerToken over all layers; a transfer moves
+	// about Tokens of them.
+	Layers, KVHeads, HeadDim, KVBytesPerToken int
 	// Engine is the transfer engine's 1 MiB writes over 64 MiB: the best
 	// over the rounds of one timed transfer per round (EngineMedian: their
 	// median).
@@ -113,6 +117,18 @@ func (r *PairsResult) SameTP(p, q int, mode string, median bool) float64 {
 	return sum / float64(n)
 }
 
+// ExtraPerWrite is how much longer each write of pair p took (best
+// round) than moving its bytes at the engine's best 1 MiB rate: the
+// per-request cost the transfer adds beyond its bytes (negative when it
+// ran faster than the engine). Zero when either rate is unknown.
+func (r *PairsResult) ExtraPerWrite(p PairResult) time.Duration {
+	if p.GBps <= 0 || r.Engine.GBps <= 0 || p.WriteReqs <= 0 {
+		return 0
+	}
+	ns := (p.Bytes/p.GBps - p.Bytes/r.Engine.GBps) / p.WriteReqs // bytes / (GB/s) = ns
+	return time.Duration(ns)
+}
+
 // RunPairs starts, for every pair and mode, a proxy + prefill + decode
 // cluster (cluster.Up) with that TP on each side, all at once, then runs
 // cfg.Warmup + cfg.Requests rounds: each round times one transfer of the
@@ -138,7 +154,8 @@ func RunPairs(ctx context.Context, cfg PairsConfig) (*PairsResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &PairsResult{Model: cfg.Model, Tokens: cfg.Tokens, Requests: cfg.Requests}
+	res := &PairsResult{Model: cfg.Model, Tokens: cfg.Tokens, Requests: cfg.Requests,
+		Layers: mc.NumHiddenLayers, KVHeads: mc.NumKeyValueHeads, HeadDim: mc.Dim(), KVBytesPerToken: mc.KVBytesPerToken()}
 	const mib = 1 << 20
 	eb, err := newEngineBench(ctx, mib, 64)
 	if err != nil {

@@ -365,10 +365,13 @@ func (l *lane) writer() {
 		start := 0
 		for _, op := range take {
 			if op.Grant != "" && !l.sentGrant(op.Grant) {
-				var b [wire.ReqHeaderSize]byte
-				(&wire.ReqHeader{Op: wire.OpGrant, Length: uint64(len(op.Grant))}).Put(b[:])
-				hdrs = append(hdrs, b[:]...)
+				// Padded, so that the payload behind it stays aligned.
+				var b [wire.ReqHeaderSize + wire.GrantAlign]byte
+				pad := wire.GrantPad(len(op.Grant))
+				(&wire.ReqHeader{Op: wire.OpGrant, Addr: uint64(len(op.Grant)), Length: uint64(len(op.Grant) + pad)}).Put(b[:])
+				hdrs = append(hdrs, b[:wire.ReqHeaderSize]...)
 				hdrs = append(hdrs, op.Grant...)
+				hdrs = append(hdrs, b[wire.ReqHeaderSize:wire.ReqHeaderSize+pad]...)
 			}
 			h := wire.ReqHeader{Op: wire.OpRead, ID: op.id, Addr: op.Remote, Length: uint64(op.n)}
 			if op.Write {

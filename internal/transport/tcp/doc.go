@@ -45,7 +45,11 @@
 // keeps it in the lane's grant.Set, and answers StatusDenied to every READ
 // or WRITE no kept grant covers, before touching memory. The client sends
 // an Op's Grant in front of its slice unless the lane sent that grant
-// (the same string) recently.
+// (the same string) recently, padded to a multiple of wire.GrantAlign so
+// that the slice's payload lands as aligned in the server's buffer as it
+// would without it. Between large WRITEs (whose headers are read straight
+// from the socket) the server reads a grant and the header behind it from
+// the socket too, so its reader does not read ahead into the payload.
 //
 // Client (Peer): lane 0 is the express lane, used only by small slices
 // (<= SmallMax) so that a small transfer never queues behind a large stream;

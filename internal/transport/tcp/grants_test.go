@@ -38,14 +38,19 @@ func FuzzServeLaneGrants(f *testing.F) {
 		return append(b, payload...)
 	}
 	install := req(wire.ReqHeader{Op: wire.OpGrant, Length: uint64(len(g))}, g)
+	padded := req(wire.ReqHeader{Op: wire.OpGrant, Addr: uint64(len(g)), Length: uint64(len(g) + wire.GrantPad(len(g)))}, append(bytes.Clone(g), make([]byte, wire.GrantPad(len(g)))...))
+	f.Add(padded, req(wire.ReqHeader{Op: wire.OpWrite, ID: 1, Addr: base, Length: 16}, bytes.Repeat([]byte{1}, 16)))
 	f.Add(install, req(wire.ReqHeader{Op: wire.OpWrite, ID: 1, Addr: base, Length: 16}, bytes.Repeat([]byte{1}, 16)))
 	f.Add(install, req(wire.ReqHeader{Op: wire.OpWrite, ID: 1, Addr: base + 2040, Length: 16}, bytes.Repeat([]byte{1}, 16)))
 	f.Add(install, req(wire.ReqHeader{Op: wire.OpRead, ID: 1, Addr: base, Length: 16}, nil))
 	f.Add([]byte{}, req(wire.ReqHeader{Op: wire.OpGrant, Length: 20}, bytes.Repeat([]byte{7}, 20)))
 	f.Fuzz(func(t *testing.T, pre, in []byte) {
 		clear(backing)
-		if len(pre) > 0 {
-			pre = install // either the valid grant or nothing, then anything
+		switch { // the valid grant, padded or not, or nothing, then anything
+		case len(pre) > 0 && pre[len(pre)-1] == 0:
+			pre = padded
+		case len(pre) > 0:
+			pre = install
 		}
 		c := &fakeConn{r: bytes.NewReader(append(bytes.Clone(pre), in...))}
 		_ = ServeLane(c, bufio.NewReader(c), reg, ServerConfig{MaxSlice: 8192, Grants: v, Segment: "seg"})
@@ -60,4 +65,79 @@ func FuzzServeLaneGrants(f *testing.F) {
 			}
 		}
 	})
+}
+
+// countingConn records how many bytes reads into buffers of bufio's size
+// (fills of the lane's reader) returned.
+type countingConn struct {
+	*fakeConn
+	size   int
+	filled int
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.fakeConn.Read(b)
+	if len(b) >= 1024 && len(b) <= c.size {
+		c.filled += n
+	}
+	return n, err
+}
+
+// Between large WRITEs a grant arriving on the lane is read straight from
+// the socket with the header behind it, like the header it replaces: the
+// next WRITE's payload goes into memory without passing through the
+// lane's reader, and lands where it was granted.
+func TestServeLaneGrantBetweenLargeWrites(t *testing.T) {
+	const size = 256 << 10
+	mem := make([]byte, 3*size)
+	reg := registry.New()
+	if _, err := reg.Register(mem, "", false); err != nil {
+		t.Fatal(err)
+	}
+	base := registry.AddrOf(mem)
+	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("lane-key-0123456789")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := grant.NewVerifier(keys, nil)
+	var in []byte
+	for i := range 3 {
+		g, err := keys.Encode(grant.Grant{Segment: "seg", Addr: base + uint64(i*size), Length: size, Mode: grant.Write, Expires: time.Now().Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h [wire.ReqHeaderSize]byte
+		if i%2 == 0 { // unpadded
+			(&wire.ReqHeader{Op: wire.OpGrant, Length: uint64(len(g))}).Put(h[:])
+			in = append(append(in, h[:]...), g...)
+		} else { // padded, as lanes send them
+			pad := wire.GrantPad(len(g))
+			(&wire.ReqHeader{Op: wire.OpGrant, Addr: uint64(len(g)), Length: uint64(len(g) + pad)}).Put(h[:])
+			in = append(append(append(in, h[:]...), g...), make([]byte, pad)...)
+		}
+		(&wire.ReqHeader{Op: wire.OpWrite, ID: uint64(i + 1), Addr: base + uint64(i*size), Length: size}).Put(h[:])
+		in = append(append(in, h[:]...), bytes.Repeat([]byte{byte(i + 1)}, size)...)
+	}
+	const bufSize = 64 << 10
+	c := &countingConn{fakeConn: &fakeConn{r: bytes.NewReader(in)}, size: bufSize}
+	if err := ServeLane(c, bufio.NewReaderSize(c, bufSize), reg, ServerConfig{MaxSlice: 1 << 20, Grants: v, Segment: "seg"}); err != nil {
+		t.Fatal(err)
+	}
+	hs := checkResponses(t, c.w.Bytes())
+	if len(hs) != 3 {
+		t.Fatalf("%d responses, want 3", len(hs))
+	}
+	for i, h := range hs {
+		if h.Status != wire.StatusOK {
+			t.Fatalf("write %d: status %d", i+1, h.Status)
+		}
+		if !bytes.Equal(mem[i*size:(i+1)*size], bytes.Repeat([]byte{byte(i + 1)}, size)) {
+			t.Fatalf("write %d did not land", i+1)
+		}
+	}
+	// Only the first request went through the reader (nothing before it
+	// was large).
+	if c.filled > bufSize {
+		t.Fatalf("the lane's reader read %d bytes, want at most %d (the first request's)", c.filled, bufSize)
+	}
 }

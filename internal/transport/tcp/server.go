@@ -69,6 +69,7 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 	}
 	var (
 		hb        [wire.ReqHeaderSize]byte
+		pending   bool // hb holds the next request's header (read with a grant)
 		lastLarge bool
 		o         = &outbox{out: make([]byte, 0, 64<<10)}
 		gs        *grant.Set
@@ -101,12 +102,15 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 		if lastLarge && r.Buffered() == 0 {
 			src = conn
 		}
-		if _, err := io.ReadFull(src, hb[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
+		if !pending {
+			if _, err := io.ReadFull(src, hb[:]); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
 			}
-			return err
 		}
+		pending = false
 		h, err := wire.DecodeReqHeader(hb[:], cfg.MaxSlice)
 		if err != nil {
 			_ = o.flush(conn, cfg)
@@ -118,13 +122,23 @@ func ServeLane(conn net.Conn, r *bufio.Reader, mem Memory, cfg ServerConfig) err
 			// checked against the set with a few comparisons each. A grant
 			// that does not verify is counted by the verifier and dropped.
 			if gbuf == nil {
-				gbuf = make([]byte, wire.MaxGrant)
+				gbuf = make([]byte, wire.MaxGrant+wire.ReqHeaderSize)
 			}
-			if _, err := io.ReadFull(r, gbuf[:h.Length]); err != nil {
+			if src == conn {
+				// Between large WRITEs: the grant and the header of the
+				// request it comes in front of (a peer sends them
+				// together) straight from the socket, so that r does not
+				// read ahead into that request's payload.
+				if _, err := io.ReadFull(conn, gbuf[:h.Length+wire.ReqHeaderSize]); err != nil {
+					return err
+				}
+				copy(hb[:], gbuf[h.Length:])
+				pending = true
+			} else if _, err := io.ReadFull(r, gbuf[:h.Length]); err != nil {
 				return err
 			}
 			if gs != nil {
-				_ = gs.Install(gbuf[:h.Length])
+				_ = gs.Install(gbuf[:h.GrantLen()])
 			}
 			continue
 		}
