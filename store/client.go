@@ -108,8 +108,9 @@ type Client struct {
 	slots  []*putSlot // reserved by the master for our next small puts (slot.go)
 
 	mu              sync.Mutex
-	durable         atomic.Bool            // the master asked for object headers (stage room for them)
-	keyPrefix       atomic.Pointer[string] // the tenant namespace the master reported (headers carry it)
+	plainRC         atomic.Pointer[pb.ReplicateConfig] // rcToPB of options without a policy (shared, read only)
+	durable         atomic.Bool                        // the master asked for object headers (stage room for them)
+	keyPrefix       atomic.Pointer[string]             // the tenant namespace the master reported (headers carry it)
 	remounts        int
 	restored        int              // objects the master took over at remounts
 	zeroed          []*pb.HeaderRef  // tombstones zeroed, to report in the next ping
@@ -532,10 +533,22 @@ func (c *Client) isClosed() bool {
 	}
 }
 
+// rcToPB is the policy of a put with options o. Puts with no policy
+// options (the common case) share one message, made once: the put path
+// only reads it.
 func (c *Client) rcToPB(o PutOptions) *pb.ReplicateConfig {
 	n := o.Replicas
 	if n == 0 {
 		n = c.cfg.Replicas
+	}
+	if n == c.cfg.Replicas && o.PreferredSegments == nil && !o.PreferLocal && !o.SoftPin && o.SoftPinTTL == 0 && !o.HardPin &&
+		o.promoteSeq == 0 && !o.KeepSoftPin {
+		if rc := c.plainRC.Load(); rc != nil {
+			return rc
+		}
+		rc := &pb.ReplicateConfig{Replicas: int32(n)}
+		c.plainRC.Store(rc)
+		return rc
 	}
 	pref := o.PreferredSegments
 	if o.PreferLocal && c.segmentSpec != nil {

@@ -21,6 +21,8 @@ type Mover interface {
 	AllocateManaged(length int) ([]byte, error)
 	FreeManaged(b []byte) error
 	OpenSegment(ctx context.Context, name string) (transfer.SegmentID, error)
+	// Transfer runs reqs and returns when they ended; it keeps no
+	// reference to reqs after it returns (the client reuses the list).
 	Transfer(ctx context.Context, reqs []transfer.Request) error
 }
 

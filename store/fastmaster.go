@@ -156,12 +156,18 @@ func fastCallOn[R any, PR interface {
 		resp, err := slowCall(ctx, deadline, slow)
 		return resp, nil, err
 	}
-	b, err := pb.Marshal(req)
+	bp := reqBufs.Get().(*[]byte)
+	b, err := pb.MarshalAppend((*bp)[:0], req)
 	if err != nil {
+		reqBufs.Put(bp)
 		resp, err := slowCall(ctx, deadline, slow)
 		return resp, nil, err
 	}
-	out, err := c.CallBy(ctx, deadline, method, b)
+	out, err := c.CallBy(ctx, deadline, method, b) // b is copied into the connection's write queue
+	if cap(b) <= maxPooledReq {
+		*bp = b[:0]
+		reqBufs.Put(bp)
+	}
 	switch {
 	case err == nil:
 	case fallBack(err):
@@ -178,6 +184,12 @@ func fastCallOn[R any, PR interface {
 	}
 	return resp, c, nil
 }
+
+// reqBufs recycles the encoded requests of fastCallOn (CallBy copies them
+// into its write queue), up to maxPooledReq bytes each.
+var reqBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledReq = 64 << 10
 
 // reserve implements putRPC with PutStart.
 func (m *fastMaster) reserve(ctx context.Context, in *pb.PutStartRequest) (*pb.PutStartResponse, error) {

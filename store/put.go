@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/objheader"
@@ -71,7 +72,8 @@ type putJob struct {
 // key itself (slot "") or as a slot (slot.go).
 type space struct {
 	*pb.PutStartResponse
-	slot string // the slot's placeholder key ("" = the key's own put)
+	slot string   // the slot's placeholder key ("" = the key's own put)
+	held *putSlot // the slot taken (nil for PutStart's space): its record is reused for the next slot
 }
 
 // owner is the key the master keeps the reserved space under.
@@ -124,7 +126,7 @@ func (c *Client) put(ctx context.Context, key string, value []byte, o PutOptions
 func (c *Client) reserveSpace(ctx context.Context, p *putJob) (space, error) {
 	if p.slots {
 		if sl := c.takeSlot(ctx, p.key, p.size, p.rc); sl != nil {
-			return space{sl.resp, sl.key}, nil
+			return space{sl.resp, sl.key, sl}, nil
 		}
 	}
 	resp, err := c.puts.reserve(ctx, &pb.PutStartRequest{ClientId: c.cfg.ClientID, Key: p.key, Size: uint64(p.size), Config: p.rc, Upsert: p.o.Upsert})
@@ -134,7 +136,7 @@ func (c *Client) reserveSpace(ctx context.Context, p *putJob) (space, error) {
 	if err := statusErr(resp.Status); err != nil {
 		return space{}, fmt.Errorf("store: put %q: %w", p.key, err)
 	}
-	return space{resp, ""}, nil
+	return space{resp, "", nil}, nil
 }
 
 // writeObject writes the object header (when the master keeps them) and
@@ -174,7 +176,12 @@ func (c *Client) commitPut(ctx context.Context, p *putJob, sp space) error {
 		return fmt.Errorf("store: put %q: %w", p.key, err)
 	}
 	if resp.NextSlot != "" && resp.Next != nil {
-		c.keepSlot(ctx, &putSlot{key: resp.NextSlot, resp: resp.Next, size: uint64(p.size), rc: p.rc, link: link, got: c.clock.Now()})
+		s := sp.held
+		if s == nil {
+			s = new(putSlot)
+		}
+		*s = putSlot{key: resp.NextSlot, resp: resp.Next, size: uint64(p.size), rc: p.rc, link: link, got: c.clock.Now()}
+		c.keepSlot(ctx, s)
 	}
 	return nil
 }
@@ -229,25 +236,38 @@ func (c *Client) source(ctx context.Context, key string, value []byte, registere
 // writeReplicas writes src, and the object header hdr when not nil, to
 // every replica in one transfer batch.
 func (c *Client) writeReplicas(ctx context.Context, src []byte, reps []*pb.Replica, hdr []byte) error {
-	reqs := make([]transfer.Request, 0, 2*len(reps))
-	segs := make([]transfer.SegmentID, len(reps))
-	for i, r := range reps {
+	rp := reqPool.Get().(*[]transfer.Request)
+	defer func() {
+		clear(*rp) // no grant strings kept alive in the pool
+		*rp = (*rp)[:0]
+		reqPool.Put(rp)
+	}()
+	reqs := (*rp)[:0]
+	for _, r := range reps {
 		seg, err := c.mover.OpenSegment(ctx, r.Endpoint)
 		if err != nil {
 			return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 		}
-		segs[i] = seg
 		reqs = append(reqs, transfer.Request{Op: transfer.OpWrite, Local: transfer.AddrOf(src), Segment: seg, Remote: r.Addr, Length: len(src), Grant: grantString(r.Grant)})
 	}
 	if hdr != nil && transfer.AddrOf(hdr)+uintptr(len(hdr)) == transfer.AddrOf(src) {
 		for i := range reqs { // header and value are adjacent: one write each
 			reqs[i].Local, reqs[i].Remote, reqs[i].Length = transfer.AddrOf(hdr), reqs[i].Remote-uint64(len(hdr)), len(hdr)+len(src)
 		}
-	} else {
+	} else if hdr != nil {
+		segs := make([]transfer.SegmentID, len(reps))
+		for i := range reps {
+			segs[i] = reqs[i].Segment
+		}
 		reqs = append(reqs, headerWrites(hdr, reps, segs)...)
 	}
+	*rp = reqs
 	if err := c.mover.Transfer(ctx, reqs); err != nil {
 		return fmt.Errorf("%w: write: %w", ErrTransfer, err)
 	}
 	return nil
 }
+
+// reqPool recycles the request lists of writeReplicas (Transfer copies
+// the requests it takes; the list is free once it returns).
+var reqPool = sync.Pool{New: func() any { return new([]transfer.Request) }}

@@ -15,11 +15,11 @@ type staging struct {
 
 	mu      sync.Mutex
 	a       *offsetalloc.Allocator
-	changed chan struct{} // closed and replaced on every put back
+	changed chan struct{} // made by a take that waits, closed (and forgotten) by the next put back
 }
 
 func newStaging(buf []byte) *staging {
-	return &staging{buf: buf, a: offsetalloc.New(uint64(len(buf)), offsetalloc.DefaultAlign), changed: make(chan struct{})}
+	return &staging{buf: buf, a: offsetalloc.New(uint64(len(buf)), offsetalloc.DefaultAlign)}
 }
 
 // take returns n bytes of staging memory; ok is false when n can never fit.
@@ -30,11 +30,15 @@ func (s *staging) take(ctx context.Context, n int) ([]byte, error) {
 	for {
 		s.mu.Lock()
 		off, ok := s.a.Alloc(uint64(n))
-		ch := s.changed
-		s.mu.Unlock()
 		if ok {
+			s.mu.Unlock()
 			return s.buf[off : off+uint64(n) : off+uint64(n)], nil
 		}
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		ch := s.changed
+		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -50,7 +54,9 @@ func (s *staging) put(b []byte) {
 	off := uint64(uintptr(unsafe.Pointer(&b[0])) - uintptr(unsafe.Pointer(&s.buf[0])))
 	s.mu.Lock()
 	s.a.Free(off, uint64(len(b)))
-	close(s.changed)
-	s.changed = make(chan struct{})
+	if s.changed != nil { // someone waits for room
+		close(s.changed)
+		s.changed = nil
+	}
 	s.mu.Unlock()
 }

@@ -86,6 +86,7 @@ type Batch struct {
 	aborted  atomic.Bool
 	abortErr error
 	deadline time.Time
+	inlined  bool // every request ran on the submitting goroutine before submit returned (start)
 }
 
 type task struct {
@@ -158,7 +159,11 @@ func (e *Engine) submit(ctx context.Context, until time.Time, reqs []Request, in
 // newBatch checks every request and pins its local memory; on error
 // nothing stays pinned.
 func (e *Engine) newBatch(reqs []Request) (*Batch, error) {
-	b := &Batch{e: e, tasks: make([]task, len(reqs)), done: make(chan struct{})}
+	b := e.reusedBatch(len(reqs))
+	if b == nil {
+		b = &Batch{e: e, tasks: make([]task, len(reqs))}
+	}
+	b.done = make(chan struct{})
 	for i, r := range reqs {
 		t := &b.tasks[i]
 		t.index, t.req = i, r
@@ -260,6 +265,7 @@ func (b *Batch) start(ctx context.Context, inline bool) (late []int) {
 	switch {
 	case inline && n <= inlineMax:
 		b.runLocal(context.Background(), local)
+		b.inlined = dctx == nil // no asynchronous job holds the batch
 		return nil
 	case inline:
 		return local
@@ -471,7 +477,46 @@ func (e *Engine) TransferUntil(ctx context.Context, deadline time.Time, reqs []R
 	}
 	err = b.Wait(ctx)
 	b.Free()
+	e.recycle(b)
 	return err
+}
+
+// batchPool recycles the batches of TransferUntil whose requests all ran
+// inline (small local copies: a store's small put or get): nothing else
+// holds them once they ended, and a batch and its tasks were most of the
+// garbage of such a call.
+var batchPool sync.Pool
+
+// maxPooledTasks bounds the task list a pooled batch keeps.
+const maxPooledTasks = 16
+
+// recycle gives b, ended and freed by TransferUntil, to batchPool when
+// every request ran inline (Batch.inlined).
+func (e *Engine) recycle(b *Batch) {
+	if !b.inlined || cap(b.tasks) > maxPooledTasks || b.timer.Load() != nil {
+		return
+	}
+	tasks := b.tasks[:cap(b.tasks)]
+	clear(tasks) // no requests, pins or jobs kept alive in the pool
+	*b = Batch{tasks: tasks[:0]}
+	batchPool.Put(b)
+}
+
+// reusedBatch is a batch of e with n zeroed tasks from batchPool, nil when
+// the pool has none that fits.
+func (e *Engine) reusedBatch(n int) *Batch {
+	if n > maxPooledTasks {
+		return nil
+	}
+	b, _ := batchPool.Get().(*Batch)
+	if b == nil {
+		return nil
+	}
+	if cap(b.tasks) < n {
+		b.tasks = make([]task, n)
+	}
+	b.e, b.tasks = e, b.tasks[:n]
+	return b
 }
 
 func opName(op Opcode) string {

@@ -102,6 +102,13 @@ the first eviction and reports the segment utilisation reached.`,
 				return err
 			}
 			defer stop()
+			if cpuProfile != "" && servers != benchstore.ServersInProcess {
+				// The server and client processes profile themselves.
+				if err := os.Setenv(cpuProfileEnv, cpuProfile); err != nil {
+					return err
+				}
+				defer os.Unsetenv(cpuProfileEnv)
+			}
 			return runBenchStore(cmd.Context(), cmd.OutOrStdout(), cfg)
 		},
 	}
@@ -128,7 +135,7 @@ the first eviction and reports the segment utilisation reached.`,
 		_ = f.MarkHidden(h)
 	}
 	hot.register(f)
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with the servers in process: master, nodes and clients together)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with the servers in process: master, nodes and clients together; with --servers process each server and client process writes its own, FILE.ROLE-PID.pprof)")
 	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed`)
 	return cmd
 }

@@ -151,10 +151,15 @@ GOMEMLIMIT in the environment applies too.`,
 // table), so a collection's cost hardly grows with the objects while the
 // Go runtime lets the heap grow to (1+GOGC/100) times the live heap between
 // collections. The master's GOGC is therefore set from the live heap so that
-// about masterGCHeadroom of garbage gathers between collections (GOGC 100
-// for a small master), but at least masterGCMin percent of the live heap:
-// at 10M objects a loaded master's RSS is about 1.05x its live heap. See
-// docs/store.md, "Master memory per object".
+// about masterGCHeadroom of garbage gathers between collections, but at
+// least masterGCMin percent of the live heap: at 10M objects a loaded
+// master's RSS is about 1.05x its live heap. A small master (a few MiB
+// live) gets the same headroom, up to masterGCMax: its put path makes
+// about a kilobyte of garbage per call, so with the runtime's default
+// (GOGC 100 of a 5 MiB heap) a master serving 100k calls a second
+// collected 20-30 times a second, each collection running mark workers on
+// the idle cores and slowing the calls it overlaps. See docs/store.md,
+// "Master memory per object".
 //
 // While a restore runs (master.RestoreRunning: a restarted master or a new
 // leader learning its objects from the nodes), GOGC is at least
@@ -165,8 +170,9 @@ GOMEMLIMIT in the environment applies too.`,
 const (
 	masterGCHeadroom = 16 << 20
 	masterGCMin      = 5
-	masterGCMax      = 100
+	masterGCMax      = 1600 // 16 MiB of headroom from 1 MiB live
 	masterGCRestore  = 25
+	masterGCUnknown  = 100 // before the first collection measured the live heap
 )
 
 // masterGCPercent is the GOGC for a live heap of live bytes.
@@ -176,7 +182,7 @@ func masterGCPercent(live uint64, restoring bool) int {
 		p = masterGCRestore
 	}
 	if live == 0 {
-		return masterGCMax
+		return masterGCUnknown
 	}
 	return int(min(masterGCMax, max(uint64(p), 100*masterGCHeadroom/live)))
 }

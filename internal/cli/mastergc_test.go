@@ -7,12 +7,13 @@ import (
 )
 
 // TestMasterGCPercent: about masterGCHeadroom of garbage between
-// collections, within [masterGCMin, masterGCMax].
+// collections, within [masterGCMin, masterGCMax], small masters included;
+// the runtime's default until the live heap is known.
 func TestMasterGCPercent(t *testing.T) {
 	for _, tc := range []struct {
 		live uint64
 		want int
-	}{{0, 100}, {1 << 20, 100}, {16 << 20, 100}, {32 << 20, 50}, {160 << 20, 10}, {320 << 20, 5}, {8 << 30, 5}} {
+	}{{0, 100}, {512 << 10, 1600}, {1 << 20, 1600}, {4 << 20, 400}, {16 << 20, 100}, {32 << 20, 50}, {160 << 20, 10}, {320 << 20, 5}, {8 << 30, 5}} {
 		if got := masterGCPercent(tc.live, false); got != tc.want {
 			t.Errorf("live %d MiB: GOGC %d, want %d", tc.live>>20, got, tc.want)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 
 	"github.com/spf13/cobra"
 )
@@ -24,9 +25,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	root := newRootCmd()
 	usageExits2(root)
 	root.SetArgs(args)
+	stopProfile, err := profileFromEnv(os.Getenv(cpuProfileEnv), args)
+	if err != nil {
+		return 2, err
+	}
+	defer stopProfile()
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	err = root.ExecuteContext(ctx)
 	if err == nil {
 		return 0, nil
 	}

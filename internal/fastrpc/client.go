@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,13 @@ type Client struct {
 
 	lastRecv atomic.Int64 // unix nanoseconds of the last answer read
 	rdl      time.Time    // the connection's read deadline; only the token's holder touches it
+
+	// The end of a reader's ctx wakes its Read (watchCtx). One watch is
+	// kept across calls for a ctx without a deadline, so callers that pass
+	// one long-lived ctx register one context.AfterFunc, not one per call.
+	watch   atomic.Pointer[ctxWatch] // the ctx watched; replaced only by the token's holder, dropped by fail
+	watchMu sync.Mutex               // orders a watch's wake-up against the end of its read
+	reading *ctxWatch                // the watch of the reader's ctx while it reads (nil otherwise); watchMu
 }
 
 // RecentWindow: Alive trusts a connection that delivered an answer this
@@ -219,7 +227,15 @@ func (c *Client) Alive() bool {
 	if c.rd.buffered() > 0 {
 		return c.Err() == nil
 	}
-	if err := peekClosed(c.conn); err != nil {
+	err := peekClosed(c.conn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// A call's read deadline that passed while the connection idled
+		// (readUntil leaves it set for the next call): no failure.
+		_ = c.conn.SetReadDeadline(time.Time{})
+		c.rdl = time.Time{}
+		err = peekClosed(c.conn)
+	}
+	if err != nil {
 		c.fail(err)
 		return false
 	}
@@ -241,6 +257,7 @@ func (c *Client) fail(err error) {
 	}
 	c.err = err
 	_ = c.conn.Close()
+	c.dropWatch()
 	for id, ch := range c.pending {
 		ch <- result{err: fmt.Errorf("%w: %w", ErrConnLost, err)}
 		delete(c.pending, id)
@@ -295,21 +312,14 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result, deadl
 		_ = c.conn.SetReadDeadline(deadline)
 		c.rdl = deadline
 	}
-	if ctx.Done() != nil {
-		// ctx's end wakes the Read; the deadline is cleared again before
-		// the token passes on, so the next reader is not cut short.
-		fired := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
-			_ = c.conn.SetReadDeadline(aLongTimeAgo)
-			close(fired)
-		})
-		defer func() {
-			if !stop() {
-				<-fired
-				_ = c.conn.SetReadDeadline(time.Time{})
-				c.rdl = time.Time{}
-			}
-		}()
+	if done := ctx.Done(); done != nil {
+		c.watchCtx(ctx, done)
+		defer c.unwatchCtx(ctx)
+		// Checked again now that the watch is on: an end just before it
+		// would not have woken this reader.
+		if err := ctx.Err(); err != nil {
+			return result{}, err
+		}
 	}
 	for {
 		st, fid, payload, err := c.rd.next(c.io)
@@ -342,6 +352,71 @@ func (c *Client) readUntil(ctx context.Context, id uint64, ch chan result, deadl
 		if fid == id {
 			return <-ch, nil
 		}
+	}
+}
+
+// ctxWatch is a context.AfterFunc on a reader's ctx.
+type ctxWatch struct {
+	done <-chan struct{} // the ctx's Done
+	stop func() bool
+}
+
+// watchCtx makes the end of ctx (whose Done is done) wake the token
+// holder's Read while it reads for ctx: its AfterFunc moves the read
+// deadline into the past. A watch kept from an earlier call of the same
+// ctx is reused. An AfterFunc that fires while nobody reads for its ctx
+// does nothing (watchMu orders it against the end of each read).
+func (c *Client) watchCtx(ctx context.Context, done <-chan struct{}) {
+	w := c.watch.Load()
+	if w == nil || w.done != done {
+		nw := &ctxWatch{done: done}
+		nw.stop = context.AfterFunc(ctx, func() {
+			c.watchMu.Lock()
+			defer c.watchMu.Unlock()
+			if c.reading == nw {
+				_ = c.conn.SetReadDeadline(aLongTimeAgo)
+			}
+		})
+		if old := c.watch.Swap(nw); old != nil {
+			old.stop()
+		}
+		if c.Err() != nil { // ended meanwhile: fail may have missed nw
+			c.dropWatch()
+		}
+		w = nw
+	}
+	c.watchMu.Lock()
+	c.reading = w
+	c.watchMu.Unlock()
+}
+
+// unwatchCtx ends the read for ctx. The watch stays for the next call when
+// ctx has no deadline and has not ended (a long-lived ctx), and is stopped
+// otherwise (a ctx made for the call: it ends soon, and its AfterFunc need
+// not run). A read deadline the end of ctx set is cleared for the next
+// reader. Once it returns no wake-up of the watch moves the deadline: an
+// idle connection never holds a deadline in the past (Alive's peek would
+// take it for a failure).
+func (c *Client) unwatchCtx(ctx context.Context) {
+	c.watchMu.Lock()
+	c.reading = nil
+	c.watchMu.Unlock()
+	_, timed := ctx.Deadline()
+	ended := ctx.Err() != nil
+	if timed || ended {
+		c.dropWatch()
+	}
+	if ended {
+		_ = c.conn.SetReadDeadline(time.Time{})
+		c.rdl = time.Time{}
+	}
+}
+
+// dropWatch stops the kept watch, so that a long-lived ctx does not keep
+// an ended connection.
+func (c *Client) dropWatch() {
+	if w := c.watch.Swap(nil); w != nil {
+		w.stop()
 	}
 }
 
@@ -393,7 +468,8 @@ func (c *Client) Call(ctx context.Context, method uint8, req []byte) ([]byte, er
 // at its deadline; a caller waiting for another's read to deliver its
 // answer gives up at its ctx's end or, at the latest, when that reader's
 // deadline passes and the read passes to it. A call that gives up at its
-// deadline fails with an error wrapping context.DeadlineExceeded.
+// deadline fails with an error wrapping context.DeadlineExceeded. req is
+// copied before CallBy returns: the caller may reuse it.
 func (c *Client) CallBy(ctx context.Context, deadline time.Time, method uint8, req []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotSent, err)

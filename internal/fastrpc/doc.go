@@ -20,7 +20,11 @@
 // before it returns. CallBy takes a deadline instead of a context deadline
 // (no timer per call): the reader sets it as the connection's read
 // deadline only when the one set is later, and one that passes early
-// wakes the reader, which moves it and reads on. Client.Alive answers at
+// wakes the reader, which moves it and reads on. The end of a caller's ctx
+// wakes its read through a context.AfterFunc; for a ctx without a deadline
+// (a long-lived one, passed to every call) the client keeps that one
+// AfterFunc across calls instead of registering one per call, and it acts
+// only while a call of that ctx reads. Client.Alive answers at
 // once for a connection that delivered an answer within RecentWindow and
 // peeks the socket otherwise, for callers that must know a connection
 // still works before they act on it (the store's put slots). The server

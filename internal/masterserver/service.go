@@ -28,9 +28,13 @@ func NewService(m *master.Master) *Service { return &Service{m: m} }
 
 var _ pb.MasterServiceServer = (*Service)(nil)
 
+// okStatus is every answer's success status: shared, as answers are only
+// encoded, never changed, once made.
+var okStatus = &pb.Status{}
+
 func status(err error) *pb.Status {
 	if err == nil {
-		return &pb.Status{}
+		return okStatus
 	}
 	return &pb.Status{Code: master.Code(err), Message: err.Error()}
 }
@@ -64,8 +68,10 @@ func msDuration(ms int64) time.Duration {
 
 func replicasToPB(rs []master.Replica) []*pb.Replica {
 	out := make([]*pb.Replica, len(rs))
+	recs := make([]pb.Replica, len(rs)) // one allocation for the records
 	for i, r := range rs {
-		out[i] = &pb.Replica{Segment: r.Segment, Endpoint: r.Endpoint, Addr: r.Addr, Size: r.Size}
+		recs[i].Segment, recs[i].Endpoint, recs[i].Addr, recs[i].Size = r.Segment, r.Endpoint, r.Addr, r.Size
+		out[i] = &recs[i]
 	}
 	return out
 }
@@ -279,7 +285,12 @@ func (s *Service) PutCommit(ctx context.Context, r *pb.PutCommitRequest) (*pb.Pu
 }
 
 func (s *Service) putCommit(ns string, r *pb.PutCommitRequest) *pb.PutCommitResponse {
-	out := &pb.PutCommitResponse{}
+	// The answer and the next slot's record in one allocation.
+	both := &struct {
+		out  pb.PutCommitResponse
+		next pb.PutStartResponse
+	}{}
+	out := &both.out
 	rc := rcFromPB(r.Config)
 	key := scope(ns, r.Key)
 	var ask master.SlotAsk
@@ -294,7 +305,9 @@ func (s *Service) putCommit(ns string, r *pb.PutCommitRequest) *pb.PutCommitResp
 	}
 	if c.Slot != "" && len(c.Next) > 0 {
 		out.NextSlot = c.Slot
-		out.Next = s.grants.put(&pb.PutStartResponse{Status: status(nil), Replicas: replicasToPB(c.Next), Seq: c.Next[0].Seq, HeaderLen: c.Next[0].HeaderLen, KeyPrefix: ns})
+		n := &both.next
+		n.Status, n.Replicas, n.Seq, n.HeaderLen, n.KeyPrefix = status(nil), replicasToPB(c.Next), c.Next[0].Seq, c.Next[0].HeaderLen, ns
+		out.Next = s.grants.put(n)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package storepb
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -37,6 +38,24 @@ func Marshal(m proto.Message) ([]byte, error) {
 		return v.MarshalVT()
 	}
 	return proto.Marshal(m)
+}
+
+// MarshalAppend is Marshal that appends the encoding to b (no allocation
+// when b has room), for callers that reuse their buffers.
+func MarshalAppend(b []byte, m proto.Message) ([]byte, error) {
+	v, ok := m.(interface {
+		SizeVT() int
+		MarshalToSizedBufferVT([]byte) (int, error)
+	})
+	if !ok {
+		return proto.MarshalOptions{}.MarshalAppend(b, m)
+	}
+	n := v.SizeVT()
+	b = slices.Grow(b, n)
+	if _, err := v.MarshalToSizedBufferVT(b[len(b) : len(b)+n]); err != nil {
+		return nil, err
+	}
+	return b[:len(b)+n], nil
 }
 
 // Unmarshal decodes b into m, a new (empty) message, with its generated

@@ -48,6 +48,34 @@ func TestFastCodecMatchesProto(t *testing.T) {
 	}
 }
 
+// MarshalAppend appends Marshal's bytes after what the buffer holds, into
+// its room when it has enough.
+func TestMarshalAppend(t *testing.T) {
+	buf := make([]byte, 0, 4096)
+	for _, m := range samples() {
+		want, err := Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, prefix := range [][]byte{nil, []byte("head")} {
+			b := append(buf[:0], prefix...)
+			got, err := MarshalAppend(b, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:len(prefix)], prefix) || !bytes.Equal(got[len(prefix):], want) {
+				t.Errorf("%T after %q: %x, want %x", m, prefix, got, want)
+			}
+			if &got[0] != &buf[:1][0] {
+				t.Errorf("%T: appended elsewhere although the buffer had room", m)
+			}
+		}
+		if got, err := MarshalAppend(nil, m); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%T to nil: %x, %v", m, got, err)
+		}
+	}
+}
+
 // FuzzUnmarshal: the fast decoders of what the master and its clients read
 // off the network never panic, and agree with proto.Unmarshal on what
 // both take.

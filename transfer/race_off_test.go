@@ -1,0 +1,5 @@
+//go:build !race
+
+package transfer
+
+const raceEnabled = false
