@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/kvcache-go/mooncake/internal/objheader"
 
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
@@ -33,6 +35,10 @@ const (
 // encoded, sent and decoded while the master decides one, which it does in
 // chunk order.
 const remountWindow = 4
+
+// remountCodec encodes a remount's calls with their generated fast codec
+// (the same protobuf bytes; storepb.GRPCCodec).
+var remountCodec = grpc.ForceCodecV2(pb.GRPCCodec())
 
 // Backoff between failed remounts: a refused remount is retried, but not
 // at every ping.
@@ -60,6 +66,9 @@ type remountStats struct {
 type heldSource interface {
 	// peek is the next report, once it is known (nil: there is none).
 	peek() *pb.HeldObject
+	// peekReady is peek when the next report is known already (ready);
+	// it does not wait for a scan in progress.
+	peekReady() (h *pb.HeldObject, ready bool)
 	// advance moves past the report peek returned.
 	advance()
 	// expect is how many reports the source gives in all: exact for a
@@ -77,18 +86,36 @@ func (s *sliceSource) peek() *pb.HeldObject {
 	}
 	return s.held[0]
 }
-func (s *sliceSource) advance()       { s.held = s.held[1:] }
-func (s *sliceSource) expect() uint64 { return uint64(len(s.held)) }
+func (s *sliceSource) peekReady() (*pb.HeldObject, bool) { return s.peek(), true }
+func (s *sliceSource) advance()                          { s.held = s.held[1:] }
+func (s *sliceSource) expect() uint64                    { return uint64(len(s.held)) }
 
 // remountChunk takes the next chunk's reports from src: at least one
 // (none when src is empty), and within both bounds otherwise. more says
-// whether src has reports after them.
-func remountChunk(src heldSource) (chunk []*pb.HeldObject, more bool) {
-	size := 0
+// whether src has reports after them. With ready, past the first report
+// it takes only those src knows already (a remount's first call goes out
+// without waiting for a scan's later pieces): more is then true whenever
+// src cannot tell yet.
+func remountChunk(src heldSource, ready bool) (chunk []*pb.HeldObject, more bool) {
+	chunk, more, _ = remountChunkSized(src, ready)
+	return chunk, more
+}
+
+// remountChunkSized is remountChunk that also returns the reports'
+// encoded size in a request (their field tags and lengths included).
+func remountChunkSized(src heldSource, ready bool) (chunk []*pb.HeldObject, more bool, size int) {
 	for len(chunk) < remountChunkObjects {
-		h := src.peek()
+		var h *pb.HeldObject
+		if ready && len(chunk) > 0 {
+			var known bool
+			if h, known = src.peekReady(); !known {
+				return chunk, true, size
+			}
+		} else {
+			h = src.peek()
+		}
 		if h == nil {
-			return chunk, false
+			return chunk, false, size
 		}
 		s := h.SizeVT()
 		s += 1 + sizeVarint(uint64(s)) // field tag and length
@@ -99,7 +126,11 @@ func remountChunk(src heldSource) (chunk []*pb.HeldObject, more bool) {
 		chunk = append(chunk, h)
 		src.advance()
 	}
-	return chunk, src.peek() != nil
+	if ready {
+		h, known := src.peekReady()
+		return chunk, !known || h != nil, size
+	}
+	return chunk, src.peek() != nil, size
 }
 
 func sizeVarint(x uint64) int {
@@ -129,7 +160,7 @@ func (c *Client) remount(ctx context.Context, segs []*pb.Segment, held []*pb.Hel
 // table by it).
 func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSource) (remountStats, error) {
 	var st remountStats
-	objs, more := remountChunk(src)
+	objs, more := remountChunk(src, true)
 	first := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs, Objects: objs, More: more,
 		Total: uint64(len(objs)) + src.expect()}
 	resp, err := c.remountCall(ctx, first, &st)
@@ -151,11 +182,12 @@ func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSo
 	inflight := 0
 	for chunk := uint32(1); ; {
 		for inflight < window && more {
-			var objs []*pb.HeldObject
-			objs, more = remountChunk(src)
-			req := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Objects: objs, RestoreId: resp.RestoreId, Chunk: chunk, More: more}
+			objs, m, objBytes := remountChunkSized(src, false)
+			more = m
+			req := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, RestoreId: resp.RestoreId, Chunk: chunk, More: more}
+			size := req.SizeVT() + objBytes // the reports' size summed as they were taken, not a second pass over them
+			req.Objects = objs
 			chunk++
-			size := req.SizeVT()
 			st.calls++
 			st.reports += len(req.Objects)
 			st.maxBytes, st.bytes = max(st.maxBytes, size), st.bytes+size
@@ -166,7 +198,7 @@ func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSo
 			go func() {
 				rctx, rcancel := context.WithTimeout(ctx, timeout)
 				defer rcancel()
-				resp, err := c.rpc.RemountSegments(rctx, req)
+				resp, err := c.rpc.RemountSegments(rctx, req, remountCodec)
 				replies <- reply{req, resp, err}
 			}()
 		}
@@ -192,7 +224,7 @@ func (c *Client) remountCall(ctx context.Context, req *pb.RemountSegmentsRequest
 	st.reports += len(req.Objects)
 	st.maxBytes, st.bytes = max(st.maxBytes, size), st.bytes+size
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.RemountSegments(rctx, req)
+	resp, err := c.rpc.RemountSegments(rctx, req, remountCodec)
 	cancel()
 	return resp, c.remountAnswer(req, resp, err, st)
 }
@@ -216,6 +248,12 @@ func (c *Client) remountAnswer(req *pb.RemountSegmentsRequest, resp *pb.RemountS
 // scans: below it a scan is not split.
 const scanPiece = 16 << 20
 
+// scanFirstPiece bounds the first piece of a scan: the remount's first
+// call (which mounts the segments and sizes the master's tables for the
+// reports to come) goes out once it is scanned, while the other pieces
+// are scanned.
+const scanFirstPiece = 1 << 20
+
 // scanHeld scans ranges of mem for valid headers (objheader.ScanRanges) as
 // reports of segment name, in offset order: scanSource's reports, all of
 // them.
@@ -238,16 +276,17 @@ func scanHeld(mem []byte, ranges [][2]int, name string, minPiece int) []*pb.Held
 // piece are allocated together, and given once the pieces before them are
 // given. The reports of tail follow the scan's.
 type scanSource struct {
-	found [][]*pb.HeldObject
-	done  []chan struct{} // closed when found[i] is set
-	sizes []int           // data bytes of each piece
-	total int             // of all of them
-	i, j  int             // the next report: found[i][j] (tail[j] past the pieces)
-	tail  []*pb.HeldObject
-	stop  atomic.Bool // close: the pieces not begun are skipped
-	wg    sync.WaitGroup
-	fin   chan struct{} // closed when every piece is done and took is set
-	took  time.Duration // the scan's time
+	found  [][]*pb.HeldObject
+	done   []chan struct{} // closed when found[i] is set
+	sizes  []int           // data bytes of each piece
+	counts []int           // reports found in each piece (set before done[i] closes)
+	total  int             // of all of them
+	i, j   int             // the next report: found[i][j] (tail[j] past the pieces)
+	tail   []*pb.HeldObject
+	stop   atomic.Bool // close: the pieces not begun are skipped
+	wg     sync.WaitGroup
+	fin    chan struct{} // closed when every piece is done and took is set
+	took   time.Duration // the scan's time
 }
 
 // startScan starts scanning ranges of mem (see scanSource); the caller
@@ -259,9 +298,10 @@ func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*p
 		total += max(0, min(r[1], len(mem))-max(r[0], 0))
 	}
 	workers := min(runtime.GOMAXPROCS(0), max(1, total/minPiece))
-	pieces := cutRanges(ranges, len(mem), max(minPiece, (total/(4*workers)+objheader.Align-1)&^(objheader.Align-1)))
+	piece := max(minPiece, (total/(4*workers)+objheader.Align-1)&^(objheader.Align-1))
+	pieces := cutRanges(ranges, len(mem), min(piece, scanFirstPiece), piece)
 	s := &scanSource{found: make([][]*pb.HeldObject, len(pieces)), done: make([]chan struct{}, len(pieces)),
-		sizes: make([]int, len(pieces)), total: total, tail: tail, fin: make(chan struct{})}
+		sizes: make([]int, len(pieces)), counts: make([]int, len(pieces)), total: total, tail: tail, fin: make(chan struct{})}
 	for i, p := range pieces {
 		s.done[i] = make(chan struct{})
 		for _, r := range p {
@@ -274,6 +314,7 @@ func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*p
 			for i := int(next.Add(1)) - 1; i < len(pieces); i = int(next.Add(1)) - 1 {
 				if !s.stop.Load() {
 					s.found[i] = scanOne(mem, pieces[i], name)
+					s.counts[i] = len(s.found[i])
 				}
 				close(s.done[i])
 			}
@@ -316,15 +357,39 @@ func (s *scanSource) peek() *pb.HeldObject {
 	return nil
 }
 
+func (s *scanSource) peekReady() (*pb.HeldObject, bool) {
+	for s.i < len(s.found) {
+		select {
+		case <-s.done[s.i]:
+		default:
+			return nil, false
+		}
+		if s.j < len(s.found[s.i]) {
+			return s.found[s.i][s.j], true
+		}
+		s.found[s.i] = nil
+		s.i, s.j = s.i+1, 0
+	}
+	return s.peek(), true // the tail's, or none
+}
+
 func (s *scanSource) advance() { s.j++ }
 
 func (s *scanSource) expect() uint64 {
-	var known, knownBytes, unknownBytes int
-	for k := s.i; k < len(s.found); k++ {
+	if s.i == len(s.found) {
+		return uint64(len(s.tail) - s.j)
+	}
+	// Every piece done counts, those given too: the first call's
+	// figure rests on more than the pieces left to give.
+	var known, knownBytes, unknownBytes, given int
+	for k := range s.found {
 		select {
 		case <-s.done[k]:
-			known += len(s.found[k])
+			known += s.counts[k]
 			knownBytes += s.sizes[k]
+			if k < s.i {
+				given += s.counts[k]
+			}
 		default:
 			unknownBytes += s.sizes[k]
 		}
@@ -332,10 +397,7 @@ func (s *scanSource) expect() uint64 {
 	if knownBytes > 0 { // the pieces not done yet hold as many reports per byte
 		known += int(uint64(known) * uint64(unknownBytes) / uint64(knownBytes))
 	}
-	if s.i == len(s.found) {
-		return uint64(len(s.tail) - s.j)
-	}
-	return uint64(max(0, known-s.j) + len(s.tail)) // s.j of piece s.i given already
+	return uint64(max(0, known-given-s.j) + len(s.tail)) // s.j of piece s.i given already
 }
 
 // close stops the scan (the pieces not begun are skipped) and waits for
@@ -348,25 +410,26 @@ func (s *scanSource) close() time.Duration {
 }
 
 // cutRanges cuts ranges (in order, within [0, size)) into pieces of about
-// piece bytes each, at multiples of objheader.Align, in order.
-func cutRanges(ranges [][2]int, size, piece int) [][][2]int {
+// piece bytes each, the first of about first bytes, at multiples of
+// objheader.Align, in order.
+func cutRanges(ranges [][2]int, size, first, piece int) [][][2]int {
 	var out [][][2]int
 	var cur [][2]int
-	have := 0
+	have, target := 0, first
 	for _, r := range ranges {
 		lo, hi := max(r[0], 0), min(r[1], size)
 		for lo < hi {
 			end := hi
-			if lo+piece-have < hi {
-				end = (lo + piece - have + objheader.Align - 1) &^ (objheader.Align - 1)
+			if lo+target-have < hi {
+				end = (lo + target - have + objheader.Align - 1) &^ (objheader.Align - 1)
 				end = min(end, hi)
 			}
 			cur = append(cur, [2]int{lo, end})
 			have += end - lo
 			lo = end
-			if have >= piece {
+			if have >= target {
 				out = append(out, cur)
-				cur, have = nil, 0
+				cur, have, target = nil, 0, piece
 			}
 		}
 	}

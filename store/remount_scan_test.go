@@ -45,7 +45,11 @@ func TestScanHeldPieces(t *testing.T) {
 	}
 	for _, piece := range []int{64, 100, 4096, 1 << 20} {
 		ranges := [][2]int{{0, 1000}, {1000, 1 << 20}, {(1 << 20) + 64, 3 << 20}}
-		pieces := cutRanges(ranges, 3<<20, piece)
+		first := max(64, piece/16)
+		pieces := cutRanges(ranges, 3<<20, first, piece)
+		if n := pieces[0][len(pieces[0])-1][1] - pieces[0][0][0]; n < first || n >= first+objheader.Align {
+			t.Fatalf("piece %d: first piece of %d bytes, want %d", piece, n, first)
+		}
 		var flat [][2]int
 		for _, p := range pieces {
 			flat = append(flat, p...)
@@ -84,7 +88,7 @@ func TestScanSourceStreams(t *testing.T) {
 	want := objheader.ScanRanges(mem, ranges)
 	tail := []*pb.HeldObject{{Key: "disk/a", Disk: true}, {Key: "disk/b", Disk: true}}
 	src := startScan(mem, ranges, "seg", piece, tail)
-	first, more := remountChunk(src)
+	first, more := remountChunk(src, true) // what the scan found by its first report
 	if len(first) == 0 || !more {
 		t.Fatalf("first chunk: %d reports, more %v", len(first), more)
 	}
@@ -95,7 +99,7 @@ func TestScanSourceStreams(t *testing.T) {
 	got := first
 	for more {
 		var c []*pb.HeldObject
-		c, more = remountChunk(src)
+		c, more = remountChunk(src, false)
 		if len(c) == 0 || len(c) > remountChunkObjects {
 			t.Fatalf("chunk of %d reports", len(c))
 		}
@@ -119,4 +123,51 @@ func TestScanSourceStreams(t *testing.T) {
 		t.Fatal("the tail's reports are not last, in order")
 	}
 	startScan(mem, ranges, "seg", piece, nil).close() // closed unread: its goroutines end
+}
+
+// partSource is a heldSource of which only the first known reports are
+// found so far: peek past them is an error of the test (it would wait).
+type partSource struct {
+	t     *testing.T
+	held  []*pb.HeldObject
+	known int
+}
+
+func (s *partSource) peek() *pb.HeldObject {
+	if s.known == 0 && len(s.held) > 0 {
+		s.t.Fatal("peek waits for a report not found yet")
+	}
+	if len(s.held) == 0 {
+		return nil
+	}
+	return s.held[0]
+}
+
+func (s *partSource) peekReady() (*pb.HeldObject, bool) {
+	if s.known == 0 && len(s.held) > 0 {
+		return nil, false
+	}
+	return s.peek(), true
+}
+
+func (s *partSource) advance()       { s.held, s.known = s.held[1:], s.known-1 }
+func (s *partSource) expect() uint64 { return uint64(len(s.held)) }
+
+// A remount's first chunk takes what its source found already and does
+// not wait for more: it says more may follow when the source cannot tell.
+func TestRemountChunkReady(t *testing.T) {
+	held := make([]*pb.HeldObject, 100)
+	for i := range held {
+		held[i] = &pb.HeldObject{Segment: "s", Key: fmt.Sprint("k", i), Offset: uint64(i) * 128}
+	}
+	src := &partSource{t: t, held: held, known: 30}
+	c, more := remountChunk(src, true)
+	if len(c) != 30 || !more || c[29] != held[29] {
+		t.Fatalf("first chunk: %d reports, more %v", len(c), more)
+	}
+	src.known = 70 // the rest found
+	c, more = remountChunk(src, true)
+	if len(c) != 70 || more {
+		t.Fatalf("second chunk: %d reports, more %v", len(c), more)
+	}
 }

@@ -184,6 +184,7 @@ func printBenchMaster(out io.Writer, r *benchmaster.Result, cfg benchmaster.Conf
 		if master != "" {
 			f := func(k string) string { return cmp.Or(benchproc.Field(master, k), "?") }
 			text(phase, "master's last restore session: reports; all, deciding", fmt.Sprintf("%s; %s, %s", f("reports"), f("took"), f("decide")))
+			text(phase, "master's last restore session: index wait, idle", fmt.Sprintf("%s, %s", f("index_wait"), f("idle")))
 		}
 		for i, l := range lines {
 			if l == "" {

@@ -302,6 +302,9 @@ type Master struct {
 
 	// Restore sessions (restore_session.go).
 	restore restoreTable
+	// stock: the object table's chunks made ahead by restore calls
+	// (stock.go); set once by New.
+	stock *chunkStock
 }
 
 // New returns a master core. cfg zero fields take defaults; clk nil means
@@ -331,6 +334,8 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		seq:       uint64(clk.Now().UnixNano()),
 	}
 	m.index = newKeyIndex(m.objects)
+	m.stock = &chunkStock{}
+	m.objects.stock = m.stock
 	m.viewVersion = uint64(clk.Now().UnixNano())
 	m.counts.leases = newDeadlines(cfg.LeaseTTL)
 	m.counts.softPins = newDeadlines(max(cfg.MaxSoftPinTTL, cfg.SoftPinTTL))

@@ -49,6 +49,9 @@ type objTable struct {
 
 	reserved int // objects the hash index was sized for (reserve)
 
+	// stock, when set, holds chunks made ahead of need (stock.go).
+	stock *chunkStock
+
 	// dirMu, when set, is held while the table changes what the listing
 	// index's comparisons read without the Master's lock (list.go): the
 	// directories of record and arena chunks (grown), and every key's
@@ -193,7 +196,14 @@ func (t *objTable) addHashed(key string, h uint32, rec object) *object {
 	} else {
 		id = t.next
 		if c, base := chunkOf(id); c == len(t.recs) {
-			chunk := make([]object, max(64, min(recChunk, int(base))))
+			size := max(64, min(recChunk, int(base)))
+			var chunk []object
+			if size == recChunk && t.stock != nil {
+				chunk = t.stock.takeRecs()
+			}
+			if chunk == nil {
+				chunk = make([]object, size)
+			}
 			t.lockDirs()
 			t.recs = append(t.recs, chunk)
 			t.unlockDirs()
@@ -234,7 +244,13 @@ func (t *objTable) putKey(o *object, key string) { putKey(t, o, key) }
 func putKey[S string | []byte](t *objTable, o *object, key S) {
 	c := len(t.arena) - 1
 	if c < 0 || t.arenaUsed+len(key) > len(t.arena[c]) {
-		chunk := make([]byte, max(arenaChunk, len(key)))
+		var chunk []byte
+		if len(key) <= arenaChunk && t.stock != nil {
+			chunk = t.stock.takeKeys()
+		}
+		if chunk == nil {
+			chunk = make([]byte, max(arenaChunk, len(key)))
+		}
 		t.lockDirs()
 		t.arena = append(t.arena, chunk)
 		t.unlockDirs()
@@ -432,7 +448,9 @@ func (t *objTable) compact() {
 		t.unlockDirs()
 	}()
 	if t.n == 0 && t.next > 1 {
+		stock := t.stock
 		*t = *newObjTable()
+		t.stock = stock
 		return
 	}
 	if t.n >= t.reserved {

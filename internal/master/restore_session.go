@@ -80,11 +80,17 @@ type restoreSession struct {
 	cursors  map[string]*restoreCursor // by segment name
 
 	// For the log line of its end: when it began, the reports it took
-	// and its time holding the lock to decide them.
-	began    time.Time
-	reports  int
-	restored int
-	held     time.Duration
+	// and its time holding the lock to decide them; its time waiting for
+	// the listing index's inserts (catchUp) and with no chunk to decide
+	// (idle: from a chunk's decision to the next chunk's arrival, the
+	// first chunk's from the session's beginning).
+	began     time.Time
+	reports   int
+	restored  int
+	held      time.Duration
+	indexWait time.Duration
+	idle      time.Duration
+	decided   time.Time // when the last chunk's decision ended (began before the first)
 }
 
 // wake tells the calls waiting for their turn in sess that it changed
@@ -177,7 +183,7 @@ func (m *Master) RestoreBegin(clientID string, specs []SegmentSpec) (uint64, err
 	m.touchClient(clientID, now)
 	m.restore.lastID = max(m.restore.lastID+1, uint64(now.UnixNano())) // ids differ across master restarts
 	sess := &restoreSession{id: m.restore.lastID, client: clientID, expires: now.Add(m.cfg.ClientTTL), cursors: map[string]*restoreCursor{},
-		turn: make(chan struct{}), began: now}
+		turn: make(chan struct{}), began: now, decided: now}
 	if m.restore.sessions == nil {
 		m.restore.sessions, m.restore.segs = map[string]*restoreSession{}, map[*segment]bool{}
 	}
@@ -260,22 +266,35 @@ func (m *Master) RestoreChunk(clientID string, id uint64, n uint32, held []HeldO
 // session, since the chunks after it cannot be decided either.
 func (m *Master) RestoreChunkContext(ctx context.Context, clientID string, id uint64, n uint32, held []HeldObject) (RestoreResult, error) {
 	mem, onDisk := splitHeld(held)
+	// Before its turn, while another call decides: the keys' hashes in the
+	// object table (so that a decision only looks them up, and reads their
+	// slots at once: touch), and the table's memory for them (stock.go).
+	hs := make([]uint32, len(mem))
+	keyBytes := 0
+	for i, h := range mem {
+		hs[i] = keyHash(h.Key)
+		keyBytes += len(h.Key)
+	}
+	m.stock.prepare(len(mem), keyBytes)
 	sess, err := m.restoreTake(ctx, clientID, id, n)
 	if sess == nil {
 		return RestoreResult{}, err
 	}
-	defer m.restoreDecided(sess)
+	var indexWait time.Duration
+	defer func() { m.restoreDecided(sess, indexWait) }()
 	var res RestoreResult
 	for len(mem)+len(onDisk) > 0 {
 		k := min(len(mem), RestoreChunkObjects)
 		d := min(len(onDisk), RestoreChunkObjects-k)
 		if m.index.backlog() > RestoreChunkObjects {
+			t := m.clock.Now()
 			m.index.catchUp() // the listing index's inserts run behind: wait for them, not holding the lock
+			indexWait += m.clock.Now().Sub(t)
 		}
-		if err := m.restorePart(clientID, sess, mem[:k], onDisk[:d], &res); err != nil {
+		if err := m.restorePart(clientID, sess, mem[:k], hs[:k], onDisk[:d], &res); err != nil {
 			return res, err
 		}
-		mem, onDisk = mem[k:], onDisk[d:]
+		mem, hs, onDisk = mem[k:], hs[k:], onDisk[d:]
 		runtime.Gosched() // a call waiting on the lock takes it before the next part (see listHold)
 	}
 	return res, nil
@@ -357,27 +376,25 @@ func (m *Master) restoreTry(clientID string, id uint64, n uint32) (taken, waitin
 	}
 	sess.next++
 	sess.deciding = true
+	sess.idle += m.clock.Now().Sub(sess.decided)
 	sess.wake()
 	return sess, nil, nil, nil
 }
 
-// restoreDecided ends the decision of the chunk sess took last.
-func (m *Master) restoreDecided(sess *restoreSession) {
+// restoreDecided ends the decision of the chunk sess took last, which
+// waited indexWait for the listing index.
+func (m *Master) restoreDecided(sess *restoreSession, indexWait time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	sess.deciding = false
+	sess.indexWait += indexWait
+	sess.decided = m.clock.Now()
 	sess.wake()
 }
 
 // restorePart decides up to RestoreChunkObjects reports of sess under one
-// hold of the lock.
-func (m *Master) restorePart(clientID string, sess *restoreSession, mem, onDisk []HeldObject, res *RestoreResult) error {
-	// Outside the lock: the keys' hashes in the object table, so that the
-	// hold only looks them up (and reads their slots at once, touch).
-	hs := make([]uint32, len(mem))
-	for i, h := range mem {
-		hs[i] = keyHash(h.Key)
-	}
+// hold of the lock; hs are the keyHash of mem's keys.
+func (m *Master) restorePart(clientID string, sess *restoreSession, mem []HeldObject, hs []uint32, onDisk []HeldObject, res *RestoreResult) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.restore.sessions[clientID] != sess {
@@ -480,7 +497,8 @@ func (m *Master) restoreEndTry(clientID string, id uint64) (RestoreResult, chan 
 	sess.restored += res.Restored
 	m.cfg.Logger.Info("master: restore session ended", "client", clientID, "segments", len(sess.cursors), "chunks", sess.next,
 		"reports", sess.reports, "restored", sess.restored, "objects", m.objects.len(),
-		"took", now.Sub(sess.began).Round(time.Millisecond), "decide", sess.held.Round(time.Millisecond))
+		"took", now.Sub(sess.began).Round(time.Millisecond), "decide", sess.held.Round(time.Millisecond),
+		"index_wait", sess.indexWait.Round(time.Millisecond), "idle", (sess.idle + now.Sub(sess.decided)).Round(time.Millisecond))
 	return res, nil, nil
 }
 
@@ -549,6 +567,9 @@ func (m *Master) abandonRestoreLocked(sess *restoreSession, reason string) {
 
 func (m *Master) dropSessionLocked(sess *restoreSession) {
 	delete(m.restore.sessions, sess.client)
+	if len(m.restore.sessions) == 0 {
+		m.stock.drop()
+	}
 	sess.wake()
 	for _, cur := range sess.cursors {
 		delete(m.restore.segs, cur.s)

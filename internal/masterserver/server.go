@@ -154,6 +154,7 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 		grpcLn = tls.NewListener(grpcLn, s.cfg.TLS)
 		opts = append(opts, grpc.Creds(tlsCreds{}))
 	}
+	opts = append(opts, grpc.ForceServerCodecV2(pb.GRPCCodec())) // a remount's reports by their fast codec
 	gs := grpc.NewServer(opts...)
 	svc.grants = newGranter(s.cfg.Grants, s.cfg.Clock, s.core.Config().PutTimeout)
 	pb.RegisterMasterServiceServer(gs, svc)

@@ -127,6 +127,8 @@ func requestUTF8(m proto.Message) (ok, known bool) {
 			}
 		}
 		return true, true
+	case *RemountSegmentsRequest: // GRPCCodec's
+		return remountUTF8(r), true
 	}
 	return false, false
 }
@@ -144,6 +146,26 @@ func configUTF8(c *ReplicateConfig) bool {
 		if !utf8.ValidString(s) {
 			return false
 		}
+	}
+	return true
+}
+
+func remountUTF8(r *RemountSegmentsRequest) bool {
+	v := utf8.ValidString
+	if !v(r.ClientId) {
+		return false
+	}
+	for _, s := range r.Segments {
+		if !v(s.GetName()) || !v(s.GetEndpoint()) || !v(s.GetDiskUrl()) {
+			return false
+		}
+	}
+	seg := "" // the reports of a chunk name one segment, mostly: checked once
+	for _, h := range r.Objects {
+		if !v(h.GetKey()) || (h.GetSegment() != seg && !v(h.GetSegment())) {
+			return false
+		}
+		seg = h.GetSegment()
 	}
 	return true
 }

@@ -159,7 +159,7 @@ func TestUnmarshalRequestUTF8(t *testing.T) {
 // them later cannot slip past it.
 func TestRequestUTF8CoversEveryString(t *testing.T) {
 	for _, m := range []proto.Message{&KeyRequest{}, &BatchKeysRequest{}, &PutCommitRequest{}, &PutStartRequest{},
-		&PutRevokeRequest{}, &BatchPutStartRequest{}, &BatchPutCommitRequest{}} {
+		&PutRevokeRequest{}, &BatchPutStartRequest{}, &BatchPutCommitRequest{}, &RemountSegmentsRequest{}} {
 		if _, known := requestUTF8(m); !known {
 			t.Fatalf("%T: not known", m)
 		}

@@ -65,10 +65,12 @@
 //   - remove: one RemoveByRegex of RemovePattern (the even-numbered keys)
 //     with the control client: time, count, and the keys listed after
 //     (also when the call failed: the master may have removed them anyway).
-//   - restart: BatchExist over all keys, SIGKILL of the master, a new one
-//     on the same ports, then BatchExist of the missing ones until all that
-//     existed before are back or Config.RestoreTimeout after the kill
-//     passed (reported as not recovered, with each node's last log line);
+//   - restart: BatchExist over all keys (from every loading client, two
+//     calls in flight per processor of the bench), SIGKILL of the master,
+//     a new one on the same ports, then BatchExist of the missing ones
+//     until all that existed before are back or Config.RestoreTimeout
+//     after the kill passed (reported as not recovered, with each node's
+//     last log line);
 //     none of those absent before (removed, evicted) may come back. The
 //     breakdown: the new master listening, every node's segment mounted
 //     (its remount's first call), its /api/summary counting them all, and

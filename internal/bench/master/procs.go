@@ -106,7 +106,7 @@ type tail struct {
 
 // Marks of log lines the bench reads: a storage node's report of a
 // remount that succeeded (store.Client), the master's of a restore
-// session that ended (master.RestoreEnd).
+// session that ended with segments restored (master.RestoreEnd).
 const (
 	remountMark = "remounted after NEED_REMOUNT"
 	restoreMark = "restore session ended"
@@ -125,7 +125,9 @@ func (t *tail) Write(p []byte) (int, error) {
 			break
 		}
 		for _, m := range []string{remountMark, restoreMark} {
-			if bytes.Contains(rest[:i], []byte(m)) {
+			// A session of a client without a segment (a loading client
+			// remounting too) restores nothing: the node's is the one read.
+			if bytes.Contains(rest[:i], []byte(m)) && !(m == restoreMark && bytes.Contains(rest[:i], []byte(" segments=0 "))) {
 				if t.marked == nil {
 					t.marked = map[string]string{}
 				}
