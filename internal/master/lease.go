@@ -64,26 +64,3 @@ func (m *Master) Exist(key string) (bool, error) {
 	o.touch(m.clock.Now())
 	return true, nil
 }
-
-// BatchExist reports, in order, whether each key names a complete object
-// (in memory or on a disk tier), as Exist does, under one lock; an invalid
-// key reports false. It refreshes the recency of the objects found.
-func (m *Master) BatchExist(keys []string) []bool {
-	out := make([]bool, len(keys))
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.clock.Now()
-	for i, k := range keys {
-		if m.checkKey(k) != nil {
-			continue
-		}
-		if o := m.objects.get(k); o != nil && o.complete {
-			o.touch(now)
-			out[i] = true
-		} else if _, ok := m.diskInfoLocked(k); ok {
-			out[i] = true
-		}
-	}
-	m.touchChainsLocked(keys, now)
-	return out
-}
