@@ -177,11 +177,11 @@ func (c *Client) segmentData() [][2]int {
 // it holds, its disk copies after them; the caller closes it.
 func (c *Client) held() *scanSource {
 	if c.segmentSpec == nil {
-		return startScan(nil, nil, "", scanPiece, nil)
+		return startScan(nil, nil, "", remountPiece, scanAhead, nil)
 	}
 	var disk []*pb.HeldObject
 	if c.cfg.Disk != nil {
 		disk = c.diskHeld(c.cfg.Disk.Held())
 	}
-	return startScan(c.segment, c.segmentData(), c.segmentSpec.Name, scanPiece, disk)
+	return startScan(c.segment, c.segmentData(), c.segmentSpec.Name, remountPiece, scanAhead, disk)
 }

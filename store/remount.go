@@ -244,21 +244,29 @@ func (c *Client) remountAnswer(req *pb.RemountSegmentsRequest, resp *pb.RemountS
 	return nil
 }
 
-// scanPiece is the least bytes of segment data one goroutine of scanHeld
-// scans: below it a scan is not split.
-const scanPiece = 16 << 20
-
 // scanFirstPiece bounds the first piece of a scan: the remount's first
 // call (which mounts the segments and sizes the master's tables for the
 // reports to come) goes out once it is scanned, while the other pieces
 // are scanned.
 const scanFirstPiece = 1 << 20
 
+// A remount's scan runs at most scanAhead pieces of remountPiece bytes
+// per goroutine ahead of the report the remount takes next: the reports
+// found wait in memory for their calls no longer than that, so a node
+// holds about the calls in flight and the pieces ahead, not its whole
+// segment's reports (one report and its key take about 120 bytes). Freed
+// reports are collected and their memory allocated again for later pieces
+// rather than fresh pages taken from the system.
+const (
+	remountPiece = 4 << 20
+	scanAhead    = 2
+)
+
 // scanHeld scans ranges of mem for valid headers (objheader.ScanRanges) as
 // reports of segment name, in offset order: scanSource's reports, all of
 // them.
 func scanHeld(mem []byte, ranges [][2]int, name string, minPiece int) []*pb.HeldObject {
-	src := startScan(mem, ranges, name, minPiece, nil)
+	src := startScan(mem, ranges, name, minPiece, 0, nil)
 	defer src.close()
 	var out []*pb.HeldObject
 	for h := src.peek(); h != nil; h = src.peek() {
@@ -274,7 +282,8 @@ func scanHeld(mem []byte, ranges [][2]int, name string, minPiece int) []*pb.Held
 // belongs to the piece its offset lies in; its value is read wherever it
 // lies, and its CRC checked before it is reported); the reports of a
 // piece are allocated together, and given once the pieces before them are
-// given. The reports of tail follow the scan's.
+// given. The reports of tail follow the scan's. With ahead > 0 a piece is
+// begun only once the pieces before it but ahead-1 at most are given.
 type scanSource struct {
 	found  [][]*pb.HeldObject
 	done   []chan struct{} // closed when found[i] is set
@@ -287,11 +296,18 @@ type scanSource struct {
 	wg     sync.WaitGroup
 	fin    chan struct{} // closed when every piece is done and took is set
 	took   time.Duration // the scan's time
+
+	ahead int        // pieces scanned ahead of piece i at most (0: no bound)
+	mu    sync.Mutex // guards given
+	given int        // pieces given (i, published for the scanners)
+	moved *sync.Cond // signalled when given moves or the scan stops
 }
 
-// startScan starts scanning ranges of mem (see scanSource); the caller
-// closes it.
-func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*pb.HeldObject) *scanSource {
+// startScan starts scanning ranges of mem (see scanSource), with ahead
+// pieces at most per goroutine scanned ahead of the reports given (0: no
+// bound, and pieces of at least minPiece bytes, larger for a large
+// segment; with a bound, pieces of minPiece bytes); the caller closes it.
+func startScan(mem []byte, ranges [][2]int, name string, minPiece, ahead int, tail []*pb.HeldObject) *scanSource {
 	start := time.Now()
 	var total int
 	for _, r := range ranges {
@@ -299,9 +315,14 @@ func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*p
 	}
 	workers := min(runtime.GOMAXPROCS(0), max(1, total/minPiece))
 	piece := max(minPiece, (total/(4*workers)+objheader.Align-1)&^(objheader.Align-1))
+	if ahead > 0 {
+		piece = max(objheader.Align, minPiece&^(objheader.Align-1))
+	}
 	pieces := cutRanges(ranges, len(mem), min(piece, scanFirstPiece), piece)
 	s := &scanSource{found: make([][]*pb.HeldObject, len(pieces)), done: make([]chan struct{}, len(pieces)),
-		sizes: make([]int, len(pieces)), counts: make([]int, len(pieces)), total: total, tail: tail, fin: make(chan struct{})}
+		sizes: make([]int, len(pieces)), counts: make([]int, len(pieces)), total: total, tail: tail, fin: make(chan struct{}),
+		ahead: ahead * workers}
+	s.moved = sync.NewCond(&s.mu)
 	for i, p := range pieces {
 		s.done[i] = make(chan struct{})
 		for _, r := range p {
@@ -312,6 +333,9 @@ func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*p
 	for range workers {
 		s.wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(pieces); i = int(next.Add(1)) - 1 {
+				if s.ahead > 0 {
+					s.waitTurn(i)
+				}
 				if !s.stop.Load() {
 					s.found[i] = scanOne(mem, pieces[i], name)
 					s.counts[i] = len(s.found[i])
@@ -326,6 +350,29 @@ func startScan(mem []byte, ranges [][2]int, name string, minPiece int, tail []*p
 		close(s.fin)
 	}()
 	return s
+}
+
+// waitTurn waits until piece i may be scanned: fewer than ahead pieces
+// from the next one given, or the scan stopped.
+func (s *scanSource) waitTurn(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i >= s.given+s.ahead && !s.stop.Load() {
+		s.moved.Wait()
+	}
+}
+
+// next moves past piece i, given: its reports are in chunks now, and a
+// piece further on may be scanned.
+func (s *scanSource) next() {
+	s.found[s.i] = nil
+	s.i, s.j = s.i+1, 0
+	if s.ahead > 0 {
+		s.mu.Lock()
+		s.given = s.i
+		s.mu.Unlock()
+		s.moved.Broadcast()
+	}
 }
 
 // scanOne is the reports of one piece of a scan.
@@ -348,8 +395,7 @@ func (s *scanSource) peek() *pb.HeldObject {
 		if s.j < len(s.found[s.i]) {
 			return s.found[s.i][s.j]
 		}
-		s.found[s.i] = nil // given: the chunks hold what is still needed
-		s.i, s.j = s.i+1, 0
+		s.next() // given: the chunks hold what is still needed
 	}
 	if s.j < len(s.tail) {
 		return s.tail[s.j]
@@ -367,8 +413,7 @@ func (s *scanSource) peekReady() (*pb.HeldObject, bool) {
 		if s.j < len(s.found[s.i]) {
 			return s.found[s.i][s.j], true
 		}
-		s.found[s.i] = nil
-		s.i, s.j = s.i+1, 0
+		s.next()
 	}
 	return s.peek(), true // the tail's, or none
 }
@@ -405,6 +450,9 @@ func (s *scanSource) expect() uint64 {
 // It returns the scan's time.
 func (s *scanSource) close() time.Duration {
 	s.stop.Store(true)
+	s.mu.Lock() // a scanner between its check of stop and its wait has waited
+	s.mu.Unlock()
+	s.moved.Broadcast()
 	<-s.fin
 	return s.took
 }

@@ -87,7 +87,7 @@ func TestScanSourceStreams(t *testing.T) {
 	ranges := [][2]int{{0, len(mem)}}
 	want := objheader.ScanRanges(mem, ranges)
 	tail := []*pb.HeldObject{{Key: "disk/a", Disk: true}, {Key: "disk/b", Disk: true}}
-	src := startScan(mem, ranges, "seg", piece, tail)
+	src := startScan(mem, ranges, "seg", piece, 0, tail)
 	first, more := remountChunk(src, true) // what the scan found by its first report
 	if len(first) == 0 || !more {
 		t.Fatalf("first chunk: %d reports, more %v", len(first), more)
@@ -122,7 +122,7 @@ func TestScanSourceStreams(t *testing.T) {
 	if got[len(want)] != tail[0] || got[len(want)+1] != tail[1] {
 		t.Fatal("the tail's reports are not last, in order")
 	}
-	startScan(mem, ranges, "seg", piece, nil).close() // closed unread: its goroutines end
+	startScan(mem, ranges, "seg", piece, 0, nil).close() // closed unread: its goroutines end
 }
 
 // partSource is a heldSource of which only the first known reports are
@@ -170,4 +170,81 @@ func TestRemountChunkReady(t *testing.T) {
 	if len(c) != 70 || more {
 		t.Fatalf("second chunk: %d reports, more %v", len(c), more)
 	}
+}
+
+// TestScanSourceBounded: a scan bounded to one piece per goroutine ahead
+// of the reports given never has a piece done past that bound, gives
+// every report exactly once, in order, then the tail's; a bounded scan
+// closed while its goroutines wait for their turn ends.
+func TestScanSourceBounded(t *testing.T) {
+	const piece = 64 << 10
+	mem := make([]byte, 64*piece) // 32,768 objects in 64 pieces
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	for off := 0; off+128 <= len(mem); off += 128 {
+		key := fmt.Sprintf("b%07d", off>>7)
+		val := mem[off+int(objheader.Len(key)) : off+int(objheader.Len(key))+40]
+		for i := range val {
+			val[i] = byte(off>>9 + i)
+		}
+		objheader.Encode(mem[off:], objheader.Header{Key: key, Seq: uint64(off + 1), Size: uint64(len(val)), CRC: crc32.Checksum(val, castagnoli)})
+	}
+	ranges := [][2]int{{0, len(mem)}}
+	want := objheader.ScanRanges(mem, ranges)
+	tail := []*pb.HeldObject{{Key: "disk/a", Disk: true}}
+	src := startScan(mem, ranges, "seg", piece, 1, tail)
+	if src.ahead < 1 || len(src.found) < 2*src.ahead+2 {
+		t.Fatalf("%d pieces, %d ahead: the bound is not exercised", len(src.found), src.ahead)
+	}
+	// beyond reports a piece done past the bound (-1: none).
+	beyond := func() int {
+		for k := src.i + src.ahead; k < len(src.done); k++ {
+			select {
+			case <-src.done[k]:
+				return k
+			default:
+			}
+		}
+		return -1
+	}
+	var got []*pb.HeldObject
+	for more := true; more; {
+		var c []*pb.HeldObject
+		c, more = remountChunkSmall(src, 1000)
+		if k := beyond(); k >= 0 {
+			t.Fatalf("piece %d scanned while piece %d is given next (%d ahead)", k, src.i, src.ahead)
+		}
+		got = append(got, c...)
+	}
+	src.close()
+	if len(got) != len(want)+len(tail) {
+		t.Fatalf("%d reports, want %d", len(got), len(want)+len(tail))
+	}
+	for i, w := range want {
+		if g := got[i]; g.Offset != w.Offset || g.Key != w.Key || g.Seq != w.Seq {
+			t.Fatalf("report %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if got[len(want)] != tail[0] {
+		t.Fatal("the tail's report is not last")
+	}
+
+	early := startScan(mem, ranges, "seg", piece, 1, nil)
+	if early.peek() == nil {
+		t.Fatal("no first report")
+	}
+	early.close() // its goroutines wait for pieces never given: they end
+}
+
+// remountChunkSmall takes up to n reports from src, as remountChunk does
+// a chunk, and says whether more follow.
+func remountChunkSmall(src heldSource, n int) (chunk []*pb.HeldObject, more bool) {
+	for len(chunk) < n {
+		h := src.peek()
+		if h == nil {
+			return chunk, false
+		}
+		chunk = append(chunk, h)
+		src.advance()
+	}
+	return chunk, src.peek() != nil
 }
