@@ -97,13 +97,15 @@ func (s *sliceSource) expect() uint64                    { return uint64(len(s.h
 // without waiting for a scan's later pieces): more is then true whenever
 // src cannot tell yet.
 func remountChunk(src heldSource, ready bool) (chunk []*pb.HeldObject, more bool) {
-	chunk, more, _ = remountChunkSized(src, ready)
+	chunk, more, _ = remountChunkSized(src, ready, nil)
 	return chunk, more
 }
 
-// remountChunkSized is remountChunk that also returns the reports'
-// encoded size in a request (their field tags and lengths included).
-func remountChunkSized(src heldSource, ready bool) (chunk []*pb.HeldObject, more bool, size int) {
+// remountChunkSized is remountChunk into buf (emptied; nil: a new slice)
+// that also returns the reports' encoded size in a request (their field
+// tags and lengths included).
+func remountChunkSized(src heldSource, ready bool, buf []*pb.HeldObject) (chunk []*pb.HeldObject, more bool, size int) {
+	chunk = buf[:0]
 	for len(chunk) < remountChunkObjects {
 		var h *pb.HeldObject
 		if ready && len(chunk) > 0 {
@@ -180,9 +182,14 @@ func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSo
 	}
 	replies := make(chan reply, window)
 	inflight := 0
+	var free [][]*pb.HeldObject // the answered calls' report slices, for the next chunks
 	for chunk := uint32(1); ; {
 		for inflight < window && more {
-			objs, m, objBytes := remountChunkSized(src, false)
+			var buf []*pb.HeldObject
+			if n := len(free); n > 0 {
+				buf, free = free[n-1], free[:n-1]
+			}
+			objs, m, objBytes := remountChunkSized(src, false, buf)
 			more = m
 			req := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, RestoreId: resp.RestoreId, Chunk: chunk, More: more}
 			size := req.SizeVT() + objBytes // the reports' size summed as they were taken, not a second pass over them
@@ -207,7 +214,12 @@ func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSo
 		}
 		r := <-replies
 		inflight--
-		if err := c.remountAnswer(r.req, r.resp, r.err, &st); err != nil {
+		err := c.remountAnswer(r.req, r.resp, r.err, &st)
+		if r.err == nil { // the call is done with its reports
+			clear(r.req.Objects) // the reports it held are garbage now
+			free = append(free, r.req.Objects[:0])
+		}
+		if err != nil {
 			cancel()
 			for ; inflight > 0; inflight-- {
 				<-replies

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +17,9 @@ import (
 )
 
 // fakeRemountMaster answers RemountSegments (the rest of the interface is
-// not called): it records each request and refuses them while refuse is
-// set.
+// not called): it records a copy of each request (a node reuses a
+// request's report slice once it is answered, as a transport copied it) and
+// refuses them while refuse is set.
 type fakeRemountMaster struct {
 	pb.MasterServiceClient
 	mu     sync.Mutex
@@ -29,7 +31,7 @@ type fakeRemountMaster struct {
 func (f *fakeRemountMaster) RemountSegments(_ context.Context, r *pb.RemountSegmentsRequest, _ ...grpc.CallOption) (*pb.RemountSegmentsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.reqs = append(f.reqs, &pb.RemountSegmentsRequest{ClientId: r.ClientId, Segments: r.Segments, Objects: r.Objects, RestoreId: r.RestoreId, Chunk: r.Chunk, More: r.More})
+	f.reqs = append(f.reqs, &pb.RemountSegmentsRequest{ClientId: r.ClientId, Segments: r.Segments, Objects: slices.Clone(r.Objects), RestoreId: r.RestoreId, Chunk: r.Chunk, More: r.More})
 	f.sizes = append(f.sizes, r.SizeVT())
 	if f.refuse != nil {
 		return nil, f.refuse
