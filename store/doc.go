@@ -41,7 +41,8 @@
 // `mooncake master`) every put also writes the object's header (package
 // internal/objheader) in front of the value, in the same transfer batch;
 // a remounting client scans its segment (in pieces, over GOMAXPROCS
-// goroutines) and reports the objects it holds in bounded chunks as the
+// goroutines, a bounded number of pieces ahead of the calls) and reports
+// the objects it holds in bounded chunks as the
 // scan finds them, up to the master's window of calls in flight
 // (remount.go), so the restarted master serves them again; a node pings
 // at once when its connection to the master comes back (pingwake.go); removes zero the headers of

@@ -14,6 +14,7 @@
 // drain), segobjects.go (each segment's list of its objects), liveness.go (ping, Tick and its phases), placement.go (where
 // replicas go), put.go (PutStart/PutEnd/PutRevoke/Upsert, put timeouts),
 // lease.go (reads: GetReplicaList grants leases, Query and Exist do not),
+// exist.go (BatchExist: keys hashed before the lock, probed in slices),
 // remove.go (single and chunked bulk removal), evict.go, list.go (the
 // ordered index of visible keys and List), stats.go, summary.go (state at
 // a glance per tier, for the dashboard), counts.go (the gauges kept
