@@ -172,9 +172,13 @@ func checkCounts(t *testing.T, m *Master) {
 	}
 	m.index.acquire()
 	defer m.index.release()
-	m.index.mem.Ascend(func(id uint32) bool {
+	m.index.mem.Ascend(func(e uint32) bool {
+		id := m.index.ent.get(e)
 		if o := m.objects.at(id); objects[m.keyOf(o)] != o || !o.complete {
-			t.Fatalf("listing index holds record %d (%q), not a complete object", id, m.keyOf(o))
+			t.Fatalf("listing index entry %d holds record %d (%q), not a complete object", e, id, m.keyOf(o))
+		}
+		if m.index.entryOf(id) != e {
+			t.Fatalf("record %d names entry %d, listed by entry %d", id, m.index.entOf.get(id), e)
 		}
 		return true
 	})
