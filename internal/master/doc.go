@@ -167,9 +167,11 @@
 // by a 32-bit ID (times are Unix nanoseconds, the owner's client ID is
 // interned, the first replica is inline; TestObjectLayout keeps it at 96),
 // the key's bytes in an arena, an 8-byte slot of the open-addressing hash
-// index, a 4-byte item of the listing B-tree (list.go) and of its segment's
-// object list (segobjects.go: unmounting a segment walks only its own
-// objects): about 145 bytes of Go heap per object with a 13-byte key.
+// index, a 4-byte item of the listing B-tree (list.go; 8 bytes more once
+// the key is upserted: an entry that an upsert's new version takes over in
+// place) and of its segment's object list (segobjects.go: unmounting a
+// segment walks only its own objects): about 145 bytes of Go heap per
+// object with a 13-byte key.
 // TestObjectMemory measures it. A collection marks a few large blocks
 // whatever the number of objects; process RSS is about (1 + GOGC/100)
 // times the live heap, and the mooncake master command sets GOGC from the

@@ -172,9 +172,13 @@ func checkCounts(t *testing.T, m *Master) {
 	}
 	m.index.acquire()
 	defer m.index.release()
-	m.index.mem.Ascend(func(id uint32) bool {
+	m.index.mem.Ascend(func(item uint32) bool {
+		id := m.index.recID(item)
 		if o := m.objects.at(id); objects[m.keyOf(o)] != o || !o.complete {
-			t.Fatalf("listing index holds record %d (%q), not a complete object", id, m.keyOf(o))
+			t.Fatalf("listing index item %#x holds record %d (%q), not a complete object", item, id, m.keyOf(o))
+		}
+		if e := m.index.entryOf(id); (item&entryBit != 0) != (e != 0) || (e != 0 && item != e|entryBit) {
+			t.Fatalf("record %d names entry %d, listed by item %#x", id, e, item)
 		}
 		return true
 	})

@@ -20,10 +20,17 @@ type KeyInfo struct {
 // and of the disk-only copies, in key order, so that a page of a listing
 // and each chunk of a bulk removal cost O(log n + page) under the lock
 // whatever the number of objects. Unfinished puts and put slots are not in
-// it. The objects' keys are a B-tree of their record IDs ordered by the keys
-// in the object table's arena (4 bytes per item, no pointer per key); the
-// keys held only on a disk tier are a B-tree of strings. A walk merges the
-// two.
+// it. The objects' keys are a B-tree of 32-bit items (no pointer per key)
+// ordered by the keys in the object table's arena. An item is the record ID
+// of its key's visible version, or, once the key was upserted, an entry
+// (entryBit set): an entry names the record of the key's visible version
+// (ent) and that record names its entry back (entOf). An upsert's new
+// version takes over its key's entry in place (handOverIndexLocked): two
+// writes, no search of the tree, since the key, and so the item's place, is
+// the same; only a key's first upsert turns its item into an entry (one
+// replace in the tree). Keys never upserted cost their item alone, and
+// their comparisons read the record directly. The keys held only on a disk
+// tier are a B-tree of strings. A walk merges the two.
 //
 // The index has its own lock (mu), so that the inserts of a restore run
 // outside the Master's lock, on another core, while the restore decides its
@@ -42,20 +49,26 @@ type KeyInfo struct {
 //     something is queued: a queued or indexed record's key does not move
 //     or change then (a record is freed only after it is taken out of the
 //     index, which applies the queue first; a replacing commit rekeys its
-//     record in the hold that listed it, after an acquire, when nothing is
-//     queued), and the object table takes mu (objTable.dirMu) to grow its
-//     directories of chunks or to compact its keys.
+//     record in the hold that handed it the entry, after an acquire, when
+//     nothing is queued), and the object table takes mu (objTable.dirMu)
+//     to grow its directories of chunks or to compact its keys. ent and
+//     entOf are read and written under mu only.
 type keyIndex struct {
 	t *objTable
 
 	mu    sync.Mutex
-	mem   *btree.BTreeG[uint32] // complete objects in memory
+	mem   *btree.BTreeG[uint32] // items of the complete objects in memory (record IDs, or entries with entryBit)
 	disk  *btree.BTreeG[string] // keys held only on a disk tier
 	probe []byte                // the key probeID stands for in a search of mem
-	// hot is the ID being inserted in mem, hotKey its key (0, nil: none):
-	// the comparisons skip looking it up.
+	// hot is the item being inserted in mem, hotKey its key (0, nil:
+	// none): the comparisons skip looking it up.
 	hot    uint32
 	hotKey []byte
+
+	ent     idArray  // entry ID -> the record it lists (0: a free entry)
+	entOf   idArray  // record ID -> its entry (valid when ent names it back)
+	entNext uint32   // entry IDs handed out so far (IDs below it exist; 0 is never used)
+	entFree []uint32 // free entry IDs
 
 	staged []uint32 // restored objects of the part being decided: guarded by Master.mu
 
@@ -65,23 +78,106 @@ type keyIndex struct {
 	draining bool     // a drain goroutine runs (it clears this when the queue is empty)
 }
 
-// probeID is the item that stands for keyIndex.probe in a search of mem.
-const probeID = math.MaxUint32
+// idArray is a sparse array of 32-bit IDs in chunks that never move, made
+// when first written: growing it copies nothing (a put's hold of the lock
+// never copies an array of millions of objects), and only the ranges of
+// IDs written take memory. An index never written reads 0.
+type idArray struct{ chunks [][]uint32 }
+
+const idChunkShift = 16
+
+func (a *idArray) get(i uint32) uint32 {
+	c := int(i >> idChunkShift)
+	if c >= len(a.chunks) || a.chunks[c] == nil {
+		return 0
+	}
+	return a.chunks[c][i&(1<<idChunkShift-1)]
+}
+
+func (a *idArray) set(i, v uint32) {
+	c := int(i >> idChunkShift)
+	if c >= len(a.chunks) {
+		a.chunks = append(a.chunks, make([][]uint32, c+1-len(a.chunks))...)
+	}
+	if a.chunks[c] == nil {
+		if v == 0 {
+			return
+		}
+		a.chunks[c] = make([]uint32, 1<<idChunkShift)
+	}
+	a.chunks[c][i&(1<<idChunkShift-1)] = v
+}
+
+const (
+	// entryBit marks an item of mem that is an entry (its ID below the
+	// bit), not a record ID: record IDs stay below it (2^31 records of
+	// 96 bytes, far past a master's memory).
+	entryBit = 1 << 31
+	// probeID is the item that stands for keyIndex.probe in a search of
+	// mem (neither a record ID nor an entry: entries stay below it).
+	probeID = math.MaxUint32
+)
+
+// recID is the record item lists (x.mu held).
+func (x *keyIndex) recID(item uint32) uint32 {
+	if item&entryBit != 0 {
+		return x.ent.get(item &^ entryBit)
+	}
+	return item
+}
 
 func newKeyIndex(t *objTable) *keyIndex {
-	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b })}
-	key := func(id uint32) []byte {
-		switch id {
+	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b }), entNext: 1}
+	key := func(item uint32) []byte {
+		switch item {
 		case probeID:
 			return x.probe
 		case x.hot:
 			return x.hotKey
 		}
-		return t.keyBytes(t.at(id))
+		return t.keyBytes(t.at(x.recID(item)))
 	}
 	x.mem = btree.NewG(64, func(a, b uint32) bool { return keyLess(key(a), key(b)) })
 	t.dirMu = &x.mu
 	return x
+}
+
+// entryOf is the entry listing record id, 0 when none does (x.mu held).
+func (x *keyIndex) entryOf(id uint32) uint32 {
+	if e := x.entOf.get(id); e != 0 && x.ent.get(e) == id {
+		return e
+	}
+	return 0
+}
+
+// rec is the record item lists (x.mu held).
+func (x *keyIndex) rec(item uint32) *object { return x.t.at(x.recID(item)) }
+
+// newEntry makes an entry listing record id (x.mu held).
+func (x *keyIndex) newEntry(id uint32) uint32 {
+	var e uint32
+	if k := len(x.entFree); k > 0 {
+		e, x.entFree = x.entFree[k-1], x.entFree[:k-1]
+	} else {
+		if x.entNext == probeID&^entryBit {
+			panic("master: listing index entries exhausted")
+		}
+		e = x.entNext
+		x.entNext++
+	}
+	x.ent.set(e, id)
+	x.entOf.set(id, e)
+	return e
+}
+
+// freeEntry frees entry e, taken out of mem (x.mu held).
+func (x *keyIndex) freeEntry(e uint32) {
+	id := x.ent.get(e)
+	if x.entOf.get(id) == e {
+		x.entOf.set(id, 0)
+	}
+	x.ent.set(e, 0)
+	x.entFree = append(x.entFree, e)
 }
 
 // acquire takes mu (the caller holds Master.mu) and inserts the queued and
@@ -108,14 +204,24 @@ func (x *keyIndex) recycle(q []uint32) {
 }
 
 // insertMu inserts the objects ids into mem (x.mu held): each became
-// visible.
+// visible. A record already listed by an entry stays as it is; one whose
+// key is listed by another item takes its place (an entry replaced is
+// freed).
 func (x *keyIndex) insertMu(ids []uint32) {
 	t := x.t
 	for _, id := range ids {
+		if id >= entryBit {
+			panic("master: record ID past the listing index's range")
+		}
+		if x.entryOf(id) != 0 {
+			continue
+		}
 		// Every comparison of the insert has the new item on one side:
 		// its key is at hand.
 		x.hot, x.hotKey = id, t.keyBytes(t.at(id))
-		x.mem.ReplaceOrInsert(id)
+		if old, found := x.mem.ReplaceOrInsert(id); found && old&entryBit != 0 {
+			x.freeEntry(old &^ entryBit)
+		}
 		if x.disk.Len() > 0 {
 			x.disk.Delete(string(x.hotKey))
 		}
@@ -210,12 +316,12 @@ func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
 	defer x.release()
 	x.probe = append(x.probe[:0], pivot...)
 	if x.disk.Len() == 0 {
-		x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool { return fn(x.t.key(x.t.at(id))) })
+		x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool { return fn(x.t.key(x.rec(item))) })
 		return
 	}
 	var a []uint32
 	var b []string
-	x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool { a = append(a, id); return len(a) < limit })
+	x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
 	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
 	for i, j := 0, 0; i < len(a) || j < len(b); {
 		var k string
@@ -240,15 +346,15 @@ func (x *keyIndex) ascendRecs(pivot string, limit int, fn func(o *object, k []by
 	defer x.release()
 	x.probe = append(x.probe[:0], pivot...)
 	if x.disk.Len() == 0 {
-		x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool {
-			o := x.t.at(id)
+		x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool {
+			o := x.rec(item)
 			return fn(o, x.t.keyBytes(o))
 		})
 		return
 	}
 	var a []uint32
 	var b []string
-	x.mem.AscendGreaterOrEqual(probeID, func(id uint32) bool { a = append(a, id); return len(a) < limit })
+	x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
 	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
 	for i, j := 0, 0; i < len(a) || j < len(b); {
 		var o *object
@@ -277,9 +383,11 @@ func (m *Master) indexObjectLocked(o *object, key string) {
 
 // handOverIndexLocked lists s, the unfinished put about to take o's key, in
 // o's place: o is the key's visible version that s replaces in the same hold
-// of the lock. One step of the index instead of a delete and an insert; s
-// has its own key only once it is rekeyed, and no index operation may run
-// before (it compares as o's key only during this call).
+// of the lock. When an entry lists o it lists s instead, in place (O(1): the
+// key, and so the entry's place in the tree, stays); the key's first upsert
+// replaces o's item with a new entry listing s (one step of the tree, the
+// new item comparing as o's key). s has its own key only once it is
+// rekeyed, and no index operation may run before.
 //
 // The index's goroutine cannot read s's record before it is rekeyed: acquire
 // leaves nothing queued, and nothing is queued again before this hold of the
@@ -288,8 +396,17 @@ func (m *Master) handOverIndexLocked(o, s *object) {
 	x := m.index
 	x.acquire()
 	defer x.release()
-	x.hot, x.hotKey = s.id, m.objects.keyBytes(o)
-	x.mem.ReplaceOrInsert(s.id)
+	if e := x.entryOf(o.id); e != 0 {
+		x.ent.set(e, s.id)
+		x.entOf.set(s.id, e)
+		x.entOf.set(o.id, 0)
+		return
+	}
+	e := x.newEntry(s.id) | entryBit
+	x.hot, x.hotKey = e, m.objects.keyBytes(o)
+	if old, found := x.mem.ReplaceOrInsert(e); found && old&entryBit != 0 {
+		x.freeEntry(old &^ entryBit)
+	}
 	x.hot, x.hotKey = 0, nil
 }
 
@@ -299,7 +416,13 @@ func (m *Master) unindexObjectLocked(o *object, key string) {
 	x := m.index
 	x.acquire()
 	defer x.release()
-	x.mem.Delete(o.id)
+	item := o.id
+	if e := x.entryOf(o.id); e != 0 {
+		item = e | entryBit
+	}
+	if old, found := x.mem.Delete(item); found && old&entryBit != 0 {
+		x.freeEntry(old &^ entryBit)
+	}
 	if m.disk[key] != nil {
 		x.disk.ReplaceOrInsert(key)
 	}
