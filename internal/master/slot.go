@@ -173,11 +173,12 @@ func (m *Master) commitSlotLocked(clientID, key, slot string, crc uint32, rc Rep
 	if (m.cfg.Durable && s.header() != headerLen(key)) || m.newerThanLocked(key, s.seq) {
 		return refuse(true, nil)
 	}
-	if err := m.tenantAdmitLocked(key, s.size*uint64(s.nrep), m.objects.get(key)); err != nil {
+	prev := m.objects.get(key)
+	if err := m.tenantAdmitLocked(key, s.size*uint64(s.nrep), prev); err != nil {
 		return refuse(false, err)
 	}
 	handed := false
-	if o := m.objects.get(key); o != nil {
+	if o := prev; o != nil {
 		switch {
 		case !o.complete && now.Sub(o.created.time()) < m.cfg.PutTimeout:
 			return refuse(false, fmt.Errorf("%w: put in progress for %q", ErrObjectExists, key))

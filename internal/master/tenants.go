@@ -44,6 +44,7 @@ type TenantUsage struct {
 }
 
 type tenantAcct struct {
+	name    string
 	bytes   uint64
 	objects int
 }
@@ -118,23 +119,42 @@ func (m *Master) TenantUsages() []TenantUsage {
 	return out
 }
 
+// account is name's account, made when it has none.
 func (b *tenantBook) account(name string) *tenantAcct {
 	a := b.acct[name]
 	if a == nil {
-		a = &tenantAcct{}
+		a = &tenantAcct{name: name}
 		b.acct[name] = a
 	}
 	return a
 }
 
+// accountBytes is account for a name read off a key in the object table's
+// arena (found without copying it; copied only for a new account).
+func (b *tenantBook) accountBytes(name []byte) *tenantAcct {
+	if a := b.acct[string(name)]; a != nil {
+		return a
+	}
+	return b.account(string(name))
+}
+
 // charge adds n bytes and k objects (negative: takes them away) to name.
-func (b *tenantBook) charge(name string, n int64, k int) {
-	a := b.account(name)
+func (b *tenantBook) charge(name string, n int64, k int) { b.add(b.account(name), n, k) }
+
+// add adds n bytes and k objects (negative: takes them away) to a.
+func (b *tenantBook) add(a *tenantAcct, n int64, k int) {
 	a.bytes = uint64(max(int64(a.bytes)+n, 0))
 	a.objects = max(a.objects+k, 0)
 	if a.bytes == 0 && a.objects == 0 {
-		delete(b.acct, name)
+		delete(b.acct, a.name)
 	}
+}
+
+// tenantOfLocked is the tenant name of o's key, read in place ("" or nil
+// outside every namespace); it is only valid until the table changes.
+func (m *Master) tenantOfLocked(o *object) []byte {
+	t, _ := tenant.SplitBytes(m.objects.keyBytes(o))
+	return t
 }
 
 // tenantCountLocked is countLocked's part for the tenant of o.
@@ -142,8 +162,8 @@ func (m *Master) tenantCountLocked(o *object, sign int) {
 	if m.tenants == nil {
 		return
 	}
-	if t, _ := tenant.Split(m.keyOf(o)); t != "" {
-		m.tenants.charge(t, int64(sign)*int64(o.size)*int64(o.nrep), sign)
+	if t := m.tenantOfLocked(o); len(t) > 0 {
+		m.tenants.add(m.tenants.accountBytes(t), int64(sign)*int64(o.size)*int64(o.nrep), sign)
 	}
 }
 
@@ -152,8 +172,8 @@ func (m *Master) tenantReplicasLocked(o *object, delta int) {
 	if m.tenants == nil {
 		return
 	}
-	if t, _ := tenant.Split(m.keyOf(o)); t != "" {
-		m.tenants.charge(t, int64(delta)*int64(o.size), 0)
+	if t := m.tenantOfLocked(o); len(t) > 0 {
+		m.tenants.add(m.tenants.accountBytes(t), int64(delta)*int64(o.size), 0)
 	}
 }
 
@@ -262,7 +282,7 @@ func (m *Master) tenantOverShareFirstLocked(order []*object, now time.Time) []*o
 	first := make([]*object, 0, len(order))
 	var rest []*object
 	for _, o := range order {
-		if t, _ := tenant.Split(m.keyOf(o)); t != "" && over[t] {
+		if t := m.tenantOfLocked(o); len(t) > 0 && over[string(t)] {
 			first = append(first, o)
 		} else {
 			rest = append(rest, o)

@@ -53,6 +53,20 @@ func Split(key string) (tenant, user string) {
 	return rest[:i], rest[i+1:]
 }
 
+// SplitBytes is Split of a key held as bytes (the results share its
+// memory; nothing is copied).
+func SplitBytes(key []byte) (tenant, user []byte) {
+	if len(key) < len(nsPrefix) || string(key[:len(nsPrefix)]) != nsPrefix {
+		return nil, key
+	}
+	rest := key[len(nsPrefix):]
+	i := bytes.IndexByte(rest, '/')
+	if i <= 0 {
+		return nil, key
+	}
+	return rest[:i], rest[i+1:]
+}
+
 // Tenant is one caller identity. Its fields are read-only once in a Set.
 type Tenant struct {
 	Name         string

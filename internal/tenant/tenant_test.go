@@ -135,9 +135,14 @@ func TestSplitNamespace(t *testing.T) {
 		{"\x00t/", "", "\x00t/"},
 		{"\x00t//x", "", "\x00t//x"},
 		{"\x00slot/1", "", "\x00slot/1"},
+		{"\x00t", "", "\x00t"},
+		{"", "", ""},
 	} {
 		if tn, u := Split(tc.key); tn != tc.tenant || u != tc.user {
 			t.Errorf("Split(%q) = %q %q", tc.key, tn, u)
+		}
+		if tn, u := SplitBytes([]byte(tc.key)); string(tn) != tc.tenant || string(u) != tc.user {
+			t.Errorf("SplitBytes(%q) = %q %q", tc.key, tn, u)
 		}
 	}
 }
