@@ -53,13 +53,14 @@ func (c *Client) stageHeader(ctx context.Context, key string, resp *pb.PutStartR
 	return b, release, nil
 }
 
-// headerKey is key as the master stores it: behind the tenant namespace
-// the master reported, if any.
-func (c *Client) headerKey(key string) string {
+// headerLen is the length of key's header: key as the master stores it,
+// behind the tenant namespace the master reported, if any.
+func (c *Client) headerLen(key string) uint64 {
+	n := len(key)
 	if p := c.keyPrefix.Load(); p != nil {
-		return *p + key
+		n += len(*p)
 	}
-	return key
+	return objheader.LenOf(n)
 }
 
 func objheaderEncode(b []byte, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions) {

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/objheader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -217,7 +216,7 @@ func (c *Client) source(ctx context.Context, key string, value []byte, registere
 	}
 	n := 0
 	if c.durable.Load() {
-		n = int(objheader.Len(c.headerKey(key))) // room for the header right in front of the value
+		n = int(c.headerLen(key)) // room for the header right in front of the value
 	}
 	st, err := c.stage.take(ctx, n+len(value))
 	if errors.Is(err, ErrBufferTooSmall) && n > 0 {

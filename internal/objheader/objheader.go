@@ -40,7 +40,10 @@ type Header struct {
 
 // Len is the length of the header of key: the fixed part plus the key,
 // rounded up to 64 bytes.
-func Len(key string) uint64 { return (fixed + uint64(len(key)) + Align - 1) &^ (Align - 1) }
+func Len(key string) uint64 { return LenOf(len(key)) }
+
+// LenOf is Len of a key of n bytes.
+func LenOf(n int) uint64 { return (fixed + uint64(n) + Align - 1) &^ (Align - 1) }
 
 // Encode writes h into b, which must hold Len(h.Key) bytes, and returns
 // the encoded bytes (b[:Len], the padding zeroed).
