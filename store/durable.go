@@ -37,9 +37,10 @@ func (c *Client) stageHeader(ctx context.Context, key string, resp *pb.PutStartR
 	if p := c.keyPrefix.Load(); (p == nil && resp.KeyPrefix != "") || (p != nil && *p != resp.KeyPrefix) {
 		c.keyPrefix.Store(&resp.KeyPrefix)
 	}
-	key = resp.KeyPrefix + key // the key as the master stores it (its tenant's namespace)
-	if resp.HeaderLen != objheader.Len(key) {
-		return nil, nil, fmt.Errorf("store: put %q: master header length %d, want %d", key, resp.HeaderLen, objheader.Len(key))
+	// The header names the key as the master stores it: behind its
+	// tenant's namespace.
+	if want := objheader.LenOf(len(resp.KeyPrefix) + len(key)); resp.HeaderLen != want {
+		return nil, nil, fmt.Errorf("store: put %q: master header length %d, want %d", resp.KeyPrefix+key, resp.HeaderLen, want)
 	}
 	b, release := room, func() {}
 	if uint64(len(room)) != resp.HeaderLen {
@@ -64,7 +65,7 @@ func (c *Client) headerLen(key string) uint64 {
 }
 
 func objheaderEncode(b []byte, key string, resp *pb.PutStartResponse, size int, crc uint32, o PutOptions) {
-	objheader.Encode(b, objheader.Header{Key: key, Seq: resp.Seq, Size: uint64(size), CRC: crc,
+	objheader.EncodePrefixed(b, resp.KeyPrefix, objheader.Header{Key: key, Seq: resp.Seq, Size: uint64(size), CRC: crc,
 		HardPin: o.HardPin, SoftPin: o.SoftPin, SoftPinTTL: o.SoftPinTTL})
 }
 

@@ -47,8 +47,13 @@ func LenOf(n int) uint64 { return (fixed + uint64(n) + Align - 1) &^ (Align - 1)
 
 // Encode writes h into b, which must hold Len(h.Key) bytes, and returns
 // the encoded bytes (b[:Len], the padding zeroed).
-func Encode(b []byte, h Header) []byte {
-	n := Len(h.Key)
+func Encode(b []byte, h Header) []byte { return EncodePrefixed(b, "", h) }
+
+// EncodePrefixed is Encode of h with its key being prefix+h.Key (b holds
+// LenOf(len(prefix)+len(h.Key)) bytes), without building that key.
+func EncodePrefixed(b []byte, prefix string, h Header) []byte {
+	kl := len(prefix) + len(h.Key)
+	n := LenOf(kl)
 	b = b[:n]
 	clear(b)
 	le := binary.LittleEndian
@@ -66,9 +71,10 @@ func Encode(b []byte, h Header) []byte {
 	}
 	le.PutUint32(b[28:], flags)
 	le.PutUint64(b[32:], uint64(h.SoftPinTTL.Milliseconds()))
-	le.PutUint32(b[40:], uint32(len(h.Key)))
-	copy(b[fixed:], h.Key)
-	le.PutUint32(b[44:], hcrc(b, len(h.Key)))
+	le.PutUint32(b[40:], uint32(kl))
+	copy(b[fixed+len(prefix):], h.Key)
+	copy(b[fixed:], prefix)
+	le.PutUint32(b[44:], hcrc(b, kl))
 	return b
 }
 

@@ -87,3 +87,20 @@ func TestScanRanges(t *testing.T) {
 		t.Fatalf("scan found %q", got)
 	}
 }
+
+// TestEncodePrefixed: a header written with a key prefix is the header of
+// the whole key, byte for byte, and decodes to it.
+func TestEncodePrefixed(t *testing.T) {
+	h := Header{Key: "user/key", Seq: 7, Size: 4096, CRC: 0xabcd, SoftPin: true, SoftPinTTL: time.Second}
+	whole := h
+	whole.Key = "\x00t/tenant/" + h.Key
+	want := Encode(make([]byte, Len(whole.Key)), whole)
+	got := EncodePrefixed(bytes.Repeat([]byte{0xff}, int(LenOf(len("\x00t/tenant/")+len(h.Key)))), "\x00t/tenant/", h)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("EncodePrefixed = %x, want %x", got, want)
+	}
+	d, err := Decode(got)
+	if err != nil || d.Key != whole.Key || d.Seq != 7 {
+		t.Fatalf("Decode = %+v, %v", d, err)
+	}
+}
