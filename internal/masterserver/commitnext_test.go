@@ -8,6 +8,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/master"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -68,8 +69,15 @@ func TestFastPutCommitNextSlot(t *testing.T) {
 
 // BenchmarkFastPutCommitUpsert: the master's side of a small put from a
 // client that rewrites its keys (the store's hot path): a fast PutCommit of
-// a reused slot asking for the next, decoded, handled and encoded.
+// a reused slot asking for the next, decoded, handled and encoded; plain
+// (no tenants) and by a tenant (its namespace, quota accounting and
+// admission).
 func BenchmarkFastPutCommitUpsert(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchFastPutCommitUpsert(b, false) })
+	b.Run("tenant", func(b *testing.B) { benchFastPutCommitUpsert(b, true) })
+}
+
+func benchFastPutCommitUpsert(b *testing.B, tenants bool) {
 	m, err := master.New(master.Config{Durable: true}, newFakeClock())
 	if err != nil {
 		b.Fatal(err)
@@ -77,7 +85,16 @@ func BenchmarkFastPutCommitUpsert(b *testing.B) {
 	if err := m.MountSegment("c", master.SegmentSpec{Name: "a", Endpoint: "ep", Base: 1 << 30, Size: 64 << 20}); err != nil {
 		b.Fatal(err)
 	}
-	h := NewService(m).FastHandler(context.Background())
+	ctx := context.Background()
+	if tenants {
+		set, err := tenant.Parse([]byte("version: 1\ntenants: [{name: bench, quota: 1TB, tokens: [{token: bench-token-0001}]}]"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.SetTenantQuotas(tenantQuotas{tenant.Static(set)})
+		ctx = withCaller(ctx, set.Lookup("bench"))
+	}
+	h := NewService(m).FastHandler(ctx)
 	commit := func(key, slot string) *pb.PutCommitResponse {
 		req, _ := proto.Marshal(&pb.PutCommitRequest{ClientId: "c", Key: key, Slot: slot, Crc32C: 1, Upsert: true,
 			Config: &pb.ReplicateConfig{Replicas: 1}, ReserveSize: 4096, ReserveKeyLen: uint64(len(key))})
