@@ -200,12 +200,15 @@ func (m *Master) tenantUnpendLocked(key string) {
 	if m.tenants == nil {
 		return
 	}
+	t, _ := tenant.Split(key)
+	if t == "" { // put slots and the raw key space: never charged while pending
+		return
+	}
 	c, ok := m.tenants.pending[key]
 	if !ok {
 		return
 	}
 	delete(m.tenants.pending, key)
-	t, _ := tenant.Split(key)
 	m.tenants.charge(t, -int64(c), -1)
 }
 
