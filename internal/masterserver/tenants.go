@@ -70,11 +70,7 @@ func (a *authn) resolve(token string, certNames []string) (*tenant.Tenant, time.
 	}
 	set := a.src.Set()
 	if token != "" || len(certNames) == 0 {
-		t, err := set.Authenticate(token, a.now())
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		return t, set.Expires(token), nil
+		return set.AuthenticateUntil(token, a.now())
 	}
 	if t := set.ByCert(certNames...); t != nil {
 		return t, time.Time{}, nil

@@ -253,8 +253,15 @@ func checkName(n string) error {
 
 // Authenticate returns the tenant of a bearer token at time now.
 func (s *Set) Authenticate(token string, now time.Time) (*Tenant, error) {
+	t, _, err := s.AuthenticateUntil(token, now)
+	return t, err
+}
+
+// AuthenticateUntil is Authenticate that also tells when the token stops
+// being valid (zero: never), as Expires, from the same digest.
+func (s *Set) AuthenticateUntil(token string, now time.Time) (*Tenant, time.Time, error) {
 	if token == "" {
-		return nil, fmt.Errorf("%w: no credential", ErrUnauthenticated)
+		return nil, time.Time{}, fmt.Errorf("%w: no credential", ErrUnauthenticated)
 	}
 	sum := sha256.Sum256([]byte(token))
 	e, ok := s.tokens[sum]
@@ -262,12 +269,12 @@ func (s *Set) Authenticate(token string, now time.Time) (*Tenant, error) {
 	// the same digest: this keeps the decision itself branch-free on the
 	// secret's bytes).
 	if !ok || subtle.ConstantTimeCompare(e.sum[:], sum[:]) != 1 {
-		return nil, fmt.Errorf("%w: unknown token", ErrUnauthenticated)
+		return nil, time.Time{}, fmt.Errorf("%w: unknown token", ErrUnauthenticated)
 	}
 	if !e.expires.IsZero() && !now.Before(e.expires) {
-		return nil, fmt.Errorf("%w: token of tenant %q expired at %s", ErrUnauthenticated, e.t.Name, e.expires.UTC().Format(time.RFC3339))
+		return nil, time.Time{}, fmt.Errorf("%w: token of tenant %q expired at %s", ErrUnauthenticated, e.t.Name, e.expires.UTC().Format(time.RFC3339))
 	}
-	return e.t, nil
+	return e.t, e.expires, nil
 }
 
 // Expires is when token stops being valid (zero: never, or unknown).

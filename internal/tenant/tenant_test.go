@@ -78,6 +78,18 @@ func TestParseAndAuthenticate(t *testing.T) {
 	if got, err := s.Authenticate("old-token-of-a", time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil || got != a {
 		t.Fatalf("unexpired old token: %v %v", got, err)
 	}
+	// AuthenticateUntil tells the expiry Expires tells, and refuses as
+	// Authenticate does.
+	day := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got, until, err := s.AuthenticateUntil("old-token-of-a", day); err != nil || got != a || until.IsZero() || !until.Equal(s.Expires("old-token-of-a")) {
+		t.Fatalf("AuthenticateUntil = %v %v %v", got, until, err)
+	}
+	if _, _, err := s.AuthenticateUntil("old-token-of-a", s.Expires("old-token-of-a")); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("AuthenticateUntil at the expiry: %v", err)
+	}
+	if _, _, err := s.AuthenticateUntil("no-such-token", day); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("AuthenticateUntil of an unknown token: %v", err)
+	}
 }
 
 func TestParseSHA256Token(t *testing.T) {
