@@ -181,7 +181,16 @@ func aboveWatermarkPuts(t *testing.T, durable bool) {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}
-	cl.RemoveAll(ctx, true)
+	if _, err := cl.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// With durable headers the removed objects' space comes back when their
+	// nodes have zeroed the headers (tombstones drained at a heartbeat);
+	// fill the pool with pins only after that, so that no space frees up
+	// between the failed pin and the put checked below.
+	waitfor.Cond(t, 10*time.Second, "the removed objects' tombstones drained", func() bool {
+		return len(c.master.Core().Tombstones()) == 0
+	})
 	for i := 0; ; i++ {
 		err := cl.PutWith(ctx, fmt.Sprint("pin", i), value("p", 64<<10), store.PutOptions{HardPin: true})
 		if err == nil {
