@@ -98,9 +98,11 @@ func TestMountRemountUnmount(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
+	// The segment is known from the remount's first call; the remount is
+	// done when the node logs it.
 	remounted := func() bool {
 		_, err := srv.Core().Segment(n.Name())
-		return err == nil
+		return err == nil && strings.Contains(logs.String(), `msg="store: remounted after NEED_REMOUNT"`)
 	}
 	waitfor.Cond(t, time.Until(deadline.Add(5*time.Second)), "node to remount on the restarted master", remounted)
 	waitHealth(200)
