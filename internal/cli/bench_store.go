@@ -71,6 +71,11 @@ the first eviction and reports the segment utilisation reached.`,
 				return runBenchStoreHotCache(cmd.Context(), cmd.OutOrStdout(), hot, sizes, clients, rounds, duration, transport)
 			}
 			if security {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
 				res, err := benchstore.RunSecurity(cmd.Context(), benchstore.SecurityConfig{Sizes: sizes, Clients: clients,
 					Rounds: rounds, Duration: duration, Transport: transport})
 				if err != nil {
