@@ -67,29 +67,23 @@ func (s *chunkStock) prepare(objects, keyBytes int) {
 }
 
 // takeRecs is a stocked chunk of recChunk zeroed records, nil when none.
-func (s *chunkStock) takeRecs() []object {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := len(s.recs)
-	if n == 0 {
-		return nil
-	}
-	c := s.recs[n-1]
-	s.recs[n-1], s.recs = nil, s.recs[:n-1]
-	return c
-}
+func (s *chunkStock) takeRecs() []object { return takeLast(&s.mu, &s.recs) }
 
 // takeKeys is a stocked arena chunk of arenaChunk zero bytes, nil when
 // none.
-func (s *chunkStock) takeKeys() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := len(s.keys)
+func (s *chunkStock) takeKeys() []byte { return takeLast(&s.mu, &s.keys) }
+
+// takeLast pops the last chunk of *l under mu (nil when none).
+func takeLast[T any](mu *sync.Mutex, l *[]T) T {
+	mu.Lock()
+	defer mu.Unlock()
+	var zero T
+	n := len(*l)
 	if n == 0 {
-		return nil
+		return zero
 	}
-	c := s.keys[n-1]
-	s.keys[n-1], s.keys = nil, s.keys[:n-1]
+	c := (*l)[n-1]
+	(*l)[n-1], *l = zero, (*l)[:n-1]
 	return c
 }
 
