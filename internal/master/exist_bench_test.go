@@ -61,21 +61,7 @@ var existPrep = map[*string]prepped{}
 // taker (a ping every 50us) waited.
 func BenchmarkBatchExist(b *testing.B) {
 	const n = 1_000_000
-	m, err := New(Config{Durable: true}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := m.MountSegment("c", SegmentSpec{Name: "s", Endpoint: "e:1", Base: 1 << 30, Size: 1 << 40}); err != nil {
-		b.Fatal(err)
-	}
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("bench-master/key/%012d", i)
-		if _, err := m.PutStart("c", keys[i], 64, ReplicateConfig{}); err != nil {
-			b.Fatal(err)
-		}
-		m.PutEnd("c", keys[i], 1)
-	}
+	m, keys := benchPool(b, n, "bench-master/key/%012d")
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, batch := range []int{1000, 100_000} {
 		batches := make([][]string, max(1, 2_000_000/batch))

@@ -56,26 +56,11 @@ func BenchmarkPoolSize(b *testing.B) {
 // BenchmarkGet: GetReplicaList of existing keys in random order against a
 // pool of 1M objects (the lookup's cache misses at the pool's size).
 func BenchmarkGet(b *testing.B) {
-	const n = 1_000_000
-	m, err := New(Config{Durable: true}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := m.MountSegment("c", SegmentSpec{Name: "s", Endpoint: "e:1", Base: 1 << 30, Size: 1 << 40}); err != nil {
-		b.Fatal(err)
-	}
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("pool/%09d", i)
-		if _, err := m.PutStart("c", keys[i], 64, ReplicateConfig{}); err != nil {
-			b.Fatal(err)
-		}
-		m.PutEnd("c", keys[i], 1)
-	}
+	m, keys := benchPool(b, 1_000_000, "pool/%09d")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		if _, err := m.GetReplicaList(keys[(i*7919)%n]); err != nil {
+		if _, err := m.GetReplicaList(keys[(i*7919)%len(keys)]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -118,4 +103,26 @@ func BenchmarkList(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+}
+
+// benchPool is a durable master with one segment holding n complete
+// objects of 64 B named by format (applied to 0..n-1), and their keys.
+func benchPool(b *testing.B, n int, format string) (*Master, []string) {
+	b.Helper()
+	m, err := New(Config{Durable: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.MountSegment("c", SegmentSpec{Name: "s", Endpoint: "e:1", Base: 1 << 30, Size: 1 << 40}); err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf(format, i)
+		if _, err := m.PutStart("c", keys[i], 64, ReplicateConfig{}); err != nil {
+			b.Fatal(err)
+		}
+		m.PutEnd("c", keys[i], 1)
+	}
+	return m, keys
 }
