@@ -7,6 +7,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -620,20 +621,7 @@ func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool)
 
 // equal reports whether a and b are equal, in time that depends on their
 // length only.
-func equal(a, b []byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	var d uint64
-	i := 0
-	for ; i+8 <= len(a); i += 8 {
-		d |= binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:])
-	}
-	for ; i < len(a); i++ {
-		d |= uint64(a[i] ^ b[i])
-	}
-	return d == 0
-}
+func equal(a, b []byte) bool { return subtle.ConstantTimeCompare(a, b) == 1 }
 
 // remember keeps verified grant g, encoded as b, unless one-shot (those
 // are checked live on every use); past maxRecalled the one remembered
