@@ -83,7 +83,7 @@ run master-remove 150 "$M" bench master "${big[@]}" --phases load,remove,restart
 	cat "$OUT/grants.txt" >>"$OUT/grants.1" && mv "$OUT/grants.1" "$OUT/grants.txt"; } 2>/dev/null
 run grants4k 100 "$M" bench store --grants both --transport tcp --redis off --ops put,get --sizes 4KiB --clients 1,8 --rounds 9 --duration 1s
 run transfer-grants 40 "$M" bench transfer --grants both --duration 4s --block-size 1MiB
-run security 200 "$M" bench store --security --sizes 4KiB,1MiB --clients 1,8 --rounds 5 --duration 500ms
+run security 200 "$M" bench store --security --sizes 4KiB,1MiB --clients 1,8
 run failover 150 "$M" bench master "${big[@]}" --ha --phases load,failover --skip-redis
 run procs 40 "$M" bench store --sizes 4KiB --clients 8 --servers process --client-procs --ops put,get --duration 1s --rounds 3
 run disk 40 "$M" bench store-disk --rounds 3 --transport tcp --dir /tmp

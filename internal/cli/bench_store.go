@@ -16,6 +16,17 @@ import (
 	benchstore "github.com/kvcache-go/mooncake/internal/bench/store"
 )
 
+// The rounds of --security and of --grants both, unless --rounds or
+// --duration are given: many short ones (the same time in all as 5 and 3
+// rounds of 500ms), their on/off figure the median of the rounds' paired
+// ratios.
+const (
+	securityRounds     = 20
+	securityDuration   = 125 * time.Millisecond
+	grantsBothRounds   = 12
+	grantsBothDuration = 125 * time.Millisecond
+)
+
 func newBenchStoreCmd() *cobra.Command {
 	var (
 		sizesFlag, clientsFlag, segSizeFlag, redisFlag, transport string
@@ -71,6 +82,14 @@ the first eviction and reports the segment utilisation reached.`,
 				return runBenchStoreHotCache(cmd.Context(), cmd.OutOrStdout(), hot, sizes, clients, rounds, duration, transport)
 			}
 			if security {
+				// Many short rounds: the paired ratios' median is steadier
+				// than a few long rounds' (the same time in all).
+				if !cmd.Flags().Changed("rounds") {
+					rounds = securityRounds
+				}
+				if !cmd.Flags().Changed("duration") {
+					duration = securityDuration
+				}
 				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {
 					return err
@@ -83,6 +102,9 @@ the first eviction and reports the segment utilisation reached.`,
 				}
 				printBenchStoreSecurity(cmd.OutOrStdout(), res)
 				return nil
+			}
+			if grants == benchstore.GrantsBoth && !cmd.Flags().Changed("rounds") && !cmd.Flags().Changed("duration") {
+				rounds, duration = grantsBothRounds, grantsBothDuration
 			}
 			seg, err := parseSize(segSizeFlag)
 			if err != nil {
@@ -128,7 +150,7 @@ the first eviction and reports the segment utilisation reached.`,
 	f.IntVar(&rounds, "rounds", 3, "rounds per configuration, alternating the systems; the median is reported")
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis; measured with redis-benchmark`)
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
-	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) and data-path grants (both pools' transfers on TCP) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts, over TCP (tls) and against the same-host socket (tls-vs-local) (on/off ratios, pools side by side in this process)")
+	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) and data-path grants (both pools' transfers on TCP) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts, over TCP (tls) and against the same-host socket (tls-vs-local) (pools side by side in this process; on/off: the median of the rounds' paired ratios; default --rounds 20 --duration 125ms)")
 	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients run in this process unless --client-procs`)
 	f.StringVar(&opsFlag, "ops", "", "phases to run, comma-separated (put, batch-put, get, batch-get, get-into, exist; default all; put always runs)")
 	f.BoolVar(&clientProcs, "client-procs", false, `with --servers process or both: run each client of the separate-process cluster as a process of its own (one client per process, as one engine worker per process is deployed; rows "mooncake-cproc")`)
@@ -141,7 +163,7 @@ the first eviction and reports the segment utilisation reached.`,
 	}
 	hot.register(f)
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with the servers in process: master, nodes and clients together; with --servers process each server and client process writes its own, FILE.ROLE-PID.pprof)")
-	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed`)
+	f.StringVar(&grants, "grants", benchstore.GrantsOff, `data-path grants of the in-process cluster: "off", "on" (rows "mooncake-grants": the master signs a grant per extent, the nodes check them; no shared memory to the nodes), or "both", alternated round by round, with their ratios printed (the median of the rounds' paired ratios; without --rounds and --duration, 12 rounds of 125ms)`)
 	return cmd
 }
 
@@ -240,8 +262,9 @@ func printCPUPerKey(out io.Writer, res *benchstore.Result) {
 	}
 }
 
-// printGrantRatios prints grants on vs off (ops/s ratio) for every phase
-// measured both ways (--grants both).
+// printGrantRatios prints grants on vs off for every phase measured both
+// ways (--grants both): the median of the rounds' paired ratios, their
+// quartiles, and the ratio of the two sides' median rounds.
 func printGrantRatios(out io.Writer, res *benchstore.Result) {
 	header := false
 	for _, r := range res.Rows {
@@ -249,15 +272,18 @@ func printGrantRatios(out io.Writer, res *benchstore.Result) {
 			continue
 		}
 		off := res.Find(benchstore.SystemInProcess, r.Op, r.Size, r.Clients)
-		if off == nil || off.Ops == 0 || r.Ops == 0 {
+		p := res.FindGrants(r.Op, r.Size, r.Clients)
+		if off == nil || off.Ops == 0 || r.Ops == 0 || p == nil {
 			continue
 		}
 		if !header {
-			fmt.Fprintln(out, "grants on vs off (same run: ops/s ratio; p50 and CPU time per key ratios, lower is better):")
+			fmt.Fprintln(out, "grants on vs off (same run; median of the rounds' paired ratios, each round measuring both one after the other,\n"+
+				" [quartiles], and of the median rounds; p50 and CPU time per key ratios: lower is better):")
 			header = true
 		}
-		fmt.Fprintf(out, "  %s %s x%d: ops/s %.3fx, p50 %.2fx, cpu/key %.3fx (%s vs %s)\n", r.Op, formatSize(uint64(r.Size)), r.Clients,
-			r.OpsPerSec()/off.OpsPerSec(), float64(r.P50)/float64(off.P50), float64(r.CPUPerOp())/float64(off.CPUPerOp()), fmtDur(r.CPUPerOp()), fmtDur(off.CPUPerOp()))
+		q1, q3 := p.Ops.Quartiles()
+		fmt.Fprintf(out, "  %s %s x%d: ops/s %.3fx [%.3f-%.3f] (medians %.3fx), cpu/key %.3fx (%s vs %s), p50 %.2fx\n", r.Op, formatSize(uint64(r.Size)), r.Clients,
+			p.Ops.Median(), q1, q3, r.OpsPerSec()/off.OpsPerSec(), p.CPU.Median(), fmtDur(r.CPUPerOp()), fmtDur(off.CPUPerOp()), float64(r.P50)/float64(off.P50))
 	}
 }
 
@@ -272,18 +298,20 @@ func fmtDur(d time.Duration) string {
 
 func printBenchStoreSecurity(out io.Writer, res *benchstore.SecurityResult) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "feature\top\tsize\tclients\toff ops/s\ton ops/s\ton/off\toff cpu/key\ton cpu/key\tcpu on/off\toff p50\ton p50\terrors\t")
+	fmt.Fprintln(w, "feature\top\tsize\tclients\toff ops/s\ton ops/s\ton/off\tquartiles\tmedians\toff cpu/key\ton cpu/key\tcpu on/off\toff p50\ton p50\terrors\t")
+	rounds := 0
 	for _, r := range res.Rows {
-		cpu := 0.0
-		if r.Off.CPUPerOp() > 0 {
-			cpu = float64(r.On.CPUPerOp()) / float64(r.Off.CPUPerOp())
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.3f\t%s\t%s\t%.3f\t%s\t%s\t%d\t\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients,
-			r.Off.OpsPerSec(), r.On.OpsPerSec(), r.Ratio(), fmtDur(r.Off.CPUPerOp()), fmtDur(r.On.CPUPerOp()), cpu,
+		q1, q3 := r.Paired.Quartiles()
+		rounds = max(rounds, len(r.Paired))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.3f\t%.3f-%.3f\t%.3f\t%s\t%s\t%.3f\t%s\t%s\t%d\t\n", r.Feature, r.Op, formatSize(uint64(r.Size)), r.Clients,
+			r.Off.OpsPerSec(), r.On.OpsPerSec(), r.Ratio(), q1, q3, r.MedianRatio(), fmtDur(r.Off.CPUPerOp()), fmtDur(r.On.CPUPerOp()), r.CPU.Median(),
 			fmtDur(r.Off.P50), fmtDur(r.On.P50), r.Off.Errors+r.On.Errors)
 	}
 	w.Flush()
-	fmt.Fprintln(out, "(cpu/key: this process's CPU time per key, master, nodes and clients included; it compares the two even when other load makes ops/s noisy)")
+	fmt.Fprintf(out, "(on/off: the median over the %d rounds of each round's ratio, on over off, of its two measurements, taken one right after the other;\n"+
+		" quartiles: the middle half of those ratios; medians: the ratio of the two sides' median rounds; off/on ops/s, cpu/key and p50: the median rounds';\n"+
+		" cpu/key: this process's CPU time per key, master, nodes and clients included, and cpu on/off the median of its paired ratios:\n"+
+		" it compares the two even when other load makes ops/s noisy)\n", rounds)
 	for _, r := range res.Rows {
 		for _, x := range []benchstore.Row{r.Off, r.On} {
 			if x.FirstErr != nil {

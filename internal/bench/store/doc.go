@@ -51,6 +51,14 @@
 // Without redis-benchmark (ErrRedisBenchmarkMissing) or redis-server the
 // run goes on without Redis and Result.RedisSkipped says why.
 //
+// Config.Grants GrantsBoth runs a second in-process cluster whose master
+// signs data-path grants and whose nodes check them, in every round next
+// to the first; Result.Grants holds each phase's paired ratios (Ratios:
+// each round's on over off, the median steadier than the ratio of the two
+// sides' median rounds). RunSecurity (security.go) measures tenants,
+// grants and TLS on vs off the same way, pools side by side, many short
+// rounds.
+//
 // Single-thread memcpy (limits.Memcpy) is measured as the machine's limit.
 // Last, Run fills a fresh 2 x 64 MiB pool with random 4 KiB-1 MiB values
 // until the first eviction, at high watermarks 0.90 and 1.0, and reports the

@@ -38,16 +38,24 @@ type SecurityConfig struct {
 }
 
 // SecurityRow is one configuration measured without and with a security
-// feature (median rounds).
+// feature, round by round.
 type SecurityRow struct {
 	Feature       string // "tenants", "grants", "tls" (against plaintext TCP) or "tls-vs-local" (against the same-host socket)
 	Op            string // put, get
 	Size, Clients int
-	Off, On       Row
+	Off, On       Row // each side's median round (by ops/s)
+	// Paired is each round's ratio of On's ops/s to Off's, of the two
+	// measurements the round took one right after the other; CPU the
+	// same for CPU time per key.
+	Paired, CPU Ratios
 }
 
-// Ratio is On's ops/s over Off's.
-func (r SecurityRow) Ratio() float64 {
+// Ratio is the on/off ratio of ops/s: the median of the rounds' paired
+// ratios.
+func (r SecurityRow) Ratio() float64 { return r.Paired.Median() }
+
+// MedianRatio is On's median round's ops/s over Off's.
+func (r SecurityRow) MedianRatio() float64 {
 	if r.Off.Ops == 0 {
 		return 0
 	}
@@ -64,8 +72,15 @@ type SecurityResult struct{ Rows []SecurityRow }
 // shared memory), and 4 KiB puts with
 // the master's port on TLS vs plaintext TCP ("tls") and vs plaintext with
 // the same-host socket a TLS master gives up ("tls-vs-local"). Six pools
-// run in this process (durable metadata on, the master's default); rounds
-// alternate which goes first and the median is reported.
+// run in this process (durable metadata on, the master's default).
+//
+// Each configuration's keys (together a quarter of a pool) are put once
+// in both pools, unmeasured; then every round measures the two pools one
+// right after the other (which goes first alternates), a phase of
+// Duration each: puts upsert random keys of the set, gets read random
+// keys. Short rounds, many of them, and the median of the rounds' paired
+// ratios (SecurityRow.Paired) make the on/off figure steady where the
+// machine's other load comes and goes.
 func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error) {
 	const segSize = 256 << 20
 	maxClients, maxSize := slices.Max(c.Clients), slices.Max(c.Sizes)
@@ -103,6 +118,15 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 	res := &SecurityResult{}
 	compare := func(feature, base, on, op string, size, n int) {
 		per := max(1, int(segSize/4)/size/n)
+		prefix := fmt.Sprintf("s/%s/%d/%d", feature, size, n)
+		phase := "get-into" // the keys the put phase wrote
+		if op == "put" {
+			// Every key once, unmeasured; the rounds then upsert.
+			for _, name := range []string{base, on} {
+				runPhase(ctx, SystemInProcess, pools[name].kv[:n], "put", size, per, prefix, 0)
+			}
+			phase = "upsert"
+		}
 		rows := map[string][]Row{}
 		for r := range c.Rounds {
 			order := []string{base, on}
@@ -110,15 +134,14 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 				order = []string{on, base}
 			}
 			for _, name := range order {
-				prefix := fmt.Sprintf("s/%s/%d/%d", feature, size, n)
-				if op == "get" { // the keys the put phase wrote
-					rows[name] = append(rows[name], runPhase(ctx, SystemInProcess, pools[name].kv[:n], "get-into", size, per, prefix, c.Duration))
-				} else {
-					rows[name] = append(rows[name], runPhase(ctx, SystemInProcess, pools[name].kv[:n], "put", size, per, prefix, c.Duration))
-				}
+				rows[name] = append(rows[name], runPhase(ctx, SystemInProcess, pools[name].kv[:n], phase, size, per, prefix, c.Duration))
 			}
 		}
-		res.Rows = append(res.Rows, SecurityRow{Feature: feature, Op: op, Size: size, Clients: n, Off: medianRow(rows[base]), On: medianRow(rows[on])})
+		paired, cpu := pairRatios(rows[base], rows[on])
+		row := SecurityRow{Feature: feature, Op: op, Size: size, Clients: n, Paired: paired, CPU: cpu,
+			Off: medianRow(slices.Clone(rows[base])), On: medianRow(slices.Clone(rows[on]))}
+		row.Off.Op, row.On.Op = op, op
+		res.Rows = append(res.Rows, row)
 	}
 	for _, size := range c.Sizes {
 		for _, n := range c.Clients {

@@ -184,6 +184,28 @@ type Result struct {
 	RedisSkipped error
 	Rows         []Row // in the order the phases first ran
 	Utilisation  []Utilisation
+	// Grants (Config.Grants GrantsBoth): each phase's on/off ratios,
+	// round by round.
+	Grants []PairedPhase
+}
+
+// PairedPhase is one phase measured on two in-process clusters in every
+// round (GrantsBoth: without grants, off, and with them, on).
+type PairedPhase struct {
+	Op            string
+	Size, Clients int
+	Ops, CPU      Ratios // on's ops/s and CPU time per key over off's, round by round
+}
+
+// FindGrants returns the grants on/off ratios of op, size and clients, nil
+// if none.
+func (r *Result) FindGrants(op string, size, clients int) *PairedPhase {
+	for i := range r.Grants {
+		if p := &r.Grants[i]; p.Op == op && p.Size == size && p.Clients == clients {
+			return p
+		}
+	}
+	return nil
 }
 
 // Find returns the row of system, op, size and clients, nil if none.
@@ -357,6 +379,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	for _, k := range order {
+		if k.system != SystemGrants {
+			continue
+		}
+		// The rows of a phase are in round order, one a round.
+		ops, cpu := pairRatios(rounds[phaseKey{SystemInProcess, k.op, k.size, k.clients}], rounds[k])
+		res.Grants = append(res.Grants, PairedPhase{Op: k.op, Size: k.size, Clients: k.clients, Ops: ops, CPU: cpu})
+	}
+	for _, k := range order {
 		rs := rounds[k]
 		slices.SortFunc(rs, func(a, b Row) int { return cmp.Compare(a.GBps(), b.GBps()) })
 		res.Rows = append(res.Rows, rs[len(rs)/2])
@@ -415,7 +445,8 @@ func (r *Row) gather(runs []clientRun) {
 }
 
 // runClient is client number ci's loop of op until deadline (put phases:
-// at least once over its key set).
+// at least once over its key set, in order; "upsert": puts of random keys
+// of the set, as gets read them).
 func runClient(ctx context.Context, ci int, cl *mooncakeKV, op string, size, perClient int, prefix string, deadline time.Time) clientRun {
 	v := make([]byte, size)
 	for i := range v {
@@ -462,7 +493,7 @@ func runClient(ctx context.Context, ci int, cl *mooncakeKV, op string, size, per
 				err = cl.batchGet(ctx, keys, size)
 			}
 			keysDone = nb
-		case "put":
+		case "put", "upsert": // upsert: random keys of the set, no pass over all of them
 			err = cl.put(ctx, key, v)
 		case "put-device":
 			err = cl.putDevice(ctx, key, size)
