@@ -363,9 +363,15 @@ type Verifier struct {
 	mu   sync.RWMutex
 	live map[uint64]time.Time // one-shot nonces held live, with their expiry
 
-	// Verified grants by MAC (Set.Install), in shards by the MAC's first
-	// 8 bytes: the lanes of a node look them up at once.
-	recalled [recallShards]recallShard
+	// Verified grants' encodings (Set.Install), in a table indexed by
+	// the MAC (allocated at the first); recallLocks guard its places, in
+	// stripes: the lanes of a node look them up at once.
+	recalled    atomic.Pointer[[maxRecalled]recallEntry]
+	recallOnce  sync.Once
+	recallLocks [recallStripes]struct {
+		sync.RWMutex
+		_ [40]byte
+	}
 
 	sets     atomic.Uint32 // Sets made, numbering their counter stripes
 	verified striped       // verified with the MAC
@@ -390,18 +396,8 @@ func (c *striped) load() (n uint64) {
 	return n
 }
 
-// recallShards is how many shards the recalled grants are kept in.
-const recallShards = 32
-
-// recallShard is a shard of the recalled grants: a ring of
-// maxRecalled/recallShards, the one remembered first going first (no
-// allocation per grant), indexed by the MAC's first 8 bytes.
-type recallShard struct {
-	mu   sync.RWMutex
-	m    map[uint64]int32 // key -> place in ring
-	ring *[maxRecalled / recallShards]recalled
-	next int // where the next one goes
-}
+// recallStripes is how many locks guard the recall table's places.
+const recallStripes = 64
 
 // NewVerifier returns a verifier; now nil means time.Now.
 func NewVerifier(keys *Keyring, now func() time.Time) *Verifier {
@@ -520,8 +516,14 @@ func (v *Verifier) Stats() Stats {
 	return Stats{Verified: v.verified.load() + r, Recalled: r, Refused: v.refused.Load(), Denied: v.denied.Load()}
 }
 
-// maxSet bounds the grants one Set keeps (the oldest goes first).
-const maxSet = 64
+// SetSize is how many grants a Set keeps: the last SetSize it installed
+// (the oldest goes first). A sender on a connection may count on the
+// last SetSize grants it sent there being kept, those that verified, and
+// not send them again (internal/transport/tcp does).
+const SetSize = 64
+
+// maxSet is SetSize.
+const maxSet = SetSize
 
 // Set is the verified grants of one connection: a ring of the maxSet
 // newest. Not safe for concurrent use (one connection is served by one
@@ -531,9 +533,20 @@ type Set struct {
 	segment string
 	ring    [maxSet]Grant
 	nonces  [maxSet]uint64 // ring[i].Nonce, packed: scanned on every Install
-	n       int            // grants in the ring
-	next    int            // where the next one goes
-	stripe  uint32         // of the verifier's counters
+	// spans[i] is ring[i]'s first extent and mode, packed: Allow scans
+	// them, and looks at ring[i] only for a candidate.
+	spans  [maxSet]span
+	n      int    // grants in the ring
+	next   int    // where the next one goes
+	stripe uint32 // of the verifier's counters
+}
+
+// span is a kept grant's first extent [addr, end), its mode (0: an empty
+// slot) and whether it has more extents.
+type span struct {
+	addr, end uint64
+	mode      Mode
+	more      bool
 }
 
 // NewSet returns an empty set for a connection to segment.
@@ -563,56 +576,63 @@ func (s *Set) Install(b []byte) error {
 	for i := range s.n {
 		if s.nonces[i] == g.Nonce && s.ring[i].KeyID == g.KeyID {
 			// Sent again: it becomes the newest.
-			s.ring[i], s.nonces[i] = Grant{}, 0
+			s.ring[i], s.nonces[i], s.spans[i] = Grant{}, 0, span{}
 			break
 		}
 	}
 	s.ring[s.next], s.nonces[s.next] = g, g.Nonce
+	s.spans[s.next] = span{addr: g.Addr, end: g.Addr + g.Length, mode: g.Mode, more: len(g.Extents) > 0}
 	s.next = (s.next + 1) % maxSet
 	s.n = min(s.n+1, maxSet)
 	return nil
 }
 
-// maxRecalled bounds the verified grants a verifier remembers; past it
-// the one remembered first goes.
+// maxRecalled is how many verified grants a verifier remembers: the
+// places of its recall table (a power of two).
 const maxRecalled = 8192
 
-// recalled is a verified grant and its encoding.
-type recalled struct {
-	used bool
-	key  uint64 // the MAC's first 8 bytes
-	g    Grant
-	n    int       // the encoding's length: in[:n], or big
-	in   [128]byte // the encoding when it fits
-	big  []byte
+// recallEntry is a place of the recall table: a verified grant's
+// encoding, whole, and the first 8 bytes of its MAC (0: empty). Small and
+// without pointers: a lookup touches one place (three cache lines), and
+// the collector does not scan the table. Grants longer than enc are not
+// remembered.
+type recallEntry struct {
+	key uint64
+	n   uint8
+	enc [151]byte
 }
 
-func (r *recalled) bytes() []byte {
-	if r.big != nil {
-		return r.big
+// recallKey is the first 8 bytes of an encoding's MAC: the index of its
+// place. ok is false for an encoding too short or too long to remember.
+func recallKey(b []byte) (key uint64, ok bool) {
+	if len(b) < fixedLen+macLen || len(b) > len(recallEntry{}.enc) {
+		return 0, false
 	}
-	return r.in[:r.n]
+	key = binary.LittleEndian.Uint64(b[len(b)-macLen:])
+	return key, key != 0
 }
 
 // recall returns the grant verified before whose encoding is b, byte for
 // byte (compared in constant time: equal), when it names segment and has
-// not expired; it counts as verified (in stripe).
+// not expired; it counts as verified (in stripe). The grant is decoded
+// from b, which is that encoding.
 func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool) {
-	if len(b) < fixedLen+macLen {
+	key, ok := recallKey(b)
+	t := v.recalled.Load()
+	if !ok || t == nil {
 		return Grant{}, false
 	}
-	key := binary.LittleEndian.Uint64(b[len(b)-macLen:])
-	sh := &v.recalled[key%recallShards]
-	var g Grant
-	sh.mu.RLock()
-	i, ok := sh.m[key]
-	if ok {
-		r := &sh.ring[i]
-		ok = equal(r.bytes(), b) && r.g.Segment == segment
-		g = r.g
+	i := key % maxRecalled
+	e := &t[i]
+	mu := &v.recallLocks[i%recallStripes]
+	mu.RLock()
+	ok = e.key == key && int(e.n) == len(b) && equal(e.enc[:e.n], b)
+	mu.RUnlock()
+	if !ok {
+		return Grant{}, false
 	}
-	sh.mu.RUnlock()
-	if !ok || !v.now().Before(g.Expires) {
+	g, _, err := decode(b, segment)
+	if err != nil || g.Segment != segment || g.Flags&FlagOneShot != 0 || !v.now().Before(g.Expires) {
 		return Grant{}, false
 	}
 	v.recalls.add(stripe) // verified too (Stats)
@@ -623,45 +643,37 @@ func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool)
 // length only.
 func equal(a, b []byte) bool { return subtle.ConstantTimeCompare(a, b) == 1 }
 
-// remember keeps verified grant g, encoded as b, unless one-shot (those
-// are checked live on every use); past maxRecalled the one remembered
-// first (in its shard) goes.
+// remember keeps verified grant g, encoded as b, in its place of the
+// recall table (taking it from whichever grant held it), unless one-shot
+// (those are checked live on every use) or too long.
 func (v *Verifier) remember(b []byte, g Grant) {
-	if g.Flags&FlagOneShot != 0 || len(b) < fixedLen+macLen {
+	key, ok := recallKey(b)
+	if !ok || g.Flags&FlagOneShot != 0 {
 		return
 	}
-	key := binary.LittleEndian.Uint64(b[len(b)-macLen:])
-	var big []byte
-	if len(b) > len(recalled{}.in) {
-		big = bytes.Clone(b)
-	}
-	sh := &v.recalled[key%recallShards]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.ring == nil {
-		sh.ring = new([maxRecalled / recallShards]recalled)
-		sh.m = make(map[uint64]int32, len(sh.ring))
-	}
-	if _, ok := sh.m[key]; ok {
-		return // this grant, or one whose MAC starts alike (verified when it comes)
-	}
-	r := &sh.ring[sh.next]
-	if r.used {
-		delete(sh.m, r.key) // the one remembered a ring ago
-	}
-	r.used, r.key, r.g, r.big = true, key, g, big
-	r.n = copy(r.in[:], b)
-	sh.m[key] = int32(sh.next)
-	sh.next = (sh.next + 1) % len(sh.ring)
+	v.recallOnce.Do(func() { v.recalled.Store(new([maxRecalled]recallEntry)) })
+	i := key % maxRecalled
+	e := &v.recalled.Load()[i]
+	mu := &v.recallLocks[i%recallStripes]
+	mu.Lock()
+	e.key, e.n = key, uint8(len(b))
+	copy(e.enc[:], b)
+	mu.Unlock()
 }
 
 // remembered is how many grants the verifier remembers.
 func (v *Verifier) remembered() (n int) {
-	for i := range v.recalled {
-		sh := &v.recalled[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
+	t := v.recalled.Load()
+	if t == nil {
+		return 0
+	}
+	for i := range t {
+		mu := &v.recallLocks[i%recallStripes]
+		mu.RLock()
+		if t[i].key != 0 {
+			n++
+		}
+		mu.RUnlock()
 	}
 	return n
 }
@@ -680,10 +692,21 @@ func (s *Set) Allow(mode Mode, addr, n uint64) error {
 // Allows is Allow without counting a denial: for looking ahead at
 // requests that are checked again (and counted) when served.
 func (s *Set) Allows(mode Mode, addr, n uint64) bool {
+	end := addr + n
+	if n == 0 || end < addr {
+		return false
+	}
 	var now time.Time
-	for k := 1; k <= s.n; k++ {
-		g := &s.ring[(s.next-k+maxSet)%maxSet]
-		if g.Mode == 0 || !g.Covers(mode, addr, n) {
+	for k, i := 0, s.next; k < s.n; k++ { // newest first
+		if i--; i < 0 {
+			i = maxSet - 1
+		}
+		sp := &s.spans[i]
+		if sp.mode&mode != mode || mode == 0 {
+			continue
+		}
+		g := &s.ring[i]
+		if (addr < sp.addr || end > sp.end) && (!sp.more || !g.Covers(mode, addr, n)) {
 			continue
 		}
 		if now.IsZero() {

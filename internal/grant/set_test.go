@@ -143,21 +143,23 @@ func TestSetRecallSkipsMAC(t *testing.T) {
 	if _, ok := v.recall(forged, "n:1", 0); ok || v.remembered() != 1 {
 		t.Fatalf("a forged grant is remembered (%d remembered)", v.remembered())
 	}
-	// A grant longer than the inline room: recalled too, and only itself.
-	big, err := keys.Encode(Grant{Segment: "n:1", Addr: 0, Length: 64, Extents: []Extent{{128, 64}, {256, 64}, {512, 64}, {1024, 64}}, Mode: Read, Expires: c.t.Add(time.Minute)})
-	if err != nil || len(big) <= 128 {
+	// A grant longer than a place of the table: verified each time,
+	// never recalled.
+	big, err := keys.Encode(Grant{Segment: "n:1", Addr: 0, Length: 64, Extents: []Extent{{128, 64}, {256, 64}, {512, 64}, {1024, 64}, {2048, 64}, {4096, 64}}, Mode: Read, Expires: c.t.Add(time.Minute)})
+	if err != nil || len(big) <= len(recallEntry{}.enc) {
 		t.Fatalf("%d bytes, %v", len(big), err)
 	}
-	if err := v.NewSet("n:1").Install(big); err != nil {
-		t.Fatal(err)
+	before := v.Stats()
+	for range 2 {
+		if err := v.NewSet("n:1").Install(big); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if g, ok := v.recall(big, "n:1", 0); !ok || !g.Covers(Read, 1024, 64) {
-		t.Fatalf("long grant recalled: %v %+v", ok, g)
+	if st := v.Stats(); st.Verified-before.Verified != 2 || st.Recalled != before.Recalled || v.remembered() != 1 {
+		t.Fatalf("long grant: %+v after %+v, %d remembered", st, before, v.remembered())
 	}
-	alt := append([]byte(nil), big...)
-	alt[len(alt)-macLen-1] ^= 1 // the last extent's length
-	if _, ok := v.recall(alt, "n:1", 0); ok {
-		t.Fatal("an altered long grant is recalled")
+	if _, ok := v.recall(big, "n:1", 0); ok {
+		t.Fatal("a long grant is recalled")
 	}
 }
 
@@ -214,7 +216,10 @@ func TestSetRecallLimits(t *testing.T) {
 	if err := s.Allow(Write, 0, 64); !errors.Is(err, ErrDenied) {
 		t.Fatalf("released one-shot on its lane: err = %v, want ErrDenied", err)
 	}
-	var last []byte
+	// Past the table's places a grant takes its place from the one that
+	// held it: that one is verified again when it comes back.
+	first := map[uint64][]byte{} // place -> the first grant remembered there
+	var taken, last []byte
 	for i := range 2 * maxRecalled {
 		x, err := keys.Encode(Grant{Segment: "n:1", Addr: uint64(i) * 64, Length: 64, Mode: Read, Expires: c.t.Add(time.Minute)})
 		if err != nil {
@@ -223,17 +228,29 @@ func TestSetRecallLimits(t *testing.T) {
 		if err := s.Install(x); err != nil {
 			t.Fatal(err)
 		}
+		key, _ := recallKey(x)
+		if f, ok := first[key%maxRecalled]; ok && taken == nil {
+			taken = f
+		} else if !ok {
+			first[key%maxRecalled] = x
+		}
 		last = x
 	}
 	if n := v.remembered(); n > maxRecalled {
 		t.Fatalf("%d grants recalled, bound %d", n, maxRecalled)
 	}
-	// The newest are kept, the first remembered went.
 	if _, ok := v.recall(last, "n:1", 0); !ok {
 		t.Fatal("the grant remembered last is not recalled")
 	}
-	if _, ok := v.recall(b, "n:1", 0); ok {
-		t.Fatal("the first grant remembered is still recalled past the bound")
+	if taken == nil {
+		t.Fatal("no two grants took the same place")
+	}
+	if _, ok := v.recall(taken, "n:1", 0); ok {
+		t.Fatal("a grant whose place another took is still recalled")
+	}
+	before := v.Stats()
+	if err := v.NewSet("n:1").Install(taken); err != nil || v.Stats().Recalled != before.Recalled || v.Stats().Verified != before.Verified+1 {
+		t.Fatalf("a grant whose place another took: %v, %+v after %+v", err, v.Stats(), before)
 	}
 }
 
