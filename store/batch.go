@@ -461,7 +461,7 @@ func (c *Client) batchFirstReads(ctx context.Context, keys []string, infos []*pb
 			retry[i] = true
 			continue
 		}
-		reqs = append(reqs, transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(bs[i]), Segment: seg, Remote: reps[0].Addr, Length: int(in.Size), Grant: c.grant.of(reps[0].Grant)})
+		reqs = append(reqs, transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(bs[i]), Segment: seg, Remote: reps[0].Addr, Length: int(in.Size), Grant: grantString(reps[0].Grant)})
 		reqKey = append(reqKey, i)
 	}
 	if len(reqs) == 0 {

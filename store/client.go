@@ -84,7 +84,6 @@ type KeyInfo struct {
 // methods are safe for concurrent use.
 type Client struct {
 	cfg   Config
-	grant grantStrings // grantstr.go
 	log   *slog.Logger
 	conn  *grpc.ClientConn
 	rpc   pb.MasterServiceClient // fast: the hot calls over fastrpc when the master speaks it
@@ -810,7 +809,7 @@ func (c *Client) readReplica(ctx context.Context, until time.Time, r *pb.Replica
 	if err != nil {
 		return 0, fmt.Errorf("%w: open segment %s: %w", ErrTransfer, r.Endpoint, err)
 	}
-	g := c.grant.of(r.Grant) // one string: the pipelined parts share it, so a lane sends it once
+	g := grantString(r.Grant) // a lane sends it once for all the pipelined parts
 	read := func(lo, hi int) error {
 		return c.transferUntil(ctx, until, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: r.Addr + uint64(lo), Length: hi - lo, Grant: g}})
 	}

@@ -215,7 +215,7 @@ func (c *Client) readDiskEngine(ctx context.Context, d *pb.DiskCopy, crc uint32,
 	if err != nil {
 		return fmt.Errorf("%w: open segment %s: %w", ErrTransfer, d.Endpoint, err)
 	}
-	g := c.grant.of(d.Grant) // one string: the parts share it, so a lane sends it once
+	g := grantString(d.Grant) // a lane sends it once for all the parts
 	got, err := readParts(buf, func(lo, hi int) error {
 		req := transfer.Request{Op: transfer.OpRead, Local: transfer.AddrOf(buf[lo:hi]), Segment: seg, Remote: d.Addr + uint64(lo), Length: hi - lo, Grant: g}
 		return c.mover.Transfer(ctx, []transfer.Request{req})

@@ -40,7 +40,7 @@ func (c *Client) GetRanges(ctx context.Context, key string, offs []uint64, dsts 
 			errs = append(errs, fmt.Errorf("replica %s: %w: open segment: %w", r.Segment, ErrTransfer, err))
 			continue
 		}
-		g := c.grant.of(r.Grant)
+		g := grantString(r.Grant)
 		reqs := make([]transfer.Request, 0, len(dsts))
 		for i, d := range dsts {
 			if len(d) > 0 {

@@ -3,6 +3,7 @@ package tcp
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/wire"
 )
 
@@ -86,7 +88,7 @@ type Op struct {
 	Tries  int // free for the Completer (retry bookkeeping)
 	// Grant, when set, is an encoded grant (package internal/grant) that
 	// covers the slice: the lane sends it (OpGrant) before the slice unless
-	// it sent the same grant (the same string data) recently.
+	// it sent the same grant (the same bytes) among its last grant.SetSize.
 	Grant string
 	// Ext, when set, makes the op scatter-gather (wire.OpReadV/OpWriteV,
 	// for a peer whose lanes offer them: Peer.Vectored): the peer's ranges,
@@ -227,9 +229,10 @@ type lane struct {
 	wg      sync.WaitGroup
 	exits   atomic.Int32
 
-	// sent is the grants this lane sent last (by their first byte's
-	// address), a ring written by the writer goroutine only.
-	sent  [8]*byte
+	// sent is the grants this lane sent last, a ring of as many as the
+	// server keeps per lane (grant.SetSize), written by the writer
+	// goroutine only.
+	sent  [grant.SetSize]sentGrant
 	sentN int
 
 	mu       sync.Mutex
@@ -432,18 +435,30 @@ func (l *lane) writer() {
 	}
 }
 
-// sentGrant reports whether the lane sent g recently, and remembers it
-// as sent. Grants are told apart by their data pointer (the ring keeps
-// the strings alive, so a pointer is not reused while remembered): the
-// same grant in a copy is sent again, which costs bytes, not correctness.
+// sentGrant is a grant a lane sent: its encoding and the last 8 bytes of
+// it (of its MAC: a grant's bytes tell it apart from the others) to look
+// it up by.
+type sentGrant struct {
+	tail uint64
+	g    string
+}
+
+// sentGrant reports whether the lane sent g among its last grant.SetSize
+// grants, and remembers it as sent if not. The server keeps the last
+// grant.SetSize grants a lane installed (those that verified), so a
+// grant among them needs no sending again; the server sees the grants
+// in the order the lane sends them. Grants are told apart by their bytes.
 func (l *lane) sentGrant(g string) bool {
-	p := unsafe.StringData(g)
-	for _, s := range l.sent {
-		if s == p {
+	var tail uint64
+	if len(g) >= 8 {
+		tail = binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(g[len(g)-8:]), 8))
+	}
+	for i := range l.sent {
+		if s := &l.sent[i]; s.tail == tail && s.g == g {
 			return true
 		}
 	}
-	l.sent[l.sentN%len(l.sent)] = p
+	l.sent[l.sentN%len(l.sent)] = sentGrant{tail, g}
 	l.sentN++
 	return false
 }

@@ -45,7 +45,8 @@
 // keeps it in the lane's grant.Set, and answers StatusDenied to every READ
 // or WRITE no kept grant covers, before touching memory. The client sends
 // an Op's Grant in front of its slice unless the lane sent that grant
-// (the same string) recently, padded to a multiple of wire.GrantAlign so
+// (the same bytes) among its last grant.SetSize, which the server keeps,
+// padded to a multiple of wire.GrantAlign so
 // that the slice's payload lands as aligned in the server's buffer as it
 // would without it. Between large WRITEs (whose headers are read straight
 // from the socket) the server reads a grant and the header behind it from

@@ -3,6 +3,10 @@ package tcp
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,5 +143,89 @@ func TestServeLaneGrantBetweenLargeWrites(t *testing.T) {
 	// was large).
 	if c.filled > bufSize {
 		t.Fatalf("the lane's reader read %d bytes, want at most %d (the first request's)", c.filled, bufSize)
+	}
+}
+
+// TestLaneSendsGrantOnce: a lane sends a grant once while it is among the
+// last grant.SetSize grants it sent (the server keeps those), whatever
+// string holds its bytes, and again once it is not; every READ is served.
+func TestLaneSendsGrantOnce(t *testing.T) {
+	const n = grant.SetSize + 1
+	mem := make([]byte, n*4096)
+	reg := registry.New()
+	if _, err := reg.Register(mem, "", false); err != nil {
+		t.Fatal(err)
+	}
+	base := registry.AddrOf(mem)
+	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("lane-key-0123456789")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := grant.NewVerifier(keys, nil)
+	gs := make([]string, n)
+	for i := range gs {
+		g, err := keys.Encode(grant.Grant{Segment: "seg", Addr: base + uint64(i*4096), Length: 4096, Mode: grant.Read, Expires: time.Now().Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs[i] = string(g)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = ServeLane(c, bufio.NewReader(c), reg, ServerConfig{MaxSlice: 1 << 20, Grants: v, Segment: "seg"})
+			})
+		}
+	})
+	// One bulk lane, and every slice goes to it (SmallMax 1).
+	p, err := DialPeer(t.Context(), PeerConfig{Lanes: 1, SmallMax: 1}, func(ctx context.Context, _ int) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", ln.Addr().String())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dst := make([]byte, 4096)
+	read := func(i int) {
+		t.Helper()
+		c := newCollector()
+		// A copy of the grant's bytes: the lane tells grants by their bytes.
+		if err := p.Enqueue(&Op{Remote: base + uint64(i*4096), Buf: dst, Done: c, Grant: strings.Clone(gs[i])}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.wait(t, 1)[0]; err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+	}
+	for range 3 {
+		for i := range grant.SetSize {
+			read(i)
+		}
+	}
+	if got := v.Stats().Verified; got != grant.SetSize {
+		t.Fatalf("%d grants installed, want %d (each sent once)", got, grant.SetSize)
+	}
+	// One more than the server keeps, in turn: the first pass sends only
+	// the new one (which pushes out the oldest), the second each of them.
+	for range 2 {
+		for i := range n {
+			read(i)
+		}
+	}
+	if got, want := v.Stats().Verified, uint64(grant.SetSize+1+n); got != want {
+		t.Fatalf("%d grants installed, want %d", got, want)
 	}
 }
