@@ -593,7 +593,7 @@ const maxRecalled = 8192
 
 // recallEntry is a place of the recall table: a verified grant's
 // encoding, whole, and the first 8 bytes of its MAC (0: empty). Small and
-// without pointers: a lookup touches one place (three cache lines), and
+// without pointers: a lookup touches one place (160 bytes), and
 // the collector does not scan the table. Grants longer than enc are not
 // remembered.
 type recallEntry struct {

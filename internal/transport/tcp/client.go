@@ -176,18 +176,27 @@ func (p *Peer) Enqueue(op *Op) error {
 			return fmt.Errorf("tcp: %d extents of %d bytes for %d local bytes: %w", len(op.Ext), sum, op.n, ErrProtocol)
 		}
 	}
-	l := p.pick(op.n)
+	l := p.pick(op.n, op.Grant)
 	return l.enqueue(op)
 }
 
-func (p *Peer) pick(n int) *lane {
+// pick chooses the lane of a slice of n bytes: the one with the fewest
+// bytes queued, ties broken round-robin; a slice with a grant goes to the
+// grant's home lane (one by its bytes) when nothing is queued there, so
+// that a grant used again finds the lane that sent it and is not sent
+// again (sentGrant).
+func (p *Peer) pick(n int, grant string) *lane {
 	start := 1
 	if n <= p.cfg.SmallMax {
 		start = 0
 	}
 	cands := p.lanes[start:]
-	// least queued bytes; ties broken round-robin
-	off := int(p.rr.Add(1) % uint64(len(cands)))
+	var off int
+	if tail, ok := grantTail(grant); ok {
+		off = int(tail % uint64(len(cands)))
+	} else {
+		off = int(p.rr.Add(1) % uint64(len(cands)))
+	}
 	best := cands[off]
 	bq := best.queued.Load()
 	for i := 1; i < len(cands) && bq > 0; i++ {
@@ -449,10 +458,7 @@ type sentGrant struct {
 // grant among them needs no sending again; the server sees the grants
 // in the order the lane sends them. Grants are told apart by their bytes.
 func (l *lane) sentGrant(g string) bool {
-	var tail uint64
-	if len(g) >= 8 {
-		tail = binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(g[len(g)-8:]), 8))
-	}
+	tail, _ := grantTail(g)
 	for i := range l.sent {
 		if s := &l.sent[i]; s.tail == tail && s.g == g {
 			return true
@@ -461,6 +467,15 @@ func (l *lane) sentGrant(g string) bool {
 	l.sent[l.sentN%len(l.sent)] = sentGrant{tail, g}
 	l.sentN++
 	return false
+}
+
+// grantTail is the last 8 bytes of grant g (of its MAC); ok is false for
+// a shorter one.
+func grantTail(g string) (tail uint64, ok bool) {
+	if len(g) < 8 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(g[len(g)-8:]), 8)), true
 }
 
 // limit waits for n bytes' worth of the Limiter's tokens (in pieces of

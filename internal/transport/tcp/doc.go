@@ -55,7 +55,9 @@
 // Client (Peer): lane 0 is the express lane, used only by small slices
 // (<= SmallMax) so that a small transfer never queues behind a large stream;
 // small slices go to whichever lane has the fewest bytes queued, large ones to
-// the least-loaded bulk lane. Each lane has a writer goroutine (gathers queued
+// the least-loaded bulk lane; a slice with a grant goes to the grant's
+// home lane (chosen by its bytes) when nothing is queued there, so that a
+// grant used again finds the lane that sent it. Each lane has a writer goroutine (gathers queued
 // slices into one writev) and a reader goroutine (matches responses, which
 // come back in order, and reads READ payloads straight into the local
 // destination). Any number of slices may be in flight per lane.

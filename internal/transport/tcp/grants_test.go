@@ -146,9 +146,11 @@ func TestServeLaneGrantBetweenLargeWrites(t *testing.T) {
 	}
 }
 
-// TestLaneSendsGrantOnce: a lane sends a grant once while it is among the
-// last grant.SetSize grants it sent (the server keeps those), whatever
-// string holds its bytes, and again once it is not; every READ is served.
+// TestLaneSendsGrantOnce: a slice with a grant goes to the grant's home
+// lane when that one is idle; a lane sends a grant once while it is among
+// the last grant.SetSize grants it sent (the server keeps those),
+// whatever string holds its bytes, and again once it is not; every READ
+// is served.
 func TestLaneSendsGrantOnce(t *testing.T) {
 	const n = grant.SetSize + 1
 	mem := make([]byte, n*4096)
@@ -189,17 +191,12 @@ func TestLaneSendsGrantOnce(t *testing.T) {
 			})
 		}
 	})
-	// One bulk lane, and every slice goes to it (SmallMax 1).
-	p, err := DialPeer(t.Context(), PeerConfig{Lanes: 1, SmallMax: 1}, func(ctx context.Context, _ int) (net.Conn, error) {
+	dial := func(ctx context.Context, _ int) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", ln.Addr().String())
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	defer p.Close()
 	dst := make([]byte, 4096)
-	read := func(i int) {
+	read := func(p *Peer, i int) {
 		t.Helper()
 		c := newCollector()
 		// A copy of the grant's bytes: the lane tells grants by their bytes.
@@ -210,22 +207,35 @@ func TestLaneSendsGrantOnce(t *testing.T) {
 			t.Fatalf("read %d: %v", i, err)
 		}
 	}
+	// Five lanes: each grant goes to its home lane while that one is idle.
+	p, err := DialPeer(t.Context(), PeerConfig{}, dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
 	for range 3 {
 		for i := range grant.SetSize {
-			read(i)
+			read(p, i)
 		}
 	}
 	if got := v.Stats().Verified; got != grant.SetSize {
 		t.Fatalf("%d grants installed, want %d (each sent once)", got, grant.SetSize)
 	}
-	// One more than the server keeps, in turn: the first pass sends only
-	// the new one (which pushes out the oldest), the second each of them.
-	for range 2 {
+	// One lane (every slice goes to the bulk lane: SmallMax 1) and, in
+	// turn, one grant more than the server keeps: each is gone from the
+	// lane's last grant.SetSize when it comes again, so it is sent every
+	// time (and the server, which no longer has it either, serves it).
+	p1, err := DialPeer(t.Context(), PeerConfig{Lanes: 1, SmallMax: 1}, dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Close()
+	for range 3 {
 		for i := range n {
-			read(i)
+			read(p1, i)
 		}
 	}
-	if got, want := v.Stats().Verified, uint64(grant.SetSize+1+n); got != want {
+	if got, want := v.Stats().Verified, uint64(grant.SetSize+3*n); got != want {
 		t.Fatalf("%d grants installed, want %d", got, want)
 	}
 }
