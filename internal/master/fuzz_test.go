@@ -172,8 +172,11 @@ func checkCounts(t *testing.T, m *Master) {
 	}
 	m.index.acquire()
 	defer m.index.release()
-	m.index.mem.Ascend(func(item uint32) bool {
+	m.index.ascendItems(func(part int, item uint32) bool {
 		id := m.index.recID(item)
+		if k := m.objects.keyBytes(m.objects.at(id)); m.index.partOf(k) != part {
+			t.Fatalf("listing index item %#x (%q) in partition %d, its key's is %d", item, k, part, m.index.partOf(k))
+		}
 		if o := m.objects.at(id); objects[m.keyOf(o)] != o || !o.complete {
 			t.Fatalf("listing index item %#x holds record %d (%q), not a complete object", item, id, m.keyOf(o))
 		}

@@ -56,17 +56,19 @@ type KeyInfo struct {
 type keyIndex struct {
 	t *objTable
 
-	mu    sync.Mutex
-	mem   *btree.BTreeG[uint32] // items of the complete objects in memory (record IDs, or entries with entryBit)
-	disk  *btree.BTreeG[string] // keys held only on a disk tier
-	probe []byte                // the key probeID stands for in a search of mem
-	// hot is the item being inserted in mem, hotKey its key (0, nil:
-	// none): the comparisons skip looking it up.
-	hot    uint32
-	hotKey []byte
+	mu sync.Mutex
+	// parts are the items of the complete objects in memory (record IDs,
+	// or entries with entryBit), a B-tree per key range (index_parts.go):
+	// parts[i] holds the keys from bounds[i-1] to bounds[i] (excluded).
+	parts   []*memPart
+	bounds  []string
+	disk    *btree.BTreeG[string] // keys held only on a disk tier
+	workers int                   // goroutines inserting a large batch (indexWorkers)
+	route   []uint8               // a parallel insert's partition of each item
+	results []partResult          // a parallel insert's leftovers, per goroutine
 
 	ent     idArray  // entry ID -> the record it lists (0: a free entry)
-	entOf   idArray  // record ID -> its entry (valid when ent names it back)
+	entOf   idArray  // record ID -> its entry (0: none; when set, ent names it back)
 	entNext uint32   // entry IDs handed out so far (IDs below it exist; 0 is never used)
 	entFree []uint32 // free entry IDs
 
@@ -113,7 +115,7 @@ const (
 	// bit), not a record ID: record IDs stay below it (2^31 records of
 	// 96 bytes, far past a master's memory).
 	entryBit = 1 << 31
-	// probeID is the item that stands for keyIndex.probe in a search of
+	// probeID is the item that stands for memPart.probe in a search of
 	// mem (neither a record ID nor an entry: entries stay below it).
 	probeID = math.MaxUint32
 )
@@ -127,17 +129,8 @@ func (x *keyIndex) recID(item uint32) uint32 {
 }
 
 func newKeyIndex(t *objTable) *keyIndex {
-	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b }), entNext: 1}
-	key := func(item uint32) []byte {
-		switch item {
-		case probeID:
-			return x.probe
-		case x.hot:
-			return x.hotKey
-		}
-		return t.keyBytes(t.at(x.recID(item)))
-	}
-	x.mem = btree.NewG(64, func(a, b uint32) bool { return keyLess(key(a), key(b)) })
+	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b }), entNext: 1, workers: indexWorkers()}
+	x.parts = []*memPart{x.newPart()}
 	t.dirMu = &x.mu
 	return x
 }
@@ -172,12 +165,19 @@ func (x *keyIndex) newEntry(id uint32) uint32 {
 
 // freeEntry frees entry e, taken out of mem (x.mu held).
 func (x *keyIndex) freeEntry(e uint32) {
+	x.clearEntry(e)
+	x.entFree = append(x.entFree, e)
+}
+
+// clearEntry empties entry e, taken out of mem: it lists nothing and its
+// record names no entry. It writes only e's place in ent and its record's
+// in entOf (a partition's inserts run it at once as others run theirs).
+func (x *keyIndex) clearEntry(e uint32) {
 	id := x.ent.get(e)
-	if x.entOf.get(id) == e {
+	if id != 0 && x.entOf.get(id) == e {
 		x.entOf.set(id, 0)
 	}
 	x.ent.set(e, 0)
-	x.entFree = append(x.entFree, e)
 }
 
 // acquire takes mu (the caller holds Master.mu) and inserts the queued and
@@ -206,27 +206,35 @@ func (x *keyIndex) recycle(q []uint32) {
 // insertMu inserts the objects ids into mem (x.mu held): each became
 // visible. A record already listed by an entry stays as it is; one whose
 // key is listed by another item takes its place (an entry replaced is
-// freed).
+// freed). A large batch is inserted by several goroutines, each in
+// partitions of its own (index_parts.go).
 func (x *keyIndex) insertMu(ids []uint32) {
-	t := x.t
+	if len(ids) == 0 {
+		return
+	}
 	for _, id := range ids {
 		if id >= entryBit {
 			panic("master: record ID past the listing index's range")
 		}
+	}
+	x.planParts(ids)
+	if len(x.parts) > 1 && len(ids) >= indexPartMin && x.workers > 1 {
+		x.insertParallel(ids, x.workers)
+		return
+	}
+	t := x.t
+	for _, id := range ids {
 		if x.entryOf(id) != 0 {
 			continue
 		}
-		// Every comparison of the insert has the new item on one side:
-		// its key is at hand.
-		x.hot, x.hotKey = id, t.keyBytes(t.at(id))
-		if old, found := x.mem.ReplaceOrInsert(id); found && old&entryBit != 0 {
-			x.freeEntry(old &^ entryBit)
+		k := t.keyBytes(t.at(id))
+		if e := x.insertPart(x.parts[x.partOf(k)], id, k); e != 0 {
+			x.entFree = append(x.entFree, e)
 		}
 		if x.disk.Len() > 0 {
-			x.disk.Delete(string(x.hotKey))
+			x.disk.Delete(string(k))
 		}
 	}
-	x.hot, x.hotKey = 0, nil
 }
 
 // stage notes that the restored object id became visible (Master.mu
@@ -305,7 +313,7 @@ func (x *keyIndex) insertQueuedMu() {
 func (x *keyIndex) len() int {
 	x.acquire()
 	defer x.release()
-	return x.mem.Len() + x.disk.Len()
+	return x.memLen() + x.disk.Len()
 }
 
 // ascend calls fn with the keys from pivot on in order until it returns
@@ -314,14 +322,13 @@ func (x *keyIndex) len() int {
 func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
 	x.acquire()
 	defer x.release()
-	x.probe = append(x.probe[:0], pivot...)
 	if x.disk.Len() == 0 {
-		x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool { return fn(x.t.key(x.rec(item))) })
+		x.ascendMem(pivot, func(item uint32) bool { return fn(x.t.key(x.rec(item))) })
 		return
 	}
 	var a []uint32
 	var b []string
-	x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
+	x.ascendMem(pivot, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
 	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
 	for i, j := 0, 0; i < len(a) || j < len(b); {
 		var k string
@@ -344,9 +351,8 @@ func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
 func (x *keyIndex) ascendRecs(pivot string, limit int, fn func(o *object, k []byte) bool) {
 	x.acquire()
 	defer x.release()
-	x.probe = append(x.probe[:0], pivot...)
 	if x.disk.Len() == 0 {
-		x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool {
+		x.ascendMem(pivot, func(item uint32) bool {
 			o := x.rec(item)
 			return fn(o, x.t.keyBytes(o))
 		})
@@ -354,7 +360,7 @@ func (x *keyIndex) ascendRecs(pivot string, limit int, fn func(o *object, k []by
 	}
 	var a []uint32
 	var b []string
-	x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
+	x.ascendMem(pivot, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
 	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
 	for i, j := 0, 0; i < len(a) || j < len(b); {
 		var o *object
@@ -403,11 +409,14 @@ func (m *Master) handOverIndexLocked(o, s *object) {
 		return
 	}
 	e := x.newEntry(s.id) | entryBit
-	x.hot, x.hotKey = e, m.objects.keyBytes(o)
-	if old, found := x.mem.ReplaceOrInsert(e); found && old&entryBit != 0 {
+	k := m.objects.keyBytes(o)
+	p := x.parts[x.partOf(k)]
+	p.hot, p.hotKey = e, k
+	old, found := p.t.ReplaceOrInsert(e)
+	p.hot, p.hotKey = 0, nil
+	if found && old&entryBit != 0 {
 		x.freeEntry(old &^ entryBit)
 	}
-	x.hot, x.hotKey = 0, nil
 }
 
 // unindexObjectLocked takes o, which stops being visible in memory, out of
@@ -420,7 +429,7 @@ func (m *Master) unindexObjectLocked(o *object, key string) {
 	if e := x.entryOf(o.id); e != 0 {
 		item = e | entryBit
 	}
-	if old, found := x.mem.Delete(item); found && old&entryBit != 0 {
+	if old, found := x.parts[x.partOf(m.objects.keyBytes(o))].t.Delete(item); found && old&entryBit != 0 {
 		x.freeEntry(old &^ entryBit)
 	}
 	if m.disk[key] != nil {
