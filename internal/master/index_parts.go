@@ -129,9 +129,12 @@ func (x *keyIndex) insertPart(p *memPart, id uint32, k []byte) uint32 {
 // eighth of the batch, one partition again when the tree is empty and the
 // batch small.
 func (x *keyIndex) planParts(ids []uint32) {
+	if x.pinned {
+		return
+	}
 	n := x.memLen()
 	switch {
-	case len(ids) >= indexPartMin && n*8 <= len(ids):
+	case len(ids) >= x.partMin && n*8 <= len(ids):
 		x.repartition(ids)
 	case n == 0 && len(x.parts) > 1:
 		x.parts, x.bounds = x.parts[:1], nil
@@ -145,18 +148,22 @@ func (x *keyIndex) repartition(ids []uint32) {
 	step := max(1, len(ids)/indexSample)
 	sample := make([]string, 0, len(ids)/step+1)
 	for i := 0; i < len(ids); i += step {
-		if id := ids[i]; id < entryBit {
-			sample = append(sample, string(t.keyBytes(t.at(id))))
-		}
+		sample = append(sample, string(t.keyBytes(t.at(ids[i]))))
 	}
 	slices.Sort(sample)
 	var bounds []string
-	for i := 1; i < indexParts; i++ {
-		b := sample[i*len(sample)/indexParts]
+	for i := 1; i < x.nparts; i++ {
+		b := sample[i*len(sample)/x.nparts]
 		if (len(bounds) == 0 && b > sample[0]) || (len(bounds) > 0 && b > bounds[len(bounds)-1]) {
 			bounds = append(bounds, b)
 		}
 	}
+	x.setBounds(bounds)
+}
+
+// setBounds makes the partitions bounds cut (increasing keys) and moves
+// the tree's items to them (x.mu held).
+func (x *keyIndex) setBounds(bounds []string) {
 	var items []uint32
 	for _, p := range x.parts {
 		p.t.Ascend(func(item uint32) bool { items = append(items, item); return true })

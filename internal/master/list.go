@@ -62,6 +62,9 @@ type keyIndex struct {
 	// parts[i] holds the keys from bounds[i-1] to bounds[i] (excluded).
 	parts   []*memPart
 	bounds  []string
+	nparts  int                   // the partitions a large batch's bounds cut (indexParts)
+	partMin int                   // the smallest batch that chooses bounds or is inserted in parallel (indexPartMin)
+	pinned  bool                  // the bounds stay as they are (tests)
 	disk    *btree.BTreeG[string] // keys held only on a disk tier
 	workers int                   // goroutines inserting a large batch (indexWorkers)
 	route   []uint8               // a parallel insert's partition of each item
@@ -129,7 +132,8 @@ func (x *keyIndex) recID(item uint32) uint32 {
 }
 
 func newKeyIndex(t *objTable) *keyIndex {
-	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b }), entNext: 1, workers: indexWorkers()}
+	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b }), entNext: 1,
+		nparts: indexParts, partMin: indexPartMin, workers: indexWorkers()}
 	x.parts = []*memPart{x.newPart()}
 	t.dirMu = &x.mu
 	return x
@@ -218,7 +222,7 @@ func (x *keyIndex) insertMu(ids []uint32) {
 		}
 	}
 	x.planParts(ids)
-	if len(x.parts) > 1 && len(ids) >= indexPartMin && x.workers > 1 {
+	if len(x.parts) > 1 && len(ids) >= x.partMin && x.workers > 1 {
 		x.insertParallel(ids, x.workers)
 		return
 	}
