@@ -116,15 +116,23 @@ func TestRestoreIndexQueued(t *testing.T) {
 // TestRestoreIndexRaces: puts, removals and listings of the keys being
 // restored, run while a restore's inserts are made by the index's
 // goroutine, leave the listing exactly the keys that exist (run with
-// -race: the goroutine reads the object table without the master's lock).
+// -race: the goroutine reads the object table without the master's lock;
+// a batch's inserts run on several goroutines, in key ranges the first
+// batch chose, or, in the last round, set beforehand).
 func TestRestoreIndexRaces(t *testing.T) {
 	const n = 3 * RestoreChunkObjects
 	spec := SegmentSpec{Name: "a", Endpoint: "ep-a", Base: 1 << 30, Size: uint64(n+1) * 128}
 	other := SegmentSpec{Name: "b", Endpoint: "ep-b", Base: 4 << 30, Size: 64 << 20}
-	for round := range 3 {
+	for round := range 4 {
 		m, _ := newDurable(t)
 		if err := m.MountSegment("w", other); err != nil {
 			t.Fatal(err)
+		}
+		if round == 3 { // bounds equal to keys, between keys, an empty range
+			m.index.mu.Lock()
+			m.index.pinned, m.index.workers = true, max(m.index.workers, 4)
+			m.index.setBounds([]string{"key/001000", "key/004096+", "key/006000", "key/006000~", "key/009000"})
+			m.index.mu.Unlock()
 		}
 		rng := rand.New(rand.NewPCG(uint64(round), 7))
 		keys := make([]string, n)

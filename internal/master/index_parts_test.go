@@ -1,0 +1,314 @@
+package master
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// restoreKeys restores keys (one object each, 64 bytes at 128-byte
+// offsets in their order) on segment a of client c, in chunks of chunk
+// reports, and returns the restored count.
+func restoreKeys(t *testing.T, m *Master, keys []string, chunk int) int {
+	t.Helper()
+	spec := SegmentSpec{Name: "a", Endpoint: "ep-a", Base: 1 << 30, Size: uint64(len(keys)+1) * 128}
+	held := make([]HeldObject, len(keys))
+	for i, k := range keys {
+		held[i] = HeldObject{Segment: "a", Offset: uint64(i) * 128, Key: k, Size: 64, CRC: 1, Seq: uint64(i + 1)}
+	}
+	id, err := m.RestoreBegin("c", []SegmentSpec{spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := 0
+	for i := 0; i < len(held); i += chunk {
+		r, err := m.RestoreChunk("c", id, uint32(i/chunk), held[i:min(len(held), i+chunk)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		restored += r.Restored
+	}
+	r, err := m.RestoreEnd("c", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return restored + r.Restored
+}
+
+// indexBounds are the listing index's bounds and its partitions' sizes.
+func indexBounds(m *Master) (bounds []string, sizes []int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.index.acquire()
+	defer m.index.release()
+	for _, p := range m.index.parts {
+		sizes = append(sizes, p.t.Len())
+	}
+	return slices.Clone(m.index.bounds), sizes
+}
+
+// listPrefix is every key List returns with prefix, after after, in pages
+// of page.
+func listPrefix(t *testing.T, m *Master, prefix, after string, page int) []string {
+	t.Helper()
+	var keys []string
+	for {
+		rows, next := m.List(prefix, after, page)
+		for _, r := range rows {
+			keys = append(keys, r.Key)
+		}
+		if next == "" {
+			return keys
+		}
+		after = next
+	}
+}
+
+// withPrefix is the keys of sorted (in order) that have prefix and sort
+// after after.
+func withPrefix(sorted []string, prefix, after string) []string {
+	var out []string
+	for _, k := range sorted {
+		if strings.HasPrefix(k, prefix) && k > after {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestIndexPartsListing: a restore's keys, in no order, cut the listing
+// index in key ranges; listings from every bound, from just before it,
+// and of prefixes that cross bounds give exactly the keys in order; a
+// range emptied by removals, a removed bound key put again, a removal by
+// regex across ranges and a removal of all keep it so, and an empty index
+// takes a pool of puts in one tree again.
+func TestIndexPartsListing(t *testing.T) {
+	const n = 20_000
+	m, _ := newDurable(t)
+	if err := m.MountSegment("w", SegmentSpec{Name: "b", Endpoint: "ep-b", Base: 8 << 30, Size: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	onB := ReplicateConfig{PreferredSegments: []string{"b"}}
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := make([]string, n)
+	for i, p := range rng.Perm(n) {
+		keys[i] = fmt.Sprintf("k/%05d", p)
+	}
+	if got := restoreKeys(t, m, keys, 4096); got != n {
+		t.Fatalf("%d restored of %d", got, n)
+	}
+	bounds, sizes := indexBounds(m)
+	if len(bounds) != indexParts-1 {
+		t.Fatalf("bounds %q: want %d", bounds, indexParts-1)
+	}
+	for i, s := range sizes { // quantiles of the keys of the first batch
+		if s < n/indexParts/2 || s > n/indexParts*2 {
+			t.Fatalf("partition %d holds %d keys of %d (sizes %v)", i, s, n, sizes)
+		}
+	}
+	sorted := slices.Sorted(slices.Values(keys))
+	check := func(sorted []string) {
+		t.Helper()
+		if got := listAll(t, m); !slices.Equal(got, sorted) {
+			t.Fatalf("listing: %d keys, want %d (in order)", len(got), len(sorted))
+		}
+		for _, b := range bounds {
+			i, _ := slices.BinarySearch(sorted, b)
+			for _, after := range []string{b, b[:len(b)-1], ""} {
+				if after == "" && i > 0 {
+					after = sorted[i-1] // the key just before the bound
+				}
+				want := withPrefix(sorted, "", after)
+				rows, _ := m.List("", after, 3)
+				if len(rows) != min(3, len(want)) {
+					t.Fatalf("after %q: %d rows, want %d", after, len(rows), min(3, len(want)))
+				}
+				for j, r := range rows {
+					if r.Key != want[j] {
+						t.Fatalf("after %q: row %d is %q, want %q", after, j, r.Key, want[j])
+					}
+				}
+			}
+			for _, cut := range []int{0, 1, 2, 3} { // the bound as a prefix (a walk from it), prefixes across it
+				prefix := b[:len(b)-cut]
+				if got, want := listPrefix(t, m, prefix, "", 7), withPrefix(sorted, prefix, ""); !slices.Equal(got, want) {
+					t.Fatalf("prefix %q: %d keys, want %d", prefix, len(got), len(want))
+				}
+			}
+		}
+		checkRestored(t, m)
+	}
+	check(sorted)
+
+	// A range emptied (its bound key among its keys), the bound key put again.
+	var kept []string
+	for _, k := range sorted {
+		if k >= bounds[2] && k < bounds[3] {
+			if err := m.Remove(k, true); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		kept = append(kept, k)
+	}
+	if _, sizes := indexBounds(m); sizes[3] != 0 {
+		t.Fatalf("partition 3 holds %d keys after its keys were removed", sizes[3])
+	}
+	check(kept)
+	mustPut(t, m, bounds[2], 64, onB)
+	kept = slices.Sorted(slices.Values(append(kept, bounds[2])))
+	check(kept)
+
+	// A removal by regex across ranges.
+	re := regexp.MustCompile(`^k/0[3-7]`)
+	removed, err := m.RemoveByRegex(re.String(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(kept)
+	kept = slices.DeleteFunc(kept, re.MatchString)
+	if removed != before-len(kept) || m.Stats().Objects != len(kept) {
+		t.Fatalf("removed %d: %d objects left, want %d", removed, m.Stats().Objects, len(kept))
+	}
+	check(kept)
+
+	// All removed: the next puts go in one tree.
+	if got := m.RemoveAll(true); got != len(kept) {
+		t.Fatalf("removed %d of %d", got, len(kept))
+	}
+	check(nil)
+	mustPut(t, m, "p1", 64, onB)
+	mustPut(t, m, "p0", 64, onB)
+	if b, sizes := indexBounds(m); len(b) != 0 || len(sizes) != 1 {
+		t.Fatalf("a pool of puts after all removed: bounds %q, partitions %v", b, sizes)
+	}
+	if got := listAll(t, m); !slices.Equal(got, []string{"p0", "p1"}) {
+		t.Fatalf("listing %q", got)
+	}
+}
+
+// TestIndexPartsRepartition: keys put and upserted before a restore (an
+// index holding a few keys, some through entries) move to the ranges the
+// restore's keys choose; puts, upserts and removals of them afterwards,
+// and a walk from each, find them.
+func TestIndexPartsRepartition(t *testing.T) {
+	m, _ := newDurable(t)
+	if err := m.MountSegment("w", SegmentSpec{Name: "b", Endpoint: "ep-b", Base: 8 << 30, Size: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	onB := ReplicateConfig{PreferredSegments: []string{"b"}}
+	upsert := func(k string) {
+		t.Helper()
+		slot, _, err := m.PutReserve("w", 64, len(k), onB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := m.PutCommit("w", k, slot, 1, onB, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var early []string
+	for i := range 200 {
+		k := fmt.Sprintf("k/%05d+", i*97)
+		mustPut(t, m, k, 64, onB)
+		if i%3 == 0 {
+			upsert(k) // listed by an entry
+		}
+		early = append(early, k)
+	}
+	keys := make([]string, 0, 8192)
+	for i := range cap(keys) {
+		keys = append(keys, fmt.Sprintf("k/%05d", (i*7919)%cap(keys)))
+	}
+	if got := restoreKeys(t, m, keys, 8192); got != len(keys) {
+		t.Fatalf("%d restored of %d", got, len(keys))
+	}
+	if b, _ := indexBounds(m); len(b) != indexParts-1 {
+		t.Fatalf("bounds %q after the restore", b)
+	}
+	all := slices.Sorted(slices.Values(append(slices.Clone(keys), early...)))
+	if got := listAll(t, m); !slices.Equal(got, all) {
+		t.Fatalf("listing: %d keys, want %d", len(got), len(all))
+	}
+	for i, k := range early {
+		switch i % 4 {
+		case 0:
+			upsert(k)
+		case 1:
+			if err := m.Remove(k, true); err != nil {
+				t.Fatal(err)
+			}
+			all = slices.DeleteFunc(all, func(s string) bool { return s == k })
+		}
+	}
+	checkListedExist(t, m, all)
+	for _, k := range all[:100] {
+		if rows, _ := m.List("", k[:len(k)-1], 1); len(rows) != 1 || rows[0].Key > k {
+			t.Fatalf("a walk from before %q finds %v", k, rows)
+		}
+	}
+	checkRestored(t, m)
+}
+
+// TestRestoreThenList: a restore of MOONCAKE_LIST_RESTORE_OBJECTS
+// (default 200k) reports, keys in the master bench's order, listed
+// whole in pages, by prefixes, after a removal by regex of half of them,
+// and after a removal of all.
+func TestRestoreThenList(t *testing.T) {
+	n := 200_000
+	if testing.Short() || raceEnabled {
+		n = 50_000
+	}
+	if s := os.Getenv("MOONCAKE_LIST_RESTORE_OBJECTS"); s != "" {
+		if _, err := fmt.Sscan(s, &n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := make([]string, 0, n)
+	per := (n + 7) / 8
+	for run := 0; len(keys) < n; run++ {
+		for client := range 8 {
+			for k := run * 512; k < min(per, (run+1)*512) && client*per+k < n; k++ {
+				keys = append(keys, fmt.Sprintf("obj/%09d", client*per+k))
+			}
+		}
+	}
+	m, _ := newDurable(t)
+	if got := restoreKeys(t, m, keys, 16384); got != n {
+		t.Fatalf("%d restored of %d", got, n)
+	}
+	if b, _ := indexBounds(m); len(b) == 0 {
+		t.Fatal("the restore's keys left the index in one tree")
+	}
+	sorted := slices.Sorted(slices.Values(keys))
+	if got := listPrefix(t, m, "", "", 10_000); !slices.Equal(got, sorted) {
+		t.Fatalf("listing: %d keys, want %d in order", len(got), n)
+	}
+	for _, prefix := range []string{"obj/0000", "obj/00001", "obj/00002"} {
+		if got, want := listPrefix(t, m, prefix, "", 999), withPrefix(sorted, prefix, ""); !slices.Equal(got, want) {
+			t.Fatalf("prefix %q: %d keys, want %d", prefix, len(got), len(want))
+		}
+	}
+	removed, err := m.RemoveByRegex(`[13579]$`, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd := regexp.MustCompile(`[13579]$`)
+	kept := slices.DeleteFunc(sorted, odd.MatchString)
+	if removed != n-len(kept) {
+		t.Fatalf("removed %d, want %d", removed, n-len(kept))
+	}
+	if got := listPrefix(t, m, "", "", 10_000); !slices.Equal(got, kept) {
+		t.Fatalf("listing after the removal: %d keys, want %d in order", len(got), len(kept))
+	}
+	if got := m.RemoveAll(true); got != len(kept) {
+		t.Fatalf("removed %d of %d", got, len(kept))
+	}
+	if got := listAll(t, m); len(got) != 0 || m.Summary().Keys != 0 {
+		t.Fatalf("%d keys listed after all removed", len(got))
+	}
+}
