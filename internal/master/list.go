@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"math"
 	"runtime"
 	"sync"
@@ -20,20 +21,23 @@ type KeyInfo struct {
 // and of the disk-only copies, in key order, so that a page of a listing
 // and each chunk of a bulk removal cost O(log n + page) under the lock
 // whatever the number of objects. Unfinished puts and put slots are not in
-// it. The objects' keys are a B-tree of 32-bit items (no pointer per key)
-// ordered by the keys in the object table's arena. An item is the record ID
-// of its key's visible version, or, once the key was upserted, an entry
-// (entryBit set): an entry names the record of the key's visible version
-// (ent) and that record names its entry back (entOf). An upsert's new
-// version takes over its key's entry in place (handOverIndexLocked): two
-// writes, no search of the tree, since the key, and so the item's place, is
-// the same; only a key's first upsert turns its item into an entry (one
-// replace in the tree). Keys never upserted cost their item alone, and
-// their comparisons read the record directly. The keys held only on a disk
-// tier are a B-tree of strings. A walk merges the two.
+// it. The objects' keys are B-trees of 32-bit items (no pointer per key)
+// ordered by the keys in the object table's arena, one per key range
+// (partition, index_parts.go: one until a restore's large batch of inserts
+// cuts the keys in ranges; a walk goes through them in key order). An
+// item is the record ID of its key's visible version, or, once the key was
+// upserted, an entry (entryBit set): an entry names the record of the
+// key's visible version (ent) and that record names its entry back
+// (entOf). An upsert's new version takes over its key's entry in place
+// (handOverIndexLocked): two writes, no search of the tree, since the key,
+// and so the item's place, is the same; only a key's first upsert turns
+// its item into an entry (one replace in the tree). Keys never upserted
+// cost their item alone, and their comparisons read the record directly.
+// The keys held only on a disk tier are a B-tree of strings. A walk merges
+// the two.
 //
 // The index has its own lock (mu), so that the inserts of a restore run
-// outside the Master's lock, on another core, while the restore decides its
+// outside the Master's lock, on other cores, while the restore decides its
 // next part. Lock order: Master.mu, then keyIndex.mu, then keyIndex.qmu.
 //   - A restore decision (under Master.mu) does not insert its object: it
 //     stages the record ID (staged, guarded by Master.mu). At the end of
@@ -53,6 +57,13 @@ type KeyInfo struct {
 //     nothing is queued), and the object table takes mu (objTable.dirMu)
 //     to grow its directories of chunks or to compact its keys. ent and
 //     entOf are read and written under mu only.
+//   - A large batch's inserts (insertParallel) run on several goroutines
+//     while the one that holds mu (drain, or an acquire) waits for them:
+//     each goroutine changes only the trees of the partitions it took, and
+//     of ent and entOf only the places of the entries it takes out of them
+//     (an entry is in one partition, its key's, and so are the records a
+//     batch lists under that key); the free entries' list and the disk
+//     tier's tree are changed by the holder of mu once they have joined.
 type keyIndex struct {
 	t *objTable
 
@@ -66,7 +77,7 @@ type keyIndex struct {
 	partMin int                   // the smallest batch that chooses bounds or is inserted in parallel (indexPartMin)
 	pinned  bool                  // the bounds stay as they are (tests)
 	disk    *btree.BTreeG[string] // keys held only on a disk tier
-	workers int                   // goroutines inserting a large batch (indexWorkers)
+	workers int                   // goroutines inserting a large batch (0: indexWorkers())
 	route   []uint8               // a parallel insert's partition of each item
 	results []partResult          // a parallel insert's leftovers, per goroutine
 
@@ -133,7 +144,7 @@ func (x *keyIndex) recID(item uint32) uint32 {
 
 func newKeyIndex(t *objTable) *keyIndex {
 	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b }), entNext: 1,
-		nparts: indexParts, partMin: indexPartMin, workers: indexWorkers()}
+		nparts: indexParts, partMin: indexPartMin}
 	x.parts = []*memPart{x.newPart()}
 	t.dirMu = &x.mu
 	return x
@@ -222,9 +233,11 @@ func (x *keyIndex) insertMu(ids []uint32) {
 		}
 	}
 	x.planParts(ids)
-	if len(x.parts) > 1 && len(ids) >= x.partMin && x.workers > 1 {
-		x.insertParallel(ids, x.workers)
-		return
+	if len(x.parts) > 1 && len(ids) >= x.partMin {
+		if w := cmp.Or(x.workers, indexWorkers()); w > 1 {
+			x.insertParallel(ids, w)
+			return
+		}
 	}
 	t := x.t
 	for _, id := range ids {

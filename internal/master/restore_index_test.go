@@ -130,7 +130,7 @@ func TestRestoreIndexRaces(t *testing.T) {
 		}
 		if round == 3 { // bounds equal to keys, between keys, an empty range
 			m.index.mu.Lock()
-			m.index.pinned, m.index.workers = true, max(m.index.workers, 4)
+			m.index.pinned, m.index.workers = true, 4
 			m.index.setBounds([]string{"key/001000", "key/004096+", "key/006000", "key/006000~", "key/009000"})
 			m.index.mu.Unlock()
 		}
