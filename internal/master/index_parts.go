@@ -272,20 +272,16 @@ func parallel(n int, fn func(w int)) {
 
 // ascendMem calls fn with the items of the in-memory tree whose keys are
 // pivot or after, in key order, until it returns false (x.mu held): from
-// pivot's partition on, the next ones walked whole.
-func (x *keyIndex) ascendMem(pivot string, fn func(item uint32) bool) {
+// pivot's partition on, the next ones walked whole. *stop must be set
+// when fn returns false (the walk of a partition ends without saying why;
+// a flag rather than a wrapper of fn keeps a call per item off the walk).
+func (x *keyIndex) ascendMem(pivot string, stop *bool, fn func(item uint32) bool) {
 	i := x.partOfString(pivot)
 	p := x.parts[i]
 	p.probe = append(p.probe[:0], pivot...)
-	if i == len(x.parts)-1 {
-		p.t.AscendGreaterOrEqual(probeID, fn)
-		return
-	}
-	more := true
-	walk := func(item uint32) bool { more = fn(item); return more }
-	p.t.AscendGreaterOrEqual(probeID, walk)
-	for i++; more && i < len(x.parts); i++ {
-		x.parts[i].t.Ascend(walk)
+	p.t.AscendGreaterOrEqual(probeID, fn)
+	for i++; !*stop && i < len(x.parts); i++ {
+		x.parts[i].t.Ascend(fn)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -59,22 +60,42 @@ var indexModes = []struct {
 }
 
 // benchModes runs each of modes once per iteration, in turn (so that a
-// shared machine's load falls on all alike), with run timed, and reports
-// each one's time per item (unit: the mode's name and per) and the first
-// mode's time over each other's (unit first/mode).
+// shared machine's load falls on all alike; in reverse order every other
+// iteration, as the first one's walk is faster), with run timed, and reports
+// each one's wall time and CPU time (the process's) per item (units: the
+// mode's name, and cpu, per item), and the first mode's wall time over
+// each other's (unit first/mode).
 func benchModes(b *testing.B, n int, per string, modes int, run func(mode int) time.Duration) {
 	took := make([]time.Duration, modes)
-	for b.Loop() {
-		for i := range modes {
+	cpu := make([]time.Duration, modes)
+	for k := 0; b.Loop(); k++ {
+		for j := range modes {
+			i := j
+			if k%2 == 1 { // each mode first as often as last
+				i = modes - 1 - j
+			}
+			c := processCPU()
 			took[i] += run(i)
+			cpu[i] += processCPU() - c
 		}
 	}
 	for i := range modes {
-		b.ReportMetric(float64(took[i].Nanoseconds())/float64(b.N*n), indexModes[i].name+"-ns/"+per)
+		name := indexModes[i].name
+		b.ReportMetric(float64(took[i].Nanoseconds())/float64(b.N*n), name+"-ns/"+per)
+		b.ReportMetric(float64(cpu[i].Nanoseconds())/float64(b.N*n), name+"-cpu-ns/"+per)
 		if i > 0 {
-			b.ReportMetric(float64(took[0])/float64(took[i]), indexModes[0].name+"/"+indexModes[i].name)
+			b.ReportMetric(float64(took[0])/float64(took[i]), indexModes[0].name+"/"+name)
 		}
 	}
+}
+
+// processCPU is the CPU time the process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkIndexInsert: a restore's inserts in the listing index, as its
@@ -113,13 +134,15 @@ func BenchmarkIndexInsert(b *testing.B) {
 // MOONCAKE_INDEX_OBJECTS keys inserted as BenchmarkIndexInsert does, in
 // holds of listHold keys from a cursor as List makes them, with one tree
 // and with the restore's partitions: ns/key each and their ratio (the
-// same work per key: about 1).
+// same work per key: about 1), and each index's heap per key (B/key).
 func BenchmarkIndexList(b *testing.B) {
 	n := indexBenchObjects(b)
 	for _, order := range []string{"interleaved", "random"} {
 		t, ids := indexBenchTable(n, order == "random")
 		var xs []*keyIndex
+		var heap []float64
 		for _, mode := range indexModes[:2] {
+			before := liveHeap()
 			x := newKeyIndex(t)
 			x.nparts, x.workers = mode.parts, mode.workers
 			x.mu.Lock()
@@ -132,6 +155,7 @@ func BenchmarkIndexList(b *testing.B) {
 				b.Fatalf("%d partitions, want %d", parts, mode.parts)
 			}
 			xs = append(xs, x)
+			heap = append(heap, (float64(liveHeap())-float64(before))/float64(n))
 		}
 		var buf []byte
 		b.Run(order, func(b *testing.B) {
@@ -163,6 +187,9 @@ func BenchmarkIndexList(b *testing.B) {
 				}
 				return took
 			})
+			for i, h := range heap {
+				b.ReportMetric(h, indexModes[i].name+"-B/key")
+			}
 		})
 	}
 }

@@ -340,12 +340,17 @@ func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
 	x.acquire()
 	defer x.release()
 	if x.disk.Len() == 0 {
-		x.ascendMem(pivot, func(item uint32) bool { return fn(x.t.key(x.rec(item))) })
+		stop := false
+		x.ascendMem(pivot, &stop, func(item uint32) bool {
+			stop = !fn(x.t.key(x.rec(item)))
+			return !stop
+		})
 		return
 	}
 	var a []uint32
 	var b []string
-	x.ascendMem(pivot, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
+	stop := false
+	x.ascendMem(pivot, &stop, func(item uint32) bool { a = append(a, x.recID(item)); stop = len(a) >= limit; return !stop })
 	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
 	for i, j := 0, 0; i < len(a) || j < len(b); {
 		var k string
@@ -369,15 +374,18 @@ func (x *keyIndex) ascendRecs(pivot string, limit int, fn func(o *object, k []by
 	x.acquire()
 	defer x.release()
 	if x.disk.Len() == 0 {
-		x.ascendMem(pivot, func(item uint32) bool {
+		stop := false
+		x.ascendMem(pivot, &stop, func(item uint32) bool {
 			o := x.rec(item)
-			return fn(o, x.t.keyBytes(o))
+			stop = !fn(o, x.t.keyBytes(o))
+			return !stop
 		})
 		return
 	}
 	var a []uint32
 	var b []string
-	x.ascendMem(pivot, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
+	stop := false
+	x.ascendMem(pivot, &stop, func(item uint32) bool { a = append(a, x.recID(item)); stop = len(a) >= limit; return !stop })
 	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
 	for i, j := 0, 0; i < len(a) || j < len(b); {
 		var o *object
