@@ -18,12 +18,13 @@ import (
 // inserted at once by several goroutines, each in trees of its own.
 //
 // The bounds are chosen from the keys of a large batch (indexPartMin or
-// more) that comes when the tree is empty or nearly (holding at most an
-// eighth of the batch's size: those items move to the new partitions), as
-// quantiles of a sample of its keys; they stay until the next such batch.
-// Inserts into an empty tree in smaller batches (puts) go back to one
-// partition. Nothing depends on the partitions' balance for correctness:
-// keys past the sample's range go to the first or the last partition.
+// more) that comes when the tree holds fewer items than the batch (those
+// move to the new partitions: at most the batch's work again, and a tree
+// repartitioned again only by a larger batch), as quantiles of a sample of
+// its keys; they stay until the next such batch. Inserts into an empty
+// tree in smaller batches (puts) go back to one partition. Nothing depends
+// on the partitions' balance but the inserts' parallelism: keys past the
+// sample's range go to the first or the last partition.
 
 const (
 	// indexParts is the number of partitions a large batch's bounds cut.
@@ -125,16 +126,15 @@ func (x *keyIndex) insertPart(p *memPart, id uint32, k []byte) uint32 {
 }
 
 // planParts chooses the partitions for a batch of inserts ids (x.mu held):
-// new bounds from a large batch's keys when the tree holds at most an
-// eighth of the batch, one partition again when the tree is empty and the
-// batch small.
+// new bounds from a large batch's keys when the tree holds fewer items,
+// one partition again when the tree is empty and the batch small.
 func (x *keyIndex) planParts(ids []uint32) {
 	if x.pinned {
 		return
 	}
 	n := x.memLen()
 	switch {
-	case len(ids) >= x.partMin && n*8 <= len(ids):
+	case len(ids) >= x.partMin && n < len(ids):
 		x.repartition(ids)
 	case n == 0 && len(x.parts) > 1:
 		x.parts, x.bounds = x.parts[:1], nil
