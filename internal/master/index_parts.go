@@ -38,14 +38,17 @@ const (
 
 // memPart is one partition of the in-memory tree, and the state its
 // comparisons use (so that partitions are searched and changed at once
-// by different goroutines).
+// by different goroutines). Its goroutine writes the tree's header (its
+// length) and hot at every insert: the tree is held by value and the
+// struct padded, so that no two partitions' fields share a cache line.
 type memPart struct {
-	t     *btree.BTreeG[uint32]
+	t     btree.BTreeG[uint32]
 	probe []byte // the key probeID stands for in a search of t
 	// hot is the item being inserted in t, hotKey its key (0, nil: none):
 	// the comparisons skip looking it up.
 	hot    uint32
 	hotKey []byte
+	_      [64]byte
 }
 
 // newPart makes an empty partition.
@@ -61,7 +64,8 @@ func (x *keyIndex) newPart() *memPart {
 		}
 		return t.keyBytes(t.at(x.recID(item)))
 	}
-	p.t = btree.NewG(64, func(a, b uint32) bool { return keyLess(key(a), key(b)) })
+	// A new tree's header, copied before any use, works as the one made.
+	p.t = *btree.NewG(64, func(a, b uint32) bool { return keyLess(key(a), key(b)) })
 	return p
 }
 
@@ -198,6 +202,7 @@ func indexWorkers() int {
 type partResult struct {
 	freed []uint32
 	disk  []uint32
+	_     [64]byte // no two goroutines' slices in one cache line
 }
 
 // insertParallel inserts ids as insertMu does, with workers goroutines

@@ -86,6 +86,10 @@ type keyIndex struct {
 	entNext uint32   // entry IDs handed out so far (IDs below it exist; 0 is never used)
 	entFree []uint32 // free entry IDs
 
+	// What a restore's decisions write (staged at each, the queue at each
+	// part's end) lies in cache lines of its own, apart from what the
+	// index's goroutines read at each insert.
+	_      [64]byte
 	staged []uint32 // restored objects of the part being decided: guarded by Master.mu
 
 	qmu      sync.Mutex
