@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strconv"
@@ -23,26 +24,54 @@ func indexBenchObjects(b *testing.B) int {
 	return n
 }
 
-// indexBenchTable is an object table holding n keys added in a restore's
-// order (record IDs and key bytes in that order) and their IDs: with
-// random, keys in no order (hashes, as a KV cache's); else obj/%09d as
-// the master bench's 8 loading clients leave them on a node (runs of 512
-// consecutive keys from 8 ranges interleaved), as BenchmarkRestoreScale.
-func indexBenchTable(n int, random bool) (*objTable, []uint32) {
-	t := newObjTable()
-	t.reserve(n)
-	name := func(i int) string { return fmt.Sprintf("obj/%09d", i) }
-	if random {
-		name = func(i int) string { return fmt.Sprintf("%013x", uint64(i)*0x9e3779b97f4a7c15&(1<<52-1)) }
-	}
-	ids := make([]uint32, 0, n)
-	per := (n + 7) / 8
-	for run := 0; len(ids) < n; run++ {
-		for client := range 8 {
-			for k := run * 512; k < min(per, (run+1)*512) && client*per+k < n; k++ {
-				ids = append(ids, t.add(name(client*per+k), object{size: 64, complete: true}).id)
+// benchKeyOrder is the order a node reports keys 0..n-1 in after the
+// master bench's load (8 clients putting batches of 512 consecutive keys):
+// batched, as its loaders take the batches from one counter (runs of 512,
+// 8 runs in flight together in any order); else interleaved, as 8 loaders
+// each putting a range of its own would (runs of 512 from 8 ranges in
+// turn).
+func benchKeyOrder(n int, order string) []int {
+	seq := make([]int, 0, n)
+	if order == "batched" {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for lo := 0; lo < n; lo += 8 * 512 {
+			for _, b := range rng.Perm(8) {
+				for i := lo + b*512; i < min(n, lo+(b+1)*512); i++ {
+					seq = append(seq, i)
+				}
 			}
 		}
+		return seq
+	}
+	per := (n + 7) / 8
+	for run := 0; len(seq) < n; run++ {
+		for client := range 8 {
+			for k := run * 512; k < min(per, (run+1)*512) && client*per+k < n; k++ {
+				seq = append(seq, client*per+k)
+			}
+		}
+	}
+	return seq
+}
+
+// benchKeyName is the bench's key i: obj/%09d, or with random a 13-byte
+// hash of i (keys in no order, as a KV cache's: a bijection of [0, 2^52)).
+func benchKeyName(i int, random bool) string {
+	if random {
+		return fmt.Sprintf("%013x", uint64(i)*0x9e3779b97f4a7c15&(1<<52-1))
+	}
+	return fmt.Sprintf("obj/%09d", i)
+}
+
+// indexBenchTable is an object table holding n keys added in a restore's
+// order (record IDs and key bytes in that order), and their IDs: order
+// is benchKeyOrder's, or random (hashes in the interleaved order).
+func indexBenchTable(n int, order string) (*objTable, []uint32) {
+	t := newObjTable()
+	t.reserve(n)
+	ids := make([]uint32, 0, n)
+	for _, i := range benchKeyOrder(n, order) {
+		ids = append(ids, t.add(benchKeyName(i, order == "random"), object{size: 64, complete: true}).id)
 	}
 	return t, ids
 }
@@ -106,8 +135,8 @@ func processCPU() time.Duration {
 // ns/insert each, and the ratios of tree's time to the others'.
 func BenchmarkIndexInsert(b *testing.B) {
 	n := indexBenchObjects(b)
-	for _, order := range []string{"interleaved", "random"} {
-		t, ids := indexBenchTable(n, order == "random")
+	for _, order := range []string{"interleaved", "batched", "random"} {
+		t, ids := indexBenchTable(n, order)
 		b.Run(order, func(b *testing.B) {
 			benchModes(b, n, "insert", len(indexModes), func(mode int) time.Duration {
 				x := newKeyIndex(t)
@@ -137,8 +166,8 @@ func BenchmarkIndexInsert(b *testing.B) {
 // same work per key: about 1), and each index's heap per key (B/key).
 func BenchmarkIndexList(b *testing.B) {
 	n := indexBenchObjects(b)
-	for _, order := range []string{"interleaved", "random"} {
-		t, ids := indexBenchTable(n, order == "random")
+	for _, order := range []string{"interleaved", "batched", "random"} {
+		t, ids := indexBenchTable(n, order)
 		var xs []*keyIndex
 		var heap []float64
 		for _, mode := range indexModes[:2] {
