@@ -1,6 +1,7 @@
 package master
 
 import (
+	"bytes"
 	"runtime"
 	"slices"
 	"sync"
@@ -17,23 +18,40 @@ import (
 // large batch of inserts (a restore's) is cut by partition and its parts
 // inserted at once by several goroutines, each in trees of its own.
 //
-// The bounds are chosen from the keys of a large batch (indexPartMin or
-// more) that comes when the tree holds fewer items than the batch (those
-// move to the new partitions: at most the batch's work again, and a tree
-// repartitioned again only by a larger batch), as quantiles of a sample of
-// its keys; they stay until the next such batch. Inserts into an empty
-// tree in smaller batches (puts) go back to one partition. Nothing depends
-// on the partitions' balance but the inserts' parallelism: keys past the
-// sample's range go to the first or the last partition.
+// Bounds come from the keys of large batches (indexPartMin or more):
+//   - A batch that comes when the tree holds fewer items than it sets the
+//     bounds anew, at quantiles of a sample of its keys (the tree's items
+//     move to the new partitions: at most the batch's work again).
+//   - A partition that takes at least twice its share of a batch (the
+//     batch over the goroutines) is cut at quantiles of the batch's keys
+//     above its highest key: its items stay, the new partitions start
+//     empty. A restore whose keys come in about ascending order (a pool
+//     loaded in key order: every insert at the right end of one tree)
+//     thus inserts each batch into several new partitions at once.
+//
+// A partition left empty by a removal is dropped (its range joins a
+// neighbour's), and inserts into an empty tree in smaller batches (puts)
+// go back to one partition, so that empty partitions never pile up under
+// a walk. Nothing depends on the partitions' balance but the inserts'
+// parallelism: keys past the sample's range go to the first or the last
+// partition.
 
 const (
-	// indexParts is the number of partitions a large batch's bounds cut.
+	// indexParts is the number of partitions a batch's bounds cut when
+	// they are set anew.
 	indexParts = 8
-	// indexPartMin is the smallest batch whose keys choose bounds, and
-	// the smallest that is inserted by several goroutines.
+	// indexPartMin is the smallest batch that sets bounds or cuts a
+	// partition, and the smallest inserted by several goroutines.
 	indexPartMin = 2048
-	// indexSample is the most keys of a batch that choose its bounds.
-	indexSample = 1024
+	// indexSample is the most keys of a batch sampled to set bounds anew;
+	// indexSplitSample the most sampled to find partitions to cut.
+	indexSample      = 1024
+	indexSplitSample = 256
+	// indexPiece is the fewest keys of a batch a cut gives a new
+	// partition (so that a restore's partitions hold at least that many
+	// keys: their overhead, about 250 bytes each, stays under a byte a
+	// key).
+	indexPiece = 512
 )
 
 // memPart is one partition of the in-memory tree, and the state its
@@ -64,17 +82,17 @@ func (x *keyIndex) newPart() *memPart {
 		}
 		return t.keyBytes(t.at(x.recID(item)))
 	}
+	if x.free == nil {
+		x.free = btree.NewFreeListG[uint32](btree.DefaultFreeListSize)
+	}
 	// A new tree's header, copied before any use, works as the one made.
-	p.t = *btree.NewG(64, func(a, b uint32) bool { return keyLess(key(a), key(b)) })
+	p.t = *btree.NewWithFreeListG(64, func(a, b uint32) bool { return keyLess(key(a), key(b)) }, x.free)
 	return p
 }
 
 // partOf is the index of the partition that holds key k.
 func (x *keyIndex) partOf(k []byte) int {
 	b := x.bounds
-	if len(b) == 0 {
-		return 0
-	}
 	lo, hi := 0, len(b) // the first bound above k
 	for lo < hi {
 		h := int(uint(lo+hi) >> 1)
@@ -85,6 +103,16 @@ func (x *keyIndex) partOf(k []byte) int {
 		}
 	}
 	return lo
+}
+
+// partNear is partOf, tried first at partition guess (the last key's:
+// keys in about ascending order, or in runs, fall in the same one).
+func (x *keyIndex) partNear(k []byte, guess int) int {
+	b := x.bounds
+	if guess <= len(b) && (guess == 0 || string(k) >= b[guess-1]) && (guess == len(b) || string(k) < b[guess]) {
+		return guess
+	}
+	return x.partOf(k)
 }
 
 // partOfString is partOf for a string key.
@@ -103,30 +131,42 @@ func (x *keyIndex) partOfString(k string) int {
 }
 
 // memLen is the number of items in the in-memory tree.
-func (x *keyIndex) memLen() int {
-	n := 0
-	for _, p := range x.parts {
-		n += p.t.Len()
-	}
-	return n
-}
+func (x *keyIndex) memLen() int { return x.n }
 
-// insert lists record id, whose key is k, in p, and returns the entry it
-// replaced (0: none), taken out of ent and entOf but not yet freed (its
-// ID is not in entFree): p's caller owns p, and writes only the entry's
-// own places in ent and entOf, which no other partition reads.
-func (x *keyIndex) insertPart(p *memPart, id uint32, k []byte) uint32 {
+// insertPart lists record id, whose key is k, in p, and returns the entry
+// it replaced (0: none), taken out of ent and entOf but not yet freed (its
+// ID is not in entFree), and whether the item was added (not replacing
+// one). p's caller owns p, and writes only the entry's own places in ent
+// and entOf, which no other partition reads.
+func (x *keyIndex) insertPart(p *memPart, id uint32, k []byte) (uint32, bool) {
 	// Every comparison of the insert has the new item on one side: its
 	// key is at hand.
 	p.hot, p.hotKey = id, k
 	old, found := p.t.ReplaceOrInsert(id)
 	p.hot, p.hotKey = 0, nil
 	if !found || old&entryBit == 0 {
-		return 0
+		return 0, !found
 	}
 	e := old &^ entryBit
 	x.clearEntry(e)
-	return e
+	return e, false
+}
+
+// deletePart takes item out of partition i (x.mu held), drops the
+// partition when that left it empty, and returns the item taken out.
+func (x *keyIndex) deletePart(i int, item uint32) (uint32, bool) {
+	old, found := x.parts[i].t.Delete(item)
+	if !found {
+		return 0, false
+	}
+	x.n--
+	if x.parts[i].t.Len() == 0 && len(x.parts) > 1 && !x.pinned {
+		// Its range joins the one below (the one above for the first).
+		x.parts = slices.Delete(x.parts, i, i+1)
+		b := max(i-1, 0)
+		x.bounds = slices.Delete(x.bounds, b, b+1)
+	}
+	return old, true
 }
 
 // planParts chooses the partitions for a batch of inserts ids (x.mu held):
@@ -136,11 +176,10 @@ func (x *keyIndex) planParts(ids []uint32) {
 	if x.pinned {
 		return
 	}
-	n := x.memLen()
 	switch {
-	case len(ids) >= x.partMin && n < len(ids):
+	case len(ids) >= x.partMin && x.n < len(ids):
 		x.repartition(ids)
-	case n == 0 && len(x.parts) > 1:
+	case x.n == 0 && len(x.parts) > 1:
 		x.parts, x.bounds = x.parts[:1], nil
 	}
 }
@@ -185,6 +224,89 @@ func (x *keyIndex) setBounds(bounds []string) {
 	}
 }
 
+// splitHot cuts the partitions that take at least twice their share of
+// the batch ids inserted by workers goroutines, as sampled (x.mu held):
+// each at quantiles of the sampled keys above its highest key, into at
+// most workers partitions that take at least x.piece keys each. The
+// partition keeps its items (all below the new bounds).
+func (x *keyIndex) splitHot(ids []uint32, workers int) {
+	if x.pinned {
+		return
+	}
+	t := x.t
+	share := max(x.piece, len(ids)/workers)
+	step := max(1, len(ids)/indexSplitSample)
+	type sampled struct {
+		part int
+		key  []byte
+	}
+	sample := make([]sampled, 0, len(ids)/step+1)
+	guess := 0
+	for i := 0; i < len(ids); i += step {
+		k := t.keyBytes(t.at(ids[i]))
+		guess = x.partNear(k, guess)
+		sample = append(sample, sampled{guess, k})
+	}
+	slices.SortFunc(sample, func(a, b sampled) int {
+		if a.part != b.part {
+			return a.part - b.part
+		}
+		return bytes.Compare(a.key, b.key)
+	})
+	// From the last partition down, so that cutting one leaves the
+	// indexes of those below as they are.
+	for hi := len(sample); hi > 0; {
+		p := sample[hi-1].part
+		lo := hi - 1
+		for lo > 0 && sample[lo-1].part == p {
+			lo--
+		}
+		run := sample[lo:hi]
+		hi = lo
+		if len(run)*step < 2*share {
+			continue
+		}
+		part := x.parts[p]
+		above := run
+		if top, ok := part.t.Max(); ok {
+			maxKey := t.keyBytes(x.rec(top))
+			i, _ := slices.BinarySearchFunc(run, maxKey, func(s sampled, k []byte) int { return bytes.Compare(s.key, k) })
+			for i < len(run) && bytes.Equal(run[i].key, maxKey) {
+				i++
+			}
+			above = run[i:]
+		}
+		cuts := min(workers, len(above)*step/share)
+		if cuts < 2 {
+			continue
+		}
+		// Each bound above the last (the partition's lower one first: no
+		// empty range; they all lie above its items).
+		var bounds []string
+		prev, hasPrev := "", p > 0
+		if hasPrev {
+			prev = x.bounds[p-1]
+		}
+		for j := 1; j < cuts; j++ {
+			b := above[j*len(above)/cuts].key
+			if hasPrev && string(b) <= prev {
+				continue
+			}
+			bounds = append(bounds, string(b))
+			prev, hasPrev = bounds[len(bounds)-1], true
+		}
+		if len(bounds) == 0 {
+			continue
+		}
+		added := make([]*memPart, len(bounds))
+		for j := range added {
+			added[j] = x.newPart()
+		}
+		x.parts = slices.Insert(x.parts, p+1, added...)
+		x.bounds = slices.Insert(x.bounds, p, bounds...)
+	}
+}
+
 // indexWorkers is how many goroutines insert a large batch: the
 // processors but two (the restore's decisions and the node's calls keep
 // theirs), at least 2, at most indexParts; 1 on one processor.
@@ -198,32 +320,70 @@ func indexWorkers() int {
 
 // partResult is what one goroutine of a parallel insert leaves for the
 // caller to apply once all have joined: the entries it took out of its
-// trees (to free) and the records whose keys leave the disk tier's tree.
+// trees (to free), the records whose keys leave the disk tier's tree, and
+// the items it added.
 type partResult struct {
 	freed []uint32
 	disk  []uint32
-	_     [64]byte // no two goroutines' slices in one cache line
+	added int
+	_     [64]byte // no two goroutines' results in one cache line
 }
 
+// partWork is the part of a parallel insert in one partition: the IDs
+// grouped[lo:hi].
+type partWork struct{ part, lo, hi int }
+
 // insertParallel inserts ids as insertMu does, with workers goroutines
-// (x.mu held; len(x.parts) > 1): each first finds the partitions of a
-// slice of the batch, then each inserts the batch's items of whole
-// partitions, in the batch's order (the inserts of one key are in one
-// partition). What changes state shared by partitions (the free entries'
-// list, the disk tier's tree) is done after they joined.
+// (x.mu held): hot partitions cut first (splitHot), each goroutine then
+// finds the partitions of a slice of the batch, and each inserts the
+// batch's items of whole partitions, in the batch's order (the inserts of
+// one key are in one partition). What changes state shared by partitions
+// (the free entries' list, the disk tier's tree, the count) is done after
+// they joined.
 func (x *keyIndex) insertParallel(ids []uint32, workers int) {
 	t := x.t
-	workers = min(workers, len(x.parts))
+	x.splitHot(ids, workers)
 	if cap(x.route) < len(ids) {
-		x.route = make([]uint8, len(ids))
+		x.route = make([]int32, len(ids))
+		x.grouped = make([]uint32, len(ids))
 	}
-	route := x.route[:len(ids)]
+	route, grouped := x.route[:len(ids)], x.grouped[:len(ids)]
 	parallel(workers, func(w int) {
-		lo, hi := w*len(ids)/workers, (w+1)*len(ids)/workers
-		for i := lo; i < hi; i++ {
-			route[i] = uint8(x.partOf(t.keyBytes(t.at(ids[i]))))
+		guess := 0
+		for i := w * len(ids) / workers; i < (w+1)*len(ids)/workers; i++ {
+			guess = x.partNear(t.keyBytes(t.at(ids[i])), guess)
+			route[i] = int32(guess)
 		}
 	})
+	// The IDs grouped by partition, in the batch's order in each.
+	if len(x.counts) < len(x.parts) {
+		x.counts = make([]int32, len(x.parts)+len(x.parts)/4)
+	}
+	counts := x.counts
+	work := x.work[:0]
+	for _, p := range route {
+		if counts[p] == 0 {
+			work = append(work, partWork{part: int(p)})
+		}
+		counts[p]++
+	}
+	at := 0
+	for i := range work {
+		w := &work[i]
+		w.lo, w.hi = at, at
+		at += int(counts[w.part])
+		counts[w.part] = int32(i) // the partition's work, until the IDs are placed
+	}
+	for i, p := range route {
+		w := &work[counts[p]]
+		grouped[w.hi] = ids[i]
+		w.hi++
+	}
+	for _, w := range work {
+		counts[w.part] = 0
+	}
+	x.work = work
+	workers = min(workers, len(work))
 	onDisk := x.disk.Len() > 0
 	if len(x.results) < workers {
 		x.results = make([]partResult, workers)
@@ -232,18 +392,22 @@ func (x *keyIndex) insertParallel(ids []uint32, workers int) {
 	parallel(workers, func(w int) {
 		res := &x.results[w]
 		for {
-			pi := int(next.Add(1) - 1)
-			if pi >= len(x.parts) {
+			i := int(next.Add(1) - 1)
+			if i >= len(work) {
 				return
 			}
-			p := x.parts[pi]
-			for i, id := range ids {
-				if int(route[i]) != pi || x.entryOf(id) != 0 {
+			p := x.parts[work[i].part]
+			for _, id := range grouped[work[i].lo:work[i].hi] {
+				if x.entryOf(id) != 0 {
 					continue
 				}
 				k := t.keyBytes(t.at(id))
-				if e := x.insertPart(p, id, k); e != 0 {
+				e, added := x.insertPart(p, id, k)
+				if e != 0 {
 					res.freed = append(res.freed, e)
+				}
+				if added {
+					res.added++
 				}
 				if onDisk {
 					res.disk = append(res.disk, id)
@@ -257,10 +421,11 @@ func (x *keyIndex) insertParallel(ids []uint32, workers int) {
 		for _, id := range res.disk {
 			x.disk.Delete(string(t.keyBytes(t.at(id))))
 		}
-		res.freed, res.disk = res.freed[:0], res.disk[:0]
+		x.n += res.added
+		res.freed, res.disk, res.added = res.freed[:0], res.disk[:0], 0
 	}
 	if cap(x.route) > 1<<20 { // a backlog's batch: not kept
-		x.route = nil
+		x.route, x.grouped = nil, nil
 	}
 }
 

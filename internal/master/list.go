@@ -73,13 +73,22 @@ type keyIndex struct {
 	// parts[i] holds the keys from bounds[i-1] to bounds[i] (excluded).
 	parts   []*memPart
 	bounds  []string
-	nparts  int                   // the partitions a large batch's bounds cut (indexParts)
-	partMin int                   // the smallest batch that chooses bounds or is inserted in parallel (indexPartMin)
-	pinned  bool                  // the bounds stay as they are (tests)
-	disk    *btree.BTreeG[string] // keys held only on a disk tier
-	workers int                   // goroutines inserting a large batch (0: indexWorkers())
-	route   []uint8               // a parallel insert's partition of each item
-	results []partResult          // a parallel insert's leftovers, per goroutine
+	nparts  int                      // the partitions a large batch's bounds cut (indexParts)
+	partMin int                      // the smallest batch that chooses bounds or is inserted in parallel (indexPartMin)
+	piece   int                      // the fewest keys of a batch a cut gives a partition (indexPiece)
+	pinned  bool                     // the bounds stay as they are (tests)
+	n       int                      // items in parts
+	free    *btree.FreeListG[uint32] // the partitions' free nodes
+	disk    *btree.BTreeG[string]    // keys held only on a disk tier
+	workers int                      // goroutines inserting a large batch (0: indexWorkers())
+	// A parallel insert's partition of each item, the items grouped by
+	// partition, each partition's count, its work, and what each
+	// goroutine leaves (kept for the next).
+	route   []int32
+	grouped []uint32
+	counts  []int32
+	work    []partWork
+	results []partResult
 
 	ent     idArray  // entry ID -> the record it lists (0: a free entry)
 	entOf   idArray  // record ID -> its entry (0: none; when set, ent names it back)
@@ -148,7 +157,7 @@ func (x *keyIndex) recID(item uint32) uint32 {
 
 func newKeyIndex(t *objTable) *keyIndex {
 	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b }), entNext: 1,
-		nparts: indexParts, partMin: indexPartMin}
+		nparts: indexParts, partMin: indexPartMin, piece: indexPiece}
 	x.parts = []*memPart{x.newPart()}
 	t.dirMu = &x.mu
 	return x
@@ -244,13 +253,19 @@ func (x *keyIndex) insertMu(ids []uint32) {
 		}
 	}
 	t := x.t
+	guess := 0
 	for _, id := range ids {
 		if x.entryOf(id) != 0 {
 			continue
 		}
 		k := t.keyBytes(t.at(id))
-		if e := x.insertPart(x.parts[x.partOf(k)], id, k); e != 0 {
+		guess = x.partNear(k, guess)
+		e, added := x.insertPart(x.parts[guess], id, k)
+		if e != 0 {
 			x.entFree = append(x.entFree, e)
+		}
+		if added {
+			x.n++
 		}
 		if x.disk.Len() > 0 {
 			x.disk.Delete(string(k))
@@ -443,7 +458,9 @@ func (m *Master) handOverIndexLocked(o, s *object) {
 	p.hot, p.hotKey = e, k
 	old, found := p.t.ReplaceOrInsert(e)
 	p.hot, p.hotKey = 0, nil
-	if found && old&entryBit != 0 {
+	if !found {
+		x.n++
+	} else if old&entryBit != 0 {
 		x.freeEntry(old &^ entryBit)
 	}
 }
@@ -458,7 +475,7 @@ func (m *Master) unindexObjectLocked(o *object, key string) {
 	if e := x.entryOf(o.id); e != 0 {
 		item = e | entryBit
 	}
-	if old, found := x.parts[x.partOf(m.objects.keyBytes(o))].t.Delete(item); found && old&entryBit != 0 {
+	if old, found := x.deletePart(x.partOf(m.objects.keyBytes(o)), item); found && old&entryBit != 0 {
 		x.freeEntry(old &^ entryBit)
 	}
 	if m.disk[key] != nil {
