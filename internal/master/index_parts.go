@@ -46,7 +46,7 @@ const (
 	// indexSample is the most keys of a batch sampled to set bounds anew;
 	// indexSplitSample the most sampled to find partitions to cut.
 	indexSample      = 1024
-	indexSplitSample = 256
+	indexSplitSample = 64
 	// indexPiece is the fewest keys of a batch a cut gives a new
 	// partition (so that a restore's partitions hold at least that many
 	// keys: their overhead, about 250 bytes each, stays under a byte a

@@ -78,7 +78,9 @@ func indexBenchTable(n int, order string) (*objTable, []uint32) {
 
 // indexModes are the listing index's set-ups the benchmarks compare: one
 // tree (as a pool of puts has), the restore's partitions inserted by one
-// goroutine, and by indexWorkers() goroutines.
+// goroutine, by indexWorkers() goroutines (parallel), and by 8 (wide: as
+// a host of 10 processors or more runs them; on fewer, the goroutines
+// take turns).
 var indexModes = []struct {
 	name           string
 	parts, workers int
@@ -86,6 +88,7 @@ var indexModes = []struct {
 	{"tree", 1, 1},
 	{"parts", indexParts, 1},
 	{"parallel", indexParts, indexWorkers()},
+	{"wide", indexParts, 8},
 }
 
 // benchModes runs each of modes once per iteration, in turn (so that a
@@ -161,16 +164,19 @@ func BenchmarkIndexInsert(b *testing.B) {
 
 // BenchmarkIndexList: a full walk of the listing index of
 // MOONCAKE_INDEX_OBJECTS keys inserted as BenchmarkIndexInsert does, in
-// holds of listHold keys from a cursor as List makes them, with one tree
-// and with the restore's partitions: ns/key each and their ratio (the
-// same work per key: about 1), and each index's heap per key (B/key).
+// holds of listHold keys from a cursor as List makes them, with each of
+// indexModes (as each leaves the index: parallel's cut in more partitions
+// where keys come in about ascending order): ns/key each and their
+// ratios (the same work per key: about 1), each index's heap per key
+// (B/key) and its partitions.
 func BenchmarkIndexList(b *testing.B) {
 	n := indexBenchObjects(b)
 	for _, order := range []string{"interleaved", "batched", "random"} {
 		t, ids := indexBenchTable(n, order)
 		var xs []*keyIndex
 		var heap []float64
-		for _, mode := range indexModes[:2] {
+		var partitions []int
+		for _, mode := range indexModes {
 			before := liveHeap()
 			x := newKeyIndex(t)
 			x.nparts, x.workers = mode.parts, mode.workers
@@ -180,9 +186,10 @@ func BenchmarkIndexList(b *testing.B) {
 			}
 			parts := len(x.parts)
 			x.mu.Unlock()
-			if parts != mode.parts {
+			if parts < mode.parts || mode.workers == 1 && parts != mode.parts {
 				b.Fatalf("%d partitions, want %d", parts, mode.parts)
 			}
+			partitions = append(partitions, parts)
 			xs = append(xs, x)
 			heap = append(heap, (float64(liveHeap())-float64(before))/float64(n))
 		}
@@ -218,6 +225,7 @@ func BenchmarkIndexList(b *testing.B) {
 			})
 			for i, h := range heap {
 				b.ReportMetric(h, indexModes[i].name+"-B/key")
+				b.ReportMetric(float64(partitions[i]), indexModes[i].name+"-partitions")
 			}
 		})
 	}
