@@ -230,3 +230,42 @@ func BenchmarkIndexList(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIndexPut: a put's insert and a removal's delete of one key
+// (a random one among MOONCAKE_INDEX_OBJECTS keys in the master bench's
+// order, inserted as BenchmarkIndexInsert does) in the listing index as
+// each of indexModes leaves it: ns/key each (one insert and one delete)
+// and their ratios (the partitions' routing against one tree's depth).
+func BenchmarkIndexPut(b *testing.B) {
+	n := indexBenchObjects(b)
+	t, ids := indexBenchTable(n, "batched")
+	rng := rand.New(rand.NewPCG(3, 4))
+	extra := make([]uint32, 4096) // keys between the indexed ones
+	for i := range extra {
+		extra[i] = t.add(benchKeyName(rng.IntN(n), false)+"+", object{size: 64, complete: true}).id
+	}
+	var xs []*keyIndex
+	for _, mode := range indexModes {
+		x := newKeyIndex(t)
+		x.nparts, x.workers = mode.parts, mode.workers
+		x.mu.Lock()
+		for i := 0; i < len(ids); i += RestoreChunkObjects {
+			x.insertMu(ids[i:min(len(ids), i+RestoreChunkObjects)])
+		}
+		x.mu.Unlock()
+		xs = append(xs, x)
+	}
+	benchModes(b, len(extra), "key", len(xs), func(mode int) time.Duration {
+		x := xs[mode]
+		start := time.Now()
+		x.mu.Lock()
+		for _, id := range extra {
+			x.insertMu([]uint32{id})
+			if _, found := x.deletePart(x.partOf(t.keyBytes(t.at(id))), id); !found {
+				b.Fatalf("record %d not found after its insert", id)
+			}
+		}
+		x.mu.Unlock()
+		return time.Since(start)
+	})
+}
