@@ -123,8 +123,8 @@
 //     lock too; their keys' inserts in the listing index are made after
 //     each part by the index's goroutine under the index's own lock, on
 //     other cores, while the next part is decided: the index is cut in
-//     key ranges chosen from the restore's first keys, and a part's
-//     inserts run on one goroutine per range), and RestoreExpect
+//     key ranges at the restore's keys, and a part's inserts run on
+//     several goroutines, each in ranges of its own), and RestoreExpect
 //     sizes the object table and the segments' object lists from the
 //     session's announced total; the segment takes no new
 //     objects until its session ends. A session idle for ClientTTL, or

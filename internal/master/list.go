@@ -23,8 +23,9 @@ type KeyInfo struct {
 // whatever the number of objects. Unfinished puts and put slots are not in
 // it. The objects' keys are B-trees of 32-bit items (no pointer per key)
 // ordered by the keys in the object table's arena, one per key range
-// (partition, index_parts.go: one until a restore's large batch of inserts
-// cuts the keys in ranges; a walk goes through them in key order). An
+// (partition, index_parts.go: one until a restore's large batches of
+// inserts cut the keys in ranges; a walk goes through them in key order,
+// and a put or a removal finds its range by a binary search). An
 // item is the record ID of its key's visible version, or, once the key was
 // upserted, an entry (entryBit set): an entry names the record of the
 // key's visible version (ent) and that record names its entry back
