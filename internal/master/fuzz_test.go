@@ -176,6 +176,16 @@ func checkCounts(t *testing.T, m *Master) {
 		len(slices.Compact(slices.Clone(m.index.bounds))) != len(m.index.bounds) {
 		t.Fatalf("listing index: %d partitions, bounds %q", len(m.index.parts), m.index.bounds)
 	}
+	items := 0
+	for i, p := range m.index.parts {
+		if p.t.Len() == 0 && len(m.index.parts) > 1 && !m.index.pinned {
+			t.Fatalf("listing index: partition %d of %d empty", i, len(m.index.parts))
+		}
+		items += p.t.Len()
+	}
+	if items != m.index.n {
+		t.Fatalf("listing index counts %d items, its partitions hold %d", m.index.n, items)
+	}
 	m.index.ascendItems(func(part int, item uint32) bool {
 		id := m.index.recID(item)
 		if k := m.objects.keyBytes(m.objects.at(id)); m.index.partOf(k) != part {
