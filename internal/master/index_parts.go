@@ -226,9 +226,12 @@ func (x *keyIndex) setBounds(bounds []string) {
 
 // splitHot cuts the partitions that take at least twice their share of
 // the batch ids inserted by workers goroutines, as sampled (x.mu held):
-// each at quantiles of the sampled keys above its highest key, into at
-// most workers partitions that take at least x.piece keys each. The
-// partition keeps its items (all below the new bounds).
+// each at quantiles of the sampled keys above all but its last few items
+// (at most 4 times the batch's keys in it: those move to the new
+// partitions, at most a few times the batch's own work), into at most
+// workers partitions that take at least x.piece keys of the batch each.
+// When the batch's keys lie above the partition's items (keys coming in
+// about ascending order), nothing moves.
 func (x *keyIndex) splitHot(ids []uint32, workers int) {
 	if x.pinned {
 		return
@@ -268,10 +271,14 @@ func (x *keyIndex) splitHot(ids []uint32, workers int) {
 		}
 		part := x.parts[p]
 		above := run
-		if top, ok := part.t.Max(); ok {
-			maxKey := t.keyBytes(x.rec(top))
-			i, _ := slices.BinarySearchFunc(run, maxKey, func(s sampled, k []byte) int { return bytes.Compare(s.key, k) })
-			for i < len(run) && bytes.Equal(run[i].key, maxKey) {
+		if limit := 4 * len(run) * step; part.t.Len() > limit {
+			// The keys above the partition's limit+1-th highest item.
+			var floor uint32
+			seen := 0
+			part.t.Descend(func(item uint32) bool { seen++; floor = item; return seen <= limit })
+			fk := t.keyBytes(x.rec(floor))
+			i, _ := slices.BinarySearchFunc(run, fk, func(s sampled, k []byte) int { return bytes.Compare(s.key, k) })
+			for i < len(run) && bytes.Equal(run[i].key, fk) {
 				i++
 			}
 			above = run[i:]
@@ -280,20 +287,19 @@ func (x *keyIndex) splitHot(ids []uint32, workers int) {
 		if cuts < 2 {
 			continue
 		}
-		// Each bound above the last (the partition's lower one first: no
-		// empty range; they all lie above its items).
+		// Each bound above the last, the first above the lowest key
+		// sampled and the partition's lower bound: every partition keeps
+		// or takes keys of the batch.
 		var bounds []string
-		prev, hasPrev := "", p > 0
-		if hasPrev {
-			prev = x.bounds[p-1]
+		prev := string(above[0].key)
+		if p > 0 {
+			prev = max(prev, x.bounds[p-1])
 		}
 		for j := 1; j < cuts; j++ {
-			b := above[j*len(above)/cuts].key
-			if hasPrev && string(b) <= prev {
-				continue
+			if b := above[j*len(above)/cuts].key; string(b) > prev {
+				bounds = append(bounds, string(b))
+				prev = bounds[len(bounds)-1]
 			}
-			bounds = append(bounds, string(b))
-			prev, hasPrev = bounds[len(bounds)-1], true
 		}
 		if len(bounds) == 0 {
 			continue
@@ -302,8 +308,26 @@ func (x *keyIndex) splitHot(ids []uint32, workers int) {
 		for j := range added {
 			added[j] = x.newPart()
 		}
+		// The partition's items from the first new bound on move (its
+		// highest: taken off its right end).
+		var moved []uint32
+		for {
+			top, ok := part.t.Max()
+			if !ok || string(t.keyBytes(x.rec(top))) < bounds[0] {
+				break
+			}
+			part.t.DeleteMax()
+			moved = append(moved, top)
+		}
 		x.parts = slices.Insert(x.parts, p+1, added...)
 		x.bounds = slices.Insert(x.bounds, p, bounds...)
+		for _, item := range moved {
+			k := t.keyBytes(x.rec(item))
+			q := x.parts[x.partOf(k)]
+			q.hot, q.hotKey = item, k
+			q.t.ReplaceOrInsert(item)
+			q.hot, q.hotKey = 0, nil
+		}
 	}
 }
 
@@ -334,7 +358,8 @@ type partResult struct {
 type partWork struct{ part, lo, hi int }
 
 // insertParallel inserts ids as insertMu does, with workers goroutines
-// (x.mu held): hot partitions cut first (splitHot), each goroutine then
+// (x.mu held): hot partitions cut first (splitHot; one partition left:
+// the inserts made in order by the caller), each goroutine then
 // finds the partitions of a slice of the batch, and each inserts the
 // batch's items of whole partitions, in the batch's order (the inserts of
 // one key are in one partition). What changes state shared by partitions
@@ -343,6 +368,10 @@ type partWork struct{ part, lo, hi int }
 func (x *keyIndex) insertParallel(ids []uint32, workers int) {
 	t := x.t
 	x.splitHot(ids, workers)
+	if len(x.parts) == 1 {
+		x.insertSeq(ids)
+		return
+	}
 	if cap(x.route) < len(ids) {
 		x.route = make([]int32, len(ids))
 		x.grouped = make([]uint32, len(ids))

@@ -332,3 +332,38 @@ func TestRestoreThenList(t *testing.T) {
 		t.Fatalf("%d keys listed after all removed", len(got))
 	}
 }
+
+// TestIndexPartsSplitMoves: a restore in key order into an index already
+// holding more keys than a batch, spread over the restore's range: the
+// partition each batch falls in is cut anyway (the keys put before, above
+// the first new bound, move), and the listing holds every key once, in
+// order.
+func TestIndexPartsSplitMoves(t *testing.T) {
+	const n = 20_000
+	m, _ := newDurable(t)
+	if err := m.MountSegment("w", SegmentSpec{Name: "b", Endpoint: "ep-b", Base: 8 << 30, Size: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for i := range 3000 {
+		k := fmt.Sprintf("k/%05d+", i*7%n)
+		mustPut(t, m, k, 64, ReplicateConfig{PreferredSegments: []string{"b"}})
+		all = append(all, k)
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k/%05d", i)
+	}
+	m.index.workers = 4
+	if got := restoreKeys(t, m, keys, 4096); got != n {
+		t.Fatalf("%d restored of %d", got, n)
+	}
+	if b, sizes := indexBounds(m); len(b) < n/RestoreChunkObjects {
+		t.Fatalf("%d partitions after a restore in key order over %d keys put before: sizes %v", len(sizes), len(all), sizes)
+	}
+	all = slices.Sorted(slices.Values(append(all, keys...)))
+	if got := listAll(t, m); !slices.Equal(got, all) {
+		t.Fatalf("listing: %d keys, want %d in order", len(got), len(all))
+	}
+	checkRestored(t, m)
+}

@@ -247,12 +247,17 @@ func (x *keyIndex) insertMu(ids []uint32) {
 		}
 	}
 	x.planParts(ids)
-	if len(x.parts) > 1 && len(ids) >= x.partMin {
+	if len(ids) >= x.partMin {
 		if w := cmp.Or(x.workers, indexWorkers()); w > 1 {
 			x.insertParallel(ids, w)
 			return
 		}
 	}
+	x.insertSeq(ids)
+}
+
+// insertSeq is insertMu's inserts, made in order by the caller.
+func (x *keyIndex) insertSeq(ids []uint32) {
 	t := x.t
 	guess := 0
 	for _, id := range ids {
