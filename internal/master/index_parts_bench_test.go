@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -130,17 +131,62 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// indexParallelism inserts ids as BenchmarkIndexInsert does with workers
+// goroutines and returns how many goroutines' work at once the batches
+// offer: the inserts over the sum of each batch's longest goroutine's
+// inserts (its partitions' taken in turn by the goroutine that is done
+// first, as insertParallel's goroutines take them). A figure of the
+// partitions, whatever the processors free on the machine that
+// measures it.
+func indexParallelism(t *objTable, ids []uint32, workers int) float64 {
+	x := newKeyIndex(t)
+	x.workers = workers
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var span int
+	for i := 0; i < len(ids); i += RestoreChunkObjects {
+		before := map[*memPart]int{}
+		for _, p := range x.parts {
+			before[p] = p.t.Len()
+		}
+		batch := ids[i:min(len(ids), i+RestoreChunkObjects)]
+		x.insertMu(batch)
+		// The partitions' inserts taken by the goroutines in turn, each
+		// by the one that is done first.
+		load := make([]int, workers)
+		for _, p := range x.parts {
+			if g := p.t.Len() - before[p]; g > 0 {
+				load[slices.Index(load, slices.Min(load))] += g
+			}
+		}
+		span += slices.Max(load)
+	}
+	return float64(len(ids)) / float64(span)
+}
+
 // BenchmarkIndexInsert: a restore's inserts in the listing index, as its
 // goroutine makes them (batches of RestoreChunkObjects, in the reports'
 // order), of MOONCAKE_INDEX_OBJECTS keys into an empty index, with each of
 // indexModes (tree: one B-tree; parts: indexParts key ranges, one
 // goroutine; parallel: the ranges inserted by indexWorkers() goroutines):
-// ns/insert each, and the ratios of tree's time to the others'.
+// ns/insert each, the ratios of tree's time to the others', and the
+// goroutines' work at once the partitions offer (parallelism: see
+// indexParallelism; a machine with that many processors free runs the
+// inserts about that much faster than one).
 func BenchmarkIndexInsert(b *testing.B) {
 	n := indexBenchObjects(b)
 	for _, order := range []string{"interleaved", "batched", "random"} {
 		t, ids := indexBenchTable(n, order)
 		b.Run(order, func(b *testing.B) {
+			var par []float64
+			for _, mode := range indexModes[2:] {
+				par = append(par, indexParallelism(t, ids, mode.workers))
+			}
+			defer func() { // after the loop, which drops the metrics reported before
+				for i, mode := range indexModes[2:] {
+					b.ReportMetric(par[i], mode.name+"-parallelism")
+				}
+			}()
 			benchModes(b, n, "insert", len(indexModes), func(mode int) time.Duration {
 				x := newKeyIndex(t)
 				x.nparts, x.workers = indexModes[mode].parts, indexModes[mode].workers
