@@ -29,10 +29,10 @@ import (
 //     loaded in key order: every insert at the right end of one tree)
 //     thus inserts each batch into several new partitions at once.
 //
-// A partition left empty by a removal is dropped (its range joins a
-// neighbour's), and inserts into an empty tree in smaller batches (puts)
-// go back to one partition, so that empty partitions never pile up under
-// a walk. Nothing depends on the partitions' balance but the inserts'
+// Partitions left empty by removals are dropped (their ranges join a
+// neighbour's) once they are half of all, and inserts into an empty tree
+// in smaller batches (puts) go back to one partition, so that empty
+// partitions never pile up under a walk. Nothing depends on the partitions' balance but the inserts'
 // parallelism: keys past the sample's range go to the first or the last
 // partition.
 
@@ -152,8 +152,10 @@ func (x *keyIndex) insertPart(p *memPart, id uint32, k []byte) (uint32, bool) {
 	return e, false
 }
 
-// deletePart takes item out of partition i (x.mu held), drops the
-// partition when that left it empty, and returns the item taken out.
+// deletePart takes item out of partition i (x.mu held) and returns the
+// item taken out. Once removals emptied half the partitions, the empty
+// ones are dropped (one pass: O(1) a partition emptied), so that a walk
+// passes over at most as many empty partitions as full ones.
 func (x *keyIndex) deletePart(i int, item uint32) (uint32, bool) {
 	old, found := x.parts[i].t.Delete(item)
 	if !found {
@@ -161,12 +163,32 @@ func (x *keyIndex) deletePart(i int, item uint32) (uint32, bool) {
 	}
 	x.n--
 	if x.parts[i].t.Len() == 0 && len(x.parts) > 1 && !x.pinned {
-		// Its range joins the one below (the one above for the first).
-		x.parts = slices.Delete(x.parts, i, i+1)
-		b := max(i-1, 0)
-		x.bounds = slices.Delete(x.bounds, b, b+1)
+		if x.emptied++; 2*x.emptied >= len(x.parts) {
+			x.dropEmpty()
+		}
 	}
 	return old, true
+}
+
+// dropEmpty drops the empty partitions but one if all are (x.mu held):
+// each one's range joins the one below (the one above for the first).
+func (x *keyIndex) dropEmpty() {
+	x.emptied = 0
+	parts, bounds := x.parts[:0], x.bounds[:0]
+	for i, p := range x.parts {
+		if p.t.Len() == 0 {
+			continue
+		}
+		if len(parts) > 0 {
+			bounds = append(bounds, x.bounds[i-1])
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		parts = append(parts, x.parts[0])
+	}
+	clear(x.parts[len(parts):])
+	x.parts, x.bounds = parts, bounds
 }
 
 // planParts chooses the partitions for a batch of inserts ids (x.mu held):
@@ -180,7 +202,7 @@ func (x *keyIndex) planParts(ids []uint32) {
 	case len(ids) >= x.partMin && x.n < len(ids):
 		x.repartition(ids)
 	case x.n == 0 && len(x.parts) > 1:
-		x.parts, x.bounds = x.parts[:1], nil
+		x.parts, x.bounds, x.emptied = x.parts[:1], nil, 0
 	}
 }
 
@@ -211,7 +233,7 @@ func (x *keyIndex) setBounds(bounds []string) {
 	for _, p := range x.parts {
 		p.t.Ascend(func(item uint32) bool { items = append(items, item); return true })
 	}
-	x.bounds = bounds
+	x.bounds, x.emptied = bounds, 0
 	x.parts = x.parts[:0]
 	for range len(bounds) + 1 {
 		x.parts = append(x.parts, x.newPart())

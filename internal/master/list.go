@@ -79,6 +79,7 @@ type keyIndex struct {
 	piece   int                      // the fewest keys of a batch a cut gives a partition (indexPiece)
 	pinned  bool                     // the bounds stay as they are (tests)
 	n       int                      // items in parts
+	emptied int                      // partitions emptied by removals since empty ones were last dropped
 	free    *btree.FreeListG[uint32] // the partitions' free nodes
 	disk    *btree.BTreeG[string]    // keys held only on a disk tier
 	workers int                      // goroutines inserting a large batch (0: indexWorkers())
