@@ -366,3 +366,56 @@ func TestIndexPartsSplitMoves(t *testing.T) {
 	}
 	checkRestored(t, m)
 }
+
+// TestIndexPartsDropEmpty: removals that empty the first, the last and
+// two neighbouring partitions (half of them) drop those four at once;
+// keys put again in their ranges go to the partitions that took the
+// ranges over, and the listing holds every key once, in order.
+func TestIndexPartsDropEmpty(t *testing.T) {
+	const n = 20_000
+	m, _ := newDurable(t)
+	if err := m.MountSegment("w", SegmentSpec{Name: "b", Endpoint: "ep-b", Base: 8 << 30, Size: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	keys := make([]string, n)
+	for i, p := range rng.Perm(n) {
+		keys[i] = fmt.Sprintf("k/%05d", p)
+	}
+	restoreKeys(t, m, keys, 4096)
+	bounds, sizes := indexBounds(m)
+	if len(sizes) != indexParts {
+		t.Fatalf("%d partitions, want %d", len(sizes), indexParts)
+	}
+	in := func(k string, i int) bool { // k in partition i
+		return (i == 0 || k >= bounds[i-1]) && (i == len(bounds) || k < bounds[i])
+	}
+	var kept, gone []string
+	for _, k := range slices.Sorted(slices.Values(keys)) {
+		if in(k, 0) || in(k, 3) || in(k, 4) || in(k, 7) {
+			gone = append(gone, k)
+		} else {
+			kept = append(kept, k)
+		}
+	}
+	for _, k := range gone {
+		if err := m.Remove(k, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, sizes := indexBounds(m); len(sizes) != 4 || slices.Contains(sizes, 0) || !slices.Equal(b, []string{bounds[1], bounds[4], bounds[5]}) {
+		t.Fatalf("after emptying partitions 0, 3, 4 and 7 of %q: bounds %q, sizes %v", bounds, b, sizes)
+	}
+	if got := listAll(t, m); !slices.Equal(got, kept) {
+		t.Fatalf("listing: %d keys, want %d", len(got), len(kept))
+	}
+	for _, k := range []string{gone[0], gone[len(gone)-1], bounds[3], bounds[2] + "+", "a", "z"} {
+		mustPut(t, m, k, 64, ReplicateConfig{PreferredSegments: []string{"b"}})
+		kept = append(kept, k)
+	}
+	kept = slices.Sorted(slices.Values(kept))
+	if got := listAll(t, m); !slices.Equal(got, kept) {
+		t.Fatalf("listing: %d keys, want %d", len(got), len(kept))
+	}
+	checkRestored(t, m)
+}
