@@ -6,13 +6,11 @@ import "time"
 // master's lock (BenchmarkCommitNextParallel's hold-ns/op).
 func commitNextHeld(m *Master, clientID, key, slot string, crc uint32, rc ReplicateConfig, upsert bool, ask SlotAsk) (Committed, time.Duration) {
 	var out Committed
-	reuse := &ask
+	a := m.commitArgs(clientID, key, slot, crc, rc, upsert)
+	a.withAsk(m, ask)
 	m.mu.Lock()
 	t0 := time.Now()
-	out.Tombs, out.Gone, out.Err, out.Slot, out.Next = m.commitSlotLocked(clientID, key, slot, crc, rc, upsert, reuse)
-	if out.Err == nil && !out.Gone && out.Slot == "" {
-		out.Slot, out.Next, out.ReserveErr = m.putReserveLocked(clientID, ask.Size, ask.KeyLen, rc)
-	}
+	m.commitNextLocked(&a, &out)
 	d := time.Since(t0)
 	m.mu.Unlock()
 	return out, d
