@@ -263,7 +263,7 @@ type Master struct {
 	// either.
 	liveMu    sync.RWMutex
 	rng       *rand.Rand
-	objects   *objTable         // every object, unfinished puts too (objtab.go)
+	objects   *objTable           // every object, unfinished puts too (objtab.go)
 	pending   map[uint32]struct{} // record IDs of the unfinished puts (the objects not complete)
 	segments  map[string]*segment
 	segTab    []*segment // by segment ID (nil: unmounted; IDs are not reused)
