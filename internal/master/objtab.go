@@ -331,13 +331,8 @@ func (t *objTable) dropKeyOf(o *object) {
 	t.keyDead += uint64(o.key.len())
 }
 
-// rekey gives o the key key (not in the table).
-func (t *objTable) rekey(o *object, key string) {
-	t.rekeyHashed(o, keyHashBytes(t.keyBytes(o)), key, t.hash(key))
-}
-
-// rekeyHashed is rekey of o, whose key's keyHash is old, to key, whose
-// keyHash is h (callers hash before they take the lock).
+// rekeyHashed gives o, whose key's keyHash is old, the key key (not in
+// the table), whose keyHash is h (callers hash before they take the lock).
 func (t *objTable) rekeyHashed(o *object, old uint32, key string, h uint32) {
 	t.deleteSlot(old, o.id)
 	t.dropKeyOf(o)
