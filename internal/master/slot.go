@@ -53,7 +53,7 @@ func (m *Master) putReserveLocked(clientID string, size uint64, keyLen int, rc R
 	if err := m.validPut(slot, size, rc); err != nil {
 		return "", nil, err
 	}
-	return m.reserveLocked(clientID, slot, size, keyLen, rc, m.clock.Now())
+	return m.reserveLocked(clientID, slot, size, keyLen, rc, m.clock.Now(), nil)
 }
 
 // SlotAsk is the slot a commit asks for (CommitNext): space for the
@@ -176,10 +176,12 @@ func (m *Master) reserveNextLocked(a *commitArgs) (string, []Replica, error) {
 	if err := m.validPut(slot, a.ask.Size, a.rc); err != nil {
 		return "", nil, err
 	}
-	return m.reserveLocked(a.clientID, slot, a.ask.Size, a.ask.KeyLen, a.rc, a.now)
+	return m.reserveLocked(a.clientID, slot, a.ask.Size, a.ask.KeyLen, a.rc, a.now, a.reps)
 }
 
-func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, rc ReplicateConfig, now time.Time) (string, []Replica, error) {
+// reserveLocked reserves the slot; its replicas are listed in dst when it
+// has room.
+func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, rc ReplicateConfig, now time.Time, dst []Replica) (string, []Replica, error) {
 	var hdr uint64
 	if m.cfg.Durable {
 		hdr = headerLenOf(keyLen)
@@ -200,7 +202,7 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.placeReplicasLocked(o, reps)
 	m.addPendingLocked(o, slot)
-	return slot, m.descriptors(o), nil
+	return slot, m.descriptorsInto(dst, o), nil
 }
 
 // PutCommit makes the slot the client wrote key's value into the key's
