@@ -68,7 +68,9 @@
 //     free the slot and return its tombstone for the client to zero.
 //     On the wire (internal/masterserver) one PutCommit call ends every put:
 //     without a slot it is PutEnd, with one PutCommit, and either may also
-//     ask for PutReserve; CommitNext does both in one hold of the lock.
+//     ask for PutReserve; CommitNext does both in one hold of the lock,
+//     what needs no lock (the clock, the keys' hashes, the next slot's
+//     name and replica list) done before it is taken.
 //     When the commit replaces an unleased version of the slot's size and
 //     header length, that version's space is the next slot (slot_reuse.go:
 //     no tombstone, no allocation); a key whose older header lies in such a

@@ -43,13 +43,13 @@ func checkInvariants(t *testing.T, m *Master) {
 			}
 			keys[s][k] = true
 		}
-		if id, p := m.pending[k]; p == o.complete || (p && id != o.id) {
-			t.Fatalf("object %q complete=%v but pending=%v (ID %d, pending %d)", k, o.complete, p, o.id, id)
+		if _, p := m.pending[o.id]; p == o.complete {
+			t.Fatalf("object %q complete=%v but pending=%v (ID %d)", k, o.complete, p, o.id)
 		}
 	}
-	for k := range m.pending {
-		if objects[k] == nil {
-			t.Fatalf("pending %q is not an object", k)
+	for id := range m.pending {
+		if o := objects[m.keyOf(m.objects.at(id))]; o == nil || o.id != id {
+			t.Fatalf("pending ID %d is not an object", id)
 		}
 	}
 	for _, z := range m.zombies {
@@ -223,9 +223,9 @@ func checkCounts(t *testing.T, m *Master) {
 			}
 		}
 	}
-	for slot, p := range m.priors {
-		if _, ok := m.pending[slot]; !ok || m.priorSlot[p.key] != slot {
-			t.Fatalf("reused slot %q (older header of %q) not pending or not indexed", slot, p.key)
+	for id, p := range m.priors {
+		if _, ok := m.pending[id]; !ok || m.priorSlot[p.key] != id || !strings.HasPrefix(m.keyOf(m.objects.at(id)), SlotPrefix) {
+			t.Fatalf("reused slot %d (older header of %q) not a pending slot or not indexed", id, p.key)
 		}
 	}
 	if len(m.priorSlot) != len(m.priors) {
