@@ -24,17 +24,17 @@ import (
 //     move to the new partitions: at most the batch's work again).
 //   - A partition that takes at least twice its share of a batch (the
 //     batch over the goroutines) is cut at quantiles of the batch's keys
-//     above its highest key: its items stay, the new partitions start
-//     empty. A restore whose keys come in about ascending order (a pool
-//     loaded in key order: every insert at the right end of one tree)
-//     thus inserts each batch into several new partitions at once.
+//     above all but its highest few items (splitHot: those move). A
+//     restore whose keys come in about ascending order (a pool loaded in
+//     key order: every insert at the right end of one tree) thus inserts
+//     each batch into several new partitions at once, and moves nothing.
 //
 // Partitions left empty by removals are dropped (their ranges join a
 // neighbour's) once they are half of all, and inserts into an empty tree
 // in smaller batches (puts) go back to one partition, so that empty
-// partitions never pile up under a walk. Nothing depends on the partitions' balance but the inserts'
-// parallelism: keys past the sample's range go to the first or the last
-// partition.
+// partitions never pile up under a walk. Nothing depends on the
+// partitions' balance but the inserts' parallelism: keys past the
+// sample's range go to the first or the last partition.
 
 const (
 	// indexParts is the number of partitions a batch's bounds cut when
