@@ -86,9 +86,12 @@ func (d *deadlines) live(now time.Time) int {
 // storedLocked notes that o became visible (a put ended, a slot was
 // committed, a node re-reported it): the listing index, the counts and the
 // Stored event.
-func (m *Master) storedLocked(o *object, key string) {
+func (m *Master) storedLocked(o *object, key string) { m.storedAtLocked(o, key, m.clock.Now()) }
+
+// storedAtLocked is storedLocked at now (read before the lock).
+func (m *Master) storedAtLocked(o *object, key string, now time.Time) {
 	m.indexObjectLocked(o, key)
-	m.countLocked(o, 1)
+	m.countAtLocked(o, 1, now)
 	m.emitStored(key)
 }
 
@@ -134,18 +137,21 @@ func (m *Master) leaseLocked(o *object, until time.Time) {
 
 // addPendingLocked records o, of key, as an unfinished put.
 func (m *Master) addPendingLocked(o *object, key string) {
-	if _, ok := m.pending[key]; !ok && strings.HasPrefix(key, SlotPrefix) {
+	n := len(m.pending)
+	m.pending[o.id] = struct{}{}
+	if len(m.pending) > n && strings.HasPrefix(key, SlotPrefix) {
 		m.counts.putSlots++
 	}
-	m.pending[key] = o.id
 	m.tenantPendingLocked(o, key)
 }
 
-// dropPendingLocked forgets the unfinished put of key, if any.
-func (m *Master) dropPendingLocked(key string) {
-	if _, ok := m.pending[key]; ok && strings.HasPrefix(key, SlotPrefix) {
+// dropPendingLocked forgets o, of key, as an unfinished put, if it was
+// one.
+func (m *Master) dropPendingLocked(o *object, key string) {
+	n := len(m.pending)
+	delete(m.pending, o.id)
+	if len(m.pending) < n && strings.HasPrefix(key, SlotPrefix) {
 		m.counts.putSlots--
 	}
-	delete(m.pending, key)
 	m.tenantUnpendLocked(key)
 }

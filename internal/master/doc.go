@@ -16,7 +16,8 @@
 // lease.go (reads: GetReplicaList grants leases, Query and Exist do not),
 // exist.go (BatchExist: keys hashed before the lock, probed in slices),
 // remove.go (single and chunked bulk removal), evict.go, list.go (the
-// ordered index of visible keys and List), stats.go, summary.go (state at
+// ordered index of visible keys and List; index_parts.go: its key ranges
+// and parallel inserts), stats.go, summary.go (state at
 // a glance per tier, for the dashboard), counts.go (the gauges kept
 // current), shrink.go (maps and the object table compacted after mass removal), restore.go
 // (durable metadata: Restore), tombs.go (tombstones, their index by key,
@@ -67,7 +68,9 @@
 //     free the slot and return its tombstone for the client to zero.
 //     On the wire (internal/masterserver) one PutCommit call ends every put:
 //     without a slot it is PutEnd, with one PutCommit, and either may also
-//     ask for PutReserve; CommitNext does both in one hold of the lock.
+//     ask for PutReserve; CommitNext does both in one hold of the lock,
+//     what needs no lock (the clock, the keys' hashes, the next slot's
+//     name and replica list) done before it is taken.
 //     When the commit replaces an unleased version of the slot's size and
 //     header length, that version's space is the next slot (slot_reuse.go:
 //     no tombstone, no allocation); a key whose older header lies in such a
@@ -121,7 +124,9 @@
 //     turn, decoded, outside the lock; its keys are hashed outside the
 //     lock too; their keys' inserts in the listing index are made after
 //     each part by the index's goroutine under the index's own lock, on
-//     another core, while the next part is decided), and RestoreExpect
+//     other cores, while the next part is decided: the index is cut in
+//     key ranges at the restore's keys, and a part's inserts run on
+//     several goroutines, each in ranges of its own), and RestoreExpect
 //     sizes the object table and the segments' object lists from the
 //     session's announced total; the segment takes no new
 //     objects until its session ends. A session idle for ClientTTL, or
@@ -131,7 +136,8 @@
 //   - Events (events.go): an optional EventSink hears Stored/Removed per
 //     tier (Mooncake's enable_kv_events).
 //   - List (not in Mooncake): keys by prefix in key order with a cursor,
-//     over the ordered index (a B-tree of the visible keys), the lock held
+//     over the ordered index (B-trees of the visible keys by key range,
+//     walked in order), the lock held
 //     for at most listHold keys at a time, yielding between holds. The
 //     index has a lock of its own, taken after the Master's (lock order:
 //     Master.mu, keyIndex.mu, keyIndex.qmu); every use of it under the

@@ -1,5 +1,7 @@
 package master
 
+import "time"
+
 // Tier is where a copy of an object lives, in the vocabulary of vLLM's KV
 // events ("medium").
 type Tier string
@@ -32,10 +34,12 @@ func (m *Master) emitStored(key string) {
 // and, during the restore window, its sequence number, so that a node
 // remounting late cannot bring back this version (or an older one). It
 // returns o's key.
-func (m *Master) goneLocked(o *object) string {
-	key := m.keyOf(o)
+func (m *Master) goneLocked(o *object) string { return m.goneAtLocked(o, m.keyOf(o), m.clock.Now()) }
+
+// goneAtLocked is goneLocked of o, whose key is key, at now.
+func (m *Master) goneAtLocked(o *object, key string, now time.Time) string {
 	if o.complete {
-		m.countLocked(o, -1)
+		m.countAtLocked(o, -1, now)
 		if !m.replacing { // a replacing commit hands its place in the index over (handOverIndexLocked)
 			m.unindexObjectLocked(o, key)
 			m.revokePriorLocked(key)
@@ -44,7 +48,7 @@ func (m *Master) goneLocked(o *object) string {
 	if o.complete && m.cfg.Events != nil {
 		m.cfg.Events.Removed(key, TierMemory)
 	}
-	if m.cfg.Durable && m.clock.Now().Sub(m.started) < m.cfg.RestoreWindow {
+	if m.cfg.Durable && now.Sub(m.started) < m.cfg.RestoreWindow {
 		gone := m.removed
 		if m.evicting {
 			gone = m.evicted // its copy may still reach the disk tier

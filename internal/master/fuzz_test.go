@@ -43,13 +43,13 @@ func checkInvariants(t *testing.T, m *Master) {
 			}
 			keys[s][k] = true
 		}
-		if id, p := m.pending[k]; p == o.complete || (p && id != o.id) {
-			t.Fatalf("object %q complete=%v but pending=%v (ID %d, pending %d)", k, o.complete, p, o.id, id)
+		if _, p := m.pending[o.id]; p == o.complete {
+			t.Fatalf("object %q complete=%v but pending=%v (ID %d)", k, o.complete, p, o.id)
 		}
 	}
-	for k := range m.pending {
-		if objects[k] == nil {
-			t.Fatalf("pending %q is not an object", k)
+	for id := range m.pending {
+		if o := objects[m.keyOf(m.objects.at(id))]; o == nil || o.id != id {
+			t.Fatalf("pending ID %d is not an object", id)
 		}
 	}
 	for _, z := range m.zombies {
@@ -172,8 +172,28 @@ func checkCounts(t *testing.T, m *Master) {
 	}
 	m.index.acquire()
 	defer m.index.release()
-	m.index.mem.Ascend(func(item uint32) bool {
+	if len(m.index.parts) != len(m.index.bounds)+1 || !slices.IsSorted(m.index.bounds) ||
+		len(slices.Compact(slices.Clone(m.index.bounds))) != len(m.index.bounds) {
+		t.Fatalf("listing index: %d partitions, bounds %q", len(m.index.parts), m.index.bounds)
+	}
+	items, empty := 0, 0
+	for _, p := range m.index.parts {
+		if p.t.Len() == 0 {
+			empty++
+		}
+		items += p.t.Len()
+	}
+	if items != m.index.n {
+		t.Fatalf("listing index counts %d items, its partitions hold %d", m.index.n, items)
+	}
+	if len(m.index.parts) > 1 && !m.index.pinned && (empty > m.index.emptied || 2*empty >= len(m.index.parts)) {
+		t.Fatalf("listing index: %d of %d partitions empty, %d counted", empty, len(m.index.parts), m.index.emptied)
+	}
+	m.index.ascendItems(func(part int, item uint32) bool {
 		id := m.index.recID(item)
+		if k := m.objects.keyBytes(m.objects.at(id)); m.index.partOf(k) != part {
+			t.Fatalf("listing index item %#x (%q) in partition %d, its key's is %d", item, k, part, m.index.partOf(k))
+		}
 		if o := m.objects.at(id); objects[m.keyOf(o)] != o || !o.complete {
 			t.Fatalf("listing index item %#x holds record %d (%q), not a complete object", item, id, m.keyOf(o))
 		}
@@ -203,9 +223,9 @@ func checkCounts(t *testing.T, m *Master) {
 			}
 		}
 	}
-	for slot, p := range m.priors {
-		if _, ok := m.pending[slot]; !ok || m.priorSlot[p.key] != slot {
-			t.Fatalf("reused slot %q (older header of %q) not pending or not indexed", slot, p.key)
+	for id, p := range m.priors {
+		if _, ok := m.pending[id]; !ok || m.priorSlot[p.key] != id || !strings.HasPrefix(m.keyOf(m.objects.at(id)), SlotPrefix) {
+			t.Fatalf("reused slot %d (older header of %q) not a pending slot or not indexed", id, p.key)
 		}
 	}
 	if len(m.priorSlot) != len(m.priors) {
@@ -254,6 +274,12 @@ func runOps(t *testing.T, ops []byte) {
 	}
 	if durable {
 		ops = ops[1:]
+	}
+	if len(ops)&2 != 0 { // the listing index cut in key ranges that stay (keys equal to bounds, one range always empty)
+		m.index.mu.Lock()
+		m.index.pinned = true
+		m.index.setBounds([]string{"k2", "k4a", "k5", "k5a"})
+		m.index.mu.Unlock()
 	}
 	seg := func(i byte) SegmentSpec {
 		// Eight endpoints under four names: two clients may share a name.

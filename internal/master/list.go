@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"math"
 	"runtime"
 	"sync"
@@ -20,20 +21,24 @@ type KeyInfo struct {
 // and of the disk-only copies, in key order, so that a page of a listing
 // and each chunk of a bulk removal cost O(log n + page) under the lock
 // whatever the number of objects. Unfinished puts and put slots are not in
-// it. The objects' keys are a B-tree of 32-bit items (no pointer per key)
-// ordered by the keys in the object table's arena. An item is the record ID
-// of its key's visible version, or, once the key was upserted, an entry
-// (entryBit set): an entry names the record of the key's visible version
-// (ent) and that record names its entry back (entOf). An upsert's new
-// version takes over its key's entry in place (handOverIndexLocked): two
-// writes, no search of the tree, since the key, and so the item's place, is
-// the same; only a key's first upsert turns its item into an entry (one
-// replace in the tree). Keys never upserted cost their item alone, and
-// their comparisons read the record directly. The keys held only on a disk
-// tier are a B-tree of strings. A walk merges the two.
+// it. The objects' keys are B-trees of 32-bit items (no pointer per key)
+// ordered by the keys in the object table's arena, one per key range
+// (partition, index_parts.go: one until a restore's large batches of
+// inserts cut the keys in ranges; a walk goes through them in key order,
+// and a put or a removal finds its range by a binary search). An
+// item is the record ID of its key's visible version, or, once the key was
+// upserted, an entry (entryBit set): an entry names the record of the
+// key's visible version (ent) and that record names its entry back
+// (entOf). An upsert's new version takes over its key's entry in place
+// (handOverIndexLocked): two writes, no search of the tree, since the key,
+// and so the item's place, is the same; only a key's first upsert turns
+// its item into an entry (one replace in the tree). Keys never upserted
+// cost their item alone, and their comparisons read the record directly.
+// The keys held only on a disk tier are a B-tree of strings. A walk merges
+// the two.
 //
 // The index has its own lock (mu), so that the inserts of a restore run
-// outside the Master's lock, on another core, while the restore decides its
+// outside the Master's lock, on other cores, while the restore decides its
 // next part. Lock order: Master.mu, then keyIndex.mu, then keyIndex.qmu.
 //   - A restore decision (under Master.mu) does not insert its object: it
 //     stages the record ID (staged, guarded by Master.mu). At the end of
@@ -53,23 +58,49 @@ type KeyInfo struct {
 //     nothing is queued), and the object table takes mu (objTable.dirMu)
 //     to grow its directories of chunks or to compact its keys. ent and
 //     entOf are read and written under mu only.
+//   - A large batch's inserts (insertParallel) run on several goroutines
+//     while the one that holds mu (drain, or an acquire) waits for them:
+//     each goroutine changes only the trees of the partitions it took, and
+//     of ent and entOf only the places of the entries it takes out of them
+//     (an entry is in one partition, its key's, and so are the records a
+//     batch lists under that key); the free entries' list and the disk
+//     tier's tree are changed by the holder of mu once they have joined.
 type keyIndex struct {
 	t *objTable
 
-	mu    sync.Mutex
-	mem   *btree.BTreeG[uint32] // items of the complete objects in memory (record IDs, or entries with entryBit)
-	disk  *btree.BTreeG[string] // keys held only on a disk tier
-	probe []byte                // the key probeID stands for in a search of mem
-	// hot is the item being inserted in mem, hotKey its key (0, nil:
-	// none): the comparisons skip looking it up.
-	hot    uint32
-	hotKey []byte
+	mu sync.Mutex
+	// parts are the items of the complete objects in memory (record IDs,
+	// or entries with entryBit), a B-tree per key range (index_parts.go):
+	// parts[i] holds the keys from bounds[i-1] to bounds[i] (excluded).
+	parts   []*memPart
+	bounds  []string
+	nparts  int                      // the partitions a large batch's bounds cut (indexParts)
+	partMin int                      // the smallest batch that chooses bounds or is inserted in parallel (indexPartMin)
+	piece   int                      // the fewest keys of a batch a cut gives a partition (indexPiece)
+	pinned  bool                     // the bounds stay as they are (tests)
+	n       int                      // items in parts
+	emptied int                      // partitions emptied by removals since empty ones were last dropped
+	free    *btree.FreeListG[uint32] // the partitions' free nodes
+	disk    *btree.BTreeG[string]    // keys held only on a disk tier
+	workers int                      // goroutines inserting a large batch (0: indexWorkers())
+	// A parallel insert's partition of each item, the items grouped by
+	// partition, each partition's count, its work, and what each
+	// goroutine leaves (kept for the next).
+	route   []int32
+	grouped []uint32
+	counts  []int32
+	work    []partWork
+	results []partResult
 
 	ent     idArray  // entry ID -> the record it lists (0: a free entry)
-	entOf   idArray  // record ID -> its entry (valid when ent names it back)
+	entOf   idArray  // record ID -> its entry (0: none; when set, ent names it back)
 	entNext uint32   // entry IDs handed out so far (IDs below it exist; 0 is never used)
 	entFree []uint32 // free entry IDs
 
+	// What a restore's decisions write (staged at each, the queue at each
+	// part's end) lies in cache lines of its own, apart from what the
+	// index's goroutines read at each insert.
+	_      [64]byte
 	staged []uint32 // restored objects of the part being decided: guarded by Master.mu
 
 	qmu      sync.Mutex
@@ -113,7 +144,7 @@ const (
 	// bit), not a record ID: record IDs stay below it (2^31 records of
 	// 96 bytes, far past a master's memory).
 	entryBit = 1 << 31
-	// probeID is the item that stands for keyIndex.probe in a search of
+	// probeID is the item that stands for memPart.probe in a search of
 	// mem (neither a record ID nor an entry: entries stay below it).
 	probeID = math.MaxUint32
 )
@@ -127,17 +158,9 @@ func (x *keyIndex) recID(item uint32) uint32 {
 }
 
 func newKeyIndex(t *objTable) *keyIndex {
-	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b }), entNext: 1}
-	key := func(item uint32) []byte {
-		switch item {
-		case probeID:
-			return x.probe
-		case x.hot:
-			return x.hotKey
-		}
-		return t.keyBytes(t.at(x.recID(item)))
-	}
-	x.mem = btree.NewG(64, func(a, b uint32) bool { return keyLess(key(a), key(b)) })
+	x := &keyIndex{t: t, disk: btree.NewG(32, func(a, b string) bool { return a < b }), entNext: 1,
+		nparts: indexParts, partMin: indexPartMin, piece: indexPiece}
+	x.parts = []*memPart{x.newPart()}
 	t.dirMu = &x.mu
 	return x
 }
@@ -172,12 +195,19 @@ func (x *keyIndex) newEntry(id uint32) uint32 {
 
 // freeEntry frees entry e, taken out of mem (x.mu held).
 func (x *keyIndex) freeEntry(e uint32) {
+	x.clearEntry(e)
+	x.entFree = append(x.entFree, e)
+}
+
+// clearEntry empties entry e, taken out of mem: it lists nothing and its
+// record names no entry. It writes only e's place in ent and its record's
+// in entOf (a partition's inserts run it at once as others run theirs).
+func (x *keyIndex) clearEntry(e uint32) {
 	id := x.ent.get(e)
-	if x.entOf.get(id) == e {
+	if id != 0 && x.entOf.get(id) == e {
 		x.entOf.set(id, 0)
 	}
 	x.ent.set(e, 0)
-	x.entFree = append(x.entFree, e)
 }
 
 // acquire takes mu (the caller holds Master.mu) and inserts the queued and
@@ -206,27 +236,48 @@ func (x *keyIndex) recycle(q []uint32) {
 // insertMu inserts the objects ids into mem (x.mu held): each became
 // visible. A record already listed by an entry stays as it is; one whose
 // key is listed by another item takes its place (an entry replaced is
-// freed).
+// freed). A large batch is inserted by several goroutines, each in
+// partitions of its own (index_parts.go).
 func (x *keyIndex) insertMu(ids []uint32) {
-	t := x.t
+	if len(ids) == 0 {
+		return
+	}
 	for _, id := range ids {
 		if id >= entryBit {
 			panic("master: record ID past the listing index's range")
 		}
+	}
+	x.planParts(ids)
+	if len(ids) >= x.partMin {
+		if w := cmp.Or(x.workers, indexWorkers()); w > 1 {
+			x.insertParallel(ids, w)
+			return
+		}
+	}
+	x.insertSeq(ids)
+}
+
+// insertSeq is insertMu's inserts, made in order by the caller.
+func (x *keyIndex) insertSeq(ids []uint32) {
+	t := x.t
+	guess := 0
+	for _, id := range ids {
 		if x.entryOf(id) != 0 {
 			continue
 		}
-		// Every comparison of the insert has the new item on one side:
-		// its key is at hand.
-		x.hot, x.hotKey = id, t.keyBytes(t.at(id))
-		if old, found := x.mem.ReplaceOrInsert(id); found && old&entryBit != 0 {
-			x.freeEntry(old &^ entryBit)
+		k := t.keyBytes(t.at(id))
+		guess = x.partNear(k, guess)
+		e, added := x.insertPart(x.parts[guess], id, k)
+		if e != 0 {
+			x.entFree = append(x.entFree, e)
+		}
+		if added {
+			x.n++
 		}
 		if x.disk.Len() > 0 {
-			x.disk.Delete(string(x.hotKey))
+			x.disk.Delete(string(k))
 		}
 	}
-	x.hot, x.hotKey = 0, nil
 }
 
 // stage notes that the restored object id became visible (Master.mu
@@ -305,7 +356,7 @@ func (x *keyIndex) insertQueuedMu() {
 func (x *keyIndex) len() int {
 	x.acquire()
 	defer x.release()
-	return x.mem.Len() + x.disk.Len()
+	return x.memLen() + x.disk.Len()
 }
 
 // ascend calls fn with the keys from pivot on in order until it returns
@@ -314,14 +365,18 @@ func (x *keyIndex) len() int {
 func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
 	x.acquire()
 	defer x.release()
-	x.probe = append(x.probe[:0], pivot...)
 	if x.disk.Len() == 0 {
-		x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool { return fn(x.t.key(x.rec(item))) })
+		stop := false
+		x.ascendMem(pivot, &stop, func(item uint32) bool {
+			stop = !fn(x.t.key(x.rec(item)))
+			return !stop
+		})
 		return
 	}
 	var a []uint32
 	var b []string
-	x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
+	stop := false
+	x.ascendMem(pivot, &stop, func(item uint32) bool { a = append(a, x.recID(item)); stop = len(a) >= limit; return !stop })
 	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
 	for i, j := 0, 0; i < len(a) || j < len(b); {
 		var k string
@@ -344,17 +399,19 @@ func (x *keyIndex) ascend(pivot string, limit int, fn func(k string) bool) {
 func (x *keyIndex) ascendRecs(pivot string, limit int, fn func(o *object, k []byte) bool) {
 	x.acquire()
 	defer x.release()
-	x.probe = append(x.probe[:0], pivot...)
 	if x.disk.Len() == 0 {
-		x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool {
+		stop := false
+		x.ascendMem(pivot, &stop, func(item uint32) bool {
 			o := x.rec(item)
-			return fn(o, x.t.keyBytes(o))
+			stop = !fn(o, x.t.keyBytes(o))
+			return !stop
 		})
 		return
 	}
 	var a []uint32
 	var b []string
-	x.mem.AscendGreaterOrEqual(probeID, func(item uint32) bool { a = append(a, x.recID(item)); return len(a) < limit })
+	stop := false
+	x.ascendMem(pivot, &stop, func(item uint32) bool { a = append(a, x.recID(item)); stop = len(a) >= limit; return !stop })
 	x.disk.AscendGreaterOrEqual(pivot, func(k string) bool { b = append(b, k); return len(b) < limit })
 	for i, j := 0, 0; i < len(a) || j < len(b); {
 		var o *object
@@ -403,11 +460,16 @@ func (m *Master) handOverIndexLocked(o, s *object) {
 		return
 	}
 	e := x.newEntry(s.id) | entryBit
-	x.hot, x.hotKey = e, m.objects.keyBytes(o)
-	if old, found := x.mem.ReplaceOrInsert(e); found && old&entryBit != 0 {
+	k := m.objects.keyBytes(o)
+	p := x.parts[x.partOf(k)]
+	p.hot, p.hotKey = e, k
+	old, found := p.t.ReplaceOrInsert(e)
+	p.hot, p.hotKey = 0, nil
+	if !found {
+		x.n++
+	} else if old&entryBit != 0 {
 		x.freeEntry(old &^ entryBit)
 	}
-	x.hot, x.hotKey = 0, nil
 }
 
 // unindexObjectLocked takes o, which stops being visible in memory, out of
@@ -420,7 +482,7 @@ func (m *Master) unindexObjectLocked(o *object, key string) {
 	if e := x.entryOf(o.id); e != 0 {
 		item = e | entryBit
 	}
-	if old, found := x.mem.Delete(item); found && old&entryBit != 0 {
+	if old, found := x.deletePart(x.partOf(m.objects.keyBytes(o)), item); found && old&entryBit != 0 {
 		x.freeEntry(old &^ entryBit)
 	}
 	if m.disk[key] != nil {

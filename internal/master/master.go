@@ -263,8 +263,8 @@ type Master struct {
 	// either.
 	liveMu    sync.RWMutex
 	rng       *rand.Rand
-	objects   *objTable         // every object, unfinished puts too (objtab.go)
-	pending   map[string]uint32 // unfinished puts: record IDs
+	objects   *objTable           // every object, unfinished puts too (objtab.go)
+	pending   map[uint32]struct{} // record IDs of the unfinished puts (the objects not complete)
 	segments  map[string]*segment
 	segTab    []*segment // by segment ID (nil: unmounted; IDs are not reused)
 	segOrder  []*segment // sorted by name, then key
@@ -285,8 +285,8 @@ type Master struct {
 	// same hold (slot.go), which leaves the key's older headers in reused
 	// slots where they are.
 	replacing bool
-	priors    map[string]prior     // reused put slots that may still hold an older version's header -> which (slot.go)
-	priorSlot map[string]string    // key -> the reused slot holding its older header
+	priors    map[uint32]prior     // reused put slots (record IDs) that may still hold an older version's header -> which (slot_reuse.go)
+	priorSlot map[string]uint32    // key -> the reused slot (record ID) holding its older header
 	tombIdx   map[string]*keyTombs // keys with tombstones not yet zeroed -> where (tombs.go)
 	disk      map[string]*diskCopy
 	offload   bool // evictLocked runs for the watermark: offload to disk where enabled
@@ -320,15 +320,15 @@ func New(cfg Config, clk clock.Clock) (*Master, error) {
 		clock:     clk,
 		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		objects:   newObjTable(),
-		pending:   map[string]uint32{},
+		pending:   map[uint32]struct{}{},
 		segTab:    []*segment{nil},
 		segments:  map[string]*segment{},
 		clients:   map[string]*client{},
 		removed:   map[string]uint64{},
 		evicted:   map[string]uint64{},
 		tombIdx:   map[string]*keyTombs{},
-		priors:    map[string]prior{},
-		priorSlot: map[string]string{},
+		priors:    map[uint32]prior{},
+		priorSlot: map[string]uint32{},
 		disk:      map[string]*diskCopy{},
 		started:   clk.Now(),
 		seq:       uint64(clk.Now().UnixNano()),
@@ -388,9 +388,17 @@ func (m *Master) ownerID(o *object) string { return m.objects.owner(o) }
 // keyOf is o's key.
 func (m *Master) keyOf(o *object) string { return m.objects.key(o) }
 
-func (m *Master) descriptors(o *object) []Replica {
+func (m *Master) descriptors(o *object) []Replica { return m.descriptorsInto(nil, o) }
+
+// descriptorsInto is descriptors in dst when it has room (made before the
+// lock).
+func (m *Master) descriptorsInto(dst []Replica, o *object) []Replica {
 	rs := m.reps(o)
-	out := make([]Replica, len(rs))
+	out := dst[:0]
+	if cap(out) < len(rs) {
+		out = make([]Replica, len(rs))
+	}
+	out = out[:len(rs)]
 	for i, r := range rs {
 		s := m.segOf(r)
 		out[i] = Replica{Segment: s.spec.Name, Endpoint: s.spec.Endpoint, Addr: s.spec.Base + r.off + o.header(), Size: o.size,

@@ -131,6 +131,10 @@ var keySeed = maphash.MakeSeed()
 // keyHash is the hash of key in the object table's index.
 func keyHash(key string) uint32 { return uint32(maphash.String(keySeed, key) >> 32) }
 
+// keyHashBytes is keyHash of the key in k (maphash hashes a string and its
+// bytes alike), without a string to allocate.
+func keyHashBytes(k []byte) uint32 { return uint32(maphash.Bytes(keySeed, k) >> 32) }
+
 // touch reads the hash slots of the hashes hs (of keys about to be looked
 // up): the loads do not depend on each other, so the processor overlaps
 // their cache misses, and the lookups that follow find the slots cached.
@@ -312,7 +316,7 @@ func (t *objTable) rehash(size int) {
 // del forgets o: its key leaves the hash index, its record and its key's
 // bytes are free (reused after the caller's hold of the lock: see above).
 func (t *objTable) del(o *object) {
-	t.deleteSlot(t.hash(string(t.keyBytes(o))), o.id)
+	t.deleteSlot(keyHashBytes(t.keyBytes(o)), o.id)
 	t.dropKeyOf(o)
 	t.setOwner(o, "")
 	if o.nrep > 1 {
@@ -327,12 +331,56 @@ func (t *objTable) dropKeyOf(o *object) {
 	t.keyDead += uint64(o.key.len())
 }
 
-// rekey gives o the key key (not in the table).
-func (t *objTable) rekey(o *object, key string) {
-	t.deleteSlot(t.hash(string(t.keyBytes(o))), o.id)
+// rekeyHashed gives o, whose key's keyHash is old, the key key (not in
+// the table), whose keyHash is h (callers hash before they take the lock).
+func (t *objTable) rekeyHashed(o *object, old uint32, key string, h uint32) {
+	t.deleteSlot(old, o.id)
 	t.dropKeyOf(o)
 	t.putKey(o, key)
-	t.insertSlot(t.hash(key), o.id)
+	t.insertSlot(h, o.id)
+}
+
+// handKey gives s, an object about to lose its key (whose keyHash is sh),
+// o's key (whose keyHash is h) and o the key key (keyHash kh, not in the
+// table), in one step: s takes o's place in the hash index and its key's
+// bytes where they lie, and key is written over s's old key's bytes when
+// it fits there (a client's slot names are of one length), so a commit
+// that reuses the version it replaces as the next slot (slot_reuse.go)
+// grows the arena by nothing. Neither s's old bytes nor o's are an indexed
+// record's key meanwhile: s was an unfinished put, and o's bytes stay
+// where they are, s's.
+func (t *objTable) handKey(o, s *object, h, sh uint32, key string, kh uint32) {
+	t.deleteSlot(sh, s.id)
+	t.replaceSlot(h, o.id, s.id)
+	old := s.key
+	s.key = o.key
+	if n := len(key); n > 0 && n <= old.len() {
+		copy(t.arena[old.chunk()][old.off():], key)
+		o.key = makeKeyLoc(old.chunk(), old.off(), n)
+		t.keyLive -= uint64(old.len() - n)
+		t.keyDead += uint64(old.len() - n)
+	} else {
+		t.keyLive -= uint64(old.len())
+		t.keyDead += uint64(old.len())
+		t.putKey(o, key)
+	}
+	t.insertSlot(kh, o.id)
+}
+
+// replaceSlot makes the hash index's entry of ID id (of hash h) name ID to
+// instead, an object of the same key.
+func (t *objTable) replaceSlot(h, id, to uint32) {
+	mask := uint64(len(t.slots) - 1)
+	want := uint64(h)<<32 | uint64(id)
+	for i := uint64(h) & mask; ; i = (i + 1) & mask {
+		switch t.slots[i] {
+		case want:
+			t.slots[i] = uint64(h)<<32 | uint64(to)
+			return
+		case 0:
+			panic("master: object missing from the hash index")
+		}
+	}
 }
 
 // each calls fn with every object until it returns false.
@@ -408,6 +456,9 @@ func (t *objTable) owner(o *object) string { return t.owners[o.owner] }
 // setOwner makes client o's owner ("" = none); owner IDs are interned with
 // a count of the objects naming them.
 func (t *objTable) setOwner(o *object, client string) {
+	if o.owner != 0 && t.owners[o.owner] == client {
+		return // already its owner (a client's upsert of its own key)
+	}
 	if o.owner != 0 {
 		if t.ownerRefs[o.owner]--; t.ownerRefs[o.owner] == 0 {
 			delete(t.ownerIdx, t.owners[o.owner])

@@ -109,7 +109,13 @@ func (m *Master) PutEnd(clientID, key string, crc uint32) error {
 }
 
 func (m *Master) putEndLocked(clientID, key string, crc uint32) error {
-	o := m.objects.get(key)
+	return m.putEndAtLocked(clientID, key, keyHash(key), crc, m.clock.Now())
+}
+
+// putEndAtLocked is putEndLocked of key, whose keyHash is h, at now (both
+// worked out before the lock).
+func (m *Master) putEndAtLocked(clientID, key string, h, crc uint32, now time.Time) error {
+	o := m.objects.getHashed(key, h)
 	if o == nil {
 		return fmt.Errorf("%w: %q (put expired or removed)", ErrObjectNotFound, key)
 	}
@@ -120,12 +126,12 @@ func (m *Master) putEndLocked(clientID, key string, crc uint32) error {
 		return fmt.Errorf("%w: %q", ErrNotOwner, key)
 	}
 	o.complete = true
-	m.dropPendingLocked(key)
+	m.dropPendingLocked(o, key)
 	o.crc = crc
-	o.touch(m.clock.Now())
+	o.touch(now)
 	m.stats.Puts++
 	m.dropDiskLocked(key, true) // the disk copy, if any, is an older version
-	m.storedLocked(o, key)
+	m.storedAtLocked(o, key, now)
 	return nil
 }
 
@@ -193,7 +199,7 @@ func (m *Master) rewriteInPlaceLocked(o *object, key, clientID string, rc Replic
 // freeLocked releases an object's space and forgets it.
 func (m *Master) freeLocked(o *object) {
 	key := m.goneLocked(o)
-	alias := m.takePriorLocked(key)
+	alias := m.takePriorLocked(o)
 	for _, r := range m.reps(o) {
 		m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header(), alias)
 		m.segDrop(m.segOf(r), o)
@@ -205,9 +211,9 @@ func (m *Master) freeLocked(o *object) {
 // puts).
 func (m *Master) forgetLocked(o *object, key string) {
 	if len(m.priors) > 0 {
-		m.confirmPriorLocked(key) // a slot gone with its segment
+		m.confirmPriorLocked(o.id) // a slot gone with its segment
 	}
-	m.dropPendingLocked(key)
+	m.dropPendingLocked(o, key)
 	m.objects.del(o)
 }
 
@@ -225,7 +231,7 @@ func (m *Master) preemptLocked(o *object, now time.Time) {
 func (m *Master) reserveUnfinishedLocked(o *object) {
 	release := o.created.time().Add(m.cfg.PutReleaseTimeout)
 	key := m.keyOf(o)
-	alias := m.takePriorLocked(key)
+	alias := m.takePriorLocked(o)
 	for _, r := range m.reps(o) {
 		m.segDrop(m.segOf(r), o)
 		m.zombies = append(m.zombies, zombie{seg: m.segOf(r), off: r.off, size: o.alloc(), releaseAt: release, key: key, seq: o.seq, hdr: o.header(), alias: alias})
@@ -236,7 +242,7 @@ func (m *Master) reserveUnfinishedLocked(o *object) {
 // expirePutsLocked cleans up the puts older than PutTimeout that nobody
 // will finish (their owner is gone) or that are past PutReleaseTimeout.
 func (m *Master) expirePutsLocked(now time.Time) {
-	for _, id := range m.pending {
+	for id := range m.pending {
 		o := m.objects.at(id)
 		if now.Sub(o.created.time()) < m.cfg.PutTimeout {
 			continue

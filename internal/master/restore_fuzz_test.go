@@ -45,6 +45,9 @@ func FuzzRestoreChunks(f *testing.F) {
 		checkRestored(t, one)
 
 		m, _ := newDurable(t)
+		// The listing index cut in key ranges by the chunks' keys (and
+		// each chunk's keys above a partition's), inserted in parallel.
+		m.index.partMin, m.index.piece, m.index.workers = 2, 1, 3
 		id, err := m.RestoreBegin("c", []SegmentSpec{restoreSpec})
 		if err != nil {
 			t.Fatal(err)

@@ -116,20 +116,37 @@ func TestRestoreIndexQueued(t *testing.T) {
 // TestRestoreIndexRaces: puts, removals and listings of the keys being
 // restored, run while a restore's inserts are made by the index's
 // goroutine, leave the listing exactly the keys that exist (run with
-// -race: the goroutine reads the object table without the master's lock).
+// -race: the goroutine reads the object table without the master's lock;
+// a batch's inserts run on several goroutines, in key ranges the first
+// batch chose, set beforehand (round 3), or cut at each batch's keys as
+// they come in ascending order (round 4)).
 func TestRestoreIndexRaces(t *testing.T) {
 	const n = 3 * RestoreChunkObjects
 	spec := SegmentSpec{Name: "a", Endpoint: "ep-a", Base: 1 << 30, Size: uint64(n+1) * 128}
 	other := SegmentSpec{Name: "b", Endpoint: "ep-b", Base: 4 << 30, Size: 64 << 20}
-	for round := range 3 {
+	for round := range 5 {
 		m, _ := newDurable(t)
 		if err := m.MountSegment("w", other); err != nil {
 			t.Fatal(err)
 		}
+		if round == 3 { // bounds equal to keys, between keys, an empty range
+			m.index.mu.Lock()
+			m.index.pinned, m.index.workers = true, 4
+			m.index.setBounds([]string{"key/001000", "key/004096+", "key/006000", "key/006000~", "key/009000"})
+			m.index.mu.Unlock()
+		}
 		rng := rand.New(rand.NewPCG(uint64(round), 7))
 		keys := make([]string, n)
 		held := make([]HeldObject, n)
-		for i, p := range rng.Perm(n) { // key order unlike offset order
+		order := rng.Perm(n) // key order unlike offset order
+		if round == 4 {      // keys in offset order: each batch cuts the last partition as the others run
+			order = order[:0]
+			for i := range n {
+				order = append(order, i)
+			}
+			m.index.workers = 4
+		}
+		for i, p := range order {
 			keys[i] = fmt.Sprintf("key/%06d", p)
 			held[i] = HeldObject{Segment: "a", Offset: uint64(i) * 128, Key: keys[i], Size: 64, CRC: 1, Seq: 1}
 		}
@@ -221,6 +238,9 @@ func TestRestoreIndexRaces(t *testing.T) {
 			t.Fatalf("%d upserts committed", commits.Load())
 		}
 		checkListedExist(t, m, all)
+		if b, _ := indexBounds(m); round == 4 && len(b) < n/2048 {
+			t.Fatalf("%d bounds after a restore in key order", len(b))
+		}
 		checkRestored(t, m)
 	}
 }

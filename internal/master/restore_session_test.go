@@ -652,11 +652,14 @@ func TestPutDuringRestoreEvictsNothing(t *testing.T) {
 }
 
 // BenchmarkRestoreScale: one node's remount of MOONCAKE_RESTORE_OBJECTS
-// reports (default 1M; keys obj/%09d in the order the master bench's 8
-// loading clients leave them: runs of 512 consecutive keys from 8 ranges
-// interleaved), in chunks of 16,384 as a node sends them, into an empty
+// reports (default 1M; keys obj/%09d in runs of 512 consecutive keys from
+// 8 ranges interleaved, or with MOONCAKE_RESTORE_ORDER=batched in the
+// order the master bench's loaders leave them: benchKeyOrder), in chunks
+// of 16,384 as a node sends them, into an empty
 // master sized by RestoreExpect: the master's cost per report at scale
-// (ns/report), decoding excluded. With MOONCAKE_RESTORE_GAPS=1 every
+// (ns/report), decoding excluded; lock-ns/report is the time holding the
+// lock, index-wait-ns/report the time waiting for the listing index's
+// inserts (its goroutines run behind). With MOONCAKE_RESTORE_GAPS=1 every
 // other object's place is empty (as after removing half the keys).
 func BenchmarkRestoreScale(b *testing.B) {
 	n := 1_000_000
@@ -672,24 +675,16 @@ func BenchmarkRestoreScale(b *testing.B) {
 		step *= 2
 	}
 	spec := SegmentSpec{Name: "a", Endpoint: "ep-a", Base: 1 << 30, Size: uint64(n+1) * step}
-	name := func(i int) string { return fmt.Sprintf("obj/%09d", i) }
-	if os.Getenv("MOONCAKE_RESTORE_RANDOM") == "1" { // keys in no order (hashes, as a KV cache's): no locality in the listing index
-		name = func(i int) string { return fmt.Sprintf("%013x", uint64(i)*0x9e3779b97f4a7c15&(1<<52-1)) } // a bijection of [0, 2^52), 13 bytes as above
-	}
+	random := os.Getenv("MOONCAKE_RESTORE_RANDOM") == "1" // keys in no order (hashes, as a KV cache's): no locality in the listing index
 	held := make([]HeldObject, 0, n)
-	per := (n + 7) / 8
-	for run := 0; len(held) < n; run++ {
-		for client := range 8 {
-			for k := run * 512; k < min(per, (run+1)*512) && client*per+k < n; k++ {
-				i := len(held)
-				held = append(held, HeldObject{Segment: "a", Offset: uint64(i) * step, Key: name(client*per + k),
-					Size: 64, CRC: 1, Seq: uint64(i + 1)})
-			}
-		}
+	for _, k := range benchKeyOrder(n, os.Getenv("MOONCAKE_RESTORE_ORDER")) {
+		i := len(held)
+		held = append(held, HeldObject{Segment: "a", Offset: uint64(i) * step, Key: benchKeyName(k, random),
+			Size: 64, CRC: 1, Seq: uint64(i + 1)})
 	}
 	const chunk = 16384
 	b.ReportAllocs()
-	var decide time.Duration // the sessions' time holding the lock (their end's log line)
+	var decide, indexWait time.Duration // the sessions' time holding the lock, and waiting for the listing index (their end's log line)
 	for b.Loop() {
 		log := &decideLog{}
 		m, err := New(Config{Durable: true, Logger: slog.New(log)}, nil)
@@ -718,22 +713,27 @@ func BenchmarkRestoreScale(b *testing.B) {
 			b.Fatalf("%d keys listed", keys)
 		}
 		decide += log.decide
+		indexWait += log.indexWait
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/report")
 	b.ReportMetric(float64(decide.Nanoseconds())/float64(b.N*n), "lock-ns/report")
+	b.ReportMetric(float64(indexWait.Nanoseconds())/float64(b.N*n), "index-wait-ns/report")
 }
 
-// decideLog is a slog handler that keeps the "decide" figure of the last
-// "restore session ended" line.
-type decideLog struct{ decide time.Duration }
+// decideLog is a slog handler that keeps the "decide" and "index_wait"
+// figures of the last "restore session ended" line.
+type decideLog struct{ decide, indexWait time.Duration }
 
 func (d *decideLog) Enabled(context.Context, slog.Level) bool { return true }
 func (d *decideLog) WithAttrs([]slog.Attr) slog.Handler       { return d }
 func (d *decideLog) WithGroup(string) slog.Handler            { return d }
 func (d *decideLog) Handle(_ context.Context, r slog.Record) error {
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "decide" {
+		switch a.Key {
+		case "decide":
 			d.decide = a.Value.Duration()
+		case "index_wait":
+			d.indexWait = a.Value.Duration()
 		}
 		return true
 	})

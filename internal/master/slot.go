@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // Put slots: a put in one master round trip.
@@ -52,7 +53,7 @@ func (m *Master) putReserveLocked(clientID string, size uint64, keyLen int, rc R
 	if err := m.validPut(slot, size, rc); err != nil {
 		return "", nil, err
 	}
-	return m.reserveLocked(clientID, slot, size, keyLen, rc, m.clock.Now())
+	return m.reserveLocked(clientID, slot, size, keyLen, rc, m.clock.Now(), nil)
 }
 
 // SlotAsk is the slot a commit asks for (CommitNext): space for the
@@ -79,7 +80,9 @@ type Committed struct {
 // the lock: PutEnd of key (slot "") or PutCommit of the slot as key, then,
 // when that went through and ask.Size > 0, PutReserve of ask with policy rc.
 // One hold instead of two: under load every hold of the master's one lock is
-// a place where the other clients' calls queue.
+// a place where the other clients' calls queue. What needs no lock (the
+// clock, the keys' hashes, the next slot's name and replica list, the
+// checks of the arguments) is done before it is taken.
 func (m *Master) CommitNext(clientID, key, slot string, crc uint32, rc ReplicateConfig, upsert bool, ask SlotAsk) Committed {
 	var out Committed
 	if slot != "" {
@@ -92,24 +95,93 @@ func (m *Master) CommitNext(clientID, key, slot string, crc uint32, rc Replicate
 	if ask.Size > 0 && !reserve {
 		out.ReserveErr = fmt.Errorf("%w: slot of key length %d, promotion %d", ErrInvalidParams, ask.KeyLen, rc.PromoteSeq)
 	}
+	a := m.commitArgs(clientID, key, slot, crc, rc, upsert)
+	if reserve {
+		a.withAsk(m, ask)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if slot == "" {
-		out.Err = m.putEndLocked(clientID, key, crc)
-	} else {
-		var reuse *SlotAsk
-		if reserve {
-			reuse = &ask
-		}
-		out.Tombs, out.Gone, out.Err, out.Slot, out.Next = m.commitSlotLocked(clientID, key, slot, crc, rc, upsert, reuse)
-	}
-	if reserve && out.Err == nil && !out.Gone && out.Slot == "" {
-		out.Slot, out.Next, out.ReserveErr = m.putReserveLocked(clientID, ask.Size, ask.KeyLen, rc)
-	}
+	m.commitNextLocked(&a, &out)
 	return out
 }
 
-func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, rc ReplicateConfig, now time.Time) (string, []Replica, error) {
+// commitNextLocked is CommitNext's part under the lock.
+func (m *Master) commitNextLocked(a *commitArgs, out *Committed) {
+	if a.slot == "" {
+		out.Err = m.putEndAtLocked(a.clientID, a.key, a.keyHash, a.crc, a.now)
+	} else {
+		out.Tombs, out.Gone, out.Err, out.Slot, out.Next = m.commitSlotLocked(a)
+	}
+	if a.reserve && out.Err == nil && !out.Gone && out.Slot == "" {
+		out.Slot, out.Next, out.ReserveErr = m.reserveNextLocked(a)
+	}
+}
+
+// commitArgs is a commit (CommitNext, PutCommit) with what it needs worked
+// out before the lock is taken.
+type commitArgs struct {
+	clientID, key, slot string
+	crc                 uint32
+	rc                  ReplicateConfig
+	upsert              bool
+	now                 time.Time // the clock, read once
+	keyHash, slotHash   uint32    // keyHash of key and slot
+	keyHdr              uint64    // headerLen(key) with durable metadata, else 0
+
+	// With a slot asked for (withAsk):
+	reserve bool
+	ask     SlotAsk
+	askHdr  uint64    // header length of the asked slot
+	name    []byte    // SlotPrefix + clientID + "/", with room for the sequence number
+	reps    []Replica // room for the next slot's replicas
+}
+
+func (m *Master) commitArgs(clientID, key, slot string, crc uint32, rc ReplicateConfig, upsert bool) commitArgs {
+	a := commitArgs{clientID: clientID, key: key, slot: slot, crc: crc, rc: rc, upsert: upsert,
+		now: m.clock.Now(), keyHash: keyHash(key)}
+	if slot != "" {
+		a.slotHash = keyHash(slot)
+		if m.cfg.Durable {
+			a.keyHdr = headerLen(key)
+		}
+	}
+	return a
+}
+
+// withAsk adds the slot ask to a.
+func (a *commitArgs) withAsk(m *Master, ask SlotAsk) {
+	a.reserve, a.ask = true, ask
+	if m.cfg.Durable {
+		a.askHdr = headerLenOf(ask.KeyLen)
+	}
+	a.name = make([]byte, 0, len(SlotPrefix)+len(a.clientID)+1+20)
+	a.name = append(append(append(a.name, SlotPrefix...), a.clientID...), '/')
+	a.reps = make([]Replica, max(a.rc.Replicas, 1))
+}
+
+// slotName is the placeholder key of the client's slot of sequence number
+// seq, made in a.name's room (used once: the string shares its bytes).
+func (a *commitArgs) slotName(seq uint64) string {
+	b := strconv.AppendUint(a.name, seq, 10)
+	a.name = nil
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// reserveNextLocked is putReserveLocked for a's ask.
+func (m *Master) reserveNextLocked(a *commitArgs) (string, []Replica, error) {
+	if a.name == nil { // cannot happen: the slot name is made once, by a reuse, which reserves nothing more
+		return m.putReserveLocked(a.clientID, a.ask.Size, a.ask.KeyLen, a.rc)
+	}
+	slot := a.slotName(m.seq + 1)
+	if err := m.validPut(slot, a.ask.Size, a.rc); err != nil {
+		return "", nil, err
+	}
+	return m.reserveLocked(a.clientID, slot, a.ask.Size, a.ask.KeyLen, a.rc, a.now, a.reps)
+}
+
+// reserveLocked reserves the slot; its replicas are listed in dst when it
+// has room.
+func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, rc ReplicateConfig, now time.Time, dst []Replica) (string, []Replica, error) {
 	var hdr uint64
 	if m.cfg.Durable {
 		hdr = headerLenOf(keyLen)
@@ -130,7 +202,7 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 	o.pin(rc, m.cfg.SoftPinTTL, now)
 	m.placeReplicasLocked(o, reps)
 	m.addPendingLocked(o, slot)
-	return slot, m.descriptors(o), nil
+	return slot, m.descriptorsInto(dst, o), nil
 }
 
 // PutCommit makes the slot the client wrote key's value into the key's
@@ -144,47 +216,48 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 	if err := m.checkKey(key); err != nil {
 		return nil, false, err
 	}
+	a := m.commitArgs(clientID, key, slot, crc, rc, upsert)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	tombs, gone, err, _, _ = m.commitSlotLocked(clientID, key, slot, crc, rc, upsert, nil)
+	tombs, gone, err, _, _ = m.commitSlotLocked(&a)
 	return tombs, gone, err
 }
 
-// commitSlotLocked is PutCommit; with reuse, when the commit replaces a
-// version that can be the client's next slot (reusableLocked), that
-// version's space becomes the slot asked for (next and its replicas).
-func (m *Master) commitSlotLocked(clientID, key, slot string, crc uint32, rc ReplicateConfig, upsert bool, reuse *SlotAsk) (tombs []HeaderRef, gone bool, err error, next string, nextReps []Replica) {
-	now := m.clock.Now()
-	sid, ok := m.pending[slot]
-	if !ok {
+// commitSlotLocked is PutCommit of a; with a slot asked for (a.reserve),
+// when the commit replaces a version that can be the client's next slot
+// (reusableLocked), that version's space becomes the slot asked for (next
+// and its replicas).
+func (m *Master) commitSlotLocked(a *commitArgs) (tombs []HeaderRef, gone bool, err error, next string, nextReps []Replica) {
+	key, slot, now := a.key, a.slot, a.now
+	if !strings.HasPrefix(slot, SlotPrefix) {
 		return nil, true, nil, "", nil
 	}
-	s := m.objects.at(sid)
-	if m.ownerID(s) != clientID || !strings.HasPrefix(slot, SlotPrefix) || s.nrep == 0 {
+	s := m.objects.getHashed(slot, a.slotHash)
+	if s == nil || s.complete || m.ownerID(s) != a.clientID || s.nrep == 0 { // a slot is an unfinished put
 		return nil, true, nil, "", nil
 	}
 	refuse := func(gone bool, err error) ([]HeaderRef, bool, error, string, []Replica) {
 		m.freeLocked(s)
 		return m.tombsOfLocked(map[string]bool{slot: true}), gone, err, "", nil
 	}
-	if p, ok := m.priors[slot]; ok && p.revoked {
+	if p, ok := m.priors[s.id]; ok && p.revoked {
 		return refuse(true, nil) // its older header was named for zeroing: its own may be zeroed too
 	}
-	if (m.cfg.Durable && s.header() != headerLen(key)) || m.newerThanLocked(key, s.seq) {
+	prev := m.objects.getHashed(key, a.keyHash)
+	if (m.cfg.Durable && s.header() != a.keyHdr) || m.newerLocked(key, prev, s.seq) {
 		return refuse(true, nil)
 	}
-	prev := m.objects.get(key)
 	if err := m.tenantAdmitLocked(key, s.size*uint64(s.nrep), prev); err != nil {
 		return refuse(false, err)
 	}
-	handed := false
+	handed, reused := false, false
 	if o := prev; o != nil {
 		switch {
 		case !o.complete && now.Sub(o.created.time()) < m.cfg.PutTimeout:
 			return refuse(false, fmt.Errorf("%w: put in progress for %q", ErrObjectExists, key))
 		case !o.complete:
 			return refuse(true, nil) // a zombie: the usual put preempts it
-		case !upsert:
+		case !a.upsert:
 			return refuse(false, fmt.Errorf("%w: %q", ErrObjectExists, key))
 		}
 		// o, key's visible version, is replaced in this hold: the slot takes
@@ -195,37 +268,41 @@ func (m *Master) commitSlotLocked(clientID, key, slot string, crc uint32, rc Rep
 		switch {
 		case o.leaseUntil.after(now):
 			m.retireLeasedLocked(o, now) // readers keep the old value until their lease ends
-		case reuse != nil && m.reusableLocked(o, key, slot, *reuse, rc):
-			next, nextReps = m.reuseAsSlotLocked(o, clientID, rc, now)
+		case a.reserve && m.reusableLocked(o, key, s.id, a.ask, a.askHdr, a.rc):
+			next, nextReps = m.reuseAsSlotLocked(o, s, a) // s takes the key
+			reused = true
 		default:
 			m.freeLocked(o) // the older version
 		}
 		m.replacing = false
 	}
-	m.confirmPriorLocked(slot) // the client wrote the slot's header over any older one
-	m.dropPendingLocked(slot)
-	m.objects.rekey(s, key)
-	s.complete, s.crc, s.created = true, crc, nanoOf(now)
+	m.confirmPriorLocked(s.id) // the client wrote the slot's header over any older one
+	m.dropPendingLocked(s, slot)
+	if !reused {
+		m.objects.rekeyHashed(s, a.slotHash, key, a.keyHash)
+	}
+	s.complete, s.crc, s.created = true, a.crc, nanoOf(now)
 	s.touch(now)
-	s.pin(rc, m.cfg.SoftPinTTL, now)
+	s.pin(a.rc, m.cfg.SoftPinTTL, now)
 	m.stats.PutStarts++
 	m.stats.Puts++
 	m.dropDiskLocked(key, true)
 	if handed {
-		m.countLocked(s, 1)
+		m.countAtLocked(s, 1, now)
 		m.emitStored(key)
 	} else {
-		m.storedLocked(s, key)
+		m.storedAtLocked(s, key, now)
 	}
 	return nil, false, nil, next, nextReps
 }
 
-// newerThanLocked reports whether key has, or had, a version with a
-// sequence number of at least seq that could still be restored: an object
-// or unfinished put, a removed or evicted version the master remembers, an
-// unzeroed tombstone, a preempted put's space, or a disk copy.
-func (m *Master) newerThanLocked(key string, seq uint64) bool {
-	if o := m.objects.get(key); o != nil && o.seq >= seq {
+// newerLocked reports whether key, whose object (nil: none) the caller
+// looked up, has, or had, a version with a sequence number of at least seq
+// that could still be restored: an object or unfinished put, a removed or
+// evicted version the master remembers, an unzeroed tombstone, a preempted
+// put's space, or a disk copy.
+func (m *Master) newerLocked(key string, o *object, seq uint64) bool {
+	if o != nil && o.seq >= seq {
 		return true
 	}
 	if m.removed[key] >= seq || m.evicted[key] >= seq || m.tombSeqLocked(key) >= seq {

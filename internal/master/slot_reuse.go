@@ -1,9 +1,7 @@
 package master
 
 import (
-	"strconv"
 	"strings"
-	"time"
 )
 
 // Reused put slots: an upsert's replaced version becomes the client's next
@@ -48,74 +46,73 @@ type prior struct {
 }
 
 // reusableLocked reports whether o, key's complete unleased version that a
-// commit of slot replaces, can be the committing client's next slot of ask
-// with policy rc.
-func (m *Master) reusableLocked(o *object, key, slot string, ask SlotAsk, rc ReplicateConfig) bool {
+// commit of the slot of record ID sid replaces, can be the committing
+// client's next slot of ask with policy rc.
+func (m *Master) reusableLocked(o *object, key string, sid uint32, ask SlotAsk, askHdr uint64, rc ReplicateConfig) bool {
 	if o.size != ask.Size || int(o.nrep) != max(rc.Replicas, 1) || len(rc.PreferredSegments) > 0 || rc.PromoteSeq != 0 {
 		return false
 	}
-	var hdr uint64
-	if m.cfg.Durable {
-		hdr = headerLenOf(ask.KeyLen)
-	}
-	if o.header() != hdr {
+	if o.header() != askHdr {
 		return false
 	}
-	if h, held := m.priorSlot[key]; held && h != slot { // the committed slot's own is overwritten
+	if h, held := m.priorSlot[key]; held && h != sid { // the committed slot's own is overwritten
 		return false
 	}
 	for _, r := range m.reps(o) {
+		// A segment in segTab is mounted (unmountLocked clears both).
 		s := m.segOf(r)
-		if s == nil || m.segments[s.key] != s || s.draining || m.evacuatingLocked(s) || m.restoringLocked(s) {
+		if s == nil || s.draining || m.evacuatingLocked(s) || m.restoringLocked(s) {
 			return false
 		}
 	}
 	return true
 }
 
-// reuseAsSlotLocked makes o, the version a commit replaces, the client's
-// next slot, and returns its placeholder key and replicas (as PutReserve).
-func (m *Master) reuseAsSlotLocked(o *object, clientID string, rc ReplicateConfig, now time.Time) (string, []Replica) {
-	key := m.goneLocked(o) // replacing (commitSlotLocked)
+// reuseAsSlotLocked makes o, the version of a.key that a's commit of slot
+// s replaces, the client's next slot, and returns its placeholder key and
+// replicas (as PutReserve). s takes the key in the object table.
+func (m *Master) reuseAsSlotLocked(o, s *object, a *commitArgs) (string, []Replica) {
+	key := a.key
+	m.goneAtLocked(o, key, a.now) // replacing (commitSlotLocked)
 	m.seq++
-	slot := SlotPrefix + clientID + "/" + strconv.FormatUint(m.seq, 10)
+	slot := a.slotName(m.seq)
 	if o.header() > 0 {
-		m.priors[slot] = prior{key: key, seq: o.seq}
-		m.priorSlot[key] = slot
+		m.priors[o.id] = prior{key: key, seq: o.seq}
+		m.priorSlot[key] = o.id
 	}
-	m.objects.rekey(o, slot)
+	m.objects.handKey(o, s, a.keyHash, a.slotHash, slot, keyHash(slot))
 	o.seq, o.complete, o.crc, o.restored, o.chained, o.depth = m.seq, false, 0, false, false, 0
-	o.created, o.lastAccess, o.leaseUntil = nanoOf(now), nanoOf(now), 0
-	m.objects.setOwner(o, clientID)
-	o.pin(rc, m.cfg.SoftPinTTL, now)
+	o.created, o.lastAccess, o.leaseUntil = nanoOf(a.now), nanoOf(a.now), 0
+	m.objects.setOwner(o, a.clientID)
+	o.pin(a.rc, m.cfg.SoftPinTTL, a.now)
 	m.addPendingLocked(o, slot)
 	m.stats.SlotsReused++
-	return slot, m.descriptors(o)
+	return slot, m.descriptorsInto(a.reps, o)
 }
 
-// confirmPriorLocked forgets the older header of slot, committed: the
-// client wrote its own over it.
-func (m *Master) confirmPriorLocked(slot string) {
-	if p, ok := m.priors[slot]; ok {
-		delete(m.priors, slot)
-		if m.priorSlot[p.key] == slot {
+// confirmPriorLocked forgets the older header of the slot of record ID
+// id, committed: the client wrote its own over it.
+func (m *Master) confirmPriorLocked(id uint32) {
+	if p, ok := m.priors[id]; ok {
+		delete(m.priors, id)
+		if m.priorSlot[p.key] == id {
 			delete(m.priorSlot, p.key)
 		}
 	}
 }
 
-// takePriorLocked forgets the older header of slot, ending uncommitted, and
-// returns its key ("" for none): the tombstone the slot leaves is filed
-// under it too.
-func (m *Master) takePriorLocked(slot string) string {
-	if !strings.HasPrefix(slot, SlotPrefix) {
+// takePriorLocked forgets the older header of o, a slot ending
+// uncommitted, and returns its key ("" for none): the tombstone the slot
+// leaves is filed under it too.
+func (m *Master) takePriorLocked(o *object) string {
+	if len(m.priors) == 0 {
 		return ""
 	}
-	p, ok := m.priors[slot]
+	p, ok := m.priors[o.id]
 	if !ok {
 		return ""
 	}
-	m.confirmPriorLocked(slot)
+	m.confirmPriorLocked(o.id)
 	return p.key
 }
 
@@ -123,21 +120,23 @@ func (m *Master) takePriorLocked(slot string) string {
 // newest version is going: a held tombstone is filed for each replica's
 // header, and the slot's commit will be refused.
 func (m *Master) revokePriorLocked(key string) {
-	slot, ok := m.priorSlot[key]
+	if len(m.priorSlot) == 0 {
+		return
+	}
+	sid, ok := m.priorSlot[key]
 	if !ok {
 		return
 	}
-	p := m.priors[slot]
+	p := m.priors[sid]
 	if p.revoked {
 		return
 	}
-	sid, ok := m.pending[slot]
-	if !ok { // cannot happen: a slot's end forgets its prior
-		m.confirmPriorLocked(slot)
+	if _, ok := m.pending[sid]; !ok { // cannot happen: a slot's end forgets its prior
+		m.confirmPriorLocked(sid)
 		return
 	}
 	p.revoked = true
-	m.priors[slot] = p
+	m.priors[sid] = p
 	for _, r := range m.reps(m.objects.at(sid)) {
 		if s := m.segOf(r); s != nil && m.segments[s.key] == s {
 			m.addTombLocked(s, r.off, tomb{key: key, seq: p.seq})

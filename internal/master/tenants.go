@@ -84,8 +84,8 @@ func (m *Master) SetTenantQuotas(q TenantQuotas) {
 	m.objects.each(func(o *object) bool {
 		if o.complete {
 			m.tenantCountLocked(o, 1)
-		} else if key := m.keyOf(o); m.pending[key] == o.id {
-			m.tenantPendingLocked(o, key)
+		} else if _, ok := m.pending[o.id]; ok {
+			m.tenantPendingLocked(o, m.keyOf(o))
 		}
 		return true
 	})

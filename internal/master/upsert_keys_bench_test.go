@@ -8,8 +8,8 @@ import (
 
 // BenchmarkUpsertKeys: one upsert through a put slot (CommitNext: the
 // commit replacing the key's version, whose space becomes the next slot),
-// of keys drawn at random among n existing ones: the master's work, all of
-// it under its lock, per put of `mooncake bench store`'s put phase as the
+// of keys drawn at random among n existing ones: the master's work (most
+// of it under its lock) per put of `mooncake bench store`'s put phase as the
 // number of keys grows (the listing index's and the hash index's working
 // sets leave the caches). Every key is upserted once before the timing (a
 // bench's put phase upserts the keys its load put, again and again).

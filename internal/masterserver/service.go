@@ -66,9 +66,16 @@ func msDuration(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-func replicasToPB(rs []master.Replica) []*pb.Replica {
-	out := make([]*pb.Replica, len(rs))
-	recs := make([]pb.Replica, len(rs)) // one allocation for the records
+func replicasToPB(rs []master.Replica) []*pb.Replica { return replicasIntoPB(nil, nil, rs) }
+
+// replicasIntoPB is replicasToPB into out's and recs' room when they have
+// it (a caller's allocation of its own).
+func replicasIntoPB(out []*pb.Replica, recs []pb.Replica, rs []master.Replica) []*pb.Replica {
+	if len(out) < len(rs) || len(recs) < len(rs) {
+		out = make([]*pb.Replica, len(rs))
+		recs = make([]pb.Replica, len(rs)) // one allocation for the records
+	}
+	out = out[:len(rs)]
 	for i, r := range rs {
 		recs[i].Segment, recs[i].Endpoint, recs[i].Addr, recs[i].Size = r.Segment, r.Endpoint, r.Addr, r.Size
 		out[i] = &recs[i]
@@ -285,10 +292,13 @@ func (s *Service) PutCommit(ctx context.Context, r *pb.PutCommitRequest) (*pb.Pu
 }
 
 func (s *Service) putCommit(ns string, r *pb.PutCommitRequest) *pb.PutCommitResponse {
-	// The answer and the next slot's record in one allocation.
+	// The answer, the next slot's record and its replica (one, as a rule)
+	// in one allocation.
 	both := &struct {
 		out  pb.PutCommitResponse
 		next pb.PutStartResponse
+		rep  [1]*pb.Replica
+		rec  [1]pb.Replica
 	}{}
 	out := &both.out
 	rc := rcFromPB(r.Config)
@@ -306,7 +316,7 @@ func (s *Service) putCommit(ns string, r *pb.PutCommitRequest) *pb.PutCommitResp
 	if c.Slot != "" && len(c.Next) > 0 {
 		out.NextSlot = c.Slot
 		n := &both.next
-		n.Status, n.Replicas, n.Seq, n.HeaderLen, n.KeyPrefix = status(nil), replicasToPB(c.Next), c.Next[0].Seq, c.Next[0].HeaderLen, ns
+		n.Status, n.Replicas, n.Seq, n.HeaderLen, n.KeyPrefix = status(nil), replicasIntoPB(both.rep[:], both.rec[:], c.Next), c.Next[0].Seq, c.Next[0].HeaderLen, ns
 		out.Next = s.grants.put(n)
 	}
 	return out
