@@ -96,10 +96,12 @@ type cachedGrant struct {
 	exp time.Time
 }
 
-// maxCachedGrants bounds the cache; past it (in a shard), the expired
-// entries are dropped and, if that is not enough, others down to three
-// quarters of the bound.
-const maxCachedGrants = 1 << 14
+// maxCachedGrants bounds the cache (some 200 B an entry: about 13 MiB at
+// the bound), sized so that a pool's working set of tens of thousands of
+// hot extents, each with a READ and a WRITE grant, stays in it; past it (in
+// a shard), the expired entries are dropped and, if that is not enough,
+// others down to three quarters of the bound.
+const maxCachedGrants = 1 << 16
 
 // newGranter returns nil (no grants) without keys.
 func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *granter {
