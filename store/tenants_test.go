@@ -45,7 +45,7 @@ type tenantCluster struct {
 	policy string
 }
 
-func newTenantCluster(t *testing.T, core master.Config, nodes int, segSize uint64) *tenantCluster {
+func newTenantCluster(t testing.TB, core master.Config, nodes int, segSize uint64) *tenantCluster {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tenants.yaml")
 	if err := os.WriteFile(path, []byte(tenantPolicy), 0o600); err != nil {
