@@ -50,8 +50,12 @@ type tenantAcct struct {
 }
 
 type tenantBook struct {
-	q       TenantQuotas
-	acct    map[string]*tenantAcct
+	q    TenantQuotas
+	acct map[string]*tenantAcct
+	// last is the account found last (nil: none), checked before the map:
+	// a tenant's puts come in runs, and a commit finds its tenant's account
+	// up to three times (admission, the replaced version, the new one).
+	last    *tenantAcct
 	pending map[string]uint64     // charge of each unfinished put, by key
 	rejects map[string]*[3]uint64 // refused puts by tenant: bytes, objects, unregistered
 }
@@ -119,12 +123,25 @@ func (m *Master) TenantUsages() []TenantUsage {
 	return out
 }
 
+// lookup is name's account, nil when it has none.
+func (b *tenantBook) lookup(name string) *tenantAcct {
+	if a := b.last; a != nil && a.name == name {
+		return a
+	}
+	a := b.acct[name]
+	if a != nil {
+		b.last = a
+	}
+	return a
+}
+
 // account is name's account, made when it has none.
 func (b *tenantBook) account(name string) *tenantAcct {
-	a := b.acct[name]
+	a := b.lookup(name)
 	if a == nil {
 		a = &tenantAcct{name: name}
 		b.acct[name] = a
+		b.last = a
 	}
 	return a
 }
@@ -132,7 +149,11 @@ func (b *tenantBook) account(name string) *tenantAcct {
 // accountBytes is account for a name read off a key in the object table's
 // arena (found without copying it; copied only for a new account).
 func (b *tenantBook) accountBytes(name []byte) *tenantAcct {
+	if a := b.last; a != nil && a.name == string(name) {
+		return a
+	}
 	if a := b.acct[string(name)]; a != nil {
+		b.last = a
 		return a
 	}
 	return b.account(string(name))
@@ -147,6 +168,9 @@ func (b *tenantBook) add(a *tenantAcct, n int64, k int) {
 	a.objects = max(a.objects+k, 0)
 	if a.bytes == 0 && a.objects == 0 {
 		delete(b.acct, a.name)
+		if b.last == a {
+			b.last = nil
+		}
 	}
 }
 
@@ -157,13 +181,27 @@ func (m *Master) tenantOfLocked(o *object) []byte {
 	return t
 }
 
+// acctOfLocked is the account of o's key's tenant (made when it has none),
+// nil outside every namespace. A key of the account found last is told by
+// comparing its namespace in place.
+func (m *Master) acctOfLocked(o *object) *tenantAcct {
+	key := m.objects.keyBytes(o)
+	if a := m.tenants.last; a != nil && tenant.InNamespace(key, a.name) {
+		return a
+	}
+	if t, _ := tenant.SplitBytes(key); len(t) > 0 {
+		return m.tenants.accountBytes(t)
+	}
+	return nil
+}
+
 // tenantCountLocked is countLocked's part for the tenant of o.
 func (m *Master) tenantCountLocked(o *object, sign int) {
 	if m.tenants == nil {
 		return
 	}
-	if t := m.tenantOfLocked(o); len(t) > 0 {
-		m.tenants.add(m.tenants.accountBytes(t), int64(sign)*int64(o.size)*int64(o.nrep), sign)
+	if a := m.acctOfLocked(o); a != nil {
+		m.tenants.add(a, int64(sign)*int64(o.size)*int64(o.nrep), sign)
 	}
 }
 
@@ -172,8 +210,8 @@ func (m *Master) tenantReplicasLocked(o *object, delta int) {
 	if m.tenants == nil {
 		return
 	}
-	if t := m.tenantOfLocked(o); len(t) > 0 {
-		m.tenants.add(m.tenants.accountBytes(t), int64(delta)*int64(o.size), 0)
+	if a := m.acctOfLocked(o); a != nil {
+		m.tenants.add(a, int64(delta)*int64(o.size), 0)
 	}
 }
 
@@ -220,8 +258,10 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 	if m.tenants == nil {
 		return nil
 	}
-	t, _ := tenant.Split(key)
-	if t == "" {
+	var t string
+	if a := m.tenants.last; a != nil && tenant.InNamespace(key, a.name) {
+		t = a.name
+	} else if t, _ = tenant.Split(key); t == "" {
 		return nil
 	}
 	qb, qo, ok := m.tenants.q.Limits(t)
@@ -231,7 +271,7 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 	}
 	var used uint64
 	objects := 1
-	if a := m.tenants.acct[t]; a != nil {
+	if a := m.tenants.lookup(t); a != nil {
 		used, objects = a.bytes, a.objects+1
 	}
 	if credit != nil && credit.complete {

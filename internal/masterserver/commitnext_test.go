@@ -91,7 +91,7 @@ func benchFastPutCommitUpsert(b *testing.B, tenants bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		m.SetTenantQuotas(tenantQuotas{tenant.Static(set)})
+		m.SetTenantQuotas(newTenantQuotas(tenant.Static(set)))
 		ctx = withCaller(ctx, set.Lookup("bench"))
 	}
 	h := NewService(m).FastHandler(ctx)

@@ -16,11 +16,13 @@ import (
 // when none): with tenants, one handler per authenticated connection.
 func (s *Service) FastHandler(ctx context.Context) fastrpc.Handler {
 	ns := callerOf(ctx).Namespace
+	// The calls of every put and get take the caller's namespace bound
+	// here, once per handler (per connection with tenants).
 	table := map[uint8]func([]byte) ([]byte, uint8){
-		pb.FastPutStart:            fastUnary(ctx, s.PutStart),
-		pb.FastPutCommit:           fastUnary(ctx, s.PutCommit),
+		pb.FastPutStart:            fastBound(func(r *pb.PutStartRequest) *pb.PutStartResponse { return s.putStart(ns, r) }),
+		pb.FastPutCommit:           fastBound(func(r *pb.PutCommitRequest) *pb.PutCommitResponse { return s.putCommit(ns, r) }),
 		pb.FastPutRevoke:           fastUnary(ctx, s.PutRevoke),
-		pb.FastGetReplicaList:      fastUnary(ctx, s.GetReplicaList),
+		pb.FastGetReplicaList:      fastBound(func(r *pb.KeyRequest) *pb.ObjectInfo { return s.getReplicaList(ns, r) }),
 		pb.FastExist:               fastUnary(ctx, s.Exist),
 		pb.FastBatchExist:          fastUnary(ctx, s.BatchExist),
 		pb.FastBatchGetReplicaList: fastUnary(ctx, s.BatchGetReplicaList),
@@ -51,10 +53,28 @@ func fastUnary[Req any, PReq interface {
 		if err != nil {
 			return []byte(err.Error()), fastrpc.StatusBadRequest
 		}
-		out, err := pb.Marshal(resp)
-		if err != nil {
+		return fastAnswer(resp)
+	}
+}
+
+// fastBound is fastUnary for a call whose caller is bound in f.
+func fastBound[Req any, PReq interface {
+	*Req
+	proto.Message
+}, Resp proto.Message](f func(PReq) Resp) func([]byte) ([]byte, uint8) {
+	return func(payload []byte) ([]byte, uint8) {
+		req := PReq(new(Req))
+		if err := pb.UnmarshalRequest(payload, req); err != nil {
 			return []byte(err.Error()), fastrpc.StatusBadRequest
 		}
-		return out, fastrpc.StatusOK
+		return fastAnswer(f(req))
 	}
+}
+
+func fastAnswer(resp proto.Message) ([]byte, uint8) {
+	out, err := pb.Marshal(resp)
+	if err != nil {
+		return []byte(err.Error()), fastrpc.StatusBadRequest
+	}
+	return out, fastrpc.StatusOK
 }

@@ -147,7 +147,7 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	if s.cfg.Tenants != nil {
 		auth = &authn{secret: s.cfg.Secret, src: s.cfg.Tenants, now: clock.Or(s.cfg.Clock).Now}
 		opts[0] = grpc.UnaryInterceptor(tenantInterceptor(auth))
-		s.core.SetTenantQuotas(tenantQuotas{s.cfg.Tenants})
+		s.core.SetTenantQuotas(newTenantQuotas(s.cfg.Tenants))
 	}
 	addr := grpcLn.Addr().String()
 	if s.cfg.TLS != nil {

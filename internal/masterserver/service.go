@@ -342,9 +342,12 @@ func (s *Service) PutRevoke(ctx context.Context, r *pb.PutRevokeRequest) (*pb.St
 
 // GetReplicaList implements MasterService.
 func (s *Service) GetReplicaList(ctx context.Context, r *pb.KeyRequest) (*pb.ObjectInfo, error) {
-	ns := callerOf(ctx).Namespace
+	return s.getReplicaList(callerOf(ctx).Namespace, r), nil
+}
+
+func (s *Service) getReplicaList(ns string, r *pb.KeyRequest) *pb.ObjectInfo {
 	info, err := s.m.GetReplicaListIf(scope(ns, r.Key), r.CachedView, r.CachedSeq)
-	return s.grants.info(infoToPB(ns, info, err)), nil
+	return s.grants.info(infoToPB(ns, info, err))
 }
 
 // BatchGetReplicaList implements MasterService.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -188,14 +189,31 @@ func (tlsCreds) Info() credentials.ProtocolInfo {
 func (c tlsCreds) Clone() credentials.TransportCredentials { return c }
 func (tlsCreds) OverrideServerName(string) error           { return nil }
 
-// tenantQuotas adapts the policy in force to the core's quotas.
-type tenantQuotas struct{ src *tenant.Source }
+// tenantQuotas adapts the policy in force to the core's quotas. The
+// tenant found last is kept with the policy it was found in (a tenant's
+// puts come in runs): a policy swapped in since is looked up afresh.
+type tenantQuotas struct {
+	src  *tenant.Source
+	last atomic.Pointer[quotaHit]
+}
 
-func (q tenantQuotas) Limits(name string) (uint64, uint64, bool) {
-	t := q.src.Set().Lookup(name)
+type quotaHit struct {
+	set *tenant.Set
+	t   *tenant.Tenant
+}
+
+func newTenantQuotas(src *tenant.Source) *tenantQuotas { return &tenantQuotas{src: src} }
+
+func (q *tenantQuotas) Limits(name string) (uint64, uint64, bool) {
+	set := q.src.Set()
+	if h := q.last.Load(); h != nil && h.set == set && h.t.Name == name {
+		return h.t.QuotaBytes, h.t.QuotaObjects, true
+	}
+	t := set.Lookup(name)
 	if t == nil {
 		return 0, 0, false
 	}
+	q.last.Store(&quotaHit{set: set, t: t})
 	return t.QuotaBytes, t.QuotaObjects, true
 }
 

@@ -67,6 +67,15 @@ func SplitBytes(key []byte) (tenant, user []byte) {
 	return rest[:i], rest[i+1:]
 }
 
+// InNamespace reports whether key (held as bytes) lies in tenant name's
+// namespace: SplitBytes(key) would return name (a tenant name: it holds
+// no '/').
+func InNamespace[K string | []byte](key K, name string) bool {
+	n := len(nsPrefix) + len(name)
+	return name != "" && len(key) > n && key[n] == '/' && string(key[:len(nsPrefix)]) == nsPrefix &&
+		string(key[len(nsPrefix):n]) == name
+}
+
 // Tenant is one caller identity. Its fields are read-only once in a Set.
 type Tenant struct {
 	Name         string

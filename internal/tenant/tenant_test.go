@@ -156,7 +156,30 @@ func TestSplitNamespace(t *testing.T) {
 		if tn, u := SplitBytes([]byte(tc.key)); string(tn) != tc.tenant || string(u) != tc.user {
 			t.Errorf("SplitBytes(%q) = %q %q", tc.key, tn, u)
 		}
+		for _, name := range []string{"a", "ab", "", "t"} {
+			if got, want := InNamespace([]byte(tc.key), name), name != "" && name == tc.tenant; got != want {
+				t.Errorf("InNamespace(%q, %q) = %v, want %v", tc.key, name, got, want)
+			}
+		}
 	}
+}
+
+// FuzzInNamespace: InNamespace(key, name) holds exactly when SplitBytes
+// reads name (a tenant name: no '/') off key.
+func FuzzInNamespace(f *testing.F) {
+	f.Add([]byte(Namespace("a")+"k"), "a")
+	f.Add([]byte(Namespace("ab")+"k"), "a")
+	f.Add([]byte("\x00t/a"), "a")
+	f.Add([]byte("\x00t//"), "")
+	f.Fuzz(func(t *testing.T, key []byte, name string) {
+		if strings.Contains(name, "/") { // not a tenant name
+			return
+		}
+		tn, _ := SplitBytes(key)
+		if got, want := InNamespace(key, name), len(tn) > 0 && string(tn) == name; got != want {
+			t.Fatalf("InNamespace(%q, %q) = %v, SplitBytes reads %q", key, name, got, tn)
+		}
+	})
 }
 
 // TestSourceRotation: a changed file is put in force by the next reload;
