@@ -3,12 +3,14 @@ package masterserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
@@ -126,5 +128,57 @@ func TestNoSecretLeavesCallsOpen(t *testing.T) {
 	defer cancel()
 	if r, err := c.RemoveAll(ctx, &pb.RemoveAllRequest{}); err != nil || r.Status.GetCode() != 0 {
 		t.Fatalf("remove all: %v %v", r, err)
+	}
+}
+
+// TestAuthnMemo: the token resolved last is answered from memory only
+// under the policy that resolved it and until it expires: a token rotated
+// out by a reload, or past its expiry, is refused at once, and another
+// tenant's token is resolved as its own.
+func TestAuthnMemo(t *testing.T) {
+	clk := newFakeClock()
+	exp := clk.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	policy := []byte("version: 1\ntenants: [{name: a, tokens: [{token: token-of-a-1234, expires: \"" + exp + "\"}]}, {name: b, tokens: [{token: token-of-b-1234}]}]")
+	src, err := tenant.NewSource(context.Background(), tenant.SourceConfig{Load: func(context.Context) ([]byte, error) { return policy, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &authn{secret: "cluster-secret-1", src: src, now: clk.Now}
+	for range 3 {
+		if tn, _, err := a.resolve("token-of-a-1234", nil); err != nil || tn.Name != "a" {
+			t.Fatalf("a: %v %v", tn, err)
+		}
+	}
+	if tn, _, err := a.resolve("token-of-b-1234", nil); err != nil || tn.Name != "b" {
+		t.Fatalf("b after a: %v %v", tn, err)
+	}
+	if tn, _, err := a.resolve("token-of-b-9999", nil); err == nil {
+		t.Fatalf("an unknown token after b's resolved to %v", tn)
+	}
+	if tn, _, err := a.resolve("cluster-secret-1", nil); err != nil || !tn.Admin {
+		t.Fatalf("secret: %v %v", tn, err)
+	}
+	// Expiry: a's token, remembered, stops at its expiry.
+	if _, _, err := a.resolve("token-of-a-1234", nil); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	if tn, _, err := a.resolve("token-of-a-1234", nil); !errors.Is(err, tenant.ErrUnauthenticated) {
+		t.Fatalf("expired token: %v %v", tn, err)
+	}
+	// Rotation: b's token, remembered, is refused once a policy without
+	// it is in force.
+	if _, _, err := a.resolve("token-of-b-1234", nil); err != nil {
+		t.Fatal(err)
+	}
+	policy = []byte("version: 1\ntenants: [{name: b, tokens: [{token: token-of-b-5678}]}]")
+	if changed, err := src.Reload(context.Background()); err != nil || !changed {
+		t.Fatalf("reload: %v %v", changed, err)
+	}
+	if tn, _, err := a.resolve("token-of-b-1234", nil); !errors.Is(err, tenant.ErrUnauthenticated) {
+		t.Fatalf("rotated-out token: %v %v", tn, err)
+	}
+	if tn, _, err := a.resolve("token-of-b-5678", nil); err != nil || tn.Name != "b" {
+		t.Fatalf("new token: %v %v", tn, err)
 	}
 }

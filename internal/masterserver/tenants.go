@@ -60,6 +60,18 @@ type authn struct {
 	secret string
 	src    *tenant.Source
 	now    func() time.Time
+	// last is the token resolved last with its answer and the policy that
+	// gave it (gRPC authenticates every call; a client's calls come in
+	// runs): the same token under the same policy, not expired, is
+	// answered from it (compared in constant time, as the digests are).
+	last atomic.Pointer[authMemo]
+}
+
+type authMemo struct {
+	set   *tenant.Set
+	token string
+	t     *tenant.Tenant
+	exp   time.Time
 }
 
 // resolve maps a bearer token (and the names of a verified client
@@ -70,7 +82,18 @@ func (a *authn) resolve(token string, certNames []string) (*tenant.Tenant, time.
 		return clusterAdmin, time.Time{}, nil
 	}
 	set := a.src.Set()
-	if token != "" || len(certNames) == 0 {
+	if token != "" {
+		if m := a.last.Load(); m != nil && m.set == set && subtle.ConstantTimeCompare([]byte(m.token), []byte(token)) == 1 &&
+			(m.exp.IsZero() || a.now().Before(m.exp)) {
+			return m.t, m.exp, nil
+		}
+		t, exp, err := set.AuthenticateUntil(token, a.now())
+		if err == nil {
+			a.last.Store(&authMemo{set: set, token: token, t: t, exp: exp})
+		}
+		return t, exp, err
+	}
+	if len(certNames) == 0 {
 		return set.AuthenticateUntil(token, a.now())
 	}
 	if t := set.ByCert(certNames...); t != nil {
