@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -11,8 +12,8 @@ import (
 	"github.com/kvcache-go/mooncake/store"
 )
 
-// BenchmarkTenantPut: 4 KiB puts (upserts in turn over a key set, as
-// `mooncake bench store --security` runs them) by one client of a pool
+// BenchmarkTenantPut: 4 KiB puts (upserts of random keys of a set of
+// 16,384, as `mooncake bench store --security` runs them) by one client of a pool
 // without tenants and one of a tenant (policy, token, namespaced keys,
 // quota accounting; durable metadata on in both). The off and on
 // sub-benchmarks report ns/op, allocs/op and the process's CPU per op
@@ -20,15 +21,15 @@ import (
 // "paired" runs one op of each pool in turn and reports, tenants on over
 // off, the ratio of their total times and of their median latencies.
 func BenchmarkTenantPut(b *testing.B) {
-	const size, keys = 4 << 10, 4096
+	const size, keys = 4 << 10, 16384
 	ctx := context.Background()
 	v := value("bench", size)
-	off := newClusterTB(b, master.Config{Durable: true}, 2, 64<<20).client(nil)
-	on := newTenantCluster(b, master.Config{Durable: true}, 2, 64<<20).tenantClient("token-b-first")
+	off := newClusterTB(b, master.Config{Durable: true}, 2, 256<<20).client(nil)
+	on := newTenantCluster(b, master.Config{Durable: true}, 2, 256<<20).tenantClient("token-b-first")
 	cls := [2]*store.Client{off, on}
 	names := make([]string, keys)
 	for i := range names {
-		names[i] = fmt.Sprintf("bench/%d", i)
+		names[i] = fmt.Sprintf("s/tenants/4096/1/0/%d", i)
 	}
 	for _, cl := range cls {
 		for _, k := range names {
@@ -37,8 +38,9 @@ func BenchmarkTenantPut(b *testing.B) {
 			}
 		}
 	}
+	order := rand.New(rand.NewPCG(1, 7)).Perm(keys)
 	put := func(b *testing.B, cl *store.Client, j int) {
-		if err := cl.PutWith(ctx, names[j%keys], v, store.PutOptions{Upsert: true}); err != nil {
+		if err := cl.PutWith(ctx, names[order[j%keys]], v, store.PutOptions{Upsert: true}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -26,8 +26,11 @@
 // With ServerConfig.Tenants (tenants.go; package internal/tenant holds the
 // policy) every call needs a credential: a bearer token in gRPC metadata,
 // a credential frame once per fastrpc connection (fastrpc.Authenticator),
-// or a client certificate a tenant names; the caller's tenant rides in the
-// call's context and the service scopes every key to its namespace (a
+// or a client certificate a tenant names (the token resolved last is
+// remembered with the policy that resolved it, until it expires); the
+// caller's tenant rides in the call's context (a fastrpc connection's
+// handler binds its namespace once) and the service scopes every key to
+// its namespace (a
 // tenant sees, lists, counts and removes only its own keys; another's read
 // as absent). The cluster secret and admin tenants use the raw key space.
 // The core gets the tenants' quotas (master.SetTenantQuotas); the object

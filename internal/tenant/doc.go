@@ -46,7 +46,7 @@
 // the master prepends it to every key a tenant sends. Admin callers, and
 // every caller when no policy is configured, use the raw key space (no
 // prefix): the behaviour without tenants is unchanged. Split reverses it
-// for accounting.
+// for accounting; InNamespace checks a key against one tenant in place.
 //
 // # Rotation
 //
