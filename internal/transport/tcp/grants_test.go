@@ -94,16 +94,7 @@ func (c *countingConn) Read(b []byte) (int, error) {
 func TestServeLaneGrantBetweenLargeWrites(t *testing.T) {
 	const size = 256 << 10
 	mem := make([]byte, 3*size)
-	reg := registry.New()
-	if _, err := reg.Register(mem, "", false); err != nil {
-		t.Fatal(err)
-	}
-	base := registry.AddrOf(mem)
-	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("lane-key-0123456789")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := grant.NewVerifier(keys, nil)
+	reg, base, keys, v := laneGrantSetup(t, mem)
 	var in []byte
 	for i := range 3 {
 		g, err := keys.Encode(grant.Grant{Segment: "seg", Addr: base + uint64(i*size), Length: size, Mode: grant.Write, Expires: time.Now().Add(time.Minute)})
@@ -154,16 +145,7 @@ func TestServeLaneGrantBetweenLargeWrites(t *testing.T) {
 func TestLaneSendsGrantOnce(t *testing.T) {
 	const n = grant.SetSize + 1
 	mem := make([]byte, n*4096)
-	reg := registry.New()
-	if _, err := reg.Register(mem, "", false); err != nil {
-		t.Fatal(err)
-	}
-	base := registry.AddrOf(mem)
-	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("lane-key-0123456789")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := grant.NewVerifier(keys, nil)
+	reg, base, keys, v := laneGrantSetup(t, mem)
 	gs := make([]string, n)
 	for i := range gs {
 		g, err := keys.Encode(grant.Grant{Segment: "seg", Addr: base + uint64(i*4096), Length: 4096, Mode: grant.Read, Expires: time.Now().Add(time.Minute)})
@@ -238,4 +220,19 @@ func TestLaneSendsGrantOnce(t *testing.T) {
 	if got, want := v.Stats().Verified, uint64(grant.SetSize+3*n); got != want {
 		t.Fatalf("%d grants installed, want %d", got, want)
 	}
+}
+
+// laneGrantSetup registers mem and returns its registry, its address, a
+// keyring and a verifier of its grants.
+func laneGrantSetup(t *testing.T, mem []byte) (*registry.Registry, uint64, *grant.Keyring, *grant.Verifier) {
+	t.Helper()
+	reg := registry.New()
+	if _, err := reg.Register(mem, "", false); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("lane-key-0123456789")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, registry.AddrOf(mem), keys, grant.NewVerifier(keys, nil)
 }
