@@ -3,6 +3,7 @@ package master
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"testing"
 	"time"
 
@@ -160,5 +161,66 @@ func TestTenantSlotReuse(t *testing.T) {
 	m.SetTenantQuotas(quotaMap{"a": {4 << 10, 0}})
 	if v := m.TenantUsages(); v[0].Objects != 3 || v[0].Bytes != 3<<10 {
 		t.Fatalf("rebuilt usage %+v", v)
+	}
+}
+
+// TestTenantAccountsInTurn: the accounts stay exact while tenants with
+// names that prefix each other take turns, an account emptied (and so
+// dropped) comes back, and a quota is enforced on the tenant found by the
+// last use as on any other.
+func TestTenantAccountsInTurn(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Durable = false
+	m, _ := newTestMaster(t, cfg, map[string]uint64{"s1": 4 << 20})
+	m.SetTenantQuotas(quotaMap{"a": {0, 2}, "ab": {0, 0}, "b": {0, 0}})
+	ns := map[string]string{"a": tenant.Namespace("a"), "ab": tenant.Namespace("ab"), "b": tenant.Namespace("b")}
+	want := map[string]int{}
+	check := func(step string) {
+		t.Helper()
+		got := map[string]int{}
+		for _, u := range m.TenantUsages() {
+			if u.Objects > 0 || u.Bytes > 0 {
+				got[u.Tenant] = u.Objects
+				if u.Bytes != uint64(u.Objects)*1024 {
+					t.Fatalf("%s: %s holds %d bytes for %d objects", step, u.Tenant, u.Bytes, u.Objects)
+				}
+			}
+		}
+		for n, k := range want {
+			if k == 0 {
+				delete(want, n)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: accounts %v, want %v", step, got, want)
+		}
+	}
+	for i := range 3 {
+		for _, n := range []string{"ab", "a", "b", "a", "ab"} {
+			k := fmt.Sprintf("%sk%d-%d", ns[n], i, want[n])
+			_, err := m.PutStart("w", k, 1024, ReplicateConfig{})
+			if n == "a" && want["a"] == 2 {
+				if !errors.Is(err, ErrTenantQuotaExceeded) {
+					t.Fatalf("a's third object: %v", err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.PutEnd("w", k, 1); err != nil {
+				t.Fatal(err)
+			}
+			want[n]++
+		}
+		check(fmt.Sprintf("round %d puts", i))
+		// Empty a (its account goes), then b: the next round starts over.
+		for _, n := range []string{"a", "b"} {
+			if _, err := m.RemoveByRegex("^"+regexp.QuoteMeta(ns[n]), true); err != nil {
+				t.Fatal(err)
+			}
+			want[n] = 0
+			check(fmt.Sprintf("round %d without %s", i, n))
+		}
 	}
 }
