@@ -22,26 +22,7 @@ func BenchmarkSlotUpsert(b *testing.B) {
 }
 
 func benchSlotUpsert(b *testing.B, one bool) {
-	m, err := New(Config{Durable: true}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := m.MountSegment("c", SegmentSpec{Name: "s", Endpoint: "e:1", Base: 1 << 30, Size: 1 << 34}); err != nil {
-		b.Fatal(err)
-	}
-	keys := make([]string, 1024)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("bench/%d/%09d", 3, i)
-		if _, err := m.PutStart("c", keys[i], 4096, ReplicateConfig{}); err != nil {
-			b.Fatal(err)
-		}
-		m.PutEnd("c", keys[i], 1)
-	}
-	slot, _, err := m.PutReserve("c", 4096, len(keys[0]), ReplicateConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ask := SlotAsk{Size: 4096, KeyLen: len(keys[0])}
+	m, keys, slot, ask := upsertPool(b, 1024)
 	var todo []HeaderRef
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -56,6 +37,7 @@ func benchSlotUpsert(b *testing.B, one bool) {
 			if _, gone, err := m.PutCommit("c", keys[i%len(keys)], slot, 1, ReplicateConfig{}, true); gone || err != nil {
 				b.Fatalf("commit: gone=%v err=%v", gone, err)
 			}
+			var err error
 			if slot, _, err = m.PutReserve("c", 4096, len(keys[0]), ReplicateConfig{}); err != nil {
 				b.Fatal(err)
 			}
@@ -122,4 +104,31 @@ func BenchmarkHeartbeatTodo(b *testing.B) {
 			b.Fatalf("%d tombstones listed", len(todo))
 		}
 	}
+}
+
+// upsertPool is a durable master with one client "c" whose segment holds
+// n stored 4 KiB keys, the client's put slot for upserts of them, and the
+// ask a CommitNext of them makes.
+func upsertPool(b *testing.B, n int) (*Master, []string, string, SlotAsk) {
+	b.Helper()
+	m, err := New(Config{Durable: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.MountSegment("c", SegmentSpec{Name: "s", Endpoint: "e:1", Base: 1 << 30, Size: 1 << 34}); err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench/%d/%09d", 3, i)
+		if _, err := m.PutStart("c", keys[i], 4096, ReplicateConfig{}); err != nil {
+			b.Fatal(err)
+		}
+		m.PutEnd("c", keys[i], 1)
+	}
+	slot, _, err := m.PutReserve("c", 4096, len(keys[0]), ReplicateConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m, keys, slot, SlotAsk{Size: 4096, KeyLen: len(keys[0])}
 }

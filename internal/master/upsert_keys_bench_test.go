@@ -16,26 +16,7 @@ import (
 func BenchmarkUpsertKeys(b *testing.B) {
 	for _, n := range []int{1 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			m, err := New(Config{Durable: true}, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := m.MountSegment("c", SegmentSpec{Name: "s", Endpoint: "e:1", Base: 1 << 30, Size: 1 << 34}); err != nil {
-				b.Fatal(err)
-			}
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = fmt.Sprintf("bench/%d/%09d", 3, i)
-				if _, err := m.PutStart("c", keys[i], 4096, ReplicateConfig{}); err != nil {
-					b.Fatal(err)
-				}
-				m.PutEnd("c", keys[i], 1)
-			}
-			slot, _, err := m.PutReserve("c", 4096, len(keys[0]), ReplicateConfig{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ask := SlotAsk{Size: 4096, KeyLen: len(keys[0])}
+			m, keys, slot, ask := upsertPool(b, n)
 			order := rand.New(rand.NewPCG(1, 2)).Perm(n)
 			var todo []HeaderRef
 			upsert := func(i int) {
