@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/google/btree"
 )
@@ -90,19 +91,10 @@ func (x *keyIndex) newPart() *memPart {
 	return p
 }
 
-// partOf is the index of the partition that holds key k.
+// partOf is the index of the partition that holds key k (read in place
+// for the search only).
 func (x *keyIndex) partOf(k []byte) int {
-	b := x.bounds
-	lo, hi := 0, len(b) // the first bound above k
-	for lo < hi {
-		h := int(uint(lo+hi) >> 1)
-		if string(k) < b[h] {
-			hi = h
-		} else {
-			lo = h + 1
-		}
-	}
-	return lo
+	return x.partOfString(unsafe.String(unsafe.SliceData(k), len(k)))
 }
 
 // partNear is partOf, tried first at partition guess (the last key's:
@@ -115,7 +107,7 @@ func (x *keyIndex) partNear(k []byte, guess int) int {
 	return x.partOf(k)
 }
 
-// partOfString is partOf for a string key.
+// partOfString is partOf for a string key: the first bound above k.
 func (x *keyIndex) partOfString(k string) int {
 	b := x.bounds
 	lo, hi := 0, len(b)

@@ -185,11 +185,10 @@ func (m *Master) tenantOfLocked(o *object) []byte {
 // nil outside every namespace. A key of the account found last is told by
 // comparing its namespace in place.
 func (m *Master) acctOfLocked(o *object) *tenantAcct {
-	key := m.objects.keyBytes(o)
-	if a := m.tenants.last; a != nil && tenant.InNamespace(key, a.name) {
+	if a := m.tenants.last; a != nil && tenant.InNamespace(m.objects.keyBytes(o), a.name) {
 		return a
 	}
-	if t, _ := tenant.SplitBytes(key); len(t) > 0 {
+	if t := m.tenantOfLocked(o); len(t) > 0 {
 		return m.tenants.accountBytes(t)
 	}
 	return nil
