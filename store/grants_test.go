@@ -127,10 +127,11 @@ func TestGrantsReusedSlot(t *testing.T) {
 	// The later rounds' puts reuse the extents and so the grants of the
 	// first: a lane that sent one does not send it again, and the node
 	// recalls one that comes again on another lane; no MAC is computed
-	// for them.
+	// for them. (A grant's expiry is rounded to a step of some seconds:
+	// rounds that straddle a step's end get new grants, once.)
 	verified, recalled := metric(t, c.nodes[0], "mooncake_storenode_grants_verified_total"), metric(t, c.nodes[0], "mooncake_storenode_grants_recalled_total")
-	if macs := verified - recalled; macs > keys+keys/2 {
-		t.Fatalf("%d grants verified with their MAC (%d recalled) for %d puts, want about %d (the first round's)", macs, recalled, 4*keys, keys)
+	if macs := verified - recalled; macs > 2*keys+keys/2 {
+		t.Fatalf("%d grants verified with their MAC (%d recalled) for %d puts, want at most about %d (the first round's, and a step's end)", macs, recalled, 4*keys, 2*keys)
 	}
 	if d := metric(t, c.nodes[0], "mooncake_storenode_transfers_denied_total"); d != 0 {
 		t.Fatalf("%d transfers denied", d)
@@ -327,7 +328,7 @@ func benchGrants(b *testing.B, op string, size, clients int, on bool) {
 	// The same cluster either way but for the grants: engine secret, TCP
 	// (a node with grants offers no shared memory).
 	const segSize = 128 << 20
-	c := newGrantCluster(b, master.Config{}, 1, segSize, keys, transfer.TransportTCP)
+	c := newGrantCluster(b, master.Config{Durable: os.Getenv("GRANTS_DURABLE") != ""}, 1, segSize, keys, transfer.TransportTCP)
 	ctx := context.Background()
 	cls := make([]*store.Client, clients)
 	v := value("bench", size)

@@ -363,10 +363,10 @@ type Verifier struct {
 	mu   sync.RWMutex
 	live map[uint64]time.Time // one-shot nonces held live, with their expiry
 
-	// Verified grants' encodings (Set.Install), in a table indexed by
-	// the MAC (allocated at the first); recallLocks guard its places, in
-	// stripes: the lanes of a node look them up at once.
-	recalled    atomic.Pointer[[maxRecalled]recallEntry]
+	// Verified grants' encodings (Set.Install), in a table of buckets
+	// indexed by the MAC (allocated at the first); recallLocks guard its
+	// buckets, in stripes: the lanes of a node look them up at once.
+	recalled    atomic.Pointer[[recallBuckets]recallBucket]
 	recallOnce  sync.Once
 	recallLocks [recallStripes]struct {
 		sync.RWMutex
@@ -588,16 +588,28 @@ func (s *Set) Install(b []byte) error {
 }
 
 // maxRecalled is how many verified grants a verifier remembers: the
-// places of its recall table (a power of two).
-const maxRecalled = 8192
+// places of its recall table, recallWays to a bucket (a power of two;
+// some 660 KiB, allocated when the first grant is remembered). Small
+// enough to stay in the processor's caches: a look-up in a table too
+// large for them costs more than verifying the grant again.
+const (
+	maxRecalled   = 4096
+	recallWays    = 4
+	recallBuckets = maxRecalled / recallWays
+)
+
+// recallBucket is a bucket of the recall table: an encoding goes to the
+// bucket of its MAC's first 8 bytes and takes one of its places. Without
+// pointers: the collector does not scan the table.
+type recallBucket struct {
+	keys [recallWays]uint64 // the places' MAC prefixes (0: empty)
+	next uint8              // the place a grant takes when all are held
+	ents [recallWays]recallEntry
+}
 
 // recallEntry is a place of the recall table: a verified grant's
-// encoding, whole, and the first 8 bytes of its MAC (0: empty). Small and
-// without pointers: a lookup touches one place (160 bytes), and
-// the collector does not scan the table. Grants longer than enc are not
-// remembered.
+// encoding, whole. Grants longer than enc are not remembered.
 type recallEntry struct {
-	key uint64
 	n   uint8
 	enc [151]byte
 }
@@ -622,11 +634,17 @@ func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool)
 	if !ok || t == nil {
 		return Grant{}, false
 	}
-	i := key % maxRecalled
-	e := &t[i]
+	i := key % recallBuckets
+	bk := &t[i]
 	mu := &v.recallLocks[i%recallStripes]
+	ok = false
 	mu.RLock()
-	ok = e.key == key && int(e.n) == len(b) && equal(e.enc[:e.n], b)
+	for w, k := range bk.keys {
+		if e := &bk.ents[w]; k == key && int(e.n) == len(b) {
+			ok = equal(e.enc[:e.n], b)
+			break
+		}
+	}
 	mu.RUnlock()
 	if !ok {
 		return Grant{}, false
@@ -651,12 +669,30 @@ func (v *Verifier) remember(b []byte, g Grant) {
 	if !ok || g.Flags&FlagOneShot != 0 {
 		return
 	}
-	v.recallOnce.Do(func() { v.recalled.Store(new([maxRecalled]recallEntry)) })
-	i := key % maxRecalled
-	e := &v.recalled.Load()[i]
+	v.recallOnce.Do(func() { v.recalled.Store(new([recallBuckets]recallBucket)) })
+	i := key % recallBuckets
+	bk := &v.recalled.Load()[i]
 	mu := &v.recallLocks[i%recallStripes]
 	mu.Lock()
-	e.key, e.n = key, uint8(len(b))
+	// Its own place if it has one (the same MAC prefix), else an empty
+	// one, else the places in turn.
+	w := -1
+	for j, k := range bk.keys {
+		if k == key {
+			w = j
+			break
+		}
+		if k == 0 && w < 0 {
+			w = j
+		}
+	}
+	if w < 0 {
+		w = int(bk.next)
+		bk.next = uint8((w + 1) % recallWays)
+	}
+	bk.keys[w] = key
+	e := &bk.ents[w]
+	e.n = uint8(len(b))
 	copy(e.enc[:], b)
 	mu.Unlock()
 }
@@ -670,8 +706,10 @@ func (v *Verifier) remembered() (n int) {
 	for i := range t {
 		mu := &v.recallLocks[i%recallStripes]
 		mu.RLock()
-		if t[i].key != 0 {
-			n++
+		for _, k := range t[i].keys {
+			if k != 0 {
+				n++
+			}
 		}
 		mu.RUnlock()
 	}

@@ -1,7 +1,8 @@
 package masterserver
 
 import (
-	"sync"
+	"hash/maphash"
+	"math/bits"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
@@ -34,14 +35,20 @@ import (
 //   - Tasks: READ on the source, WRITE on the targets, until the task's
 //     deadline.
 //
-// A signed grant is handed out again for the same segment, extent and
-// mode while it expires no later than a fresh one would and has enough of
-// the fresh one's lifetime left (granter.sign: half for READ, three
-// quarters for WRITE): a hot object's readers get the same bytes, which
-// the client sends once per lane and the node verifies once; a put slot
-// made of an upsert's replaced version (the same extent again) gets the
-// grant its earlier put had, which the node recalls instead of verifying.
-// Tombstones' header grants are always fresh (short-lived, rarely the
+// The same extent and mode get the same grant, byte for byte, for a
+// while: a grant's expiry is the wanted one rounded down to a step (a
+// power of two milliseconds, at most half the wanted lifetime for READ, a
+// quarter for WRITE) and its nonce is derived from the rest, so every call
+// within one step signs the same bytes: a hot object's readers get the
+// same grant, which a lane sends once and the node verifies once; a put
+// slot made of an upsert's replaced version (the same extent again) gets
+// the grant its earlier put had, which the node recalls instead of
+// verifying. Nothing is cached: signing is a MAC over some 60 bytes with
+// the keyring's state, cheaper than a look-up in a table of every hot
+// extent, which a pool's working set of millions of objects keeps out of
+// the processor's caches, and it takes no lock. Rounding only shortens a
+// grant, never past half (READ) or three quarters (WRITE) of its wanted
+// lifetime. Tombstones' header grants are fresh (short-lived, rarely the
 // same header twice).
 //
 // Revocation is by expiry. The bound: a WRITE grant outlives the removal
@@ -63,94 +70,56 @@ type granter struct {
 	keys   *grant.Keyring
 	clock  clock.Clock // the core's
 	putTTL time.Duration
-
-	// Signed grants by extent and mode, handed out again while they have
-	// enough of the wanted lifetime left and expire no later than wanted.
-	// Reuse never widens anything: the same segment, extent and mode, and
-	// an expiry no later than a fresh grant's. In shards by address: every
-	// put and get of every client looks here.
-	shards [grantShards]grantShard
+	seed   maphash.Seed // of the nonces: this master's own
 }
-
-const grantShards = 16
-
-type grantShard struct {
-	mu    sync.Mutex
-	cache map[grantKey]cachedGrant
-	_     [48]byte // a cache line each
-}
-
-// shard is the shard of an extent.
-func (g *granter) shard(addr, n uint64) *grantShard {
-	return &g.shards[((addr^n)*0x9E3779B97F4A7C15)>>60%grantShards]
-}
-
-type grantKey struct {
-	endpoint string
-	addr, n  uint64
-	mode     grant.Mode
-}
-
-type cachedGrant struct {
-	b   []byte
-	exp time.Time
-}
-
-// maxCachedGrants bounds the cache (some 200 B an entry: about 13 MiB at
-// the bound), sized so that a pool's working set of tens of thousands of
-// hot extents, each with a READ and a WRITE grant, stays in it; past it (in
-// a shard), the expired entries are dropped and, if that is not enough,
-// others down to three quarters of the bound.
-const maxCachedGrants = 1 << 16
 
 // newGranter returns nil (no grants) without keys.
 func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *granter {
 	if keys == nil {
 		return nil
 	}
-	g := &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL}
-	for i := range g.shards {
-		g.shards[i].cache = map[grantKey]cachedGrant{}
-	}
-	return g
+	return &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL, seed: maphash.MakeSeed()}
 }
 
-// sign returns a grant of mode on [addr, addr+n) of endpoint that expires
-// at expires, or a cached one for the same extent and mode that expires no
-// later and has enough of the lifetime left at now (reusable).
+// sign returns the grant of mode on [addr, addr+n) of endpoint for a
+// holder that wants it until expires: it expires at expires rounded down
+// to the step of its lifetime at now (step), and every call for the same
+// extent and mode that rounds to the same expiry gets the same bytes.
 func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, now, expires time.Time) []byte {
 	if n == 0 || endpoint == "" {
 		return nil
 	}
-	k := grantKey{endpoint, addr, n, mode}
-	sh := g.shard(addr, n)
-	sh.mu.Lock()
-	c, ok := sh.cache[k]
-	sh.mu.Unlock()
-	if ok && reusable(c.exp, now, expires, mode) {
-		return c.b
+	exp := expires
+	if st := int64(step(expires.Sub(now), mode)); st > 0 {
+		e := expires.UnixNano()
+		exp = time.Unix(0, e-e%st) // Truncate divides in 128 bits, four times slower
 	}
-	b := g.encode(endpoint, addr, n, mode, expires)
-	if b == nil {
-		return nil
+	nonce := maphash.String(g.seed, endpoint)
+	for _, w := range [...]uint64{addr, n, uint64(exp.UnixNano()), uint64(mode)} {
+		nonce = (nonce ^ w) * 0x9E3779B97F4A7C15
+		nonce ^= nonce >> 32
 	}
-	sh.mu.Lock()
-	if len(sh.cache) >= maxCachedGrants/grantShards {
-		for k, c := range sh.cache {
-			if !now.Before(c.exp) {
-				delete(sh.cache, k)
-			}
-		}
-		for k := range sh.cache { // in no particular order
-			if len(sh.cache) <= maxCachedGrants/grantShards*3/4 {
-				break
-			}
-			delete(sh.cache, k)
-		}
+	b, err := g.keys.Encode(grant.Grant{Segment: endpoint, Addr: addr, Length: n, Mode: mode, Expires: exp, Nonce: nonce | 1})
+	if err != nil {
+		return nil // a name too long for a grant: the node refuses the transfer
 	}
-	sh.cache[k] = cachedGrant{b, expires}
-	sh.mu.Unlock()
 	return b
+}
+
+// step is the rounding step of a grant of mode wanted for lifetime: the
+// largest power of two milliseconds not over half of it (READ) or a
+// quarter (WRITE: a put slot is written up to slotMaxAge, 10 s, after it
+// is reserved, and a large put's transfers take their time; a grant that
+// expires first fails the put); 0 under 2 ms (not rounded).
+func step(lifetime time.Duration, mode grant.Mode) time.Duration {
+	most := lifetime / 2
+	if mode&grant.Write != 0 {
+		most = lifetime / 4
+	}
+	if most < time.Millisecond {
+		return 0
+	}
+	return time.Millisecond << (bits.Len64(uint64(most/time.Millisecond)) - 1)
 }
 
 // coreNow is the core's clock at now (wall clock): now itself when the
@@ -168,19 +137,6 @@ func (g *granter) encode(endpoint string, addr, n uint64, mode grant.Mode, expir
 		return nil // a name too long for a grant: the node refuses the transfer
 	}
 	return b
-}
-
-// reusable reports whether a grant of mode expiring at exp may stand in,
-// at now, for one expiring at want: not later, and at least half as long
-// left (READ) or three quarters (WRITE: a put slot is written up to
-// slotMaxAge, 10 s, after it is reserved, and a large put's transfers
-// take their time; a grant that expires first fails the put).
-func reusable(exp, now, want time.Time, mode grant.Mode) bool {
-	left, full := exp.Sub(now), want.Sub(now)
-	if mode&grant.Write != 0 {
-		return !exp.After(want) && left >= full-full/4
-	}
-	return !exp.After(want) && left >= full/2
 }
 
 // put grants WRITE on each placement's header and value.

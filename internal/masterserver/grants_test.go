@@ -10,47 +10,68 @@ import (
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
 
-// The granter hands a signed grant out again for the same segment, extent
-// and mode only while it expires no later than a fresh one would and has
-// at least half (READ) or three quarters (WRITE) of the wanted lifetime
-// left; the grant verifies for that extent only.
+// The granter signs the same bytes for the same segment, extent and mode
+// while the wanted expiry rounds to the same step; a grant never expires
+// after the wanted expiry nor before half (READ) or three quarters
+// (WRITE) of the wanted lifetime; it verifies for its extent only.
 func TestGranterReuse(t *testing.T) {
 	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("0123456789abcdef0123")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := newGranter(keys, nil, 30*time.Second)
-	v := grant.NewVerifier(keys, nil)
-	now := time.Now()
+	now := time.Unix(0, 1<<16*int64(time.Millisecond)*25_000) // on a step of every power of two ms up to 2^16
+	v := grant.NewVerifier(keys, func() time.Time { return now })
+	at := func(b []byte) grant.Grant {
+		t.Helper()
+		got, err := v.Verify(b, "n:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
 	a := g.sign("n:1", 4096, 4096, grant.Read, now, now.Add(10*time.Second))
-	if b := g.sign("n:1", 4096, 4096, grant.Read, now, now.Add(12*time.Second)); !bytes.Equal(a, b) {
-		t.Fatal("the same extent and mode, a later wanted expiry: want the grant reused")
+	if got := at(a); !got.Expires.Equal(now.Add(8192 * time.Millisecond)) {
+		t.Fatalf("10 s wanted: expires in %v, want 8.192 s (rounded down to 4.096 s steps)", got.Expires.Sub(now))
 	}
-	// Expiring later than wanted: a fresh one.
-	short := g.sign("n:1", 4096, 4096, grant.Read, now, now.Add(5*time.Second))
-	if bytes.Equal(a, short) {
-		t.Fatal("a grant expiring after the wanted expiry was reused")
+	// Later calls whose wanted expiry rounds to the same step: the same
+	// bytes; to the next step: another grant.
+	later := now.Add(time.Second)
+	if b := g.sign("n:1", 4096, 4096, grant.Read, later, later.Add(10*time.Second)); !bytes.Equal(a, b) {
+		t.Fatal("the same extent, mode and rounded expiry: want the same grant")
 	}
-	gs, err := v.Verify(short, "n:1")
-	if err != nil {
-		t.Fatal(err)
+	next := now.Add(3 * time.Second)
+	if b := g.sign("n:1", 4096, 4096, grant.Read, next, next.Add(10*time.Second)); bytes.Equal(a, b) {
+		t.Fatal("a later step got the grant of the earlier one")
+	} else if got := at(b); !got.Expires.Equal(now.Add(12288 * time.Millisecond)) {
+		t.Fatalf("expires at +%v, want +12.288 s", got.Expires.Sub(now))
 	}
-	if !gs.Expires.Equal(now.Add(5 * time.Second)) {
-		t.Fatalf("expires %v, want %v", gs.Expires, now.Add(5*time.Second))
-	}
-	// Less than half of the wanted lifetime left: a fresh one.
-	long := g.sign("n:1", 4096, 4096, grant.Read, now, now.Add(time.Minute))
-	if bytes.Equal(long, short) || bytes.Equal(long, a) {
-		t.Fatal("a grant with under half the wanted lifetime left was reused")
+	// Within bounds for any lifetime and moment.
+	for _, life := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 999 * time.Millisecond, 5 * time.Second, 30 * time.Second} {
+		for _, mode := range []grant.Mode{grant.Read, grant.Write} {
+			for off := range 50 {
+				t0 := now.Add(time.Duration(off) * 7919 * time.Microsecond)
+				want := t0.Add(life)
+				got := at(g.sign("n:1", 1<<20, 64, mode, t0, want))
+				least := life / 2
+				if mode == grant.Write {
+					least = life * 3 / 4
+				}
+				if got.Expires.After(want) || got.Expires.Sub(t0) < least || got.Mode != mode {
+					t.Fatalf("%v %v at +%v: expires in %v, want %v..%v", mode, life, t0.Sub(now), got.Expires.Sub(t0), least, life)
+				}
+			}
+		}
 	}
 	// Another extent, segment or mode: another grant, covering only its own.
+	base := g.sign("n:1", 4096, 4096, grant.Read, now, now.Add(time.Minute))
 	for _, c := range []struct {
 		seg     string
 		addr, n uint64
 		mode    grant.Mode
 	}{{"n:1", 8192, 4096, grant.Read}, {"n:1", 4096, 8192, grant.Read}, {"n:2", 4096, 4096, grant.Read}, {"n:1", 4096, 4096, grant.Write}} {
 		b := g.sign(c.seg, c.addr, c.n, c.mode, now, now.Add(time.Minute))
-		if bytes.Equal(b, long) {
+		if bytes.Equal(b, base) {
 			t.Fatalf("%+v: got the grant of another extent", c)
 		}
 		if _, err := v.Verify(b, "n:1"); c.seg != "n:1" && !errors.Is(err, grant.ErrWrongSegment) {
@@ -64,43 +85,13 @@ func TestGranterReuse(t *testing.T) {
 			t.Fatalf("%+v: grant %+v covers more or less than its extent", c, got)
 		}
 	}
-	// WRITE grants (placements) are reused while three quarters of the
-	// wanted lifetime are left, never for READ.
-	w := g.sign("n:1", 1<<20, 4096, grant.Write, now, now.Add(40*time.Second))
-	if w2 := g.sign("n:1", 1<<20, 4096, grant.Write, now, now.Add(50*time.Second)); !bytes.Equal(w, w2) {
-		t.Fatal("a WRITE grant with over three quarters of the lifetime left was not reused")
-	}
-	if w3 := g.sign("n:1", 1<<20, 4096, grant.Write, now, now.Add(time.Minute)); bytes.Equal(w, w3) {
-		t.Fatal("a WRITE grant with under three quarters of the lifetime left was reused")
-	}
-	if r := g.sign("n:1", 1<<20, 4096, grant.Read, now, now.Add(40*time.Second)); bytes.Equal(w, r) {
-		t.Fatal("a WRITE grant was handed out for READ")
-	}
-	if got, err := v.Verify(w, "n:1"); err != nil || got.Mode != grant.Write || got.Covers(grant.Read, 1<<20, 4096) {
-		t.Fatalf("WRITE grant %+v, %v", got, err)
+	// Another master (its own nonces): other bytes for the same grant.
+	if b := newGranter(keys, nil, 30*time.Second).sign("n:1", 4096, 4096, grant.Read, now, now.Add(time.Minute)); bytes.Equal(b, base) {
+		t.Fatal("two masters signed the same bytes")
 	}
 	// Tombstones' header grants are always fresh.
 	t1 := g.tombs([]*pb.HeaderRef{{Endpoint: "n:1", Addr: 1 << 30}, {Endpoint: "n:1", Addr: 1 << 30}, {Addr: 1 << 31}})
 	if bytes.Equal(t1[0].Grant, t1[1].Grant) || t1[2].Grant != nil {
 		t.Fatal("a tombstone's header grant was reused, or one without an endpoint signed")
-	}
-	// Expired entries go when a shard is full, and live ones down to three
-	// quarters of the bound if that is not enough.
-	const per = maxCachedGrants / grantShards
-	for _, exp := range []time.Time{now.Add(-time.Second), now.Add(time.Minute)} {
-		sh := g.shard(1<<40, 1)
-		sh.cache = map[grantKey]cachedGrant{}
-		for i := 0; len(sh.cache) < per; i++ {
-			if g.shard(uint64(i), 1) == sh {
-				sh.cache[grantKey{"n:1", uint64(i), 1, grant.Read}] = cachedGrant{nil, exp}
-			}
-		}
-		g.sign("n:1", 1<<40, 1, grant.Read, now, now.Add(time.Minute))
-		if exp.Before(now) && len(sh.cache) != 1 || !exp.Before(now) && len(sh.cache) != per*3/4+1 {
-			t.Fatalf("shard holds %d grants after a sweep (others expiring %v)", len(sh.cache), exp.Sub(now))
-		}
-		if _, ok := sh.cache[grantKey{"n:1", 1 << 40, 1, grant.Read}]; !ok {
-			t.Fatal("the new grant is not kept")
-		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -35,7 +36,13 @@ type SecurityConfig struct {
 	Rounds         int
 	Duration       time.Duration
 	Transport      string // auto, tcp, shm
+	// Features are the comparisons to run (SecurityFeatures; nil: all).
+	Features []string
 }
+
+// SecurityFeatures are RunSecurity's comparisons: tenants, grants, and
+// TLS (rows tls and tls-vs-local).
+var SecurityFeatures = []string{"tenants", "grants", "tls"}
 
 // SecurityRow is one configuration measured without and with a security
 // feature, round by round.
@@ -106,9 +113,21 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 		"tls":     {srvTLS: srvTLS, cliTLS: cliTLS},
 		"tcp":     {noLocal: true},
 	}
+	for _, f := range c.Features {
+		if !slices.Contains(SecurityFeatures, f) {
+			return nil, fmt.Errorf("bench store security: feature %q: want one of %v", f, SecurityFeatures)
+		}
+	}
+	want := func(f string) bool { return len(c.Features) == 0 || slices.Contains(c.Features, f) }
 	pools := map[string]*benchPool{}
 	for name, sec := range secs {
-		p, err := startBenchPool(ctx, true, segSize, maxClients, maxSize, c.Transport, sec)
+		var p *benchPool
+		// Every goroutine of the pool (its master's, nodes' and clients')
+		// carries the label pool=NAME in a CPU profile (--cpuprofile;
+		// go tool pprof -tagfocus pool=grants).
+		pprof.Do(ctx, pprof.Labels("pool", name), func(ctx context.Context) {
+			p, err = startBenchPool(ctx, true, segSize, maxClients, maxSize, c.Transport, sec)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("bench store security: %s pool: %w", name, err)
 		}
@@ -134,7 +153,9 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 				order = []string{on, base}
 			}
 			for _, name := range order {
-				rows[name] = append(rows[name], runPhase(ctx, SystemInProcess, pools[name].kv[:n], phase, size, per, prefix, c.Duration))
+				pprof.Do(ctx, pprof.Labels("pool", name), func(ctx context.Context) {
+					rows[name] = append(rows[name], runPhase(ctx, SystemInProcess, pools[name].kv[:n], phase, size, per, prefix, c.Duration))
+				})
 			}
 		}
 		paired, cpu := pairRatios(rows[base], rows[on])
@@ -145,15 +166,21 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 	}
 	for _, size := range c.Sizes {
 		for _, n := range c.Clients {
-			compare("tenants", "off", "tenants", "put", size, n)
-			compare("tenants", "off", "tenants", "get", size, n)
-			compare("grants", "off-tcp", "grants", "put", size, n)
-			compare("grants", "off-tcp", "grants", "get", size, n)
+			if want("tenants") {
+				compare("tenants", "off", "tenants", "put", size, n)
+				compare("tenants", "off", "tenants", "get", size, n)
+			}
+			if want("grants") {
+				compare("grants", "off-tcp", "grants", "put", size, n)
+				compare("grants", "off-tcp", "grants", "get", size, n)
+			}
 		}
 	}
 	for _, n := range c.Clients {
-		compare("tls", "tcp", "tls", "put", 4096, n)
-		compare("tls-vs-local", "off", "tls", "put", 4096, n)
+		if want("tls") {
+			compare("tls", "tcp", "tls", "put", 4096, n)
+			compare("tls-vs-local", "off", "tls", "put", 4096, n)
+		}
 	}
 	return res, nil
 }
