@@ -366,11 +366,13 @@ type Verifier struct {
 	// Verified grants' encodings (Set.Install), in a table of buckets
 	// indexed by the MAC (allocated at the first); recallLocks guard its
 	// buckets, in stripes: the lanes of a node look them up at once.
-	recalled    atomic.Pointer[[recallBuckets]recallBucket]
-	recallOnce  sync.Once
+	recalled   atomic.Pointer[[recallBuckets]recallBucket]
+	recallOnce sync.Once
+	// (Not RWMutexes: their Unlock costs more than sharing such short
+	// holds saves.)
 	recallLocks [recallStripes]struct {
-		sync.RWMutex
-		_ [40]byte
+		sync.Mutex
+		_ [56]byte
 	}
 
 	sets     atomic.Uint32 // Sets made, numbering their counter stripes
@@ -638,14 +640,14 @@ func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool)
 	bk := &t[i]
 	mu := &v.recallLocks[i%recallStripes]
 	ok = false
-	mu.RLock()
+	mu.Lock()
 	for w, k := range bk.keys {
 		if e := &bk.ents[w]; k == key && int(e.n) == len(b) {
 			ok = equal(e.enc[:e.n], b)
 			break
 		}
 	}
-	mu.RUnlock()
+	mu.Unlock()
 	if !ok {
 		return Grant{}, false
 	}
@@ -705,13 +707,13 @@ func (v *Verifier) remembered() (n int) {
 	}
 	for i := range t {
 		mu := &v.recallLocks[i%recallStripes]
-		mu.RLock()
+		mu.Lock()
 		for _, k := range t[i].keys {
 			if k != 0 {
 				n++
 			}
 		}
-		mu.RUnlock()
+		mu.Unlock()
 	}
 	return n
 }
