@@ -44,10 +44,9 @@
 // and each READ/WRITE then only checks that its extent lies inside a
 // cached grant of the right mode that has not expired (a few comparisons,
 // no MAC). A grant the verifier verified before (the same bytes, all of
-// them, compared in constant time, on any connection; up to 8192 in a
-// table indexed by their MAC, each taking its place from the one that
-// held it; one-shot grants and grants longer than 151 bytes are not
-// remembered) is not
+// them, compared in constant time, on any connection; up to 4096 in
+// buckets of four places indexed by their MAC; one-shot grants and grants
+// longer than 151 bytes are not remembered) is not
 // verified again: the grant as verified then is kept if it names the
 // connection's segment and has not expired. Verify allocates nothing.
 // Set.Allow re-checks the liveness of one-shot grants on every
