@@ -179,11 +179,23 @@ func fastCallOn[R any, PR interface {
 		return nil, c, err
 	}
 	resp := PR(new(R))
-	if err := pb.Unmarshal(out, resp); err != nil {
+	unmarshal := pb.Unmarshal
+	if len(out) <= maxAliasedAnswer {
+		// out is this call's own (fastrpc hands each answer out in a new
+		// slice): a small answer's strings and grants point into it.
+		unmarshal = pb.UnmarshalAliasing
+	}
+	if err := unmarshal(out, resp); err != nil {
 		return nil, c, err
 	}
 	return resp, c, nil
 }
+
+// maxAliasedAnswer is the largest fastrpc answer whose decoded strings
+// and bytes point into it (storepb.UnmarshalAliasing): a replica list, a
+// placement; a larger one (a listing's page) is copied out, so a key kept
+// from it does not keep the whole page.
+const maxAliasedAnswer = 4096
 
 // reqBufs recycles the encoded requests of fastCallOn (CallBy copies them
 // into its write queue), up to maxPooledReq bytes each.

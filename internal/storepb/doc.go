@@ -9,4 +9,4 @@
 package storepb
 
 //go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative store.proto tasks.proto
-//go:generate protoc --go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size store.proto
+//go:generate protoc --go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+unmarshal_unsafe+size store.proto

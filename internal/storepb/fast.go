@@ -67,6 +67,19 @@ func Unmarshal(b []byte, m proto.Message) error {
 	return proto.Unmarshal(b, m)
 }
 
+// UnmarshalAliasing is Unmarshal for b that its caller owns and nothing
+// writes again: the message's strings and bytes point into b instead of
+// being copied (vtprotobuf's UnmarshalVTUnsafe), and b stays alive while
+// any of them is referenced, so it suits small answers only (a string
+// kept from a large one would keep all of it). The message's byte slices
+// must not be appended to (their capacity runs on into b).
+func UnmarshalAliasing(b []byte, m proto.Message) error {
+	if v, ok := m.(interface{ UnmarshalVTUnsafe([]byte) error }); ok {
+		return v.UnmarshalVTUnsafe(b)
+	}
+	return Unmarshal(b, m)
+}
+
 // UnmarshalRequest is Unmarshal for what a server reads off the network:
 // it also refuses strings that are not valid UTF-8 anywhere in the
 // message, as proto.Unmarshal does for proto3 strings (vtprotobuf's
