@@ -90,15 +90,28 @@ func FuzzUnmarshal(f *testing.F) {
 		m := all[int(which)%len(all)]
 		fast := m.ProtoReflect().New().Interface()
 		slow := m.ProtoReflect().New().Interface()
+		aliased := m.ProtoReflect().New().Interface()
 		errFast := Unmarshal(b, fast)
 		errSlow := proto.Unmarshal(b, slow)
+		in := bytes.Clone(b)
+		errAliased := UnmarshalAliasing(in, aliased)
+		if !bytes.Equal(in, b) {
+			t.Fatalf("%T: UnmarshalAliasing wrote into its input", m)
+		}
+		if (errAliased == nil) != (errFast == nil) {
+			t.Fatalf("%T: aliasing decoder: %v, copying one: %v", m, errAliased, errFast)
+		}
 		// The fast codec may refuse what proto.Unmarshal keeps as unknown
 		// fields (a known field number with another wire type): our peers
 		// never send that, and a refusal is a clean error.
 		dropUnknown(fast.ProtoReflect())
 		dropUnknown(slow.ProtoReflect())
+		dropUnknown(aliased.ProtoReflect())
 		if errFast == nil && errSlow == nil && !proto.Equal(fast, slow) {
 			t.Fatalf("%T: decoders disagree on %x: %v vs %v", m, b, fast, slow)
+		}
+		if errFast == nil && !proto.Equal(fast, aliased) {
+			t.Fatalf("%T: aliasing decoder disagrees on %x: %v vs %v", m, b, aliased, fast)
 		}
 	})
 }
