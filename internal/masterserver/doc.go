@@ -45,10 +45,11 @@
 // (grants.go): WRITE with each placement (PutStart, a PutCommit's next
 // slot; for PutTimeout), READ with each replica list (until the read
 // lease ends), WRITE on tombstone headers, READ/WRITE on task sources and
-// targets (until the task's deadline). Grants are signed per call, with
-// the expiry rounded down to a step and a nonce derived from the rest, so
-// the same extent and mode get the same bytes within a step (a hot
-// object's readers, an upsert's reused slot). Storage nodes holding
+// targets (until the task's deadline). Grants are signed per call;
+// placements' and replica lists' with the expiry rounded down to a step
+// and a nonce derived from the rest, so the same extent and mode get the
+// same bytes within a step (a hot object's readers, an upsert's reused
+// slot). Storage nodes holding
 // the same keys refuse transfers without them. The core knows nothing of
 // grants.
 package masterserver

@@ -33,7 +33,7 @@ import (
 //   - Tombstones handed to the remover: WRITE on the header, for
 //     headerGrantTTL.
 //   - Tasks: READ on the source, WRITE on the targets, until the task's
-//     deadline.
+//     deadline (exactly: not rounded like the others).
 //
 // The same extent and mode get the same grant, byte for byte, for a
 // while: a grant's expiry is the wanted one rounded down to a step (a
@@ -48,8 +48,9 @@ import (
 // extent, which a pool's working set of millions of objects keeps out of
 // the processor's caches, and it takes no lock. Rounding only shortens a
 // grant, never past half (READ) or three quarters (WRITE) of its wanted
-// lifetime. Tombstones' header grants are fresh (short-lived, rarely the
-// same header twice).
+// lifetime. Tombstones' header grants and tasks' grants are signed
+// fresh, with a random nonce and the wanted expiry (rarely the same
+// extent twice; a task may take most of its time).
 //
 // Revocation is by expiry. The bound: a WRITE grant outlives the removal
 // (or revocation) of its put by at most PutTimeout; a READ grant outlives
@@ -206,11 +207,15 @@ func (g *granter) task(a *pb.TaskAssignment) {
 	if left <= 0 {
 		return
 	}
+	// Until the deadline itself, not rounded: a task is rare (nothing to
+	// share bytes with) and may take most of its time.
 	exp := now.Add(left)
-	if s := a.Source; s != nil {
-		s.Grant = g.sign(s.Endpoint, s.Addr-a.HeaderLen, s.Size+a.HeaderLen, grant.Read, now, exp)
+	if s := a.Source; s != nil && s.Size+a.HeaderLen > 0 && s.Endpoint != "" {
+		s.Grant = g.encode(s.Endpoint, s.Addr-a.HeaderLen, s.Size+a.HeaderLen, grant.Read, exp)
 	}
 	for _, t := range a.Targets {
-		t.Grant = g.sign(t.Endpoint, t.Addr-a.HeaderLen, t.Size+a.HeaderLen, grant.Write, now, exp)
+		if t.Size+a.HeaderLen > 0 && t.Endpoint != "" {
+			t.Grant = g.encode(t.Endpoint, t.Addr-a.HeaderLen, t.Size+a.HeaderLen, grant.Write, exp)
+		}
 	}
 }
