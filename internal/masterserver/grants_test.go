@@ -95,3 +95,39 @@ func TestGranterReuse(t *testing.T) {
 		t.Fatal("a tombstone's header grant was reused, or one without an endpoint signed")
 	}
 }
+
+// A task's grants last until its deadline exactly (a task may take most
+// of its time), over the header and value of its source (READ) and
+// targets (WRITE).
+func TestGranterTask(t *testing.T) {
+	keys, err := grant.NewKeyring(map[uint32][]byte{1: []byte("0123456789abcdef0123")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGranter(keys, nil, 30*time.Second)
+	v := grant.NewVerifier(keys, nil)
+	deadline := time.Now().Add(7 * time.Second).Truncate(time.Millisecond)
+	a := &pb.TaskAssignment{HeaderLen: 64, DeadlineUnixMs: deadline.UnixMilli(),
+		Source: &pb.Replica{Endpoint: "n:1", Addr: 1 << 20, Size: 4096}, Targets: []*pb.Replica{{Endpoint: "n:2", Addr: 2 << 20, Size: 4096}}}
+	g.task(a)
+	src, err := v.Verify(a.Source.Grant, "n:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := v.Verify(a.Targets[0].Grant, "n:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		g    grant.Grant
+		mode grant.Mode
+		addr uint64
+	}{{src, grant.Read, 1<<20 - 64}, {dst, grant.Write, 2<<20 - 64}} {
+		if d := c.g.Expires.Sub(deadline); d < -time.Millisecond || d > time.Millisecond {
+			t.Fatalf("task grant expires %v from the deadline, want at it", d)
+		}
+		if c.g.Mode != c.mode || !c.g.Covers(c.mode, c.addr, 4096+64) || c.g.Covers(c.mode, c.addr-1, 1) || c.g.Covers(c.mode, c.addr+4096+64, 1) {
+			t.Fatalf("task grant %+v: want %v on exactly [%d, +%d)", c.g, c.mode, c.addr, 4096+64)
+		}
+	}
+}
