@@ -119,8 +119,12 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 		}
 	}
 	want := func(f string) bool { return len(c.Features) == 0 || slices.Contains(c.Features, f) }
+	uses := map[string][]string{"tenants": {"off", "tenants"}, "grants": {"off-tcp", "grants"}, "tls": {"tcp", "tls", "off"}}
 	pools := map[string]*benchPool{}
 	for name, sec := range secs {
+		if !slices.ContainsFunc(SecurityFeatures, func(f string) bool { return want(f) && slices.Contains(uses[f], name) }) {
+			continue // no chosen comparison uses it
+		}
 		var p *benchPool
 		// Every goroutine of the pool (its master's, nodes' and clients')
 		// carries the label pool=NAME in a CPU profile (--cpuprofile;
