@@ -24,7 +24,7 @@ func BenchmarkAllow(b *testing.B) {
 	keys := ring(b, 1, "0123456789abcdef0123")
 	v := NewVerifier(keys, nil)
 	s := v.NewSet("s")
-	for i := range maxSet {
+	for i := range SetSize {
 		g, _ := keys.Encode(Grant{Segment: "s", Addr: uint64(i) << 20, Length: 1 << 20, Mode: Read, Expires: time.Now().Add(time.Hour)})
 		if err := s.Install(g); err != nil {
 			b.Fatal(err)
@@ -33,7 +33,7 @@ func BenchmarkAllow(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		addr uint64
-	}{{"newest", uint64(maxSet-1) << 20}, {"oldest", 0}} {
+	}{{"newest", uint64(SetSize-1) << 20}, {"oldest", 0}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

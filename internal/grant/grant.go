@@ -524,20 +524,17 @@ func (v *Verifier) Stats() Stats {
 // not send them again (internal/transport/tcp does).
 const SetSize = 64
 
-// maxSet is SetSize.
-const maxSet = SetSize
-
-// Set is the verified grants of one connection: a ring of the maxSet
+// Set is the verified grants of one connection: a ring of the SetSize
 // newest. Not safe for concurrent use (one connection is served by one
 // goroutine).
 type Set struct {
 	v       *Verifier
 	segment string
-	ring    [maxSet]Grant
-	nonces  [maxSet]uint64 // ring[i].Nonce, packed: scanned on every Install
+	ring    [SetSize]Grant
+	nonces  [SetSize]uint64 // ring[i].Nonce, packed: scanned on every Install
 	// spans[i] is ring[i]'s first extent and mode, packed: Allow scans
 	// them, and looks at ring[i] only for a candidate.
-	spans  [maxSet]span
+	spans  [SetSize]span
 	n      int    // grants in the ring
 	next   int    // where the next one goes
 	stripe uint32 // of the verifier's counters
@@ -584,8 +581,8 @@ func (s *Set) Install(b []byte) error {
 	}
 	s.ring[s.next], s.nonces[s.next] = g, g.Nonce
 	s.spans[s.next] = span{addr: g.Addr, end: g.Addr + g.Length, mode: g.Mode, more: len(g.Extents) > 0}
-	s.next = (s.next + 1) % maxSet
-	s.n = min(s.n+1, maxSet)
+	s.next = (s.next + 1) % SetSize
+	s.n = min(s.n+1, SetSize)
 	return nil
 }
 
@@ -739,7 +736,7 @@ func (s *Set) Allows(mode Mode, addr, n uint64) bool {
 	var now time.Time
 	for k, i := 0, s.next; k < s.n; k++ { // newest first
 		if i--; i < 0 {
-			i = maxSet - 1
+			i = SetSize - 1
 		}
 		sp := &s.spans[i]
 		if sp.mode&mode != mode || mode == 0 {

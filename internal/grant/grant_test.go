@@ -163,16 +163,16 @@ func TestSetBounded(t *testing.T) {
 	keys := ring(t, 1, "0123456789abcdef0123")
 	v := NewVerifier(keys, c.now)
 	s := v.NewSet("s")
-	for i := range 3 * maxSet {
+	for i := range 3 * SetSize {
 		b, _ := keys.Encode(Grant{Segment: "s", Addr: uint64(i) * 10, Length: 10, Mode: Read, Expires: c.t.Add(time.Second)})
 		if err := s.Install(b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if s.n != maxSet {
+	if s.n != SetSize {
 		t.Fatalf("%d grants kept", s.n)
 	}
-	if s.Allow(Read, uint64(3*maxSet-1)*10, 10) != nil || s.Allow(Read, 0, 10) == nil {
+	if s.Allow(Read, uint64(3*SetSize-1)*10, 10) != nil || s.Allow(Read, 0, 10) == nil {
 		t.Fatal("set keeps the wrong grants")
 	}
 }

@@ -87,9 +87,6 @@ func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *grant
 // to the step of its lifetime at now (step), and every call for the same
 // extent and mode that rounds to the same expiry gets the same bytes.
 func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, now, expires time.Time) []byte {
-	if n == 0 || endpoint == "" {
-		return nil
-	}
 	exp := expires
 	if st := int64(step(expires.Sub(now), mode)); st > 0 {
 		e := expires.UnixNano()
@@ -100,11 +97,7 @@ func (g *granter) sign(endpoint string, addr, n uint64, mode grant.Mode, now, ex
 		nonce = (nonce ^ w) * 0x9E3779B97F4A7C15
 		nonce ^= nonce >> 32
 	}
-	b, err := g.keys.Encode(grant.Grant{Segment: endpoint, Addr: addr, Length: n, Mode: mode, Expires: exp, Nonce: nonce | 1})
-	if err != nil {
-		return nil // a name too long for a grant: the node refuses the transfer
-	}
-	return b
+	return g.encode(endpoint, addr, n, mode, exp, nonce|1)
 }
 
 // step is the rounding step of a grant of mode wanted for lifetime: the
@@ -132,8 +125,13 @@ func (g *granter) coreNow(now time.Time) time.Time {
 	return g.clock.Now()
 }
 
-func (g *granter) encode(endpoint string, addr, n uint64, mode grant.Mode, expires time.Time) []byte {
-	b, err := g.keys.Encode(grant.Grant{Segment: endpoint, Addr: addr, Length: n, Mode: mode, Expires: expires})
+// encode signs a grant of mode on [addr, addr+n) of endpoint until expires
+// with nonce (0: a random one); nil for an empty extent or no endpoint.
+func (g *granter) encode(endpoint string, addr, n uint64, mode grant.Mode, expires time.Time, nonce uint64) []byte {
+	if n == 0 || endpoint == "" {
+		return nil
+	}
+	b, err := g.keys.Encode(grant.Grant{Segment: endpoint, Addr: addr, Length: n, Mode: mode, Expires: expires, Nonce: nonce})
 	if err != nil {
 		return nil // a name too long for a grant: the node refuses the transfer
 	}
@@ -189,9 +187,7 @@ func (g *granter) tombs(refs []*pb.HeaderRef) []*pb.HeaderRef {
 	now := time.Now()
 	exp := now.Add(headerGrantTTL)
 	for _, r := range refs {
-		if r.Endpoint != "" {
-			r.Grant = g.encode(r.Endpoint, r.Addr, objheader.Align, grant.Write, exp)
-		}
+		r.Grant = g.encode(r.Endpoint, r.Addr, objheader.Align, grant.Write, exp, 0)
 	}
 	return refs
 }
@@ -210,12 +206,10 @@ func (g *granter) task(a *pb.TaskAssignment) {
 	// Until the deadline itself, not rounded: a task is rare (nothing to
 	// share bytes with) and may take most of its time.
 	exp := now.Add(left)
-	if s := a.Source; s != nil && s.Size+a.HeaderLen > 0 && s.Endpoint != "" {
-		s.Grant = g.encode(s.Endpoint, s.Addr-a.HeaderLen, s.Size+a.HeaderLen, grant.Read, exp)
+	if s := a.Source; s != nil {
+		s.Grant = g.encode(s.Endpoint, s.Addr-a.HeaderLen, s.Size+a.HeaderLen, grant.Read, exp, 0)
 	}
 	for _, t := range a.Targets {
-		if t.Size+a.HeaderLen > 0 && t.Endpoint != "" {
-			t.Grant = g.encode(t.Endpoint, t.Addr-a.HeaderLen, t.Size+a.HeaderLen, grant.Write, exp)
-		}
+		t.Grant = g.encode(t.Endpoint, t.Addr-a.HeaderLen, t.Size+a.HeaderLen, grant.Write, exp, 0)
 	}
 }
