@@ -57,60 +57,16 @@ func BenchmarkEncode(b *testing.B) {
 	}
 }
 
-// BenchmarkInstallRecalled: a READ grant the verifier verified before
-// arrives on a lane (recalled by its MAC, not verified again).
-func BenchmarkInstallRecalled(b *testing.B) {
-	keys := ring(b, 1, "0123456789abcdef0123")
-	v := NewVerifier(keys, nil)
-	g, err := keys.Encode(Grant{Segment: "s", Addr: 4096, Length: 4096, Mode: Read, Expires: time.Now().Add(time.Hour)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := v.NewSet("s").Install(g); err != nil {
-		b.Fatal(err)
-	}
-	s := v.NewSet("s")
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := s.Install(g); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkLane is what a storage node's lane pays per 4 KiB request
-// whose grant arrives with it, on a lane whose ring is full: recall: a
-// grant verified before (one of 256, a client's key set), fresh: a
-// WRITE grant new to the node (a put's placement the master signed).
+// whose grant arrives with it, on a lane whose ring is full: fresh: a
+// WRITE grant not among the lane's (a put's placement the master signed).
 func BenchmarkLane(b *testing.B) {
 	keys := ring(b, 1, "0123456789abcdef0123")
 	const seg = "127.0.0.1:12345"
 	exp := time.Now().Add(time.Hour)
-	b.Run("recall", func(b *testing.B) {
-		v := NewVerifier(keys, nil)
-		gs := make([][]byte, 256)
-		for i := range gs {
-			gs[i], _ = keys.Encode(Grant{Segment: seg, Addr: uint64(i+1) << 20, Length: 4096, Mode: Read, Expires: exp})
-			if err := v.NewSet(seg).Install(gs[i]); err != nil {
-				b.Fatal(err)
-			}
-		}
-		s := v.NewSet(seg)
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			i = (i + 97) % len(gs)
-			if err := s.Install(gs[i]); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Allow(Read, uint64(i+1)<<20, 4096); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 	b.Run("fresh", func(b *testing.B) {
 		v := NewVerifier(keys, nil)
-		gs := make([][]byte, 4*maxRecalled) // each forgotten before it comes again
+		gs := make([][]byte, 16*SetSize) // none among the lane's grants when it comes again
 		for i := range gs {
 			gs[i], _ = keys.Encode(Grant{Segment: seg, Addr: uint64(i+1) << 20, Length: 4096 + 128, Mode: Write, Expires: exp})
 		}

@@ -7,7 +7,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -363,21 +362,8 @@ type Verifier struct {
 	mu   sync.RWMutex
 	live map[uint64]time.Time // one-shot nonces held live, with their expiry
 
-	// Verified grants' encodings (Set.Install), in a table of buckets
-	// indexed by the MAC (allocated at the first); recallLocks guard its
-	// buckets, in stripes: the lanes of a node look them up at once.
-	recalled   atomic.Pointer[[recallBuckets]recallBucket]
-	recallOnce sync.Once
-	// (Not RWMutexes: their Unlock costs more than sharing such short
-	// holds saves.)
-	recallLocks [recallStripes]struct {
-		sync.Mutex
-		_ [56]byte
-	}
-
 	sets     atomic.Uint32 // Sets made, numbering their counter stripes
-	verified striped       // verified with the MAC
-	recalls  striped       // recalled
+	verified striped       // verified
 	refused  atomic.Uint64
 	denied   atomic.Uint64
 }
@@ -397,9 +383,6 @@ func (c *striped) load() (n uint64) {
 	}
 	return n
 }
-
-// recallStripes is how many locks guard the recall table's places.
-const recallStripes = 64
 
 // NewVerifier returns a verifier; now nil means time.Now.
 func NewVerifier(keys *Keyring, now func() time.Time) *Verifier {
@@ -507,15 +490,13 @@ func (v *Verifier) MintOneShot(g Grant) ([]byte, Grant, error) {
 // Stats are the verifier's counters.
 type Stats struct {
 	Verified uint64 // grants that verified
-	Recalled uint64 // of them, those recalled (the bytes of one verified before)
 	Refused  uint64 // grants that did not (forged, expired, other key, revoked, ...)
 	Denied   uint64 // requests no valid grant covered
 }
 
 // Stats returns the counters.
 func (v *Verifier) Stats() Stats {
-	r := v.recalls.load()
-	return Stats{Verified: v.verified.load() + r, Recalled: r, Refused: v.refused.Load(), Denied: v.denied.Load()}
+	return Stats{Verified: v.verified.load(), Refused: v.refused.Load(), Denied: v.denied.Load()}
 }
 
 // SetSize is how many grants a Set keeps: the last SetSize it installed
@@ -554,23 +535,19 @@ func (v *Verifier) NewSet(segment string) *Set {
 }
 
 // Install verifies an encoded grant and keeps it (the oldest goes when
-// the ring is full).
+// the ring is full). A grant the set keeps already (sent again) becomes
+// the newest.
 //
-// A grant whose bytes equal, all of them, those of one the verifier
-// verified before (the same grant sent again, on this lane or another; the
-// master hands a hot extent's READ grant, and an extent's WRITE grant when
-// the extent comes back to a put, out again) is not verified again: the
-// grant as verified then is kept. Such a grant must still name this
-// segment and not have expired. One-shot grants are always verified (and
-// Allow checks their liveness on every request).
+// Each grant that arrives is verified, also one this verifier verified
+// before on another connection: a table of verified grants, looked up by
+// their MAC, is not kept, since a look-up of a table too large for the
+// processor's caches, as a pool's working set makes it, costs as much as
+// the MAC of a short grant (some 60 bytes signed). A sender does not send
+// a grant again while the set keeps it (SetSize).
 func (s *Set) Install(b []byte) error {
-	g, ok := s.v.recall(b, s.segment, s.stripe)
-	if !ok {
-		var err error
-		if g, err = s.v.verifyAs(b, s.segment, s.stripe); err != nil {
-			return err
-		}
-		s.v.remember(b, g)
+	g, err := s.v.verifyAs(b, s.segment, s.stripe)
+	if err != nil {
+		return err
 	}
 	for i := range s.n {
 		if s.nonces[i] == g.Nonce && s.ring[i].KeyID == g.KeyID {
@@ -584,135 +561,6 @@ func (s *Set) Install(b []byte) error {
 	s.next = (s.next + 1) % SetSize
 	s.n = min(s.n+1, SetSize)
 	return nil
-}
-
-// maxRecalled is how many verified grants a verifier remembers: the
-// places of its recall table, recallWays to a bucket (a power of two;
-// some 660 KiB, allocated when the first grant is remembered). Small
-// enough to stay in the processor's caches: a look-up in a table too
-// large for them costs more than verifying the grant again.
-const (
-	maxRecalled   = 4096
-	recallWays    = 4
-	recallBuckets = maxRecalled / recallWays
-)
-
-// recallBucket is a bucket of the recall table: an encoding goes to the
-// bucket of its MAC's first 8 bytes and takes one of its places. Without
-// pointers: the collector does not scan the table.
-type recallBucket struct {
-	keys [recallWays]uint64 // the places' MAC prefixes (0: empty)
-	next uint8              // the place a grant takes when all are held
-	ents [recallWays]recallEntry
-}
-
-// recallEntry is a place of the recall table: a verified grant's
-// encoding, whole. Grants longer than enc are not remembered.
-type recallEntry struct {
-	n   uint8
-	enc [151]byte
-}
-
-// recallKey is the first 8 bytes of an encoding's MAC: the index of its
-// place. ok is false for an encoding too short or too long to remember.
-func recallKey(b []byte) (key uint64, ok bool) {
-	if len(b) < fixedLen+macLen || len(b) > len(recallEntry{}.enc) {
-		return 0, false
-	}
-	key = binary.LittleEndian.Uint64(b[len(b)-macLen:])
-	return key, key != 0
-}
-
-// recall returns the grant verified before whose encoding is b, byte for
-// byte (compared in constant time: equal), when it names segment and has
-// not expired; it counts as verified (in stripe). The grant is decoded
-// from b, which is that encoding.
-func (v *Verifier) recall(b []byte, segment string, stripe uint32) (Grant, bool) {
-	key, ok := recallKey(b)
-	t := v.recalled.Load()
-	if !ok || t == nil {
-		return Grant{}, false
-	}
-	i := key % recallBuckets
-	bk := &t[i]
-	mu := &v.recallLocks[i%recallStripes]
-	ok = false
-	mu.Lock()
-	for w, k := range bk.keys {
-		if e := &bk.ents[w]; k == key && int(e.n) == len(b) {
-			ok = equal(e.enc[:e.n], b)
-			break
-		}
-	}
-	mu.Unlock()
-	if !ok {
-		return Grant{}, false
-	}
-	g, _, err := decode(b, segment)
-	if err != nil || g.Segment != segment || g.Flags&FlagOneShot != 0 || !v.now().Before(g.Expires) {
-		return Grant{}, false
-	}
-	v.recalls.add(stripe) // verified too (Stats)
-	return g, true
-}
-
-// equal reports whether a and b are equal, in time that depends on their
-// length only.
-func equal(a, b []byte) bool { return subtle.ConstantTimeCompare(a, b) == 1 }
-
-// remember keeps verified grant g, encoded as b, in its place of the
-// recall table (taking it from whichever grant held it), unless one-shot
-// (those are checked live on every use) or too long.
-func (v *Verifier) remember(b []byte, g Grant) {
-	key, ok := recallKey(b)
-	if !ok || g.Flags&FlagOneShot != 0 {
-		return
-	}
-	v.recallOnce.Do(func() { v.recalled.Store(new([recallBuckets]recallBucket)) })
-	i := key % recallBuckets
-	bk := &v.recalled.Load()[i]
-	mu := &v.recallLocks[i%recallStripes]
-	mu.Lock()
-	// Its own place if it has one (the same MAC prefix), else an empty
-	// one, else the places in turn.
-	w := -1
-	for j, k := range bk.keys {
-		if k == key {
-			w = j
-			break
-		}
-		if k == 0 && w < 0 {
-			w = j
-		}
-	}
-	if w < 0 {
-		w = int(bk.next)
-		bk.next = uint8((w + 1) % recallWays)
-	}
-	bk.keys[w] = key
-	e := &bk.ents[w]
-	e.n = uint8(len(b))
-	copy(e.enc[:], b)
-	mu.Unlock()
-}
-
-// remembered is how many grants the verifier remembers.
-func (v *Verifier) remembered() (n int) {
-	t := v.recalled.Load()
-	if t == nil {
-		return 0
-	}
-	for i := range t {
-		mu := &v.recallLocks[i%recallStripes]
-		mu.Lock()
-		for _, k := range t[i].keys {
-			if k != 0 {
-				n++
-			}
-		}
-		mu.Unlock()
-	}
-	return n
 }
 
 // Allow returns nil when a kept grant that has not expired (and, if

@@ -186,7 +186,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(g[:len(g)-1])
 	v := NewVerifier(keys, func() time.Time { return time.Unix(1000, 0) })
-	// g verified once: the verifier recalls it, and nothing else.
+	// Only what the keyring signed installs (g, verified once before).
 	if err := v.NewSet("127.0.0.1:1234").Install(g); err != nil {
 		f.Fatal(err)
 	}

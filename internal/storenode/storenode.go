@@ -161,7 +161,6 @@ func (n *Node) Handler() http.Handler {
 		fmt.Fprintf(w, "# HELP mooncake_storenode_ping_failures Consecutive failed pings to the master.\n# TYPE mooncake_storenode_ping_failures gauge\nmooncake_storenode_ping_failures{segment=%q} %d\n", seg, h.PingFailures)
 		if g := n.eng.GrantStats(); g != (grant.Stats{}) {
 			fmt.Fprintf(w, "# HELP mooncake_storenode_grants_verified_total Data-path grants that verified.\n# TYPE mooncake_storenode_grants_verified_total counter\nmooncake_storenode_grants_verified_total{segment=%q} %d\n", seg, g.Verified)
-			fmt.Fprintf(w, "# HELP mooncake_storenode_grants_recalled_total Data-path grants that arrived as the very bytes of one verified before (counted in verified too; not verified again).\n# TYPE mooncake_storenode_grants_recalled_total counter\nmooncake_storenode_grants_recalled_total{segment=%q} %d\n", seg, g.Recalled)
 			fmt.Fprintf(w, "# HELP mooncake_storenode_grants_refused_total Data-path grants refused (forged, expired, unknown key, other segment, revoked).\n# TYPE mooncake_storenode_grants_refused_total counter\nmooncake_storenode_grants_refused_total{segment=%q} %d\n", seg, g.Refused)
 			fmt.Fprintf(w, "# HELP mooncake_storenode_transfers_denied_total Incoming READs and WRITEs no valid grant covered (nothing touched).\n# TYPE mooncake_storenode_transfers_denied_total counter\nmooncake_storenode_transfers_denied_total{segment=%q} %d\n", seg, g.Denied)
 		}

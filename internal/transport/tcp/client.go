@@ -241,8 +241,9 @@ type lane struct {
 	// sent is the grants this lane sent last, a ring of as many as the
 	// server keeps per lane (grant.SetSize), written by the writer
 	// goroutine only.
-	sent  [grant.SetSize]sentGrant
-	sentN int
+	sent      [grant.SetSize]string
+	sentTails [grant.SetSize]uint64 // sent[i]'s last 8 bytes
+	sentN     int
 
 	mu       sync.Mutex
 	queue    []*Op
@@ -444,27 +445,22 @@ func (l *lane) writer() {
 	}
 }
 
-// sentGrant is a grant a lane sent: its encoding and the last 8 bytes of
-// it (of its MAC: a grant's bytes tell it apart from the others) to look
-// it up by.
-type sentGrant struct {
-	tail uint64
-	g    string
-}
-
 // sentGrant reports whether the lane sent g among its last grant.SetSize
 // grants, and remembers it as sent if not. The server keeps the last
 // grant.SetSize grants a lane installed (those that verified), so a
 // grant among them needs no sending again; the server sees the grants
-// in the order the lane sends them. Grants are told apart by their bytes.
+// in the order the lane sends them. Grants are told apart by their bytes,
+// looked up by their last 8 (of the MAC), packed: the scan reads 512
+// bytes.
 func (l *lane) sentGrant(g string) bool {
 	tail, _ := grantTail(g)
-	for i := range l.sent {
-		if s := &l.sent[i]; s.tail == tail && s.g == g {
+	for i, t := range &l.sentTails {
+		if t == tail && l.sent[i] == g {
 			return true
 		}
 	}
-	l.sent[l.sentN%len(l.sent)] = sentGrant{tail, g}
+	i := l.sentN % len(l.sent)
+	l.sentTails[i], l.sent[i] = tail, g
 	l.sentN++
 	return false
 }
