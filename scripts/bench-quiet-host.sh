@@ -56,7 +56,7 @@ if [ -n "${1:-}" ]; then
 fi
 BUDGET=${BUDGET:-570}
 start=$(date +%s)
-{ nproc; free -g; df -h /tmp; uname -a; redis-server --version; etcd --version | head -1; git -C "$R" log -1 --format=%h 2>/dev/null; date; } >"$OUT/info.txt" 2>&1
+{ nproc; free -g; df -h /tmp; uname -a; cat /sys/devices/system/clocksource/clocksource0/current_clocksource; redis-server --version; etcd --version | head -1; git -C "$R" log -1 --format=%h 2>/dev/null; date; } >"$OUT/info.txt" 2>&1
 STEPS=,${STEPS:-master,master-remove,grants,failover,procs,disk,pd},
 run() { # name, deadline, command...
 	n=$1 t=$2
