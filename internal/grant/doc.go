@@ -43,12 +43,11 @@
 // the transfer engine keeps: a grant is verified once when it arrives,
 // and each READ/WRITE then only checks that its extent lies inside a
 // cached grant of the right mode that has not expired (a few comparisons,
-// no MAC). A grant the verifier verified before (the same bytes, all of
-// them, compared in constant time, on any connection; up to 4096 in
-// buckets of four places indexed by their MAC; one-shot grants and grants
-// longer than 151 bytes are not remembered) is not
-// verified again: the grant as verified then is kept if it names the
-// connection's segment and has not expired. Verify allocates nothing.
+// no MAC). Verify allocates nothing. A grant that arrives again on another
+// connection is verified again (no table of verified grants is kept: a
+// look-up that misses the processor's caches costs as much as the MAC);
+// a sender does not send a grant again while the connection's Set keeps
+// it (the last SetSize).
 // Set.Allow re-checks the liveness of one-shot grants on every
 // request, so revoking one takes effect at once on every connection.
 //

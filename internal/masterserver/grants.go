@@ -40,10 +40,10 @@ import (
 // power of two milliseconds, at most half the wanted lifetime for READ, a
 // quarter for WRITE) and its nonce is derived from the rest, so every call
 // within one step signs the same bytes: a hot object's readers get the
-// same grant, which a lane sends once and the node verifies once; a put
-// slot made of an upsert's replaced version (the same extent again) gets
-// the grant its earlier put had, which the node recalls instead of
-// verifying. Nothing is cached: signing is a MAC over some 60 bytes with
+// same grant, which a lane sends once and the node verifies once per
+// lane; a put slot made of an upsert's replaced version (the same extent
+// again) gets the grant its earlier put had, which the lane that sent it
+// does not send again. Nothing is cached: signing is a MAC over some 60 bytes with
 // the keyring's state, cheaper than a look-up in a table of every hot
 // extent, which a pool's working set of millions of objects keeps out of
 // the processor's caches, and it takes no lock. Rounding only shortens a
