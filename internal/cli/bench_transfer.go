@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 
+	benchstore "github.com/kvcache-go/mooncake/internal/bench/store"
 	"github.com/kvcache-go/mooncake/internal/grant"
 
 	"github.com/spf13/cobra"
@@ -26,6 +27,7 @@ func newBenchTransferCmd() *cobra.Command {
 		block, bufSize, mode, tg string
 		asJSON, underLoad        bool
 		grants                   string
+		grantRounds              int
 	)
 	cmd := &cobra.Command{
 		Use:   "transfer",
@@ -99,7 +101,10 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 				return benchtransfer.SpawnTarget(ctx, exe, args)
 			}
 			if grants == "both" {
-				return benchTransferGrants(ctx, out, c, start, asJSON)
+				if grantRounds < 1 {
+					return &ExitError{Code: 2, Err: fmt.Errorf("--rounds %d: want at least 1", grantRounds)}
+				}
+				return benchTransferGrants(ctx, out, c, start, grantRounds, asJSON)
 			}
 			if grants == "on" && c.GrantKey == "" {
 				c.GrantKey = grant.NewKeyHex()
@@ -160,23 +165,34 @@ or the process is signalled; --mode initiator --target <segment> runs against it
 	f.StringVar(&c.Device, "device", "cpu", "initiator's buffer: cpu or cuda (GPU 0; the baseline is then pinned cuMemcpy)")
 	f.StringVar(&c.TargetDevice, "target-device", "", "target's buffer: cpu or cuda (default: as --device)")
 	f.StringVar(&c.CUDALib, "cuda-lib", os.Getenv("MOONCAKE_CUDA_LIB"), "CUDA driver library (default libcuda.so.1; $MOONCAKE_CUDA_LIB)")
-	f.StringVar(&grants, "grants", "off", `data-path grants: "off", "on" (the target checks a grant per request, the initiator sends one per thread), or "both": alternating rounds against a target without and one with grants, the median of each and their ratio`)
+	f.StringVar(&grants, "grants", "off", `data-path grants: "off", "on" (the target checks a grant per request, the initiator sends one per thread), or "both": rounds against a target without and one with grants, one right after the other (which goes first alternates), and the median of the rounds' paired ratios`)
+	f.IntVar(&grantRounds, "rounds", 5, "with --grants both: rounds, each measuring both targets for --duration")
 	f.StringVar(&c.GrantKey, "grant-key", "", "grant key in hex (the target of --grants on; made up when not given)")
 	_ = f.MarkHidden("grant-key")
 	return cmd
 }
 
 // benchTransferGrants runs the initiator against a target without grants
-// and one with them, alternating for 3 rounds of --duration each, and
-// prints the median of each and their ratio.
+// and one with them, one right after the other in each of rounds rounds
+// (which goes first alternates), and prints the median of the rounds'
+// paired ratios (each round's on over off, GB/s), their quartiles, and
+// each side's median round: pairing keeps a drift of the machine's other
+// load out of the ratio.
 func benchTransferGrants(ctx context.Context, out io.Writer, c benchtransfer.Config,
-	start func(benchtransfer.Config) (benchtransfer.TargetInfo, func(), error), asJSON bool) error {
+	start func(benchtransfer.Config) (benchtransfer.TargetInfo, func(), error), rounds int, asJSON bool) error {
 	on := c
 	on.GrantKey = grant.NewKeyHex()
 	c.GrantKey = ""
 	var res [2][]benchtransfer.Result
-	for round := range 3 {
-		for k, cfg := range []benchtransfer.Config{c, on} {
+	var paired, p50 benchstore.Ratios
+	for round := range rounds {
+		order := []int{0, 1}
+		if round%2 == 1 {
+			order = []int{1, 0}
+		}
+		var got [2]benchtransfer.Result
+		for _, k := range order {
+			cfg := []benchtransfer.Config{c, on}[k]
 			info, stop, err := start(cfg)
 			if err != nil {
 				return err
@@ -186,20 +202,32 @@ func benchTransferGrants(ctx context.Context, out io.Writer, c benchtransfer.Con
 			if err != nil {
 				return fmt.Errorf("round %d, grants %v: %w", round, k == 1, err)
 			}
+			got[k] = r
 			res[k] = append(res[k], r)
+		}
+		if got[0].GBPerS > 0 {
+			paired = append(paired, got[1].GBPerS/got[0].GBPerS)
+		}
+		if got[0].P50us > 0 {
+			p50 = append(p50, got[1].P50us/got[0].P50us)
 		}
 	}
 	med := func(rs []benchtransfer.Result) benchtransfer.Result {
+		rs = slices.Clone(rs)
 		slices.SortFunc(rs, func(a, b benchtransfer.Result) int { return cmp.Compare(a.GBPerS, b.GBPerS) })
 		return rs[len(rs)/2]
 	}
 	off, with := med(res[0]), med(res[1])
+	q1, q3 := paired.Quartiles()
 	if asJSON {
-		b, _ := json.Marshal(map[string]any{"off": off, "on": with, "ratio": with.GBPerS / off.GBPerS})
+		b, _ := json.Marshal(map[string]any{"off": off, "on": with, "ratio": paired.Median(), "quartiles": []float64{q1, q3},
+			"medians_ratio": with.GBPerS / off.GBPerS, "p50_ratio": p50.Median(), "rounds": rounds})
 		fmt.Fprintln(out, string(b))
 		return nil
 	}
-	fmt.Fprintf(out, "grants off: %s\ngrants on:  %s\ngrants on vs off: GB/s %.3fx, p50 %.2fx (median of 3 alternating rounds)\n",
-		off, with, with.GBPerS/off.GBPerS, with.P50us/off.P50us)
+	fmt.Fprintf(out, "grants off: %s\ngrants on:  %s\ngrants on vs off: GB/s %.3fx [%.3f-%.3f] (medians %.3fx), p50 %.2fx\n"+
+		"(the median over the %d rounds of each round's ratio, on over off, of its two measurements, taken one right after the other;\n"+
+		" quartiles in brackets; medians: the ratio of the two sides' median rounds, which the lines above show)\n",
+		off, with, paired.Median(), q1, q3, with.GBPerS/off.GBPerS, p50.Median(), rounds)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -47,5 +48,34 @@ func TestBenchTransferBadFlags(t *testing.T) {
 		if code == 0 || err == nil {
 			t.Errorf("%s: accepted", strings.Join(args, " "))
 		}
+	}
+}
+
+// TestBenchTransferGrantsBoth runs `mooncake bench transfer --grants both`
+// (the real binary: its targets are processes of it) and checks that it
+// measured both targets in every round and reports the paired ratio.
+func TestBenchTransferGrantsBoth(t *testing.T) {
+	bin := buildBinary(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "bench", "transfer", "--grants", "both", "--rounds", "2", "--duration", "150ms",
+		"--block-size", "64KiB", "--threads", "1", "--json").Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var r struct {
+		Off, On      map[string]any
+		Ratio        float64
+		MediansRatio float64 `json:"medians_ratio"`
+		Quartiles    []float64
+		Rounds       int
+		P50Ratio     float64 `json:"p50_ratio"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("not one JSON object: %q: %v", out, err)
+	}
+	if r.Rounds != 2 || r.Ratio <= 0 || r.MediansRatio <= 0 || r.P50Ratio <= 0 || len(r.Quartiles) != 2 ||
+		r.Quartiles[0] > r.Ratio || r.Ratio > r.Quartiles[1] || r.Off["gb_per_s"].(float64) <= 0 || r.On["gb_per_s"].(float64) <= 0 {
+		t.Fatalf("result %s", out)
 	}
 }
