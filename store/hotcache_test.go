@@ -250,6 +250,10 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 		finish(w, seed.Put(ctx, key(k), hcValue(k, id, size)))
 	}
 	var done atomic.Bool
+	// exercised: some reader's cache has served a hit and found an entry
+	// stale; until then the writers go on past writes (up to 20 times as
+	// many), whatever the timing of this machine.
+	var exercised atomic.Bool
 	var wg sync.WaitGroup
 	for g := range writers {
 		cl := c.client(nil)
@@ -257,7 +261,7 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(g), 7))
-			for range writes {
+			for i := 0; i < writes || (!exercised.Load() && i < 20*writes); i++ {
 				// Half the keys are overwritten by every writer, all the
 				// time; each key of the other half belongs to one writer,
 				// which overwrites and removes it now and then (a forced
@@ -316,6 +320,11 @@ func TestHotCacheNoStaleRead(t *testing.T) {
 				return true
 			}
 			for i := 0; !done.Load() || i < 200; i++ {
+				if i%32 == 0 && !exercised.Load() {
+					if st, ok := cl.HotCacheStats(); ok && st.Hits > 0 && st.Stale > 0 {
+						exercised.Store(true)
+					}
+				}
 				k := r.IntN(keys)
 				start := tick()
 				switch i % 3 {
