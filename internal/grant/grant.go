@@ -164,11 +164,27 @@ func (k *Keyring) check(id uint32, msg, want []byte) (known, equal bool) {
 		return false, false
 	}
 	s := p.Get().(*macState)
-	s.h.Reset()
-	s.h.Write(msg)
-	equal = hmac.Equal(s.h.Sum(s.sum[:0]), want)
+	equal = s.equal(msg, want)
 	p.Put(s)
 	return true, equal
+}
+
+// checkState returns a MAC state of key id of its caller's own (nil for
+// an unknown id): a Set keeps one, which its connection's goroutine uses
+// without the pool.
+func (k *Keyring) checkState(id uint32) *macState {
+	p, ok := k.checks[id]
+	if !ok {
+		return nil
+	}
+	return p.New().(*macState)
+}
+
+// equal reports whether the MAC of msg equals want, in constant time.
+func (s *macState) equal(msg, want []byte) bool {
+	s.h.Reset()
+	s.h.Write(msg)
+	return hmac.Equal(s.h.Sum(s.sum[:0]), want)
 }
 
 // NewKeyring returns a keyring of keys (id -> key, each at least 16 bytes).
@@ -403,12 +419,13 @@ func (v *Verifier) Now() time.Time { return v.now() }
 // segment is not empty), that it has not expired and, for a one-shot
 // grant, that it is still live.
 func (v *Verifier) Verify(b []byte, segment string) (Grant, error) {
-	return v.verifyAs(b, segment, 0)
+	return v.verifyAs(b, segment, 0, nil)
 }
 
-// verifyAs is Verify counting in stripe.
-func (v *Verifier) verifyAs(b []byte, segment string, stripe uint32) (Grant, error) {
-	g, err := v.verify(b, segment)
+// verifyAs is Verify counting in stripe, with set's MAC state when set is
+// not nil.
+func (v *Verifier) verifyAs(b []byte, segment string, stripe uint32, set *Set) (Grant, error) {
+	g, err := v.verify(b, segment, set)
 	if err != nil {
 		v.refused.Add(1)
 		return Grant{}, err
@@ -417,12 +434,17 @@ func (v *Verifier) verifyAs(b []byte, segment string, stripe uint32) (Grant, err
 	return g, nil
 }
 
-func (v *Verifier) verify(b []byte, segment string) (Grant, error) {
+func (v *Verifier) verify(b []byte, segment string, set *Set) (Grant, error) {
 	g, n, err := decode(b, segment)
 	if err != nil {
 		return Grant{}, err
 	}
-	known, equal := v.keys.check(g.KeyID, b[:n], b[n:])
+	var known, equal bool
+	if set != nil {
+		known, equal = set.check(g.KeyID, b[:n], b[n:])
+	} else {
+		known, equal = v.keys.check(g.KeyID, b[:n], b[n:])
+	}
 	if !known {
 		return Grant{}, fmt.Errorf("%w: %d", ErrUnknownKey, g.KeyID)
 	}
@@ -519,6 +541,23 @@ type Set struct {
 	n      int    // grants in the ring
 	next   int    // where the next one goes
 	stripe uint32 // of the verifier's counters
+	// mac is the MAC state of key macID this set verifies with (made at
+	// the first grant of that key): a connection's goroutine takes no
+	// state from the keyring's pool per grant.
+	mac   *macState
+	macID uint32
+}
+
+// check is Keyring.check with the set's own MAC state.
+func (s *Set) check(id uint32, msg, want []byte) (known, equal bool) {
+	if s.mac == nil || s.macID != id {
+		st := s.v.keys.checkState(id)
+		if st == nil {
+			return false, false
+		}
+		s.mac, s.macID = st, id
+	}
+	return true, s.mac.equal(msg, want)
 }
 
 // span is a kept grant's first extent [addr, end), its mode (0: an empty
@@ -545,7 +584,7 @@ func (v *Verifier) NewSet(segment string) *Set {
 // the MAC of a short grant (some 60 bytes signed). A sender does not send
 // a grant again while the set keeps it (SetSize).
 func (s *Set) Install(b []byte) error {
-	g, err := s.v.verifyAs(b, s.segment, s.stripe)
+	g, err := s.v.verifyAs(b, s.segment, s.stripe, s)
 	if err != nil {
 		return err
 	}

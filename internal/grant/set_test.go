@@ -171,3 +171,53 @@ func TestSetSegmentAndRelease(t *testing.T) {
 		t.Fatalf("released one-shot on its lane: err = %v, want ErrDenied", err)
 	}
 }
+
+// A lane verifies with its own MAC state, of the key its last grant
+// named: grants of the old and the new key in turn (a rotation) all
+// verify, one of an unknown key is refused, and a forged one of either
+// key fails its MAC, whichever key the state was of.
+func TestSetKeysInTurn(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	both, err := NewKeyring(map[uint32][]byte{1: []byte("old-key-of-16-bytes!"), 2: []byte("new-key-of-16-bytes!")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := ring(t, 1, "old-key-of-16-bytes!")
+	stranger := ring(t, 3, "other-key-16-bytes!!")
+	v := NewVerifier(both, c.now)
+	s := v.NewSet("n:1")
+	for i := range 6 {
+		signer := both // signs with key 2
+		if i%2 == 0 {
+			signer = old
+		}
+		g, err := signer.Encode(Grant{Segment: "n:1", Addr: uint64(i) << 12, Length: 4096, Mode: Write, Expires: c.t.Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Install(g); err != nil {
+			t.Fatalf("grant %d: %v", i, err)
+		}
+		if err := s.Allow(Write, uint64(i)<<12, 4096); err != nil {
+			t.Fatalf("grant %d: %v", i, err)
+		}
+		forged := append([]byte(nil), g...)
+		forged[len(forged)-1] ^= 1
+		if err := s.Install(forged); !errors.Is(err, ErrBadMAC) {
+			t.Fatalf("forged grant %d: err = %v, want ErrBadMAC", i, err)
+		}
+	}
+	g, err := stranger.Encode(Grant{Segment: "n:1", Addr: 1 << 30, Length: 4096, Mode: Read, Expires: c.t.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Install(g); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("unknown key: err = %v, want ErrUnknownKey", err)
+	}
+	if err := s.Allow(Read, 1<<30, 4096); !errors.Is(err, ErrDenied) {
+		t.Fatalf("unknown key's extent: err = %v, want ErrDenied", err)
+	}
+	if st := v.Stats(); st.Verified != 6 || st.Refused != 7 {
+		t.Fatalf("stats %+v, want 6 verified, 7 refused", st)
+	}
+}
