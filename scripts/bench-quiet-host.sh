@@ -87,7 +87,7 @@ case $STEPS in *,grants,*) # two commands, one file
 	;;
 esac
 run grants4k 100 "$M" bench store --grants both --transport tcp --redis off --ops put,get --sizes 4KiB --clients 1,8 --rounds 9 --duration 1s
-run transfer-grants 75 "$M" bench transfer --grants both --duration 3s --rounds 9 --block-size 1MiB
+run transfer-grants 80 "$M" bench transfer --grants both --duration 2s --rounds 9 --block-size 1MiB
 run security 200 "$M" bench store --security --sizes 4KiB,1MiB --clients 1,8
 run grants-profile 60 "$M" bench store --security --features grants --sizes 4KiB --clients 1 --rounds 20 --cpuprofile "$OUT/grants.pprof"
 run failover 150 "$M" bench master "${big[@]}" --ha --phases load,failover --skip-redis
