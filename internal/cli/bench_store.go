@@ -35,7 +35,7 @@ func newBenchStoreCmd() *cobra.Command {
 		nodes, rounds                                             int
 		duration                                                  time.Duration
 		security, clientProcs, isWorker                           bool
-		features                                                  string
+		features                                                  []string
 		hot                                                       benchHotCacheFlags
 		worker                                                    benchstore.WorkerConfig
 	)
@@ -97,7 +97,7 @@ the first eviction and reports the segment utilisation reached.`,
 				}
 				defer stop()
 				res, err := benchstore.RunSecurity(cmd.Context(), benchstore.SecurityConfig{Sizes: sizes, Clients: clients,
-					Rounds: rounds, Duration: duration, Transport: transport, Features: splitList(features)})
+					Rounds: rounds, Duration: duration, Transport: transport, Features: features})
 				if err != nil {
 					return err
 				}
@@ -151,7 +151,7 @@ the first eviction and reports the segment utilisation reached.`,
 	f.IntVar(&rounds, "rounds", 3, "rounds per configuration, alternating the systems; the median is reported")
 	f.StringVar(&redisFlag, "redis", "auto", `"auto" (start redis-server if installed), "off", or HOST:PORT of a running Redis; measured with redis-benchmark`)
 	f.StringVar(&transport, "transport", "auto", "transfer transport of clients and nodes: auto, tcp, shm")
-	f.StringVar(&features, "features", "", "with --security: the comparisons to run, comma-separated (tenants, grants, tls; default all)")
+	f.StringSliceVar(&features, "features", nil, "with --security: the comparisons to run, comma-separated (tenants, grants, tls; default all)")
 	f.BoolVar(&security, "security", false, "measure instead what tenants (a policy, tokens, namespaced keys, quotas) and data-path grants (both pools' transfers on TCP) cost against none, for put and get of each size and client count, and TLS on the master's port against plaintext for 4 KiB puts, over TCP (tls) and against the same-host socket (tls-vs-local) (pools side by side in this process; on/off: the median of the rounds' paired ratios; default --rounds 20 --duration 125ms)")
 	f.StringVar(&servers, "servers", benchstore.ServersInProcess, `where the master and storage nodes run: "inproc" (in this process, rows "mooncake"), "process" (each its own mooncake process, as redis-server is its own; rows "mooncake-proc"), or "both"; the clients run in this process unless --client-procs`)
 	f.StringVar(&opsFlag, "ops", "", "phases to run, comma-separated (put, batch-put, get, batch-get, get-into, exist; default all; put always runs)")
@@ -338,16 +338,4 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
-// splitList splits a comma-separated flag value into its trimmed, non-empty
-// items (nil for "").
-func splitList(v string) []string {
-	var out []string
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }

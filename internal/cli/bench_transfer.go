@@ -184,6 +184,7 @@ func benchTransferGrants(ctx context.Context, out io.Writer, c benchtransfer.Con
 	on.GrantKey = grant.NewKeyHex()
 	c.GrantKey = ""
 	var res [2][]benchtransfer.Result
+	cfgs := [2]benchtransfer.Config{c, on}
 	var paired, p50 benchstore.Ratios
 	for round := range rounds {
 		order := []int{0, 1}
@@ -192,7 +193,7 @@ func benchTransferGrants(ctx context.Context, out io.Writer, c benchtransfer.Con
 		}
 		var got [2]benchtransfer.Result
 		for _, k := range order {
-			cfg := []benchtransfer.Config{c, on}[k]
+			cfg := cfgs[k]
 			info, stop, err := start(cfg)
 			if err != nil {
 				return err

@@ -419,16 +419,20 @@ func (v *Verifier) Now() time.Time { return v.now() }
 // segment is not empty), that it has not expired and, for a one-shot
 // grant, that it is still live.
 func (v *Verifier) Verify(b []byte, segment string) (Grant, error) {
-	return v.verifyAs(b, segment, 0, nil)
+	return v.verifyAs(b, segment, nil)
 }
 
-// verifyAs is Verify counting in stripe, with set's MAC state when set is
-// not nil.
-func (v *Verifier) verifyAs(b []byte, segment string, stripe uint32, set *Set) (Grant, error) {
+// verifyAs is Verify for set (nil: none), with its MAC state and counting
+// in its stripe.
+func (v *Verifier) verifyAs(b []byte, segment string, set *Set) (Grant, error) {
 	g, err := v.verify(b, segment, set)
 	if err != nil {
 		v.refused.Add(1)
 		return Grant{}, err
+	}
+	var stripe uint32
+	if set != nil {
+		stripe = set.stripe
 	}
 	v.verified.add(stripe)
 	return g, nil
@@ -584,7 +588,7 @@ func (v *Verifier) NewSet(segment string) *Set {
 // the MAC of a short grant (some 60 bytes signed). A sender does not send
 // a grant again while the set keeps it (SetSize).
 func (s *Set) Install(b []byte) error {
-	g, err := s.v.verifyAs(b, s.segment, s.stripe, s)
+	g, err := s.v.verifyAs(b, s.segment, s)
 	if err != nil {
 		return err
 	}

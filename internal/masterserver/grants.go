@@ -43,10 +43,10 @@ import (
 // same grant, which a lane sends once and the node verifies once per
 // lane; a put slot made of an upsert's replaced version (the same extent
 // again) gets the grant its earlier put had, which the lane that sent it
-// does not send again. Nothing is cached: signing is a MAC over some 60 bytes with
-// the keyring's state, cheaper than a look-up in a table of every hot
-// extent, which a pool's working set of millions of objects keeps out of
-// the processor's caches, and it takes no lock. Rounding only shortens a
+// does not send again. Nothing is cached: signing is a MAC over some 60
+// bytes with the keyring's state, cheaper than a look-up in a table of
+// every hot extent, which a pool's working set of millions of objects
+// keeps out of the processor's caches, and it takes no lock. Rounding only shortens a
 // grant, never past half (READ) or three quarters (WRITE) of its wanted
 // lifetime. Tombstones' header grants and tasks' grants are signed
 // fresh, with a random nonce and the wanted expiry (rarely the same
