@@ -118,6 +118,7 @@ func ExtentsOf(xs []Extent) []Extent {
 type Keyring struct {
 	keys    map[uint32][]byte
 	macs    map[uint32]*sync.Pool // of HMAC states per key (hmac.New costs more than the MAC of a grant)
+	signing *sync.Pool            // macs[current]: signing takes it without the map
 	checks  map[uint32]*sync.Pool // of *macState per key, for verifying
 	current uint32
 	// nonces: a random base plus a counter, unique for this keyring
@@ -137,9 +138,12 @@ func (k *Keyring) nonce() uint64 {
 
 // mac appends HMAC-SHA256(key id, msg) to dst; ok is false for an unknown id.
 func (k *Keyring) mac(dst []byte, id uint32, msg []byte) ([]byte, bool) {
-	p, ok := k.macs[id]
-	if !ok {
-		return dst, false
+	p := k.signing
+	if id != k.current {
+		var ok bool
+		if p, ok = k.macs[id]; !ok {
+			return dst, false
+		}
 	}
 	h := p.Get().(hash.Hash)
 	h.Reset()
@@ -210,6 +214,7 @@ func NewKeyring(keys map[uint32][]byte) (*Keyring, error) {
 			k.current, first = id, false
 		}
 	}
+	k.signing = k.macs[k.current]
 	return k, nil
 }
 
@@ -538,7 +543,6 @@ type Set struct {
 	v       *Verifier
 	segment string
 	ring    [SetSize]Grant
-	nonces  [SetSize]uint64 // ring[i].Nonce, packed: scanned on every Install
 	// spans[i] is ring[i]'s first extent and mode, packed: Allow scans
 	// them, and looks at ring[i] only for a candidate.
 	spans  [SetSize]span
@@ -577,29 +581,23 @@ func (v *Verifier) NewSet(segment string) *Set {
 	return &Set{v: v, segment: segment, stripe: v.sets.Add(1)}
 }
 
-// Install verifies an encoded grant and keeps it (the oldest goes when
-// the ring is full). A grant the set keeps already (sent again) becomes
-// the newest.
+// Install verifies an encoded grant and keeps it as the newest (the
+// oldest goes when the ring is full). A grant installed again takes
+// another slot: the set does not look for it among those it keeps (a
+// sender does not send a grant again while the set keeps it, SetSize),
+// and Allow finds whichever copy is newest.
 //
 // Each grant that arrives is verified, also one this verifier verified
 // before on another connection: a table of verified grants, looked up by
 // their MAC, is not kept, since a look-up of a table too large for the
 // processor's caches, as a pool's working set makes it, costs as much as
-// the MAC of a short grant (some 60 bytes signed). A sender does not send
-// a grant again while the set keeps it (SetSize).
+// the MAC of a short grant (some 60 bytes signed).
 func (s *Set) Install(b []byte) error {
 	g, err := s.v.verifyAs(b, s.segment, s)
 	if err != nil {
 		return err
 	}
-	for i := range s.n {
-		if s.nonces[i] == g.Nonce && s.ring[i].KeyID == g.KeyID {
-			// Sent again: it becomes the newest.
-			s.ring[i], s.nonces[i], s.spans[i] = Grant{}, 0, span{}
-			break
-		}
-	}
-	s.ring[s.next], s.nonces[s.next] = g, g.Nonce
+	s.ring[s.next] = g
 	s.spans[s.next] = span{addr: g.Addr, end: g.Addr + g.Length, mode: g.Mode, more: len(g.Extents) > 0}
 	s.next = (s.next + 1) % SetSize
 	s.n = min(s.n+1, SetSize)

@@ -240,10 +240,11 @@ type lane struct {
 
 	// sent is the grants this lane sent last, a ring of as many as the
 	// server keeps per lane (grant.SetSize), written by the writer
-	// goroutine only.
-	sent      [grant.SetSize]string
-	sentTails [grant.SetSize]uint64 // sent[i]'s last 8 bytes
-	sentN     int
+	// goroutine only; sentIdx finds one there by the last bytes of its
+	// MAC (sentGrant).
+	sent    [grant.SetSize]string
+	sentIdx [sentIdxSize]sentEntry
+	sentN   uint64 // grants sent
 
 	mu       sync.Mutex
 	queue    []*Op
@@ -450,19 +451,77 @@ func (l *lane) writer() {
 // grant.SetSize grants a lane installed (those that verified), so a
 // grant among them needs no sending again; the server sees the grants
 // in the order the lane sends them. Grants are told apart by their bytes,
-// looked up by their last 8 (of the MAC), packed: the scan reads 512
-// bytes.
+// found through sentIdx, a hash table (linear probing, at most half
+// full) of the ring's grants keyed by their last 8 bytes (of the MAC): a
+// look-up reads an entry or two and, on a match, one string of the ring,
+// not the whole ring.
 func (l *lane) sentGrant(g string) bool {
 	tail, _ := grantTail(g)
-	for i, t := range &l.sentTails {
-		if t == tail && l.sent[i] == g {
+	for i, k := tail&(sentIdxSize-1), 0; k < sentIdxSize; i, k = (i+1)&(sentIdxSize-1), k+1 {
+		e := &l.sentIdx[i]
+		if e.pos == 0 {
+			break
+		}
+		if e.tail == tail && l.sent[e.pos-1] == g {
 			return true
 		}
 	}
-	i := l.sentN % len(l.sent)
-	l.sentTails[i], l.sent[i] = tail, g
+	pos := int32(l.sentN % grant.SetSize)
+	if old := l.sent[pos]; old != "" {
+		ot, _ := grantTail(old)
+		l.unindex(ot, pos)
+	}
+	l.sent[pos] = g
 	l.sentN++
-	return false
+	for i := tail & (sentIdxSize - 1); ; i = (i + 1) & (sentIdxSize - 1) {
+		if l.sentIdx[i].pos == 0 {
+			l.sentIdx[i] = sentEntry{tail: tail, pos: pos + 1}
+			return false
+		}
+	}
+}
+
+// unindex removes the entry of ring slot pos (whose grant ends in tail)
+// from sentIdx, moving back the entries behind it that their probe would
+// not find across the hole (Knuth's deletion for linear probing).
+func (l *lane) unindex(tail uint64, pos int32) {
+	const mask = sentIdxSize - 1
+	j := tail & mask
+	for k := 0; l.sentIdx[j].pos != pos+1; k++ {
+		if k == sentIdxSize {
+			return // not indexed (cannot happen)
+		}
+		j = (j + 1) & mask
+	}
+	for {
+		l.sentIdx[j] = sentEntry{}
+		k := j
+		for {
+			k = (k + 1) & mask
+			e := l.sentIdx[k]
+			if e.pos == 0 {
+				return
+			}
+			// e stays unless its home slot h lies cyclically outside
+			// (j, k]: then its probe passes the hole at j.
+			if h := e.tail & mask; j < k && (h <= j || h > k) || j > k && h <= j && h > k {
+				l.sentIdx[j] = e
+				j = k
+				break
+			}
+		}
+	}
+}
+
+// sentIdxSize is the number of slots of a lane's index of the grants it
+// sent (a power of two, twice the ring).
+const sentIdxSize = 2 * grant.SetSize
+
+// sentEntry is a slot of a lane's index of the grants it sent: a grant's
+// last 8 bytes and its slot of the ring plus one (0: empty).
+type sentEntry struct {
+	tail uint64
+	pos  int32
 }
 
 // grantTail is the last 8 bytes of grant g (of its MAC); ok is false for
