@@ -118,7 +118,6 @@ func ExtentsOf(xs []Extent) []Extent {
 type Keyring struct {
 	keys    map[uint32][]byte
 	macs    map[uint32]*sync.Pool // of HMAC states per key (hmac.New costs more than the MAC of a grant)
-	signing *sync.Pool            // macs[current]: signing takes it without the map
 	checks  map[uint32]*sync.Pool // of *macState per key, for verifying
 	current uint32
 	// nonces: a random base plus a counter, unique for this keyring
@@ -138,12 +137,9 @@ func (k *Keyring) nonce() uint64 {
 
 // mac appends HMAC-SHA256(key id, msg) to dst; ok is false for an unknown id.
 func (k *Keyring) mac(dst []byte, id uint32, msg []byte) ([]byte, bool) {
-	p := k.signing
-	if id != k.current {
-		var ok bool
-		if p, ok = k.macs[id]; !ok {
-			return dst, false
-		}
+	p, ok := k.macs[id]
+	if !ok {
+		return dst, false
 	}
 	h := p.Get().(hash.Hash)
 	h.Reset()
@@ -214,7 +210,6 @@ func NewKeyring(keys map[uint32][]byte) (*Keyring, error) {
 			k.current, first = id, false
 		}
 	}
-	k.signing = k.macs[k.current]
 	return k, nil
 }
 

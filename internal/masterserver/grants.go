@@ -46,9 +46,9 @@ import (
 // does not send again. Nothing is cached: signing is a MAC over some 60
 // bytes with the keyring's state, cheaper than a look-up in a table of
 // every hot extent, which a pool's working set of millions of objects
-// keeps out of the processor's caches, and it takes no lock. Rounding only shortens a
-// grant, never past half (READ) or three quarters (WRITE) of its wanted
-// lifetime. Tombstones' header grants and tasks' grants are signed
+// keeps out of the processor's caches, and it takes no lock. Rounding
+// only shortens a grant, never past half (READ) or three quarters
+// (WRITE) of its wanted lifetime. Tombstones' header grants and tasks' grants are signed
 // fresh, with a random nonce and the wanted expiry (rarely the same
 // extent twice; a task may take most of its time).
 //

@@ -457,12 +457,9 @@ func (l *lane) writer() {
 // not the whole ring.
 func (l *lane) sentGrant(g string) bool {
 	tail, _ := grantTail(g)
-	for i, k := tail&(sentIdxSize-1), 0; k < sentIdxSize; i, k = (i+1)&(sentIdxSize-1), k+1 {
-		e := &l.sentIdx[i]
-		if e.pos == 0 {
-			break
-		}
-		if e.tail == tail && l.sent[e.pos-1] == g {
+	// The table is at most half full: every probe ends at an empty slot.
+	for i := tail & (sentIdxSize - 1); l.sentIdx[i].pos != 0; i = (i + 1) & (sentIdxSize - 1) {
+		if e := &l.sentIdx[i]; e.tail == tail && l.sent[e.pos-1] == g {
 			return true
 		}
 	}
