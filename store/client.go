@@ -18,6 +18,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/leader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 	"github.com/kvcache-go/mooncake/transfer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -210,10 +211,16 @@ func dialMaster(cfg Config) (*grpc.ClientConn, error) {
 		}
 		return err
 	}))
+	var md []string
 	if cred := cfg.credential(); cred != "" {
-		bearer := "Bearer " + cred
+		md = append(md, "authorization", "Bearer "+cred)
+	}
+	if claim := cfg.tenantClaim(); claim != "" {
+		md = append(md, tenant.IDHeader, claim)
+	}
+	if len(md) > 0 {
 		opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-			return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", bearer), method, req, reply, cc, callOpts...)
+			return invoker(metadata.AppendToOutgoingContext(ctx, md...), method, req, reply, cc, callOpts...)
 		}))
 	}
 	creds := insecure.NewCredentials()

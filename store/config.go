@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -48,6 +49,16 @@ type Config struct {
 	// once per fastrpc connection. The client then sees only its tenant's
 	// keys, and its puts count against its tenant's quota.
 	Token string
+	// TenantID is the tenant the client names (Mooncake's tenant_id; ""
+	// names none, the same as "default"). Without a Token it is the
+	// client's tenant on a master whose policy lists it without
+	// credentials, or, when the policy gives no tenant credentials
+	// (Mooncake's policy), any tenant: reads and removals in its keys, and
+	// puts refused as TENANT_NOT_REGISTERED unless the policy lists it.
+	// With a Token it must be the token's tenant (or "default"), unless
+	// the token is an admin's, which then acts inside the named tenant.
+	// A master without tenants ignores it. docs/security.md.
+	TenantID string
 	// TLS, when set, reaches the master over TLS (gRPC and fastrpc; the
 	// same-host fastrpc socket is not used). nil: plaintext.
 	TLS *tls.Config
@@ -97,6 +108,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// tenantClaim is the tenant the client names on the wire ("" for none:
+// the default tenant is named by naming none).
+func (c Config) tenantClaim() string {
+	if c.TenantID == tenant.DefaultName {
+		return ""
+	}
+	return c.TenantID
+}
+
 // credential is what the client sends as its bearer token.
 func (c Config) credential() string {
 	if c.Token != "" {
@@ -114,6 +134,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("store: %w: no transfer engine", ErrInvalid)
 	case c.Replicas < 0, c.PingInterval < 0, c.RPCTimeout < 0, c.UnmountGrace < 0:
 		return fmt.Errorf("store: %w: negative replicas or duration", ErrInvalid)
+	}
+	if c.TenantID != "" {
+		if err := tenant.CheckName(c.TenantID); err != nil {
+			return fmt.Errorf("store: %w: tenant id: %v", ErrInvalid, err)
+		}
 	}
 	return c.HotCache.Validate()
 }

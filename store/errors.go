@@ -28,6 +28,11 @@ var (
 	// ErrQuotaExceeded: the put would take the client's tenant past its
 	// bytes or objects quota (Mooncake's TENANT_QUOTA_EXCEEDED, -1700).
 	ErrQuotaExceeded = storeerr.ErrTenantQuotaExceeded
+	// ErrTenantNotRegistered: the client's tenant is not in the master's
+	// policy (a tenant named by Config.TenantID that the policy does not
+	// list, or one removed from it): puts are refused (Mooncake's
+	// TENANT_NOT_REGISTERED, -1701); reads and removals still work.
+	ErrTenantNotRegistered = storeerr.ErrTenantNotRegistered
 )
 
 // RemoteError is an error reported by the master: Mooncake's numeric code

@@ -11,6 +11,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/leader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
@@ -57,8 +58,8 @@ func newFastMaster(rpc pb.MasterServiceClient, cfg Config) *fastMaster {
 		m.addr, m.pool = cfg.Master, cfg.ConnPool
 		m.lane = m.pool.lane()
 		m.dial.TLS = cfg.TLS
-		if cred := cfg.credential(); cred != "" {
-			m.dial.Credential = []byte(cred)
+		if cred, claim := cfg.credential(), cfg.tenantClaim(); cred != "" || claim != "" {
+			m.dial.Credential = tenant.EncodeCredential(cred, claim)
 		}
 	}
 	return m

@@ -343,3 +343,121 @@ func TestTenantCredentials(t *testing.T) {
 		t.Fatalf("b after refusals: %v", err)
 	}
 }
+
+// mooncakePolicy is a policy as Mooncake writes it: tenants and quotas,
+// no credentials.
+const mooncakePolicy = `version: 1
+tenants:
+  - name: a
+    quota: 256KB
+  - name: b
+`
+
+// TestTenantsNamedByID: with a policy that gives no credentials
+// (Mooncake's), a client's TenantID (Mooncake's tenant_id) is its tenant:
+// keys and listings are scoped to it, its quota holds, a tenant the policy
+// does not list reads but cannot put (TENANT_NOT_REGISTERED); once the
+// policy gives a tenant a token, naming it without the token, or naming a
+// tenant the policy does not list, is refused; a token names its own
+// tenant only; an admin may act inside a named tenant. Over fastrpc and
+// over gRPC alone.
+func TestTenantsNamedByID(t *testing.T) {
+	for _, grpcOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("grpc-only=%v", grpcOnly), func(t *testing.T) {
+			c := newTenantCluster(t, master.Config{}, 1, 4<<20)
+			c.rewrite(t, mooncakePolicy)
+			ctx := ctxT(t)
+			named := func(id, token string) *store.Client {
+				return c.client(func(cfg *store.Config) { cfg.TenantID, cfg.Token, cfg.NoFastRPC = id, token, grpcOnly })
+			}
+			a, b, dflt, other := named("a", ""), named("b", ""), named("", ""), named("c", "")
+			va, vb := value("a", 4096), value("b", 4096)
+			if err := a.Put(ctx, "same/key", va); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Put(ctx, "same/key", vb); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				cl   *store.Client
+				want []byte
+			}{{a, va}, {b, vb}} {
+				if got, err := tc.cl.Get(ctx, "same/key"); err != nil || !bytes.Equal(got, tc.want) {
+					t.Fatalf("get: %v (a tenant reads its own object)", err)
+				}
+				if ks := listKeys(t, tc.cl); len(ks) != 1 || ks[0] != "same/key" {
+					t.Fatalf("list %v", ks)
+				}
+			}
+			// The default tenant and an unlisted one: nothing to read, no put.
+			for _, cl := range []*store.Client{dflt, other} {
+				if _, err := cl.Get(ctx, "same/key"); !errors.Is(err, store.ErrNotFound) {
+					t.Fatalf("an unregistered tenant's get of another's key: %v", err)
+				}
+				if err := cl.Put(ctx, "k", va); !errors.Is(err, store.ErrTenantNotRegistered) {
+					t.Fatalf("an unregistered tenant's put: %v", err)
+				}
+				if ks := listKeys(t, cl); len(ks) != 0 {
+					t.Fatalf("an unregistered tenant lists %v", ks)
+				}
+			}
+			// a's quota (256 KiB) runs out; b's puts go on.
+			var err error
+			for i := 0; err == nil && i < 100; i++ {
+				err = a.Put(ctx, fmt.Sprintf("fill/%d", i), va)
+			}
+			if !errors.Is(err, store.ErrQuotaExceeded) {
+				t.Fatalf("a filling its quota: %v", err)
+			}
+			if err := b.Put(ctx, "after-a-full", vb); err != nil {
+				t.Fatalf("b's put while a is at its quota: %v", err)
+			}
+			// An admin (the cluster secret) naming a acts inside a.
+			if got, err := named("a", clusterSecret).Get(ctx, "same/key"); err != nil || !bytes.Equal(got, va) {
+				t.Fatalf("admin naming a: %v", err)
+			}
+
+			// The policy gives a tenant a token: a and b stay open to
+			// naming, p needs its token, tenants it does not list are
+			// refused.
+			c.rewrite(t, mooncakePolicy+"  - name: p\n    tokens: [{token: token-p-first}]\n")
+			if got, err := a.Get(ctx, "same/key"); err != nil || !bytes.Equal(got, va) {
+				t.Fatalf("a (open) after the policy gave p a token: %v", err)
+			}
+			for name, cl := range map[string]*store.Client{"unlisted": other, "default": dflt} {
+				if _, err := cl.Get(ctx, "same/key"); !errors.Is(err, store.ErrUnauthorized) {
+					t.Fatalf("%s tenant without a credential once the policy has tokens: %v", name, err)
+				}
+			}
+			// A client refused at start (it registers with the master) or
+			// at its first call.
+			refused := func(id, token string) error {
+				eng, err := transfer.Open(ctx, transfer.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer eng.Close()
+				cl, err := store.New(ctx, store.Config{Master: c.master.Addr(), Mover: eng, TenantID: id, Token: token, NoFastRPC: grpcOnly})
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				_, err = cl.Get(ctx, "same/key")
+				return err
+			}
+			if err := refused("p", ""); !errors.Is(err, store.ErrUnauthorized) {
+				t.Fatalf("naming p without its token: %v", err)
+			}
+			if err := refused("a", "token-p-first"); !errors.Is(err, store.ErrUnauthorized) {
+				t.Fatalf("p's token naming a: %v", err)
+			}
+			p := named("p", "token-p-first")
+			if err := p.Put(ctx, "same/key", vb); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := a.Get(ctx, "same/key"); err != nil || !bytes.Equal(got, va) {
+				t.Fatalf("a's object after p put the same key: %v", err)
+			}
+		})
+	}
+}

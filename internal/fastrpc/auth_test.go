@@ -225,3 +225,44 @@ func FuzzAuthenticate(f *testing.F) {
 		}
 	})
 }
+
+// TestAuthenticatorAdmitsNoCredential: a connection that sends no
+// credential frame, which the Authenticator lets in (a caller without a
+// credential that the server serves), gets its first request answered
+// like every later one.
+func TestAuthenticatorAdmitsNoCredential(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMux(ln)
+	var creds atomic.Int32
+	m.SetAuthenticator(func(c net.Conn, cred []byte) (Handler, error) {
+		if cred != nil {
+			return nil, fmt.Errorf("only callers without a credential here")
+		}
+		creds.Add(1)
+		return echo, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = m.Run(ctx, echo) })
+	defer func() { cancel(); wg.Wait() }()
+	c, err := DialWith(ctx, ln.Addr().String(), DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, in := range []string{"abc", "de", "f"} {
+		got, err := c.Call(ctx, 1, []byte(in))
+		if err != nil || len(got) != len(in) || got[0] != in[len(in)-1] {
+			t.Fatalf("call %q: %q %v", in, got, err)
+		}
+	}
+	if n := creds.Load(); n != 1 {
+		t.Fatalf("authenticated %d times, want once per connection", n)
+	}
+	if _, err := DialWith(ctx, ln.Addr().String(), DialOptions{Credential: []byte("x")}); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("a refused credential: %v", err)
+	}
+}

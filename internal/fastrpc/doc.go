@@ -42,9 +42,11 @@
 // Credentials and TLS: a server whose Mux has an Authenticator
 // (SetAuthenticator) reads each connection's first frame as its credential
 // (method MethodHello, payload a bearer token) and serves the connection
-// with the handler the Authenticator returns, decided once per connection;
-// a refusal, or a first frame that is not MethodHello, is answered
-// StatusUnauthenticated and ends the connection, as does a handler's
+// with the handler the Authenticator returns, decided once per connection
+// (a first frame that is not MethodHello is a connection without a
+// credential: the Authenticator decides with nil, and a request it lets
+// in is served); a refusal is answered StatusUnauthenticated and ends the
+// connection, as does a handler's
 // StatusUnauthenticated answer later (a credential revoked while the
 // connection was open). DialWith sends the credential frame after the
 // preface and fails with ErrUnauthenticated when it is refused. For TLS the

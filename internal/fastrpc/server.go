@@ -203,18 +203,18 @@ func (m *Mux) authenticate(c net.Conn, r *bufio.Reader, h Handler) (Handler, boo
 		cred = payload
 	}
 	ch, aerr := m.auth(netConnOf(c), cred)
+	st, resp := uint8(StatusOK), []byte(nil)
+	switch {
+	case aerr != nil:
+		st, resp = StatusUnauthenticated, []byte(aerr.Error())
+	case method != MethodHello: // a first request without a credential, which the Authenticator let in: served
+		resp, st = ch(method, payload)
+	}
 	if _, err := r.Discard(used); err != nil {
 		return nil, false
 	}
-	st, resp := uint8(StatusOK), []byte(nil)
-	if aerr != nil {
-		st, resp = StatusUnauthenticated, []byte(aerr.Error())
-	}
 	hdr := frameHeader(st, id, len(resp))
-	if _, err := c.Write(append(hdr[:], resp...)); err != nil || aerr != nil {
-		return nil, false
-	}
-	if method != MethodHello { // a first request without a credential: answered, refused
+	if _, err := c.Write(append(hdr[:], resp...)); err != nil || aerr != nil || st == StatusUnauthenticated {
 		return nil, false
 	}
 	return ch, true

@@ -145,40 +145,40 @@ func TestAuthnMemo(t *testing.T) {
 	}
 	a := &authn{secret: "cluster-secret-1", src: src, now: clk.Now}
 	for range 3 {
-		if tn, _, err := a.resolve("token-of-a-1234", nil); err != nil || tn.Name != "a" {
+		if tn, _, err := a.resolve("token-of-a-1234", "", nil); err != nil || tn.Name != "a" {
 			t.Fatalf("a: %v %v", tn, err)
 		}
 	}
-	if tn, _, err := a.resolve("token-of-b-1234", nil); err != nil || tn.Name != "b" {
+	if tn, _, err := a.resolve("token-of-b-1234", "", nil); err != nil || tn.Name != "b" {
 		t.Fatalf("b after a: %v %v", tn, err)
 	}
-	if tn, _, err := a.resolve("token-of-b-9999", nil); err == nil {
+	if tn, _, err := a.resolve("token-of-b-9999", "", nil); err == nil {
 		t.Fatalf("an unknown token after b's resolved to %v", tn)
 	}
-	if tn, _, err := a.resolve("cluster-secret-1", nil); err != nil || !tn.Admin {
+	if tn, _, err := a.resolve("cluster-secret-1", "", nil); err != nil || !tn.Admin {
 		t.Fatalf("secret: %v %v", tn, err)
 	}
 	// Expiry: a's token, remembered, stops at its expiry.
-	if _, _, err := a.resolve("token-of-a-1234", nil); err != nil {
+	if _, _, err := a.resolve("token-of-a-1234", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Minute)
-	if tn, _, err := a.resolve("token-of-a-1234", nil); !errors.Is(err, tenant.ErrUnauthenticated) {
+	if tn, _, err := a.resolve("token-of-a-1234", "", nil); !errors.Is(err, tenant.ErrUnauthenticated) {
 		t.Fatalf("expired token: %v %v", tn, err)
 	}
 	// Rotation: b's token, remembered, is refused once a policy without
 	// it is in force.
-	if _, _, err := a.resolve("token-of-b-1234", nil); err != nil {
+	if _, _, err := a.resolve("token-of-b-1234", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	policy = []byte("version: 1\ntenants: [{name: b, tokens: [{token: token-of-b-5678}]}]")
 	if changed, err := src.Reload(context.Background()); err != nil || !changed {
 		t.Fatalf("reload: %v %v", changed, err)
 	}
-	if tn, _, err := a.resolve("token-of-b-1234", nil); !errors.Is(err, tenant.ErrUnauthenticated) {
+	if tn, _, err := a.resolve("token-of-b-1234", "", nil); !errors.Is(err, tenant.ErrUnauthenticated) {
 		t.Fatalf("rotated-out token: %v %v", tn, err)
 	}
-	if tn, _, err := a.resolve("token-of-b-5678", nil); err != nil || tn.Name != "b" {
+	if tn, _, err := a.resolve("token-of-b-5678", "", nil); err != nil || tn.Name != "b" {
 		t.Fatalf("new token: %v %v", tn, err)
 	}
 }

@@ -76,8 +76,29 @@ type authMemo struct {
 
 // resolve maps a bearer token (and the names of a verified client
 // certificate) to a tenant, and tells until when the answer holds (zero:
-// until the policy changes).
-func (a *authn) resolve(token string, certNames []string) (*tenant.Tenant, time.Time, error) {
+// until the policy changes). claim is the tenant the caller names
+// (Mooncake's tenant_id, "" for none): without a credential it is the
+// caller's tenant when the policy leaves it open (tenant.Set.Claim); with
+// one it must be the credential's own tenant, unless the credential is an
+// admin's (tenant.Set.ClaimAs).
+func (a *authn) resolve(token, claim string, certNames []string) (*tenant.Tenant, time.Time, error) {
+	t, exp, err := a.credential(token, certNames)
+	if err != nil {
+		return nil, exp, err
+	}
+	if t == nil {
+		t, err = a.src.Set().Claim(claim)
+		return t, time.Time{}, err
+	}
+	if claim != "" {
+		t, err = a.src.Set().ClaimAs(t, claim)
+	}
+	return t, exp, err
+}
+
+// credential maps a bearer token or a client certificate's names to a
+// tenant; nil and no error when the caller presents neither.
+func (a *authn) credential(token string, certNames []string) (*tenant.Tenant, time.Time, error) {
 	if a.secret != "" && subtle.ConstantTimeCompare([]byte(token), []byte(a.secret)) == 1 {
 		return clusterAdmin, time.Time{}, nil
 	}
@@ -94,7 +115,7 @@ func (a *authn) resolve(token string, certNames []string) (*tenant.Tenant, time.
 		return t, exp, err
 	}
 	if len(certNames) == 0 {
-		return set.AuthenticateUntil(token, a.now())
+		return nil, time.Time{}, nil
 	}
 	if t := set.ByCert(certNames...); t != nil {
 		return t, time.Time{}, nil
@@ -114,17 +135,20 @@ func certNamesOf(info credentials.AuthInfo) []string {
 // service decides what the tenant may do).
 func tenantInterceptor(a *authn) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		var token string
+		var token, claim string
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			if v := md.Get("authorization"); len(v) > 0 {
 				token = tenant.Bearer(v[0])
+			}
+			if v := md.Get(tenant.IDHeader); len(v) > 0 {
+				claim = v[0]
 			}
 		}
 		var names []string
 		if p, ok := peer.FromContext(ctx); ok && p.AuthInfo != nil {
 			names = certNamesOf(p.AuthInfo)
 		}
-		t, _, err := a.resolve(token, names)
+		t, _, err := a.resolve(token, claim, names)
 		if err != nil {
 			return nil, grpcstatus.Errorf(codes.Unauthenticated, "master: %v", err)
 		}
@@ -143,8 +167,11 @@ func (s *Service) fastAuthenticator(ctx context.Context, a *authn) fastrpc.Authe
 		if tc, ok := c.(*tls.Conn); ok {
 			names = tlsconf.Names(tc.ConnectionState())
 		}
-		token := string(cred)
-		t, exp, err := a.resolve(token, names)
+		token, claim, err := tenant.DecodeCredential(cred)
+		if err != nil {
+			return nil, fmt.Errorf("master: %w", err)
+		}
+		t, exp, err := a.resolve(token, claim, names)
 		if err != nil {
 			return nil, fmt.Errorf("master: %w", err)
 		}
@@ -152,7 +179,7 @@ func (s *Service) fastAuthenticator(ctx context.Context, a *authn) fastrpc.Authe
 		gen := a.src.Generation()
 		return func(method uint8, payload []byte) ([]byte, uint8) {
 			if g := a.src.Generation(); g != gen || (!exp.IsZero() && !a.now().Before(exp)) {
-				nt, nexp, err := a.resolve(token, names)
+				nt, nexp, err := a.resolve(token, claim, names)
 				if err != nil || nt.Name != t.Name || nt.Admin != t.Admin {
 					return []byte(fmt.Sprintf("master: credential no longer valid: %v", err)), fastrpc.StatusUnauthenticated
 				}
@@ -172,7 +199,10 @@ func requireAdmin(a *authn, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		t, _, err := a.resolve(tenant.Bearer(r.Header.Get("Authorization")), nil)
+		t, _, err := a.credential(tenant.Bearer(r.Header.Get("Authorization")), nil)
+		if err == nil && t == nil {
+			err = fmt.Errorf("%w: no credential", tenant.ErrUnauthenticated)
+		}
 		switch {
 		case err != nil:
 			httpjson.Error(w, http.StatusUnauthorized, "authentication_error", "master: "+err.Error())

@@ -85,6 +85,14 @@ type Tenant struct {
 	// Namespace is the prefix of the tenant's keys ("" for an admin and
 	// for Default: the raw key space).
 	Namespace string
+	// Open: the policy gives it no credential (no token, no certificate
+	// name) and it is not an admin: a caller enters it by naming it
+	// (Mooncake's tenant_id, Set.Claim).
+	Open bool
+	// Unregistered: not in the policy; a caller that named it (Set.Claim)
+	// reads and removes in its namespace, and its puts are refused
+	// (TENANT_NOT_REGISTERED).
+	Unregistered bool
 }
 
 // Default is the identity of every caller when no policy is configured.
@@ -166,6 +174,10 @@ type Set struct {
 	byName  map[string]*Tenant
 	tokens  map[[32]byte]tokenEntry
 	certs   map[string]*Tenant
+	// declared: no tenant but admins has a credential (Mooncake's policy,
+	// which has none): a caller may name a tenant the policy does not
+	// list, which it then enters unregistered.
+	declared bool
 }
 
 type tokenEntry struct {
@@ -174,8 +186,8 @@ type tokenEntry struct {
 	t       *Tenant
 }
 
-// Parse reads a policy (YAML or JSON). An empty policy (no tenants) is an
-// error: "no tenants" is said by configuring none.
+// Parse reads a policy (YAML or JSON). A policy may list no tenants
+// (Mooncake's "tenants: []": every named tenant is then unregistered).
 func Parse(data []byte) (*Set, error) {
 	if len(data) > MaxPolicy {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrPolicy, len(data), MaxPolicy)
@@ -187,10 +199,10 @@ func Parse(data []byte) (*Set, error) {
 	if p.Version != 1 {
 		return nil, fmt.Errorf("%w: version %d, want 1", ErrPolicy, p.Version)
 	}
-	if len(p.Tenants) == 0 || len(p.Tenants) > MaxTenants {
-		return nil, fmt.Errorf("%w: %d tenants, want 1 to %d", ErrPolicy, len(p.Tenants), MaxTenants)
+	if len(p.Tenants) > MaxTenants {
+		return nil, fmt.Errorf("%w: %d tenants, at most %d", ErrPolicy, len(p.Tenants), MaxTenants)
 	}
-	s := &Set{byName: map[string]*Tenant{}, tokens: map[[32]byte]tokenEntry{}, certs: map[string]*Tenant{}}
+	s := &Set{byName: map[string]*Tenant{}, tokens: map[[32]byte]tokenEntry{}, certs: map[string]*Tenant{}, declared: true}
 	for _, pt := range p.Tenants {
 		if err := checkName(pt.Name); err != nil {
 			return nil, err
@@ -204,6 +216,8 @@ func Parse(data []byte) (*Set, error) {
 		t := &Tenant{Name: pt.Name, Admin: pt.Admin, QuotaBytes: uint64(pt.Quota), QuotaObjects: pt.MaxObjects}
 		if !t.Admin {
 			t.Namespace = Namespace(t.Name)
+			t.Open = len(pt.Tokens) == 0 && len(pt.CertNames) == 0
+			s.declared = s.declared && t.Open
 		}
 		for i, tk := range pt.Tokens {
 			var sum [32]byte
@@ -213,6 +227,9 @@ func Parse(data []byte) (*Set, error) {
 			case tk.Token != "":
 				if len(tk.Token) < 8 {
 					return nil, fmt.Errorf("%w: tenant %q token %d shorter than 8 bytes", ErrPolicy, pt.Name, i)
+				}
+				if tk.Token[0] == 0 { // the credential frame's marker (EncodeCredential)
+					return nil, fmt.Errorf("%w: tenant %q token %d starts with a NUL byte", ErrPolicy, pt.Name, i)
 				}
 				sum = sha256.Sum256([]byte(tk.Token))
 			default:
@@ -238,6 +255,10 @@ func Parse(data []byte) (*Set, error) {
 	}
 	return s, nil
 }
+
+// CheckName reports whether n is a usable tenant name: Mooncake's rules
+// plus "no '/'" (the namespace separator) and a length bound.
+func CheckName(n string) error { return checkName(n) }
 
 // checkName applies Mooncake's tenant name rules plus "no '/'" (the
 // namespace separator) and a length bound.
@@ -317,3 +338,60 @@ func (s *Set) Lookup(name string) *Tenant { return s.byName[name] }
 
 // Tenants lists the tenants in policy order.
 func (s *Set) Tenants() []*Tenant { return s.tenants }
+
+// DefaultName is the tenant a caller that names none names (Mooncake's
+// default tenant_id).
+const DefaultName = "default"
+
+// Claim is the tenant of a caller without a credential that names tenant
+// name (Mooncake's tenant_id; "" is DefaultName):
+//   - a tenant the policy lists without credentials (Open): that tenant;
+//   - a tenant the policy does not list, when no tenant but admins has a
+//     credential (a Mooncake policy): that tenant, Unregistered;
+//   - otherwise ErrUnauthenticated: a tenant with credentials needs one,
+//     and a policy that gives credentials knows no other tenants.
+//
+// Naming is not authenticating: an open tenant is a namespace and a quota
+// among cooperating callers, not a boundary (docs/security.md).
+func (s *Set) Claim(name string) (*Tenant, error) {
+	if name == "" {
+		name = DefaultName
+	}
+	if t := s.byName[name]; t != nil {
+		if t.Open {
+			return t, nil
+		}
+		return nil, fmt.Errorf("%w: tenant %q needs its credential (a token or a client certificate)", ErrUnauthenticated, name)
+	}
+	if !s.declared {
+		return nil, fmt.Errorf("%w: no credential (tenant %q is not open to callers without one)", ErrUnauthenticated, name)
+	}
+	if err := checkName(name); err != nil {
+		return nil, fmt.Errorf("%w: tenant id: %v", ErrUnauthenticated, err)
+	}
+	return &Tenant{Name: name, Namespace: Namespace(name), Unregistered: true}, nil
+}
+
+// ClaimAs is the tenant of a caller whose credential is t's that names
+// tenant name as well: t itself when name is "", DefaultName or t's own;
+// for an admin, the named tenant (an admin may act inside any tenant, as
+// it; Unregistered when the policy does not list it); otherwise
+// ErrUnauthenticated (a credential names one tenant).
+func (s *Set) ClaimAs(t *Tenant, name string) (*Tenant, error) {
+	if name == "" || name == DefaultName || name == t.Name {
+		return t, nil
+	}
+	if !t.Admin {
+		return nil, fmt.Errorf("%w: the credential is tenant %q's, not tenant %q's", ErrUnauthenticated, t.Name, name)
+	}
+	if n := s.byName[name]; n != nil {
+		if n.Admin {
+			return t, nil
+		}
+		return n, nil
+	}
+	if err := checkName(name); err != nil {
+		return nil, fmt.Errorf("%w: tenant id: %v", ErrUnauthenticated, err)
+	}
+	return &Tenant{Name: name, Namespace: Namespace(name), Unregistered: true}, nil
+}

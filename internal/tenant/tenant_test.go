@@ -106,7 +106,6 @@ func TestParseSHA256Token(t *testing.T) {
 func TestParseRefuses(t *testing.T) {
 	for name, p := range map[string]string{
 		"version":       "version: 2\ntenants: [{name: a}]",
-		"no tenants":    "version: 1\ntenants: []",
 		"reserved":      "version: 1\ntenants: [{name: _a}]",
 		"slash":         "version: 1\ntenants: [{name: a/b}]",
 		"control":       "version: 1\ntenants: [{name: \"a\\x01\"}]",
