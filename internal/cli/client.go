@@ -54,13 +54,13 @@ storage node's (mooncake store): Mooncake's mooncake_client --enable_offload.`,
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
-			token, tlsCfg, err := security.resolve()
+			sec, err := security.resolve()
 			if err != nil {
 				return err
 			}
 			log := cmdLogger(cmd, verbose)
 			addr := net.JoinHostPort(host, strconv.Itoa(port))
-			return runClient(cmd.Context(), clientConfig{master: masterAddrOr(masterAddr), secret: secretOr(secret), token: token, tls: tlsCfg, addr: addr, segment: seg, buffer: buf,
+			return runClient(cmd.Context(), clientConfig{master: masterAddrOr(masterAddr), secret: secretOr(secret), token: sec.token, tenantID: sec.tenantID, tls: sec.tls, addr: addr, segment: seg, buffer: buf,
 				engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}, log: log, disk: dcfg},
 				func(segment string) {
 					fmt.Fprintf(cmd.OutOrStdout(), "mooncake client serving dummy clients at %s; segment %s mounted size=%s master=%s\n",
@@ -86,6 +86,7 @@ storage node's (mooncake store): Mooncake's mooncake_client --enable_offload.`,
 type clientConfig struct {
 	master, addr    string
 	secret, token   string
+	tenantID        string
 	tls             *tls.Config // nil: plaintext
 	segment, buffer uint64
 	engine          transfer.Config
@@ -133,7 +134,7 @@ func runClient(ctx context.Context, cfg clientConfig, ready func(segment string)
 		return err
 	}
 	scfg := store.Config{Master: cfg.master, Mover: eng, SegmentSize: cfg.segment,
-		LocalBufferSize: cfg.buffer, Secret: cfg.secret, Token: cfg.token, TLS: cfg.tls, Logger: cfg.log.With("store", eng.Name())}
+		LocalBufferSize: cfg.buffer, Secret: cfg.secret, Token: cfg.token, TenantID: cfg.tenantID, TLS: cfg.tls, Logger: cfg.log.With("store", eng.Name())}
 	if cfg.disk != nil {
 		host := cmp.Or(cfg.engine.LocalHostname, "127.0.0.1")
 		d, err := disktier.Listen(*cfg.disk, net.JoinHostPort(host, "0"))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/kvcache-go/mooncake/internal/leader"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/metadata"
 )
@@ -34,6 +35,15 @@ type masterGflags struct {
 	kvEventsBind string
 	haBackend    string
 	verbosity    int
+
+	// Mooncake's tenant quota policy: --enable_multi_tenants with
+	// --tenant_quota_connector_type file|etcd and
+	// --tenant_quota_connector_uri (a file, or etcd endpoints: the policy
+	// is then the key mooncake-store/<cluster_id>/tenant_quota_policy).
+	multiTenants  bool
+	quotaConnType string
+	quotaConnURI  string
+	cluster       *string
 
 	ignored map[string]string // flag -> why it has no effect here
 	set     *pflag.FlagSet
@@ -96,8 +106,6 @@ var (
 		"batch_oplog_retry_timeout_sec":               "no operation log here",
 		"pod_name":                                    "",
 		"pod_namespace":                               "",
-		"tenant_quota_connector_type":                 "tenant quotas come from --tenants (docs/security.md)",
-		"tenant_quota_connector_uri":                  "tenant quotas come from --tenants (docs/security.md)",
 		"snapshot_backup_dir":                         "no snapshots here: objects survive restarts through --durable-metadata",
 		"snapshot_interval_seconds":                   "no snapshots here",
 		"snapshot_child_timeout_seconds":              "no snapshots here",
@@ -132,7 +140,6 @@ var (
 		"enable_oplog":                       "no operation log here: objects survive restarts through --durable-metadata",
 		"enable_snapshot":                    "no snapshots here: objects survive restarts through --durable-metadata",
 		"enable_snapshot_restore":            "no snapshots here: objects survive restarts through --durable-metadata",
-		"enable_multi_tenants":               "tenants are on when --tenants names a policy (docs/security.md)",
 		"enable_metadata_cleanup_on_timeout": "",
 		"enable_cxl":                         "no CXL memory here",
 	}
@@ -170,6 +177,13 @@ func (g *masterGflags) register(f *pflag.FlagSet, host *string, port, httpPort *
 	add("ha_backend_type")
 	f.StringVar(&ha.cluster, "cluster_id", ha.cluster, "Mooncake's name of --cluster")
 	add("cluster_id")
+	g.cluster = &ha.cluster
+	f.BoolVar(&g.multiTenants, "enable_multi_tenants", false, "Mooncake's tenant mode: the tenant policy of --tenant_quota_connector_type/_uri (as --tenants)")
+	add("enable_multi_tenants")
+	f.StringVar(&g.quotaConnType, "tenant_quota_connector_type", "file", "where --enable_multi_tenants reads the tenant policy: file or etcd")
+	add("tenant_quota_connector_type")
+	f.StringVar(&g.quotaConnURI, "tenant_quota_connector_uri", "", "the policy file, or the etcd endpoints HOST:PORT[;HOST:PORT] (key mooncake-store/<cluster_id>/tenant_quota_policy; absent: no tenants yet)")
+	add("tenant_quota_connector_uri")
 	f.BoolVar(&g.metaEnable, "enable_http_metadata_server", false, "run Mooncake's HTTP metadata server (GET/PUT/DELETE /metadata, GET /health) in the master's process")
 	add("enable_http_metadata_server")
 	f.IntVar(&g.metaPort, "http_metadata_server_port", 8080, "port of the embedded HTTP metadata server")
@@ -197,9 +211,12 @@ func (g *masterGflags) register(f *pflag.FlagSet, host *string, port, httpPort *
 
 // apply checks and completes the settings after parsing and writes a
 // warning to warn for each accepted flag without effect.
-func (g *masterGflags) apply(warn io.Writer, verbose *bool, events *masterEventFlags) error {
+func (g *masterGflags) apply(warn io.Writer, verbose *bool, events *masterEventFlags, sec *masterSecurityFlags) error {
 	if g.set == nil {
 		return nil
+	}
+	if err := g.applyTenants(warn, sec); err != nil {
+		return err
 	}
 	if b := strings.ToLower(strings.TrimSpace(g.haBackend)); b != "" && b != "etcd" {
 		return &ExitError{Code: 2, Err: fmt.Errorf("--ha_backend_type %q: only etcd is supported here", g.haBackend)}
@@ -233,6 +250,44 @@ func (g *masterGflags) apply(warn io.Writer, verbose *bool, events *masterEventF
 	}
 	if g.metaEnable && (g.metaPort < 0 || g.metaPort > 65535) {
 		return &ExitError{Code: 2, Err: fmt.Errorf("--http_metadata_server_port %d out of range", g.metaPort)}
+	}
+	return nil
+}
+
+// applyTenants turns Mooncake's --enable_multi_tenants and its connector
+// flags into --tenants (which wins when given too). Without
+// --enable_multi_tenants the connector flags do nothing, as in Mooncake.
+func (g *masterGflags) applyTenants(warn io.Writer, sec *masterSecurityFlags) error {
+	connSet := g.set.Changed("tenant_quota_connector_type") || g.set.Changed("tenant_quota_connector_uri")
+	switch {
+	case !g.multiTenants:
+		if connSet {
+			fmt.Fprintln(warn, "mooncake master: warning: --tenant_quota_connector_* ignored without --enable_multi_tenants")
+		}
+		return nil
+	case sec.tenants != "":
+		if connSet {
+			fmt.Fprintln(warn, "mooncake master: warning: --tenants given: --tenant_quota_connector_* ignored")
+		}
+		return nil
+	case strings.TrimSpace(g.quotaConnURI) == "":
+		return &ExitError{Code: 2, Err: fmt.Errorf("--enable_multi_tenants: the %s connector needs --tenant_quota_connector_uri", g.quotaConnType)}
+	}
+	switch strings.ToLower(strings.TrimSpace(g.quotaConnType)) {
+	case "file":
+		sec.tenants = g.quotaConnURI
+	case "etcd":
+		cluster := strings.TrimRight(strings.TrimSpace(*g.cluster), "/")
+		if cluster == "" {
+			cluster = leader.DefaultCluster
+		}
+		if strings.Contains(cluster, "/") {
+			return &ExitError{Code: 2, Err: fmt.Errorf("--cluster_id %q: no '/' inside a cluster id", cluster)}
+		}
+		sec.tenants = "etcd://" + strings.TrimSpace(g.quotaConnURI) + "/mooncake-store/" + cluster + "/tenant_quota_policy"
+		sec.absentEmpty = true
+	default:
+		return &ExitError{Code: 2, Err: fmt.Errorf("--tenant_quota_connector_type %q: want file or etcd", g.quotaConnType)}
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func TestMasterGflagsParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	var warn strings.Builder
-	if err := g.apply(&warn, &verbose, &events); err != nil {
+	if err := g.apply(&warn, &verbose, &events, &masterSecurityFlags{}); err != nil {
 		t.Fatal(err)
 	}
 	if port != 50051 || host != "0.0.0.0" || httpPort != 9100 || strategy != "free_ratio_first" {

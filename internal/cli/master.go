@@ -61,7 +61,7 @@ GOMEMLIMIT in the environment applies too.`,
 			gcCtx, stopGC := context.WithCancel(cmp.Or(cmd.Context(), context.Background()))
 			defer stopGC()
 			go tuneMasterGC(gcCtx, os.Getenv("GOGC"))
-			if err := gflags.apply(cmd.ErrOrStderr(), &verbose, &events); err != nil {
+			if err := gflags.apply(cmd.ErrOrStderr(), &verbose, &events, &security); err != nil {
 				return err
 			}
 			cfg.Addr = net.JoinHostPort(host, strconv.Itoa(port))

@@ -48,9 +48,11 @@ a node restarted on the same DIR re-reports them.`,
 			cfg := storenode.Config{Master: masterAddrOr(masterAddr), Secret: secretOr(secret), SegmentSize: size, PingInterval: ping, UnmountGrace: grace, Logger: log,
 				Engine:    transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log},
 				RootFSDir: rootFSDir, EnableOffload: enableOffload, OffloadOnEvict: offloadOnEvict, PromotionOnHit: promotionOnHit}
-			if cfg.Token, cfg.TLS, err = security.resolve(); err != nil {
+			sec, err := security.resolve()
+			if err != nil {
 				return err
 			}
+			cfg.Token, cfg.TenantID, cfg.TLS = sec.token, sec.tenantID, sec.tls
 			keys, err := grantKeys(grantKeyFile)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}

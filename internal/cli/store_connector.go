@@ -30,6 +30,7 @@ type storeConnectorConfig struct {
 	Transport       string  `json:"transport"`         // transport of the transfer engine (auto)
 	Layerwise       bool    `json:"layerwise"`         // load/save layer by layer within the step (false)
 	TenantToken     string  `json:"tenant_token"`      // a master with tenants: the token ($MOONCAKE_TENANT_TOKEN)
+	TenantID        string  `json:"tenant_id"`         // Mooncake's tenant_id: the tenant named ($MOONCAKE_TENANT_ID; docs/security.md)
 	TLSCA           string  `json:"tls_ca"`            // the master over TLS: CA of its certificate
 	TLSCert         string  `json:"tls_cert"`          // mutual TLS: client certificate
 	TLSKey          string  `json:"tls_key"`           // and its key
@@ -76,14 +77,14 @@ func storeConnector(cc storeConnectorConfig) cluster.KVConnectorFunc {
 		if err != nil {
 			return nil, err
 		}
-		sec := clientSecurityFlags{token: cc.TenantToken, tls: tlsconf.Files{CA: cc.TLSCA, Cert: cc.TLSCert, Key: cc.TLSKey}}
-		token, tlsCfg, err := sec.resolve()
+		secFlags := clientSecurityFlags{token: cc.TenantToken, tenantID: cc.TenantID, tls: tlsconf.Files{CA: cc.TLSCA, Cert: cc.TLSCert, Key: cc.TLSKey}}
+		sec, err := secFlags.resolve()
 		if err != nil {
 			te.Close()
 			return nil, fmt.Errorf("store connector: %w", err)
 		}
 		cl, err := store.New(ctx, store.Config{Master: cc.Master, Mover: te, LocalBufferSize: uint64(cc.LocalBufferMB) << 20,
-			Replicas: cc.Replicas, Token: token, TLS: tlsCfg, Logger: log, HotCache: cc.hotCache()})
+			Replicas: cc.Replicas, Token: sec.token, TenantID: sec.tenantID, TLS: sec.tls, Logger: log, HotCache: cc.hotCache()})
 		if err != nil {
 			te.Close()
 			return nil, fmt.Errorf("store connector: %w", err)

@@ -86,7 +86,7 @@ type storeSession struct {
 }
 
 func openStore(ctx context.Context, masterFlag, secret string, sec *clientSecurityFlags, rpcTimeout time.Duration) (*storeSession, error) {
-	token, tlsCfg, err := sec.resolve()
+	cs, err := sec.resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func openStore(ctx context.Context, masterFlag, secret string, sec *clientSecuri
 	}
 	addr := masterAddrOr(masterFlag)
 	cl, err := store.New(ctx, store.Config{Master: addr, Mover: eng, LocalBufferSize: 1 << 20, RPCTimeout: rpcTimeout,
-		Secret: secretOr(secret), Token: token, TLS: tlsCfg})
+		Secret: secretOr(secret), Token: cs.token, TenantID: cs.tenantID, TLS: cs.tls})
 	if err != nil {
 		eng.Close()
 		if strings.Contains(err.Error(), "connection refused") {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -20,14 +21,21 @@ import (
 	"github.com/kvcache-go/mooncake/internal/tlsconf"
 )
 
-// tokenEnv is the environment variable of a client's tenant token.
-const tokenEnv = "MOONCAKE_TENANT_TOKEN"
+// tokenEnv is the environment variable of a client's tenant token,
+// tenantIDEnv Mooncake's of the tenant it names.
+const (
+	tokenEnv    = "MOONCAKE_TENANT_TOKEN"
+	tenantIDEnv = "MOONCAKE_TENANT_ID"
+)
 
 // masterSecurityFlags are the master's tenants and TLS flags.
 type masterSecurityFlags struct {
 	tenants string
 	reload  time.Duration
 	tls     tlsconf.Files
+	// absentEmpty: an etcd key that does not exist is a policy without
+	// tenants (Mooncake's etcd connector), not an error.
+	absentEmpty bool
 }
 
 func (f *masterSecurityFlags) register(fs *pflag.FlagSet) {
@@ -48,7 +56,7 @@ func (f *masterSecurityFlags) apply(ctx context.Context, cfg *masterserver.Serve
 	if f.tenants == "" {
 		return func() {}, nil
 	}
-	load, closeLoad, err := policyLoader(f.tenants)
+	load, closeLoad, err := policyLoader(f.tenants, f.absentEmpty)
 	if err != nil {
 		return nil, &ExitError{Code: 2, Err: fmt.Errorf("--tenants: %w", err)}
 	}
@@ -89,8 +97,9 @@ func (f *masterSecurityFlags) apply(ctx context.Context, cfg *masterserver.Serve
 
 // policyLoader reads the tenant policy from a file, or from an etcd key
 // given as etcd://HOST:PORT[;HOST:PORT]/KEY (the client of the master's
-// HA election, internal/leader).
-func policyLoader(where string) (tenant.Loader, func(), error) {
+// HA election, internal/leader); absentEmpty reads a key that does not
+// exist as a policy without tenants.
+func policyLoader(where string, absentEmpty bool) (tenant.Loader, func(), error) {
 	rest, ok := strings.CutPrefix(where, "etcd://")
 	if !ok {
 		return tenant.FileLoader(where), func() {}, nil
@@ -109,36 +118,45 @@ func policyLoader(where string) (tenant.Loader, func(), error) {
 			return nil, fmt.Errorf("etcd get %s: %w", key, err)
 		}
 		if len(r.Kvs) == 0 {
+			if absentEmpty {
+				return []byte("version: 1\ntenants: []\n"), nil
+			}
 			return nil, fmt.Errorf("etcd key %s: not found", key)
 		}
 		return r.Kvs[0].Value, nil
 	}, func() { _ = cli.Close() }, nil
 }
 
-// clientSecurityFlags are a store client's credential and TLS flags.
+// clientSecurityFlags are a store client's credential, tenant and TLS
+// flags.
 type clientSecurityFlags struct {
-	token string
-	tls   tlsconf.Files
+	token    string
+	tenantID string
+	tls      tlsconf.Files
 }
 
 func (f *clientSecurityFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.token, "token", "", "tenant token for a master with tenants (default $"+tokenEnv+")")
+	fs.StringVar(&f.tenantID, "tenant-id", "", "the tenant to act in (Mooncake's tenant_id; default $"+tenantIDEnv+"): without --token, a tenant the master's policy leaves open to naming (docs/security.md)")
 	fs.StringVar(&f.tls.CA, "tls-ca", "", "PEM CA of the master's certificate: reach the master over TLS")
 	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM client certificate (mutual TLS)")
 	fs.StringVar(&f.tls.Key, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&f.tls.ServerName, "tls-server-name", "", "name the master's certificate is checked against (default: the host of --master)")
 }
 
-// resolve returns the token (the flag, else $MOONCAKE_TENANT_TOKEN) and
-// the TLS configuration (nil: plaintext).
-func (f *clientSecurityFlags) resolve() (string, *tls.Config, error) {
+// clientSecurity is what a client sends: its token, the tenant it names
+// and its TLS configuration (nil: plaintext).
+type clientSecurity struct {
+	token, tenantID string
+	tls             *tls.Config
+}
+
+// resolve fills the token (the flag, else $MOONCAKE_TENANT_TOKEN) and the
+// tenant (the flag, else $MOONCAKE_TENANT_ID) and loads the TLS files.
+func (f *clientSecurityFlags) resolve() (clientSecurity, error) {
 	c, err := tlsconf.Client(f.tls)
 	if err != nil {
-		return "", nil, &ExitError{Code: 2, Err: err}
+		return clientSecurity{}, &ExitError{Code: 2, Err: err}
 	}
-	tok := f.token
-	if tok == "" {
-		tok = os.Getenv(tokenEnv)
-	}
-	return tok, c, nil
+	return clientSecurity{token: cmp.Or(f.token, os.Getenv(tokenEnv)), tenantID: cmp.Or(f.tenantID, os.Getenv(tenantIDEnv)), tls: c}, nil
 }

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/kvcache-go/mooncake/internal/etcdtest"
 	"github.com/kvcache-go/mooncake/internal/leader"
+	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/tenant"
 	"github.com/kvcache-go/mooncake/internal/tlsconf/tlstest"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
@@ -84,7 +89,7 @@ func TestPolicyFromEtcd(t *testing.T) {
 	if _, err := cli.Put(ctx, "mooncake-store/c1/tenants", "version: 1\ntenants: [{name: a, tokens: [{token: token-a-0001}]}]"); err != nil {
 		t.Fatal(err)
 	}
-	load, closeLoad, err := policyLoader("etcd://" + ep + "/mooncake-store/c1/tenants")
+	load, closeLoad, err := policyLoader("etcd://"+ep+"/mooncake-store/c1/tenants", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +110,7 @@ func TestPolicyFromEtcd(t *testing.T) {
 	if _, err := src.Set().Authenticate("token-a-0001", time.Now()); err == nil {
 		t.Fatal("the old token still works")
 	}
-	missing, closeMissing, err := policyLoader("etcd://" + ep + "/nothing-here")
+	missing, closeMissing, err := policyLoader("etcd://"+ep+"/nothing-here", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +118,146 @@ func TestPolicyFromEtcd(t *testing.T) {
 	if _, err := missing(ctx); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("missing key: %v", err)
 	}
-	if _, _, err := policyLoader("etcd://nokey"); err == nil {
+	// Mooncake's etcd connector: an absent key is a policy without tenants.
+	empty, closeEmpty, err := policyLoader("etcd://"+ep+"/nothing-here", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeEmpty()
+	if b, err := empty(ctx); err != nil {
+		t.Fatalf("absent key read as empty: %v", err)
+	} else if set, err := tenant.Parse(b); err != nil || len(set.Tenants()) != 0 {
+		t.Fatalf("absent key: %q %v", b, err)
+	}
+	if _, _, err := policyLoader("etcd://nokey", false); err == nil {
 		t.Fatal("a URL without a key was accepted")
+	}
+}
+
+// TestMooncakeTenantFlags: Mooncake's --enable_multi_tenants with its
+// connector flags becomes the tenant policy's source (a file, or the etcd
+// key mooncake-store/<cluster_id>/tenant_quota_policy that may be absent);
+// the connector flags alone do nothing (a warning); what cannot work is
+// refused.
+func TestMooncakeTenantFlags(t *testing.T) {
+	parse := func(args ...string) (masterSecurityFlags, string, error) {
+		var (
+			g        masterGflags
+			ha       haFlags
+			core     master.Config
+			events   masterEventFlags
+			sec      masterSecurityFlags
+			host     = "127.0.0.1"
+			port     = 0
+			httpPort = 0
+			strategy = "random"
+			verbose  bool
+		)
+		f := pflag.NewFlagSet("master", pflag.ContinueOnError)
+		ha.register(f)
+		sec.register(f)
+		g.register(f, &host, &port, &httpPort, &strategy, &core, &ha)
+		if err := f.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		var warn strings.Builder
+		err := g.apply(&warn, &verbose, &events, &sec)
+		return sec, warn.String(), err
+	}
+	for _, tc := range []struct {
+		args        []string
+		tenants     string
+		absentEmpty bool
+		warn        string
+	}{
+		{[]string{"--enable_multi_tenants=true", "--tenant_quota_connector_type=file", "--tenant_quota_connector_uri=/etc/q.yaml"}, "/etc/q.yaml", false, ""},
+		{[]string{"--enable_multi_tenants", "--tenant_quota_connector_uri", "/etc/q.yaml"}, "/etc/q.yaml", false, ""},
+		{[]string{"--enable_multi_tenants=true", "--tenant_quota_connector_type=etcd", "--tenant_quota_connector_uri=127.0.0.1:2379"},
+			"etcd://127.0.0.1:2379/mooncake-store/mooncake_cluster/tenant_quota_policy", true, ""},
+		{[]string{"--enable_multi_tenants=true", "--cluster_id=c7/", "--tenant_quota_connector_type=etcd", "--tenant_quota_connector_uri=h1:2379;h2:2379"},
+			"etcd://h1:2379;h2:2379/mooncake-store/c7/tenant_quota_policy", true, ""},
+		{[]string{"--tenant_quota_connector_uri=/etc/q.yaml"}, "", false, "ignored without --enable_multi_tenants"},
+		{[]string{"--enable_multi_tenants=true", "--tenants=/own.yaml", "--tenant_quota_connector_uri=/etc/q.yaml"}, "/own.yaml", false, "--tenants given"},
+		{[]string{"--enable_multi_tenants=false", "--tenant_quota_connector_uri=/etc/q.yaml"}, "", false, "ignored"},
+	} {
+		sec, warn, err := parse(tc.args...)
+		if err != nil || sec.tenants != tc.tenants || sec.absentEmpty != tc.absentEmpty || (tc.warn == "") != (warn == "") || !strings.Contains(warn, tc.warn) {
+			t.Errorf("%v: tenants %q absentEmpty %v warn %q err %v", tc.args, sec.tenants, sec.absentEmpty, warn, err)
+		}
+	}
+	for _, args := range [][]string{
+		{"--enable_multi_tenants=true"},
+		{"--enable_multi_tenants=true", "--tenant_quota_connector_type=redis", "--tenant_quota_connector_uri=x"},
+		{"--enable_multi_tenants=true", "--tenant_quota_connector_type=etcd", "--cluster_id=a/b", "--tenant_quota_connector_uri=h:1"},
+	} {
+		if _, _, err := parse(args...); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
+
+// TestMooncakeTenantsProcesses: a master started with Mooncake's tenant
+// flags and a Mooncake policy (quotas, no credentials), a storage node
+// without any credential; CLI clients naming tenants with --tenant-id (or
+// MOONCAKE_TENANT_ID) see only their tenant's keys, the default tenant
+// (not in the policy) cannot put (TENANT_NOT_REGISTERED), and the tenant
+// quota API answers without a credential, as Mooncake's does.
+func TestMooncakeTenantsProcesses(t *testing.T) {
+	bin := buildBinary(t)
+	policy := filepath.Join(t.TempDir(), "tenant_quotas.yaml")
+	if err := os.WriteFile(policy, []byte("version: 1\ntenants:\n  - name: tenant-a\n    quota: 1MB\n  - name: tenant-b\n    quota: 2MB\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := startProc(t, bin, "master", "--port", "0", "--http-port", "0", "--enable_multi_tenants=true",
+		"--tenant_quota_connector_type=file", "--tenant_quota_connector_uri="+policy)
+	got := m.waitLine(t, regexp.MustCompile(`grpc=(127\.0\.0\.1:\d+) http=(\S+)`), 30*time.Second)
+	addr, httpAddr := got[1], got[2]
+	n := startProc(t, bin, "store", "--master", addr, "--segment-size", "4MiB", "--unmount-grace", "100ms")
+	n.waitLine(t, regexp.MustCompile(`store node mounted`), 30*time.Second)
+	in := func(tenantID string, stdin []byte, args ...string) (string, string, int) {
+		args = append(args, "--master", addr, "--timeout", "3s")
+		if tenantID != "" {
+			args = append(args, "--tenant-id", tenantID)
+		}
+		return run(t, bin, stdin, args...)
+	}
+	for _, tn := range []string{"tenant-a", "tenant-b"} {
+		if out, e, code := in(tn, []byte("value of "+tn), "put", "same-key", "-"); code != 0 {
+			t.Fatalf("%s put: %d %q %q", tn, code, out, e)
+		}
+	}
+	if out, e, code := in("tenant-a", nil, "get", "same-key", "-"); code != 0 || out != "value of tenant-a" {
+		t.Fatalf("tenant-a get: %d %q %q", code, out, e)
+	}
+	t.Setenv(tenantIDEnv, "tenant-b")
+	if out, e, code := in("", nil, "get", "same-key", "-"); code != 0 || out != "value of tenant-b" {
+		t.Fatalf("tenant-b (from %s) get: %d %q %q", tenantIDEnv, code, out, e)
+	}
+	t.Setenv(tenantIDEnv, "")
+	if out, _, code := in("", nil, "ls"); code != 0 || strings.Contains(out, "same-key") {
+		t.Fatalf("the default tenant lists another tenant's key: %d %q", code, out)
+	}
+	if _, e, code := in("", []byte("x"), "put", "k", "-"); code == 0 || !strings.Contains(strings.ToLower(e), "not registered") {
+		t.Fatalf("the default tenant (not in the policy) put: %d %q", code, e)
+	}
+	resp, err := http.Get("http://" + httpAddr + "/api/v1/tenant_quotas?tenant_id=tenant-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var q struct {
+		Success bool
+		Data    struct {
+			TenantID            string `json:"tenant_id"`
+			RequestedQuotaBytes uint64 `json:"requested_quota_bytes"`
+			ChargedBytes        uint64 `json:"charged_bytes"`
+			HasExplicitPolicy   bool   `json:"has_explicit_policy"`
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("tenant quotas: %d %v", resp.StatusCode, err)
+	}
+	if !q.Success || q.Data.TenantID != "tenant-a" || q.Data.RequestedQuotaBytes != 1<<20 || q.Data.ChargedBytes == 0 || !q.Data.HasExplicitPolicy {
+		t.Fatalf("tenant-a's quota row %+v", q)
 	}
 }

@@ -104,12 +104,14 @@ func (m *Master) TenantUsages() []TenantUsage {
 		return nil
 	}
 	out := make([]TenantUsage, 0, len(m.tenants.acct))
+	at := make(map[string]int, len(m.tenants.acct)) // index in out (the refused puts' tenants may number thousands)
 	for name, a := range m.tenants.acct {
+		at[name] = len(out)
 		out = append(out, TenantUsage{Tenant: name, Bytes: a.bytes, Objects: a.objects})
 	}
 	for name, r := range m.tenants.rejects {
-		i := slices.IndexFunc(out, func(u TenantUsage) bool { return u.Tenant == name })
-		if i < 0 {
+		i, ok := at[name]
+		if !ok {
 			out, i = append(out, TenantUsage{Tenant: name}), len(out)
 		}
 		out[i].RejectedBytes, out[i].RejectedObjects, out[i].RejectedUnregistered = r[0], r[1], r[2]

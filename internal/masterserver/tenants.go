@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -192,10 +193,13 @@ func (s *Service) fastAuthenticator(ctx context.Context, a *authn) fastrpc.Authe
 
 // requireAdmin guards the admin HTTP API with tenants on: every request
 // but /health and /metrics needs the admin role (the listing pages show
-// every tenant's keys); a tenant's token is answered 403.
+// every tenant's keys); a tenant's token is answered 403. A cluster
+// without a secret whose policy gives no credentials at all (Mooncake's
+// cooperative tenants) has no admin to ask for: its admin API is open, as
+// Mooncake's is.
 func requireAdmin(a *authn, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" || r.URL.Path == "/metrics" {
+		if r.URL.Path == "/health" || r.URL.Path == "/metrics" || (a.secret == "" && a.src.Set().Cooperative()) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -345,11 +349,19 @@ func (e rawEvents) Removed(key string, t master.Tier) {
 type tenantQuotaJSON struct {
 	TenantID            string `json:"tenant_id"`
 	RequestedQuotaBytes uint64 `json:"requested_quota_bytes"`
+	// EffectiveQuotaBytes: the requested quota scaled down in proportion
+	// when the policy's quotas add up to more than the pool (the share
+	// eviction charges first beyond).
+	EffectiveQuotaBytes uint64 `json:"effective_quota_bytes"`
 	ChargedBytes        uint64 `json:"charged_bytes"`
 	MaxObjects          uint64 `json:"max_objects"`
 	Objects             int    `json:"objects"`
 	OverQuota           bool   `json:"over_quota"`
-	Admin               bool   `json:"admin"`
+	// AdmissionClosed: puts are refused (a tenant not in the policy that
+	// still holds objects or had puts refused).
+	AdmissionClosed   bool `json:"admission_closed"`
+	HasExplicitPolicy bool `json:"has_explicit_policy"`
+	Admin             bool `json:"admin"`
 }
 
 // tenantAdmin adds the tenants' figures to the admin API: GET
@@ -361,13 +373,28 @@ func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.H
 		for _, u := range m.TenantUsages() {
 			used[u.Tenant] = u
 		}
-		var out []tenantQuotaJSON
-		for _, t := range src.Set().Tenants() {
-			u := used[t.Name]
-			out = append(out, tenantQuotaJSON{TenantID: t.Name, RequestedQuotaBytes: t.QuotaBytes, ChargedBytes: u.Bytes,
-				MaxObjects: t.QuotaObjects, Objects: u.Objects, Admin: t.Admin,
-				OverQuota: (t.QuotaBytes > 0 && u.Bytes > t.QuotaBytes) || (t.QuotaObjects > 0 && uint64(u.Objects) > t.QuotaObjects)})
+		capacity := m.Stats().Capacity
+		set := src.Set()
+		var sum uint64
+		for _, t := range set.Tenants() {
+			sum += t.QuotaBytes
 		}
+		var out []tenantQuotaJSON
+		for _, t := range set.Tenants() {
+			u := used[t.Name]
+			eff := t.QuotaBytes
+			if sum > capacity && capacity > 0 {
+				eff = uint64(float64(t.QuotaBytes) / float64(sum) * float64(capacity))
+			}
+			out = append(out, tenantQuotaJSON{TenantID: t.Name, RequestedQuotaBytes: t.QuotaBytes, EffectiveQuotaBytes: eff,
+				ChargedBytes: u.Bytes, MaxObjects: t.QuotaObjects, Objects: u.Objects, Admin: t.Admin, HasExplicitPolicy: true,
+				OverQuota: (t.QuotaBytes > 0 && u.Bytes > t.QuotaBytes) || (t.QuotaObjects > 0 && uint64(u.Objects) > t.QuotaObjects)})
+			delete(used, t.Name)
+		}
+		for _, u := range used { // tenants the policy does not list (any more)
+			out = append(out, tenantQuotaJSON{TenantID: u.Tenant, ChargedBytes: u.Bytes, Objects: u.Objects, AdmissionClosed: true})
+		}
+		slices.SortStableFunc(out[len(out)-len(used):], func(a, b tenantQuotaJSON) int { return strings.Compare(a.TenantID, b.TenantID) })
 		return out
 	}
 	mux := http.NewServeMux()

@@ -23,6 +23,7 @@ type Config struct {
 	Master       string          // master gRPC address "host:port", or "etcd://h1:2379;h2:2379[/CLUSTER]" for an HA cluster
 	Secret       string          // cluster secret the master needs for the unmount on Close (store.Config.Secret)
 	Token        string          // tenant credential (store.Config.Token); "" with tenants on: Secret is the credential
+	TenantID     string          // the tenant named (store.Config.TenantID, Mooncake's tenant_id)
 	TLS          *tls.Config     // reach the master over TLS (store.Config.TLS); nil: plaintext
 	SegmentSize  uint64          // bytes contributed to the pool
 	Engine       transfer.Config // the node's transfer engine
@@ -87,7 +88,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Engine.Logger = cfg.Logger
 	}
 	n := &Node{size: cfg.SegmentSize, log: cfg.Logger}
-	scfg := store.Config{Master: cfg.Master, Secret: cfg.Secret, Token: cfg.Token, TLS: cfg.TLS, SegmentSize: cfg.SegmentSize,
+	scfg := store.Config{Master: cfg.Master, Secret: cfg.Secret, Token: cfg.Token, TenantID: cfg.TenantID, TLS: cfg.TLS, SegmentSize: cfg.SegmentSize,
 		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, RPCTimeout: cfg.RPCTimeout, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger}
 	if cfg.EnableOffload {
 		if err := n.startDisk(cfg); err != nil {

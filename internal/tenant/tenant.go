@@ -372,6 +372,11 @@ func (s *Set) Claim(name string) (*Tenant, error) {
 	return &Tenant{Name: name, Namespace: Namespace(name), Unregistered: true}, nil
 }
 
+// Cooperative reports whether the policy gives no tenant, admins
+// included, a credential (Mooncake's policy): callers are told apart only
+// by the tenant they name.
+func (s *Set) Cooperative() bool { return s.declared && len(s.tokens) == 0 && len(s.certs) == 0 }
+
 // ClaimAs is the tenant of a caller whose credential is t's that names
 // tenant name as well: t itself when name is "", DefaultName or t's own;
 // for an admin, the named tenant (an admin may act inside any tenant, as
