@@ -32,6 +32,12 @@ const (
 	codeCheckStillActive = 0  // transfer_check_status: running
 )
 
+// Mooncake's tenant quota codes.
+const (
+	codeTenantQuotaExceeded = -1700 // TENANT_QUOTA_EXCEEDED
+	codeTenantNotRegistered = -1701 // TENANT_NOT_REGISTERED
+)
+
 // Sentinel errors of the binding layer itself.
 var (
 	errInvalidParams = errors.New("invalid parameters")

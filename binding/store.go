@@ -36,6 +36,8 @@ func init() {
 		codeMapping{store.ErrNoReplica, codeTransferFail},
 		codeMapping{store.ErrTransfer, codeTransferFail},
 		codeMapping{store.ErrClosed, codeInternal},
+		codeMapping{store.ErrQuotaExceeded, codeTenantQuotaExceeded},
+		codeMapping{store.ErrTenantNotRegistered, codeTenantNotRegistered},
 	)
 	codeHooks = append(codeHooks, storeRemoteCode, grpcCode)
 }
@@ -87,7 +89,7 @@ type storeArgs struct {
 	host, metadata, protocol, device, master string
 	segmentSize, bufferSize                  uint64
 	disk                                     diskArgs          // SSD offload (store_disk.go)
-	security                                 securityArgs      // tenant token and TLS (store_security.go)
+	security                                 securityArgs      // tenant id, tenant token and TLS (store_security.go)
 	env                                      map[string]string // setup-time environment (MC_STORE_LOCAL_HOT_*); missing names: os.Getenv
 }
 
@@ -165,7 +167,8 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	}
 	mover := newNestedMover(eng)
 	scfg := store.Config{HotCache: hot, Master: a.master, Mover: mover, SegmentSize: a.segmentSize, SegmentName: segName,
-		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), Token: sec.token, TLS: sec.tls, Logger: logger.With("store", eng.Name())}
+		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), TenantID: sec.tenantID, Token: sec.token, TLS: sec.tls,
+		Logger: logger.With("store", eng.Name())}
 	if disk != nil {
 		scfg.Disk = disk
 		scfg.PingInterval = diskPingInterval

@@ -65,7 +65,8 @@ func (x *extraSegments) mount(mem []byte, mapped bool) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := store.New(ctx, store.Config{Master: x.master, Mover: x.mover, Segment: mem, SegmentName: id,
-		LocalBufferSize: 64 << 10, Secret: os.Getenv("MOONCAKE_SECRET"), Token: x.sec.token, TLS: x.sec.tls, Logger: logger.With("segment", id)})
+		LocalBufferSize: 64 << 10, Secret: os.Getenv("MOONCAKE_SECRET"), TenantID: x.sec.tenantID, Token: x.sec.token,
+		TLS: x.sec.tls, Logger: logger.With("segment", id)})
 	if err != nil {
 		return "", err
 	}

@@ -76,6 +76,21 @@ def _ssd_offload_options(path):
     return {"dir": os.path.abspath(directory), "capacity": int(capacity), "offload_on_evict": True,
             "promotion_on_hit": _bool(env.get("MOONCAKE_PROMOTION_ON_HIT", "true"))}
 
+
+def _names_tenant(tenant_id):
+    """Whether tenant_id names a tenant: None, "" and "default" name none."""
+    return tenant_id is not None and str(tenant_id) not in ("", "default")
+
+
+def _tenant_id(arg, configured):
+    """The tenant a setup names: its tenant_id argument, else the configuration's, else
+    MOONCAKE_TENANT_ID (as Python sees the environment at setup), else "default" (none)."""
+    for v in (arg, configured, os.environ.get("MOONCAKE_TENANT_ID")):
+        if _names_tenant(v):
+            return str(v)
+    return "default"
+
+
 class SetupMixin(object):
     """Setting the client up and closing it."""
 
@@ -92,11 +107,15 @@ class SetupMixin(object):
         dict (Mooncake's keys) or a MooncakeConfig object. Positional arguments left out come
         from MOONCAKE_CONFIG_PATH / MOONCAKE_* (mooncake.config). Sizes may be strings
         ("16MB", "4gb"). ``enable_ssd_offload=True`` puts a disk tier behind this client's
-        segment (``ssd_offload_path``, else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``). A master with
-        tenants (docs/security.md) knows a client's tenant by its token: ``tenant_token`` (else the
-        config's, else ``MOONCAKE_TENANT_TOKEN``); ``tenant_id`` is not a credential and only
-        logged. The client HTTP server is accepted and ignored with a warning. Returns 0, or a
-        negative code.
+        segment (``ssd_offload_path``, else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``). On a master
+        with tenants (docs/security.md) ``tenant_id`` names the client's tenant ("default": the
+        config file's ``tenant_id``, else ``MOONCAKE_TENANT_ID``, else none): without a token
+        the master admits it when its policy lets that tenant in without credentials (a policy
+        giving no tenant a token admits any; an unregistered tenant's puts fail with
+        TENANT_NOT_REGISTERED, -1701). ``tenant_token`` (else the config's, else
+        ``MOONCAKE_TENANT_TOKEN``) is the tenant's credential; with one, ``tenant_id`` must be
+        its tenant or "default". A master without tenants ignores both. The client HTTP server
+        is accepted and ignored with a warning. Returns 0, or a negative code.
         """
         if config is None and local_hostname is not None and not isinstance(local_hostname, (str, bytes)):
             config, local_hostname = local_hostname, None
@@ -123,6 +142,7 @@ class SetupMixin(object):
                 cfg.master_server_address = str(master_server_addr)
             if tenant_token is not None:
                 cfg.tenant_token = str(tenant_token)
+            cfg.tenant_id = _tenant_id(tenant_id, cfg.tenant_id)
             ssd = _bool(enable_ssd_offload)
             http = _bool(enable_client_http_server)
         except (ValueError, OSError) as exc:
@@ -143,9 +163,6 @@ class SetupMixin(object):
         elif ssd_offload_path:
             log.warning("mooncake: setup: ssd_offload_path %r is ignored without enable_ssd_offload=True",
                         ssd_offload_path)
-        if tenant_id not in (None, "", "default") and not cfg.tenant_token:
-            log.warning("mooncake: setup: tenant_id %r is not a credential: a master with tenants knows a "
-                        "client's tenant by its token (tenant_token or MOONCAKE_TENANT_TOKEN); ignored", tenant_id)
         if http:
             log.warning("mooncake: setup: the client HTTP server (port %s) is not supported; not started",
                         client_http_port)
@@ -197,6 +214,8 @@ class SetupMixin(object):
             o = {}
             if disk:
                 o["disk"] = disk
+            if _names_tenant(getattr(cfg, "tenant_id", None)):
+                o["tenant_id"] = cfg.tenant_id
             if getattr(cfg, "tenant_token", ""):
                 o["token"] = cfg.tenant_token
             env = {k: os.environ[k] for k in _SETUP_ENV if k in os.environ}

@@ -7,10 +7,10 @@ of precedence:
 
 1. the JSON file named by ``$MOONCAKE_CONFIG_PATH`` (keys ``local_hostname``,
    ``metadata_server``, ``global_segment_size``, ``local_buffer_size``,
-   ``protocol``, ``device_name``, ``master_server_address``);
+   ``protocol``, ``device_name``, ``master_server_address``, ``tenant_id``);
 2. otherwise the environment: ``MOONCAKE_MASTER``, ``MOONCAKE_TE_META_DATA_SERVER``,
    ``MOONCAKE_PROTOCOL``, ``MOONCAKE_DEVICE``, ``MOONCAKE_GLOBAL_SEGMENT_SIZE``,
-   ``MOONCAKE_LOCAL_BUFFER_SIZE``, ``MOONCAKE_LOCAL_HOSTNAME``;
+   ``MOONCAKE_LOCAL_BUFFER_SIZE``, ``MOONCAKE_LOCAL_HOSTNAME``, ``MOONCAKE_TENANT_ID``;
 3. the defaults below.
 
 A value left out, ``None`` or blank takes its default. Sizes accept an int or a
@@ -72,8 +72,8 @@ def parse_size(value):
 
 
 def _config(local_hostname=None, metadata_server=None, global_segment_size=None, local_buffer_size=None,
-            protocol=None, device_name=None, master_server_address=None):
-    """A MooncakeConfig of the seven setup fields, defaults for those None or blank."""
+            protocol=None, device_name=None, master_server_address=None, tenant_id=None):
+    """A MooncakeConfig of the seven setup fields and tenant_id, defaults for those None or blank."""
     def text(v, default):
         v = "" if v is None else str(v)
         return v if v.strip() else default
@@ -89,6 +89,7 @@ def _config(local_hostname=None, metadata_server=None, global_segment_size=None,
         protocol=text(protocol, DEFAULT_PROTOCOL),
         device_name=text(device_name, ""),
         master_server_address=text(master_server_address, DEFAULT_MASTER),
+        tenant_id=text(tenant_id, "default"),
     )
 
 
@@ -102,7 +103,7 @@ def from_dict(d):
     # Older Mooncake files spell the master key "master_server_addr".
     return _config(d.get("local_hostname"), d.get("metadata_server"), d.get("global_segment_size"),
                    d.get("local_buffer_size"), d.get("protocol"), d.get("device_name"),
-                   d.get("master_server_address") or d.get("master_server_addr"))
+                   d.get("master_server_address") or d.get("master_server_addr"), d.get("tenant_id"))
 
 
 def from_file(path):
@@ -126,4 +127,5 @@ def load_from_env(environ=None):
         protocol=env.get("MOONCAKE_PROTOCOL"),
         device_name=env.get("MOONCAKE_DEVICE"),
         master_server_address=env.get("MOONCAKE_MASTER"),
+        tenant_id=env.get("MOONCAKE_TENANT_ID"),
     )

@@ -102,8 +102,9 @@ class MooncakeConfig:
     tenant_id: str = "default"
     enable_client_http_server: bool = False
     client_http_port: int = DEFAULT_CLIENT_HTTP_PORT
-    # Not a Mooncake field: the bearer token of a master with tenants (the
-    # master tells tenants apart by token; tenant_id is not a credential).
+    # Not a Mooncake field: the bearer token of a master whose tenant policy
+    # gives its tenants tokens (tenant_id then must be the token's tenant or
+    # "default"; docs/security.md).
     tenant_token: str = field(default="", repr=False)
 
     def __post_init__(self):

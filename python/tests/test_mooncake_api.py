@@ -274,7 +274,8 @@ class StoreApiTest(unittest.TestCase):
             self.assertEqual(rc, 0)
             text = "\n".join(cm.output)
             self.assertIn("SSD offload", text)
-            self.assertIn("tenant", text)
+            self.assertNotIn("tenant", text)  # tenant_id names the tenant; a master without tenants ignores it
+            self.assertEqual(s.config.tenant_id, "t1")
             self.assertEqual(s.health_check(), 0)
             with self.assertLogs("mooncake", level="ERROR"):
                 self.assertEqual(s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 * MIB, "tcp", "", self.addr),
