@@ -156,7 +156,6 @@ class MooncakeStoreService(object):
             "tenant_id": c.tenant_id,
             "enable_client_http_server": getattr(c, "enable_client_http_server", False),
             "client_http_port": getattr(c, "client_http_port", 9300),
-            "tenant_token": getattr(c, "tenant_token", "") or None,
         }
 
     async def start_store_service(self, max_wait_time=60, shutdown_event=None):
