@@ -56,11 +56,11 @@ func (f *masterSecurityFlags) apply(ctx context.Context, cfg *masterserver.Serve
 	if f.tenants == "" {
 		return func() {}, nil
 	}
-	load, closeLoad, err := policyLoader(f.tenants, f.absentEmpty)
+	load, save, closeLoad, err := policyLoader(f.tenants, f.absentEmpty)
 	if err != nil {
 		return nil, &ExitError{Code: 2, Err: fmt.Errorf("--tenants: %w", err)}
 	}
-	src, err := tenant.NewSource(ctx, tenant.SourceConfig{Load: load, Interval: f.reload,
+	src, err := tenant.NewSource(ctx, tenant.SourceConfig{Load: load, Save: save, Interval: f.reload,
 		OnError: func(err error) { log.Error("master: tenant policy not reloaded (the one in force stays)", "err", err) },
 		OnChange: func(s *tenant.Set, gen int64) {
 			log.Info("master: tenant policy in force", "tenants", len(s.Tenants()), "generation", gen)
@@ -97,22 +97,23 @@ func (f *masterSecurityFlags) apply(ctx context.Context, cfg *masterserver.Serve
 
 // policyLoader reads the tenant policy from a file, or from an etcd key
 // given as etcd://HOST:PORT[;HOST:PORT]/KEY (the client of the master's
-// HA election, internal/leader); absentEmpty reads a key that does not
-// exist as a policy without tenants.
-func policyLoader(where string, absentEmpty bool) (tenant.Loader, func(), error) {
+// HA election, internal/leader), and writes it back there (the admin
+// API's quota changes); absentEmpty reads a key that does not exist as a
+// policy without tenants.
+func policyLoader(where string, absentEmpty bool) (tenant.Loader, tenant.Saver, func(), error) {
 	rest, ok := strings.CutPrefix(where, "etcd://")
 	if !ok {
-		return tenant.FileLoader(where), func() {}, nil
+		return tenant.FileLoader(where), tenant.FileSaver(where), func() {}, nil
 	}
 	hosts, key, ok := strings.Cut(rest, "/")
 	if !ok || hosts == "" || key == "" {
-		return nil, nil, fmt.Errorf("want etcd://HOST:PORT[;HOST:PORT]/KEY, got %q", where)
+		return nil, nil, nil, fmt.Errorf("want etcd://HOST:PORT[;HOST:PORT]/KEY, got %q", where)
 	}
 	cli, err := leader.NewEtcdClient(strings.FieldsFunc(hosts, func(r rune) bool { return r == ';' || r == ',' }))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return func(ctx context.Context) ([]byte, error) {
+	load := func(ctx context.Context) ([]byte, error) {
 		r, err := cli.Get(ctx, key)
 		if err != nil {
 			return nil, fmt.Errorf("etcd get %s: %w", key, err)
@@ -124,7 +125,14 @@ func policyLoader(where string, absentEmpty bool) (tenant.Loader, func(), error)
 			return nil, fmt.Errorf("etcd key %s: not found", key)
 		}
 		return r.Kvs[0].Value, nil
-	}, func() { _ = cli.Close() }, nil
+	}
+	save := func(ctx context.Context, policy []byte) error {
+		if _, err := cli.Put(ctx, key, string(policy)); err != nil {
+			return fmt.Errorf("etcd put %s: %w", key, err)
+		}
+		return nil
+	}
+	return load, save, func() { _ = cli.Close() }, nil
 }
 
 // clientSecurityFlags are a store client's credential, tenant and TLS

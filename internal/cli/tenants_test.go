@@ -89,7 +89,7 @@ func TestPolicyFromEtcd(t *testing.T) {
 	if _, err := cli.Put(ctx, "mooncake-store/c1/tenants", "version: 1\ntenants: [{name: a, tokens: [{token: token-a-0001}]}]"); err != nil {
 		t.Fatal(err)
 	}
-	load, closeLoad, err := policyLoader("etcd://"+ep+"/mooncake-store/c1/tenants", false)
+	load, _, closeLoad, err := policyLoader("etcd://"+ep+"/mooncake-store/c1/tenants", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestPolicyFromEtcd(t *testing.T) {
 	if _, err := src.Set().Authenticate("token-a-0001", time.Now()); err == nil {
 		t.Fatal("the old token still works")
 	}
-	missing, closeMissing, err := policyLoader("etcd://"+ep+"/nothing-here", false)
+	missing, _, closeMissing, err := policyLoader("etcd://"+ep+"/nothing-here", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestPolicyFromEtcd(t *testing.T) {
 		t.Fatalf("missing key: %v", err)
 	}
 	// Mooncake's etcd connector: an absent key is a policy without tenants.
-	empty, closeEmpty, err := policyLoader("etcd://"+ep+"/nothing-here", true)
+	empty, saveEmpty, closeEmpty, err := policyLoader("etcd://"+ep+"/nothing-here", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,14 @@ func TestPolicyFromEtcd(t *testing.T) {
 	} else if set, err := tenant.Parse(b); err != nil || len(set.Tenants()) != 0 {
 		t.Fatalf("absent key: %q %v", b, err)
 	}
-	if _, _, err := policyLoader("etcd://nokey", false); err == nil {
+	// Written back (the admin API's quota changes) and read again.
+	if err := saveEmpty(ctx, []byte("version: 1\ntenants: [{name: t1, quota: 1KB}]\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := empty(ctx); err != nil || !strings.Contains(string(b), "t1") {
+		t.Fatalf("after a save: %q %v", b, err)
+	}
+	if _, _, _, err := policyLoader("etcd://nokey", false); err == nil {
 		t.Fatal("a URL without a key was accepted")
 	}
 }
@@ -259,5 +266,58 @@ func TestMooncakeTenantsProcesses(t *testing.T) {
 	}
 	if !q.Success || q.Data.TenantID != "tenant-a" || q.Data.RequestedQuotaBytes != 1<<20 || q.Data.ChargedBytes == 0 || !q.Data.HasExplicitPolicy {
 		t.Fatalf("tenant-a's quota row %+v", q)
+	}
+
+	// Mooncake's PUT and DELETE of a tenant's quota, written to the policy
+	// file: a tenant added can put at once, a tenant holding objects is
+	// not deleted, an empty one is.
+	call := func(method, query, body string) (int, map[string]any) {
+		req, err := http.NewRequest(method, "http://"+httpAddr+"/api/v1/tenant_quotas?"+query, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatalf("%s %s: %v", method, query, err)
+		}
+		return resp.StatusCode, out
+	}
+	if code, out := call("PUT", "tenant_id=tenant-c", `{"requested_quota_bytes": 2097152}`); code != http.StatusOK ||
+		out["data"].(map[string]any)["requested_quota_bytes"] != float64(2<<20) {
+		t.Fatalf("PUT tenant-c: %d %v", code, out)
+	}
+	if b, err := os.ReadFile(policy); err != nil || !strings.Contains(string(b), "tenant-c") || !strings.Contains(string(b), "tenant-a") {
+		t.Fatalf("policy file after PUT: %q %v", b, err)
+	}
+	if out, e, code := in("tenant-c", []byte("c"), "put", "c-key", "-"); code != 0 {
+		t.Fatalf("tenant-c put after PUT: %d %q %q", code, out, e)
+	}
+	for _, tc := range []struct {
+		method, query, body string
+		status              int
+		code                float64
+	}{
+		{"PUT", "tenant_id=tenant-c", `{"requested_quota_bytes": 0}`, http.StatusBadRequest, -600},
+		{"PUT", "tenant_id=_bad", `{"requested_quota_bytes": 1}`, http.StatusBadRequest, -600},
+		{"DELETE", "tenant_id=tenant-a", "", http.StatusConflict, -1702},
+		{"DELETE", "tenant_id=nobody", "", http.StatusNotFound, -704},
+	} {
+		if code, out := call(tc.method, tc.query, tc.body); code != tc.status || out["success"] != false || out["error_code"] != tc.code {
+			t.Errorf("%s %s %s: %d %v", tc.method, tc.query, tc.body, code, out)
+		}
+	}
+	if code, out := call("PUT", "tenant_id=tenant-d", `{"requested_quota_bytes": 1024}`); code != http.StatusOK {
+		t.Fatalf("PUT tenant-d: %d %v", code, out)
+	}
+	if code, out := call("DELETE", "tenant_id=tenant-d", ""); code != http.StatusOK || out["success"] != true {
+		t.Fatalf("DELETE tenant-d: %d %v", code, out)
+	}
+	if _, e, code := in("tenant-d", []byte("d"), "put", "d-key", "-"); code == 0 || !strings.Contains(strings.ToLower(e), "not registered") {
+		t.Fatalf("tenant-d put after DELETE: %d %q", code, e)
 	}
 }

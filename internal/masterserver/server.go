@@ -286,7 +286,7 @@ func (s *Server) AdminHTTP() http.Handler {
 		a := &authn{secret: s.cfg.Secret, src: s.cfg.Tenants, now: clock.Or(s.cfg.Clock).Now}
 		return requireAdmin(a, tenantAdmin(s.cfg.Tenants, s.core, AdminHandler(s.core)))
 	}
-	return RequireSecret(s.cfg.Secret, AdminHandler(s.core))
+	return RequireSecret(s.cfg.Secret, noTenantAdmin(AdminHandler(s.core)))
 }
 
 // Core is the server's master core.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,6 +24,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
 	"github.com/kvcache-go/mooncake/internal/httpjson"
 	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/storeerr"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/internal/tenant"
 	"github.com/kvcache-go/mooncake/internal/tlsconf"
@@ -344,6 +347,29 @@ func (e rawEvents) Removed(key string, t master.Tier) {
 	}
 }
 
+// Mooncake's codes of the tenant quota API's errors beyond storeerr's.
+const (
+	codeUnavailableInMode = -1011 // UNAVAILABLE_IN_CURRENT_MODE
+	codePersistentFail    = -1503 // PERSISTENT_FAIL
+	codeTenantNotEmpty    = -1702 // TENANT_NOT_EMPTY
+)
+
+// quotaError answers Mooncake's error shape of the tenant quota API.
+func quotaError(w http.ResponseWriter, status int, code int32, msg string) {
+	httpjson.Write(w, status, map[string]any{"success": false, "error_code": code, "error_message": msg})
+}
+
+// noTenantAdmin answers the tenant quota API of a master without tenants
+// as Mooncake's master outside its multi-tenant mode.
+func noTenantAdmin(next http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	mux.HandleFunc("/api/v1/tenant_quotas", func(w http.ResponseWriter, r *http.Request) {
+		quotaError(w, http.StatusConflict, codeUnavailableInMode, "UNAVAILABLE_IN_CURRENT_MODE: the master has no tenant policy (--tenants, --enable_multi_tenants)")
+	})
+	return mux
+}
+
 // tenantQuotaJSON is one tenant's row of GET /api/v1/tenant_quotas
 // (Mooncake's tenant quota snapshot fields where they exist).
 type tenantQuotaJSON struct {
@@ -412,7 +438,74 @@ func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.H
 				return
 			}
 		}
-		httpjson.Write(w, http.StatusNotFound, map[string]any{"success": false, "error": "TENANT_NOT_REGISTERED"})
+		quotaError(w, http.StatusNotFound, storeerr.CodeTenantNotRegistered, "TENANT_NOT_REGISTERED")
+	})
+	// Mooncake's upsert and delete of a tenant's quota, written back to
+	// the policy's file or etcd key (tenant.Source.Edit).
+	tenantID := func(w http.ResponseWriter, r *http.Request) (string, bool) {
+		id := r.URL.Query().Get("tenant_id")
+		if err := tenant.CheckName(id); err != nil {
+			quotaError(w, http.StatusBadRequest, storeerr.CodeInvalidParams, "Missing or invalid tenant_id: "+err.Error())
+			return "", false
+		}
+		return id, true
+	}
+	editFailed := func(w http.ResponseWriter, err error) {
+		switch {
+		case errors.Is(err, tenant.ErrReadOnly):
+			quotaError(w, http.StatusConflict, codeUnavailableInMode, "UNAVAILABLE_IN_CURRENT_MODE: "+err.Error())
+		case errors.Is(err, tenant.ErrNoTenant):
+			quotaError(w, http.StatusNotFound, storeerr.CodeObjectNotFound, "OBJECT_NOT_FOUND: "+err.Error())
+		default:
+			quotaError(w, http.StatusInternalServerError, codePersistentFail, "PERSISTENT_FAIL: "+err.Error())
+		}
+	}
+	rowOf := func(id string) any {
+		for _, row := range rows() {
+			if row.TenantID == id {
+				return row
+			}
+		}
+		return nil
+	}
+	mux.HandleFunc("PUT /api/v1/tenant_quotas", func(w http.ResponseWriter, r *http.Request) {
+		id, ok := tenantID(w, r)
+		if !ok {
+			return
+		}
+		var body struct {
+			RequestedQuotaBytes uint64 `json:"requested_quota_bytes"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
+			quotaError(w, http.StatusBadRequest, storeerr.CodeInvalidParams, "bad body: "+err.Error())
+			return
+		}
+		if body.RequestedQuotaBytes == 0 || body.RequestedQuotaBytes > tenant.MaxQuota {
+			quotaError(w, http.StatusBadRequest, storeerr.CodeInvalidParams, "Tenant quota must be in [1, 2^63 - 1] bytes")
+			return
+		}
+		if _, err := src.Edit(r.Context(), func(b []byte) ([]byte, error) { return tenant.SetQuota(b, id, body.RequestedQuotaBytes) }); err != nil {
+			editFailed(w, err)
+			return
+		}
+		httpjson.Write(w, http.StatusOK, map[string]any{"success": true, "data": rowOf(id)})
+	})
+	mux.HandleFunc("DELETE /api/v1/tenant_quotas", func(w http.ResponseWriter, r *http.Request) {
+		id, ok := tenantID(w, r)
+		if !ok {
+			return
+		}
+		// A tenant that holds anything stays (Mooncake's TENANT_NOT_EMPTY);
+		// a put that races the removal keeps its object, admission closed.
+		if row, ok := rowOf(id).(tenantQuotaJSON); ok && (row.ChargedBytes > 0 || row.Objects > 0) {
+			quotaError(w, http.StatusConflict, codeTenantNotEmpty, "TENANT_NOT_EMPTY")
+			return
+		}
+		if _, err := src.Edit(r.Context(), func(b []byte) ([]byte, error) { return tenant.RemoveTenant(b, id) }); err != nil {
+			editFailed(w, err)
+			return
+		}
+		httpjson.Write(w, http.StatusOK, map[string]any{"success": true, "data": rowOf(id)})
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r)

@@ -235,3 +235,30 @@ func TestTenantTLS(t *testing.T) {
 		t.Fatalf("the master stopped serving after refusals: %v %v", r, err)
 	}
 }
+
+// TestTenantQuotaAPIWithoutTenants: a master without a tenant policy
+// answers the tenant quota API as Mooncake's outside its multi-tenant
+// mode (409, UNAVAILABLE_IN_CURRENT_MODE), for every method.
+func TestTenantQuotaAPIWithoutTenants(t *testing.T) {
+	s, err := Start(ServerConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, method := range []string{"GET", "PUT", "DELETE"} {
+		req, _ := http.NewRequest(method, "http://"+s.HTTPAddr()+"/api/v1/tenant_quotas?tenant_id=a", strings.NewReader(`{"requested_quota_bytes": 1}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Success   bool
+			ErrorCode int32 `json:"error_code"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusConflict || out.Success || out.ErrorCode != codeUnavailableInMode {
+			t.Fatalf("%s: %d %+v %v", method, resp.StatusCode, out, err)
+		}
+	}
+}

@@ -57,6 +57,9 @@ type SourceConfig struct {
 	ReadTimeout time.Duration           // deadline of one Load (default 5s)
 	OnError     func(err error)         // a reload that failed (the current Set stays); nil: ignored
 	OnChange    func(s *Set, gen int64) // a new Set is in force; nil: ignored
+	// Save writes a changed policy where Load reads it (Edit); nil: the
+	// policy is changed only where it is kept, by others.
+	Save Saver
 }
 
 // Source is the policy in force, replaced whole when the loader's bytes
@@ -129,6 +132,42 @@ func (s *Source) Reload(ctx context.Context) (bool, error) {
 		s.cfg.OnChange(set, g)
 	}
 	return true, nil
+}
+
+// Edit changes the policy where it is kept: it reads it afresh, applies
+// change (SetQuota, RemoveTenant), saves the result and puts it in force,
+// all under the lock of reloads (so two edits never lose one another). It
+// returns the Set now in force; ErrReadOnly without a Saver.
+func (s *Source) Edit(ctx context.Context, change func(policy []byte) ([]byte, error)) (*Set, error) {
+	if s.cfg.Save == nil || s.cfg.Load == nil {
+		return nil, ErrReadOnly
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadTimeout)
+	defer cancel()
+	b, err := s.cfg.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tenant: load policy: %w", err)
+	}
+	nb, err := change(b)
+	if err != nil {
+		return nil, err
+	}
+	set, err := Parse(nb)
+	if err != nil {
+		return nil, fmt.Errorf("tenant: %w", err)
+	}
+	if err := s.cfg.Save(ctx, nb); err != nil {
+		return nil, fmt.Errorf("tenant: save policy: %w", err)
+	}
+	s.last = nb
+	s.cur.Store(set)
+	g := s.gen.Add(1)
+	if s.cfg.OnChange != nil {
+		s.cfg.OnChange(set, g)
+	}
+	return set, nil
 }
 
 // Run reloads every Interval until ctx ends (errors go to OnError) and
