@@ -461,3 +461,41 @@ func TestTenantsNamedByID(t *testing.T) {
 		})
 	}
 }
+
+// TestTenantsNamedByIDDurableRestart: under a policy without credentials
+// (Mooncake's), a storage node that names a tenant and has no credential
+// re-reports every object it holds after a master restart, each into its
+// own tenant's namespace: nothing is dropped for lying outside the node's
+// tenant (any caller may name any tenant there anyway).
+func TestTenantsNamedByIDDurableRestart(t *testing.T) {
+	c := newTenantCluster(t, master.Config{Durable: true}, 0, 0)
+	c.rewrite(t, mooncakePolicy)
+	ctx := ctxT(t)
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	n, err := storenode.Start(nctx, storenode.Config{Master: c.master.Addr(), TenantID: "b", SegmentSize: 4 << 20,
+		PingInterval: 20 * time.Millisecond, UnmountGrace: 200 * time.Millisecond})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	named := func(id string) *store.Client { return c.client(func(cfg *store.Config) { cfg.TenantID = id }) }
+	a, b := named("a"), named("b")
+	va, vb := value("a", 8192), value("b", 8192)
+	if err := a.Put(ctx, "kept", va); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Put(ctx, "kept", vb); err != nil {
+		t.Fatal(err)
+	}
+	c.restartMaster()
+	for _, tc := range []struct {
+		cl   *store.Client
+		want []byte
+	}{{a, va}, {b, vb}} {
+		waitfor.Cond(t, 10*time.Second, "each tenant's object restored into its namespace", func() bool {
+			got, err := tc.cl.Get(ctx, "kept")
+			return err == nil && bytes.Equal(got, tc.want)
+		})
+	}
+}

@@ -93,6 +93,11 @@ type Tenant struct {
 	// reads and removes in its namespace, and its puts are refused
 	// (TENANT_NOT_REGISTERED).
 	Unregistered bool
+	// Cooperative: its policy gives no one a credential (Set.Cooperative),
+	// so any caller may act as any tenant and nothing a caller does is
+	// confined beyond its namespace (a node re-reports every object it
+	// holds after a master restart, whatever its tenant).
+	Cooperative bool
 }
 
 // Default is the identity of every caller when no policy is configured.
@@ -253,6 +258,10 @@ func Parse(data []byte) (*Set, error) {
 		s.byName[t.Name] = t
 		s.tenants = append(s.tenants, t)
 	}
+	coop := s.Cooperative()
+	for _, t := range s.tenants {
+		t.Cooperative = coop
+	}
 	return s, nil
 }
 
@@ -369,7 +378,7 @@ func (s *Set) Claim(name string) (*Tenant, error) {
 	if err := checkName(name); err != nil {
 		return nil, fmt.Errorf("%w: tenant id: %v", ErrUnauthenticated, err)
 	}
-	return &Tenant{Name: name, Namespace: Namespace(name), Unregistered: true}, nil
+	return &Tenant{Name: name, Namespace: Namespace(name), Unregistered: true, Cooperative: s.Cooperative()}, nil
 }
 
 // Cooperative reports whether the policy gives no tenant, admins
@@ -398,5 +407,5 @@ func (s *Set) ClaimAs(t *Tenant, name string) (*Tenant, error) {
 	if err := checkName(name); err != nil {
 		return nil, fmt.Errorf("%w: tenant id: %v", ErrUnauthenticated, err)
 	}
-	return &Tenant{Name: name, Namespace: Namespace(name), Unregistered: true}, nil
+	return &Tenant{Name: name, Namespace: Namespace(name), Unregistered: true, Cooperative: s.Cooperative()}, nil
 }
