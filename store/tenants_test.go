@@ -216,7 +216,7 @@ func TestTenantsDurableRestart(t *testing.T) {
 // ErrQuotaExceeded (Mooncake's -1700) at once, while tenant b puts under
 // load at the same time and never fails.
 func TestTenantQuotaUnderLoad(t *testing.T) {
-	c := newTenantCluster(t, master.Config{}, 1, 8<<20)
+	c := newTenantCluster(t, master.Config{TenantHighWatermark: -1}, 1, 8<<20) // strict admission alone
 	ctx := ctxT(t)
 	a, b := c.tenantClient("token-a-first"), c.tenantClient("token-b-first")
 	var wg sync.WaitGroup
@@ -364,7 +364,7 @@ tenants:
 func TestTenantsNamedByID(t *testing.T) {
 	for _, grpcOnly := range []bool{false, true} {
 		t.Run(fmt.Sprintf("grpc-only=%v", grpcOnly), func(t *testing.T) {
-			c := newTenantCluster(t, master.Config{}, 1, 4<<20)
+			c := newTenantCluster(t, master.Config{TenantHighWatermark: -1}, 1, 4<<20) // strict admission alone
 			c.rewrite(t, mooncakePolicy)
 			ctx := ctxT(t)
 			named := func(id, token string) *store.Client {
@@ -497,5 +497,61 @@ func TestTenantsNamedByIDDurableRestart(t *testing.T) {
 			got, err := tc.cl.Get(ctx, "kept")
 			return err == nil && bytes.Equal(got, tc.want)
 		})
+	}
+}
+
+// TestTenantKeepsCaching: a tenant that writes four times its quota in
+// turn (a KV cache that goes on caching) keeps writing: its own watermark
+// eviction (Mooncake's tenant_eviction_high_watermark_ratio, 90% of its
+// quota by default) makes room for its next puts, a put refused at its
+// quota succeeds again within a few ticks, every put acknowledged reads
+// back at once (nothing discarded on arrival, Mooncake's issue 3741), the
+// tenant never holds more than its quota, and another tenant's objects are
+// left alone.
+func TestTenantKeepsCaching(t *testing.T) {
+	c := newTenantCluster(t, master.Config{LeaseTTL: 50 * time.Millisecond}, 1, 4<<20)
+	c.rewrite(t, mooncakePolicy) // a: 256 KiB
+	ctx := ctxT(t)
+	a := c.client(func(cfg *store.Config) { cfg.TenantID = "a" })
+	b := c.client(func(cfg *store.Config) { cfg.TenantID = "b" })
+	vb := value("b", 64<<10)
+	if err := b.Put(ctx, "b-key", vb); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for i := range 64 { // 64 x 16 KiB = 1 MiB
+		k, v := fmt.Sprintf("block/%d", i), value(fmt.Sprintf("block/%d", i), 16<<10)
+		waitfor.Cond(t, 10*time.Second, "room for a's next put", func() bool {
+			err := a.Put(ctx, k, v)
+			if errors.Is(err, store.ErrQuotaExceeded) {
+				refused++
+				return false
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return true
+		})
+		if got, err := a.Get(ctx, k); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("put %d acknowledged, then read: %v", i, err)
+		}
+		for _, u := range c.master.Core().TenantUsages() {
+			if u.Tenant == "a" && u.Bytes > 256<<10 {
+				t.Fatalf("a holds %d bytes, over its quota", u.Bytes)
+			}
+		}
+	}
+	var ua master.TenantUsage
+	for _, u := range c.master.Core().TenantUsages() {
+		if u.Tenant == "a" {
+			ua = u
+		}
+	}
+	if ua.Evicted < 40 {
+		t.Fatalf("a's usage %+v: its watermark evicted %d objects of 64 written into a quota of 16", ua, ua.Evicted)
+	}
+	t.Logf("a: %+v; puts refused at the quota before room was made: %d", ua, refused)
+	if got, err := b.Get(ctx, "b-key"); err != nil || !bytes.Equal(got, vb) {
+		t.Fatalf("b's object after a's churn: %v", err)
 	}
 }

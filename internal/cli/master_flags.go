@@ -59,9 +59,34 @@ func registerMooncakeMasterFlags(f *pflag.FlagSet, core *master.Config) {
 	f.Var(unitDuration{&core.LeaseTTL, time.Millisecond}, "default_kv_lease_ttl", "Mooncake's name of --lease-ttl: milliseconds (or a duration)")
 	f.Float64Var(&core.HighWatermark, "eviction_high_watermark_ratio", core.HighWatermark, "Mooncake's name of --eviction-high-watermark")
 	f.Float64Var(&core.EvictionRatio, "eviction_ratio", core.EvictionRatio, "Mooncake's name of --eviction-ratio")
-	for _, n := range []string{"client_ttl", "client_live_ttl_sec", "default_kv_lease_ttl", "eviction_high_watermark_ratio", "eviction_ratio"} {
+	f.Var(tenantWatermark{&core.TenantHighWatermark}, "tenant-eviction-high-watermark", "with tenant quotas: evict a tenant's own objects when its charged bytes pass this ratio of its byte quota, down to this minus --eviction-ratio (0 = off; default 0.9)")
+	f.Var(tenantWatermark{&core.TenantHighWatermark}, "tenant_eviction_high_watermark_ratio", "Mooncake's name of --tenant-eviction-high-watermark")
+	for _, n := range []string{"client_ttl", "client_live_ttl_sec", "default_kv_lease_ttl", "eviction_high_watermark_ratio", "eviction_ratio", "tenant_eviction_high_watermark_ratio"} {
 		_ = f.MarkHidden(n)
 	}
+}
+
+// tenantWatermark is --tenant-eviction-high-watermark: a ratio in [0, 1],
+// 0 turning the tenant watermark off (master.Config's negative value).
+type tenantWatermark struct{ v *float64 }
+
+func (w tenantWatermark) String() string {
+	if w.v == nil || *w.v == 0 {
+		return "0.9"
+	}
+	return strconv.FormatFloat(max(*w.v, 0), 'g', -1, 64)
+}
+func (w tenantWatermark) Type() string { return "ratio" }
+func (w tenantWatermark) Set(s string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f < 0 || f > 1 {
+		return fmt.Errorf("%q: want a ratio from 0 (off) to 1", s)
+	}
+	if f == 0 {
+		f = -1
+	}
+	*w.v = f
+	return nil
 }
 
 // maxMemoryFlag is --max-memory: a size, "auto" (the cgroup's memory limit

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -319,5 +320,35 @@ func TestMooncakeTenantsProcesses(t *testing.T) {
 	}
 	if _, e, code := in("tenant-d", []byte("d"), "put", "d-key", "-"); code == 0 || !strings.Contains(strings.ToLower(e), "not registered") {
 		t.Fatalf("tenant-d put after DELETE: %d %q", code, e)
+	}
+}
+
+// TestTenantWatermarkFlag: Mooncake's --tenant_eviction_high_watermark_ratio
+// and ours set the core's tenant watermark; 0 turns it off; out of [0, 1]
+// is refused.
+func TestTenantWatermarkFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg  string
+		want float64
+	}{
+		{"--tenant_eviction_high_watermark_ratio=0.8", 0.8},
+		{"--tenant-eviction-high-watermark=0.95", 0.95},
+		{"--tenant_eviction_high_watermark_ratio=0", -1},
+	} {
+		var core master.Config
+		f := pflag.NewFlagSet("master", pflag.ContinueOnError)
+		registerMooncakeMasterFlags(f, &core)
+		if err := f.Parse([]string{tc.arg}); err != nil || core.TenantHighWatermark != tc.want {
+			t.Errorf("%s: %v, %v", tc.arg, core.TenantHighWatermark, err)
+		}
+	}
+	for _, bad := range []string{"--tenant-eviction-high-watermark=1.5", "--tenant-eviction-high-watermark=-0.1", "--tenant-eviction-high-watermark=x"} {
+		var core master.Config
+		f := pflag.NewFlagSet("master", pflag.ContinueOnError)
+		f.SetOutput(io.Discard)
+		registerMooncakeMasterFlags(f, &core)
+		if err := f.Parse([]string{bad}); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
 	}
 }

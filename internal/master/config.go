@@ -29,11 +29,17 @@ type Config struct {
 	MaxSoftPinTTL     time.Duration // largest soft pin TTL accepted (24h)
 	HighWatermark     float64       // eviction fires when used/capacity passes this (0.90)
 	EvictionRatio     float64       // fraction of capacity one eviction frees (0.05)
-	MaxKeyLen         int           // longest key in bytes (4096; at most 1 MiB)
-	MaxReplicas       int           // largest replica count accepted (16)
-	Strategy          Strategy      // allocation strategy (random)
-	Seed              uint64        // seed of the random strategy
-	Align             uint64        // allocation granularity in bytes (64)
+	// TenantHighWatermark: with tenant quotas, a tenant's own objects are
+	// evicted when its charged bytes pass this fraction of its effective
+	// byte quota, down to (TenantHighWatermark - EvictionRatio) of it
+	// (tenant_evict.go; Mooncake's tenant_eviction_high_watermark_ratio).
+	// 0 takes the default 0.90; a negative value turns it off.
+	TenantHighWatermark float64
+	MaxKeyLen           int      // longest key in bytes (4096; at most 1 MiB)
+	MaxReplicas         int      // largest replica count accepted (16)
+	Strategy            Strategy // allocation strategy (random)
+	Seed                uint64   // seed of the random strategy
+	Align               uint64   // allocation granularity in bytes (64)
 	// EvictionPolicy orders the objects an eviction takes (internal/evict):
 	// "lru" (default), "tail-first" (KV block chains from their tails,
 	// see ChainOf) or "retention" (each eviction builds its order afresh,
@@ -63,20 +69,21 @@ type Config struct {
 // DefaultConfig returns the defaults (Mooncake's, see shared/reference/mooncake.md).
 func DefaultConfig() Config {
 	return Config{
-		LeaseTTL:          10 * time.Second,
-		ClientTTL:         10 * time.Second,
-		PutTimeout:        30 * time.Second,
-		PutReleaseTimeout: 10 * time.Minute,
-		SoftPinTTL:        30 * time.Minute,
-		MaxSoftPinTTL:     24 * time.Hour,
-		HighWatermark:     0.90,
-		EvictionRatio:     0.05,
-		MaxKeyLen:         4096,
-		MaxReplicas:       16,
-		Strategy:          StrategyRandom,
-		Seed:              1,
-		Align:             64,
-		EvictionPolicy:    evict.KindLRU,
+		LeaseTTL:            10 * time.Second,
+		ClientTTL:           10 * time.Second,
+		PutTimeout:          30 * time.Second,
+		PutReleaseTimeout:   10 * time.Minute,
+		SoftPinTTL:          30 * time.Minute,
+		MaxSoftPinTTL:       24 * time.Hour,
+		HighWatermark:       0.90,
+		EvictionRatio:       0.05,
+		TenantHighWatermark: 0.90,
+		MaxKeyLen:           4096,
+		MaxReplicas:         16,
+		Strategy:            StrategyRandom,
+		Seed:                1,
+		Align:               64,
+		EvictionPolicy:      evict.KindLRU,
 	}
 }
 
@@ -95,6 +102,7 @@ func (c Config) withDefaults() Config {
 	c.MaxSoftPinTTL = cmp.Or(c.MaxSoftPinTTL, d.MaxSoftPinTTL)
 	c.HighWatermark = cmp.Or(c.HighWatermark, d.HighWatermark)
 	c.EvictionRatio = cmp.Or(c.EvictionRatio, d.EvictionRatio)
+	c.TenantHighWatermark = cmp.Or(c.TenantHighWatermark, d.TenantHighWatermark)
 	c.MaxKeyLen = cmp.Or(c.MaxKeyLen, d.MaxKeyLen)
 	c.MaxReplicas = cmp.Or(c.MaxReplicas, d.MaxReplicas)
 	c.Strategy = cmp.Or(c.Strategy, d.Strategy)
@@ -120,6 +128,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("master: high watermark %v not in (0,1]", c.HighWatermark)
 	case c.EvictionRatio <= 0 || c.EvictionRatio > 1:
 		return fmt.Errorf("master: eviction ratio %v not in (0,1]", c.EvictionRatio)
+	case c.TenantHighWatermark > 1:
+		return fmt.Errorf("master: tenant high watermark %v above 1", c.TenantHighWatermark)
 	case c.MaxKeyLen < 1 || c.MaxReplicas < 1:
 		return fmt.Errorf("master: max key length and max replicas must be positive")
 	case c.MaxKeyLen > maxKeyLenLimit:

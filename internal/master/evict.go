@@ -72,16 +72,7 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 		m.stats.UtilisationAtFirstEviction = float64(used) / float64(capacity)
 	}
 	var freed uint64 // allocated bytes, as the target
-	evictOne := func(o *object) {
-		for _, r := range m.reps(o) {
-			freed += m.segOf(r).alloc.Rounded(o.alloc())
-		}
-		m.stats.EvictedBytes += o.size * uint64(o.nrep)
-		m.evicting = true
-		m.freeLocked(o)
-		m.evicting = false
-		m.stats.Evictions++
-	}
+	evictOne := func(o *object) { freed += m.evictObjectLocked(o) }
 	if m.objects.len() <= evictExact {
 		for _, o := range m.evictionOrderLocked(now, -1) {
 			if freed >= target {
@@ -111,6 +102,20 @@ func (m *Master) evictLocked(now time.Time, target uint64) uint64 {
 			m.evictDebt = target - freed
 		}
 	}
+	return freed
+}
+
+// evictObjectLocked evicts o and returns the allocated bytes it freed.
+func (m *Master) evictObjectLocked(o *object) uint64 {
+	var freed uint64
+	for _, r := range m.reps(o) {
+		freed += m.segOf(r).alloc.Rounded(o.alloc())
+	}
+	m.stats.EvictedBytes += o.size * uint64(o.nrep)
+	m.evicting = true
+	m.freeLocked(o)
+	m.evicting = false
+	m.stats.Evictions++
 	return freed
 }
 

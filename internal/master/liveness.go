@@ -62,7 +62,8 @@ func (m *Master) Ping(clientID string) (viewVersion uint64, st PingStatus) {
 // Tick runs the periodic work at the clock's current time, in this order:
 // drop clients silent past ClientTTL (unmounting their segments), clean up
 // puts older than PutTimeout whose owner is gone, release zombie space,
-// finish graceful unmounts, and evict when use passes the high watermark.
+// finish graceful unmounts, evict when use passes the high watermark, and
+// evict from the tenants above their own watermark (tenant_evict.go).
 func (m *Master) Tick() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -73,6 +74,7 @@ func (m *Master) Tick() {
 	m.drainLocked(now)
 	m.advanceDrainJobsLocked(now)
 	m.evictAboveWatermarkLocked(now)
+	m.tenantEvictLocked(now)
 	m.shrinkLocked()
 	if len(m.removed) > 0 && now.Sub(m.started) >= m.cfg.RestoreWindow {
 		clear(m.removed)

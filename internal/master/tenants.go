@@ -41,6 +41,9 @@ type TenantUsage struct {
 	// Puts refused at admission since the accounting started: over the
 	// bytes quota, over the objects quota, tenant not registered.
 	RejectedBytes, RejectedObjects, RejectedUnregistered uint64
+	// Evicted counts the objects the tenant's eviction watermark took
+	// (Config.TenantHighWatermark).
+	Evicted uint64
 }
 
 type tenantAcct struct {
@@ -58,6 +61,12 @@ type tenantBook struct {
 	last    *tenantAcct
 	pending map[string]uint64     // charge of each unfinished put, by key
 	rejects map[string]*[3]uint64 // refused puts by tenant: bytes, objects, unregistered
+	// cursor is where the last watermark eviction of each tenant stopped
+	// in its namespace (tenant_evict.go); evicted counts the objects that
+	// eviction took, by tenant.
+	cursor  map[string]string
+	evicted map[string]uint64
+	goal    map[string]uint64 // the tenants that eviction brings down, to these bytes
 }
 
 // reject counts a refused put of tenant t for reason (0 bytes, 1 objects,
@@ -84,7 +93,8 @@ func (m *Master) SetTenantQuotas(q TenantQuotas) {
 		m.tenants = nil
 		return
 	}
-	m.tenants = &tenantBook{q: q, acct: map[string]*tenantAcct{}, pending: map[string]uint64{}, rejects: map[string]*[3]uint64{}}
+	m.tenants = &tenantBook{q: q, acct: map[string]*tenantAcct{}, pending: map[string]uint64{}, rejects: map[string]*[3]uint64{},
+		cursor: map[string]string{}, evicted: map[string]uint64{}, goal: map[string]uint64{}}
 	m.objects.each(func(o *object) bool {
 		if o.complete {
 			m.tenantCountLocked(o, 1)
@@ -112,9 +122,17 @@ func (m *Master) TenantUsages() []TenantUsage {
 	for name, r := range m.tenants.rejects {
 		i, ok := at[name]
 		if !ok {
+			at[name] = len(out)
 			out, i = append(out, TenantUsage{Tenant: name}), len(out)
 		}
 		out[i].RejectedBytes, out[i].RejectedObjects, out[i].RejectedUnregistered = r[0], r[1], r[2]
+	}
+	for name, n := range m.tenants.evicted {
+		i, ok := at[name]
+		if !ok {
+			out, i = append(out, TenantUsage{Tenant: name}), len(out)
+		}
+		out[i].Evicted = n
 	}
 	slices.SortFunc(out, func(a, b TenantUsage) int {
 		if a.Tenant < b.Tenant {

@@ -224,3 +224,115 @@ func TestTenantAccountsInTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantHighWatermark: a tick evicts the objects of a tenant above its
+// own watermark (90% of its quota by default), least recently used first,
+// down to 85%, never a leased one, and leaves the tenants below theirs
+// alone; the tenant then has room for its next puts. Off with a negative
+// watermark.
+func TestTenantHighWatermark(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Durable = false
+	cfg.LeaseTTL = 100 * time.Millisecond
+	m, clk := newTestMaster(t, cfg, map[string]uint64{"s1": 4 << 20})
+	m.SetTenantQuotas(quotaMap{"a": {1 << 20, 0}, "b": {1 << 20, 0}, "c": {256 << 10, 0}})
+	a, b, c := tenant.Namespace("a"), tenant.Namespace("b"), tenant.Namespace("c")
+	for i := range 15 { // a: 960 KiB of 1 MiB, above 90%
+		mustPut(t, m, fmt.Sprintf("%s%02d", a, i), 64<<10, ReplicateConfig{})
+		clk.Advance(time.Millisecond)
+	}
+	for i := range 10 { // b: 640 KiB, below
+		mustPut(t, m, fmt.Sprintf("%s%02d", b, i), 64<<10, ReplicateConfig{})
+	}
+	for i := range 4 { // c: all of its 256 KiB, every object leased (below)
+		mustPut(t, m, fmt.Sprintf("%s%02d", c, i), 64<<10, ReplicateConfig{})
+	}
+	// Objects written less than a LeaseTTL ago are not evicted.
+	m.Tick()
+	if u := m.TenantUsages(); u[0].Tenant != "a" || u[0].Objects != 15 {
+		t.Fatalf("fresh objects evicted: %+v", u)
+	}
+	clk.Advance(2 * cfg.LeaseTTL)
+	for i := range 4 {
+		if _, err := m.GetReplicaList(fmt.Sprintf("%s%02d", c, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Tick()
+	usage := func() map[string]TenantUsage {
+		got := map[string]TenantUsage{}
+		for _, u := range m.TenantUsages() {
+			got[u.Tenant] = u
+		}
+		return got
+	}
+	u := usage()
+	// 960 KiB down to at most 870 KiB (85%): the two least recent go.
+	if u["a"].Objects != 13 || u["a"].Bytes != 13*64<<10 || u["a"].Evicted != 2 {
+		t.Fatalf("a after the tick: %+v", u["a"])
+	}
+	for i := range 15 {
+		if ok, _ := m.Exist(fmt.Sprintf("%s%02d", a, i)); ok != (i >= 2) {
+			t.Fatalf("a's object %d present %v", i, ok)
+		}
+	}
+	if u["b"].Objects != 10 || u["b"].Evicted != 0 || u["c"].Objects != 4 || u["c"].Evicted != 0 {
+		t.Fatalf("b %+v, c %+v: below the watermark, or leased, and evicted", u["b"], u["c"])
+	}
+	mustPut(t, m, a+"next", 64<<10, ReplicateConfig{})
+
+	off := DefaultConfig()
+	off.Durable = false
+	off.TenantHighWatermark = -1
+	m2, clk2 := newTestMaster(t, off, map[string]uint64{"s1": 4 << 20})
+	m2.SetTenantQuotas(quotaMap{"a": {1 << 20, 0}})
+	for i := range 16 {
+		mustPut(t, m2, fmt.Sprintf("%s%02d", a, i), 64<<10, ReplicateConfig{})
+	}
+	clk2.Advance(time.Millisecond)
+	m2.Tick()
+	if u := m2.TenantUsages(); len(u) != 1 || u[0].Objects != 16 || u[0].Evicted != 0 {
+		t.Fatalf("watermark off: %+v", u)
+	}
+	if _, err := m2.PutStart("w", a+"x", 1, ReplicateConfig{}); !errors.Is(err, ErrTenantQuotaExceeded) {
+		t.Fatalf("at its quota with the watermark off: %v", err)
+	}
+}
+
+// TestTenantHighWatermarkBounded: a tick looks at no more than evictSample
+// keys of the tenants over their watermark, whatever their number of
+// objects; the next ticks go on from where it stopped (around the
+// namespace) until the tenant is down to its goal.
+func TestTenantHighWatermarkBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Durable = false
+	cfg.TenantHighWatermark = 0.5
+	cfg.EvictionRatio = 0.3 // goal: 20% of the quota
+	cfg.LeaseTTL = 100 * time.Millisecond
+	const n = 3 * evictSample
+	m, clk := newTestMaster(t, cfg, map[string]uint64{"s1": 64 << 20})
+	m.SetTenantQuotas(quotaMap{"a": {n << 10, 0}})
+	a := tenant.Namespace("a")
+	for i := range n {
+		mustPut(t, m, fmt.Sprintf("%s%08x", a, uint32(i)*2654435761), 1<<10, ReplicateConfig{})
+	}
+	clk.Advance(2 * cfg.LeaseTTL)
+	goal := uint64(n<<10) / 5
+	for tick := 1; ; tick++ {
+		before := m.TenantUsages()[0].Evicted
+		m.Tick()
+		u := m.TenantUsages()[0]
+		if u.Evicted-before > evictSample {
+			t.Fatalf("tick %d evicted %d objects: more than it may look at", tick, u.Evicted-before)
+		}
+		if u.Bytes <= goal {
+			if tick < 2 {
+				t.Fatalf("down to the goal in %d tick(s): the window is not bounded", tick)
+			}
+			break
+		}
+		if tick > 10 {
+			t.Fatalf("after %d ticks a holds %d bytes, goal %d", tick, u.Bytes, goal)
+		}
+	}
+}

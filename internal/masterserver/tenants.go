@@ -531,8 +531,16 @@ func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.H
 			}
 		}
 		const rej = "mooncake_tenant_quota_reject_total"
+		const ev = "mooncake_tenant_eviction_objects_total"
+		usages := m.TenantUsages()
+		fmt.Fprintf(w, "# HELP %s Objects the tenant's own eviction watermark took.\n# TYPE %s counter\n", ev, ev)
+		for _, u := range usages {
+			if u.Evicted > 0 {
+				fmt.Fprintf(w, "%s{tenant_id=%q} %d\n", ev, u.Tenant, u.Evicted)
+			}
+		}
 		fmt.Fprintf(w, "# HELP %s Puts refused at admission, by reason.\n# TYPE %s counter\n", rej, rej)
-		for _, u := range m.TenantUsages() {
+		for _, u := range usages {
 			for _, r := range []struct {
 				reason string
 				n      uint64
