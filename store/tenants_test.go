@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -551,6 +554,21 @@ func TestTenantKeepsCaching(t *testing.T) {
 		t.Fatalf("a's usage %+v: its watermark evicted %d objects of 64 written into a quota of 16", ua, ua.Evicted)
 	}
 	t.Logf("a: %+v; puts refused at the quota before room was made: %d", ua, refused)
+	// The admin API's counters (Mooncake's name for the bytes).
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+clusterSecret)
+	rec := httptest.NewRecorder()
+	c.master.AdminHTTP().ServeHTTP(rec, req)
+	for name, atLeast := range map[string]uint64{"mooncake_tenant_evict_bytes_total": ua.EvictedBytes, "mooncake_tenant_evict_objects_total": ua.Evicted} {
+		m := regexp.MustCompile(name + `\{tenant_id="a"\} (\d+)`).FindStringSubmatch(rec.Body.String())
+		if m == nil {
+			t.Errorf("/metrics lacks %s for a", name)
+			continue
+		}
+		if n, _ := strconv.ParseUint(m[1], 10, 64); n < atLeast { // the watermark may have taken more since
+			t.Errorf("%s = %d, below %d", name, n, atLeast)
+		}
+	}
 	if got, err := b.Get(ctx, "b-key"); err != nil || !bytes.Equal(got, vb) {
 		t.Fatalf("b's object after a's churn: %v", err)
 	}

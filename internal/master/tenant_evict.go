@@ -148,11 +148,18 @@ func (m *Master) evictTenantLocked(now time.Time, name string, goal uint64, look
 		if a := b.lookup(name); a == nil || a.bytes <= goal {
 			return seen, true
 		}
+		charged := o.size * uint64(o.nrep) // before the object goes
 		m.evictObjectLocked(o)
-		if _, ok := b.evicted[name]; !ok && len(b.evicted) >= 4*tenant.MaxTenants {
-			clear(b.evicted)
+		e := b.evicted[name]
+		if e == nil {
+			if len(b.evicted) >= 4*tenant.MaxTenants {
+				clear(b.evicted)
+			}
+			e = new([2]uint64)
+			b.evicted[name] = e
 		}
-		b.evicted[name]++
+		e[0]++
+		e[1] += charged
 	}
 	a := b.lookup(name)
 	return seen, a == nil || a.bytes <= goal || whole

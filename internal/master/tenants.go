@@ -42,8 +42,8 @@ type TenantUsage struct {
 	// bytes quota, over the objects quota, tenant not registered.
 	RejectedBytes, RejectedObjects, RejectedUnregistered uint64
 	// Evicted counts the objects the tenant's eviction watermark took
-	// (Config.TenantHighWatermark).
-	Evicted uint64
+	// (Config.TenantHighWatermark), EvictedBytes their charged bytes.
+	Evicted, EvictedBytes uint64
 }
 
 type tenantAcct struct {
@@ -65,8 +65,8 @@ type tenantBook struct {
 	// in its namespace (tenant_evict.go); evicted counts the objects that
 	// eviction took, by tenant.
 	cursor  map[string]string
-	evicted map[string]uint64
-	goal    map[string]uint64 // the tenants that eviction brings down, to these bytes
+	evicted map[string]*[2]uint64 // objects, charged bytes
+	goal    map[string]uint64     // the tenants that eviction brings down, to these bytes
 }
 
 // reject counts a refused put of tenant t for reason (0 bytes, 1 objects,
@@ -94,7 +94,7 @@ func (m *Master) SetTenantQuotas(q TenantQuotas) {
 		return
 	}
 	m.tenants = &tenantBook{q: q, acct: map[string]*tenantAcct{}, pending: map[string]uint64{}, rejects: map[string]*[3]uint64{},
-		cursor: map[string]string{}, evicted: map[string]uint64{}, goal: map[string]uint64{}}
+		cursor: map[string]string{}, evicted: map[string]*[2]uint64{}, goal: map[string]uint64{}}
 	m.objects.each(func(o *object) bool {
 		if o.complete {
 			m.tenantCountLocked(o, 1)
@@ -127,12 +127,12 @@ func (m *Master) TenantUsages() []TenantUsage {
 		}
 		out[i].RejectedBytes, out[i].RejectedObjects, out[i].RejectedUnregistered = r[0], r[1], r[2]
 	}
-	for name, n := range m.tenants.evicted {
+	for name, e := range m.tenants.evicted {
 		i, ok := at[name]
 		if !ok {
 			out, i = append(out, TenantUsage{Tenant: name}), len(out)
 		}
-		out[i].Evicted = n
+		out[i].Evicted, out[i].EvictedBytes = e[0], e[1]
 	}
 	slices.SortFunc(out, func(a, b TenantUsage) int {
 		if a.Tenant < b.Tenant {

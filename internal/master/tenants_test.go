@@ -268,7 +268,7 @@ func TestTenantHighWatermark(t *testing.T) {
 	}
 	u := usage()
 	// 960 KiB down to at most 870 KiB (85%): the two least recent go.
-	if u["a"].Objects != 13 || u["a"].Bytes != 13*64<<10 || u["a"].Evicted != 2 {
+	if u["a"].Objects != 13 || u["a"].Bytes != 13*64<<10 || u["a"].Evicted != 2 || u["a"].EvictedBytes != 2*64<<10 {
 		t.Fatalf("a after the tick: %+v", u["a"])
 	}
 	for i := range 15 {

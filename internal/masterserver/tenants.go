@@ -531,12 +531,19 @@ func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.H
 			}
 		}
 		const rej = "mooncake_tenant_quota_reject_total"
-		const ev = "mooncake_tenant_eviction_objects_total"
 		usages := m.TenantUsages()
-		fmt.Fprintf(w, "# HELP %s Objects the tenant's own eviction watermark took.\n# TYPE %s counter\n", ev, ev)
-		for _, u := range usages {
-			if u.Evicted > 0 {
-				fmt.Fprintf(w, "%s{tenant_id=%q} %d\n", ev, u.Tenant, u.Evicted)
+		for _, c := range []struct {
+			name, help string
+			v          func(master.TenantUsage) uint64
+		}{
+			{"mooncake_tenant_evict_bytes_total", "Charged bytes the tenant's own eviction watermark evicted.", func(u master.TenantUsage) uint64 { return u.EvictedBytes }},
+			{"mooncake_tenant_evict_objects_total", "Objects the tenant's own eviction watermark evicted.", func(u master.TenantUsage) uint64 { return u.Evicted }},
+		} {
+			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", c.name, c.help, c.name)
+			for _, u := range usages {
+				if n := c.v(u); n > 0 {
+					fmt.Fprintf(w, "%s{tenant_id=%q} %d\n", c.name, u.Tenant, n)
+				}
 			}
 		}
 		fmt.Fprintf(w, "# HELP %s Puts refused at admission, by reason.\n# TYPE %s counter\n", rej, rej)
