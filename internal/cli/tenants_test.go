@@ -130,12 +130,18 @@ func TestPolicyFromEtcd(t *testing.T) {
 	} else if set, err := tenant.Parse(b); err != nil || len(set.Tenants()) != 0 {
 		t.Fatalf("absent key: %q %v", b, err)
 	}
-	// Written back (the admin API's quota changes) and read again.
-	if err := saveEmpty(ctx, []byte("version: 1\ntenants: [{name: t1, quota: 1KB}]\n")); err != nil {
+	// The admin API's quota change, written to the key and read again.
+	esrc, err := tenant.NewSource(ctx, tenant.SourceConfig{Load: empty, Save: saveEmpty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := esrc.Edit(ctx, func(b []byte) ([]byte, error) { return tenant.SetQuota(b, "t1", 1024) }); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := empty(ctx); err != nil || !strings.Contains(string(b), "t1") {
-		t.Fatalf("after a save: %q %v", b, err)
+		t.Fatalf("the key after an edit: %q %v", b, err)
+	} else if set, err := tenant.Parse(b); err != nil || set.Lookup("t1").QuotaBytes != 1024 {
+		t.Fatalf("the key after an edit: %q %v", b, err)
 	}
 	if _, _, _, err := policyLoader("etcd://nokey", false); err == nil {
 		t.Fatal("a URL without a key was accepted")
