@@ -100,9 +100,11 @@ func (m *Master) evictTenantLocked(now time.Time, name string, goal uint64, look
 		from = ns
 	}
 	var plain, pinned []*object
-	last := ""
+	var last []byte // the last key looked at (copied: arena bytes move)
 	fresh := now.Add(-m.cfg.LeaseTTL)
-	walk := func(pivot string) {
+	// walk looks at the keys of the namespace from pivot (excluded when it
+	// is the cursor) up to, not including, stop ("": the namespace's end).
+	walk := func(pivot, stop string) {
 		first := true
 		m.index.ascendRecs(pivot, look-seen, func(o *object, k []byte) bool {
 			if first {
@@ -110,11 +112,11 @@ func (m *Master) evictTenantLocked(now time.Time, name string, goal uint64, look
 					return true // the cursor itself was looked at last time
 				}
 			}
-			if !strings.HasPrefix(string(k), ns) || seen >= look {
+			if !strings.HasPrefix(string(k), ns) || seen >= look || (stop != "" && string(k) >= stop) {
 				return false
 			}
 			seen++
-			last = string(k)
+			last = append(last[:0], k...)
 			if o == nil || !o.complete || o.hardPin || o.leaseUntil.after(now) || o.created.after(fresh) {
 				return true
 			}
@@ -126,11 +128,11 @@ func (m *Master) evictTenantLocked(now time.Time, name string, goal uint64, look
 			return true
 		})
 	}
-	walk(from)
+	walk(from, "")
 	whole := false
-	if seen < look { // the end of the namespace: on from its start
+	if seen < look { // the end of the namespace: on from its start, up to the cursor
 		if from != ns {
-			walk(ns)
+			walk(ns, from)
 		}
 		whole = seen < look
 	}
@@ -140,7 +142,7 @@ func (m *Master) evictTenantLocked(now time.Time, name string, goal uint64, look
 	if whole {
 		delete(b.cursor, name)
 	} else {
-		b.cursor[name] = last
+		b.cursor[name] = string(last)
 	}
 	m.offload = true // no put waits for this space: evicted objects may go to disk first
 	defer func() { m.offload = false }()
