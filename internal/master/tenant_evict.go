@@ -34,6 +34,10 @@ import (
 // the pool's eviction above evictExact objects); what is left is done by
 // the next Ticks.
 
+// tenantScanEvery is how often the tenants' accounts are compared with
+// their watermarks.
+const tenantScanEvery = 100 * time.Millisecond
+
 // tenantEvictLocked runs the per-tenant watermark eviction (see above). A
 // tenant found above its watermark keeps its goal until it is down to it
 // (the next Ticks go on where a bounded one stopped), or until a walk of
@@ -43,23 +47,32 @@ func (m *Master) tenantEvictLocked(now time.Time) {
 	if b == nil || m.cfg.TenantHighWatermark < 0 || (len(b.acct) == 0 && len(b.goal) == 0) {
 		return
 	}
-	capacity, _ := m.usageLocked()
-	var sum uint64
-	for name := range b.acct {
-		qb, _, _ := b.q.Limits(name)
-		sum += qb
-	}
-	for name, a := range b.acct {
-		qb, _, ok := b.q.Limits(name)
-		if !ok || qb == 0 {
-			continue
+	// The accounts are looked at every tenantScanEvery (one quota look-up
+	// each: thousands of tenants cost that many a scan), the tenants found
+	// over their watermark worked on every Tick.
+	if now.Sub(b.scanned) >= tenantScanEvery || now.Before(b.scanned) {
+		b.scanned = now
+		capacity, _ := m.usageLocked()
+		type lim struct {
+			a  *tenantAcct
+			qb uint64
 		}
-		eff := float64(qb)
-		if sum > capacity && capacity > 0 {
-			eff = float64(qb) / float64(sum) * float64(capacity)
+		lims := make([]lim, 0, len(b.acct))
+		var sum uint64
+		for name, a := range b.acct {
+			if qb, _, ok := b.q.Limits(name); ok && qb > 0 {
+				lims = append(lims, lim{a, qb})
+				sum += qb
+			}
 		}
-		if float64(a.bytes) > m.cfg.TenantHighWatermark*eff {
-			b.goal[name] = uint64(max(0, m.cfg.TenantHighWatermark-m.cfg.EvictionRatio) * eff)
+		for _, l := range lims {
+			eff := float64(l.qb)
+			if sum > capacity && capacity > 0 {
+				eff = float64(l.qb) / float64(sum) * float64(capacity)
+			}
+			if float64(l.a.bytes) > m.cfg.TenantHighWatermark*eff {
+				b.goal[l.a.name] = uint64(max(0, m.cfg.TenantHighWatermark-m.cfg.EvictionRatio) * eff)
+			}
 		}
 	}
 	if len(b.goal) == 0 {

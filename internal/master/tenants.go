@@ -67,6 +67,7 @@ type tenantBook struct {
 	cursor  map[string]string
 	evicted map[string]*[2]uint64 // objects, charged bytes
 	goal    map[string]uint64     // the tenants that eviction brings down, to these bytes
+	scanned time.Time             // when the accounts were last compared with the watermarks
 }
 
 // reject counts a refused put of tenant t for reason (0 bytes, 1 objects,

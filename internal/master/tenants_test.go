@@ -375,3 +375,46 @@ func TestTenantHighWatermarkWraps(t *testing.T) {
 		}
 	}
 }
+
+// countingQuotas counts the quota look-ups.
+type countingQuotas struct {
+	quotaMap
+	n int
+}
+
+func (q *countingQuotas) Limits(t string) (uint64, uint64, bool) {
+	q.n++
+	return q.quotaMap.Limits(t)
+}
+
+// TestTenantWatermarkScanRate: the accounts are compared with their
+// watermarks once per tenantScanEvery, not on every Tick (a master with
+// thousands of tenants would otherwise look each one's quota up a hundred
+// times a second under its lock).
+func TestTenantWatermarkScanRate(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Durable = false
+	m, clk := newTestMaster(t, cfg, map[string]uint64{"s1": 4 << 20})
+	q := &countingQuotas{quotaMap: quotaMap{}}
+	for i := range 100 {
+		q.quotaMap[fmt.Sprintf("t%d", i)] = [2]uint64{1 << 20, 0}
+	}
+	m.SetTenantQuotas(q)
+	for i := range 100 {
+		mustPut(t, m, fmt.Sprintf("%sk", tenant.Namespace(fmt.Sprintf("t%d", i))), 1<<10, ReplicateConfig{})
+	}
+	m.Tick()
+	q.n = 0
+	for range 9 {
+		clk.Advance(tenantScanEvery / 10)
+		m.Tick()
+	}
+	if q.n != 0 {
+		t.Fatalf("%d quota look-ups in 9 ticks within one scan period", q.n)
+	}
+	clk.Advance(tenantScanEvery)
+	m.Tick()
+	if q.n != 100 {
+		t.Fatalf("a scan looked %d quotas up, want one per tenant (100)", q.n)
+	}
+}
