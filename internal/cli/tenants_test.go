@@ -318,6 +318,13 @@ func TestMooncakeTenantsProcesses(t *testing.T) {
 			t.Errorf("%s %s %s: %d %v", tc.method, tc.query, tc.body, code, out)
 		}
 	}
+	// tenant-a, refused deletion (it holds objects), is listed and admitted as before.
+	if b, err := os.ReadFile(policy); err != nil || !strings.Contains(string(b), "tenant-a") {
+		t.Fatalf("policy file after a refused DELETE: %q %v", b, err)
+	}
+	if out, e, code := in("tenant-a", []byte("a2"), "put", "a-key-2", "-"); code != 0 {
+		t.Fatalf("tenant-a put after a refused DELETE: %d %q %q", code, out, e)
+	}
 	if code, out := call("PUT", "tenant_id=tenant-d", `{"requested_quota_bytes": 1024}`); code != http.StatusOK {
 		t.Fatalf("PUT tenant-d: %d %v", code, out)
 	}

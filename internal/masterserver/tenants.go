@@ -496,14 +496,24 @@ func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.H
 		if !ok {
 			return
 		}
-		// A tenant that holds anything stays (Mooncake's TENANT_NOT_EMPTY);
-		// a put that races the removal keeps its object, admission closed.
-		if row, ok := rowOf(id).(tenantQuotaJSON); ok && (row.ChargedBytes > 0 || row.Objects > 0) {
-			quotaError(w, http.StatusConflict, codeTenantNotEmpty, "TENANT_NOT_EMPTY")
+		// Admission closes first (the tenant leaves the policy), then a
+		// tenant that holds anything, a put admitted before included (its
+		// charge counts), is put back (Mooncake's TENANT_NOT_EMPTY).
+		var entry []byte
+		if _, err := src.Edit(r.Context(), func(b []byte) ([]byte, error) {
+			out, e, err := tenant.TakeTenant(b, id)
+			entry = e
+			return out, err
+		}); err != nil {
+			editFailed(w, err)
 			return
 		}
-		if _, err := src.Edit(r.Context(), func(b []byte) ([]byte, error) { return tenant.RemoveTenant(b, id) }); err != nil {
-			editFailed(w, err)
+		if row, ok := rowOf(id).(tenantQuotaJSON); ok && (row.ChargedBytes > 0 || row.Objects > 0) {
+			if _, err := src.Edit(r.Context(), func(b []byte) ([]byte, error) { return tenant.RestoreTenant(b, entry) }); err != nil {
+				editFailed(w, err)
+				return
+			}
+			quotaError(w, http.StatusConflict, codeTenantNotEmpty, "TENANT_NOT_EMPTY")
 			return
 		}
 		httpjson.Write(w, http.StatusOK, map[string]any{"success": true, "data": rowOf(id)})

@@ -59,13 +59,44 @@ func SetQuota(policy []byte, name string, quota uint64) ([]byte, error) {
 // RemoveTenant returns policy without tenant name (ErrNoTenant when it
 // does not list it).
 func RemoveTenant(policy []byte, name string) ([]byte, error) {
-	return edit(policy, func(tenants []any) ([]any, error) {
+	out, _, err := TakeTenant(policy, name)
+	return out, err
+}
+
+// TakeTenant is RemoveTenant that also returns the tenant's entry, as
+// RestoreTenant puts it back.
+func TakeTenant(policy []byte, name string) (out, entry []byte, err error) {
+	out, err = edit(policy, func(tenants []any) ([]any, error) {
 		for i, t := range tenants {
 			if m, ok := t.(map[string]any); ok && m["name"] == name {
+				if entry, err = json.Marshal(m); err != nil {
+					return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
+				}
 				return append(tenants[:i:i], tenants[i+1:]...), nil
 			}
 		}
 		return nil, fmt.Errorf("%w: %q", ErrNoTenant, name)
+	})
+	return out, entry, err
+}
+
+// RestoreTenant returns policy with a tenant's entry (from TakeTenant)
+// listed again, replacing any entry of the same name added since.
+func RestoreTenant(policy, entry []byte) ([]byte, error) {
+	d := json.NewDecoder(bytes.NewReader(entry))
+	d.UseNumber()
+	var e map[string]any
+	if err := d.Decode(&e); err != nil {
+		return nil, fmt.Errorf("%w: tenant entry: %v", ErrPolicy, err)
+	}
+	return edit(policy, func(tenants []any) ([]any, error) {
+		for i, t := range tenants {
+			if m, ok := t.(map[string]any); ok && m["name"] == e["name"] {
+				tenants[i] = e
+				return tenants, nil
+			}
+		}
+		return append(tenants, e), nil
 	})
 }
 

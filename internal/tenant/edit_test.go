@@ -46,6 +46,25 @@ func TestSetQuotaAndRemove(t *testing.T) {
 	if s, err = Parse(b); err != nil || s.Lookup("tenant-b") != nil || s.Lookup("tenant-a") == nil || len(s.Tenants()) != 3 {
 		t.Fatalf("after removal: %v\n%s", err, b)
 	}
+	// Taken out and put back: the same tenant, tokens and all.
+	out, entry, err := TakeTenant(b, "tenant-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := Parse(out); s.Lookup("tenant-a") != nil {
+		t.Fatal("taken tenant still listed")
+	}
+	back, err := RestoreTenant(out, entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = Parse(back)
+	if err != nil || s.Lookup("tenant-a") == nil || s.Lookup("tenant-a").QuotaObjects != 10 || s.ByCert("client-a") == nil {
+		t.Fatalf("restored: %v\n%s", err, back)
+	}
+	if got, err := s.Authenticate("token-of-a-1234", now); err != nil || got.Name != "tenant-a" {
+		t.Fatalf("restored token: %v", err)
+	}
 	if _, err := RemoveTenant(b, "tenant-b"); !errors.Is(err, ErrNoTenant) {
 		t.Fatalf("removing an unlisted tenant: %v", err)
 	}
