@@ -28,7 +28,7 @@
 //
 // Names follow Mooncake's rules (non-empty, unique, not starting with '_',
 // no control characters) and may not contain '/'; at most MaxTenants
-// tenants. A token may belong to one tenant only. Unknown fields are
+// tenants, none at all being allowed (Mooncake's "tenants: []"). A token may belong to one tenant only. Unknown fields are
 // refused, so a misspelt field is an error rather than a silent default.
 //
 // # Credentials
@@ -38,6 +38,28 @@
 // lookup nor the comparison reveals how much of a guess was right; an
 // expired token fails like a wrong one (ErrUnauthenticated) with its own
 // message. Set.ByCert maps a verified client certificate's names.
+//
+// # Naming a tenant (Mooncake's tenant_id)
+//
+// A caller may name its tenant. Set.Claim decides for a caller without a
+// credential: a tenant the policy lists without tokens or certificate
+// names (Open) is entered by naming it; under a policy that gives no
+// tenant but admins a credential (Mooncake's), a tenant it does not list
+// is entered Unregistered (reads and removals in its namespace, puts
+// refused); anything else is ErrUnauthenticated. Set.ClaimAs decides for
+// a caller with a credential: a tenant's token names its own tenant only,
+// an admin may name any. A policy with no credentials at all is
+// Cooperative (its tenants are namespaces and quotas, not boundaries).
+// EncodeCredential / DecodeCredential are the fastrpc credential frame
+// that carries the token and the name (DecodeCredential is fuzzed);
+// IDHeader is the gRPC metadata key of the name.
+//
+// # Editing
+//
+// SetQuota, TakeTenant, RestoreTenant and RemoveTenant rewrite a policy's
+// bytes (every field kept, comments not); Source.Edit applies one to the
+// policy where it is kept, through a Saver (FileSaver: a temporary file
+// renamed over the policy), and puts the result in force.
 //
 // # Namespaces
 //
