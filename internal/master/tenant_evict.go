@@ -34,9 +34,66 @@ import (
 // the pool's eviction above evictExact objects); what is left is done by
 // the next Ticks.
 
-// tenantScanEvery is how often the tenants' accounts are compared with
-// their watermarks.
-const tenantScanEvery = 100 * time.Millisecond
+// The accounts are compared with their watermarks in cycles that start at
+// most every tenantScanEvery, tenantScanChunk accounts a Tick (a quota
+// look-up each), so that thousands of tenants cost the lock a few tens of
+// microseconds a Tick rather than one long hold.
+const (
+	tenantScanEvery = 100 * time.Millisecond
+	tenantScanChunk = 256
+)
+
+// tenantScanLocked compares the next chunk of the tenants' accounts with
+// their watermarks and sets the goals of those above. A tenant's effective
+// quota scales its quota down when the quotas of the tenants holding
+// anything add up to more than the pool: the sum is the last whole
+// cycle's, or this one's when the cycle is one chunk.
+func (m *Master) tenantScanLocked(now time.Time) {
+	b := m.tenants
+	if b.scanPos >= len(b.scanOrder) {
+		if now.Sub(b.scanned) < tenantScanEvery && !now.Before(b.scanned) {
+			return
+		}
+		b.scanned = now
+		b.scanOrder = b.scanOrder[:0]
+		for name := range b.acct {
+			b.scanOrder = append(b.scanOrder, name)
+		}
+		b.scanPos, b.sumPrev, b.sumCur = 0, b.sumCur, 0
+	}
+	chunk := b.scanOrder[b.scanPos:min(len(b.scanOrder), b.scanPos+tenantScanChunk)]
+	b.scanPos += len(chunk)
+	whole := b.scanPos == len(chunk) && b.scanPos == len(b.scanOrder)
+	type lim struct {
+		a  *tenantAcct
+		qb uint64
+	}
+	lims := make([]lim, 0, len(chunk))
+	for _, name := range chunk {
+		a := b.acct[name]
+		if a == nil {
+			continue
+		}
+		if qb, _, ok := b.q.Limits(name); ok && qb > 0 {
+			lims = append(lims, lim{a, qb})
+			b.sumCur += qb
+		}
+	}
+	sum := b.sumPrev
+	if whole {
+		sum = b.sumCur
+	}
+	capacity, _ := m.usageLocked()
+	for _, l := range lims {
+		eff := float64(l.qb)
+		if sum > capacity && capacity > 0 {
+			eff = float64(l.qb) / float64(sum) * float64(capacity)
+		}
+		if float64(l.a.bytes) > m.cfg.TenantHighWatermark*eff {
+			b.goal[l.a.name] = uint64(max(0, m.cfg.TenantHighWatermark-m.cfg.EvictionRatio) * eff)
+		}
+	}
+}
 
 // tenantEvictLocked runs the per-tenant watermark eviction (see above). A
 // tenant found above its watermark keeps its goal until it is down to it
@@ -47,34 +104,7 @@ func (m *Master) tenantEvictLocked(now time.Time) {
 	if b == nil || m.cfg.TenantHighWatermark < 0 || (len(b.acct) == 0 && len(b.goal) == 0) {
 		return
 	}
-	// The accounts are looked at every tenantScanEvery (one quota look-up
-	// each: thousands of tenants cost that many a scan), the tenants found
-	// over their watermark worked on every Tick.
-	if now.Sub(b.scanned) >= tenantScanEvery || now.Before(b.scanned) {
-		b.scanned = now
-		capacity, _ := m.usageLocked()
-		type lim struct {
-			a  *tenantAcct
-			qb uint64
-		}
-		lims := make([]lim, 0, len(b.acct))
-		var sum uint64
-		for name, a := range b.acct {
-			if qb, _, ok := b.q.Limits(name); ok && qb > 0 {
-				lims = append(lims, lim{a, qb})
-				sum += qb
-			}
-		}
-		for _, l := range lims {
-			eff := float64(l.qb)
-			if sum > capacity && capacity > 0 {
-				eff = float64(l.qb) / float64(sum) * float64(capacity)
-			}
-			if float64(l.a.bytes) > m.cfg.TenantHighWatermark*eff {
-				b.goal[l.a.name] = uint64(max(0, m.cfg.TenantHighWatermark-m.cfg.EvictionRatio) * eff)
-			}
-		}
-	}
+	m.tenantScanLocked(now)
 	if len(b.goal) == 0 {
 		return
 	}

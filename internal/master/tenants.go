@@ -67,7 +67,13 @@ type tenantBook struct {
 	cursor  map[string]string
 	evicted map[string]*[2]uint64 // objects, charged bytes
 	goal    map[string]uint64     // the tenants that eviction brings down, to these bytes
-	scanned time.Time             // when the accounts were last compared with the watermarks
+	// The watermark scan's cycle (tenant_evict.go): when it started, the
+	// names it goes through and how far it is, the sum of the quotas it
+	// has met and the last whole cycle's.
+	scanned         time.Time
+	scanOrder       []string
+	scanPos         int
+	sumPrev, sumCur uint64
 }
 
 // reject counts a refused put of tenant t for reason (0 bytes, 1 objects,

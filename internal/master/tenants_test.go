@@ -418,3 +418,44 @@ func TestTenantWatermarkScanRate(t *testing.T) {
 		t.Fatalf("a scan looked %d quotas up, want one per tenant (100)", q.n)
 	}
 }
+
+// TestTenantWatermarkScanChunks: with more tenants than a Tick compares
+// (tenantScanChunk), a cycle spans several Ticks, each looking up no more
+// than a chunk of quotas, and still finds the tenant over its watermark.
+func TestTenantWatermarkScanChunks(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Durable = false
+	cfg.LeaseTTL = 100 * time.Millisecond
+	m, clk := newTestMaster(t, cfg, map[string]uint64{"s1": 16 << 20})
+	q := &countingQuotas{quotaMap: quotaMap{"over": {64 << 10, 0}}}
+	const idle = 3 * tenantScanChunk
+	for i := range idle {
+		q.quotaMap[fmt.Sprintf("t%d", i)] = [2]uint64{1 << 20, 0}
+	}
+	m.SetTenantQuotas(q)
+	for i := range idle {
+		mustPut(t, m, tenant.Namespace(fmt.Sprintf("t%d", i))+"k", 1<<10, ReplicateConfig{})
+	}
+	for i := range 64 { // all of its 64 KiB
+		mustPut(t, m, fmt.Sprintf("%s%02d", tenant.Namespace("over"), i), 1<<10, ReplicateConfig{})
+	}
+	clk.Advance(2 * cfg.LeaseTTL)
+	evicted := func() uint64 {
+		for _, u := range m.TenantUsages() {
+			if u.Tenant == "over" {
+				return u.Evicted
+			}
+		}
+		return 0
+	}
+	for tick := 1; evicted() == 0; tick++ {
+		if tick > 5 {
+			t.Fatalf("the tenant over its watermark not found in %d ticks", tick-1)
+		}
+		q.n = 0
+		m.Tick()
+		if q.n > tenantScanChunk {
+			t.Fatalf("a tick looked %d quotas up, more than a chunk (%d)", q.n, tenantScanChunk)
+		}
+	}
+}
