@@ -124,16 +124,9 @@ func (m *Master) evictObjectLocked(o *object) uint64 {
 // order of Config.EvictionPolicy. Leased, unfinished and hard-pinned
 // objects are left out. sample > 0 looks at that many objects only.
 func (m *Master) evictionOrderLocked(now time.Time, sample int) []*object {
-	var plain, pinned []*object
+	var c evictCandidates
 	take := func(o *object) bool {
-		if !o.complete || o.hardPin || o.leaseUntil.after(now) {
-			return true
-		}
-		if o.softPinUntil.after(now) {
-			pinned = append(pinned, o)
-		} else {
-			plain = append(plain, o)
-		}
+		c.add(o, now)
 		return true
 	}
 	if sample > 0 {
@@ -141,7 +134,27 @@ func (m *Master) evictionOrderLocked(now time.Time, sample int) []*object {
 	} else {
 		m.objects.each(take)
 	}
-	return m.tenantOverShareFirstLocked(append(m.policyOrder(plain), m.policyOrder(pinned)...), now)
+	return m.tenantOverShareFirstLocked(m.candidateOrder(&c), now)
+}
+
+// evictCandidates gathers the objects an eviction may take, unpinned and
+// soft-pinned apart; leased, unfinished and hard-pinned ones are left out.
+type evictCandidates struct{ plain, pinned []*object }
+
+func (c *evictCandidates) add(o *object, now time.Time) {
+	switch {
+	case !o.complete || o.hardPin || o.leaseUntil.after(now):
+	case o.softPinUntil.after(now):
+		c.pinned = append(c.pinned, o)
+	default:
+		c.plain = append(c.plain, o)
+	}
+}
+
+// candidateOrder is the order eviction takes c in: the unpinned ones, then
+// the soft-pinned ones, each in the policy's order.
+func (m *Master) candidateOrder(c *evictCandidates) []*object {
+	return append(m.policyOrder(c.plain), m.policyOrder(c.pinned)...)
 }
 
 // policyOrder orders objs by the eviction policy (internal/evict): the

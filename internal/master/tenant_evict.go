@@ -85,10 +85,7 @@ func (m *Master) tenantScanLocked(now time.Time) {
 	}
 	capacity, _ := m.usageLocked()
 	for _, l := range lims {
-		eff := float64(l.qb)
-		if sum > capacity && capacity > 0 {
-			eff = float64(l.qb) / float64(sum) * float64(capacity)
-		}
+		eff := float64(EffectiveQuota(l.qb, sum, capacity))
 		if float64(l.a.bytes) > m.cfg.TenantHighWatermark*eff {
 			b.goal[l.a.name] = uint64(max(0, m.cfg.TenantHighWatermark-m.cfg.EvictionRatio) * eff)
 		}
@@ -142,7 +139,7 @@ func (m *Master) evictTenantLocked(now time.Time, name string, goal uint64, look
 	if !strings.HasPrefix(from, ns) {
 		from = ns
 	}
-	var plain, pinned []*object
+	var c evictCandidates
 	var last []byte // the last key looked at (copied: arena bytes move)
 	fresh := now.Add(-m.cfg.LeaseTTL)
 	// walk looks at the keys of the namespace from pivot (excluded when it
@@ -160,13 +157,8 @@ func (m *Master) evictTenantLocked(now time.Time, name string, goal uint64, look
 			}
 			seen++
 			last = append(last[:0], k...)
-			if o == nil || !o.complete || o.hardPin || o.leaseUntil.after(now) || o.created.after(fresh) {
-				return true
-			}
-			if o.softPinUntil.after(now) {
-				pinned = append(pinned, o)
-			} else {
-				plain = append(plain, o)
+			if o != nil && !o.created.after(fresh) {
+				c.add(o, now)
 			}
 			return true
 		})
@@ -189,7 +181,7 @@ func (m *Master) evictTenantLocked(now time.Time, name string, goal uint64, look
 	}
 	m.offload = true // no put waits for this space: evicted objects may go to disk first
 	defer func() { m.offload = false }()
-	for _, o := range append(m.policyOrder(plain), m.policyOrder(pinned)...) {
+	for _, o := range m.candidateOrder(&c) {
 		if a := b.lookup(name); a == nil || a.bytes <= goal {
 			return seen, true
 		}

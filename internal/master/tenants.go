@@ -315,6 +315,16 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 	return nil
 }
 
+// EffectiveQuota is a byte quota scaled down in proportion when the
+// quotas (sum) add up to more than the pool's capacity (Mooncake's
+// effective quota, in whole bytes).
+func EffectiveQuota(quota, sum, capacity uint64) uint64 {
+	if sum > capacity && capacity > 0 {
+		return uint64(float64(quota) / float64(sum) * float64(capacity))
+	}
+	return quota
+}
+
 // tenantOverShareFirstLocked reorders an eviction order so that the
 // objects of the tenants above their share come first (in their order),
 // then the others (in theirs). A tenant's share is its byte quota scaled
@@ -341,8 +351,8 @@ func (m *Master) tenantOverShareFirstLocked(order []*object, now time.Time) []*o
 	for name, qb := range quota {
 		share := qb
 		switch {
-		case qb > 0 && sumQuota > capacity:
-			share = uint64(float64(qb) / float64(sumQuota) * float64(capacity))
+		case qb > 0:
+			share = EffectiveQuota(qb, sumQuota, capacity)
 		case qb == 0:
 			share = (capacity - min(capacity, sumQuota)) / uint64(unquoted)
 		}

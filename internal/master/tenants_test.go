@@ -459,3 +459,47 @@ func TestTenantWatermarkScanChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantHighWatermarkAtScale: in a pool of 300,000 objects (200,000
+// of a tenant at its quota, 100,000 of another within its own), each Tick
+// of the tenant watermark evicts at most evictSample objects, only the
+// tenant's over its watermark, and the Ticks bring it down to its goal.
+func TestTenantHighWatermarkAtScale(t *testing.T) {
+	const big, other = 200_000, 100_000
+	cfg := DefaultConfig()
+	cfg.Durable = false
+	cfg.ClientTTL = time.Hour
+	cfg.LeaseTTL = 100 * time.Millisecond
+	m, clk := newTestMaster(t, cfg, map[string]uint64{"s1": 1 << 30})
+	m.SetTenantQuotas(quotaMap{"big": {big * 64, 0}, "other": {1 << 29, 0}})
+	for i := range big {
+		mustPut(t, m, fmt.Sprintf("%s%08x", tenant.Namespace("big"), uint32(i)*2654435761), 64, ReplicateConfig{})
+	}
+	for i := range other {
+		mustPut(t, m, fmt.Sprintf("%s%07d", tenant.Namespace("other"), i), 64, ReplicateConfig{})
+	}
+	clk.Advance(2 * cfg.LeaseTTL)
+	usage := func(name string) TenantUsage {
+		for _, u := range m.TenantUsages() {
+			if u.Tenant == name {
+				return u
+			}
+		}
+		return TenantUsage{}
+	}
+	goal := uint64(float64(big*64) * (cfg.TenantHighWatermark - cfg.EvictionRatio))
+	for tick := 1; usage("big").Bytes > goal; tick++ {
+		if tick > 40 {
+			t.Fatalf("after %d ticks big holds %d bytes, goal %d", tick-1, usage("big").Bytes, goal)
+		}
+		before := usage("big").Evicted
+		m.Tick()
+		if n := usage("big").Evicted - before; n > evictSample {
+			t.Fatalf("tick %d evicted %d objects, more than it may look at (%d)", tick, n, evictSample)
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	if u := usage("other"); u.Objects != other || u.Evicted != 0 {
+		t.Fatalf("the tenant within its quota: %+v", u)
+	}
+}

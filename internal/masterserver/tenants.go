@@ -409,12 +409,9 @@ func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.H
 		var out []tenantQuotaJSON
 		for _, t := range set.Tenants() {
 			u := used[t.Name]
-			eff := t.QuotaBytes
-			if sum > capacity && capacity > 0 {
-				eff = uint64(float64(t.QuotaBytes) / float64(sum) * float64(capacity))
-			}
-			out = append(out, tenantQuotaJSON{TenantID: t.Name, RequestedQuotaBytes: t.QuotaBytes, EffectiveQuotaBytes: eff,
-				ChargedBytes: u.Bytes, MaxObjects: t.QuotaObjects, Objects: u.Objects, Admin: t.Admin, HasExplicitPolicy: true,
+			out = append(out, tenantQuotaJSON{TenantID: t.Name, RequestedQuotaBytes: t.QuotaBytes,
+				EffectiveQuotaBytes: master.EffectiveQuota(t.QuotaBytes, sum, capacity),
+				ChargedBytes:        u.Bytes, MaxObjects: t.QuotaObjects, Objects: u.Objects, Admin: t.Admin, HasExplicitPolicy: true,
 				OverQuota: (t.QuotaBytes > 0 && u.Bytes > t.QuotaBytes) || (t.QuotaObjects > 0 && uint64(u.Objects) > t.QuotaObjects)})
 			delete(used, t.Name)
 		}

@@ -114,9 +114,9 @@ func (s *Source) Reload(ctx context.Context) (bool, error) {
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadTimeout)
 	defer cancel()
-	b, err := s.cfg.Load(ctx)
+	b, err := s.load(ctx)
 	if err != nil {
-		return false, fmt.Errorf("tenant: load policy: %w", err)
+		return false, err
 	}
 	if s.cur.Load() != nil && bytes.Equal(b, s.last) {
 		return false, nil
@@ -125,13 +125,27 @@ func (s *Source) Reload(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("tenant: %w", err)
 	}
+	s.install(b, set)
+	return true, nil
+}
+
+// load reads the policy's bytes (s.mu held).
+func (s *Source) load(ctx context.Context) ([]byte, error) {
+	b, err := s.cfg.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tenant: load policy: %w", err)
+	}
+	return b, nil
+}
+
+// install puts set, parsed from b, in force (s.mu held).
+func (s *Source) install(b []byte, set *Set) {
 	s.last = b
 	s.cur.Store(set)
 	g := s.gen.Add(1)
 	if s.cfg.OnChange != nil {
 		s.cfg.OnChange(set, g)
 	}
-	return true, nil
 }
 
 // Edit changes the policy where it is kept: it reads it afresh, applies
@@ -146,9 +160,9 @@ func (s *Source) Edit(ctx context.Context, change func(policy []byte) ([]byte, e
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadTimeout)
 	defer cancel()
-	b, err := s.cfg.Load(ctx)
+	b, err := s.load(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("tenant: load policy: %w", err)
+		return nil, err
 	}
 	nb, err := change(b)
 	if err != nil {
@@ -161,12 +175,7 @@ func (s *Source) Edit(ctx context.Context, change func(policy []byte) ([]byte, e
 	if err := s.cfg.Save(ctx, nb); err != nil {
 		return nil, fmt.Errorf("tenant: save policy: %w", err)
 	}
-	s.last = nb
-	s.cur.Store(set)
-	g := s.gen.Add(1)
-	if s.cfg.OnChange != nil {
-		s.cfg.OnChange(set, g)
-	}
+	s.install(nb, set)
 	return set, nil
 }
 

@@ -375,6 +375,12 @@ func (s *Set) Claim(name string) (*Tenant, error) {
 	if !s.declared {
 		return nil, fmt.Errorf("%w: no credential (tenant %q is not open to callers without one)", ErrUnauthenticated, name)
 	}
+	return s.unregistered(name)
+}
+
+// unregistered is the tenant name, which the policy does not list, for a
+// caller that may enter it.
+func (s *Set) unregistered(name string) (*Tenant, error) {
 	if err := checkName(name); err != nil {
 		return nil, fmt.Errorf("%w: tenant id: %v", ErrUnauthenticated, err)
 	}
@@ -404,8 +410,5 @@ func (s *Set) ClaimAs(t *Tenant, name string) (*Tenant, error) {
 		}
 		return n, nil
 	}
-	if err := checkName(name); err != nil {
-		return nil, fmt.Errorf("%w: tenant id: %v", ErrUnauthenticated, err)
-	}
-	return &Tenant{Name: name, Namespace: Namespace(name), Unregistered: true, Cooperative: s.Cooperative()}, nil
+	return s.unregistered(name)
 }

@@ -31,25 +31,32 @@ tenants:
 """
 
 
-def _setup(addr, token=None, config=False):
+def _setup(addr, config=False, **kw):
+    """A store set up with the setup keywords kw (tenant_id, tenant_token), by arguments or by a
+    config dict."""
     s = MooncakeDistributedStore()
     if config:
-        rc = s.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "global_segment_size": "16MB",
-                      "local_buffer_size": "8MB", "protocol": "tcp", "master_server_address": addr,
-                      "tenant_id": "alpha", "tenant_token": token})
+        d = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "global_segment_size": "16MB",
+             "local_buffer_size": "8MB", "protocol": "tcp", "master_server_address": addr}
+        d.update(kw)
+        rc = s.setup(d)
     else:
-        rc = s.setup("127.0.0.1", "P2PHANDSHAKE", "16MB", "8MB", "tcp", "", addr, tenant_token=token)
+        rc = s.setup("127.0.0.1", "P2PHANDSHAKE", "16MB", "8MB", "tcp", "", addr, **kw)
     return s, rc
 
 
-class TenantsTest(unittest.TestCase):
+class _PolicyMaster(unittest.TestCase):
+    """A master started with --tenants POLICY, for the class's tests."""
+
+    POLICY = ""
+
     @classmethod
     def setUpClass(cls):
         logging.getLogger("mooncake").setLevel(logging.CRITICAL)
         cls.dir = tempfile.TemporaryDirectory()
         path = os.path.join(cls.dir.name, "tenants.yaml")
         with open(path, "w") as f:
-            f.write(POLICY)
+            f.write(cls.POLICY)
         cls.master, cls.addr = start_master("--tenants", path)
 
     @classmethod
@@ -57,10 +64,14 @@ class TenantsTest(unittest.TestCase):
         cls.master.stop()
         cls.dir.cleanup()
 
+
+class TenantsTest(_PolicyMaster):
+    POLICY = POLICY
+
     def test_isolation_and_quota(self):
-        a, rc = _setup(self.addr, "alpha-token-0001", config=True)
+        a, rc = _setup(self.addr, config=True, tenant_id="alpha", tenant_token="alpha-token-0001")
         self.assertEqual(rc, 0)
-        b, rc = _setup(self.addr, "beta-token-0001")
+        b, rc = _setup(self.addr, tenant_token="beta-token-0001")
         self.assertEqual(rc, 0)
         try:
             self.assertEqual(a.put("k", b"from alpha"), 0)
@@ -81,41 +92,20 @@ class TenantsTest(unittest.TestCase):
 
     def test_bad_tokens(self):
         for tok in (None, "", "alpha-token-0002"):
-            s, rc = _setup(self.addr, tok)
+            s, rc = _setup(self.addr, tenant_token=tok)
             self.assertNotEqual(rc, 0, "setup with token %r" % (tok,))
             s.close()
 
 
 def _setup_id(addr, tenant_id=None, config=False):
     """A store naming tenant_id (None: setup's default), by arguments or by a config dict."""
-    s = MooncakeDistributedStore()
-    kw = {} if tenant_id is None else {"tenant_id": tenant_id}
-    if config:
-        d = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "global_segment_size": "16MB",
-             "local_buffer_size": "8MB", "protocol": "tcp", "master_server_address": addr}
-        d.update(kw)
-        rc = s.setup(d)
-    else:
-        rc = s.setup("127.0.0.1", "P2PHANDSHAKE", "16MB", "8MB", "tcp", "", addr, **kw)
-    return s, rc
+    return _setup(addr, config, **({} if tenant_id is None else {"tenant_id": tenant_id}))
 
 
-class TenantIDTest(unittest.TestCase):
+class TenantIDTest(_PolicyMaster):
     """A master whose policy gives no tenant a token: clients name their tenant by tenant_id."""
 
-    @classmethod
-    def setUpClass(cls):
-        logging.getLogger("mooncake").setLevel(logging.CRITICAL)
-        cls.dir = tempfile.TemporaryDirectory()
-        path = os.path.join(cls.dir.name, "tenants.yaml")
-        with open(path, "w") as f:
-            f.write(MOONCAKE_POLICY)
-        cls.master, cls.addr = start_master("--tenants", path)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.master.stop()
-        cls.dir.cleanup()
+    POLICY = MOONCAKE_POLICY
 
     def setUp(self):
         self.stores = []
