@@ -114,6 +114,8 @@ type Client struct {
 	remounts        int
 	restored        int              // objects the master took over at remounts
 	zeroed          []*pb.HeaderRef  // tombstones zeroed, to report in the next ping
+	scrubbed        []*pb.Extent     // freed extents zeroed, to report in the next ping (scrub.go)
+	scrubBusy       bool             // the ping worker holds extents to zero
 	onDisk          []*pb.HeldObject // objects offloaded to the disk tier, to report in the next ping
 	pingFailures    int              // consecutive failed pings
 	lastPingOK      time.Time        // last successful ping (or mount)
@@ -461,23 +463,30 @@ func rpcErr(what string, err error) error {
 	return fmt.Errorf("%s: master rpc: %w", what, err)
 }
 
-// ping reports the client alive (and the tombstones it zeroed) and handles
-// the answer; more says it brought a full batch of tombstones.
-func (c *Client) ping(ctx context.Context) (more bool, err error) {
+// ping reports the client alive (and the tombstones and extents it
+// zeroed) and handles the answer; more says it brought a full batch of
+// tombstones, scrub that it brought extents to zero, which the worker
+// zeroed within a ping interval.
+func (c *Client) ping(ctx context.Context) (more, scrub bool, err error) {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	zeroed := c.takeZeroed()
+	zeroed, scrubbed := c.takeZeroed(), c.takeScrubbed()
 	onDisk, dropped := c.diskPings()
-	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.cfg.ClientID, Zeroed: zeroed, OnDisk: onDisk, DiskDropped: dropped})
+	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.cfg.ClientID, Zeroed: zeroed, OnDisk: onDisk, DiskDropped: dropped, Scrubbed: scrubbed})
 	if err != nil {
 		c.requeueZeroed(zeroed)
+		c.requeueScrubbed(scrubbed)
 		c.mu.Lock()
 		c.onDisk = append(onDisk, c.onDisk...) // dropped copies are re-reported by Held at the next remount
 		c.mu.Unlock()
-		return false, fmt.Errorf("store: ping master: %w", err)
+		return false, false, fmt.Errorf("store: ping master: %w", err)
 	}
 	done := c.handOff(resp) // the worker does the answer's work (pingwork.go)
-	return len(resp.Tombstones) >= drainBatch && drained(done, c.cfg.PingInterval), nil
+	if len(resp.Tombstones) < drainBatch && len(resp.Scrub) == 0 {
+		return false, false, nil
+	}
+	ok := drained(done, c.cfg.PingInterval)
+	return ok && len(resp.Tombstones) >= drainBatch, ok && len(resp.Scrub) > 0, nil
 }
 
 // drainBatch is the tombstone count of a ping's answer from which the
@@ -494,22 +503,29 @@ func (c *Client) pingLoop() {
 	go c.pingWorker(c.pingJobs)
 	t := time.NewTicker(c.cfg.PingInterval)
 	defer t.Stop()
+	repoll := time.NewTimer(time.Hour)
+	repoll.Stop()
+	defer repoll.Stop()
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
 		case <-c.pingWake:
+		case <-repoll.C:
 		}
 		// Under stopCtx: Close interrupts a ping stuck on a dead master.
 		ctx, cancel := context.WithTimeout(c.stopCtx, c.cfg.PingInterval+c.cfg.RPCTimeout)
-		more, err := c.ping(ctx)
+		more, scrub, err := c.ping(ctx)
 		// A full answer of tombstones means the node's segment has more to
 		// zero than one ping a tick drains (keys freed faster than that):
 		// report those and fetch the next ones at once, a bounded number of
 		// times per tick.
 		for extra := 0; err == nil && more && extra < maxDrainPings; extra++ {
-			more, err = c.ping(ctx)
+			more, scrub, err = c.ping(ctx)
+		}
+		if scrub { // report the zeroed extents soon (scrub.go)
+			repoll.Reset(scrubRepoll)
 		}
 		if err == nil {
 			c.pollTasks(ctx)

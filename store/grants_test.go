@@ -33,7 +33,15 @@ import (
 // keys nil, the same cluster without grants.
 func newGrantCluster(t testing.TB, core master.Config, nodes int, segSize uint64, keys *grant.Keyring, transport string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, transport: transport, mcfg: masterserver.ServerConfig{Core: core, Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond, Grants: keys}}
+	return newGrantClusterWith(t, masterserver.ServerConfig{Core: core}, nodes, segSize, keys, transport)
+}
+
+// newGrantClusterWith is newGrantCluster with more of the master's
+// configuration (its Core; Addr, TickInterval and Grants are set here).
+func newGrantClusterWith(t testing.TB, mcfg masterserver.ServerConfig, nodes int, segSize uint64, keys *grant.Keyring, transport string) *cluster {
+	t.Helper()
+	mcfg.Addr, mcfg.TickInterval, mcfg.Grants = "127.0.0.1:0", 5*time.Millisecond, keys
+	c := &cluster{t: t, transport: transport, mcfg: mcfg}
 	var err error
 	if c.master, err = masterserver.Start(c.mcfg); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 // pingJob is the work of one ping answer.
 type pingJob struct {
 	tombs       []*pb.HeaderRef
+	scrub       []*pb.Extent
 	diskRemove  []*pb.HeldObject
 	needRemount bool
 	done        chan struct{} // closed when the worker finished it
@@ -34,6 +35,7 @@ func (c *Client) pingWorker(jobs <-chan pingJob) {
 			return
 		case j := <-jobs:
 			c.zeroOwn(j.tombs)
+			c.scrubOwn(j.scrub)
 			if c.cfg.Disk != nil {
 				c.mu.Lock()
 				rm := append(c.diskRemoveLater, j.diskRemove...)
@@ -54,11 +56,28 @@ func (c *Client) pingWorker(jobs <-chan pingJob) {
 // handOff gives an answer's work to the worker and returns its done
 // channel, or nil when the worker is busy with an earlier answer.
 func (c *Client) handOff(resp *pb.PingResponse) chan struct{} {
-	j := pingJob{tombs: resp.Tombstones, diskRemove: resp.DiskRemove, needRemount: resp.NeedRemount, done: make(chan struct{})}
+	// An answer's extents to scrub are taken only when none taken before
+	// are still being zeroed or waiting to be reported (scrub.go).
+	scrub := resp.Scrub
+	if len(scrub) > 0 {
+		c.mu.Lock()
+		if c.scrubBusy || len(c.scrubbed) > 0 {
+			scrub = nil
+		} else {
+			c.scrubBusy = true
+		}
+		c.mu.Unlock()
+	}
+	j := pingJob{tombs: resp.Tombstones, scrub: scrub, diskRemove: resp.DiskRemove, needRemount: resp.NeedRemount, done: make(chan struct{})}
 	select {
 	case c.pingJobs <- j:
 		return j.done
 	default:
+		if len(scrub) > 0 {
+			c.mu.Lock()
+			c.scrubBusy = false
+			c.mu.Unlock()
+		}
 		if len(resp.DiskRemove) > 0 && c.cfg.Disk != nil {
 			c.mu.Lock()
 			c.diskRemoveLater = append(c.diskRemoveLater, resp.DiskRemove...)

@@ -152,8 +152,12 @@ func sizeVarint(x uint64) int {
 // ahead of it (the master decides them first); tombstones in the answers are zeroed
 // as they come. A failed call ends the remount: the calls still in flight
 // are cancelled and waited for.
+//
+// remount is the first mount of a client joining (the segment's memory is
+// new: Fresh, nothing for a scrubbing master to zero), remountFrom a
+// remount of memory a master knew before.
 func (c *Client) remount(ctx context.Context, segs []*pb.Segment, held []*pb.HeldObject) (remountStats, error) {
-	return c.remountFrom(ctx, segs, &sliceSource{held})
+	return c.remountFromFresh(ctx, segs, &sliceSource{held}, true)
 }
 
 // remountFrom is remount of the reports src gives: each chunk is sent
@@ -161,10 +165,14 @@ func (c *Client) remount(ctx context.Context, segs []*pb.Segment, held []*pb.Hel
 // The first call announces src.expect() (the master sizes its object
 // table by it).
 func (c *Client) remountFrom(ctx context.Context, segs []*pb.Segment, src heldSource) (remountStats, error) {
+	return c.remountFromFresh(ctx, segs, src, false)
+}
+
+func (c *Client) remountFromFresh(ctx context.Context, segs []*pb.Segment, src heldSource, fresh bool) (remountStats, error) {
 	var st remountStats
 	objs, more := remountChunk(src, true)
 	first := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs, Objects: objs, More: more,
-		Total: uint64(len(objs)) + src.expect()}
+		Total: uint64(len(objs)) + src.expect(), Fresh: fresh}
 	resp, err := c.remountCall(ctx, first, &st)
 	if err != nil || !first.More {
 		return st, err

@@ -35,6 +35,7 @@ func newMasterCmd() *cobra.Command {
 		security       masterSecurityFlags
 		maxMemory      maxMemoryFlag
 		gflags         masterGflags
+		scrub          bool
 	)
 	cfg := d
 	cmd := &cobra.Command{
@@ -75,7 +76,7 @@ GOMEMLIMIT in the environment applies too.`,
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
-			cfg.Grants = keys
+			cfg.Grants, cfg.NoScrub = keys, !scrub
 			cfg.Core.EvictionPolicy = evict.Kind(evictPolicy)
 			cfg.Logger = cmdLogger(cmd, verbose)
 			if err := maxMemory.apply(&cfg.Core); err != nil {
@@ -137,6 +138,7 @@ GOMEMLIMIT in the environment applies too.`,
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	f.StringVar(&secret, "secret", "", "cluster secret (default $MOONCAKE_SECRET): when set, remove all, remove by regex and unmount (gRPC) and every non-GET admin HTTP call need \"authorization: Bearer <secret>\"; reads stay open")
 	f.StringVar(&grantKeyFile, "grant-key-file", "", grantKeyUsage)
+	f.BoolVar(&scrub, "scrub-freed", true, "with --grant-key-file and tenants: a freed extent goes to another tenant only once its storage node zeroed it, so no granted read returns what another tenant's removed or evicted object left (false: at once)")
 	registerMooncakeMasterFlags(f, &cfg.Core)
 	gflags.register(f, &host, &port, &httpPort, &strategy, &cfg.Core, &ha)
 	maxMemory.register(f)

@@ -52,6 +52,12 @@ type Config struct {
 	// the header first (tombstones, see restore.go). Off: objects are lost
 	// with the master, as in Mooncake.
 	Durable bool
+	// Scrub: a freed extent goes back to the allocator only once the node
+	// holding it reports it zeroed (scrub.go), so no object is placed over
+	// bytes another put wrote: a reader granted an object (data-path
+	// grants) reads what its writer wrote or zeros, never what a removed
+	// or evicted object, another tenant's included, left there.
+	Scrub bool
 	// RestoreWindow is how long after start the master remembers the keys it
 	// removed, so that a node remounting late cannot bring back an older
 	// version of a key removed meanwhile (2 x ClientTTL).

@@ -21,7 +21,8 @@
 // a glance per tier, for the dashboard), counts.go (the gauges kept
 // current), shrink.go (maps and the object table compacted after mass removal), restore.go
 // (durable metadata: Restore), tombs.go (tombstones, their index by key,
-// Heartbeat), disk.go (the nodes' disk tiers: offload
+// Heartbeat), scrub.go (Config.Scrub: freed extents zeroed by their node
+// before another tenant gets them; Scrub), disk.go (the nodes' disk tiers: offload
 // tombstones, disk copies, DiskSync), events.go (EventSink),
 // replicaclear.go (BatchReplicaClear), tasks.go (copy and move tasks:
 // CreateCopyTask, CreateMoveTask, QueryTask, FetchTasks, FinishTask),

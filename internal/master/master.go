@@ -100,9 +100,10 @@ type SegmentInfo struct {
 
 // Stats are the master's counters and gauges.
 type Stats struct {
-	Objects, IncompleteObjects       int // IncompleteObjects: puts in progress, not counting put slots
-	PutSlots                         int // space reserved for clients' next small puts (slot.go)
-	Capacity, Used                   uint64
+	Objects, IncompleteObjects       int    // IncompleteObjects: puts in progress, not counting put slots
+	PutSlots                         int    // space reserved for clients' next small puts (slot.go)
+	Capacity, Used                   uint64 // Used: allocated, less Scrubbing
+	Scrubbing                        uint64 // freed bytes waiting for their node to zero them (Config.Scrub)
 	Segments, Clients                int
 	PutStarts, Puts, PutRevokes      uint64
 	Gets, GetMisses                  uint64
@@ -222,12 +223,15 @@ type segment struct {
 	objects       []uint32 // record IDs of the objects with a replica here, in no order; each replica knows its index (segobjects.go)
 	draining      bool
 	drainDeadline time.Time
-	tombs         map[uint64]tomb // freed durable objects whose header is not zeroed yet, by offset
-	fenced        []fencedTomb    // zeroed tombstones a remover may still write zeros over, oldest first (tombs.go)
-	diskRemove    []HeldObject    // disk copies the owner must delete (sent with its next ping)
-	peaks         mapPeaks        // of tombs (shrink.go)
-	diskObjects   int             // disk copies on this segment's node
-	diskBytes     uint64          // their sizes
+	tombs         map[uint64]tomb                  // freed durable objects whose header is not zeroed yet, by offset
+	fenced        []fencedTomb                     // zeroed tombstones a remover may still write zeros over, oldest first (tombs.go)
+	diskRemove    []HeldObject                     // disk copies the owner must delete (sent with its next ping)
+	peaks         mapPeaks                         // of tombs (shrink.go)
+	diskObjects   int                              // disk copies on this segment's node
+	diskBytes     uint64                           // their sizes
+	dirty         map[uint64]dirtyExt              // Config.Scrub: freed extents by offset, not reported zeroed yet (scrub.go)
+	dirtyFit      map[dirtyFit]map[uint64]struct{} // their offsets by owner and length, for the owner's puts
+	dirtyBytes    uint64                           // their lengths
 }
 
 type client struct {
@@ -370,7 +374,7 @@ func (m *Master) checkKey(key string) error {
 func (m *Master) usageLocked() (capacity, used uint64) {
 	for _, s := range m.segOrder {
 		capacity += s.alloc.Size()
-		used += s.alloc.Used()
+		used += s.alloc.Used() - s.dirtyBytes // being zeroed: free soon, no reason to evict
 	}
 	return capacity, used
 }

@@ -23,15 +23,20 @@ func (m *Master) checkFitsLocked(size uint64) error {
 	return nil
 }
 
-// placeOrEvictLocked places up to want replicas; when none fits it reuses
-// a tombstone's space, then evicts synchronously and tries both once more,
+// placeOrEvictLocked places up to want replicas for a put of owner's
+// (scrub.go); when none fits it reuses owner's dirty space or a
+// tombstone's, then evicts synchronously and tries them once more,
 // and when that fails too it asks the next Tick to evict again and fails
 // with ErrNoSpace. When no segment takes new objects at all (none mounted
 // yet, or all being restored after a restart, drained or evacuated) it
 // fails with ErrNoSpace at once: an eviction could not make room, and
 // would drop objects for nothing.
-func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, preferred []string, now time.Time) ([]place, error) {
+func (m *Master) placeOrEvictLocked(clientID, owner string, size uint64, want int, preferred []string, now time.Time) ([]place, error) {
 	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
+		return reps, nil
+	}
+	// Scrubbing: the owner's own freed bytes need no zeroing (scrub.go).
+	if reps := m.reuseDirtyLocked(clientID, owner, size); len(reps) > 0 {
 		return reps, nil
 	}
 	// Freed objects' 64-byte tombstones (headers the node has not zeroed
@@ -42,11 +47,17 @@ func (m *Master) placeOrEvictLocked(clientID string, size uint64, want int, pref
 	if !m.placeableLocked() {
 		return nil, fmt.Errorf("%w: %d bytes: no segment takes new objects (none mounted, or all being restored or drained)", ErrNoSpace, size)
 	}
+	if m.scrubbingLocked(size) { // room is coming back: evicting now would drop objects for it
+		return nil, fmt.Errorf("%w: %d bytes: freed space is being zeroed by its nodes (scrubbing), retry", ErrNoSpace, size)
+	}
 	m.evictLocked(now, 0)
 	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
 		return reps, nil
 	}
-	if reps := m.reuseTombLocked(clientID, size); len(reps) > 0 { // the evicted objects' own
+	if reps := m.reuseDirtyLocked(clientID, owner, size); len(reps) > 0 { // the evicted objects' own
+		return reps, nil
+	}
+	if reps := m.reuseTombLocked(clientID, size); len(reps) > 0 {
 		return reps, nil
 	}
 	m.evictReq = true

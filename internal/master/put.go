@@ -65,7 +65,7 @@ func (m *Master) putStartLocked(clientID, key string, size uint64, rc ReplicateC
 	if err := m.tenantAdmitLocked(key, size*uint64(max(rc.Replicas, 1)), nil); err != nil {
 		return nil, err
 	}
-	reps, err := m.placeOrEvictLocked(clientID, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
+	reps, err := m.placeOrEvictLocked(clientID, ownerOf(key), hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
 	if err != nil {
 		return nil, err
 	}

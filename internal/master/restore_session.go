@@ -113,6 +113,7 @@ type restoreCursor struct {
 	lastHash uint32      // keyHash of last.Key
 	hasLast  bool
 	losers   []HeldObject // refused reports at offsets >= pos, their tombstones not decided
+	fresh    bool         // the segment's memory is new: its free space needs no scrubbing (scrub.go)
 }
 
 // errRestoreSession wraps the refusals of a restore call: no such session
@@ -165,6 +166,14 @@ func sortHeld(held []HeldObject) {
 // not know is restored from the session's reports. A session the client
 // had open is dropped first. It returns the session's id.
 func (m *Master) RestoreBegin(clientID string, specs []SegmentSpec) (uint64, error) {
+	return m.RestoreBeginFresh(clientID, specs, false)
+}
+
+// RestoreBeginFresh is RestoreBegin; fresh says the segments' memory was
+// allocated for this mount by a new process (zero, as memory from the
+// kernel is), so under Config.Scrub nothing it holds outside the restored
+// objects needs zeroing (a node starting with a disk tier mounts so).
+func (m *Master) RestoreBeginFresh(clientID string, specs []SegmentSpec, fresh bool) (uint64, error) {
 	if clientID == "" {
 		return 0, fmt.Errorf("%w: empty client id", ErrInvalidParams)
 	}
@@ -195,14 +204,20 @@ func (m *Master) RestoreBegin(clientID string, specs []SegmentSpec) (uint64, err
 			m.abandonRestoreLocked(sess, "mount refused")
 			return 0, err
 		}
-		if known || !m.cfg.Durable {
+		s := m.clients[clientID].segments[spec.Name]
+		if known {
 			continue
 		}
-		s := m.clients[clientID].segments[spec.Name]
+		if !m.cfg.Durable {
+			if !fresh {
+				m.dirtyFreeLocked(s, 0) // a remount: the memory holds what the objects the master forgot left
+			}
+			continue
+		}
 		if !s.alloc.AllocAt(0, m.cfg.Align) { // cannot happen: the segment was just mounted, empty
 			panic(fmt.Sprintf("master: restore %s: new segment not empty", spec.Name))
 		}
-		sess.cursors[spec.Name] = &restoreCursor{s: s}
+		sess.cursors[spec.Name] = &restoreCursor{s: s, fresh: fresh}
 		m.restore.segs[s] = true
 	}
 	return sess.id, nil
@@ -489,7 +504,12 @@ func (m *Master) restoreEndTry(clientID string, id uint64) (RestoreResult, chan 
 		m.settleLocked(cur, sess, ^uint64(0), now, &res)
 		m.restoreFlushLocked(cur)
 		if cur.pos < cur.s.alloc.Size() {
-			cur.s.alloc.Free(cur.pos, m.cfg.Align) // the fence
+			if cur.fresh {
+				cur.s.alloc.Free(cur.pos, m.cfg.Align) // the fence
+			} else {
+				m.releaseLocked(cur.s, cur.pos, m.cfg.Align, noOwner)
+				m.dirtyFreeLocked(cur.s, cur.pos+m.cfg.Align) // what the node's memory held past the last object
+			}
 		}
 	}
 	m.index.flush()
@@ -698,7 +718,11 @@ func (m *Master) restoreFlushLocked(cur *restoreCursor) {
 		panic(fmt.Sprintf("master: restore %s: [%d,%d) not free past the fence", cur.s.spec.Name, cur.apos, cur.pos))
 	}
 	for _, g := range cur.gaps {
-		a.Free(g[0], g[1]-g[0])
+		if cur.fresh {
+			a.Free(g[0], g[1]-g[0])
+		} else {
+			m.releaseLocked(cur.s, g[0], g[1]-g[0], noOwner) // what removed objects left there
+		}
 	}
 	cur.apos, cur.gaps = cur.pos, cur.gaps[:0]
 }

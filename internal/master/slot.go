@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"github.com/kvcache-go/mooncake/internal/tenant"
 )
 
 // Put slots: a put in one master round trip.
@@ -30,13 +32,49 @@ import (
 // tombstones, which the client zeroes before its put returns: the header of
 // a refused put never outlives the call.
 
-// SlotPrefix starts the placeholder keys of put slots.
+// SlotPrefix starts the placeholder keys of put slots: SlotPrefix, the
+// namespace of the key whose commit asked for it (none for the raw key
+// space), the client id, "/", a sequence number. A slot is committed only
+// to a key of that namespace by that client (slotOf): a slot may hold
+// what its tenant wrote before (a reused slot holds the version it
+// replaced), so another tenant claiming the client's id must not get it.
 const SlotPrefix = "\x00slot/"
 
+// namespaceOf is the tenant namespace key lies in (a prefix of it, "" for
+// the raw key space).
+func namespaceOf(key string) string {
+	t, _ := tenant.Split(key)
+	if t == "" {
+		return ""
+	}
+	return key[:len(tenant.Namespace(""))+len(t)] // "\x00t/" + t + "/"
+}
+
+// slotOf reports whether slot is a slot name of clientID's for a key of
+// key's namespace.
+func slotOf(slot, key, clientID string) bool {
+	rest, ok := strings.CutPrefix(slot, SlotPrefix)
+	if !ok {
+		return false
+	}
+	rest, ok = strings.CutPrefix(rest, namespaceOf(key))
+	if !ok {
+		return false
+	}
+	rest, ok = strings.CutPrefix(rest, clientID)
+	return ok && strings.HasPrefix(rest, "/")
+}
+
 // PutReserve reserves a slot for the client's next put of size bytes under
-// a key of keyLen bytes with policy rc, and returns its placeholder key and
-// replicas (their Seq and HeaderLen as PutStart's).
+// a key of keyLen bytes of the raw key space with policy rc, and returns
+// its placeholder key and replicas (their Seq and HeaderLen as PutStart's).
 func (m *Master) PutReserve(clientID string, size uint64, keyLen int, rc ReplicateConfig) (string, []Replica, error) {
+	return m.PutReserveIn(clientID, "", size, keyLen, rc)
+}
+
+// PutReserveIn is PutReserve for a key of namespace ns (tenant.Namespace;
+// "" for the raw key space): only such a key may commit the slot.
+func (m *Master) PutReserveIn(clientID, ns string, size uint64, keyLen int, rc ReplicateConfig) (string, []Replica, error) {
 	if keyLen < 1 || keyLen > m.cfg.MaxKeyLen {
 		return "", nil, fmt.Errorf("%w: key length %d", ErrInvalidParams, keyLen)
 	}
@@ -45,11 +83,11 @@ func (m *Master) PutReserve(clientID string, size uint64, keyLen int, rc Replica
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.putReserveLocked(clientID, size, keyLen, rc)
+	return m.putReserveLocked(clientID, ns, size, keyLen, rc)
 }
 
-func (m *Master) putReserveLocked(clientID string, size uint64, keyLen int, rc ReplicateConfig) (string, []Replica, error) {
-	slot := SlotPrefix + clientID + "/" + strconv.FormatUint(m.seq+1, 10)
+func (m *Master) putReserveLocked(clientID, ns string, size uint64, keyLen int, rc ReplicateConfig) (string, []Replica, error) {
+	slot := SlotPrefix + ns + clientID + "/" + strconv.FormatUint(m.seq+1, 10)
 	if err := m.validPut(slot, size, rc); err != nil {
 		return "", nil, err
 	}
@@ -154,8 +192,9 @@ func (a *commitArgs) withAsk(m *Master, ask SlotAsk) {
 	if m.cfg.Durable {
 		a.askHdr = headerLenOf(ask.KeyLen)
 	}
-	a.name = make([]byte, 0, len(SlotPrefix)+len(a.clientID)+1+20)
-	a.name = append(append(append(a.name, SlotPrefix...), a.clientID...), '/')
+	ns := namespaceOf(a.key)
+	a.name = make([]byte, 0, len(SlotPrefix)+len(ns)+len(a.clientID)+1+20)
+	a.name = append(append(append(append(a.name, SlotPrefix...), ns...), a.clientID...), '/')
 	a.reps = make([]Replica, max(a.rc.Replicas, 1))
 }
 
@@ -170,7 +209,7 @@ func (a *commitArgs) slotName(seq uint64) string {
 // reserveNextLocked is putReserveLocked for a's ask.
 func (m *Master) reserveNextLocked(a *commitArgs) (string, []Replica, error) {
 	if a.name == nil { // cannot happen: the slot name is made once, by a reuse, which reserves nothing more
-		return m.putReserveLocked(a.clientID, a.ask.Size, a.ask.KeyLen, a.rc)
+		return m.putReserveLocked(a.clientID, namespaceOf(a.key), a.ask.Size, a.ask.KeyLen, a.rc)
 	}
 	slot := a.slotName(m.seq + 1)
 	if err := m.validPut(slot, a.ask.Size, a.rc); err != nil {
@@ -192,7 +231,7 @@ func (m *Master) reserveLocked(clientID, slot string, size uint64, keyLen int, r
 	if err := m.memoryAdmitLocked(); err != nil {
 		return "", nil, err
 	}
-	reps, err := m.placeOrEvictLocked(clientID, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
+	reps, err := m.placeOrEvictLocked(clientID, noOwner, hdr+size, max(rc.Replicas, 1), rc.PreferredSegments, now)
 	if err != nil {
 		return "", nil, err
 	}
@@ -229,7 +268,7 @@ func (m *Master) PutCommit(clientID, key, slot string, crc uint32, rc ReplicateC
 // and its replicas).
 func (m *Master) commitSlotLocked(a *commitArgs) (tombs []HeaderRef, gone bool, err error, next string, nextReps []Replica) {
 	key, slot, now := a.key, a.slot, a.now
-	if !strings.HasPrefix(slot, SlotPrefix) {
+	if !slotOf(slot, key, a.clientID) {
 		return nil, true, nil, "", nil
 	}
 	s := m.objects.getHashed(slot, a.slotHash)

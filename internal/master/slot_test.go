@@ -11,7 +11,7 @@ import (
 
 func reserve(t *testing.T, m *Master, client string, size uint64, key string) (string, []Replica) {
 	t.Helper()
-	slot, reps, err := m.PutReserve(client, size, len(key), ReplicateConfig{})
+	slot, reps, err := m.PutReserveIn(client, namespaceOf(key), size, len(key), ReplicateConfig{})
 	if err != nil || !strings.HasPrefix(slot, SlotPrefix) || len(reps) != 1 {
 		t.Fatalf("PutReserve = %q, %v, %v", slot, reps, err)
 	}

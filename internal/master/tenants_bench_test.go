@@ -41,7 +41,7 @@ func BenchmarkTenantCommitNext(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			slot, _, err := m.PutReserve(id, 4096, len(keys[0]), ReplicateConfig{})
+			slot, _, err := m.PutReserveIn(id, ns, 4096, len(keys[0]), ReplicateConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}

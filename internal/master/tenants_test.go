@@ -84,7 +84,7 @@ func TestTenantSlotCommitAdmission(t *testing.T) {
 	m.SetTenantQuotas(quotaMap{"a": {6 << 10, 0}})
 	a := tenant.Namespace("a")
 	mustPut(t, m, a+"1", 4<<10, ReplicateConfig{})
-	slot, _, err := m.PutReserve("w", 4<<10, len(a)+1, ReplicateConfig{})
+	slot, _, err := m.PutReserveIn("w", a, 4<<10, len(a)+1, ReplicateConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ const maxTombsPerPing = 16 * 1024
 // reused put slot, slot.go), "" for none.
 func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr uint64, alias string) {
 	if hdr == 0 || m.segments[s.key] != s {
-		s.alloc.Free(off, n)
+		m.releaseLocked(s, off, n, ownerOf(key))
 		return
 	}
 	q := m.cfg.Align
@@ -29,7 +29,7 @@ func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr
 		q = s.alloc.Rounded(n) // the node copies the whole object to disk first
 	}
 	if rest := s.alloc.Rounded(n) - q; rest > 0 {
-		s.alloc.Free(off+q, rest)
+		m.releaseLocked(s, off+q, rest, ownerOf(key))
 	}
 	m.addTombLocked(s, off, tomb{key: key, seq: seq, alias: alias, n: q, off: toDisk})
 }
@@ -200,10 +200,15 @@ func (m *Master) zeroedLocked(c *client, zeroed []HeaderRef) {
 				}
 				continue
 			}
+			n := tb.n
+			if m.cfg.Scrub && n > m.cfg.Align { // an offload tombstone: the header is zero, the value is not
+				m.releaseLocked(s, z.Offset+m.cfg.Align, n-m.cfg.Align, ownerOf(tb.key))
+				n = m.cfg.Align
+			}
 			if tb.fencedAt(now) { // a remover may still write zeros there
-				s.fenced = append(s.fenced, fencedTomb{off: z.Offset, n: tb.n, until: tb.named + nanotime(objheader.ZeroFence)})
+				s.fenced = append(s.fenced, fencedTomb{off: z.Offset, n: n, until: tb.named + nanotime(objheader.ZeroFence)})
 			} else {
-				s.alloc.Free(z.Offset, tb.n)
+				s.alloc.Free(z.Offset, n)
 			}
 			m.dropTombLocked(s, z.Offset)
 		}
@@ -286,6 +291,9 @@ const maxTombTries = 4096
 // new object starts at the tombstone's offset, so its own header overwrites
 // the dead one (and the tombstone is no longer needed).
 func (m *Master) reuseTombLocked(clientID string, size uint64) []place {
+	if m.cfg.Scrub { // a tombstone holds a dead header: not zero
+		return nil
+	}
 	now := m.clock.Now()
 	for _, s := range m.orderLocked(clientID) {
 		if s.draining {

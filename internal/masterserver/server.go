@@ -50,6 +50,13 @@ type ServerConfig struct {
 	// Grants, when set, is the key the master signs data-path grants with
 	// (grants.go); the storage nodes verify them with the same keys.
 	Grants *grant.Keyring
+	// NoScrub: with Grants and Tenants, freed extents go back to the
+	// allocator at once instead of once their node zeroed them
+	// (master.Config.Scrub, on by default with both: without it a tenant's
+	// grant for a new object can read what another tenant's removed or
+	// evicted object left in its extent). Without tenants every client may
+	// read every object anyway, and nothing is scrubbed.
+	NoScrub bool
 }
 
 // DefaultServerConfig returns the defaults.
@@ -122,6 +129,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Tenants != nil && cfg.Core.Events != nil {
 		cfg.Core.Events = rawEvents{cfg.Core.Events}
+	}
+	if cfg.Grants != nil && cfg.Tenants != nil && !cfg.NoScrub {
+		cfg.Core.Scrub = true
 	}
 	core, err := master.New(cfg.Core, cfg.Clock)
 	if err != nil {

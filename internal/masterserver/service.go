@@ -154,11 +154,33 @@ func refsFromPB(rs []*pb.HeaderRef) []master.HeaderRef {
 	return out
 }
 
+func extentsToPB(xs []master.ScrubRef) []*pb.Extent {
+	if len(xs) == 0 {
+		return nil
+	}
+	out := make([]*pb.Extent, len(xs))
+	all := make([]pb.Extent, len(xs))
+	for i, x := range xs {
+		all[i].Segment, all[i].Offset, all[i].Length = x.Segment, x.Offset, x.Length
+		out[i] = &all[i]
+	}
+	return out
+}
+
+func extentsFromPB(xs []*pb.Extent) []master.ScrubRef {
+	out := make([]master.ScrubRef, len(xs))
+	for i, x := range xs {
+		out[i] = master.ScrubRef{Segment: x.Segment, Offset: x.Offset, Length: x.Length}
+	}
+	return out
+}
+
 // Ping implements MasterService.
 func (s *Service) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
 	v, st, todo := s.m.Heartbeat(r.ClientId, refsFromPB(r.Zeroed))
 	out := &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == master.PingNeedRemount, Tombstones: refsToPB(todo)}
 	if st == master.PingOK {
+		out.Scrub = extentsToPB(s.m.Scrub(r.ClientId, extentsFromPB(r.Scrubbed)))
 		t := callerOf(ctx)
 		out.DiskRemove = heldToPB(s.m.DiskSync(r.ClientId, heldFromPB(ownHeld(t, r.OnDisk)), heldFromPB(ownHeld(t, r.DiskDropped))))
 	}
@@ -196,7 +218,7 @@ func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequ
 			specs[i] = specFromPB(sg)
 		}
 		var err error
-		if id, err = s.m.RestoreBegin(r.ClientId, specs); err != nil {
+		if id, err = s.m.RestoreBeginFresh(r.ClientId, specs, r.Fresh); err != nil {
 			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
 		}
 		if r.Total > 0 {

@@ -449,8 +449,10 @@ type PingRequest struct {
 	// Tombstones the client zeroed in its segments since its last ping.
 	Zeroed []*HeaderRef `protobuf:"bytes,2,rep,name=zeroed,proto3" json:"zeroed,omitempty"`
 	// Objects the node's disk tier took (offload) or dropped (capacity).
-	OnDisk        []*HeldObject `protobuf:"bytes,3,rep,name=on_disk,json=onDisk,proto3" json:"on_disk,omitempty"`
-	DiskDropped   []*HeldObject `protobuf:"bytes,4,rep,name=disk_dropped,json=diskDropped,proto3" json:"disk_dropped,omitempty"`
+	OnDisk      []*HeldObject `protobuf:"bytes,3,rep,name=on_disk,json=onDisk,proto3" json:"on_disk,omitempty"`
+	DiskDropped []*HeldObject `protobuf:"bytes,4,rep,name=disk_dropped,json=diskDropped,proto3" json:"disk_dropped,omitempty"`
+	// Freed extents the client zeroed since its last ping (scrubbing).
+	Scrubbed      []*Extent `protobuf:"bytes,5,rep,name=scrubbed,proto3" json:"scrubbed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -513,6 +515,13 @@ func (x *PingRequest) GetDiskDropped() []*HeldObject {
 	return nil
 }
 
+func (x *PingRequest) GetScrubbed() []*Extent {
+	if x != nil {
+		return x.Scrubbed
+	}
+	return nil
+}
+
 type PingResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Status      *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -521,7 +530,10 @@ type PingResponse struct {
 	// Headers of freed durable objects in the client's segments to zero.
 	Tombstones []*HeaderRef `protobuf:"bytes,4,rep,name=tombstones,proto3" json:"tombstones,omitempty"`
 	// Disk copies the node deletes (removed or replaced keys).
-	DiskRemove    []*HeldObject `protobuf:"bytes,5,rep,name=disk_remove,json=diskRemove,proto3" json:"disk_remove,omitempty"`
+	DiskRemove []*HeldObject `protobuf:"bytes,5,rep,name=disk_remove,json=diskRemove,proto3" json:"disk_remove,omitempty"`
+	// Freed extents of the client's segments to zero before the master
+	// hands them out again (scrubbing; reported back in scrubbed).
+	Scrub         []*Extent `protobuf:"bytes,6,rep,name=scrub,proto3" json:"scrub,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,6 +603,74 @@ func (x *PingResponse) GetDiskRemove() []*HeldObject {
 	return nil
 }
 
+func (x *PingResponse) GetScrub() []*Extent {
+	if x != nil {
+		return x.Scrub
+	}
+	return nil
+}
+
+// A byte range of a segment.
+type Extent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Segment       string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Extent) Reset() {
+	*x = Extent{}
+	mi := &file_store_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Extent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Extent) ProtoMessage() {}
+
+func (x *Extent) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Extent.ProtoReflect.Descriptor instead.
+func (*Extent) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Extent) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *Extent) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Extent) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
 // A durable object a node found in its segment when it remounts.
 type HeldObject struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -612,7 +692,7 @@ type HeldObject struct {
 
 func (x *HeldObject) Reset() {
 	*x = HeldObject{}
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +704,7 @@ func (x *HeldObject) String() string {
 func (*HeldObject) ProtoMessage() {}
 
 func (x *HeldObject) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +717,7 @@ func (x *HeldObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldObject.ProtoReflect.Descriptor instead.
 func (*HeldObject) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{7}
+	return file_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HeldObject) GetSegment() string {
@@ -720,7 +800,7 @@ type MountSegmentRequest struct {
 
 func (x *MountSegmentRequest) Reset() {
 	*x = MountSegmentRequest{}
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +812,7 @@ func (x *MountSegmentRequest) String() string {
 func (*MountSegmentRequest) ProtoMessage() {}
 
 func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +825,7 @@ func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*MountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{8}
+	return file_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MountSegmentRequest) GetClientId() string {
@@ -786,14 +866,17 @@ type RemountSegmentsRequest struct {
 	More bool `protobuf:"varint,6,opt,name=more,proto3" json:"more,omitempty"`
 	// First call: how many objects the whole session reports (a hint the
 	// master sizes its tables by; 0: unknown).
-	Total         uint64 `protobuf:"varint,7,opt,name=total,proto3" json:"total,omitempty"`
+	Total uint64 `protobuf:"varint,7,opt,name=total,proto3" json:"total,omitempty"`
+	// First call: the segments' memory was allocated by this process for
+	// this mount (zero): nothing earlier objects left in it to scrub.
+	Fresh         bool `protobuf:"varint,8,opt,name=fresh,proto3" json:"fresh,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemountSegmentsRequest) Reset() {
 	*x = RemountSegmentsRequest{}
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +888,7 @@ func (x *RemountSegmentsRequest) String() string {
 func (*RemountSegmentsRequest) ProtoMessage() {}
 
 func (x *RemountSegmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +901,7 @@ func (x *RemountSegmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemountSegmentsRequest.ProtoReflect.Descriptor instead.
 func (*RemountSegmentsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{9}
+	return file_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RemountSegmentsRequest) GetClientId() string {
@@ -870,6 +953,13 @@ func (x *RemountSegmentsRequest) GetTotal() uint64 {
 	return 0
 }
 
+func (x *RemountSegmentsRequest) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
+}
+
 type RemountSegmentsResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Status   *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -888,7 +978,7 @@ type RemountSegmentsResponse struct {
 
 func (x *RemountSegmentsResponse) Reset() {
 	*x = RemountSegmentsResponse{}
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +990,7 @@ func (x *RemountSegmentsResponse) String() string {
 func (*RemountSegmentsResponse) ProtoMessage() {}
 
 func (x *RemountSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1003,7 @@ func (x *RemountSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemountSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*RemountSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{10}
+	return file_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemountSegmentsResponse) GetStatus() *Status {
@@ -967,7 +1057,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1069,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1082,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{11}
+	return file_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LeaveRequest) GetClientId() string {
@@ -1014,7 +1104,7 @@ type UnmountSegmentRequest struct {
 
 func (x *UnmountSegmentRequest) Reset() {
 	*x = UnmountSegmentRequest{}
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1116,7 @@ func (x *UnmountSegmentRequest) String() string {
 func (*UnmountSegmentRequest) ProtoMessage() {}
 
 func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1129,7 @@ func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*UnmountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{12}
+	return file_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UnmountSegmentRequest) GetClientId() string {
@@ -1077,7 +1167,7 @@ type PutStartRequest struct {
 
 func (x *PutStartRequest) Reset() {
 	*x = PutStartRequest{}
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1179,7 @@ func (x *PutStartRequest) String() string {
 func (*PutStartRequest) ProtoMessage() {}
 
 func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1192,7 @@ func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartRequest.ProtoReflect.Descriptor instead.
 func (*PutStartRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{13}
+	return file_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PutStartRequest) GetClientId() string {
@@ -1159,7 +1249,7 @@ type PutStartResponse struct {
 
 func (x *PutStartResponse) Reset() {
 	*x = PutStartResponse{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1261,7 @@ func (x *PutStartResponse) String() string {
 func (*PutStartResponse) ProtoMessage() {}
 
 func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1274,7 @@ func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResponse.ProtoReflect.Descriptor instead.
 func (*PutStartResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PutStartResponse) GetStatus() *Status {
@@ -1231,7 +1321,7 @@ type BatchPutStartRequest struct {
 
 func (x *BatchPutStartRequest) Reset() {
 	*x = BatchPutStartRequest{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1333,7 @@ func (x *BatchPutStartRequest) String() string {
 func (*BatchPutStartRequest) ProtoMessage() {}
 
 func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1346,7 @@ func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutStartRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BatchPutStartRequest) GetPuts() []*PutStartRequest {
@@ -1275,7 +1365,7 @@ type BatchPutStartResponse struct {
 
 func (x *BatchPutStartResponse) Reset() {
 	*x = BatchPutStartResponse{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1377,7 @@ func (x *BatchPutStartResponse) String() string {
 func (*BatchPutStartResponse) ProtoMessage() {}
 
 func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1390,7 @@ func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutStartResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BatchPutStartResponse) GetResults() []*PutStartResponse {
@@ -1332,7 +1422,7 @@ type PutCommitRequest struct {
 
 func (x *PutCommitRequest) Reset() {
 	*x = PutCommitRequest{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1434,7 @@ func (x *PutCommitRequest) String() string {
 func (*PutCommitRequest) ProtoMessage() {}
 
 func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1447,7 @@ func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCommitRequest.ProtoReflect.Descriptor instead.
 func (*PutCommitRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutCommitRequest) GetClientId() string {
@@ -1435,7 +1525,7 @@ type PutCommitResponse struct {
 
 func (x *PutCommitResponse) Reset() {
 	*x = PutCommitResponse{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1537,7 @@ func (x *PutCommitResponse) String() string {
 func (*PutCommitResponse) ProtoMessage() {}
 
 func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1550,7 @@ func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCommitResponse.ProtoReflect.Descriptor instead.
 func (*PutCommitResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PutCommitResponse) GetStatus() *Status {
@@ -1507,7 +1597,7 @@ type BatchPutCommitRequest struct {
 
 func (x *BatchPutCommitRequest) Reset() {
 	*x = BatchPutCommitRequest{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1609,7 @@ func (x *BatchPutCommitRequest) String() string {
 func (*BatchPutCommitRequest) ProtoMessage() {}
 
 func (x *BatchPutCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1622,7 @@ func (x *BatchPutCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutCommitRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutCommitRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchPutCommitRequest) GetCommits() []*PutCommitRequest {
@@ -1551,7 +1641,7 @@ type BatchPutCommitResponse struct {
 
 func (x *BatchPutCommitResponse) Reset() {
 	*x = BatchPutCommitResponse{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1653,7 @@ func (x *BatchPutCommitResponse) String() string {
 func (*BatchPutCommitResponse) ProtoMessage() {}
 
 func (x *BatchPutCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1666,7 @@ func (x *BatchPutCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutCommitResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutCommitResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BatchPutCommitResponse) GetResults() []*PutCommitResponse {
@@ -1596,7 +1686,7 @@ type PutRevokeRequest struct {
 
 func (x *PutRevokeRequest) Reset() {
 	*x = PutRevokeRequest{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1698,7 @@ func (x *PutRevokeRequest) String() string {
 func (*PutRevokeRequest) ProtoMessage() {}
 
 func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1711,7 @@ func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRevokeRequest.ProtoReflect.Descriptor instead.
 func (*PutRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutRevokeRequest) GetClientId() string {
@@ -1653,7 +1743,7 @@ type KeyRequest struct {
 
 func (x *KeyRequest) Reset() {
 	*x = KeyRequest{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1755,7 @@ func (x *KeyRequest) String() string {
 func (*KeyRequest) ProtoMessage() {}
 
 func (x *KeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1768,7 @@ func (x *KeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
 func (*KeyRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KeyRequest) GetKey() string {
@@ -1715,7 +1805,7 @@ type BatchKeysRequest struct {
 
 func (x *BatchKeysRequest) Reset() {
 	*x = BatchKeysRequest{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1817,7 @@ func (x *BatchKeysRequest) String() string {
 func (*BatchKeysRequest) ProtoMessage() {}
 
 func (x *BatchKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1830,7 @@ func (x *BatchKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchKeysRequest.ProtoReflect.Descriptor instead.
 func (*BatchKeysRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BatchKeysRequest) GetKeys() []string {
@@ -1796,7 +1886,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1898,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1911,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ObjectInfo) GetStatus() *Status {
@@ -1962,7 +2052,7 @@ type DiskCopy struct {
 
 func (x *DiskCopy) Reset() {
 	*x = DiskCopy{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2064,7 @@ func (x *DiskCopy) String() string {
 func (*DiskCopy) ProtoMessage() {}
 
 func (x *DiskCopy) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2077,7 @@ func (x *DiskCopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskCopy.ProtoReflect.Descriptor instead.
 func (*DiskCopy) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DiskCopy) GetUrl() string {
@@ -2041,7 +2131,7 @@ type BatchObjectInfo struct {
 
 func (x *BatchObjectInfo) Reset() {
 	*x = BatchObjectInfo{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2143,7 @@ func (x *BatchObjectInfo) String() string {
 func (*BatchObjectInfo) ProtoMessage() {}
 
 func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2156,7 @@ func (x *BatchObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchObjectInfo.ProtoReflect.Descriptor instead.
 func (*BatchObjectInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BatchObjectInfo) GetResults() []*ObjectInfo {
@@ -2086,7 +2176,7 @@ type ExistResponse struct {
 
 func (x *ExistResponse) Reset() {
 	*x = ExistResponse{}
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2188,7 @@ func (x *ExistResponse) String() string {
 func (*ExistResponse) ProtoMessage() {}
 
 func (x *ExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2201,7 @@ func (x *ExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistResponse.ProtoReflect.Descriptor instead.
 func (*ExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{27}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExistResponse) GetStatus() *Status {
@@ -2137,7 +2227,7 @@ type BatchExistResponse struct {
 
 func (x *BatchExistResponse) Reset() {
 	*x = BatchExistResponse{}
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2239,7 @@ func (x *BatchExistResponse) String() string {
 func (*BatchExistResponse) ProtoMessage() {}
 
 func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2252,7 @@ func (x *BatchExistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchExistResponse.ProtoReflect.Descriptor instead.
 func (*BatchExistResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{28}
+	return file_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BatchExistResponse) GetResults() []*ExistResponse {
@@ -2182,7 +2272,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2284,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2297,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{29}
+	return file_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RemoveRequest) GetKey() string {
@@ -2233,7 +2323,7 @@ type BatchRemoveRequest struct {
 
 func (x *BatchRemoveRequest) Reset() {
 	*x = BatchRemoveRequest{}
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2335,7 @@ func (x *BatchRemoveRequest) String() string {
 func (*BatchRemoveRequest) ProtoMessage() {}
 
 func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2348,7 @@ func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
 func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{30}
+	return file_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BatchRemoveRequest) GetRemoves() []*RemoveRequest {
@@ -2281,7 +2371,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2383,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2396,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{31}
+	return file_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveResponse) GetStatus() *Status {
@@ -2340,7 +2430,7 @@ type BatchRemoveResponse struct {
 
 func (x *BatchRemoveResponse) Reset() {
 	*x = BatchRemoveResponse{}
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2442,7 @@ func (x *BatchRemoveResponse) String() string {
 func (*BatchRemoveResponse) ProtoMessage() {}
 
 func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2455,7 @@ func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveResponse.ProtoReflect.Descriptor instead.
 func (*BatchRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{32}
+	return file_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BatchRemoveResponse) GetResults() []*Status {
@@ -2401,7 +2491,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2503,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2516,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{33}
+	return file_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -2476,7 +2566,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2578,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2591,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{34}
+	return file_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -2544,7 +2634,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2646,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2659,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{35}
+	return file_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CountResponse) GetStatus() *Status {
@@ -2611,7 +2701,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2713,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2726,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{36}
+	return file_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -2671,7 +2761,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2773,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2786,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{37}
+	return file_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KeyInfo) GetKey() string {
@@ -2731,7 +2821,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +2833,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +2846,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{38}
+	return file_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListResponse) GetStatus() *Status {
@@ -2792,7 +2882,7 @@ type SegmentRequest struct {
 
 func (x *SegmentRequest) Reset() {
 	*x = SegmentRequest{}
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +2894,7 @@ func (x *SegmentRequest) String() string {
 func (*SegmentRequest) ProtoMessage() {}
 
 func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +2907,7 @@ func (x *SegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentRequest.ProtoReflect.Descriptor instead.
 func (*SegmentRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{39}
+	return file_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SegmentRequest) GetName() string {
@@ -2849,7 +2939,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2951,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2964,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{40}
+	return file_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SegmentInfo) GetStatus() *Status {
@@ -2964,12 +3054,13 @@ const file_store_proto_rawDesc = "" +
 	"\x04addr\x18\x04 \x01(\x04R\x04addr\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x18\n" +
 	"\aoffload\x18\x06 \x01(\bR\aoffload\x12\x14\n" +
-	"\x05grant\x18\a \x01(\fR\x05grant\"\xda\x01\n" +
+	"\x05grant\x18\a \x01(\fR\x05grant\"\x91\x02\n" +
 	"\vPingRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
 	"\x06zeroed\x18\x02 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\x06zeroed\x126\n" +
 	"\aon_disk\x18\x03 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\x06onDisk\x12@\n" +
-	"\fdisk_dropped\x18\x04 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\vdiskDropped\"\x85\x02\n" +
+	"\fdisk_dropped\x18\x04 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\vdiskDropped\x125\n" +
+	"\bscrubbed\x18\x05 \x03(\v2\x19.mooncake.store.v1.ExtentR\bscrubbed\"\xb6\x02\n" +
 	"\fPingResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12!\n" +
 	"\fview_version\x18\x02 \x01(\x04R\vviewVersion\x12!\n" +
@@ -2978,7 +3069,12 @@ const file_store_proto_rawDesc = "" +
 	"tombstones\x18\x04 \x03(\v2\x1c.mooncake.store.v1.HeaderRefR\n" +
 	"tombstones\x12>\n" +
 	"\vdisk_remove\x18\x05 \x03(\v2\x1d.mooncake.store.v1.HeldObjectR\n" +
-	"diskRemove\"\xff\x01\n" +
+	"diskRemove\x12/\n" +
+	"\x05scrub\x18\x06 \x03(\v2\x19.mooncake.store.v1.ExtentR\x05scrub\"R\n" +
+	"\x06Extent\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x04R\x06length\"\xff\x01\n" +
 	"\n" +
 	"HeldObject\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
@@ -2994,7 +3090,7 @@ const file_store_proto_rawDesc = "" +
 	" \x01(\bR\x04disk\"h\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
-	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"\x85\x02\n" +
+	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"\x9b\x02\n" +
 	"\x16RemountSegmentsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x126\n" +
 	"\bsegments\x18\x02 \x03(\v2\x1a.mooncake.store.v1.SegmentR\bsegments\x127\n" +
@@ -3003,7 +3099,8 @@ const file_store_proto_rawDesc = "" +
 	"restore_id\x18\x04 \x01(\x04R\trestoreId\x12\x14\n" +
 	"\x05chunk\x18\x05 \x01(\rR\x05chunk\x12\x12\n" +
 	"\x04more\x18\x06 \x01(\bR\x04more\x12\x14\n" +
-	"\x05total\x18\a \x01(\x04R\x05total\"\xf7\x01\n" +
+	"\x05total\x18\a \x01(\x04R\x05total\x12\x14\n" +
+	"\x05fresh\x18\b \x01(\bR\x05fresh\"\xf7\x01\n" +
 	"\x17RemountSegmentsResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x1a\n" +
 	"\brestored\x18\x02 \x01(\x03R\brestored\x12\x18\n" +
@@ -3203,7 +3300,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_store_proto_goTypes = []any{
 	(*Status)(nil),                  // 0: mooncake.store.v1.Status
 	(*Segment)(nil),                 // 1: mooncake.store.v1.Segment
@@ -3212,129 +3309,132 @@ var file_store_proto_goTypes = []any{
 	(*HeaderRef)(nil),               // 4: mooncake.store.v1.HeaderRef
 	(*PingRequest)(nil),             // 5: mooncake.store.v1.PingRequest
 	(*PingResponse)(nil),            // 6: mooncake.store.v1.PingResponse
-	(*HeldObject)(nil),              // 7: mooncake.store.v1.HeldObject
-	(*MountSegmentRequest)(nil),     // 8: mooncake.store.v1.MountSegmentRequest
-	(*RemountSegmentsRequest)(nil),  // 9: mooncake.store.v1.RemountSegmentsRequest
-	(*RemountSegmentsResponse)(nil), // 10: mooncake.store.v1.RemountSegmentsResponse
-	(*LeaveRequest)(nil),            // 11: mooncake.store.v1.LeaveRequest
-	(*UnmountSegmentRequest)(nil),   // 12: mooncake.store.v1.UnmountSegmentRequest
-	(*PutStartRequest)(nil),         // 13: mooncake.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),        // 14: mooncake.store.v1.PutStartResponse
-	(*BatchPutStartRequest)(nil),    // 15: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),   // 16: mooncake.store.v1.BatchPutStartResponse
-	(*PutCommitRequest)(nil),        // 17: mooncake.store.v1.PutCommitRequest
-	(*PutCommitResponse)(nil),       // 18: mooncake.store.v1.PutCommitResponse
-	(*BatchPutCommitRequest)(nil),   // 19: mooncake.store.v1.BatchPutCommitRequest
-	(*BatchPutCommitResponse)(nil),  // 20: mooncake.store.v1.BatchPutCommitResponse
-	(*PutRevokeRequest)(nil),        // 21: mooncake.store.v1.PutRevokeRequest
-	(*KeyRequest)(nil),              // 22: mooncake.store.v1.KeyRequest
-	(*BatchKeysRequest)(nil),        // 23: mooncake.store.v1.BatchKeysRequest
-	(*ObjectInfo)(nil),              // 24: mooncake.store.v1.ObjectInfo
-	(*DiskCopy)(nil),                // 25: mooncake.store.v1.DiskCopy
-	(*BatchObjectInfo)(nil),         // 26: mooncake.store.v1.BatchObjectInfo
-	(*ExistResponse)(nil),           // 27: mooncake.store.v1.ExistResponse
-	(*BatchExistResponse)(nil),      // 28: mooncake.store.v1.BatchExistResponse
-	(*RemoveRequest)(nil),           // 29: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),      // 30: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveResponse)(nil),          // 31: mooncake.store.v1.RemoveResponse
-	(*BatchRemoveResponse)(nil),     // 32: mooncake.store.v1.BatchRemoveResponse
-	(*RemoveByRegexRequest)(nil),    // 33: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),        // 34: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),           // 35: mooncake.store.v1.CountResponse
-	(*ListRequest)(nil),             // 36: mooncake.store.v1.ListRequest
-	(*KeyInfo)(nil),                 // 37: mooncake.store.v1.KeyInfo
-	(*ListResponse)(nil),            // 38: mooncake.store.v1.ListResponse
-	(*SegmentRequest)(nil),          // 39: mooncake.store.v1.SegmentRequest
-	(*SegmentInfo)(nil),             // 40: mooncake.store.v1.SegmentInfo
+	(*Extent)(nil),                  // 7: mooncake.store.v1.Extent
+	(*HeldObject)(nil),              // 8: mooncake.store.v1.HeldObject
+	(*MountSegmentRequest)(nil),     // 9: mooncake.store.v1.MountSegmentRequest
+	(*RemountSegmentsRequest)(nil),  // 10: mooncake.store.v1.RemountSegmentsRequest
+	(*RemountSegmentsResponse)(nil), // 11: mooncake.store.v1.RemountSegmentsResponse
+	(*LeaveRequest)(nil),            // 12: mooncake.store.v1.LeaveRequest
+	(*UnmountSegmentRequest)(nil),   // 13: mooncake.store.v1.UnmountSegmentRequest
+	(*PutStartRequest)(nil),         // 14: mooncake.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),        // 15: mooncake.store.v1.PutStartResponse
+	(*BatchPutStartRequest)(nil),    // 16: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),   // 17: mooncake.store.v1.BatchPutStartResponse
+	(*PutCommitRequest)(nil),        // 18: mooncake.store.v1.PutCommitRequest
+	(*PutCommitResponse)(nil),       // 19: mooncake.store.v1.PutCommitResponse
+	(*BatchPutCommitRequest)(nil),   // 20: mooncake.store.v1.BatchPutCommitRequest
+	(*BatchPutCommitResponse)(nil),  // 21: mooncake.store.v1.BatchPutCommitResponse
+	(*PutRevokeRequest)(nil),        // 22: mooncake.store.v1.PutRevokeRequest
+	(*KeyRequest)(nil),              // 23: mooncake.store.v1.KeyRequest
+	(*BatchKeysRequest)(nil),        // 24: mooncake.store.v1.BatchKeysRequest
+	(*ObjectInfo)(nil),              // 25: mooncake.store.v1.ObjectInfo
+	(*DiskCopy)(nil),                // 26: mooncake.store.v1.DiskCopy
+	(*BatchObjectInfo)(nil),         // 27: mooncake.store.v1.BatchObjectInfo
+	(*ExistResponse)(nil),           // 28: mooncake.store.v1.ExistResponse
+	(*BatchExistResponse)(nil),      // 29: mooncake.store.v1.BatchExistResponse
+	(*RemoveRequest)(nil),           // 30: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),      // 31: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveResponse)(nil),          // 32: mooncake.store.v1.RemoveResponse
+	(*BatchRemoveResponse)(nil),     // 33: mooncake.store.v1.BatchRemoveResponse
+	(*RemoveByRegexRequest)(nil),    // 34: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),        // 35: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),           // 36: mooncake.store.v1.CountResponse
+	(*ListRequest)(nil),             // 37: mooncake.store.v1.ListRequest
+	(*KeyInfo)(nil),                 // 38: mooncake.store.v1.KeyInfo
+	(*ListResponse)(nil),            // 39: mooncake.store.v1.ListResponse
+	(*SegmentRequest)(nil),          // 40: mooncake.store.v1.SegmentRequest
+	(*SegmentInfo)(nil),             // 41: mooncake.store.v1.SegmentInfo
 }
 var file_store_proto_depIdxs = []int32{
 	4,  // 0: mooncake.store.v1.PingRequest.zeroed:type_name -> mooncake.store.v1.HeaderRef
-	7,  // 1: mooncake.store.v1.PingRequest.on_disk:type_name -> mooncake.store.v1.HeldObject
-	7,  // 2: mooncake.store.v1.PingRequest.disk_dropped:type_name -> mooncake.store.v1.HeldObject
-	0,  // 3: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 4: mooncake.store.v1.PingResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	7,  // 5: mooncake.store.v1.PingResponse.disk_remove:type_name -> mooncake.store.v1.HeldObject
-	1,  // 6: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	1,  // 7: mooncake.store.v1.RemountSegmentsRequest.segments:type_name -> mooncake.store.v1.Segment
-	7,  // 8: mooncake.store.v1.RemountSegmentsRequest.objects:type_name -> mooncake.store.v1.HeldObject
-	0,  // 9: mooncake.store.v1.RemountSegmentsResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 10: mooncake.store.v1.RemountSegmentsResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	3,  // 11: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
-	0,  // 12: mooncake.store.v1.PutStartResponse.status:type_name -> mooncake.store.v1.Status
-	2,  // 13: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.Replica
-	13, // 14: mooncake.store.v1.BatchPutStartRequest.puts:type_name -> mooncake.store.v1.PutStartRequest
-	14, // 15: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResponse
-	3,  // 16: mooncake.store.v1.PutCommitRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
-	0,  // 17: mooncake.store.v1.PutCommitResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 18: mooncake.store.v1.PutCommitResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	14, // 19: mooncake.store.v1.PutCommitResponse.next:type_name -> mooncake.store.v1.PutStartResponse
-	17, // 20: mooncake.store.v1.BatchPutCommitRequest.commits:type_name -> mooncake.store.v1.PutCommitRequest
-	18, // 21: mooncake.store.v1.BatchPutCommitResponse.results:type_name -> mooncake.store.v1.PutCommitResponse
-	0,  // 22: mooncake.store.v1.ObjectInfo.status:type_name -> mooncake.store.v1.Status
-	2,  // 23: mooncake.store.v1.ObjectInfo.replicas:type_name -> mooncake.store.v1.Replica
-	25, // 24: mooncake.store.v1.ObjectInfo.disk:type_name -> mooncake.store.v1.DiskCopy
-	24, // 25: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
-	0,  // 26: mooncake.store.v1.ExistResponse.status:type_name -> mooncake.store.v1.Status
-	27, // 27: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
-	29, // 28: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
-	0,  // 29: mooncake.store.v1.RemoveResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 30: mooncake.store.v1.RemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	25, // 31: mooncake.store.v1.RemoveResponse.disk:type_name -> mooncake.store.v1.DiskCopy
-	0,  // 32: mooncake.store.v1.BatchRemoveResponse.results:type_name -> mooncake.store.v1.Status
-	4,  // 33: mooncake.store.v1.BatchRemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	0,  // 34: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
-	4,  // 35: mooncake.store.v1.CountResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
-	0,  // 36: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
-	37, // 37: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
-	0,  // 38: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
-	1,  // 39: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
-	5,  // 40: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
-	8,  // 41: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	9,  // 42: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
-	12, // 43: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	11, // 44: mooncake.store.v1.MasterService.Leave:input_type -> mooncake.store.v1.LeaveRequest
-	39, // 45: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
-	13, // 46: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	15, // 47: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	17, // 48: mooncake.store.v1.MasterService.PutCommit:input_type -> mooncake.store.v1.PutCommitRequest
-	19, // 49: mooncake.store.v1.MasterService.BatchPutCommit:input_type -> mooncake.store.v1.BatchPutCommitRequest
-	21, // 50: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	22, // 51: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	23, // 52: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
-	22, // 53: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
-	22, // 54: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
-	23, // 55: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
-	29, // 56: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	30, // 57: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	33, // 58: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	34, // 59: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	36, // 60: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
-	6,  // 61: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
-	0,  // 62: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
-	10, // 63: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.RemountSegmentsResponse
-	0,  // 64: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
-	0,  // 65: mooncake.store.v1.MasterService.Leave:output_type -> mooncake.store.v1.Status
-	40, // 66: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
-	14, // 67: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	16, // 68: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	18, // 69: mooncake.store.v1.MasterService.PutCommit:output_type -> mooncake.store.v1.PutCommitResponse
-	20, // 70: mooncake.store.v1.MasterService.BatchPutCommit:output_type -> mooncake.store.v1.BatchPutCommitResponse
-	0,  // 71: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
-	24, // 72: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
-	26, // 73: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
-	24, // 74: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
-	27, // 75: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
-	28, // 76: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
-	31, // 77: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.RemoveResponse
-	32, // 78: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchRemoveResponse
-	35, // 79: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	35, // 80: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	38, // 81: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
-	61, // [61:82] is the sub-list for method output_type
-	40, // [40:61] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	8,  // 1: mooncake.store.v1.PingRequest.on_disk:type_name -> mooncake.store.v1.HeldObject
+	8,  // 2: mooncake.store.v1.PingRequest.disk_dropped:type_name -> mooncake.store.v1.HeldObject
+	7,  // 3: mooncake.store.v1.PingRequest.scrubbed:type_name -> mooncake.store.v1.Extent
+	0,  // 4: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 5: mooncake.store.v1.PingResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	8,  // 6: mooncake.store.v1.PingResponse.disk_remove:type_name -> mooncake.store.v1.HeldObject
+	7,  // 7: mooncake.store.v1.PingResponse.scrub:type_name -> mooncake.store.v1.Extent
+	1,  // 8: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	1,  // 9: mooncake.store.v1.RemountSegmentsRequest.segments:type_name -> mooncake.store.v1.Segment
+	8,  // 10: mooncake.store.v1.RemountSegmentsRequest.objects:type_name -> mooncake.store.v1.HeldObject
+	0,  // 11: mooncake.store.v1.RemountSegmentsResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 12: mooncake.store.v1.RemountSegmentsResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	3,  // 13: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
+	0,  // 14: mooncake.store.v1.PutStartResponse.status:type_name -> mooncake.store.v1.Status
+	2,  // 15: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.Replica
+	14, // 16: mooncake.store.v1.BatchPutStartRequest.puts:type_name -> mooncake.store.v1.PutStartRequest
+	15, // 17: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResponse
+	3,  // 18: mooncake.store.v1.PutCommitRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
+	0,  // 19: mooncake.store.v1.PutCommitResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 20: mooncake.store.v1.PutCommitResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	15, // 21: mooncake.store.v1.PutCommitResponse.next:type_name -> mooncake.store.v1.PutStartResponse
+	18, // 22: mooncake.store.v1.BatchPutCommitRequest.commits:type_name -> mooncake.store.v1.PutCommitRequest
+	19, // 23: mooncake.store.v1.BatchPutCommitResponse.results:type_name -> mooncake.store.v1.PutCommitResponse
+	0,  // 24: mooncake.store.v1.ObjectInfo.status:type_name -> mooncake.store.v1.Status
+	2,  // 25: mooncake.store.v1.ObjectInfo.replicas:type_name -> mooncake.store.v1.Replica
+	26, // 26: mooncake.store.v1.ObjectInfo.disk:type_name -> mooncake.store.v1.DiskCopy
+	25, // 27: mooncake.store.v1.BatchObjectInfo.results:type_name -> mooncake.store.v1.ObjectInfo
+	0,  // 28: mooncake.store.v1.ExistResponse.status:type_name -> mooncake.store.v1.Status
+	28, // 29: mooncake.store.v1.BatchExistResponse.results:type_name -> mooncake.store.v1.ExistResponse
+	30, // 30: mooncake.store.v1.BatchRemoveRequest.removes:type_name -> mooncake.store.v1.RemoveRequest
+	0,  // 31: mooncake.store.v1.RemoveResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 32: mooncake.store.v1.RemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	26, // 33: mooncake.store.v1.RemoveResponse.disk:type_name -> mooncake.store.v1.DiskCopy
+	0,  // 34: mooncake.store.v1.BatchRemoveResponse.results:type_name -> mooncake.store.v1.Status
+	4,  // 35: mooncake.store.v1.BatchRemoveResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	0,  // 36: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
+	4,  // 37: mooncake.store.v1.CountResponse.tombstones:type_name -> mooncake.store.v1.HeaderRef
+	0,  // 38: mooncake.store.v1.ListResponse.status:type_name -> mooncake.store.v1.Status
+	38, // 39: mooncake.store.v1.ListResponse.keys:type_name -> mooncake.store.v1.KeyInfo
+	0,  // 40: mooncake.store.v1.SegmentInfo.status:type_name -> mooncake.store.v1.Status
+	1,  // 41: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
+	5,  // 42: mooncake.store.v1.MasterService.Ping:input_type -> mooncake.store.v1.PingRequest
+	9,  // 43: mooncake.store.v1.MasterService.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	10, // 44: mooncake.store.v1.MasterService.RemountSegments:input_type -> mooncake.store.v1.RemountSegmentsRequest
+	13, // 45: mooncake.store.v1.MasterService.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	12, // 46: mooncake.store.v1.MasterService.Leave:input_type -> mooncake.store.v1.LeaveRequest
+	40, // 47: mooncake.store.v1.MasterService.QuerySegment:input_type -> mooncake.store.v1.SegmentRequest
+	14, // 48: mooncake.store.v1.MasterService.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	16, // 49: mooncake.store.v1.MasterService.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	18, // 50: mooncake.store.v1.MasterService.PutCommit:input_type -> mooncake.store.v1.PutCommitRequest
+	20, // 51: mooncake.store.v1.MasterService.BatchPutCommit:input_type -> mooncake.store.v1.BatchPutCommitRequest
+	22, // 52: mooncake.store.v1.MasterService.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	23, // 53: mooncake.store.v1.MasterService.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	24, // 54: mooncake.store.v1.MasterService.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeysRequest
+	23, // 55: mooncake.store.v1.MasterService.Query:input_type -> mooncake.store.v1.KeyRequest
+	23, // 56: mooncake.store.v1.MasterService.Exist:input_type -> mooncake.store.v1.KeyRequest
+	24, // 57: mooncake.store.v1.MasterService.BatchExist:input_type -> mooncake.store.v1.BatchKeysRequest
+	30, // 58: mooncake.store.v1.MasterService.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	31, // 59: mooncake.store.v1.MasterService.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	34, // 60: mooncake.store.v1.MasterService.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	35, // 61: mooncake.store.v1.MasterService.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	37, // 62: mooncake.store.v1.MasterService.List:input_type -> mooncake.store.v1.ListRequest
+	6,  // 63: mooncake.store.v1.MasterService.Ping:output_type -> mooncake.store.v1.PingResponse
+	0,  // 64: mooncake.store.v1.MasterService.MountSegment:output_type -> mooncake.store.v1.Status
+	11, // 65: mooncake.store.v1.MasterService.RemountSegments:output_type -> mooncake.store.v1.RemountSegmentsResponse
+	0,  // 66: mooncake.store.v1.MasterService.UnmountSegment:output_type -> mooncake.store.v1.Status
+	0,  // 67: mooncake.store.v1.MasterService.Leave:output_type -> mooncake.store.v1.Status
+	41, // 68: mooncake.store.v1.MasterService.QuerySegment:output_type -> mooncake.store.v1.SegmentInfo
+	15, // 69: mooncake.store.v1.MasterService.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	17, // 70: mooncake.store.v1.MasterService.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	19, // 71: mooncake.store.v1.MasterService.PutCommit:output_type -> mooncake.store.v1.PutCommitResponse
+	21, // 72: mooncake.store.v1.MasterService.BatchPutCommit:output_type -> mooncake.store.v1.BatchPutCommitResponse
+	0,  // 73: mooncake.store.v1.MasterService.PutRevoke:output_type -> mooncake.store.v1.Status
+	25, // 74: mooncake.store.v1.MasterService.GetReplicaList:output_type -> mooncake.store.v1.ObjectInfo
+	27, // 75: mooncake.store.v1.MasterService.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchObjectInfo
+	25, // 76: mooncake.store.v1.MasterService.Query:output_type -> mooncake.store.v1.ObjectInfo
+	28, // 77: mooncake.store.v1.MasterService.Exist:output_type -> mooncake.store.v1.ExistResponse
+	29, // 78: mooncake.store.v1.MasterService.BatchExist:output_type -> mooncake.store.v1.BatchExistResponse
+	32, // 79: mooncake.store.v1.MasterService.Remove:output_type -> mooncake.store.v1.RemoveResponse
+	33, // 80: mooncake.store.v1.MasterService.BatchRemove:output_type -> mooncake.store.v1.BatchRemoveResponse
+	36, // 81: mooncake.store.v1.MasterService.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	36, // 82: mooncake.store.v1.MasterService.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	39, // 83: mooncake.store.v1.MasterService.List:output_type -> mooncake.store.v1.ListResponse
+	63, // [63:84] is the sub-list for method output_type
+	42, // [42:63] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -3348,7 +3448,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,276 @@
+package master
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/tenant"
+)
+
+// Scrubbing freed extents (Config.Scrub). With data-path grants a reader
+// is granted exactly the extent of an object; were that extent handed out
+// with what an earlier object left in it, a writer that ends its put
+// without writing (or writing part of it) would be granted the earlier
+// object's bytes: another tenant's removed or evicted data. So under
+// Scrub an extent that held bytes goes to its segment's dirty set when it
+// is freed, not to the allocator; the node's ping answers name dirty
+// extents (Scrub), the node zeroes them and reports them in a later ping,
+// and only then are they free. The invariant: a free byte of a segment is
+// zero (a segment's memory is zero when first mounted, as memory from the
+// kernel is; a remount's, and a restore's space between and past the
+// objects it restored, is dirty).
+//
+// A dirty extent remembers its owner: the tenant whose key's object held
+// it. A put of that tenant that finds no free space takes one of its own
+// dirty extents of exactly its size at once (reuseDirtyLocked): a tenant
+// may read its own bytes, so only a change of owner waits for zeroing,
+// and a tenant that evicts or replaces its own objects (the common case
+// under quotas and the tenant watermark) never waits. Extents of no known
+// owner (a restore's gaps, a remount) and put slots (whose key comes
+// later) take only zeroed space.
+//
+// An extent with an owner is named for zeroing only once it has been dirty
+// for scrubAge: until then its owner's puts may take it back unzeroed.
+//
+// Dirty bytes count as free for the watermark (usageLocked): they come
+// back without evicting anything, so the evictor does not chase them. A
+// put that finds no room of its own while enough bytes are dirty fails as
+// on a full pool (ErrNoSpace, retried by its caller) without evicting
+// for it; the node pings again scrubRepoll after it zeroed an answer's
+// extents while answers bring more, so the lag is a round trip and the
+// zeroing, not a ping interval.
+//
+// Not dirtied: a put slot reused by the next version of its key (the same
+// key is the same tenant's), and space allocated and given back within
+// one call without a grant having left the master (a task's targets when
+// the task cannot start).
+
+// ScrubRef is a dirty extent: the node zeroes [Offset, Offset+Length) of
+// its segment Segment and reports it back.
+type ScrubRef struct {
+	Segment        string
+	Offset, Length uint64
+}
+
+// dirtyExt is a dirty extent's rounded length and owner; named once a
+// ping answer named it to its node, which may zero it any time from then
+// on, so its owner may no longer take it (reuseDirtyLocked).
+type dirtyExt struct {
+	n     uint64
+	at    nanotime // when it was freed
+	owner string
+	named bool
+}
+
+// dirtyFit indexes dirty extents by owner and rounded length.
+type dirtyFit struct {
+	owner string
+	n     uint64
+}
+
+// noOwner owns dirty extents no put may take before they are zeroed (no
+// tenant name starts with a NUL).
+const noOwner = "\x00"
+
+// Scrub bounds: extents and bytes one ping answer names (the node zeroes a
+// gigabyte in about 0.1 s; a remount's whole segment is one extent and
+// goes alone).
+const (
+	maxScrubPerPing      = 4096
+	maxScrubBytesPerPing = 1 << 30
+	// scrubPart is how many reported extents one hold of the lock takes
+	// back.
+	scrubPart = 512
+	// scrubLook bounds the dirty extents one answer looks at (those
+	// younger than scrubAge are skipped).
+	scrubLook = 4 * maxScrubPerPing
+	// scrubAge is how long an extent with an owner stays dirty before it
+	// is named for zeroing: a tenant replacing or evicting its own objects
+	// at a steady rate takes its freed space back at once, unzeroed.
+	scrubAge = 50 * time.Millisecond
+)
+
+// ownerOf is the owner of the space of key's object: its tenant's name
+// ("" for the raw key space), noOwner for a put slot (whose bytes may be
+// of whichever key its client wrote there).
+func ownerOf(key string) string {
+	if strings.HasPrefix(key, SlotPrefix) {
+		return noOwner
+	}
+	t, _ := tenant.Split(key)
+	return t
+}
+
+// releaseLocked gives back the n bytes at off of s that key's object held
+// (noOwner: unknown): to the allocator, or under Scrub to s's dirty set.
+func (m *Master) releaseLocked(s *segment, off, n uint64, owner string) {
+	if !m.cfg.Scrub || m.segments[s.key] != s {
+		s.alloc.Free(off, n)
+		return
+	}
+	n = s.alloc.Rounded(n)
+	if n == 0 {
+		return
+	}
+	if s.dirty == nil {
+		s.dirty, s.dirtyFit = map[uint64]dirtyExt{}, map[dirtyFit]map[uint64]struct{}{}
+	}
+	if _, ok := s.dirty[off]; ok { // cannot happen: freed twice
+		s.undirtyLocked(off)
+	}
+	s.dirty[off] = dirtyExt{n: n, owner: owner, at: nanoOf(m.clock.Now())}
+	s.dirtyBytes += n
+	if owner != noOwner {
+		k := dirtyFit{owner, n}
+		set := s.dirtyFit[k]
+		if set == nil {
+			set = map[uint64]struct{}{}
+			s.dirtyFit[k] = set
+		}
+		set[off] = struct{}{}
+	}
+}
+
+// undirtyLocked takes the dirty extent at off out of s's dirty set (its
+// space stays allocated) and returns its length (0: none).
+func (s *segment) undirtyLocked(off uint64) uint64 {
+	d, ok := s.dirty[off]
+	if !ok {
+		return 0
+	}
+	delete(s.dirty, off)
+	s.dirtyBytes -= d.n
+	s.unfitLocked(off, d)
+	if len(s.dirty) == 0 {
+		s.dirty, s.dirtyFit = nil, nil // the maps' buckets go with their last entries
+	}
+	return d.n
+}
+
+// unfitLocked takes the dirty extent d at off out of the owners' index.
+func (s *segment) unfitLocked(off uint64, d dirtyExt) {
+	k := dirtyFit{d.owner, d.n}
+	if set := s.dirtyFit[k]; set != nil {
+		delete(set, off)
+		if len(set) == 0 {
+			delete(s.dirtyFit, k)
+		}
+	}
+}
+
+// reuseDirtyLocked places one replica of size bytes for owner's put in a
+// dirty extent owner's own objects left, of exactly that size, on the
+// segments in the client's order: no zeroing needed, the bytes are the
+// owner's.
+func (m *Master) reuseDirtyLocked(clientID, owner string, size uint64) []place {
+	if !m.cfg.Scrub || owner == noOwner {
+		return nil
+	}
+	for _, s := range m.orderLocked(clientID) {
+		if len(s.dirtyFit) == 0 || s.draining || m.evacuatingLocked(s) || m.restoringLocked(s) {
+			continue
+		}
+		for off := range s.dirtyFit[dirtyFit{owner, s.alloc.Rounded(size)}] {
+			s.undirtyLocked(off)
+			return []place{{seg: s, off: off}}
+		}
+	}
+	return nil
+}
+
+// Scrub takes back the extents of clientID's segments its node zeroed
+// (freeing them) and names up to maxScrubPerPing dirty ones still to zero
+// (named again in later answers until reported: the node takes an
+// answer's extents only when it has none zeroed and unreported, so it
+// never zeroes an extent after reporting it, when it may hold an object).
+// A reported extent frees only when it is dirty with that exact length (a
+// late or repeated report frees nothing). The taking back goes scrubPart at
+// a time, one hold of the lock each.
+func (m *Master) Scrub(clientID string, zeroed []ScrubRef) (todo []ScrubRef) {
+	if !m.cfg.Scrub {
+		return nil
+	}
+	for {
+		part := zeroed[:min(len(zeroed), scrubPart)]
+		zeroed = zeroed[len(part):]
+		m.mu.Lock()
+		c := m.clients[clientID]
+		if c == nil {
+			m.mu.Unlock()
+			return nil
+		}
+		for _, z := range part {
+			s := c.segments[z.Segment]
+			if s == nil {
+				continue
+			}
+			if d, ok := s.dirty[z.Offset]; ok && d.n == z.Length {
+				s.undirtyLocked(z.Offset)
+				s.alloc.Free(z.Offset, z.Length)
+			}
+		}
+		if len(zeroed) > 0 {
+			m.mu.Unlock()
+			continue
+		}
+		var bytes uint64
+		young := nanoOf(m.clock.Now()) - nanotime(scrubAge)
+		looked := 0
+	segs:
+		for _, s := range c.segments {
+			for off, d := range s.dirty {
+				if len(todo) >= maxScrubPerPing || (len(todo) > 0 && bytes+d.n > maxScrubBytesPerPing) || looked >= scrubLook {
+					break segs
+				}
+				looked++
+				if d.owner != noOwner && d.at > young {
+					continue // its owner's next puts may take it as it is
+				}
+				todo = append(todo, ScrubRef{Segment: s.spec.Name, Offset: off, Length: d.n})
+				bytes += d.n
+				if !d.named {
+					s.unfitLocked(off, d)
+					d.named = true
+					s.dirty[off] = d
+				}
+			}
+		}
+		m.mu.Unlock()
+		return todo
+	}
+}
+
+// DirtyBytes is the bytes of the mounted segments waiting to be zeroed.
+func (m *Master) DirtyBytes() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n uint64
+	for _, s := range m.segOrder {
+		n += s.dirtyBytes
+	}
+	return n
+}
+
+// dirtyFreeLocked makes the free extent of s starting at off (if any)
+// dirty under Scrub: memory a node held before this master knew its
+// objects (a remount, the space past a restore's last object).
+func (m *Master) dirtyFreeLocked(s *segment, off uint64) {
+	if !m.cfg.Scrub || off >= s.alloc.Size() {
+		return
+	}
+	if n := s.alloc.FreeAt(off); n > 0 && s.alloc.AllocAt(off, n) {
+		m.releaseLocked(s, off, n, noOwner)
+	}
+}
+
+// scrubbingLocked reports whether a segment that takes new objects has at
+// least size bytes waiting to be zeroed. O(segments).
+func (m *Master) scrubbingLocked(size uint64) bool {
+	if !m.cfg.Scrub {
+		return false
+	}
+	return slices.ContainsFunc(m.segOrder, func(s *segment) bool {
+		return s.dirtyBytes >= s.alloc.Rounded(size) && !s.draining && !m.evacuatingLocked(s) && !m.restoringLocked(s)
+	})
+}

@@ -1,0 +1,144 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/kvcache-go/mooncake/internal/tenant"
+)
+
+// TestScrubFreedExtents: under Scrub a removed object's extent is not free
+// until its node reports it zeroed with its exact length; meanwhile another
+// tenant's put needing it fails without evicting anything, the watermark
+// does not count it, it is named for zeroing once it has aged scrubAge, and
+// a repeated or wrong report frees nothing.
+func TestScrubFreedExtents(t *testing.T) {
+	m, clk := newTestMaster(t, Config{Scrub: true}, map[string]uint64{"s": 128 << 10})
+	ka, kb, kc := tenant.Namespace("a")+"a", tenant.Namespace("a")+"b", tenant.Namespace("c")+"c"
+	a := mustPut(t, m, ka, 64<<10, ReplicateConfig{Replicas: 1})
+	mustPut(t, m, kb, 64<<10, ReplicateConfig{Replicas: 1})
+	if todo := m.Scrub("client-s", nil); len(todo) != 0 {
+		t.Fatalf("nothing freed yet, scrub asks for %v", todo)
+	}
+	if err := m.Remove(ka, false); err != nil {
+		t.Fatal(err)
+	}
+	if st := m.Stats(); st.Scrubbing != 64<<10 || st.Used != 64<<10 {
+		t.Fatalf("after the remove: scrubbing %d used %d", st.Scrubbing, st.Used)
+	}
+	if _, err := m.PutStart("writer", kc, 64<<10, ReplicateConfig{Replicas: 1}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("tenant c's put over tenant a's dirty extent: %v, want ErrNoSpace", err)
+	}
+	if _, err := m.GetReplicaList(kb); err != nil {
+		t.Fatalf("b was evicted to make room that was coming back: %v", err)
+	}
+	if todo := m.Scrub("client-s", nil); len(todo) != 0 {
+		t.Fatalf("named before it aged: %v", todo)
+	}
+	clk.Advance(scrubAge)
+	todo := m.Scrub("client-s", nil)
+	off := a[0].Addr - (1 << 30)
+	if len(todo) != 1 || todo[0] != (ScrubRef{Segment: "s", Offset: off, Length: 64 << 10}) {
+		t.Fatalf("scrub asks for %v, want a's extent at %d", todo, off)
+	}
+	if again := m.Scrub("client-s", nil); len(again) != 1 {
+		t.Fatalf("named again until reported: %v", again)
+	}
+	if _, err := m.PutStart("writer", tenant.Namespace("a")+"again", 64<<10, ReplicateConfig{Replicas: 1}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("the owner took an extent named for zeroing: %v", err)
+	}
+	for _, bad := range []ScrubRef{{"s", off, 4096}, {"s", off + 64, 64<<10 - 64}, {"other", off, 64 << 10}} {
+		m.Scrub("client-s", []ScrubRef{bad})
+		if m.DirtyBytes() != 64<<10 {
+			t.Fatalf("report %v freed something", bad)
+		}
+	}
+	if left := m.Scrub("nobody", todo); left != nil || m.DirtyBytes() != 64<<10 {
+		t.Fatal("another client's report freed something")
+	}
+	if left := m.Scrub("client-s", todo); len(left) != 0 || m.DirtyBytes() != 0 {
+		t.Fatalf("after the report: %v left, %d dirty", left, m.DirtyBytes())
+	}
+	m.Scrub("client-s", todo) // late repeat: frees nothing twice
+	c := mustPut(t, m, kc, 64<<10, ReplicateConfig{Replicas: 1})
+	if c[0].Addr != a[0].Addr {
+		t.Fatalf("c at %#x, want a's zeroed extent %#x", c[0].Addr, a[0].Addr)
+	}
+	if st := m.Stats(); st.Used != 128<<10 || st.Scrubbing != 0 {
+		t.Fatalf("used %d scrubbing %d", st.Used, st.Scrubbing)
+	}
+}
+
+// TestScrubOwnerReuse: a tenant's put takes the tenant's own dirty extent
+// of its size at once (a tenant replacing its own objects never waits),
+// and that extent is then neither dirty nor named.
+func TestScrubOwnerReuse(t *testing.T) {
+	m, clk := newTestMaster(t, Config{Scrub: true}, map[string]uint64{"s": 128 << 10})
+	ns := tenant.Namespace("a")
+	a := mustPut(t, m, ns+"a", 64<<10, ReplicateConfig{Replicas: 1})
+	mustPut(t, m, ns+"b", 64<<10, ReplicateConfig{Replicas: 1})
+	if err := m.Remove(ns+"a", false); err != nil {
+		t.Fatal(err)
+	}
+	c := mustPut(t, m, ns+"c", 64<<10, ReplicateConfig{Replicas: 1})
+	if c[0].Addr != a[0].Addr || m.DirtyBytes() != 0 {
+		t.Fatalf("owner's put at %#x (its freed extent %#x), %d dirty", c[0].Addr, a[0].Addr, m.DirtyBytes())
+	}
+	clk.Advance(scrubAge)
+	if todo := m.Scrub("client-s", nil); len(todo) != 0 {
+		t.Fatalf("a reused extent named for zeroing: %v", todo)
+	}
+	// A put slot takes no dirty space: its key comes later.
+	if err := m.Remove(ns+"c", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.PutReserve("writer", 64<<10, 8, ReplicateConfig{Replicas: 1}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a slot reserved over dirty space: %v", err)
+	}
+}
+
+// TestScrubOff: without Scrub a freed extent is free at once and nothing
+// is named.
+func TestScrubOff(t *testing.T) {
+	m, clk := newTestMaster(t, Config{}, map[string]uint64{"s": 128 << 10})
+	a := mustPut(t, m, "a", 64<<10, ReplicateConfig{Replicas: 1})
+	if err := m.Remove("a", false); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(scrubAge)
+	if todo := m.Scrub("client-s", nil); todo != nil || m.DirtyBytes() != 0 {
+		t.Fatalf("scrub off: %v", todo)
+	}
+	if c := mustPut(t, m, tenant.Namespace("b")+"c", 64<<10, ReplicateConfig{Replicas: 1}); c[0].Addr != a[0].Addr {
+		t.Fatal("freed extent not reused at once")
+	}
+}
+
+// TestScrubAnswerBounded: an answer names at most maxScrubPerPing extents
+// and, past the first, maxScrubBytesPerPing bytes; reports are taken back
+// scrubPart at a time until everything is free again.
+func TestScrubAnswerBounded(t *testing.T) {
+	const n = maxScrubPerPing + 100
+	m, clk := newTestMaster(t, Config{Scrub: true, Align: 64}, map[string]uint64{"s": n * 64})
+	for i := range n {
+		mustPut(t, m, fmt.Sprintf("k%d", i), 64, ReplicateConfig{Replicas: 1})
+	}
+	for i := range n {
+		if err := m.Remove(fmt.Sprintf("k%d", i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(scrubAge)
+	todo := m.Scrub("client-s", nil)
+	if len(todo) != maxScrubPerPing {
+		t.Fatalf("answer of %d extents, want %d", len(todo), maxScrubPerPing)
+	}
+	rest := m.Scrub("client-s", todo)
+	if len(rest) != 100 || m.DirtyBytes() != 100*64 {
+		t.Fatalf("after the first report: %d named, %d dirty", len(rest), m.DirtyBytes())
+	}
+	if left := m.Scrub("client-s", rest); len(left) != 0 || m.DirtyBytes() != 0 {
+		t.Fatalf("after the second: %d named, %d dirty", len(left), m.DirtyBytes())
+	}
+}

@@ -1,0 +1,315 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kvcache-go/mooncake/internal/grant"
+	"github.com/kvcache-go/mooncake/internal/master"
+	"github.com/kvcache-go/mooncake/internal/masterserver"
+	"github.com/kvcache-go/mooncake/internal/storenode"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
+	"github.com/kvcache-go/mooncake/store"
+	"github.com/kvcache-go/mooncake/transfer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+// newTenantGrantCluster: tenants (tenantPolicy) and data-path grants, one
+// storage node holding the cluster secret and checking grants; noScrub
+// turns the master's scrubbing off (what the tests show it prevents).
+func newTenantGrantCluster(t testing.TB, core master.Config, segSize uint64, noScrub bool) *cluster {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(path, []byte(tenantPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src, err := tenant.NewSource(context.Background(), tenant.SourceConfig{Load: tenant.FileLoader(path)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := grantKeys(t)
+	c := &cluster{t: t, mcfg: masterserver.ServerConfig{Core: core, Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond,
+		Secret: clusterSecret, Tenants: src, Grants: keys, NoScrub: noScrub}}
+	if c.master, err = masterserver.Start(c.mcfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.master.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := storenode.Start(ctx, storenode.Config{Master: c.master.Addr(), Secret: clusterSecret, SegmentSize: segSize,
+		Engine:       transfer.Config{Secret: grantTestSecret, Grants: grant.NewVerifier(keys, nil)},
+		PingInterval: 20 * time.Millisecond, UnmountGrace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nodes = append(c.nodes, n)
+	t.Cleanup(func() { n.Close() })
+	return c
+}
+
+// rawTenant is a tenant's raw view: the master's gRPC service with its
+// token, and a transfer engine holding the cluster's engine secret.
+type rawTenant struct {
+	t   *testing.T
+	mc  pb.MasterServiceClient
+	ctx context.Context
+	eng *transfer.Engine
+	sid transfer.SegmentID
+}
+
+func newRawTenant(t *testing.T, c *cluster, token string) *rawTenant {
+	t.Helper()
+	conn, err := grpc.NewClient(c.master.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx := metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+token)
+	eng, err := transfer.Open(ctx, transfer.Config{Secret: grantTestSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	sid, err := eng.OpenSegment(ctx, c.nodes[0].Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rawTenant{t: t, mc: pb.NewMasterServiceClient(conn), ctx: ctx, eng: eng, sid: sid}
+}
+
+// putNoWrite starts a put of size bytes and commits it without writing
+// anything: the object's replica (with its READ grant). ok is false when
+// the pool had no room.
+func (r *rawTenant) putNoWrite(key string, size uint64) (rep *pb.Replica, ok bool) {
+	r.t.Helper()
+	ps, err := r.mc.PutStart(r.ctx, &pb.PutStartRequest{ClientId: "raw", Key: key, Size: size})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if ps.Status.GetCode() != 0 {
+		if c := ps.Status.GetCode(); c != master.Code(master.ErrNoSpace) {
+			r.t.Fatalf("put start %s: %v", key, ps.Status)
+		}
+		return nil, false
+	}
+	if pc, err := r.mc.PutCommit(r.ctx, &pb.PutCommitRequest{ClientId: "raw", Key: key}); err != nil || pc.Status.GetCode() != 0 {
+		r.t.Fatalf("put commit %s: %v %v", key, err, pc.GetStatus())
+	}
+	gl, err := r.mc.GetReplicaList(r.ctx, &pb.KeyRequest{Key: key})
+	if err != nil || gl.Status.GetCode() != 0 || len(gl.Replicas) != 1 {
+		r.t.Fatalf("replica list of %s: %v %v", key, err, gl.GetStatus())
+	}
+	return gl.Replicas[0], true
+}
+
+// read reads a replica with its grant.
+func (r *rawTenant) read(rep *pb.Replica) []byte {
+	r.t.Helper()
+	buf := make([]byte, rep.Size)
+	if err := r.eng.RegisterBytes(buf, ""); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.eng.Transfer(r.ctx, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf), Segment: r.sid,
+		Remote: rep.Addr, Length: len(buf), Grant: string(rep.Grant)}}); err != nil {
+		r.t.Fatalf("read own object: %v", err)
+	}
+	return buf
+}
+
+// TestGrantsScrubFreedExtents: tenant a puts a secret and removes it;
+// tenant b, whose client holds the engine secret, starts puts of the same
+// size and commits them without writing until one is placed where the
+// secret was, and reads that object with the READ grant the master hands
+// it. It reads zeros: the master handed the extent out only after the node
+// zeroed it. With scrubbing off the same steps read the secret (the test's
+// own check that the attack is real).
+func TestGrantsScrubFreedExtents(t *testing.T) {
+	for _, v := range []struct{ durable, noScrub bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		noScrub := v.noScrub
+		t.Run(fmt.Sprintf("durable=%v/scrub=%v", v.durable, !noScrub), func(t *testing.T) {
+			c := newTenantGrantCluster(t, master.Config{Durable: v.durable}, 8<<20, noScrub)
+			const size = 64 << 10
+			secret := value("secret", size)
+			a, b := newRawTenant(t, c, "token-a-first"), newRawTenant(t, c, "token-b-first")
+			victim := grantTenantClient(c, "token-a-first")
+			ctx := ctxT(t)
+			if err := victim.Put(ctx, "secret", secret); err != nil {
+				t.Fatal(err)
+			}
+			gl, err := a.mc.GetReplicaList(a.ctx, &pb.KeyRequest{Key: "secret"})
+			if err != nil || len(gl.GetReplicas()) != 1 {
+				t.Fatalf("replica list: %v %v", err, gl.GetStatus())
+			}
+			at := gl.Replicas[0].Addr
+			if err := victim.Remove(ctx, "secret", true); err != nil {
+				t.Fatal(err)
+			}
+			got, was := probeOver(t, c, b, at, secret, v.durable)
+			leaked := bytes.Equal(got, was)
+			if noScrub {
+				if !leaked {
+					t.Fatal("without scrubbing the probe did not read the secret: the test shows nothing")
+				}
+				return
+			}
+			if leaked || bytes.Count(got, []byte{0}) != len(got) {
+				t.Fatalf("tenant b read %d non-zero bytes of a freed extent (the secret: %v)", len(got)-bytes.Count(got, []byte{0}), leaked)
+			}
+		})
+	}
+}
+
+// probeOver has tenant b start puts of the secret's size (64 bytes less
+// for durable objects: the secret's header may stay a tombstone until
+// zeroed) and commit them without writing, until one's value overlaps the
+// secret's (at, in the node's memory), and returns what b read there with
+// its READ grant and the secret's bytes there.
+func probeOver(t *testing.T, c *cluster, b *rawTenant, at uint64, secret []byte, durable bool) (got, was []byte) {
+	t.Helper()
+	probe := uint64(len(secret))
+	if durable {
+		probe -= 64
+	}
+	for i := 0; got == nil; i++ {
+		if b.ctx.Err() != nil {
+			t.Fatal("no put of tenant b was placed over the secret")
+		}
+		rep, ok := b.putNoWrite(fmt.Sprintf("probe-%d", i), probe)
+		if !ok {
+			waitfor.Cond(t, 10*time.Second, "room", func() bool { return c.master.Core().DirtyBytes() == 0 })
+			continue
+		}
+		lo, hi := max(rep.Addr, at), min(rep.Addr+rep.Size, at+uint64(len(secret)))
+		if lo < hi {
+			t.Logf("probe %d overlaps the secret's value at [%d, %d) of it", i, lo-at, hi-at)
+			got, was = b.read(rep)[lo-rep.Addr:hi-rep.Addr], secret[lo-at:hi-at]
+		}
+	}
+	return got, was
+}
+
+// TestGrantsScrubRemount: a node's memory outlives the master that knew
+// its objects. Secrets are removed on a master that does not scrub, then
+// the master restarts with scrubbing: without durable metadata the
+// remounted segment is all dirty, with it the space between and past the
+// restored objects is; either way tenant b's puts over the old secret read
+// zeros, and the restored object still reads back.
+func TestGrantsScrubRemount(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			c := newTenantGrantCluster(t, master.Config{Durable: durable}, 8<<20, true)
+			const size = 64 << 10
+			secret, keep := value("secret", size), value("keep", size)
+			a := newRawTenant(t, c, "token-a-first")
+			victim := grantTenantClient(c, "token-a-first")
+			ctx := ctxT(t)
+			for k, v := range map[string][]byte{"secret": secret, "keep": keep} {
+				if err := victim.Put(ctx, k, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gl, err := a.mc.GetReplicaList(a.ctx, &pb.KeyRequest{Key: "secret"})
+			if err != nil || len(gl.GetReplicas()) != 1 {
+				t.Fatalf("replica list: %v %v", err, gl.GetStatus())
+			}
+			at := gl.Replicas[0].Addr
+			if err := victim.Remove(ctx, "secret", true); err != nil {
+				t.Fatal(err)
+			}
+			c.mcfg.NoScrub = false
+			c.restartMaster()
+			node := c.nodes[0].Client()
+			waitfor.Cond(t, 10*time.Second, "the node remounted", func() bool { return node.Remounts() > 0 })
+			if durable {
+				waitfor.Cond(t, 10*time.Second, "the kept object restored", func() bool {
+					v, err := victim.Get(ctx, "keep")
+					return err == nil && bytes.Equal(v, keep)
+				})
+			}
+			b := newRawTenant(t, c, "token-b-first")
+			got, was := probeOver(t, c, b, at, secret, durable)
+			if bytes.Equal(got, was) || bytes.Count(got, []byte{0}) != len(got) {
+				t.Fatalf("tenant b read %d non-zero bytes of the old secret's extent", len(got)-bytes.Count(got, []byte{0}))
+			}
+		})
+	}
+}
+
+// grantTenantClient is a store client of the tenant of token whose engine
+// holds the cluster's engine secret.
+func grantTenantClient(c *cluster, token string) *store.Client {
+	return c.client(func(cfg *store.Config) {
+		cfg.Token = token
+		eng, err := transfer.Open(context.Background(), transfer.Config{Secret: grantTestSecret})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(func() { eng.Close() })
+		cfg.Mover = eng
+	})
+}
+
+// TestGrantsScrubChurn: two tenants put and read keys of a pool too small
+// for them at once (every put evicts), with scrubbing: extents change
+// owner through zeroing all the time, and no value reads back other than
+// as written (an extent zeroed after it was handed out again would read
+// back as a checksum mismatch).
+func TestGrantsScrubChurn(t *testing.T) {
+	c := newTenantGrantCluster(t, master.Config{}, 1<<20, false)
+	ctx := ctxT(t)
+	const size, keys = 16 << 10, 96 // 64 objects fit the pool
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for _, tok := range []string{"token-b-first", "token-ops-first"} {
+		cl := grantTenantClient(c, tok)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(len(tok)), 1))
+			deadline := time.Now().Add(2 * time.Second)
+			for i := 0; time.Now().Before(deadline); i++ {
+				k := fmt.Sprintf("%s/%d", tok, r.IntN(keys))
+				if r.IntN(2) == 0 {
+					if err := cl.PutWith(ctx, k, value(k, size), store.PutOptions{Upsert: true}); err != nil && !errors.Is(err, store.ErrNoSpace) {
+						errs <- fmt.Errorf("put %s: %w", k, err)
+						return
+					}
+					continue
+				}
+				got, err := cl.Get(ctx, k)
+				switch {
+				case errors.Is(err, store.ErrNotFound):
+				case err != nil:
+					errs <- fmt.Errorf("get %s: %w", k, err)
+					return
+				case !bytes.Equal(got, value(k, size)):
+					errs <- fmt.Errorf("get %s: wrong bytes", k)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := c.master.Core().Stats()
+	t.Logf("evictions %d, scrubbing now %d bytes", st.Evictions, st.Scrubbing)
+	if st.Evictions == 0 {
+		t.Fatal("nothing was evicted: the test churned nothing")
+	}
+}
