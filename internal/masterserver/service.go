@@ -3,12 +3,14 @@ package masterserver
 import (
 	"context"
 	"fmt"
-	"github.com/kvcache-go/mooncake/internal/master"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
+	"github.com/kvcache-go/mooncake/internal/master"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 )
 
 // Service adapts the core to the gRPC MasterService. Application errors go
@@ -176,19 +178,66 @@ func extentsFromPB(xs []*pb.Extent) []master.ScrubRef {
 }
 
 // Ping implements MasterService.
+//
+// With tenants, a caller reports zeroed headers and extents, and is told
+// those to zero, only of segments its tenant mounted: another tenant
+// naming a node's client id can neither free its unzeroed space nor learn
+// where it lies.
 func (s *Service) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
-	v, st, todo := s.m.Heartbeat(r.ClientId, refsFromPB(r.Zeroed))
+	t := callerOf(ctx)
+	own := func(seg string) bool { return s.ownsSegment(t, seg) }
+	v, st, todo := s.m.Heartbeat(r.ClientId, refsFromPB(filterOwn(r.Zeroed, (*pb.HeaderRef).GetSegment, own)))
+	todo = filterOwn(todo, func(h master.HeaderRef) string { return h.Segment }, own)
 	out := &pb.PingResponse{Status: status(nil), ViewVersion: v, NeedRemount: st == master.PingNeedRemount, Tombstones: refsToPB(todo)}
 	if st == master.PingOK {
-		out.Scrub = extentsToPB(s.m.Scrub(r.ClientId, extentsFromPB(r.Scrubbed)))
-		t := callerOf(ctx)
+		scrub := s.m.Scrub(r.ClientId, extentsFromPB(filterOwn(r.Scrubbed, (*pb.Extent).GetSegment, own)))
+		out.Scrub = extentsToPB(filterOwn(scrub, func(x master.ScrubRef) string { return x.Segment }, own))
 		out.DiskRemove = heldToPB(s.m.DiskSync(r.ClientId, heldFromPB(ownHeld(t, r.OnDisk)), heldFromPB(ownHeld(t, r.DiskDropped))))
 	}
 	return out, nil
 }
 
+// ownsSegment reports whether t may act for segment name: an admin or a
+// caller of a cooperative policy (which could name any tenant anyway)
+// always, a tenant for the segments it mounted.
+func (s *Service) ownsSegment(t *tenant.Tenant, name string) bool {
+	if t.Namespace == "" || t.Cooperative {
+		return true
+	}
+	owner, _ := s.segTenant.Load(name)
+	return owner == t.Name
+}
+
+// mountable reports whether t may mount segment name: not while another
+// tenant holds a segment of that name (mounting it again under a new
+// client id would unmount the holder's, with its objects).
+func (s *Service) mountable(t *tenant.Tenant, name string) error {
+	if t.Namespace == "" || t.Cooperative {
+		return nil
+	}
+	if owner, ok := s.segTenant.Load(name); ok && owner != t.Name {
+		return fmt.Errorf("%w: %q is another tenant's", master.ErrSegmentExists, name)
+	}
+	return nil
+}
+
+// filterOwn keeps the items whose segment (seg) own allows; xs when it
+// allows them all (no copy).
+func filterOwn[T any](xs []T, seg func(T) string, own func(string) bool) []T {
+	for i, x := range xs {
+		if !own(seg(x)) {
+			out := append(xs[:i:i], xs[i+1:]...)
+			return slices.DeleteFunc(out, func(x T) bool { return !own(seg(x)) })
+		}
+	}
+	return xs
+}
+
 // MountSegment implements MasterService.
 func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.Status, error) {
+	if err := s.mountable(callerOf(ctx), r.Segment.GetName()); err != nil {
+		return status(err), nil
+	}
 	err := s.m.MountSegment(r.ClientId, specFromPB(r.Segment))
 	if err == nil {
 		s.segTenant.Store(r.Segment.GetName(), callerOf(ctx).Name)
@@ -205,6 +254,11 @@ func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (
 // closes it.
 func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
 	caller := callerOf(ctx)
+	for _, sg := range r.Segments {
+		if err := s.mountable(caller, sg.GetName()); err != nil {
+			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
+		}
+	}
 	for _, sg := range r.Segments {
 		s.segTenant.Store(sg.GetName(), caller.Name)
 	}

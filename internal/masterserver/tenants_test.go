@@ -19,6 +19,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/kvcache-go/mooncake/internal/fastrpc"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/master"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/internal/tenant"
@@ -260,5 +261,79 @@ func TestTenantQuotaAPIWithoutTenants(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusConflict || out.Success || out.ErrorCode != codeUnavailableInMode {
 			t.Fatalf("%s: %d %+v %v", method, resp.StatusCode, out, err)
 		}
+	}
+}
+
+// TestTenantSegmentOwnership: with tenants (and grants, so freed space is
+// scrubbed), tenant b, naming tenant a's node's client id, is told nothing
+// of a's segment's dirty extents and cannot report them zeroed, nor mount
+// a segment under the name of a's (which would unmount a's with its
+// objects); a's own node can.
+func TestTenantSegmentOwnership(t *testing.T) {
+	set, err := tenant.Parse([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := grant.ParseKeys([]byte("1:" + grant.NewKeyHex()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(ServerConfig{Core: master.DefaultConfig(), Addr: "127.0.0.1:0", Secret: "the-secret", Tenants: tenant.Static(set), Grants: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := dialGRPC(t, s.Addr(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, b := bearer(ctx, "token-a-0001"), bearer(ctx, "token-b-0001")
+	seg := &pb.Segment{Name: "seg-a", Endpoint: "127.0.0.1:1", Base: 1 << 30, Size: 1 << 20}
+	if st, err := c.MountSegment(a, &pb.MountSegmentRequest{ClientId: "ca", Segment: seg}); err != nil || st.Code != 0 {
+		t.Fatalf("mount: %v %v", st, err)
+	}
+	if r, err := c.PutStart(a, &pb.PutStartRequest{ClientId: "ca", Key: "k", Size: 4096}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("put: %v %v", r, err)
+	}
+	if r, err := c.PutCommit(a, &pb.PutCommitRequest{ClientId: "ca", Key: "k"}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("commit: %v %v", r, err)
+	}
+	if r, err := c.Remove(a, &pb.RemoveRequest{Key: "k"}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("remove: %v %v", r, err)
+	}
+	if d := s.Core().DirtyBytes(); d == 0 {
+		t.Fatal("the removed object's extent is not dirty")
+	}
+	var named []*pb.Extent
+	for named == nil && ctx.Err() == nil { // named once it aged (50 ms)
+		r, err := c.Ping(b, &pb.PingRequest{ClientId: "ca"})
+		if err != nil || len(r.Scrub) != 0 {
+			t.Fatalf("b's ping as a's node: %v, told %d extents to zero", err, len(r.GetScrub()))
+		}
+		r, err = c.Ping(bearer(ctx, "the-secret"), &pb.PingRequest{ClientId: "ca"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		named = r.Scrub
+	}
+	if _, err := c.Ping(b, &pb.PingRequest{ClientId: "ca", Scrubbed: named}); err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Core().DirtyBytes(); d == 0 {
+		t.Fatal("b's report freed a's unzeroed extent")
+	}
+	if st, err := c.MountSegment(b, &pb.MountSegmentRequest{ClientId: "cb", Segment: seg}); err != nil || st.Code != master.CodeSegmentExists {
+		t.Fatalf("b mounting a's segment name: %v %v", st, err)
+	}
+	if r, err := c.RemountSegments(b, &pb.RemountSegmentsRequest{ClientId: "cb", Segments: []*pb.Segment{seg}}); err != nil || r.Status.Code != master.CodeSegmentExists {
+		t.Fatalf("b remounting a's segment name: %v %v", r.GetStatus(), err)
+	}
+	if segs := s.Core().Segments(); len(segs) != 1 || segs[0].Client != "ca" {
+		t.Fatalf("segments after b's attempts: %+v", segs)
+	}
+	if _, err := c.Ping(a, &pb.PingRequest{ClientId: "ca", Scrubbed: named}); err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Core().DirtyBytes(); d != 0 {
+		t.Fatalf("a's node's report left %d bytes dirty", d)
 	}
 }
