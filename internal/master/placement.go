@@ -32,10 +32,17 @@ func (m *Master) checkFitsLocked(size uint64) error {
 // fails with ErrNoSpace at once: an eviction could not make room, and
 // would drop objects for nothing.
 func (m *Master) placeOrEvictLocked(clientID, owner string, size uint64, want int, preferred []string, now time.Time) ([]place, error) {
+	// Scrubbing: the owner's own freed bytes need no zeroing, and a tenant
+	// churning its own objects recycles them before it takes zeroed space
+	// others may need (scrub.go).
+	if want == 1 && len(preferred) == 0 {
+		if reps := m.reuseDirtyLocked(clientID, owner, size); len(reps) > 0 {
+			return reps, nil
+		}
+	}
 	if reps := m.placeLocked(clientID, size, want, preferred); len(reps) > 0 {
 		return reps, nil
 	}
-	// Scrubbing: the owner's own freed bytes need no zeroing (scrub.go).
 	if reps := m.reuseDirtyLocked(clientID, owner, size); len(reps) > 0 {
 		return reps, nil
 	}

@@ -22,11 +22,13 @@ import (
 // objects it restored, is dirty).
 //
 // A dirty extent remembers its owner: the tenant whose key's object held
-// it. A put of that tenant that finds no free space takes one of its own
-// dirty extents of exactly its size at once (reuseDirtyLocked): a tenant
-// may read its own bytes, so only a change of owner waits for zeroing,
-// and a tenant that evicts or replaces its own objects (the common case
-// under quotas and the tenant watermark) never waits. Extents of no known
+// it. A put of that tenant takes one of its own dirty extents of exactly
+// its size at once, before free space (reuseDirtyLocked; a put of one
+// replica and no preferred segments, else after free space): a tenant may
+// read its own bytes, so only a change of owner waits for zeroing, a
+// tenant that evicts or replaces its own objects (the common case under
+// quotas and the tenant watermark) never waits, and it leaves the zeroed
+// space to the others. Extents of no known
 // owner (a restore's gaps, a remount) and put slots (whose key comes
 // later) take only zeroed space.
 //

@@ -222,6 +222,19 @@ func (m *Master) ClientSegment(clientID, name string) (SegmentInfo, error) {
 	return SegmentInfo{}, fmt.Errorf("%w: %q of client %q", ErrSegmentNotFound, name, clientID)
 }
 
+// ClientSegmentNames returns the names of clientID's segments.
+func (m *Master) ClientSegmentNames(clientID string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	if c := m.clients[clientID]; c != nil {
+		for name := range c.segments {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // Segment returns one segment's info; when several clients share the name,
 // the first of them in Segments' order.
 func (m *Master) Segment(name string) (SegmentInfo, error) {

@@ -169,7 +169,7 @@ func (s *Server) Run(ctx context.Context, grpcLn, httpLn net.Listener) error {
 	svc.grants = newGranter(s.cfg.Grants, s.cfg.Clock, s.core.Config().PutTimeout)
 	pb.RegisterMasterServiceServer(gs, svc)
 	tsvc := NewTaskService(s.core)
-	tsvc.grants = svc.grants
+	tsvc.grants, tsvc.owns = svc.grants, svc.ownsSegment
 	pb.RegisterMasterTasksServer(gs, tsvc)
 	// The hot calls also come on fastrpc connections to the same port
 	// (data-path calls only: none of them needs the cluster secret).

@@ -584,7 +584,10 @@ func (s *Service) List(ctx context.Context, r *pb.ListRequest) (*pb.ListResponse
 
 // QuerySegment implements MasterService: with a client id, that client's
 // segment of the name.
-func (s *Service) QuerySegment(_ context.Context, r *pb.SegmentRequest) (*pb.SegmentInfo, error) {
+//
+// With tenants, the client id of another tenant's segment is not told (it
+// is no credential, but nothing a tenant needs either).
+func (s *Service) QuerySegment(ctx context.Context, r *pb.SegmentRequest) (*pb.SegmentInfo, error) {
 	si, err := s.m.Segment(r.Name)
 	if r.ClientId != "" {
 		si, err = s.m.ClientSegment(r.ClientId, r.Name)
@@ -592,6 +595,10 @@ func (s *Service) QuerySegment(_ context.Context, r *pb.SegmentRequest) (*pb.Seg
 	if err != nil {
 		return &pb.SegmentInfo{Status: status(err)}, nil
 	}
+	client := si.Client
+	if !s.ownsSegment(callerOf(ctx), r.Name) {
+		client = ""
+	}
 	return &pb.SegmentInfo{Status: status(nil), Segment: &pb.Segment{Name: si.Name, Endpoint: si.Endpoint, Base: si.Base, Size: si.Size},
-		ClientId: si.Client, Used: si.Used, Capacity: si.Capacity, Objects: int64(si.Objects), Draining: si.Draining}, nil
+		ClientId: client, Used: si.Used, Capacity: si.Capacity, Objects: int64(si.Objects), Draining: si.Draining}, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/storeerr"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
@@ -17,6 +18,29 @@ type TaskService struct {
 	pb.UnimplementedMasterTasksServer
 	m      *master.Master
 	grants *granter // nil: no data-path grants (grants.go)
+	// owns reports whether a caller may act for a segment (tenants:
+	// Service.ownsSegment); nil: always.
+	owns func(*tenant.Tenant, string) bool
+}
+
+// ownsClient reports whether the caller may take or finish the tasks of
+// clientID: with tenants, only the tenant that mounted all its segments
+// (the tasks carry grants for their objects' bytes), whatever client id a
+// caller names.
+func (s *TaskService) ownsClient(ctx context.Context, clientID string) bool {
+	if s.owns == nil {
+		return true
+	}
+	t := callerOf(ctx)
+	if t.Namespace == "" || t.Cooperative {
+		return true
+	}
+	for _, name := range s.m.ClientSegmentNames(clientID) {
+		if !s.owns(t, name) {
+			return false
+		}
+	}
+	return true
 }
 
 // NewTaskService wraps a core.
@@ -64,7 +88,10 @@ func (s *TaskService) QueryTask(ctx context.Context, r *pb.TaskId) (*pb.QueryTas
 }
 
 // FetchTasks implements MasterTasksServer.
-func (s *TaskService) FetchTasks(_ context.Context, r *pb.FetchTasksRequest) (*pb.FetchTasksResponse, error) {
+func (s *TaskService) FetchTasks(ctx context.Context, r *pb.FetchTasksRequest) (*pb.FetchTasksResponse, error) {
+	if !s.ownsClient(ctx, r.ClientId) {
+		return &pb.FetchTasksResponse{Status: status(nil)}, nil
+	}
 	n := int(r.Max)
 	if n <= 0 || n > maxFetch {
 		n = maxFetch
@@ -81,7 +108,10 @@ func (s *TaskService) FetchTasks(_ context.Context, r *pb.FetchTasksRequest) (*p
 }
 
 // FinishTask implements MasterTasksServer.
-func (s *TaskService) FinishTask(_ context.Context, r *pb.FinishTaskRequest) (*pb.Status, error) {
+func (s *TaskService) FinishTask(ctx context.Context, r *pb.FinishTaskRequest) (*pb.Status, error) {
+	if !s.ownsClient(ctx, r.ClientId) {
+		return status(fmt.Errorf("%w: client %q", master.ErrTaskNotFound, r.ClientId)), nil
+	}
 	return status(s.m.FinishTask(r.ClientId, taskIDFromPB(r.Id), r.Failure)), nil
 }
 

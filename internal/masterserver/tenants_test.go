@@ -336,4 +336,50 @@ func TestTenantSegmentOwnership(t *testing.T) {
 	if d := s.Core().DirtyBytes(); d != 0 {
 		t.Fatalf("a's node's report left %d bytes dirty", d)
 	}
+
+	// Another tenant learns no client id of a's segments, and cannot take
+	// (or fail) the copy tasks of a's node, which carry grants for a's
+	// bytes, by naming its id.
+	for _, who := range []struct {
+		ctx  context.Context
+		want string
+	}{{a, "ca"}, {b, ""}} {
+		if r, err := c.QuerySegment(who.ctx, &pb.SegmentRequest{Name: "seg-a"}); err != nil || r.Status.Code != 0 || r.ClientId != who.want {
+			t.Fatalf("query of seg-a: client %q, want %q (%v %v)", r.GetClientId(), who.want, err, r.GetStatus())
+		}
+	}
+	seg2 := &pb.Segment{Name: "seg-a2", Endpoint: "127.0.0.1:2", Base: 1 << 31, Size: 1 << 20}
+	if st, err := c.MountSegment(a, &pb.MountSegmentRequest{ClientId: "ca2", Segment: seg2}); err != nil || st.Code != 0 {
+		t.Fatalf("mount: %v %v", st, err)
+	}
+	if r, err := c.PutStart(a, &pb.PutStartRequest{ClientId: "ca", Key: "k2", Size: 4096, Config: &pb.ReplicateConfig{PreferredSegments: []string{"seg-a"}}}); err != nil || r.Status.Code != 0 || r.Replicas[0].Segment != "seg-a" {
+		t.Fatalf("put: %v %v", r, err)
+	}
+	if r, err := c.PutCommit(a, &pb.PutCommitRequest{ClientId: "ca", Key: "k2"}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("commit: %v %v", r, err)
+	}
+	tc := pb.NewMasterTasksClient(dialConn(t, s.Addr()))
+	ct, err := tc.CreateCopyTask(a, &pb.CreateCopyTaskRequest{Key: "k2", Targets: []string{"seg-a2"}})
+	if err != nil || ct.Status.Code != 0 {
+		t.Fatalf("copy task: %v %v", ct.GetStatus(), err)
+	}
+	if r, err := tc.FetchTasks(b, &pb.FetchTasksRequest{ClientId: "ca"}); err != nil || len(r.Tasks) != 0 {
+		t.Fatalf("b fetching a's node's tasks: %v, %d tasks", err, len(r.GetTasks()))
+	}
+	if st, err := tc.FinishTask(b, &pb.FinishTaskRequest{ClientId: "ca", Id: ct.Id, Failure: "b says so"}); err != nil || st.Code == 0 {
+		t.Fatalf("b finishing a's task: %v %v", st, err)
+	}
+	if r, err := tc.FetchTasks(a, &pb.FetchTasksRequest{ClientId: "ca"}); err != nil || len(r.Tasks) != 1 {
+		t.Fatalf("a's node fetching its task: %v, %d tasks", err, len(r.GetTasks()))
+	}
+}
+
+func dialConn(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
