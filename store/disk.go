@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -236,6 +237,9 @@ func (c *Client) readDiskHTTP(ctx context.Context, key string, d *pb.DiskCopy, c
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
+	}
+	if len(d.Grant) > 0 { // a node with grants checks it (disktier.GrantHeader)
+		req.Header.Set("Mooncake-Grant", base64.StdEncoding.EncodeToString(d.Grant))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -3,17 +3,26 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvcache-go/mooncake/internal/disktier"
 	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	"github.com/kvcache-go/mooncake/internal/storenode"
+	pb "github.com/kvcache-go/mooncake/internal/storepb"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -250,5 +259,48 @@ func TestDiskGetWithGrants(t *testing.T) {
 	}
 	if n.DiskTier().IOStats().ReadBytes != before {
 		t.Fatal("the tier read for a denied READ")
+	}
+
+	// Over HTTP (readers without an engine path) the node asks for the
+	// same grant: none is refused, another copy's reads as absent, the
+	// copy's own reads the value.
+	conn, err := grpc.NewClient(c.master.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mc := pb.NewMasterServiceClient(conn)
+	disk := func(key string) *pb.DiskCopy {
+		r, err := mc.GetReplicaList(ctx, &pb.KeyRequest{Key: key})
+		if err != nil || len(r.GetDisk()) != 1 || len(r.Disk[0].Grant) == 0 {
+			t.Fatalf("replica list of %s: %v %v", key, err, r.GetStatus())
+		}
+		return r.Disk[0]
+	}
+	d0, d1 := disk(ks[0]), disk(ks[1])
+	httpGet := func(d *pb.DiskCopy, key string, g []byte) (int, []byte) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", d.Url+"/disk/object?key="+url.QueryEscape(key)+"&seq="+fmt.Sprint(d.Seq), nil)
+		if g != nil {
+			req.Header.Set(disktier.GrantHeader, base64.StdEncoding.EncodeToString(g))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	for _, a := range []struct {
+		name string
+		g    []byte
+		want int
+	}{{"no grant", nil, http.StatusForbidden}, {"another copy's grant", d1.Grant, http.StatusNotFound}, {"garbage", []byte("garbage"), http.StatusNotFound}} {
+		if code, b := httpGet(d0, ks[0], a.g); code != a.want || bytes.Contains(b, want[ks[0]][:64]) {
+			t.Fatalf("HTTP read with %s: %d, want %d", a.name, code, a.want)
+		}
+	}
+	if code, b := httpGet(d0, ks[0], d0.Grant); code != http.StatusOK || !bytes.Equal(b, want[ks[0]]) {
+		t.Fatalf("HTTP read with the copy's grant: %d, %d bytes", code, len(b))
 	}
 }

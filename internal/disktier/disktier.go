@@ -3,6 +3,7 @@ package disktier
 import (
 	"cmp"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -34,7 +35,15 @@ type Config struct {
 	OffloadOnEvict bool   // ask the master to offload memory evictions here
 	PromotionOnHit bool   // ask readers to put values read from here back into memory
 	Buffered       bool   // no direct I/O (O_DIRECT): reads and writes go through the page cache
+	// Authorize, when set, guards the HTTP reads (Handler): a read needs a
+	// GrantHeader that Authorize accepts for the value's address range
+	// (addr, n) in the tier's Region, as a transfer engine read does (a
+	// node with data-path grants: grant.Verifier.Check). nil: open.
+	Authorize func(grant []byte, addr, n uint64) bool
 }
+
+// GrantHeader carries an HTTP read's grant (standard base64).
+const GrantHeader = "Mooncake-Grant"
 
 // Tier is a disk tier (Mooncake's root_fs_dir): one file per object under
 // the directory, holding the object as laid out in memory (its objheader,
@@ -50,7 +59,8 @@ type Tier struct {
 	url            string
 	offloadOnEvict bool
 	promotionOnHit bool
-	lock           *os.File // the directory's lock file, held until Close
+	authorize      func(grant []byte, addr, n uint64) bool // Config.Authorize
+	lock           *os.File                                // the directory's lock file, held until Close
 
 	direct atomic.Bool // direct I/O (io.go); off where the file system refuses it
 	bufs   bufPool
@@ -136,7 +146,7 @@ func Open(cfg Config) (*Tier, error) {
 		return nil, err
 	}
 	d := &Tier{dir: cfg.Dir, capacity: cfg.Capacity, url: cfg.URL, offloadOnEvict: cfg.OffloadOnEvict,
-		promotionOnHit: cfg.PromotionOnHit, lock: lock, index: map[string]*diskEntry{},
+		promotionOnHit: cfg.PromotionOnHit, authorize: cfg.Authorize, lock: lock, index: map[string]*diskEntry{},
 		byAddr: btree.NewG(16, func(a, b *diskEntry) bool { return a.addr < b.addr }), ra: map[raKey]*raChunk{}, raTail: map[uint64]*raRead{},
 		next: regionBase + rand.Uint64N(regionLen/2)&^(blockSize-1)}
 	d.direct.Store(!cfg.Buffered)
@@ -418,14 +428,28 @@ func (d *Tier) Usage() (used uint64, objects int, reads uint64) {
 // Handler serves GET /disk/object?key=K&seq=S: the value of that version
 // (a file whose header does not match is removed and reported as missing;
 // the reader checks the value's CRC32C). Readers with a transfer engine
-// read through it instead (ReadAt); this serves the others.
+// read through it instead (ReadAt); this serves the others. With
+// Config.Authorize a read without a GrantHeader is refused (403) and one
+// whose grant does not cover the value is answered as a missing one (404:
+// whether another tenant's key is on disk does not show).
 func (d *Tier) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /disk/object", func(w http.ResponseWriter, r *http.Request) {
 		key := r.URL.Query().Get("key")
 		seq, _ := strconv.ParseUint(r.URL.Query().Get("seq"), 10, 64)
+		var g []byte
+		if d.authorize != nil {
+			var err error
+			if g, err = base64.StdEncoding.DecodeString(r.Header.Get(GrantHeader)); err != nil || len(g) == 0 {
+				http.Error(w, "a grant is needed ("+GrantHeader+")", http.StatusForbidden)
+				return
+			}
+		}
 		d.mu.Lock()
 		e := d.index[key]
+		if e != nil && d.authorize != nil && !d.authorize(g, e.addr, e.hdr.Size) {
+			e = nil
+		}
 		if e != nil && (seq == 0 || e.hdr.Seq == seq) {
 			d.tick++
 			e.used = d.tick

@@ -90,16 +90,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{size: cfg.SegmentSize, log: cfg.Logger}
 	scfg := store.Config{Master: cfg.Master, Secret: cfg.Secret, Token: cfg.Token, TenantID: cfg.TenantID, TLS: cfg.TLS, SegmentSize: cfg.SegmentSize,
 		LocalBufferSize: 64 << 10, PingInterval: cfg.PingInterval, RPCTimeout: cfg.RPCTimeout, UnmountGrace: cfg.UnmountGrace, Logger: cfg.Logger}
+	eng, err := transfer.Open(ctx, cfg.Engine)
+	if err != nil {
+		return nil, fmt.Errorf("storenode: open transfer engine: %w", err)
+	}
 	if cfg.EnableOffload {
-		if err := n.startDisk(cfg); err != nil {
+		if err := n.startDisk(cfg, eng.Name()); err != nil {
+			eng.Close()
 			return nil, err
 		}
 		scfg.Disk = n.disk
-	}
-	eng, err := transfer.Open(ctx, cfg.Engine)
-	if err != nil {
-		n.stopDisk()
-		return nil, fmt.Errorf("storenode: open transfer engine: %w", err)
 	}
 	scfg.Mover = eng
 	cl, err := store.New(ctx, scfg)
@@ -205,7 +205,7 @@ func (n *Node) Kill() error {
 }
 
 // startDisk opens the disk tier and serves its reads on DiskAddr.
-func (n *Node) startDisk(cfg Config) error {
+func (n *Node) startDisk(cfg Config, engine string) error {
 	addr := cfg.DiskAddr
 	if addr == "" {
 		host := cfg.Engine.LocalHostname
@@ -214,8 +214,13 @@ func (n *Node) startDisk(cfg Config) error {
 		}
 		addr = net.JoinHostPort(host, "0")
 	}
-	d, err := disktier.Listen(disktier.Config{Dir: cfg.RootFSDir, Capacity: cfg.DiskCapacity,
-		OffloadOnEvict: cfg.OffloadOnEvict, PromotionOnHit: cfg.PromotionOnHit}, addr)
+	dc := disktier.Config{Dir: cfg.RootFSDir, Capacity: cfg.DiskCapacity, OffloadOnEvict: cfg.OffloadOnEvict, PromotionOnHit: cfg.PromotionOnHit}
+	if v := cfg.Engine.Grants; v != nil {
+		// HTTP reads need the grant an engine read needs (the master signs
+		// disk copies' grants for the node's engine).
+		dc.Authorize = func(g []byte, addr, size uint64) bool { return v.Check(g, engine, grant.Read, addr, size) == nil }
+	}
+	d, err := disktier.Listen(dc, addr)
 	if err != nil {
 		return fmt.Errorf("storenode: disk tier: %w", err)
 	}
