@@ -18,8 +18,11 @@
 # loaded and restarted, nothing else; grants4k and transfer-grants: the grants' figures with more
 # and longer rounds; security: tenants, grants and TLS on vs off in one invocation, `bench store
 # --security`; grants-profile: its grants rows of 4 KiB x1 with a CPU profile, grants.pprof, whose
-# samples carry each pool's label: go tool pprof -tagfocus pool=grants; these are not run by
-# default).
+# samples carry each pool's label: go tool pprof -tagfocus pool=grants; grants-paired: the
+# store's BenchmarkGrantsPaired, one op with grants and one without in turn; scrub: the store's
+# BenchmarkScrubChurn, scrubbing of freed extents on vs off; these are not run by default). The
+# last two run the store package's test binary (bin/store.test, built here when Go is on PATH;
+# in the bundle).
 set -u
 R=$(pwd)
 
@@ -30,6 +33,7 @@ if [ "${1:-}" = bundle ]; then
 	st=$(mktemp -d)
 	trap 'rm -rf "$st"' EXIT
 	go build -trimpath -ldflags "-s -w" -o "$st/mooncake" ./cmd/mooncake
+	go test -c -trimpath -ldflags "-s -w" -o "$st/store.test" ./store
 	mkdir -p "$st/redis/lib"
 	for b in redis-server redis-benchmark; do cp "$(command -v $b)" "$st/redis/"; done
 	for b in redis-server redis-benchmark; do
@@ -46,6 +50,7 @@ fi
 OUT=${OUT:-$R/bin/quiet-host}
 mkdir -p "$OUT"
 M=$R/bin/mooncake
+T=$R/bin/store.test
 if [ -n "${1:-}" ]; then
 	b=$(mktemp -d)
 	tar -C "$b" -xzf "$1/bundle.tar.gz"
@@ -55,11 +60,13 @@ if [ -n "${1:-}" ]; then
 	done
 	export PATH=$b:$PATH
 	M=$b/mooncake
+	T=$b/store.test
 fi
 BUDGET=${BUDGET:-570}
 start=$(date +%s)
 { nproc; free -g; df -h /tmp; uname -a; cat /sys/devices/system/clocksource/clocksource0/current_clocksource; redis-server --version; etcd --version | head -1; git -C "$R" log -1 --format=%h 2>/dev/null; date; } >"$OUT/info.txt" 2>&1
 STEPS=,${STEPS:-master,master-remove,grants,failover,procs,disk,pd},
+case $STEPS in *,grants-paired,* | *,scrub,*) [ -x "$T" ] || (cd "$R" && go test -c -o "$T" ./store) ;; esac
 run() { # name, deadline, command...
 	n=$1 t=$2
 	shift 2
@@ -90,6 +97,8 @@ run grants4k 100 "$M" bench store --grants both --transport tcp --redis off --op
 run transfer-grants 80 "$M" bench transfer --grants both --duration 2s --rounds 9 --block-size 1MiB
 run security 200 "$M" bench store --security --sizes 4KiB,1MiB --clients 1,8
 run grants-profile 60 "$M" bench store --security --features grants --sizes 4KiB --clients 1 --rounds 20 --cpuprofile "$OUT/grants.pprof"
+run grants-paired 100 "$T" -test.run '^$' -test.bench BenchmarkGrantsPaired -test.benchtime 8000x -test.count 3
+run scrub 120 "$T" -test.run '^$' -test.bench BenchmarkScrubChurn -test.benchtime 10000x -test.count 3
 run failover 150 "$M" bench master "${big[@]}" --ha --phases load,failover --skip-redis
 run procs 40 "$M" bench store --sizes 4KiB --clients 8 --servers process --client-procs --ops put,get --duration 1s --rounds 3
 run disk 40 "$M" bench store-disk --rounds 3 --transport tcp --dir /tmp
