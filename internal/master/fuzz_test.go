@@ -13,6 +13,30 @@ import (
 // replicas of one object sit on segments of distinct names, every segment is
 // filed under its key, in segOrder and in its client's map, and the pending
 // set is exactly the unfinished puts.
+// checkDirty: a segment's dirty bytes are its dirty extents' lengths, and
+// its owners' index holds exactly its unnamed extents with an owner.
+func checkDirty(t *testing.T, s *segment) {
+	t.Helper()
+	var n uint64
+	fit := 0
+	for off, d := range s.dirty {
+		n += d.n
+		_, in := s.dirtyFit[dirtyFit{d.owner, d.n}][off]
+		if want := !d.named && d.owner != noOwner; in != want {
+			t.Fatalf("segment %s: dirty extent at %d (%+v) in the owners' index: %v", s.spec.Name, off, d, in)
+		}
+		if in {
+			fit++
+		}
+	}
+	for _, set := range s.dirtyFit {
+		fit -= len(set)
+	}
+	if n != s.dirtyBytes || fit != 0 {
+		t.Fatalf("segment %s: %d dirty bytes counted, %d in its extents; %d index entries unaccounted", s.spec.Name, s.dirtyBytes, n, -fit)
+	}
+}
+
 func checkInvariants(t *testing.T, m *Master) {
 	t.Helper()
 	m.mu.Lock()
@@ -63,6 +87,8 @@ func checkInvariants(t *testing.T, m *Master) {
 		for _, f := range s.fenced {
 			used[s] += f.n
 		}
+		checkDirty(t, s)
+		used[s] += s.dirtyBytes
 		if used[s] != s.alloc.Used() {
 			t.Fatalf("segment %s: allocator says %d used, objects+zombies+tombstones (fenced too) %d", s.spec.Name, s.alloc.Used(), used[s])
 		}
@@ -267,8 +293,9 @@ func FuzzMasterOps(f *testing.F) {
 func runOps(t *testing.T, ops []byte) {
 	clk := newFakeClock()
 	durable := len(ops)%2 == 1 // odd length: durable objects, tombstones, a disk tier on s1 and s3
+	scrub := len(ops)&4 != 0   // freed extents dirty until a node reports them zeroed (scrub.go)
 	m, err := New(Config{ClientTTL: 5 * time.Second, PutTimeout: 2 * time.Second, PutReleaseTimeout: 4 * time.Second,
-		LeaseTTL: time.Second, HighWatermark: 0.8, EvictionRatio: 0.2, Durable: durable}, clk)
+		LeaseTTL: time.Second, HighWatermark: 0.8, EvictionRatio: 0.2, Durable: durable, Scrub: scrub}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +341,7 @@ func runOps(t *testing.T, ops []byte) {
 		key := fmt.Sprintf("k%d", arg%8)
 		client := fmt.Sprintf("c%d", arg%3)
 		size := uint64(arg)*37 + 1
-		switch op % 21 {
+		switch op % 22 {
 		case 0:
 			m.PutStart(client, key, size, ReplicateConfig{Replicas: int(arg%3) + 1, SoftPin: arg&0x40 != 0, HardPin: arg&0x80 != 0})
 		case 1:
@@ -383,6 +410,15 @@ func runOps(t *testing.T, ops []byte) {
 			}
 			c := m.CommitNext(client, key, slot, uint32(arg), ReplicateConfig{}, arg&0x80 != 0, SlotAsk{Size: 100, KeyLen: len(key)})
 			nextSlot[client] = c.Slot
+		case 21: // client c's node zeroes what it is told to and reports it (or, odd arg, reports garbage)
+			c := fmt.Sprintf("c%d", arg%4)
+			todo := m.Scrub(c, nil)
+			if arg&1 == 1 {
+				for i := range todo {
+					todo[i].Length += uint64(arg)
+				}
+			}
+			m.Scrub(c, todo)
 		}
 		checkInvariants(t, m)
 	}
@@ -391,8 +427,18 @@ func runOps(t *testing.T, ops []byte) {
 	m.Tick()
 	for i := range 4 {
 		ack(fmt.Sprintf("c%d", i))
+		for c := fmt.Sprintf("c%d", i); m.DirtyBytes() > 0; { // every extent named and reported, however many answers it takes
+			todo := m.Scrub(c, nil)
+			if len(todo) == 0 {
+				break
+			}
+			m.Scrub(c, todo)
+		}
 	}
 	checkInvariants(t, m)
+	if d := m.DirtyBytes(); d != 0 {
+		t.Fatalf("%d bytes still dirty after every node reported", d)
+	}
 	if st := m.Stats(); st.Used != 0 {
 		t.Fatalf("space leaked after everything expired: %+v", st)
 	}
