@@ -128,7 +128,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.Core.Logger = log
 	}
 	if cfg.Tenants != nil && cfg.Core.Events != nil {
-		cfg.Core.Events = rawEvents{cfg.Core.Events}
+		cfg.Core.Events = rawEvents{cfg.Core.Events, cfg.Tenants}
 	}
 	if cfg.Grants != nil && cfg.Tenants != nil && !cfg.NoScrub {
 		cfg.Core.Scrub = true

@@ -333,17 +333,28 @@ func ownHeld(t *tenant.Tenant, hs []*pb.HeldObject) []*pb.HeldObject {
 // rawEvents passes on the object events of the raw key space only: the
 // event stream (internal/kvevents over ZeroMQ) has no credentials, so with
 // tenants on, no tenant's key, nor the fact that it exists, is published
-// on it.
-type rawEvents struct{ next master.EventSink }
+// on it. Under a cooperative policy (no credentials at all: anyone may name
+// any tenant, as Mooncake's) there is nothing to keep, and tenants' keys
+// are published too, namespaced ("\x00t/<tenant>/" + key), as Mooncake
+// publishes them with their tenant_id.
+type rawEvents struct {
+	next master.EventSink
+	src  *tenant.Source
+}
+
+func (e rawEvents) pass(key string) bool {
+	tn, _ := tenant.Split(key)
+	return tn == "" || e.src.Set().Cooperative()
+}
 
 func (e rawEvents) Stored(key string, t master.Tier) {
-	if tn, _ := tenant.Split(key); tn == "" {
+	if e.pass(key) {
 		e.next.Stored(key, t)
 	}
 }
 
 func (e rawEvents) Removed(key string, t master.Tier) {
-	if tn, _ := tenant.Split(key); tn == "" {
+	if e.pass(key) {
 		e.next.Removed(key, t)
 	}
 }

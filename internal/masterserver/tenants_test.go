@@ -383,3 +383,42 @@ func dialConn(t *testing.T, addr string) *grpc.ClientConn {
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// TestCooperativeTenantEvents: under a policy that gives no one a
+// credential (tenants by id only, as Mooncake's) a tenant's objects are
+// published on the event stream, namespaced; under one with credentials
+// they are not (TestTenantRPCs).
+func TestCooperativeTenantEvents(t *testing.T) {
+	set, err := tenant.Parse([]byte("version: 1\ntenants:\n  - name: a\n  - name: b\n"))
+	if err != nil || !set.Cooperative() {
+		t.Fatalf("policy: %v, cooperative %v", err, set != nil && set.Cooperative())
+	}
+	ev := &recEvents{}
+	core := master.DefaultConfig()
+	core.Events = ev
+	s, err := Start(ServerConfig{Core: core, Addr: "127.0.0.1:0", Tenants: tenant.Static(set)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := dialGRPC(t, s.Addr(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a := metadata.AppendToOutgoingContext(ctx, tenant.IDHeader, "a")
+	seg := &pb.Segment{Name: "seg", Endpoint: "127.0.0.1:1", Base: 1 << 30, Size: 1 << 20}
+	if st, err := c.MountSegment(a, &pb.MountSegmentRequest{ClientId: "ca", Segment: seg}); err != nil || st.Code != 0 {
+		t.Fatalf("mount: %v %v", st, err)
+	}
+	if r, err := c.PutStart(a, &pb.PutStartRequest{ClientId: "ca", Key: "k", Size: 10}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("put: %v %v", r, err)
+	}
+	if r, err := c.PutCommit(a, &pb.PutCommitRequest{ClientId: "ca", Key: "k"}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("commit: %v %v", r, err)
+	}
+	ev.mu.Lock()
+	got := append([]string(nil), ev.keys...)
+	ev.mu.Unlock()
+	if want := tenant.Namespace("a") + "k"; len(got) != 1 || got[0] != want {
+		t.Fatalf("events %q, want [%q]", got, want)
+	}
+}
