@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/leader"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/metadata"
@@ -33,6 +34,7 @@ type masterGflags struct {
 
 	kvEvents     bool
 	kvEventsBind string
+	kvStd        kvevents.StandardConfig // Mooncake's event form (--enable_kv_events)
 	haBackend    string
 	verbosity    int
 
@@ -93,13 +95,11 @@ var (
 		"dynamic_replication_heat_window_seconds":     "no dynamic replication here",
 		"dynamic_replication_admission_qps_threshold": "no dynamic replication here",
 		"dynamic_replication_max_memory_replicas":     "no dynamic replication here",
-		"kv_events_model_name":                        "KV events carry the object key",
-		"kv_events_backend_id":                        "KV events carry the object key",
-		"kv_events_tenant_id":                         "KV events carry the object key",
-		"kv_events_additional_salt":                   "KV events carry the object key",
-		"kv_events_lora_name":                         "KV events carry the object key",
-		"kv_events_block_size":                        "KV events carry the object key",
-		"kv_events_dp_rank":                           "KV events carry the object key",
+		"kv_events_model_name":                        "published as nil, as by Mooncake's master (an indexer's registration supplies it)",
+		"kv_events_additional_salt":                   "published as nil, as by Mooncake's master (an indexer's registration supplies it)",
+		"kv_events_lora_name":                         "published as nil, as by Mooncake's master (an indexer's registration supplies it)",
+		"kv_events_block_size":                        "published as nil, as by Mooncake's master (an indexer's registration supplies it)",
+		"kv_events_dp_rank":                           "published as nil, as by Mooncake's master (an indexer's registration supplies it)",
 		"kv_events_queue_capacity":                    "",
 		"oplog_poll_interval_ms":                      "no operation log here: objects survive restarts through --durable-metadata",
 		"oplog_batch_max_entries":                     "no operation log here",
@@ -135,8 +135,6 @@ var (
 		"offload_force_evict":                "the disk tier belongs to the storage node",
 		"promotion_on_hit":                   "the disk tier belongs to the storage node (mooncake store --promotion-on-hit)",
 		"enable_disk_eviction":               "the disk tier belongs to the storage node (--disk-capacity)",
-		"kv_events_emit_legacy_compat":       "",
-		"kv_events_emit_object_key":          "KV events always carry the object key",
 		"enable_oplog":                       "no operation log here: objects survive restarts through --durable-metadata",
 		"enable_snapshot":                    "no snapshots here: objects survive restarts through --durable-metadata",
 		"enable_snapshot_restore":            "no snapshots here: objects survive restarts through --durable-metadata",
@@ -194,6 +192,14 @@ func (g *masterGflags) register(f *pflag.FlagSet, host *string, port, httpPort *
 	add("enable_kv_events")
 	f.StringVar(&g.kvEventsBind, "kv_events_bind_endpoint", "", "ZMQ PUB endpoint of the KV events")
 	add("kv_events_bind_endpoint")
+	f.StringVar(&g.kvStd.BackendID, "kv_events_backend_id", "", "backend_id of every KV event (the cache's owner, as an indexer knows it; default: --cluster_id)")
+	add("kv_events_backend_id")
+	f.StringVar(&g.kvStd.TenantID, "kv_events_tenant_id", "default", "tenant_id of the raw key space's events (a tenant's keys carry their tenant)")
+	add("kv_events_tenant_id")
+	f.BoolVar(&g.kvStd.Legacy, "kv_events_emit_legacy_compat", true, "also write type, block_hashes and parent_block_hash in each event")
+	add("kv_events_emit_legacy_compat")
+	f.BoolVar(&g.kvStd.ObjectKey, "kv_events_emit_object_key", true, "write object_key, and publish keys that are not a decimal or 0x-hex hash (with empty seq_hashes)")
+	add("kv_events_emit_object_key")
 	f.IntVar(&g.verbosity, "v", 0, "glog verbosity: above 0 is --verbose")
 	add("v")
 	for name := range gflagNoEffect {
@@ -229,6 +235,11 @@ func (g *masterGflags) apply(warn io.Writer, verbose *bool, events *masterEventF
 			return &ExitError{Code: 2, Err: fmt.Errorf("--enable_kv_events needs --kv_events_bind_endpoint tcp://HOST:PORT")}
 		}
 		events.endpoint = g.kvEventsBind
+		std := g.kvStd
+		if std.BackendID == "" {
+			std.BackendID = *g.cluster
+		}
+		events.standard = &std
 	}
 	var ignored []string
 	g.set.Visit(func(fl *pflag.Flag) {

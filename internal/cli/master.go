@@ -10,6 +10,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/kvevents"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/masterserver"
+	"github.com/kvcache-go/mooncake/internal/tenant"
 )
 
 func newMasterCmd() *cobra.Command {
@@ -225,6 +227,9 @@ func tuneMasterGC(ctx context.Context, gogc string) {
 // in vLLM's KV event format (internal/kvevents) so a conductor sees the pool.
 type masterEventFlags struct {
 	endpoint, replay, topic string
+	// standard: Mooncake's form (--enable_kv_events): Standard events,
+	// an empty topic frame (kvevents.StandardConfig); nil: vLLM's.
+	standard *kvevents.StandardConfig
 }
 
 func (e *masterEventFlags) register(f interface {
@@ -243,8 +248,12 @@ func (e *masterEventFlags) start(parent context.Context, cfg *masterserver.Serve
 	if e.endpoint == "" {
 		return parent, "", func() {}, nil
 	}
-	pub, err := kvevents.NewPublisher(kvevents.Config{Endpoint: strings.Replace(e.endpoint, "tcp://*:", "tcp://0.0.0.0:", 1),
-		ReplayEndpoint: strings.Replace(e.replay, "tcp://*:", "tcp://0.0.0.0:", 1), Topic: e.topic, MapEncoding: true, Logger: cfg.Logger})
+	pc := kvevents.Config{Endpoint: strings.Replace(e.endpoint, "tcp://*:", "tcp://0.0.0.0:", 1),
+		ReplayEndpoint: strings.Replace(e.replay, "tcp://*:", "tcp://0.0.0.0:", 1), Topic: e.topic, MapEncoding: true, Logger: cfg.Logger}
+	if e.standard != nil { // as Mooncake's master: no topic, [ms, [event maps], 0]
+		pc.Topic, pc.MapEncoding, pc.MillisTS = "", false, true
+	}
+	pub, err := kvevents.NewPublisher(pc)
 	if err != nil {
 		return nil, "", nil, &ExitError{Code: 2, Err: err}
 	}
@@ -261,12 +270,35 @@ func (e *masterEventFlags) start(parent context.Context, cfg *masterserver.Serve
 		return nil, "", nil, fmt.Errorf("master: kv events: %w", err)
 	}
 	cfg.Core.Events = objectEvents{pub}
+	if e.standard != nil {
+		cfg.Core.Events = &standardEvents{p: pub, cfg: *e.standard}
+	}
 	addr, repl := pub.Endpoints()
 	suffix := " kv_events=" + addr
 	if repl != "" {
 		suffix += " kv_events_replay=" + repl
 	}
 	return ctx, suffix, func() { cancel(); <-done }, nil
+}
+
+// standardEvents adapts the publisher to the master's event sink in
+// Mooncake's form: one Standard event per object and tier, its key the
+// object_key (a tenant's without the namespace, its tenant the tenant_id),
+// its seq_hashes the key when it is a hash, medium "cpu" or "disk".
+type standardEvents struct {
+	p   *kvevents.Publisher
+	cfg kvevents.StandardConfig
+	ids atomic.Uint64
+}
+
+func (e *standardEvents) Stored(key string, t master.Tier)  { e.publish(kvevents.EventStored, key, t) }
+func (e *standardEvents) Removed(key string, t master.Tier) { e.publish(kvevents.EventRemoved, key, t) }
+
+func (e *standardEvents) publish(kind, key string, t master.Tier) {
+	tn, user := tenant.Split(key)
+	if ev, ok := e.cfg.StoreEvent(kind, user, tn, strings.ToLower(string(t)), e.ids.Add(1), time.Now().UnixMilli()); ok {
+		e.p.Publish(ev)
+	}
 }
 
 // objectEvents adapts the publisher to the master's event sink.

@@ -113,6 +113,9 @@ type Batch struct {
 	TS     float64
 	Events []Event
 	DPRank *int
+	// MillisTS encodes TS as integer milliseconds (Mooncake's store
+	// master's batches) instead of float seconds (vLLM's).
+	MillisTS bool
 }
 
 func hashes(hs []Hash) []any {
@@ -188,9 +191,13 @@ func Encode(b Batch, mapEncoding bool) ([]byte, error) {
 	if b.DPRank != nil {
 		dp = *b.DPRank
 	}
-	var v any = []any{b.TS, evs, dp}
+	var ts any = b.TS
+	if b.MillisTS {
+		ts = int64(math.Round(b.TS * 1e3))
+	}
+	var v any = []any{ts, evs, dp}
 	if mapEncoding {
-		m := map[string]any{"ts": b.TS, "events": evs}
+		m := map[string]any{"ts": ts, "events": evs}
 		if dp != nil {
 			m["data_parallel_rank"] = dp
 		}

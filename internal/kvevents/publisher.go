@@ -40,6 +40,9 @@ type Config struct {
 	DPRank int
 	// MapEncoding writes the newer (map) encoding; false the array one.
 	MapEncoding bool
+	// MillisTS writes each batch's timestamp as integer milliseconds
+	// (Mooncake's store master) instead of float seconds.
+	MillisTS bool
 	// BlockSize is the engine's block size, for BlockStored (16).
 	BlockSize int
 	// Clock stamps batches (ts, seconds).
@@ -93,7 +96,7 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 // Publish queues events as one batch; it never blocks.
 func (p *Publisher) Publish(events ...Event) {
 	dp := p.cfg.DPRank
-	b := Batch{TS: float64(p.cfg.Clock.Now().UnixNano()) / 1e9, Events: events, DPRank: &dp}
+	b := Batch{TS: float64(p.cfg.Clock.Now().UnixNano()) / 1e9, Events: events, DPRank: &dp, MillisTS: p.cfg.MillisTS}
 	select {
 	case p.queue <- b:
 	default:

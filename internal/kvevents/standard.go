@@ -42,6 +42,11 @@ type Standard struct {
 	ParentHash     *Hash
 	TokenIDs       []int
 	ObjectKey      string
+	// Legacy adds the aliases Mooncake's store master writes beside the
+	// standard names (its kv_events_emit_legacy_compat): type
+	// (BlockStored / BlockRemoved), block_hashes (seq_hashes as int64) and,
+	// for stored, parent_block_hash.
+	Legacy bool
 }
 
 func (e Standard) wire() map[string]any {
@@ -59,6 +64,19 @@ func (e Standard) wire() map[string]any {
 	m["seq_hashes"] = hashes(e.SeqHashes)
 	if e.BaseBlockIdx != nil {
 		m["base_block_idx"] = *e.BaseBlockIdx
+	} else {
+		m["base_block_idx"] = nil
+	}
+	if e.Legacy {
+		m["type"] = TagBlockRemoved
+		if e.EventType == EventStored {
+			m["type"], m["parent_block_hash"] = TagBlockStored, nil
+		}
+		legacy := make([]any, len(e.SeqHashes))
+		for i, h := range e.SeqHashes {
+			legacy[i] = int64(h.Uint64())
+		}
+		m["block_hashes"] = legacy
 	}
 	if e.ObjectKey != "" {
 		m["object_key"] = e.ObjectKey
@@ -217,4 +235,56 @@ func ParseKeyHash(key string) (uint64, bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// StandardConfig is what a store master's events in the Standard form
+// carry beside each object (Mooncake's kv_events_* master flags).
+type StandardConfig struct {
+	BackendID string // backend_id of every event
+	TenantID  string // tenant_id of objects outside every tenant
+	Legacy    bool   // the legacy aliases (Standard.Legacy)
+	// ObjectKey writes object_key, and publishes keys that are no hash
+	// (ParseSeqHash) with empty seq_hashes; off, those are skipped.
+	ObjectKey bool
+}
+
+// ParseSeqHash reads a store key that is a u64 sequence hash, in decimal
+// or 0x-prefixed hex (Mooncake's ParseSeqHashFromObjectKey).
+func ParseSeqHash(key string) (uint64, bool) {
+	if h, ok := strings.CutPrefix(key, "0x"); ok || strings.HasPrefix(key, "0X") {
+		if !ok {
+			h = key[2:]
+		}
+		v, err := strconv.ParseUint(h, 16, 64)
+		return v, err == nil && h != "" && h[0] != '+' && h[0] != '-'
+	}
+	v, err := strconv.ParseUint(key, 10, 64)
+	return v, err == nil && key != "" && key[0] != '+'
+}
+
+// StoreEvent is the Standard event of a store object (key, of tenant
+// tenantID: "" for the config's) stored in or removed from medium ("cpu",
+// "disk"), as Mooncake's store master publishes it; ok is false when the
+// object is not published (a key that is no hash, without ObjectKey).
+func (c StandardConfig) StoreEvent(kind, key, tenantID, medium string, id uint64, ts int64) (e Standard, ok bool) {
+	h, isHash := ParseSeqHash(key)
+	if !isHash && (!c.ObjectKey || key == "") {
+		return Standard{}, false
+	}
+	if tenantID == "" {
+		tenantID = c.TenantID
+	}
+	e = Standard{EventType: kind, EventID: id, Timestamp: ts, TenantID: tenantID, BackendID: c.BackendID, Medium: medium,
+		SeqHashes: []Hash{}, Legacy: c.Legacy}
+	if isHash {
+		e.SeqHashes = []Hash{IntHash(h)}
+	}
+	if c.ObjectKey {
+		e.ObjectKey = key
+	}
+	if kind == EventStored {
+		zero := 0
+		e.BaseBlockIdx = &zero // a pool's object is a standalone block
+	}
+	return e, true
 }
