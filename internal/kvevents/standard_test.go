@@ -2,6 +2,8 @@ package kvevents
 
 import (
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -79,4 +81,43 @@ func TestDecodeMooncakeMasterShape(t *testing.T) {
 			t.Errorf("ParseKeyHash(%q) = %d %v", key, got, ok)
 		}
 	}
+}
+
+// TestParseSeqHash: decimal and 0x-hex u64 keys are hashes; anything else
+// (signs, spaces, overflow, other text) is not.
+func TestParseSeqHash(t *testing.T) {
+	for key, want := range map[string]uint64{"0": 0, "31": 31, "0x1f": 31, "0X1F": 31, "18446744073709551615": 1<<64 - 1, "0xffffffffffffffff": 1<<64 - 1} {
+		if got, ok := ParseSeqHash(key); !ok || got != want {
+			t.Errorf("%q: %d %v, want %d", key, got, ok, want)
+		}
+	}
+	for _, key := range []string{"", "0x", "-1", "+1", " 1", "1 ", "18446744073709551616", "0x10000000000000000", "0x-1", "abc", "0b1", "1e3"} {
+		if v, ok := ParseSeqHash(key); ok {
+			t.Errorf("%q parsed as %d", key, v)
+		}
+	}
+}
+
+// FuzzParseSeqHash: a key parses exactly when it is the decimal or 0x-hex
+// form of the value it parses to (leading zeros allowed).
+func FuzzParseSeqHash(f *testing.F) {
+	for _, s := range []string{"0", "31", "0x1f", "-1", "0x", "18446744073709551616"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		v, ok := ParseSeqHash(key)
+		if !ok {
+			return
+		}
+		var digits string
+		base := 10
+		if len(key) > 2 && (key[:2] == "0x" || key[:2] == "0X") {
+			digits, base = key[2:], 16
+		} else {
+			digits = key
+		}
+		if strings.TrimLeft(strings.ToLower(digits), "0") != strings.TrimLeft(strconv.FormatUint(v, base), "0") {
+			t.Fatalf("%q parsed as %d", key, v)
+		}
+	})
 }
