@@ -115,11 +115,11 @@ func (m *Master) releaseLocked(s *segment, off, n uint64, owner string) {
 	if n == 0 {
 		return
 	}
-	if s.dirty == nil {
-		s.dirty, s.dirtyFit = map[uint64]dirtyExt{}, map[dirtyFit]map[uint64]struct{}{}
-	}
 	if _, ok := s.dirty[off]; ok { // cannot happen: freed twice
 		s.undirtyLocked(off)
+	}
+	if s.dirty == nil {
+		s.dirty, s.dirtyFit = map[uint64]dirtyExt{}, map[dirtyFit]map[uint64]struct{}{}
 	}
 	s.dirty[off] = dirtyExt{n: n, owner: owner, at: nanoOf(m.clock.Now())}
 	s.dirtyBytes += n

@@ -212,3 +212,24 @@ func BenchmarkScrubAnswer(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestScrubReleaseTwice: an extent released again while dirty (which no
+// caller does) replaces its entry instead of counting twice or failing.
+func TestScrubReleaseTwice(t *testing.T) {
+	m, _ := newTestMaster(t, Config{Scrub: true}, map[string]uint64{"s": 128 << 10})
+	m.mu.Lock()
+	s := m.segOrder[0]
+	if !s.alloc.AllocAt(0, 4096) {
+		t.Fatal("alloc")
+	}
+	m.releaseLocked(s, 0, 4096, "a")
+	m.releaseLocked(s, 0, 4096, "b")
+	d, n := s.dirty[0], s.dirtyBytes
+	m.mu.Unlock()
+	if d.owner != "b" || n != 4096 {
+		t.Fatalf("dirty %+v, %d bytes", d, n)
+	}
+	m.mu.Lock()
+	checkDirty(t, s)
+	m.mu.Unlock()
+}
