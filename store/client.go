@@ -271,14 +271,31 @@ func (c *Client) join(ctx context.Context) error {
 			c.restored += int(st.restored)
 		}
 	} else {
+		var proof []byte
+		if proof, err = c.mountProof(c.segmentSpec); err != nil {
+			return err
+		}
 		err = c.call(ctx, func(ctx context.Context) (*pb.Status, error) {
-			return c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: c.segmentSpec})
+			return c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: c.segmentSpec, Proof: proof})
 		})
 	}
 	if err != nil {
 		return fmt.Errorf("store: mount segment: %w", err)
 	}
 	return nil
+}
+
+// mountProof is the proof of mount of seg (Config.MountProof; nil when
+// unset).
+func (c *Client) mountProof(seg *pb.Segment) ([]byte, error) {
+	if c.cfg.MountProof == nil {
+		return nil, nil
+	}
+	p, err := c.cfg.MountProof(c.cfg.ClientID, seg.Endpoint, seg.Base, seg.Size)
+	if err != nil {
+		return nil, fmt.Errorf("store: proof of mount: %w", err)
+	}
+	return p, nil
 }
 
 // ID is this client's id at the master.

@@ -43,6 +43,11 @@ type Config struct {
 	RPCTimeout      time.Duration // deadline of one master RPC when ctx has none (5s)
 	UnmountGrace    time.Duration // Close waits this long for readers of our segment (2s)
 	Disk            DiskTier      // disk tier behind the contributed segment (storage nodes; nil = none)
+	// MountProof signs the proof of mount a master with data-path grants
+	// asks of the contributed segment (its engine endpoint and range, for
+	// this client: grant.Keyring.MountProof; storage nodes holding the
+	// grant key set it). nil: none is sent.
+	MountProof func(clientID, endpoint string, base, size uint64) ([]byte, error)
 	Secret          string        // cluster secret sent with every master call ("authorization: Bearer ..."); a master with one needs it for RemoveAll, RemoveByRegex and unmounts
 	// Token is the tenant credential (a bearer token of the master's
 	// tenant policy), sent with every master call instead of Secret and

@@ -173,6 +173,13 @@ func (c *Client) remountFromFresh(ctx context.Context, segs []*pb.Segment, src h
 	objs, more := remountChunk(src, true)
 	first := &pb.RemountSegmentsRequest{ClientId: c.cfg.ClientID, Segments: segs, Objects: objs, More: more,
 		Total: uint64(len(objs)) + src.expect(), Fresh: fresh}
+	for _, sg := range segs {
+		p, err := c.mountProof(sg)
+		if err != nil {
+			return st, err
+		}
+		first.Proofs = append(first.Proofs, p)
+	}
 	resp, err := c.remountCall(ctx, first, &st)
 	if err != nil || !first.More {
 		return st, err

@@ -657,3 +657,50 @@ func (v *Verifier) Check(b []byte, segment string, mode Mode, addr, n uint64) er
 	}
 	return nil
 }
+
+// Proofs of mount. A master that signs grants signs them for the engine
+// (Segment) and addresses a segment's mount names; were any client able to
+// mount a segment naming another node's engine and range, the master
+// would place that client's objects there and hand it grants on the
+// node's memory. So with grants a mount carries a proof: a grant signed
+// with the shared key (which storage nodes hold and clients do not) over
+// the segment's engine and range (Read|Write), for the mounting client
+// (Lease: a hash of its id), valid MountProofTTL.
+
+// MountProofTTL is how long a proof of mount is valid.
+const MountProofTTL = 2 * time.Minute
+
+// mountLease binds a proof of mount to a client id (FNV-1a, 64 bits).
+func mountLease(clientID string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(clientID); i++ {
+		h ^= uint64(clientID[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// MountProof signs the proof that clientID may mount the segment of
+// engine endpoint at [base, base+size).
+func (k *Keyring) MountProof(clientID, endpoint string, base, size uint64, now time.Time) ([]byte, error) {
+	return k.Encode(Grant{Segment: endpoint, Addr: base, Length: size, Mode: Read | Write, Expires: now.Add(MountProofTTL), Lease: mountLease(clientID)})
+}
+
+// ErrMountProof: a mount without a valid proof (MountProof).
+var ErrMountProof = errors.New("grant: a segment mount needs a proof signed with the grant key (the storage node's --grant-key-file)")
+
+// CheckMount verifies a proof of mount of clientID's segment of engine
+// endpoint at [base, base+size).
+func (v *Verifier) CheckMount(proof []byte, clientID, endpoint string, base, size uint64) error {
+	if len(proof) == 0 {
+		return ErrMountProof
+	}
+	g, err := v.Verify(proof, endpoint)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMountProof, err)
+	}
+	if g.Addr != base || g.Length != size || g.Mode != Read|Write || g.Lease != mountLease(clientID) || g.Flags != 0 || len(g.Extents) > 0 {
+		return fmt.Errorf("%w: the proof is for another segment or client", ErrMountProof)
+	}
+	return nil
+}

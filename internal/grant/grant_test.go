@@ -257,3 +257,41 @@ func TestExtents(t *testing.T) {
 		t.Fatalf("overlapping extents encoded: %v", err)
 	}
 }
+
+// TestMountProof: a proof of mount verifies for its client, engine and
+// range only, and not with another key, nor once expired.
+func TestMountProof(t *testing.T) {
+	keys, err := ParseKeys([]byte("1:" + NewKeyHex()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	clock := now
+	v := NewVerifier(keys, func() time.Time { return clock })
+	p, err := keys.MountProof("node-1", "10.0.0.1:7000", 1<<30, 1<<20, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.CheckMount(p, "node-1", "10.0.0.1:7000", 1<<30, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := ParseKeys([]byte("1:" + NewKeyHex()))
+	forged, _ := other.MountProof("node-1", "10.0.0.1:7000", 1<<30, 1<<20, now)
+	for name, err := range map[string]error{
+		"no proof":     v.CheckMount(nil, "node-1", "10.0.0.1:7000", 1<<30, 1<<20),
+		"other client": v.CheckMount(p, "node-2", "10.0.0.1:7000", 1<<30, 1<<20),
+		"other engine": v.CheckMount(p, "node-1", "10.0.0.2:7000", 1<<30, 1<<20),
+		"other base":   v.CheckMount(p, "node-1", "10.0.0.1:7000", 1<<31, 1<<20),
+		"larger":       v.CheckMount(p, "node-1", "10.0.0.1:7000", 1<<30, 1<<21),
+		"other key":    v.CheckMount(forged, "node-1", "10.0.0.1:7000", 1<<30, 1<<20),
+		"garbage":      v.CheckMount([]byte("garbage"), "node-1", "10.0.0.1:7000", 1<<30, 1<<20),
+	} {
+		if !errors.Is(err, ErrMountProof) {
+			t.Errorf("%s: %v, want ErrMountProof", name, err)
+		}
+	}
+	clock = now.Add(MountProofTTL)
+	if err := v.CheckMount(p, "node-1", "10.0.0.1:7000", 1<<30, 1<<20); !errors.Is(err, ErrMountProof) {
+		t.Fatalf("expired: %v", err)
+	}
+}

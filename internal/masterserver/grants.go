@@ -1,12 +1,14 @@
 package masterserver
 
 import (
+	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/grant"
+	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/objheader"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
 )
@@ -80,6 +82,19 @@ func newGranter(keys *grant.Keyring, c clock.Clock, putTTL time.Duration) *grant
 		return nil
 	}
 	return &granter{keys: keys, clock: clock.Or(c), putTTL: putTTL, seed: maphash.MakeSeed()}
+}
+
+// checkMount verifies the proof of mount of clientID's segment seg (nil
+// granter: grants off, none needed).
+func (g *granter) checkMount(proof []byte, clientID string, seg *pb.Segment) error {
+	if g == nil {
+		return nil
+	}
+	v := grant.NewVerifier(g.keys, g.clock.Now)
+	if err := v.CheckMount(proof, clientID, seg.GetEndpoint(), seg.GetBase(), seg.GetSize()); err != nil {
+		return fmt.Errorf("%w: segment %q: %w", master.ErrInvalidParams, seg.GetName(), err)
+	}
+	return nil
 }
 
 // sign returns the grant of mode on [addr, addr+n) of endpoint for a

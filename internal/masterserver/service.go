@@ -238,6 +238,9 @@ func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (
 	if err := s.mountable(callerOf(ctx), r.Segment.GetName()); err != nil {
 		return status(err), nil
 	}
+	if err := s.grants.checkMount(r.Proof, r.ClientId, r.Segment); err != nil {
+		return status(err), nil
+	}
 	err := s.m.MountSegment(r.ClientId, specFromPB(r.Segment))
 	if err == nil {
 		s.segTenant.Store(r.Segment.GetName(), callerOf(ctx).Name)
@@ -254,8 +257,15 @@ func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (
 // closes it.
 func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
 	caller := callerOf(ctx)
-	for _, sg := range r.Segments {
+	for i, sg := range r.Segments {
 		if err := s.mountable(caller, sg.GetName()); err != nil {
+			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
+		}
+		var proof []byte
+		if i < len(r.Proofs) {
+			proof = r.Proofs[i]
+		}
+		if err := s.grants.checkMount(proof, r.ClientId, sg); err != nil {
 			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
 		}
 	}

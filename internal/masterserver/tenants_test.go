@@ -288,7 +288,14 @@ func TestTenantSegmentOwnership(t *testing.T) {
 	defer cancel()
 	a, b := bearer(ctx, "token-a-0001"), bearer(ctx, "token-b-0001")
 	seg := &pb.Segment{Name: "seg-a", Endpoint: "127.0.0.1:1", Base: 1 << 30, Size: 1 << 20}
-	if st, err := c.MountSegment(a, &pb.MountSegmentRequest{ClientId: "ca", Segment: seg}); err != nil || st.Code != 0 {
+	proof := func(client string, sg *pb.Segment) []byte {
+		p, err := keys.MountProof(client, sg.Endpoint, sg.Base, sg.Size, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if st, err := c.MountSegment(a, &pb.MountSegmentRequest{ClientId: "ca", Segment: seg, Proof: proof("ca", seg)}); err != nil || st.Code != 0 {
 		t.Fatalf("mount: %v %v", st, err)
 	}
 	if r, err := c.PutStart(a, &pb.PutStartRequest{ClientId: "ca", Key: "k", Size: 4096}); err != nil || r.Status.Code != 0 {
@@ -321,10 +328,10 @@ func TestTenantSegmentOwnership(t *testing.T) {
 	if d := s.Core().DirtyBytes(); d == 0 {
 		t.Fatal("b's report freed a's unzeroed extent")
 	}
-	if st, err := c.MountSegment(b, &pb.MountSegmentRequest{ClientId: "cb", Segment: seg}); err != nil || st.Code != master.CodeSegmentExists {
+	if st, err := c.MountSegment(b, &pb.MountSegmentRequest{ClientId: "cb", Segment: seg, Proof: proof("cb", seg)}); err != nil || st.Code != master.CodeSegmentExists {
 		t.Fatalf("b mounting a's segment name: %v %v", st, err)
 	}
-	if r, err := c.RemountSegments(b, &pb.RemountSegmentsRequest{ClientId: "cb", Segments: []*pb.Segment{seg}}); err != nil || r.Status.Code != master.CodeSegmentExists {
+	if r, err := c.RemountSegments(b, &pb.RemountSegmentsRequest{ClientId: "cb", Segments: []*pb.Segment{seg}, Proofs: [][]byte{proof("cb", seg)}}); err != nil || r.Status.Code != master.CodeSegmentExists {
 		t.Fatalf("b remounting a's segment name: %v %v", r.GetStatus(), err)
 	}
 	if segs := s.Core().Segments(); len(segs) != 1 || segs[0].Client != "ca" {
@@ -349,7 +356,7 @@ func TestTenantSegmentOwnership(t *testing.T) {
 		}
 	}
 	seg2 := &pb.Segment{Name: "seg-a2", Endpoint: "127.0.0.1:2", Base: 1 << 31, Size: 1 << 20}
-	if st, err := c.MountSegment(a, &pb.MountSegmentRequest{ClientId: "ca2", Segment: seg2}); err != nil || st.Code != 0 {
+	if st, err := c.MountSegment(a, &pb.MountSegmentRequest{ClientId: "ca2", Segment: seg2, Proof: proof("ca2", seg2)}); err != nil || st.Code != 0 {
 		t.Fatalf("mount: %v %v", st, err)
 	}
 	if r, err := c.PutStart(a, &pb.PutStartRequest{ClientId: "ca", Key: "k2", Size: 4096, Config: &pb.ReplicateConfig{PreferredSegments: []string{"seg-a"}}}); err != nil || r.Status.Code != 0 || r.Replicas[0].Segment != "seg-a" {

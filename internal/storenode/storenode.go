@@ -102,6 +102,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		scfg.Disk = n.disk
 	}
 	scfg.Mover = eng
+	if v := cfg.Engine.Grants; v != nil { // a master with grants asks the segment's proof of mount
+		scfg.MountProof = func(clientID, endpoint string, base, size uint64) ([]byte, error) {
+			return v.Keys().MountProof(clientID, endpoint, base, size, time.Now())
+		}
+	}
 	cl, err := store.New(ctx, scfg)
 	if err != nil {
 		eng.Close()

@@ -791,9 +791,14 @@ func (x *HeldObject) GetDisk() bool {
 }
 
 type MountSegmentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Segment       *Segment               `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Segment  *Segment               `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	// Masters with data-path grants: the segment's proof of mount, a grant
+	// signed with the grant key over the segment's endpoint and range
+	// (internal/grant MountProof): only a key holder (a storage node) may
+	// offer memory, so no client claims another node's engine and range.
+	Proof         []byte `protobuf:"bytes,3,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -842,6 +847,13 @@ func (x *MountSegmentRequest) GetSegment() *Segment {
 	return nil
 }
 
+func (x *MountSegmentRequest) GetProof() []byte {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
 // A remount re-reports the durable objects the client's segments hold
 // (master restart or failover) in chunks, each within a few MiB: the first
 // call (restore_id 0) carries the segments and the first chunk and opens a
@@ -869,7 +881,10 @@ type RemountSegmentsRequest struct {
 	Total uint64 `protobuf:"varint,7,opt,name=total,proto3" json:"total,omitempty"`
 	// First call: the segments' memory was allocated by this process for
 	// this mount (zero): nothing earlier objects left in it to scrub.
-	Fresh         bool `protobuf:"varint,8,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	Fresh bool `protobuf:"varint,8,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	// First call, masters with data-path grants: each segment's proof of
+	// mount (as MountSegmentRequest.proof), in the order of segments.
+	Proofs        [][]byte `protobuf:"bytes,9,rep,name=proofs,proto3" json:"proofs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -958,6 +973,13 @@ func (x *RemountSegmentsRequest) GetFresh() bool {
 		return x.Fresh
 	}
 	return false
+}
+
+func (x *RemountSegmentsRequest) GetProofs() [][]byte {
+	if x != nil {
+		return x.Proofs
+	}
+	return nil
 }
 
 type RemountSegmentsResponse struct {
@@ -3087,10 +3109,11 @@ const file_store_proto_rawDesc = "" +
 	"\bsoft_pin\x18\b \x01(\bR\asoftPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ms\x18\t \x01(\x03R\fsoftPinTtlMs\x12\x12\n" +
 	"\x04disk\x18\n" +
-	" \x01(\bR\x04disk\"h\n" +
+	" \x01(\bR\x04disk\"~\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
-	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"\x9b\x02\n" +
+	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\x12\x14\n" +
+	"\x05proof\x18\x03 \x01(\fR\x05proof\"\xb3\x02\n" +
 	"\x16RemountSegmentsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x126\n" +
 	"\bsegments\x18\x02 \x03(\v2\x1a.mooncake.store.v1.SegmentR\bsegments\x127\n" +
@@ -3100,7 +3123,8 @@ const file_store_proto_rawDesc = "" +
 	"\x05chunk\x18\x05 \x01(\rR\x05chunk\x12\x12\n" +
 	"\x04more\x18\x06 \x01(\bR\x04more\x12\x14\n" +
 	"\x05total\x18\a \x01(\x04R\x05total\x12\x14\n" +
-	"\x05fresh\x18\b \x01(\bR\x05fresh\"\xf7\x01\n" +
+	"\x05fresh\x18\b \x01(\bR\x05fresh\x12\x16\n" +
+	"\x06proofs\x18\t \x03(\fR\x06proofs\"\xf7\x01\n" +
 	"\x17RemountSegmentsResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x1a\n" +
 	"\brestored\x18\x02 \x01(\x03R\brestored\x12\x18\n" +
