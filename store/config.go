@@ -48,7 +48,7 @@ type Config struct {
 	// this client: grant.Keyring.MountProof; storage nodes holding the
 	// grant key set it). nil: none is sent.
 	MountProof func(clientID, endpoint string, base, size uint64) ([]byte, error)
-	Secret          string        // cluster secret sent with every master call ("authorization: Bearer ..."); a master with one needs it for RemoveAll, RemoveByRegex and unmounts
+	Secret     string // cluster secret sent with every master call ("authorization: Bearer ..."); a master with one needs it for RemoveAll, RemoveByRegex and unmounts
 	// Token is the tenant credential (a bearer token of the master's
 	// tenant policy), sent with every master call instead of Secret and
 	// once per fastrpc connection. The client then sees only its tenant's
