@@ -37,7 +37,8 @@ func newGrantCluster(t testing.TB, core master.Config, nodes int, segSize uint64
 }
 
 // newGrantClusterWith is newGrantCluster with more of the master's
-// configuration (its Core; Addr, TickInterval and Grants are set here).
+// configuration (Addr, TickInterval and Grants are set here); the nodes
+// hold the master's Secret.
 func newGrantClusterWith(t testing.TB, mcfg masterserver.ServerConfig, nodes int, segSize uint64, keys *grant.Keyring, transport string) *cluster {
 	t.Helper()
 	mcfg.Addr, mcfg.TickInterval, mcfg.Grants = "127.0.0.1:0", 5*time.Millisecond, keys
@@ -53,7 +54,7 @@ func newGrantClusterWith(t testing.TB, mcfg masterserver.ServerConfig, nodes int
 	}
 	for range nodes {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		n, err := storenode.Start(ctx, storenode.Config{Master: c.master.Addr(), SegmentSize: segSize,
+		n, err := storenode.Start(ctx, storenode.Config{Master: c.master.Addr(), Secret: mcfg.Secret, SegmentSize: segSize,
 			Engine:       transfer.Config{Secret: grantTestSecret, Grants: v, Transport: c.transport},
 			PingInterval: 20 * time.Millisecond, UnmountGrace: 200 * time.Millisecond})
 		cancel()

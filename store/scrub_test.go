@@ -4,21 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
-
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/master"
 	"github.com/kvcache-go/mooncake/internal/masterserver"
-	"github.com/kvcache-go/mooncake/internal/storenode"
 	pb "github.com/kvcache-go/mooncake/internal/storepb"
-	"github.com/kvcache-go/mooncake/internal/tenant"
 	"github.com/kvcache-go/mooncake/internal/waitfor"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
@@ -32,32 +26,9 @@ import (
 // turns the master's scrubbing off (what the tests show it prevents).
 func newTenantGrantCluster(t testing.TB, core master.Config, segSize uint64, noScrub bool) *cluster {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "tenants.yaml")
-	if err := os.WriteFile(path, []byte(tenantPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	src, err := tenant.NewSource(context.Background(), tenant.SourceConfig{Load: tenant.FileLoader(path)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := grantKeys(t)
-	c := &cluster{t: t, mcfg: masterserver.ServerConfig{Core: core, Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond,
-		Secret: clusterSecret, Tenants: src, Grants: keys, NoScrub: noScrub}}
-	if c.master, err = masterserver.Start(c.mcfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.master.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := storenode.Start(ctx, storenode.Config{Master: c.master.Addr(), Secret: clusterSecret, SegmentSize: segSize,
-		Engine:       transfer.Config{Secret: grantTestSecret, Grants: grant.NewVerifier(keys, nil)},
-		PingInterval: 20 * time.Millisecond, UnmountGrace: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.nodes = append(c.nodes, n)
-	t.Cleanup(func() { n.Close() })
-	return c
+	src, _ := tenantSource(t)
+	return newGrantClusterWith(t, masterserver.ServerConfig{Core: core, Secret: clusterSecret, Tenants: src, NoScrub: noScrub},
+		1, segSize, grantKeys(t), "")
 }
 
 // rawTenant is a tenant's raw view: the master's gRPC service with its
@@ -108,9 +79,16 @@ func (r *rawTenant) putNoWrite(key string, size uint64) (rep *pb.Replica, ok boo
 	if pc, err := r.mc.PutCommit(r.ctx, &pb.PutCommitRequest{ClientId: "raw", Key: key}); err != nil || pc.Status.GetCode() != 0 {
 		r.t.Fatalf("put commit %s: %v %v", key, err, pc.GetStatus())
 	}
+	return r.replica(key)
+}
+
+// replica is key's one replica (with its READ grant); ok is false when
+// the key is not there (evicted already: the pool is full).
+func (r *rawTenant) replica(key string) (rep *pb.Replica, ok bool) {
+	r.t.Helper()
 	gl, err := r.mc.GetReplicaList(r.ctx, &pb.KeyRequest{Key: key})
 	if err == nil && gl.Status.GetCode() == master.Code(master.ErrObjectNotFound) {
-		return nil, false // evicted already: the pool is full
+		return nil, false
 	}
 	if err != nil || gl.Status.GetCode() != 0 || len(gl.Replicas) != 1 {
 		r.t.Fatalf("replica list of %s: %v %v", key, err, gl.GetStatus())
@@ -152,11 +130,11 @@ func TestGrantsScrubFreedExtents(t *testing.T) {
 			if err := victim.Put(ctx, "secret", secret); err != nil {
 				t.Fatal(err)
 			}
-			gl, err := a.mc.GetReplicaList(a.ctx, &pb.KeyRequest{Key: "secret"})
-			if err != nil || len(gl.GetReplicas()) != 1 {
-				t.Fatalf("replica list: %v %v", err, gl.GetStatus())
+			rep, ok := a.replica("secret")
+			if !ok {
+				t.Fatal("the secret is not there")
 			}
-			at := gl.Replicas[0].Addr
+			at := rep.Addr
 			if err := victim.Remove(ctx, "secret", true); err != nil {
 				t.Fatal(err)
 			}
@@ -224,11 +202,11 @@ func TestGrantsScrubRemount(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			gl, err := a.mc.GetReplicaList(a.ctx, &pb.KeyRequest{Key: "secret"})
-			if err != nil || len(gl.GetReplicas()) != 1 {
-				t.Fatalf("replica list: %v %v", err, gl.GetStatus())
+			rep, ok := a.replica("secret")
+			if !ok {
+				t.Fatal("the secret is not there")
 			}
-			at := gl.Replicas[0].Addr
+			at := rep.Addr
 			if err := victim.Remove(ctx, "secret", true); err != nil {
 				t.Fatal(err)
 			}

@@ -48,7 +48,9 @@ type tenantCluster struct {
 	policy string
 }
 
-func newTenantCluster(t testing.TB, core master.Config, nodes int, segSize uint64) *tenantCluster {
+// tenantSource writes tenantPolicy to a file and loads it: the source and
+// the file's path.
+func tenantSource(t testing.TB) (*tenant.Source, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tenants.yaml")
 	if err := os.WriteFile(path, []byte(tenantPolicy), 0o600); err != nil {
@@ -58,6 +60,13 @@ func newTenantCluster(t testing.TB, core master.Config, nodes int, segSize uint6
 	if err != nil {
 		t.Fatal(err)
 	}
+	return src, path
+}
+
+func newTenantCluster(t testing.TB, core master.Config, nodes int, segSize uint64) *tenantCluster {
+	t.Helper()
+	src, path := tenantSource(t)
+	var err error
 	c := &cluster{t: t, mcfg: masterserver.ServerConfig{Core: core, Addr: "127.0.0.1:0", TickInterval: 5 * time.Millisecond,
 		Secret: clusterSecret, Tenants: src}}
 	c.master, err = masterserver.Start(c.mcfg)

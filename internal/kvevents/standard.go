@@ -251,15 +251,12 @@ type StandardConfig struct {
 // ParseSeqHash reads a store key that is a u64 sequence hash, in decimal
 // or 0x-prefixed hex (Mooncake's ParseSeqHashFromObjectKey).
 func ParseSeqHash(key string) (uint64, bool) {
-	if h, ok := strings.CutPrefix(key, "0x"); ok || strings.HasPrefix(key, "0X") {
-		if !ok {
-			h = key[2:]
-		}
-		v, err := strconv.ParseUint(h, 16, 64)
-		return v, err == nil && h != "" && h[0] != '+' && h[0] != '-'
+	base, digits := 10, key
+	if len(key) > 2 && (key[:2] == "0x" || key[:2] == "0X") {
+		base, digits = 16, key[2:]
 	}
-	v, err := strconv.ParseUint(key, 10, 64)
-	return v, err == nil && key != "" && key[0] != '+'
+	v, err := strconv.ParseUint(digits, base, 64) // no sign, no spaces, no prefix of its own
+	return v, err == nil
 }
 
 // StoreEvent is the Standard event of a store object (key, of tenant

@@ -135,11 +135,11 @@ func (m *Master) releaseLocked(s *segment, off, n uint64, owner string) {
 }
 
 // undirtyLocked takes the dirty extent at off out of s's dirty set (its
-// space stays allocated) and returns its length (0: none).
-func (s *segment) undirtyLocked(off uint64) uint64 {
+// space stays allocated).
+func (s *segment) undirtyLocked(off uint64) {
 	d, ok := s.dirty[off]
 	if !ok {
-		return 0
+		return
 	}
 	delete(s.dirty, off)
 	s.dirtyBytes -= d.n
@@ -147,7 +147,6 @@ func (s *segment) undirtyLocked(off uint64) uint64 {
 	if len(s.dirty) == 0 {
 		s.dirty, s.dirtyFit = nil, nil // the maps' buckets go with their last entries
 	}
-	return d.n
 }
 
 // unfitLocked takes the dirty extent d at off out of the owners' index.
@@ -247,7 +246,10 @@ func (m *Master) Scrub(clientID string, zeroed []ScrubRef) (todo []ScrubRef) {
 func (m *Master) DirtyBytes() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var n uint64
+	return m.dirtyBytesLocked()
+}
+
+func (m *Master) dirtyBytesLocked() (n uint64) {
 	for _, s := range m.segOrder {
 		n += s.dirtyBytes
 	}

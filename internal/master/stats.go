@@ -14,9 +14,7 @@ func (m *Master) statsLocked() Stats {
 	st.IncompleteObjects = len(m.pending) - st.PutSlots
 	st.Objects = m.objects.len() - len(m.pending)
 	st.Capacity, st.Used = m.usageLocked()
-	for _, s := range m.segOrder {
-		st.Scrubbing += s.dirtyBytes
-	}
+	st.Scrubbing = m.dirtyBytesLocked()
 	st.Segments = len(m.segOrder)
 	st.Clients = len(m.clients)
 	st.DiskObjects = len(m.disk)

@@ -201,7 +201,7 @@ func (s *Service) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse
 // caller of a cooperative policy (which could name any tenant anyway)
 // always, a tenant for the segments it mounted.
 func (s *Service) ownsSegment(t *tenant.Tenant, name string) bool {
-	if t.Namespace == "" || t.Cooperative {
+	if !bound(t) {
 		return true
 	}
 	owner, _ := s.segTenant.Load(name)
@@ -212,7 +212,7 @@ func (s *Service) ownsSegment(t *tenant.Tenant, name string) bool {
 // tenant holds a segment of that name (mounting it again under a new
 // client id would unmount the holder's, with its objects).
 func (s *Service) mountable(t *tenant.Tenant, name string) error {
-	if t.Namespace == "" || t.Cooperative {
+	if !bound(t) {
 		return nil
 	}
 	if owner, ok := s.segTenant.Load(name); ok && owner != t.Name {

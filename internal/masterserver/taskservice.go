@@ -32,7 +32,7 @@ func (s *TaskService) ownsClient(ctx context.Context, clientID string) bool {
 		return true
 	}
 	t := callerOf(ctx)
-	if t.Namespace == "" || t.Cooperative {
+	if !bound(t) {
 		return true
 	}
 	for _, name := range s.m.ClientSegmentNames(clientID) {

@@ -318,7 +318,7 @@ func scopeMatcher(ns string, mt master.Matcher) master.Matcher {
 // another tenant's namespace); all of them under a policy that gives no
 // credentials (tenant.Tenant.Cooperative).
 func ownHeld(t *tenant.Tenant, hs []*pb.HeldObject) []*pb.HeldObject {
-	if t.Namespace == "" || t.Cooperative { // under a policy without credentials a caller could name any tenant anyway
+	if !bound(t) {
 		return hs
 	}
 	out := hs[:0:0]
@@ -329,6 +329,11 @@ func ownHeld(t *tenant.Tenant, hs []*pb.HeldObject) []*pb.HeldObject {
 	}
 	return out
 }
+
+// bound reports whether t's calls are held to its own segments, objects
+// and tasks: not an admin's (no namespace), nor a caller's under a policy
+// without credentials (which could name any tenant anyway).
+func bound(t *tenant.Tenant) bool { return t.Namespace != "" && !t.Cooperative }
 
 // rawEvents passes on the object events of the raw key space only: the
 // event stream (internal/kvevents over ZeroMQ) has no credentials, so with

@@ -25,6 +25,7 @@ import (
 	"github.com/kvcache-go/mooncake/internal/tenant"
 	"github.com/kvcache-go/mooncake/internal/tlsconf"
 	"github.com/kvcache-go/mooncake/internal/tlsconf/tlstest"
+	"github.com/kvcache-go/mooncake/internal/waitfor"
 )
 
 const testPolicy = `version: 1
@@ -311,7 +312,7 @@ func TestTenantSegmentOwnership(t *testing.T) {
 		t.Fatal("the removed object's extent is not dirty")
 	}
 	var named []*pb.Extent
-	for named == nil && ctx.Err() == nil { // named once it aged (50 ms)
+	waitfor.Cond(t, 5*time.Second, "the extent named for zeroing once it aged (50 ms)", func() bool {
 		r, err := c.Ping(b, &pb.PingRequest{ClientId: "ca"})
 		if err != nil || len(r.Scrub) != 0 {
 			t.Fatalf("b's ping as a's node: %v, told %d extents to zero", err, len(r.GetScrub()))
@@ -321,7 +322,8 @@ func TestTenantSegmentOwnership(t *testing.T) {
 			t.Fatal(err)
 		}
 		named = r.Scrub
-	}
+		return named != nil
+	})
 	if _, err := c.Ping(b, &pb.PingRequest{ClientId: "ca", Scrubbed: named}); err != nil {
 		t.Fatal(err)
 	}
