@@ -117,7 +117,12 @@
 // host (store_disk.go); {"env": {"MC_STORE_LOCAL_HOT_CACHE_SIZE": ...}}
 // carries Mooncake's hot-cache variables as Python saw them at setup (the
 // library falls back to its own environment), which configure the store
-// client's hot cache (store.HotCacheFromEnv). Extra segments (store_segments.go) are a file's bytes
+// client's hot cache (store.HotCacheFromEnv). {"tenant_id", "token", "tls",
+// "grant_key_file"} are the client's security settings, each defaulting to
+// its MOONCAKE_* variable (store_security.go); with a grant key the client
+// signs the proofs of mount of its segments (a master with data-path grants
+// asks them) and its engine checks grants on every incoming READ and WRITE,
+// as a storage node's does. Extra segments (store_segments.go) are a file's bytes
 // (mmap) or new memory, each mounted by a store client of its own on the
 // handle's engine under a Mooncake UUID string; unmounting is that client's
 // graceful close, then munmap.

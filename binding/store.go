@@ -131,6 +131,9 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 		logger.Warn("store setup", "note", w)
 	}
 	cfg.Logger = logger.With("store", a.host)
+	// With the grant key the engine serving this client's segments checks
+	// grants on every incoming READ and WRITE, as a storage node's does.
+	cfg.Grants = sec.grants
 	eng, err := transfer.Open(ctx, cfg)
 	segName := "" // the segment's name: the engine's own unless the port was taken
 	if errors.Is(err, syscall.EADDRINUSE) && cfg.RPCPort != 0 {
@@ -168,7 +171,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	mover := newNestedMover(eng)
 	scfg := store.Config{HotCache: hot, Master: a.master, Mover: mover, SegmentSize: a.segmentSize, SegmentName: segName,
 		LocalBufferSize: a.bufferSize, Secret: os.Getenv("MOONCAKE_SECRET"), TenantID: sec.tenantID, Token: sec.token, TLS: sec.tls,
-		Logger: logger.With("store", eng.Name())}
+		MountProof: sec.mountProof(), Logger: logger.With("store", eng.Name())}
 	if disk != nil {
 		scfg.Disk = disk
 		scfg.PingInterval = diskPingInterval
@@ -177,7 +180,7 @@ func openStore(ctx context.Context, a storeArgs) (*storeState, error) {
 	if err != nil {
 		_ = eng.Close()
 		closeDisk(disk)
-		return nil, err
+		return nil, sec.mountHint(err)
 	}
 	return &storeState{eng: eng, host: segName, c: c, disk: disk, extra: newExtraSegments(a.master, mover, sec), bufs: map[uint64][]byte{}}, nil
 }

@@ -66,9 +66,9 @@ func (x *extraSegments) mount(mem []byte, mapped bool) (string, error) {
 	defer cancel()
 	c, err := store.New(ctx, store.Config{Master: x.master, Mover: x.mover, Segment: mem, SegmentName: id,
 		LocalBufferSize: 64 << 10, Secret: os.Getenv("MOONCAKE_SECRET"), TenantID: x.sec.tenantID, Token: x.sec.token,
-		TLS: x.sec.tls, Logger: logger.With("segment", id)})
+		TLS: x.sec.tls, MountProof: x.sec.mountProof(), Logger: logger.With("segment", id)})
 	if err != nil {
-		return "", err
+		return "", x.sec.mountHint(err)
 	}
 	x.mu.Lock()
 	x.segs[id] = &extraSegment{c: c, mem: mem, mapped: mapped}

@@ -114,8 +114,10 @@ class SetupMixin(object):
         giving no tenant a token admits any; an unregistered tenant's puts fail with
         TENANT_NOT_REGISTERED, -1701). ``tenant_token`` (else the config's, else
         ``MOONCAKE_TENANT_TOKEN``) is the tenant's credential; with one, ``tenant_id`` must be
-        its tenant or "default". A master without tenants ignores both. The client HTTP server
-        is accepted and ignored with a warning. Returns 0, or a negative code.
+        its tenant or "default". A master without tenants ignores both. On a master with
+        data-path grants, ``MOONCAKE_GRANT_KEY_FILE`` (the master's grant key file) lets this
+        client mount segments; without it a mount fails with INVALID_PARAMS. The client HTTP
+        server is accepted and ignored with a warning. Returns 0, or a negative code.
         """
         if config is None and local_hostname is not None and not isinstance(local_hostname, (str, bytes)):
             config, local_hostname = local_hostname, None
@@ -218,6 +220,8 @@ class SetupMixin(object):
                 o["tenant_id"] = cfg.tenant_id
             if getattr(cfg, "tenant_token", ""):
                 o["token"] = cfg.tenant_token
+            if os.environ.get("MOONCAKE_GRANT_KEY_FILE"):  # the master's grant key: segments mount under grants
+                o["grant_key_file"] = os.environ["MOONCAKE_GRANT_KEY_FILE"]
             env = {k: os.environ[k] for k in _SETUP_ENV if k in os.environ}
             if env:  # the library's own environment is the one it was loaded with
                 o["env"] = env
