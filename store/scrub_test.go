@@ -121,7 +121,10 @@ func TestGrantsScrubFreedExtents(t *testing.T) {
 	for _, v := range []struct{ durable, noScrub bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
 		noScrub := v.noScrub
 		t.Run(fmt.Sprintf("durable=%v/scrub=%v", v.durable, !noScrub), func(t *testing.T) {
-			c := newTenantGrantCluster(t, master.Config{Durable: v.durable}, 32<<20, noScrub)
+			// A short PutTimeout: the secret's extent goes to another
+			// tenant only once its put's write grant ended
+			// (TestGrantsScrubHoldsWriteGrant).
+			c := newTenantGrantCluster(t, master.Config{Durable: v.durable, PutTimeout: 2 * time.Second}, 32<<20, noScrub)
 			const size = 64 << 10
 			secret := value("secret", size)
 			a, b := newRawTenant(t, c, "token-a-first"), newRawTenant(t, c, "token-b-first")
@@ -293,4 +296,98 @@ func TestGrantsScrubChurn(t *testing.T) {
 	if st.Evictions == 0 {
 		t.Fatal("nothing was evicted: the test churned nothing")
 	}
+}
+
+// TestGrantsScrubHoldsWriteGrant: tenant a starts a put, so it holds the
+// master's WRITE grant on the extent, commits and removes the object;
+// tenant b's puts (which write b's bytes) run until one is placed over
+// that extent; then a writes there with its old grant. With scrubbing the
+// extent reached b only after a's grant expired: the node refuses the
+// write and b's object reads back as b wrote it. Without, the write lands
+// in b's object (the test's own check that the attack is real).
+func TestGrantsScrubHoldsWriteGrant(t *testing.T) {
+	for _, noScrub := range []bool{false, true} {
+		t.Run(fmt.Sprintf("scrub=%v", !noScrub), func(t *testing.T) {
+			c := newTenantGrantCluster(t, master.Config{PutTimeout: 2 * time.Second}, 256<<10, noScrub)
+			const size = 64 << 10
+			a, b := newRawTenant(t, c, "token-a-first"), newRawTenant(t, c, "token-b-first")
+			ps, err := a.mc.PutStart(a.ctx, &pb.PutStartRequest{ClientId: "raw-a", Key: "w", Size: size})
+			if err != nil || ps.Status.GetCode() != 0 || len(ps.Replicas) != 1 || len(ps.Replicas[0].Grant) == 0 {
+				t.Fatalf("a's put start: %v %v", err, ps.GetStatus())
+			}
+			held := ps.Replicas[0]
+			if pc, err := a.mc.PutCommit(a.ctx, &pb.PutCommitRequest{ClientId: "raw-a", Key: "w"}); err != nil || pc.Status.GetCode() != 0 {
+				t.Fatalf("a's commit: %v %v", err, pc.GetStatus())
+			}
+			if rm, err := a.mc.Remove(a.ctx, &pb.RemoveRequest{Key: "w"}); err != nil || rm.Status.GetCode() != 0 {
+				t.Fatalf("a's remove: %v %v", err, rm.GetStatus())
+			}
+			var mine *pb.Replica
+			var want []byte
+			for i := 0; mine == nil; i++ {
+				if b.ctx.Err() != nil {
+					t.Fatal("no put of tenant b was placed over a's extent")
+				}
+				key := fmt.Sprintf("b-%d", i)
+				rep, ok := b.putWritten(key, value(key, size))
+				if !ok {
+					waitfor.Cond(t, 10*time.Second, "room", func() bool { return c.master.Core().DirtyBytes() == 0 })
+					continue
+				}
+				if rep.Addr == held.Addr {
+					mine, want = rep, value(key, size)
+				}
+			}
+			evil := bytes.Repeat([]byte{0xEE}, size)
+			if err := a.eng.RegisterBytes(evil, ""); err != nil {
+				t.Fatal(err)
+			}
+			werr := a.eng.Transfer(a.ctx, []transfer.Request{{Op: transfer.OpWrite, Local: transfer.AddrOf(evil), Segment: a.sid,
+				Remote: held.Addr - ps.HeaderLen, Length: size, Grant: string(held.Grant)}})
+			got := b.read(mine)
+			if noScrub {
+				if werr != nil || bytes.Equal(got, want) {
+					t.Fatalf("without scrubbing a's old grant did not write into b's object (%v): the test shows nothing", werr)
+				}
+				return
+			}
+			if werr == nil {
+				t.Fatal("a wrote into b's object with the grant of its removed put")
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatal("b's object changed")
+			}
+		})
+	}
+}
+
+// putWritten puts data under key, writing it with the put's grant; ok is
+// false when the pool had no room.
+func (r *rawTenant) putWritten(key string, data []byte) (rep *pb.Replica, ok bool) {
+	r.t.Helper()
+	ps, err := r.mc.PutStart(r.ctx, &pb.PutStartRequest{ClientId: "raw", Key: key, Size: uint64(len(data))})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if c := ps.Status.GetCode(); c != 0 {
+		if c != master.Code(master.ErrNoSpace) {
+			r.t.Fatalf("put start %s: %v", key, ps.Status)
+		}
+		return nil, false
+	}
+	if ps.HeaderLen != 0 {
+		r.t.Fatalf("put start %s: a %d-byte header (durable metadata): not written here", key, ps.HeaderLen)
+	}
+	p := ps.Replicas[0]
+	if err := r.eng.RegisterBytes(data, ""); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.eng.Transfer(r.ctx, []transfer.Request{{Op: transfer.OpWrite, Local: transfer.AddrOf(data), Segment: r.sid,
+		Remote: p.Addr, Length: len(data), Grant: string(p.Grant)}}); err != nil {
+		r.t.Fatalf("write %s: %v", key, err)
+	}
+	if pc, err := r.mc.PutCommit(r.ctx, &pb.PutCommitRequest{ClientId: "raw", Key: key}); err != nil || pc.Status.GetCode() != 0 {
+		r.t.Fatalf("put commit %s: %v %v", key, err, pc.GetStatus())
+	}
+	return r.replica(key)
 }

@@ -17,10 +17,20 @@ import (
 // its owners' index holds exactly its unnamed extents with an owner.
 func checkDirty(t *testing.T, s *segment) {
 	t.Helper()
-	var n uint64
+	var n, held uint64
 	fit := 0
+	inHeap := map[heldRef]bool{}
+	for _, h := range s.held {
+		inHeap[h] = true
+	}
 	for off, d := range s.dirty {
 		n += d.n
+		if d.held {
+			held += d.n
+			if !inHeap[heldRef{until: d.until, off: off}] {
+				t.Fatalf("segment %s: held dirty extent at %d (%+v) not in the heap", s.spec.Name, off, d)
+			}
+		}
 		_, in := s.dirtyFit[dirtyFit{d.owner, d.n}][off]
 		if want := !d.named && d.owner != noOwner; in != want {
 			t.Fatalf("segment %s: dirty extent at %d (%+v) in the owners' index: %v", s.spec.Name, off, d, in)
@@ -31,6 +41,9 @@ func checkDirty(t *testing.T, s *segment) {
 	}
 	for _, set := range s.dirtyFit {
 		fit -= len(set)
+	}
+	if held != s.heldBytes {
+		t.Fatalf("segment %s: %d held bytes counted, %d in its extents", s.spec.Name, s.heldBytes, held)
 	}
 	if n != s.dirtyBytes || fit != 0 {
 		t.Fatalf("segment %s: %d dirty bytes counted, %d in its extents; %d index entries unaccounted", s.spec.Name, s.dirtyBytes, n, -fit)

@@ -232,6 +232,8 @@ type segment struct {
 	dirty         map[uint64]dirtyExt              // Config.Scrub: freed extents by offset, not reported zeroed yet (scrub.go)
 	dirtyFit      map[dirtyFit]map[uint64]struct{} // their offsets by owner and length, for the owner's puts
 	dirtyBytes    uint64                           // their lengths
+	heldBytes     uint64                           // of those, the lengths a write grant may still cover (scrub.go)
+	held          heldHeap                         // those extents by the end of their hold, with stale entries
 }
 
 type client struct {

@@ -201,7 +201,7 @@ func (m *Master) freeLocked(o *object) {
 	key := m.goneLocked(o)
 	alias := m.takePriorLocked(o)
 	for _, r := range m.reps(o) {
-		m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header(), alias)
+		m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header(), alias, m.grantHoldLocked(o))
 		m.segDrop(m.segOf(r), o)
 	}
 	m.forgetLocked(o, key)
@@ -261,7 +261,7 @@ func (m *Master) releaseZombiesLocked(now time.Time) {
 		if now.Before(z.releaseAt) {
 			return false
 		}
-		m.freeRangeLocked(z.seg, z.off, z.size, z.key, z.seq, z.hdr, z.alias)
+		m.freeRangeLocked(z.seg, z.off, z.size, z.key, z.seq, z.hdr, z.alias, 0) // past any grant: released after PutReleaseTimeout
 		return true
 	})
 }

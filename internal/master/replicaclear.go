@@ -83,7 +83,7 @@ func (m *Master) clearOnSegmentLocked(o *object, key, segment string) bool {
 	}
 	for _, r := range m.reps(o) {
 		if onSeg(r) {
-			m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header(), "")
+			m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), key, o.seq, o.header(), "", m.grantHoldLocked(o))
 			m.segDrop(m.segOf(r), o)
 		}
 	}

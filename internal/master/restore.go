@@ -63,6 +63,9 @@ type tomb struct {
 	// named: when an answer last named it to a client to zero (0: never);
 	// its bytes stay allocated until objheader.ZeroFence after that.
 	named nanotime
+	// hold: under Config.Scrub, until when a put's write grant may cover
+	// its bytes (grantHoldLocked; 0: none).
+	hold nanotime
 }
 
 // HeaderRef names the header of a durable object in a segment.

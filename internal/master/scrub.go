@@ -1,6 +1,7 @@
 package master
 
 import (
+	"container/heap"
 	"slices"
 	"strings"
 	"time"
@@ -60,9 +61,16 @@ type ScrubRef struct {
 // on, so its owner may no longer take it (reuseDirtyLocked).
 type dirtyExt struct {
 	n     uint64
-	at    nanotime // when it was freed
+	until nanotime // not named for zeroing before
 	owner string
 	named bool
+	held  bool // until is a write grant's end (grantHoldLocked), counted in segment.heldBytes
+}
+
+// heldRef is a held dirty extent in its segment's heap, by until.
+type heldRef struct {
+	until nanotime
+	off   uint64
 }
 
 // dirtyFit indexes dirty extents by owner and rounded length.
@@ -104,9 +112,27 @@ func ownerOf(key string) string {
 	return t
 }
 
+// grantHoldLocked is until when a write grant the master signed for o's
+// extents may be honoured (under Scrub; 0 otherwise): a put's grant, signed
+// when its extents were placed (o.created, which a slot's commit and an
+// in-place rewrite move on), lives at most PutTimeout, and a node's clock
+// may lag the master's by up to grantClockSlack.
+func (m *Master) grantHoldLocked(o *object) nanotime {
+	if !m.cfg.Scrub {
+		return 0
+	}
+	return o.created + nanotime(m.cfg.PutTimeout+grantClockSlack)
+}
+
+// grantClockSlack is how far a node's clock may lag the master's for the
+// write-grant hold (grantHoldLocked) to hold.
+const grantClockSlack = time.Second
+
 // releaseLocked gives back the n bytes at off of s that key's object held
-// (noOwner: unknown): to the allocator, or under Scrub to s's dirty set.
-func (m *Master) releaseLocked(s *segment, off, n uint64, owner string) {
+// (noOwner: unknown): to the allocator, or under Scrub to s's dirty set,
+// where it is not named for zeroing before hold (a write grant's end:
+// grantHoldLocked; 0 for none).
+func (m *Master) releaseLocked(s *segment, off, n uint64, owner string, hold nanotime) {
 	if !m.cfg.Scrub || m.segments[s.key] != s {
 		s.alloc.Free(off, n)
 		return
@@ -121,7 +147,17 @@ func (m *Master) releaseLocked(s *segment, off, n uint64, owner string) {
 	if s.dirty == nil {
 		s.dirty, s.dirtyFit = map[uint64]dirtyExt{}, map[dirtyFit]map[uint64]struct{}{}
 	}
-	s.dirty[off] = dirtyExt{n: n, owner: owner, at: nanoOf(m.clock.Now())}
+	until := nanoOf(m.clock.Now())
+	if owner != noOwner {
+		until += nanotime(scrubAge)
+	}
+	d := dirtyExt{n: n, owner: owner, until: until}
+	if hold > until {
+		d.until, d.held = hold, true
+		s.heldBytes += n
+		heap.Push(&s.held, heldRef{until: hold, off: off})
+	}
+	s.dirty[off] = d
 	s.dirtyBytes += n
 	if owner != noOwner {
 		k := dirtyFit{owner, n}
@@ -143,10 +179,45 @@ func (s *segment) undirtyLocked(off uint64) {
 	}
 	delete(s.dirty, off)
 	s.dirtyBytes -= d.n
+	if d.held {
+		s.heldBytes -= d.n
+	}
 	s.unfitLocked(off, d)
 	if len(s.dirty) == 0 {
 		s.dirty, s.dirtyFit = nil, nil // the maps' buckets go with their last entries
+		s.held = nil                   // every entry left is stale
 	}
+}
+
+// settleHeldLocked ends the holds of s's dirty extents that ended by now
+// (their heap entries; an entry whose extent left the dirty set, or came
+// back with another hold, is stale and dropped). O(holds ended).
+func (s *segment) settleHeldLocked(now nanotime) {
+	for len(s.held) > 0 && s.held[0].until <= now {
+		h := heap.Pop(&s.held).(heldRef)
+		if d, ok := s.dirty[h.off]; ok && d.held && d.until == h.until {
+			d.held = false
+			s.dirty[h.off] = d
+			s.heldBytes -= d.n
+		}
+	}
+	if len(s.held) == 0 {
+		s.held = nil
+	}
+}
+
+// heldHeap orders held dirty extents by the end of their hold.
+type heldHeap []heldRef
+
+func (h heldHeap) Len() int           { return len(h) }
+func (h heldHeap) Less(i, j int) bool { return h[i].until < h[j].until }
+func (h heldHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *heldHeap) Push(x any)        { *h = append(*h, x.(heldRef)) }
+func (h *heldHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // unfitLocked takes the dirty extent d at off out of the owners' index.
@@ -216,7 +287,7 @@ func (m *Master) Scrub(clientID string, zeroed []ScrubRef) (todo []ScrubRef) {
 			continue
 		}
 		var bytes uint64
-		young := nanoOf(m.clock.Now()) - nanotime(scrubAge)
+		now := nanoOf(m.clock.Now())
 		looked := 0
 	segs:
 		for _, s := range c.segments {
@@ -225,8 +296,8 @@ func (m *Master) Scrub(clientID string, zeroed []ScrubRef) (todo []ScrubRef) {
 					break segs
 				}
 				looked++
-				if d.owner != noOwner && d.at > young {
-					continue // its owner's next puts may take it as it is
+				if d.until > now {
+					continue // its owner's next puts may take it as it is, or a write grant may still cover it
 				}
 				todo = append(todo, ScrubRef{Segment: s.spec.Name, Offset: off, Length: d.n})
 				bytes += d.n
@@ -264,17 +335,21 @@ func (m *Master) dirtyFreeLocked(s *segment, off uint64) {
 		return
 	}
 	if n := s.alloc.FreeAt(off); n > 0 && s.alloc.AllocAt(off, n) {
-		m.releaseLocked(s, off, n, noOwner)
+		m.releaseLocked(s, off, n, noOwner, 0)
 	}
 }
 
 // scrubbingLocked reports whether a segment that takes new objects has at
-// least size bytes waiting to be zeroed. O(segments).
+// least size bytes waiting to be zeroed, not counting those a write grant
+// holds (which come back only when it ends: a put evicts rather than wait
+// for them). O(segments + holds ended).
 func (m *Master) scrubbingLocked(size uint64) bool {
 	if !m.cfg.Scrub {
 		return false
 	}
+	now := nanoOf(m.clock.Now())
 	return slices.ContainsFunc(m.segOrder, func(s *segment) bool {
-		return s.dirtyBytes >= s.alloc.Rounded(size) && !s.draining && !m.evacuatingLocked(s) && !m.restoringLocked(s)
+		s.settleHeldLocked(now)
+		return s.dirtyBytes-s.heldBytes >= s.alloc.Rounded(size) && !s.draining && !m.evacuatingLocked(s) && !m.restoringLocked(s)
 	})
 }

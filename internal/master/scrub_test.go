@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/kvcache-go/mooncake/internal/clock"
+	"github.com/kvcache-go/mooncake/internal/objheader"
 	"github.com/kvcache-go/mooncake/internal/tenant"
 )
 
@@ -21,6 +23,7 @@ func TestScrubFreedExtents(t *testing.T) {
 	if todo := m.Scrub("client-s", nil); len(todo) != 0 {
 		t.Fatalf("nothing freed yet, scrub asks for %v", todo)
 	}
+	pastPutGrants(m, clk) // see TestScrubGrantHold for younger objects
 	if err := m.Remove(ka, false); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +127,7 @@ func TestScrubAnswerBounded(t *testing.T) {
 	for i := range n {
 		mustPut(t, m, fmt.Sprintf("k%d", i), 64, ReplicateConfig{Replicas: 1})
 	}
+	pastPutGrants(m, clk)
 	for i := range n {
 		if err := m.Remove(fmt.Sprintf("k%d", i), false); err != nil {
 			t.Fatal(err)
@@ -154,6 +158,7 @@ func TestScrubAtScale(t *testing.T) {
 	for i := range n {
 		mustPut(t, m, fmt.Sprintf("%s%d", ns, i), 64, ReplicateConfig{Replicas: 1})
 	}
+	pastPutGrants(m, clk)
 	for i := range n {
 		if err := m.Remove(fmt.Sprintf("%s%d", ns, i), false); err != nil {
 			t.Fatal(err)
@@ -193,7 +198,7 @@ func BenchmarkScrubAnswer(b *testing.B) {
 		b.Fatal("alloc")
 	}
 	for i := range uint64(n) {
-		m.releaseLocked(s, i*64, 64, noOwner)
+		m.releaseLocked(s, i*64, 64, noOwner, 0)
 	}
 	m.mu.Unlock()
 	todo := m.Scrub("client-s", nil)
@@ -204,7 +209,7 @@ func BenchmarkScrubAnswer(b *testing.B) {
 		m.mu.Lock()
 		for _, x := range todo { // dirty again: the same amount every call
 			if s.alloc.AllocAt(x.Offset, x.Length) {
-				m.releaseLocked(s, x.Offset, x.Length, noOwner)
+				m.releaseLocked(s, x.Offset, x.Length, noOwner, 0)
 			}
 		}
 		m.mu.Unlock()
@@ -222,8 +227,8 @@ func TestScrubReleaseTwice(t *testing.T) {
 	if !s.alloc.AllocAt(0, 4096) {
 		t.Fatal("alloc")
 	}
-	m.releaseLocked(s, 0, 4096, "a")
-	m.releaseLocked(s, 0, 4096, "b")
+	m.releaseLocked(s, 0, 4096, "a", 0)
+	m.releaseLocked(s, 0, 4096, "b", 0)
 	d, n := s.dirty[0], s.dirtyBytes
 	m.mu.Unlock()
 	if d.owner != "b" || n != 4096 {
@@ -232,4 +237,125 @@ func TestScrubReleaseTwice(t *testing.T) {
 	m.mu.Lock()
 	checkDirty(t, s)
 	m.mu.Unlock()
+}
+
+// pastPutGrants moves clk past the write grants of the puts made so far.
+func pastPutGrants(m *Master, clk *clock.Fake) {
+	clk.Advance(m.Config().PutTimeout + grantClockSlack)
+}
+
+// TestScrubGrantHold: an object freed while its put's write grant may
+// still be honoured (younger than PutTimeout, plus the clock slack) leaves
+// an extent that no other tenant gets before that grant ends: it is not
+// named for zeroing (so not freed), and another tenant's put needing the
+// room evicts instead of waiting for it. Its owner may take it back at
+// once. A replica cleared or moved away, and a freed durable object's
+// header, are held the same way.
+func TestScrubGrantHold(t *testing.T) {
+	m, clk := newTestMaster(t, Config{Scrub: true}, map[string]uint64{"s": 128 << 10})
+	na, nb := tenant.Namespace("a"), tenant.Namespace("b")
+	old := mustPut(t, m, na+"old", 64<<10, ReplicateConfig{Replicas: 1})
+	pastPutGrants(m, clk)
+	a := mustPut(t, m, na+"a", 64<<10, ReplicateConfig{Replicas: 1})
+	clk.Advance(m.Config().PutTimeout / 2)
+	if err := m.Remove(na+"a", false); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(scrubAge)
+	if todo := m.Scrub("client-s", nil); len(todo) != 0 {
+		t.Fatalf("named while a's put grant lives: %v", todo)
+	}
+	// b's put needs the room: the held extent is no reason to wait, so it
+	// evicts a's old object, whose extent (dirty, no grant on it) is zeroed
+	// and then taken.
+	if _, err := m.PutStart("writer", nb+"b", 64<<10, ReplicateConfig{Replicas: 1}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("b's put over dirty space: %v, want ErrNoSpace", err)
+	}
+	if _, err := m.GetReplicaList(na + "old"); !errors.Is(err, ErrObjectNotFound) {
+		t.Fatalf("a's old object not evicted for b's put: %v", err)
+	}
+	clk.Advance(scrubAge)
+	todo := m.Scrub("client-s", nil)
+	if len(todo) != 1 || todo[0].Offset != old[0].Addr-(1<<30) {
+		t.Fatalf("scrub asks for %v, want only the evicted object's extent", todo)
+	}
+	m.Scrub("client-s", todo)
+	if b := mustPut(t, m, nb+"b", 64<<10, ReplicateConfig{Replicas: 1}); b[0].Addr != old[0].Addr {
+		t.Fatalf("b at %#x, want the evicted object's zeroed extent %#x", b[0].Addr, old[0].Addr)
+	}
+	m.mu.Lock()
+	checkDirty(t, m.segOrder[0])
+	m.mu.Unlock()
+	// The hold ends: named, zeroed, free.
+	clk.Advance(m.Config().PutTimeout/2 + grantClockSlack)
+	todo = m.Scrub("client-s", nil)
+	if len(todo) != 1 || todo[0].Offset != a[0].Addr-(1<<30) {
+		t.Fatalf("after the hold: %v, want a's extent", todo)
+	}
+	m.Scrub("client-s", todo)
+	if st := m.Stats(); st.Scrubbing != 0 || st.Used != 64<<10 {
+		t.Fatalf("scrubbing %d used %d after the report", st.Scrubbing, st.Used)
+	}
+}
+
+// TestScrubGrantHoldOwner: the owner of a held extent takes it back at
+// once (its own bytes, its own grant).
+func TestScrubGrantHoldOwner(t *testing.T) {
+	m, _ := newTestMaster(t, Config{Scrub: true}, map[string]uint64{"s": 64 << 10})
+	na := tenant.Namespace("a")
+	a := mustPut(t, m, na+"a", 64<<10, ReplicateConfig{Replicas: 1})
+	if err := m.Remove(na+"a", false); err != nil {
+		t.Fatal(err)
+	}
+	if c := mustPut(t, m, na+"c", 64<<10, ReplicateConfig{Replicas: 1}); c[0].Addr != a[0].Addr {
+		t.Fatal("the owner did not take its held extent back")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.segOrder[0]
+	checkDirty(t, s)
+	if s.heldBytes != 0 || s.dirtyBytes != 0 {
+		t.Fatalf("held %d dirty %d after the owner took it", s.heldBytes, s.dirtyBytes)
+	}
+}
+
+// TestScrubGrantHoldDurable: a freed durable object's header, once its
+// node zeroed the tombstone, is held like the rest of the object while the
+// put's write grant (which covers it) lives, then named and freed.
+func TestScrubGrantHoldDurable(t *testing.T) {
+	m, clk := newTestMaster(t, Config{Scrub: true, Durable: true}, map[string]uint64{"s": 128 << 10})
+	na := tenant.Namespace("a")
+	mustPut(t, m, na+"a", 64<<10, ReplicateConfig{Replicas: 1})
+	if err := m.Remove(na+"a", false); err != nil {
+		t.Fatal(err)
+	}
+	_, _, tombs := m.Heartbeat("client-s", nil)
+	if len(tombs) != 1 {
+		t.Fatalf("tombstones %v, want the removed header", tombs)
+	}
+	clk.Advance(objheader.ZeroFence)
+	m.Heartbeat("client-s", tombs)
+	clk.Advance(scrubAge)
+	if todo := m.Scrub("client-s", nil); len(todo) != 0 {
+		t.Fatalf("named while the put's grant lives: %v", todo)
+	}
+	if st := m.Stats(); st.Used != 0 || st.Scrubbing == 0 {
+		t.Fatalf("used %d scrubbing %d: the header and value should be dirty, held", st.Used, st.Scrubbing)
+	}
+	m.mu.Lock()
+	checkDirty(t, m.segOrder[0])
+	m.mu.Unlock()
+	pastPutGrants(m, clk)
+	todo := m.Scrub("client-s", nil)
+	var n uint64
+	for _, x := range todo {
+		n += x.Length
+	}
+	if n != m.DirtyBytes() || len(todo) != 2 {
+		t.Fatalf("after the hold: %v (%d bytes of %d dirty), want header and value", todo, n, m.DirtyBytes())
+	}
+	m.Scrub("client-s", todo)
+	if st := m.Stats(); st.Scrubbing != 0 || st.Used != 0 {
+		t.Fatalf("scrubbing %d used %d after the report", st.Scrubbing, st.Used)
+	}
 }

@@ -376,7 +376,7 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 	for _, r := range t.targets {
 		if m.segments[r.seg.key] != r.seg || slices.ContainsFunc(m.reps(o), func(x replica) bool { return x.seg == r.seg.id }) ||
 			o.nrep == maxObjectReplicas {
-			m.freeRangeLocked(r.seg, r.off, o.alloc(), t.Key, o.seq, o.header(), "") // unmounted meanwhile, replicated otherwise, or full
+			m.freeRangeLocked(r.seg, r.off, o.alloc(), t.Key, o.seq, o.header(), "", 0) // unmounted meanwhile, replicated otherwise, or full
 			continue
 		}
 		m.objects.setReps(o, append(m.reps(o), replica{seg: r.seg.id, off: r.off}))
@@ -393,7 +393,7 @@ func (m *Master) FinishTask(clientID string, id TaskID, failure string) error {
 		}
 		for _, r := range m.reps(o) {
 			if m.segOf(r).spec.Name == t.Source {
-				m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), t.Key, o.seq, o.header(), "")
+				m.freeRangeLocked(m.segOf(r), r.off, o.alloc(), t.Key, o.seq, o.header(), "", m.grantHoldLocked(o)) // its put's grant covers the source
 				m.segDrop(m.segOf(r), o)
 			}
 		}
@@ -421,7 +421,7 @@ func (m *Master) releaseTargetsLocked(t *task, now time.Time, late bool) {
 			m.zombies = append(m.zombies, zombie{seg: r.seg, off: r.off, size: t.asize, releaseAt: now.Add(m.cfg.PutTimeout), key: t.Key, seq: t.seq, hdr: t.hdr})
 			continue
 		}
-		m.freeRangeLocked(r.seg, r.off, t.asize, t.Key, t.seq, t.hdr, "")
+		m.freeRangeLocked(r.seg, r.off, t.asize, t.Key, t.seq, t.hdr, "", 0)
 	}
 	t.targets = nil
 }

@@ -18,9 +18,9 @@ const maxTombsPerPing = 16 * 1024
 // (hdr > 0) the first Align bytes stay allocated as a tombstone.
 // alias is the key of an older version whose header may lie at off (a
 // reused put slot, slot.go), "" for none.
-func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr uint64, alias string) {
+func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr uint64, alias string, hold nanotime) {
 	if hdr == 0 || m.segments[s.key] != s {
-		m.releaseLocked(s, off, n, ownerOf(key))
+		m.releaseLocked(s, off, n, ownerOf(key), hold)
 		return
 	}
 	q := m.cfg.Align
@@ -29,9 +29,9 @@ func (m *Master) freeRangeLocked(s *segment, off, n uint64, key string, seq, hdr
 		q = s.alloc.Rounded(n) // the node copies the whole object to disk first
 	}
 	if rest := s.alloc.Rounded(n) - q; rest > 0 {
-		m.releaseLocked(s, off+q, rest, ownerOf(key))
+		m.releaseLocked(s, off+q, rest, ownerOf(key), hold)
 	}
-	m.addTombLocked(s, off, tomb{key: key, seq: seq, alias: alias, n: q, off: toDisk})
+	m.addTombLocked(s, off, tomb{key: key, seq: seq, alias: alias, n: q, off: toDisk, hold: hold})
 }
 
 // tombLoc is where one tombstone lies.
@@ -202,10 +202,14 @@ func (m *Master) zeroedLocked(c *client, zeroed []HeaderRef) {
 			}
 			n := tb.n
 			if m.cfg.Scrub && n > m.cfg.Align { // an offload tombstone: the header is zero, the value is not
-				m.releaseLocked(s, z.Offset+m.cfg.Align, n-m.cfg.Align, ownerOf(tb.key))
+				m.releaseLocked(s, z.Offset+m.cfg.Align, n-m.cfg.Align, ownerOf(tb.key), tb.hold)
 				n = m.cfg.Align
 			}
-			if tb.fencedAt(now) { // a remover may still write zeros there
+			fenced := tb.fencedAt(now)
+			if m.cfg.Scrub && tb.hold > nanoOf(now) && (!fenced || tb.hold > tb.named+nanotime(objheader.ZeroFence)) {
+				// a put's write grant covers the header past any fence
+				m.releaseLocked(s, z.Offset, n, ownerOf(tb.key), tb.hold)
+			} else if fenced { // a remover may still write zeros there
 				s.fenced = append(s.fenced, fencedTomb{off: z.Offset, n: n, until: tb.named + nanotime(objheader.ZeroFence)})
 			} else {
 				s.alloc.Free(z.Offset, n)
