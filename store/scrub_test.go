@@ -121,10 +121,10 @@ func TestGrantsScrubFreedExtents(t *testing.T) {
 	for _, v := range []struct{ durable, noScrub bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
 		noScrub := v.noScrub
 		t.Run(fmt.Sprintf("durable=%v/scrub=%v", v.durable, !noScrub), func(t *testing.T) {
-			// A short PutTimeout: the secret's extent goes to another
-			// tenant only once its put's write grant ended
-			// (TestGrantsScrubHoldsWriteGrant).
-			c := newTenantGrantCluster(t, master.Config{Durable: v.durable, PutTimeout: 2 * time.Second}, 32<<20, noScrub)
+			// A short PutTimeout and lease: the secret's extent goes to
+			// another tenant only once its put's write grant and its read
+			// lease ended (TestGrantsScrubHolds*).
+			c := newTenantGrantCluster(t, master.Config{Durable: v.durable, PutTimeout: 2 * time.Second, LeaseTTL: 2 * time.Second}, 32<<20, noScrub)
 			const size = 64 << 10
 			secret := value("secret", size)
 			a, b := newRawTenant(t, c, "token-a-first"), newRawTenant(t, c, "token-b-first")
@@ -390,4 +390,63 @@ func (r *rawTenant) putWritten(key string, data []byte) (rep *pb.Replica, ok boo
 		r.t.Fatalf("put commit %s: %v %v", key, err, pc.GetStatus())
 	}
 	return r.replica(key)
+}
+
+// TestGrantsScrubHoldsReadGrant: tenant a gets its object's replica list
+// (a READ grant to the end of the read lease) and removes the object by
+// force, which does not wait for the lease; tenant b's puts run until one
+// is placed over that extent; then a reads there with its old grant. With
+// scrubbing the extent reached b only after a's grant expired: the node
+// refuses the read. Without, a reads b's bytes (the test's own check that
+// the attack is real).
+func TestGrantsScrubHoldsReadGrant(t *testing.T) {
+	for _, noScrub := range []bool{false, true} {
+		t.Run(fmt.Sprintf("scrub=%v", !noScrub), func(t *testing.T) {
+			c := newTenantGrantCluster(t, master.Config{PutTimeout: time.Second, LeaseTTL: 4 * time.Second}, 256<<10, noScrub)
+			const size = 64 << 10
+			a, b := newRawTenant(t, c, "token-a-first"), newRawTenant(t, c, "token-b-first")
+			if _, ok := a.putWritten("r", value("r", size)); !ok {
+				t.Fatal("no room for a's object")
+			}
+			// The lease's READ grant outlives the put's WRITE grant: a
+			// later get renews it past the put's hold.
+			rep, ok := a.replica("r")
+			if !ok || len(rep.Grant) == 0 {
+				t.Fatal("a's replica list has no grant")
+			}
+			if rm, err := a.mc.Remove(a.ctx, &pb.RemoveRequest{Key: "r", Force: true}); err != nil || rm.Status.GetCode() != 0 {
+				t.Fatalf("a's forced remove: %v %v", err, rm.GetStatus())
+			}
+			var want []byte
+			for i := 0; want == nil; i++ {
+				if b.ctx.Err() != nil {
+					t.Fatal("no put of tenant b was placed over a's extent")
+				}
+				key := fmt.Sprintf("b-%d", i)
+				got, ok := b.putWritten(key, value(key, size))
+				if !ok {
+					waitfor.Cond(t, 10*time.Second, "room", func() bool { return c.master.Core().DirtyBytes() == 0 })
+					continue
+				}
+				if got.Addr == rep.Addr {
+					want = value(key, size)
+				}
+			}
+			buf := make([]byte, size)
+			if err := a.eng.RegisterBytes(buf, ""); err != nil {
+				t.Fatal(err)
+			}
+			rerr := a.eng.Transfer(a.ctx, []transfer.Request{{Op: transfer.OpRead, Local: transfer.AddrOf(buf), Segment: a.sid,
+				Remote: rep.Addr, Length: size, Grant: string(rep.Grant)}})
+			if noScrub {
+				if rerr != nil || !bytes.Equal(buf, want) {
+					t.Fatalf("without scrubbing a's old grant did not read b's object (%v): the test shows nothing", rerr)
+				}
+				return
+			}
+			if rerr == nil {
+				t.Fatalf("a read b's object with the grant of its removed one (b's bytes: %v)", bytes.Equal(buf, want))
+			}
+		})
+	}
 }

@@ -104,6 +104,7 @@ type Stats struct {
 	PutSlots                         int    // space reserved for clients' next small puts (slot.go)
 	Capacity, Used                   uint64 // Used: allocated, less Scrubbing
 	Scrubbing                        uint64 // freed bytes waiting for their node to zero them (Config.Scrub)
+	ScrubHeld                        uint64 // of those, the bytes a put's write grant may still cover (named for zeroing when it ends)
 	Segments, Clients                int
 	PutStarts, Puts, PutRevokes      uint64
 	Gets, GetMisses                  uint64

@@ -44,6 +44,19 @@ import (
 // extents while answers bring more, so the lag is a round trip and the
 // zeroing, not a ping interval.
 //
+// A grant outlives its object: the master signs a put's WRITE grant, on
+// its header and value, for up to PutTimeout (masterserver), a reader's
+// READ grant to the end of its read lease (which a forced removal does not
+// wait for), and a node honours either until it expires whatever became of
+// the object. So an extent freed while a grant on it may still be honoured
+// (grantHoldLocked: the object was placed, or last rewritten, less than
+// PutTimeout ago, or its read lease has not ended, with grantClockSlack)
+// is held: not named for zeroing, so reused by no other tenant, before
+// that grant ends; its owner may take it back as before. Held bytes are no reason for another tenant's put to wait
+// (scrubbingLocked leaves them out): it evicts instead. A freed durable
+// object's header, zeroed as a tombstone, is held the same way when no
+// remover's fence already outlasts the grant.
+//
 // Not dirtied: a put slot reused by the next version of its key (the same
 // key is the same tenant's), and space allocated and given back within
 // one call without a grant having left the master (a task's targets when
@@ -112,16 +125,18 @@ func ownerOf(key string) string {
 	return t
 }
 
-// grantHoldLocked is until when a write grant the master signed for o's
-// extents may be honoured (under Scrub; 0 otherwise): a put's grant, signed
-// when its extents were placed (o.created, which a slot's commit and an
-// in-place rewrite move on), lives at most PutTimeout, and a node's clock
-// may lag the master's by up to grantClockSlack.
+// grantHoldLocked is until when a grant the master signed for o's
+// extents may be honoured (under Scrub; 0 otherwise): a put's WRITE grant,
+// signed when its extents were placed (o.created, which a slot's commit
+// and an in-place rewrite move on), lives at most PutTimeout; a reader's
+// READ grant at most to the end of the read lease (which only a forced
+// removal cuts short); and a node's clock may lag the master's by up to
+// grantClockSlack.
 func (m *Master) grantHoldLocked(o *object) nanotime {
 	if !m.cfg.Scrub {
 		return 0
 	}
-	return o.created + nanotime(m.cfg.PutTimeout+grantClockSlack)
+	return max(o.created+nanotime(m.cfg.PutTimeout), o.leaseUntil) + nanotime(grantClockSlack)
 }
 
 // grantClockSlack is how far a node's clock may lag the master's for the

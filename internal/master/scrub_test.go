@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvcache-go/mooncake/internal/clock"
 	"github.com/kvcache-go/mooncake/internal/objheader"
@@ -265,6 +266,9 @@ func TestScrubGrantHold(t *testing.T) {
 	if todo := m.Scrub("client-s", nil); len(todo) != 0 {
 		t.Fatalf("named while a's put grant lives: %v", todo)
 	}
+	if st := m.Stats(); st.ScrubHeld != 64<<10 || st.Scrubbing != 64<<10 {
+		t.Fatalf("held %d scrubbing %d, want a's extent in both", st.ScrubHeld, st.Scrubbing)
+	}
 	// b's put needs the room: the held extent is no reason to wait, so it
 	// evicts a's old object, whose extent (dirty, no grant on it) is zeroed
 	// and then taken.
@@ -288,6 +292,9 @@ func TestScrubGrantHold(t *testing.T) {
 	m.mu.Unlock()
 	// The hold ends: named, zeroed, free.
 	clk.Advance(m.Config().PutTimeout/2 + grantClockSlack)
+	if st := m.Stats(); st.ScrubHeld != 0 || st.Scrubbing != 64<<10 {
+		t.Fatalf("after the hold: held %d scrubbing %d", st.ScrubHeld, st.Scrubbing)
+	}
 	todo = m.Scrub("client-s", nil)
 	if len(todo) != 1 || todo[0].Offset != a[0].Addr-(1<<30) {
 		t.Fatalf("after the hold: %v, want a's extent", todo)
@@ -357,5 +364,29 @@ func TestScrubGrantHoldDurable(t *testing.T) {
 	m.Scrub("client-s", todo)
 	if st := m.Stats(); st.Scrubbing != 0 || st.Used != 0 {
 		t.Fatalf("scrubbing %d used %d after the report", st.Scrubbing, st.Used)
+	}
+}
+
+// TestScrubGrantHoldLease: an object removed by force under a read lease
+// (whose READ grants live to the lease's end) leaves an extent held until
+// the lease ends.
+func TestScrubGrantHoldLease(t *testing.T) {
+	m, clk := newTestMaster(t, Config{Scrub: true, LeaseTTL: time.Minute}, map[string]uint64{"s": 128 << 10})
+	na := tenant.Namespace("a")
+	mustPut(t, m, na+"a", 64<<10, ReplicateConfig{Replicas: 1})
+	pastPutGrants(m, clk)
+	if _, err := m.GetReplicaList(na + "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(na+"a", true); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute - time.Second)
+	if todo := m.Scrub("client-s", nil); len(todo) != 0 {
+		t.Fatalf("named while the lease's READ grant lives: %v", todo)
+	}
+	clk.Advance(time.Second + grantClockSlack)
+	if todo := m.Scrub("client-s", nil); len(todo) != 1 {
+		t.Fatalf("after the lease: %v, want the extent", todo)
 	}
 }

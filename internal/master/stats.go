@@ -15,6 +15,11 @@ func (m *Master) statsLocked() Stats {
 	st.Objects = m.objects.len() - len(m.pending)
 	st.Capacity, st.Used = m.usageLocked()
 	st.Scrubbing = m.dirtyBytesLocked()
+	now := nanoOf(m.clock.Now())
+	for _, s := range m.segOrder {
+		s.settleHeldLocked(now)
+		st.ScrubHeld += s.heldBytes
+	}
 	st.Segments = len(m.segOrder)
 	st.Clients = len(m.clients)
 	st.DiskObjects = len(m.disk)

@@ -173,6 +173,7 @@ func writeMetrics(w http.ResponseWriter, m *master.Master) {
 	metric("mooncake_master_capacity_bytes", "gauge", "Total capacity of mounted segments.", float64(st.Capacity))
 	metric("mooncake_master_used_bytes", "gauge", "Allocated bytes in mounted segments (not counting freed bytes being scrubbed).", float64(st.Used))
 	metric("mooncake_master_scrubbing_bytes", "gauge", "Freed bytes waiting for their storage node to zero them before reuse (scrubbing, on with data-path grants).", float64(st.Scrubbing))
+	metric("mooncake_master_scrub_held_bytes", "gauge", "Of the scrubbing bytes, those a removed or evicted put's write grant may still cover: named for zeroing, and so reused by another tenant, only when it ends.", float64(st.ScrubHeld))
 	metric("mooncake_master_segments", "gauge", "Mounted segments.", float64(st.Segments))
 	metric("mooncake_master_clients", "gauge", "Live clients.", float64(st.Clients))
 	metric("mooncake_master_put_starts_total", "counter", "PutStart calls that allocated space.", float64(st.PutStarts))

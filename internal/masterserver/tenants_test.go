@@ -279,7 +279,9 @@ func TestTenantSegmentOwnership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Start(ServerConfig{Core: master.DefaultConfig(), Addr: "127.0.0.1:0", Secret: "the-secret", Tenants: tenant.Static(set), Grants: keys})
+	core := master.DefaultConfig()
+	core.PutTimeout = 100 * time.Millisecond // the removed put's extent is held while its write grant lives
+	s, err := Start(ServerConfig{Core: core, Addr: "127.0.0.1:0", Secret: "the-secret", Tenants: tenant.Static(set), Grants: keys})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +314,7 @@ func TestTenantSegmentOwnership(t *testing.T) {
 		t.Fatal("the removed object's extent is not dirty")
 	}
 	var named []*pb.Extent
-	waitfor.Cond(t, 5*time.Second, "the extent named for zeroing once it aged (50 ms)", func() bool {
+	waitfor.Cond(t, 5*time.Second, "the extent named for zeroing once its put's write grant ended", func() bool {
 		r, err := c.Ping(b, &pb.PingRequest{ClientId: "ca"})
 		if err != nil || len(r.Scrub) != 0 {
 			t.Fatalf("b's ping as a's node: %v, told %d extents to zero", err, len(r.GetScrub()))
