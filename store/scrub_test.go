@@ -194,7 +194,9 @@ func probeOver(t *testing.T, c *cluster, b *rawTenant, at uint64, secret []byte,
 func TestGrantsScrubRemount(t *testing.T) {
 	for _, durable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
-			c := newTenantGrantCluster(t, master.Config{Durable: durable}, 32<<20, true)
+			// Short: a remounted segment's free memory is held while grants
+			// the old master signed may live.
+			c := newTenantGrantCluster(t, master.Config{Durable: durable, PutTimeout: time.Second, LeaseTTL: 2 * time.Second}, 32<<20, true)
 			const size = 64 << 10
 			secret, keep := value("secret", size), value("keep", size)
 			a := newRawTenant(t, c, "token-a-first")

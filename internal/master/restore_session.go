@@ -507,7 +507,7 @@ func (m *Master) restoreEndTry(clientID string, id uint64) (RestoreResult, chan 
 			if cur.fresh {
 				cur.s.alloc.Free(cur.pos, m.cfg.Align) // the fence
 			} else {
-				m.releaseLocked(cur.s, cur.pos, m.cfg.Align, noOwner, 0)
+				m.releaseLocked(cur.s, cur.pos, m.cfg.Align, noOwner, m.remountHoldLocked())
 				m.dirtyFreeLocked(cur.s, cur.pos+m.cfg.Align) // what the node's memory held past the last object
 			}
 		}
@@ -721,7 +721,7 @@ func (m *Master) restoreFlushLocked(cur *restoreCursor) {
 		if cur.fresh {
 			a.Free(g[0], g[1]-g[0])
 		} else {
-			m.releaseLocked(cur.s, g[0], g[1]-g[0], noOwner, 0) // what removed objects left there
+			m.releaseLocked(cur.s, g[0], g[1]-g[0], noOwner, m.remountHoldLocked()) // what removed objects left there
 		}
 	}
 	cur.apos, cur.gaps = cur.pos, cur.gaps[:0]

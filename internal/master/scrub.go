@@ -139,6 +139,17 @@ func (m *Master) grantHoldLocked(o *object) nanotime {
 	return max(o.created+nanotime(m.cfg.PutTimeout), o.leaseUntil) + nanotime(grantClockSlack)
 }
 
+// remountHoldLocked is until when a grant on a remounted segment's memory
+// that this master does not know (signed before it restarted, or before it
+// dropped the segment's client) may be honoured: a WRITE grant PutTimeout,
+// a READ grant a lease from now (under Scrub; 0 otherwise).
+func (m *Master) remountHoldLocked() nanotime {
+	if !m.cfg.Scrub {
+		return 0
+	}
+	return nanoOf(m.clock.Now()) + nanotime(max(m.cfg.PutTimeout, m.cfg.LeaseTTL)+grantClockSlack)
+}
+
 // grantClockSlack is how far a node's clock may lag the master's for the
 // write-grant hold (grantHoldLocked) to hold.
 const grantClockSlack = time.Second
@@ -350,7 +361,7 @@ func (m *Master) dirtyFreeLocked(s *segment, off uint64) {
 		return
 	}
 	if n := s.alloc.FreeAt(off); n > 0 && s.alloc.AllocAt(off, n) {
-		m.releaseLocked(s, off, n, noOwner, 0)
+		m.releaseLocked(s, off, n, noOwner, m.remountHoldLocked())
 	}
 }
 

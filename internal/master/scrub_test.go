@@ -390,3 +390,40 @@ func TestScrubGrantHoldLease(t *testing.T) {
 		t.Fatalf("after the lease: %v, want the extent", todo)
 	}
 }
+
+// TestScrubRemountHold: a remounted segment's memory (whose objects, and
+// the grants signed on them, this master does not know) is held from
+// every put until a grant signed before the remount has expired, then
+// named for zeroing; a fresh mount's is free at once.
+func TestScrubRemountHold(t *testing.T) {
+	m, clk := newTestMaster(t, Config{Scrub: true, LeaseTTL: 40 * time.Second}, nil)
+	spec := SegmentSpec{Name: "r", Endpoint: "ep-r", Base: 1 << 30, Size: 128 << 10}
+	if _, err := m.RestoreBeginFresh("client-r", []SegmentSpec{spec}, false); err != nil {
+		t.Fatal(err)
+	}
+	if st := m.Stats(); st.ScrubHeld != 128<<10 {
+		t.Fatalf("held %d, want the remounted segment", st.ScrubHeld)
+	}
+	if _, err := m.PutStart("writer", tenant.Namespace("a")+"a", 4096, ReplicateConfig{Replicas: 1}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a put over held memory: %v, want ErrNoSpace", err)
+	}
+	clk.Advance(40 * time.Second) // the lease outlasts PutTimeout here
+	if todo := m.Scrub("client-r", nil); len(todo) != 0 {
+		t.Fatalf("named while a grant signed before the remount may live: %v", todo)
+	}
+	clk.Advance(grantClockSlack)
+	todo := m.Scrub("client-r", nil)
+	if len(todo) != 1 || todo[0].Length != 128<<10 {
+		t.Fatalf("after the hold: %v, want the whole segment", todo)
+	}
+	m.Scrub("client-r", todo)
+	mustPut(t, m, tenant.Namespace("a")+"a", 4096, ReplicateConfig{Replicas: 1})
+
+	spec2 := SegmentSpec{Name: "f", Endpoint: "ep-f", Base: 1 << 40, Size: 128 << 10}
+	if _, err := m.RestoreBeginFresh("client-f", []SegmentSpec{spec2}, true); err != nil {
+		t.Fatal(err)
+	}
+	if st := m.Stats(); st.Scrubbing != 0 {
+		t.Fatalf("a fresh mount is dirty: %d", st.Scrubbing)
+	}
+}
