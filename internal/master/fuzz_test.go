@@ -50,6 +50,32 @@ func checkDirty(t *testing.T, s *segment) {
 	}
 }
 
+// checkTenantHeld: each tenant's held bytes are those of the held dirty
+// extents it owns.
+func checkTenantHeld(t *testing.T, m *Master) {
+	t.Helper()
+	if m.tenants == nil {
+		return
+	}
+	want := map[string]uint64{}
+	for _, s := range m.segOrder {
+		for _, d := range s.dirty {
+			if d.held && d.owner != "" && d.owner != noOwner {
+				want[d.owner] += d.n
+			}
+		}
+	}
+	for name, a := range m.tenants.acct {
+		if a.held != want[name] {
+			t.Fatalf("tenant %q: %d held bytes charged, %d in its extents", name, a.held, want[name])
+		}
+		delete(want, name)
+	}
+	for name, n := range want {
+		t.Fatalf("tenant %q: %d held bytes in its extents, no account", name, n)
+	}
+}
+
 func checkInvariants(t *testing.T, m *Master) {
 	t.Helper()
 	m.mu.Lock()
@@ -57,6 +83,7 @@ func checkInvariants(t *testing.T, m *Master) {
 	used := map[*segment]uint64{}
 	keys := map[*segment]map[string]bool{}
 	objects := checkObjectTable(t, m)
+	checkTenantHeld(t, m)
 	for k, o := range objects {
 		if o.nrep == 0 {
 			t.Fatalf("object %q without replicas", k)

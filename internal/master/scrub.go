@@ -168,7 +168,7 @@ func (m *Master) releaseLocked(s *segment, off, n uint64, owner string, hold nan
 		return
 	}
 	if _, ok := s.dirty[off]; ok { // cannot happen: freed twice
-		s.undirtyLocked(off)
+		m.undirtyLocked(s, off)
 	}
 	if s.dirty == nil {
 		s.dirty, s.dirtyFit = map[uint64]dirtyExt{}, map[dirtyFit]map[uint64]struct{}{}
@@ -182,6 +182,7 @@ func (m *Master) releaseLocked(s *segment, off, n uint64, owner string, hold nan
 		d.until, d.held = hold, true
 		s.heldBytes += n
 		heap.Push(&s.held, heldRef{until: hold, off: off})
+		m.tenantHeldLocked(owner, int64(n))
 	}
 	s.dirty[off] = d
 	s.dirtyBytes += n
@@ -198,7 +199,7 @@ func (m *Master) releaseLocked(s *segment, off, n uint64, owner string, hold nan
 
 // undirtyLocked takes the dirty extent at off out of s's dirty set (its
 // space stays allocated).
-func (s *segment) undirtyLocked(off uint64) {
+func (m *Master) undirtyLocked(s *segment, off uint64) {
 	d, ok := s.dirty[off]
 	if !ok {
 		return
@@ -207,6 +208,7 @@ func (s *segment) undirtyLocked(off uint64) {
 	s.dirtyBytes -= d.n
 	if d.held {
 		s.heldBytes -= d.n
+		m.tenantHeldLocked(d.owner, -int64(d.n))
 	}
 	s.unfitLocked(off, d)
 	if len(s.dirty) == 0 {
@@ -218,17 +220,30 @@ func (s *segment) undirtyLocked(off uint64) {
 // settleHeldLocked ends the holds of s's dirty extents that ended by now
 // (their heap entries; an entry whose extent left the dirty set, or came
 // back with another hold, is stale and dropped). O(holds ended).
-func (s *segment) settleHeldLocked(now nanotime) {
+func (m *Master) settleHeldLocked(s *segment, now nanotime) {
 	for len(s.held) > 0 && s.held[0].until <= now {
 		h := heap.Pop(&s.held).(heldRef)
 		if d, ok := s.dirty[h.off]; ok && d.held && d.until == h.until {
 			d.held = false
 			s.dirty[h.off] = d
 			s.heldBytes -= d.n
+			m.tenantHeldLocked(d.owner, -int64(d.n))
 		}
 	}
 	if len(s.held) == 0 {
 		s.held = nil
+	}
+}
+
+// settleAllHeldLocked is settleHeldLocked for every segment.
+// O(segments + holds ended).
+func (m *Master) settleAllHeldLocked() {
+	if !m.cfg.Scrub {
+		return
+	}
+	now := nanoOf(m.clock.Now())
+	for _, s := range m.segOrder {
+		m.settleHeldLocked(s, now)
 	}
 }
 
@@ -270,7 +285,7 @@ func (m *Master) reuseDirtyLocked(clientID, owner string, size uint64) []place {
 			continue
 		}
 		for off := range s.dirtyFit[dirtyFit{owner, s.alloc.Rounded(size)}] {
-			s.undirtyLocked(off)
+			m.undirtyLocked(s, off)
 			return []place{{seg: s, off: off}}
 		}
 	}
@@ -304,7 +319,7 @@ func (m *Master) Scrub(clientID string, zeroed []ScrubRef) (todo []ScrubRef) {
 				continue
 			}
 			if d, ok := s.dirty[z.Offset]; ok && d.n == z.Length {
-				s.undirtyLocked(z.Offset)
+				m.undirtyLocked(s, z.Offset)
 				s.alloc.Free(z.Offset, z.Length)
 			}
 		}
@@ -375,7 +390,7 @@ func (m *Master) scrubbingLocked(size uint64) bool {
 	}
 	now := nanoOf(m.clock.Now())
 	return slices.ContainsFunc(m.segOrder, func(s *segment) bool {
-		s.settleHeldLocked(now)
+		m.settleHeldLocked(s, now)
 		return s.dirtyBytes-s.heldBytes >= s.alloc.Rounded(size) && !s.draining && !m.evacuatingLocked(s) && !m.restoringLocked(s)
 	})
 }

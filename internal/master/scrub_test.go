@@ -427,3 +427,57 @@ func TestScrubRemountHold(t *testing.T) {
 		t.Fatalf("a fresh mount is dirty: %d", st.Scrubbing)
 	}
 }
+
+// TestScrubHeldCharged: what a tenant's freed objects leave held counts
+// against its bytes quota (a tenant churning young objects cannot keep
+// more of the pool from the others than its quota), shows in its usage,
+// and stops counting when the hold ends or the tenant takes it back; a
+// quota reload keeps it.
+func TestScrubHeldCharged(t *testing.T) {
+	m, clk := newTestMaster(t, Config{Scrub: true}, map[string]uint64{"s": 512 << 10})
+	m.SetTenantQuotas(quotaMap{"a": {128 << 10, 0}, "b": {0, 0}})
+	na := tenant.Namespace("a")
+	mustPut(t, m, na+"x", 64<<10, ReplicateConfig{Replicas: 1})
+	if err := m.Remove(na+"x", false); err != nil {
+		t.Fatal(err)
+	}
+	held := func() uint64 {
+		for _, u := range m.TenantUsages() {
+			if u.Tenant == "a" {
+				return u.Held
+			}
+		}
+		return 0
+	}
+	if h := held(); h != 64<<10 {
+		t.Fatalf("a holds %d, want its removed object's extent", h)
+	}
+	if _, err := m.PutStart("w", na+"big", 96<<10, ReplicateConfig{Replicas: 1}); !errors.Is(err, ErrTenantQuotaExceeded) {
+		t.Fatalf("a's put past its quota with what it holds: %v, want ErrTenantQuotaExceeded", err)
+	}
+	m.SetTenantQuotas(quotaMap{"a": {128 << 10, 0}, "b": {0, 0}})
+	if h := held(); h != 64<<10 {
+		t.Fatalf("after a quota reload a holds %d", h)
+	}
+	pastPutGrants(m, clk)
+	mustPut(t, m, na+"big", 96<<10, ReplicateConfig{Replicas: 1}) // the hold ended: admitted
+	if h := held(); h != 0 {
+		t.Fatalf("after the hold a holds %d", h)
+	}
+	// Taken back by its owner: no longer held.
+	mustPut(t, m, na+"y", 16<<10, ReplicateConfig{Replicas: 1})
+	if err := m.Remove(na+"y", false); err != nil {
+		t.Fatal(err)
+	}
+	if h := held(); h != 16<<10 {
+		t.Fatalf("a holds %d, want y's extent", h)
+	}
+	mustPut(t, m, na+"z", 16<<10, ReplicateConfig{Replicas: 1})
+	if h := held(); h != 0 {
+		t.Fatalf("a holds %d after taking its extent back", h)
+	}
+	m.mu.Lock()
+	checkDirty(t, m.segOrder[0])
+	checkTenantHeld(t, m)
+	m.mu.Unlock()
+}

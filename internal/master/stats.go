@@ -15,9 +15,8 @@ func (m *Master) statsLocked() Stats {
 	st.Objects = m.objects.len() - len(m.pending)
 	st.Capacity, st.Used = m.usageLocked()
 	st.Scrubbing = m.dirtyBytesLocked()
-	now := nanoOf(m.clock.Now())
+	m.settleAllHeldLocked()
 	for _, s := range m.segOrder {
-		s.settleHeldLocked(now)
 		st.ScrubHeld += s.heldBytes
 	}
 	st.Segments = len(m.segOrder)

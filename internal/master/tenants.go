@@ -38,6 +38,10 @@ type TenantUsage struct {
 	Tenant  string
 	Bytes   uint64 // memory bytes charged (replicas of complete objects and unfinished puts)
 	Objects int    // objects charged
+	// Held is the bytes its freed objects left that no other tenant may
+	// take yet (a grant on them may live), counted against its bytes quota
+	// and share besides Bytes.
+	Held uint64
 	// Puts refused at admission since the accounting started: over the
 	// bytes quota, over the objects quota, tenant not registered.
 	RejectedBytes, RejectedObjects, RejectedUnregistered uint64
@@ -50,7 +54,15 @@ type tenantAcct struct {
 	name    string
 	bytes   uint64
 	objects int
+	// held: bytes its freed objects left that no other tenant may take
+	// yet (scrub.go, grantHoldLocked), charged to its quota and its share
+	// (tenantAdmitLocked, tenantOverShareFirstLocked) but not evicted for
+	// by its watermark (no eviction frees them).
+	held uint64
 }
+
+// charged is what a's quota and share are compared with.
+func (a *tenantAcct) charged() uint64 { return a.bytes + a.held }
 
 type tenantBook struct {
 	q    TenantQuotas
@@ -110,6 +122,13 @@ func (m *Master) SetTenantQuotas(q TenantQuotas) {
 		}
 		return true
 	})
+	for _, s := range m.segOrder {
+		for _, d := range s.dirty {
+			if d.held {
+				m.tenantHeldLocked(d.owner, int64(d.n))
+			}
+		}
+	}
 }
 
 // TenantUsages lists the accounts of the tenants that hold anything or
@@ -124,7 +143,7 @@ func (m *Master) TenantUsages() []TenantUsage {
 	at := make(map[string]int, len(m.tenants.acct)) // index in out (the refused puts' tenants may number thousands)
 	for name, a := range m.tenants.acct {
 		at[name] = len(out)
-		out = append(out, TenantUsage{Tenant: name, Bytes: a.bytes, Objects: a.objects})
+		out = append(out, TenantUsage{Tenant: name, Bytes: a.bytes, Objects: a.objects, Held: a.held})
 	}
 	for name, r := range m.tenants.rejects {
 		i, ok := at[name]
@@ -193,12 +212,24 @@ func (b *tenantBook) charge(name string, n int64, k int) { b.add(b.account(name)
 func (b *tenantBook) add(a *tenantAcct, n int64, k int) {
 	a.bytes = uint64(max(int64(a.bytes)+n, 0))
 	a.objects = max(a.objects+k, 0)
-	if a.bytes == 0 && a.objects == 0 {
+	if a.bytes == 0 && a.objects == 0 && a.held == 0 {
 		delete(b.acct, a.name)
 		if b.last == a {
 			b.last = nil
 		}
 	}
+}
+
+// tenantHeldLocked adds n held bytes (negative: takes them away) to the
+// account of owner (a dirty extent's: a tenant's name, "" or noOwner for
+// none).
+func (m *Master) tenantHeldLocked(owner string, n int64) {
+	if m.tenants == nil || owner == "" || owner == noOwner {
+		return
+	}
+	a := m.tenants.account(owner)
+	a.held = uint64(max(int64(a.held)+n, 0))
+	m.tenants.add(a, 0, 0) // forgets an empty account
 }
 
 // tenantOfLocked is the tenant name of o's key, read in place ("" or nil
@@ -298,15 +329,20 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 	var used uint64
 	objects := 1
 	if a := m.tenants.lookup(t); a != nil {
-		used, objects = a.bytes, a.objects+1
+		used, objects = a.charged(), a.objects+1
 	}
 	if credit != nil && credit.complete {
 		used -= min(used, credit.size*uint64(credit.nrep))
 		objects--
 	}
+	if a := m.tenants.lookup(t); qb > 0 && used+n > qb && a != nil && a.held > 0 {
+		held := a.held // may count holds that ended: settled only here, where it decides
+		m.settleAllHeldLocked()
+		used -= held - a.held
+	}
 	if qb > 0 && used+n > qb {
 		m.tenants.reject(t, 0)
-		return fmt.Errorf("%w: tenant %q holds %d of %d bytes, the put needs %d", ErrTenantQuotaExceeded, t, used, qb, n)
+		return fmt.Errorf("%w: tenant %q holds %d of %d bytes (with what its freed objects left that is not reusable yet), the put needs %d", ErrTenantQuotaExceeded, t, used, qb, n)
 	}
 	if qo > 0 && uint64(objects) > qo {
 		m.tenants.reject(t, 1)
@@ -336,6 +372,7 @@ func (m *Master) tenantOverShareFirstLocked(order []*object, now time.Time) []*o
 		return order
 	}
 	capacity, _ := m.usageLocked()
+	m.settleAllHeldLocked()
 	var sumQuota uint64
 	unquoted := 0
 	quota := make(map[string]uint64, len(m.tenants.acct))
@@ -356,7 +393,7 @@ func (m *Master) tenantOverShareFirstLocked(order []*object, now time.Time) []*o
 		case qb == 0:
 			share = (capacity - min(capacity, sumQuota)) / uint64(unquoted)
 		}
-		over[name] = m.tenants.acct[name].bytes > share
+		over[name] = m.tenants.acct[name].charged() > share
 	}
 	first := make([]*object, 0, len(order))
 	var rest []*object

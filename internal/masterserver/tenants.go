@@ -569,6 +569,13 @@ func tenantAdmin(src *tenant.Source, m *master.Master, next http.Handler) http.H
 				}
 			}
 		}
+		const held = "mooncake_tenant_scrub_held_bytes"
+		fmt.Fprintf(w, "# HELP %s Bytes the tenant's freed objects left that no other tenant may take yet (a grant on them may live); counted against its bytes quota.\n# TYPE %s gauge\n", held, held)
+		for _, u := range usages {
+			if u.Held > 0 {
+				fmt.Fprintf(w, "%s{tenant_id=%q} %d\n", held, u.Tenant, u.Held)
+			}
+		}
 		fmt.Fprintf(w, "# HELP %s Puts refused at admission, by reason.\n# TYPE %s counter\n", rej, rej)
 		for _, u := range usages {
 			for _, r := range []struct {
