@@ -146,7 +146,10 @@ func RunSecurity(ctx context.Context, c SecurityConfig) (*SecurityResult, error)
 		if op == "put" {
 			// Every key once, unmeasured; the rounds then upsert.
 			for _, name := range []string{base, on} {
-				runPhase(ctx, SystemInProcess, pools[name].kv[:n], "put", size, per, prefix, 0)
+				// Labelled too: the lanes dialed here serve the rounds.
+				pprof.Do(ctx, pprof.Labels("pool", name), func(ctx context.Context) {
+					runPhase(ctx, SystemInProcess, pools[name].kv[:n], "put", size, per, prefix, 0)
+				})
 			}
 			phase = "upsert"
 		}
