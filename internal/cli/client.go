@@ -28,6 +28,7 @@ func newClientCmd() *cobra.Command {
 		verbose                                       bool
 		disk                                          diskFlags
 		security                                      clientSecurityFlags
+		allowUIDs                                     string
 	)
 	cmd := &cobra.Command{
 		Use:   "client",
@@ -37,6 +38,10 @@ to the pool and serves the dummy clients of this host (MooncakeDistributedStore.
 with the address HOST:PORT). Each dummy's memory pool is shared memory this process creates,
 registers with its transfer engine and hands over, so dummies' puts and gets of pool buffers
 move without a copy. The first line on stdout names the address and the mounted segment.
+
+A dummy acts with this client's credentials, so only dummies running as this process's user
+or root are served, and those of the users --dummy-allow-uids lists; a dummy likewise talks
+only to a real client of its own user, root, or one $MOONCAKE_REAL_CLIENT_UIDS lists.
 
 With --root-fs-dir DIR --enable-offload the client's segment has a disk tier, as a
 storage node's (mooncake store): Mooncake's mooncake_client --enable_offload.`,
@@ -58,10 +63,14 @@ storage node's (mooncake store): Mooncake's mooncake_client --enable_offload.`,
 			if err != nil {
 				return err
 			}
+			uids, err := dummyclient.ParseUIDs(allowUIDs)
+			if err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--dummy-allow-uids: %w", err)}
+			}
 			log := cmdLogger(cmd, verbose)
 			addr := net.JoinHostPort(host, strconv.Itoa(port))
 			return runClient(cmd.Context(), clientConfig{master: masterAddrOr(masterAddr), secret: secretOr(secret), token: sec.token, tenantID: sec.tenantID, tls: sec.tls, addr: addr, segment: seg, buffer: buf,
-				engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}, log: log, disk: dcfg},
+				engine: transfer.Config{LocalHostname: host, RPCPort: rpcPort, Transport: transport, Logger: log}, log: log, disk: dcfg, allowUIDs: uids},
 				func(segment string) {
 					fmt.Fprintf(cmd.OutOrStdout(), "mooncake client serving dummy clients at %s; segment %s mounted size=%s master=%s\n",
 						addr, segment, formatSize(seg), masterAddrOr(masterAddr))
@@ -76,6 +85,7 @@ storage node's (mooncake store): Mooncake's mooncake_client --enable_offload.`,
 	f.StringVar(&segSize, "segment-size", "1GiB", "memory contributed to the pool (e.g. 512MiB, 4gb)")
 	f.StringVar(&bufSize, "local-buffer-size", "256MiB", "staging buffer for values outside registered memory")
 	f.StringVar(&transport, "transport", "auto", "transfer transport: auto, tcp, shm")
+	f.StringVar(&allowUIDs, "dummy-allow-uids", "", "comma-separated user ids, besides this process's and root, whose dummy clients are served (a dummy acts with this client's credentials)")
 	f.StringVar(&secret, "secret", "", secretUsage)
 	security.register(f)
 	f.BoolVarP(&verbose, "verbose", "v", false, "debug logging")
@@ -92,6 +102,7 @@ type clientConfig struct {
 	engine          transfer.Config
 	log             *slog.Logger
 	disk            *disktier.Config // nil = no disk tier
+	allowUIDs       []uint32         // dummyclient.Config.AllowUIDs
 }
 
 // diskFlags are the disk tier flags of `mooncake client` (those of `mooncake store`).
@@ -148,7 +159,7 @@ func runClient(ctx context.Context, cfg clientConfig, ready func(segment string)
 	if err != nil {
 		return errors.Join(err, eng.Close())
 	}
-	srv, err := dummyclient.New(dummyclient.Config{Addr: cfg.addr, Store: c, Name: eng.Name(), Logger: cfg.log})
+	srv, err := dummyclient.New(dummyclient.Config{Addr: cfg.addr, Store: c, Name: eng.Name(), Logger: cfg.log, AllowUIDs: cfg.allowUIDs})
 	if err == nil {
 		var ln *net.UnixListener
 		if ln, err = srv.Listen(); err == nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -46,6 +47,14 @@ func Dial(ctx context.Context, addr string, poolSize uint64) (*Client, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrNoRealClient, addr, err)
 	}
 	c := &Client{conn: nc.(*net.UnixConn)}
+	allow, err := ParseUIDs(os.Getenv(RealClientUIDsEnv))
+	if err == nil {
+		err = checkPeer(c.conn, allow)
+	}
+	if err != nil {
+		_ = c.conn.Close()
+		return nil, fmt.Errorf("%w: %s: %w", ErrNoRealClient, addr, err)
+	}
 	c.r = bufio.NewReaderSize(c.conn, 256<<10)
 	c.w = bufio.NewWriterSize(c.conn, 256<<10)
 	stop := context.AfterFunc(ctx, func() { _ = c.conn.Close() })

@@ -110,9 +110,16 @@ func (s *memStore) SegmentName() string           { return "127.0.0.1:1234" }
 
 func start(t *testing.T) (*memStore, string) {
 	t.Helper()
+	return startWith(t, Config{})
+}
+
+// startWith serves a memStore with cfg (its Addr and Store set here).
+func startWith(t *testing.T, cfg Config) (*memStore, string) {
+	t.Helper()
 	ms := &memStore{m: map[string][]byte{}}
-	addr := fmt.Sprintf("test-%s", t.Name())
-	srv, err := New(Config{Addr: addr, Store: ms})
+	addr := fmt.Sprintf("test-%s-%d", t.Name(), len(cfg.AllowUIDs))
+	cfg.Addr, cfg.Store = addr, ms
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

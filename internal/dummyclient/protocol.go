@@ -71,6 +71,7 @@ var kinds = map[string]error{
 	"transfer":         store.ErrTransfer,
 	"buffer_too_small": store.ErrBufferTooSmall,
 	"closed":           store.ErrClosed,
+	"peer_not_allowed": ErrPeerNotAllowed,
 }
 
 func toWire(err error) *wireError {

@@ -39,7 +39,10 @@ type Config struct {
 	Store   Backend // the real client's store client
 	Name    string  // the real client's name dummies report (get_hostname); "" = Store.SegmentName()
 	MaxPool uint64  // largest pool one dummy may attach (0 = 64 GiB)
-	Logger  *slog.Logger
+	// AllowUIDs are the users, besides this process's and root, whose
+	// dummies are served (peer.go); others are refused at attach.
+	AllowUIDs []uint32
+	Logger    *slog.Logger
 }
 
 // Server serves dummy clients.
@@ -177,6 +180,18 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	}()
 	r := bufio.NewReaderSize(c, 256<<10)
 	w := bufio.NewWriterSize(c, 256<<10)
+	if err := checkPeer(c, s.cfg.AllowUIDs); err != nil {
+		s.log.Warn("dummy client refused", "err", err)
+		var req request
+		if _, rerr := readFrame(r, &req, nil); rerr != nil {
+			return
+		}
+		if _, _, werr := c.WriteMsgUnix([]byte{'E'}, nil, nil); werr == nil {
+			_ = writeFrame(w, reply{Err: toWire(err)}, nil)
+			_ = w.Flush()
+		}
+		return
+	}
 	for {
 		var req request
 		data, err := readFrame(r, &req, nil)
