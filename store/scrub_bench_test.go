@@ -45,7 +45,9 @@ func BenchmarkScrubChurn(b *testing.B) {
 						}
 					}
 					b.ReportMetric(float64(refused)/float64(b.N), "refused/op")
-					b.ReportMetric(float64(c.master.Core().Stats().Scrubbing), "scrubbing-B")
+					st := c.master.Core().Stats()
+					b.ReportMetric(float64(st.Scrubbing), "scrubbing-B")
+					b.ReportMetric(float64(st.ScrubHeld), "held-B")
 				})
 			}
 		}
