@@ -14,7 +14,7 @@ import (
 // filed under its key, in segOrder and in its client's map, and the pending
 // set is exactly the unfinished puts.
 // checkDirty: a segment's dirty bytes are its dirty extents' lengths, and
-// its owners' index holds exactly its unnamed extents with an owner.
+// its owners' index holds exactly its waiting extents with an owner.
 func checkDirty(t *testing.T, s *segment) {
 	t.Helper()
 	var n, held uint64
@@ -23,16 +23,25 @@ func checkDirty(t *testing.T, s *segment) {
 	for _, h := range s.held {
 		inHeap[h] = true
 	}
+	for _, h := range s.aging[s.agingHead:] {
+		inHeap[h] = true
+	}
 	for off, d := range s.dirty {
 		n += d.n
 		if d.held {
 			held += d.n
-			if !inHeap[heldRef{until: d.until, off: off}] {
-				t.Fatalf("segment %s: held dirty extent at %d (%+v) not in the heap", s.spec.Name, off, d)
-			}
+		}
+		if n, in := s.ready[off]; in != d.ready || (in && n != d.n) {
+			t.Fatalf("segment %s: dirty extent at %d (%+v) in the ready set: %v", s.spec.Name, off, d, in)
+		}
+		if !d.ready && !inHeap[heldRef{until: d.until, off: off}] {
+			t.Fatalf("segment %s: waiting dirty extent at %d (%+v) in neither the queue nor the heap", s.spec.Name, off, d)
+		}
+		if d.ready && d.held {
+			t.Fatalf("segment %s: dirty extent at %d (%+v) ready and held", s.spec.Name, off, d)
 		}
 		_, in := s.dirtyFit[dirtyFit{d.owner, d.n}][off]
-		if want := !d.named && d.owner != noOwner; in != want {
+		if want := !d.ready && d.owner != noOwner; in != want {
 			t.Fatalf("segment %s: dirty extent at %d (%+v) in the owners' index: %v", s.spec.Name, off, d, in)
 		}
 		if in {
@@ -41,6 +50,11 @@ func checkDirty(t *testing.T, s *segment) {
 	}
 	for _, set := range s.dirtyFit {
 		fit -= len(set)
+	}
+	for off := range s.ready {
+		if _, ok := s.dirty[off]; !ok {
+			t.Fatalf("segment %s: %d ready but not dirty", s.spec.Name, off)
+		}
 	}
 	if held != s.heldBytes {
 		t.Fatalf("segment %s: %d held bytes counted, %d in its extents", s.spec.Name, s.heldBytes, held)

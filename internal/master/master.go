@@ -234,7 +234,10 @@ type segment struct {
 	dirtyFit      map[dirtyFit]map[uint64]struct{} // their offsets by owner and length, for the owner's puts
 	dirtyBytes    uint64                           // their lengths
 	heldBytes     uint64                           // of those, the lengths a write grant may still cover (scrub.go)
-	held          heldHeap                         // those extents by the end of their hold, with stale entries
+	held          heldHeap                         // held dirty extents, by the end of their hold, with stale entries (scrub.go)
+	aging         []heldRef                        // other waiting dirty extents from agingHead on, in the order of their wait's end, with stale entries
+	agingHead     int
+	ready         map[uint64]uint64 // dirty extents whose wait ended, their lengths: what ping answers name
 }
 
 type client struct {

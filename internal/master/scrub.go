@@ -52,8 +52,9 @@ import (
 // (grantHoldLocked: the object was placed, or last rewritten, less than
 // PutTimeout ago, or its read lease has not ended, with grantClockSlack)
 // is held: not named for zeroing, so reused by no other tenant, before
-// that grant ends; its owner may take it back as before. Held bytes are no reason for another tenant's put to wait
-// (scrubbingLocked leaves them out): it evicts instead. A freed durable
+// that grant ends; its owner may take it back as before. Held bytes are
+// no reason for another tenant's put to wait (scrubbingLocked leaves them
+// out): it evicts instead. A freed durable
 // object's header, zeroed as a tombstone, is held the same way when no
 // remover's fence already outlasts the grant.
 //
@@ -69,18 +70,28 @@ type ScrubRef struct {
 	Offset, Length uint64
 }
 
-// dirtyExt is a dirty extent's rounded length and owner; named once a
-// ping answer named it to its node, which may zero it any time from then
-// on, so its owner may no longer take it (reuseDirtyLocked).
+// dirtyExt is a dirty extent's rounded length and owner.
+//
+// An extent waits until until, in its segment's queue (segment.aging:
+// scrubAge after the free, so in the order of freeing) or, held, in its
+// heap (segment.held, by the end of the hold); then it is ready
+// (segment.ready, with its length): the set ping answers name from, so an
+// answer costs what it names, however many extents wait. Waits that ended
+// are settled at most maxSettle a call (settleHeldLocked), so a million
+// extents freed at once come ready over a few hundred pings, each hold of
+// the lock short. A
+// ready extent may be named, and the node may zero it any time from then
+// on, so its owner no longer takes it (it leaves the owners' index,
+// segment.dirtyFit, when it becomes ready).
 type dirtyExt struct {
 	n     uint64
 	until nanotime // not named for zeroing before
 	owner string
-	named bool
-	held  bool // until is a write grant's end (grantHoldLocked), counted in segment.heldBytes
+	held  bool // until is a grant's end (grantHoldLocked), counted in segment.heldBytes
+	ready bool // in segment.ready
 }
 
-// heldRef is a held dirty extent in its segment's heap, by until.
+// heldRef is a waiting dirty extent in its segment's heap, by until.
 type heldRef struct {
 	until nanotime
 	off   uint64
@@ -105,9 +116,6 @@ const (
 	// scrubPart is how many reported extents one hold of the lock takes
 	// back.
 	scrubPart = 512
-	// scrubLook bounds the dirty extents one answer looks at (those
-	// younger than scrubAge are skipped).
-	scrubLook = 4 * maxScrubPerPing
 	// scrubAge is how long an extent with an owner stays dirty before it
 	// is named for zeroing: a tenant replacing or evicting its own objects
 	// at a steady rate takes its freed space back at once, unzeroed.
@@ -181,11 +189,21 @@ func (m *Master) releaseLocked(s *segment, off, n uint64, owner string, hold nan
 	if hold > until {
 		d.until, d.held = hold, true
 		s.heldBytes += n
-		heap.Push(&s.held, heldRef{until: hold, off: off})
 		m.tenantHeldLocked(owner, int64(n))
 	}
 	s.dirty[off] = d
 	s.dirtyBytes += n
+	if owner == noOwner && !d.held {
+		d.ready = true
+		s.dirty[off] = d
+		s.readyLocked(off, n)
+		return
+	}
+	if d.held {
+		heap.Push(&s.held, heldRef{until: d.until, off: off})
+	} else {
+		s.aging = append(s.aging, heldRef{until: d.until, off: off})
+	}
 	if owner != noOwner {
 		k := dirtyFit{owner, n}
 		set := s.dirtyFit[k]
@@ -210,40 +228,89 @@ func (m *Master) undirtyLocked(s *segment, off uint64) {
 		s.heldBytes -= d.n
 		m.tenantHeldLocked(d.owner, -int64(d.n))
 	}
-	s.unfitLocked(off, d)
+	if d.ready {
+		delete(s.ready, off)
+	} else {
+		s.unfitLocked(off, d)
+	}
 	if len(s.dirty) == 0 {
-		s.dirty, s.dirtyFit = nil, nil // the maps' buckets go with their last entries
-		s.held = nil                   // every entry left is stale
+		s.dirty, s.dirtyFit, s.ready = nil, nil, nil // the maps' buckets go with their last entries
+		s.held, s.aging, s.agingHead = nil, nil, 0   // every entry left is stale
 	}
 }
 
-// settleHeldLocked ends the holds of s's dirty extents that ended by now
-// (their heap entries; an entry whose extent left the dirty set, or came
-// back with another hold, is stale and dropped). O(holds ended).
-func (m *Master) settleHeldLocked(s *segment, now nanotime) {
-	for len(s.held) > 0 && s.held[0].until <= now {
-		h := heap.Pop(&s.held).(heldRef)
-		if d, ok := s.dirty[h.off]; ok && d.held && d.until == h.until {
-			d.held = false
-			s.dirty[h.off] = d
-			s.heldBytes -= d.n
-			m.tenantHeldLocked(d.owner, -int64(d.n))
-		}
+// readyLocked adds the n bytes at off to s's ready set.
+func (s *segment) readyLocked(off, n uint64) {
+	if s.ready == nil {
+		s.ready = map[uint64]uint64{}
+	}
+	s.ready[off] = n
+}
+
+// maxSettle bounds the ended waits settleAllHeldLocked settles (a few
+// milliseconds' work at most); a ping's Scrub settles settlePart per hold
+// of the lock, up to maxScrubPerPing.
+const (
+	maxSettle  = 4096
+	settlePart = 512
+)
+
+// settleHeldLocked makes up to *budget dirty extents of s whose wait
+// ended by now ready, ending their holds, and takes them off *budget
+// (queue and heap entries whose extent left the dirty set, or came back
+// with another wait, are stale and dropped, and count too). O(*budget).
+func (m *Master) settleHeldLocked(s *segment, now nanotime, budget *int) {
+	for *budget > 0 && s.agingHead < len(s.aging) && s.aging[s.agingHead].until <= now {
+		h := s.aging[s.agingHead]
+		s.agingHead++
+		*budget--
+		m.endWaitLocked(s, h)
+	}
+	if s.agingHead == len(s.aging) {
+		s.aging, s.agingHead = s.aging[:0], 0
+	} else if s.agingHead > len(s.aging)/2 { // the queue's array is reused, not grown forever
+		s.aging = s.aging[:copy(s.aging, s.aging[s.agingHead:])]
+		s.agingHead = 0
+	}
+	for *budget > 0 && len(s.held) > 0 && s.held[0].until <= now {
+		*budget--
+		m.endWaitLocked(s, heap.Pop(&s.held).(heldRef))
 	}
 	if len(s.held) == 0 {
 		s.held = nil
 	}
+	if len(s.aging) == 0 {
+		s.aging = nil
+	}
 }
 
-// settleAllHeldLocked is settleHeldLocked for every segment.
-// O(segments + holds ended).
+// endWaitLocked makes the extent of the queue or heap entry h ready
+// (nothing when h is stale).
+func (m *Master) endWaitLocked(s *segment, h heldRef) {
+	d, ok := s.dirty[h.off]
+	if !ok || d.ready || d.until != h.until {
+		return
+	}
+	if d.held {
+		d.held = false
+		s.heldBytes -= d.n
+		m.tenantHeldLocked(d.owner, -int64(d.n))
+	}
+	d.ready = true
+	s.dirty[h.off] = d
+	s.unfitLocked(h.off, d)
+	s.readyLocked(h.off, d.n)
+}
+
+// settleAllHeldLocked is settleHeldLocked for every segment, maxSettle in
+// all. O(segments + maxSettle).
 func (m *Master) settleAllHeldLocked() {
 	if !m.cfg.Scrub {
 		return
 	}
-	now := nanoOf(m.clock.Now())
+	now, budget := nanoOf(m.clock.Now()), maxSettle
 	for _, s := range m.segOrder {
-		m.settleHeldLocked(s, now)
+		m.settleHeldLocked(s, now, &budget)
 	}
 }
 
@@ -327,26 +394,33 @@ func (m *Master) Scrub(clientID string, zeroed []ScrubRef) (todo []ScrubRef) {
 			m.mu.Unlock()
 			continue
 		}
-		var bytes uint64
+		// Waits that ended come ready settlePart at a time, one hold of
+		// the lock each, up to an answer's worth.
 		now := nanoOf(m.clock.Now())
-		looked := 0
+		for range maxScrubPerPing / settlePart {
+			budget := settlePart
+			for _, s := range c.segments {
+				m.settleHeldLocked(s, now, &budget)
+			}
+			if budget > 0 {
+				break
+			}
+			m.mu.Unlock()
+			m.mu.Lock()
+			if c = m.clients[clientID]; c == nil {
+				m.mu.Unlock()
+				return nil
+			}
+		}
+		var bytes uint64
 	segs:
 		for _, s := range c.segments {
-			for off, d := range s.dirty {
-				if len(todo) >= maxScrubPerPing || (len(todo) > 0 && bytes+d.n > maxScrubBytesPerPing) || looked >= scrubLook {
+			for off, n := range s.ready {
+				if len(todo) >= maxScrubPerPing || (len(todo) > 0 && bytes+n > maxScrubBytesPerPing) {
 					break segs
 				}
-				looked++
-				if d.until > now {
-					continue // its owner's next puts may take it as it is, or a write grant may still cover it
-				}
-				todo = append(todo, ScrubRef{Segment: s.spec.Name, Offset: off, Length: d.n})
-				bytes += d.n
-				if !d.named {
-					s.unfitLocked(off, d)
-					d.named = true
-					s.dirty[off] = d
-				}
+				todo = append(todo, ScrubRef{Segment: s.spec.Name, Offset: off, Length: n})
+				bytes += n
 			}
 		}
 		m.mu.Unlock()
@@ -383,14 +457,13 @@ func (m *Master) dirtyFreeLocked(s *segment, off uint64) {
 // scrubbingLocked reports whether a segment that takes new objects has at
 // least size bytes waiting to be zeroed, not counting those a write grant
 // holds (which come back only when it ends: a put evicts rather than wait
-// for them). O(segments + holds ended).
+// for them). O(segments + maxSettle).
 func (m *Master) scrubbingLocked(size uint64) bool {
 	if !m.cfg.Scrub {
 		return false
 	}
-	now := nanoOf(m.clock.Now())
+	m.settleAllHeldLocked()
 	return slices.ContainsFunc(m.segOrder, func(s *segment) bool {
-		m.settleHeldLocked(s, now)
 		return s.dirtyBytes-s.heldBytes >= s.alloc.Rounded(size) && !s.draining && !m.evacuatingLocked(s) && !m.restoringLocked(s)
 	})
 }

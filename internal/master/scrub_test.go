@@ -150,7 +150,7 @@ func TestScrubAnswerBounded(t *testing.T) {
 
 // TestScrubAtScale: 200,000 freed extents (of one tenant's removed
 // objects, aged) drain through bounded answers: none names more than
-// maxScrubPerPing, each looks at no more than scrubLook, and after
+// maxScrubPerPing, and after
 // ceil(n / maxScrubPerPing) reports everything is free again.
 func TestScrubAtScale(t *testing.T) {
 	const n = 200_000
@@ -216,6 +216,50 @@ func BenchmarkScrubAnswer(b *testing.B) {
 		m.mu.Unlock()
 		todo = next
 		b.StartTimer()
+	}
+}
+
+// BenchmarkScrubName: a Scrub call that reports nothing, on a segment
+// with 1,000,000 dirty extents whose wait ended (each call settles an
+// answer's worth of them, settlePart per hold of the lock, and names
+// them), and on one with 1,000,000 held and 4,096 ready: an answer costs
+// what it names, not what waits.
+func BenchmarkScrubName(b *testing.B) {
+	for _, held := range []bool{false, true} {
+		b.Run(fmt.Sprintf("held=%v", held), func(b *testing.B) {
+			const n, ready = 1_000_000, maxScrubPerPing
+			clk := newFakeClock()
+			m, err := New(Config{Scrub: true, Align: 64}, clk)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := m.MountSegment("client-s", SegmentSpec{Name: "s", Endpoint: "ep", Base: 1 << 30, Size: (n + ready) * 64}); err != nil {
+				b.Fatal(err)
+			}
+			m.mu.Lock()
+			s := m.segOrder[0]
+			if !s.alloc.AllocAt(0, (n+ready)*64) {
+				b.Fatal("alloc")
+			}
+			var hold nanotime
+			if held {
+				hold = nanoOf(clk.Now().Add(time.Hour))
+			}
+			for i := range uint64(n + ready) {
+				if i < n {
+					m.releaseLocked(s, i*64, 64, "a", hold)
+				} else {
+					m.releaseLocked(s, i*64, 64, noOwner, 0)
+				}
+			}
+			m.mu.Unlock()
+			clk.Advance(scrubAge)
+			for b.Loop() {
+				if todo := m.Scrub("client-s", nil); len(todo) != maxScrubPerPing {
+					b.Fatalf("named %d", len(todo))
+				}
+			}
+		})
 	}
 }
 
@@ -479,5 +523,46 @@ func TestScrubHeldCharged(t *testing.T) {
 	m.mu.Lock()
 	checkDirty(t, m.segOrder[0])
 	checkTenantHeld(t, m)
+	m.mu.Unlock()
+}
+
+// TestScrubReadyAmongHeld: an answer names the extents ready for zeroing
+// at once however many others are held (it does not look through them):
+// 1,000 ready among 200,000 held all go in the first answer.
+func TestScrubReadyAmongHeld(t *testing.T) {
+	const held, ready = 200_000, 1_000
+	m, clk := newTestMaster(t, Config{Scrub: true, Align: 64}, map[string]uint64{"s": (held + ready) * 64})
+	m.mu.Lock()
+	s := m.segOrder[0]
+	if !s.alloc.AllocAt(0, (held+ready)*64) {
+		t.Fatal("alloc")
+	}
+	hold := nanoOf(clk.Now().Add(time.Minute))
+	for i := range uint64(held) {
+		m.releaseLocked(s, i*64, 64, "a", hold)
+	}
+	for i := range uint64(ready) {
+		m.releaseLocked(s, (held+i)*64, 64, noOwner, 0)
+	}
+	checkDirty(t, s)
+	m.mu.Unlock()
+	todo := m.Scrub("client-s", nil)
+	if len(todo) != ready {
+		t.Fatalf("first answer names %d, want the %d ready", len(todo), ready)
+	}
+	for _, x := range todo {
+		if x.Offset < held*64 {
+			t.Fatalf("a held extent named: %v", x)
+		}
+	}
+	if left := m.Scrub("client-s", todo); len(left) != 0 {
+		t.Fatalf("after the report: %d named", len(left))
+	}
+	clk.Advance(time.Minute)
+	if todo = m.Scrub("client-s", nil); len(todo) != maxScrubPerPing {
+		t.Fatalf("after the holds: %d named, want a full answer", len(todo))
+	}
+	m.mu.Lock()
+	checkDirty(t, s)
 	m.mu.Unlock()
 }
