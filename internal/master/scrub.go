@@ -77,11 +77,11 @@ type ScrubRef struct {
 // heap (segment.held, by the end of the hold); then it is ready
 // (segment.ready, with its length): the set ping answers name from, so an
 // answer costs what it names, however many extents wait. Waits that ended
-// are settled at most maxSettle a call (settleHeldLocked), so a million
-// extents freed at once come ready over a few hundred pings, each hold of
-// the lock short. A
-// ready extent may be named, and the node may zero it any time from then
-// on, so its owner no longer takes it (it leaves the owners' index,
+// are settled at most settlePart per hold of the lock (settleHeldLocked),
+// so a million extents freed at once come ready over a few hundred pings,
+// each hold of the lock short. A ready extent may be named, and the node
+// may zero it any time from then on, so its owner no longer takes it (it
+// leaves the owners' index,
 // segment.dirtyFit, when it becomes ready).
 type dirtyExt struct {
 	n     uint64
@@ -247,13 +247,10 @@ func (s *segment) readyLocked(off, n uint64) {
 	s.ready[off] = n
 }
 
-// maxSettle bounds the ended waits settleAllHeldLocked settles (a few
-// milliseconds' work at most); a ping's Scrub settles settlePart per hold
-// of the lock, up to maxScrubPerPing.
-const (
-	maxSettle  = 4096
-	settlePart = 512
-)
+// settlePart bounds the ended waits one hold of the lock settles (well
+// under a millisecond's work): settleAllHeldLocked's callers settle that
+// many, a ping's Scrub that many per hold up to maxScrubPerPing.
+const settlePart = 512
 
 // settleHeldLocked makes up to *budget dirty extents of s whose wait
 // ended by now ready, ending their holds, and takes them off *budget
@@ -302,13 +299,13 @@ func (m *Master) endWaitLocked(s *segment, h heldRef) {
 	s.readyLocked(h.off, d.n)
 }
 
-// settleAllHeldLocked is settleHeldLocked for every segment, maxSettle in
-// all. O(segments + maxSettle).
+// settleAllHeldLocked is settleHeldLocked for every segment, settlePart
+// in all. O(segments + settlePart).
 func (m *Master) settleAllHeldLocked() {
 	if !m.cfg.Scrub {
 		return
 	}
-	now, budget := nanoOf(m.clock.Now()), maxSettle
+	now, budget := nanoOf(m.clock.Now()), settlePart
 	for _, s := range m.segOrder {
 		m.settleHeldLocked(s, now, &budget)
 	}
@@ -457,7 +454,7 @@ func (m *Master) dirtyFreeLocked(s *segment, off uint64) {
 // scrubbingLocked reports whether a segment that takes new objects has at
 // least size bytes waiting to be zeroed, not counting those a write grant
 // holds (which come back only when it ends: a put evicts rather than wait
-// for them). O(segments + maxSettle).
+// for them). O(segments + settlePart).
 func (m *Master) scrubbingLocked(size uint64) bool {
 	if !m.cfg.Scrub {
 		return false
