@@ -81,8 +81,7 @@ type ScrubRef struct {
 // so a million extents freed at once come ready over a few hundred pings,
 // each hold of the lock short. A ready extent may be named, and the node
 // may zero it any time from then on, so its owner no longer takes it (it
-// leaves the owners' index,
-// segment.dirtyFit, when it becomes ready).
+// leaves the owners' index, segment.dirtyFit, when it becomes ready).
 type dirtyExt struct {
 	n     uint64
 	until nanotime // not named for zeroing before
