@@ -26,6 +26,26 @@ func (m *Master) forgetClientLocked(id string) {
 	m.liveMu.Unlock()
 }
 
+// BindClient binds the known client clientID to ns, the key namespace of
+// the tenant that registered it, unless it is bound already (the caller's
+// scoping: ClientFree). Nothing for an unknown client or an empty ns.
+func (m *Master) BindClient(clientID, ns string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := m.clients[clientID]; c != nil && c.ns == "" {
+		c.ns = ns
+	}
+}
+
+// ClientFree reports whether a caller of namespace ns may act as
+// clientID: the client is unknown, bound to no namespace, or bound to ns.
+func (m *Master) ClientFree(clientID, ns string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.clients[clientID]
+	return c == nil || c.ns == "" || c.ns == ns
+}
+
 // Leave forgets a client that is closing: it stops counting as live at
 // once and is not dropped (nor counted as dropped) after ClientTTL. A client
 // that still has mounted segments is kept (its segments are unmounted first,

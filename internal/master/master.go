@@ -244,6 +244,7 @@ type client struct {
 	id       string
 	seen     atomic.Int64 // unix nanoseconds of the last sign of life (Ping without mu)
 	segments map[string]*segment
+	ns       string // key namespace of the tenant that registered it (BindClient; "" none)
 }
 
 func (c *client) lastSeen() time.Time { return time.Unix(0, c.seen.Load()) }

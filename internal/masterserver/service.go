@@ -235,7 +235,11 @@ func filterOwn[T any](xs []T, seg func(T) string, own func(string) bool) []T {
 
 // MountSegment implements MasterService.
 func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.Status, error) {
-	if err := s.mountable(callerOf(ctx), r.Segment.GetName()); err != nil {
+	caller := callerOf(ctx)
+	if err := s.clientFree(caller, r.ClientId); err != nil {
+		return status(err), nil
+	}
+	if err := s.mountable(caller, r.Segment.GetName()); err != nil {
 		return status(err), nil
 	}
 	if err := s.grants.checkMount(r.Proof, r.ClientId, r.Segment); err != nil {
@@ -243,9 +247,29 @@ func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (
 	}
 	err := s.m.MountSegment(r.ClientId, specFromPB(r.Segment))
 	if err == nil {
-		s.segTenant.Store(r.Segment.GetName(), callerOf(ctx).Name)
+		s.segTenant.Store(r.Segment.GetName(), caller.Name)
+		s.bindClient(caller, r.ClientId)
 	}
 	return status(err), nil
+}
+
+// clientFree refuses a tenant's call that registers, remounts or forgets
+// the client id of another tenant's client (bound when that tenant
+// registered it: bindClient): it would drop that client's restore, or
+// make the master forget it. Callers without a namespace (the raw key
+// space, admins) act on any client.
+func (s *Service) clientFree(t *tenant.Tenant, clientID string) error {
+	if bound(t) && !s.m.ClientFree(clientID, t.Namespace) {
+		return fmt.Errorf("%w: client id %q is in use", master.ErrInvalidParams, clientID)
+	}
+	return nil
+}
+
+// bindClient binds clientID, which t just registered, to t's namespace.
+func (s *Service) bindClient(t *tenant.Tenant, clientID string) {
+	if bound(t) {
+		s.m.BindClient(clientID, t.Namespace)
+	}
 }
 
 // RemountSegments implements MasterService: one call of a restore session
@@ -257,6 +281,9 @@ func (s *Service) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (
 // closes it.
 func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequest) (*pb.RemountSegmentsResponse, error) {
 	caller := callerOf(ctx)
+	if err := s.clientFree(caller, r.ClientId); err != nil {
+		return &pb.RemountSegmentsResponse{Status: status(err)}, nil
+	}
 	for i, sg := range r.Segments {
 		if err := s.mountable(caller, sg.GetName()); err != nil {
 			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
@@ -285,6 +312,7 @@ func (s *Service) RemountSegments(ctx context.Context, r *pb.RemountSegmentsRequ
 		if id, err = s.m.RestoreBeginFresh(r.ClientId, specs, r.Fresh); err != nil {
 			return &pb.RemountSegmentsResponse{Status: status(err)}, nil
 		}
+		s.bindClient(caller, r.ClientId)
 		if r.Total > 0 {
 			if err := s.m.RestoreExpect(r.ClientId, id, r.Total); err != nil {
 				return &pb.RemountSegmentsResponse{Status: status(err)}, nil
@@ -330,10 +358,14 @@ func (s *Service) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentReques
 
 // Leave implements MasterService: a closing client without segments is
 // forgotten at once. It needs no secret: a client forgotten while alive is
-// told to remount by its next ping and registers again.
-func (s *Service) Leave(_ context.Context, r *pb.LeaveRequest) (*pb.Status, error) {
+// told to remount by its next ping and registers again. Another tenant's
+// client is left alone (answered as an unknown one).
+func (s *Service) Leave(ctx context.Context, r *pb.LeaveRequest) (*pb.Status, error) {
 	if r.ClientId == "" {
 		return status(fmt.Errorf("%w: empty client id", master.ErrInvalidParams)), nil
+	}
+	if s.clientFree(callerOf(ctx), r.ClientId) != nil {
+		return status(nil), nil
 	}
 	s.m.Leave(r.ClientId)
 	return status(nil), nil

@@ -433,3 +433,59 @@ func TestCooperativeTenantEvents(t *testing.T) {
 		t.Fatalf("events %q, want [%q]", got, want)
 	}
 }
+
+// TestTenantClientBinding: a client id is its registering tenant's:
+// another tenant naming it can neither remount it (which would drop its
+// restore) nor make the master forget it (Leave); its own tenant and an
+// admin can.
+func TestTenantClientBinding(t *testing.T) {
+	set, err := tenant.Parse([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(ServerConfig{Core: master.DefaultConfig(), Addr: "127.0.0.1:0", Secret: "the-secret", Tenants: tenant.Static(set)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := dialGRPC(t, s.Addr(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, b, admin := bearer(ctx, "token-a-0001"), bearer(ctx, "token-b-0001"), bearer(ctx, "the-secret")
+	known := func(id string) bool {
+		r, err := c.Ping(admin, &pb.PingRequest{ClientId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !r.NeedRemount
+	}
+	if r, err := c.RemountSegments(a, &pb.RemountSegmentsRequest{ClientId: "ca"}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("a registers: %v %v", r, err)
+	}
+	if !known("ca") {
+		t.Fatal("a's client not registered")
+	}
+	if st, err := c.Leave(b, &pb.LeaveRequest{ClientId: "ca"}); err != nil || st.Code != 0 {
+		t.Fatalf("b's leave: %v %v", st, err)
+	}
+	if !known("ca") {
+		t.Fatal("b's Leave made the master forget a's client")
+	}
+	if r, err := c.RemountSegments(b, &pb.RemountSegmentsRequest{ClientId: "ca"}); err != nil || r.Status.Code != master.Code(master.ErrInvalidParams) {
+		t.Fatalf("b remounts a's client: %v %v, want INVALID_PARAMS", r, err)
+	}
+	if st, err := c.MountSegment(b, &pb.MountSegmentRequest{ClientId: "ca", Segment: &pb.Segment{Name: "seg-b", Endpoint: "127.0.0.1:2", Base: 1 << 30, Size: 1 << 20}}); err != nil || st.Code != master.Code(master.ErrInvalidParams) {
+		t.Fatalf("b mounts under a's client: %v %v, want INVALID_PARAMS", st, err)
+	}
+	if st, err := c.Leave(a, &pb.LeaveRequest{ClientId: "ca"}); err != nil || st.Code != 0 || known("ca") {
+		t.Fatalf("a's own leave: %v %v, known %v", st, err, known("ca"))
+	}
+	// Forgotten, the id is free again: b registers it as its own; an admin
+	// may act on any client.
+	if r, err := c.RemountSegments(b, &pb.RemountSegmentsRequest{ClientId: "ca"}); err != nil || r.Status.Code != 0 {
+		t.Fatalf("b registers a free id: %v %v", r, err)
+	}
+	if st, err := c.Leave(admin, &pb.LeaveRequest{ClientId: "ca"}); err != nil || st.Code != 0 || known("ca") {
+		t.Fatalf("admin's leave: %v %v", st, err)
+	}
+}
