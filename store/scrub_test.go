@@ -452,3 +452,48 @@ func TestGrantsScrubHoldsReadGrant(t *testing.T) {
 		})
 	}
 }
+
+// TestGrantsScrubHeldQuota: tenant a (quota 256 KB) puts and removes
+// objects of ever new sizes as fast as it can, so every extent it frees
+// is held (its put's write grant lives) and none is the size its next put
+// would take back; held bytes count against its quota, so its puts are
+// refused (quota exceeded) before it holds more than that, and tenant b's
+// puts still find the rest of the pool. Without the charge a's held space
+// grew past its quota until the pool was full and b's puts failed.
+func TestGrantsScrubHeldQuota(t *testing.T) {
+	c := newTenantGrantCluster(t, master.Config{}, 1<<20, false)
+	ctx := ctxT(t)
+	a, b := grantTenantClient(c, "token-a-first"), grantTenantClient(c, "token-b-first")
+	refused := 0
+	for i := range 48 {
+		k := fmt.Sprint("churn-", i)
+		err := a.Put(ctx, k, value(k, 24<<10+i*1024))
+		if errors.Is(err, store.ErrQuotaExceeded) {
+			refused++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("a's put %d: %v", i, err)
+		}
+		if err := a.Remove(ctx, k, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := c.master.Core().Stats()
+	t.Logf("a refused %d of 48; held %d bytes", refused, st.ScrubHeld)
+	if refused == 0 {
+		t.Fatal("a's churn never hit its quota: the test held nothing")
+	}
+	if st.ScrubHeld > 256_000+64<<10 {
+		t.Fatalf("%d bytes held, past a's quota", st.ScrubHeld)
+	}
+	for i := range 8 { // 512 KiB: the pool less a's quota (its extents scattered) holds it
+		k := fmt.Sprint("b-", i)
+		if err := b.Put(ctx, k, value(k, 64<<10)); err != nil {
+			t.Fatalf("b's put %d with a's churn held: %v", i, err)
+		}
+		if got, err := b.Get(ctx, k); err != nil || !bytes.Equal(got, value(k, 64<<10)) {
+			t.Fatalf("b's get %d: %v", i, err)
+		}
+	}
+}
