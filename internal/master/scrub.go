@@ -180,7 +180,10 @@ func (m *Master) releaseLocked(s *segment, off, n uint64, owner string, hold nan
 	if s.dirty == nil {
 		s.dirty, s.dirtyFit = map[uint64]dirtyExt{}, map[dirtyFit]map[uint64]struct{}{}
 	}
-	until := nanoOf(m.clock.Now())
+	now := nanoOf(m.clock.Now())
+	budget := settleOnFree
+	m.settleHeldLocked(s, now, &budget)
+	until := now
 	if owner != noOwner {
 		until += nanotime(scrubAge)
 	}
@@ -250,6 +253,12 @@ func (s *segment) readyLocked(off, n uint64) {
 // under a millisecond's work): settleAllHeldLocked's callers settle that
 // many, a ping's Scrub that many per hold up to maxScrubPerPing.
 const settlePart = 512
+
+// settleOnFree is how many ended waits each free settles: more than the
+// one entry it adds, so the queue and heap drain as fast as frees fill
+// them even when no ping settles (an owner taking its extents back leaves
+// their entries stale, to be dropped here).
+const settleOnFree = 2
 
 // settleHeldLocked makes up to *budget dirty extents of s whose wait
 // ended by now ready, ending their holds, and takes them off *budget

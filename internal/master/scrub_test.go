@@ -566,3 +566,45 @@ func TestScrubReadyAmongHeld(t *testing.T) {
 	checkDirty(t, s)
 	m.mu.Unlock()
 }
+
+// TestScrubWaitsBounded: a tenant replacing its own objects takes every
+// freed extent back at once, leaving its queue or heap entry stale; with
+// no ping settling anything, the frees themselves drop those entries, so
+// the queue holds about a scrubAge's worth of frees and the heap a hold's
+// worth, not every free there was.
+func TestScrubWaitsBounded(t *testing.T) {
+	const n, rounds = 256, 20_000
+	m, clk := newTestMaster(t, Config{Scrub: true, Align: 64, PutTimeout: 10 * time.Millisecond}, map[string]uint64{"s": n * 4096})
+	ns := tenant.Namespace("a")
+	for i := range n - 1 {
+		mustPut(t, m, fmt.Sprint(ns, i), 4096, ReplicateConfig{Replicas: 1})
+	}
+	// Another tenant's freed extent, never reported: the dirty set is never
+	// empty (which would drop every entry at once).
+	mustPut(t, m, tenant.Namespace("b")+"b", 4096, ReplicateConfig{Replicas: 1})
+	if err := m.Remove(tenant.Namespace("b")+"b", false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range rounds {
+		if i == rounds/2 {
+			pastPutGrants(m, clk) // from here on some freed objects are past their grants: queued, not held
+		}
+		k := fmt.Sprint(ns, i%(n-1))
+		if err := m.Remove(k, false); err != nil {
+			t.Fatal(err)
+		}
+		mustPut(t, m, k, 4096, ReplicateConfig{Replicas: 1}) // takes the freed extent back
+		clk.Advance(time.Millisecond)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.segOrder[0]
+	checkDirty(t, s)
+	queued, held := len(s.aging)-s.agingHead, len(s.held)
+	t.Logf("queue %d, heap %d entries after %d frees", queued, held, rounds)
+	// a hold is PutTimeout + grantClockSlack (1.01 s: 1,010 frees here),
+	// the aging scrubAge (50 frees)
+	if queued > 200 || held > 2_500 {
+		t.Fatalf("queue %d, heap %d entries: stale entries pile up", queued, held)
+	}
+}
