@@ -608,3 +608,27 @@ func TestScrubWaitsBounded(t *testing.T) {
 		t.Fatalf("queue %d, heap %d entries: stale entries pile up", queued, held)
 	}
 }
+
+// TestScrubHeldUnmount: what a tenant held on a segment stops counting
+// against its quota when the segment is unmounted.
+func TestScrubHeldUnmount(t *testing.T) {
+	m, _ := newTestMaster(t, Config{Scrub: true}, map[string]uint64{"s": 256 << 10})
+	m.SetTenantQuotas(quotaMap{"a": {128 << 10, 0}})
+	na := tenant.Namespace("a")
+	mustPut(t, m, na+"x", 64<<10, ReplicateConfig{Replicas: 1})
+	if err := m.Remove(na+"x", false); err != nil {
+		t.Fatal(err)
+	}
+	if u := m.TenantUsages(); len(u) != 1 || u[0].Held != 64<<10 {
+		t.Fatalf("usages %+v, want a holding its removed object", u)
+	}
+	if err := m.UnmountSegment("client-s", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if u := m.TenantUsages(); len(u) != 0 {
+		t.Fatalf("usages %+v after the unmount, want none", u)
+	}
+	m.mu.Lock()
+	checkTenantHeld(t, m)
+	m.mu.Unlock()
+}

@@ -163,6 +163,13 @@ func (m *Master) unmountLocked(s *segment) {
 	for off, tb := range s.tombs {
 		m.untombLocked(s, off, tb)
 	}
+	if s.heldBytes > 0 { // the tenants' charge for what was held here goes with it
+		for _, d := range s.dirty {
+			if d.held {
+				m.tenantHeldLocked(d.owner, -int64(d.n))
+			}
+		}
+	}
 	m.dropSegmentDiskLocked(s)
 	delete(m.segments, s.key)
 	m.segTab[s.id] = nil
