@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvcache-go/mooncake/internal/tenant"
 )
 
 // checkInvariants verifies the core's bookkeeping: every segment's used
@@ -340,6 +342,9 @@ func FuzzMasterOps(f *testing.F) {
 	// Upserts through reused slots (durable): k0 by c0 three times, k0 removed while c0's slot
 	// holds its older header, a heartbeat; k1 by c1 twice, then evicted by a fill.
 	f.Add([]byte{1, 20, 0x80, 20, 0x80, 20, 0x80, 4, 0x80, 7, 0x10, 20, 0x80, 20, 0x81, 20, 0x81, 0, 0x7f, 0, 0x7e, 7, 0xff, 20, 0x80})
+	// Twelve bytes: scrubbing and tenant t's keys; t's puts, removes (held)
+	// and a tick past the holds.
+	f.Add([]byte{0, 4, 1, 4, 0, 5, 4, 4, 4, 5, 7, 200})
 	f.Fuzz(runOps)
 }
 
@@ -355,6 +360,12 @@ func runOps(t *testing.T, ops []byte) {
 	}
 	if durable {
 		ops = ops[1:]
+	}
+	// With scrubbing, half the keys may be tenant t's (a quota of 24 KiB):
+	// its freed extents are held and charged (checkTenantHeld).
+	tenanted := scrub && len(ops)&8 != 0
+	if tenanted {
+		m.SetTenantQuotas(quotaMap{"t": {24 << 10, 0}})
 	}
 	if len(ops)&2 != 0 { // the listing index cut in key ranges that stay (keys equal to bounds, one range always empty)
 		m.index.mu.Lock()
@@ -393,6 +404,9 @@ func runOps(t *testing.T, ops []byte) {
 		op, arg := ops[0], ops[1]
 		ops = ops[2:]
 		key := fmt.Sprintf("k%d", arg%8)
+		if tenanted && arg%8 >= 4 {
+			key = tenant.Namespace("t") + key
+		}
 		client := fmt.Sprintf("c%d", arg%3)
 		size := uint64(arg)*37 + 1
 		switch op % 22 {
