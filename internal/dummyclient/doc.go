@@ -23,6 +23,13 @@
 // Errors carry Mooncake's numeric code and the name of the store sentinel,
 // and the Client rebuilds an error that matches the same sentinel.
 //
+// Who is at the other end (peer.go): the abstract namespace has no file
+// permissions, so each side reads the other's user id from the kernel
+// (SO_PEERCRED). The real client serves dummies of its own user, root and
+// Config.AllowUIDs (a dummy acts with its credentials); a dummy talks to a
+// real client of its own user, root and $MOONCAKE_REAL_CLIENT_UIDS (the
+// real client receives its values). A refused peer gets ErrPeerNotAllowed.
+//
 // Server (New + Run(ctx), or Serve(ctx, listener)) serves any Backend (a
 // *store.Client); Client (Dial) has the store client's methods the Python
 // binding uses, so the binding drives a dummy like a real store client.

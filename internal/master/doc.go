@@ -22,7 +22,8 @@
 // current), shrink.go (maps and the object table compacted after mass removal), restore.go
 // (durable metadata: Restore), tombs.go (tombstones, their index by key,
 // Heartbeat), scrub.go (Config.Scrub: freed extents zeroed by their node
-// before another tenant gets them; Scrub), disk.go (the nodes' disk tiers: offload
+// before another tenant gets them, and held from the others while a grant
+// on them may live; Scrub), disk.go (the nodes' disk tiers: offload
 // tombstones, disk copies, DiskSync), events.go (EventSink),
 // replicaclear.go (BatchReplicaClear), tasks.go (copy and move tasks:
 // CreateCopyTask, CreateMoveTask, QueryTask, FetchTasks, FinishTask),
