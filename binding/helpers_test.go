@@ -5,20 +5,20 @@ import (
 	"testing"
 
 	"github.com/kvcache-go/mooncake/internal/dummyclient"
+	"github.com/kvcache-go/mooncake/internal/grant"
 	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/internal/storenode"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
 
-// inProcessStore runs a master and a storage node in this process over the
-// in-process transport and opens the binding's store layer against them; all
-// three close (their errors reported) when the test ends.
-func inProcessStore(t *testing.T) *storeState {
+// testMaster starts a master on a free port without its HTTP API, signing
+// data-path grants with grants (nil: none); it closes (its error
+// reported) when the test ends.
+func testMaster(t *testing.T, grants *grant.Keyring) *masterserver.Server {
 	t.Helper()
 	mcfg := masterserver.DefaultServerConfig()
-	mcfg.Addr = "127.0.0.1:0"
-	mcfg.HTTPAddr = ""
+	mcfg.Addr, mcfg.HTTPAddr, mcfg.Grants = "127.0.0.1:0", "", grants
 	m, err := masterserver.Start(mcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +28,15 @@ func inProcessStore(t *testing.T) *storeState {
 			t.Errorf("master close: %v", err)
 		}
 	})
+	return m
+}
+
+// inProcessStore runs a master and a storage node in this process over the
+// in-process transport and opens the binding's store layer against them; all
+// three close (their errors reported) when the test ends.
+func inProcessStore(t *testing.T) *storeState {
+	t.Helper()
+	m := testMaster(t, nil)
 	node, err := storenode.Start(t.Context(), storenode.Config{Master: m.Addr(), SegmentSize: 8 << 20,
 		Engine: transfer.Config{Transport: transfer.TransportInproc, InprocHub: inprocHub}})
 	if err != nil {

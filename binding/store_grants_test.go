@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/kvcache-go/mooncake/internal/grant"
-	"github.com/kvcache-go/mooncake/internal/masterserver"
 	"github.com/kvcache-go/mooncake/store"
 	"github.com/kvcache-go/mooncake/transfer"
 )
@@ -34,18 +33,7 @@ func grantKeyFile(t *testing.T) (string, *grant.Keyring) {
 // asks proofs of mount); it closes when the test ends.
 func grantMaster(t *testing.T, keys *grant.Keyring) string {
 	t.Helper()
-	mcfg := masterserver.DefaultServerConfig()
-	mcfg.Addr, mcfg.HTTPAddr, mcfg.Grants = "127.0.0.1:0", "", keys
-	m, err := masterserver.Start(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			t.Errorf("master close: %v", err)
-		}
-	})
-	return m.Addr()
+	return testMaster(t, keys).Addr()
 }
 
 // openGrantStore opens the binding's store layer over TCP against master

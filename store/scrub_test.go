@@ -324,22 +324,7 @@ func TestGrantsScrubHoldsWriteGrant(t *testing.T) {
 			if rm, err := a.mc.Remove(a.ctx, &pb.RemoveRequest{Key: "w"}); err != nil || rm.Status.GetCode() != 0 {
 				t.Fatalf("a's remove: %v %v", err, rm.GetStatus())
 			}
-			var mine *pb.Replica
-			var want []byte
-			for i := 0; mine == nil; i++ {
-				if b.ctx.Err() != nil {
-					t.Fatal("no put of tenant b was placed over a's extent")
-				}
-				key := fmt.Sprintf("b-%d", i)
-				rep, ok := b.putWritten(key, value(key, size))
-				if !ok {
-					waitfor.Cond(t, 10*time.Second, "room", func() bool { return c.master.Core().DirtyBytes() == 0 })
-					continue
-				}
-				if rep.Addr == held.Addr {
-					mine, want = rep, value(key, size)
-				}
-			}
+			mine, want := b.putOver(c, held.Addr, size)
 			evil := bytes.Repeat([]byte{0xEE}, size)
 			if err := a.eng.RegisterBytes(evil, ""); err != nil {
 				t.Fatal(err)
@@ -360,6 +345,27 @@ func TestGrantsScrubHoldsWriteGrant(t *testing.T) {
 				t.Fatal("b's object changed")
 			}
 		})
+	}
+}
+
+// putOver puts values of size bytes, written, under new keys until one is
+// placed at addr (waiting for room when the pool has none), and returns
+// that replica and its value.
+func (r *rawTenant) putOver(c *cluster, addr uint64, size int) (*pb.Replica, []byte) {
+	r.t.Helper()
+	for i := 0; ; i++ {
+		if r.ctx.Err() != nil {
+			r.t.Fatalf("no put was placed at %d", addr)
+		}
+		key := fmt.Sprintf("b-%d", i)
+		rep, ok := r.putWritten(key, value(key, size))
+		if !ok {
+			waitfor.Cond(r.t, 10*time.Second, "room", func() bool { return c.master.Core().DirtyBytes() == 0 })
+			continue
+		}
+		if rep.Addr == addr {
+			return rep, value(key, size)
+		}
 	}
 }
 
@@ -419,21 +425,7 @@ func TestGrantsScrubHoldsReadGrant(t *testing.T) {
 			if rm, err := a.mc.Remove(a.ctx, &pb.RemoveRequest{Key: "r", Force: true}); err != nil || rm.Status.GetCode() != 0 {
 				t.Fatalf("a's forced remove: %v %v", err, rm.GetStatus())
 			}
-			var want []byte
-			for i := 0; want == nil; i++ {
-				if b.ctx.Err() != nil {
-					t.Fatal("no put of tenant b was placed over a's extent")
-				}
-				key := fmt.Sprintf("b-%d", i)
-				got, ok := b.putWritten(key, value(key, size))
-				if !ok {
-					waitfor.Cond(t, 10*time.Second, "room", func() bool { return c.master.Core().DirtyBytes() == 0 })
-					continue
-				}
-				if got.Addr == rep.Addr {
-					want = value(key, size)
-				}
-			}
+			_, want := b.putOver(c, rep.Addr, size)
 			buf := make([]byte, size)
 			if err := a.eng.RegisterBytes(buf, ""); err != nil {
 				t.Fatal(err)

@@ -328,14 +328,15 @@ func (m *Master) tenantAdmitLocked(key string, n uint64, credit *object) error {
 	}
 	var used uint64
 	objects := 1
-	if a := m.tenants.lookup(t); a != nil {
+	a := m.tenants.lookup(t)
+	if a != nil {
 		used, objects = a.charged(), a.objects+1
 	}
 	if credit != nil && credit.complete {
 		used -= min(used, credit.size*uint64(credit.nrep))
 		objects--
 	}
-	if a := m.tenants.lookup(t); qb > 0 && used+n > qb && a != nil && a.held > 0 {
+	if qb > 0 && used+n > qb && a != nil && a.held > 0 {
 		held := a.held // may count holds that ended: settled only here, where it decides
 		m.settleAllHeldLocked()
 		used -= held - a.held
