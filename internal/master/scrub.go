@@ -369,8 +369,9 @@ func (m *Master) reuseDirtyLocked(clientID, owner string, size uint64) []place {
 // (named again in later answers until reported: the node takes an
 // answer's extents only when it has none zeroed and unreported, so it
 // never zeroes an extent after reporting it, when it may hold an object).
-// A reported extent frees only when it is dirty with that exact length (a
-// late or repeated report frees nothing). The taking back goes scrubPart at
+// A reported extent frees only when it is ready (an answer may have named
+// it: a report of a held or aging one would cut its wait short) with that
+// exact length (a late or repeated report frees nothing). The taking back goes scrubPart at
 // a time, one hold of the lock each.
 func (m *Master) Scrub(clientID string, zeroed []ScrubRef) (todo []ScrubRef) {
 	if !m.cfg.Scrub {
@@ -390,7 +391,7 @@ func (m *Master) Scrub(clientID string, zeroed []ScrubRef) (todo []ScrubRef) {
 			if s == nil {
 				continue
 			}
-			if d, ok := s.dirty[z.Offset]; ok && d.n == z.Length {
+			if d, ok := s.dirty[z.Offset]; ok && d.ready && d.n == z.Length { // only what an answer may have named
 				m.undirtyLocked(s, z.Offset)
 				s.alloc.Free(z.Offset, z.Length)
 			}

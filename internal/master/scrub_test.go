@@ -313,6 +313,11 @@ func TestScrubGrantHold(t *testing.T) {
 	if st := m.Stats(); st.ScrubHeld != 64<<10 || st.Scrubbing != 64<<10 {
 		t.Fatalf("held %d scrubbing %d, want a's extent in both", st.ScrubHeld, st.Scrubbing)
 	}
+	// A report of the held extent (never named) frees nothing.
+	m.Scrub("client-s", []ScrubRef{{Segment: "s", Offset: a[0].Addr - (1 << 30), Length: 64 << 10}})
+	if st := m.Stats(); st.ScrubHeld != 64<<10 {
+		t.Fatalf("a report cut the hold short: held %d", st.ScrubHeld)
+	}
 	// b's put needs the room: the held extent is no reason to wait, so it
 	// evicts a's old object, whose extent (dirty, no grant on it) is zeroed
 	// and then taken.
